@@ -1,0 +1,87 @@
+// Package request defines the phase request: what an untrusted phase asks to
+// run. A request asks; it never grants. Parsing is strict (unknown fields are
+// errors) and checked against an embedded JSON Schema.
+package request
+
+import "github.com/custody-dev/custody/quantity"
+
+// APIVersion is the only accepted apiVersion of a phase request.
+const APIVersion = "custody.dev/v1alpha1"
+
+// Tier names the assurance level a request asks for.
+type Tier string
+
+const (
+	// TierProduction needs a verified cgroup-v2 hierarchy with memory, pids,
+	// cpu and io delegated. It never falls back to anything weaker.
+	TierProduction Tier = "production"
+	// TierDevelopment is the unqualified tier enforced through cgroup v1; it
+	// runs only when operator policy enables it.
+	TierDevelopment Tier = "development"
+)
+
+// Network is the network a phase asks for. Only NetworkDeny exists so far.
+type Network string
+
+// NetworkDeny gives the phase a fresh network namespace with loopback only.
+const NetworkDeny Network = "deny"
+
+// Phase is one phase request (kind: Phase).
+type Phase struct {
+	APIVersion string `yaml:"apiVersion" json:"apiVersion"`
+	Kind       string `yaml:"kind" json:"kind"`
+	// Name labels the phase in results; it carries no authority.
+	Name string `yaml:"name" json:"name"`
+	// Tier is the assurance level asked for; empty means production.
+	Tier Tier `yaml:"tier,omitempty" json:"tier,omitempty"`
+	// Image is the content digest of an imported image ("sha256:<64 hex>").
+	Image string `yaml:"image" json:"image"`
+	// Command is argv; Command[0] is an absolute path inside the image.
+	Command []string `yaml:"command" json:"command"`
+	// Workdir is the absolute working directory inside the container; default "/".
+	Workdir string `yaml:"workdir,omitempty" json:"workdir,omitempty"`
+	// Env holds the only variables the workload sees; nothing is inherited.
+	Env map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
+	// Inputs are host paths snapshotted and mounted read-only.
+	Inputs []Input `yaml:"inputs,omitempty" json:"inputs,omitempty"`
+	// Output is the single writable directory whose files are kept.
+	Output Output `yaml:"output" json:"output"`
+	// Tmp bounds the tmpfs mounted at /tmp.
+	Tmp *Tmp `yaml:"tmp,omitempty" json:"tmp,omitempty"`
+	// Resources are the exact budgets the phase asks for.
+	Resources Resources `yaml:"resources" json:"resources"`
+	// Network is the network asked for; empty means deny.
+	Network Network `yaml:"network,omitempty" json:"network,omitempty"`
+}
+
+// Input maps a host path (file or directory) to a mount point.
+type Input struct {
+	// Source is a host path; a relative path is resolved against the
+	// directory of the request file.
+	Source string `yaml:"source" json:"source"`
+	// Target is an absolute path inside the container.
+	Target string `yaml:"target" json:"target"`
+}
+
+// Output is the writable output directory.
+type Output struct {
+	// Path is an absolute path inside the container.
+	Path string `yaml:"path" json:"path"`
+	// MaxBytes is the hard size bound; zero means "operator default" (an
+	// open choice made at admission).
+	MaxBytes quantity.Bytes `yaml:"maxBytes,omitempty" json:"maxBytes,omitempty"`
+}
+
+// Tmp bounds /tmp.
+type Tmp struct {
+	MaxBytes quantity.Bytes `yaml:"maxBytes" json:"maxBytes"`
+}
+
+// Resources are budgets. Memory, Pids and WallTime are required exact
+// requirements; CPU is optional (zero means the operator default).
+type Resources struct {
+	Memory   quantity.Bytes    `yaml:"memory" json:"memory"`
+	Pids     int64             `yaml:"pids" json:"pids"`
+	CPU      float64           `yaml:"cpu,omitempty" json:"cpu,omitempty"` // cores, e.g. 0.5
+	WallTime quantity.Duration `yaml:"wallTime" json:"wallTime"`
+}
