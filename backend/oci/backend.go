@@ -1,0 +1,560 @@
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// Options configure a Backend.
+type Options struct {
+	Runtime Pinned
+	// StateDir holds runc's container state (runc --root). Private, 0700.
+	StateDir string
+	// RuntimeDir holds per-launch bundles. It must be traversable (0711) so
+	// that a remapped container root can reach its rootfs; nothing secret
+	// is kept there.
+	RuntimeDir string
+	// UserNS maps container root to an unprivileged host range; nil runs
+	// without a user namespace (the profile then says so).
+	UserNS *IDMap
+	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
+	MaxLogBytes int64
+	Logger      *slog.Logger
+}
+
+// Backend launches containers under the pinned runtime.
+type Backend struct {
+	opts Options
+	log  *slog.Logger
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
+
+// New prepares the backend's directories and makes this process a child
+// subreaper, so that a container's init (orphaned when `runc create` exits)
+// is reparented to us and we can collect its real exit status.
+func New(opts Options) (*Backend, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxLogBytes == 0 {
+		opts.MaxLogBytes = 16 << 20
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("oci state dir: %w", err)
+	}
+	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("oci state dir: %w", err)
+	}
+	if err := os.MkdirAll(opts.RuntimeDir, 0o711); err != nil {
+		return nil, fmt.Errorf("oci runtime dir: %w", err)
+	}
+	if err := os.Chmod(opts.RuntimeDir, 0o711); err != nil {
+		return nil, fmt.Errorf("oci runtime dir: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("become child subreaper: %w", err)
+	}
+	return &Backend{opts: opts, log: opts.Logger}, nil
+}
+
+// Launch describes one container to run.
+type Launch struct {
+	// ID names the container; it must be unique and match [a-z0-9-]{3,64}.
+	ID string
+	// ImageRootfs is the read-only image tree; it is never written: the
+	// container's rootfs is an overlay with a runner-owned upper layer.
+	ImageRootfs string
+	// Config is the reviewed profile; Rootfs, Output.Source and CgroupsPath
+	// are filled in by the backend.
+	Config Config
+	// OutputBytes is the hard bound of the output filesystem.
+	OutputBytes int64
+	WallTime    time.Duration
+	Stdout      io.Writer
+	Stderr      io.Writer
+}
+
+// Container is one launch's native resources. Whatever happened, the
+// caller must call Cleanup once it has taken the outputs.
+type Container struct {
+	b       *Backend
+	id      string
+	dir     string // runtime dir of this launch
+	rootfs  string
+	outDir  string
+	logPath string
+	cgroups *cgroupDirs
+	bin     *Binary
+	started bool
+	mounted []string // mount points we made, innermost last
+	config  []byte
+}
+
+// ID is the container id.
+func (c *Container) ID() string { return c.id }
+
+// OutputDir is the host path of the bounded output filesystem; valid until
+// Cleanup.
+func (c *Container) OutputDir() string { return c.outDir }
+
+// ConfigSHA256 is the digest of the config.json that was handed to runc.
+func (c *Container) ConfigSHA256() string {
+	sum := sha256.Sum256(c.config)
+	return hex.EncodeToString(sum[:])
+}
+
+// Config returns the exact config.json bytes used.
+func (c *Container) Config() []byte { return c.config }
+
+// RuntimeSHA256 is the digest of the runtime bytes that ran.
+func (c *Container) RuntimeSHA256() string {
+	if c.bin == nil {
+		return ""
+	}
+	return c.bin.SHA256()
+}
+
+// Prepare verifies the runtime and creates the launch's native resources:
+// bundle dir, overlay rootfs, bounded output filesystem and config.json. On
+// error the returned Container (if non-nil) still needs Cleanup.
+func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
+	if !idPattern.MatchString(l.ID) {
+		return nil, fmt.Errorf("container id %q is invalid", l.ID)
+	}
+	if l.OutputBytes <= 0 || l.WallTime <= 0 {
+		return nil, fmt.Errorf("output bound and wall time are required (got %d bytes, %s)", l.OutputBytes, l.WallTime)
+	}
+	// Verify the runtime first: a wrong binary refuses before any mutation.
+	bin, err := b.opts.Runtime.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(b.opts.RuntimeDir, l.ID)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		bin.Close()
+		return nil, fmt.Errorf("launch dir: %w", err)
+	}
+	c := &Container{
+		b: b, id: l.ID, dir: dir, bin: bin,
+		rootfs:  filepath.Join(dir, "rootfs"),
+		outDir:  filepath.Join(dir, "out"),
+		logPath: filepath.Join(dir, "runc.log"),
+	}
+	cfg := l.Config
+	cfg.Rootfs = c.rootfs
+	cfg.Output.Source = c.outDir
+	cfg.CgroupsPath = filepath.Join("custody", l.ID)
+	cfg.UserNS = b.opts.UserNS
+	if c.cgroups, err = resolveCgroups(cfg.CgroupsPath); err != nil {
+		return c, err
+	}
+	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
+		return c, err
+	}
+	if err := c.mountOutput(l.OutputBytes); err != nil {
+		return c, err
+	}
+	spec, err := Spec(cfg)
+	if err != nil {
+		return c, err
+	}
+	c.config, err = json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return c, fmt.Errorf("encode config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), c.config, 0o600); err != nil {
+		return c, fmt.Errorf("write config: %w", err)
+	}
+	return c, nil
+}
+
+// mountRootfs makes an overlay whose upper layer already holds every mount
+// point, so runc never needs to create anything in the image.
+func (c *Container) mountRootfs(image string, cfg Config) error {
+	upper := filepath.Join(c.dir, "upper")
+	work := filepath.Join(c.dir, "work")
+	for _, d := range []string{upper, work, c.rootfs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("rootfs dirs: %w", err)
+		}
+	}
+	for _, m := range baseMounts(cfg) {
+		p := filepath.Join(upper, filepath.FromSlash(m.Destination))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", m.Destination, err)
+		}
+		src := m.Source
+		if m.Type == "bind" && src == c.outDir {
+			src = "" // the output is always a directory
+		}
+		if fi, err := os.Stat(src); m.Type == "bind" && err == nil && !fi.IsDir() {
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o444)
+			if err != nil {
+				return fmt.Errorf("mount point %s: %w", m.Destination, err)
+			}
+			f.Close()
+			continue
+		}
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", m.Destination, err)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", image, upper, work)
+	if err := unix.Mount("overlay", c.rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+		return fmt.Errorf("mount overlay rootfs: %w", err)
+	}
+	c.mounted = append(c.mounted, c.rootfs)
+	return nil
+}
+
+// mountOutput mounts a tmpfs with a hard size bound: writes past it fail
+// with ENOSPC in the workload. If the bound cannot be mounted, the launch
+// is refused rather than run unbounded.
+func (c *Container) mountOutput(limit int64) error {
+	if err := os.Mkdir(c.outDir, 0o700); err != nil {
+		return fmt.Errorf("output dir: %w", err)
+	}
+	opts := fmt.Sprintf("size=%d,mode=0755", limit)
+	if m := c.b.opts.UserNS; m != nil {
+		opts += fmt.Sprintf(",uid=%d,gid=%d", m.HostID, m.HostID)
+	}
+	if err := unix.Mount("tmpfs", c.outDir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+		return fmt.Errorf("output bound of %d bytes cannot be enforced: mount tmpfs: %w", limit, err)
+	}
+	c.mounted = append(c.mounted, c.outDir)
+	return nil
+}
+
+// Exit is how the container ended.
+type Exit struct {
+	Code      int       `json:"code"`
+	Signal    string    `json:"signal,omitempty"`
+	TimedOut  bool      `json:"timedOut,omitempty"`
+	Cancelled bool      `json:"cancelled,omitempty"`
+	OOMKilled bool      `json:"oomKilled,omitempty"`
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished"`
+	Usage     Usage     `json:"usage"`
+}
+
+// Run creates and starts the container and waits until its whole process
+// tree is gone: the workload exits, the wall time passes, or ctx is
+// cancelled (then the tree is killed). It returns an error only when the
+// container could not be run or could not be stopped.
+func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr io.Writer) (*Exit, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	copied := make(chan struct{}, 2)
+	limit := c.b.opts.MaxLogBytes
+	var mu sync.Mutex
+	go drain(outR, stdout, &mu, limit, copied)
+	go drain(errR, stderr, &mu, limit, copied)
+	waitCopies := func() {
+		for range 2 {
+			select {
+			case <-copied:
+			case <-time.After(5 * time.Second):
+				return
+			}
+		}
+	}
+
+	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
+	pid, err := rc.create(ctx, c.logPath, c.id, c.dir, outW, errW)
+	outW.Close()
+	errW.Close()
+	c.started = true // runc may have made state and cgroups even on failure
+	if err != nil {
+		waitCopies()
+		return nil, err
+	}
+	exited := make(chan unix.WaitStatus, 1)
+	go func() { exited <- wait(pid) }()
+
+	ex := &Exit{Started: time.Now()}
+	if err := rc.start(ctx, c.logPath, c.id); err != nil {
+		c.kill(pid)
+		<-exited
+		waitCopies()
+		return nil, err
+	}
+	timer := time.NewTimer(wall)
+	defer timer.Stop()
+	var ws unix.WaitStatus
+	select {
+	case ws = <-exited:
+	case <-timer.C:
+		ex.TimedOut = true
+	case <-ctx.Done():
+		ex.Cancelled = true
+	}
+	if ex.TimedOut || ex.Cancelled {
+		c.kill(pid)
+		select {
+		case ws = <-exited:
+		case <-time.After(30 * time.Second):
+			return nil, fmt.Errorf("container %s: init %d did not die after SIGKILL", c.id, pid)
+		}
+	}
+	ex.Finished = time.Now()
+	// Init is gone, so the kernel is tearing down its pid namespace; wait
+	// until no process is left in the cgroup before reading accounting.
+	if err := c.drainCgroup(); err != nil {
+		return nil, err
+	}
+	waitCopies()
+	switch {
+	case ws.Exited():
+		ex.Code = ws.ExitStatus()
+	case ws.Signaled():
+		ex.Signal = unix.SignalName(ws.Signal())
+		ex.Code = 128 + int(ws.Signal())
+	}
+	ex.Usage = c.cgroups.usage()
+	ex.OOMKilled = ex.Usage.OOMKills > 0
+	return ex, nil
+}
+
+// kill sends SIGKILL to init through the runtime; when init dies the kernel
+// kills every process in its pid namespace, double-forked and setsid'd ones
+// included. If the runtime cannot, every pid in the cgroup is killed.
+func (c *Container) kill(pid int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
+	if err := rc.kill(ctx, c.logPath, c.id, "KILL"); err != nil {
+		c.b.log.Warn("runc kill failed; killing cgroup members", "id", c.id, "err", err)
+		_ = unix.Kill(pid, unix.SIGKILL)
+		if pids, err := c.cgroups.procs(); err == nil {
+			for _, p := range pids {
+				_ = unix.Kill(p, unix.SIGKILL)
+			}
+		}
+	}
+}
+
+// drainCgroup waits for the cgroup to empty, killing stragglers that are
+// in it (they are ours by membership), and fails if it will not empty.
+func (c *Container) drainCgroup() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids, err := c.cgroups.procs()
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("container %s: processes %v still in its cgroup", c.id, pids)
+		}
+		for _, p := range pids {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// wait reaps pid (ours as subreaper) and returns its status.
+func wait(pid int) unix.WaitStatus {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			// Not our child: fall back to polling until it is gone.
+			for unix.Kill(pid, 0) == nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return unix.WaitStatus(syscall.WaitStatus(0xff00)) // exit 255: unknown
+		}
+		return ws
+	}
+}
+
+// drain passes a container stream on, at most limit bytes. Writes of the
+// two streams are serialised: callers often hand the same writer for both.
+func drain(r *os.File, w io.Writer, mu *sync.Mutex, limit int64, done chan<- struct{}) {
+	defer func() { done <- struct{}{} }()
+	defer r.Close()
+	if w == nil {
+		w = io.Discard
+	}
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		m, err := r.Read(buf)
+		if m > 0 {
+			keep := int64(m)
+			if n+keep > limit {
+				keep = max(limit-n, 0)
+			}
+			if keep > 0 {
+				mu.Lock()
+				_, _ = w.Write(buf[:keep])
+				mu.Unlock()
+			}
+			if n < limit && n+int64(m) > limit {
+				mu.Lock()
+				fmt.Fprintf(w, "\n[custody: output truncated at %d bytes]\n", limit)
+				mu.Unlock()
+			}
+			n += int64(m)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// CleanupStep is one verified part of cleanup.
+type CleanupStep struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// CleanupReport says what cleanup did and whether every part was verified.
+type CleanupReport struct {
+	Verified bool          `json:"verified"`
+	Steps    []CleanupStep `json:"steps"`
+}
+
+func (r *CleanupReport) step(name string, err error) {
+	s := CleanupStep{Name: name, OK: err == nil}
+	if err != nil {
+		s.Detail = err.Error()
+	}
+	r.Steps = append(r.Steps, s)
+}
+
+// Cleanup removes everything this launch created and verifies each part is
+// gone: no process in the cgroup, no runtime state, no cgroup directories,
+// no mounts, no launch directory. It is idempotent.
+func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
+	ctx = context.WithoutCancel(ctx)
+	r := &CleanupReport{}
+	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
+	if c.bin != nil && c.started {
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := rc.delete(dctx, filepath.Join(c.b.opts.StateDir, c.id+".log"), c.id, true)
+		cancel()
+		if errors.Is(err, ErrNotExist) {
+			err = nil
+		}
+		r.step("runtime-delete", err)
+	}
+	if c.cgroups != nil {
+		r.step("cgroup-empty", c.verifyNoProcs())
+		r.step("cgroup-removed", c.removeCgroups())
+	}
+	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
+	r.step("runtime-state-gone", absent(stateDir))
+	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
+	r.step("unmounted", c.unmountAll())
+	r.step("launch-dir-removed", c.removeDir())
+	if c.bin != nil {
+		c.bin.Close()
+		c.bin = nil
+	}
+	r.Verified = true
+	for _, s := range r.Steps {
+		if !s.OK {
+			r.Verified = false
+		}
+	}
+	return r
+}
+
+func (c *Container) verifyNoProcs() error {
+	pids, err := c.cgroups.procs()
+	if err != nil {
+		return err
+	}
+	if len(pids) > 0 {
+		return fmt.Errorf("processes %v remain in the container's cgroup", pids)
+	}
+	return nil
+}
+
+// removeCgroups removes the container's cgroup directories if runc left
+// any; only the exact directories it resolved for this id are touched.
+func (c *Container) removeCgroups() error {
+	for _, d := range c.cgroups.remaining() {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove cgroup %s: %w", d, err)
+		}
+	}
+	if left := c.cgroups.remaining(); len(left) > 0 {
+		return fmt.Errorf("cgroup directories remain: %v", left)
+	}
+	return nil
+}
+
+func (c *Container) unmountAll() error {
+	var errs []error
+	for i := len(c.mounted) - 1; i >= 0; i-- {
+		if err := unix.Unmount(c.mounted[i], 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", c.mounted[i], err))
+		}
+	}
+	left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir))
+	if err != nil {
+		return fmt.Errorf("read mountinfo: %w", err)
+	}
+	for _, m := range left {
+		errs = append(errs, fmt.Errorf("still mounted: %s", m.Mountpoint))
+	}
+	if len(errs) == 0 {
+		c.mounted = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Container) removeDir() error {
+	// Never remove a directory that still has a mount under it: RemoveAll
+	// would descend into the mounted filesystem.
+	if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir)); err != nil || len(left) > 0 {
+		return fmt.Errorf("launch dir %s still has mounts; not removed", c.dir)
+	}
+	if err := os.RemoveAll(c.dir); err != nil {
+		return fmt.Errorf("remove launch dir: %w", err)
+	}
+	return absent(c.dir)
+}
+
+func absent(p string) error {
+	if _, err := os.Lstat(p); err == nil {
+		return fmt.Errorf("%s still exists", p)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("check %s: %w", p, err)
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package oci_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+type harness struct {
+	b      *oci.Backend
+	rootfs string
+}
+
+func newHarness(t *testing.T, userns bool) *harness {
+	t.Helper()
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := oci.Options{
+		Runtime:    oci.Pinned{Path: path, Version: version, SHA256: sha},
+		StateDir:   filepath.Join(base, "state"),
+		RuntimeDir: filepath.Join(base, "run"),
+	}
+	if userns {
+		opts.UserNS = &oci.IDMap{HostID: 1_000_000_000, Size: 65536}
+	}
+	b, err := oci.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{b: b, rootfs: testenv.BusyboxRootfs(t)}
+}
+
+func (h *harness) run(t *testing.T, id string, args []string, mod func(*oci.Launch)) (*oci.Exit, string, *oci.CleanupReport) {
+	t.Helper()
+	l := oci.Launch{
+		ID:          id,
+		ImageRootfs: h.rootfs,
+		Config: oci.Config{
+			Args: args, Env: []string{"PATH=/bin"}, Cwd: "/", Hostname: "custody",
+			Output:   oci.Mount{Target: "/out"},
+			TmpBytes: 8 << 20, Memory: 64 << 20, Pids: 64, CPU: 1, FileSize: 64 << 20,
+		},
+		OutputBytes: 4 << 20,
+		WallTime:    10 * time.Second,
+	}
+	if mod != nil {
+		mod(&l)
+	}
+	ctx := context.Background()
+	c, err := h.b.Prepare(ctx, l)
+	if err != nil {
+		if c != nil {
+			c.Cleanup(ctx)
+		}
+		t.Fatalf("prepare: %v", err)
+	}
+	var out bytes.Buffer
+	ex, err := c.Run(ctx, l.WallTime, &out, &out)
+	rep := c.Cleanup(ctx)
+	if err != nil {
+		t.Fatalf("run: %v (output %q)", err, out.String())
+	}
+	if !rep.Verified {
+		t.Fatalf("cleanup not verified: %+v", rep)
+	}
+	return ex, out.String(), rep
+}
+
+func TestRunTrivial(t *testing.T) {
+	for _, userns := range []bool{true, false} {
+		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
+			h := newHarness(t, userns)
+			ex, out, _ := h.run(t, "trivial-"+map[bool]string{false: "a", true: "b"}[userns],
+				[]string{"/bin/sh", "-c", "echo hello; id -u; cat /proc/self/status | grep -E 'Cap|Seccomp|NoNewPrivs'; ls /sys/class/net; echo x > /out/f && echo wrote"}, nil)
+			if ex.Code != 0 {
+				t.Fatalf("exit %d: %s", ex.Code, out)
+			}
+			t.Logf("%+v\n%s", ex, out)
+			if !strings.Contains(out, "hello") || !strings.Contains(out, "wrote") {
+				t.Fatalf("output %q", out)
+			}
+		})
+	}
+}

@@ -1,0 +1,228 @@
+// Package oci launches one contained process tree under a pinned OCI runtime
+// (runc). It writes a runtime-spec config.json for the reviewed profile, execs
+// the verified runtime binary through a narrow command adapter, watches the
+// container, kills the whole tree, and verifies that nothing it created is
+// left behind. It knows nothing about grants, policy or evidence.
+package oci
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Mount is one bind mount from the host into the container.
+type Mount struct {
+	Source string // absolute host path
+	Target string // absolute container path
+}
+
+// IDMap maps container ids 0..Size-1 to host ids HostID..HostID+Size-1.
+type IDMap struct {
+	HostID uint32
+	Size   uint32
+}
+
+// Config is everything the reviewed profile needs for one launch. Every
+// budget is required: a zero budget is an error, never "unlimited".
+type Config struct {
+	Rootfs   string // absolute path of the prepared (runner-owned) rootfs
+	Args     []string
+	Env      []string // KEY=value, declared variables only
+	Cwd      string
+	Hostname string
+
+	Inputs []Mount // bound read-only
+	Output Mount   // bound read-write; Source is a size-bounded filesystem
+
+	TmpBytes int64 // size of the tmpfs at /tmp
+	Memory   int64 // bytes
+	Pids     int64
+	CPU      float64 // cores; the CFS quota is CPU × period
+	// FileSize caps any single file (RLIMIT_FSIZE); the output bound is
+	// enforced by the output filesystem, this only stops a runaway write early.
+	FileSize int64
+	// NoSwap also limits memory+swap to Memory (when the host accounts swap).
+	NoSwap bool
+
+	CgroupsPath string
+	// UserNS, when set, runs the container in a new user namespace with this
+	// mapping for both uids and gids.
+	UserNS *IDMap
+}
+
+const cpuPeriod = 100000 // µs
+
+// Spec builds the reviewed runtime-spec configuration for c.
+func Spec(c Config) (*specs.Spec, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	memory := c.Memory
+	pids := c.Pids
+	quota := int64(math.Ceil(c.CPU * cpuPeriod))
+	period := uint64(cpuPeriod)
+	res := &specs.LinuxResources{
+		// Deny every device node access except the minimal set below.
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+		Memory:  &specs.LinuxMemory{Limit: &memory},
+		Pids:    &specs.LinuxPids{Limit: &pids},
+		CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+	}
+	if c.NoSwap {
+		swap := c.Memory
+		res.Memory.Swap = &swap
+	}
+	for _, d := range minimalDevices() {
+		major, minor := d.Major, d.Minor
+		res.Devices = append(res.Devices, specs.LinuxDeviceCgroup{
+			Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: "rwm",
+		})
+	}
+
+	ns := []specs.LinuxNamespace{
+		{Type: specs.PIDNamespace},
+		{Type: specs.NetworkNamespace}, // fresh: loopback only
+		{Type: specs.IPCNamespace},
+		{Type: specs.UTSNamespace},
+		{Type: specs.MountNamespace},
+		{Type: specs.CgroupNamespace},
+	}
+	linux := &specs.Linux{
+		Resources:     res,
+		CgroupsPath:   c.CgroupsPath,
+		Namespaces:    ns,
+		Devices:       minimalDevices(),
+		Seccomp:       seccompProfile(),
+		MaskedPaths:   maskedPaths(),
+		ReadonlyPaths: readonlyPaths(),
+	}
+	if c.UserNS != nil {
+		linux.Namespaces = append(linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: c.UserNS.HostID, Size: c.UserNS.Size}}
+		linux.UIDMappings = m
+		linux.GIDMappings = m
+	}
+
+	nofile := uint64(1024)
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: c.Hostname,
+		Root:     &specs.Root{Path: c.Rootfs, Readonly: true},
+		Process: &specs.Process{
+			Terminal:        false,
+			User:            specs.User{UID: 0, GID: 0},
+			Args:            c.Args,
+			Env:             c.Env,
+			Cwd:             c.Cwd,
+			NoNewPrivileges: true,
+			// All five sets empty: no capability at all, inherited or ambient.
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: []string{}, Effective: []string{}, Inheritable: []string{},
+				Permitted: []string{}, Ambient: []string{},
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+				{Type: "RLIMIT_FSIZE", Hard: uint64(c.FileSize), Soft: uint64(c.FileSize)},
+				{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
+				{Type: "RLIMIT_MSGQUEUE", Hard: 0, Soft: 0},
+			},
+		},
+		Mounts: baseMounts(c),
+		Linux:  linux,
+	}
+	return s, nil
+}
+
+func (c Config) validate() error {
+	switch {
+	case !path.IsAbs(c.Rootfs):
+		return fmt.Errorf("oci: rootfs %q is not absolute", c.Rootfs)
+	case len(c.Args) == 0 || !path.IsAbs(c.Args[0]):
+		return fmt.Errorf("oci: args must start with an absolute path, got %q", c.Args)
+	case !path.IsAbs(c.Cwd):
+		return fmt.Errorf("oci: cwd %q is not absolute", c.Cwd)
+	case c.Memory <= 0 || c.Pids <= 0 || c.CPU <= 0 || c.TmpBytes <= 0 || c.FileSize <= 0:
+		return fmt.Errorf("oci: every budget must be positive (memory %d, pids %d, cpu %g, tmp %d, fsize %d)",
+			c.Memory, c.Pids, c.CPU, c.TmpBytes, c.FileSize)
+	case c.CgroupsPath == "":
+		return fmt.Errorf("oci: cgroups path is required")
+	}
+	for _, m := range append([]Mount{c.Output}, c.Inputs...) {
+		if m.Source == "" || !path.IsAbs(m.Target) {
+			return fmt.Errorf("oci: mount %+v is incomplete", m)
+		}
+		// A clean absolute path has no ".." left, so joining it under the
+		// runner's upper layer cannot step outside it.
+		if path.Clean(m.Target) != m.Target || m.Target == "/" {
+			return fmt.Errorf("oci: mount target %q is not a clean absolute path", m.Target)
+		}
+	}
+	return nil
+}
+
+func baseMounts(c Config) []specs.Mount {
+	ms := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
+			Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", c.TmpBytes)}},
+	}
+	for _, in := range c.Inputs {
+		ms = append(ms, specs.Mount{
+			Destination: in.Target, Type: "bind", Source: in.Source,
+			Options: []string{"rbind", "ro", "nosuid", "nodev"},
+		})
+	}
+	ms = append(ms, specs.Mount{
+		Destination: c.Output.Target, Type: "bind", Source: c.Output.Source,
+		Options: []string{"rbind", "rw", "nosuid", "nodev"},
+	})
+	return ms
+}
+
+// minimalDevices are the only device nodes the workload gets.
+func minimalDevices() []specs.LinuxDevice {
+	mode := func(m uint32) *os.FileMode { v := os.FileMode(m); return &v }
+	zero := uint32(0)
+	dev := func(p string, major, minor int64) specs.LinuxDevice {
+		return specs.LinuxDevice{Path: p, Type: "c", Major: major, Minor: minor,
+			FileMode: mode(0o666), UID: &zero, GID: &zero}
+	}
+	return []specs.LinuxDevice{
+		dev("/dev/null", 1, 3),
+		dev("/dev/zero", 1, 5),
+		dev("/dev/full", 1, 7),
+		dev("/dev/random", 1, 8),
+		dev("/dev/urandom", 1, 9),
+		dev("/dev/tty", 5, 0),
+	}
+}
+
+func maskedPaths() []string {
+	return []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+		"/proc/timer_stats", "/sys/firmware", "/sys/devices/virtual/powercap",
+		"/sys/kernel/security", "/proc/kallsyms", "/sys/kernel/debug",
+	}
+}
+
+func readonlyPaths() []string {
+	return []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+}
