@@ -11,19 +11,20 @@ const (
 	CgroupV2     CgroupMode = "v2"     // unified hierarchy only
 	CgroupHybrid CgroupMode = "hybrid" // v1 hierarchies plus a cgroup2 mount
 	CgroupV1     CgroupMode = "v1"     // v1 hierarchies only
-	CgroupNone   CgroupMode = "none"
+	CgroupNone   CgroupMode = "none"   // neither cgroup2 nor a v1 controller hierarchy
 )
 
 // Profile is the evidenced capability profile of one host.
 type Profile struct {
-	Kernel string `json:"kernel"` // uname release, e.g. "6.1.0-18-amd64"
-	Arch   string `json:"arch"`   // GOARCH-style, e.g. "amd64"
-	OS     string `json:"os"`     // "linux"
+	Kernel string `json:"kernel"`           // uname release, e.g. "6.1.0-18-amd64"
+	Arch   string `json:"arch"`             // GOARCH-style, e.g. "amd64"
+	OS     string `json:"os"`               // "linux"
 	Distro string `json:"distro,omitempty"` // PRETTY_NAME from /etc/os-release
 
 	Cgroup Cgroup `json:"cgroup"`
 
-	// Seccomp is true when a seccomp filter was installed in a child process.
+	// Seccomp is true when a seccomp filter was installed (on a throwaway
+	// thread of the probing process) and the kernel reported it in force.
 	Seccomp Fact `json:"seccomp"`
 	// UserNS is true when a child entered a new user namespace.
 	UserNS Fact `json:"userns"`
@@ -69,6 +70,10 @@ type Runtime struct {
 	Version string `json:"version"` // e.g. "1.5.3"
 	SHA256  string `json:"sha256"`  // hex digest of the binary
 	Spec    string `json:"spec"`    // OCI runtime-spec version it reports
+
+	// Error says why the runtime could not be identified; when it is set,
+	// only Path is meaningful.
+	Error string `json:"error,omitempty"`
 }
 
 // ProductionControllers returns the cgroup-v2 controllers the production

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package platform
+
+import (
+	"context"
+	"errors"
+)
+
+// Probe proves what this host can do for a container runtime. Only Linux
+// hosts can be probed.
+func Probe(ctx context.Context, opts Options) (*Profile, error) {
+	return nil, errors.New("probe: only linux hosts can run containers")
+}
