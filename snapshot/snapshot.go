@@ -1,0 +1,184 @@
+// Package snapshot keeps immutable, content-addressed copies of input trees.
+//
+// Take copies a source file or directory into a staging directory inside the
+// store, hashing each file's bytes as they are written (so the digest
+// describes exactly the copy), makes the copy read-only and publishes it by
+// an atomic rename under its digest. The store layout is
+//
+//	<dir>/<hex>/data       the copied tree, or the copied file for a
+//	                       single-file source
+//	<dir>/<hex>/tree.json  the treehash.Tree of data
+//
+// where <hex> is the hex part of the treehash digest. Files are 0444 (0555 if
+// the source had any execute bit), directories 0555, owned by root when the
+// store runs as root; the digest records these modes, so Verify can re-hash
+// the stored copy and compare. Identical content is stored once: a Take whose
+// digest is already present verifies the stored copy and reuses it.
+//
+// The package also provides the pieces other content-addressed stores share:
+// Copy, Writer (safe creation of a tree in a staging directory),
+// PrepareStoreDir, Stage and ReadRecord.
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/custody-dev/custody/treehash"
+)
+
+// ErrNotFound is returned by Get for a digest the store does not hold.
+var ErrNotFound = errors.New("snapshot not found")
+
+// ErrCorrupt is returned when a stored copy no longer matches its digest.
+var ErrCorrupt = errors.New("stored snapshot does not match its digest")
+
+const (
+	dataName = "data"
+	treeName = "tree.json"
+)
+
+// Store is a directory of snapshots. Its methods are safe for concurrent
+// use, also by several processes sharing the directory.
+type Store struct {
+	dir string
+}
+
+// Snapshot is a stored, read-only copy of an input tree.
+type Snapshot struct {
+	// Digest is the treehash digest of the stored copy.
+	Digest string
+	// Path is the stored copy: a directory, or a file for a single-file
+	// source.
+	Path string
+	// Tree describes the stored copy.
+	Tree *treehash.Tree
+}
+
+// New opens the store in dir, creating dir with mode 0700 if it is absent.
+// It refuses a dir that is a symlink, is not owned by the effective user, or
+// is group- or world-writable.
+func New(dir string) (*Store, error) {
+	abs, err := PrepareStoreDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return &Store{dir: abs}, nil
+}
+
+// Take copies src (a file or a directory) into the store and returns its
+// snapshot. Symlinks in src are copied as symlinks and never followed;
+// device nodes, fifos and sockets are refused. limits.MaxBytes and
+// limits.MaxEntries are enforced during the copy (treehash.ErrTooLarge).
+//
+// If the store already holds the same content, the stored copy is verified
+// and returned instead. A directory holding only the file x and the single
+// file x have the same digest but different layouts; Take refuses to reuse
+// one for the other.
+func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (*Snapshot, error) {
+	var tree *treehash.Tree
+	var single bool
+	final, existed, err := Stage(s.dir, func(staging string) (string, error) {
+		data := filepath.Join(staging, dataName)
+		var err error
+		if tree, err = Copy(ctx, src, data, CopyOptions{Limits: limits, ReadOnly: true}); err != nil {
+			return "", err
+		}
+		single = isRegular(data)
+		js, err := json.Marshal(tree)
+		if err != nil {
+			return "", fmt.Errorf("encoding tree of %s: %w", src, err)
+		}
+		if err := os.WriteFile(filepath.Join(staging, treeName), js, 0o444); err != nil {
+			return "", err
+		}
+		return tree.Digest, os.Chmod(staging, readOnlyDir)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if !existed {
+		return &Snapshot{Digest: tree.Digest, Path: filepath.Join(final, dataName), Tree: tree}, nil
+	}
+
+	// Content-addressed reuse: the staging copy was discarded.
+	snap, err := s.Get(tree.Digest)
+	if err != nil {
+		return nil, err
+	}
+	if single != isRegular(snap.Path) {
+		return nil, fmt.Errorf("snapshot %s: %s and the stored copy have the same digest but one is a single file and the other a directory", tree.Digest, src)
+	}
+	if err := s.Verify(ctx, snap); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// Get returns the stored snapshot with the given digest, or an error wrapping
+// ErrNotFound. It does not re-hash the copy; see Verify.
+func (s *Store) Get(digest string) (*Snapshot, error) {
+	var tree treehash.Tree
+	final, err := ReadRecord(s.dir, digest, treeName, &tree)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot %s: %w", digest, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", digest, err)
+	}
+	if tree.Digest != digest {
+		return nil, fmt.Errorf("snapshot %s: %s records digest %s: %w", digest, treeName, tree.Digest, ErrCorrupt)
+	}
+	data := filepath.Join(final, dataName)
+	if _, err := os.Lstat(data); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", digest, err)
+	}
+	return &Snapshot{Digest: digest, Path: data, Tree: &tree}, nil
+}
+
+// Verify re-hashes the stored copy of snap (found by its digest, in this
+// store) and returns an error wrapping ErrCorrupt if it no longer matches the
+// digest, for instance because the store was tampered with.
+func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
+	hex, err := treehash.ParseDigest(snap.Digest)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	data := filepath.Join(s.dir, hex, dataName)
+	got, err := treehash.Dir(ctx, data, treehash.Options{})
+	if err != nil {
+		return fmt.Errorf("snapshot %s: verifying: %w", snap.Digest, err)
+	}
+	if isRegular(data) && len(got.Entries) == 1 {
+		// A single file is stored as data but was hashed under its own
+		// base name, which the recorded tree keeps. A tampered name
+		// changes the digest like any other change.
+		tree := snap.Tree
+		if tree == nil {
+			stored, err := s.Get(snap.Digest)
+			if err != nil {
+				return err
+			}
+			tree = stored.Tree
+		}
+		if len(tree.Entries) != 1 {
+			return fmt.Errorf("snapshot %s: stored copy is a single file but its tree has %d entries: %w", snap.Digest, len(tree.Entries), ErrCorrupt)
+		}
+		got.Entries[0].Path = tree.Entries[0].Path
+		got.Digest = treehash.DigestOf(got.Entries)
+	}
+	if got.Digest != snap.Digest {
+		return fmt.Errorf("snapshot %s: stored copy hashes to %s: %w", snap.Digest, got.Digest, ErrCorrupt)
+	}
+	return nil
+}
+
+func isRegular(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().IsRegular()
+}

@@ -1,0 +1,444 @@
+package treehash
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// bufSize is the size of each worker's copy buffer.
+const bufSize = 1 << 20
+
+// bufPool recycles the workers' 1 MiB copy buffers across walks. It is a
+// cache, not state: nothing observable depends on what it holds.
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, bufSize)
+	return &b
+}}
+
+// Visitor mirrors a tree while Walk hashes it, for instance to copy it.
+//
+// Walk calls Root first, then Dir and Symlink from the walking goroutine in
+// walk order (a directory before anything inside it), and File from the
+// hashing workers, concurrently. A Visitor may change the Mode of the entry it
+// is handed (Dir and File only) so that the entry describes the mirror rather
+// than the source; the Tree that Walk returns records the changed mode.
+type Visitor interface {
+	// Root reports the kind (KindDir or KindFile) and permission bits of the
+	// root. When the root is a file, the single File call that follows is
+	// the root itself.
+	Root(kind Kind, mode uint32) error
+	// Dir is called for each directory before any entry inside it.
+	Dir(e *Entry) error
+	// Symlink is called for each symlink; e.Target is set.
+	Symlink(e *Entry) error
+	// File is called for each regular file. The returned writer receives
+	// exactly the bytes that are hashed, and is closed before the hash is
+	// recorded; a Close error fails the walk.
+	File(e *Entry) (io.WriteCloser, error)
+}
+
+// Dir walks root, which is a directory or a single regular file, and returns
+// its Tree. It never follows symlinks, root included.
+func Dir(ctx context.Context, root string, opts Options) (*Tree, error) {
+	return Walk(ctx, root, opts, nil)
+}
+
+// Walk is Dir with a Visitor that mirrors the tree as it is walked; v may be
+// nil. Each regular file is read once: its bytes are hashed and handed to the
+// writer v.File returned, so the digest describes exactly what v received.
+// On error, v may have seen part of the tree.
+func Walk(ctx context.Context, root string, opts Options, v Visitor) (*Tree, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("treehash: walking %s: %w", root, err)
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	w := &walker{opts: opts, v: v, jobs: make(chan fileJob, 4*workers)}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { w.work(ctx, cancel) })
+	}
+	err := w.walkRoot(ctx, filepath.Clean(root))
+	close(w.jobs)
+	wg.Wait()
+	if err != nil {
+		cancel(err)
+	}
+	if ctx.Err() != nil {
+		err := context.Cause(ctx)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("treehash: walking %s: %w", root, err)
+		}
+		return nil, fmt.Errorf("treehash: %w", err)
+	}
+	return w.tree(), nil
+}
+
+// walker holds the state of one Walk. Its fields other than jobs belong to
+// the walking goroutine; each queued entry belongs to the worker that takes
+// its job until the workers have finished.
+type walker struct {
+	opts    Options
+	v       Visitor
+	jobs    chan fileJob
+	entries []*Entry
+	files   int
+	bytes   int64
+}
+
+// fileJob is a regular file to hash, with the identity lstat saw.
+type fileJob struct {
+	abs      string
+	dev, ino uint64
+	e        *Entry
+}
+
+// dirJob is a directory to list, with the identity lstat saw.
+type dirJob struct {
+	abs, rel string
+	dev, ino uint64
+}
+
+func (w *walker) tree() *Tree {
+	entries := make([]Entry, len(w.entries))
+	for i, e := range w.entries {
+		entries[i] = *e
+	}
+	sortEntries(entries)
+	return &Tree{Digest: DigestOf(entries), Entries: entries, Files: w.files, Bytes: w.bytes}
+}
+
+func (w *walker) walkRoot(ctx context.Context, root string) error {
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Lstat(root, &st) }); err != nil {
+		return &os.PathError{Op: "lstat", Path: root, Err: err}
+	}
+	perm := uint32(st.Mode & 0o777)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if w.v != nil {
+			if err := w.v.Root(KindFile, perm); err != nil {
+				return err
+			}
+		}
+		e := &Entry{Path: filepath.Base(root), Kind: KindFile, Mode: perm, Size: st.Size}
+		return w.addFile(ctx, root, &st, e)
+	case unix.S_IFDIR:
+		if w.v != nil {
+			if err := w.v.Root(KindDir, perm); err != nil {
+				return err
+			}
+		}
+		return w.walkDirs(ctx, dirJob{abs: root, dev: st.Dev, ino: st.Ino})
+	case unix.S_IFLNK:
+		return fmt.Errorf("root %s is a symlink, which is never followed: %w", root, ErrUnsupported)
+	default:
+		return fmt.Errorf("root %s is a %s: %w", root, typeName(st.Mode), ErrUnsupported)
+	}
+}
+
+// walkDirs lists directories depth first, starting with root.
+func (w *walker) walkDirs(ctx context.Context, root dirJob) error {
+	stack := []dirJob{root}
+	for len(stack) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		var err error
+		if stack, err = w.readDir(ctx, d, stack); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readDir records the entries of d, queues its files for hashing and appends
+// its subdirectories to stack.
+func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJob, error) {
+	fd, err := openNoFollow(d.abs, unix.O_DIRECTORY)
+	if err != nil {
+		return stack, changedOr(d.abs, "open", err)
+	}
+	f := os.NewFile(uintptr(fd), d.abs)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return stack, &os.PathError{Op: "fstat", Path: d.abs, Err: err}
+	}
+	if st.Dev != d.dev || st.Ino != d.ino {
+		return stack, changed(d.abs)
+	}
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return stack, fmt.Errorf("listing %s: %w", d.abs, err)
+	}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return stack, err
+		}
+		abs := joinPath(d.abs, name)
+		rel := name
+		if d.rel != "" {
+			rel = d.rel + "/" + name
+		}
+		if err := ignoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+			return stack, changedOr(abs, "lstat", err)
+		}
+		e := &Entry{Path: rel, Mode: uint32(st.Mode & 0o777)}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			e.Kind = KindDir
+			if err := w.add(e); err != nil {
+				return stack, err
+			}
+			if w.v != nil {
+				if err := w.v.Dir(e); err != nil {
+					return stack, err
+				}
+			}
+			stack = append(stack, dirJob{abs: abs, rel: rel, dev: st.Dev, ino: st.Ino})
+		case unix.S_IFREG:
+			e.Kind = KindFile
+			e.Size = st.Size
+			if err := w.addFile(ctx, abs, &st, e); err != nil {
+				return stack, err
+			}
+		case unix.S_IFLNK:
+			target, err := readlinkat(fd, name, st.Size)
+			if err != nil {
+				return stack, changedOr(abs, "readlink", err)
+			}
+			sum := sha256.Sum256([]byte(target))
+			e.Kind, e.Target, e.SHA256 = KindSymlink, target, hex.EncodeToString(sum[:])
+			if err := w.add(e); err != nil {
+				return stack, err
+			}
+			if w.v != nil {
+				if err := w.v.Symlink(e); err != nil {
+					return stack, err
+				}
+			}
+		default:
+			return stack, fmt.Errorf("%s is a %s: %w", abs, typeName(st.Mode), ErrUnsupported)
+		}
+	}
+	return stack, nil
+}
+
+// add records e, enforcing MaxEntries.
+func (w *walker) add(e *Entry) error {
+	if w.opts.MaxEntries > 0 && len(w.entries) >= w.opts.MaxEntries {
+		return fmt.Errorf("more than %d entries: %w", w.opts.MaxEntries, ErrTooLarge)
+	}
+	w.entries = append(w.entries, e)
+	return nil
+}
+
+// addFile records the regular file e, enforcing MaxBytes before any of it is
+// read, and queues it for hashing.
+func (w *walker) addFile(ctx context.Context, abs string, st *unix.Stat_t, e *Entry) error {
+	if err := w.add(e); err != nil {
+		return err
+	}
+	w.files++
+	w.bytes += e.Size
+	if w.opts.MaxBytes > 0 && w.bytes > w.opts.MaxBytes {
+		return fmt.Errorf("%s: files total more than %d bytes: %w", abs, w.opts.MaxBytes, ErrTooLarge)
+	}
+	select {
+	case w.jobs <- fileJob{abs: abs, dev: st.Dev, ino: st.Ino, e: e}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// work hashes queued files until the queue closes. After the first failure
+// (which cancels ctx) it drains the queue without reading.
+func (w *walker) work(ctx context.Context, cancel context.CancelCauseFunc) {
+	bufp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bufp)
+	h := sha256.New()
+	for j := range w.jobs {
+		if ctx.Err() != nil {
+			continue
+		}
+		if err := w.hashFile(ctx, j, h, *bufp); err != nil {
+			cancel(err)
+		}
+	}
+}
+
+// hashFile reads j once, hashing it and handing it to the visitor.
+func (w *walker) hashFile(ctx context.Context, j fileJob, h hash.Hash, buf []byte) (err error) {
+	// O_NONBLOCK: if a fifo was swapped in since the lstat, opening it must
+	// not block; fstat below then refuses it.
+	fd, err := openNoFollow(j.abs, unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return changedOr(j.abs, "open", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: j.abs, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != j.dev || st.Ino != j.ino {
+		return changed(j.abs)
+	}
+
+	h.Reset()
+	var dst io.Writer = h
+	if w.v != nil {
+		wc, err := w.v.File(j.e)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := wc.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		dst = teeWriter{h: h, w: wc}
+	}
+	// Read one byte past the expected size to notice a file that grew.
+	src := &io.LimitedReader{R: fdReader{ctx: ctx, fd: fd}, N: j.e.Size + 1}
+	n, err := io.CopyBuffer(dst, src, buf)
+	if err != nil {
+		return fmt.Errorf("copying %s: %w", j.abs, err)
+	}
+	if n != j.e.Size {
+		return changed(j.abs)
+	}
+	var sum [sha256.Size]byte
+	j.e.SHA256 = hex.EncodeToString(h.Sum(sum[:0]))
+	return nil
+}
+
+// teeWriter hashes what it writes.
+type teeWriter struct {
+	h hash.Hash
+	w io.Writer
+}
+
+func (t teeWriter) Write(p []byte) (int, error) {
+	t.h.Write(p)
+	return t.w.Write(p)
+}
+
+// fdReader reads a raw descriptor, stopping when ctx is done.
+type fdReader struct {
+	ctx context.Context
+	fd  int
+}
+
+func (r fdReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	for {
+		n, err := unix.Read(r.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		default:
+			return n, nil
+		}
+	}
+}
+
+// openNoFollow opens path read-only without following a final symlink.
+func openNoFollow(path string, flags int) (int, error) {
+	var fd int
+	err := ignoringEINTR(func() (err error) {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|flags, 0)
+		return err
+	})
+	return fd, err
+}
+
+// readlinkat reads the target of the symlink name in directory dirfd; size is
+// the length lstat reported.
+func readlinkat(dirfd int, name string, size int64) (string, error) {
+	n := max(int(size)+1, 128)
+	for {
+		buf := make([]byte, n)
+		var got int
+		err := ignoringEINTR(func() (err error) {
+			got, err = unix.Readlinkat(dirfd, name, buf)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		if got < n {
+			return string(buf[:got]), nil
+		}
+		n *= 2
+	}
+}
+
+func ignoringEINTR(f func() error) error {
+	for {
+		if err := f(); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func joinPath(dir, name string) string {
+	if strings.HasSuffix(dir, "/") {
+		return dir + name
+	}
+	return dir + "/" + name
+}
+
+func changed(path string) error {
+	return fmt.Errorf("%s changed during the walk", path)
+}
+
+// changedOr reports errors that mean the tree changed under the walk
+// (vanished entries, a symlink where there was none) as such.
+func changedOr(path, op string, err error) error {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("%w (%s: %w)", changed(path), op, err)
+	}
+	return &os.PathError{Op: op, Path: path, Err: err}
+}
+
+func typeName(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	default:
+		return fmt.Sprintf("file of type %#o", mode&unix.S_IFMT)
+	}
+}
