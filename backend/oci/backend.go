@@ -165,6 +165,7 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if c.cgroups, err = resolveCgroups(cfg.CgroupsPath); err != nil {
 		return c, err
 	}
+	cfg.NoSwap = c.cgroups.swapAccounted()
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
@@ -464,7 +465,14 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
 	if c.bin != nil && c.started {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := rc.delete(dctx, filepath.Join(c.b.opts.StateDir, c.id+".log"), c.id, true)
+		logPath := filepath.Join(c.b.opts.StateDir, c.id+".log")
+		// A plain delete suffices once init is reaped; --force costs runc a
+		// 100 ms kill-and-poll loop, so it is kept for a container that is
+		// somehow still alive.
+		err := rc.delete(dctx, logPath, c.id, false)
+		if err != nil && !errors.Is(err, ErrNotExist) {
+			err = rc.delete(dctx, logPath, c.id, true)
+		}
 		cancel()
 		if errors.Is(err, ErrNotExist) {
 			err = nil

@@ -211,3 +211,25 @@ func readKeyed(p, key string) int64 {
 	}
 	return -1
 }
+
+// swapAccounted reports whether memory+swap can be limited: always on
+// cgroup v2, and on v1 only where the memsw files exist.
+func (cg *cgroupDirs) swapAccounted() bool {
+	if cg.unified {
+		return true
+	}
+	d := cg.dir("memory")
+	if d == "" {
+		return false
+	}
+	// The container's own cgroup does not exist yet; its parent chain does.
+	for p := filepath.Dir(d); len(p) > 1; p = filepath.Dir(p) {
+		if _, err := os.Stat(filepath.Join(p, "memory.memsw.limit_in_bytes")); err == nil {
+			return true
+		}
+		if _, err := os.Stat(filepath.Join(p, "memory.limit_in_bytes")); err == nil {
+			return false
+		}
+	}
+	return false
+}
