@@ -1,0 +1,327 @@
+// Package admission decides what a phase may do: the request, intersected
+// with what the platform proved it enforces, intersected with what the
+// operator granted. It is a pure computation over values; it never probes,
+// launches or reads state, so nothing observed at run time can authorize.
+package admission
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/request"
+)
+
+// Verdict is the outcome of one requirement.
+type Verdict string
+
+const (
+	Granted     Verdict = "granted"     // asked, enforced and allowed
+	Chosen      Verdict = "chosen"      // an open choice the runner made
+	Unsupported Verdict = "unsupported" // the platform cannot prove it enforces it
+	NotGranted  Verdict = "not-granted" // the operator policy does not allow it
+)
+
+// Check is the verdict on one requirement.
+type Check struct {
+	Requirement string  `json:"requirement"`
+	Verdict     Verdict `json:"verdict"`
+	Code        string  `json:"code"`
+	Detail      string  `json:"detail"`
+	Fix         string  `json:"fix,omitempty"`
+}
+
+// Refused reports whether the check stops the request.
+func (c Check) Refused() bool { return c.Verdict == Unsupported || c.Verdict == NotGranted }
+
+// RefusedError lists every requirement that stopped a request.
+type RefusedError struct {
+	Checks []Check
+}
+
+func (e *RefusedError) Error() string {
+	var b strings.Builder
+	b.WriteString("refused:")
+	for _, c := range e.Checks {
+		fmt.Fprintf(&b, "\n  %s: %s (%s): %s", c.Requirement, c.Verdict, c.Code, c.Detail)
+		if c.Fix != "" {
+			fmt.Fprintf(&b, "; fix: %s", c.Fix)
+		}
+	}
+	return b.String()
+}
+
+// Facts are what the runner knows about the world, as values.
+type Facts struct {
+	Profile *platform.Profile
+	// ImagePresent says whether the requested image is in the local store.
+	ImagePresent bool
+}
+
+// Plan is an admitted request with every open choice made.
+type Plan struct {
+	Name        string            `json:"name"`
+	Tier        request.Tier      `json:"tier"`
+	Unqualified bool              `json:"unqualified"`
+	Image       string            `json:"image"`
+	Command     []string          `json:"command"`
+	Workdir     string            `json:"workdir"`
+	Env         map[string]string `json:"env,omitempty"`
+	Inputs      []request.Input   `json:"inputs,omitempty"`
+	OutputPath  string            `json:"outputPath"`
+	OutputBytes int64             `json:"outputBytes"`
+	TmpBytes    int64             `json:"tmpBytes"`
+	Memory      int64             `json:"memory"`
+	Pids        int64             `json:"pids"`
+	CPU         float64           `json:"cpu"`
+	WallTime    time.Duration     `json:"wallTime"`
+	Network     request.Network   `json:"network"`
+	// InputBytes bounds the input snapshot (from policy).
+	InputBytes int64   `json:"inputBytes"`
+	Checks     []Check `json:"checks"`
+}
+
+// Admit computes the plan for req, or a *RefusedError naming every
+// requirement that is unsupported or not granted. A nil policy or profile
+// refuses everything: nothing fails open.
+func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
+	if req == nil || pol == nil || facts.Profile == nil {
+		return nil, &RefusedError{Checks: []Check{{
+			Requirement: "admission", Verdict: NotGranted, Code: "no-policy-or-profile",
+			Detail: "no valid request, operator policy or platform profile is loaded",
+			Fix:    "load a valid policy (custody policy check) and let the runner probe the host",
+		}}}
+	}
+	a := &admitter{req: req, pol: pol, prof: facts.Profile}
+	p := &Plan{
+		Name: req.Name, Tier: req.EffectiveTier(), Image: req.Image,
+		Command: slices.Clone(req.Command), Workdir: req.Workdir, Env: req.Env,
+		Inputs: slices.Clone(req.Inputs), OutputPath: req.Output.Path,
+		Network: req.EffectiveNetwork(), InputBytes: int64(pol.Ceilings.InputBytes),
+	}
+	if p.Workdir == "" {
+		p.Workdir = "/"
+	}
+	a.tier(p)
+	a.image(facts.ImagePresent)
+	a.network()
+	p.Memory = a.exactBytes("resources.memory", int64(req.Resources.Memory), int64(pol.Ceilings.Memory))
+	p.Pids = a.exactInt("resources.pids", req.Resources.Pids, pol.Ceilings.Pids)
+	p.WallTime = time.Duration(a.exactInt("resources.wallTime", int64(req.Resources.WallTime), int64(pol.Ceilings.WallTime)))
+	p.CPU = a.cpu()
+	p.OutputBytes = a.openBytes("output.maxBytes", int64(req.Output.MaxBytes), int64(pol.Defaults.OutputBytes), int64(pol.Ceilings.OutputBytes))
+	var tmp int64
+	if req.Tmp != nil {
+		tmp = int64(req.Tmp.MaxBytes)
+	}
+	p.TmpBytes = a.openBytes("tmp.maxBytes", tmp, int64(pol.Defaults.TmpBytes), int64(pol.Ceilings.TmpBytes))
+	a.mounts()
+
+	p.Checks = a.checks
+	var refused []Check
+	for _, c := range a.checks {
+		if c.Refused() {
+			refused = append(refused, c)
+		}
+	}
+	if len(refused) > 0 {
+		return nil, &RefusedError{Checks: refused}
+	}
+	return p, nil
+}
+
+type admitter struct {
+	req    *request.Phase
+	pol    *policy.Policy
+	prof   *platform.Profile
+	checks []Check
+}
+
+func (a *admitter) add(c Check) { a.checks = append(a.checks, c) }
+
+func (a *admitter) tier(p *Plan) {
+	cg := a.prof.Cgroup
+	switch p.Tier {
+	case request.TierProduction:
+		for _, c := range platform.ProductionControllers() {
+			if slices.Contains(cg.V2Delegated, c) {
+				continue
+			}
+			why := cg.V2Missing[c]
+			if why == "" {
+				why = "not delegated in the cgroup v2 hierarchy"
+			}
+			a.add(Check{
+				Requirement: "tier.production.cgroup2." + c, Verdict: Unsupported, Code: "cgroup-controller-missing",
+				Detail: fmt.Sprintf("production needs the cgroup v2 %s controller delegated; on this host (cgroup mode %s) it is not: %s", c, cg.Mode, why),
+				Fix:    "run on a host with a unified cgroup v2 hierarchy delegating memory, pids, cpu and io; or, for unqualified development work, ask for tier: development on a runner whose policy enables it",
+			})
+		}
+	case request.TierDevelopment:
+		if !a.pol.Tiers.Development {
+			a.add(Check{
+				Requirement: "tier.development", Verdict: NotGranted, Code: "tier-disabled",
+				Detail: "the operator policy does not enable the development tier",
+				Fix:    "an operator may set tiers.development: true in the policy; results are then labelled unqualified",
+			})
+			break
+		}
+		p.Unqualified = true
+		for _, c := range platform.DevelopmentControllers() {
+			if slices.Contains(cg.V1Usable, c) || (cg.Mode == platform.CgroupV2 && slices.Contains(cg.V2Delegated, v2Name(c))) {
+				continue
+			}
+			a.add(Check{
+				Requirement: "tier.development.cgroup." + c, Verdict: Unsupported, Code: "cgroup-controller-missing",
+				Detail: fmt.Sprintf("the development tier needs the %s controller; the probe could not use it: %s", c, cg.V1Missing[c]),
+				Fix:    "mount and make usable the cgroup v1 " + c + " controller, or use a cgroup v2 host",
+			})
+		}
+	default:
+		a.add(Check{Requirement: "tier", Verdict: NotGranted, Code: "tier-unknown",
+			Detail: fmt.Sprintf("tier %q is not known", p.Tier), Fix: "ask for tier production or development"})
+		return
+	}
+	for _, f := range []struct {
+		name string
+		fact platform.Fact
+	}{
+		{"seccomp", a.prof.Seccomp}, {"tmpfs", a.prof.Tmpfs}, {"overlay", a.prof.Overlay},
+	} {
+		if !f.fact.OK {
+			a.add(Check{
+				Requirement: "platform." + f.name, Verdict: Unsupported, Code: f.name + "-unavailable",
+				Detail: fmt.Sprintf("the reviewed profile needs %s; the probe could not prove it (%s): %s", f.name, f.fact.How, f.fact.Detail),
+				Fix:    "run on a host where custody doctor reports " + f.name + " ok",
+			})
+		}
+	}
+	if !a.hasRefusal("tier") {
+		a.add(Check{Requirement: "tier", Verdict: Granted, Code: "tier-" + string(p.Tier),
+			Detail: tierLabel(p.Tier)})
+	}
+}
+
+func tierLabel(t request.Tier) string {
+	if t == request.TierDevelopment {
+		return "development (unqualified)"
+	}
+	return string(t)
+}
+
+func v2Name(c string) string {
+	if c == "cpuacct" {
+		return "cpu"
+	}
+	return c
+}
+
+func (a *admitter) hasRefusal(prefix string) bool {
+	for _, c := range a.checks {
+		if c.Refused() && strings.HasPrefix(c.Requirement, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *admitter) image(present bool) {
+	switch {
+	case !a.pol.AllowsImage(a.req.Image):
+		a.add(Check{Requirement: "image", Verdict: NotGranted, Code: "image-not-allowed",
+			Detail: fmt.Sprintf("image %s is not in the operator policy's images", a.req.Image),
+			Fix:    "an operator may add the digest to policy images"})
+	case !present:
+		a.add(Check{Requirement: "image", Verdict: Unsupported, Code: "image-not-imported",
+			Detail: fmt.Sprintf("image %s is not in this runner's image store", a.req.Image),
+			Fix:    "custody image import DIR|TAR on this runner"})
+	default:
+		a.add(Check{Requirement: "image", Verdict: Granted, Code: "image-allowed", Detail: a.req.Image})
+	}
+}
+
+func (a *admitter) network() {
+	if a.req.EffectiveNetwork() != request.NetworkDeny {
+		a.add(Check{Requirement: "network", Verdict: Unsupported, Code: "network-unsupported",
+			Detail: fmt.Sprintf("network %q is not supported; only deny (loopback only)", a.req.Network),
+			Fix:    "ask for network: deny"})
+		return
+	}
+	a.add(Check{Requirement: "network", Verdict: Granted, Code: "network-deny",
+		Detail: "fresh network namespace with loopback only"})
+}
+
+func (a *admitter) exactInt(req string, asked, ceiling int64) int64 {
+	return a.exact(req, asked, ceiling, func(v int64) string { return fmt.Sprint(v) })
+}
+
+func (a *admitter) exactBytes(req string, asked, ceiling int64) int64 {
+	return a.exact(req, asked, ceiling, func(v int64) string { return fmt.Sprintf("%d bytes", v) })
+}
+
+func (a *admitter) exact(req string, asked, ceiling int64, show func(int64) string) int64 {
+	if req == "resources.wallTime" {
+		show = func(v int64) string { return time.Duration(v).String() }
+	}
+	switch {
+	case asked <= 0:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "budget-missing",
+			Detail: "a finite budget is required", Fix: "set " + req + " in the request"})
+	case asked > ceiling:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "ceiling-exceeded",
+			Detail: fmt.Sprintf("asked %s, the policy ceiling is %s", show(asked), show(ceiling)),
+			Fix:    fmt.Sprintf("ask for at most %s, or an operator may raise ceilings in policy", show(ceiling))})
+	default:
+		a.add(Check{Requirement: req, Verdict: Granted, Code: "within-ceiling", Detail: show(asked)})
+	}
+	return asked
+}
+
+func (a *admitter) cpu() float64 {
+	asked, ceiling := a.req.Resources.CPU, a.pol.Ceilings.CPU
+	if asked == 0 {
+		a.add(Check{Requirement: "resources.cpu", Verdict: Chosen, Code: "policy-default",
+			Detail: fmt.Sprintf("%g cores (operator default)", a.pol.Defaults.CPU)})
+		return a.pol.Defaults.CPU
+	}
+	if asked > ceiling {
+		a.add(Check{Requirement: "resources.cpu", Verdict: NotGranted, Code: "ceiling-exceeded",
+			Detail: fmt.Sprintf("asked %g cores, the policy ceiling is %g", asked, ceiling),
+			Fix:    fmt.Sprintf("ask for at most %g cores", ceiling)})
+		return asked
+	}
+	a.add(Check{Requirement: "resources.cpu", Verdict: Granted, Code: "within-ceiling", Detail: fmt.Sprintf("%g cores", asked)})
+	return asked
+}
+
+// openBytes handles an open choice: unset takes the operator default and is
+// recorded as the runner's choice; set is an exact requirement.
+func (a *admitter) openBytes(req string, asked, def, ceiling int64) int64 {
+	if asked == 0 {
+		a.add(Check{Requirement: req, Verdict: Chosen, Code: "policy-default",
+			Detail: fmt.Sprintf("%d bytes (operator default)", def)})
+		return def
+	}
+	return a.exactBytes(req, asked, ceiling)
+}
+
+func (a *admitter) mounts() {
+	for i, in := range a.req.Inputs {
+		a.add(Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: Granted, Code: "input-readonly",
+			Detail: fmt.Sprintf("%s snapshotted and mounted read-only at %s", in.Source, in.Target)})
+	}
+	a.add(Check{Requirement: "output", Verdict: Granted, Code: "output-bounded",
+		Detail: fmt.Sprintf("fresh size-bounded filesystem at %s", a.req.Output.Path)})
+	if len(a.req.Env) > 0 {
+		keys := make([]string, 0, len(a.req.Env))
+		for k := range a.req.Env {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		a.add(Check{Requirement: "env", Verdict: Granted, Code: "env-declared",
+			Detail: "only declared variables: " + strings.Join(keys, ", ")})
+	}
+}

@@ -1,0 +1,185 @@
+package admission
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/quantity"
+	"github.com/custody-dev/custody/request"
+)
+
+const img = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+func hybridProfile() *platform.Profile {
+	ok := platform.Fact{OK: true, How: "test"}
+	return &platform.Profile{
+		Cgroup: platform.Cgroup{
+			Mode:        platform.CgroupHybrid,
+			V2Delegated: []string{},
+			V2Missing: map[string]string{
+				"memory": "bound to cgroup v1 at /sys/fs/cgroup/memory", "pids": "bound to cgroup v1 at /sys/fs/cgroup/pids",
+				"cpu": "bound to cgroup v1 at /sys/fs/cgroup/cpu", "io": "bound to cgroup v1 at /sys/fs/cgroup/blkio",
+			},
+			V1Usable: []string{"cpu", "cpuacct", "memory", "pids"},
+		},
+		Seccomp: ok, UserNS: ok, Tmpfs: ok, Overlay: ok,
+	}
+}
+
+func v2Profile() *platform.Profile {
+	p := hybridProfile()
+	p.Cgroup = platform.Cgroup{Mode: platform.CgroupV2, V2Delegated: []string{"cpu", "io", "memory", "pids"}}
+	return p
+}
+
+func pol() *policy.Policy {
+	return &policy.Policy{
+		APIVersion: policy.APIVersion, Kind: "Policy",
+		Images: []policy.Image{{Digest: img}},
+		Ceilings: policy.Ceilings{Memory: 256 << 20, Pids: 100, CPU: 2, WallTime: quantity.Duration(time.Minute),
+			OutputBytes: 64 << 20, TmpBytes: 32 << 20, InputBytes: 1 << 30},
+		Defaults: policy.Defaults{CPU: 1, OutputBytes: 16 << 20, TmpBytes: 8 << 20},
+		Tiers:    policy.Tiers{Development: true},
+	}
+}
+
+func req(tier request.Tier) *request.Phase {
+	return &request.Phase{
+		APIVersion: request.APIVersion, Kind: "Phase", Name: "t", Tier: tier, Image: img,
+		Command: []string{"/bin/true"}, Output: request.Output{Path: "/out"},
+		Resources: request.Resources{Memory: 64 << 20, Pids: 10, WallTime: quantity.Duration(time.Second)},
+	}
+}
+
+func refusal(t *testing.T, err error) []Check {
+	t.Helper()
+	var re *RefusedError
+	if !errors.As(err, &re) {
+		t.Fatalf("err = %v, want *RefusedError", err)
+	}
+	return re.Checks
+}
+
+func codes(cs []Check) string {
+	var s []string
+	for _, c := range cs {
+		s = append(s, c.Requirement+"="+c.Code)
+	}
+	return strings.Join(s, " ")
+}
+
+func TestDevelopmentAdmittedAndLabelled(t *testing.T) {
+	p, err := Admit(req(request.TierDevelopment), pol(), Facts{Profile: hybridProfile(), ImagePresent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Unqualified || p.Tier != request.TierDevelopment {
+		t.Fatalf("plan tier %s unqualified=%v", p.Tier, p.Unqualified)
+	}
+	// Open choices are the operator's defaults and are recorded as choices.
+	if p.CPU != 1 || p.OutputBytes != 16<<20 || p.TmpBytes != 8<<20 {
+		t.Fatalf("open choices = cpu %g out %d tmp %d", p.CPU, p.OutputBytes, p.TmpBytes)
+	}
+	chosen := 0
+	for _, c := range p.Checks {
+		if c.Verdict == Chosen {
+			chosen++
+		}
+	}
+	if chosen != 3 {
+		t.Fatalf("want 3 recorded choices, got %d: %s", chosen, codes(p.Checks))
+	}
+}
+
+func TestProductionRefusedOnHybrid(t *testing.T) {
+	_, err := Admit(req(request.TierProduction), pol(), Facts{Profile: hybridProfile(), ImagePresent: true})
+	cs := refusal(t, err)
+	if len(cs) != 4 {
+		t.Fatalf("want one refusal per missing controller, got %s", codes(cs))
+	}
+	for _, c := range cs {
+		if c.Verdict != Unsupported || c.Code != "cgroup-controller-missing" || !strings.Contains(c.Detail, "cgroup v1") || c.Fix == "" {
+			t.Errorf("check %+v", c)
+		}
+	}
+}
+
+func TestProductionAdmittedOnDelegatedV2(t *testing.T) {
+	p, err := Admit(req(request.TierProduction), pol(), Facts{Profile: v2Profile(), ImagePresent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Unqualified {
+		t.Fatal("production plan labelled unqualified")
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	cases := []struct {
+		name string
+		mod  func(*request.Phase, *policy.Policy, *Facts)
+		want string
+		verd Verdict
+	}{
+		{"development disabled", func(r *request.Phase, p *policy.Policy, f *Facts) { p.Tiers.Development = false }, "tier.development=tier-disabled", NotGranted},
+		{"image not allowed", func(r *request.Phase, p *policy.Policy, f *Facts) { p.Images = nil }, "image=image-not-allowed", NotGranted},
+		{"image not imported", func(r *request.Phase, p *policy.Policy, f *Facts) { f.ImagePresent = false }, "image=image-not-imported", Unsupported},
+		{"memory over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.Memory = 1 << 30 }, "resources.memory=ceiling-exceeded", NotGranted},
+		{"pids over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.Pids = 1000 }, "resources.pids=ceiling-exceeded", NotGranted},
+		{"wall over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) {
+			r.Resources.WallTime = quantity.Duration(time.Hour)
+		}, "resources.wallTime=ceiling-exceeded", NotGranted},
+		{"cpu over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.CPU = 8 }, "resources.cpu=ceiling-exceeded", NotGranted},
+		{"output over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Output.MaxBytes = 1 << 30 }, "output.maxBytes=ceiling-exceeded", NotGranted},
+		{"tmp over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Tmp = &request.Tmp{MaxBytes: 1 << 30} }, "tmp.maxBytes=ceiling-exceeded", NotGranted},
+		{"memory missing", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.Memory = 0 }, "resources.memory=budget-missing", NotGranted},
+		{"no seccomp", func(r *request.Phase, p *policy.Policy, f *Facts) { f.Profile.Seccomp = platform.Fact{} }, "platform.seccomp=seccomp-unavailable", Unsupported},
+		{"no tmpfs bound", func(r *request.Phase, p *policy.Policy, f *Facts) { f.Profile.Tmpfs = platform.Fact{} }, "platform.tmpfs=tmpfs-unavailable", Unsupported},
+		{"no v1 memory", func(r *request.Phase, p *policy.Policy, f *Facts) {
+			f.Profile.Cgroup.V1Usable = []string{"cpu", "cpuacct", "pids"}
+		}, "tier.development.cgroup.memory=cgroup-controller-missing", Unsupported},
+		{"network", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Network = "open" }, "network=network-unsupported", Unsupported},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, p, f := req(request.TierDevelopment), pol(), Facts{Profile: hybridProfile(), ImagePresent: true}
+			c.mod(r, p, &f)
+			_, err := Admit(r, p, f)
+			cs := refusal(t, err)
+			found := false
+			for _, ch := range cs {
+				if ch.Requirement+"="+ch.Code == c.want {
+					found = true
+					if ch.Verdict != c.verd || ch.Detail == "" || ch.Fix == "" {
+						t.Errorf("check %+v: want verdict %s with detail and fix", ch, c.verd)
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("refusal %s does not include %s", codes(cs), c.want)
+			}
+		})
+	}
+}
+
+func TestNothingFailsOpen(t *testing.T) {
+	for name, f := range map[string]func() error{
+		"nil policy": func() error {
+			_, err := Admit(req(request.TierDevelopment), nil, Facts{Profile: hybridProfile(), ImagePresent: true})
+			return err
+		},
+		"nil profile": func() error {
+			_, err := Admit(req(request.TierDevelopment), pol(), Facts{ImagePresent: true})
+			return err
+		},
+		"nil request": func() error { _, err := Admit(nil, pol(), Facts{Profile: hybridProfile()}); return err },
+	} {
+		if cs := refusal(t, f()); len(cs) == 0 {
+			t.Errorf("%s: no refusal", name)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package layout
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/custody-dev/custody"
+
+type pkg struct {
+	ImportPath string
+	Doc        string
+	Deps       []string
+	Name       string
+}
+
+func list(t *testing.T) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", module+"/...")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(out)
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages; the rules would check nothing", len(pkgs))
+	}
+	return pkgs
+}
+
+// banned: package → custody packages it must not depend on (transitively),
+// each with the reason.
+var banned = map[string]map[string]string{
+	"admission": {
+		"backend/oci": "observations never authorize: admission gets platform facts as values",
+		"store":       "admission is a pure computation",
+		"runner":      "admission is a pure computation",
+	},
+	"policy": {
+		"request": "policy imports no custody domain package", "runner": "", "backend/oci": "", "store": "",
+	},
+	"request":     {"policy": "a request asks; it cannot see what is granted", "runner": "", "backend/oci": ""},
+	"backend/oci": {"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": ""},
+	"store":       {"runner": "the store imports no custody package", "backend/oci": "", "admission": ""},
+	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": ""},
+	"quantity":    {"request": "leaf package", "policy": ""},
+}
+
+func TestDependencyRules(t *testing.T) {
+	for _, p := range list(t) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		rules := banned[rel]
+		for _, d := range p.Deps {
+			drel, ok := strings.CutPrefix(d, module+"/")
+			if !ok {
+				continue
+			}
+			if why, bad := rules[drel]; bad {
+				t.Errorf("%s must not depend on %s: %s", rel, drel, why)
+			}
+		}
+		if rel != "runner" && rel != "cmd/custody" && !strings.HasPrefix(rel, "backend/") {
+			for _, d := range p.Deps {
+				if d == module+"/backend/oci" {
+					t.Errorf("%s imports a concrete backend; only runner may", rel)
+				}
+			}
+		}
+	}
+}
+
+func TestEveryPackageHasADoc(t *testing.T) {
+	for _, p := range list(t) {
+		if strings.TrimSpace(p.Doc) == "" {
+			t.Errorf("package %s has no package doc comment", p.ImportPath)
+		}
+	}
+}

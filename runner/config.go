@@ -1,0 +1,69 @@
+package runner
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/custody-dev/custody/backend/oci"
+)
+
+// Config is the runner's own configuration, owned by the operator.
+type Config struct {
+	// StateDir is private (0700): images, snapshots, outputs, the store
+	// and the runtime's container state.
+	StateDir string `yaml:"stateDir"`
+	// RuntimeDir holds per-launch bundles (0711, nothing secret).
+	RuntimeDir string `yaml:"runtimeDir"`
+	// Runtime is the pinned OCI runtime; its sha256 is checked at every launch.
+	Runtime oci.Pinned `yaml:"runtime"`
+	// UserNamespace maps container root to an unprivileged host range. If
+	// omitted, a default range is used where the host proves user
+	// namespaces work.
+	UserNamespace *IDRange `yaml:"userNamespace,omitempty"`
+}
+
+// IDRange is a host uid/gid range for container ids 0..Size-1.
+type IDRange struct {
+	HostID uint32 `yaml:"hostID"`
+	Size   uint32 `yaml:"size"`
+}
+
+// LoadConfig reads a runner config strictly: unknown fields are errors.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("runner config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("runner config %s: %w", path, err)
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("runner config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case !filepath.IsAbs(c.StateDir):
+		return fmt.Errorf("stateDir %q must be an absolute path", c.StateDir)
+	case !filepath.IsAbs(c.RuntimeDir):
+		return fmt.Errorf("runtimeDir %q must be an absolute path", c.RuntimeDir)
+	case !filepath.IsAbs(c.Runtime.Path):
+		return fmt.Errorf("runtime.path %q must be an absolute path", c.Runtime.Path)
+	case len(c.Runtime.SHA256) != 64:
+		return fmt.Errorf("runtime.sha256 must be the 64-hex sha256 of the pinned runtime binary")
+	case c.Runtime.Version == "":
+		return fmt.Errorf("runtime.version is required")
+	case c.UserNamespace != nil && (c.UserNamespace.HostID == 0 || c.UserNamespace.Size < 65536):
+		return fmt.Errorf("userNamespace must map to a non-root host range of at least 65536 ids")
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+// Package runner is the single flow of one phase: admit, snapshot inputs,
+// launch under the pinned runtime, take custody of the outputs, verify
+// cleanup, and quarantine the runner when cleanup cannot be verified. It is
+// the only package that imports a concrete backend.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/snapshot"
+	"github.com/custody-dev/custody/store"
+	"github.com/custody-dev/custody/treehash"
+)
+
+// ErrQuarantined means the runner takes no work until an operator recovers it.
+var ErrQuarantined = errors.New("runner is quarantined")
+
+// defaultUserNS is the host range container ids map to when the operator
+// names none: far above any ordinary account.
+var defaultUserNS = oci.IDMap{HostID: 1_000_000_000, Size: 65536}
+
+// Runner runs phases on this host.
+type Runner struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *store.DB
+	images  *image.Store
+	inputs  *snapshot.Store
+	outputs *snapshot.Store
+	backend *oci.Backend
+	profile *platform.Profile
+	userNS  *oci.IDMap
+}
+
+// New opens the runner's stores, probes the platform and prepares the
+// backend. Close releases the store.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Runner, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	r := &Runner{cfg: cfg, log: log}
+	var err error
+	if r.images, err = image.New(filepath.Join(cfg.StateDir, "images")); err != nil {
+		return nil, err
+	}
+	if r.inputs, err = snapshot.New(filepath.Join(cfg.StateDir, "snapshots")); err != nil {
+		return nil, err
+	}
+	if r.outputs, err = snapshot.New(filepath.Join(cfg.StateDir, "outputs")); err != nil {
+		return nil, err
+	}
+	r.profile, err = platform.Probe(ctx, platform.Options{
+		RuntimePath: cfg.Runtime.Path,
+		ScratchDir:  cfg.StateDir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("probe platform: %w", err)
+	}
+	switch {
+	case cfg.UserNamespace != nil:
+		r.userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
+	case r.profile.UserNS.OK:
+		m := defaultUserNS
+		r.userNS = &m
+	}
+	r.backend, err = oci.New(oci.Options{
+		Runtime:    cfg.Runtime,
+		StateDir:   filepath.Join(cfg.StateDir, "runc"),
+		RuntimeDir: cfg.RuntimeDir,
+		UserNS:     r.userNS,
+		Logger:     log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.db, err = store.Open(filepath.Join(cfg.StateDir, "custody.db")); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close releases the store.
+func (r *Runner) Close() error { return r.db.Close() }
+
+// Profile is the evidenced platform profile the runner admits against.
+func (r *Runner) Profile() *platform.Profile { return r.profile }
+
+// Images is the runner's image store.
+func (r *Runner) Images() *image.Store { return r.images }
+
+// Quarantine reports the current quarantine, if any.
+func (r *Runner) Quarantine() (*store.Quarantine, error) { return r.db.Quarantine() }
+
+// ReleaseQuarantine lifts the quarantine (operator action).
+func (r *Runner) ReleaseQuarantine() error { return r.db.ClearQuarantine() }
+
+// Prepared is an admitted phase whose inputs are snapshotted: a change to
+// the host paths after this point cannot reach the run.
+type Prepared struct {
+	Plan   *admission.Plan
+	Image  *image.Image
+	Inputs []Input
+}
+
+// Input is one snapshotted input.
+type Input struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+	Digest string `json:"digest"`
+	path   string
+}
+
+// Admit checks quarantine and computes the plan without mutating anything.
+func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
+	if err := r.checkQuarantine(); err != nil {
+		return nil, err
+	}
+	_, imgErr := r.images.Get(req.Image)
+	if imgErr != nil && !errors.Is(imgErr, image.ErrNotFound) {
+		return nil, imgErr
+	}
+	return admission.Admit(req, pol, admission.Facts{Profile: r.profile, ImagePresent: imgErr == nil})
+}
+
+// Prepare admits req under pol and snapshots its inputs.
+func (r *Runner) Prepare(ctx context.Context, req *request.Phase, pol *policy.Policy) (*Prepared, error) {
+	plan, err := r.Admit(req, pol)
+	if err != nil {
+		return nil, err
+	}
+	img, err := r.images.Get(plan.Image)
+	if err != nil {
+		return nil, err
+	}
+	p := &Prepared{Plan: plan, Image: img}
+	budget := plan.InputBytes
+	for i, in := range plan.Inputs {
+		snap, err := r.inputs.Take(ctx, in.Source, treehash.Options{MaxBytes: budget})
+		if err != nil {
+			return nil, &admission.RefusedError{Checks: []admission.Check{{
+				Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted, Code: "input-snapshot-failed",
+				Detail: err.Error(),
+				Fix:    "inputs must be regular files, directories and symlinks within the policy's inputBytes ceiling",
+			}}}
+		}
+		budget -= snap.Tree.Bytes
+		p.Inputs = append(p.Inputs, Input{Source: in.Source, Target: in.Target, Digest: snap.Digest, path: snap.Path})
+	}
+	return p, nil
+}
+
+func (r *Runner) checkQuarantine() error {
+	q, err := r.db.Quarantine()
+	if err != nil {
+		return fmt.Errorf("read quarantine state (refusing): %w", err)
+	}
+	if q != nil {
+		return fmt.Errorf("%w since %s: %s (run %s); fix: an operator must check the host, clean up, and release the quarantine",
+			ErrQuarantined, q.Since.Format(time.RFC3339), q.Reason, q.RunID)
+	}
+	return nil
+}
+
+// Launch runs a prepared phase to the end and returns its result. Every
+// launch yields a result, failed ones included; err is set only when the
+// run could not be attempted or its cleanup could not be verified.
+func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*Result, error) {
+	res := r.newResult(p)
+	if err := r.checkQuarantine(); err != nil {
+		res.refuse(err)
+		return res, err
+	}
+	// Re-verify the snapshots: the store is ours, but a launch must run
+	// exactly the admitted bytes.
+	for _, in := range p.Inputs {
+		snap, err := r.inputs.Get(in.Digest)
+		if err == nil {
+			err = r.inputs.Verify(ctx, snap)
+		}
+		if err != nil {
+			err = fmt.Errorf("input snapshot %s for %s: %w", in.Digest, in.Target, err)
+			res.refuse(err)
+			return res, err
+		}
+	}
+	l := oci.Launch{
+		ID:          "custody-" + res.RunID,
+		ImageRootfs: p.Image.Rootfs,
+		Config:      r.ociConfig(p),
+		OutputBytes: p.Plan.OutputBytes,
+		WallTime:    p.Plan.WallTime,
+	}
+	c, err := r.backend.Prepare(ctx, l)
+	if err != nil {
+		res.refuse(err)
+		if c != nil {
+			res.Cleanup = c.Cleanup(ctx)
+			r.afterCleanup(res)
+		}
+		return res, err
+	}
+	res.RuntimeSHA256 = c.RuntimeSHA256()
+	res.ConfigSHA256 = c.ConfigSHA256()
+	ex, runErr := c.Run(ctx, p.Plan.WallTime, stdout, stderr)
+	// Custody and cleanup finish even when the caller has gone: a
+	// cancelled run still gets its outputs recorded and its tree verified.
+	ctx = context.WithoutCancel(ctx)
+	if runErr == nil {
+		res.setExit(ex)
+		out, err := r.outputs.Take(ctx, c.OutputDir(), treehash.Options{MaxBytes: p.Plan.OutputBytes})
+		if err != nil {
+			res.Status = StatusFailed
+			res.Error = fmt.Sprintf("output custody: %v", err)
+		} else {
+			res.Output = newOutput(out)
+		}
+	} else {
+		res.Status = StatusFailed
+		res.Error = runErr.Error()
+	}
+	res.Cleanup = c.Cleanup(ctx)
+	if err := r.afterCleanup(res); err != nil {
+		return res, err
+	}
+	if err := r.db.PutRun(res.RunID, res); err != nil {
+		return res, fmt.Errorf("record run: %w", err)
+	}
+	return res, runErr
+}
+
+// afterCleanup quarantines the runner when cleanup was not verified.
+func (r *Runner) afterCleanup(res *Result) error {
+	if res.Cleanup == nil || res.Cleanup.Verified {
+		return nil
+	}
+	var failed []string
+	for _, s := range res.Cleanup.Steps {
+		if !s.OK {
+			failed = append(failed, s.Name+": "+s.Detail)
+		}
+	}
+	reason := fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed)
+	r.log.Error("quarantining runner", "run", res.RunID, "reason", reason)
+	if err := r.db.SetQuarantine(store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: res.RunID}); err != nil {
+		return fmt.Errorf("%s; and quarantine could not be recorded: %w", reason, err)
+	}
+	return fmt.Errorf("%w: %s", ErrQuarantined, reason)
+}
+
+func (r *Runner) ociConfig(p *Prepared) oci.Config {
+	env := make([]string, 0, len(p.Plan.Env))
+	for k, v := range p.Plan.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	cfg := oci.Config{
+		Args:     p.Plan.Command,
+		Env:      env,
+		Cwd:      p.Plan.Workdir,
+		Hostname: "custody",
+		Output:   oci.Mount{Target: p.Plan.OutputPath},
+		TmpBytes: p.Plan.TmpBytes,
+		Memory:   p.Plan.Memory,
+		Pids:     p.Plan.Pids,
+		CPU:      p.Plan.CPU,
+		FileSize: max(p.Plan.OutputBytes, p.Plan.TmpBytes),
+	}
+	for _, in := range p.Inputs {
+		cfg.Inputs = append(cfg.Inputs, oci.Mount{Source: in.path, Target: in.Target})
+	}
+	return cfg
+}
+
+func newRunID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,544 @@
+package runner_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/quantity"
+	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/runner"
+)
+
+// harness is one runner on temporary directories with the busybox image.
+type harness struct {
+	t      testing.TB
+	r      *runner.Runner
+	cfg    runner.Config
+	image  string
+	policy *policy.Policy
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	return newHarnessWith(t, oci.Pinned{Path: path, Version: version, SHA256: sha})
+}
+
+func newHarnessWith(t testing.TB, rt oci.Pinned) *harness {
+	t.Helper()
+	base := t.TempDir()
+	// The launch dir must be traversable by the remapped container root.
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := runner.Config{
+		StateDir:   filepath.Join(base, "state"),
+		RuntimeDir: filepath.Join(base, "run"),
+		Runtime:    rt,
+	}
+	ctx := context.Background()
+	r, err := runner.New(ctx, cfg, nil)
+	if err != nil {
+		t.Fatalf("runner.New: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	img, err := r.Images().Import(ctx, testenv.BusyboxRootfs(t))
+	if err != nil {
+		t.Fatalf("import image: %v", err)
+	}
+	pol := &policy.Policy{
+		APIVersion: policy.APIVersion, Kind: "Policy",
+		Images: []policy.Image{{Digest: img.Digest, Name: "busybox"}},
+		Ceilings: policy.Ceilings{
+			Memory: 512 << 20, Pids: 256, CPU: 2, WallTime: quantity.Duration(time.Minute),
+			OutputBytes: 64 << 20, TmpBytes: 64 << 20, InputBytes: 64 << 20,
+		},
+		Defaults: policy.Defaults{CPU: 1, OutputBytes: 8 << 20, TmpBytes: 8 << 20},
+		Tiers:    policy.Tiers{Development: true},
+	}
+	if err := pol.Validate(); err != nil {
+		t.Fatalf("test policy invalid: %v", err)
+	}
+	return &harness{t: t, r: r, cfg: cfg, image: img.Digest, policy: pol}
+}
+
+// phase returns a development-tier request running script under /bin/sh.
+func (h *harness) phase(script string) *request.Phase {
+	return &request.Phase{
+		APIVersion: request.APIVersion, Kind: "Phase", Name: "test",
+		Tier: request.TierDevelopment, Image: h.image,
+		Command: []string{"/bin/sh", "-c", script},
+		Output:  request.Output{Path: "/out", MaxBytes: 1 << 20},
+		Resources: request.Resources{
+			Memory: 64 << 20, Pids: 64, WallTime: quantity.Duration(20 * time.Second),
+		},
+	}
+}
+
+// run prepares and launches req and requires a verified cleanup.
+func (h *harness) run(req *request.Phase) (*runner.Result, string) {
+	h.t.Helper()
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, req, h.policy)
+	if err != nil {
+		h.t.Fatalf("prepare: %v", err)
+	}
+	return h.launch(ctx, prep)
+}
+
+func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*runner.Result, string) {
+	h.t.Helper()
+	var out bytes.Buffer
+	res, err := h.r.Launch(ctx, prep, &out, &out)
+	if err != nil {
+		h.t.Fatalf("launch: %v\noutput: %s", err, out.String())
+	}
+	if res.Cleanup == nil || !res.Cleanup.Verified {
+		h.t.Fatalf("cleanup not verified: %+v", res.Cleanup)
+	}
+	h.noLeftovers()
+	return res, out.String()
+}
+
+// noLeftovers checks that no launch directory, mount or runc state is left.
+func (h *harness) noLeftovers() {
+	h.t.Helper()
+	ents, err := os.ReadDir(h.cfg.RuntimeDir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		h.t.Fatalf("launch dirs left behind: %v", ents)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if strings.Contains(string(mi), h.cfg.RuntimeDir) {
+		h.t.Fatalf("mounts left under %s", h.cfg.RuntimeDir)
+	}
+	state, _ := os.ReadDir(filepath.Join(h.cfg.StateDir, "runc"))
+	for _, e := range state {
+		if e.IsDir() {
+			h.t.Fatalf("runc state left behind: %s", e.Name())
+		}
+	}
+}
+
+func want(t *testing.T, res *runner.Result, status runner.Status, out string) {
+	t.Helper()
+	if res.Status != status {
+		t.Fatalf("status = %s (exit %d, signal %q, error %q), want %s\noutput:\n%s",
+			res.Status, res.ExitCode, res.Signal, res.Error, status, out)
+	}
+}
+
+// processesWith lists host pids whose command line contains marker.
+func processesWith(marker string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), marker) {
+			found = append(found, e.Name())
+		}
+	}
+	return found
+}
+
+func TestTrivialPhase(t *testing.T) {
+	h := newHarness(t)
+	res, out := h.run(h.phase("echo hi > /out/a.txt; echo done"))
+	want(t, res, runner.StatusOK, out)
+	if res.Tier != "development (unqualified)" || !res.Unqualified {
+		t.Fatalf("tier = %q unqualified=%v; a development run must be labelled unqualified", res.Tier, res.Unqualified)
+	}
+	if res.Output == nil || len(res.Output.Files) != 1 || res.Output.Files[0].Path != "a.txt" {
+		t.Fatalf("output = %+v", res.Output)
+	}
+	if res.RuntimeSHA256 != h.cfg.Runtime.SHA256 {
+		t.Fatalf("runtime digest %s, pinned %s", res.RuntimeSHA256, h.cfg.Runtime.SHA256)
+	}
+}
+
+func TestInputImmutability(t *testing.T) {
+	h := newHarness(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "data.txt"), []byte("original\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req := h.phase("cat /in/data.txt; cat /in/data.txt > /out/seen.txt; " +
+		"if echo tamper > /in/data.txt 2>/dev/null; then echo WRITE-SUCCEEDED; fi; " +
+		"if touch /in/new 2>/dev/null; then echo CREATE-SUCCEEDED; fi; " +
+		"if echo x > /bin/evil 2>/dev/null; then echo ROOTFS-WRITE-SUCCEEDED; fi; true")
+	req.Inputs = []request.Input{{Source: src, Target: "/in"}}
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, req, h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A host-side change after admission must not reach the run.
+	if err := os.WriteFile(filepath.Join(src, "data.txt"), []byte("changed after admission\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, out := h.launch(ctx, prep)
+	want(t, res, runner.StatusOK, out)
+	if strings.Contains(out, "SUCCEEDED") {
+		t.Fatalf("a write to an input or the rootfs succeeded:\n%s", out)
+	}
+	if !strings.Contains(out, "original") || strings.Contains(out, "changed after admission") {
+		t.Fatalf("run saw %q, want the admitted snapshot", out)
+	}
+	if len(res.Inputs) != 1 || !strings.HasPrefix(res.Inputs[0].Digest, "sha256:") {
+		t.Fatalf("inputs = %+v", res.Inputs)
+	}
+}
+
+func TestOutputCustody(t *testing.T) {
+	h := newHarness(t)
+	t.Run("legitimate", func(t *testing.T) {
+		res, out := h.run(h.phase("mkdir -p /out/d; printf abc > /out/d/x; printf hello > /out/y"))
+		want(t, res, runner.StatusOK, out)
+		got := map[string]string{}
+		for _, f := range res.Output.Files {
+			got[f.Path] = f.SHA256
+		}
+		// sha256("abc") and sha256("hello")
+		if got["d/x"] != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" ||
+			got["y"] != "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824" {
+			t.Fatalf("output digests = %v", got)
+		}
+		data, err := os.ReadFile(filepath.Join(res.Output.Path, "y"))
+		if err != nil || string(data) != "hello" {
+			t.Fatalf("output not in the runner's store: %q %v", data, err)
+		}
+	})
+	t.Run("bound", func(t *testing.T) {
+		req := h.phase("dd if=/dev/zero of=/out/big bs=64k count=64 2>&1; echo dd-exit=$?")
+		req.Output.MaxBytes = 1 << 20
+		res, out := h.run(req)
+		want(t, res, runner.StatusOK, out)
+		if !strings.Contains(out, "No space left on device") {
+			t.Fatalf("writing 4 MiB into a 1 MiB output did not hit ENOSPC:\n%s", out)
+		}
+		if res.Output.Bytes > 1<<20 {
+			t.Fatalf("kept %d bytes past the 1 MiB bound", res.Output.Bytes)
+		}
+	})
+}
+
+func TestEnvironmentExclusion(t *testing.T) {
+	h := newHarness(t)
+	t.Setenv("CUSTODY_AMBIENT_CANARY", "leaked")
+	req := h.phase("env; echo declared=$DECLARED")
+	req.Env = map[string]string{"DECLARED": "yes"}
+	res, out := h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if strings.Contains(out, "CUSTODY_AMBIENT_CANARY") || strings.Contains(out, "leaked") {
+		t.Fatalf("ambient variable reached the workload:\n%s", out)
+	}
+	if !strings.Contains(out, "declared=yes") {
+		t.Fatalf("declared variable missing:\n%s", out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, _, _ := strings.Cut(line, "=")
+		switch k {
+		case "DECLARED", "declared", "PWD", "SHLVL", "HOME", "PATH":
+			// DECLARED is ours; PWD and SHLVL come from sh; runc sets HOME
+			// and a fixed default PATH when the config has none. None of
+			// them comes from the caller's environment.
+		default:
+			t.Errorf("unexpected variable in workload env: %q", line)
+		}
+	}
+}
+
+func TestDeviceExclusion(t *testing.T) {
+	h := newHarness(t)
+	res, out := h.run(h.phase("ls /dev; echo ok > /dev/null && echo null-ok; " +
+		"head -c 8 /dev/urandom | wc -c; " +
+		"if mknod /dev/sdx b 8 0 2>/dev/null; then echo MKNOD-SUCCEEDED; fi; " +
+		"if [ -e /dev/sda ] || [ -e /dev/kmsg ] || [ -e /dev/mem ]; then echo HOST-DEVICE-VISIBLE; fi; true"))
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "null-ok") {
+		t.Fatalf("/dev/null unusable:\n%s", out)
+	}
+	if strings.Contains(out, "SUCCEEDED") || strings.Contains(out, "VISIBLE") {
+		t.Fatalf("device exclusion failed:\n%s", out)
+	}
+}
+
+func TestDeniedEgress(t *testing.T) {
+	h := newHarness(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	script := fmt.Sprintf("ls /sys/class/net; "+
+		// legitimate: the workload's own loopback works
+		"(nc -l -p 7000 -w 5 > /tmp/got &); sleep 0.3; echo ping | nc -w 2 127.0.0.1 7000; sleep 0.3; cat /tmp/got; "+
+		// refusal: the host's loopback listener is unreachable
+		"if echo x | nc -w 2 127.0.0.1 %d; then echo HOST-REACHED; fi; true", port)
+	res, out := h.run(h.phase(script))
+	want(t, res, runner.StatusOK, out)
+	if strings.TrimSpace(strings.Split(out, "\n")[0]) != "lo" {
+		t.Fatalf("interfaces other than lo visible:\n%s", out)
+	}
+	if !strings.Contains(out, "ping") {
+		t.Fatalf("in-sandbox loopback does not work:\n%s", out)
+	}
+	select {
+	case <-accepted:
+		t.Fatalf("the workload reached a host listener on 127.0.0.1:%d", port)
+	default:
+	}
+	if strings.Contains(out, "HOST-REACHED") {
+		t.Fatalf("connect to the host listener succeeded:\n%s", out)
+	}
+}
+
+func TestMemoryBudget(t *testing.T) {
+	h := newHarness(t)
+	t.Run("within", func(t *testing.T) {
+		res, out := h.run(h.phase("dd if=/dev/zero of=/dev/null bs=16M count=1 2>&1"))
+		want(t, res, runner.StatusOK, out)
+	})
+	t.Run("hog", func(t *testing.T) {
+		res, out := h.run(h.phase("dd if=/dev/zero of=/dev/null bs=200M count=1 2>&1"))
+		want(t, res, runner.StatusOOM, out)
+		if res.Usage.MemoryLimitBytes != 64<<20 {
+			t.Fatalf("enforced memory limit %d, want %d", res.Usage.MemoryLimitBytes, 64<<20)
+		}
+	})
+}
+
+func TestPidsBudget(t *testing.T) {
+	h := newHarness(t)
+	t.Run("within", func(t *testing.T) {
+		res, out := h.run(h.phase("for i in 1 2 3 4 5 6 7 8; do sleep 0.2 & done; wait; echo all-forked"))
+		want(t, res, runner.StatusOK, out)
+	})
+	t.Run("fork-bomb", func(t *testing.T) {
+		// Counting uses only shell builtins: once the budget is spent, no
+		// further fork can succeed.
+		// The inner shell dies when a fork fails; the outer one counts.
+		req := h.phase("sh -c 'n=0; while [ $n -lt 200 ]; do sleep 5 & n=$((n+1)); done' > /tmp/log 2>&1; " +
+			"set -- /proc/[0-9]*; echo running=$#; while read -r l; do echo \"$l\"; done < /tmp/log")
+		req.Resources.Pids = 32
+		req.Resources.WallTime = quantity.Duration(20 * time.Second)
+		res, out := h.run(req)
+		if res.Usage.PidsLimit != 32 {
+			t.Fatalf("enforced pids limit %d, want 32", res.Usage.PidsLimit)
+		}
+		var running int
+		for _, line := range strings.Split(out, "\n") {
+			fmt.Sscanf(line, "running=%d", &running)
+		}
+		t.Logf("status %s exit %d signal %s usage %+v", res.Status, res.ExitCode, res.Signal, res.Usage)
+		if running < 16 || running > 32 || !strings.Contains(out, "can't fork") {
+			t.Fatalf("fork bomb not capped at 32 pids (saw %d):\n%s", running, out)
+		}
+	})
+}
+
+func TestWallTimeKillsTree(t *testing.T) {
+	h := newHarness(t)
+	marker := fmt.Sprintf("%d", 40000+os.Getpid()%10000)
+	t.Run("legitimate", func(t *testing.T) {
+		res, out := h.run(h.phase("sleep 0.2; echo finished"))
+		want(t, res, runner.StatusOK, out)
+	})
+	t.Run("overrun", func(t *testing.T) {
+		req := h.phase("setsid sh -c 'sleep " + marker + " & sleep " + marker + "' & " +
+			"(sh -c 'sleep " + marker + " &' &); sleep " + marker)
+		req.Resources.WallTime = quantity.Duration(2 * time.Second)
+		res, out := h.run(req)
+		want(t, res, runner.StatusTimeout, out)
+		if left := processesWith("sleep " + marker); len(left) > 0 {
+			t.Fatalf("processes survived the wall-time kill: %v", left)
+		}
+	})
+	t.Run("orphans-after-exit", func(t *testing.T) {
+		// The main process exits at once; its setsid'd double-forked
+		// children must not outlive the run.
+		res, out := h.run(h.phase("setsid sh -c '(sleep " + marker + " &) ; sleep " + marker + "' & echo started"))
+		want(t, res, runner.StatusOK, out)
+		if left := processesWith("sleep " + marker); len(left) > 0 {
+			t.Fatalf("orphaned processes survived the run: %v", left)
+		}
+	})
+}
+
+func TestCancelKillsTree(t *testing.T) {
+	h := newHarness(t)
+	marker := fmt.Sprintf("%d", 50000+os.Getpid()%10000)
+	ctx, cancel := context.WithCancel(context.Background())
+	prep, err := h.r.Prepare(ctx, h.phase("setsid sh -c 'sleep "+marker+" &'; sleep "+marker), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(time.Second, cancel)
+	res, out := h.launch(ctx, prep)
+	want(t, res, runner.StatusCancelled, out)
+	if left := processesWith("sleep " + marker); len(left) > 0 {
+		t.Fatalf("processes survived cancellation: %v", left)
+	}
+}
+
+func TestTamperedRuntimeRefused(t *testing.T) {
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	copyPath := filepath.Join(t.TempDir(), "runc")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copyPath, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessWith(t, oci.Pinned{Path: copyPath, Version: version, SHA256: sha})
+	res, out := h.run(h.phase("echo untampered"))
+	want(t, res, runner.StatusOK, out)
+
+	if err := os.WriteFile(copyPath, append(data, 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	res, err = h.r.Launch(ctx, prep, &buf, &buf)
+	if !errors.Is(err, oci.ErrRuntimeDigest) {
+		t.Fatalf("launch with a tampered runtime: err = %v, want ErrRuntimeDigest", err)
+	}
+	if res.Status != runner.StatusRefused || strings.Contains(buf.String(), "SHOULD-NOT-RUN") {
+		t.Fatalf("status %s, output %q", res.Status, buf.String())
+	}
+	h.noLeftovers()
+}
+
+func TestProductionRefusedOnHybridHost(t *testing.T) {
+	h := newHarness(t)
+	prof := h.r.Profile()
+	req := h.phase("echo SHOULD-NOT-RUN")
+	req.Tier = request.TierProduction
+	_, err := h.r.Prepare(context.Background(), req, h.policy)
+	if prof.Cgroup.Mode == "v2" && len(prof.Cgroup.V2Missing) == 0 {
+		t.Skip("NOT TESTED here: this host is a delegated cgroup v2 host, so production is supported")
+	}
+	var re *admission.RefusedError
+	if !errors.As(err, &re) {
+		t.Fatalf("production request on a %s host: err = %v, want a refusal", prof.Cgroup.Mode, err)
+	}
+	found := false
+	for _, c := range re.Checks {
+		if c.Verdict != admission.Unsupported {
+			t.Errorf("check %+v: want verdict unsupported", c)
+		}
+		if c.Requirement == "tier.production.cgroup2.memory" && strings.Contains(c.Detail, "memory") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("refusal does not name the missing memory controller: %v", err)
+	}
+	h.noLeftovers()
+}
+
+func TestDevelopmentTierNeedsPolicy(t *testing.T) {
+	h := newHarness(t)
+	h.policy.Tiers.Development = false
+	_, err := h.r.Prepare(context.Background(), h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	var re *admission.RefusedError
+	if !errors.As(err, &re) || re.Checks[0].Code != "tier-disabled" {
+		t.Fatalf("development tier without policy consent: err = %v, want tier-disabled", err)
+	}
+}
+
+func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, h.phase("echo data > /out/held; sleep 2"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hold a file open on the output filesystem from the host so that its
+	// unmount fails with EBUSY: cleanup cannot be verified.
+	held := make(chan *os.File, 1)
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			ents, _ := os.ReadDir(h.cfg.RuntimeDir)
+			for _, e := range ents {
+				if f, err := os.Open(filepath.Join(h.cfg.RuntimeDir, e.Name(), "out", "held")); err == nil {
+					held <- f
+					return
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		held <- nil
+	}()
+	var out bytes.Buffer
+	res, err := h.r.Launch(ctx, prep, &out, &out)
+	f := <-held
+	if f == nil {
+		t.Fatal("could not hold the output file open")
+	}
+	if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup.Verified {
+		t.Fatalf("busy output mount: err = %v, cleanup verified = %v; want quarantine", err, res.Cleanup.Verified)
+	}
+	// The next run is refused, before anything is created.
+	if _, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {
+		t.Fatalf("run on a quarantined runner: err = %v, want ErrQuarantined", err)
+	}
+	// The quarantine survives a restart.
+	h.r.Close()
+	r2, err := runner.New(ctx, h.cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := r2.Quarantine(); err != nil || q == nil || q.RunID != res.RunID {
+		t.Fatalf("quarantine after restart = %+v, %v", q, err)
+	}
+	// Operator recovery: release the file, clean up, release quarantine.
+	f.Close()
+	dir := filepath.Join(h.cfg.RuntimeDir, "custody-"+res.RunID)
+	for _, m := range []string{filepath.Join(dir, "out"), filepath.Join(dir, "rootfs")} {
+		_ = unmount(m)
+	}
+	os.RemoveAll(dir)
+	if err := r2.ReleaseQuarantine(); err != nil {
+		t.Fatal(err)
+	}
+	h.r = r2
+	t.Cleanup(func() { r2.Close() })
+	res, outs := h.run(h.phase("echo back"))
+	want(t, res, runner.StatusOK, outs)
+}

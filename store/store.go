@@ -1,0 +1,149 @@
+// Package store is the runner's embedded bbolt database. Every update is
+// fsync'd before it returns, so a fact that guards a mutation (a quarantine,
+// a run record) is durable before the mutation happens.
+//
+// Schema (version 1):
+//
+//	v1/
+//	  meta/        schema → "1"
+//	  runner/      quarantine → JSON Quarantine (absent: not quarantined)
+//	  runs/<id>    → JSON run record (opaque to the store)
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+const schemaVersion = "1"
+
+var (
+	bucketV1     = []byte("v1")
+	bucketMeta   = []byte("meta")
+	bucketRunner = []byte("runner")
+	bucketRuns   = []byte("runs")
+	keySchema    = []byte("schema")
+	keyQuarant   = []byte("quarantine")
+)
+
+// ErrNotFound means the key is absent.
+var ErrNotFound = errors.New("not found")
+
+// DB is an open store.
+type DB struct {
+	db *bolt.DB
+}
+
+// Open opens (creating if needed) the store at path with 0600 permissions
+// and checks its schema version.
+func Open(path string) (*DB, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store dir: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		root, err := tx.CreateBucketIfNotExists(bucketV1)
+		if err != nil {
+			return err
+		}
+		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns} {
+			if _, err := root.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := root.Bucket(bucketMeta)
+		switch v := meta.Get(keySchema); {
+		case v == nil:
+			return meta.Put(keySchema, []byte(schemaVersion))
+		case string(v) != schemaVersion:
+			return fmt.Errorf("store schema %q, this build reads %q", v, schemaVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init store: %w", err)
+	}
+	return &DB{db: db}, nil
+}
+
+// Close closes the store.
+func (d *DB) Close() error { return d.db.Close() }
+
+// Quarantine records why a runner takes no work.
+type Quarantine struct {
+	Since  time.Time `json:"since"`
+	Reason string    `json:"reason"`
+	RunID  string    `json:"runId,omitempty"`
+}
+
+// Quarantine returns the current quarantine, or nil if there is none.
+func (d *DB) Quarantine() (*Quarantine, error) {
+	var q *Quarantine
+	err := d.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketV1).Bucket(bucketRunner).Get(keyQuarant)
+		if v == nil {
+			return nil
+		}
+		q = &Quarantine{}
+		return json.Unmarshal(v, q)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read quarantine: %w", err)
+	}
+	return q, nil
+}
+
+// SetQuarantine quarantines the runner; an existing quarantine is kept (the
+// first cause is the one an operator must see).
+func (d *DB) SetQuarantine(q Quarantine) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketV1).Bucket(bucketRunner)
+		if b.Get(keyQuarant) != nil {
+			return nil
+		}
+		v, err := json.Marshal(q)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyQuarant, v)
+	})
+}
+
+// ClearQuarantine lifts the quarantine.
+func (d *DB) ClearQuarantine() error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketV1).Bucket(bucketRunner).Delete(keyQuarant)
+	})
+}
+
+// PutRun stores a run record under id.
+func (d *DB) PutRun(id string, record any) error {
+	v, err := json.Marshal(record)
+	if err != nil {
+		return fmt.Errorf("encode run %s: %w", id, err)
+	}
+	return d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketV1).Bucket(bucketRuns).Put([]byte(id), v)
+	})
+}
+
+// GetRun decodes the run record for id into out.
+func (d *DB) GetRun(id string, out any) error {
+	return d.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketV1).Bucket(bucketRuns).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("run %s: %w", id, ErrNotFound)
+		}
+		return json.Unmarshal(v, out)
+	})
+}

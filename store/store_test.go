@@ -1,0 +1,60 @@
+package store
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestQuarantinePersists(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "custody.db")
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := db.Quarantine(); err != nil || q != nil {
+		t.Fatalf("fresh store quarantined: %v %v", q, err)
+	}
+	if err := db.SetQuarantine(Quarantine{Since: time.Now(), Reason: "first", RunID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetQuarantine(Quarantine{Since: time.Now(), Reason: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	db, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	q, err := db.Quarantine()
+	if err != nil || q == nil || q.Reason != "first" || q.RunID != "r1" {
+		t.Fatalf("quarantine after reopen = %+v, %v; want the first cause", q, err)
+	}
+	if err := db.ClearQuarantine(); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := db.Quarantine(); q != nil {
+		t.Fatalf("quarantine not cleared: %+v", q)
+	}
+}
+
+func TestRuns(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "custody.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.PutRun("a", map[string]int{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]int
+	if err := db.GetRun("a", &got); err != nil || got["x"] != 1 {
+		t.Fatalf("GetRun = %v, %v", got, err)
+	}
+	if err := db.GetRun("missing", &got); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetRun(missing) = %v, want ErrNotFound", err)
+	}
+}
