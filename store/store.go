@@ -8,6 +8,8 @@
 //	  meta/        schema → "1"
 //	  runner/      quarantine → JSON Quarantine (absent: not quarantined)
 //	  runs/<id>    → JSON run record (opaque to the store)
+//	  grants/<id>  → JSON GrantUse: the grant was consumed (single use)
+//	  revoked/<id> → JSON Revocation
 package store
 
 import (
@@ -28,12 +30,20 @@ var (
 	bucketMeta   = []byte("meta")
 	bucketRunner = []byte("runner")
 	bucketRuns   = []byte("runs")
+	bucketGrants = []byte("grants")
+	bucketRevok  = []byte("revoked")
 	keySchema    = []byte("schema")
 	keyQuarant   = []byte("quarantine")
 )
 
-// ErrNotFound means the key is absent.
-var ErrNotFound = errors.New("not found")
+var (
+	// ErrNotFound means the key is absent.
+	ErrNotFound = errors.New("not found")
+	// ErrConsumed means a single-use grant was already consumed.
+	ErrConsumed = errors.New("grant already consumed")
+	// ErrRevoked means the grant is on the revocation list.
+	ErrRevoked = errors.New("grant revoked")
+)
 
 // DB is an open store.
 type DB struct {
@@ -55,7 +65,7 @@ func Open(path string) (*DB, error) {
 		if err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns} {
+		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok} {
 			if _, err := root.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -146,4 +156,84 @@ func (d *DB) GetRun(id string, out any) error {
 		}
 		return json.Unmarshal(v, out)
 	})
+}
+
+// GrantUse records the consumption of a grant.
+type GrantUse struct {
+	At    time.Time `json:"at"`
+	RunID string    `json:"runId"`
+	Actor string    `json:"actor,omitempty"`
+}
+
+// Revocation records that an operator revoked a grant.
+type Revocation struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// ConsumeGrant marks grant id used, atomically and durably: of any number of
+// concurrent calls for one id exactly one succeeds; the others get
+// ErrConsumed. A revoked grant is refused with ErrRevoked in the same
+// transaction, so a revocation and a consumption cannot both win.
+func (d *DB) ConsumeGrant(id string, use GrantUse) error {
+	if id == "" {
+		return errors.New("consume grant: empty id")
+	}
+	v, err := json.Marshal(use)
+	if err != nil {
+		return err
+	}
+	return d.db.Update(func(tx *bolt.Tx) error {
+		root := tx.Bucket(bucketV1)
+		if root.Bucket(bucketRevok).Get([]byte(id)) != nil {
+			return fmt.Errorf("grant %s: %w", id, ErrRevoked)
+		}
+		g := root.Bucket(bucketGrants)
+		if prev := g.Get([]byte(id)); prev != nil {
+			return fmt.Errorf("grant %s: %w (%s)", id, ErrConsumed, prev)
+		}
+		return g.Put([]byte(id), v)
+	})
+}
+
+// GrantUsed returns the consumption record of grant id, or ErrNotFound.
+func (d *DB) GrantUsed(id string) (*GrantUse, error) {
+	var u *GrantUse
+	err := d.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketV1).Bucket(bucketGrants).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("grant %s: %w", id, ErrNotFound)
+		}
+		u = &GrantUse{}
+		return json.Unmarshal(v, u)
+	})
+	return u, err
+}
+
+// Revoke puts grant id on the revocation list (idempotent).
+func (d *DB) Revoke(id string, r Revocation) error {
+	if id == "" {
+		return errors.New("revoke grant: empty id")
+	}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketV1).Bucket(bucketRevok)
+		if b.Get([]byte(id)) != nil {
+			return nil
+		}
+		return b.Put([]byte(id), v)
+	})
+}
+
+// Revoked reports whether grant id is revoked.
+func (d *DB) Revoked(id string) (bool, error) {
+	var revoked bool
+	err := d.db.View(func(tx *bolt.Tx) error {
+		revoked = tx.Bucket(bucketV1).Bucket(bucketRevok).Get([]byte(id)) != nil
+		return nil
+	})
+	return revoked, err
 }

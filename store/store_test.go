@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -56,5 +57,54 @@ func TestRuns(t *testing.T) {
 	}
 	if err := db.GetRun("missing", &got); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetRun(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestConsumeGrantExactlyOnce(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "custody.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const n = 50
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- db.ConsumeGrant("g1", GrantUse{At: time.Now(), RunID: fmt.Sprint(i)}) }()
+	}
+	ok := 0
+	for range n {
+		err := <-errs
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, ErrConsumed):
+			t.Fatalf("unexpected error %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d of %d concurrent consumptions succeeded, want exactly 1", ok, n)
+	}
+	if _, err := db.GrantUsed("g1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRevokedGrantCannotBeConsumed(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "custody.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Revoke("g2", Revocation{At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := db.Revoked("g2"); !r {
+		t.Fatal("not revoked")
+	}
+	if err := db.ConsumeGrant("g2", GrantUse{At: time.Now()}); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("consume revoked: %v, want ErrRevoked", err)
+	}
+	if err := db.ConsumeGrant("g3", GrantUse{At: time.Now()}); err != nil {
+		t.Fatal(err)
 	}
 }

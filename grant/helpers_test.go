@@ -1,0 +1,179 @@
+package grant_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/predicate"
+)
+
+// phaseJSON is a compact phase request as the request package would
+// canonicalize it.
+const phaseJSON = `{"apiVersion":"custody.dev/v1alpha1","kind":"Phase","name":"build-hello","stage":"build",` +
+	`"image":"sha256:1111111111111111111111111111111111111111111111111111111111111111",` +
+	`"command":["/bin/sh","-c","echo <hello> & bye > /out/x"],"output":{"path":"/out"},` +
+	`"resources":{"memory":268435456,"pids":64,"wallTime":"5m"}}`
+
+var (
+	notBefore = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	expires   = notBefore.Add(15 * time.Minute)
+	validNow  = notBefore.Add(5 * time.Minute)
+)
+
+func digestOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// testPredicate returns a valid predicate whose runner is runner.
+func testPredicate(runner string) grant.Predicate {
+	entries := []grant.Input{
+		{Source: "/home/dev/src", Target: "/src", Digest: digestOf("src")},
+		{Source: "/home/dev/go/pkg/mod", Target: "/mod", Digest: digestOf("mod")},
+	}
+	return grant.Predicate{
+		ID:           "0123456789abcdef0123456789abcdef",
+		Actor:        "alice@example.com",
+		Stage:        "build",
+		NotBefore:    notBefore,
+		Expires:      expires,
+		PolicyDigest: digestOf("policy"),
+		Runner:       grant.Runner{ID: runner},
+		Runtime:      grant.Runtime{Version: "1.5.3", SHA256: digestOf("runc")[len("sha256:"):]},
+		Image:        "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+		Target:       grant.Target{OS: "linux", Arch: "amd64"},
+		Toolchain:    "go1.26",
+		Inputs:       grant.Inputs{ClosureDigest: grant.ClosureDigest(entries), Entries: entries},
+		Output:       grant.Output{Path: "/out", MaxBytes: 64 << 20},
+		Resources:    grant.Resources{Memory: 256 << 20, Pids: 64, CPU: 1.5, WallTimeMillis: 300000, TmpBytes: 16 << 20},
+		Egress:       grant.Egress{Mode: grant.EgressDeny, Destinations: []string{}},
+		Credentials:  []string{"registry-token"},
+		Phase:        json.RawMessage(phaseJSON),
+	}
+}
+
+type fixture struct {
+	issuer   *keys.Signer
+	verifier *grant.Verifier
+	pred     grant.Predicate
+	envelope []byte
+}
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	issuer, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixtureFor(t, issuer)
+}
+
+func fixtureFor(t testing.TB, issuer *keys.Signer) *fixture {
+	t.Helper()
+	runner, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := grant.NewVerifier([]*keys.Verifier{issuer.Verifier()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPredicate(runner.Verifier().ID())
+	env, err := grant.Mint(context.Background(), issuer, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{issuer: issuer, verifier: v, pred: p, envelope: env}
+}
+
+// loadTestIssuer loads the fixed test key in testdata (a private copy, since
+// keys refuses a key file readable by others and git does not keep 0600).
+func loadTestIssuer(t testing.TB) *keys.Signer {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "test-issuer.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "issuer.key"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, created, err := keys.LoadOrCreate(dir, "issuer")
+	if err != nil || created {
+		t.Fatalf("load test issuer: created=%v err=%v", created, err)
+	}
+	return s
+}
+
+func decodeEnvelope(t testing.TB, env []byte) *dsse.Envelope {
+	t.Helper()
+	var e dsse.Envelope
+	if err := json.Unmarshal(env, &e); err != nil {
+		t.Fatal(err)
+	}
+	return &e
+}
+
+func encodeEnvelope(t testing.TB, e *dsse.Envelope) []byte {
+	t.Helper()
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func payloadOf(t testing.TB, env []byte) []byte {
+	t.Helper()
+	p, err := base64.StdEncoding.DecodeString(decodeEnvelope(t, env).Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// withPayload replaces the payload of env without re-signing.
+func withPayload(t testing.TB, env, payload []byte) []byte {
+	t.Helper()
+	e := decodeEnvelope(t, env)
+	e.Payload = base64.StdEncoding.EncodeToString(payload)
+	return encodeEnvelope(t, e)
+}
+
+// sign signs payload as a grant envelope with every signer.
+func sign(t testing.TB, payload []byte, signers ...dsse.Signer) []byte {
+	t.Helper()
+	es, err := dsse.NewEnvelopeSigner(signers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := es.SignPayload(context.Background(), predicate.PayloadType, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return encodeEnvelope(t, e)
+}
+
+// wantCode fails unless err is a *grant.Error with code want.
+func wantCode(t testing.TB, err error, want grant.Code) {
+	t.Helper()
+	var ge *grant.Error
+	if !errors.As(err, &ge) {
+		t.Fatalf("err = %v, want a *grant.Error with code %s", err, want)
+	}
+	if ge.Code != want {
+		t.Fatalf("code = %s (%v), want %s", ge.Code, err, want)
+	}
+}

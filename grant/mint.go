@@ -1,0 +1,90 @@
+package grant
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	intoto "github.com/in-toto/attestation/go/v1"
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/custody-dev/custody/predicate"
+)
+
+// Mint validates p, wraps it in a grant statement whose subject is p.Phase,
+// signs it with issuer and returns the DSSE envelope as JSON.
+//
+// Mint fills nothing in: every field of p must already be set and
+// consistent (see the field documentation of [Predicate]); a missing or
+// inconsistent field is an error naming it. The issuer must report a
+// non-empty key ID (a *keys.Signer reports its keys.KeyID). Mint checks the
+// statement it produced with in-toto's parser and the signature it produced
+// with issuer before returning the envelope.
+func Mint(ctx context.Context, issuer dsse.SignerVerifier, p Predicate) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("grant: mint: %w", err)
+	}
+	if issuer == nil {
+		return nil, errors.New("grant: mint: nil issuer")
+	}
+	keyID, err := issuer.KeyID()
+	if err != nil || keyID == "" {
+		return nil, fmt.Errorf("grant: mint: issuer has no key ID (%v)", err)
+	}
+	name, err := validate(&p)
+	if err != nil {
+		return nil, fmt.Errorf("grant: mint: invalid predicate: %w", err)
+	}
+	payload, err := encodeStatement(&p, name)
+	if err != nil {
+		return nil, fmt.Errorf("grant: mint: %w", err)
+	}
+	if len(payload) > maxPayloadSize {
+		return nil, fmt.Errorf("grant: mint: statement is %d bytes; an envelope must fit in %d bytes", len(payload), MaxEnvelopeSize)
+	}
+
+	// What we emit must be exactly what Verify accepts, and a valid in-toto
+	// statement by in-toto's own parser.
+	if _, _, err := decodeStatement(payload); err != nil {
+		return nil, fmt.Errorf("grant: mint: statement does not decode: %w", err)
+	}
+	var st intoto.Statement
+	if err := protojson.Unmarshal(payload, &st); err != nil {
+		return nil, fmt.Errorf("grant: mint: in-toto parser refuses the statement: %w", err)
+	}
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("grant: mint: in-toto refuses the statement: %w", err)
+	}
+
+	signer, err := dsse.NewEnvelopeSigner(issuer)
+	if err != nil {
+		return nil, fmt.Errorf("grant: mint: %w", err)
+	}
+	env, err := signer.SignPayload(ctx, predicate.PayloadType, payload)
+	if err != nil {
+		return nil, fmt.Errorf("grant: mint: sign with %s: %w", keyID, err)
+	}
+	if len(env.Signatures) != 1 {
+		return nil, fmt.Errorf("grant: mint: %d signatures, want 1", len(env.Signatures))
+	}
+	sig, err := base64.StdEncoding.DecodeString(env.Signatures[0].Sig)
+	if err != nil {
+		return nil, fmt.Errorf("grant: mint: %w", err)
+	}
+	if err := issuer.Verify(ctx, dsse.PAE(predicate.PayloadType, payload), sig); err != nil {
+		return nil, fmt.Errorf("grant: mint: signature by %s does not verify: %w", keyID, err)
+	}
+	out, err := json.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("grant: mint: encode envelope: %w", err)
+	}
+	return out, nil
+}
+
+// maxPayloadSize is the largest statement whose envelope can fit in
+// MaxEnvelopeSize: base64 grows it by 4/3, and the rest of the envelope
+// takes well under 4 KiB.
+const maxPayloadSize = (MaxEnvelopeSize - 4096) / 4 * 3

@@ -1,0 +1,238 @@
+package grant
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+const digestPrefix = "sha256:"
+
+// maxTextField bounds free-text fields (actor, stage, names, paths).
+const maxTextField = 4096
+
+// validate checks every field of p and returns the phase's name. It fills
+// nothing in: a zero or inconsistent field is an error.
+func validate(p *Predicate) (phaseName string, err error) {
+	var problems []string
+	add := func(field, format string, args ...any) {
+		problems = append(problems, field+": "+fmt.Sprintf(format, args...))
+	}
+	text := func(field, s string) {
+		if err := checkText(s); err != nil {
+			add(field, "%v", err)
+		}
+	}
+	digest := func(field, s string) {
+		if !isDigest(s) {
+			add(field, "%q is not a sha256:<64 lowercase hex> digest", s)
+		}
+	}
+
+	if len(p.ID) != 32 || !isLowerHex(p.ID) {
+		add("id", "%q is not 32 lowercase hex digits", p.ID)
+	}
+	text("actor", p.Actor)
+	text("stage", p.Stage)
+	switch {
+	case p.NotBefore.IsZero():
+		add("notBefore", "missing")
+	case p.Expires.IsZero():
+		add("expires", "missing")
+	case !p.NotBefore.Before(p.Expires):
+		add("expires", "%s is not after notBefore %s", p.Expires.Format(timeFormat), p.NotBefore.Format(timeFormat))
+	}
+	digest("policyDigest", p.PolicyDigest)
+	digest("runner.id", p.Runner.ID)
+	text("runtime.version", p.Runtime.Version)
+	if len(p.Runtime.SHA256) != 64 || !isLowerHex(p.Runtime.SHA256) {
+		add("runtime.sha256", "%q is not 64 lowercase hex digits", p.Runtime.SHA256)
+	}
+	digest("image", p.Image)
+	text("target.os", p.Target.OS)
+	text("target.arch", p.Target.Arch)
+	if p.Toolchain != "" {
+		text("toolchain", p.Toolchain)
+	}
+
+	targets := make(map[string]bool, len(p.Inputs.Entries))
+	for i, e := range p.Inputs.Entries {
+		field := fmt.Sprintf("inputs.entries[%d]", i)
+		text(field+".source", e.Source)
+		if !strings.HasPrefix(e.Target, "/") {
+			add(field+".target", "%q is not an absolute path", e.Target)
+		} else {
+			text(field+".target", e.Target)
+		}
+		if targets[e.Target] {
+			add(field+".target", "%q appears twice", e.Target)
+		}
+		targets[e.Target] = true
+		digest(field+".digest", e.Digest)
+	}
+	if want := ClosureDigest(p.Inputs.Entries); p.Inputs.ClosureDigest != want {
+		add("inputs.closureDigest", "%q is not the closure digest of the entries (%s)", p.Inputs.ClosureDigest, want)
+	}
+
+	if !strings.HasPrefix(p.Output.Path, "/") {
+		add("output.path", "%q is not an absolute path", p.Output.Path)
+	} else {
+		text("output.path", p.Output.Path)
+	}
+	if p.Output.MaxBytes <= 0 {
+		add("output.maxBytes", "%d is not positive", p.Output.MaxBytes)
+	}
+
+	r := p.Resources
+	if r.Memory <= 0 {
+		add("resources.memory", "%d is not positive", r.Memory)
+	}
+	if r.Pids <= 0 {
+		add("resources.pids", "%d is not positive", r.Pids)
+	}
+	if math.IsNaN(r.CPU) || math.IsInf(r.CPU, 0) || r.CPU < 0 {
+		add("resources.cpu", "%v is not a finite non-negative number of cores", r.CPU)
+	}
+	if r.WallTimeMillis <= 0 {
+		add("resources.wallTimeMillis", "%d is not positive", r.WallTimeMillis)
+	}
+	if r.TmpBytes < 0 {
+		add("resources.tmpBytes", "%d is negative", r.TmpBytes)
+	}
+
+	switch {
+	case p.Egress.Mode != EgressDeny:
+		add("egress.mode", "%q is not %q", p.Egress.Mode, EgressDeny)
+	case len(p.Egress.Destinations) != 0:
+		add("egress.destinations", "must be empty when egress is %q", EgressDeny)
+	}
+
+	creds := make(map[string]bool, len(p.Credentials))
+	for i, c := range p.Credentials {
+		field := fmt.Sprintf("credentials[%d]", i)
+		text(field, c)
+		if creds[c] {
+			add(field, "%q appears twice", c)
+		}
+		creds[c] = true
+	}
+
+	phaseName, err = checkPhase(p.Phase)
+	if err != nil {
+		add("phase", "%v", err)
+	}
+
+	if len(problems) > 0 {
+		return "", errors.New(strings.Join(problems, "; "))
+	}
+	return phaseName, nil
+}
+
+const timeFormat = "2006-01-02T15:04:05.999999999Z07:00"
+
+// checkText refuses empty, oversized, invalid UTF-8 and control characters.
+func checkText(s string) error {
+	switch {
+	case s == "":
+		return errors.New("missing")
+	case len(s) > maxTextField:
+		return fmt.Errorf("longer than %d bytes", maxTextField)
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("%q contains a control character", s)
+	}
+	return nil
+}
+
+func isDigest(s string) bool {
+	h, ok := strings.CutPrefix(s, digestPrefix)
+	return ok && len(h) == 64 && isLowerHex(h)
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// isPhaseName reports whether s is a valid phase request name,
+// ^[a-z0-9][a-z0-9._-]{0,62}$ (the request package's rule).
+func isPhaseName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// checkPhase checks that phase is a compact JSON object with no duplicate
+// top-level member and a "name" member that is a valid phase name, and
+// returns the name.
+func checkPhase(phase json.RawMessage) (string, error) {
+	if len(phase) == 0 || phase[0] != '{' {
+		return "", errors.New("not a JSON object")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, phase); err != nil {
+		return "", fmt.Errorf("not valid JSON: %w", err)
+	}
+	if !bytes.Equal(compact.Bytes(), phase) {
+		return "", errors.New("not in compact form (it holds insignificant whitespace)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(phase))
+	if _, err := dec.Token(); err != nil { // '{', checked above
+		return "", err
+	}
+	seen := make(map[string]bool)
+	var name *string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		key := tok.(string)
+		if seen[key] {
+			return "", fmt.Errorf("member %q appears twice", key)
+		}
+		seen[key] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "", err
+		}
+		if key == "name" {
+			var s string
+			if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+				return "", errors.New(`"name" is not a string`)
+			}
+			name = &s
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return "", err
+	}
+	if name == nil {
+		return "", errors.New(`no "name" member`)
+	}
+	if !isPhaseName(*name) {
+		return "", fmt.Errorf("name %q is not a valid phase name", *name)
+	}
+	return *name, nil
+}

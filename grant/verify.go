@@ -1,0 +1,158 @@
+package grant
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+
+	"github.com/custody-dev/custody/keys"
+)
+
+// Verifier verifies grants against a fixed set of trusted issuer keys.
+// A Verifier is safe for concurrent use.
+type Verifier struct {
+	trusted map[string]bool // keys.KeyID of every trusted key
+	ev      *dsse.EnvelopeVerifier
+	skew    time.Duration
+}
+
+// Option configures a [Verifier].
+type Option func(*Verifier)
+
+// WithClockSkew tolerates clocks that differ by up to d: a grant is accepted
+// from NotBefore-d until Expires+d. The default is no skew. A negative d is
+// an error in [NewVerifier].
+func WithClockSkew(d time.Duration) Option {
+	return func(v *Verifier) { v.skew = d }
+}
+
+// NewVerifier returns a verifier that accepts grants signed by any of the
+// trusted issuer keys. The list must not be empty or hold nil; a key listed
+// twice counts once.
+func NewVerifier(trusted []*keys.Verifier, opts ...Option) (*Verifier, error) {
+	if len(trusted) == 0 {
+		return nil, errors.New("grant: no trusted issuer keys")
+	}
+	v := &Verifier{trusted: make(map[string]bool, len(trusted))}
+	var providers []dsse.Verifier
+	for i, k := range trusted {
+		if k == nil {
+			return nil, fmt.Errorf("grant: trusted issuer key %d is nil", i)
+		}
+		id := k.ID()
+		if v.trusted[id] {
+			continue
+		}
+		v.trusted[id] = true
+		providers = append(providers, k)
+	}
+	for _, o := range opts {
+		o(v)
+	}
+	if v.skew < 0 {
+		return nil, fmt.Errorf("grant: negative clock skew %v", v.skew)
+	}
+	ev, err := dsse.NewEnvelopeVerifier(providers...)
+	if err != nil {
+		return nil, fmt.Errorf("grant: %w", err)
+	}
+	v.ev = ev
+	return v, nil
+}
+
+// Verify verifies envelope as a grant valid at now and returns it. A refused
+// grant is an [*Error]; any other error (a cancelled ctx, a zero now) is not
+// about the grant. See the package documentation for what is checked.
+func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (*Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("grant: verify: %w", err)
+	}
+	if now.IsZero() {
+		return nil, errors.New("grant: verify: zero time")
+	}
+	if len(envelope) > MaxEnvelopeSize {
+		return nil, Refuse(CodeMalformed, "envelope is %d bytes, more than the limit of %d", len(envelope), MaxEnvelopeSize)
+	}
+	env, err := decodeEnvelope(envelope)
+	if err != nil {
+		return nil, err
+	}
+	issuer, err := v.verifySignatures(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	p, sub, err := decodeStatement(env.payload)
+	if err != nil {
+		return nil, err
+	}
+	name, err := validate(p)
+	if err != nil {
+		return nil, Refuse(CodeMalformed, "predicate: %v", err)
+	}
+	if sub.Name != "phase/"+name {
+		return nil, Refuse(CodeMalformed, "subject name %q is not %q", sub.Name, "phase/"+name)
+	}
+	if now.Add(v.skew).Before(p.NotBefore) {
+		return nil, Refuse(CodeNotYetValid, "grant %s is valid from %s, now is %s", p.ID, p.NotBefore.Format(timeFormat), now.Format(timeFormat))
+	}
+	if !now.Add(-v.skew).Before(p.Expires) {
+		return nil, Refuse(CodeExpired, "grant %s expired at %s, now is %s", p.ID, p.Expires.Format(timeFormat), now.Format(timeFormat))
+	}
+	sum := sha256.Sum256(envelope)
+	return &Grant{
+		Predicate:      *p,
+		SubjectName:    sub.Name,
+		SubjectDigest:  digestPrefix + sub.Digest["sha256"],
+		IssuerKeyID:    issuer,
+		EnvelopeDigest: digestPrefix + hex.EncodeToString(sum[:]),
+	}, nil
+}
+
+// verifySignatures checks the envelope's signatures against the trusted keys
+// and returns the key ID of the trusted key that signed it. Every signature
+// whose keyid names a trusted key must verify (else CodeTampered); at least
+// one must (else CodeWrongIssuer). Signatures by other keys are ignored.
+func (v *Verifier) verifySignatures(ctx context.Context, env *envelope) (string, error) {
+	de := &dsse.Envelope{PayloadType: env.payloadType, Payload: env.payloadB64}
+	for _, s := range env.signatures {
+		de.Signatures = append(de.Signatures, dsse.Signature{KeyID: s.keyID, Sig: s.sigB64})
+	}
+	accepted, _, verr := v.ev.VerifyAndDecode(ctx, de)
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("grant: verify: %w", err)
+	}
+	ok := make(map[string]bool, len(accepted))
+	for _, a := range accepted {
+		ok[a.KeyID] = true
+	}
+	var untrusted []string
+	for _, s := range env.signatures {
+		switch {
+		case !v.trusted[s.keyID]:
+			untrusted = append(untrusted, s.keyID)
+		case !ok[s.keyID]:
+			return "", Refuse(CodeTampered, "signature by trusted key %s does not verify", s.keyID)
+		}
+	}
+	if len(accepted) == 0 || verr != nil {
+		if len(untrusted) == len(env.signatures) {
+			return "", Refuse(CodeWrongIssuer, "signed by %s, not by a trusted issuer key", quoteAll(untrusted))
+		}
+		return "", Refuse(CodeTampered, "no signature verifies: %v", verr)
+	}
+	return accepted[0].KeyID, nil
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", clip(s))
+	}
+	return strings.Join(q, ", ")
+}

@@ -1,0 +1,27 @@
+// Package predicate names custody's own in-toto predicate types.
+//
+// Every custody attestation is an in-toto Statement v1
+// (https://in-toto.io/Statement/v1) carried in a DSSE envelope whose payload
+// type is [PayloadType]. The statement's predicateType says what the
+// statement is. All of custody's predicate types live under the single URI
+// [Prefix] and carry their major version as the last path element; a
+// predicate whose meaning changes gets a new version, never a reused URI.
+package predicate
+
+// Prefix is the URI prefix shared by every custody predicate type.
+const Prefix = "https://custody.dev/attestation/"
+
+const (
+	// Grant is the predicate type of an operator grant: a single-use,
+	// scoped authorization to run one phase, signed by the grant issuer.
+	Grant = Prefix + "grant/v1"
+	// Receipt is the predicate type of a runner's receipt of a finished
+	// phase, signed by the runner identity key.
+	Receipt = Prefix + "receipt/v1"
+	// Qualification is reserved for a statement that a host qualified for a
+	// tier. Nothing produces or accepts it yet.
+	Qualification = Prefix + "qualification/v1"
+)
+
+// PayloadType is the DSSE payload type of an in-toto statement.
+const PayloadType = "application/vnd.in-toto+json"
