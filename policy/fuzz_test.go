@@ -10,8 +10,9 @@ import (
 	"github.com/custody-dev/custody/policy"
 )
 
-// FuzzParse checks that Parse never panics, and that whatever it accepts is
-// valid and survives a JSON round trip unchanged.
+// FuzzParse checks that Parse never panics, that whatever it accepts is
+// valid and survives a JSON round trip unchanged, and that it grants exactly
+// what it lists.
 func FuzzParse(f *testing.F) {
 	example, err := os.ReadFile(filepath.Join("testdata", "example-policy.yaml"))
 	if err != nil {
@@ -22,6 +23,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(valid + "tiers: {development: false}\n"))
 	f.Add([]byte(valid + "x: &a 1\ny: *a\n"))
 	f.Add([]byte(valid + "---\n{}\n"))
+	f.Add([]byte(withGrants))
+	f.Add([]byte(valid + "inputRoots: [/srv/work, /]\nactors: [{name: a, stages: [build, build]}]\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := policy.Parse(data)
@@ -49,5 +52,33 @@ func FuzzParse(f *testing.F) {
 		if !bytes.Equal(j1, j2) {
 			t.Fatalf("JSON not stable:\n%s\n%s", j1, j2)
 		}
+		// Every listed grant is granted. (Only the first few of each list
+		// are checked, as each check scans the whole list.)
+		for _, a := range first(p.Actors) {
+			for _, s := range a.Stages {
+				if !p.ActorMayRun(a.Name, s) {
+					t.Fatalf("ActorMayRun(%q, %q) = false", a.Name, s)
+				}
+			}
+			if p.ActorMayRun(a.Name, "") {
+				t.Fatalf("ActorMayRun(%q, \"\") = true", a.Name)
+			}
+		}
+		for _, r := range first(p.InputRoots) {
+			if !p.InputAllowed(r) || !p.InputAllowed(r+"/x") || p.InputAllowed(r+"/") || p.InputAllowed(r+"/..") {
+				t.Fatalf("InputAllowed is wrong about root %q", r)
+			}
+		}
+		if len(p.InputRoots) > 0 && p.InputAllowed("/") {
+			t.Fatal(`InputAllowed("/") = true with roots`)
+		}
+		for _, c := range first(p.Credentials) {
+			if !p.AllowsCredential(c) {
+				t.Fatalf("AllowsCredential(%q) = false", c)
+			}
+		}
 	})
 }
+
+// first returns at most the first 16 elements of s.
+func first[T any](s []T) []T { return s[:min(len(s), 16)] }

@@ -32,6 +32,10 @@ var parser = strictyaml.New(strictyaml.Format{
 		"^sha256:[0-9a-f]{64}$":                                "use the sha256:<64 lowercase hex> digest of an imported image",
 		"^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$":           "write a duration such as 30s, 5m or 1h30m",
 		"^[0-9]+(\\.[0-9]+)? ?([kKmMgGtTpP][iI]?[bB]?|[bB])?$": "write a byte count such as 64Mi, 1Gi or a plain integer",
+		"^/":                        inputRootFix,
+		actorPattern.String():       actorFix,
+		credentialPattern.String():  credentialFix,
+		destinationPattern.String(): destinationFix,
 	},
 })
 

@@ -20,6 +20,34 @@ type Policy struct {
 	Defaults Defaults `yaml:"defaults" json:"defaults"`
 	// Tiers says which tiers the operator enables.
 	Tiers Tiers `yaml:"tiers" json:"tiers"`
+	// Actors says who may run which stages. A policy without actors grants
+	// no actor anything.
+	Actors []Actor `yaml:"actors" json:"actors"`
+	// InputRoots are the absolute, clean host directories under which phase
+	// inputs may live. Empty means no restriction on where inputs live.
+	InputRoots []string `yaml:"inputRoots,omitempty" json:"inputRoots,omitempty"`
+	// Egress is the network the operator would allow out. There is no
+	// runtime support yet; it is policy data only.
+	Egress Egress `yaml:"egress,omitempty" json:"egress,omitempty"`
+	// Credentials names the credentials the operator may grant. A name is
+	// metadata only; it never carries a secret.
+	Credentials []string `yaml:"credentials,omitempty" json:"credentials,omitempty"`
+}
+
+// Actor is one principal and the stages it may run.
+type Actor struct {
+	// Name identifies the actor, e.g. "ci-bot" or "alice@example.com".
+	Name string `yaml:"name" json:"name"`
+	// Stages are the stages the actor may run: acquire, generate, build,
+	// test or run.
+	Stages []string `yaml:"stages" json:"stages"`
+}
+
+// Egress lists the destinations phases may reach.
+type Egress struct {
+	// Destinations are "host:port" pairs; host is a DNS name or an IP
+	// address (IPv6 in brackets), port is 1 to 65535.
+	Destinations []string `yaml:"destinations" json:"destinations"`
 }
 
 // Image is one allowed image.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/custody-dev/custody/internal/strictyaml"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
+	"github.com/custody-dev/custody/request"
 )
 
 const (
@@ -70,6 +72,59 @@ func TestParseValid(t *testing.T) {
 	if p.Defaults != (policy.Defaults{CPU: 1, OutputBytes: 32 << 20, TmpBytes: 16 << 20}) {
 		t.Errorf("defaults = %+v", p.Defaults)
 	}
+	if p.Actors != nil || p.InputRoots != nil || p.Egress.Destinations != nil || p.Credentials != nil {
+		t.Errorf("actors %+v inputRoots %q egress %+v credentials %q without the keys", p.Actors, p.InputRoots, p.Egress, p.Credentials)
+	}
+	if p.ActorMayRun("ci-bot", "build") || !p.InputAllowed("/anywhere") || p.AllowsCredential("x") {
+		t.Error("a policy without actors, inputRoots and credentials grants the wrong things")
+	}
+}
+
+// mustParse parses y, failing the test if it is refused.
+func mustParse(t *testing.T, y string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// withGrants is valid plus one of each new kind of grant.
+const withGrants = valid + `actors:
+  - name: ci-bot
+    stages: [build, test]
+  - name: alice@example.com
+    stages: [acquire, generate, build, test, run]
+inputRoots: [/srv/work, /home/ci/src]
+egress:
+  destinations: [proxy.example.com:3128, "10.0.0.1:80", "[2001:db8::1]:443"]
+credentials: [registry-token, GH_TOKEN]
+`
+
+func TestParseGrants(t *testing.T) {
+	p := mustParse(t, withGrants)
+	want := []policy.Actor{
+		{Name: "ci-bot", Stages: []string{"build", "test"}},
+		{Name: "alice@example.com", Stages: []string{"acquire", "generate", "build", "test", "run"}},
+	}
+	if !slices.EqualFunc(p.Actors, want, func(a, b policy.Actor) bool { return a.Name == b.Name && slices.Equal(a.Stages, b.Stages) }) {
+		t.Errorf("actors = %+v", p.Actors)
+	}
+	if !slices.Equal(p.InputRoots, []string{"/srv/work", "/home/ci/src"}) ||
+		!slices.Equal(p.Egress.Destinations, []string{"proxy.example.com:3128", "10.0.0.1:80", "[2001:db8::1]:443"}) ||
+		!slices.Equal(p.Credentials, []string{"registry-token", "GH_TOKEN"}) {
+		t.Errorf("inputRoots %q egress %q credentials %q", p.InputRoots, p.Egress.Destinations, p.Credentials)
+	}
+}
+
+// An empty actors list is allowed and grants nothing; egress may list no
+// destinations.
+func TestParseEmptyGrants(t *testing.T) {
+	p := mustParse(t, valid+"actors: []\negress: {destinations: []}\ncredentials: []\ninputRoots: []\n")
+	if p.ActorMayRun("ci-bot", "build") || !p.InputAllowed("/x") || p.AllowsCredential("a") {
+		t.Error("empty grant lists grant the wrong things")
+	}
 }
 
 func TestParseEmptyImages(t *testing.T) {
@@ -105,6 +160,31 @@ func TestParseInvalid(t *testing.T) {
 		{"default cpu above ceiling", edit(t, "  cpu: 1\n", "  cpu: 3\n"), []string{"defaults.cpu"}},
 		{"default bytes above ceiling", edit(t, "tmpBytes: 16Mi", "tmpBytes: 1Gi"), []string{"defaults.tmpBytes"}},
 		{"duplicate image", edit(t, "  - digest: "+digest+"\n", "  - digest: "+digest+"\n  - digest: "+digest+"\n    name: again\n"), []string{"images[1].digest"}},
+		{"actors not a list", valid + "actors: {name: ci-bot}\n", []string{"/actors"}},
+		{"actors null", valid + "actors:\n", []string{"/actors"}},
+		{"actor without stages", valid + "actors: [{name: ci-bot}]\n", []string{"/actors/0/stages"}},
+		{"actor with empty stages", valid + "actors: [{name: ci-bot, stages: []}]\n", []string{"/actors/0/stages"}},
+		{"actor with unknown stage", valid + "actors: [{name: ci-bot, stages: [build, deploy]}]\n", []string{"/actors/0/stages/1"}},
+		{"actor with unknown field", valid + "actors: [{name: ci-bot, stages: [build], admin: true}]\n", []string{"/actors/0/admin"}},
+		{"bad actor name", valid + "actors: [{name: CI Bot, stages: [build]}]\n", []string{"/actors/0/name"}},
+		{"duplicate actor", valid + "actors: [{name: a, stages: [build]}, {name: b, stages: [run]}, {name: a, stages: [test]}]\n", []string{"actors[2].name"}},
+		{"duplicate stage", valid + "actors: [{name: a, stages: [build, test, build]}]\n", []string{"actors[0].stages[2]"}},
+		{"relative input root", valid + "inputRoots: [srv/work]\n", []string{"/inputRoots/0"}},
+		{"unclean input root", valid + "inputRoots: [/srv/work/]\n", []string{"inputRoots[0]"}},
+		{"input root with dotdot", valid + "inputRoots: [/srv/../etc]\n", []string{"inputRoots[0]"}},
+		{"input root is /", valid + "inputRoots: [/srv/work, /]\n", []string{"inputRoots[1]"}},
+		{"duplicate input root", valid + "inputRoots: [/srv/work, /srv/work]\n", []string{"inputRoots[1]"}},
+		{"egress without destinations", valid + "egress: {}\n", []string{"/egress/destinations"}},
+		{"egress unknown field", valid + "egress: {destinations: [], allow: all}\n", []string{"/egress/allow"}},
+		{"destination without port", valid + "egress: {destinations: [example.com]}\n", []string{"/egress/destinations/0"}},
+		{"destination port 0", valid + "egress: {destinations: [\"example.com:0\"]}\n", []string{"egress.destinations[0]"}},
+		{"destination port too big", valid + "egress: {destinations: [\"example.com:65536\"]}\n", []string{"egress.destinations[0]"}},
+		{"destination bad host", valid + "egress: {destinations: [\"exa_mple.com:443\", \"1.2.3.999:80\"]}\n",
+			[]string{"egress.destinations[0]", "egress.destinations[1]"}},
+		{"duplicate destination", valid + "egress: {destinations: [\"[2001:db8::1]:443\", \"[2001:db8:0::1]:443\"]}\n", []string{"egress.destinations[1]"}},
+		{"credentials not a list", valid + "credentials: token\n", []string{"/credentials"}},
+		{"bad credential name", valid + "credentials: [ok, _bad]\n", []string{"/credentials/1"}},
+		{"duplicate credential", valid + "credentials: [a, b, a]\n", []string{"credentials[2]"}},
 		{"several problems", edit(t, "  cpu: 1\n", "  cpu: 3\n", "tmpBytes: 16Mi", "tmpBytes: 1Gi", "memory: 512Mi", "memory: 0"),
 			[]string{"ceilings.memory", "defaults.cpu", "defaults.tmpBytes"}},
 	}
@@ -176,6 +256,16 @@ func TestValidate(t *testing.T) {
 		{"duplicate image", func(p *policy.Policy) { p.Images = append(p.Images, policy.Image{Digest: digest2}, p.Images[0]) }, []string{"images[2].digest"}},
 		{"bad digest", func(p *policy.Policy) { p.Images[0].Digest = strings.ToUpper(digest) }, []string{"images[0].digest"}},
 		{"empty images", func(p *policy.Policy) { p.Images = nil }, nil},
+		{"new fields all wrong", func(p *policy.Policy) {
+			p.Actors = []policy.Actor{{Name: "Bad"}, {Name: "a", Stages: []string{"build", "deploy", "build"}}, {Name: "a", Stages: []string{"run"}}}
+			p.InputRoots = []string{"", "rel", "/a/./b", "/", "/a\x00", "/ok", "/ok"}
+			p.Egress.Destinations = []string{"a:1", "a:01", "a", "[a]:1", "[10.0.0.1]:1", "[fe80::1%eth0]:1", "0.0.0.0:1", "A.example:1", "a-.b:1", "a:1"}
+			p.Credentials = []string{"a", "", "a"}
+		}, []string{"actors[0].name", "actors[0].stages", "actors[1].stages[1]", "actors[1].stages[2]", "actors[2].name",
+			"inputRoots[0]", "inputRoots[1]", "inputRoots[2]", "inputRoots[3]", "inputRoots[4]", "inputRoots[6]",
+			"egress.destinations[1]", "egress.destinations[2]", "egress.destinations[3]", "egress.destinations[4]",
+			"egress.destinations[5]", "egress.destinations[6]", "egress.destinations[7]", "egress.destinations[8]",
+			"egress.destinations[9]", "credentials[1]", "credentials[2]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,10 +286,169 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidationErrorMessage(t *testing.T) {
-	_, err := policy.Parse([]byte(edit(t, "  cpu: 1\n", "  cpu: 3\n")))
-	want := `policy: defaults.cpu: 3 is above ceilings.cpu 2; fix: lower defaults.cpu or raise ceilings.cpu`
-	if err == nil || err.Error() != want {
-		t.Errorf("error = %v\nwant    %s", err, want)
+	for _, tt := range []struct{ yaml, want string }{
+		{edit(t, "  cpu: 1\n", "  cpu: 3\n"),
+			`policy: defaults.cpu: 3 is above ceilings.cpu 2; fix: lower defaults.cpu or raise ceilings.cpu`},
+		{valid + "inputRoots: [/]\n",
+			`policy: inputRoots[0]: "/" would let inputs come from anywhere on the host; fix: name the directories that hold work trees, e.g. /srv/work`},
+		{valid + "inputRoots: [/srv/work/]\n",
+			`policy: inputRoots[0]: "/srv/work/" is not a clean path; fix: write it as "/srv/work"`},
+		{valid + "actors: [{name: a, stages: [build]}, {name: a, stages: [test]}]\n",
+			`policy: actors[1].name: "a" is also actors[0].name; fix: list each actor once, with all its stages`},
+		{valid + "egress: {destinations: [\"example.com:99999\"]}\n",
+			`policy: egress.destinations[0]: port "99999" of "example.com:99999" is not a number from 1 to 65535; fix: ` +
+				`write host:port with a lowercase DNS name or an IP address (IPv6 in brackets) and a port from 1 to 65535, e.g. proxy.example.com:443 or [2001:db8::1]:443`},
+	} {
+		_, err := policy.Parse([]byte(tt.yaml))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("error = %v\nwant    %s", err, tt.want)
+		}
+	}
+}
+
+func TestDestinations(t *testing.T) {
+	good := []string{"example.com:443", "localhost:1", "a-b.c0.example:65535", "10.0.0.1:80", "[2001:db8::1]:443",
+		"[::ffff:10.0.0.1]:8080", "xn--bcher-kva.example:443", "1.example:22", strings.Repeat("a", 63) + ".example:1"}
+	bad := []string{"", ":443", "example.com", "example.com:", "example.com:0", "example.com:65536", "example.com:+80",
+		"example.com:080", "example.com:http", "Example.com:443", "example.com.:443", "-a.example:1", "a..b:1",
+		"*.example.com:443", "exa mple.com:443", "::1:443", "[example.com]:443", "[10.0.0.1]:80", "1.2.3.4.5:80",
+		"256.0.0.1:80", "0.0.0.0:80", "[::]:80", "[fe80::1%eth0]:443", strings.Repeat("a", 64) + ".example:1",
+		strings.Repeat("a.", 127) + "ab:1", "http://example.com:80"}
+	for _, d := range good {
+		p := mustParse(t, valid)
+		p.Egress.Destinations = []string{d}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%q refused: %v", d, err)
+		}
+	}
+	for _, d := range bad {
+		p := mustParse(t, valid)
+		p.Egress.Destinations = []string{d}
+		if got := fields(t, p.Validate()); !slices.Equal(got, []string{"egress.destinations[0]"}) {
+			t.Errorf("%q: fields = %q, want egress.destinations[0]", d, got)
+		}
+	}
+}
+
+func TestActorMayRun(t *testing.T) {
+	p := mustParse(t, withGrants)
+	for _, tt := range []struct {
+		actor, stage string
+		want         bool
+	}{
+		{"ci-bot", "build", true},
+		{"ci-bot", "test", true},
+		{"ci-bot", "run", false},
+		{"ci-bot", "acquire", false},
+		{"alice@example.com", "run", true},
+		{"alice@example.com", "acquire", true},
+		{"mallory", "build", false},
+		{"CI-BOT", "build", false},
+		{"", "build", false},
+		{"ci-bot", "", false},
+		{"ci-bot", "Build", false},
+	} {
+		if got := p.ActorMayRun(tt.actor, tt.stage); got != tt.want {
+			t.Errorf("ActorMayRun(%q, %q) = %v, want %v", tt.actor, tt.stage, got, tt.want)
+		}
+	}
+}
+
+func TestInputAllowed(t *testing.T) {
+	p := mustParse(t, withGrants)
+	for _, tt := range []struct {
+		path string
+		want bool
+	}{
+		{"/srv/work", true},
+		{"/srv/work/a", true},
+		{"/srv/work/a/b.txt", true},
+		{"/home/ci/src/repo", true},
+		{"/srv/work2", false},
+		{"/srv/work2/a", false},
+		{"/srv/wor", false},
+		{"/srv", false},
+		{"/", false},
+		{"/home/ci", false},
+		{"/srv/work/", false},
+		{"/srv/work/../etc", false},
+		{"/srv/work/./a", false},
+		{"/srv//work/a", false},
+		{"srv/work/a", false},
+		{"", false},
+		{"/srv/work/a\x00b", false},
+	} {
+		if got := p.InputAllowed(tt.path); got != tt.want {
+			t.Errorf("InputAllowed(%q) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+	// Roots Validate would refuse match nothing.
+	bad := policy.Policy{InputRoots: []string{"/", "/srv/work/", "rel"}}
+	for _, path := range []string{"/", "/srv/work", "/srv/work/a", "rel", "/etc"} {
+		if bad.InputAllowed(path) {
+			t.Errorf("InputAllowed(%q) with invalid roots = true", path)
+		}
+	}
+	// No roots: no restriction.
+	var none policy.Policy
+	for _, path := range []string{"/", "/srv/work", "/etc/shadow"} {
+		if !none.InputAllowed(path) {
+			t.Errorf("InputAllowed(%q) without roots = false", path)
+		}
+	}
+}
+
+func TestAllowsCredential(t *testing.T) {
+	p := mustParse(t, withGrants)
+	for _, tt := range []struct {
+		name string
+		want bool
+	}{{"registry-token", true}, {"GH_TOKEN", true}, {"gh_token", false}, {"registry", false}, {"", false}} {
+		if got := p.AllowsCredential(tt.name); got != tt.want {
+			t.Errorf("AllowsCredential(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// policy does not import request, so it keeps its own copy of the stages
+// and of the credential name pattern; the schemas must agree with request.
+func TestStagesAndCredentialsMatchRequest(t *testing.T) {
+	schema := func(b []byte) map[string]any {
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	get := func(v any, keys ...string) any {
+		for _, k := range keys {
+			v = v.(map[string]any)[k]
+		}
+		return v
+	}
+	pol, req := schema(policy.Schema()), schema(request.Schema())
+	polStages := get(pol, "properties", "actors", "items", "properties", "stages", "items", "enum")
+	reqStages := get(req, "properties", "stage", "enum")
+	if !reflect.DeepEqual(polStages, reqStages) {
+		t.Errorf("policy stages %v, request stages %v", polStages, reqStages)
+	}
+	var all []string
+	for _, s := range reqStages.([]any) {
+		all = append(all, s.(string))
+		if !request.Stage(s.(string)).Valid() {
+			t.Errorf("request.Stage(%q).Valid() = false", s)
+		}
+	}
+	p := mustParse(t, valid+"actors: [{name: a, stages: ["+strings.Join(all, ", ")+"]}]\n")
+	for _, s := range all {
+		if !p.ActorMayRun("a", s) {
+			t.Errorf("ActorMayRun(a, %q) = false", s)
+		}
+	}
+	polCred := get(pol, "properties", "credentials", "items", "pattern")
+	reqCred := get(req, "properties", "credentials", "items", "pattern")
+	if polCred != reqCred {
+		t.Errorf("credential pattern: policy %v, request %v", polCred, reqCred)
 	}
 }
 
@@ -238,6 +487,31 @@ func TestLoadExample(t *testing.T) {
 	}
 	if p.Ceilings.InputBytes != 1<<30 || p.Defaults.CPU != 1 {
 		t.Errorf("ceilings %+v defaults %+v", p.Ceilings, p.Defaults)
+	}
+	if !p.ActorMayRun("ci-bot", "test") || p.ActorMayRun("ci-bot", "run") || !p.ActorMayRun("operator", "acquire") {
+		t.Errorf("actors = %+v", p.Actors)
+	}
+	if !p.InputAllowed("/srv/custody/work/job1") || p.InputAllowed("/srv/custody/workx") {
+		t.Errorf("inputRoots = %q", p.InputRoots)
+	}
+	if len(p.Egress.Destinations) != 2 || !p.AllowsCredential("registry-token") {
+		t.Errorf("egress %+v credentials %q", p.Egress, p.Credentials)
+	}
+}
+
+// examples/policy.yaml is the demo's policy; with its placeholder filled in
+// it must parse, grant the demo's actors and leave input locations open.
+func TestLoadDemoExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "examples", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "@IMAGE@") {
+		t.Fatal("examples/policy.yaml lost its @IMAGE@ placeholder")
+	}
+	p := mustParse(t, strings.ReplaceAll(string(data), "@IMAGE@", digest))
+	if !p.ActorMayRun("ci-bot", "build") || !p.ActorMayRun("operator", "run") || p.InputRoots != nil || !p.InputAllowed("/any/build/dir") {
+		t.Errorf("actors %+v inputRoots %q", p.Actors, p.InputRoots)
 	}
 }
 

@@ -3,8 +3,13 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/custody-dev/custody/internal/strictyaml"
 	"github.com/custody-dev/custody/quantity"
@@ -17,7 +22,30 @@ type Problem = strictyaml.Problem
 // of edits can fix them all. Its Subject is "policy".
 type ValidationError = strictyaml.ValidationError
 
-var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+var (
+	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	// actorPattern, credentialPattern and destinationPattern match the
+	// schema's patterns; credentialPattern is also the phase request's.
+	actorPattern       = regexp.MustCompile(`^[a-z0-9][a-z0-9._@-]{0,63}$`)
+	credentialPattern  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+	destinationPattern = regexp.MustCompile(`^\S+:[0-9]+$`)
+	portPattern        = regexp.MustCompile(`^[1-9][0-9]{0,4}$`)
+	dnsLabelPattern    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
+
+// stages are the stages policy may grant to actors. They are the phase
+// request's stages (request.Stage), listed here because policy does not
+// import request; a test keeps the two in step.
+var stages = []string{"acquire", "generate", "build", "test", "run"}
+
+// Fixes shared by the schema's pattern explanations and Validate.
+const (
+	actorFix       = "use 1 to 64 lowercase letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
+	stageFix       = "use one of acquire, generate, build, test or run"
+	credentialFix  = "name the credential with 1 to 64 letters, digits, '_', '.' or '-', starting with a letter; never write the secret itself"
+	inputRootFix   = "give an absolute host directory that holds work trees, e.g. /srv/work"
+	destinationFix = "write host:port with a lowercase DNS name or an IP address (IPv6 in brackets) and a port from 1 to 65535, e.g. proxy.example.com:443 or [2001:db8::1]:443"
+)
 
 // AllowsImage reports whether the policy lists the image with this digest.
 func (p *Policy) AllowsImage(digest string) bool {
@@ -28,7 +56,7 @@ func (p *Policy) AllowsImage(digest string) bool {
 // listing every problem.
 func (p *Policy) Validate() error {
 	var ps []Problem
-	add := func(field, reason, fix string) { ps = append(ps, Problem{Field: field, Reason: reason, Fix: fix}) }
+	var add adder = func(field, reason, fix string) { ps = append(ps, Problem{Field: field, Reason: reason, Fix: fix}) }
 
 	if p.APIVersion != APIVersion {
 		add("apiVersion", fmt.Sprintf("%q is not supported", p.APIVersion), "set apiVersion: "+APIVersion)
@@ -37,18 +65,14 @@ func (p *Policy) Validate() error {
 		add("kind", fmt.Sprintf("%q is not a policy", p.Kind), "set kind: Policy")
 	}
 
-	seen := make(map[string]int, len(p.Images))
+	seen := firsts{}
 	for i, im := range p.Images {
 		field := fmt.Sprintf("images[%d].digest", i)
 		if !digestPattern.MatchString(im.Digest) {
 			add(field, fmt.Sprintf("%q is not an image digest", im.Digest), "use the sha256:<64 lowercase hex> digest of an imported image")
-			continue
-		}
-		if j, dup := seen[im.Digest]; dup {
+		} else if j, dup := seen.repeat(im.Digest, i); dup {
 			add(field, fmt.Sprintf("%s is also images[%d].digest", im.Digest, j), "list each image once")
-			continue
 		}
-		seen[im.Digest] = i
 	}
 
 	c, d := p.Ceilings, p.Defaults
@@ -88,8 +112,164 @@ func (p *Policy) Validate() error {
 	withinCeiling("outputBytes", d.OutputBytes, c.OutputBytes, "32Mi")
 	withinCeiling("tmpBytes", d.TmpBytes, c.TmpBytes, "16Mi")
 
+	p.validateActors(add)
+	p.validateInputRoots(add)
+	p.validateEgress(add)
+	p.validateCredentials(add)
+
 	if len(ps) > 0 {
 		return &ValidationError{Subject: "policy", Problems: ps}
 	}
 	return nil
+}
+
+// adder records one problem.
+type adder func(field, reason, fix string)
+
+// firsts remembers where each key of a list first occurs, so that a repeat
+// can name the item it repeats.
+type firsts map[string]int
+
+// repeat returns the index of an earlier item with key and true, or records
+// that key first occurs at i and returns false.
+func (f firsts) repeat(key string, i int) (int, bool) {
+	if j, ok := f[key]; ok {
+		return j, true
+	}
+	f[key] = i
+	return 0, false
+}
+
+func (p *Policy) validateActors(add adder) {
+	names := firsts{}
+	for i, a := range p.Actors {
+		field := fmt.Sprintf("actors[%d]", i)
+		if !actorPattern.MatchString(a.Name) {
+			add(field+".name", fmt.Sprintf("%q is not a valid actor name", a.Name), actorFix)
+		} else if j, dup := names.repeat(a.Name, i); dup {
+			add(field+".name", fmt.Sprintf("%q is also actors[%d].name", a.Name, j), "list each actor once, with all its stages")
+		}
+		if len(a.Stages) == 0 {
+			add(field+".stages", "is empty", "list the stages the actor may run, or remove the actor")
+		}
+		seen := firsts{}
+		for k, s := range a.Stages {
+			sf := fmt.Sprintf("%s.stages[%d]", field, k)
+			if !slices.Contains(stages, s) {
+				add(sf, fmt.Sprintf("%q is not a stage", s), stageFix)
+			} else if j, dup := seen.repeat(s, k); dup {
+				add(sf, fmt.Sprintf("%q is also %s.stages[%d]", s, field, j), "list each stage once")
+			}
+		}
+	}
+}
+
+// distinct checks a list whose items must each be valid and listed once.
+// check returns the key that identifies a valid item, or the reason and fix
+// for an invalid one; noun names an item in the fix for a repeat.
+func distinct(add adder, list, noun string, items []string, check func(string) (key, reason, fix string)) {
+	seen := firsts{}
+	for i, item := range items {
+		field := fmt.Sprintf("%s[%d]", list, i)
+		if key, reason, fix := check(item); reason != "" {
+			add(field, reason, fix)
+		} else if j, dup := seen.repeat(key, i); dup {
+			add(field, fmt.Sprintf("%q is also %s[%d]", item, list, j), "list each "+noun+" once")
+		}
+	}
+}
+
+func (p *Policy) validateInputRoots(add adder) {
+	distinct(add, "inputRoots", "root", p.InputRoots, func(r string) (string, string, string) {
+		reason, fix := rootProblem(r)
+		return r, reason, fix
+	})
+}
+
+// rootProblem says why r cannot be an input root, or returns empty strings
+// if it can.
+func rootProblem(r string) (reason, fix string) {
+	switch {
+	case r == "":
+		return "is empty", inputRootFix
+	case !cleanAbs(r):
+		if filepath.IsAbs(r) && !strings.ContainsRune(r, 0) {
+			return fmt.Sprintf("%q is not a clean path", r), fmt.Sprintf("write it as %q", filepath.Clean(r))
+		}
+		return fmt.Sprintf("%q is not an absolute path without NUL bytes", r), inputRootFix
+	case r == "/":
+		return `"/" would let inputs come from anywhere on the host`, "name the directories that hold work trees, e.g. /srv/work"
+	}
+	return "", ""
+}
+
+// cleanAbs reports whether p is an absolute host path, free of NUL bytes,
+// that filepath.Clean leaves unchanged.
+func cleanAbs(p string) bool {
+	return filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
+func (p *Policy) validateEgress(add adder) {
+	distinct(add, "egress.destinations", "destination", p.Egress.Destinations, func(d string) (string, string, string) {
+		key, reason := destination(d)
+		return key, reason, destinationFix
+	})
+}
+
+// destination parses d as "host:port" and returns the normal form that
+// identifies it (so that [::1]:80 and [0::1]:80 are one destination), or the
+// reason it is not a destination.
+func destination(d string) (key, reason string) {
+	host, port, err := net.SplitHostPort(d)
+	if err != nil {
+		return "", fmt.Sprintf("%q is not host:port", d)
+	}
+	n, err := strconv.Atoi(port)
+	if !portPattern.MatchString(port) || err != nil || n > 65535 {
+		return "", fmt.Sprintf("port %q of %q is not a number from 1 to 65535", port, d)
+	}
+	bracketed := strings.HasPrefix(d, "[")
+	if a, err := netip.ParseAddr(host); err == nil {
+		switch {
+		case a.Zone() != "":
+			return "", fmt.Sprintf("address %q of %q has a zone", host, d)
+		case a.IsUnspecified():
+			return "", fmt.Sprintf("address %q of %q is unspecified, not a destination", host, d)
+		case bracketed != a.Is6():
+			return "", fmt.Sprintf("%q brackets the host wrongly: only IPv6 addresses go in brackets", d)
+		}
+		return netip.AddrPortFrom(a, uint16(n)).String(), ""
+	}
+	if bracketed {
+		return "", fmt.Sprintf("%q brackets the host wrongly: only IPv6 addresses go in brackets", d)
+	}
+	if !dnsName(host) {
+		return "", fmt.Sprintf("host %q of %q is not a lowercase DNS name or an IP address", host, d)
+	}
+	return host + ":" + port, ""
+}
+
+// dnsName reports whether host is a lowercase DNS host name without a
+// trailing dot whose last label is not all digits (which would be a
+// malformed IPv4 address).
+func dnsName(host string) bool {
+	if len(host) > 253 {
+		return false
+	}
+	labels := strings.Split(host, ".")
+	for _, l := range labels {
+		if !dnsLabelPattern.MatchString(l) {
+			return false
+		}
+	}
+	return strings.Trim(labels[len(labels)-1], "0123456789") != ""
+}
+
+func (p *Policy) validateCredentials(add adder) {
+	distinct(add, "credentials", "credential", p.Credentials, func(c string) (string, string, string) {
+		if !credentialPattern.MatchString(c) {
+			return "", fmt.Sprintf("%q is not a valid credential name", c), credentialFix
+		}
+		return c, "", ""
+	})
 }

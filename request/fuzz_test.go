@@ -12,7 +12,8 @@ import (
 
 // FuzzParse checks that Parse never panics, and that whatever it accepts is
 // valid and survives a JSON round trip unchanged (plans are digested as JSON,
-// so the encoding must be stable).
+// so the encoding must be stable), and that Canonical is that JSON and
+// Digest its hash.
 func FuzzParse(f *testing.F) {
 	example, err := os.ReadFile(filepath.Join("testdata", "example-phase.yaml"))
 	if err != nil {
@@ -23,6 +24,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(valid + "tmp: {maxBytes: 1.5Gi}\nenv: {A: \"\\u00e9\", B: '2001-12-14'}\n"))
 	f.Add([]byte(valid + "a: &a [x]\nb: *a\n"))
 	f.Add([]byte(valid + "---\n{}\n"))
+	f.Add([]byte(valid + "toolchain: go1.26\ncredentials: [registry-token, GH_TOKEN]\n"))
+	f.Add([]byte(valid + "credentials: [a, a]\n"))
 	f.Add([]byte("{apiVersion: custody.dev/v1alpha1, kind: Phase, resources: {cpu: 1e308}}"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -50,6 +53,15 @@ func FuzzParse(f *testing.F) {
 		}
 		if !bytes.Equal(j1, j2) {
 			t.Fatalf("JSON not stable:\n%s\n%s", j1, j2)
+		}
+		c, err := p.Canonical()
+		if err != nil || !bytes.Equal(c, j1) {
+			t.Fatalf("Canonical = %s, %v; want %s", c, err, j1)
+		}
+		d1, err1 := p.Digest()
+		d2, err2 := q.Digest()
+		if err1 != nil || err2 != nil || d1 != d2 || len(d1) != len("sha256:")+64 {
+			t.Fatalf("Digest = %q, %v; after a round trip %q, %v", d1, err1, d2, err2)
 		}
 	})
 }

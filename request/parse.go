@@ -32,6 +32,8 @@ var parser = strictyaml.New(strictyaml.Format{
 		"^/":                          "use an absolute path",
 		"^sha256:[0-9a-f]{64}$":       "use the sha256:<64 lowercase hex> digest of an imported image",
 		"^[a-z0-9][a-z0-9._-]{0,62}$": "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
+		toolchainPattern.String():     toolchainFix,
+		credentialPattern.String():    credentialFix,
 		"^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$":           "write a duration such as 30s, 5m or 1h30m",
 		"^[0-9]+(\\.[0-9]+)? ?([kKmMgGtTpP][iI]?[bB]?|[bB])?$": "write a byte count such as 64Mi, 1Gi or a plain integer",
 	},

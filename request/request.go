@@ -26,16 +26,48 @@ type Network string
 // NetworkDeny gives the phase a fresh network namespace with loopback only.
 const NetworkDeny Network = "deny"
 
+// Stage names the part of a pipeline a phase performs. Operator policy
+// grants stages to actors; a request only says which stage it is.
+type Stage string
+
+const (
+	// StageAcquire fetches sources or dependencies.
+	StageAcquire Stage = "acquire"
+	// StageGenerate produces source from source (code generators).
+	StageGenerate Stage = "generate"
+	// StageBuild compiles or assembles artifacts.
+	StageBuild Stage = "build"
+	// StageTest runs tests.
+	StageTest Stage = "test"
+	// StageRun runs a program for its own sake.
+	StageRun Stage = "run"
+)
+
+// Valid reports whether s is one of the stages defined above.
+func (s Stage) Valid() bool {
+	switch s {
+	case StageAcquire, StageGenerate, StageBuild, StageTest, StageRun:
+		return true
+	}
+	return false
+}
+
 // Phase is one phase request (kind: Phase).
 type Phase struct {
 	APIVersion string `yaml:"apiVersion" json:"apiVersion"`
 	Kind       string `yaml:"kind" json:"kind"`
 	// Name labels the phase in results; it carries no authority.
 	Name string `yaml:"name" json:"name"`
+	// Stage is the pipeline stage the phase performs; it is required, and
+	// policy decides which actors may run it.
+	Stage Stage `yaml:"stage" json:"stage"`
 	// Tier is the assurance level asked for; empty means production.
 	Tier Tier `yaml:"tier,omitempty" json:"tier,omitempty"`
 	// Image is the content digest of an imported image ("sha256:<64 hex>").
 	Image string `yaml:"image" json:"image"`
+	// Toolchain is a free-form label of the toolchain the phase expects,
+	// e.g. "go1.26". It is informational and carries no authority.
+	Toolchain string `yaml:"toolchain,omitempty" json:"toolchain,omitempty"`
 	// Command is argv; Command[0] is an absolute path inside the image.
 	Command []string `yaml:"command" json:"command"`
 	// Workdir is the absolute working directory inside the container; default "/".
@@ -52,6 +84,10 @@ type Phase struct {
 	Resources Resources `yaml:"resources" json:"resources"`
 	// Network is the network asked for; empty means deny.
 	Network Network `yaml:"network,omitempty" json:"network,omitempty"`
+	// Credentials names the credentials the phase asks for. A name is
+	// metadata only: it never carries a secret, and policy decides whether
+	// the credential is granted.
+	Credentials []string `yaml:"credentials,omitempty" json:"credentials,omitempty"`
 }
 
 // Input maps a host path (file or directory) to a mount point.

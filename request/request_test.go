@@ -1,8 +1,11 @@
 package request_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +25,7 @@ const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef012345678
 const valid = `apiVersion: custody.dev/v1alpha1
 kind: Phase
 name: build
+stage: build
 image: ` + digest + `
 command: ["/bin/sh", "-c", "true"]
 inputs:
@@ -53,7 +57,7 @@ func TestParseValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Name != "build" || p.Image != digest || len(p.Command) != 3 || p.Output.Path != "/out" {
+	if p.Name != "build" || p.Stage != request.StageBuild || p.Image != digest || len(p.Command) != 3 || p.Output.Path != "/out" {
 		t.Errorf("unexpected phase %+v", p)
 	}
 	if p.EffectiveTier() != request.TierProduction {
@@ -64,6 +68,39 @@ func TestParseValid(t *testing.T) {
 	}
 	if p.Inputs[0].Source != "./src" {
 		t.Errorf("Parse changed a relative source to %q", p.Inputs[0].Source)
+	}
+	if p.Toolchain != "" || p.Credentials != nil {
+		t.Errorf("toolchain %q credentials %q without the keys", p.Toolchain, p.Credentials)
+	}
+}
+
+// mustParse parses y, failing the test if it is refused.
+func mustParse(t *testing.T, y string) *request.Phase {
+	t.Helper()
+	p, err := request.Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestParseNewFields(t *testing.T) {
+	p := mustParse(t, edit(t, "stage: build", "stage: test")+"toolchain: go1.26+rc.1_x-y\ncredentials: [registry-token, GH_TOKEN, a.b]\n")
+	if p.Stage != request.StageTest || p.Toolchain != "go1.26+rc.1_x-y" || !slices.Equal(p.Credentials, []string{"registry-token", "GH_TOKEN", "a.b"}) {
+		t.Errorf("stage %q toolchain %q credentials %q", p.Stage, p.Toolchain, p.Credentials)
+	}
+}
+
+func TestStageValid(t *testing.T) {
+	for _, s := range []request.Stage{request.StageAcquire, request.StageGenerate, request.StageBuild, request.StageTest, request.StageRun} {
+		if !s.Valid() {
+			t.Errorf("%q.Valid() = false", s)
+		}
+	}
+	for _, s := range []request.Stage{"", "Build", "deploy", "build "} {
+		if s.Valid() {
+			t.Errorf("%q.Valid() = true", s)
+		}
 	}
 }
 
@@ -77,7 +114,7 @@ func TestParseInvalid(t *testing.T) {
 		{"unknown nested field", edit(t, "  pids: 64\n", "  pids: 64\n  foo: 1\n"), []string{"/resources/foo"}},
 		{"unknown input field", edit(t, "    target: /in/src\n", "    target: /in/src\n    mode: rw\n"), []string{"/inputs/0/mode"}},
 		{"missing required fields", strings.NewReplacer("name: build\n", "", "  pids: 64\n", "").Replace(valid), []string{"/name", "/resources/pids"}},
-		{"missing everything", "{}", []string{"/apiVersion", "/kind", "/name", "/image", "/command", "/output", "/resources"}},
+		{"missing everything", "{}", []string{"/apiVersion", "/kind", "/name", "/stage", "/image", "/command", "/output", "/resources"}},
 		{"not a mapping", "[1, 2]", []string{""}},
 		{"wrong apiVersion", edit(t, "custody.dev/v1alpha1", "custody.dev/v2"), []string{"/apiVersion"}},
 		{"wrong kind", edit(t, "kind: Phase", "kind: Policy"), []string{"/kind"}},
@@ -89,6 +126,16 @@ func TestParseInvalid(t *testing.T) {
 		{"bad env key", valid + "env:\n  1BAD: x\n", []string{"/env/1BAD"}},
 		{"env value not a string", valid + "env:\n  N: 1\n", []string{"/env/N"}},
 		{"bad tier", valid + "tier: staging\n", []string{"/tier"}},
+		{"missing stage", edit(t, "stage: build\n", ""), []string{"/stage"}},
+		{"bad stage", edit(t, "stage: build", "stage: deploy"), []string{"/stage"}},
+		{"stage in capitals", edit(t, "stage: build", "stage: Build"), []string{"/stage"}},
+		{"null stage", edit(t, "stage: build", "stage:"), []string{"/stage"}},
+		{"bad toolchain", valid + "toolchain: go 1.26\n", []string{"/toolchain"}},
+		{"toolchain too long", valid + "toolchain: " + strings.Repeat("x", 65) + "\n", []string{"/toolchain"}},
+		{"toolchain not a string", valid + "toolchain: 1.26\n", []string{"/toolchain"}},
+		{"credentials not a list", valid + "credentials: registry-token\n", []string{"/credentials"}},
+		{"bad credential name", valid + "credentials: [ok, 1bad, \"has space\"]\n", []string{"/credentials/1", "/credentials/2"}},
+		{"duplicate credential", valid + "credentials: [a, b, a]\n", []string{"credentials[2]"}},
 		{"bad network", valid + "network: host\n", []string{"/network"}},
 		{"relative target", edit(t, "target: /in/src", "target: in/src"), []string{"/inputs/0/target"}},
 		{"negative memory", edit(t, "memory: 64Mi", "memory: -1"), []string{"/resources/memory"}},
@@ -220,7 +267,7 @@ func TestParseScalarsStayStrings(t *testing.T) {
 func TestValidate(t *testing.T) {
 	base := func() request.Phase {
 		return request.Phase{
-			APIVersion: request.APIVersion, Kind: "Phase", Name: "x", Image: digest,
+			APIVersion: request.APIVersion, Kind: "Phase", Name: "x", Stage: request.StageRun, Image: digest,
 			Command:   []string{"/bin/true"},
 			Output:    request.Output{Path: "/out"},
 			Resources: request.Resources{Memory: 1, Pids: 1, WallTime: quantity.Duration(time.Second)},
@@ -235,9 +282,15 @@ func TestValidate(t *testing.T) {
 		modify func(p *request.Phase)
 		want   []string
 	}{
-		{"everything wrong", func(p *request.Phase) { *p = request.Phase{Tier: "x", Network: "host", Workdir: "w"} },
-			[]string{"apiVersion", "kind", "name", "tier", "image", "command", "workdir", "output.path",
-				"resources.memory", "resources.pids", "resources.wallTime", "network"}},
+		{"everything wrong", func(p *request.Phase) {
+			*p = request.Phase{Tier: "x", Network: "host", Workdir: "w", Toolchain: "-", Credentials: []string{""}}
+		},
+			[]string{"apiVersion", "kind", "name", "stage", "tier", "image", "toolchain", "command", "workdir", "output.path",
+				"resources.memory", "resources.pids", "resources.wallTime", "network", "credentials[0]"}},
+		{"bad stage", func(p *request.Phase) { p.Stage = "deploy" }, []string{"stage"}},
+		{"bad toolchain", func(p *request.Phase) { p.Toolchain = "go/1.26" }, []string{"toolchain"}},
+		{"credentials", func(p *request.Phase) { p.Credentials = []string{"a", "b", "a", "a", "x=secret", "a"} },
+			[]string{"credentials[2]", "credentials[3]", "credentials[4]", "credentials[5]"}},
 		{"bad digest", func(p *request.Phase) { p.Image = "sha256:" + strings.Repeat("G", 64) }, []string{"image"}},
 		{"relative command", func(p *request.Phase) { p.Command = []string{"true"} }, []string{"command[0]"}},
 		{"NUL in argument", func(p *request.Phase) { p.Command = append(p.Command, "a\x00b") }, []string{"command[1]"}},
@@ -263,11 +316,76 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidationErrorMessage(t *testing.T) {
-	y := edit(t, "target: /in/src", "target: /out/x")
-	_, err := request.Parse([]byte(y))
-	want := `request: inputs[0].target: "/out/x" is inside output.path "/out"; fix: mount inputs outside the output directory`
-	if err == nil || err.Error() != want {
-		t.Errorf("error = %v\nwant    %s", err, want)
+	for _, tt := range []struct{ yaml, want string }{
+		{edit(t, "target: /in/src", "target: /out/x"),
+			`request: inputs[0].target: "/out/x" is inside output.path "/out"; fix: mount inputs outside the output directory`},
+		{valid + "credentials: [a, a]\n",
+			`request: credentials[1]: "a" is also credentials[0]; fix: list each credential once`},
+		{edit(t, "stage: build", "stage: deploy"),
+			`request: /stage: value must be one of 'acquire', 'generate', 'build', 'test', 'run'; fix: use one of acquire, generate, build, test, run`},
+	} {
+		_, err := request.Parse([]byte(tt.yaml))
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("error = %v\nwant    %s", err, tt.want)
+		}
+	}
+}
+
+// Grants bind a phase by Digest, so equal phases must digest equally however
+// their YAML is spelled, and any change must change the digest.
+func TestCanonicalDigest(t *testing.T) {
+	digestOf := func(t *testing.T, y string) (string, []byte) {
+		t.Helper()
+		p := mustParse(t, y)
+		c, cerr := p.Canonical()
+		d, derr := p.Digest()
+		if cerr != nil || derr != nil {
+			t.Fatalf("Canonical: %v; Digest: %v", cerr, derr)
+		}
+		return d, c
+	}
+	full := valid + "env: {B: '2', A: x}\ncredentials: [b, a]\ntoolchain: go1.26\n"
+	want, canon := digestOf(t, full)
+	if !strings.HasPrefix(want, "sha256:") || len(want) != len("sha256:")+64 {
+		t.Errorf("Digest = %q, want sha256:<64 hex>", want)
+	}
+	if sum := sha256.Sum256(canon); want != "sha256:"+hex.EncodeToString(sum[:]) {
+		t.Errorf("Digest %s is not the sha256 of Canonical %s", want, canon)
+	}
+	if !json.Valid(canon) || !strings.Contains(string(canon), `"env":{"A":"x","B":"2"}`) {
+		t.Errorf("Canonical = %s, want JSON with sorted env keys", canon)
+	}
+	same := []struct{ name, yaml string }{
+		{"parsed again", full},
+		{"respelled", strictyaml.Edit(t, full, "memory: 64Mi", "memory: 67108864", "wallTime: 30s", "wallTime: 0.5m",
+			"env: {B: '2', A: x}\n", "env:\n  A: \"x\"\n  B: '2'\n", "kind: Phase\n", "") + "kind: Phase # moved\n"},
+	}
+	for _, tt := range same {
+		if got, c := digestOf(t, tt.yaml); got != want {
+			t.Errorf("%s: Digest = %s, want %s\n%s\n%s", tt.name, got, want, c, canon)
+		}
+	}
+	changed := []struct{ name, old, new string }{
+		{"stage", "stage: build", "stage: test"},
+		{"toolchain", "toolchain: go1.26", "toolchain: go1.25"},
+		{"credential order", "credentials: [b, a]", "credentials: [a, b]"},
+		{"credential added", "credentials: [b, a]", "credentials: [b, a, c]"},
+		{"env value", "A: x", "A: y"},
+		{"command", `"true"]`, `"false"]`},
+		{"memory", "memory: 64Mi", "memory: 65Mi"},
+		{"input source", "source: ./src", "source: ./src2"},
+	}
+	for _, tt := range changed {
+		if got, _ := digestOf(t, strictyaml.Edit(t, full, tt.old, tt.new)); got == want {
+			t.Errorf("changing %s left Digest at %s", tt.name, got)
+		}
+	}
+	var nilPhase *request.Phase
+	if _, err := nilPhase.Digest(); err == nil {
+		t.Error("Digest of a nil phase succeeded")
+	}
+	if _, err := (&request.Phase{Resources: request.Resources{CPU: math.NaN()}}).Canonical(); err == nil {
+		t.Error("Canonical of a NaN cpu succeeded")
 	}
 }
 
@@ -295,6 +413,21 @@ func TestLoadExample(t *testing.T) {
 	}
 	if p.Env["GREETING"] != "hello" {
 		t.Errorf("env = %q", p.Env)
+	}
+	if p.Stage != request.StageBuild || p.Toolchain != "busybox-1.36" || !slices.Equal(p.Credentials, []string{"registry-token"}) {
+		t.Errorf("stage %q toolchain %q credentials %q", p.Stage, p.Toolchain, p.Credentials)
+	}
+}
+
+// examples/phase.yaml is the demo's request; with its placeholder filled in
+// it must parse.
+func TestDemoExample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "examples", "phase.yaml"))
+	if err != nil || !strings.Contains(string(data), `"@IMAGE@"`) {
+		t.Fatalf("examples/phase.yaml: %v, or it lost its @IMAGE@ placeholder", err)
+	}
+	if p := mustParse(t, strings.ReplaceAll(string(data), "@IMAGE@", digest)); p.Stage != request.StageBuild {
+		t.Errorf("stage = %q, want build", p.Stage)
 	}
 }
 

@@ -23,6 +23,16 @@ var (
 	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// toolchainPattern and credentialPattern match the schema's patterns.
+	toolchainPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+	credentialPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
+)
+
+// Fixes shared by the schema's pattern explanations and Validate.
+const (
+	stageFix      = "use one of acquire, generate, build, test or run"
+	toolchainFix  = "use 1 to 64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit, e.g. go1.26, or leave it out"
+	credentialFix = "name the credential with 1 to 64 letters, digits, '_', '.' or '-', starting with a letter; never write the secret itself"
 )
 
 // EffectiveTier is the tier asked for, production when unset.
@@ -57,11 +67,20 @@ func (p *Phase) Validate() error {
 		add("name", fmt.Sprintf("%q is not a valid name", p.Name),
 			"use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit")
 	}
+	switch {
+	case p.Stage == "":
+		add("stage", "is missing", stageFix)
+	case !p.Stage.Valid():
+		add("stage", fmt.Sprintf("%q is not a stage", p.Stage), stageFix)
+	}
 	if p.Tier != "" && p.Tier != TierProduction && p.Tier != TierDevelopment {
 		add("tier", fmt.Sprintf("%q is not a tier", p.Tier), "use production or development, or leave it out for production")
 	}
 	if !digestPattern.MatchString(p.Image) {
 		add("image", fmt.Sprintf("%q is not an image digest", p.Image), "use the sha256:<64 lowercase hex> digest of an imported image")
+	}
+	if p.Toolchain != "" && !toolchainPattern.MatchString(p.Toolchain) {
+		add("toolchain", fmt.Sprintf("%q is not a valid toolchain label", p.Toolchain), toolchainFix)
 	}
 
 	if len(p.Command) == 0 {
@@ -151,6 +170,17 @@ func (p *Phase) Validate() error {
 	}
 	if p.Network != "" && p.Network != NetworkDeny {
 		add("network", fmt.Sprintf("%q is not supported", p.Network), "use deny, or leave it out")
+	}
+	seen := make(map[string]int, len(p.Credentials))
+	for i, c := range p.Credentials {
+		field := fmt.Sprintf("credentials[%d]", i)
+		if !credentialPattern.MatchString(c) {
+			add(field, fmt.Sprintf("%q is not a valid credential name", c), credentialFix)
+		} else if j, dup := seen[c]; dup {
+			add(field, fmt.Sprintf("%q is also credentials[%d]", c, j), "list each credential once")
+		} else {
+			seen[c] = i
+		}
 	}
 
 	if len(ps) > 0 {
