@@ -31,19 +31,13 @@ bin/runc: go.mod go.sum | deps
 	CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o bin/runc github.com/opencontainers/runc
 	@./bin/runc --version | head -1
 
-build: bin/custody bin/runc
+build: bin/custody bin/custodyd bin/runc
 bin/custody: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custody ./cmd/custody
-
-# Runner config pinning the runtime's path, version and digest.
-$(BUILD)/runner.yaml: bin/runc
-	@mkdir -p $(BUILD)
-	@printf 'stateDir: %s\nruntimeDir: %s\nruntime:\n  path: %s\n  version: "%s"\n  sha256: %s\n' \
-		"$(DEMO)/state" "/run/custody-demo" "$(ROOT)/bin/runc" \
-		"$$(./bin/runc --version | awk 'NR==1{print $$3}')" \
-		"$$(sha256sum bin/runc | cut -d' ' -f1)" > $@
-	@cat $@
+bin/custodyd: $(GO_SOURCES)
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custodyd ./cmd/custodyd
 
 # A tiny test image: static busybox and its applets.
 $(BUILD)/testimage/rootfs: | deps
@@ -52,18 +46,12 @@ $(BUILD)/testimage/rootfs: | deps
 	@for a in $$(/bin/busybox --list); do [ "$$a" = busybox ] || ln -s busybox $@/bin/$$a; done
 	@printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > $@/etc/passwd
 
-demo: build $(BUILD)/runner.yaml $(BUILD)/testimage/rootfs
-	@mkdir -p $(DEMO)
-	@img=$$(./bin/custody --config $(BUILD)/runner.yaml image import $(BUILD)/testimage/rootfs) && \
-		echo "image $$img" && \
-		sed "s/@IMAGE@/$$img/" examples/phase.yaml > $(DEMO)/phase.yaml && \
-		sed "s/@IMAGE@/$$img/" examples/policy.yaml > $(DEMO)/policy.yaml && \
-		rm -rf $(DEMO)/src && cp -r examples/src $(DEMO)/src
-	./bin/custody --config $(BUILD)/runner.yaml run $(DEMO)/phase.yaml --policy $(DEMO)/policy.yaml
+demo: build $(BUILD)/testimage/rootfs
+	./scripts/demo.sh
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build
-	CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody $(GO) test -count=1 -timeout 20m ./...
+	CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd $(GO) test -count=1 -timeout 20m ./...
 
 # Fuzz every parser of untrusted input for a short while each.
 FUZZTIME ?= 20s

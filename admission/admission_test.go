@@ -49,7 +49,7 @@ func pol() *policy.Policy {
 
 func req(tier request.Tier) *request.Phase {
 	return &request.Phase{
-		APIVersion: request.APIVersion, Kind: "Phase", Name: "t", Tier: tier, Image: img,
+		APIVersion: request.APIVersion, Kind: "Phase", Name: "t", Stage: request.StageBuild, Tier: tier, Image: img,
 		Command: []string{"/bin/true"}, Output: request.Output{Path: "/out"},
 		Resources: request.Resources{Memory: 64 << 20, Pids: 10, WallTime: quantity.Duration(time.Second)},
 	}

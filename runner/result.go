@@ -5,103 +5,68 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
 
-// Status is how a run ended.
-type Status string
-
+// Run statuses, re-exported for callers of the runner.
 const (
-	StatusOK        Status = "ok"
-	StatusFailed    Status = "failed"
-	StatusTimeout   Status = "timeout"
-	StatusOOM       Status = "oom"
-	StatusRefused   Status = "refused"
-	StatusCancelled Status = "cancelled"
+	StatusOK        = api.StatusOK
+	StatusFailed    = api.StatusFailed
+	StatusTimeout   = api.StatusTimeout
+	StatusOOM       = api.StatusOOM
+	StatusRefused   = api.StatusRefused
+	StatusCancelled = api.StatusCancelled
 )
 
-// Result is what a run produced, for people (Summary) and machines (JSON).
-type Result struct {
-	RunID       string      `json:"runId"`
-	Name        string      `json:"name"`
-	Status      Status      `json:"status"`
-	ExitCode    int         `json:"exitCode"`
-	Signal      string      `json:"signal,omitempty"`
-	Tier        string      `json:"tier"`
-	Unqualified bool        `json:"unqualified"`
-	Runtime     RuntimeInfo `json:"runtime"`
-	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
-	RuntimeSHA256 string             `json:"runtimeSha256,omitempty"`
-	ConfigSHA256  string             `json:"configSha256,omitempty"`
-	UserNamespace bool               `json:"userNamespace"`
-	Image         string             `json:"image"`
-	Inputs        []Input            `json:"inputs"`
-	Output        *Output            `json:"output,omitempty"`
-	Usage         Usage              `json:"usage"`
-	Cleanup       *oci.CleanupReport `json:"cleanup,omitempty"`
-	Refusal       []admission.Check  `json:"refusal,omitempty"`
-	Error         string             `json:"error,omitempty"`
-	Started       time.Time          `json:"started"`
-	Finished      time.Time          `json:"finished"`
+// Checks converts admission checks to their wire form.
+func Checks(cs []admission.Check) []api.Check {
+	out := make([]api.Check, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, api.Check{Requirement: c.Requirement, Verdict: string(c.Verdict),
+			Code: c.Code, Detail: c.Detail, Fix: c.Fix})
+	}
+	return out
 }
 
-// RuntimeInfo is the pinned runtime the runner was configured with.
-type RuntimeInfo struct {
-	Path    string `json:"path"`
-	Version string `json:"version"`
-	SHA256  string `json:"sha256"`
-}
-
-// Usage is what the kernel accounted to the run.
-type Usage struct {
-	PeakMemoryBytes int64 `json:"peakMemoryBytes"`
-	CPUTimeMillis   int64 `json:"cpuTimeMillis"`
-	WallMillis      int64 `json:"wallMillis"`
-	OOMKills        int64 `json:"oomKills"`
-	// Enforced limits read back from the live cgroup.
-	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
-	PidsLimit        int64 `json:"pidsLimit"`
-}
-
-// Output is the custody record of the run's outputs.
-type Output struct {
-	Digest string       `json:"digest"`
-	Path   string       `json:"path"`
-	Files  []OutputFile `json:"files"`
-	Bytes  int64        `json:"bytes"`
-}
-
-// OutputFile is one kept file.
-type OutputFile struct {
-	Path   string `json:"path"`
-	SHA256 string `json:"sha256"`
-	Size   int64  `json:"size"`
-}
-
-func newOutput(s *snapshot.Snapshot) *Output {
-	o := &Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []OutputFile{}}
+func newOutput(s *snapshot.Snapshot) *api.Output {
+	o := &api.Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []api.OutputFile{}}
 	for _, e := range s.Tree.Entries {
 		if e.Kind == treehash.KindFile {
-			o.Files = append(o.Files, OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
+			o.Files = append(o.Files, api.OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
 		}
 	}
 	return o
 }
 
-func (r *Runner) newResult(p *Prepared) *Result {
-	res := &Result{
-		RunID:       newRunID(),
+func cleanup(r *oci.CleanupReport) *api.Cleanup {
+	c := &api.Cleanup{Verified: r.Verified, Steps: []api.CleanupStep{}}
+	for _, s := range r.Steps {
+		c.Steps = append(c.Steps, api.CleanupStep{Name: s.Name, OK: s.OK, Detail: s.Detail})
+	}
+	return c
+}
+
+func (r *Runner) newResult(p *Prepared) *api.Result {
+	res := &api.Result{
+		RunID:       p.RunID,
 		Name:        p.Plan.Name,
 		Tier:        string(p.Plan.Tier),
 		Unqualified: p.Plan.Unqualified,
-		Runtime: RuntimeInfo{Path: r.cfg.Runtime.Path, Version: r.cfg.Runtime.Version,
+		Runtime: api.Runtime{Path: r.cfg.Runtime.Path, Version: r.cfg.Runtime.Version,
 			SHA256: r.cfg.Runtime.SHA256},
 		UserNamespace: r.userNS != nil,
 		Image:         p.Image.Digest,
-		Inputs:        p.Inputs,
+		Inputs:        []api.Input{},
 		Started:       time.Now().UTC(),
+	}
+	if res.RunID == "" {
+		res.RunID = NewRunID()
+	}
+	for _, in := range p.Inputs {
+		res.Inputs = append(res.Inputs, api.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
 	}
 	if res.Unqualified {
 		res.Tier = "development (unqualified)"
@@ -109,22 +74,23 @@ func (r *Runner) newResult(p *Prepared) *Result {
 	return res
 }
 
-func (res *Result) refuse(err error) {
+// Refuse records err as a refusal on res.
+func Refuse(res *api.Result, err error) {
 	res.Status = StatusRefused
 	res.ExitCode = -1
 	res.Error = err.Error()
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
-		res.Refusal = re.Checks
+		res.Refusal = Checks(re.Checks)
 	}
 	res.Finished = time.Now().UTC()
 }
 
-func (res *Result) setExit(ex *oci.Exit) {
+func setExit(res *api.Result, ex *oci.Exit) {
 	res.ExitCode = ex.Code
 	res.Signal = ex.Signal
 	res.Started, res.Finished = ex.Started.UTC(), ex.Finished.UTC()
-	res.Usage = Usage{
+	res.Usage = api.Usage{
 		PeakMemoryBytes:  ex.Usage.PeakMemoryBytes,
 		CPUTimeMillis:    ex.Usage.CPUTimeNanos / 1e6,
 		WallMillis:       ex.Finished.Sub(ex.Started).Milliseconds(),

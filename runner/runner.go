@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/platform"
@@ -48,9 +49,9 @@ type Runner struct {
 	userNS  *oci.IDMap
 }
 
-// New opens the runner's stores, probes the platform and prepares the
-// backend. Close releases the store.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (*Runner, error) {
+// New opens the runner's content stores, probes the platform and prepares
+// the backend. db is the runner's store (owned by the caller, who closes it).
+func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -63,7 +64,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Runner, error) {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	r := &Runner{cfg: cfg, log: log}
+	if db == nil {
+		return nil, errors.New("runner: a store is required")
+	}
+	r := &Runner{cfg: cfg, log: log, db: db}
 	var err error
 	if r.images, err = image.New(filepath.Join(cfg.StateDir, "images")); err != nil {
 		return nil, err
@@ -98,14 +102,31 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.db, err = store.Open(filepath.Join(cfg.StateDir, "custody.db")); err != nil {
-		return nil, err
-	}
 	return r, nil
 }
 
-// Close releases the store.
-func (r *Runner) Close() error { return r.db.Close() }
+// StorePath is where a runner's store lives under its state dir.
+func StorePath(cfg Config) string { return filepath.Join(cfg.StateDir, "custody.db") }
+
+// Config returns the runner's configuration.
+func (r *Runner) Config() Config { return r.cfg }
+
+// VerifyImage re-hashes an image's rootfs and refuses if it no longer has
+// the digest it is stored under.
+func (r *Runner) VerifyImage(ctx context.Context, digest string) error {
+	img, err := r.images.Get(digest)
+	if err != nil {
+		return err
+	}
+	tree, err := treehash.Dir(ctx, img.Rootfs, treehash.Options{})
+	if err != nil {
+		return fmt.Errorf("verify image %s: %w", digest, err)
+	}
+	if tree.Digest != digest {
+		return fmt.Errorf("image %s: stored rootfs now hashes to %s", digest, tree.Digest)
+	}
+	return nil
+}
 
 // Profile is the evidenced platform profile the runner admits against.
 func (r *Runner) Profile() *platform.Profile { return r.profile }
@@ -122,6 +143,8 @@ func (r *Runner) ReleaseQuarantine() error { return r.db.ClearQuarantine() }
 // Prepared is an admitted phase whose inputs are snapshotted: a change to
 // the host paths after this point cannot reach the run.
 type Prepared struct {
+	// RunID names the run; Launch picks a random one if it is empty.
+	RunID  string
 	Plan   *admission.Plan
 	Image  *image.Image
 	Inputs []Input
@@ -153,6 +176,15 @@ func (r *Runner) Prepare(ctx context.Context, req *request.Phase, pol *policy.Po
 	if err != nil {
 		return nil, err
 	}
+	return r.Snapshot(ctx, plan)
+}
+
+// Snapshot copies an admitted plan's inputs into the snapshot store. After
+// it, a change to the host paths cannot reach the run.
+func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared, error) {
+	if err := r.checkQuarantine(); err != nil {
+		return nil, err
+	}
 	img, err := r.images.Get(plan.Image)
 	if err != nil {
 		return nil, err
@@ -162,16 +194,37 @@ func (r *Runner) Prepare(ctx context.Context, req *request.Phase, pol *policy.Po
 	for i, in := range plan.Inputs {
 		snap, err := r.inputs.Take(ctx, in.Source, treehash.Options{MaxBytes: budget})
 		if err != nil {
-			return nil, &admission.RefusedError{Checks: []admission.Check{{
-				Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted, Code: "input-snapshot-failed",
-				Detail: err.Error(),
-				Fix:    "inputs must be regular files, directories and symlinks within the policy's inputBytes ceiling",
-			}}}
+			return nil, inputRefusal(i, err)
 		}
 		budget -= snap.Tree.Bytes
 		p.Inputs = append(p.Inputs, Input{Source: in.Source, Target: in.Target, Digest: snap.Digest, path: snap.Path})
 	}
 	return p, nil
+}
+
+// HashInputs digests a plan's inputs where they are, without copying or
+// writing anything: what a launch would snapshot, for checks that must
+// happen before any mutation.
+func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]Input, error) {
+	var out []Input
+	budget := plan.InputBytes
+	for i, in := range plan.Inputs {
+		tree, err := snapshot.Digest(ctx, in.Source, treehash.Options{MaxBytes: budget})
+		if err != nil {
+			return nil, inputRefusal(i, err)
+		}
+		budget -= tree.Bytes
+		out = append(out, Input{Source: in.Source, Target: in.Target, Digest: tree.Digest})
+	}
+	return out, nil
+}
+
+func inputRefusal(i int, err error) error {
+	return &admission.RefusedError{Checks: []admission.Check{{
+		Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted, Code: "input-snapshot-failed",
+		Detail: err.Error(),
+		Fix:    "inputs must be regular files, directories and symlinks within the policy's inputBytes ceiling",
+	}}}
 }
 
 func (r *Runner) checkQuarantine() error {
@@ -189,10 +242,10 @@ func (r *Runner) checkQuarantine() error {
 // Launch runs a prepared phase to the end and returns its result. Every
 // launch yields a result, failed ones included; err is set only when the
 // run could not be attempted or its cleanup could not be verified.
-func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*Result, error) {
+func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*api.Result, error) {
 	res := r.newResult(p)
 	if err := r.checkQuarantine(); err != nil {
-		res.refuse(err)
+		Refuse(res, err)
 		return res, err
 	}
 	// Re-verify the snapshots: the store is ours, but a launch must run
@@ -204,7 +257,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		}
 		if err != nil {
 			err = fmt.Errorf("input snapshot %s for %s: %w", in.Digest, in.Target, err)
-			res.refuse(err)
+			Refuse(res, err)
 			return res, err
 		}
 	}
@@ -217,9 +270,9 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	}
 	c, err := r.backend.Prepare(ctx, l)
 	if err != nil {
-		res.refuse(err)
+		Refuse(res, err)
 		if c != nil {
-			res.Cleanup = c.Cleanup(ctx)
+			res.Cleanup = cleanup(c.Cleanup(ctx))
 			r.afterCleanup(res)
 		}
 		return res, err
@@ -231,7 +284,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	// cancelled run still gets its outputs recorded and its tree verified.
 	ctx = context.WithoutCancel(ctx)
 	if runErr == nil {
-		res.setExit(ex)
+		setExit(res, ex)
 		out, err := r.outputs.Take(ctx, c.OutputDir(), treehash.Options{MaxBytes: p.Plan.OutputBytes})
 		if err != nil {
 			res.Status = StatusFailed
@@ -243,18 +296,15 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		res.Status = StatusFailed
 		res.Error = runErr.Error()
 	}
-	res.Cleanup = c.Cleanup(ctx)
+	res.Cleanup = cleanup(c.Cleanup(ctx))
 	if err := r.afterCleanup(res); err != nil {
 		return res, err
-	}
-	if err := r.db.PutRun(res.RunID, res); err != nil {
-		return res, fmt.Errorf("record run: %w", err)
 	}
 	return res, runErr
 }
 
 // afterCleanup quarantines the runner when cleanup was not verified.
-func (r *Runner) afterCleanup(res *Result) error {
+func (r *Runner) afterCleanup(res *api.Result) error {
 	if res.Cleanup == nil || res.Cleanup.Verified {
 		return nil
 	}
@@ -296,7 +346,8 @@ func (r *Runner) ociConfig(p *Prepared) oci.Config {
 	return cfg
 }
 
-func newRunID() string {
+// NewRunID returns a fresh random run id.
+func NewRunID() string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand never fails on Linux

@@ -13,18 +13,21 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
 )
 
 // harness is one runner on temporary directories with the busybox image.
 type harness struct {
 	t      testing.TB
 	r      *runner.Runner
+	db     *store.DB
 	cfg    runner.Config
 	image  string
 	policy *policy.Policy
@@ -52,11 +55,7 @@ func newHarnessWith(t testing.TB, rt oci.Pinned) *harness {
 		Runtime:    rt,
 	}
 	ctx := context.Background()
-	r, err := runner.New(ctx, cfg, nil)
-	if err != nil {
-		t.Fatalf("runner.New: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
+	r, db := openRunner(t, cfg)
 	img, err := r.Images().Import(ctx, testenv.BusyboxRootfs(t))
 	if err != nil {
 		t.Fatalf("import image: %v", err)
@@ -74,13 +73,13 @@ func newHarnessWith(t testing.TB, rt oci.Pinned) *harness {
 	if err := pol.Validate(); err != nil {
 		t.Fatalf("test policy invalid: %v", err)
 	}
-	return &harness{t: t, r: r, cfg: cfg, image: img.Digest, policy: pol}
+	return &harness{t: t, r: r, db: db, cfg: cfg, image: img.Digest, policy: pol}
 }
 
 // phase returns a development-tier request running script under /bin/sh.
 func (h *harness) phase(script string) *request.Phase {
 	return &request.Phase{
-		APIVersion: request.APIVersion, Kind: "Phase", Name: "test",
+		APIVersion: request.APIVersion, Kind: "Phase", Name: "test", Stage: request.StageBuild,
 		Tier: request.TierDevelopment, Image: h.image,
 		Command: []string{"/bin/sh", "-c", script},
 		Output:  request.Output{Path: "/out", MaxBytes: 1 << 20},
@@ -91,7 +90,7 @@ func (h *harness) phase(script string) *request.Phase {
 }
 
 // run prepares and launches req and requires a verified cleanup.
-func (h *harness) run(req *request.Phase) (*runner.Result, string) {
+func (h *harness) run(req *request.Phase) (*api.Result, string) {
 	h.t.Helper()
 	ctx := context.Background()
 	prep, err := h.r.Prepare(ctx, req, h.policy)
@@ -101,7 +100,7 @@ func (h *harness) run(req *request.Phase) (*runner.Result, string) {
 	return h.launch(ctx, prep)
 }
 
-func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*runner.Result, string) {
+func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*api.Result, string) {
 	h.t.Helper()
 	var out bytes.Buffer
 	res, err := h.r.Launch(ctx, prep, &out, &out)
@@ -140,7 +139,26 @@ func (h *harness) noLeftovers() {
 	}
 }
 
-func want(t *testing.T, res *runner.Result, status runner.Status, out string) {
+// openRunner opens the store and a runner on cfg; the store is closed at
+// the end of the test.
+func openRunner(t testing.TB, cfg runner.Config) (*runner.Runner, *store.DB) {
+	t.Helper()
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(runner.StorePath(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	r, err := runner.New(context.Background(), cfg, db, nil)
+	if err != nil {
+		t.Fatalf("runner.New: %v", err)
+	}
+	return r, db
+}
+
+func want(t *testing.T, res *api.Result, status api.RunStatus, out string) {
 	t.Helper()
 	if res.Status != status {
 		t.Fatalf("status = %s (exit %d, signal %q, error %q), want %s\noutput:\n%s",
@@ -519,11 +537,8 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		t.Fatalf("run on a quarantined runner: err = %v, want ErrQuarantined", err)
 	}
 	// The quarantine survives a restart.
-	h.r.Close()
-	r2, err := runner.New(ctx, h.cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.db.Close()
+	r2, _ := openRunner(t, h.cfg)
 	if q, err := r2.Quarantine(); err != nil || q == nil || q.RunID != res.RunID {
 		t.Fatalf("quarantine after restart = %+v, %v", q, err)
 	}
@@ -538,7 +553,6 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.r = r2
-	t.Cleanup(func() { r2.Close() })
 	res, outs := h.run(h.phase("echo back"))
 	want(t, res, runner.StatusOK, outs)
 }

@@ -103,3 +103,41 @@ func (c *copier) dirMode(mode uint32) fs.FileMode {
 	}
 	return fs.FileMode(mode).Perm()
 }
+
+// Digest returns the tree Take would store for src — the same read-only
+// modes, the same digest — without writing anything. Checks that must come
+// before any mutation use it.
+func Digest(ctx context.Context, src string, limits treehash.Options) (*treehash.Tree, error) {
+	tree, err := treehash.Walk(ctx, src, limits, digester{})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: digesting %s: %w", src, err)
+	}
+	return tree, nil
+}
+
+// digester is a treehash.Visitor that writes nothing but records the modes
+// a read-only copy would have.
+type digester struct{}
+
+func (digester) Root(treehash.Kind, uint32) error { return nil }
+
+func (digester) Dir(e *treehash.Entry) error {
+	e.Mode = uint32(readOnlyDir)
+	return nil
+}
+
+func (digester) Symlink(*treehash.Entry) error { return nil }
+
+func (digester) File(e *treehash.Entry) (io.WriteCloser, error) {
+	mode := readOnlyFile
+	if e.Mode&0o111 != 0 {
+		mode = readOnlyExec
+	}
+	e.Mode = uint32(mode)
+	return nopWriter{}, nil
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (nopWriter) Close() error                { return nil }

@@ -440,3 +440,31 @@ func TestWriterRefusesSymlinkComponents(t *testing.T) {
 		t.Fatalf("hard link to a symlink: %v", err)
 	}
 }
+
+func TestDigestMatchesTake(t *testing.T) {
+	src := t.TempDir()
+	mustWrite(t, filepath.Join(src, "a.txt"), "alpha", 0o644)
+	mustWrite(t, filepath.Join(src, "bin", "run"), "#!/bin/sh\n", 0o755)
+	if err := os.Symlink("a.txt", filepath.Join(src, "link")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := Digest(context.Background(), src, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := s.Take(context.Background(), src, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tree.Digest != snap.Digest {
+		t.Fatalf("Digest %s != Take %s", tree.Digest, snap.Digest)
+	}
+	mustWrite(t, filepath.Join(src, "a.txt"), "changed", 0o644)
+	if tree2, _ := Digest(context.Background(), src, treehash.Options{}); tree2.Digest == snap.Digest {
+		t.Fatal("Digest did not change with the content")
+	}
+}

@@ -1,34 +1,62 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
-	"github.com/custody-dev/custody/runner"
 )
 
-// Exit codes of `custody run`.
+// Exit codes.
 const (
 	exitOK       = 0
-	exitFailed   = 1 // the workload failed, timed out, was OOM-killed or cancelled
+	exitFailed   = 1 // the workload ran and failed, timed out, was OOM-killed or cancelled
 	exitRefused  = 2 // refused before anything ran
-	exitInternal = 3 // the runner could not run or clean up (see quarantine)
+	exitInternal = 3 // the runner could not run or clean up, or is quarantined
 )
 
-func (a *app) openRunner(cmd *cobra.Command) (*runner.Runner, error) {
-	cfg, err := runner.LoadConfig(a.configPath)
-	if err != nil {
-		return nil, err
+func (a *app) control() *api.Client { return api.NewClient(a.controlSocket) }
+func (a *app) submit() *api.Client  { return api.NewClient(a.submitSocket) }
+
+// fail maps a daemon error to an exit code.
+func fail(err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		switch ae.Code {
+		case "quarantined", "internal":
+			return &exitError{exitInternal, err}
+		}
+		return &exitError{exitRefused, err}
 	}
-	return runner.New(cmd.Context(), *cfg, a.logger())
+	return &exitError{exitInternal, err}
+}
+
+// readPhase reads a phase file as the daemon needs it: the exact bytes and
+// the directory its relative inputs are resolved against. It is parsed
+// locally first so that a malformed request never leaves this machine.
+func readPhase(path string) (api.PhaseSource, error) {
+	if _, err := request.Load(path); err != nil {
+		return api.PhaseSource{}, &exitError{exitRefused, fmt.Errorf("refused: %w", err)}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return api.PhaseSource{}, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return api.PhaseSource{}, err
+	}
+	return api.PhaseSource{YAML: data, BaseDir: filepath.Dir(abs)}, nil
 }
 
 func (a *app) doctorCmd() *cobra.Command {
@@ -39,11 +67,6 @@ func (a *app) doctorCmd() *cobra.Command {
 		Short: "Probe this host and print its evidenced capability profile",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if runtimePath == "" {
-				if cfg, err := runner.LoadConfig(a.configPath); err == nil {
-					runtimePath = cfg.Runtime.Path
-				}
-			}
 			prof, err := platform.Probe(cmd.Context(), platform.Options{RuntimePath: runtimePath})
 			if err != nil {
 				return err
@@ -56,193 +79,215 @@ func (a *app) doctorCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().StringVar(&runtimePath, "runtime", "", "runtime binary to probe (default: from --config)")
+	cmd.Flags().StringVar(&runtimePath, "runtime", "", "runtime binary to probe (version and digest)")
 	return cmd
 }
 
 func (a *app) imageCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "image", Short: "Manage the runner's content-addressed images"}
+	cmd := &cobra.Command{Use: "image", Short: "Manage the runner's content-addressed images (operator)"}
 	var asJSON bool
 	imp := &cobra.Command{
 		Use:   "import DIR|TAR",
 		Short: "Import a rootfs directory or tar (optionally gzip) as a content-addressed image",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := a.openRunner(cmd)
+			src, err := filepath.Abs(args[0])
 			if err != nil {
 				return err
 			}
-			defer r.Close()
-			img, err := r.Images().Import(cmd.Context(), args[0])
+			raw, err := a.control().ImportImage(cmd.Context(), src)
 			if err != nil {
-				return err
+				return fail(err)
 			}
 			if asJSON {
-				return writeJSON(a.stdout, img)
+				_, err := a.stdout.Write(raw)
+				return err
+			}
+			var img struct{ Digest string }
+			if err := json.Unmarshal(raw, &img); err != nil {
+				return err
 			}
 			fmt.Fprintln(a.stdout, img.Digest)
 			return nil
 		},
 	}
 	imp.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List imported images",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := a.openRunner(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			imgs, err := r.Images().List()
-			if err != nil {
-				return err
-			}
-			return writeJSON(a.stdout, imgs)
-		},
-	}
-	cmd.AddCommand(imp, list)
+	cmd.AddCommand(imp)
 	return cmd
 }
 
-// loadPolicy loads the operator policy. Any failure refuses: a broken
-// policy grants nothing.
-func loadPolicy(path string) (*policy.Policy, error) {
-	if path == "" {
-		return nil, &exitError{exitRefused, errors.New("refused: no operator policy given (--policy); without a policy nothing is granted")}
-	}
-	pol, err := policy.Load(path)
-	if err != nil {
-		return nil, &exitError{exitRefused, fmt.Errorf("refused: operator policy %s is invalid, so nothing is granted: %w", path, err)}
-	}
-	return pol, nil
-}
-
-func loadRequest(path string) (*request.Phase, error) {
-	req, err := request.Load(path)
-	if err != nil {
-		return nil, &exitError{exitRefused, fmt.Errorf("refused: %w", err)}
-	}
-	return req, nil
-}
-
-// loadPhase loads the policy and the request (either failing refuses) and
-// opens the runner.
-func (a *app) loadPhase(cmd *cobra.Command, policyPath, phasePath string) (*runner.Runner, *policy.Policy, *request.Phase, error) {
-	pol, err := loadPolicy(policyPath)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	req, err := loadRequest(phasePath)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	r, err := a.openRunner(cmd)
-	if err != nil {
-		return nil, nil, nil, &exitError{exitInternal, err}
-	}
-	return r, pol, req, nil
-}
-
 func (a *app) admitCmd() *cobra.Command {
-	var policyPath string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "admit PHASE.yaml",
-		Short: "Dry run: print the admitted plan or every refused requirement",
+		Short: "Dry run: the plan, or every refused requirement (grants nothing)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, pol, req, err := a.loadPhase(cmd, policyPath, args[0])
+			src, err := readPhase(args[0])
 			if err != nil {
-				return a.refusedResult(asJSON, err)
+				return err
 			}
-			defer r.Close()
-			plan, err := r.Admit(req, pol)
+			resp, err := a.submit().Admit(cmd.Context(), src)
 			if err != nil {
-				return a.refusedResult(asJSON, err)
+				return fail(err)
 			}
 			if asJSON {
-				return writeJSON(a.stdout, map[string]any{"admitted": true, "plan": plan})
+				if err := writeJSON(a.stdout, resp); err != nil {
+					return err
+				}
+			} else {
+				for _, c := range resp.Checks {
+					fmt.Fprintf(a.stdout, "%-30s %-12s %s", c.Requirement, c.Verdict, c.Detail)
+					if c.Fix != "" && (c.Verdict == "unsupported" || c.Verdict == "not-granted") {
+						fmt.Fprintf(a.stdout, "; fix: %s", c.Fix)
+					}
+					fmt.Fprintln(a.stdout)
+				}
 			}
-			for _, c := range plan.Checks {
-				fmt.Fprintf(a.stdout, "%-28s %-10s %s\n", c.Requirement, c.Verdict, c.Detail)
+			if !resp.Admitted {
+				return &exitError{exitRefused, errors.New("refused: see the requirements above")}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&policyPath, "policy", "", "operator policy file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
-func (a *app) runCmd() *cobra.Command {
-	var policyPath string
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "run PHASE.yaml --policy POLICY.yaml",
-		Short: "Admit and run one phase under the pinned runtime",
+func (a *app) grantCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "grant", Short: "Issue and revoke single-use grants (operator, control socket)"}
+	var actor, ttl string
+	issue := &cobra.Command{
+		Use:   "issue PHASE.yaml --actor NAME --ttl 15m",
+		Short: "Mint a signed grant for one launch of the phase; prints the DSSE envelope",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, pol, req, err := a.loadPhase(cmd, policyPath, args[0])
+			src, err := readPhase(args[0])
 			if err != nil {
-				return a.refusedResult(asJSON, err)
+				return err
 			}
-			defer r.Close()
-			prep, err := r.Prepare(cmd.Context(), req, pol)
+			env, err := a.control().IssueGrant(cmd.Context(), api.IssueRequest{Phase: src, Actor: actor, TTL: ttl})
 			if err != nil {
-				return a.refusedResult(asJSON, err)
+				return fail(err)
 			}
-			// The workload's stdout and stderr go to ours; with --json the
-			// result owns stdout, so the workload's output goes to stderr.
+			_, err = a.stdout.Write(append(env, '\n'))
+			return err
+		},
+	}
+	issue.Flags().StringVar(&actor, "actor", "", "who the grant is for (must be allowed the phase's stage in policy)")
+	issue.Flags().StringVar(&ttl, "ttl", "15m", "how long the grant is valid")
+	_ = issue.MarkFlagRequired("actor")
+	var reason string
+	revoke := &cobra.Command{
+		Use:   "revoke GRANT-ID",
+		Short: "Revoke a grant so that it can never launch",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.control().Revoke(cmd.Context(), api.RevokeRequest{ID: args[0], Reason: reason}); err != nil {
+				return fail(err)
+			}
+			fmt.Fprintln(a.stdout, "revoked", args[0])
+			return nil
+		},
+	}
+	revoke.Flags().StringVar(&reason, "reason", "", "why (recorded)")
+	cmd.AddCommand(issue, revoke)
+	return cmd
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var grantPath string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "run --grant GRANT.json",
+		Short: "Submit a grant to custodyd and stream the run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := os.ReadFile(grantPath)
+			if err != nil {
+				return &exitError{exitRefused, fmt.Errorf("read grant: %w", err)}
+			}
+			// With --json the result owns stdout; the workload's output
+			// goes to stderr.
 			wout := a.stdout
 			if asJSON {
 				wout = a.stderr
 			}
-			res, runErr := r.Launch(cmd.Context(), prep, wout, a.stderr)
-			if asJSON {
-				if err := writeJSON(a.stdout, res); err != nil {
-					return err
+			res, err := a.submit().Run(cmd.Context(), []byte(strings.TrimSpace(string(env))), wout, a.stderr, func(id string) {
+				fmt.Fprintf(a.stderr, "custody: run %s started\n", id)
+			})
+			if res != nil {
+				if asJSON {
+					_ = writeJSON(a.stdout, res)
+				} else {
+					printResult(a.stdout, res)
 				}
-			} else {
-				printResult(a.stdout, res)
 			}
-			switch {
-			case errors.Is(runErr, runner.ErrQuarantined):
-				return &exitError{exitInternal, runErr}
-			case res.Status == runner.StatusRefused:
-				return &exitError{exitRefused, runErr}
-			case runErr != nil:
-				return &exitError{exitInternal, runErr}
-			case res.Status != runner.StatusOK:
+			if err != nil {
+				return fail(err)
+			}
+			if res.Status != api.StatusOK {
 				return &exitError{exitFailed, fmt.Errorf("run %s: %s", res.RunID, res.Status)}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&policyPath, "policy", "", "operator policy file (required)")
+	cmd.Flags().StringVar(&grantPath, "grant", "", "grant envelope from `custody grant issue` (required)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	_ = cmd.MarkFlagRequired("grant")
 	return cmd
 }
 
-// refusedResult reports a refusal before anything ran.
-func (a *app) refusedResult(asJSON bool, err error) error {
-	if asJSON {
-		out := map[string]any{"status": runner.StatusRefused, "error": err.Error()}
-		var re *admission.RefusedError
-		if errors.As(err, &re) {
-			out["refusal"] = re.Checks
-		}
-		_ = writeJSON(a.stdout, out)
+func (a *app) cancelCmd() *cobra.Command {
+	var operator bool
+	cmd := &cobra.Command{
+		Use:   "cancel RUN-ID",
+		Short: "Cancel a run: your own over the submit socket, any with --operator",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := a.submit()
+			if operator {
+				c = a.control()
+			}
+			if err := c.Cancel(cmd.Context(), args[0]); err != nil {
+				return fail(err)
+			}
+			fmt.Fprintln(a.stdout, "cancelled", args[0])
+			return nil
+		},
 	}
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return err
+	cmd.Flags().BoolVar(&operator, "operator", false, "use the control socket")
+	return cmd
+}
+
+func (a *app) resultCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "result RUN-ID",
+		Short: "Fetch the recorded result of one of your runs",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := a.submit().GetRun(cmd.Context(), args[0])
+			if err != nil {
+				return fail(err)
+			}
+			return writeJSON(a.stdout, res)
+		},
 	}
-	if errors.Is(err, runner.ErrQuarantined) {
-		return &exitError{exitInternal, err}
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the runner's identity, policy, quarantine and running runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := a.submit().Status(cmd.Context())
+			if err != nil {
+				return fail(err)
+			}
+			return writeJSON(a.stdout, st)
+		},
 	}
-	return &exitError{exitRefused, err}
 }
 
 func (a *app) policyCmd() *cobra.Command {
@@ -256,10 +301,27 @@ func (a *app) policyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := policy.Load(args[0]); err != nil {
+			if _, err := policy.Parse(data); err != nil {
 				return &exitError{exitRefused, err}
 			}
 			fmt.Fprintf(a.stdout, "ok %s %s\n", args[0], policy.Digest(data))
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "reload",
+		Short: "Make custodyd re-read its policy (a broken policy then refuses everything)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := a.control().ReloadPolicy(cmd.Context())
+			if err != nil {
+				return fail(err)
+			}
+			if err := writeJSON(a.stdout, st); err != nil {
+				return err
+			}
+			if st.Error != "" {
+				return &exitError{exitRefused, fmt.Errorf("policy rejected; every request is now refused: %s", st.Error)}
+			}
 			return nil
 		},
 	})
@@ -292,18 +354,9 @@ func (a *app) quarantineCmd() *cobra.Command {
 		Use:  "status",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := a.openRunner(cmd)
+			q, err := a.control().Quarantine(cmd.Context())
 			if err != nil {
-				return err
-			}
-			defer r.Close()
-			q, err := r.Quarantine()
-			if err != nil {
-				return err
-			}
-			if q == nil {
-				fmt.Fprintln(a.stdout, "not quarantined")
-				return nil
+				return fail(err)
 			}
 			return writeJSON(a.stdout, q)
 		},
@@ -311,18 +364,17 @@ func (a *app) quarantineCmd() *cobra.Command {
 		Use:  "release",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := a.openRunner(cmd)
-			if err != nil {
-				return err
+			if err := a.control().ReleaseQuarantine(cmd.Context()); err != nil {
+				return fail(err)
 			}
-			defer r.Close()
-			return r.ReleaseQuarantine()
+			fmt.Fprintln(a.stdout, "released")
+			return nil
 		},
 	})
 	return cmd
 }
 
-func printProfile(w interface{ Write([]byte) (int, error) }, p *platform.Profile) {
+func printProfile(w io.Writer, p *platform.Profile) {
 	fmt.Fprintf(w, "kernel        %s (%s/%s) %s\n", p.Kernel, p.OS, p.Arch, p.Distro)
 	fmt.Fprintf(w, "cgroup mode   %s\n", p.Cgroup.Mode)
 	fmt.Fprintf(w, "cgroup v2     delegated: %s\n", strings.Join(p.Cgroup.V2Delegated, " "))
@@ -345,12 +397,15 @@ func printProfile(w interface{ Write([]byte) (int, error) }, p *platform.Profile
 	}
 }
 
-func printResult(w interface{ Write([]byte) (int, error) }, r *runner.Result) {
+func printResult(w io.Writer, r *api.Result) {
 	fmt.Fprintf(w, "run %s (%s): %s", r.RunID, r.Name, r.Status)
 	if r.Signal != "" {
 		fmt.Fprintf(w, " signal %s", r.Signal)
 	}
 	fmt.Fprintf(w, " exit %d\n", r.ExitCode)
+	if r.GrantID != "" {
+		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", r.GrantID, r.Actor, r.Stage)
+	}
 	fmt.Fprintf(w, "  tier     %s\n", r.Tier)
 	fmt.Fprintf(w, "  runtime  runc %s sha256:%s\n", r.Runtime.Version, r.Runtime.SHA256)
 	fmt.Fprintf(w, "  image    %s\n", r.Image)

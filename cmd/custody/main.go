@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/custody-dev/custody/api"
 )
 
 // exitError carries a process exit code out of a command.
@@ -25,10 +26,10 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 type app struct {
-	configPath string
-	logLevel   string
-	stdout     io.Writer
-	stderr     io.Writer
+	controlSocket string
+	submitSocket  string
+	stdout        io.Writer
+	stderr        io.Writer
 }
 
 func main() {
@@ -46,13 +47,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&a.configPath, "config", "/etc/custody/runner.yaml", "runner configuration file")
-	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&a.controlSocket, "control", envOr("CUSTODY_CONTROL_SOCKET", api.DefaultControlSocket), "custodyd control socket (operators)")
+	root.PersistentFlags().StringVar(&a.submitSocket, "submit", envOr("CUSTODY_SUBMIT_SOCKET", api.DefaultSubmitSocket), "custodyd submit socket (clients)")
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(a.doctorCmd(), a.imageCmd(), a.runCmd(), a.admitCmd(), a.policyCmd(),
-		a.schemaCmd(), a.quarantineCmd())
+	root.AddCommand(a.doctorCmd(), a.imageCmd(), a.admitCmd(), a.grantCmd(), a.runCmd(),
+		a.cancelCmd(), a.resultCmd(), a.statusCmd(), a.policyCmd(), a.schemaCmd(), a.quarantineCmd())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -65,12 +66,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func (a *app) logger() *slog.Logger {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(a.logLevel)); err != nil {
-		lvl = slog.LevelWarn
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
 	}
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl}))
+	return def
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,6 +14,7 @@ const module = "github.com/custody-dev/custody"
 type pkg struct {
 	ImportPath string
 	Doc        string
+	Imports    []string
 	Deps       []string
 	Name       string
 }
@@ -63,6 +65,21 @@ var banned = map[string]map[string]string{
 	"store":       {"runner": "the store imports no custody package", "backend/oci": "", "admission": ""},
 	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": ""},
 	"quantity":    {"request": "leaf package", "policy": ""},
+	"grant":       {"admission": "grants bind values; they do not decide them", "runner": "", "backend/oci": ""},
+	"keys":        {"store": "keys are files, not state", "runner": "", "grant": ""},
+	"api":         {"runner": "wire types carry no logic", "store": "", "backend/oci": "", "admission": ""},
+	"cmd/custody": {
+		"runner":      "the CLI reaches the runner only through custodyd's sockets (api)",
+		"store":       "the CLI never holds the runner's state",
+		"backend/oci": "the CLI never launches anything itself",
+		"keys":        "the CLI holds no signing key",
+	},
+}
+
+// directOnly: package → the only packages that may import it directly.
+var directOnly = map[string][]string{
+	"backend/oci": {"runner"},
+	"runner":      {"cmd/custodyd"},
 }
 
 func TestDependencyRules(t *testing.T) {
@@ -78,11 +95,13 @@ func TestDependencyRules(t *testing.T) {
 				t.Errorf("%s must not depend on %s: %s", rel, drel, why)
 			}
 		}
-		if rel != "runner" && rel != "cmd/custody" && !strings.HasPrefix(rel, "backend/") {
-			for _, d := range p.Deps {
-				if d == module+"/backend/oci" {
-					t.Errorf("%s imports a concrete backend; only runner may", rel)
-				}
+		for _, imp := range p.Imports {
+			irel, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			if allowed, ruled := directOnly[irel]; ruled && !slices.Contains(allowed, rel) {
+				t.Errorf("%s imports %s; only %v may", rel, irel, allowed)
 			}
 		}
 	}

@@ -1,0 +1,198 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// MaxEventBytes bounds one NDJSON line of a run stream.
+const MaxEventBytes = 4 << 20
+
+// Client talks to one custodyd socket.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// NewClient returns a client of the daemon socket at path.
+func NewClient(path string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		DisableKeepAlives: true,
+	}
+	return &Client{socket: path, http: &http.Client{Transport: tr}}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.send(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw, err = io.ReadAll(io.LimitReader(resp.Body, MaxEventBytes))
+		return err
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEventBytes)).Decode(out); err != nil {
+		return fmt.Errorf("decode %s response: %w", path, err)
+	}
+	return nil
+}
+
+// send performs a request and turns an error response into *Error.
+func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://custodyd"+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("custodyd at %s: %w", c.socket, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		var e Error
+		if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEventBytes)).Decode(&e); err != nil || e.Code == "" {
+			return nil, &Error{Code: "internal", Message: fmt.Sprintf("%s %s: HTTP %d", method, path, resp.StatusCode)}
+		}
+		return nil, &e
+	}
+	return resp, nil
+}
+
+// Status returns the daemon's status.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var s Status
+	return &s, c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+}
+
+// Admit dry-runs admission of a phase.
+func (c *Client) Admit(ctx context.Context, p PhaseSource) (*AdmitResponse, error) {
+	var r AdmitResponse
+	return &r, c.do(ctx, http.MethodPost, "/v1/admit", p, &r)
+}
+
+// IssueGrant mints a grant (control socket) and returns its envelope.
+func (c *Client) IssueGrant(ctx context.Context, r IssueRequest) ([]byte, error) {
+	var env []byte
+	return env, c.do(ctx, http.MethodPost, "/v1/grants", r, &env)
+}
+
+// Revoke revokes a grant (control socket).
+func (c *Client) Revoke(ctx context.Context, r RevokeRequest) error {
+	return c.do(ctx, http.MethodPost, "/v1/grants/revoke", r, nil)
+}
+
+// ReloadPolicy re-reads the operator policy (control socket).
+func (c *Client) ReloadPolicy(ctx context.Context) (*PolicyStatus, error) {
+	var s PolicyStatus
+	return &s, c.do(ctx, http.MethodPost, "/v1/policy/reload", nil, &s)
+}
+
+// Quarantine reports the quarantine state.
+func (c *Client) Quarantine(ctx context.Context) (*Quarantine, error) {
+	var q Quarantine
+	return &q, c.do(ctx, http.MethodGet, "/v1/quarantine", nil, &q)
+}
+
+// ReleaseQuarantine lifts the quarantine (control socket).
+func (c *Client) ReleaseQuarantine(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/v1/quarantine/release", nil, nil)
+}
+
+// ImportImage imports an image (control socket) and returns its digest.
+func (c *Client) ImportImage(ctx context.Context, source string) (json.RawMessage, error) {
+	var img json.RawMessage
+	return img, c.do(ctx, http.MethodPost, "/v1/images/import", ImportRequest{Source: source}, &img)
+}
+
+// Cancel cancels a run: the submitter's own, or any over the control socket.
+func (c *Client) Cancel(ctx context.Context, runID string) error {
+	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/cancel", nil, nil)
+}
+
+// GetRun fetches the recorded result of a run.
+func (c *Client) GetRun(ctx context.Context, runID string) (*Result, error) {
+	var r Result
+	return &r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID), nil, &r)
+}
+
+// Run submits a grant and streams the run's output to stdout and stderr
+// until the result arrives. If ctx ends first the connection is closed,
+// which the daemon treats as a cancellation of the run. started, if not
+// nil, is called with the run id as soon as the daemon assigns it.
+func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, error) {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/runs", RunRequest{Grant: grant})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), MaxEventBytes)
+	for sc.Scan() {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("run stream: %w", err)
+		}
+		switch ev.Type {
+		case EventStarted:
+			if started != nil {
+				started(ev.RunID)
+			}
+		case EventStdout:
+			_, _ = stdout.Write(ev.Data)
+		case EventStderr:
+			_, _ = stderr.Write(ev.Data)
+		case EventResult:
+			return ev.Result, nil
+		case EventError:
+			return ev.Result, ev.Error
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("run stream: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("run stream ended without a result")
+}
+
+// WaitReady polls until the socket answers or ctx ends.
+func (c *Client) WaitReady(ctx context.Context) error {
+	for {
+		if _, err := c.Status(ctx); err == nil {
+			return nil
+		} else if e, ok := err.(*Error); ok && e.Code == "forbidden" {
+			return nil // it answers; it just won't talk to us
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("custodyd at %s not ready: %w", c.socket, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

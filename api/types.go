@@ -1,0 +1,216 @@
+// Package api holds custody's wire types and the client of custodyd's two
+// unix sockets: the operator's control socket and the clients' submit
+// socket. It carries no logic; errors change form only here, at the edge.
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Default socket paths.
+const (
+	DefaultControlSocket = "/run/custody/control.sock"
+	DefaultSubmitSocket  = "/run/custody/submit.sock"
+)
+
+// Error is an error as it crosses the wire.
+type Error struct {
+	// Code classifies the error: "forbidden", "refused", "quarantined",
+	// "not-found", "bad-request", "internal", or a grant reason code
+	// ("expired", "replayed", "inputs-changed", ...).
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Checks  []Check `json:"checks,omitempty"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Check is one requirement's verdict from admission.
+type Check struct {
+	Requirement string `json:"requirement"`
+	Verdict     string `json:"verdict"`
+	Code        string `json:"code"`
+	Detail      string `json:"detail"`
+	Fix         string `json:"fix,omitempty"`
+}
+
+// PhaseSource is a phase request as the client read it: the exact YAML and
+// the directory relative input sources are resolved against.
+type PhaseSource struct {
+	YAML    []byte `json:"yaml"`
+	BaseDir string `json:"baseDir"`
+}
+
+// AdmitResponse is the dry-run verdict.
+type AdmitResponse struct {
+	Admitted bool            `json:"admitted"`
+	Plan     json.RawMessage `json:"plan,omitempty"`
+	Checks   []Check         `json:"checks"`
+}
+
+// IssueRequest asks the operator's runner to mint a grant.
+type IssueRequest struct {
+	Phase PhaseSource `json:"phase"`
+	Actor string      `json:"actor"`
+	// TTL is how long the grant is valid, e.g. "15m".
+	TTL string `json:"ttl"`
+}
+
+// RevokeRequest revokes a grant by id.
+type RevokeRequest struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ImportRequest imports an image from a host path the daemon can read.
+type ImportRequest struct {
+	Source string `json:"source"`
+}
+
+// PolicyStatus says which policy is in force, or why none is.
+type PolicyStatus struct {
+	Path   string `json:"path"`
+	Digest string `json:"digest,omitempty"`
+	// Error is set when the policy failed to load; then every request is
+	// refused with it.
+	Error    string    `json:"error,omitempty"`
+	LoadedAt time.Time `json:"loadedAt"`
+}
+
+// Quarantine says whether the runner is quarantined.
+type Quarantine struct {
+	Quarantined bool      `json:"quarantined"`
+	Since       time.Time `json:"since,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	RunID       string    `json:"runId,omitempty"`
+}
+
+// Status is the daemon's view of itself.
+type Status struct {
+	RunnerID   string          `json:"runnerId"`
+	IssuerID   string          `json:"issuerId"`
+	Policy     PolicyStatus    `json:"policy"`
+	Quarantine Quarantine      `json:"quarantine"`
+	Profile    json.RawMessage `json:"profile"`
+	Running    []string        `json:"running"`
+}
+
+// RunRequest submits a grant for launch.
+type RunRequest struct {
+	Grant json.RawMessage `json:"grant"`
+}
+
+// Event is one line of a run's stream (NDJSON).
+type Event struct {
+	Type   EventType `json:"type"`
+	RunID  string    `json:"runId,omitempty"`
+	Data   []byte    `json:"data,omitempty"`
+	Result *Result   `json:"result,omitempty"`
+	Error  *Error    `json:"error,omitempty"`
+}
+
+// EventType names an Event.
+type EventType string
+
+const (
+	EventStarted EventType = "started"
+	EventStdout  EventType = "stdout"
+	EventStderr  EventType = "stderr"
+	EventResult  EventType = "result"
+	EventError   EventType = "error"
+)
+
+// Status of a run.
+type RunStatus string
+
+const (
+	StatusOK        RunStatus = "ok"
+	StatusFailed    RunStatus = "failed"
+	StatusTimeout   RunStatus = "timeout"
+	StatusOOM       RunStatus = "oom"
+	StatusRefused   RunStatus = "refused"
+	StatusCancelled RunStatus = "cancelled"
+)
+
+// Result is what a run produced. Every field is an observation recorded
+// after the fact; none of it authorizes anything.
+type Result struct {
+	RunID       string    `json:"runId"`
+	GrantID     string    `json:"grantId,omitempty"`
+	Actor       string    `json:"actor,omitempty"`
+	Name        string    `json:"name"`
+	Stage       string    `json:"stage,omitempty"`
+	Status      RunStatus `json:"status"`
+	ExitCode    int       `json:"exitCode"`
+	Signal      string    `json:"signal,omitempty"`
+	Tier        string    `json:"tier"`
+	Unqualified bool      `json:"unqualified"`
+	Runtime     Runtime   `json:"runtime"`
+	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
+	RuntimeSHA256 string    `json:"runtimeSha256,omitempty"`
+	ConfigSHA256  string    `json:"configSha256,omitempty"`
+	UserNamespace bool      `json:"userNamespace"`
+	Image         string    `json:"image"`
+	Inputs        []Input   `json:"inputs"`
+	Output        *Output   `json:"output,omitempty"`
+	Usage         Usage     `json:"usage"`
+	Cleanup       *Cleanup  `json:"cleanup,omitempty"`
+	Refusal       []Check   `json:"refusal,omitempty"`
+	Error         string    `json:"error,omitempty"`
+	Started       time.Time `json:"started"`
+	Finished      time.Time `json:"finished"`
+}
+
+// Runtime is the pinned runtime.
+type Runtime struct {
+	Path    string `json:"path"`
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
+}
+
+// Input is one snapshotted input.
+type Input struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+	Digest string `json:"digest"`
+}
+
+// Output is the custody record of a run's outputs.
+type Output struct {
+	Digest string       `json:"digest"`
+	Path   string       `json:"path"`
+	Files  []OutputFile `json:"files"`
+	Bytes  int64        `json:"bytes"`
+}
+
+// OutputFile is one kept file.
+type OutputFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Usage is what the kernel accounted to the run.
+type Usage struct {
+	PeakMemoryBytes  int64 `json:"peakMemoryBytes"`
+	CPUTimeMillis    int64 `json:"cpuTimeMillis"`
+	WallMillis       int64 `json:"wallMillis"`
+	OOMKills         int64 `json:"oomKills"`
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	PidsLimit        int64 `json:"pidsLimit"`
+}
+
+// Cleanup says what cleanup did and whether every part was verified.
+type Cleanup struct {
+	Verified bool          `json:"verified"`
+	Steps    []CleanupStep `json:"steps"`
+}
+
+// CleanupStep is one verified part of cleanup.
+type CleanupStep struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}

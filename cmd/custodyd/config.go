@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/runner"
+)
+
+// Config is custodyd's configuration, owned by the operator.
+type Config struct {
+	Runner runner.Config `yaml:"runner"`
+	// Policy is the operator policy file; it is re-read on reload.
+	Policy string `yaml:"policy"`
+	// ControlSocket is for operators only (0600, peer uid checked).
+	ControlSocket string `yaml:"controlSocket"`
+	// SubmitSocket is for clients: submit, watch and cancel their own
+	// runs, fetch results (0666, peer uid recorded).
+	SubmitSocket string `yaml:"submitSocket"`
+	// Operators are the uids allowed on the control socket.
+	Operators []uint32 `yaml:"operators"`
+	// TrustedIssuers are extra grant-issuer public keys (PEM files) the
+	// runner accepts besides its own issuer key.
+	TrustedIssuers []string `yaml:"trustedIssuers,omitempty"`
+	// MaxGrantTTL bounds the validity of issued grants; default 24h.
+	MaxGrantTTL string `yaml:"maxGrantTTL,omitempty"`
+}
+
+func loadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	c := Config{ControlSocket: api.DefaultControlSocket, SubmitSocket: api.DefaultSubmitSocket, MaxGrantTTL: "24h"}
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+func (c *Config) validate() error {
+	for name, p := range map[string]string{"policy": c.Policy, "controlSocket": c.ControlSocket, "submitSocket": c.SubmitSocket} {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("%s %q must be an absolute path", name, p)
+		}
+	}
+	if c.ControlSocket == c.SubmitSocket {
+		return fmt.Errorf("controlSocket and submitSocket must differ")
+	}
+	if len(c.Operators) == 0 {
+		return fmt.Errorf("operators: name at least one uid allowed on the control socket")
+	}
+	return nil
+}

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
+)
+
+// parsePhase parses a phase strictly and resolves relative input sources
+// against the client's directory.
+func parsePhase(src api.PhaseSource) (*request.Phase, error) {
+	req, err := request.Parse(src.YAML)
+	if err != nil {
+		return nil, &api.Error{Code: "refused", Message: err.Error()}
+	}
+	for i, in := range req.Inputs {
+		if filepath.IsAbs(in.Source) {
+			req.Inputs[i].Source = filepath.Clean(in.Source)
+			continue
+		}
+		if !filepath.IsAbs(src.BaseDir) {
+			return nil, &api.Error{Code: "bad-request", Message: fmt.Sprintf(
+				"inputs[%d].source %q is relative and no absolute base directory was sent", i, in.Source)}
+		}
+		req.Inputs[i].Source = filepath.Join(src.BaseDir, in.Source)
+	}
+	return req, nil
+}
+
+// authorize checks what policy says about who may ask for what, beyond
+// admission's request ∩ platform ∩ ceilings.
+func authorize(pol *policy.Policy, req *request.Phase, actor string) error {
+	var checks []admission.Check
+	if !pol.ActorMayRun(actor, string(req.Stage)) {
+		checks = append(checks, admission.Check{Requirement: "actor", Verdict: admission.NotGranted,
+			Code: string(grant.CodeActorNotAllowed), Detail: fmt.Sprintf("actor %q may not be granted stage %q", actor, req.Stage),
+			Fix: "an operator may add the stage to the actor in policy actors"})
+	}
+	for i, in := range req.Inputs {
+		if !pol.InputAllowed(in.Source) {
+			checks = append(checks, admission.Check{Requirement: fmt.Sprintf("inputs[%d].source", i), Verdict: admission.NotGranted,
+				Code: "input-outside-roots", Detail: fmt.Sprintf("%s is outside the policy's inputRoots", in.Source),
+				Fix: "move the input under an allowed root, or an operator may add a root in policy inputRoots"})
+		}
+	}
+	for _, c := range req.Credentials {
+		if !pol.AllowsCredential(c) {
+			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.NotGranted,
+				Code: "credential-not-granted", Detail: fmt.Sprintf("credential %q is not in the policy", c),
+				Fix: "an operator may add the name to policy credentials"})
+			continue
+		}
+		checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Unsupported,
+			Code: "no-credential-broker", Detail: "this runner has no credential broker yet, so no credential can be brokered",
+			Fix: "run the phase without credentials"})
+	}
+	if len(checks) > 0 {
+		return &admission.RefusedError{Checks: checks}
+	}
+	return nil
+}
+
+func (s *server) handleAdmit(w http.ResponseWriter, r *http.Request) {
+	var src api.PhaseSource
+	if err := decode(r, &src); err != nil {
+		writeError(w, err)
+		return
+	}
+	pol, _, err := s.currentPolicy()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := parsePhase(src)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	plan, err := s.r.Admit(req, pol)
+	var re *admission.RefusedError
+	if errors.As(err, &re) {
+		writeJSON(w, api.AdmitResponse{Admitted: false, Checks: runner.Checks(re.Checks)})
+		return
+	} else if err != nil {
+		writeError(w, err)
+		return
+	}
+	raw, _ := json.Marshal(plan)
+	writeJSON(w, api.AdmitResponse{Admitted: true, Plan: raw, Checks: runner.Checks(plan.Checks)})
+}
+
+// handleIssue mints a grant: the operator's decision, bound to everything
+// the runner will re-derive at launch.
+func (s *server) handleIssue(w http.ResponseWriter, r *http.Request) {
+	var in api.IssueRequest
+	if err := decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	env, err := s.issue(r.Context(), in)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("grant issued", "actor", in.Actor, "uid", peerOf(r).UID)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(env)
+}
+
+func (s *server) issue(ctx context.Context, in api.IssueRequest) ([]byte, error) {
+	ttl, err := time.ParseDuration(in.TTL)
+	if err != nil || ttl <= 0 || ttl > s.maxTTL {
+		return nil, &api.Error{Code: "bad-request", Message: fmt.Sprintf("ttl %q: want a positive duration of at most %s", in.TTL, s.maxTTL)}
+	}
+	if in.Actor == "" {
+		return nil, &api.Error{Code: "bad-request", Message: "actor is required"}
+	}
+	pol, polDig, err := s.currentPolicy()
+	if err != nil {
+		return nil, err
+	}
+	req, err := parsePhase(in.Phase)
+	if err != nil {
+		return nil, err
+	}
+	if err := authorize(pol, req, in.Actor); err != nil {
+		return nil, err
+	}
+	plan, err := s.r.Admit(req, pol)
+	if err != nil {
+		return nil, err
+	}
+	inputs, err := s.r.HashInputs(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	phase, err := req.Canonical()
+	if err != nil {
+		return nil, err
+	}
+	now := s.now().UTC().Truncate(time.Second)
+	p := grant.Predicate{
+		ID: newID(), Actor: in.Actor, Stage: string(req.Stage),
+		NotBefore: now, Expires: now.Add(ttl),
+		PolicyDigest: polDig,
+		Runner:       grant.Runner{ID: s.runnerID.ID()},
+		Runtime:      grant.Runtime{Version: s.cfg.Runner.Runtime.Version, SHA256: s.cfg.Runner.Runtime.SHA256},
+		Image:        plan.Image,
+		Target:       grant.Target{OS: s.r.Profile().OS, Arch: s.r.Profile().Arch},
+		Toolchain:    req.Toolchain,
+		Inputs:       grant.Inputs{Entries: grantInputs(inputs)},
+		Output:       grant.Output{Path: plan.OutputPath, MaxBytes: plan.OutputBytes},
+		Resources:    resources(plan),
+		Egress:       grant.Egress{Mode: string(plan.Network), Destinations: []string{}},
+		Credentials:  append([]string{}, req.Credentials...),
+		Phase:        phase,
+	}
+	p.Inputs.ClosureDigest = grant.ClosureDigest(p.Inputs.Entries)
+	return grant.Mint(ctx, s.issuer, p)
+}
+
+func grantInputs(in []runner.Input) []grant.Input {
+	out := make([]grant.Input, 0, len(in))
+	for _, i := range in {
+		out = append(out, grant.Input{Source: i.Source, Target: i.Target, Digest: i.Digest})
+	}
+	return out
+}
+
+func resources(p *admission.Plan) grant.Resources {
+	return grant.Resources{Memory: p.Memory, Pids: p.Pids, CPU: p.CPU,
+		WallTimeMillis: p.WallTime.Milliseconds(), TmpBytes: p.TmpBytes}
+}
+
+// handleRun is the only way to launch: verify the grant, re-derive every
+// bound value, consume it once, then run and stream.
+func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
+	var in api.RunRequest
+	if err := decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	owner := peerOf(r).UID
+	prep, g, err := s.admitGrant(ctx, in.Grant, owner)
+	if err != nil {
+		s.log.Warn("run refused", "uid", owner, "err", err)
+		writeError(w, err)
+		return
+	}
+	runID := prep.RunID
+	runCtx, cancel := context.WithCancel(ctx) // client disconnect cancels too
+	defer cancel()
+	s.mu.Lock()
+	s.active[runID] = &activeRun{owner: owner, cancel: cancel}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.active, runID)
+		s.mu.Unlock()
+	}()
+
+	st := newStream(w)
+	st.send(api.Event{Type: api.EventStarted, RunID: runID})
+	res, err := s.r.Launch(runCtx, prep, st.writer(api.EventStdout), st.writer(api.EventStderr))
+	if res != nil {
+		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
+		if perr := s.db.PutRun(runID, runRecord{Owner: owner, Result: res}); perr != nil {
+			s.log.Error("record run", "run", runID, "err", perr)
+		}
+	}
+	if err != nil && res != nil && res.Status == runner.StatusRefused {
+		st.send(api.Event{Type: api.EventError, RunID: runID, Result: res, Error: toAPIError(err)})
+		return
+	}
+	if err != nil {
+		s.log.Error("run failed in the runner", "run", runID, "err", err)
+	}
+	st.send(api.Event{Type: api.EventResult, RunID: runID, Result: res})
+}
+
+// admitGrant verifies a grant and re-derives each value it binds. Every
+// refusal happens before the grant is consumed or anything is created,
+// except the final snapshot comparison, which follows consumption because
+// taking a snapshot writes.
+func (s *server) admitGrant(ctx context.Context, env []byte, owner uint32) (*runner.Prepared, *grant.Grant, error) {
+	pol, polDig, err := s.currentPolicy()
+	if err != nil {
+		return nil, nil, err
+	}
+	if q, err := s.r.Quarantine(); err != nil || q != nil {
+		if err == nil {
+			err = fmt.Errorf("%w since %s: %s", runner.ErrQuarantined, q.Since.Format(time.RFC3339), q.Reason)
+		}
+		return nil, nil, err
+	}
+	g, err := s.verifier.Verify(ctx, env, s.now())
+	if err != nil {
+		return nil, nil, err
+	}
+	p := g.Predicate
+	if revoked, err := s.db.Revoked(p.ID); err != nil {
+		return nil, nil, err
+	} else if revoked {
+		return nil, nil, grant.Refuse(grant.CodeRevoked, "grant %s was revoked by an operator", p.ID)
+	}
+	if _, err := s.db.GrantUsed(p.ID); err == nil {
+		return nil, nil, grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant admits one launch", p.ID)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, nil, err
+	}
+	rt := s.cfg.Runner.Runtime
+	prof := s.r.Profile()
+	switch {
+	case p.Runner.ID != s.runnerID.ID():
+		return nil, nil, grant.Refuse(grant.CodeWrongRunner, "field runner.id: grant is for runner %s, this is %s", p.Runner.ID, s.runnerID.ID())
+	case p.PolicyDigest != polDig:
+		return nil, nil, grant.Refuse(grant.CodePolicyChanged, "field policyDigest: grant was issued under policy %s, the policy in force is %s; fix: issue a new grant", p.PolicyDigest, polDig)
+	case p.Runtime.Version != rt.Version || p.Runtime.SHA256 != rt.SHA256:
+		return nil, nil, grant.Refuse(grant.CodeRuntimeChanged, "field runtime: grant binds runc %s sha256:%s, this runner pins %s sha256:%s", p.Runtime.Version, p.Runtime.SHA256, rt.Version, rt.SHA256)
+	case p.Target.OS != prof.OS || p.Target.Arch != prof.Arch:
+		return nil, nil, grant.Refuse(grant.CodeTargetMismatch, "field target: grant is for %s/%s, this runner is %s/%s", p.Target.OS, p.Target.Arch, prof.OS, prof.Arch)
+	}
+	var req request.Phase
+	dec := json.NewDecoder(bytes.NewReader(p.Phase))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, nil, grant.Refuse(grant.CodeMalformed, "field phase: %v", err)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, nil, grant.Refuse(grant.CodeMalformed, "field phase: %v", err)
+	}
+	if string(req.Stage) != p.Stage || req.Toolchain != p.Toolchain {
+		return nil, nil, grant.Refuse(grant.CodeMalformed, "field stage/toolchain: do not match the phase the grant carries")
+	}
+	if err := authorize(pol, &req, p.Actor); err != nil {
+		return nil, nil, grant.Refuse(grant.CodeNotAdmitted, "%v", err)
+	}
+	plan, err := s.r.Admit(&req, pol)
+	if err != nil {
+		return nil, nil, grant.Refuse(grant.CodeNotAdmitted, "%v", err)
+	}
+	if err := samePlan(p, plan); err != nil {
+		return nil, nil, err
+	}
+	if err := s.r.VerifyImage(ctx, p.Image); err != nil {
+		return nil, nil, grant.Refuse(grant.CodeImageChanged, "field image: %v", err)
+	}
+	hashed, err := s.r.HashInputs(ctx, plan)
+	if err != nil {
+		return nil, nil, grant.Refuse(grant.CodeInputsChanged, "field inputs: %v", err)
+	}
+	if err := sameInputs(p.Inputs, grantInputs(hashed)); err != nil {
+		return nil, nil, err
+	}
+
+	runID := runner.NewRunID()
+	// Single use: one durable transaction, before any mutation.
+	if err := s.db.ConsumeGrant(p.ID, store.GrantUse{At: s.now().UTC(), RunID: runID, Actor: p.Actor}); err != nil {
+		switch {
+		case errors.Is(err, store.ErrConsumed):
+			return nil, nil, grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant admits one launch", p.ID)
+		case errors.Is(err, store.ErrRevoked):
+			return nil, nil, grant.Refuse(grant.CodeRevoked, "grant %s was revoked by an operator", p.ID)
+		}
+		return nil, nil, err
+	}
+	prep, err := s.r.Snapshot(ctx, plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	var snapped []runner.Input = prep.Inputs
+	if err := sameInputs(p.Inputs, grantInputs(snapped)); err != nil {
+		return nil, nil, err
+	}
+	prep.RunID = runID
+	return prep, g, nil
+}
+
+// samePlan compares what admission decides now with what the grant bound.
+func samePlan(p grant.Predicate, plan *admission.Plan) error {
+	want := resources(plan)
+	for _, f := range []struct {
+		field      string
+		got, bound any
+	}{
+		{"image", plan.Image, p.Image},
+		{"output.path", plan.OutputPath, p.Output.Path},
+		{"output.maxBytes", plan.OutputBytes, p.Output.MaxBytes},
+		{"resources.memory", want.Memory, p.Resources.Memory},
+		{"resources.pids", want.Pids, p.Resources.Pids},
+		{"resources.cpu", want.CPU, p.Resources.CPU},
+		{"resources.wallTime", want.WallTimeMillis, p.Resources.WallTimeMillis},
+		{"resources.tmpBytes", want.TmpBytes, p.Resources.TmpBytes},
+		{"egress", string(plan.Network), p.Egress.Mode},
+	} {
+		if f.got != f.bound {
+			return grant.Refuse(grant.CodeNotAdmitted, "field %s: grant binds %v, admission now gives %v", f.field, f.bound, f.got)
+		}
+	}
+	return nil
+}
+
+func sameInputs(bound grant.Inputs, now []grant.Input) error {
+	if len(bound.Entries) != len(now) {
+		return grant.Refuse(grant.CodeInputsChanged, "field inputs: grant binds %d inputs, found %d", len(bound.Entries), len(now))
+	}
+	for i, b := range bound.Entries {
+		if b != now[i] {
+			return grant.Refuse(grant.CodeInputsChanged, "field inputs[%d]: %s bound as %s, now %s; fix: issue a new grant for the new content",
+				i, b.Source, b.Digest, now[i].Digest)
+		}
+	}
+	if got := grant.ClosureDigest(now); got != bound.ClosureDigest {
+		return grant.Refuse(grant.CodeInputsChanged, "field inputs.closureDigest: bound %s, now %s", bound.ClosureDigest, got)
+	}
+	return nil
+}
+
+// stream writes NDJSON events to a client, flushing each one.
+type stream struct {
+	mu sync.Mutex
+	w  http.ResponseWriter
+	f  http.Flusher
+}
+
+func newStream(w http.ResponseWriter) *stream {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	return &stream{w: w, f: f}
+}
+
+func (s *stream) send(ev api.Event) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.w.Write(append(b, '\n'))
+	if s.f != nil {
+		s.f.Flush()
+	}
+}
+
+func (s *stream) writer(t api.EventType) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		s.send(api.Event{Type: t, Data: append([]byte(nil), p...)})
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/store"
+)
+
+// controlMux serves the operator's control socket. Every request must come
+// from a configured operator uid.
+func (s *server) controlMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
+	mux.HandleFunc("POST /v1/grants", s.handleIssue)
+	mux.HandleFunc("POST /v1/grants/revoke", s.handleRevoke)
+	mux.HandleFunc("POST /v1/policy/reload", s.handleReload)
+	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
+	mux.HandleFunc("POST /v1/quarantine/release", s.handleRelease)
+	mux.HandleFunc("POST /v1/images/import", s.handleImport)
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(true))
+	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(true))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := peerOf(r)
+		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
+			s.log.Warn("control socket: refused a non-operator", "uid", p.UID, "pid", p.PID, "path", r.URL.Path)
+			writeError(w, &api.Error{Code: "forbidden",
+				Message: "the control socket is for operators only; this uid is not in custodyd's operators list"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// controlOnly are the control operations; on the submit socket they are
+// refused by name rather than 404, so the refusal is explicit.
+var controlOnly = []string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release", "/v1/images/import"}
+
+// submitMux serves clients: submit a run carrying a grant, stream it,
+// cancel their own runs, fetch their own results, dry-run admission.
+func (s *server) submitMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
+	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
+	mux.HandleFunc("POST /v1/runs", s.handleRun)
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(false))
+	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(false))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !peerOf(r).ok {
+			writeError(w, &api.Error{Code: "forbidden", Message: "peer credentials unavailable"})
+			return
+		}
+		if slices.Contains(controlOnly, strings.TrimSuffix(r.URL.Path, "/")) {
+			writeError(w, &api.Error{Code: "forbidden",
+				Message: "operation " + r.URL.Path + " is only available to operators on the control socket"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	prof, _ := json.Marshal(s.r.Profile())
+	s.mu.RLock()
+	st := api.Status{
+		RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
+		Policy: s.policyStatusLocked(), Profile: prof, Running: []string{},
+	}
+	for id := range s.active {
+		st.Running = append(st.Running, id)
+	}
+	s.mu.RUnlock()
+	slices.Sort(st.Running)
+	q, err := s.quarantine()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	st.Quarantine = *q
+	writeJSON(w, st)
+}
+
+func (s *server) quarantine() (*api.Quarantine, error) {
+	q, err := s.r.Quarantine()
+	if err != nil {
+		return nil, err
+	}
+	if q == nil {
+		return &api.Quarantine{}, nil
+	}
+	return &api.Quarantine{Quarantined: true, Since: q.Since, Reason: q.Reason, RunID: q.RunID}, nil
+}
+
+func (s *server) handleQuarantine(w http.ResponseWriter, r *http.Request) {
+	q, err := s.quarantine()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, q)
+}
+
+func (s *server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	if err := s.r.ReleaseQuarantine(); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Warn("quarantine released by operator", "uid", peerOf(r).UID)
+	writeJSON(w, api.Quarantine{})
+}
+
+func (s *server) handleReload(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, s.reloadPolicy())
+}
+
+func (s *server) handleImport(w http.ResponseWriter, r *http.Request) {
+	var req api.ImportRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	img, err := s.r.Images().Import(r.Context(), req.Source)
+	if err != nil {
+		writeError(w, &api.Error{Code: "bad-request", Message: err.Error()})
+		return
+	}
+	writeJSON(w, img)
+}
+
+func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
+	var req api.RevokeRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.ID == "" {
+		writeError(w, &api.Error{Code: "bad-request", Message: "grant id is required"})
+		return
+	}
+	if err := s.db.Revoke(req.ID, store.Revocation{At: time.Now().UTC(), Reason: req.Reason}); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("grant revoked", "grant", req.ID, "uid", peerOf(r).UID)
+	writeJSON(w, map[string]string{"revoked": req.ID})
+}
+
+func (s *server) handleCancel(operator bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		s.mu.RLock()
+		a := s.active[id]
+		s.mu.RUnlock()
+		if a == nil {
+			writeError(w, &api.Error{Code: "not-found", Message: "no running run " + id})
+			return
+		}
+		if !operator && a.owner != peerOf(r).UID {
+			writeError(w, &api.Error{Code: "forbidden", Message: "run " + id + " belongs to another client"})
+			return
+		}
+		a.cancel()
+		writeJSON(w, map[string]string{"cancelled": id})
+	}
+}
+
+// runRecord is what the store keeps per run: the result and its owner.
+type runRecord struct {
+	Owner  uint32      `json:"owner"`
+	Result *api.Result `json:"result"`
+}
+
+func (s *server) handleGetRun(operator bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var rec runRecord
+		if err := s.db.GetRun(r.PathValue("id"), &rec); err != nil {
+			writeError(w, err)
+			return
+		}
+		if !operator && rec.Owner != peerOf(r).UID {
+			// Same answer as absent: other clients' runs are not visible.
+			writeError(w, &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " not found"})
+			return
+		}
+		writeJSON(w, rec.Result)
+	}
+}

@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
+)
+
+// server is custodyd: it owns the state dir, keys, store and both sockets.
+type server struct {
+	cfg      Config
+	log      *slog.Logger
+	db       *store.DB
+	r        *runner.Runner
+	runnerID *keys.Signer // runner identity
+	issuer   *keys.Signer // grant issuer
+	verifier *grant.Verifier
+	maxTTL   time.Duration
+	// now is the clock grants are checked against (tests move it).
+	now func() time.Time
+
+	mu     sync.RWMutex
+	pol    *policy.Policy
+	polDig string
+	polErr error
+	polAt  time.Time
+	active map[string]*activeRun
+}
+
+type activeRun struct {
+	owner  uint32
+	cancel context.CancelFunc
+}
+
+func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
+	maxTTL, err := time.ParseDuration(cfg.MaxGrantTTL)
+	if err != nil || maxTTL <= 0 {
+		return nil, fmt.Errorf("maxGrantTTL %q: want a positive duration", cfg.MaxGrantTTL)
+	}
+	if err := os.MkdirAll(cfg.Runner.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.Runner.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	keyDir := filepath.Join(cfg.Runner.StateDir, "keys")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		return nil, fmt.Errorf("key dir: %w", err)
+	}
+	s := &server{cfg: cfg, log: log, maxTTL: maxTTL, now: time.Now, active: map[string]*activeRun{}}
+	var created bool
+	if s.runnerID, created, err = keys.LoadOrCreate(keyDir, "runner"); err != nil {
+		return nil, fmt.Errorf("runner identity key: %w", err)
+	} else if created {
+		log.Info("generated runner identity key", "dir", keyDir)
+	}
+	if s.issuer, created, err = keys.LoadOrCreate(keyDir, "issuer"); err != nil {
+		return nil, fmt.Errorf("grant issuer key: %w", err)
+	} else if created {
+		log.Info("generated grant issuer key", "dir", keyDir)
+	}
+	trusted := []*keys.Verifier{s.issuer.Verifier()}
+	for _, p := range cfg.TrustedIssuers {
+		v, err := keys.LoadPublic(p)
+		if err != nil {
+			return nil, fmt.Errorf("trusted issuer %s: %w", p, err)
+		}
+		trusted = append(trusted, v)
+	}
+	if s.verifier, err = grant.NewVerifier(trusted); err != nil {
+		return nil, err
+	}
+	if s.db, err = store.Open(runner.StorePath(cfg.Runner)); err != nil {
+		return nil, err
+	}
+	if s.r, err = runner.New(ctx, cfg.Runner, s.db, log); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	s.reloadPolicy()
+	return s, nil
+}
+
+func (s *server) close() error { return s.db.Close() }
+
+// reloadPolicy reads the policy file. On any failure the daemon holds no
+// policy — never the previous one — and refuses every request with why.
+func (s *server) reloadPolicy() api.PolicyStatus {
+	pol, dig, err := readPolicy(s.cfg.Policy)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pol, s.polDig, s.polErr, s.polAt = pol, dig, err, time.Now().UTC()
+	if err != nil {
+		s.pol, s.polDig = nil, ""
+		s.log.Error("operator policy invalid: refusing every request", "path", s.cfg.Policy, "err", err)
+	} else {
+		s.log.Info("operator policy loaded", "path", s.cfg.Policy, "digest", dig)
+	}
+	return s.policyStatusLocked()
+}
+
+func readPolicy(path string) (*policy.Policy, string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, "", fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > policy.MaxSize {
+		return nil, "", fmt.Errorf("%s is larger than %d bytes", path, policy.MaxSize)
+	}
+	// Parse exactly the bytes that are digested: grants bind this digest.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	pol, err := policy.Parse(data)
+	if err != nil {
+		return nil, "", err
+	}
+	return pol, policy.Digest(data), nil
+}
+
+func (s *server) policyStatusLocked() api.PolicyStatus {
+	st := api.PolicyStatus{Path: s.cfg.Policy, Digest: s.polDig, LoadedAt: s.polAt}
+	if s.polErr != nil {
+		st.Error = s.polErr.Error()
+	}
+	return st
+}
+
+// currentPolicy returns the policy in force, or the refusal that stands in
+// for it.
+func (s *server) currentPolicy() (*policy.Policy, string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.pol == nil {
+		return nil, "", &api.Error{Code: "policy-invalid",
+			Message: fmt.Sprintf("the operator policy %s failed to load, so nothing is granted: %v; fix: correct it and reload (custody policy reload)", s.cfg.Policy, s.polErr)}
+	}
+	return s.pol, s.polDig, nil
+}
+
+// serve listens on both sockets until ctx ends.
+func (s *server) serve(ctx context.Context) error {
+	control, err := listen(s.cfg.ControlSocket, 0o600)
+	if err != nil {
+		return err
+	}
+	submit, err := listen(s.cfg.SubmitSocket, 0o666)
+	if err != nil {
+		control.Close()
+		return err
+	}
+	servers := []*http.Server{
+		{Handler: s.controlMux(), ConnContext: peerContext, ReadHeaderTimeout: 10 * time.Second},
+		{Handler: s.submitMux(), ConnContext: peerContext, ReadHeaderTimeout: 10 * time.Second},
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- servers[0].Serve(control) }()
+	go func() { errc <- servers[1].Serve(submit) }()
+	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
+		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.cancelAll()
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(sctx)
+	}
+	os.Remove(s.cfg.ControlSocket)
+	os.Remove(s.cfg.SubmitSocket)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (s *server) cancelAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.active {
+		a.cancel()
+	}
+}
+
+// listen creates a unix socket with mode perm, replacing only a stale
+// socket (never another kind of file).
+func listen(path string, perm os.FileMode) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, fmt.Errorf("socket dir: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket; not replacing it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	// Create the socket with no access, then open it up: no window where
+	// it is more open than perm.
+	old := unix.Umask(0o777)
+	l, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+type peerKey struct{}
+
+// peer is the kernel-reported identity of the process on the other end.
+type peer struct {
+	UID, GID uint32
+	PID      int32
+	ok       bool
+}
+
+func peerContext(ctx context.Context, c net.Conn) context.Context {
+	var p peer
+	if uc, ok := c.(*net.UnixConn); ok {
+		if raw, err := uc.SyscallConn(); err == nil {
+			_ = raw.Control(func(fd uintptr) {
+				cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+				if err == nil {
+					p = peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid, ok: true}
+				}
+			})
+		}
+	}
+	return context.WithValue(ctx, peerKey{}, p)
+}
+
+func peerOf(r *http.Request) peer {
+	p, _ := r.Context().Value(peerKey{}).(peer)
+	return p
+}
+
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// writeError maps errors to the wire at the edge.
+func writeError(w http.ResponseWriter, err error) {
+	e := toAPIError(err)
+	status := http.StatusConflict
+	switch e.Code {
+	case "forbidden":
+		status = http.StatusForbidden
+	case "not-found":
+		status = http.StatusNotFound
+	case "bad-request", "malformed":
+		status = http.StatusBadRequest
+	case "internal":
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(e)
+}
+
+func toAPIError(err error) *api.Error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var ge *grant.Error
+	if errors.As(err, &ge) {
+		return &api.Error{Code: string(ge.Code), Message: err.Error()}
+	}
+	var re *admission.RefusedError
+	if errors.As(err, &re) {
+		return &api.Error{Code: "refused", Message: err.Error(), Checks: runner.Checks(re.Checks)}
+	}
+	if errors.Is(err, runner.ErrQuarantined) {
+		return &api.Error{Code: "quarantined", Message: err.Error()}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return &api.Error{Code: "not-found", Message: err.Error()}
+	}
+	return &api.Error{Code: "internal", Message: err.Error()}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 2<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &api.Error{Code: "bad-request", Message: fmt.Sprintf("decode request: %v", err)}
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The whole custody flow on embedded defaults: start custodyd on a fresh
+# state dir, import the test image, admit, issue a grant, run, print the
+# result, stop. Run as root from the repository root (make demo does).
+set -euo pipefail
+ROOT=$(pwd)
+DEMO=$ROOT/build/demo
+BIN=$ROOT/bin
+SOCK=$DEMO/sock
+
+if grep -q " $DEMO" /proc/self/mountinfo; then
+	echo "demo: something is still mounted under $DEMO; not touching it" >&2
+	exit 1
+fi
+rm -rf "$DEMO"
+mkdir -p "$DEMO"
+chmod 0711 "$DEMO"
+
+cat > "$DEMO/custodyd.yaml" <<YAML
+runner:
+  stateDir: $DEMO/state
+  runtimeDir: /run/custody-demo
+  runtime:
+    path: $BIN/runc
+    version: "$("$BIN/runc" --version | awk 'NR==1{print $3}')"
+    sha256: $(sha256sum "$BIN/runc" | cut -d' ' -f1)
+policy: $DEMO/policy.yaml
+controlSocket: $SOCK/control.sock
+submitSocket: $SOCK/submit.sock
+operators: [0]
+YAML
+# Until the image digest is known the policy is unusable, so custodyd
+# starts refusing everything (fail closed).
+echo "not yet written" > "$DEMO/policy.yaml"
+
+"$BIN/custodyd" --config "$DEMO/custodyd.yaml" --log-level warn &
+DAEMON=$!
+trap 'kill -TERM $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true' EXIT
+custody() { "$BIN/custody" --control "$SOCK/control.sock" --submit "$SOCK/submit.sock" "$@"; }
+for _ in $(seq 100); do custody status >/dev/null 2>&1 && break; sleep 0.1; done
+
+echo "== import the test image (operator)"
+IMAGE=$(custody image import "$ROOT/build/testimage/rootfs")
+echo "$IMAGE"
+sed "s/@IMAGE@/$IMAGE/" examples/policy.yaml > "$DEMO/policy.yaml"
+sed "s/@IMAGE@/$IMAGE/" examples/phase.yaml > "$DEMO/phase.yaml"
+cp -r examples/src "$DEMO/src"
+custody policy reload >/dev/null
+
+echo "== admit (dry run)"
+custody admit "$DEMO/phase.yaml"
+echo "== issue a single-use grant to ci-bot (operator, control socket)"
+custody grant issue "$DEMO/phase.yaml" --actor ci-bot --ttl 15m > "$DEMO/grant.json"
+echo "wrote $DEMO/grant.json"
+echo "== run with the grant (client, submit socket)"
+custody run --grant "$DEMO/grant.json"
+echo "== the same grant again is refused: it admits one launch"
+if custody run --grant "$DEMO/grant.json" 2>&1; then
+	echo "demo: a replayed grant launched" >&2
+	exit 1
+fi
