@@ -253,6 +253,8 @@ type Exit struct {
 	Started   time.Time `json:"started"`
 	Finished  time.Time `json:"finished"`
 	Usage     Usage     `json:"usage"`
+	// Observed is read from the live container, never from the config.
+	Observed *Observed `json:"observed"`
 }
 
 // Run creates and starts the container and waits until its whole process
@@ -295,15 +297,17 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 		return nil, err
 	}
 	exited := make(chan unix.WaitStatus, 1)
+	observed := c.observe(pid)
 	go func() { exited <- wait(pid) }()
 
-	ex := &Exit{Started: time.Now()}
+	ex := &Exit{Started: time.Now(), Observed: observed}
 	if err := rc.start(ctx, c.logPath, c.id); err != nil {
 		c.kill(pid)
 		<-exited
 		waitCopies()
 		return nil, err
 	}
+	observeSeccomp(observed, pid)
 	timer := time.NewTimer(wall)
 	defer timer.Stop()
 	var ws unix.WaitStatus

@@ -233,3 +233,25 @@ func (cg *cgroupDirs) swapAccounted() bool {
 	}
 	return false
 }
+
+// cpuQuota returns the CFS quota and period in force (-1 quota: none).
+func (cg *cgroupDirs) cpuQuota() (quota, period int64) {
+	if cg.unified {
+		b, err := os.ReadFile(filepath.Join(cg.dirs[""], "cpu.max"))
+		if err != nil {
+			return -1, -1
+		}
+		f := strings.Fields(string(b))
+		if len(f) != 2 {
+			return -1, -1
+		}
+		period, _ = strconv.ParseInt(f[1], 10, 64)
+		if f[0] == "max" {
+			return -1, period
+		}
+		quota, _ = strconv.ParseInt(f[0], 10, 64)
+		return quota, period
+	}
+	d := cg.dir("cpu")
+	return readInt(filepath.Join(d, "cpu.cfs_quota_us")), readInt(filepath.Join(d, "cpu.cfs_period_us"))
+}

@@ -95,3 +95,47 @@ func TestRunTrivial(t *testing.T) {
 		})
 	}
 }
+
+func TestObservedControls(t *testing.T) {
+	h := newHarness(t, true)
+	ex, out, _ := h.run(t, "observe", []string{"/bin/sh", "-c", "sleep 0.3"}, nil)
+	if ex.Code != 0 {
+		t.Fatalf("exit %d: %s", ex.Code, out)
+	}
+	o := ex.Observed
+	if o == nil {
+		t.Fatal("nothing observed")
+	}
+	for _, ns := range []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"} {
+		found := false
+		for _, got := range o.Namespaces {
+			found = found || got == ns
+		}
+		if !found {
+			t.Errorf("namespace %s not observed as new: %v", ns, o.Namespaces)
+		}
+	}
+	for _, c := range []string{"CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"} {
+		if o.Capabilities[c] != "0000000000000000" {
+			t.Errorf("%s = %q, want none", c, o.Capabilities[c])
+		}
+	}
+	if !o.NoNewPrivs || o.Seccomp != "filter" {
+		t.Errorf("noNewPrivs=%v seccomp=%q", o.NoNewPrivs, o.Seccomp)
+	}
+	if o.Cgroup.MemoryLimitBytes != 64<<20 || o.Cgroup.PidsLimit != 64 || o.Cgroup.CPUQuotaMicros != 100000 {
+		t.Errorf("cgroup observed %+v", o.Cgroup)
+	}
+	if len(o.Interfaces) != 1 || o.Interfaces[0] != "lo" {
+		t.Errorf("interfaces %v, want [lo]", o.Interfaces)
+	}
+	rootRO := false
+	for _, m := range o.Mounts {
+		if m.Target == "/" {
+			rootRO = m.ReadOnly
+		}
+	}
+	if !rootRO {
+		t.Errorf("rootfs not observed read-only: %+v", o.Mounts)
+	}
+}

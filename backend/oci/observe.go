@@ -1,0 +1,151 @@
+package oci
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Observed is what the backend read back from the live container: the
+// kernel's view of the process, not the configuration that asked for it.
+type Observed struct {
+	At           time.Time         `json:"at"`
+	Namespaces   []string          `json:"namespaces"`
+	Capabilities map[string]string `json:"capabilities"`
+	NoNewPrivs   bool              `json:"noNewPrivs"`
+	Seccomp      string            `json:"seccomp"`
+	Mounts       []ObservedMount   `json:"mounts"`
+	Cgroup       ObservedCgroup    `json:"cgroup"`
+	Interfaces   []string          `json:"interfaces,omitempty"`
+	Notes        []string          `json:"notes,omitempty"`
+}
+
+// ObservedMount is one mount in the container's mount namespace.
+type ObservedMount struct {
+	Target   string `json:"target"`
+	FSType   string `json:"fsType"`
+	ReadOnly bool   `json:"readOnly"`
+}
+
+// ObservedCgroup holds the limits the kernel enforces on the container.
+type ObservedCgroup struct {
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	PidsLimit        int64 `json:"pidsLimit"`
+	CPUQuotaMicros   int64 `json:"cpuQuotaMicros"`
+	CPUPeriodMicros  int64 `json:"cpuPeriodMicros"`
+}
+
+// observe reads the container init after `runc create`: it is then parked
+// on the exec fifo inside every namespace, with capabilities dropped and
+// no_new_privs set, so the read cannot race the workload.
+func (c *Container) observe(pid int) *Observed {
+	o := &Observed{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
+	proc := fmt.Sprintf("/proc/%d", pid)
+	for _, ns := range []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts", "time"} {
+		theirs, err1 := os.Readlink(filepath.Join(proc, "ns", ns))
+		ours, err2 := os.Readlink(filepath.Join("/proc/self/ns", ns))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if theirs != ours {
+			o.Namespaces = append(o.Namespaces, ns)
+		}
+	}
+	if st, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+		for _, line := range strings.Split(string(st), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			v = strings.TrimSpace(v)
+			switch {
+			case strings.HasPrefix(k, "Cap"):
+				o.Capabilities[k] = v
+			case k == "NoNewPrivs":
+				o.NoNewPrivs = v == "1"
+			}
+		}
+	} else {
+		o.Notes = append(o.Notes, "status unreadable: "+err.Error())
+	}
+	if mi, err := os.ReadFile(filepath.Join(proc, "mountinfo")); err == nil {
+		o.Mounts = parseMounts(mi)
+	} else {
+		o.Notes = append(o.Notes, "mountinfo unreadable: "+err.Error())
+	}
+	if nd, err := os.ReadFile(filepath.Join(proc, "net", "dev")); err == nil {
+		o.Interfaces = parseNetDev(nd)
+	}
+	u := c.cgroups.usage()
+	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = u.MemoryLimitBytes, u.PidsLimit
+	o.Cgroup.CPUQuotaMicros, o.Cgroup.CPUPeriodMicros = c.cgroups.cpuQuota()
+	return o
+}
+
+// observeSeccomp reads the seccomp mode once the workload is started. runc
+// installs the filter between `runc start` and exec, so poll briefly.
+func observeSeccomp(o *Observed, pid int) {
+	deadline := time.Now().Add(250 * time.Millisecond)
+	for {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			o.Notes = append(o.Notes, "seccomp unobserved: the workload exited before it could be read")
+			return
+		}
+		mode := ""
+		for _, line := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
+				mode = strings.TrimSpace(v)
+			}
+		}
+		switch mode {
+		case "2":
+			o.Seccomp = "filter"
+			return
+		case "1":
+			o.Seccomp = "strict"
+			return
+		case "":
+			o.Notes = append(o.Notes, "seccomp unobserved: no Seccomp field (zombie or exited)")
+			return
+		}
+		if time.Now().After(deadline) {
+			o.Seccomp = "disabled"
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func parseMounts(mi []byte) []ObservedMount {
+	var out []ObservedMount
+	sc := bufio.NewScanner(bytes.NewReader(mi))
+	for sc.Scan() {
+		// id parent maj:min root target options [optional...] - fstype source superopts
+		f := strings.Fields(sc.Text())
+		sep := slices.Index(f, "-")
+		if len(f) < 6 || sep < 0 || sep+1 >= len(f) {
+			continue
+		}
+		opts := strings.Split(f[5], ",")
+		out = append(out, ObservedMount{Target: f[4], FSType: f[sep+1], ReadOnly: slices.Contains(opts, "ro")})
+	}
+	return out
+}
+
+func parseNetDev(nd []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(nd), "\n") {
+		name, _, ok := strings.Cut(line, ":")
+		if ok && !strings.Contains(name, "|") {
+			out = append(out, strings.TrimSpace(name))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
