@@ -31,13 +31,17 @@ bin/runc: go.mod go.sum | deps
 	CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o bin/runc github.com/opencontainers/runc
 	@./bin/runc --version | head -1
 
-build: bin/custody bin/custodyd bin/runc
+build: bin/custody bin/custodyd bin/custodyd-faultinject bin/runc
 bin/custody: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custody ./cmd/custody
 bin/custodyd: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custodyd ./cmd/custodyd
+# A test-only build that can die at a named stage (CUSTODY_FAULT); never installed.
+bin/custodyd-faultinject: $(GO_SOURCES)
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -tags faultinject -o bin/custodyd-faultinject ./cmd/custodyd
 
 # A tiny test image: static busybox and its applets.
 $(BUILD)/testimage/rootfs: | deps
@@ -51,7 +55,7 @@ demo: build $(BUILD)/testimage/rootfs
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build
-	CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd $(GO) test -count=1 -timeout 20m ./...
+	CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
 
 # Fuzz every parser of untrusted input for a short while each.
 FUZZTIME ?= 20s

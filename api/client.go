@@ -129,6 +129,18 @@ func (c *Client) ImportImage(ctx context.Context, source string) (json.RawMessag
 	return img, c.do(ctx, http.MethodPost, "/v1/images/import", ImportRequest{Source: source}, &img)
 }
 
+// Recover retries owned cleanup of unfinished attempts (control socket).
+func (c *Client) Recover(ctx context.Context) (*Recovery, error) {
+	var r Recovery
+	return &r, c.do(ctx, http.MethodPost, "/v1/recover", nil, &r)
+}
+
+// Attempts lists every journalled attempt (control socket).
+func (c *Client) Attempts(ctx context.Context) ([]Attempt, error) {
+	var as []Attempt
+	return as, c.do(ctx, http.MethodGet, "/v1/attempts", nil, &as)
+}
+
 // Cancel cancels a run: the submitter's own, or any over the control socket.
 func (c *Client) Cancel(ctx context.Context, runID string) error {
 	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/cancel", nil, nil)

@@ -214,3 +214,33 @@ type CleanupStep struct {
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail,omitempty"`
 }
+
+// Attempt is one launch attempt's journal: its cleanup state is running,
+// clean, cleanup-pending or residual.
+type Attempt struct {
+	RunID     string            `json:"runId"`
+	GrantID   string            `json:"grantId,omitempty"`
+	State     string            `json:"state"`
+	Resources []AttemptResource `json:"resources"`
+	Detail    string            `json:"detail,omitempty"`
+	Retry     string            `json:"retry,omitempty"`
+	Started   time.Time         `json:"started"`
+	Updated   time.Time         `json:"updated"`
+}
+
+// AttemptResource is one native resource of an attempt.
+type AttemptResource struct {
+	Kind     string            `json:"kind"`
+	Name     string            `json:"name"`
+	State    string            `json:"state"`
+	Identity map[string]string `json:"identity,omitempty"`
+	At       time.Time         `json:"at"`
+}
+
+// Recovery is what a recovery pass did.
+type Recovery struct {
+	Attempts []Attempt `json:"attempts"`
+	// Foreign lists things that look like ours but are not journalled;
+	// nothing was done to them.
+	Foreign []string `json:"foreign,omitempty"`
+}

@@ -24,6 +24,9 @@ type Config struct {
 	// omitted, a default range is used where the host proves user
 	// namespaces work.
 	UserNamespace *IDRange `yaml:"userNamespace,omitempty"`
+	// Faults, when set (only by fault-injection builds), is called at each
+	// stage boundary of a launch.
+	Faults func(stage string) `yaml:"-"`
 }
 
 // IDRange is a host uid/gid range for container ids 0..Size-1.

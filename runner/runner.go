@@ -21,6 +21,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
@@ -41,6 +42,7 @@ type Runner struct {
 	cfg     Config
 	log     *slog.Logger
 	db      *store.DB
+	journal *journal.Journal
 	images  *image.Store
 	inputs  *snapshot.Store
 	outputs *snapshot.Store
@@ -67,7 +69,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 	if db == nil {
 		return nil, errors.New("runner: a store is required")
 	}
-	r := &Runner{cfg: cfg, log: log, db: db}
+	r := &Runner{cfg: cfg, log: log, db: db, journal: journal.New(db)}
 	var err error
 	if r.images, err = image.New(filepath.Join(cfg.StateDir, "images")); err != nil {
 		return nil, err
@@ -98,6 +100,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 		RuntimeDir: cfg.RuntimeDir,
 		UserNS:     r.userNS,
 		Logger:     log,
+		Faults:     cfg.Faults,
 	})
 	if err != nil {
 		return nil, err
@@ -144,10 +147,12 @@ func (r *Runner) ReleaseQuarantine() error { return r.db.ClearQuarantine() }
 // the host paths after this point cannot reach the run.
 type Prepared struct {
 	// RunID names the run; Launch picks a random one if it is empty.
-	RunID  string
-	Plan   *admission.Plan
-	Image  *image.Image
-	Inputs []Input
+	RunID string
+	// GrantID is journalled with the attempt.
+	GrantID string
+	Plan    *admission.Plan
+	Image   *image.Image
+	Inputs  []Input
 }
 
 // Input is one snapshotted input.
@@ -261,20 +266,26 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 			return res, err
 		}
 	}
+	// The attempt is journalled before anything is created.
+	if err := r.journal.Begin(res.RunID, p.GrantID); err != nil {
+		Refuse(res, fmt.Errorf("journal: %w", err))
+		return res, err
+	}
 	l := oci.Launch{
-		ID:          "custody-" + res.RunID,
+		ID:          ContainerID(res.RunID),
 		ImageRootfs: p.Image.Rootfs,
 		Config:      r.ociConfig(p),
 		OutputBytes: p.Plan.OutputBytes,
 		WallTime:    p.Plan.WallTime,
+		Recorder:    recorder{r.journal, res.RunID},
 	}
 	c, err := r.backend.Prepare(ctx, l)
 	if err != nil {
 		Refuse(res, err)
 		if c != nil {
 			res.Cleanup = cleanup(c.Cleanup(ctx))
-			r.afterCleanup(res)
 		}
+		r.afterCleanup(res)
 		return res, err
 	}
 	res.RuntimeSHA256 = c.RuntimeSHA256()
@@ -303,9 +314,13 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	return res, runErr
 }
 
-// afterCleanup quarantines the runner when cleanup was not verified.
+// afterCleanup closes the attempt's journal, and quarantines the runner
+// when cleanup was not verified.
 func (r *Runner) afterCleanup(res *api.Result) error {
 	if res.Cleanup == nil || res.Cleanup.Verified {
+		if err := r.journal.Finish(res.RunID, journal.Clean, "", ""); err != nil {
+			return r.residual(res.RunID, fmt.Sprintf("cleanup looked verified but the journal disagrees: %v", err))
+		}
 		return nil
 	}
 	var failed []string
@@ -314,13 +329,37 @@ func (r *Runner) afterCleanup(res *api.Result) error {
 			failed = append(failed, s.Name+": "+s.Detail)
 		}
 	}
-	reason := fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed)
-	r.log.Error("quarantining runner", "run", res.RunID, "reason", reason)
-	if err := r.db.SetQuarantine(store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: res.RunID}); err != nil {
+	return r.residual(res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed))
+}
+
+// residual marks an attempt residual and quarantines the runner: it takes
+// no work until an operator recovers it.
+func (r *Runner) residual(runID, reason string) error {
+	retry := "custody recover (operator), then custody quarantine release"
+	if err := r.journal.Finish(runID, journal.Residual, reason, retry); err != nil {
+		r.log.Error("journal residual", "run", runID, "err", err)
+	}
+	r.log.Error("quarantining runner", "run", runID, "reason", reason)
+	if err := r.db.SetQuarantine(store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: runID}); err != nil {
 		return fmt.Errorf("%s; and quarantine could not be recorded: %w", reason, err)
 	}
 	return fmt.Errorf("%w: %s", ErrQuarantined, reason)
 }
+
+// ContainerID is the runtime container id of a run.
+func ContainerID(runID string) string { return "custody-" + runID }
+
+// recorder adapts the journal to the backend's Recorder for one run.
+type recorder struct {
+	j     *journal.Journal
+	runID string
+}
+
+func (r recorder) Intent(kind, name string) error { return r.j.Intent(r.runID, kind, name) }
+func (r recorder) Created(kind, name string, id map[string]string) error {
+	return r.j.Created(r.runID, kind, name, id)
+}
+func (r recorder) Removed(kind, name string) error { return r.j.Removed(r.runID, kind, name) }
 
 func (r *Runner) ociConfig(p *Prepared) oci.Config {
 	env := make([]string, 0, len(p.Plan.Env))

@@ -10,6 +10,7 @@
 //	  runs/<id>    → JSON run record (opaque to the store)
 //	  grants/<id>  → JSON GrantUse: the grant was consumed (single use)
 //	  revoked/<id> → JSON Revocation
+//	  journal/<run id> → JSON attempt record (owned by package journal)
 package store
 
 import (
@@ -32,6 +33,7 @@ var (
 	bucketRuns   = []byte("runs")
 	bucketGrants = []byte("grants")
 	bucketRevok  = []byte("revoked")
+	bucketJourn  = []byte("journal")
 	keySchema    = []byte("schema")
 	keyQuarant   = []byte("quarantine")
 )
@@ -65,7 +67,7 @@ func Open(path string) (*DB, error) {
 		if err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok} {
+		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn} {
 			if _, err := root.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -236,4 +238,47 @@ func (d *DB) Revoked(id string) (bool, error) {
 		return nil
 	})
 	return revoked, err
+}
+
+// Journal is the bucket package journal keeps its records in.
+const Journal = "journal"
+
+// Update runs fn in one durable read-write transaction on a top-level
+// bucket of the schema (e.g. Journal). The transaction is fsync'd before
+// Update returns.
+func (d *DB) Update(bucket string, fn func(b *bolt.Bucket) error) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketV1).Bucket([]byte(bucket))
+		if b == nil {
+			return fmt.Errorf("store: no bucket %q", bucket)
+		}
+		return fn(b)
+	})
+}
+
+// View runs fn in a read-only transaction on a top-level bucket.
+func (d *DB) View(bucket string, fn func(b *bolt.Bucket) error) error {
+	return d.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketV1).Bucket([]byte(bucket))
+		if b == nil {
+			return fmt.Errorf("store: no bucket %q", bucket)
+		}
+		return fn(b)
+	})
+}
+
+// GrantUses returns every consumption record, keyed by grant id.
+func (d *DB) GrantUses() (map[string]GrantUse, error) {
+	out := map[string]GrantUse{}
+	err := d.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketV1).Bucket(bucketGrants).ForEach(func(k, v []byte) error {
+			var u GrantUse
+			if err := json.Unmarshal(v, &u); err != nil {
+				return err
+			}
+			out[string(k)] = u
+			return nil
+		})
+	})
+	return out, err
 }

@@ -36,6 +36,9 @@ type Options struct {
 	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
 	MaxLogBytes int64
 	Logger      *slog.Logger
+	// Faults, if set, is called at each stage boundary; tests use it to
+	// kill the runner there. Production leaves it nil.
+	Faults func(stage string)
 }
 
 // Backend launches containers under the pinned runtime.
@@ -89,6 +92,8 @@ type Launch struct {
 	WallTime    time.Duration
 	Stdout      io.Writer
 	Stderr      io.Writer
+	// Recorder journals each native resource; nil records nothing.
+	Recorder Recorder
 }
 
 // Container is one launch's native resources. Whatever happened, the
@@ -105,6 +110,14 @@ type Container struct {
 	started bool
 	mounted []string // mount points we made, innermost last
 	config  []byte
+	rec     Recorder
+	// idents are the native identities recorded per kind+name; cleanup
+	// acts only where they still match.
+	idents      map[string]map[string]string
+	cgroupNames []string
+	dirRecorded bool
+	recovered   bool // cleaning up after a runner that died
+	faults      func(stage string)
 }
 
 // ID is the container id.
@@ -147,15 +160,31 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		return nil, err
 	}
 	dir := filepath.Join(b.opts.RuntimeDir, l.ID)
+	rec := l.Recorder
+	if rec == nil {
+		rec = nopRecorder{}
+	}
+	if err := rec.Intent(KindLaunchDir, dir); err != nil {
+		bin.Close()
+		return nil, fmt.Errorf("journal launch dir: %w", err)
+	}
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		bin.Close()
 		return nil, fmt.Errorf("launch dir: %w", err)
 	}
 	c := &Container{
-		b: b, id: l.ID, dir: dir, bin: bin,
-		rootfs:  filepath.Join(dir, "rootfs"),
-		outDir:  filepath.Join(dir, "out"),
-		logPath: filepath.Join(dir, "runc.log"),
+		b: b, id: l.ID, dir: dir, bin: bin, rec: rec, faults: b.opts.Faults,
+		rootfs:      filepath.Join(dir, "rootfs"),
+		outDir:      filepath.Join(dir, "out"),
+		logPath:     filepath.Join(dir, "runc.log"),
+		idents:      map[string]map[string]string{},
+		dirRecorded: true,
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // whatever the umask
+		return c, fmt.Errorf("launch dir: %w", err)
+	}
+	if err := c.created(KindLaunchDir, dir, pathIdentity); err != nil {
+		return c, err
 	}
 	cfg := l.Config
 	cfg.Rootfs = c.rootfs
@@ -218,11 +247,14 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 		}
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", image, upper, work)
+	if err := c.rec.Intent(KindRootfsMount, c.rootfs); err != nil {
+		return fmt.Errorf("journal rootfs mount: %w", err)
+	}
+	c.mounted = append(c.mounted, c.rootfs)
 	if err := unix.Mount("overlay", c.rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay rootfs: %w", err)
 	}
-	c.mounted = append(c.mounted, c.rootfs)
-	return nil
+	return c.created(KindRootfsMount, c.rootfs, mountIdentity)
 }
 
 // mountOutput mounts a tmpfs with a hard size bound: writes past it fail
@@ -236,11 +268,14 @@ func (c *Container) mountOutput(limit int64) error {
 	if m := c.b.opts.UserNS; m != nil {
 		opts += fmt.Sprintf(",uid=%d,gid=%d", m.HostID, m.HostID)
 	}
+	if err := c.rec.Intent(KindOutputMount, c.outDir); err != nil {
+		return fmt.Errorf("journal output mount: %w", err)
+	}
+	c.mounted = append(c.mounted, c.outDir)
 	if err := unix.Mount("tmpfs", c.outDir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("output bound of %d bytes cannot be enforced: mount tmpfs: %w", limit, err)
 	}
-	c.mounted = append(c.mounted, c.outDir)
-	return nil
+	return c.created(KindOutputMount, c.outDir, mountIdentity)
 }
 
 // Exit is how the container ended.
@@ -288,6 +323,12 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	}
 
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
+	if err := c.intendContainer(); err != nil {
+		outW.Close()
+		errW.Close()
+		waitCopies()
+		return nil, err
+	}
 	pid, err := rc.create(ctx, c.logPath, c.id, c.dir, outW, errW)
 	outW.Close()
 	errW.Close()
@@ -296,6 +337,13 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 		waitCopies()
 		return nil, err
 	}
+	if err := c.recordContainer(pid); err != nil {
+		c.kill(pid)
+		wait(pid)
+		waitCopies()
+		return nil, err
+	}
+	c.fault("after-create")
 	exited := make(chan unix.WaitStatus, 1)
 	observed := c.observe(pid)
 	go func() { exited <- wait(pid) }()
@@ -307,7 +355,9 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 		waitCopies()
 		return nil, err
 	}
+	c.fault("after-start")
 	observeSeccomp(observed, pid)
+	c.fault("mid-run")
 	timer := time.NewTimer(wall)
 	defer timer.Stop()
 	var ws unix.WaitStatus
@@ -327,6 +377,7 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 		}
 	}
 	ex.Finished = time.Now()
+	c.fault("after-exit")
 	// Init is gone, so the kernel is tearing down its pid namespace; wait
 	// until no process is left in the cgroup before reading accounting.
 	if err := c.drainCgroup(); err != nil {
@@ -465,30 +516,51 @@ func (r *CleanupReport) step(name string, err error) {
 // no mounts, no launch directory. It is idempotent.
 func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 	ctx = context.WithoutCancel(ctx)
+	if c.rec == nil {
+		c.rec = nopRecorder{}
+	}
 	r := &CleanupReport{}
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
 	if c.bin != nil && c.started {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		logPath := filepath.Join(c.b.opts.StateDir, c.id+".log")
-		// A plain delete suffices once init is reaped; --force costs runc a
-		// 100 ms kill-and-poll loop, so it is kept for a container that is
-		// somehow still alive.
-		err := rc.delete(dctx, logPath, c.id, false)
-		if err != nil && !errors.Is(err, ErrNotExist) {
-			err = rc.delete(dctx, logPath, c.id, true)
+		var err error
+		if c.recovered {
+			err = c.stopRecovered(dctx)
+			r.step("runtime-kill", err)
+		}
+		if err == nil {
+			logPath := filepath.Join(c.b.opts.StateDir, c.id+".log")
+			// A plain delete suffices once init is reaped; --force costs runc a
+			// 100 ms kill-and-poll loop, so it is kept for a container that is
+			// somehow still alive.
+			err = rc.delete(dctx, logPath, c.id, false)
+			if err != nil && !errors.Is(err, ErrNotExist) {
+				err = rc.delete(dctx, logPath, c.id, true)
+			}
+			if errors.Is(err, ErrNotExist) {
+				err = nil
+			}
+			r.step("runtime-delete", err)
 		}
 		cancel()
-		if errors.Is(err, ErrNotExist) {
-			err = nil
-		}
-		r.step("runtime-delete", err)
 	}
+	c.fault("mid-cleanup")
 	if c.cgroups != nil {
 		r.step("cgroup-empty", c.verifyNoProcs())
-		r.step("cgroup-removed", c.removeCgroups())
+		err := c.removeCgroups()
+		r.step("cgroup-removed", err)
+		if err == nil {
+			for _, d := range c.cgroupNames {
+				_ = c.rec.Removed(KindCgroup, d)
+			}
+		}
 	}
 	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
-	r.step("runtime-state-gone", absent(stateDir))
+	err := absent(stateDir)
+	r.step("runtime-state-gone", err)
+	if err == nil && c.started {
+		_ = c.rec.Removed(KindContainer, c.id)
+	}
 	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
 	r.step("unmounted", c.unmountAll())
 	r.step("launch-dir-removed", c.removeDir())
@@ -519,10 +591,20 @@ func (c *Container) verifyNoProcs() error {
 // removeCgroups removes the container's cgroup directories if runc left
 // any; only the exact directories it resolved for this id are touched.
 func (c *Container) removeCgroups() error {
+	var errs []error
 	for _, d := range c.cgroups.remaining() {
-		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("remove cgroup %s: %w", d, err)
+		if want := c.idents[KindCgroup+"\x00"+d]; want != nil {
+			if err := sameIdentity(d, want); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	if left := c.cgroups.remaining(); len(left) > 0 {
 		return fmt.Errorf("cgroup directories remain: %v", left)
@@ -532,21 +614,47 @@ func (c *Container) removeCgroups() error {
 
 func (c *Container) unmountAll() error {
 	var errs []error
+	var left []string
 	for i := len(c.mounted) - 1; i >= 0; i-- {
-		if err := unix.Unmount(c.mounted[i], 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", c.mounted[i], err))
+		p := c.mounted[i]
+		kind := KindOutputMount
+		if p == c.rootfs {
+			kind = KindRootfsMount
 		}
-	}
-	left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir))
-	if err != nil {
-		return fmt.Errorf("read mountinfo: %w", err)
-	}
-	for _, m := range left {
-		errs = append(errs, fmt.Errorf("still mounted: %s", m.Mountpoint))
+		want := c.idents[kind+"\x00"+p]
+		got, err := mountIdentity(p)
+		switch {
+		case err != nil:
+			// Nothing mounted there (any more): gone.
+		case want != nil && got["mountId"] != want["mountId"]:
+			errs = append(errs, fmt.Errorf("mount at %s is id %s, the journal recorded %s: %w; not unmounting it",
+				p, got["mountId"], want["mountId"], errNotOwned))
+			left = append(left, p)
+			continue
+		default:
+			if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+				left = append(left, p)
+				continue
+			}
+		}
+		if _, err := mountIdentity(p); err == nil {
+			errs = append(errs, fmt.Errorf("still mounted: %s", p))
+			left = append(left, p)
+			continue
+		}
+		_ = c.rec.Removed(kind, p)
 	}
 	if len(errs) == 0 {
-		c.mounted = nil
+		ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir))
+		if err != nil {
+			return fmt.Errorf("read mountinfo: %w", err)
+		}
+		for _, m := range ms {
+			errs = append(errs, fmt.Errorf("still mounted: %s", m.Mountpoint))
+		}
 	}
+	c.mounted = left
 	return errors.Join(errs...)
 }
 
@@ -556,10 +664,21 @@ func (c *Container) removeDir() error {
 	if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir)); err != nil || len(left) > 0 {
 		return fmt.Errorf("launch dir %s still has mounts; not removed", c.dir)
 	}
+	if want := c.idents[KindLaunchDir+"\x00"+c.dir]; want != nil {
+		if err := sameIdentity(c.dir, want); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
 	if err := os.RemoveAll(c.dir); err != nil {
 		return fmt.Errorf("remove launch dir: %w", err)
 	}
-	return absent(c.dir)
+	if err := absent(c.dir); err != nil {
+		return err
+	}
+	if c.dirRecorded {
+		_ = c.rec.Removed(KindLaunchDir, c.dir)
+	}
+	return nil
 }
 
 func absent(p string) error {
@@ -567,6 +686,59 @@ func absent(p string) error {
 		return fmt.Errorf("%s still exists", p)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("check %s: %w", p, err)
+	}
+	return nil
+}
+
+func (c *Container) fault(stage string) {
+	if c.faults != nil {
+		c.faults(stage)
+	}
+}
+
+// created records a resource's identity after it was made.
+func (c *Container) created(kind, name string, ident func(string) (map[string]string, error)) error {
+	id, err := ident(name)
+	if err != nil {
+		return fmt.Errorf("identify %s %s: %w", kind, name, err)
+	}
+	c.idents[kind+"\x00"+name] = id
+	if err := c.rec.Created(kind, name, id); err != nil {
+		return fmt.Errorf("journal %s %s: %w", kind, name, err)
+	}
+	return nil
+}
+
+// intendContainer journals the container and the cgroup directories runc
+// is about to create.
+func (c *Container) intendContainer() error {
+	if err := c.rec.Intent(KindContainer, c.id); err != nil {
+		return fmt.Errorf("journal container: %w", err)
+	}
+	for _, d := range c.cgroups.dirs {
+		if err := c.rec.Intent(KindCgroup, d); err != nil {
+			return fmt.Errorf("journal cgroup: %w", err)
+		}
+		c.cgroupNames = append(c.cgroupNames, d)
+	}
+	return nil
+}
+
+// recordContainer journals the identities runc create produced.
+func (c *Container) recordContainer(pid int) error {
+	id, err := processIdentity(pid)
+	if err != nil {
+		return fmt.Errorf("identify container init %d: %w", pid, err)
+	}
+	id["bundle"] = c.dir
+	c.idents[KindContainer+"\x00"+c.id] = id
+	if err := c.rec.Created(KindContainer, c.id, id); err != nil {
+		return fmt.Errorf("journal container: %w", err)
+	}
+	for _, d := range c.cgroups.dirs {
+		if err := c.created(KindCgroup, d, pathIdentity); err != nil {
+			return err
+		}
 	}
 	return nil
 }

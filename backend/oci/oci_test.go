@@ -139,3 +139,26 @@ func TestObservedControls(t *testing.T) {
 		t.Errorf("rootfs not observed read-only: %+v", o.Mounts)
 	}
 }
+
+// TestCleanupIdempotent: repeated teardown is harmless and still verified.
+func TestCleanupIdempotent(t *testing.T) {
+	h := newHarness(t, true)
+	ctx := context.Background()
+	c, err := h.b.Prepare(ctx, oci.Launch{
+		ID: "twice", ImageRootfs: h.rootfs,
+		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
+			TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
+		OutputBytes: 1 << 20, WallTime: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(ctx, 5*time.Second, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if rep := c.Cleanup(ctx); !rep.Verified {
+			t.Fatalf("cleanup #%d not verified: %+v", i+1, rep)
+		}
+	}
+}

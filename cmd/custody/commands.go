@@ -276,16 +276,54 @@ func (a *app) resultCmd() *cobra.Command {
 }
 
 func (a *app) statusCmd() *cobra.Command {
-	return &cobra.Command{
+	var operator bool
+	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the runner's identity, policy, quarantine and running runs",
+		Short: "Show the runner's identity, policy, quarantine and runs; --operator adds each attempt's cleanup state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := a.submit().Status(cmd.Context())
+			c := a.submit()
+			if operator {
+				c = a.control()
+			}
+			st, err := c.Status(cmd.Context())
 			if err != nil {
 				return fail(err)
 			}
-			return writeJSON(a.stdout, st)
+			out := map[string]any{"status": st}
+			if operator {
+				as, err := c.Attempts(cmd.Context())
+				if err != nil {
+					return fail(err)
+				}
+				out["attempts"] = as
+			}
+			return writeJSON(a.stdout, out)
+		},
+	}
+	cmd.Flags().BoolVar(&operator, "operator", false, "use the control socket and list attempts")
+	return cmd
+}
+
+func (a *app) recoverCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "recover",
+		Short: "Operator: retry owned cleanup of unfinished attempts (the runner must be idle)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rec, err := a.control().Recover(cmd.Context())
+			if err != nil {
+				return fail(err)
+			}
+			if err := writeJSON(a.stdout, rec); err != nil {
+				return err
+			}
+			for _, at := range rec.Attempts {
+				if at.State != "clean" {
+					return &exitError{exitInternal, fmt.Errorf("attempt %s is %s: %s; retry: %s", at.RunID, at.State, at.Detail, at.Retry)}
+				}
+			}
+			return nil
 		},
 	}
 }

@@ -197,6 +197,11 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	owner := peerOf(r).UID
+	if !s.launch.TryRLock() {
+		writeError(w, &api.Error{Code: "refused", Message: "the runner is recovering; retry shortly"})
+		return
+	}
+	defer s.launch.RUnlock()
 	prep, g, err := s.admitGrant(ctx, in.Grant, owner)
 	if err != nil {
 		s.log.Warn("run refused", "uid", owner, "err", err)
@@ -320,15 +325,17 @@ func (s *server) admitGrant(ctx context.Context, env []byte, owner uint32) (*run
 		}
 		return nil, nil, err
 	}
+	s.fault("after-consume")
 	prep, err := s.r.Snapshot(ctx, plan)
 	if err != nil {
 		return nil, nil, err
 	}
+	s.fault("after-snapshot")
 	var snapped []runner.Input = prep.Inputs
 	if err := sameInputs(p.Inputs, grantInputs(snapped)); err != nil {
 		return nil, nil, err
 	}
-	prep.RunID = runID
+	prep.RunID, prep.GrantID = runID, p.ID
 	return prep, g, nil
 }
 

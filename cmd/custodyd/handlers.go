@@ -23,6 +23,8 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/quarantine/release", s.handleRelease)
 	mux.HandleFunc("POST /v1/images/import", s.handleImport)
+	mux.HandleFunc("POST /v1/recover", s.handleRecover)
+	mux.HandleFunc("GET /v1/attempts", s.handleAttempts)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(true))
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(true))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +41,8 @@ func (s *server) controlMux() http.Handler {
 
 // controlOnly are the control operations; on the submit socket they are
 // refused by name rather than 404, so the refusal is explicit.
-var controlOnly = []string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release", "/v1/images/import"}
+var controlOnly = []string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
+	"/v1/images/import", "/v1/recover", "/v1/attempts"}
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
 // cancel their own runs, fetch their own results, dry-run admission.
@@ -190,4 +193,29 @@ func (s *server) handleGetRun(operator bool) http.HandlerFunc {
 		}
 		writeJSON(w, rec.Result)
 	}
+}
+
+func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
+	// Recovery must never touch a live attempt: it runs only when no
+	// launch is in flight, and holds new ones off while it works.
+	if !s.launch.TryLock() {
+		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; recover only an idle runner"})
+		return
+	}
+	defer s.launch.Unlock()
+	rec, err := s.recover(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, rec)
+}
+
+func (s *server) handleAttempts(w http.ResponseWriter, r *http.Request) {
+	as, err := s.r.Attempts()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, as)
 }

@@ -38,7 +38,11 @@ type server struct {
 	verifier *grant.Verifier
 	maxTTL   time.Duration
 	// now is the clock grants are checked against (tests move it).
-	now func() time.Time
+	now    func() time.Time
+	faults func(stage string)
+
+	// launch is held shared by every run and exclusively by recovery.
+	launch sync.RWMutex
 
 	mu     sync.RWMutex
 	pol    *policy.Policy
@@ -94,12 +98,45 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if s.db, err = store.Open(runner.StorePath(cfg.Runner)); err != nil {
 		return nil, err
 	}
+	s.faults = faultHook()
+	cfg.Runner.Faults = s.faults
 	if s.r, err = runner.New(ctx, cfg.Runner, s.db, log); err != nil {
 		s.db.Close()
 		return nil, err
 	}
+	// Before any work: finish what a previous runner left behind.
+	if _, err := s.recover(ctx); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("recovery: %w", err)
+	}
 	s.reloadPolicy()
 	return s, nil
+}
+
+// recover runs recovery and records a failure result for each recovered
+// attempt whose run never got one (its runner died mid-run).
+func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
+	rec, err := s.r.Recover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range rec.Attempts {
+		var existing runRecord
+		if s.db.GetRun(a.RunID, &existing) == nil {
+			continue
+		}
+		res := &api.Result{RunID: a.RunID, GrantID: a.GrantID, Status: api.StatusFailed, ExitCode: -1,
+			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
+			Started: a.Started, Finished: a.Updated, Inputs: []api.Input{}}
+		_ = s.db.PutRun(a.RunID, runRecord{Owner: 0, Result: res})
+	}
+	return rec, nil
+}
+
+func (s *server) fault(stage string) {
+	if s.faults != nil {
+		s.faults(stage)
+	}
 }
 
 func (s *server) close() error { return s.db.Close() }

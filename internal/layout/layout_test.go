@@ -78,7 +78,7 @@ var banned = map[string]map[string]string{
 
 // directOnly: package → the only packages that may import it directly.
 var directOnly = map[string][]string{
-	"backend/oci": {"runner"},
+	"backend/oci": {"runner", "bench"}, // bench: raw-runc baselines with the same profile
 	"runner":      {"cmd/custodyd"},
 }
 

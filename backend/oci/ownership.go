@@ -1,0 +1,219 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// Resource kinds the backend records.
+const (
+	KindLaunchDir   = "launch-dir"
+	KindRootfsMount = "rootfs-mount"
+	KindOutputMount = "output-mount"
+	KindContainer   = "container"
+	KindCgroup      = "cgroup"
+)
+
+// Recorder is told about each native resource before it is created, once
+// it exists (with its native identity), and once it is verified gone. A
+// failing Intent stops the create: nothing is made that is not recorded.
+type Recorder interface {
+	Intent(kind, name string) error
+	Created(kind, name string, identity map[string]string) error
+	Removed(kind, name string) error
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Intent(string, string) error                     { return nil }
+func (nopRecorder) Created(string, string, map[string]string) error { return nil }
+func (nopRecorder) Removed(string, string) error                    { return nil }
+
+// Resource is a recorded native resource, as recovery gets it back.
+type Resource struct {
+	Kind     string
+	Name     string
+	State    string // "intent", "created" or "removed"
+	Identity map[string]string
+}
+
+// pathIdentity is a file's device and inode: a path alone proves nothing.
+func pathIdentity(p string) (map[string]string, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return nil, err
+	}
+	return map[string]string{"dev": strconv.FormatUint(st.Dev, 10), "ino": strconv.FormatUint(st.Ino, 10)}, nil
+}
+
+func sameIdentity(p string, want map[string]string) error {
+	got, err := pathIdentity(p)
+	if err != nil {
+		return err
+	}
+	if got["dev"] != want["dev"] || got["ino"] != want["ino"] {
+		return fmt.Errorf("%s is dev %s ino %s, the journal recorded dev %s ino %s: %w",
+			p, got["dev"], got["ino"], want["dev"], want["ino"], errNotOwned)
+	}
+	return nil
+}
+
+var errNotOwned = errors.New("not owned")
+
+// IsNotOwned reports whether err says a resource's identity did not match.
+func IsNotOwned(err error) bool { return errors.Is(err, errNotOwned) }
+
+// mountIdentity is the kernel's id of the mount at p.
+func mountIdentity(p string) (map[string]string, error) {
+	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(p))
+	if err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("nothing mounted at %s", p)
+	}
+	m := ms[len(ms)-1]
+	return map[string]string{"mountId": strconv.Itoa(m.ID), "fstype": m.FSType}, nil
+}
+
+// processIdentity is a pid and its start time: a pid alone may be reused.
+func processIdentity(pid int) (map[string]string, error) {
+	st, err := startTime(pid)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]string{"pid": strconv.Itoa(pid), "startTime": st}, nil
+}
+
+func startTime(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	// comm may contain spaces; fields after the last ')' are fixed.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return f[19], nil // field 22 overall: starttime
+}
+
+// Recover cleans up after an attempt this process did not see through
+// (the runner died or was killed). It acts only on resources whose
+// recorded native identity still matches; anything else is reported and
+// left alone.
+func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, rec Recorder) *CleanupReport {
+	if rec == nil {
+		rec = nopRecorder{}
+	}
+	c := &Container{b: b, id: id, dir: filepath.Join(b.opts.RuntimeDir, id), rec: rec, recovered: true,
+		idents: map[string]map[string]string{}}
+	c.rootfs, c.outDir = filepath.Join(c.dir, "rootfs"), filepath.Join(c.dir, "out")
+	c.logPath = filepath.Join(b.opts.StateDir, id+".recover.log")
+	for _, r := range resources {
+		if r.State == "removed" {
+			continue
+		}
+		c.idents[r.Kind+"\x00"+r.Name] = r.Identity
+		switch r.Kind {
+		case KindRootfsMount, KindOutputMount:
+			c.mounted = append(c.mounted, r.Name)
+		case KindContainer:
+			c.started = true
+		case KindCgroup:
+			c.cgroupNames = append(c.cgroupNames, r.Name)
+		case KindLaunchDir:
+			c.dirRecorded = true
+		}
+	}
+	// The recorded directories, not a fresh resolution: this process may
+	// sit in another cgroup than the runner that made them.
+	c.cgroups = &cgroupDirs{dirs: map[string]string{}}
+	for i, d := range c.cgroupNames {
+		c.cgroups.dirs[strconv.Itoa(i)] = d
+	}
+	bin, err := b.opts.Runtime.Open(ctx)
+	if err != nil {
+		r := &CleanupReport{}
+		r.step("runtime", fmt.Errorf("cannot verify the runtime to clean up with: %w", err))
+		return r
+	}
+	c.bin = bin
+	return c.Cleanup(ctx)
+}
+
+// stopRecovered kills a container left running by a runner that died: its
+// init is no longer our child, so wait by polling its identity.
+func (c *Container) stopRecovered(ctx context.Context) error {
+	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
+	st, err := rc.state(ctx, c.logPath, c.id)
+	if errors.Is(err, ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if filepath.Clean(st.Bundle) != c.dir {
+		return fmt.Errorf("runtime container %s has bundle %s, not %s: %w", c.id, st.Bundle, c.dir, errNotOwned)
+	}
+	if st.Status == "stopped" || st.Pid <= 0 {
+		return nil
+	}
+	if want := c.idents[KindContainer+"\x00"+c.id]; want != nil && want["pid"] == strconv.Itoa(st.Pid) {
+		if got, err := startTime(st.Pid); err == nil && got != want["startTime"] {
+			return fmt.Errorf("pid %d was reused (start time %s, recorded %s): %w", st.Pid, got, want["startTime"], errNotOwned)
+		}
+	}
+	_ = rc.kill(ctx, c.logPath, c.id, "KILL")
+	deadline := time.Now().Add(15 * time.Second)
+	for unix.Kill(st.Pid, 0) == nil {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("container %s init %d survived SIGKILL", c.id, st.Pid)
+		}
+		// A zombie of another parent still answers kill(0); it has no
+		// cgroup members left once the pid namespace is gone.
+		if isZombie(st.Pid) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
+}
+
+// CgroupParents lists, per hierarchy, the directory under which this
+// backend creates container cgroups ("custody" under our own cgroup).
+func (b *Backend) CgroupParents() []string {
+	cg, err := resolveCgroups("custody")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, d := range cg.dirs {
+		out = append(out, d)
+	}
+	return out
+}

@@ -1,0 +1,259 @@
+// Package journal records what the runner is about to create before it
+// creates it, the native identity of what it created, and what it removed.
+// After a failure, cancellation or restart the journal says, per attempt,
+// whether its state is clean, cleanup-pending or residual, and recovery
+// acts only on resources whose record and native identity both match.
+package journal
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/custody-dev/custody/store"
+)
+
+// State is an attempt's cleanup state.
+type State string
+
+const (
+	// Running: resources may exist and the runner is using them.
+	Running State = "running"
+	// CleanupPending: the attempt ended (or its runner died) and cleanup
+	// has not been verified yet.
+	CleanupPending State = "cleanup-pending"
+	// Clean: every recorded resource is verified gone.
+	Clean State = "clean"
+	// Residual: something recorded is still there (or could not be
+	// verified); Retry says how to retry the owned cleanup.
+	Residual State = "residual"
+)
+
+// Resource states.
+const (
+	Intent  = "intent"  // about to be created; may or may not exist
+	Created = "created" // exists, with the recorded identity
+	Removed = "removed" // verified gone
+)
+
+var (
+	// ErrNotFound means no attempt has that run id.
+	ErrNotFound = errors.New("attempt not found")
+	// ErrNotOwned means a resource's native identity does not match the
+	// journal: it is not ours to touch.
+	ErrNotOwned = errors.New("resource not owned by this attempt")
+)
+
+// Resource is one native resource of an attempt.
+type Resource struct {
+	Kind     string            `json:"kind"`
+	Name     string            `json:"name"`
+	State    string            `json:"state"`
+	Identity map[string]string `json:"identity,omitempty"`
+	At       time.Time         `json:"at"`
+}
+
+// Attempt is the journal of one launch attempt.
+type Attempt struct {
+	RunID     string     `json:"runId"`
+	GrantID   string     `json:"grantId,omitempty"`
+	State     State      `json:"state"`
+	Resources []Resource `json:"resources"`
+	// Detail says what remains or what went wrong; Retry says how an
+	// operator retries the owned cleanup.
+	Detail  string    `json:"detail,omitempty"`
+	Retry   string    `json:"retry,omitempty"`
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+}
+
+// Outstanding lists resources that are not verified removed.
+func (a *Attempt) Outstanding() []Resource {
+	var out []Resource
+	for _, r := range a.Resources {
+		if r.State != Removed {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Journal writes attempt records into the runner's store. Every call is
+// one fsync'd transaction: an intent is durable before the create it
+// guards.
+type Journal struct {
+	db  *store.DB
+	now func() time.Time
+}
+
+// New returns a journal over db.
+func New(db *store.DB) *Journal {
+	return &Journal{db: db, now: func() time.Time { return time.Now().UTC() }}
+}
+
+// Begin opens the record of a new attempt in state running.
+func (j *Journal) Begin(runID, grantID string) error {
+	now := j.now()
+	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
+		if b.Get([]byte(runID)) != nil {
+			return fmt.Errorf("journal: attempt %s already exists", runID)
+		}
+		return put(b, &Attempt{RunID: runID, GrantID: grantID, State: Running, Resources: []Resource{}, Started: now, Updated: now})
+	})
+}
+
+// Intent records that kind/name is about to be created.
+func (j *Journal) Intent(runID, kind, name string) error {
+	return j.update(runID, func(a *Attempt) error {
+		a.Resources = append(a.Resources, Resource{Kind: kind, Name: name, State: Intent, At: j.now()})
+		return nil
+	})
+}
+
+// Created records the native identity of kind/name once it exists.
+func (j *Journal) Created(runID, kind, name string, identity map[string]string) error {
+	return j.update(runID, func(a *Attempt) error {
+		i := a.find(kind, name)
+		if i < 0 {
+			return fmt.Errorf("journal: %s %s created without a recorded intent", kind, name)
+		}
+		a.Resources[i].State, a.Resources[i].Identity, a.Resources[i].At = Created, identity, j.now()
+		return nil
+	})
+}
+
+// Removed records that kind/name is verified gone.
+func (j *Journal) Removed(runID, kind, name string) error {
+	return j.update(runID, func(a *Attempt) error {
+		if i := a.find(kind, name); i >= 0 {
+			a.Resources[i].State, a.Resources[i].At = Removed, j.now()
+		}
+		return nil
+	})
+}
+
+// Finish sets an attempt's state. Clean is refused while a resource is
+// outstanding: unknown cleanup is never reported as success.
+func (j *Journal) Finish(runID string, state State, detail, retry string) error {
+	return j.update(runID, func(a *Attempt) error {
+		if state == Clean {
+			if left := a.Outstanding(); len(left) > 0 {
+				return fmt.Errorf("journal: attempt %s cannot be clean with %d outstanding resources", runID, len(left))
+			}
+		}
+		a.State, a.Detail, a.Retry = state, detail, retry
+		return nil
+	})
+}
+
+// Get returns one attempt.
+func (j *Journal) Get(runID string) (*Attempt, error) {
+	var a *Attempt
+	err := j.db.View(store.Journal, func(b *bolt.Bucket) error {
+		v := b.Get([]byte(runID))
+		if v == nil {
+			return fmt.Errorf("journal: %s: %w", runID, ErrNotFound)
+		}
+		a = &Attempt{}
+		return json.Unmarshal(v, a)
+	})
+	return a, err
+}
+
+// List returns every attempt, oldest first.
+func (j *Journal) List() ([]Attempt, error) {
+	var out []Attempt
+	err := j.db.View(store.Journal, func(b *bolt.Bucket) error {
+		return b.ForEach(func(_, v []byte) error {
+			var a Attempt
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			out = append(out, a)
+			return nil
+		})
+	})
+	slices.SortFunc(out, func(a, b Attempt) int { return a.Started.Compare(b.Started) })
+	return out, err
+}
+
+// Unfinished returns the attempts that are not clean.
+func (j *Journal) Unfinished() ([]Attempt, error) {
+	all, err := j.List()
+	if err != nil {
+		return nil, err
+	}
+	var out []Attempt
+	for _, a := range all {
+		if a.State != Clean {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// Knows reports whether any attempt recorded kind/name.
+func (j *Journal) Knows(kind, name string) (bool, error) {
+	all, err := j.List()
+	if err != nil {
+		return false, err
+	}
+	for _, a := range all {
+		if a.find(kind, name) >= 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (j *Journal) update(runID string, fn func(a *Attempt) error) error {
+	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
+		v := b.Get([]byte(runID))
+		if v == nil {
+			return fmt.Errorf("journal: %s: %w", runID, ErrNotFound)
+		}
+		var a Attempt
+		if err := json.Unmarshal(v, &a); err != nil {
+			return err
+		}
+		if err := fn(&a); err != nil {
+			return err
+		}
+		a.Updated = j.now()
+		return put(b, &a)
+	})
+}
+
+func (a *Attempt) find(kind, name string) int {
+	for i := len(a.Resources) - 1; i >= 0; i-- {
+		if a.Resources[i].Kind == kind && a.Resources[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func put(b *bolt.Bucket, a *Attempt) error {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(a.RunID), v)
+}
+
+// Settle records an attempt that created nothing (its runner stopped
+// between consuming the grant and journalling the launch) as clean.
+func (j *Journal) Settle(runID, grantID, detail string) error {
+	now := j.now()
+	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
+		if b.Get([]byte(runID)) != nil {
+			return nil
+		}
+		return put(b, &Attempt{RunID: runID, GrantID: grantID, State: Clean, Resources: []Resource{},
+			Detail: detail, Started: now, Updated: now})
+	})
+}

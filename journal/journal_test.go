@@ -1,0 +1,81 @@
+package journal
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/custody-dev/custody/store"
+)
+
+func open(t *testing.T) (*Journal, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "custody.db")
+	db, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return New(db), path
+}
+
+func TestLifecycle(t *testing.T) {
+	j, _ := open(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(j.Begin("r1", "g1"))
+	if err := j.Begin("r1", "g1"); err == nil {
+		t.Fatal("second Begin of one run id accepted")
+	}
+	must(j.Intent("r1", "launch-dir", "/run/x"))
+	if err := j.Created("r1", "mount", "/run/x/out", nil); err == nil {
+		t.Fatal("Created without an intent accepted")
+	}
+	must(j.Created("r1", "launch-dir", "/run/x", map[string]string{"ino": "42"}))
+	must(j.Intent("r1", "mount", "/run/x/out"))
+	// Clean with outstanding resources is refused: unknown cleanup is not success.
+	if err := j.Finish("r1", Clean, "", ""); err == nil {
+		t.Fatal("Finish(clean) accepted with outstanding resources")
+	}
+	a, err := j.Get("r1")
+	must(err)
+	if a.State != Running || len(a.Outstanding()) != 2 || a.Resources[0].Identity["ino"] != "42" {
+		t.Fatalf("attempt %+v", a)
+	}
+	must(j.Removed("r1", "mount", "/run/x/out"))
+	must(j.Removed("r1", "launch-dir", "/run/x"))
+	must(j.Finish("r1", Clean, "", ""))
+	if un, _ := j.Unfinished(); len(un) != 0 {
+		t.Fatalf("unfinished %+v", un)
+	}
+	if known, _ := j.Knows("launch-dir", "/run/x"); !known {
+		t.Fatal("Knows lost a recorded resource")
+	}
+	if _, err := j.Get("nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get(nope) = %v", err)
+	}
+}
+
+func TestDurableAcrossReopen(t *testing.T) {
+	j, path := open(t)
+	if err := j.Begin("r2", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Intent("r2", "container", "custody-r2"); err != nil {
+		t.Fatal(err)
+	}
+	j.db.Close()
+	db, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	un, err := New(db).Unfinished()
+	if err != nil || len(un) != 1 || un[0].State != Running || un[0].Resources[0].State != Intent {
+		t.Fatalf("after reopen: %+v %v", un, err)
+	}
+}

@@ -1,0 +1,161 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/snapshot"
+)
+
+// Recovery is what a recovery pass found and did.
+type Recovery struct {
+	// Attempts are the attempts that were not clean, in their new state.
+	Attempts []journal.Attempt `json:"attempts"`
+	// Foreign lists things that look like ours but are not in the journal
+	// with a matching identity. Nothing is done to them.
+	Foreign []string `json:"foreign,omitempty"`
+}
+
+// Recover walks every attempt that is not clean, verifies ownership of each
+// recorded resource by its native identity, cleans what it owns and leaves
+// each attempt clean or residual. A residual attempt quarantines the
+// runner. Nothing is re-run: a consumed grant stays consumed.
+func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
+	out := &Recovery{}
+	r.removeStaging()
+	unfinished, err := r.journal.Unfinished()
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	for _, a := range unfinished {
+		if err := r.journal.Finish(a.RunID, journal.CleanupPending, "recovering after the runner stopped", ""); err != nil {
+			return nil, err
+		}
+		var res []oci.Resource
+		for _, x := range a.Resources {
+			res = append(res, oci.Resource{Kind: x.Kind, Name: x.Name, State: x.State, Identity: x.Identity})
+		}
+		rep := r.backend.Recover(ctx, ContainerID(a.RunID), res, recorder{r.journal, a.RunID})
+		if rep.Verified {
+			if err := r.journal.Finish(a.RunID, journal.Clean, "recovered: every recorded resource verified gone", ""); err != nil {
+				_ = r.residual(a.RunID, err.Error())
+			}
+		} else {
+			var failed []string
+			for _, s := range rep.Steps {
+				if !s.OK {
+					failed = append(failed, s.Name+": "+s.Detail)
+				}
+			}
+			_ = r.residual(a.RunID, fmt.Sprintf("recovery of run %s incomplete: %s", a.RunID, strings.Join(failed, "; ")))
+		}
+		if got, err := r.journal.Get(a.RunID); err == nil {
+			out.Attempts = append(out.Attempts, *got)
+		}
+		r.log.Info("recovered attempt", "run", a.RunID, "verified", rep.Verified)
+	}
+	// A grant consumed by a runner that stopped before journalling its
+	// launch created nothing; say so explicitly. It stays consumed.
+	uses, err := r.db.GrantUses()
+	if err != nil {
+		return nil, fmt.Errorf("read grant uses: %w", err)
+	}
+	for gid, u := range uses {
+		if u.RunID == "" {
+			continue
+		}
+		if _, err := r.journal.Get(u.RunID); err == nil {
+			continue
+		}
+		detail := "the runner stopped after consuming the grant and before creating anything; nothing to clean; the grant stays consumed"
+		if err := r.journal.Settle(u.RunID, gid, detail); err != nil {
+			return nil, err
+		}
+		if got, err := r.journal.Get(u.RunID); err == nil {
+			out.Attempts = append(out.Attempts, *got)
+		}
+	}
+	out.Foreign = r.foreign()
+	for _, f := range out.Foreign {
+		r.log.Warn("foreign state left untouched", "what", f)
+	}
+	return out, nil
+}
+
+// Attempts returns every journalled attempt.
+func (r *Runner) Attempts() ([]journal.Attempt, error) { return r.journal.List() }
+
+// foreign lists launch dirs, runtime containers and cgroups that carry our
+// naming but that no journalled attempt recorded.
+func (r *Runner) foreign() []string {
+	var out []string
+	known := func(kind, name string) bool {
+		k, err := r.journal.Knows(kind, name)
+		return err != nil || k // on a journal error, claim nothing as foreign
+	}
+	if ents, err := os.ReadDir(r.cfg.RuntimeDir); err == nil {
+		for _, e := range ents {
+			p := filepath.Join(r.cfg.RuntimeDir, e.Name())
+			if !known(oci.KindLaunchDir, p) {
+				out = append(out, "launch dir "+p)
+			}
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(r.cfg.StateDir, "runc")); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && !known(oci.KindContainer, e.Name()) {
+				out = append(out, "runtime container "+e.Name())
+			}
+		}
+	}
+	for _, d := range r.backend.CgroupParents() {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			p := filepath.Join(d, e.Name())
+			if e.IsDir() && strings.HasPrefix(e.Name(), "custody-") && !known(oci.KindCgroup, p) {
+				out = append(out, "cgroup "+p)
+			}
+		}
+	}
+	return out
+}
+
+// removeStaging removes half-written staging trees in the runner's own
+// content stores: only this process writes there, and it holds the store
+// lock, so nothing in flight can own them.
+func (r *Runner) removeStaging() {
+	for _, d := range []string{"images", "snapshots", "outputs"} {
+		dir := filepath.Join(r.cfg.StateDir, d)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), snapshot.StagingPrefix) {
+				p := filepath.Join(dir, e.Name())
+				_ = chmodTree(p)
+				if err := os.RemoveAll(p); err != nil {
+					r.log.Warn("remove staging", "path", p, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// chmodTree makes a read-only staging tree removable.
+func chmodTree(root string) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,269 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+const policyTmpl = `apiVersion: custody.dev/v1alpha1
+kind: Policy
+images: [{digest: %q}]
+actors: [{name: ci-bot, stages: [build]}]
+ceilings: {memory: 512Mi, pids: 256, cpu: 2, wallTime: 10m, outputBytes: 64Mi, tmpBytes: 64Mi, inputBytes: 64Mi}
+defaults: {cpu: 1, outputBytes: 8Mi, tmpBytes: 8Mi}
+tiers: {development: true}
+`
+
+type daemon struct {
+	t               *testing.T
+	dir, cfg        string
+	control, submit *api.Client
+	cmd             *exec.Cmd
+	logs            bytes.Buffer
+}
+
+func setup(t *testing.T) *daemon {
+	t.Helper()
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &daemon{t: t, dir: dir, cfg: filepath.Join(dir, "custodyd.yaml"),
+		control: api.NewClient(filepath.Join(dir, "control.sock")), submit: api.NewClient(filepath.Join(dir, "submit.sock"))}
+	write(t, d.cfg, fmt.Sprintf(`runner:
+  stateDir: %[1]s/state
+  runtimeDir: %[1]s/run
+  runtime: {path: %[2]s, version: %[3]q, sha256: %[4]s}
+policy: %[1]s/policy.yaml
+controlSocket: %[1]s/control.sock
+submitSocket: %[1]s/submit.sock
+operators: [0]
+`, dir, path, version, sha))
+	write(t, filepath.Join(dir, "policy.yaml"), "not yet\n")
+	return d
+}
+
+func write(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs the fault-injection custodyd, dying at fault ("" = never).
+func (d *daemon) start(fault string) {
+	d.t.Helper()
+	bin := os.Getenv("CUSTODYD_FAULT_BIN")
+	if bin == "" {
+		testenv.Missing(d.t, "the fault-injection custodyd ($CUSTODYD_FAULT_BIN, built by make test)")
+	}
+	d.logs.Reset()
+	d.cmd = exec.Command(bin, "--config", d.cfg, "--log-level", "info")
+	d.cmd.Env = append(os.Environ(), "CUSTODY_FAULT="+fault)
+	d.cmd.Stdout, d.cmd.Stderr = &d.logs, &d.logs
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := d.control.WaitReady(ctx); err != nil {
+		d.t.Fatalf("%v\n%s", err, d.logs.String())
+	}
+}
+
+func (d *daemon) stop() {
+	if d.cmd != nil && d.cmd.ProcessState == nil {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		d.cmd.Wait()
+	}
+}
+
+func TestCrashAtEachStageRecovers(t *testing.T) {
+	stages := []string{"after-consume", "after-snapshot", "after-create", "after-start", "mid-run", "after-exit", "mid-cleanup"}
+	d := setup(t)
+	defer d.stop()
+	// Import the image and write the policy once, with a clean daemon.
+	d.start("")
+	ctx := context.Background()
+	raw, err := d.control.ImportImage(ctx, testenv.BusyboxRootfs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var img struct{ Digest string }
+	json.Unmarshal(raw, &img)
+	write(t, filepath.Join(d.dir, "policy.yaml"), fmt.Sprintf(policyTmpl, img.Digest))
+	write(t, filepath.Join(d.dir, "src", "in.txt"), "input\n")
+	d.stop()
+
+	for i, stage := range stages {
+		t.Run(stage, func(t *testing.T) {
+			marker := fmt.Sprint(30000 + i*7 + os.Getpid()%1000)
+			d.start(stage)
+			phase := fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
+kind: Phase
+name: crash
+stage: build
+tier: development
+image: %q
+command: ["/bin/sh", "-c", "setsid sh -c 'sleep %s &'; echo out > /out/f; sleep 1"]
+inputs: [{source: ./src, target: /in}]
+output: {path: /out}
+resources: {memory: 64Mi, pids: 64, wallTime: 30s}
+`, img.Digest, marker)
+			env, err := d.control.IssueGrant(ctx, api.IssueRequest{Phase: api.PhaseSource{YAML: []byte(phase), BaseDir: d.dir}, Actor: "ci-bot", TTL: "10m"})
+			if err != nil {
+				t.Fatalf("issue: %v\n%s", err, d.logs.String())
+			}
+			res, err := d.submit.Run(ctx, env, io.Discard, io.Discard, nil)
+			if err == nil && res != nil && stage != "mid-cleanup" {
+				t.Fatalf("run completed (%s) although custodyd should have died at %s", res.Status, stage)
+			}
+			done := make(chan struct{})
+			go func() { d.cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("custodyd did not die at %s\n%s", stage, d.logs.String())
+			}
+			if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("custodyd exited with %v, want SIGKILL at %s\n%s", d.cmd.ProcessState, stage, d.logs.String())
+			}
+
+			// Restart: recovery runs before the daemon serves.
+			d.start("")
+			defer d.stop()
+			attempts := d.attempts(t)
+			if len(attempts) == 0 {
+				t.Fatalf("no attempt recorded after a crash at %s", stage)
+			}
+			last := attempts[len(attempts)-1]
+			if last["state"] != "clean" {
+				t.Fatalf("attempt after a crash at %s is %v, want clean\n%s", stage, last, d.logs.String())
+			}
+			d.noLeaks(t, marker)
+			// The grant stays consumed: no automatic re-run, no replay.
+			_, err = d.submit.Run(ctx, env, io.Discard, io.Discard, nil)
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Code != "replayed" {
+				t.Fatalf("replaying the grant after recovery: %v, want replayed", err)
+			}
+			q, err := d.control.Quarantine(ctx)
+			if err != nil || q.Quarantined {
+				t.Fatalf("quarantine after a clean recovery: %+v %v", q, err)
+			}
+			d.stop()
+		})
+	}
+}
+
+func (d *daemon) attempts(t *testing.T) []map[string]any {
+	t.Helper()
+	// The control client has no typed call for attempts; use raw HTTP.
+	var out []map[string]any
+	if err := getJSON(d.dir, "/v1/attempts", &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// noLeaks asserts zero leaked processes, cgroups, mounts, directories and
+// runc state.
+func (d *daemon) noLeaks(t *testing.T, marker string) {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), "sleep "+marker) {
+			t.Errorf("leaked process %s: %q", e.Name(), b)
+		}
+	}
+	if left, _ := os.ReadDir(filepath.Join(d.dir, "run")); len(left) > 0 {
+		t.Errorf("leaked launch dirs: %v", left)
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mi), filepath.Join(d.dir, "run")) {
+		t.Errorf("leaked mounts under %s", filepath.Join(d.dir, "run"))
+	}
+	state, _ := os.ReadDir(filepath.Join(d.dir, "state", "runc"))
+	for _, e := range state {
+		if e.IsDir() {
+			t.Errorf("leaked runc state %s", e.Name())
+		}
+	}
+	cg, _ := filepath.Glob("/sys/fs/cgroup/*/custody/custody-*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/memory/*/*/custody/custody-*")
+	for _, c := range append(cg, more...) {
+		// Other packages' tests may run containers concurrently; only this
+		// daemon's runs are ours to judge, and they are in its journal.
+		if d.journalled(filepath.Base(c)) {
+			t.Errorf("leaked cgroup %s", c)
+		}
+	}
+}
+
+func (d *daemon) journalled(containerID string) bool {
+	for _, a := range d.attempts(d.t) {
+		if "custody-"+fmt.Sprint(a["runId"]) == containerID {
+			return true
+		}
+	}
+	return false
+}
+
+// TestForeignStateUntouched plants things that look like custody's (our
+// naming, our directories) but are in no journal: recovery must report
+// them and do nothing to them.
+func TestForeignStateUntouched(t *testing.T) {
+	d := setup(t)
+	defer d.stop()
+	foreignID := fmt.Sprintf("custody-foreign%d", os.Getpid())
+	launch := filepath.Join(d.dir, "run", foreignID)
+	write(t, filepath.Join(launch, "keep"), "not yours\n")
+	cg := filepath.Join("/sys/fs/cgroup/pids/custody", foreignID)
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Rmdir(cg); os.RemoveAll(launch) })
+
+	d.start("")
+	rec, err := d.control.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(rec.Foreign, "\n")
+	for _, want := range []string{launch, cg} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("foreign %s not reported: %v", want, rec.Foreign)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(launch, "keep")); err != nil {
+		t.Errorf("foreign launch dir was touched: %v", err)
+	}
+	if _, err := os.Stat(cg); err != nil {
+		t.Errorf("foreign cgroup was touched: %v", err)
+	}
+	if !strings.Contains(d.logs.String(), "foreign state left untouched") {
+		t.Errorf("no diagnostic logged:\n%s", d.logs.String())
+	}
+}
