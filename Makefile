@@ -43,6 +43,12 @@ bin/custodyd-faultinject: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -tags faultinject -o bin/custodyd-faultinject ./cmd/custodyd
 
+# cosign, pinned in its own module (tools/cosign), as a test tool: the suite
+# checks that a third party verifies custody receipts with it.
+bin/cosign: tools/cosign/go.mod tools/cosign/go.sum
+	@mkdir -p bin
+	cd tools/cosign && CGO_ENABLED=0 $(GO) build -trimpath -o ../../bin/cosign github.com/sigstore/cosign/v3/cmd/cosign
+
 # A tiny test image: static busybox and its applets.
 $(BUILD)/testimage/rootfs: | deps
 	@rm -rf $(BUILD)/testimage && mkdir -p $@/bin $@/etc $@/root $@/tmp
@@ -54,8 +60,8 @@ demo: build $(BUILD)/testimage/rootfs
 	./scripts/demo.sh
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
-test: build
-	CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
+test: build bin/cosign
+	CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
 
 # Fuzz every parser of untrusted input for a short while each.
 FUZZTIME ?= 20s

@@ -157,17 +157,25 @@ func (c *Client) GetRun(ctx context.Context, runID string) (*Result, error) {
 // which the daemon treats as a cancellation of the run. started, if not
 // nil, is called with the run id as soon as the daemon assigns it.
 func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, error) {
+	res, _, err := c.RunWithReceipt(ctx, grant, stdout, stderr, started)
+	return res, err
+}
+
+// RunWithReceipt is Run that also returns the run's signed receipt (nil if
+// the run was refused before it launched).
+func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
 	resp, err := c.send(ctx, http.MethodPost, "/v1/runs", RunRequest{Grant: grant})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
+	var rcpt *Receipt
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), MaxEventBytes)
 	for sc.Scan() {
 		var ev Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, fmt.Errorf("run stream: %w", err)
+			return nil, nil, fmt.Errorf("run stream: %w", err)
 		}
 		switch ev.Type {
 		case EventStarted:
@@ -178,19 +186,38 @@ func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer
 			_, _ = stdout.Write(ev.Data)
 		case EventStderr:
 			_, _ = stderr.Write(ev.Data)
+		case EventReceipt:
+			rcpt = &Receipt{Envelope: ev.Receipt, Bundle: ev.Bundle, RunnerPublicKey: string(ev.Data)}
 		case EventResult:
-			return ev.Result, nil
+			return ev.Result, rcpt, nil
 		case EventError:
-			return ev.Result, ev.Error
+			return ev.Result, rcpt, ev.Error
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("run stream: %w", err)
+		return nil, nil, fmt.Errorf("run stream: %w", err)
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	return nil, fmt.Errorf("run stream ended without a result")
+	return nil, nil, fmt.Errorf("run stream ended without a result")
+}
+
+// GetReceipt fetches a run's signed receipt (own runs over submit).
+func (c *Client) GetReceipt(ctx context.Context, runID string) (*Receipt, error) {
+	var r Receipt
+	return &r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/receipt", nil, &r)
+}
+
+// GetOutputs streams a run's retained outputs as a tar archive into w.
+func (c *Client) GetOutputs(ctx context.Context, runID string, w io.Writer) error {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/outputs", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // WaitReady polls until the socket answers or ctx ends.

@@ -89,12 +89,16 @@ type Quarantine struct {
 
 // Status is the daemon's view of itself.
 type Status struct {
-	RunnerID   string          `json:"runnerId"`
-	IssuerID   string          `json:"issuerId"`
-	Policy     PolicyStatus    `json:"policy"`
-	Quarantine Quarantine      `json:"quarantine"`
-	Profile    json.RawMessage `json:"profile"`
-	Running    []string        `json:"running"`
+	RunnerID string `json:"runnerId"`
+	IssuerID string `json:"issuerId"`
+	// RunnerPublicKey and IssuerPublicKey are PEM public keys, for a
+	// verifier's trust file (distribute them out of band).
+	RunnerPublicKey string          `json:"runnerPublicKey"`
+	IssuerPublicKey string          `json:"issuerPublicKey"`
+	Policy          PolicyStatus    `json:"policy"`
+	Quarantine      Quarantine      `json:"quarantine"`
+	Profile         json.RawMessage `json:"profile"`
+	Running         []string        `json:"running"`
 }
 
 // RunRequest submits a grant for launch.
@@ -109,6 +113,20 @@ type Event struct {
 	Data   []byte    `json:"data,omitempty"`
 	Result *Result   `json:"result,omitempty"`
 	Error  *Error    `json:"error,omitempty"`
+	// Receipt and Bundle are set on EventReceipt.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
+	Bundle  json.RawMessage `json:"bundle,omitempty"`
+}
+
+// Receipt is a run's signed receipt in both forms.
+type Receipt struct {
+	// Envelope is the DSSE envelope over the in-toto receipt statement.
+	Envelope json.RawMessage `json:"envelope"`
+	// Bundle is the same envelope as a Sigstore bundle v0.3 with a
+	// public-key hint (for cosign verify-blob-attestation --key).
+	Bundle json.RawMessage `json:"bundle"`
+	// RunnerPublicKey is the runner identity key (PEM) that signed it.
+	RunnerPublicKey string `json:"runnerPublicKey"`
 }
 
 // EventType names an Event.
@@ -120,6 +138,9 @@ const (
 	EventStderr  EventType = "stderr"
 	EventResult  EventType = "result"
 	EventError   EventType = "error"
+	// EventReceipt carries the signed receipt (DSSE envelope) and its
+	// Sigstore bundle form, before the result.
+	EventReceipt EventType = "receipt"
 )
 
 // Status of a run.

@@ -150,9 +150,11 @@ type Prepared struct {
 	RunID string
 	// GrantID is journalled with the attempt.
 	GrantID string
-	Plan    *admission.Plan
-	Image   *image.Image
-	Inputs  []Input
+	// Observed is set by Launch: what was read back from the container.
+	Observed *oci.Observed
+	Plan     *admission.Plan
+	Image    *image.Image
+	Inputs   []Input
 }
 
 // Input is one snapshotted input.
@@ -296,6 +298,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	ctx = context.WithoutCancel(ctx)
 	if runErr == nil {
 		setExit(res, ex)
+		p.Observed = ex.Observed
 		out, err := r.outputs.Take(ctx, c.OutputDir(), treehash.Options{MaxBytes: p.Plan.OutputBytes})
 		if err != nil {
 			res.Status = StatusFailed
@@ -306,6 +309,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	} else {
 		res.Status = StatusFailed
 		res.Error = runErr.Error()
+		res.Finished = time.Now().UTC()
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
 	if err := r.afterCleanup(res); err != nil {

@@ -52,8 +52,37 @@ custody admit "$DEMO/phase.yaml"
 echo "== issue a single-use grant to ci-bot (operator, control socket)"
 custody grant issue "$DEMO/phase.yaml" --actor ci-bot --ttl 15m > "$DEMO/grant.json"
 echo "wrote $DEMO/grant.json"
-echo "== run with the grant (client, submit socket)"
-custody run --grant "$DEMO/grant.json"
+echo "== run with the grant (client, submit socket); keep the signed receipt and the outputs"
+custody run --grant "$DEMO/grant.json" --receipt "$DEMO/out/receipt.json"
+echo "== verify the receipt as a reviewer would (trust file with the runner and issuer keys)"
+"$BIN/custody" --submit "$SOCK/submit.sock" status > "$DEMO/status.json"
+python3 - "$DEMO" <<'PY'
+import json, sys
+d = sys.argv[1]
+st = json.load(open(d + "/status.json"))["status"]
+open(d + "/runner.pub", "w").write(st["runnerPublicKey"])
+open(d + "/issuer.pub", "w").write(st["issuerPublicKey"])
+PY
+cat > "$DEMO/trust.yaml" <<YAML
+apiVersion: custody.dev/v1alpha1
+kind: Trust
+runners: [{name: demo-runner, publicKey: runner.pub}]
+issuers: [{name: demo-issuer, publicKey: issuer.pub}]
+maxAge: 1h
+# This host can only run the unqualified development tier; a production
+# trust file (tiers: [production]) would reject the receipt.
+tiers: [development]
+YAML
+custody verify "$DEMO/out/receipt.json" --trust "$DEMO/trust.yaml" --outputs "$DEMO/out/outputs"
+echo "== promote: a signed SLSA VSA, only because verification passed"
+custody promote "$DEMO/out/receipt.json" --trust "$DEMO/trust.yaml" --outputs "$DEMO/out/outputs" \
+	--key "$DEMO/verifier.key" > "$DEMO/promotion.json"
+echo "wrote $DEMO/promotion.json"
+if [ -x "$BIN/cosign" ]; then
+	echo "== cosign verifies the same receipt with the runner key"
+	"$BIN/cosign" verify-blob-attestation --key "$DEMO/runner.pub" --bundle "$DEMO/out/receipt.sigstore.json" \
+		--type https://custody.dev/attestation/receipt/v1 --insecure-ignore-tlog "$DEMO/out/outputs/HELLO.txt"
+fi
 echo "== the same grant again is refused: it admits one launch"
 if custody run --grant "$DEMO/grant.json" 2>&1; then
 	echo "demo: a replayed grant launched" >&2

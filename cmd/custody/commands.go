@@ -196,10 +196,10 @@ func (a *app) grantCmd() *cobra.Command {
 }
 
 func (a *app) runCmd() *cobra.Command {
-	var grantPath string
+	var grantPath, receiptPath, outputsDir string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "run --grant GRANT.json",
+		Use:   "run --grant GRANT.json [--receipt out/receipt.json]",
 		Short: "Submit a grant to custodyd and stream the run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -213,9 +213,18 @@ func (a *app) runCmd() *cobra.Command {
 			if asJSON {
 				wout = a.stderr
 			}
-			res, err := a.submit().Run(cmd.Context(), []byte(strings.TrimSpace(string(env))), wout, a.stderr, func(id string) {
+			c := a.submit()
+			res, rcpt, err := c.RunWithReceipt(cmd.Context(), []byte(strings.TrimSpace(string(env))), wout, a.stderr, func(id string) {
 				fmt.Fprintf(a.stderr, "custody: run %s started\n", id)
 			})
+			if res != nil && receiptPath != "" && res.Status != api.StatusRefused {
+				if outputsDir == "" {
+					outputsDir = filepath.Join(filepath.Dir(receiptPath), "outputs")
+				}
+				if serr := a.saveEvidence(cmd.Context(), c, res, rcpt, receiptPath, outputsDir); serr != nil {
+					return &exitError{exitInternal, serr}
+				}
+			}
 			if res != nil {
 				if asJSON {
 					_ = writeJSON(a.stdout, res)
@@ -233,6 +242,8 @@ func (a *app) runCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&grantPath, "grant", "", "grant envelope from `custody grant issue` (required)")
+	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed receipt here (and its Sigstore bundle beside it as *.sigstore.json)")
+	cmd.Flags().StringVar(&outputsDir, "outputs", "", "with --receipt: fetch the retained outputs into this new directory (default: outputs/ beside the receipt)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	_ = cmd.MarkFlagRequired("grant")
 	return cmd

@@ -301,3 +301,109 @@ func TestNoDaemonIsAClearError(t *testing.T) {
 		t.Fatalf("status with no daemon: %d %s", code, errb.String())
 	}
 }
+
+// trust writes the daemon's public keys and a trust file accepting tiers.
+func (e *env) trust(t *testing.T, name string, tiers string) string {
+	t.Helper()
+	code, out, errs := e.custody("status")
+	if code != 0 {
+		t.Fatalf("status: %s", errs)
+	}
+	var st struct {
+		Status struct{ RunnerPublicKey, IssuerPublicKey string }
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(e.dir, "runner.pub"), st.Status.RunnerPublicKey)
+	write(t, filepath.Join(e.dir, "issuer.pub"), st.Status.IssuerPublicKey)
+	p := filepath.Join(e.dir, name)
+	write(t, p, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
+kind: Trust
+runners: [{name: runner, publicKey: runner.pub}]
+issuers: [{name: issuer, publicKey: issuer.pub}]
+maxAge: 1h
+tiers: [%s]
+`, tiers))
+	return p
+}
+
+func TestReceiptVerifyPromote(t *testing.T) {
+	e := startDaemon(t)
+	devTrust := e.trust(t, "trust-dev.yaml", "development")
+	prodTrust := e.trust(t, "trust-prod.yaml", "production")
+	out := filepath.Join(e.dir, "out")
+	g := e.grant(t, e.phase(t, "evidence", "echo built > /out/artifact.txt; mkdir /out/d; echo x > /out/d/y", ""))
+	if code, _, errs := e.custody("run", "--grant", g, "--receipt", filepath.Join(out, "receipt.json")); code != exitOK {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	receipt := filepath.Join(out, "receipt.json")
+	outputs := filepath.Join(out, "outputs")
+	if _, err := os.Stat(filepath.Join(out, "receipt.sigstore.json")); err != nil {
+		t.Fatal("no sigstore bundle written")
+	}
+	if code, stdout, errs := e.custody("verify", receipt, "--trust", devTrust, "--outputs", outputs); code != verifyPromotable {
+		t.Fatalf("verify genuine: %d\n%s%s", code, stdout, errs)
+	}
+	// A production trust policy rejects a development-tier receipt.
+	if code, stdout, _ := e.custody("verify", receipt, "--trust", prodTrust, "--outputs", outputs); code != verifyAuthentic || !strings.Contains(stdout, "tier") {
+		t.Fatalf("verify dev receipt under production trust: %d\n%s", code, stdout)
+	}
+	// A third party verifies the same receipt with cosign and the runner key.
+	cosign := os.Getenv("CUSTODY_COSIGN")
+	if cosign == "" {
+		testenv.Missing(t, "cosign ($CUSTODY_COSIGN, built by make test)")
+	}
+	verify := func(bundle, file string) error {
+		cmd := exec.Command(cosign, "verify-blob-attestation", "--key", filepath.Join(e.dir, "runner.pub"),
+			"--bundle", bundle, "--type", "https://custody.dev/attestation/receipt/v1", "--insecure-ignore-tlog", file)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	bundle := filepath.Join(out, "receipt.sigstore.json")
+	if err := verify(bundle, filepath.Join(outputs, "artifact.txt")); err != nil {
+		t.Fatalf("cosign rejected a genuine receipt: %v", err)
+	}
+	raw, _ := os.ReadFile(bundle)
+	var b map[string]any
+	json.Unmarshal(raw, &b)
+	dsse := b["dsseEnvelope"].(map[string]any)
+	payload := []byte(dsse["payload"].(string))
+	payload[len(payload)/2] ^= 0x01
+	if payload[len(payload)/2] == '=' || payload[len(payload)/2] == '+' {
+		payload[len(payload)/2] ^= 0x03
+	}
+	dsse["payload"] = string(payload)
+	tampered, _ := json.Marshal(b)
+	tb := filepath.Join(e.dir, "tampered.sigstore.json")
+	write(t, tb, string(tampered))
+	if err := verify(tb, filepath.Join(outputs, "artifact.txt")); err == nil {
+		t.Fatal("cosign accepted a tampered receipt")
+	}
+
+	code, vsa, errs := e.custody("promote", receipt, "--trust", devTrust, "--outputs", outputs, "--key", filepath.Join(e.dir, "verifier.key"))
+	if code != 0 || !strings.Contains(vsa, "payload") {
+		t.Fatalf("promote: %d %s %s", code, vsa, errs)
+	}
+	// Changed retained bytes: not authentic, not promoted.
+	write(t, filepath.Join(outputs, "artifact.txt"), "tampered\n")
+	if code, stdout, _ := e.custody("verify", receipt, "--trust", devTrust, "--outputs", outputs); code != verifyUnauthentic || !strings.Contains(stdout, "outputs") {
+		t.Fatalf("verify with a changed output: %d\n%s", code, stdout)
+	}
+	if code, _, _ := e.custody("promote", receipt, "--trust", devTrust, "--outputs", outputs, "--key", filepath.Join(e.dir, "verifier.key")); code == 0 {
+		t.Fatal("a receipt whose outputs changed was promoted")
+	}
+
+	// A failed run gets a receipt too: authentic, not promotable.
+	fout := filepath.Join(e.dir, "failed")
+	fg := e.grant(t, e.phase(t, "failing", "echo partial > /out/p; exit 3", ""))
+	if code, _, errs := e.custody("run", "--grant", fg, "--receipt", filepath.Join(fout, "receipt.json")); code != exitFailed {
+		t.Fatalf("failing run: %d %s", code, errs)
+	}
+	if code, stdout, _ := e.custody("verify", filepath.Join(fout, "receipt.json"), "--trust", devTrust, "--outputs", filepath.Join(fout, "outputs")); code != verifyAuthentic || !strings.Contains(stdout, "exit-status") {
+		t.Fatalf("verify failed-run receipt: %d\n%s", code, stdout)
+	}
+}

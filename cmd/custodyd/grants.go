@@ -3,17 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
@@ -223,9 +227,20 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	st := newStream(w)
 	st.send(api.Event{Type: api.EventStarted, RunID: runID})
 	res, err := s.r.Launch(runCtx, prep, st.writer(api.EventStdout), st.writer(api.EventStderr))
+	var rcpt *api.Receipt
 	if res != nil {
 		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
-		if perr := s.db.PutRun(runID, runRecord{Owner: owner, Result: res}); perr != nil {
+		// Every run that launched gets a signed receipt, failed ones too.
+		if res.Status != runner.StatusRefused {
+			var rerr error
+			if rcpt, rerr = s.receipt(context.WithoutCancel(ctx), prep, res, g, in.Grant); rerr != nil {
+				s.log.Error("sign receipt", "run", runID, "err", rerr)
+			} else {
+				st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,
+					Data: []byte(rcpt.RunnerPublicKey)})
+			}
+		}
+		if perr := s.db.PutRun(runID, runRecord{Owner: owner, Result: res, Receipt: rcpt}); perr != nil {
 			s.log.Error("record run", "run", runID, "err", perr)
 		}
 	}
@@ -416,3 +431,26 @@ func (s *stream) writer(t api.EventType) io.Writer {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// receipt signs the run's receipt with the runner identity key.
+func (s *server) receipt(ctx context.Context, prep *runner.Prepared, res *api.Result, g *grant.Grant, env []byte) (*api.Receipt, error) {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, env); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	rc := s.r.ReceiptFor(prep, res)
+	rc.Runner = evidence.Identity{ID: s.runnerID.ID()}
+	rc.Grant = evidence.GrantRef{ID: g.Predicate.ID, EnvelopeSHA256: hex.EncodeToString(sum[:]),
+		IssuerID: g.IssuerKeyID, Envelope: compact.Bytes()}
+	rc.Phase = evidence.PhaseRef{Name: strings.TrimPrefix(g.SubjectName, "phase/"), Stage: g.Predicate.Stage, Digest: g.SubjectDigest}
+	signed, err := evidence.SignReceipt(ctx, s.runnerID, rc)
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := evidence.Bundle(signed, s.runnerID.ID())
+	if err != nil {
+		return nil, err
+	}
+	return &api.Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(s.runnerID.PublicPEM())}, nil
+}

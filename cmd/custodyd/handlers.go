@@ -27,6 +27,8 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/attempts", s.handleAttempts)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(true))
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(true))
+	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(true))
+	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(true))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := peerOf(r)
 		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
@@ -54,6 +56,8 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("POST /v1/runs", s.handleRun)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(false))
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(false))
+	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))
+	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
 			writeError(w, &api.Error{Code: "forbidden", Message: "peer credentials unavailable"})
@@ -73,6 +77,7 @@ func (s *server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	s.mu.RLock()
 	st := api.Status{
 		RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
+		RunnerPublicKey: string(s.runnerID.PublicPEM()), IssuerPublicKey: string(s.issuer.PublicPEM()),
 		Policy: s.policyStatusLocked(), Profile: prof, Running: []string{},
 	}
 	for id := range s.active {
@@ -173,25 +178,69 @@ func (s *server) handleCancel(operator bool) http.HandlerFunc {
 	}
 }
 
-// runRecord is what the store keeps per run: the result and its owner.
+// runRecord is what the store keeps per run: the result, its owner and
+// its signed receipt.
 type runRecord struct {
-	Owner  uint32      `json:"owner"`
-	Result *api.Result `json:"result"`
+	Owner   uint32       `json:"owner"`
+	Result  *api.Result  `json:"result"`
+	Receipt *api.Receipt `json:"receipt,omitempty"`
+}
+
+// runFor reads a run record the caller may see: any for operators, their
+// own for clients (others' runs answer as absent).
+func (s *server) runFor(r *http.Request, operator bool) (*runRecord, error) {
+	var rec runRecord
+	if err := s.db.GetRun(r.PathValue("id"), &rec); err != nil {
+		return nil, err
+	}
+	if !operator && rec.Owner != peerOf(r).UID {
+		return nil, &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " not found"}
+	}
+	return &rec, nil
 }
 
 func (s *server) handleGetRun(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var rec runRecord
-		if err := s.db.GetRun(r.PathValue("id"), &rec); err != nil {
+		rec, err := s.runFor(r, operator)
+		if err != nil {
 			writeError(w, err)
 			return
 		}
-		if !operator && rec.Owner != peerOf(r).UID {
-			// Same answer as absent: other clients' runs are not visible.
-			writeError(w, &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " not found"})
+		writeJSON(w, rec.Result)
+	}
+}
+
+func (s *server) handleGetReceipt(operator bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec, err := s.runFor(r, operator)
+		if err == nil && rec.Receipt == nil {
+			err = &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " has no receipt (it never launched)"}
+		}
+		if err != nil {
+			writeError(w, err)
 			return
 		}
-		writeJSON(w, rec.Result)
+		writeJSON(w, rec.Receipt)
+	}
+}
+
+// handleGetOutputs streams the run's retained output tree as a tar. The
+// bytes come from the runner's content-addressed store; the client checks
+// them against the signed receipt, not against this answer.
+func (s *server) handleGetOutputs(operator bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rec, err := s.runFor(r, operator)
+		if err == nil && (rec.Result == nil || rec.Result.Output == nil) {
+			err = &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " kept no outputs"}
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-tar")
+		if err := writeTar(w, rec.Result.Output.Path); err != nil {
+			s.log.Warn("stream outputs", "run", r.PathValue("id"), "err", err)
+		}
 	}
 }
 

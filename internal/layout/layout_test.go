@@ -72,7 +72,7 @@ var banned = map[string]map[string]string{
 		"runner":      "the CLI reaches the runner only through custodyd's sockets (api)",
 		"store":       "the CLI never holds the runner's state",
 		"backend/oci": "the CLI never launches anything itself",
-		"keys":        "the CLI holds no signing key",
+		"journal":     "the CLI never reads the journal itself",
 	},
 }
 
@@ -100,7 +100,7 @@ func TestDependencyRules(t *testing.T) {
 			if !ok {
 				continue
 			}
-			if allowed, ruled := directOnly[irel]; ruled && !slices.Contains(allowed, rel) {
+			if allowed, ruled := directOnly[irel]; ruled && !slices.Contains(allowed, rel) && !slices.Contains(allowed, strings.SplitN(rel, "/", 2)[0]) {
 				t.Errorf("%s imports %s; only %v may", rel, irel, allowed)
 			}
 		}

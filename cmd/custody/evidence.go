@@ -1,0 +1,234 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/snapshot"
+)
+
+// bundlePath is where the Sigstore bundle of a receipt goes:
+// out/receipt.json → out/receipt.sigstore.json.
+func bundlePath(receipt string) string {
+	return strings.TrimSuffix(receipt, filepath.Ext(receipt)) + ".sigstore.json"
+}
+
+// saveEvidence writes the receipt, its bundle and the run's outputs.
+func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, rc *api.Receipt, receiptPath, outputsDir string) error {
+	if rc == nil {
+		return fmt.Errorf("run %s: no receipt was issued", res.RunID)
+	}
+	if err := os.MkdirAll(filepath.Dir(receiptPath), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(receiptPath, append(rc.Envelope, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(bundlePath(receiptPath), append(rc.Bundle, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "custody: receipt %s, bundle %s\n", receiptPath, bundlePath(receiptPath))
+	if res.Output == nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := c.GetOutputs(ctx, res.RunID, &buf); err != nil {
+		return fmt.Errorf("fetch outputs: %w", err)
+	}
+	if err := extract(&buf, outputsDir); err != nil {
+		return fmt.Errorf("write outputs: %w", err)
+	}
+	fmt.Fprintf(a.stderr, "custody: outputs %s (check them: custody verify %s --trust TRUST --outputs %s)\n",
+		outputsDir, receiptPath, outputsDir)
+	return nil
+}
+
+// extract unpacks a tar of outputs into a new directory, without ever
+// writing through a link or outside dir. The bytes are checked against
+// the signed receipt by custody verify, not trusted here.
+func extract(r io.Reader, dir string) error {
+	if _, err := os.Lstat(dir); err == nil {
+		return fmt.Errorf("%s already exists; outputs go into a fresh directory", dir)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	w, err := snapshot.NewWriter(dir)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(strings.TrimSuffix(h.Name, "/"))
+		if name == "." || path.IsAbs(name) || strings.HasPrefix(name, "../") || name == ".." {
+			return fmt.Errorf("unsafe entry %q", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = w.Mkdir(name, 0o755)
+		case tar.TypeReg:
+			var f io.WriteCloser
+			if f, err = w.Create(name, os.FileMode(h.Mode).Perm()); err == nil {
+				_, err = io.Copy(f, io.LimitReader(tr, h.Size))
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+		case tar.TypeSymlink:
+			err = w.Symlink(name, h.Linkname)
+		default:
+			err = fmt.Errorf("unexpected entry type %q for %s", h.Typeflag, h.Name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Exit codes of custody verify.
+const (
+	verifyPromotable  = 0 // authentic and acceptable: may be promoted
+	verifyAuthentic   = 1 // authentic, but policy says no (failed run, stale, wrong tier, ...)
+	verifyUnauthentic = 2 // not authentic: signature, trust, grant or bytes do not hold
+)
+
+func (a *app) verifyCmd() *cobra.Command {
+	var trustPath, outputs string
+	var noOutputs, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify RECEIPT.json --trust TRUST.yaml --outputs DIR",
+		Short: "Verify a receipt: signature, issuer trust, revocation, grant, freshness, tier, retained bytes, exit and cleanup",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, _, err := a.verify(cmd.Context(), args[0], trustPath, outputs, noOutputs)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := writeJSON(a.stdout, res); err != nil {
+					return err
+				}
+			} else {
+				for _, c := range res.Checks {
+					state := "ok"
+					if !c.OK {
+						state = "FAIL"
+					}
+					fmt.Fprintf(a.stdout, "%-16s %-5s %s\n", c.Name, state, c.Reason)
+				}
+				fmt.Fprintf(a.stdout, "authentic=%t promotable=%t\n", res.OK, res.Promotable)
+			}
+			switch {
+			case !res.OK:
+				return &exitError{verifyUnauthentic, errors.New("receipt is not authentic")}
+			case !res.Promotable:
+				return &exitError{verifyAuthentic, errors.New("receipt is authentic but not promotable")}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&trustPath, "trust", "", "trust file (runner and issuer keys, freshness, tiers)")
+	cmd.Flags().StringVar(&outputs, "outputs", "", "directory holding the retained outputs to check byte for byte")
+	cmd.Flags().BoolVar(&noOutputs, "no-outputs-unsafe", false, "skip the retained-bytes check (the receipt is then never promotable by this run)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print every check as JSON")
+	_ = cmd.MarkFlagRequired("trust")
+	return cmd
+}
+
+func (a *app) verify(ctx context.Context, receipt, trustPath, outputs string, noOutputs bool) (*evidence.Result, []byte, error) {
+	if outputs == "" && !noOutputs {
+		return nil, nil, &exitError{verifyUnauthentic, errors.New("--outputs DIR is required (or --no-outputs-unsafe)")}
+	}
+	env, err := os.ReadFile(receipt)
+	if err != nil {
+		return nil, nil, err
+	}
+	trust, err := evidence.LoadTrust(trustPath)
+	if err != nil {
+		return nil, nil, &exitError{verifyUnauthentic, err}
+	}
+	v, err := evidence.NewVerifier(trust)
+	if err != nil {
+		return nil, nil, &exitError{verifyUnauthentic, err}
+	}
+	opt := evidence.WithOutputs(outputs)
+	if noOutputs {
+		opt = evidence.WithoutOutputsUnsafe()
+	}
+	pol, err := evidence.NewPolicy(opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	env = bytes.TrimSpace(env)
+	res, err := v.Verify(ctx, env, pol)
+	if err != nil {
+		return nil, nil, &exitError{verifyUnauthentic, err}
+	}
+	return res, env, nil
+}
+
+func (a *app) promoteCmd() *cobra.Command {
+	var trustPath, outputs, keyPath string
+	cmd := &cobra.Command{
+		Use:   "promote RECEIPT.json --trust TRUST.yaml --outputs DIR --key VERIFIER.key",
+		Short: "Verify a receipt and, only if it is promotable, print a signed SLSA VSA v1",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, env, err := a.verify(cmd.Context(), args[0], trustPath, outputs, false)
+			if err != nil {
+				return err
+			}
+			if !res.Promotable {
+				for _, c := range res.Failed() {
+					fmt.Fprintf(a.stderr, "custody: %s: %s\n", c.Name, c.Reason)
+				}
+				return &exitError{verifyAuthentic, errors.New("not promoted: the receipt did not verify as promotable")}
+			}
+			dir, name := filepath.Dir(keyPath), strings.TrimSuffix(filepath.Base(keyPath), ".key")
+			signer, created, err := keys.LoadOrCreate(dir, name)
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintf(a.stderr, "custody: created verifier key %s (public key %s.pub)\n", keyPath, filepath.Join(dir, name))
+			}
+			vsa, err := evidence.Promote(cmd.Context(), signer, res, env, evidence.PromoteOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = a.stdout.Write(append(vsa, '\n'))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&trustPath, "trust", "", "trust file")
+	cmd.Flags().StringVar(&outputs, "outputs", "", "directory holding the retained outputs")
+	cmd.Flags().StringVar(&keyPath, "key", "", "verifier signing key (PEM; created 0600 on first use)")
+	_ = cmd.MarkFlagRequired("trust")
+	_ = cmd.MarkFlagRequired("outputs")
+	_ = cmd.MarkFlagRequired("key")
+	return cmd
+}

@@ -1,0 +1,127 @@
+package evidence_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
+)
+
+// update regenerates testdata: go test ./evidence -run TestGolden -update
+var update = flag.Bool("update", false, "regenerate the golden receipts, keys and fuzz seeds in testdata")
+
+const (
+	goldenOK     = "receipt.json"
+	goldenFailed = "receipt-failed.json"
+)
+
+// golden returns the trust file and the golden receipt envelopes in
+// testdata. They are signed by keys whose private halves were thrown away.
+func golden(t testing.TB) (*evidence.Trust, map[string][]byte) {
+	t.Helper()
+	tr, err := evidence.LoadTrust(filepath.Join("testdata", "trust.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs := map[string][]byte{}
+	for _, name := range []string{goldenOK, goldenFailed} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs[name] = []byte(strings.TrimSpace(string(b)))
+	}
+	return tr, envs
+}
+
+// TestGolden verifies receipts signed when testdata was generated, so a
+// change of the receipt format, of its canonical encoding or of the output
+// tree digest shows up as a failure here.
+func TestGolden(t *testing.T) {
+	if *update {
+		writeGolden(t)
+	}
+	tr, envs := golden(t)
+	out := takeOutputs(t, outputFiles)
+
+	res := verifyWith(t, tr, envs[goldenOK], evidence.WithOutputs(out))
+	if !res.OK || !res.Promotable {
+		t.Fatalf("golden receipt:%s", describe(res))
+	}
+	res = verifyWith(t, tr, envs[goldenFailed], evidence.WithOutputs(out))
+	if !res.OK || res.Promotable {
+		t.Fatalf("golden failed-run receipt: OK=%v Promotable=%v:%s", res.OK, res.Promotable, describe(res))
+	}
+	wantOnlyFailed(t, res, "exit-status")
+}
+
+// writeGolden generates new keys, a grant, the golden receipts, the trust
+// file and the fuzz seed corpora.
+func writeGolden(t *testing.T) {
+	runner, issuer := newKey(t), newKey(t)
+	gp := grantPredicate(runner.ID())
+	genv, err := grant.Mint(context.Background(), issuer, gp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := receiptFor(t, runner, issuer, gp, genv, takeOutputs(t, outputFiles))
+	okEnv := sign(t, runner, r)
+	r.Exit = evidence.Exit{Status: evidence.StatusFailed, Code: 1}
+	failedEnv := sign(t, runner, r)
+
+	write := func(name string, data []byte) {
+		p := filepath.Join("testdata", name)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, data, 0o644))
+	}
+	write("runner.pub", runner.PublicPEM())
+	write("issuer.pub", issuer.PublicPEM())
+	write(goldenOK, append(okEnv, '\n'))
+	write(goldenFailed, append(failedEnv, '\n'))
+	write("trust.yaml", []byte(`apiVersion: custody.dev/v1alpha1
+kind: Trust
+runners:
+  - name: golden-runner
+    publicKey: runner.pub
+issuers:
+  - name: golden-issuer
+    publicKey: issuer.pub
+maxAge: 8760h
+tiers: [production]
+`))
+
+	seed := func(fuzzer, name string, data []byte) {
+		write(filepath.Join("fuzz", fuzzer, name), []byte("go test fuzz v1\n[]byte("+strconv.Quote(string(data))+")\n"))
+	}
+	seed("FuzzVerify", "genuine", okEnv)
+	seed("FuzzVerify", "failed-run", failedEnv)
+	seed("FuzzVerify", "grant-as-receipt", genv)
+	payload := payloadOf(t, okEnv)
+	seed("FuzzVerify", "two-signatures", signPayload(t, payload, runner, newKey(t)))
+	seed("FuzzVerify", "non-canonical", signPayload(t, []byte(strings.Replace(string(payload), `"runId":`, `"runId": `, 1)), runner))
+	seed("FuzzVerify", "unsigned-change", withPayload(t, okEnv, []byte(strings.Replace(string(payload), `"status":"ok"`, `"status":"failed"`, 1))))
+	var env map[string]any
+	must(t, json.Unmarshal(okEnv, &env))
+	env["extra"] = true
+	extra, _ := json.Marshal(env)
+	seed("FuzzVerify", "extra-member", extra)
+
+	trustDoc, err := os.ReadFile(filepath.Join("testdata", "trust.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed("FuzzParseTrust", "golden", trustDoc)
+	seed("FuzzParseTrust", "example", []byte(strings.NewReplacer("keys/runner.pub", "runner.pub").Replace(exampleTrust)))
+	seed("FuzzParseTrust", "inline-pem", []byte(trustYAML(runner, issuer, "notAfter: 2027-01-01T00:00:00Z", "tiers: [development, production]\naccept:\n  statuses: [ok, failed]\n  requireCleanVerified: false\nrevocation:\n  acceptBefore: true\n")))
+	seed("FuzzParseTrust", "same-key-twice", []byte(strings.Replace(string(trustDoc), "issuer.pub", "runner.pub", 1)))
+	seed("FuzzParseTrust", "alias", []byte(string(trustDoc)+"retention: &r {receipts: 1h}\naccept: *r\n"))
+	seed("FuzzParseTrust", "unknown-field", []byte(string(trustDoc)+"revocation: {acceptBefore: true, acceptAfter: true}\n"))
+	t.Log("regenerated testdata")
+}

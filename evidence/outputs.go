@@ -1,0 +1,109 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/custody-dev/custody/snapshot"
+	"github.com/custody-dev/custody/treehash"
+)
+
+// maxNamed bounds how many files of one kind a reason names.
+const maxNamed = 16
+
+// checkOutputs compares the retained output in dir with the receipt's
+// output record and returns why they differ, or "" if they match. The error
+// is for a cancelled ctx only.
+//
+// Every recorded file must be a regular file under dir with the recorded
+// sha256 and size; dir must hold no other regular file; symlinks are never
+// followed (a recorded path that is a symlink is not the file). The tree
+// digest of dir is then recomputed as snapshot.Take would store it (files
+// 0444, or 0555 if executable, directories 0555), so that directories,
+// symlinks and execute bits are covered too, and must equal the receipt's.
+//
+// A receipt of a run with no output tree matches a dir that does not exist
+// or is empty.
+func checkOutputs(ctx context.Context, dir string, o *OutputRef) (string, error) {
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if o.TreeDigest == "" {
+			return "", nil
+		}
+		return fmt.Sprintf("the output directory %s does not exist", dir), nil
+	case err != nil:
+		return fmt.Sprintf("the output directory: %v", err), nil
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Sprintf("the output directory %s is a symlink; symlinks are never followed", dir), nil
+	case !fi.IsDir():
+		return fmt.Sprintf("the output directory %s is not a directory", dir), nil
+	}
+
+	tree, err := snapshot.Digest(ctx, dir, treehash.Options{})
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return "", fmt.Errorf("evidence: verify: %w", cerr)
+		}
+		return fmt.Sprintf("the output directory cannot be hashed: %v", err), nil
+	}
+
+	if o.TreeDigest == "" {
+		if len(tree.Entries) == 0 {
+			return "", nil
+		}
+		return fmt.Sprintf("the receipt records no output, but %s holds %d entries (first: %q)", dir, len(tree.Entries), tree.Entries[0].Path), nil
+	}
+
+	present := make(map[string]*treehash.Entry, len(tree.Entries))
+	for i := range tree.Entries {
+		present[tree.Entries[i].Path] = &tree.Entries[i]
+	}
+	var missing, notRegular, changed, extra []string
+	recorded := make(map[string]bool, len(o.Files))
+	for _, f := range o.Files {
+		recorded[f.Path] = true
+		e, ok := present[f.Path]
+		switch {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("%q", f.Path))
+		case e.Kind != treehash.KindFile:
+			notRegular = append(notRegular, fmt.Sprintf("%q (a %s)", f.Path, e.Kind))
+		case e.SHA256 != f.SHA256 || e.Size != f.Size:
+			changed = append(changed, fmt.Sprintf("%q (sha256 %s, %d bytes; the receipt records sha256 %s, %d bytes)", f.Path, e.SHA256, e.Size, f.SHA256, f.Size))
+		}
+	}
+	for _, e := range tree.Entries {
+		if e.Kind == treehash.KindFile && !recorded[e.Path] {
+			extra = append(extra, fmt.Sprintf("%q", e.Path))
+		}
+	}
+
+	var bad []string
+	name := func(what string, list []string) {
+		if len(list) == 0 {
+			return
+		}
+		s := what + ": " + strings.Join(list[:min(len(list), maxNamed)], ", ")
+		if len(list) > maxNamed {
+			s += fmt.Sprintf(" and %d more", len(list)-maxNamed)
+		}
+		bad = append(bad, s)
+	}
+	name("missing file", missing)
+	name("not a regular file", notRegular)
+	name("changed file", changed)
+	name("extra file", extra)
+	if tree.Digest != o.TreeDigest {
+		s := fmt.Sprintf("tree digest %s is not the receipt's %s", tree.Digest, o.TreeDigest)
+		if len(bad) == 0 {
+			s += " (every file matches: a directory, symlink or execute bit differs)"
+		}
+		bad = append(bad, s)
+	}
+	return strings.Join(bad, "; "), nil
+}

@@ -1,0 +1,780 @@
+package evidence
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	intoto "github.com/in-toto/attestation/go/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/predicate"
+)
+
+// Subject names of the statement of a receipt.
+const (
+	// FileSubjectPrefix starts the subject name of each retained output
+	// file: "out/<path>".
+	FileSubjectPrefix = "out/"
+	// TreeSubject names the subject of the whole retained output tree.
+	TreeSubject = "custody:output-tree"
+	// NoOutputSubject names the only subject of a receipt of a run with no
+	// output tree; its sha256 is that of the empty string.
+	NoOutputSubject = "custody:no-output"
+)
+
+// emptySHA256 is the lowercase hex SHA-256 of the empty string.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// Exit statuses of a run.
+const (
+	StatusOK        = "ok"
+	StatusFailed    = "failed"
+	StatusTimeout   = "timeout"
+	StatusOOM       = "oom"
+	StatusCancelled = "cancelled"
+)
+
+// Tiers a receipt may record.
+const (
+	TierProduction  = "production"
+	TierDevelopment = "development"
+)
+
+// Seccomp states a receipt may record.
+const (
+	SeccompFilter     = "filter"
+	SeccompStrict     = "strict"
+	SeccompDisabled   = "disabled"
+	SeccompUnobserved = "unobserved"
+)
+
+var (
+	statuses        = []string{StatusOK, StatusFailed, StatusTimeout, StatusOOM, StatusCancelled}
+	tiers           = []string{TierProduction, TierDevelopment}
+	seccompStates   = []string{SeccompFilter, SeccompStrict, SeccompDisabled, SeccompUnobserved}
+	cgroupModes     = []string{"v2", "hybrid", "v1", "none"}
+	namespaceTypes  = []string{"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"}
+	capabilitySets  = []string{"CapAmb", "CapBnd", "CapEff", "CapInh", "CapPrm"}
+	maxTextField    = 4096
+	maxOutputFiles  = 1 << 16
+	maxListElements = 4096
+)
+
+// Receipt is the predicate of a run receipt: the runner's account of one
+// finished phase. Every field is recorded by the runner after the fact.
+type Receipt struct {
+	// RunID names the run.
+	RunID string `json:"runId"`
+	// Runner is the runner identity key that signs the receipt.
+	Runner Identity `json:"runner"`
+	// Grant is the grant that authorized the run, embedded whole.
+	Grant GrantRef `json:"grant"`
+	// Phase is the phase that ran.
+	Phase PhaseRef `json:"phase"`
+	// Profile is the runtime and host the phase ran on.
+	Profile RuntimeProfile `json:"profile"`
+	// Image is the image content digest, "sha256:<hex>".
+	Image string `json:"image"`
+	// Inputs are the input snapshots mounted into the container.
+	Inputs []Input `json:"inputs"`
+	// Observed is what was read back from the live container.
+	Observed Observed `json:"observed"`
+	// Exit is how the phase ended.
+	Exit Exit `json:"exit"`
+	// Usage is what the kernel accounted to the run.
+	Usage Usage `json:"usage"`
+	// Cleanup is what cleanup did and whether it was verified.
+	Cleanup Cleanup `json:"cleanup"`
+	// Output is the retained output.
+	Output OutputRef `json:"output"`
+	// Started and Finished bound the run. Finished is also when the
+	// receipt is taken to be signed (key validity and revocation are
+	// judged at Finished).
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+}
+
+// Identity is a key identity.
+type Identity struct {
+	// ID is the keys.KeyID of the key.
+	ID string `json:"id"`
+}
+
+// GrantRef is the grant a run used.
+type GrantRef struct {
+	// ID is the grant's ID (grant.Predicate.ID).
+	ID string `json:"id"`
+	// EnvelopeSHA256 is the lowercase hex SHA-256 of Envelope.
+	EnvelopeSHA256 string `json:"envelopeSha256"`
+	// IssuerID is the keys.KeyID of the key that signed the grant.
+	IssuerID string `json:"issuerId"`
+	// Envelope is the grant's DSSE envelope, verbatim, as compact JSON.
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+// PhaseRef identifies the phase that ran.
+type PhaseRef struct {
+	// Name is the phase request's name.
+	Name string `json:"name"`
+	// Stage is the pipeline stage.
+	Stage string `json:"stage"`
+	// Digest is the grant's subject digest: "sha256:<hex>" of the
+	// canonical phase request JSON.
+	Digest string `json:"digest"`
+}
+
+// RuntimeProfile is the runtime and host a phase ran on.
+type RuntimeProfile struct {
+	Runtime Runtime `json:"runtime"`
+	// Kernel is the uname release.
+	Kernel string `json:"kernel"`
+	// Arch and OS are GOARCH and GOOS.
+	Arch string `json:"arch"`
+	OS   string `json:"os"`
+	// CgroupMode is v2, hybrid, v1 or none.
+	CgroupMode string `json:"cgroupMode"`
+	// Tier is TierProduction or TierDevelopment.
+	Tier string `json:"tier"`
+	// Unqualified is true exactly for the development tier.
+	Unqualified bool `json:"unqualified"`
+	// ConfigSHA256 is the lowercase hex SHA-256 of the OCI config.json the
+	// container ran with.
+	ConfigSHA256 string `json:"configSha256"`
+	// UserNamespace says whether the container ran in a user namespace.
+	UserNamespace bool `json:"userNamespace"`
+}
+
+// Runtime is the pinned container runtime that ran.
+type Runtime struct {
+	Version string `json:"version"`
+	// SHA256 is the lowercase hex SHA-256 of the runtime binary that ran.
+	SHA256 string `json:"sha256"`
+	// Path is the absolute path of the runtime binary.
+	Path string `json:"path"`
+}
+
+// Input is one input snapshot.
+type Input struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+	// Digest is the snapshot's tree digest, "sha256:<hex>".
+	Digest string `json:"digest"`
+}
+
+// Observed is what the runner read back from the live container, never
+// from the configuration it asked for.
+type Observed struct {
+	// At is when it was read. It is zero only if nothing was observed
+	// (the container never started); then Seccomp is "unobserved", every
+	// list is empty and Notes say why.
+	At time.Time `json:"at"`
+	// Namespaces are the namespace types that differ from the host's,
+	// sorted, e.g. ["cgroup","ipc","mnt","net","pid","user","uts"].
+	Namespaces []string `json:"namespaces"`
+	// Capabilities are the capability sets of the container's init as
+	// /proc/<pid>/status shows them: "CapEff": "0000000000000000", ...
+	Capabilities map[string]string `json:"capabilities"`
+	// NoNewPrivs is the no_new_privs flag of the container's init.
+	NoNewPrivs bool `json:"noNewPrivs"`
+	// Seccomp is "filter", "strict", "disabled" or "unobserved".
+	Seccomp string `json:"seccomp"`
+	// Mounts are the container's mounts.
+	Mounts []ObservedMount `json:"mounts"`
+	// Cgroup is the container's cgroup limits; 0 means no limit or not
+	// observed (see Notes).
+	Cgroup ObservedCgroup `json:"cgroup"`
+	// Interfaces are the network interfaces seen in the container's
+	// network namespace.
+	Interfaces []string `json:"interfaces,omitempty"`
+	// Notes say, for instance, why something is unobserved.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ObservedMount is one mount seen in the container.
+type ObservedMount struct {
+	Target   string `json:"target"`
+	FSType   string `json:"fsType"`
+	ReadOnly bool   `json:"readOnly"`
+}
+
+// ObservedCgroup is the container's cgroup limits as read back.
+type ObservedCgroup struct {
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	PidsLimit        int64 `json:"pidsLimit"`
+	CPUQuotaMicros   int64 `json:"cpuQuotaMicros"`
+	CPUPeriodMicros  int64 `json:"cpuPeriodMicros"`
+}
+
+// Exit is how a run ended.
+type Exit struct {
+	// Status is one of ok, failed, timeout, oom or cancelled. "ok" needs
+	// code 0, no signal and no flag; timeout, oom and cancelled need their
+	// flag; "failed" also covers runs whose outputs custody could not keep.
+	Status    string `json:"status"`
+	Code      int    `json:"code"`
+	Signal    string `json:"signal"`
+	TimedOut  bool   `json:"timedOut"`
+	OOMKilled bool   `json:"oomKilled"`
+	Cancelled bool   `json:"cancelled"`
+}
+
+// Usage is what the kernel accounted to a run.
+type Usage struct {
+	PeakMemoryBytes int64 `json:"peakMemoryBytes"`
+	CPUTimeMillis   int64 `json:"cpuTimeMillis"`
+	WallMillis      int64 `json:"wallMillis"`
+	OOMKills        int64 `json:"oomKills"`
+}
+
+// Cleanup says what cleanup did and whether every part was verified.
+type Cleanup struct {
+	Verified bool          `json:"verified"`
+	Steps    []CleanupStep `json:"steps"`
+}
+
+// CleanupStep is one part of cleanup.
+type CleanupStep struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// OutputRef is the retained output of a run.
+type OutputRef struct {
+	// TreeDigest is the treehash digest, "sha256:<hex>", of the retained
+	// (read-only) output tree, or "" if the run left no output tree.
+	TreeDigest string `json:"treeDigest"`
+	// Files are the regular files of the tree, sorted by Path.
+	Files []OutputFile `json:"files"`
+}
+
+// OutputFile is one retained regular file.
+type OutputFile struct {
+	// Path is slash-separated and relative to the output root.
+	Path string `json:"path"`
+	// SHA256 is the lowercase hex SHA-256 of the content.
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// EffectiveTier is the tier the receipt's run was held to:
+// TierDevelopment if the run was unqualified, else its recorded tier.
+func (r *Receipt) EffectiveTier() string {
+	if r.Profile.Unqualified {
+		return TierDevelopment
+	}
+	return r.Profile.Tier
+}
+
+// Subjects returns the in-toto subjects of r's statement: one
+// "out/<path>" per retained file, in path order, then "custody:output-tree";
+// or only "custody:no-output" when r records no output tree. It fails if
+// r.Output is not well formed.
+func (r *Receipt) Subjects() ([]Subject, error) {
+	var ps problems
+	checkOutput(&ps, &r.Output)
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	return subjectsOf(&r.Output), nil
+}
+
+// subjectsOf derives the subjects of a well-formed output record.
+func subjectsOf(o *OutputRef) []Subject {
+	if o.TreeDigest == "" {
+		return []Subject{{Name: NoOutputSubject, Digest: map[string]string{"sha256": emptySHA256}}}
+	}
+	subs := make([]Subject, 0, len(o.Files)+1)
+	for _, f := range o.Files {
+		subs = append(subs, Subject{Name: FileSubjectPrefix + f.Path, Digest: map[string]string{"sha256": f.SHA256}})
+	}
+	return append(subs, Subject{Name: TreeSubject, Digest: map[string]string{"sha256": strings.TrimPrefix(o.TreeDigest, "sha256:")}})
+}
+
+// SignReceipt validates r, builds its statement (subjects from r.Output)
+// and DSSE-signs it with the runner key, returning the envelope JSON.
+//
+// r.Runner.ID must be the runner key's keys.KeyID. Times are converted to
+// UTC; nil lists are written as empty lists. Nothing else is filled in: a
+// missing or inconsistent field is an error naming it. The statement is
+// checked with in-toto's own parser, and the envelope with the decoder
+// Verify uses, before it is returned.
+func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byte, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: sign receipt: %w", err)
+	}
+	if runner == nil {
+		return nil, errors.New("evidence: sign receipt: nil runner key")
+	}
+	normalize(&r)
+	if err := validateReceipt(&r); err != nil {
+		return nil, fmt.Errorf("evidence: sign receipt: invalid receipt: %w", err)
+	}
+	if r.Runner.ID != runner.ID() {
+		return nil, fmt.Errorf("evidence: sign receipt: runner.id %s is not the signing key %s", r.Runner.ID, runner.ID())
+	}
+	payload, err := encodeStatement(predicate.Receipt, subjectsOf(&r.Output), &r)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: sign receipt: %w", err)
+	}
+	if _, _, err := decodeReceiptStatement(payload); err != nil {
+		return nil, fmt.Errorf("evidence: sign receipt: statement does not decode: %w", err)
+	}
+	if err := checkInToto(payload); err != nil {
+		return nil, fmt.Errorf("evidence: sign receipt: %w", err)
+	}
+	out, err := signStatement(ctx, runner, payload)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: sign receipt: %w", err)
+	}
+	return out, nil
+}
+
+// checkInToto parses payload with in-toto's own parser and validates it.
+func checkInToto(payload []byte) error {
+	var st intoto.Statement
+	if err := protojson.Unmarshal(payload, &st); err != nil {
+		return fmt.Errorf("in-toto parser refuses the statement: %w", err)
+	}
+	if err := st.Validate(); err != nil {
+		return fmt.Errorf("in-toto refuses the statement: %w", err)
+	}
+	return nil
+}
+
+// normalize converts times to UTC and nil lists to empty ones, so that the
+// signed JSON has the same shape whatever the caller passed.
+func normalize(r *Receipt) {
+	r.Started, r.Finished, r.Observed.At = r.Started.UTC(), r.Finished.UTC(), r.Observed.At.UTC()
+	if r.Inputs == nil {
+		r.Inputs = []Input{}
+	}
+	if r.Observed.Namespaces == nil {
+		r.Observed.Namespaces = []string{}
+	}
+	if r.Observed.Capabilities == nil {
+		r.Observed.Capabilities = map[string]string{}
+	}
+	if r.Observed.Mounts == nil {
+		r.Observed.Mounts = []ObservedMount{}
+	}
+	if r.Cleanup.Steps == nil {
+		r.Cleanup.Steps = []CleanupStep{}
+	}
+	if r.Output.Files == nil {
+		r.Output.Files = []OutputFile{}
+	}
+}
+
+// decodeReceiptStatement decodes a receipt statement strictly, requires
+// the canonical form SignReceipt produces byte for byte, validates the
+// predicate and checks that the subjects are exactly those derived from
+// predicate.output.
+func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
+	var st statement
+	if err := strictUnmarshal(payload, &st); err != nil {
+		return nil, nil, fmt.Errorf("statement: %v", err)
+	}
+	if st.Type != statementType {
+		return nil, nil, fmt.Errorf("_type %q is not %q", clip(st.Type), statementType)
+	}
+	if st.PredicateType != predicate.Receipt {
+		return nil, nil, fmt.Errorf("predicateType %q is not %q", clip(st.PredicateType), predicate.Receipt)
+	}
+	var r Receipt
+	if err := strictUnmarshal(st.Predicate, &r); err != nil {
+		return nil, nil, fmt.Errorf("predicate: %v", err)
+	}
+	// Byte-for-byte canonical form: this refuses duplicate or differently
+	// cased members, nulls, escapes and number or time spellings that
+	// decode to the same value, and trailing data.
+	pred, err := canonicalJSON(&r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("predicate: %v", err)
+	}
+	canon := st
+	canon.Predicate = pred
+	again, err := canonicalJSON(&canon)
+	if err != nil || !bytes.Equal(again, payload) {
+		return nil, nil, errors.New("statement is not in canonical form")
+	}
+	if err := validateReceipt(&r); err != nil {
+		return nil, nil, fmt.Errorf("predicate: %v", err)
+	}
+	want := subjectsOf(&r.Output)
+	if !slices.EqualFunc(st.Subject, want, equalSubject) {
+		return nil, nil, fmt.Errorf("subjects are not those of predicate.output (%d subjects, want %d)", len(st.Subject), len(want))
+	}
+	return &r, st.Subject, nil
+}
+
+func equalSubject(a, b Subject) bool {
+	if a.Name != b.Name || len(a.Digest) != len(b.Digest) {
+		return false
+	}
+	for k, v := range a.Digest {
+		if w, ok := b.Digest[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// problems collects validation problems, each naming its field.
+type problems []string
+
+func (ps *problems) add(field, format string, args ...any) {
+	if len(*ps) < 64 {
+		*ps = append(*ps, field+": "+fmt.Sprintf(format, args...))
+	} else if len(*ps) == 64 {
+		*ps = append(*ps, "(more problems not listed)")
+	}
+}
+
+func (ps problems) err() error {
+	if len(ps) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(ps, "; "))
+}
+
+func (ps *problems) text(field, s string) {
+	if err := checkText(s); err != nil {
+		ps.add(field, "%v", err)
+	}
+}
+
+// optText is text that may be empty.
+func (ps *problems) optText(field, s string) {
+	if s != "" {
+		ps.text(field, s)
+	}
+}
+
+func (ps *problems) digest(field, s string) {
+	if !isDigest(s) {
+		ps.add(field, "%q is not a sha256:<64 lowercase hex> digest", clip(s))
+	}
+}
+
+func (ps *problems) hex64(field, s string) {
+	if !isHex64(s) {
+		ps.add(field, "%q is not 64 lowercase hex digits", clip(s))
+	}
+}
+
+func (ps *problems) keyID(field, s string) {
+	if !isDigest(s) {
+		ps.add(field, "%q is not a key ID (sha256:<64 lowercase hex>)", clip(s))
+	}
+}
+
+func (ps *problems) absPath(field, s string) {
+	if !strings.HasPrefix(s, "/") {
+		ps.add(field, "%q is not an absolute path", clip(s))
+		return
+	}
+	ps.text(field, s)
+}
+
+func (ps *problems) nonNegative(field string, n int64) {
+	if n < 0 {
+		ps.add(field, "%d is negative", n)
+	}
+}
+
+func (ps *problems) oneOf(field, s string, allowed []string) {
+	if !slices.Contains(allowed, s) {
+		ps.add(field, "%q is not one of %s", clip(s), strings.Join(allowed, ", "))
+	}
+}
+
+func (ps *problems) time(field string, t time.Time) {
+	switch {
+	case t.IsZero():
+		ps.add(field, "missing")
+	case t.Location() != time.UTC:
+		ps.add(field, "%s is not in UTC", t.Format(time.RFC3339Nano))
+	case t.Year() < 2000 || t.Year() > 9999:
+		ps.add(field, "year %d is out of range", t.Year())
+	}
+}
+
+// validateReceipt checks every field of r. It fills nothing in.
+func validateReceipt(r *Receipt) error {
+	var ps problems
+	ps.text("runId", r.RunID)
+	ps.keyID("runner.id", r.Runner.ID)
+
+	g := &r.Grant
+	if len(g.ID) != 32 || !isLowerHex(g.ID) {
+		ps.add("grant.id", "%q is not 32 lowercase hex digits", clip(g.ID))
+	}
+	ps.keyID("grant.issuerId", g.IssuerID)
+	ps.hex64("grant.envelopeSha256", g.EnvelopeSHA256)
+	switch {
+	case len(g.Envelope) == 0 || g.Envelope[0] != '{':
+		ps.add("grant.envelope", "not a JSON object")
+	case !isCompactJSON(g.Envelope):
+		ps.add("grant.envelope", "not compact JSON (it must be embedded verbatim, without insignificant whitespace)")
+	default:
+		sum := sha256.Sum256(g.Envelope)
+		if got := hex.EncodeToString(sum[:]); isHex64(g.EnvelopeSHA256) && got != g.EnvelopeSHA256 {
+			ps.add("grant.envelopeSha256", "%s is not the SHA-256 of grant.envelope (%s)", g.EnvelopeSHA256, got)
+		}
+	}
+
+	ps.text("phase.name", r.Phase.Name)
+	ps.text("phase.stage", r.Phase.Stage)
+	ps.digest("phase.digest", r.Phase.Digest)
+
+	p := &r.Profile
+	ps.text("profile.runtime.version", p.Runtime.Version)
+	ps.hex64("profile.runtime.sha256", p.Runtime.SHA256)
+	ps.absPath("profile.runtime.path", p.Runtime.Path)
+	ps.text("profile.kernel", p.Kernel)
+	ps.text("profile.arch", p.Arch)
+	ps.text("profile.os", p.OS)
+	ps.oneOf("profile.cgroupMode", p.CgroupMode, cgroupModes)
+	ps.oneOf("profile.tier", p.Tier, tiers)
+	if p.Unqualified != (p.Tier == TierDevelopment) {
+		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, clip(p.Tier))
+	}
+	ps.hex64("profile.configSha256", p.ConfigSHA256)
+
+	ps.digest("image", r.Image)
+	if len(r.Inputs) > maxListElements {
+		ps.add("inputs", "%d entries, more than %d", len(r.Inputs), maxListElements)
+	}
+	targets := make(map[string]bool, len(r.Inputs))
+	for i, in := range r.Inputs {
+		field := fmt.Sprintf("inputs[%d]", i)
+		ps.text(field+".source", in.Source)
+		ps.absPath(field+".target", in.Target)
+		if targets[in.Target] {
+			ps.add(field+".target", "%q appears twice", clip(in.Target))
+		}
+		targets[in.Target] = true
+		ps.digest(field+".digest", in.Digest)
+	}
+
+	checkObserved(&ps, &r.Observed)
+	checkExit(&ps, &r.Exit)
+
+	ps.nonNegative("usage.peakMemoryBytes", r.Usage.PeakMemoryBytes)
+	ps.nonNegative("usage.cpuTimeMillis", r.Usage.CPUTimeMillis)
+	ps.nonNegative("usage.wallMillis", r.Usage.WallMillis)
+	ps.nonNegative("usage.oomKills", r.Usage.OOMKills)
+
+	if len(r.Cleanup.Steps) > maxListElements {
+		ps.add("cleanup.steps", "%d entries, more than %d", len(r.Cleanup.Steps), maxListElements)
+	}
+	for i, s := range r.Cleanup.Steps {
+		field := fmt.Sprintf("cleanup.steps[%d]", i)
+		ps.text(field+".name", s.Name)
+		ps.optText(field+".detail", s.Detail)
+	}
+	if r.Cleanup.Verified && slices.ContainsFunc(r.Cleanup.Steps, func(s CleanupStep) bool { return !s.OK }) {
+		ps.add("cleanup.verified", "true, but a step failed")
+	}
+
+	checkOutput(&ps, &r.Output)
+
+	ps.time("started", r.Started)
+	ps.time("finished", r.Finished)
+	if !r.Started.IsZero() && !r.Finished.IsZero() && r.Finished.Before(r.Started) {
+		ps.add("finished", "%s is before started %s", r.Finished.Format(time.RFC3339Nano), r.Started.Format(time.RFC3339Nano))
+	}
+	if at := r.Observed.At; !at.IsZero() && !r.Finished.IsZero() && at.After(r.Finished) {
+		ps.add("observed.at", "%s is after finished %s: observations are read from the live container", at.Format(time.RFC3339Nano), r.Finished.Format(time.RFC3339Nano))
+	}
+	return ps.err()
+}
+
+func checkObserved(ps *problems, o *Observed) {
+	if o.At.IsZero() {
+		// Nothing was observed (the container never started): say so.
+		if o.Seccomp != SeccompUnobserved || len(o.Notes) == 0 || len(o.Namespaces) != 0 ||
+			len(o.Capabilities) != 0 || len(o.Mounts) != 0 || len(o.Interfaces) != 0 {
+			ps.add("observed.at", "missing: a receipt without an observation time must record seccomp %q, no observations and a note saying why", SeccompUnobserved)
+		}
+	} else {
+		ps.time("observed.at", o.At)
+	}
+	if !slices.IsSorted(o.Namespaces) || len(slices.Compact(slices.Clone(o.Namespaces))) != len(o.Namespaces) {
+		ps.add("observed.namespaces", "not sorted without duplicates")
+	}
+	for i, ns := range o.Namespaces {
+		ps.oneOf(fmt.Sprintf("observed.namespaces[%d]", i), ns, namespaceTypes)
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Capabilities)) {
+		v := o.Capabilities[k]
+		field := "observed.capabilities." + clip(k)
+		if !slices.Contains(capabilitySets, k) {
+			ps.add("observed.capabilities", "%q is not one of %s", clip(k), strings.Join(capabilitySets, ", "))
+			continue
+		}
+		if len(v) != 16 || !isLowerHex(v) {
+			ps.add(field, "%q is not 16 lowercase hex digits", clip(v))
+		}
+	}
+	ps.oneOf("observed.seccomp", o.Seccomp, seccompStates)
+	if len(o.Mounts) > maxListElements {
+		ps.add("observed.mounts", "%d entries, more than %d", len(o.Mounts), maxListElements)
+	}
+	for i, m := range o.Mounts {
+		field := fmt.Sprintf("observed.mounts[%d]", i)
+		ps.absPath(field+".target", m.Target)
+		ps.text(field+".fsType", m.FSType)
+	}
+	ps.nonNegative("observed.cgroup.memoryLimitBytes", o.Cgroup.MemoryLimitBytes)
+	ps.nonNegative("observed.cgroup.pidsLimit", o.Cgroup.PidsLimit)
+	ps.nonNegative("observed.cgroup.cpuQuotaMicros", o.Cgroup.CPUQuotaMicros)
+	ps.nonNegative("observed.cgroup.cpuPeriodMicros", o.Cgroup.CPUPeriodMicros)
+	if len(o.Interfaces) > maxListElements || len(o.Notes) > maxListElements {
+		ps.add("observed", "more than %d interfaces or notes", maxListElements)
+	}
+	for i, s := range o.Interfaces {
+		ps.text(fmt.Sprintf("observed.interfaces[%d]", i), s)
+	}
+	for i, s := range o.Notes {
+		ps.text(fmt.Sprintf("observed.notes[%d]", i), s)
+	}
+}
+
+// exitStatus is the status a runner derives from how the run ended (the
+// same precedence as the runner's result).
+func exitStatus(e *Exit) string {
+	switch {
+	case e.Cancelled:
+		return StatusCancelled
+	case e.TimedOut:
+		return StatusTimeout
+	case e.OOMKilled:
+		return StatusOOM
+	case e.Code != 0 || e.Signal != "":
+		return StatusFailed
+	}
+	return StatusOK
+}
+
+// checkExit checks that the status agrees with how the run ended: "ok"
+// only for a zero exit code, no signal and no timeout, OOM kill or
+// cancellation; "timeout", "oom" and "cancelled" only with their flag.
+// "failed" may go with any exit, since a run also fails when custody of its
+// outputs does.
+func checkExit(ps *problems, e *Exit) {
+	ps.oneOf("exit.status", e.Status, statuses)
+	ps.optText("exit.signal", e.Signal)
+	bad := false
+	switch e.Status {
+	case StatusOK:
+		bad = exitStatus(e) != StatusOK
+	case StatusTimeout:
+		bad = !e.TimedOut
+	case StatusOOM:
+		bad = !e.OOMKilled
+	case StatusCancelled:
+		bad = !e.Cancelled
+	}
+	if bad {
+		ps.add("exit.status", "%q contradicts code %d, signal %q, timedOut %v, oomKilled %v, cancelled %v",
+			e.Status, e.Code, e.Signal, e.TimedOut, e.OOMKilled, e.Cancelled)
+	}
+}
+
+func checkOutput(ps *problems, o *OutputRef) {
+	if o.TreeDigest == "" {
+		if len(o.Files) != 0 {
+			ps.add("output.files", "%d files but no output.treeDigest", len(o.Files))
+		}
+		return
+	}
+	ps.digest("output.treeDigest", o.TreeDigest)
+	if len(o.Files) > maxOutputFiles {
+		ps.add("output.files", "%d files, more than %d", len(o.Files), maxOutputFiles)
+		return
+	}
+	for i, f := range o.Files {
+		field := fmt.Sprintf("output.files[%d]", i)
+		if err := checkRelPath(f.Path); err != nil {
+			ps.add(field+".path", "%q %v", clip(f.Path), err)
+		}
+		if i > 0 && o.Files[i-1].Path >= f.Path {
+			ps.add(field+".path", "%q is not after %q: files must be sorted by path, each once", clip(f.Path), clip(o.Files[i-1].Path))
+		}
+		ps.hex64(field+".sha256", f.SHA256)
+		ps.nonNegative(field+".size", f.Size)
+	}
+}
+
+// checkRelPath checks that p is a clean, relative, slash-separated path as
+// treehash writes them, and valid UTF-8 (a JSON string cannot carry other
+// bytes unchanged).
+func checkRelPath(p string) error {
+	switch {
+	case p == "":
+		return errors.New("is empty")
+	case len(p) > maxTextField:
+		return fmt.Errorf("is longer than %d bytes", maxTextField)
+	case !utf8.ValidString(p):
+		return errors.New("is not valid UTF-8")
+	case strings.ContainsRune(p, 0):
+		return errors.New("contains NUL")
+	case strings.HasPrefix(p, "/"):
+		return errors.New("is absolute")
+	case path.Clean(p) != p || p == "." || p == ".." || strings.HasPrefix(p, "../"):
+		return errors.New("is not a clean path inside the output")
+	}
+	return nil
+}
+
+// checkText refuses empty, oversized, invalid UTF-8 and control characters.
+func checkText(s string) error {
+	switch {
+	case s == "":
+		return errors.New("missing")
+	case len(s) > maxTextField:
+		return fmt.Errorf("longer than %d bytes", maxTextField)
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("%q contains a control character", clip(s))
+	}
+	return nil
+}
+
+func isCompactJSON(b []byte) bool {
+	var c bytes.Buffer
+	return json.Compact(&c, b) == nil && bytes.Equal(c.Bytes(), b)
+}
+
+func isDigest(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	return ok && isHex64(h)
+}
+
+func isHex64(s string) bool { return len(s) == 64 && isLowerHex(s) }
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,554 @@
+package evidence
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/keys"
+)
+
+// Names of the checks Verify records, in the order it records them.
+const (
+	CheckEnvelope      = "envelope"
+	CheckSignature     = "signature"
+	CheckIssuerTrust   = "issuer-trust"
+	CheckKeyRevocation = "key-revocation"
+	CheckStatement     = "statement"
+	CheckGrant         = "grant"
+	CheckFreshness     = "freshness"
+	CheckTier          = "tier"
+	CheckOutputs       = "outputs"
+	CheckExitStatus    = "exit-status"
+	CheckCleanup       = "cleanup"
+)
+
+// notEvaluated starts the reason of a check that could not be evaluated.
+const notEvaluated = "not evaluated: "
+
+// authenticityChecks must all pass for Result.OK (outputs only when
+// requested); promotionChecks must also pass for Result.Promotable.
+var (
+	authenticityChecks = []string{CheckEnvelope, CheckSignature, CheckIssuerTrust, CheckKeyRevocation, CheckStatement, CheckGrant}
+	promotionChecks    = []string{CheckFreshness, CheckTier, CheckExitStatus, CheckCleanup}
+)
+
+// Verifier verifies receipts against a trust file. A Verifier is safe for
+// concurrent use.
+type Verifier struct {
+	trust   *Trust
+	runners map[string]*TrustedKey // by key ID
+	issuers map[string]*TrustedKey // by key ID
+	grants  *grant.Verifier
+}
+
+// VerifierOption configures a Verifier.
+type VerifierOption func(*verifierConfig)
+
+type verifierConfig struct {
+	grantSkew time.Duration
+}
+
+// WithGrantClockSkew tolerates a difference of up to d between the grant
+// issuer's clock and the runner's: the embedded grant is accepted if the
+// run started between its notBefore-d and its expiry+d. The default is no
+// skew (the issuer and the runner are the same daemon).
+func WithGrantClockSkew(d time.Duration) VerifierOption {
+	return func(c *verifierConfig) { c.grantSkew = d }
+}
+
+// NewVerifier returns a verifier of receipts signed by t's runner keys and
+// embedding grants signed by t's issuer keys. It fails if t lists no runner
+// or no issuer key.
+func NewVerifier(t *Trust, opts ...VerifierOption) (*Verifier, error) {
+	if t == nil {
+		return nil, errors.New("evidence: nil trust")
+	}
+	if len(t.Runners) == 0 {
+		return nil, errors.New("evidence: the trust lists no runner keys")
+	}
+	if len(t.Issuers) == 0 {
+		return nil, errors.New("evidence: the trust lists no issuer keys")
+	}
+	var cfg verifierConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	// The verifier keeps its own copy: later changes to *t do not affect it.
+	tc := *t
+	tc.Runners, tc.Issuers = slices.Clone(t.Runners), slices.Clone(t.Issuers)
+	tc.Tiers, tc.Statuses = slices.Clone(t.Tiers), slices.Clone(t.Statuses)
+	t = &tc
+	v := &Verifier{trust: t, runners: map[string]*TrustedKey{}, issuers: map[string]*TrustedKey{}}
+	var issuerKeys []*keys.Verifier
+	for _, list := range []struct {
+		keys []TrustedKey
+		into map[string]*TrustedKey
+	}{{t.Runners, v.runners}, {t.Issuers, v.issuers}} {
+		for i := range list.keys {
+			k := &list.keys[i]
+			if k.Key == nil {
+				return nil, fmt.Errorf("evidence: trusted key %q has no public key", k.Name)
+			}
+			if _, dup := v.runners[k.ID()]; dup {
+				return nil, fmt.Errorf("evidence: key %s is listed twice", k.ID())
+			}
+			if _, dup := v.issuers[k.ID()]; dup {
+				return nil, fmt.Errorf("evidence: key %s is listed twice", k.ID())
+			}
+			list.into[k.ID()] = k
+		}
+	}
+	for i := range t.Issuers {
+		issuerKeys = append(issuerKeys, t.Issuers[i].Key)
+	}
+	gv, err := grant.NewVerifier(issuerKeys, grant.WithClockSkew(cfg.grantSkew))
+	if err != nil {
+		return nil, fmt.Errorf("evidence: %w", err)
+	}
+	v.grants = gv
+	return v, nil
+}
+
+// OutputsOption says whether and where Verify checks the retained output
+// bytes. Make one with WithOutputs or WithoutOutputsUnsafe.
+type OutputsOption struct {
+	dir  string
+	skip bool
+}
+
+// WithOutputs verifies the retained output bytes in dir (the stored
+// read-only copy, e.g. the data directory of the output snapshot) against
+// the receipt.
+func WithOutputs(dir string) OutputsOption { return OutputsOption{dir: dir} }
+
+// WithoutOutputsUnsafe skips the check of the output bytes: the receipt is
+// checked, but nothing says the files at hand are the ones it vouches for.
+// The outputs check is then recorded as failed with a "not evaluated"
+// reason and left out of Result.OK, and Result.OutputsChecked is false.
+func WithoutOutputsUnsafe() OutputsOption { return OutputsOption{skip: true} }
+
+// Policy is how one verification is run. Make one with NewPolicy.
+type Policy struct {
+	outputs OutputsOption
+	now     time.Time
+	skew    time.Duration
+	valid   bool
+}
+
+// PolicyOption configures a Policy.
+type PolicyOption func(*Policy)
+
+// DefaultClockSkew is how far in the future a receipt's finish time may be
+// (the runner's clock ahead of the verifier's) before freshness fails.
+const DefaultClockSkew = time.Minute
+
+// WithNow verifies as of t instead of the current time.
+func WithNow(t time.Time) PolicyOption { return func(p *Policy) { p.now = t } }
+
+// WithClockSkew sets how far in the future a receipt's finish time may be
+// before freshness fails; the default is DefaultClockSkew.
+func WithClockSkew(d time.Duration) PolicyOption { return func(p *Policy) { p.skew = d } }
+
+// NewPolicy returns a verification policy. outputs is required: pass
+// WithOutputs(dir) to verify the retained bytes, or WithoutOutputsUnsafe()
+// to say out loud that they are not checked.
+func NewPolicy(outputs OutputsOption, opts ...PolicyOption) (Policy, error) {
+	if !outputs.skip && outputs.dir == "" {
+		return Policy{}, errors.New("evidence: policy: no outputs option; use WithOutputs(dir) or WithoutOutputsUnsafe()")
+	}
+	p := Policy{outputs: outputs, skew: DefaultClockSkew}
+	for _, o := range opts {
+		o(&p)
+	}
+	if p.skew < 0 {
+		return Policy{}, fmt.Errorf("evidence: policy: negative clock skew %v", p.skew)
+	}
+	p.valid = true
+	return p, nil
+}
+
+// Check is one check's verdict.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Result is the outcome of verifying one receipt.
+type Result struct {
+	// Checks holds every check, in the order of the Check* constants.
+	Checks []Check `json:"checks"`
+	// Receipt and Subjects are the verified predicate and statement
+	// subjects; they are set only when OK.
+	Receipt  *Receipt  `json:"receipt,omitempty"`
+	Subjects []Subject `json:"subjects,omitempty"`
+	// SignerID is the keys.KeyID of the trusted runner key that signed the
+	// receipt, and SignerName its name in the trust file.
+	SignerID   string `json:"signerId,omitempty"`
+	SignerName string `json:"signerName,omitempty"`
+	// EnvelopeSHA256 is the lowercase hex SHA-256 of the envelope bytes.
+	EnvelopeSHA256 string `json:"envelopeSha256"`
+	// TrustDigest is the trust file's "sha256:<hex>", TrustPath its path
+	// if it was loaded from a file.
+	TrustDigest string `json:"trustDigest"`
+	TrustPath   string `json:"trustPath,omitempty"`
+	// OutputsChecked says whether the output bytes were compared with the
+	// receipt: false under WithoutOutputsUnsafe, and when the statement
+	// does not decode.
+	OutputsChecked bool `json:"outputsChecked"`
+	// OK says the receipt is authentic: envelope, signature, issuer-trust,
+	// key-revocation, statement, grant and, when requested, outputs pass.
+	OK bool `json:"ok"`
+	// Promotable is OK and freshness, tier, exit-status and cleanup pass.
+	Promotable bool `json:"promotable"`
+
+	// seal is set by Verify only, so that Promote cannot be handed a
+	// Result that Verify did not produce.
+	seal *seal
+}
+
+type seal struct {
+	envelopeSHA256 string
+	promotable     bool
+}
+
+// Check returns the check with the given name.
+func (r *Result) Check(name string) (Check, bool) {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+// Failed returns the checks that did not pass.
+func (r *Result) Failed() []Check {
+	var out []Check
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Verify verifies the receipt envelope env under p. It runs every check and
+// records each in the Result; a receipt that fails any check is reported in
+// the Result, not as an error. The error is for a cancelled ctx or a Policy
+// not made by NewPolicy.
+func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: verify: %w", err)
+	}
+	if !p.valid {
+		return nil, errors.New("evidence: verify: policy not made by NewPolicy")
+	}
+	now := p.now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	sum := sha256.Sum256(env)
+	res := &Result{
+		EnvelopeSHA256: hex.EncodeToString(sum[:]),
+		TrustDigest:    v.trust.Digest,
+		TrustPath:      v.trust.Path,
+	}
+	record := func(name, reason string) {
+		res.Checks = append(res.Checks, Check{Name: name, OK: reason == "", Reason: reason})
+	}
+	pass := func(name, note string) {
+		res.Checks = append(res.Checks, Check{Name: name, OK: true, Reason: note})
+	}
+
+	// envelope
+	e, err := decodeEnvelope(env)
+	if err != nil {
+		record(CheckEnvelope, err.Error())
+	} else {
+		pass(CheckEnvelope, "")
+	}
+
+	// The statement is decoded whether or not the signature verifies, so
+	// that every check can say what it finds; nothing of it is returned
+	// unless the receipt is authentic.
+	var r *Receipt
+	var subjects []Subject
+	var stErr error
+	if e != nil {
+		r, subjects, stErr = decodeReceiptStatement(e.payload)
+	}
+
+	// signature
+	var signer *TrustedKey
+	switch {
+	case e == nil:
+		record(CheckSignature, notEvaluated+"the envelope does not decode")
+	default:
+		var reason string
+		signer, reason = v.verifySignature(ctx, e, r)
+		record(CheckSignature, reason)
+	}
+	if signer != nil {
+		res.SignerID, res.SignerName = signer.ID(), signer.Name
+	}
+
+	// issuer-trust and key-revocation: the signing key at the signing
+	// time, which is the run's finish time.
+	switch {
+	case signer == nil:
+		record(CheckIssuerTrust, notEvaluated+"no trusted runner key signed the receipt")
+		record(CheckKeyRevocation, notEvaluated+"no trusted runner key signed the receipt")
+	case r == nil:
+		record(CheckIssuerTrust, notEvaluated+"the statement does not decode, so the signing time is unknown")
+		record(CheckKeyRevocation, notEvaluated+"the statement does not decode, so the signing time is unknown")
+	default:
+		record(CheckIssuerTrust, signer.validAt(r.Finished))
+		record(CheckKeyRevocation, signer.revokedAt(r.Finished, v.trust.AcceptBeforeRevocation))
+	}
+
+	// statement
+	switch {
+	case e == nil:
+		record(CheckStatement, notEvaluated+"the envelope does not decode")
+	case stErr != nil:
+		record(CheckStatement, stErr.Error())
+	case signer != nil && r.Runner.ID != signer.ID():
+		record(CheckStatement, fmt.Sprintf("runner.id %s is not the key that signed the receipt (%s)", r.Runner.ID, signer.ID()))
+	default:
+		pass(CheckStatement, "")
+	}
+
+	// grant
+	if r == nil {
+		record(CheckGrant, notEvaluated+"the statement does not decode")
+	} else {
+		reason, err := v.checkGrant(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		record(CheckGrant, reason)
+	}
+
+	// freshness
+	switch {
+	case r == nil:
+		record(CheckFreshness, notEvaluated+"the statement does not decode")
+	case r.Finished.After(now.Add(p.skew)):
+		record(CheckFreshness, fmt.Sprintf("the run finished at %s, after now (%s) by more than the clock skew of %v",
+			r.Finished.Format(time.RFC3339), now.UTC().Format(time.RFC3339), p.skew))
+	case now.Sub(r.Finished) > v.trust.MaxAge:
+		record(CheckFreshness, fmt.Sprintf("the run finished at %s, %v before now (%s), more than maxAge %v",
+			r.Finished.Format(time.RFC3339), now.Sub(r.Finished).Round(time.Second), now.UTC().Format(time.RFC3339), v.trust.MaxAge))
+	default:
+		pass(CheckFreshness, "")
+	}
+
+	// tier
+	switch {
+	case r == nil:
+		record(CheckTier, notEvaluated+"the statement does not decode")
+	case !slices.Contains(v.trust.Tiers, r.EffectiveTier()):
+		record(CheckTier, fmt.Sprintf("tier %q (unqualified: %v) is not accepted; the trust accepts %s",
+			r.EffectiveTier(), r.Profile.Unqualified, strings.Join(v.trust.Tiers, ", ")))
+	default:
+		pass(CheckTier, "")
+	}
+
+	// outputs
+	switch {
+	case p.outputs.skip:
+		record(CheckOutputs, notEvaluated+"WithoutOutputsUnsafe: the retained output bytes were not compared with the receipt")
+	case r == nil:
+		record(CheckOutputs, notEvaluated+"the statement does not decode")
+	default:
+		res.OutputsChecked = true
+		reason, err := checkOutputs(ctx, p.outputs.dir, &r.Output)
+		if err != nil {
+			return nil, err
+		}
+		record(CheckOutputs, reason)
+	}
+
+	// exit-status
+	switch {
+	case r == nil:
+		record(CheckExitStatus, notEvaluated+"the statement does not decode")
+	case !slices.Contains(v.trust.Statuses, r.Exit.Status):
+		record(CheckExitStatus, fmt.Sprintf("exit status %q (code %d) is not accepted; the trust accepts %s",
+			r.Exit.Status, r.Exit.Code, strings.Join(v.trust.Statuses, ", ")))
+	default:
+		pass(CheckExitStatus, "")
+	}
+
+	// cleanup
+	switch {
+	case r == nil:
+		record(CheckCleanup, notEvaluated+"the statement does not decode")
+	case !v.trust.RequireCleanVerified:
+		pass(CheckCleanup, "verified cleanup is not required by the trust file")
+	case !r.Cleanup.Verified:
+		var failed []string
+		for _, s := range r.Cleanup.Steps {
+			if !s.OK {
+				failed = append(failed, fmt.Sprintf("%s (%s)", s.Name, s.Detail))
+			}
+		}
+		reason := "cleanup was not verified"
+		if len(failed) > 0 {
+			reason += "; failed steps: " + strings.Join(failed, ", ")
+		}
+		record(CheckCleanup, reason)
+	default:
+		pass(CheckCleanup, "")
+	}
+
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: verify: %w", err)
+	}
+	res.OK = allPass(res, authenticityChecks...) && (p.outputs.skip || allPass(res, CheckOutputs))
+	res.Promotable = res.OK && allPass(res, promotionChecks...)
+	if res.OK {
+		res.Receipt, res.Subjects = r, subjects
+	}
+	res.seal = &seal{envelopeSHA256: res.EnvelopeSHA256, promotable: res.Promotable}
+	return res, nil
+}
+
+func allPass(res *Result, names ...string) bool {
+	for _, n := range names {
+		c, ok := res.Check(n)
+		if !ok || !c.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// verifySignature checks the envelope's signatures against the trusted
+// runner keys and returns the trusted key that signed it, or why none did.
+// Every signature whose keyid names a trusted runner key must verify; at
+// least one must. Signatures by other keys are ignored. When several
+// trusted keys signed, the one the receipt names as its runner is returned.
+func (v *Verifier) verifySignature(ctx context.Context, e *envelope, r *Receipt) (*TrustedKey, string) {
+	pae := dsse.PAE(e.payloadType, e.payload)
+	var verified []*TrustedKey
+	var others []string
+	for _, s := range e.signatures {
+		k, ok := v.runners[s.keyID]
+		if !ok {
+			if ik, isIssuer := v.issuers[s.keyID]; isIssuer {
+				others = append(others, fmt.Sprintf("%s (issuer key %q, not trusted to sign receipts)", s.keyID, ik.Name))
+			} else {
+				others = append(others, fmt.Sprintf("%q", clip(s.keyID)))
+			}
+			continue
+		}
+		if err := k.Key.Verify(ctx, pae, s.sig); err != nil {
+			return nil, fmt.Sprintf("the signature by trusted runner key %q (%s) does not verify", k.Name, k.ID())
+		}
+		verified = append(verified, k)
+	}
+	if len(verified) == 0 {
+		return nil, fmt.Sprintf("signed by %s, not by a trusted runner key", strings.Join(others, ", "))
+	}
+	if r != nil {
+		for _, k := range verified {
+			if k.ID() == r.Runner.ID {
+				return k, ""
+			}
+		}
+	}
+	return verified[0], ""
+}
+
+// checkGrant verifies the embedded grant under the trusted issuer keys as
+// of the run's start and compares the receipt's bindings with the grant's,
+// field by field. It returns why the check fails, or "" if it passes; the
+// error is for a cancelled ctx only.
+func (v *Verifier) checkGrant(ctx context.Context, r *Receipt) (string, error) {
+	g, err := v.grants.Verify(ctx, r.Grant.Envelope, r.Started)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return "", fmt.Errorf("evidence: verify: %w", cerr)
+		}
+		var ge *grant.Error
+		if errors.As(err, &ge) && ge.Code == grant.CodeWrongIssuer {
+			return "the embedded grant is not signed by a trusted issuer key: " + ge.Detail, nil
+		}
+		return "the embedded grant does not verify as of the run's start: " + err.Error(), nil
+	}
+	var bad []string
+	if issuer := v.issuers[g.IssuerKeyID]; issuer == nil {
+		bad = append(bad, fmt.Sprintf("issuer key %s is not trusted", g.IssuerKeyID))
+	} else {
+		if why := issuer.validAt(r.Started); why != "" {
+			bad = append(bad, "issuer "+why)
+		}
+		if why := issuer.revokedAt(r.Started, v.trust.AcceptBeforeRevocation); why != "" {
+			bad = append(bad, "issuer "+why)
+		}
+	}
+	differ := func(field, got, want string) {
+		if got != want {
+			bad = append(bad, fmt.Sprintf("%s: the receipt has %q but the grant binds %q", field, clip(got), clip(want)))
+		}
+	}
+	gp := &g.Predicate
+	differ("grant.id", r.Grant.ID, gp.ID)
+	differ("grant.issuerId", r.Grant.IssuerID, g.IssuerKeyID)
+	differ("grant.envelopeSha256", r.Grant.EnvelopeSHA256, strings.TrimPrefix(g.EnvelopeDigest, "sha256:"))
+	differ("runner.id", r.Runner.ID, gp.Runner.ID)
+	differ("phase.name", r.Phase.Name, strings.TrimPrefix(g.SubjectName, "phase/"))
+	differ("phase.stage", r.Phase.Stage, gp.Stage)
+	differ("phase.digest", r.Phase.Digest, g.SubjectDigest)
+	differ("image", r.Image, gp.Image)
+	differ("profile.runtime.version", r.Profile.Runtime.Version, gp.Runtime.Version)
+	differ("profile.runtime.sha256", r.Profile.Runtime.SHA256, gp.Runtime.SHA256)
+	differ("profile.os", r.Profile.OS, gp.Target.OS)
+	differ("profile.arch", r.Profile.Arch, gp.Target.Arch)
+
+	granted := make(map[string]grant.Input, len(gp.Inputs.Entries))
+	for _, in := range gp.Inputs.Entries {
+		granted[in.Target] = in
+	}
+	seen := make(map[string]bool, len(r.Inputs))
+	for _, in := range r.Inputs {
+		seen[in.Target] = true
+		gi, ok := granted[in.Target]
+		if !ok {
+			bad = append(bad, fmt.Sprintf("inputs: the receipt has target %q, which the grant does not bind", clip(in.Target)))
+			continue
+		}
+		differ(fmt.Sprintf("inputs[target=%q].source", clip(in.Target)), in.Source, gi.Source)
+		differ(fmt.Sprintf("inputs[target=%q].digest", clip(in.Target)), in.Digest, gi.Digest)
+	}
+	for _, in := range gp.Inputs.Entries {
+		if !seen[in.Target] {
+			bad = append(bad, fmt.Sprintf("inputs: the grant binds target %q, which the receipt lacks", clip(in.Target)))
+		}
+	}
+
+	var total int64
+	for _, f := range r.Output.Files {
+		if f.Size > math.MaxInt64-total { // sizes are validated non-negative; saturate
+			total = math.MaxInt64
+			break
+		}
+		total += f.Size
+	}
+	if total > gp.Output.MaxBytes {
+		bad = append(bad, fmt.Sprintf("output.files: %d bytes, more than the grant's output.maxBytes %d", total, gp.Output.MaxBytes))
+	}
+	return strings.Join(bad, "; "), nil
+}

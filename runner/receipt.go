@@ -1,0 +1,73 @@
+package runner
+
+import (
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
+)
+
+// ReceiptFor assembles the receipt predicate of a launched run: every
+// observation the runner made. custodyd adds the grant and the runner
+// identity and signs it. Nothing in it is read back as authority.
+func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
+	prof := r.profile
+	tier := evidence.TierProduction
+	if p.Plan.Unqualified {
+		tier = evidence.TierDevelopment
+	}
+	rc := evidence.Receipt{
+		RunID: res.RunID,
+		Profile: evidence.RuntimeProfile{
+			Runtime:       evidence.Runtime{Version: r.cfg.Runtime.Version, SHA256: res.RuntimeSHA256, Path: r.cfg.Runtime.Path},
+			Kernel:        prof.Kernel,
+			Arch:          prof.Arch,
+			OS:            prof.OS,
+			CgroupMode:    string(prof.Cgroup.Mode),
+			Tier:          tier,
+			Unqualified:   p.Plan.Unqualified,
+			ConfigSHA256:  res.ConfigSHA256,
+			UserNamespace: res.UserNamespace,
+		},
+		Image:  res.Image,
+		Inputs: []evidence.Input{},
+		Exit: evidence.Exit{
+			Status: string(res.Status), Code: res.ExitCode, Signal: res.Signal,
+			TimedOut: res.Status == api.StatusTimeout, OOMKilled: res.Status == api.StatusOOM,
+			Cancelled: res.Status == api.StatusCancelled,
+		},
+		Usage: evidence.Usage{PeakMemoryBytes: res.Usage.PeakMemoryBytes, CPUTimeMillis: res.Usage.CPUTimeMillis,
+			WallMillis: res.Usage.WallMillis, OOMKills: res.Usage.OOMKills},
+		Output:   evidence.OutputRef{Files: []evidence.OutputFile{}},
+		Started:  res.Started,
+		Finished: res.Finished,
+	}
+	for _, in := range res.Inputs {
+		rc.Inputs = append(rc.Inputs, evidence.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
+	}
+	if res.Cleanup != nil {
+		rc.Cleanup.Verified = res.Cleanup.Verified
+		for _, s := range res.Cleanup.Steps {
+			rc.Cleanup.Steps = append(rc.Cleanup.Steps, evidence.CleanupStep{Name: s.Name, OK: s.OK, Detail: s.Detail})
+		}
+	}
+	if res.Output != nil {
+		rc.Output.TreeDigest = res.Output.Digest
+		for _, f := range res.Output.Files {
+			rc.Output.Files = append(rc.Output.Files, evidence.OutputFile{Path: f.Path, SHA256: f.SHA256, Size: f.Size})
+		}
+	}
+	if o := p.Observed; o != nil {
+		rc.Observed = evidence.Observed{
+			At: o.At, Namespaces: o.Namespaces, Capabilities: o.Capabilities, NoNewPrivs: o.NoNewPrivs,
+			Seccomp: o.Seccomp, Interfaces: o.Interfaces, Notes: o.Notes,
+			Cgroup: evidence.ObservedCgroup{MemoryLimitBytes: o.Cgroup.MemoryLimitBytes, PidsLimit: o.Cgroup.PidsLimit,
+				CPUQuotaMicros: o.Cgroup.CPUQuotaMicros, CPUPeriodMicros: o.Cgroup.CPUPeriodMicros},
+		}
+		for _, m := range o.Mounts {
+			rc.Observed.Mounts = append(rc.Observed.Mounts, evidence.ObservedMount{Target: m.Target, FSType: m.FSType, ReadOnly: m.ReadOnly})
+		}
+	} else {
+		rc.Observed = evidence.Observed{Seccomp: "unobserved", Capabilities: map[string]string{},
+			Notes: []string{"the container never started, so nothing was observed"}}
+	}
+	return rc
+}
