@@ -583,3 +583,65 @@ func tamper(t *testing.T, env []byte) []byte {
 	out, _ := json.Marshal(e)
 	return out
 }
+
+// TestQuarantineBlocksUntilReverified: a cleanup made to fail (a busy
+// output mount) quarantines the runner; it refuses work, and release
+// succeeds only once recovery re-verifies everything clean.
+func TestQuarantineBlocksUntilReverified(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	held := make(chan *os.File, 1)
+	go func() {
+		deadline := time.Now().Add(15 * time.Second)
+		for time.Now().Before(deadline) {
+			ents, _ := os.ReadDir(d.cfg.Runner.RuntimeDir)
+			for _, e := range ents {
+				if f, err := os.Open(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "out", "held")); err == nil {
+					held <- f
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		held <- nil
+	}()
+	later := d.issue("echo SHOULD-NOT-RUN") // issued before the quarantine
+	res, _, err := d.run(d.issue("echo x > /out/held; sleep 1"))
+	f := <-held
+	if f == nil {
+		t.Fatal("could not hold the output open")
+	}
+	t.Cleanup(func() {
+		f.Close()
+		ents, _ := os.ReadDir(d.cfg.Runner.RuntimeDir)
+		for _, e := range ents {
+			syscall.Unmount(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "out"), 0)
+			syscall.Unmount(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "rootfs"), 0)
+		}
+	})
+	if res == nil || res.Cleanup == nil || res.Cleanup.Verified {
+		t.Fatalf("cleanup with a busy mount: %+v %v", res, err)
+	}
+	q, err := d.control.Quarantine(ctx)
+	if err != nil || !q.Quarantined || q.Reason == "" || q.Since.IsZero() {
+		t.Fatalf("quarantine: %+v %v", q, err)
+	}
+	_, out, err := d.run(later)
+	wantCode(t, err, "quarantined")
+	if strings.Contains(out, "SHOULD-NOT-RUN") {
+		t.Fatal("a quarantined runner ran work")
+	}
+	_, err = d.control.IssueGrant(ctx, api.IssueRequest{Phase: d.phase("true"), Actor: "ci-bot", TTL: "1m"})
+	wantCode(t, err, "quarantined")
+	// Release while the mount is still busy: recovery cannot verify, refused.
+	wantCode(t, d.control.ReleaseQuarantine(ctx), "refused")
+	f.Close()
+	if err := d.control.ReleaseQuarantine(ctx); err != nil {
+		t.Fatalf("release after the mount is free: %v", err)
+	}
+	res, out, err = d.run(d.issue("echo back"))
+	if err != nil || res.Status != api.StatusOK || !strings.Contains(out, "back") {
+		t.Fatalf("run after release: %v %+v", err, res)
+	}
+	d.noLaunchState()
+}

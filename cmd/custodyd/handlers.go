@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -114,12 +115,38 @@ func (s *server) handleQuarantine(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, q)
 }
 
+// handleRelease lifts the quarantine only after a successful
+// re-verification: recovery runs again and every attempt must be clean.
 func (s *server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	if !s.launch.TryLock() {
+		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; release only an idle runner"})
+		return
+	}
+	defer s.launch.Unlock()
+	// Recovery re-quarantines on any residual attempt; clear only after it.
+	rec, err := s.recover(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	attempts, err := s.r.Attempts()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	for _, a := range attempts {
+		if a.State != "clean" {
+			writeError(w, &api.Error{Code: "refused", Message: fmt.Sprintf(
+				"attempt %s is still %s: %s; fix: remove what remains by hand if it is safe, then custody recover and release again",
+				a.RunID, a.State, a.Detail)})
+			return
+		}
+	}
 	if err := s.r.ReleaseQuarantine(); err != nil {
 		writeError(w, err)
 		return
 	}
-	s.log.Warn("quarantine released by operator", "uid", peerOf(r).UID)
+	s.log.Warn("quarantine released by operator after re-verification", "uid", peerOf(r).UID, "recovered", len(rec.Attempts))
 	writeJSON(w, api.Quarantine{})
 }
 
