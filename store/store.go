@@ -282,3 +282,19 @@ func (d *DB) GrantUses() (map[string]GrantUse, error) {
 	})
 	return out, err
 }
+
+// Runs calls fn with each run id and its record, in id order.
+func (d *DB) Runs(fn func(id string, raw []byte) error) error {
+	return d.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketV1).Bucket(bucketRuns).ForEach(func(k, v []byte) error {
+			return fn(string(k), v)
+		})
+	})
+}
+
+// DeleteRun removes a run record.
+func (d *DB) DeleteRun(id string) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketV1).Bucket(bucketRuns).Delete([]byte(id))
+	})
+}

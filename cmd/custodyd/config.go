@@ -29,6 +29,18 @@ type Config struct {
 	TrustedIssuers []string `yaml:"trustedIssuers,omitempty"`
 	// MaxGrantTTL bounds the validity of issued grants; default 24h.
 	MaxGrantTTL string `yaml:"maxGrantTTL,omitempty"`
+	// Retention says how long run records (with their receipts) and
+	// retained outputs are kept (R12). Explicit, with defaults.
+	Retention Retention `yaml:"retention,omitempty"`
+}
+
+// Retention is the keep-for policy of run records and outputs.
+type Retention struct {
+	// Receipts: run records and their signed receipts; default 720h.
+	Receipts string `yaml:"receipts,omitempty"`
+	// Outputs: retained output trees no longer referenced by a kept run
+	// record; default 168h. Outputs of kept runs are kept with them.
+	Outputs string `yaml:"outputs,omitempty"`
 }
 
 func loadConfig(path string) (*Config, error) {
@@ -38,7 +50,8 @@ func loadConfig(path string) (*Config, error) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	c := Config{ControlSocket: api.DefaultControlSocket, SubmitSocket: api.DefaultSubmitSocket, MaxGrantTTL: "24h"}
+	c := Config{ControlSocket: api.DefaultControlSocket, SubmitSocket: api.DefaultSubmitSocket, MaxGrantTTL: "24h",
+		Retention: Retention{Receipts: "720h", Outputs: "168h"}}
 	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}

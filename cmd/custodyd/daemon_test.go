@@ -645,3 +645,30 @@ func TestQuarantineBlocksUntilReverified(t *testing.T) {
 	}
 	d.noLaunchState()
 }
+
+func TestRetention(t *testing.T) {
+	d := startDaemon(t)
+	res, _, err := d.run(d.issue("echo keep > /out/k"))
+	if err != nil || res.Output == nil {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	// Within retention: nothing goes.
+	if runs, outs, err := d.s.prune(time.Now()); err != nil || runs+outs != 0 {
+		t.Fatalf("prune now: %d %d %v", runs, outs, err)
+	}
+	if _, err := os.Stat(res.Output.Path); err != nil {
+		t.Fatal(err)
+	}
+	// Past the receipt period the record goes, then its unreferenced output.
+	later := time.Now().Add(31 * 24 * time.Hour)
+	runs, outs, err := d.s.prune(later)
+	if err != nil || runs != 1 || outs != 1 {
+		t.Fatalf("prune later: %d runs %d outputs %v", runs, outs, err)
+	}
+	if _, err := d.submit.GetRun(context.Background(), res.RunID); err == nil {
+		t.Fatal("run record kept past retention")
+	}
+	if _, err := os.Stat(res.Output.Path); err == nil {
+		t.Fatal("output kept past retention")
+	}
+}

@@ -38,8 +38,9 @@ type server struct {
 	verifier *grant.Verifier
 	maxTTL   time.Duration
 	// now is the clock grants are checked against (tests move it).
-	now    func() time.Time
-	faults func(stage string)
+	now       func() time.Time
+	faults    func(stage string)
+	retention retention
 
 	// launch is held shared by every run and exclusively by recovery.
 	launch sync.RWMutex
@@ -72,7 +73,11 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		return nil, fmt.Errorf("key dir: %w", err)
 	}
-	s := &server{cfg: cfg, log: log, maxTTL: maxTTL, now: time.Now, active: map[string]*activeRun{}}
+	ret, err := parseRetention(cfg.Retention)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, log: log, maxTTL: maxTTL, retention: ret, now: time.Now, active: map[string]*activeRun{}}
 	var created bool
 	if s.runnerID, created, err = keys.LoadOrCreate(keyDir, "runner"); err != nil {
 		return nil, fmt.Errorf("runner identity key: %w", err)
@@ -110,6 +115,11 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
 	s.reloadPolicy()
+	if runs, outs, err := s.prune(time.Now()); err != nil {
+		s.log.Warn("retention", "err", err)
+	} else if runs+outs > 0 {
+		s.log.Info("retention applied", "runs", runs, "outputs", outs)
+	}
 	return s, nil
 }
 
@@ -220,9 +230,20 @@ func (s *server) serve(ctx context.Context) error {
 	go func() { errc <- servers[1].Serve(submit) }()
 	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
 		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-errc:
+			break loop
+		case now := <-tick.C:
+			if _, _, perr := s.prune(now); perr != nil {
+				s.log.Warn("retention", "err", perr)
+			}
+		}
 	}
 	s.cancelAll()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
