@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -118,7 +119,7 @@ func (s *server) handleQuarantine(w http.ResponseWriter, r *http.Request) {
 // handleRelease lifts the quarantine only after a successful
 // re-verification: recovery runs again and every attempt must be clean.
 func (s *server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	if !s.launch.TryLock() {
+	if !s.idle(r.Context()) {
 		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; release only an idle runner"})
 		return
 	}
@@ -274,7 +275,7 @@ func (s *server) handleGetOutputs(operator bool) http.HandlerFunc {
 func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 	// Recovery must never touch a live attempt: it runs only when no
 	// launch is in flight, and holds new ones off while it works.
-	if !s.launch.TryLock() {
+	if !s.idle(r.Context()) {
 		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; recover only an idle runner"})
 		return
 	}
@@ -294,4 +295,17 @@ func (s *server) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, as)
+}
+
+// idle takes the launch lock exclusively once no run is in flight, waiting
+// a few seconds for runs that are finishing; the caller must Unlock.
+func (s *server) idle(ctx context.Context) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.launch.TryLock() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
