@@ -318,9 +318,10 @@ func TestDeniedEgress(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	script := fmt.Sprintf("ls /sys/class/net; "+
 		// legitimate: the workload's own loopback works
-		// (retry until the listener is up: this machine may be loaded)
-		"(nc -l -p 7000 -w 10 > /tmp/got &); i=0; until echo ping | nc -w 2 127.0.0.1 7000 2>/dev/null || [ $i -ge 50 ]; do i=$((i+1)); sleep 0.1; done; "+
-		"i=0; until [ -s /tmp/got ] || [ $i -ge 50 ]; do i=$((i+1)); sleep 0.1; done; cat /tmp/got; "+
+		// (a listener that restarts, and a client that retries until the
+		// bytes arrived: this machine may be heavily loaded)
+		"(while true; do nc -l -p 7000 >> /tmp/got; done &); "+
+		"i=0; until [ -s /tmp/got ] || [ $i -ge 100 ]; do echo ping | nc -w 1 127.0.0.1 7000 2>/dev/null; i=$((i+1)); sleep 0.1; done; cat /tmp/got; "+
 		// refusal: the host's loopback listener is unreachable
 		"if echo x | nc -w 2 127.0.0.1 %d; then echo HOST-REACHED; fi; true", port)
 	res, out := h.run(h.phase(script))
