@@ -63,6 +63,11 @@ demo: build $(BUILD)/testimage/rootfs
 test: build bin/cosign
 	CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
 
+# Benchmarks against their baselines, measured in one run; one table
+# (BENCH_JSON=path also writes it as JSON). Root; about 3 minutes.
+bench: build $(BUILD)/testimage/rootfs
+	./scripts/bench.sh $(BENCH_ARGS)
+
 # Fuzz every parser of untrusted input for a short while each.
 FUZZTIME ?= 20s
 fuzz:

@@ -106,31 +106,39 @@ func (j *Journal) Begin(runID, grantID string) error {
 	})
 }
 
-// Intent records that kind/name is about to be created.
-func (j *Journal) Intent(runID, kind, name string) error {
+// Intent records that kind/name is about to be created. Several names
+// of one kind (a container's cgroup in each hierarchy) go in one durable
+// transaction.
+func (j *Journal) Intent(runID, kind string, names ...string) error {
 	return j.update(runID, func(a *Attempt) error {
-		a.Resources = append(a.Resources, Resource{Kind: kind, Name: name, State: Intent, At: j.now()})
-		return nil
-	})
-}
-
-// Created records the native identity of kind/name once it exists.
-func (j *Journal) Created(runID, kind, name string, identity map[string]string) error {
-	return j.update(runID, func(a *Attempt) error {
-		i := a.find(kind, name)
-		if i < 0 {
-			return fmt.Errorf("journal: %s %s created without a recorded intent", kind, name)
+		for _, name := range names {
+			a.Resources = append(a.Resources, Resource{Kind: kind, Name: name, State: Intent, At: j.now()})
 		}
-		a.Resources[i].State, a.Resources[i].Identity, a.Resources[i].At = Created, identity, j.now()
 		return nil
 	})
 }
 
-// Removed records that kind/name is verified gone.
-func (j *Journal) Removed(runID, kind, name string) error {
+// Created records the native identity of each kind/name once it exists.
+func (j *Journal) Created(runID, kind string, identities map[string]map[string]string) error {
 	return j.update(runID, func(a *Attempt) error {
-		if i := a.find(kind, name); i >= 0 {
-			a.Resources[i].State, a.Resources[i].At = Removed, j.now()
+		for name, identity := range identities {
+			i := a.find(kind, name)
+			if i < 0 {
+				return fmt.Errorf("journal: %s %s created without a recorded intent", kind, name)
+			}
+			a.Resources[i].State, a.Resources[i].Identity, a.Resources[i].At = Created, identity, j.now()
+		}
+		return nil
+	})
+}
+
+// Removed records that each kind/name is verified gone.
+func (j *Journal) Removed(runID, kind string, names ...string) error {
+	return j.update(runID, func(a *Attempt) error {
+		for _, name := range names {
+			if i := a.find(kind, name); i >= 0 {
+				a.Resources[i].State, a.Resources[i].At = Removed, j.now()
+			}
 		}
 		return nil
 	})

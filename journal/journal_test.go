@@ -32,10 +32,10 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal("second Begin of one run id accepted")
 	}
 	must(j.Intent("r1", "launch-dir", "/run/x"))
-	if err := j.Created("r1", "mount", "/run/x/out", nil); err == nil {
+	if err := j.Created("r1", "mount", map[string]map[string]string{"/run/x/out": nil}); err == nil {
 		t.Fatal("Created without an intent accepted")
 	}
-	must(j.Created("r1", "launch-dir", "/run/x", map[string]string{"ino": "42"}))
+	must(j.Created("r1", "launch-dir", map[string]map[string]string{"/run/x": {"ino": "42"}}))
 	must(j.Intent("r1", "mount", "/run/x/out"))
 	// Clean with outstanding resources is refused: unknown cleanup is not success.
 	if err := j.Finish("r1", Clean, "", ""); err == nil {

@@ -359,11 +359,15 @@ type recorder struct {
 	runID string
 }
 
-func (r recorder) Intent(kind, name string) error { return r.j.Intent(r.runID, kind, name) }
-func (r recorder) Created(kind, name string, id map[string]string) error {
-	return r.j.Created(r.runID, kind, name, id)
+func (r recorder) Intent(kind string, names ...string) error {
+	return r.j.Intent(r.runID, kind, names...)
 }
-func (r recorder) Removed(kind, name string) error { return r.j.Removed(r.runID, kind, name) }
+func (r recorder) Created(kind string, ids map[string]map[string]string) error {
+	return r.j.Created(r.runID, kind, ids)
+}
+func (r recorder) Removed(kind string, names ...string) error {
+	return r.j.Removed(r.runID, kind, names...)
+}
 
 func (r *Runner) ociConfig(p *Prepared) oci.Config {
 	env := make([]string, 0, len(p.Plan.Env))

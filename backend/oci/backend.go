@@ -43,8 +43,9 @@ type Options struct {
 
 // Backend launches containers under the pinned runtime.
 type Backend struct {
-	opts Options
-	log  *slog.Logger
+	opts    Options
+	log     *slog.Logger
+	runtime *runtimeCache
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -74,7 +75,7 @@ func New(opts Options) (*Backend, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("become child subreaper: %w", err)
 	}
-	return &Backend{opts: opts, log: opts.Logger}, nil
+	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime}}, nil
 }
 
 // Launch describes one container to run.
@@ -155,7 +156,7 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		return nil, fmt.Errorf("output bound and wall time are required (got %d bytes, %s)", l.OutputBytes, l.WallTime)
 	}
 	// Verify the runtime first: a wrong binary refuses before any mutation.
-	bin, err := b.opts.Runtime.Open(ctx)
+	bin, err := b.runtime.get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -550,9 +551,7 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 		err := c.removeCgroups()
 		r.step("cgroup-removed", err)
 		if err == nil {
-			for _, d := range c.cgroupNames {
-				_ = c.rec.Removed(KindCgroup, d)
-			}
+			_ = c.rec.Removed(KindCgroup, c.cgroupNames...)
 		}
 	}
 	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
@@ -703,7 +702,7 @@ func (c *Container) created(kind, name string, ident func(string) (map[string]st
 		return fmt.Errorf("identify %s %s: %w", kind, name, err)
 	}
 	c.idents[kind+"\x00"+name] = id
-	if err := c.rec.Created(kind, name, id); err != nil {
+	if err := c.rec.Created(kind, map[string]map[string]string{name: id}); err != nil {
 		return fmt.Errorf("journal %s %s: %w", kind, name, err)
 	}
 	return nil
@@ -716,10 +715,10 @@ func (c *Container) intendContainer() error {
 		return fmt.Errorf("journal container: %w", err)
 	}
 	for _, d := range c.cgroups.dirs {
-		if err := c.rec.Intent(KindCgroup, d); err != nil {
-			return fmt.Errorf("journal cgroup: %w", err)
-		}
 		c.cgroupNames = append(c.cgroupNames, d)
+	}
+	if err := c.rec.Intent(KindCgroup, c.cgroupNames...); err != nil {
+		return fmt.Errorf("journal cgroups: %w", err)
 	}
 	return nil
 }
@@ -732,13 +731,20 @@ func (c *Container) recordContainer(pid int) error {
 	}
 	id["bundle"] = c.dir
 	c.idents[KindContainer+"\x00"+c.id] = id
-	if err := c.rec.Created(KindContainer, c.id, id); err != nil {
+	if err := c.rec.Created(KindContainer, map[string]map[string]string{c.id: id}); err != nil {
 		return fmt.Errorf("journal container: %w", err)
 	}
-	for _, d := range c.cgroups.dirs {
-		if err := c.created(KindCgroup, d, pathIdentity); err != nil {
-			return err
+	cgs := map[string]map[string]string{}
+	for _, d := range c.cgroupNames {
+		cid, err := pathIdentity(d)
+		if err != nil {
+			return fmt.Errorf("identify cgroup %s: %w", d, err)
 		}
+		c.idents[KindCgroup+"\x00"+d] = cid
+		cgs[d] = cid
+	}
+	if err := c.rec.Created(KindCgroup, cgs); err != nil {
+		return fmt.Errorf("journal cgroups: %w", err)
 	}
 	return nil
 }

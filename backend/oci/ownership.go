@@ -27,16 +27,16 @@ const (
 // it exists (with its native identity), and once it is verified gone. A
 // failing Intent stops the create: nothing is made that is not recorded.
 type Recorder interface {
-	Intent(kind, name string) error
-	Created(kind, name string, identity map[string]string) error
-	Removed(kind, name string) error
+	Intent(kind string, names ...string) error
+	Created(kind string, identities map[string]map[string]string) error
+	Removed(kind string, names ...string) error
 }
 
 type nopRecorder struct{}
 
-func (nopRecorder) Intent(string, string) error                     { return nil }
-func (nopRecorder) Created(string, string, map[string]string) error { return nil }
-func (nopRecorder) Removed(string, string) error                    { return nil }
+func (nopRecorder) Intent(string, ...string) error                     { return nil }
+func (nopRecorder) Created(string, map[string]map[string]string) error { return nil }
+func (nopRecorder) Removed(string, ...string) error                    { return nil }
 
 // Resource is a recorded native resource, as recovery gets it back.
 type Resource struct {
@@ -146,7 +146,7 @@ func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, 
 	for i, d := range c.cgroupNames {
 		c.cgroups.dirs[strconv.Itoa(i)] = d
 	}
-	bin, err := b.opts.Runtime.Open(ctx)
+	bin, err := b.runtime.get(ctx)
 	if err != nil {
 		r := &CleanupReport{}
 		r.step("runtime", fmt.Errorf("cannot verify the runtime to clean up with: %w", err))
