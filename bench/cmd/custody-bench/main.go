@@ -1,0 +1,854 @@
+// Command custody-bench measures custody against its baselines in one run
+// and prints one table: each custody figure next to its baseline measured
+// in the same run, and their ratio. With -json it also writes the table as
+// JSON.
+//
+// It drives the real binaries: bin/custodyd (launches through its submit
+// socket, grants issued over its control socket), bin/runc (raw `runc run`
+// of an equivalent bundle) and, where an isolated dockerd is up
+// (scripts/dockerd.sh), `docker run --rm`. The input closure digest runs
+// snapshot.Digest in this process against sha256sum. Receipt verification
+// runs evidence.Verifier here on a real receipt from this run's custodyd.
+// Grant verification and consumption come from `go test -bench` of package
+// bench, whose output -gobench names. Run as root; scripts/bench.sh (make
+// bench) does all of it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/bench"
+	"github.com/custody-dev/custody/snapshot"
+	"github.com/custody-dev/custody/treehash"
+)
+
+type options struct {
+	bin, rootfs, data       string
+	runs, warmup            int
+	tputPhases, tputRounds  int
+	concurrency             []int
+	digestRounds            int
+	dockerHost, dockerImage string
+	dockerBin, dockerDown   string
+	gobench                 string
+	jsonPath                string
+	only                    map[string]bool
+	logLevel                string
+	keep                    bool
+	cpuprofile              string
+}
+
+func main() {
+	var o options
+	var conc, only string
+	flag.StringVar(&o.bin, "bin", "bin", "directory holding custodyd and runc")
+	flag.StringVar(&o.rootfs, "rootfs", "build/testimage/rootfs", "the busybox test image rootfs")
+	flag.StringVar(&o.data, "data", "build/bench/data", "where the digest data sets are made once and reused")
+	flag.IntVar(&o.runs, "runs", 50, "launch latency: measured runs of each of custody, raw runc and docker (interleaved)")
+	flag.IntVar(&o.warmup, "warmup", 5, "launch latency: unmeasured runs of each first")
+	flag.IntVar(&o.tputPhases, "tput-phases", 40, "throughput: phases per round")
+	flag.IntVar(&o.tputRounds, "tput-rounds", 3, "throughput: rounds of each of custody and raw runc per concurrency (alternating)")
+	flag.StringVar(&conc, "concurrency", "1,2,4,8", "throughput: concurrency levels")
+	flag.IntVar(&o.digestRounds, "digest-rounds", 3, "digest: measured rounds of each of custody and sha256sum (alternating) after one warm-up")
+	flag.StringVar(&o.dockerHost, "docker-host", "unix:///run/custody-bench-docker.sock", "the isolated dockerd (scripts/dockerd.sh); empty: no docker baseline")
+	flag.StringVar(&o.dockerImage, "docker-image", "custody-bench-busybox", "the test image imported into that dockerd")
+	flag.StringVar(&o.dockerBin, "docker-bin", "/usr/bin/docker", "docker CLI")
+	flag.StringVar(&o.dockerDown, "docker-unavailable", "", "why the isolated dockerd is not available (set by scripts/bench.sh)")
+	flag.StringVar(&o.gobench, "gobench", "", "output of `go test -bench . -benchmem ./bench/` for the grant rows")
+	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
+	flag.StringVar(&only, "only", "launch,throughput,digest,grant", "which measurements to run")
+	flag.StringVar(&o.logLevel, "log-level", "warn", "custodyd --log-level")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (the digest and receipt measurements run in it) to this file")
+	flag.Parse()
+	for _, s := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "custody-bench: bad -concurrency %q\n", conc)
+			os.Exit(2)
+		}
+		o.concurrency = append(o.concurrency, n)
+	}
+	o.only = map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		o.only[strings.TrimSpace(s)] = true
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, o))
+}
+
+// progress goes to stderr, so that stdout holds only the table.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "custody-bench: "+format+"\n", args...)
+}
+
+func run(ctx context.Context, o options) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "custody-bench: must run as root (custodyd and runc mount and make cgroups)")
+		return 2
+	}
+	abs := func(p *string) {
+		if a, err := filepath.Abs(*p); err == nil {
+			*p = a
+		}
+	}
+	abs(&o.bin)
+	abs(&o.rootfs)
+	abs(&o.data)
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "custody-bench:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "custody-bench:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep := &bench.Report{Started: time.Now().UTC(), Host: hostInfo(o)}
+	b := &bencher{o: o, rep: rep}
+	code := b.all(ctx)
+	rep.Finished = time.Now().UTC()
+	rep.Host["busyEnd"] = busy()
+	rep.Notes = append(rep.Notes, fmt.Sprintf("custody-bench wall time %s; other load on the machine: %s of the CPUs busy just before, %s just after",
+		rep.Finished.Sub(rep.Started).Round(time.Second), rep.Host["busyStart"], rep.Host["busyEnd"]))
+	for _, k := range []string{"busyStart", "busyEnd"} {
+		if v, err := strconv.ParseFloat(strings.TrimSuffix(rep.Host[k], "%"), 64); err == nil && v > 15 {
+			rep.Notes = append(rep.Notes, "!!! the machine was busy with other work ("+rep.Host[k]+" of the CPUs "+
+				map[string]string{"busyStart": "before", "busyEnd": "after"}[k]+" the run): the figures include that contention")
+			break
+		}
+	}
+	fmt.Println()
+	fmt.Printf("custody bench — %s, %s cores, %s, runc %s, docker %s\n", rep.Host["kernel"], rep.Host["cores"],
+		rep.Host["cgroup"], rep.Host["runc"], rep.Host["docker"])
+	fmt.Println()
+	rep.Print(os.Stdout)
+	if o.jsonPath != "" {
+		if err := rep.WriteJSON(o.jsonPath); err != nil {
+			fmt.Fprintln(os.Stderr, "custody-bench: write JSON:", err)
+			return 1
+		}
+		progress("wrote %s", o.jsonPath)
+	}
+	return code
+}
+
+func hostInfo(o options) map[string]string {
+	h := map[string]string{"cores": strconv.Itoa(runtime.NumCPU()), "go": runtime.Version(), "busyStart": busy()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h["kernel"] = "Linux " + strings.TrimSpace(string(b))
+	}
+	if v, _, err := bench.RuncIdentity(filepath.Join(o.bin, "runc")); err == nil {
+		h["runc"] = v
+	}
+	h["cgroup"] = "cgroup v2"
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
+		h["cgroup"] = "cgroup v1/hybrid"
+	}
+	h["docker"] = "n/a"
+	if o.dockerHost != "" && o.dockerDown == "" {
+		if out, err := exec.Command(o.dockerBin, "-H", o.dockerHost, "version", "--format", "{{.Server.Version}}").Output(); err == nil {
+			h["docker"] = strings.TrimSpace(string(out))
+		}
+	}
+	return h
+}
+
+// busy samples /proc/stat for a second and returns the share of CPU time
+// that was not idle, machine-wide: before and after the run this is other
+// work competing with the bench.
+func busy() string {
+	read := func() (idle, total uint64) {
+		b, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, 0
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		for i, f := range strings.Fields(line)[1:] {
+			v, _ := strconv.ParseUint(f, 10, 64)
+			total += v
+			if i == 3 || i == 4 { // idle, iowait
+				idle += v
+			}
+		}
+		return idle, total
+	}
+	i0, t0 := read()
+	time.Sleep(time.Second)
+	i1, t1 := read()
+	if t1 <= t0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f%%", 100*(1-float64(i1-i0)/float64(t1-t0)))
+}
+
+type bencher struct {
+	o   options
+	rep *bench.Report
+	tmp string
+	d   *bench.Daemon
+	raw *bench.RawRunc
+	// userNS says whether custodyd ran the phase in a user namespace (the
+	// raw bundle then does too).
+	userNS bool
+	// launchP50 is custody's launch p50, for the grant rows' share.
+	launchP50 time.Duration
+	failed    bool
+	// CPU used by the throughput rounds, and the phases it ran.
+	custodyCPU, rawCPU time.Duration
+	custodySelf        time.Duration // custodyd's own share of custodyCPU
+	custodyN, rawN     int
+	// receiptRows are measured while custodyd runs, printed with row 4.
+	receiptRows []bench.Row
+}
+
+func (b *bencher) fail(row bench.Row, err error) {
+	row.Verdict = bench.VerdictFailed
+	row.Note = err.Error()
+	b.rep.Add(row)
+	b.failed = true
+	progress("FAILED %s %s: %v", row.ID, row.Metric, err)
+}
+
+func (b *bencher) all(ctx context.Context) int {
+	needDaemon := b.o.only["launch"] || b.o.only["throughput"]
+	if needDaemon {
+		if err := b.setup(ctx); err != nil {
+			b.fail(bench.Row{ID: "1", Metric: "custodyd and raw runc setup"}, err)
+		} else {
+			if b.o.only["launch"] {
+				b.launch(ctx)
+			}
+			if b.o.only["throughput"] && ctx.Err() == nil {
+				b.throughput(ctx)
+			}
+			if b.o.only["grant"] && ctx.Err() == nil {
+				b.receipts(ctx)
+			}
+		}
+		b.teardown()
+	}
+	if b.o.only["digest"] && ctx.Err() == nil {
+		b.digest(ctx)
+	}
+	if b.o.only["grant"] {
+		b.grant()
+	}
+	if ctx.Err() != nil {
+		b.rep.Notes = append(b.rep.Notes, "INTERRUPTED: the table is incomplete")
+		return 130
+	}
+	if b.failed {
+		return 1
+	}
+	return 0
+}
+
+func (b *bencher) setup(ctx context.Context) error {
+	var err error
+	if b.tmp, err = os.MkdirTemp("", "custody-bench-"); err != nil {
+		return err
+	}
+	// The remapped container root must traverse to the bundles.
+	if err := os.Chmod(b.tmp, 0o711); err != nil {
+		return err
+	}
+	dd := filepath.Join(b.tmp, "custodyd")
+	if err := os.Mkdir(dd, 0o711); err != nil {
+		return err
+	}
+	progress("starting custodyd (%s)", dd)
+	b.d, err = bench.StartDaemon(ctx, bench.DaemonOptions{
+		Custodyd: filepath.Join(b.o.bin, "custodyd"), Runc: filepath.Join(b.o.bin, "runc"),
+		Rootfs: b.o.rootfs, Dir: dd, LogLevel: b.o.logLevel,
+	})
+	if err != nil {
+		return err
+	}
+	// One launch tells how custodyd runs the phase on this host.
+	g, err := b.d.Issue(ctx)
+	if err != nil {
+		return fmt.Errorf("issue: %w", err)
+	}
+	_, res, err := b.d.Run(ctx, g)
+	if err != nil {
+		return fmt.Errorf("first custody launch: %w\n%s", err, b.d.LogTail(20))
+	}
+	b.userNS = res.UserNamespace
+	rc := bench.RawConfig{
+		Args: []string{"/bin/true"}, Memory: bench.TrivialMemory, Pids: bench.TrivialPids, CPU: bench.TrivialCPU,
+		TmpBytes: bench.TrivialTmpBytes, FileSize: max(int64(bench.TrivialOutputBytes), bench.TrivialTmpBytes),
+		NoSwap: swapAccounted(),
+	}
+	if b.userNS {
+		// custodyd's default mapping where the host proves user
+		// namespaces work.
+		rc.UserNS = &oci.IDMap{HostID: 1_000_000_000, Size: 65536}
+	}
+	maxConc := 1
+	for _, c := range b.o.concurrency {
+		maxConc = max(maxConc, c)
+	}
+	b.raw, err = bench.NewRawRunc(filepath.Join(b.o.bin, "runc"), filepath.Join(b.tmp, "raw"), b.o.rootfs, maxConc, rc)
+	if err != nil {
+		return fmt.Errorf("raw runc bundle: %w", err)
+	}
+	if err := b.raw.Run(ctx, 0); err != nil {
+		return fmt.Errorf("first raw runc run: %w", err)
+	}
+	return nil
+}
+
+// swapAccounted mirrors the backend: memory+swap is limited where the host
+// accounts swap.
+func swapAccounted() bool {
+	for _, p := range []string{"/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes", "/sys/fs/cgroup/memory.swap.max"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *bencher) teardown() {
+	if b.d != nil {
+		if err := b.d.Stop(); err != nil {
+			b.rep.Notes = append(b.rep.Notes, "custodyd stop: "+err.Error())
+		}
+	}
+	if b.raw != nil {
+		if err := b.raw.Close(); err != nil {
+			b.rep.Notes = append(b.rep.Notes, "raw runc cleanup: "+err.Error())
+		}
+	}
+	if b.tmp == "" {
+		return
+	}
+	if b.o.keep {
+		progress("kept %s", b.tmp)
+		return
+	}
+	if m, err := bench.MountedUnder(b.tmp); err != nil || len(m) > 0 {
+		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("%s still has mounts %v; left in place", b.tmp, m))
+		return
+	}
+	_ = os.RemoveAll(b.tmp)
+}
+
+// docker returns a runner of `docker run --rm`, or why there is none.
+func (b *bencher) docker(ctx context.Context) (func(context.Context) error, string) {
+	switch {
+	case b.o.dockerDown != "":
+		return nil, b.o.dockerDown
+	case b.o.dockerHost == "":
+		return nil, "no isolated dockerd given (-docker-host)"
+	}
+	if _, err := os.Stat(b.o.dockerBin); err != nil {
+		return nil, fmt.Sprintf("no docker CLI at %s", b.o.dockerBin)
+	}
+	for _, args := range [][]string{{"version", "--format", "{{.Server.Version}}"}, {"image", "inspect", "--format", "{{.Id}}", b.o.dockerImage}} {
+		cmd := exec.CommandContext(ctx, b.o.dockerBin, append([]string{"-H", b.o.dockerHost}, args...)...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Sprintf("docker %s at %s: %s", args[0], b.o.dockerHost, lastLine(errb.Bytes(), err))
+		}
+	}
+	return func(ctx context.Context) error {
+		cmd := exec.CommandContext(ctx, b.o.dockerBin, "-H", b.o.dockerHost, "run", "--rm", "--network", "none", b.o.dockerImage, "/bin/true")
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("docker run: %v: %s", err, strings.TrimSpace(errb.String()))
+		}
+		return nil
+	}, ""
+}
+
+func lastLine(out []byte, err error) string {
+	s := strings.TrimSpace(string(out))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if s == "" {
+		return err.Error()
+	}
+	return s
+}
+
+func timed(f func() error) (time.Duration, error) {
+	t := time.Now()
+	err := f()
+	return time.Since(t), err
+}
+
+// launch is measurement 1: custody, raw runc and docker interleaved.
+func (b *bencher) launch(ctx context.Context) {
+	dockerRun, dockerWhy := b.docker(ctx)
+	var custody, raw, docker []time.Duration
+	var admit, create, life, after []time.Duration
+	custodyOne := func() (time.Duration, bench.Timing, error) {
+		g, err := b.d.Issue(ctx) // not measured
+		if err != nil {
+			return 0, bench.Timing{}, fmt.Errorf("issue: %w", err)
+		}
+		t, _, err := b.d.Run(ctx, g)
+		return t.Total, t, err
+	}
+	progress("launch latency: %d warm-up + %d measured runs each of custody, raw runc%s, interleaved",
+		b.o.warmup, b.o.runs, map[bool]string{true: ", docker", false: ""}[dockerRun != nil])
+	// A failed custody launch is counted and reported, and the series goes
+	// on (with fresh grants) unless it keeps failing; the figures are then
+	// over the successful launches.
+	const maxFails = 3
+	var cFails int
+	var cErr, rErr, dErr error
+	for i := range b.o.warmup + b.o.runs {
+		if ctx.Err() != nil {
+			return
+		}
+		measured := i >= b.o.warmup
+		if cFails < maxFails {
+			d, t, err := custodyOne()
+			if err != nil {
+				cFails++
+				if cErr == nil {
+					cErr = fmt.Errorf("%w\ncustodyd log:\n%s", err, b.d.LogTail(10))
+				}
+			} else if measured {
+				custody = append(custody, d)
+				admit, create, life, after = append(admit, t.Admit), append(create, t.Create), append(life, t.Run), append(after, t.After)
+			}
+		}
+		if rErr == nil {
+			d, err := timed(func() error { return b.raw.Run(ctx, 0) })
+			if err != nil {
+				rErr = err
+			} else if measured {
+				raw = append(raw, d)
+			}
+		}
+		if dockerRun != nil && dErr == nil {
+			d, err := timed(func() error { return dockerRun(ctx) })
+			if err != nil {
+				dErr = err
+			} else if measured {
+				docker = append(docker, d)
+			}
+		}
+	}
+	if cErr != nil {
+		b.fail(bench.Row{ID: "1", Metric: fmt.Sprintf("trusted launch failures: %d", cFails)}, cErr)
+	}
+	switch {
+	case len(custody) == 0:
+		return
+	case rErr != nil:
+		b.fail(bench.Row{ID: "1", Metric: "raw runc run /bin/true"}, rErr)
+		return
+	}
+	c, r := bench.Summarize(custody), bench.Summarize(raw)
+	b.launchP50 = c.P50
+	ms := func(d time.Duration) *float64 { return bench.F(bench.Ms(d)) }
+	ratio := func(a, base time.Duration) float64 { return float64(a) / float64(base) }
+	p50 := ratio(c.P50, r.P50)
+	verdict := bench.VerdictMet
+	if p50 > 1.2 {
+		verdict = bench.VerdictMissed
+	}
+	ns := "no user namespace"
+	if b.userNS {
+		ns = "user namespace"
+	}
+	b.rep.Add(
+		bench.Row{ID: "1", Metric: "trusted launch p50, fresh grant", Unit: "ms", Value: ms(c.P50),
+			Baseline: "raw runc run", BaselineValue: ms(r.P50), Ratio: bench.F(p50),
+			RatioText: fmt.Sprintf("%.2f× runc", p50), Target: "≤ 1.2× runc", Verdict: verdict, N: c.N,
+			Note: "same busybox rootfs, oci.Spec config with the same budgets, " + ns},
+		bench.Row{ID: "1", Metric: "trusted launch p95", Unit: "ms", Value: ms(c.P95),
+			Baseline: "raw runc run", BaselineValue: ms(r.P95), Ratio: bench.F(ratio(c.P95, r.P95)),
+			RatioText: fmt.Sprintf("%.2f× runc", ratio(c.P95, r.P95)), Verdict: bench.VerdictInfo, N: c.N},
+	)
+	if dockerRun == nil || dErr != nil {
+		why := dockerWhy
+		if dErr != nil {
+			why = dErr.Error()
+		}
+		progress("DOCKER BASELINE UNAVAILABLE: %s", why)
+		b.rep.Add(bench.Row{ID: "1", Metric: "trusted launch p50 vs docker run --rm", Unit: "ms", Value: ms(c.P50),
+			Baseline: "docker run --rm: unavailable", Target: "≥ 5× faster", Verdict: bench.VerdictUnavailable,
+			Note: why})
+	} else {
+		dk := bench.Summarize(docker)
+		f50, f95 := ratio(dk.P50, c.P50), ratio(dk.P95, c.P95)
+		verdict := bench.VerdictMet
+		if f50 < 5 {
+			verdict = bench.VerdictMissed
+		}
+		b.rep.Add(
+			bench.Row{ID: "1", Metric: "trusted launch p50 vs docker", Unit: "ms", Value: ms(c.P50),
+				Baseline: "docker run --rm", BaselineValue: ms(dk.P50), Ratio: bench.F(f50),
+				RatioText: fmt.Sprintf("%.1f× faster", f50), Target: "≥ 5× faster", Verdict: verdict, N: dk.N,
+				Note: "isolated dockerd " + b.rep.Host["docker"] + ", --network none, CLI exec included"},
+			bench.Row{ID: "1", Metric: "trusted launch p95 vs docker", Unit: "ms", Value: ms(c.P95),
+				Baseline: "docker run --rm", BaselineValue: ms(dk.P95), Ratio: bench.F(f95),
+				RatioText: fmt.Sprintf("%.1f× faster", f95), Verdict: bench.VerdictInfo, N: dk.N},
+		)
+	}
+	// Where custody's launch time goes (p50 of each part, from the client's
+	// clock and the result's container start and exit times).
+	for _, part := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"  split: verify + re-derive + consume (to 'started')", admit},
+		{"  split: runtime check, mounts, runc create", create},
+		{"  split: container start to exit", life},
+		{"  split: output custody, cleanup, receipt, record", after},
+	} {
+		p := bench.Median(part.d)
+		b.rep.Add(bench.Row{ID: "1", Metric: part.name, Unit: "ms", Value: ms(p),
+			Baseline: "custody launch p50", BaselineValue: ms(c.P50), Ratio: bench.F(ratio(p, c.P50)),
+			RatioText: fmt.Sprintf("%.0f%% of launch", 100*ratio(p, c.P50)), Verdict: bench.VerdictInfo})
+	}
+}
+
+// throughput is measurement 2: phases/s at each concurrency, custody
+// (grants issued beforehand) against a raw runc loop, alternating rounds.
+func (b *bencher) throughput(ctx context.Context) {
+	for _, conc := range b.o.concurrency {
+		var cN, rN int
+		var cT, rT time.Duration
+		// A failed custody round fails the row, but the raw rounds still
+		// run, so the row keeps its baseline; the next level still runs.
+		var cErr, rErr error
+		for round := 0; round < b.o.tputRounds && ctx.Err() == nil; round++ {
+			progress("throughput: concurrency %d, round %d/%d (%d phases each)", conc, round+1, b.o.tputRounds, b.o.tputPhases)
+			if cErr == nil {
+				d, err := b.custodyRound(ctx, conc)
+				if err != nil {
+					cErr = fmt.Errorf("custody: %w", err)
+				} else {
+					cN, cT = cN+b.o.tputPhases, cT+d
+				}
+			}
+			if rErr == nil {
+				d, err := b.rawRound(ctx, conc)
+				if err != nil {
+					rErr = fmt.Errorf("raw runc: %w", err)
+				} else {
+					rN, rT = rN+b.o.tputPhases, rT+d
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		metric := fmt.Sprintf("phases/s at concurrency %d", conc)
+		row := bench.Row{ID: "2", Metric: metric, Unit: "/s", Baseline: "raw runc loop", Target: "≥ 0.8× runc", N: cN}
+		if rErr == nil {
+			row.BaselineValue = bench.F(float64(rN) / rT.Seconds())
+		}
+		if err := errors.Join(cErr, rErr); err != nil {
+			b.fail(row, err)
+			continue
+		}
+		cr, rr := float64(cN)/cT.Seconds(), float64(rN)/rT.Seconds()
+		ratio := cr / rr
+		row.Value, row.Ratio, row.RatioText = bench.F(cr), bench.F(ratio), fmt.Sprintf("%.2f× runc", ratio)
+		row.Verdict = bench.VerdictMet
+		if ratio < 0.8 {
+			row.Verdict = bench.VerdictMissed
+		}
+		b.rep.Add(row)
+	}
+	if b.custodyN > 0 && b.rawN > 0 {
+		c := b.custodyCPU / time.Duration(b.custodyN)
+		r := b.rawCPU / time.Duration(b.rawN)
+		b.rep.Add(bench.Row{ID: "2", Metric: "  CPU per phase, all rounds", Unit: "ms", Value: bench.F(bench.Ms(c)),
+			Baseline: "raw runc run", BaselineValue: bench.F(bench.Ms(r)), Ratio: bench.F(float64(c) / float64(r)),
+			RatioText: fmt.Sprintf("%.2f× runc", float64(c)/float64(r)), Verdict: bench.VerdictInfo, N: b.custodyN,
+			Note: fmt.Sprintf("custodyd user+sys %.1f ms + its reaped children (runc create/start/delete, the container) %.1f ms, vs runc run's rusage; %d cores bound throughput at cores/CPU-per-phase",
+				bench.Ms(b.custodySelf/time.Duration(b.custodyN)), bench.Ms((b.custodyCPU-b.custodySelf)/time.Duration(b.custodyN)), runtime.NumCPU())})
+	}
+}
+
+// workers runs n jobs on conc goroutines and returns the wall time. After
+// a job fails no new job starts; jobs already running finish (cancelling
+// them would only add cancelled runs to the evidence of the failure).
+func workers(ctx context.Context, conc, n int, job func(ctx context.Context, worker, i int) error) (time.Duration, error) {
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	start := time.Now()
+	for w := range conc {
+		wg.Go(func() {
+			for i := range next {
+				if ctx.Err() != nil || failed() {
+					return
+				}
+				if err := job(ctx, w, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
+	return d, first
+}
+
+func (b *bencher) custodyRound(ctx context.Context, conc int) (time.Duration, error) {
+	grants := make([][]byte, b.o.tputPhases)
+	for i := range grants {
+		g, err := b.d.Issue(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("issue: %w", err)
+		}
+		grants[i] = g
+	}
+	self0, child0, cerr := b.d.CPU()
+	d, err := workers(ctx, conc, len(grants), func(ctx context.Context, _, i int) error {
+		_, _, err := b.d.Run(ctx, grants[i])
+		return err
+	})
+	if err != nil {
+		return d, fmt.Errorf("%w\ncustodyd log:\n%s", err, b.d.LogTail(10))
+	}
+	if self1, child1, err := b.d.CPU(); err == nil && cerr == nil {
+		b.custodyCPU += self1 - self0 + child1 - child0
+		b.custodySelf += self1 - self0
+		b.custodyN += len(grants)
+	}
+	return d, nil
+}
+
+func (b *bencher) rawRound(ctx context.Context, conc int) (time.Duration, error) {
+	cpu0 := b.raw.CPU()
+	d, err := workers(ctx, conc, b.o.tputPhases, func(ctx context.Context, w, _ int) error {
+		return b.raw.Run(ctx, w)
+	})
+	if err == nil {
+		b.rawCPU += b.raw.CPU() - cpu0
+		b.rawN += b.o.tputPhases
+	}
+	return d, err
+}
+
+// digest is measurement 3: snapshot.Digest against sha256sum over the
+// same files, warm page cache, alternating rounds, medians.
+func (b *bencher) digest(ctx context.Context) {
+	if _, err := exec.LookPath("sha256sum"); err != nil {
+		b.fail(bench.Row{ID: "3", Metric: "input closure digest"}, errors.New("no sha256sum on PATH"))
+		return
+	}
+	if err := os.MkdirAll(b.o.data, 0o755); err != nil {
+		b.fail(bench.Row{ID: "3", Metric: "input closure digest"}, err)
+		return
+	}
+	for _, ds := range bench.Datasets() {
+		if ctx.Err() != nil {
+			return
+		}
+		metric := "closure digest " + ds.Name
+		t0 := time.Now()
+		made, err := ds.Ensure(b.o.data)
+		if err != nil {
+			b.fail(bench.Row{ID: "3", Metric: metric}, err)
+			return
+		}
+		if made {
+			progress("digest: made %s (%d files, %d MiB) in %s", ds.Path, ds.Files, ds.Bytes>>20, time.Since(t0).Round(time.Millisecond))
+		}
+		progress("digest: %s, 1 warm-up + %d rounds each", ds.Name, b.o.digestRounds)
+		custody := func() error {
+			_, err := snapshot.Digest(ctx, ds.Path, treehash.Options{})
+			return err
+		}
+		sha := func() error {
+			cmd := exec.CommandContext(ctx, "bash", "-c", `find "$1" -type f -print0 | xargs -0 sha256sum >/dev/null`, "bash", ds.Path)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("sha256sum: %v: %s", err, out)
+			}
+			return nil
+		}
+		var cs, ss []time.Duration
+		for round := range b.o.digestRounds + 1 {
+			c, err := timed(custody)
+			if err != nil {
+				b.fail(bench.Row{ID: "3", Metric: metric}, err)
+				return
+			}
+			s, err := timed(sha)
+			if err != nil {
+				b.fail(bench.Row{ID: "3", Metric: metric}, err)
+				return
+			}
+			if round > 0 {
+				cs, ss = append(cs, c), append(ss, s)
+			}
+		}
+		c, s := bench.Median(cs), bench.Median(ss)
+		speed := float64(s) / float64(c)
+		verdict := bench.VerdictMet
+		if speed < 1 {
+			verdict = bench.VerdictMissed
+		}
+		b.rep.Add(bench.Row{ID: "3", Metric: ds.Label(),
+			Unit: "ms", Value: bench.F(bench.Ms(c)), Baseline: "find+xargs sha256sum", BaselineValue: bench.F(bench.Ms(s)),
+			Ratio: bench.F(speed), RatioText: fmt.Sprintf("%.2f× faster", speed), Target: "≥ 1×", Verdict: verdict,
+			N: len(cs), Note: fmt.Sprintf("custody %.0f MiB/s, sha256sum %.0f MiB/s (medians, warm cache)",
+				float64(ds.Bytes)/(1<<20)/c.Seconds(), float64(ds.Bytes)/(1<<20)/s.Seconds())})
+	}
+}
+
+// receipts measures verification of a real receipt from this run's
+// custodyd with evidence.Verifier (part of measurement 4).
+func (b *bencher) receipts(ctx context.Context) {
+	rcpt, res := b.d.LastReceipt()
+	metric := "receipt verification"
+	if rcpt == nil {
+		b.receiptRows = append(b.receiptRows, bench.Row{ID: "4", Metric: metric, Unit: "receipts/s", Target: "≥ 2,000/s",
+			Verdict: bench.VerdictFailed, Note: "custodyd sent no receipt with its results"})
+		b.failed = true
+		return
+	}
+	issuer, err := b.d.IssuerPublicKey()
+	if err != nil {
+		b.receiptRows = append(b.receiptRows, bench.Row{ID: "4", Metric: metric, Verdict: bench.VerdictFailed, Note: err.Error()})
+		b.failed = true
+		return
+	}
+	progress("receipt verification: a real receipt, 2 s sequential + 2 s on %d goroutines", runtime.GOMAXPROCS(0))
+	rate, err := bench.MeasureReceipts(ctx, rcpt, res, issuer, runtime.GOMAXPROCS(0), 2*time.Second)
+	if err != nil {
+		b.receiptRows = append(b.receiptRows, bench.Row{ID: "4", Metric: metric, Verdict: bench.VerdictFailed, Note: err.Error()})
+		b.failed = true
+		return
+	}
+	what := "signature, embedded grant, bindings"
+	if rate.OutputsChecked {
+		what += ", output tree re-hashed"
+	}
+	for _, x := range []struct {
+		metric string
+		v      float64
+	}{
+		{"receipt verification, 1 goroutine", rate.Sequential},
+		{fmt.Sprintf("receipt verification, %d goroutines", rate.Workers), rate.Parallel},
+	} {
+		verdict := bench.VerdictMet
+		if x.v < 2000 {
+			verdict = bench.VerdictMissed
+		}
+		b.receiptRows = append(b.receiptRows, bench.Row{ID: "4", Metric: x.metric, Unit: "/s", Value: bench.F(x.v),
+			Target: "≥ 2,000/s", Verdict: verdict, N: rate.N,
+			Note: "a real receipt from this run's custodyd (" + what + ")"})
+	}
+}
+
+// grant is measurement 4, read from the Go benchmarks' output.
+func (b *bencher) grant() {
+	var results map[string]bench.GoBench
+	why := ""
+	if b.o.gobench == "" {
+		why = "no -gobench output given (scripts/bench.sh runs go test -bench . -benchmem ./bench/)"
+	} else if f, err := os.Open(b.o.gobench); err != nil {
+		why = err.Error()
+	} else {
+		results = bench.ParseGoBench(f)
+		f.Close()
+	}
+	get := func(name string) (bench.GoBench, bool) {
+		r, ok := results[name]
+		return r, ok && r.Metrics["ns/op"] > 0
+	}
+	us := func(r bench.GoBench) float64 { return r.Metrics["ns/op"] / 1e3 }
+	allocs := func(r bench.GoBench) string {
+		return fmt.Sprintf("%.0f B/op, %.0f allocs/op", r.Metrics["B/op"], r.Metrics["allocs/op"])
+	}
+	pair := func(metric, name, baseName, baseLabel string) {
+		r, ok := get(name)
+		base, bok := get(baseName)
+		if !ok || !bok {
+			w := why
+			if w == "" {
+				w = fmt.Sprintf("%s or %s missing from %s", name, baseName, b.o.gobench)
+			}
+			b.fail(bench.Row{ID: "4", Metric: metric}, errors.New(w))
+			return
+		}
+		ratio := us(r) / us(base)
+		b.rep.Add(bench.Row{ID: "4", Metric: metric, Unit: "µs", Value: bench.F(us(r)),
+			Baseline: baseLabel, BaselineValue: bench.F(us(base)), Ratio: bench.F(ratio),
+			RatioText: fmt.Sprintf("%.2f× bare", ratio), Verdict: bench.VerdictInfo, N: int(r.Iterations),
+			Note: fmt.Sprintf("%s: %s; %s: %s", name, allocs(r), baseName, allocs(base))})
+	}
+	pair("grant verify", "BenchmarkGrantVerify", "BenchmarkECDSAVerify", "bare SHA-256+ECDSA P-256")
+	pair("grant consume (bbolt, fsync)", "BenchmarkGrantConsume", "BenchmarkBoltPutSync", "bare bbolt put+fsync")
+	if r, ok := get("BenchmarkGrantVerifyConsume"); ok {
+		row := bench.Row{ID: "4", Metric: "grant verify + consume", Unit: "µs",
+			Value: bench.F(us(r)), Verdict: bench.VerdictInfo, N: int(r.Iterations), Note: allocs(r)}
+		if b.launchP50 > 0 {
+			l := float64(b.launchP50) / 1e3
+			row.Baseline, row.BaselineValue = "custody launch p50", bench.F(l)
+			row.Ratio, row.RatioText = bench.F(us(r)/l), fmt.Sprintf("%.1f%% of launch", 100*us(r)/l)
+		}
+		b.rep.Add(row)
+	} else if why == "" {
+		b.fail(bench.Row{ID: "4", Metric: "grant verify + consume"}, errors.New("BenchmarkGrantVerifyConsume missing from "+b.o.gobench))
+	}
+	if len(b.receiptRows) == 0 {
+		b.rep.Add(bench.Row{ID: "4", Metric: "receipt verification", Unit: "receipts/s", Target: "≥ 2,000/s",
+			Verdict: bench.VerdictNotMeasured,
+			Note:    "needs a real receipt from custodyd: run with -only including launch or throughput"})
+	}
+	if e, ok := get("BenchmarkECDSAVerify"); ok && len(b.receiptRows) > 0 && b.receiptRows[0].Value != nil {
+		// A receipt carries two signatures to check: its own and its
+		// grant's.
+		r := &b.receiptRows[0]
+		bare := 1e9 / (2 * e.Metrics["ns/op"])
+		r.Baseline, r.BaselineValue = "2 bare ECDSA P-256 verifies", bench.F(bare)
+		r.Ratio, r.RatioText = bench.F(*r.Value/bare), fmt.Sprintf("%.2f× bare", *r.Value/bare)
+	}
+	b.rep.Add(b.receiptRows...)
+}

@@ -1,0 +1,16 @@
+// Package bench measures custody against its baselines, each in the same
+// run: the trusted launch of a trivial phase through the real custodyd
+// against a raw `runc run` of an equivalent bundle and `docker run --rm`,
+// throughput at concurrency 1–8, the input closure digest against
+// sha256sum, verification of a real receipt, and (as Go benchmarks in this
+// directory) grant verification and single-use consumption against bare
+// ECDSA and bare bbolt.
+//
+// The launch, throughput and digest measurements are driven by
+// bench/cmd/custody-bench, which prints one table and optionally writes it
+// as JSON; scripts/bench.sh (make bench) builds everything, starts an
+// isolated dockerd (scripts/dockerd.sh), runs the Go benchmarks and the
+// driver, and stops dockerd. This package holds what the driver and the
+// benchmarks share: summary statistics, the result table, the custodyd
+// harness, the raw runc bundle and the input data sets.
+package bench

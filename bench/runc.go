@@ -1,0 +1,287 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/backend/oci"
+)
+
+// RawRunc runs raw `runc run` of bundles equivalent to what custodyd
+// launches: the same busybox rootfs and a config.json from oci.Spec with the
+// same budgets. Its container state lives in a private --root, container ids
+// are unique, and Close removes everything it made.
+type RawRunc struct {
+	Runc    string
+	Dir     string // private: state root and bundles
+	State   string // runc --root
+	Rootfs  string // a copy of the image with the mount points made
+	bundles []string
+	seq     atomic.Int64
+	cpu     atomic.Int64 // ns of CPU used by runc runs and their containers
+	mounted bool
+}
+
+// RawConfig are the budgets of the raw bundle; set them to what custodyd's
+// plan gives the trivial phase.
+type RawConfig struct {
+	Args     []string
+	Memory   int64
+	Pids     int64
+	CPU      float64
+	TmpBytes int64
+	FileSize int64
+	NoSwap   bool
+	UserNS   *oci.IDMap
+}
+
+// NewRawRunc prepares n bundles (one per concurrent worker, each with its
+// own cgroup path) under dir, sharing one read-only copy of rootfs.
+func NewRawRunc(runc, dir, rootfs string, n int, rc RawConfig) (*RawRunc, error) {
+	r := &RawRunc{Runc: runc, Dir: dir, State: filepath.Join(dir, "state"), Rootfs: filepath.Join(dir, "rootfs")}
+	// The remapped container root must traverse dir to the rootfs.
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(r.State, 0o700); err != nil {
+		return nil, err
+	}
+	if err := copyTree(rootfs, r.Rootfs); err != nil {
+		return nil, fmt.Errorf("copy rootfs: %w", err)
+	}
+	for _, d := range []string{"proc", "dev", "sys", "tmp", "out"} {
+		if err := os.MkdirAll(filepath.Join(r.Rootfs, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// The rootfs is a mount point of its own, as custodyd's overlay is: in
+	// a user namespace runc cannot change the propagation of the mount a
+	// plain directory would sit on. Made once, not per run.
+	if err := unix.Mount(r.Rootfs, r.Rootfs, "", unix.MS_BIND, ""); err != nil {
+		return nil, fmt.Errorf("bind rootfs: %w", err)
+	}
+	r.mounted = true
+	if err := r.writeBundles(n, rc); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *RawRunc) writeBundles(n int, rc RawConfig) error {
+	dir := r.Dir
+	for i := range n {
+		b := filepath.Join(dir, fmt.Sprintf("bundle-%d", i))
+		out := filepath.Join(b, "out")
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if rc.UserNS != nil {
+			// The remapped root writes its output here, as it does in
+			// custody's output filesystem.
+			if err := os.Chown(out, int(rc.UserNS.HostID), int(rc.UserNS.HostID)); err != nil {
+				return err
+			}
+		}
+		spec, err := oci.Spec(oci.Config{
+			Rootfs: r.Rootfs, Args: rc.Args, Cwd: "/", Hostname: "custody",
+			Output:   oci.Mount{Source: out, Target: "/out"},
+			TmpBytes: rc.TmpBytes, Memory: rc.Memory, Pids: rc.Pids, CPU: rc.CPU,
+			FileSize: rc.FileSize, NoSwap: rc.NoSwap, UserNS: rc.UserNS,
+			CgroupsPath: fmt.Sprintf("custody-bench/raw-%d-%d", os.Getpid(), i),
+		})
+		if err != nil {
+			return err
+		}
+		data, err := json.MarshalIndent(spec, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(b, "config.json"), data, 0o600); err != nil {
+			return err
+		}
+		r.bundles = append(r.bundles, b)
+	}
+	return nil
+}
+
+// Run runs one container in bundle i to the end: `runc --root S run
+// --bundle B <unique id>`.
+func (r *RawRunc) Run(ctx context.Context, i int) error {
+	id := fmt.Sprintf("custody-bench-%d-%d", os.Getpid(), r.seq.Add(1))
+	cmd := exec.CommandContext(ctx, r.Runc, "--root", r.State, "run", "--bundle", r.bundles[i], id)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb // stdin and stdout: /dev/null
+	err := cmd.Run()
+	if ps := cmd.ProcessState; ps != nil {
+		// wait4's rusage: runc and the container processes it reaped.
+		r.cpu.Add(int64(ps.UserTime() + ps.SystemTime()))
+	}
+	if err != nil {
+		return fmt.Errorf("runc run %s: %v: %s", id, err, strings.TrimSpace(errb.String()))
+	}
+	return nil
+}
+
+// CPU is the CPU time used so far by all runs: runc and the container
+// processes it reaped.
+func (r *RawRunc) CPU() time.Duration { return time.Duration(r.cpu.Load()) }
+
+// Close deletes any container left in the private state root (there is
+// none after clean runs) and removes the directory.
+func (r *RawRunc) Close() error {
+	out, _ := exec.Command(r.Runc, "--root", r.State, "list", "-q").Output()
+	var left []string
+	for _, id := range strings.Fields(string(out)) {
+		left = append(left, id)
+		_ = exec.Command(r.Runc, "--root", r.State, "delete", "--force", id).Run()
+	}
+	if r.mounted {
+		if err := unix.Unmount(r.Rootfs, 0); err != nil {
+			return fmt.Errorf("unmount %s: %w", r.Rootfs, err)
+		}
+		r.mounted = false
+	}
+	// runc removes each container's cgroup but not the custody-bench
+	// parent it made beside them; remove it where it is empty.
+	RemoveEmptyCgroup("custody-bench")
+	if mounted, err := MountedUnder(r.Dir); err != nil || len(mounted) > 0 {
+		return fmt.Errorf("raw runc dir %s still has mounts %v (%v); not removed", r.Dir, mounted, err)
+	}
+	if err := os.RemoveAll(r.Dir); err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("raw runc left containers %v (force-deleted)", left)
+	}
+	return nil
+}
+
+// RemoveEmptyCgroup removes the cgroup directory name below this process's
+// own cgroup in every mounted hierarchy, where it exists and is empty (rmdir
+// of a cgroup fails while it has processes or children, so nothing in use
+// is touched).
+func RemoveEmptyCgroup(name string) {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return
+	}
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	type mnt struct{ point, fstype, opts string }
+	var mounts []mnt
+	for _, line := range strings.Split(string(info), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 || f[3] != "/" || (g[0] != "cgroup" && g[0] != "cgroup2") {
+			continue
+		}
+		mounts = append(mounts, mnt{unescapeMount(f[4]), g[0], g[2]})
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(own)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, m := range mounts {
+			match := m.fstype == "cgroup2" && parts[1] == ""
+			if m.fstype == "cgroup" && parts[1] != "" {
+				opts := "," + m.opts + ","
+				match = true
+				for _, c := range strings.Split(parts[1], ",") {
+					match = match && strings.Contains(opts, ","+c+",")
+				}
+			}
+			if match {
+				_ = unix.Rmdir(filepath.Join(m.point, parts[2], name))
+			}
+		}
+	}
+}
+
+// MountedUnder lists mount points at or below dir.
+func MountedUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, nil
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var c byte
+			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
+				b.WriteByte(c)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// copyTree copies a tree of directories, regular files and symlinks.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		t := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(t, info.Mode().Perm()|0o700)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, t)
+		case d.Type().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(t, data, info.Mode().Perm())
+		}
+		return fmt.Errorf("%s: unsupported file type", p)
+	})
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make bench: custody against its baselines, each measured in the same run,
+# printed as one table (and written as JSON when BENCH_JSON=path is set).
+#
+#   1. trusted launch of /bin/true through custodyd (fresh grant each time)
+#      vs raw `runc run` and `docker run --rm`, interleaved
+#   2. phases/s at concurrency 1, 2, 4, 8 vs a raw runc loop
+#   3. input closure digest vs sha256sum (256 MiB and 1 GiB in large files;
+#      10k and 100k small files), data made once under build/bench/data
+#   4. grant verify + consume (Go benchmarks in bench/, -benchmem); receipt
+#      verification once package evidence lands
+#
+# Builds what it needs, starts an isolated dockerd (scripts/dockerd.sh) for
+# the docker baseline and stops it at the end. If dockerd cannot start here,
+# the docker row says why and everything else still runs. Extra arguments
+# go to custody-bench (e.g. -runs 60, -only launch). Run as root.
+set -euo pipefail
+SECONDS=0
+if [ -n "${BENCH_JSON:-}" ]; then
+	BENCH_JSON=$(realpath -m -- "$BENCH_JSON")
+fi
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export PATH=/usr/local/go/bin:$PATH
+OUT=$ROOT/build/bench
+
+if [ "$(id -u)" != 0 ]; then
+	echo "bench: must run as root (custodyd and runc mount and make cgroups)" >&2
+	exit 2
+fi
+mkdir -p "$OUT"
+
+echo "bench: building (make build and the test image)" >&2
+make --no-print-directory build "$ROOT/build/testimage/rootfs" >&2
+go build -o "$OUT/custody-bench" ./bench/cmd/custody-bench
+
+DOCKER_DOWN=""
+stop_docker() { scripts/dockerd.sh stop || echo "bench: stopping the isolated dockerd failed" >&2; }
+trap stop_docker EXIT
+echo "bench: starting the isolated dockerd (scripts/dockerd.sh)" >&2
+if ! derr=$(ROOTFS="$ROOT/build/testimage/rootfs" scripts/dockerd.sh start 2>&1 >/dev/null); then
+	DOCKER_DOWN=$(echo "$derr" | tail -1)
+	DOCKER_DOWN=${DOCKER_DOWN:-dockerd.sh start failed}
+	echo "bench: !!! docker baseline UNAVAILABLE: $DOCKER_DOWN" >&2
+fi
+
+echo "bench: Go benchmarks (go test -bench . -benchmem ./bench/...)" >&2
+GOBENCH=$OUT/gobench.txt
+if ! go test -run '^$' -bench . -benchmem -count 1 ./bench/... >"$GOBENCH" 2>&1; then
+	echo "bench: !!! go test -bench failed; its output:" >&2
+	tail -30 "$GOBENCH" >&2
+fi
+
+args=(-bin "$ROOT/bin" -rootfs "$ROOT/build/testimage/rootfs" -data "$OUT/data" -gobench "$GOBENCH")
+[ -n "$DOCKER_DOWN" ] && args+=(-docker-unavailable "$DOCKER_DOWN")
+[ -n "${BENCH_JSON:-}" ] && args+=(-json "$BENCH_JSON")
+rc=0
+"$OUT/custody-bench" "${args[@]}" "$@" || rc=$?
+echo "bench: total wall time ${SECONDS} s" >&2
+exit $rc
