@@ -9,8 +9,10 @@ BUILD := $(ROOT)/build
 DEMO := $(BUILD)/demo
 APT_PACKAGES := libseccomp-dev pkg-config busybox-static e2fsprogs iproute2 file
 GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: all deps build runc demo test test-short fuzz bench clean
+.PHONY: all deps build runc demo test test-short fuzz bench clean qualify-vm
 
 all: build
 
@@ -31,10 +33,14 @@ bin/runc: go.mod go.sum | deps
 	CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o bin/runc github.com/opencontainers/runc
 	@./bin/runc --version | head -1
 
-build: bin/custody bin/custodyd bin/custodyd-faultinject bin/runc
+build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc
 bin/custody: $(GO_SOURCES)
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custody ./cmd/custody
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/custody ./cmd/custody
+# The in-sandbox observer: static, standard library only.
+bin/custody-probe: $(GO_SOURCES)
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custody-probe ./cmd/custody-probe
 bin/custodyd: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custodyd ./cmd/custodyd
@@ -61,7 +67,13 @@ demo: build $(BUILD)/testimage/rootfs
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build bin/cosign
-	CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
+	CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
+
+# Qualify this platform: the development tier on this host and the
+# production tier inside a real cgroup-v2 guest (QEMU), both signed rows in
+# build/matrix with an HTML report; then the release gate is checked.
+qualify-vm: build
+	./scripts/qualify-vm.sh
 
 # Benchmarks against their baselines, measured in one run; one table
 # (BENCH_JSON=path also writes it as JSON). Root; about 3 minutes.

@@ -31,6 +31,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(true))
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(true))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(true))
+	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := peerOf(r)
 		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
@@ -46,7 +47,7 @@ func (s *server) controlMux() http.Handler {
 // controlOnly are the control operations; on the submit socket they are
 // refused by name rather than 404, so the refusal is explicit.
 var controlOnly = []string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-	"/v1/images/import", "/v1/recover", "/v1/attempts"}
+	"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
 // cancel their own runs, fetch their own results, dry-run admission.

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/matrix"
+	"github.com/custody-dev/custody/platform"
+)
+
+// qualifyBins returns the binaries a qualify run needs: the real custodyd
+// ($CUSTODYD_BIN), the pinned runc, a static busybox and the probe
+// ($CUSTODY_PROBE, or built here).
+func qualifyBins(t *testing.T) (custodyd, runc, busybox, probe string) {
+	t.Helper()
+	testenv.Root(t)
+	runc, _, _ = testenv.Runc(t)
+	custodyd = os.Getenv("CUSTODYD_BIN")
+	if custodyd == "" {
+		testenv.Missing(t, "the custodyd binary ($CUSTODYD_BIN, set by make test)")
+	}
+	busybox = testenv.Busybox(t)
+	probe = os.Getenv("CUSTODY_PROBE")
+	if probe == "" {
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			testenv.Missing(t, "custody-probe ($CUSTODY_PROBE) or a go tool to build it")
+		}
+		probe = filepath.Join(t.TempDir(), "custody-probe")
+		cmd := exec.Command(goTool, "build", "-trimpath", "-o", probe, "./cmd/custody-probe")
+		cmd.Dir = testenv.ModuleRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build custody-probe: %v\n%s", err, out)
+		}
+	}
+	return custodyd, runc, busybox, probe
+}
+
+func custody(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// readRow reads a row file, writes its runner key next to it and verifies
+// the row under that key.
+func readRow(t *testing.T, path string) (*matrix.Verified, string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := matrix.ParseRow(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := strings.TrimSuffix(path, ".json") + ".pub"
+	write(t, pub, row.RunnerPublicKey)
+	k, err := keys.ParsePublic([]byte(row.RunnerPublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := row.Verify(context.Background(), []*keys.Verifier{k})
+	if err != nil {
+		t.Fatalf("the row does not verify under its runner key: %v", err)
+	}
+	return v, pub
+}
+
+// TestQualifyDevelopmentAndGate qualifies this host for the development
+// tier against the real custodyd, then gates on the row.
+func TestQualifyDevelopmentAndGate(t *testing.T) {
+	custodyd, runc, busybox, probe := qualifyBins(t)
+	dir := t.TempDir()
+	rowPath, mx := filepath.Join(dir, "row.json"), filepath.Join(dir, "matrix")
+	start := time.Now()
+	code, stdout, stderr := custody("qualify", "--tier", "development", "--json", "--custodyd", custodyd, "--runtime", runc,
+		"--probe", probe, "--busybox", busybox, "--out", rowPath, "--matrix", mx)
+	t.Logf("qualify --tier development took %s", time.Since(start).Round(time.Millisecond))
+	if code != 0 {
+		t.Fatalf("qualify: exit %d\n%s", code, stderr)
+	}
+	if file, _ := os.ReadFile(rowPath); string(file) != stdout {
+		t.Fatal("--json stdout is not the row written to --out")
+	}
+	v, pub := readRow(t, rowPath)
+	if !v.AllPassed() || v.Tier != "development" || len(v.Checks) < 30 || len(v.Missing) != 0 {
+		t.Fatalf("row: result %s tier %s checks %d failed %v missing %v", v.Result, v.Tier, len(v.Checks), v.Failed, v.Missing)
+	}
+	for _, c := range v.Checks {
+		if len(c.Runs) == 0 {
+			t.Errorf("%s passed with no run behind it", c.TestName())
+		}
+		for _, r := range c.Runs {
+			if r.Tier != "development (unqualified)" || len(r.ReceiptSHA256) != 64 {
+				t.Errorf("%s: run %+v", c.TestName(), r)
+			}
+		}
+	}
+	_, _, sha := testenv.Runc(t)
+	if v.Platform.Runtime.SHA256 != sha || v.Platform.Backend != matrix.BackendOCI {
+		t.Fatalf("row platform = %+v", v.Platform)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(os.TempDir(), "custody-qualify-*")); len(ents) > 0 {
+		for _, e := range ents {
+			if fi, err := os.Stat(e); err == nil && fi.ModTime().After(start) {
+				t.Errorf("qualify left its private state behind: %s", e)
+			}
+		}
+	}
+	html, err := os.ReadFile(filepath.Join(mx, "index.html"))
+	if err != nil || !strings.Contains(string(html), "current") || !strings.Contains(string(html), "budgets/fork-bomb-capped") {
+		t.Fatalf("matrix index.html: %v\n%.2000s", err, html)
+	}
+
+	gate := func(args ...string) (int, string) {
+		t.Helper()
+		code, out, errs := custody(append([]string{"gate", "--matrix", mx, "--trust-runner", pub}, args...)...)
+		return code, out + errs
+	}
+	if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development"); code != 0 || !strings.Contains(out, "allowed") {
+		t.Fatalf("gate on this platform's current passing development row: %d\n%s", code, out)
+	}
+	// Production on this platform: no matching row.
+	if code, out := gate("--platform", "this", "--runtime", runc); code != exitFailed || !strings.Contains(out, "no authentic, passing, current row") {
+		t.Fatalf("gate for production without a production row: %d\n%s", code, out)
+	}
+	// Another runtime binary (one byte appended) is another platform.
+	changed := filepath.Join(dir, "runc-changed")
+	data, err := os.ReadFile(runc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(changed, append(data, 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := gate("--platform", "this", "--runtime", changed, "--tier", "development"); code != exitFailed || !strings.Contains(out, "runtime binary changed") {
+		t.Fatalf("gate with a changed runtime digest: %d\n%s", code, out)
+	}
+	// A description file works like this host.
+	code, plat, errs := custody("gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--print-platform")
+	if code != 0 {
+		t.Fatalf("print-platform: %d %s", code, errs)
+	}
+	write(t, filepath.Join(dir, "platform.json"), plat)
+	if code, out := gate("--platform", filepath.Join(dir, "platform.json"), "--tier", "development"); code != 0 {
+		t.Fatalf("gate on a platform file: %d\n%s", code, out)
+	}
+	// Disabling the backend or the runtime invalidates the row (R14).
+	for _, entry := range []string{"oci under review", "sha256:" + sha + " withdrawn"} {
+		write(t, filepath.Join(mx, "disabled"), entry+"\n")
+		if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development"); code != exitFailed || !strings.Contains(out, "disabled") {
+			t.Fatalf("gate with %q disabled: %d\n%s", entry, code, out)
+		}
+	}
+	os.Remove(filepath.Join(mx, "disabled"))
+	// Stale.
+	if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development", "--max-age", "1ms"); code != exitFailed || !strings.Contains(out, "stale") {
+		t.Fatalf("gate with a stale row: %d\n%s", code, out)
+	}
+	// A tampered row is refused; the genuine one next to it still counts.
+	var row map[string]any
+	if err := json.Unmarshal([]byte(stdout), &row); err != nil {
+		t.Fatal(err)
+	}
+	env := row["envelope"].(map[string]any)
+	payload, _ := base64.StdEncoding.DecodeString(env["payload"].(string))
+	env["payload"] = base64.StdEncoding.EncodeToString(bytes.Replace(payload, []byte(`"passed":true`), []byte(`"passed":false`), 1))
+	tampered, _ := json.Marshal(row)
+	mx2 := filepath.Join(dir, "matrix-tampered")
+	if err := os.Mkdir(mx2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(mx2, "row.json"), string(tampered))
+	code, out, errs := custody("gate", "--matrix", mx2, "--trust-runner", pub, "--platform", "this", "--runtime", runc, "--tier", "development")
+	if code != exitFailed || !strings.Contains(out+errs, "not authentic") {
+		t.Fatalf("gate with a tampered row: %d\n%s%s", code, out, errs)
+	}
+	// A gate trusts no row by default.
+	if code, _, errs := custody("gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--tier", "development"); code == 0 || !strings.Contains(errs, "trust-runner") {
+		t.Fatalf("gate without trusted keys: %d %s", code, errs)
+	}
+}
+
+// TestQualifyProductionFailsHonestly: on a host that cannot enforce
+// production (cgroup v1 or hybrid), qualifying production fails and the
+// signed row says FAILED: the legitimate work was refused, not faked.
+func TestQualifyProductionFailsHonestly(t *testing.T) {
+	custodyd, runc, busybox, probe := qualifyBins(t)
+	prof, err := platform.Probe(context.Background(), platform.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range platform.ProductionControllers() {
+		if !slices.Contains(prof.Cgroup.V2Delegated, c) {
+			break
+		}
+		if c == platform.ProductionControllers()[len(platform.ProductionControllers())-1] {
+			t.Skip("this host delegates every production controller; production can qualify here")
+		}
+	}
+	rowPath := filepath.Join(t.TempDir(), "row.json")
+	code, _, stderr := custody("qualify", "--tier", "production", "--custodyd", custodyd, "--runtime", runc,
+		"--probe", probe, "--busybox", busybox, "--out", rowPath)
+	if code != exitFailed || !strings.Contains(stderr, "FAILED") {
+		t.Fatalf("qualify --tier production on a %s host: exit %d\n%s", prof.Cgroup.Mode, code, stderr)
+	}
+	v, _ := readRow(t, rowPath)
+	if v.Result != matrix.ResultFailed || v.Tier != "production" || len(v.Passed) != 0 {
+		t.Fatalf("row: result %s tier %s passed %v", v.Result, v.Tier, v.Passed)
+	}
+	for _, c := range v.Checks {
+		if c.Case == matrix.CaseLegitimate && (c.Passed || !strings.Contains(c.Detail, "unsupported")) {
+			t.Errorf("%s: passed=%t detail %q; want refused as unsupported", c.TestName(), c.Passed, c.Detail)
+		}
+		if len(c.Runs) != 0 {
+			t.Errorf("%s: a production run happened on this host: %+v", c.TestName(), c.Runs)
+		}
+	}
+}
+
+// TestAttestQualificationRefuses: the daemon's signing endpoint signs only
+// well-formed rows backed by its own runs at the row's tier, and only on
+// the control socket.
+func TestAttestQualificationRefuses(t *testing.T) {
+	e := startDaemon(t)
+	g := e.grant(t, e.phase(t, "dev-run", "true", ""))
+	code, out, errs := e.custody("run", "--grant", g, "--json")
+	if code != 0 {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	var res struct{ RunID string }
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.RunID == "" {
+		t.Fatalf("run result: %v %s", err, out)
+	}
+	ctx := context.Background()
+	check := func(passed bool, runs ...string) matrix.RequestCheck {
+		return matrix.RequestCheck{Family: "input", Name: "read-input", Case: "legitimate", Passed: passed, Detail: "x", Runs: runs}
+	}
+	for _, c := range []struct {
+		name string
+		req  any
+		code string
+	}{
+		{"unknown field", map[string]any{"tier": "development", "suiteVersion": "1", "checks": []any{}, "predicateType": "x"}, "bad-request"},
+		{"unknown tier", matrix.SignRequest{Tier: "staging", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(false)}}, "bad-request"},
+		{"pass without a run", matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true)}}, "refused"},
+		{"unknown run", matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "00000000deadbeef")}}, "refused"},
+		{"run at another tier", matrix.SignRequest{Tier: "production", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}, "refused"},
+		{"no checks", matrix.SignRequest{Tier: "development", SuiteVersion: "1"}, "bad-request"},
+	} {
+		var row matrix.Row
+		err := postControl(ctx, e.control, matrix.AttestPath, c.req, &row)
+		ae, ok := err.(*api.Error)
+		if !ok || ae.Code != c.code {
+			t.Errorf("%s: %v, want code %s", c.name, err, c.code)
+		}
+	}
+	// A well-formed but partial suite is signed, and says FAILED.
+	var row matrix.Row
+	req := matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}
+	if err := postControl(ctx, e.control, matrix.AttestPath, req, &row); err != nil {
+		t.Fatal(err)
+	}
+	st, err := api.NewClient(e.control).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := keys.ParsePublic([]byte(st.RunnerPublicKey))
+	v, err := row.Verify(ctx, []*keys.Verifier{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Result != matrix.ResultFailed || !slices.Contains(v.Failed, matrix.IncompleteTest) || v.Checks[0].Runs[0].ID != res.RunID ||
+		v.RunnerID != st.RunnerID || v.CustodyVersion != matrix.Version {
+		t.Fatalf("partial row: %+v", v.Qualification)
+	}
+	// The submit socket signs nothing.
+	if err := postControl(ctx, e.submit, matrix.AttestPath, req, &row); err == nil {
+		t.Fatal("the submit socket signed a qualification row")
+	}
+}

@@ -1,0 +1,146 @@
+package conformance
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/matrix"
+	"github.com/custody-dev/custody/probe"
+	"github.com/custody-dev/custody/request"
+)
+
+// TestSuiteShape: every family the matrix requires is covered, each with
+// legitimate work and a refusal, and names are unique and valid.
+func TestSuiteShape(t *testing.T) {
+	if got := Families(); !slices.Equal(got, matrix.RequiredFamilies) {
+		t.Fatalf("families %v, matrix requires %v", got, matrix.RequiredFamilies)
+	}
+	seen := map[string]bool{}
+	cases := map[string]map[Case]bool{}
+	for _, s := range specs() {
+		name := s.family + "/" + s.name
+		if seen[name] {
+			t.Errorf("%s appears twice", name)
+		}
+		seen[name] = true
+		if cases[s.family] == nil {
+			cases[s.family] = map[Case]bool{}
+		}
+		cases[s.family][s.kase] = true
+		c := matrix.Check{Family: s.family, Name: s.name, Case: string(s.kase)}
+		if _, err := matrix.NewQualification(testPlatform(), matrix.Info{Tier: "production", CustodyVersion: "1",
+			SuiteVersion: SuiteVersion, RunnerID: "sha256:" + strings.Repeat("0", 64), QualifiedAt: time.Now(), Checks: []matrix.Check{c}}); err != nil {
+			t.Errorf("%s is not a valid row check: %v", name, err)
+		}
+	}
+	for f, cs := range cases {
+		if !cs[Legitimate] || !cs[Refusal] {
+			t.Errorf("family %s lacks a legitimate or a refusal case: %v", f, cs)
+		}
+	}
+}
+
+func testPlatform() matrix.Platform {
+	return matrix.Platform{OS: "linux", Arch: "amd64", Kernel: "6.1", Backend: "oci",
+		Cgroup:  matrix.PlatformCgroup{Mode: "v2", V2Delegated: []string{}, V1Usable: []string{}},
+		Runtime: matrix.PlatformRuntime{Version: "1.5.3", SHA256: strings.Repeat("a", 64)}}
+}
+
+// TestPhaseYAML: what the suite asks for is a valid phase request that
+// says exactly what the check meant.
+func TestPhaseYAML(t *testing.T) {
+	s := newSuite(Env{Image: "sha256:" + strings.Repeat("1", 64), Tier: TierDevelopment, Stage: "test", Scratch: "/scratch"})
+	y := s.yaml(phase{name: "q-x", command: []string{"/bin/sh", "-c", `printf '%s\n' "$A" > /out/"x y"`},
+		env: map[string]string{"A": "quote \" and \\ and: colon"}, inputs: []input{{"/scratch/in", "/in/data"}},
+		outputBytes: mib, tmpBytes: 2 * mib, memory: 32 * mib, pids: 16, cpu: 0.2, wall: 2 * time.Second})
+	p, err := request.Parse(y)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	if p.Name != "q-x" || p.Tier != request.TierDevelopment || p.Stage != "test" || p.Command[2] != `printf '%s\n' "$A" > /out/"x y"` ||
+		p.Env["A"] != "quote \" and \\ and: colon" || p.Inputs[0].Source != "/scratch/in" || int64(p.Output.MaxBytes) != mib ||
+		int64(p.Tmp.MaxBytes) != 2*mib || int64(p.Resources.Memory) != 32*mib || p.Resources.Pids != 16 || p.Resources.CPU != 0.2 ||
+		time.Duration(p.Resources.WallTime) != 2*time.Second || p.EffectiveNetwork() != request.NetworkDeny {
+		t.Fatalf("parsed phase = %+v\n%s", p, y)
+	}
+	if _, err := request.Parse(s.yaml(phase{name: "q-min", command: []string{"/bin/custody-probe"}})); err != nil {
+		t.Fatalf("minimal phase: %v", err)
+	}
+}
+
+func TestParseReport(t *testing.T) {
+	if _, err := parseReport([]byte("noise\n{\"schema\":\"" + probe.Schema + "\",\"pid\":1}\ntrailer")); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "no json", `{"schema":"other"}`, `{"schema":`} {
+		if _, err := parseReport([]byte(bad)); err == nil {
+			t.Errorf("parseReport(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestCPULimit(t *testing.T) {
+	for _, c := range []struct {
+		files map[string]string
+		want  float64
+	}{
+		{map[string]string{"/sys/fs/cgroup/cpu.max": "50000 100000"}, 0.5},
+		{map[string]string{"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "20000", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000"}, 0.2},
+		{map[string]string{"/sys/fs/cgroup/cpu.max": "max 100000"}, -1},
+		{map[string]string{}, -1},
+	} {
+		got, _ := cpuLimit(&probe.Report{Cgroup: probe.Cgroup{Files: c.files}})
+		if got != c.want {
+			t.Errorf("cpuLimit(%v) = %v, want %v", c.files, got, c.want)
+		}
+	}
+}
+
+// TestDependencies: the suite reaches the daemon only through api; it
+// never touches the runner's store, journal, runner or backends.
+func TestDependencies(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH")
+	}
+	out, err := exec.Command(goTool, "list", "-deps", "github.com/custody-dev/custody/conformance").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"/store", "/journal", "/runner", "/backend"} {
+			if strings.HasPrefix(dep, "github.com/custody-dev/custody") && strings.Contains(dep, banned) {
+				t.Errorf("conformance imports %s", dep)
+			}
+		}
+	}
+}
+
+func TestJudgeBurn(t *testing.T) {
+	stat := func(periods, throttled int64) *probe.BurnResult {
+		return &probe.BurnResult{Threads: 1, WallMillis: 2000, CPUStat: "/sys/fs/cgroup/cpu.stat",
+			Before: map[string]int64{"nr_periods": 3, "nr_throttled": 1}, After: map[string]int64{"nr_periods": 3 + periods, "nr_throttled": 1 + throttled}}
+	}
+	for _, c := range []struct {
+		name       string
+		cpu, wall  int64
+		burn       *probe.BurnResult
+		wantPassed bool
+	}{
+		{"native, within the quota", 456, 2094, stat(21, 21), true},
+		{"TCG guest, stolen time charged, throttled every period", 1550, 2938, stat(29, 28), true},
+		{"no quota: charged the whole time", 2900, 2938, stat(29, 0), false},
+		{"over the quota and rarely throttled", 1550, 2938, stat(29, 5), false},
+		{"over the quota, no counters", 1550, 2938, &probe.BurnResult{Threads: 1, WallMillis: 2000}, false},
+		{"throttled but charged like an unthrottled spinner", 2800, 2938, stat(29, 29), false},
+	} {
+		ok, detail := judgeBurn(0.2, api.Usage{CPUTimeMillis: c.cpu, WallMillis: c.wall}, c.burn)
+		if ok != c.wantPassed {
+			t.Errorf("%s: passed=%t: %s", c.name, ok, detail)
+		}
+	}
+}

@@ -1,0 +1,304 @@
+package matrix
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/predicate"
+)
+
+func testPlatform() Platform {
+	return Platform{
+		OS: "linux", Arch: "amd64", Kernel: "6.1.0-57-amd64", Distro: "Debian GNU/Linux 12 (bookworm)", Backend: BackendOCI,
+		Cgroup:  PlatformCgroup{Mode: "v2", V2Delegated: []string{"cpu", "io", "memory", "pids"}, V1Usable: []string{}},
+		Facts:   PlatformFacts{Seccomp: true, UserNS: true, Tmpfs: true, Overlay: true},
+		Runtime: PlatformRuntime{Version: "1.5.3", SHA256: strings.Repeat("ab", 32)},
+	}
+}
+
+// fullChecks covers every required family with a legitimate and a refusal case.
+func fullChecks(passed bool) []Check {
+	var out []Check
+	for _, f := range RequiredFamilies {
+		out = append(out,
+			Check{Family: f, Name: "works", Case: CaseLegitimate, Passed: true, Detail: "ok",
+				Runs: []RunRef{{ID: "0123456789abcdef", Status: "ok", Tier: "production", ReceiptSHA256: strings.Repeat("cd", 32)}}},
+			Check{Family: f, Name: "refused", Case: CaseRefusal, Passed: passed, Detail: "refused as it should be"})
+	}
+	return out
+}
+
+func signRow(t *testing.T, k *keys.Signer, p Platform, tier string, at time.Time, checks []Check) *Row {
+	t.Helper()
+	q, err := NewQualification(p, Info{Tier: tier, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(), QualifiedAt: at, Checks: checks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := Sign(context.Background(), k, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row
+}
+
+func newKey(t *testing.T) *keys.Signer {
+	t.Helper()
+	k, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestPlatformOf(t *testing.T) {
+	prof := &platform.Profile{Kernel: "6.1", Arch: "amd64", OS: "linux",
+		Cgroup:  platform.Cgroup{Mode: platform.CgroupV2, V2Delegated: []string{"pids", "memory", "memory"}},
+		Seccomp: platform.Fact{OK: true}, Runtime: &platform.Runtime{Version: "1.5.3", SHA256: strings.Repeat("0", 64)}}
+	p, err := PlatformOf(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(p.Cgroup.V2Delegated, ",") != "memory,pids" || p.Cgroup.V1Usable == nil || !p.Facts.Seccomp || p.Backend != BackendOCI {
+		t.Fatalf("PlatformOf = %+v", p)
+	}
+	if len(p.Digest()) != 64 || p.Digest() != p.Digest() {
+		t.Fatal("digest is not stable hex")
+	}
+	prof.Runtime.Error = "no such file"
+	if _, err := PlatformOf(prof); err == nil {
+		t.Fatal("a profile whose runtime could not be identified was described")
+	}
+	q := p
+	q.Runtime.SHA256 = strings.Repeat("1", 64)
+	if q.Digest() == p.Digest() || len(p.Diff(q)) != 1 || !strings.Contains(p.Diff(q)[0], "runtime.sha256") {
+		t.Fatalf("a changed runtime digest must change the platform: %v", p.Diff(q))
+	}
+}
+
+func TestResultDerivation(t *testing.T) {
+	k := newKey(t)
+	base := Info{Tier: TierProduction, CustodyVersion: "1", SuiteVersion: "1", RunnerID: k.ID(), QualifiedAt: time.Now()}
+	for _, c := range []struct {
+		name   string
+		checks []Check
+		result string
+		failed int
+	}{
+		{"all pass", fullChecks(true), ResultPassed, 0},
+		{"one fails", fullChecks(false), ResultFailed, len(RequiredFamilies)},
+		{"incomplete", fullChecks(true)[:4], ResultFailed, 1},
+	} {
+		info := base
+		info.Checks = c.checks
+		q, err := NewQualification(testPlatform(), info)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if q.Result != c.result || len(q.Failed) != c.failed {
+			t.Errorf("%s: result %s failed %v", c.name, q.Result, q.Failed)
+		}
+	}
+	bad := base
+	bad.Checks = []Check{{Family: "input", Name: "x", Case: "maybe", Detail: "a\nb"}}
+	if _, err := NewQualification(testPlatform(), bad); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a bad case and a control character were accepted: %v", err)
+	}
+}
+
+func TestSignVerify(t *testing.T) {
+	ctx := context.Background()
+	k := newKey(t)
+	row := signRow(t, k, testPlatform(), TierProduction, time.Now(), fullChecks(true))
+	v, err := row.Verify(ctx, []*keys.Verifier{k.Verifier()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.AllPassed() || v.PlatformDigest() != testPlatform().Digest() || v.SignerID != k.ID() {
+		t.Fatalf("verified = %+v", v)
+	}
+	// The statement is an in-toto Statement v1 with the test-result predicate.
+	var env dsse.Envelope
+	_ = json.Unmarshal(row.Envelope, &env)
+	payload, _ := base64.StdEncoding.DecodeString(env.Payload)
+	var st struct {
+		Type          string `json:"_type"`
+		PredicateType string
+		Subject       []struct {
+			Name   string
+			Digest map[string]string
+		}
+		Predicate struct {
+			Result                                string
+			PassedTests, WarnedTests, FailedTests []string
+		}
+	}
+	if err := json.Unmarshal(payload, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != StatementType || st.PredicateType != PredicateType || env.PayloadType != predicate.PayloadType ||
+		st.Subject[0].Digest["sha256"] != testPlatform().Digest() || st.Predicate.Result != ResultPassed ||
+		len(st.Predicate.PassedTests) != 2*len(RequiredFamilies) || st.Predicate.WarnedTests == nil || st.Predicate.FailedTests == nil {
+		t.Fatalf("statement = %+v", st)
+	}
+
+	if _, err := row.Verify(ctx, []*keys.Verifier{newKey(t).Verifier()}); !errors.Is(err, ErrUntrusted) {
+		t.Fatalf("another key: %v", err)
+	}
+	// Flip one byte of the payload: the signature no longer holds.
+	tampered := *row
+	payload[len(payload)/2] ^= 1
+	env.Payload = base64.StdEncoding.EncodeToString(payload)
+	tampered.Envelope, _ = json.Marshal(env)
+	if _, err := tampered.Verify(ctx, []*keys.Verifier{k.Verifier()}); err == nil {
+		t.Fatal("a tampered row verified")
+	}
+}
+
+// TestNonCanonicalRefused: a statement the trusted key signed but whose
+// result does not follow from its checks is refused, not believed.
+func TestNonCanonicalRefused(t *testing.T) {
+	ctx := context.Background()
+	k := newKey(t)
+	row := signRow(t, k, testPlatform(), TierProduction, time.Now(), fullChecks(false))
+	var env dsse.Envelope
+	_ = json.Unmarshal(row.Envelope, &env)
+	payload, _ := base64.StdEncoding.DecodeString(env.Payload)
+	lying := bytes.Replace(payload, []byte(`"result":"FAILED"`), []byte(`"result":"PASSED"`), 1)
+	if bytes.Equal(lying, payload) {
+		t.Fatal("no result to replace")
+	}
+	es, _ := dsse.NewEnvelopeSigner(k)
+	signed, err := es.SignPayload(ctx, predicate.PayloadType, lying)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := *row
+	forged.Envelope, _ = json.Marshal(signed)
+	if _, err := forged.Verify(ctx, []*keys.Verifier{k.Verifier()}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a PASSED result over failed checks verified: %v", err)
+	}
+}
+
+func TestParseRow(t *testing.T) {
+	k := newKey(t)
+	row := signRow(t, k, testPlatform(), TierDevelopment, time.Now(), fullChecks(true))
+	data, _ := json.Marshal(row)
+	if _, err := ParseRow(data); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`{}`, `{"apiVersion":"custody.dev/v1alpha1","kind":"QualificationRow","envelope":{},"runnerPublicKey":"","extra":1}`, `[]`} {
+		if _, err := ParseRow([]byte(bad)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("ParseRow(%s) = %v", bad, err)
+		}
+	}
+}
+
+func TestDisabled(t *testing.T) {
+	p := testPlatform()
+	d, err := ParseDisabled([]byte("# comment\noci   runc CVE\n\nsha256:" + p.Runtime.SHA256 + " withdrawn\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Entries) != 2 || !strings.Contains(d.Why(p), "backend oci") {
+		t.Fatalf("entries %+v why %q", d.Entries, d.Why(p))
+	}
+	d.Entries = d.Entries[1:]
+	if !strings.Contains(d.Why(p), "withdrawn") {
+		t.Fatalf("runtime digest not disabled: %q", d.Why(p))
+	}
+	q := p
+	q.Runtime.SHA256 = strings.Repeat("ef", 32)
+	if d.Why(q) != "" {
+		t.Fatal("another runtime is disabled too")
+	}
+	for _, bad := range []string{"sha256:xyz\n", "bad*token reason\n"} {
+		if _, err := ParseDisabled([]byte(bad)); err == nil {
+			t.Errorf("ParseDisabled(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestGate(t *testing.T) {
+	ctx := context.Background()
+	k := newKey(t)
+	trusted := []*keys.Verifier{k.Verifier()}
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	this := testPlatform()
+	other := this
+	other.Runtime.SHA256 = strings.Repeat("99", 32)
+	write := func(dir, name string, row *Row) {
+		data, _ := json.Marshal(row)
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name     string
+		rows     map[string]*Row
+		disabled string
+		tier     string
+		allowed  bool
+		reason   string
+	}{
+		{"current passing row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true))}, "", "", true, "allowed"},
+		{"no row", nil, "", "", false, "no authentic"},
+		{"wrong tier", map[string]*Row{"a.json": signRow(t, k, this, TierDevelopment, now.Add(-time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
+		{"development tier asked", map[string]*Row{"a.json": signRow(t, k, this, TierDevelopment, now.Add(-time.Hour), fullChecks(true))}, "", TierDevelopment, true, "allowed"},
+		{"runtime changed", map[string]*Row{"a.json": signRow(t, k, other, TierProduction, now.Add(-time.Hour), fullChecks(true))}, "", "", false, "runtime binary changed"},
+		{"failed row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(false))}, "", "", false, "no authentic"},
+		{"stale row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-31*24*time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
+		{"future row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
+		{"untrusted row", map[string]*Row{"a.json": signRow(t, newKey(t), this, TierProduction, now.Add(-time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
+		{"backend disabled", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true))}, "oci under review\n", "", false, "backend oci is disabled"},
+		{"runtime disabled", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true))}, this.Runtime.SHA256 + "\n", "", false, "is disabled"},
+		{"newest of several", map[string]*Row{
+			"old.json": signRow(t, k, this, TierProduction, now.Add(-20*24*time.Hour), fullChecks(true)),
+			"new.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true)),
+			"bad.json": signRow(t, k, this, TierProduction, now.Add(-time.Minute), fullChecks(false)),
+		}, "", "", true, "new.json"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, row := range c.rows {
+				write(dir, name, row)
+			}
+			if c.disabled != "" {
+				if err := os.WriteFile(filepath.Join(dir, DisabledFile), []byte(c.disabled), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			entries, err := LoadDir(ctx, dir, trusted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			disabled, err := LoadDisabled(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := Gate(entries, this, GateOptions{Tier: c.tier, Now: now, Disabled: disabled})
+			if d.Allowed != c.allowed || !strings.Contains(d.Reason, c.reason) {
+				t.Fatalf("allowed=%t reason=%q notes=%q; want allowed=%t reason containing %q", d.Allowed, d.Reason, d.Notes, c.allowed, c.reason)
+			}
+			var html bytes.Buffer
+			if err := WriteHTML(&html, entries, HTMLOptions{Now: now, Disabled: disabled}); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.rows) > 0 && !strings.Contains(html.String(), "input/works") {
+				t.Fatalf("the HTML matrix lacks the checks:\n%s", html.String())
+			}
+		})
+	}
+}

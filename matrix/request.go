@@ -1,0 +1,26 @@
+package matrix
+
+// AttestPath is the control-socket endpoint at which custodyd signs a
+// qualification row with its runner identity key.
+const AttestPath = "/v1/attest/qualification"
+
+// SignRequest is what an operator sends to AttestPath: the suite's
+// verdicts. Everything else in the row — the platform, the runtime, the
+// custody version, the runner, the time, the runs' recorded status and
+// receipt digests, and the result — the daemon derives itself.
+type SignRequest struct {
+	Tier         string         `json:"tier"`
+	SuiteVersion string         `json:"suiteVersion"`
+	Checks       []RequestCheck `json:"checks"`
+}
+
+// RequestCheck is one check's verdict as the suite judged it, with the ids
+// of the runs it launched on this daemon.
+type RequestCheck struct {
+	Family string   `json:"family"`
+	Name   string   `json:"name"`
+	Case   string   `json:"case"`
+	Passed bool     `json:"passed"`
+	Detail string   `json:"detail"`
+	Runs   []string `json:"runs"`
+}

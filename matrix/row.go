@@ -1,0 +1,570 @@
+package matrix
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/predicate"
+)
+
+const (
+	// PredicateType is the in-toto test-result predicate a row carries.
+	PredicateType = "https://in-toto.io/attestation/test-result/v0.1"
+	// StatementType is the in-toto Statement v1 type.
+	StatementType = "https://in-toto.io/Statement/v1"
+	// APIVersion and RowKind identify a row file.
+	APIVersion = "custody.dev/v1alpha1"
+	RowKind    = "QualificationRow"
+
+	// Results of a row (the test-result predicate's result).
+	ResultPassed = "PASSED"
+	ResultFailed = "FAILED"
+
+	// Cases of a check: legitimate work that must succeed, or an attempt
+	// that must be refused or stopped.
+	CaseLegitimate = "legitimate"
+	CaseRefusal    = "refusal"
+
+	// Tiers a row may qualify.
+	TierProduction  = "production"
+	TierDevelopment = "development"
+
+	// Names of the subject and configuration entries.
+	PlatformSubject   = "custody:platform"
+	RuntimeEntry      = "custody:runtime"
+	QualificationName = "custody:qualification"
+	// IncompleteTest is listed in failedTests when a required family lacks
+	// a legitimate or a refusal case.
+	IncompleteTest = "suite/complete"
+
+	// Limits on what a row may hold.
+	MaxRowSize      = 4 << 20
+	MaxChecks       = 256
+	MaxRunsPerCheck = 8
+	MaxDetail       = 2048
+)
+
+// RequiredFamilies are the control families a passing row covers, each with
+// at least one legitimate and one refusal case (R13).
+var RequiredFamilies = []string{"input", "output", "environment", "egress", "budgets", "cleanup", "evidence", "isolation"}
+
+var (
+	// ErrMalformed reports a row that does not decode as a canonical row.
+	ErrMalformed = errors.New("malformed qualification row")
+	// ErrUntrusted reports a row signed by no trusted runner key.
+	ErrUntrusted = errors.New("qualification row not signed by a trusted runner key")
+	// ErrBadSignature reports a signature that does not verify.
+	ErrBadSignature = errors.New("qualification row signature does not verify")
+)
+
+var (
+	namePattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	runIDPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	versionPattern = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$`)
+)
+
+// Check is one conformance check's outcome as a row records it.
+type Check struct {
+	Family string `json:"family"`
+	Name   string `json:"name"`
+	Case   string `json:"case"`
+	Passed bool   `json:"passed"`
+	Detail string `json:"detail"`
+	// Runs are the runs the check launched, as the signing runner recorded
+	// them.
+	Runs []RunRef `json:"runs"`
+}
+
+// TestName is the check's name in passedTests/failedTests: "family/name".
+func (c Check) TestName() string { return c.Family + "/" + c.Name }
+
+// RunRef is one run a check launched: its id, status and tier as recorded
+// by the runner, and the sha256 of its signed receipt.
+type RunRef struct {
+	ID            string `json:"id"`
+	Status        string `json:"status"`
+	Tier          string `json:"tier"`
+	ReceiptSHA256 string `json:"receiptSha256"`
+}
+
+// Info is the "custody:qualification" configuration entry.
+type Info struct {
+	Tier           string    `json:"tier"`
+	CustodyVersion string    `json:"custodyVersion"`
+	SuiteVersion   string    `json:"suiteVersion"`
+	RunnerID       string    `json:"runnerId"`
+	QualifiedAt    time.Time `json:"qualifiedAt"`
+	// Missing lists "family/case" pairs the suite did not cover.
+	Missing []string `json:"missing"`
+	Checks  []Check  `json:"checks"`
+}
+
+// Qualification is the content of a row.
+type Qualification struct {
+	Platform Platform
+	Info
+	// Derived from Info: the test-result predicate's fields.
+	Result string
+	Passed []string
+	Warned []string
+	Failed []string
+}
+
+// PlatformDigest is the digest of the qualified platform.
+func (q *Qualification) PlatformDigest() string { return q.Platform.Digest() }
+
+// AllPassed says whether the row passed: result PASSED, no failed test, and
+// every check passed.
+func (q *Qualification) AllPassed() bool {
+	if q.Result != ResultPassed || len(q.Failed) > 0 || len(q.Checks) == 0 {
+		return false
+	}
+	for _, c := range q.Checks {
+		if !c.Passed {
+			return false
+		}
+	}
+	return true
+}
+
+// NewQualification validates p and info and derives the result: PASSED only
+// when every check passed and every required family has a legitimate and
+// a refusal case.
+func NewQualification(p Platform, info Info) (*Qualification, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	info.QualifiedAt = info.QualifiedAt.UTC()
+	info.Checks = slices.Clone(info.Checks)
+	if err := validateInfo(&info); err != nil {
+		return nil, err
+	}
+	q := &Qualification{Platform: p, Info: info, Passed: []string{}, Warned: []string{}, Failed: []string{}}
+	covered := map[string]bool{}
+	for _, c := range info.Checks {
+		covered[c.Family+"/"+c.Case] = true
+		if c.Passed {
+			q.Passed = append(q.Passed, c.TestName())
+		} else {
+			q.Failed = append(q.Failed, c.TestName())
+		}
+	}
+	q.Missing = []string{}
+	for _, f := range RequiredFamilies {
+		for _, k := range []string{CaseLegitimate, CaseRefusal} {
+			if !covered[f+"/"+k] {
+				q.Missing = append(q.Missing, f+"/"+k)
+			}
+		}
+	}
+	if len(q.Missing) > 0 {
+		q.Failed = append(q.Failed, IncompleteTest)
+	}
+	q.Result = ResultPassed
+	if len(q.Failed) > 0 {
+		q.Result = ResultFailed
+	}
+	return q, nil
+}
+
+func validateInfo(info *Info) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if info.Tier != TierProduction && info.Tier != TierDevelopment {
+		bad("tier %q is not production or development", info.Tier)
+	}
+	if !versionPattern.MatchString(info.CustodyVersion) {
+		bad("custodyVersion %q is not a version", info.CustodyVersion)
+	}
+	if !versionPattern.MatchString(info.SuiteVersion) {
+		bad("suiteVersion %q is not a version", info.SuiteVersion)
+	}
+	if !strings.HasPrefix(info.RunnerID, keys.KeyIDPrefix) || !hex64.MatchString(strings.TrimPrefix(info.RunnerID, keys.KeyIDPrefix)) {
+		bad("runnerId %q is not a key id", info.RunnerID)
+	}
+	if info.QualifiedAt.IsZero() {
+		bad("qualifiedAt is missing")
+	}
+	if n := len(info.Checks); n == 0 || n > MaxChecks {
+		bad("%d checks; want 1 to %d", n, MaxChecks)
+	}
+	seen := map[string]bool{}
+	for i, c := range info.Checks {
+		at := fmt.Sprintf("checks[%d]", i)
+		if !slices.Contains(RequiredFamilies, c.Family) {
+			bad("%s.family %q is not a known family (%s)", at, clip(c.Family), strings.Join(RequiredFamilies, ", "))
+		}
+		if !namePattern.MatchString(c.Name) {
+			bad("%s.name %q is not a check name", at, clip(c.Name))
+		}
+		if c.Case != CaseLegitimate && c.Case != CaseRefusal {
+			bad("%s.case %q is not legitimate or refusal", at, clip(c.Case))
+		}
+		if seen[c.TestName()] {
+			bad("%s: %s appears twice", at, c.TestName())
+		}
+		seen[c.TestName()] = true
+		if err := CheckDetail(c.Detail); err != nil {
+			bad("%s.detail: %v", at, err)
+		}
+		if c.Runs == nil {
+			info.Checks[i].Runs = []RunRef{}
+		}
+		if len(c.Runs) > MaxRunsPerCheck {
+			bad("%s: %d runs; at most %d", at, len(c.Runs), MaxRunsPerCheck)
+		}
+		for j, r := range c.Runs {
+			if !runIDPattern.MatchString(r.ID) {
+				bad("%s.runs[%d].id %q is not a run id", at, j, clip(r.ID))
+			}
+			if r.ReceiptSHA256 != "" && !hex64.MatchString(r.ReceiptSHA256) {
+				bad("%s.runs[%d].receiptSha256 is not 64 lowercase hex digits", at, j)
+			}
+			if CheckDetail(r.Status) != nil || CheckDetail(r.Tier) != nil || len(r.Status) > 64 || len(r.Tier) > 64 {
+				bad("%s.runs[%d]: status or tier is not plain text", at, j)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrMalformed, errors.Join(errs...))
+	}
+	return nil
+}
+
+// CheckDetail says why s cannot be a check's detail: too long, not UTF-8
+// text, or holding control characters.
+func CheckDetail(s string) error {
+	if len(s) > MaxDetail {
+		return fmt.Errorf("%d bytes; at most %d", len(s), MaxDetail)
+	}
+	for _, r := range s {
+		if r == unicode.ReplacementChar || unicode.IsControl(r) {
+			return fmt.Errorf("holds a control character or invalid UTF-8 (%q)", r)
+		}
+	}
+	return nil
+}
+
+// SanitizeDetail makes s acceptable as a detail: control characters become
+// spaces, and it is cut to MaxDetail bytes.
+func SanitizeDetail(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > MaxDetail {
+		cut := MaxDetail - len("...")
+		for cut > 0 && !utf8Start(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// Wire form of the statement.
+type statement struct {
+	Type          string     `json:"_type"`
+	Subject       []subject  `json:"subject"`
+	PredicateType string     `json:"predicateType"`
+	Predicate     testResult `json:"predicate"`
+}
+
+type subject struct {
+	Name   string            `json:"name"`
+	Digest map[string]string `json:"digest"`
+}
+
+type testResult struct {
+	Result        string       `json:"result"`
+	Configuration []descriptor `json:"configuration"`
+	PassedTests   []string     `json:"passedTests"`
+	WarnedTests   []string     `json:"warnedTests"`
+	FailedTests   []string     `json:"failedTests"`
+}
+
+// descriptor is an in-toto ResourceDescriptor with the fields rows use.
+type descriptor struct {
+	Name        string            `json:"name"`
+	Digest      map[string]string `json:"digest,omitempty"`
+	Annotations json.RawMessage   `json:"annotations"`
+}
+
+type runtimeAnnotations struct {
+	Version string `json:"version"`
+}
+
+// Statement returns the canonical in-toto statement of q.
+func (q *Qualification) Statement() ([]byte, error) {
+	plat, err := canonicalJSON(q.Platform)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := canonicalJSON(runtimeAnnotations{Version: q.Platform.Runtime.Version})
+	if err != nil {
+		return nil, err
+	}
+	info, err := canonicalJSON(q.Info)
+	if err != nil {
+		return nil, err
+	}
+	pd := q.Platform.Digest()
+	return canonicalJSON(statement{
+		Type:          StatementType,
+		Subject:       []subject{{Name: PlatformSubject, Digest: map[string]string{"sha256": pd}}},
+		PredicateType: PredicateType,
+		Predicate: testResult{
+			Result: q.Result,
+			Configuration: []descriptor{
+				{Name: PlatformSubject, Digest: map[string]string{"sha256": pd}, Annotations: plat},
+				{Name: RuntimeEntry, Digest: map[string]string{"sha256": q.Platform.Runtime.SHA256}, Annotations: rt},
+				{Name: QualificationName, Annotations: info},
+			},
+			PassedTests: q.Passed, WarnedTests: q.Warned, FailedTests: q.Failed,
+		},
+	})
+}
+
+// Row is a row file: the signed envelope and the signer's public key (a
+// hint for humans; gates verify under keys they were given).
+type Row struct {
+	APIVersion      string          `json:"apiVersion"`
+	Kind            string          `json:"kind"`
+	Envelope        json.RawMessage `json:"envelope"`
+	RunnerPublicKey string          `json:"runnerPublicKey"`
+}
+
+// Sign signs q with the runner identity key and returns the row.
+func Sign(ctx context.Context, runner *keys.Signer, q *Qualification) (*Row, error) {
+	if q.RunnerID != runner.ID() {
+		return nil, fmt.Errorf("matrix: the row names runner %s but is signed by %s", q.RunnerID, runner.ID())
+	}
+	payload, err := q.Statement()
+	if err != nil {
+		return nil, fmt.Errorf("matrix: encode statement: %w", err)
+	}
+	es, err := dsse.NewEnvelopeSigner(runner)
+	if err != nil {
+		return nil, err
+	}
+	env, err := es.SignPayload(ctx, predicate.PayloadType, payload)
+	if err != nil {
+		return nil, fmt.Errorf("matrix: sign with %s: %w", runner.ID(), err)
+	}
+	raw, err := json.Marshal(env)
+	if err != nil {
+		return nil, err
+	}
+	row := &Row{APIVersion: APIVersion, Kind: RowKind, Envelope: raw, RunnerPublicKey: string(runner.PublicPEM())}
+	// What we hand out must verify exactly as a gate will check it.
+	if _, err := row.Verify(ctx, []*keys.Verifier{runner.Verifier()}); err != nil {
+		return nil, fmt.Errorf("matrix: the signed row does not verify: %w", err)
+	}
+	return row, nil
+}
+
+// ParseRow decodes a row file strictly.
+func ParseRow(data []byte) (*Row, error) {
+	if len(data) > MaxRowSize {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrMalformed, len(data), MaxRowSize)
+	}
+	var r Row
+	if err := strictUnmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if r.APIVersion != APIVersion || r.Kind != RowKind {
+		return nil, fmt.Errorf("%w: apiVersion %q kind %q, want %s %s", ErrMalformed, clip(r.APIVersion), clip(r.Kind), APIVersion, RowKind)
+	}
+	if len(r.Envelope) == 0 {
+		return nil, fmt.Errorf("%w: no envelope", ErrMalformed)
+	}
+	return &r, nil
+}
+
+// Verified is a row whose signature verified under a trusted key.
+type Verified struct {
+	*Qualification
+	// SignerID is the keys.KeyID of the trusted key that signed it.
+	SignerID string
+	// EnvelopeSHA256 is the hex sha256 of the envelope bytes.
+	EnvelopeSHA256 string
+}
+
+// Verify checks the row's signature under the trusted runner keys and
+// decodes its statement. It fails with ErrMalformed, ErrUntrusted or
+// ErrBadSignature.
+func (r *Row) Verify(ctx context.Context, trusted []*keys.Verifier) (*Verified, error) {
+	env, err := decodeEnvelope(r.Envelope)
+	if err != nil {
+		return nil, err
+	}
+	var signer *keys.Verifier
+	var sig []byte
+	var seen []string
+	for _, s := range env.Signatures {
+		seen = append(seen, s.KeyID)
+		for _, k := range trusted {
+			if k != nil && k.ID() == s.KeyID {
+				signer, sig = k, s.sig
+			}
+		}
+	}
+	if signer == nil {
+		return nil, fmt.Errorf("%w: signed by %s", ErrUntrusted, strings.Join(seen, ", "))
+	}
+	if err := signer.Verify(ctx, dsse.PAE(env.PayloadType, env.payload), sig); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadSignature, signer.ID(), err)
+	}
+	q, err := decodeStatement(env.payload)
+	if err != nil {
+		return nil, err
+	}
+	if q.RunnerID != signer.ID() {
+		return nil, fmt.Errorf("%w: the row names runner %s but %s signed it", ErrMalformed, q.RunnerID, signer.ID())
+	}
+	sum := sha256.Sum256(r.Envelope)
+	return &Verified{Qualification: q, SignerID: signer.ID(), EnvelopeSHA256: hex.EncodeToString(sum[:])}, nil
+}
+
+// DecodeUnverified decodes the row's statement without checking any
+// signature: for display only, never for a decision.
+func (r *Row) DecodeUnverified() (*Qualification, error) {
+	env, err := decodeEnvelope(r.Envelope)
+	if err != nil {
+		return nil, err
+	}
+	return decodeStatement(env.payload)
+}
+
+type envelopeWire struct {
+	PayloadType string          `json:"payloadType"`
+	Payload     string          `json:"payload"`
+	Signatures  []signatureWire `json:"signatures"`
+	payload     []byte
+}
+
+type signatureWire struct {
+	KeyID string `json:"keyid"`
+	Sig   string `json:"sig"`
+	sig   []byte
+}
+
+func decodeEnvelope(raw []byte) (*envelopeWire, error) {
+	var env envelopeWire
+	if err := strictUnmarshal(raw, &env); err != nil {
+		return nil, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
+	}
+	if env.PayloadType != predicate.PayloadType {
+		return nil, fmt.Errorf("%w: payloadType %q is not %q", ErrMalformed, clip(env.PayloadType), predicate.PayloadType)
+	}
+	b64 := base64.StdEncoding.Strict()
+	var err error
+	if env.payload, err = b64.DecodeString(env.Payload); err != nil || len(env.payload) == 0 {
+		return nil, fmt.Errorf("%w: payload is not non-empty standard base64", ErrMalformed)
+	}
+	if n := len(env.Signatures); n == 0 || n > 4 {
+		return nil, fmt.Errorf("%w: %d signatures, want 1 to 4", ErrMalformed, n)
+	}
+	for i := range env.Signatures {
+		s := &env.Signatures[i]
+		if s.sig, err = b64.DecodeString(s.Sig); err != nil || len(s.sig) == 0 || len(s.sig) > 256 {
+			return nil, fmt.Errorf("%w: signatures[%d].sig is not a standard base64 signature", ErrMalformed, i)
+		}
+	}
+	return &env, nil
+}
+
+// decodeStatement decodes a row statement and requires that it is exactly
+// the canonical statement of what it says: a result, test lists or digest
+// that do not follow from the checks and the platform are refused.
+func decodeStatement(payload []byte) (*Qualification, error) {
+	var st statement
+	if err := strictUnmarshal(payload, &st); err != nil {
+		return nil, fmt.Errorf("%w: statement: %v", ErrMalformed, err)
+	}
+	if st.Type != StatementType || st.PredicateType != PredicateType {
+		return nil, fmt.Errorf("%w: statement type %q predicate type %q, want %s %s",
+			ErrMalformed, clip(st.Type), clip(st.PredicateType), StatementType, PredicateType)
+	}
+	cfg := st.Predicate.Configuration
+	if len(cfg) != 3 || cfg[0].Name != PlatformSubject || cfg[1].Name != RuntimeEntry || cfg[2].Name != QualificationName {
+		return nil, fmt.Errorf("%w: configuration must be %s, %s, %s", ErrMalformed, PlatformSubject, RuntimeEntry, QualificationName)
+	}
+	var p Platform
+	if err := strictUnmarshal(cfg[0].Annotations, &p); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, PlatformSubject, err)
+	}
+	var info Info
+	if err := strictUnmarshal(cfg[2].Annotations, &info); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, QualificationName, err)
+	}
+	q, err := NewQualification(p, info)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	// Missing is derived, not taken from the statement; re-encoding checks
+	// that the statement carried exactly the derived value.
+	want, err := q.Statement()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if !bytes.Equal(want, payload) {
+		return nil, fmt.Errorf("%w: the statement is not the canonical statement of its own content (result, test lists, digests or encoding differ)", ErrMalformed)
+	}
+	return q, nil
+}
+
+// canonicalJSON encodes v as rows are signed: encoding/json with struct
+// fields in declaration order, map keys sorted, no insignificant whitespace
+// and no HTML escaping.
+func canonicalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
+}
+
+// strictUnmarshal decodes one JSON value, refusing unknown fields and
+// trailing data.
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+func clip(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

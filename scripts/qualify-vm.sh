@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# make qualify-vm: two signed qualification rows in build/matrix — the
+# development tier on this (cgroup v1 hybrid) host, and the production tier
+# inside a real cgroup-v2 Linux guest booted with QEMU — an HTML matrix,
+# and the release gate checked both ways. Run as root from the repo root.
+set -euo pipefail
+SECONDS=0
+ROOT=$(pwd)
+BIN=$ROOT/bin
+MATRIX=$ROOT/build/matrix
+VMOUT=$ROOT/build/vm/qualify
+PAYLOAD=$ROOT/build/vm/qualify-payload
+export PATH=/usr/local/go/bin:$PATH
+
+scripts/vm/deps.sh
+rm -rf "$MATRIX" "$VMOUT" "$PAYLOAD"
+mkdir -p "$MATRIX" "$PAYLOAD/bin"
+
+echo "== development tier on this host"
+"$BIN/custody" qualify --tier development --runtime "$BIN/runc" --custodyd "$BIN/custodyd" \
+	--probe "$BIN/custody-probe" --out "$MATRIX/host-development.json" > "$MATRIX/host-development.log"
+tail -n 3 "$MATRIX/host-development.log"
+
+echo "== production tier in a cgroup-v2 guest (QEMU; several minutes under TCG)"
+cp "$BIN/custody" "$BIN/custodyd" "$BIN/runc" "$BIN/custody-probe" "$PAYLOAD/bin/"
+# custodyd may only use cgroup-v2 controllers from a cgroup without
+# processes of its own, so the guest command leaves run.sh's leaf cgroup
+# for the root first (the host-side --timeout still bounds the guest).
+scripts/vm/run.sh --payload "$PAYLOAD" --out "$VMOUT" --timeout 1200 --quiet -- sh -c \
+	'echo $$ > /sys/fs/cgroup/cgroup.procs && bin/custody qualify --tier production --runtime bin/runc --custodyd bin/custodyd --probe bin/custody-probe --busybox /bin/busybox --out /out/row.json > /out/qualify.log 2>&1; rc=$?; bin/custody gate --platform this --runtime bin/runc --print-platform > /out/platform.json; tail -n 5 /out/qualify.log; exit $rc'
+cp "$VMOUT/out/row.json" "$MATRIX/guest-production.json"
+cp "$VMOUT/out/qualify.log" "$MATRIX/guest-production.log"
+
+# Trust the runner keys the rows name (each qualify runs a fresh private
+# runner); a release gate would pin them out of band.
+python3 - "$MATRIX" <<'PY'
+import json, sys
+d = sys.argv[1]
+for name in ("host-development", "guest-production"):
+    row = json.load(open(f"{d}/{name}.json"))
+    open(f"{d}/{name}.pub", "w").write(row["runnerPublicKey"])
+PY
+trust=(--trust-runner "$MATRIX/host-development.pub" --trust-runner "$MATRIX/guest-production.pub")
+"$BIN/custody" gate --matrix "$MATRIX" --html "$MATRIX/index.html" "${trust[@]}"
+
+echo "== gate: production on this host must be refused (no passing production row for it)"
+if "$BIN/custody" gate --matrix "$MATRIX" --platform this --runtime "$BIN/runc" --tier production "${trust[@]}"; then
+	echo "qualify-vm: the gate admitted production on a host without a production row" >&2
+	exit 1
+fi
+echo "== gate: production on the guest platform is admitted by the guest's row"
+"$BIN/custody" gate --matrix "$MATRIX" --platform "$VMOUT/out/platform.json" --tier production "${trust[@]}"
+echo "== gate: development on this host is admitted by its row"
+"$BIN/custody" gate --matrix "$MATRIX" --platform this --runtime "$BIN/runc" --tier development "${trust[@]}"
+echo "qualify-vm: done in ${SECONDS}s; rows and index.html in $MATRIX"
