@@ -35,7 +35,7 @@ var ErrQuarantined = errors.New("runner is quarantined")
 
 // defaultUserNS is the host range container ids map to when the operator
 // names none: far above any ordinary account.
-var defaultUserNS = oci.IDMap{HostID: 1_000_000_000, Size: 65536}
+func defaultUserNS() oci.IDMap { return oci.IDMap{HostID: 1_000_000_000, Size: 65536} }
 
 // Runner runs phases on this host.
 type Runner struct {
@@ -91,7 +91,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 	case cfg.UserNamespace != nil:
 		r.userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
 	case r.profile.UserNS.OK:
-		m := defaultUserNS
+		m := defaultUserNS()
 		r.userNS = &m
 	}
 	r.backend, err = oci.New(oci.Options{

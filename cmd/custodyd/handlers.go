@@ -46,8 +46,10 @@ func (s *server) controlMux() http.Handler {
 
 // controlOnly are the control operations; on the submit socket they are
 // refused by name rather than 404, so the refusal is explicit.
-var controlOnly = []string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-	"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}
+func controlOnly() []string {
+	return []string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
+		"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}
+}
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
 // cancel their own runs, fetch their own results, dry-run admission.
@@ -66,7 +68,7 @@ func (s *server) submitMux() http.Handler {
 			writeError(w, &api.Error{Code: "forbidden", Message: "peer credentials unavailable"})
 			return
 		}
-		if slices.Contains(controlOnly, strings.TrimSuffix(r.URL.Path, "/")) {
+		if slices.Contains(controlOnly(), strings.TrimSuffix(r.URL.Path, "/")) {
 			writeError(w, &api.Error{Code: "forbidden",
 				Message: "operation " + r.URL.Path + " is only available to operators on the control socket"})
 			return
