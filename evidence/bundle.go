@@ -43,12 +43,12 @@ func Bundle(env []byte, keyHint string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evidence: bundle: envelope: %w", err)
 	}
-	if len(e.signatures) != 1 {
-		return nil, fmt.Errorf("evidence: bundle: the envelope has %d signatures; a Sigstore bundle carries exactly one", len(e.signatures))
+	if len(e.Signatures) != 1 {
+		return nil, fmt.Errorf("evidence: bundle: the envelope has %d signatures; a Sigstore bundle carries exactly one", len(e.Signatures))
 	}
-	sig := e.signatures[0]
+	sig := e.Signatures[0]
 	if keyHint == "" {
-		keyHint = sig.keyID
+		keyHint = sig.KeyID
 	}
 	b := &bundlepb.Bundle{
 		MediaType: BundleMediaType,
@@ -60,9 +60,9 @@ func Bundle(env []byte, keyHint string) ([]byte, error) {
 		},
 		Content: &bundlepb.Bundle_DsseEnvelope{
 			DsseEnvelope: &dssepb.Envelope{
-				Payload:     e.payload,
-				PayloadType: e.payloadType,
-				Signatures:  []*dssepb.Signature{{Sig: sig.sig}},
+				Payload:     e.Payload,
+				PayloadType: e.PayloadType,
+				Signatures:  []*dssepb.Signature{{Sig: sig.Sig}},
 			},
 		},
 	}

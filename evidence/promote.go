@@ -12,6 +12,7 @@ import (
 	vsa "github.com/in-toto/attestation/go/predicates/vsa/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -139,7 +140,7 @@ func Promote(ctx context.Context, verifier *keys.Signer, res *Result, env []byte
 	if r.EffectiveTier() == TierDevelopment {
 		vs.VerifiedLevels = []string{LevelDevelopment}
 	}
-	if !isHex64(vs.Policy.Digest["sha256"]) {
+	if !cdsse.IsHex64(vs.Policy.Digest["sha256"]) {
 		return nil, fmt.Errorf("evidence: promote: the result's trust digest %q is not a sha256 digest", res.TrustDigest)
 	}
 
@@ -164,7 +165,7 @@ func Promote(ctx context.Context, verifier *keys.Signer, res *Result, env []byte
 // type, refusing unknown fields.
 func checkVSA(payload []byte) error {
 	var st statement
-	if err := strictUnmarshal(payload, &st); err != nil {
+	if err := cdsse.StrictUnmarshal(payload, &st); err != nil {
 		return err
 	}
 	var pb vsa.VerificationSummary

@@ -13,12 +13,12 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	intoto "github.com/in-toto/attestation/go/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
 )
@@ -385,29 +385,29 @@ func normalize(r *Receipt) {
 // predicate.output.
 func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 	var st statement
-	if err := strictUnmarshal(payload, &st); err != nil {
+	if err := cdsse.StrictUnmarshal(payload, &st); err != nil {
 		return nil, nil, fmt.Errorf("statement: %v", err)
 	}
-	if st.Type != statementType {
-		return nil, nil, fmt.Errorf("_type %q is not %q", clip(st.Type), statementType)
+	if st.Type != cdsse.StatementType {
+		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if st.PredicateType != predicate.Receipt {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q", clip(st.PredicateType), predicate.Receipt)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q", cdsse.Clip(st.PredicateType), predicate.Receipt)
 	}
 	var r Receipt
-	if err := strictUnmarshal(st.Predicate, &r); err != nil {
+	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
 		return nil, nil, fmt.Errorf("predicate: %v", err)
 	}
 	// Byte-for-byte canonical form: this refuses duplicate or differently
 	// cased members, nulls, escapes and number or time spellings that
 	// decode to the same value, and trailing data.
-	pred, err := canonicalJSON(&r)
+	pred, err := cdsse.CanonicalJSON(&r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("predicate: %v", err)
 	}
 	canon := st
 	canon.Predicate = pred
-	again, err := canonicalJSON(&canon)
+	again, err := cdsse.CanonicalJSON(&canon)
 	if err != nil || !bytes.Equal(again, payload) {
 		return nil, nil, errors.New("statement is not in canonical form")
 	}
@@ -418,10 +418,11 @@ func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 	if !slices.EqualFunc(st.Subject, want, equalSubject) {
 		return nil, nil, fmt.Errorf("subjects are not those of predicate.output (%d subjects, want %d)", len(st.Subject), len(want))
 	}
-	return &r, st.Subject, nil
+	// want equals the decoded subjects.
+	return &r, want, nil
 }
 
-func equalSubject(a, b Subject) bool {
+func equalSubject(a cdsse.Subject, b Subject) bool {
 	if a.Name != b.Name || len(a.Digest) != len(b.Digest) {
 		return false
 	}
@@ -452,7 +453,7 @@ func (ps problems) err() error {
 }
 
 func (ps *problems) text(field, s string) {
-	if err := checkText(s); err != nil {
+	if err := cdsse.CheckText(s, maxTextField, true); err != nil {
 		ps.add(field, "%v", err)
 	}
 }
@@ -465,26 +466,26 @@ func (ps *problems) optText(field, s string) {
 }
 
 func (ps *problems) digest(field, s string) {
-	if !isDigest(s) {
-		ps.add(field, "%q is not a sha256:<64 lowercase hex> digest", clip(s))
+	if !cdsse.IsDigest(s) {
+		ps.add(field, "%q is not a sha256:<64 lowercase hex> digest", cdsse.Clip(s))
 	}
 }
 
 func (ps *problems) hex64(field, s string) {
-	if !isHex64(s) {
-		ps.add(field, "%q is not 64 lowercase hex digits", clip(s))
+	if !cdsse.IsHex64(s) {
+		ps.add(field, "%q is not 64 lowercase hex digits", cdsse.Clip(s))
 	}
 }
 
 func (ps *problems) keyID(field, s string) {
-	if !isDigest(s) {
-		ps.add(field, "%q is not a key ID (sha256:<64 lowercase hex>)", clip(s))
+	if !cdsse.IsDigest(s) {
+		ps.add(field, "%q is not a key ID (sha256:<64 lowercase hex>)", cdsse.Clip(s))
 	}
 }
 
 func (ps *problems) absPath(field, s string) {
 	if !strings.HasPrefix(s, "/") {
-		ps.add(field, "%q is not an absolute path", clip(s))
+		ps.add(field, "%q is not an absolute path", cdsse.Clip(s))
 		return
 	}
 	ps.text(field, s)
@@ -498,7 +499,7 @@ func (ps *problems) nonNegative(field string, n int64) {
 
 func (ps *problems) oneOf(field, s string, allowed []string) {
 	if !slices.Contains(allowed, s) {
-		ps.add(field, "%q is not one of %s", clip(s), strings.Join(allowed, ", "))
+		ps.add(field, "%q is not one of %s", cdsse.Clip(s), strings.Join(allowed, ", "))
 	}
 }
 
@@ -520,8 +521,8 @@ func validateReceipt(r *Receipt) error {
 	ps.keyID("runner.id", r.Runner.ID)
 
 	g := &r.Grant
-	if len(g.ID) != 32 || !isLowerHex(g.ID) {
-		ps.add("grant.id", "%q is not 32 lowercase hex digits", clip(g.ID))
+	if len(g.ID) != 32 || !cdsse.IsLowerHex(g.ID) {
+		ps.add("grant.id", "%q is not 32 lowercase hex digits", cdsse.Clip(g.ID))
 	}
 	ps.keyID("grant.issuerId", g.IssuerID)
 	ps.hex64("grant.envelopeSha256", g.EnvelopeSHA256)
@@ -532,7 +533,7 @@ func validateReceipt(r *Receipt) error {
 		ps.add("grant.envelope", "not compact JSON (it must be embedded verbatim, without insignificant whitespace)")
 	default:
 		sum := sha256.Sum256(g.Envelope)
-		if got := hex.EncodeToString(sum[:]); isHex64(g.EnvelopeSHA256) && got != g.EnvelopeSHA256 {
+		if got := hex.EncodeToString(sum[:]); cdsse.IsHex64(g.EnvelopeSHA256) && got != g.EnvelopeSHA256 {
 			ps.add("grant.envelopeSha256", "%s is not the SHA-256 of grant.envelope (%s)", g.EnvelopeSHA256, got)
 		}
 	}
@@ -551,7 +552,7 @@ func validateReceipt(r *Receipt) error {
 	ps.oneOf("profile.cgroupMode", p.CgroupMode, cgroupModes)
 	ps.oneOf("profile.tier", p.Tier, tiers)
 	if p.Unqualified != (p.Tier == TierDevelopment) {
-		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, clip(p.Tier))
+		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, cdsse.Clip(p.Tier))
 	}
 	ps.hex64("profile.configSha256", p.ConfigSHA256)
 
@@ -565,7 +566,7 @@ func validateReceipt(r *Receipt) error {
 		ps.text(field+".source", in.Source)
 		ps.absPath(field+".target", in.Target)
 		if targets[in.Target] {
-			ps.add(field+".target", "%q appears twice", clip(in.Target))
+			ps.add(field+".target", "%q appears twice", cdsse.Clip(in.Target))
 		}
 		targets[in.Target] = true
 		ps.digest(field+".digest", in.Digest)
@@ -622,13 +623,13 @@ func checkObserved(ps *problems, o *Observed) {
 	}
 	for _, k := range slices.Sorted(maps.Keys(o.Capabilities)) {
 		v := o.Capabilities[k]
-		field := "observed.capabilities." + clip(k)
+		field := "observed.capabilities." + cdsse.Clip(k)
 		if !slices.Contains(capabilitySets, k) {
-			ps.add("observed.capabilities", "%q is not one of %s", clip(k), strings.Join(capabilitySets, ", "))
+			ps.add("observed.capabilities", "%q is not one of %s", cdsse.Clip(k), strings.Join(capabilitySets, ", "))
 			continue
 		}
-		if len(v) != 16 || !isLowerHex(v) {
-			ps.add(field, "%q is not 16 lowercase hex digits", clip(v))
+		if len(v) != 16 || !cdsse.IsLowerHex(v) {
+			ps.add(field, "%q is not 16 lowercase hex digits", cdsse.Clip(v))
 		}
 	}
 	ps.oneOf("observed.seccomp", o.Seccomp, seccompStates)
@@ -711,10 +712,10 @@ func checkOutput(ps *problems, o *OutputRef) {
 	for i, f := range o.Files {
 		field := fmt.Sprintf("output.files[%d]", i)
 		if err := checkRelPath(f.Path); err != nil {
-			ps.add(field+".path", "%q %v", clip(f.Path), err)
+			ps.add(field+".path", "%q %v", cdsse.Clip(f.Path), err)
 		}
 		if i > 0 && o.Files[i-1].Path >= f.Path {
-			ps.add(field+".path", "%q is not after %q: files must be sorted by path, each once", clip(f.Path), clip(o.Files[i-1].Path))
+			ps.add(field+".path", "%q is not after %q: files must be sorted by path, each once", cdsse.Clip(f.Path), cdsse.Clip(o.Files[i-1].Path))
 		}
 		ps.hex64(field+".sha256", f.SHA256)
 		ps.nonNegative(field+".size", f.Size)
@@ -742,39 +743,7 @@ func checkRelPath(p string) error {
 	return nil
 }
 
-// checkText refuses empty, oversized, invalid UTF-8 and control characters.
-func checkText(s string) error {
-	switch {
-	case s == "":
-		return errors.New("missing")
-	case len(s) > maxTextField:
-		return fmt.Errorf("longer than %d bytes", maxTextField)
-	case !utf8.ValidString(s):
-		return errors.New("not valid UTF-8")
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return fmt.Errorf("%q contains a control character", clip(s))
-	}
-	return nil
-}
-
 func isCompactJSON(b []byte) bool {
 	var c bytes.Buffer
 	return json.Compact(&c, b) == nil && bytes.Equal(c.Bytes(), b)
-}
-
-func isDigest(s string) bool {
-	h, ok := strings.CutPrefix(s, "sha256:")
-	return ok && isHex64(h)
-}
-
-func isHex64(s string) bool { return len(s) == 64 && isLowerHex(s) }
-
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	"github.com/custody-dev/custody/grant"
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -286,7 +287,7 @@ func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, e
 	var subjects []Subject
 	var stErr error
 	if e != nil {
-		r, subjects, stErr = decodeReceiptStatement(e.payload)
+		r, subjects, stErr = decodeReceiptStatement(e.Payload)
 	}
 
 	// signature
@@ -440,21 +441,21 @@ func allPass(res *Result, names ...string) bool {
 // Every signature whose keyid names a trusted runner key must verify; at
 // least one must. Signatures by other keys are ignored. When several
 // trusted keys signed, the one the receipt names as its runner is returned.
-func (v *Verifier) verifySignature(ctx context.Context, e *envelope, r *Receipt) (*TrustedKey, string) {
-	pae := dsse.PAE(e.payloadType, e.payload)
+func (v *Verifier) verifySignature(ctx context.Context, e *cdsse.Envelope, r *Receipt) (*TrustedKey, string) {
+	pae := dsse.PAE(e.PayloadType, e.Payload)
 	var verified []*TrustedKey
 	var others []string
-	for _, s := range e.signatures {
-		k, ok := v.runners[s.keyID]
+	for _, s := range e.Signatures {
+		k, ok := v.runners[s.KeyID]
 		if !ok {
-			if ik, isIssuer := v.issuers[s.keyID]; isIssuer {
-				others = append(others, fmt.Sprintf("%s (issuer key %q, not trusted to sign receipts)", s.keyID, ik.Name))
+			if ik, isIssuer := v.issuers[s.KeyID]; isIssuer {
+				others = append(others, fmt.Sprintf("%s (issuer key %q, not trusted to sign receipts)", s.KeyID, ik.Name))
 			} else {
-				others = append(others, fmt.Sprintf("%q", clip(s.keyID)))
+				others = append(others, fmt.Sprintf("%q", cdsse.Clip(s.KeyID)))
 			}
 			continue
 		}
-		if err := k.Key.Verify(ctx, pae, s.sig); err != nil {
+		if err := k.Key.Verify(ctx, pae, s.Sig); err != nil {
 			return nil, fmt.Sprintf("the signature by trusted runner key %q (%s) does not verify", k.Name, k.ID())
 		}
 		verified = append(verified, k)
@@ -501,7 +502,7 @@ func (v *Verifier) checkGrant(ctx context.Context, r *Receipt) (string, error) {
 	}
 	differ := func(field, got, want string) {
 		if got != want {
-			bad = append(bad, fmt.Sprintf("%s: the receipt has %q but the grant binds %q", field, clip(got), clip(want)))
+			bad = append(bad, fmt.Sprintf("%s: the receipt has %q but the grant binds %q", field, cdsse.Clip(got), cdsse.Clip(want)))
 		}
 	}
 	gp := &g.Predicate
@@ -527,15 +528,15 @@ func (v *Verifier) checkGrant(ctx context.Context, r *Receipt) (string, error) {
 		seen[in.Target] = true
 		gi, ok := granted[in.Target]
 		if !ok {
-			bad = append(bad, fmt.Sprintf("inputs: the receipt has target %q, which the grant does not bind", clip(in.Target)))
+			bad = append(bad, fmt.Sprintf("inputs: the receipt has target %q, which the grant does not bind", cdsse.Clip(in.Target)))
 			continue
 		}
-		differ(fmt.Sprintf("inputs[target=%q].source", clip(in.Target)), in.Source, gi.Source)
-		differ(fmt.Sprintf("inputs[target=%q].digest", clip(in.Target)), in.Digest, gi.Digest)
+		differ(fmt.Sprintf("inputs[target=%q].source", cdsse.Clip(in.Target)), in.Source, gi.Source)
+		differ(fmt.Sprintf("inputs[target=%q].digest", cdsse.Clip(in.Target)), in.Digest, gi.Digest)
 	}
 	for _, in := range gp.Inputs.Entries {
 		if !seen[in.Target] {
-			bad = append(bad, fmt.Sprintf("inputs: the grant binds target %q, which the receipt lacks", clip(in.Target)))
+			bad = append(bad, fmt.Sprintf("inputs: the grant binds target %q, which the receipt lacks", cdsse.Clip(in.Target)))
 		}
 	}
 

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 )
 
 const digestPrefix = "sha256:"
@@ -24,17 +24,17 @@ func validate(p *Predicate) (phaseName string, err error) {
 		problems = append(problems, field+": "+fmt.Sprintf(format, args...))
 	}
 	text := func(field, s string) {
-		if err := checkText(s); err != nil {
+		if err := cdsse.CheckText(s, maxTextField, false); err != nil {
 			add(field, "%v", err)
 		}
 	}
 	digest := func(field, s string) {
-		if !isDigest(s) {
+		if !cdsse.IsDigest(s) {
 			add(field, "%q is not a sha256:<64 lowercase hex> digest", s)
 		}
 	}
 
-	if len(p.ID) != 32 || !isLowerHex(p.ID) {
+	if len(p.ID) != 32 || !cdsse.IsLowerHex(p.ID) {
 		add("id", "%q is not 32 lowercase hex digits", p.ID)
 	}
 	text("actor", p.Actor)
@@ -50,7 +50,7 @@ func validate(p *Predicate) (phaseName string, err error) {
 	digest("policyDigest", p.PolicyDigest)
 	digest("runner.id", p.Runner.ID)
 	text("runtime.version", p.Runtime.Version)
-	if len(p.Runtime.SHA256) != 64 || !isLowerHex(p.Runtime.SHA256) {
+	if !cdsse.IsHex64(p.Runtime.SHA256) {
 		add("runtime.sha256", "%q is not 64 lowercase hex digits", p.Runtime.SHA256)
 	}
 	digest("image", p.Image)
@@ -134,36 +134,6 @@ func validate(p *Predicate) (phaseName string, err error) {
 }
 
 const timeFormat = "2006-01-02T15:04:05.999999999Z07:00"
-
-// checkText refuses empty, oversized, invalid UTF-8 and control characters.
-func checkText(s string) error {
-	switch {
-	case s == "":
-		return errors.New("missing")
-	case len(s) > maxTextField:
-		return fmt.Errorf("longer than %d bytes", maxTextField)
-	case !utf8.ValidString(s):
-		return errors.New("not valid UTF-8")
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return fmt.Errorf("%q contains a control character", s)
-	}
-	return nil
-}
-
-func isDigest(s string) bool {
-	h, ok := strings.CutPrefix(s, digestPrefix)
-	return ok && len(h) == 64 && isLowerHex(h)
-}
-
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
 
 // isPhaseName reports whether s is a valid phase request name,
 // ^[a-z0-9][a-z0-9._-]{0,62}$ (the request package's rule).

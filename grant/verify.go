@@ -11,6 +11,7 @@ import (
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -87,7 +88,7 @@ func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (
 	if err != nil {
 		return nil, err
 	}
-	p, sub, err := decodeStatement(env.payload)
+	p, sub, err := decodeStatement(env.Payload)
 	if err != nil {
 		return nil, err
 	}
@@ -118,10 +119,10 @@ func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (
 // and returns the key ID of the trusted key that signed it. Every signature
 // whose keyid names a trusted key must verify (else CodeTampered); at least
 // one must (else CodeWrongIssuer). Signatures by other keys are ignored.
-func (v *Verifier) verifySignatures(ctx context.Context, env *envelope) (string, error) {
-	de := &dsse.Envelope{PayloadType: env.payloadType, Payload: env.payloadB64}
-	for _, s := range env.signatures {
-		de.Signatures = append(de.Signatures, dsse.Signature{KeyID: s.keyID, Sig: s.sigB64})
+func (v *Verifier) verifySignatures(ctx context.Context, env *cdsse.Envelope) (string, error) {
+	de := &dsse.Envelope{PayloadType: env.PayloadType, Payload: env.PayloadB64}
+	for _, s := range env.Signatures {
+		de.Signatures = append(de.Signatures, dsse.Signature{KeyID: s.KeyID, Sig: s.SigB64})
 	}
 	accepted, _, verr := v.ev.VerifyAndDecode(ctx, de)
 	if err := ctx.Err(); err != nil {
@@ -132,16 +133,16 @@ func (v *Verifier) verifySignatures(ctx context.Context, env *envelope) (string,
 		ok[a.KeyID] = true
 	}
 	var untrusted []string
-	for _, s := range env.signatures {
+	for _, s := range env.Signatures {
 		switch {
-		case !v.trusted[s.keyID]:
-			untrusted = append(untrusted, s.keyID)
-		case !ok[s.keyID]:
-			return "", Refuse(CodeTampered, "signature by trusted key %s does not verify", s.keyID)
+		case !v.trusted[s.KeyID]:
+			untrusted = append(untrusted, s.KeyID)
+		case !ok[s.KeyID]:
+			return "", Refuse(CodeTampered, "signature by trusted key %s does not verify", s.KeyID)
 		}
 	}
 	if len(accepted) == 0 || verr != nil {
-		if len(untrusted) == len(env.signatures) {
+		if len(untrusted) == len(env.Signatures) {
 			return "", Refuse(CodeWrongIssuer, "signed by %s, not by a trusted issuer key", quoteAll(untrusted))
 		}
 		return "", Refuse(CodeTampered, "no signature verifies: %v", verr)
@@ -152,7 +153,7 @@ func (v *Verifier) verifySignatures(ctx context.Context, env *envelope) (string,
 func quoteAll(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
-		q[i] = fmt.Sprintf("%q", clip(s))
+		q[i] = fmt.Sprintf("%q", cdsse.Clip(s))
 	}
 	return strings.Join(q, ", ")
 }

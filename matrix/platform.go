@@ -43,6 +43,7 @@ import (
 	"regexp"
 	"slices"
 
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/platform"
 )
 
@@ -158,7 +159,7 @@ func (p Platform) Validate() error {
 
 // Digest is the lowercase hex sha256 of the canonical JSON description.
 func (p Platform) Digest() string {
-	b, err := canonicalJSON(p)
+	b, err := cdsse.CanonicalJSON(p)
 	if err != nil {
 		return "" // a Platform always encodes
 	}

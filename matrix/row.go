@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
 )
@@ -26,7 +26,7 @@ const (
 	// PredicateType is the in-toto test-result predicate a row carries.
 	PredicateType = "https://in-toto.io/attestation/test-result/v0.1"
 	// StatementType is the in-toto Statement v1 type.
-	StatementType = "https://in-toto.io/Statement/v1"
+	StatementType = cdsse.StatementType
 	// APIVersion and RowKind identify a row file.
 	APIVersion = "custody.dev/v1alpha1"
 	RowKind    = "QualificationRow"
@@ -207,13 +207,13 @@ func validateInfo(info *Info) error {
 	for i, c := range info.Checks {
 		at := fmt.Sprintf("checks[%d]", i)
 		if !slices.Contains(RequiredFamilies, c.Family) {
-			bad("%s.family %q is not a known family (%s)", at, clip(c.Family), strings.Join(RequiredFamilies, ", "))
+			bad("%s.family %q is not a known family (%s)", at, cdsse.Clip(c.Family), strings.Join(RequiredFamilies, ", "))
 		}
 		if !namePattern.MatchString(c.Name) {
-			bad("%s.name %q is not a check name", at, clip(c.Name))
+			bad("%s.name %q is not a check name", at, cdsse.Clip(c.Name))
 		}
 		if c.Case != CaseLegitimate && c.Case != CaseRefusal {
-			bad("%s.case %q is not legitimate or refusal", at, clip(c.Case))
+			bad("%s.case %q is not legitimate or refusal", at, cdsse.Clip(c.Case))
 		}
 		if seen[c.TestName()] {
 			bad("%s: %s appears twice", at, c.TestName())
@@ -230,7 +230,7 @@ func validateInfo(info *Info) error {
 		}
 		for j, r := range c.Runs {
 			if !runIDPattern.MatchString(r.ID) {
-				bad("%s.runs[%d].id %q is not a run id", at, j, clip(r.ID))
+				bad("%s.runs[%d].id %q is not a run id", at, j, cdsse.Clip(r.ID))
 			}
 			if r.ReceiptSHA256 != "" && !hex64.MatchString(r.ReceiptSHA256) {
 				bad("%s.runs[%d].receiptSha256 is not 64 lowercase hex digits", at, j)
@@ -283,17 +283,9 @@ func SanitizeDetail(s string) string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // Wire form of the statement.
-type statement struct {
-	Type          string     `json:"_type"`
-	Subject       []subject  `json:"subject"`
-	PredicateType string     `json:"predicateType"`
-	Predicate     testResult `json:"predicate"`
-}
+type statement = cdsse.Statement[testResult]
 
-type subject struct {
-	Name   string            `json:"name"`
-	Digest map[string]string `json:"digest"`
-}
+type subject = cdsse.Subject
 
 type testResult struct {
 	Result        string       `json:"result"`
@@ -316,20 +308,20 @@ type runtimeAnnotations struct {
 
 // Statement returns the canonical in-toto statement of q.
 func (q *Qualification) Statement() ([]byte, error) {
-	plat, err := canonicalJSON(q.Platform)
+	plat, err := cdsse.CanonicalJSON(q.Platform)
 	if err != nil {
 		return nil, err
 	}
-	rt, err := canonicalJSON(runtimeAnnotations{Version: q.Platform.Runtime.Version})
+	rt, err := cdsse.CanonicalJSON(runtimeAnnotations{Version: q.Platform.Runtime.Version})
 	if err != nil {
 		return nil, err
 	}
-	info, err := canonicalJSON(q.Info)
+	info, err := cdsse.CanonicalJSON(q.Info)
 	if err != nil {
 		return nil, err
 	}
 	pd := q.Platform.Digest()
-	return canonicalJSON(statement{
+	return cdsse.CanonicalJSON(statement{
 		Type:          StatementType,
 		Subject:       []subject{{Name: PlatformSubject, Digest: map[string]string{"sha256": pd}}},
 		PredicateType: PredicateType,
@@ -389,11 +381,11 @@ func ParseRow(data []byte) (*Row, error) {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrMalformed, len(data), MaxRowSize)
 	}
 	var r Row
-	if err := strictUnmarshal(data, &r); err != nil {
+	if err := cdsse.StrictUnmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if r.APIVersion != APIVersion || r.Kind != RowKind {
-		return nil, fmt.Errorf("%w: apiVersion %q kind %q, want %s %s", ErrMalformed, clip(r.APIVersion), clip(r.Kind), APIVersion, RowKind)
+		return nil, fmt.Errorf("%w: apiVersion %q kind %q, want %s %s", ErrMalformed, cdsse.Clip(r.APIVersion), cdsse.Clip(r.Kind), APIVersion, RowKind)
 	}
 	if len(r.Envelope) == 0 {
 		return nil, fmt.Errorf("%w: no envelope", ErrMalformed)
@@ -471,11 +463,11 @@ type signatureWire struct {
 
 func decodeEnvelope(raw []byte) (*envelopeWire, error) {
 	var env envelopeWire
-	if err := strictUnmarshal(raw, &env); err != nil {
+	if err := cdsse.StrictUnmarshal(raw, &env); err != nil {
 		return nil, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
 	}
 	if env.PayloadType != predicate.PayloadType {
-		return nil, fmt.Errorf("%w: payloadType %q is not %q", ErrMalformed, clip(env.PayloadType), predicate.PayloadType)
+		return nil, fmt.Errorf("%w: payloadType %q is not %q", ErrMalformed, cdsse.Clip(env.PayloadType), predicate.PayloadType)
 	}
 	b64 := base64.StdEncoding.Strict()
 	var err error
@@ -499,23 +491,23 @@ func decodeEnvelope(raw []byte) (*envelopeWire, error) {
 // that do not follow from the checks and the platform are refused.
 func decodeStatement(payload []byte) (*Qualification, error) {
 	var st statement
-	if err := strictUnmarshal(payload, &st); err != nil {
+	if err := cdsse.StrictUnmarshal(payload, &st); err != nil {
 		return nil, fmt.Errorf("%w: statement: %v", ErrMalformed, err)
 	}
 	if st.Type != StatementType || st.PredicateType != PredicateType {
 		return nil, fmt.Errorf("%w: statement type %q predicate type %q, want %s %s",
-			ErrMalformed, clip(st.Type), clip(st.PredicateType), StatementType, PredicateType)
+			ErrMalformed, cdsse.Clip(st.Type), cdsse.Clip(st.PredicateType), StatementType, PredicateType)
 	}
 	cfg := st.Predicate.Configuration
 	if len(cfg) != 3 || cfg[0].Name != PlatformSubject || cfg[1].Name != RuntimeEntry || cfg[2].Name != QualificationName {
 		return nil, fmt.Errorf("%w: configuration must be %s, %s, %s", ErrMalformed, PlatformSubject, RuntimeEntry, QualificationName)
 	}
 	var p Platform
-	if err := strictUnmarshal(cfg[0].Annotations, &p); err != nil {
+	if err := cdsse.StrictUnmarshal(cfg[0].Annotations, &p); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, PlatformSubject, err)
 	}
 	var info Info
-	if err := strictUnmarshal(cfg[2].Annotations, &info); err != nil {
+	if err := cdsse.StrictUnmarshal(cfg[2].Annotations, &info); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, QualificationName, err)
 	}
 	q, err := NewQualification(p, info)
@@ -532,39 +524,4 @@ func decodeStatement(payload []byte) (*Qualification, error) {
 		return nil, fmt.Errorf("%w: the statement is not the canonical statement of its own content (result, test lists, digests or encoding differ)", ErrMalformed)
 	}
 	return q, nil
-}
-
-// canonicalJSON encodes v as rows are signed: encoding/json with struct
-// fields in declaration order, map keys sorted, no insignificant whitespace
-// and no HTML escaping.
-func canonicalJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
-}
-
-// strictUnmarshal decodes one JSON value, refusing unknown fields and
-// trailing data.
-func strictUnmarshal(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("data after the JSON value")
-	}
-	return nil
-}
-
-func clip(s string) string {
-	const max = 80
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
 }

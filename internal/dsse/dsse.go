@@ -1,0 +1,304 @@
+// Package dsse decodes DSSE envelopes and the in-toto statements inside them
+// strictly: exactly the fields the spec names, no duplicates, bounded sizes,
+// canonical JSON where custody requires it.
+package dsse
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// StatementType is the in-toto Statement v1 type.
+const StatementType = "https://in-toto.io/Statement/v1"
+
+// Limits are what DecodeEnvelope requires of an envelope.
+type Limits struct {
+	// PayloadType is the only payload type accepted.
+	PayloadType string
+	// MaxSignatures is the most signatures an envelope may carry.
+	MaxSignatures int
+	// MaxSignatureSize bounds one decoded signature, in bytes.
+	MaxSignatureSize int
+}
+
+// Envelope is a strictly decoded DSSE envelope.
+type Envelope struct {
+	PayloadType string
+	// PayloadB64 is the payload as the envelope carries it; Payload is
+	// its decoding.
+	PayloadB64 string
+	Payload    []byte
+	Signatures []Signature
+}
+
+// Signature is one signature of an Envelope.
+type Signature struct {
+	KeyID string
+	// SigB64 is the signature as the envelope carries it; Sig is its
+	// decoding.
+	SigB64 string
+	Sig    []byte
+}
+
+// DecodeEnvelope decodes a DSSE envelope strictly: a JSON object with
+// exactly the members payloadType, payload and signatures, each once, in any
+// order, and nothing after it; payload and sig in standard padded base64; 1
+// to l.MaxSignatures signatures, each with exactly keyid and sig, non-empty
+// and distinct keyids, and sigs of 1 to l.MaxSignatureSize bytes. The
+// payload type must be l.PayloadType. It does not bound len(data).
+func DecodeEnvelope(data []byte, l Limits) (*Envelope, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var env Envelope
+	err := ReadObject(dec, []string{"payloadType", "payload", "signatures"}, func(key string) error {
+		switch key {
+		case "payloadType":
+			return ReadString(dec, &env.PayloadType)
+		case "payload":
+			return ReadString(dec, &env.PayloadB64)
+		default: // "signatures"
+			return readSignatures(dec, &env.Signatures, l.MaxSignatures)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON object")
+	}
+	if env.PayloadType != l.PayloadType {
+		return nil, fmt.Errorf("payloadType %q is not %q", Clip(env.PayloadType), l.PayloadType)
+	}
+	strictB64 := base64.StdEncoding.Strict()
+	env.Payload, err = strictB64.DecodeString(env.PayloadB64)
+	if err != nil {
+		return nil, fmt.Errorf("payload is not standard padded base64: %v", err)
+	}
+	if len(env.Payload) == 0 {
+		return nil, errors.New("empty payload")
+	}
+	if n := len(env.Signatures); n == 0 || n > l.MaxSignatures {
+		return nil, fmt.Errorf("%d signatures, want 1 to %d", n, l.MaxSignatures)
+	}
+	seen := make(map[string]bool, len(env.Signatures))
+	for i := range env.Signatures {
+		s := &env.Signatures[i]
+		if s.KeyID == "" {
+			return nil, fmt.Errorf("signatures[%d]: empty keyid", i)
+		}
+		if seen[s.KeyID] {
+			return nil, fmt.Errorf("signatures[%d]: keyid %q appears twice", i, Clip(s.KeyID))
+		}
+		seen[s.KeyID] = true
+		s.Sig, err = strictB64.DecodeString(s.SigB64)
+		if err != nil {
+			return nil, fmt.Errorf("signatures[%d]: sig is not standard padded base64: %v", i, err)
+		}
+		if len(s.Sig) == 0 || len(s.Sig) > l.MaxSignatureSize {
+			return nil, fmt.Errorf("signatures[%d]: sig is %d bytes, want 1 to %d", i, len(s.Sig), l.MaxSignatureSize)
+		}
+	}
+	return &env, nil
+}
+
+func readSignatures(dec *json.Decoder, out *[]Signature, max int) error {
+	tok, err := Token(dec)
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('[') {
+		return errors.New("signatures is not an array")
+	}
+	for dec.More() {
+		if len(*out) == max {
+			return fmt.Errorf("more than %d signatures", max)
+		}
+		var s Signature
+		err := ReadObject(dec, []string{"keyid", "sig"}, func(key string) error {
+			if key == "keyid" {
+				return ReadString(dec, &s.KeyID)
+			}
+			return ReadString(dec, &s.SigB64)
+		})
+		if err != nil {
+			return fmt.Errorf("signatures[%d]: %w", len(*out), err)
+		}
+		*out = append(*out, s)
+	}
+	_, err = Token(dec) // ']'
+	return err
+}
+
+// Token is dec.Token with a premature end of input reported as
+// io.ErrUnexpectedEOF.
+func Token(dec *json.Decoder) (json.Token, error) {
+	tok, err := dec.Token()
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return tok, err
+}
+
+// ReadObject reads a JSON object whose members are exactly fields, each
+// once, compared case-sensitively, calling member to read each value.
+func ReadObject(dec *json.Decoder, fields []string, member func(key string) error) error {
+	tok, err := Token(dec)
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('{') {
+		return errors.New("not a JSON object")
+	}
+	seen := make([]bool, len(fields))
+	for dec.More() {
+		tok, err := Token(dec)
+		if err != nil {
+			return err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return errors.New("object key is not a string")
+		}
+		i := indexOf(fields, key)
+		switch {
+		case i < 0:
+			return fmt.Errorf("unknown member %q", Clip(key))
+		case seen[i]:
+			return fmt.Errorf("member %q appears twice", key)
+		}
+		seen[i] = true
+		if err := member(key); err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+	}
+	if _, err := Token(dec); err != nil { // '}'
+		return err
+	}
+	for i, ok := range seen {
+		if !ok {
+			return fmt.Errorf("missing member %q", fields[i])
+		}
+	}
+	return nil
+}
+
+func indexOf(fields []string, key string) int {
+	for i, f := range fields {
+		if f == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// ReadString reads a JSON string (not null, not any other type).
+func ReadString(dec *json.Decoder, out *string) error {
+	tok, err := Token(dec)
+	if err != nil {
+		return err
+	}
+	s, ok := tok.(string)
+	if !ok {
+		return fmt.Errorf("%s is not a string", Clip(fmt.Sprint(tok)))
+	}
+	*out = s
+	return nil
+}
+
+// Statement is the wire form of an in-toto Statement v1 whose predicate
+// decodes as P (json.RawMessage for a raw predicate).
+type Statement[P any] struct {
+	Type          string    `json:"_type"`
+	Subject       []Subject `json:"subject"`
+	PredicateType string    `json:"predicateType"`
+	Predicate     P         `json:"predicate"`
+}
+
+// Subject is an in-toto resource descriptor as custody statements use it:
+// a name and its digests.
+type Subject struct {
+	Name   string            `json:"name"`
+	Digest map[string]string `json:"digest"`
+}
+
+// CanonicalJSON encodes v as custody statements are signed: encoding/json
+// with struct fields in declaration order, map keys sorted, no
+// insignificant whitespace and no HTML escaping.
+func CanonicalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
+}
+
+// StrictUnmarshal decodes a single JSON value into v, refusing unknown
+// fields and trailing data.
+func StrictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON value")
+	}
+	return nil
+}
+
+// Clip shortens untrusted text quoted in refusals to 80 bytes and "...".
+func Clip(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}
+
+// CheckText refuses empty text, text longer than maxLen bytes, invalid
+// UTF-8 and control characters. With clipQuoted, the text quoted in the
+// control-character error is clipped (see Clip).
+func CheckText(s string, maxLen int, clipQuoted bool) error {
+	switch {
+	case s == "":
+		return errors.New("missing")
+	case len(s) > maxLen:
+		return fmt.Errorf("longer than %d bytes", maxLen)
+	case !utf8.ValidString(s):
+		return errors.New("not valid UTF-8")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		if clipQuoted {
+			s = Clip(s)
+		}
+		return fmt.Errorf("%q contains a control character", s)
+	}
+	return nil
+}
+
+// IsLowerHex reports whether s holds only lowercase hex digits.
+func IsLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// IsHex64 reports whether s is 64 lowercase hex digits (a sha256).
+func IsHex64(s string) bool { return len(s) == 64 && IsLowerHex(s) }
+
+// IsDigest reports whether s is "sha256:" and 64 lowercase hex digits.
+func IsDigest(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	return ok && IsHex64(h)
+}
