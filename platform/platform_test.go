@@ -160,7 +160,7 @@ func TestClassifyCgroups(t *testing.T) {
 
 func TestParseProcCgroup(t *testing.T) {
 	const sample = `9:name=systemd:/
-4:memory:/process_api/32a0
+4:memory:/supervisor/32a0
 2:cpu,cpuacct:/a:b
 0::/user.slice/session-1.scope
 `
@@ -170,7 +170,7 @@ func TestParseProcCgroup(t *testing.T) {
 	}
 	want := []procCgroup{
 		{ID: 9, Controllers: []string{"name=systemd"}, Path: "/"},
-		{ID: 4, Controllers: []string{"memory"}, Path: "/process_api/32a0"},
+		{ID: 4, Controllers: []string{"memory"}, Path: "/supervisor/32a0"},
 		{ID: 2, Controllers: []string{"cpu", "cpuacct"}, Path: "/a:b"},
 		{ID: 0, Path: "/user.slice/session-1.scope"},
 	}
@@ -185,7 +185,7 @@ func TestParseProcCgroup(t *testing.T) {
 		h    hierarchy
 		want string
 	}{
-		{hierarchy{Controllers: []string{"memory"}}, "/process_api/32a0"},
+		{hierarchy{Controllers: []string{"memory"}}, "/supervisor/32a0"},
 		{hierarchy{Controllers: []string{"cpuacct"}}, "/a:b"},
 		{hierarchy{Name: "systemd"}, "/"},
 	} {
@@ -210,7 +210,7 @@ func TestCgroupDir(t *testing.T) {
 	for _, tc := range []struct {
 		root, mountPoint, cg, want string
 	}{
-		{"/", "/sys/fs/cgroup/memory", "/process_api/x", "/sys/fs/cgroup/memory/process_api/x"},
+		{"/", "/sys/fs/cgroup/memory", "/supervisor/x", "/sys/fs/cgroup/memory/supervisor/x"},
 		{"/", "/sys/fs/cgroup", "/", "/sys/fs/cgroup"},
 		// A container sees only its own subtree of the hierarchy.
 		{"/docker/abc", "/sys/fs/cgroup/memory", "/docker/abc", "/sys/fs/cgroup/memory"},
