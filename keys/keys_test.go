@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"github.com/custody-dev/custody/internal/testenv"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -263,7 +264,7 @@ func TestNonRegularKeyFileRefused(t *testing.T) {
 
 func TestKeyFileOwnedByOtherUserRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to chown")
+		testenv.Missing(t, "root (to chown a key file to another user)")
 	}
 	dir := keyDir(t)
 	if _, _, err := keys.LoadOrCreate(dir, "k"); err != nil {

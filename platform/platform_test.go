@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/custody-dev/custody/internal/testenv"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -353,8 +354,7 @@ func writeScript(t *testing.T, path, body string) {
 func TestProbeRuntimePinned(t *testing.T) {
 	path := os.Getenv("CUSTODY_RUNC")
 	if path == "" {
-		t.Skip("SKIPPING: CUSTODY_RUNC is not set, so ProbeRuntime is NOT tested against the pinned runc " +
-			"(set CUSTODY_RUNC=/path/to/bin/runc)")
+		testenv.Missing(t, "the pinned runc in $CUSTODY_RUNC, so ProbeRuntime is NOT tested against it")
 	}
 	rt, err := ProbeRuntime(context.Background(), path)
 	if err != nil {
@@ -386,7 +386,7 @@ func TestProbeLive(t *testing.T) {
 		t.Skip("SKIPPING: the live probe only runs on linux")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("SKIPPING: NOT ROOT, so the live host probe (cgroups, tmpfs, overlay, user namespaces, seccomp) is NOT tested")
+		testenv.Missing(t, "root, so the live host probe (cgroups, tmpfs, overlay, user namespaces, seccomp) is NOT tested")
 	}
 	before := mustReadMountInfo(t)
 	seccompBefore, err := readSeccompStatus("/proc/self/status")

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"github.com/custody-dev/custody/internal/testenv"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,7 +13,7 @@ import (
 func TestStandardLibraryOnly(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go tool on PATH")
+		testenv.Missing(t, "the go tool on PATH (to list the probe's dependencies)")
 	}
 	out, err := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}",
 		"github.com/custody-dev/custody/cmd/custody-probe").CombinedOutput()
