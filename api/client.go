@@ -141,6 +141,13 @@ func (c *Client) Attempts(ctx context.Context) ([]Attempt, error) {
 	return as, c.do(ctx, http.MethodGet, "/v1/attempts", nil, &as)
 }
 
+// SignQualification asks the runner (control socket) to sign a
+// qualification row over its own platform description; req and out are
+// the row request and row of package matrix.
+func (c *Client) SignQualification(ctx context.Context, req, out any) error {
+	return c.do(ctx, http.MethodPost, "/v1/attest/qualification", req, out)
+}
+
 // Cancel cancels a run: the submitter's own, or any over the control socket.
 func (c *Client) Cancel(ctx context.Context, runID string) error {
 	return c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(runID)+"/cancel", nil, nil)

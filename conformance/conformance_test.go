@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -96,26 +95,6 @@ func TestCPULimit(t *testing.T) {
 		got, _ := cpuLimit(&probe.Report{Cgroup: probe.Cgroup{Files: c.files}})
 		if got != c.want {
 			t.Errorf("cpuLimit(%v) = %v, want %v", c.files, got, c.want)
-		}
-	}
-}
-
-// TestDependencies: the suite reaches the daemon only through api; it
-// never touches the runner's store, journal, runner or backends.
-func TestDependencies(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool on PATH")
-	}
-	out, err := exec.Command(goTool, "list", "-deps", "github.com/custody-dev/custody/conformance").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		for _, banned := range []string{"/store", "/journal", "/runner", "/backend"} {
-			if strings.HasPrefix(dep, "github.com/custody-dev/custody") && strings.Contains(dep, banned) {
-				t.Errorf("conformance imports %s", dep)
-			}
 		}
 	}
 }

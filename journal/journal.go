@@ -204,19 +204,23 @@ func (j *Journal) Unfinished() ([]Attempt, error) {
 	return out, nil
 }
 
-// Knows reports whether any attempt recorded kind/name.
-func (j *Journal) Knows(kind, name string) (bool, error) {
+// Known returns every kind/name any attempt recorded, keyed by Key.
+func (j *Journal) Known() (map[string]bool, error) {
 	all, err := j.List()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	known := map[string]bool{}
 	for _, a := range all {
-		if a.find(kind, name) >= 0 {
-			return true, nil
+		for _, r := range a.Resources {
+			known[Key(r.Kind, r.Name)] = true
 		}
 	}
-	return false, nil
+	return known, nil
 }
+
+// Key is the key of kind/name in Known.
+func Key(kind, name string) string { return kind + "\x00" + name }
 
 func (j *Journal) update(runID string, fn func(a *Attempt) error) error {
 	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {

@@ -52,8 +52,8 @@ func TestLifecycle(t *testing.T) {
 	if un, _ := j.Unfinished(); len(un) != 0 {
 		t.Fatalf("unfinished %+v", un)
 	}
-	if known, _ := j.Knows("launch-dir", "/run/x"); !known {
-		t.Fatal("Knows lost a recorded resource")
+	if known, _ := j.Known(); !known[Key("launch-dir", "/run/x")] {
+		t.Fatal("Known lost a recorded resource")
 	}
 	if _, err := j.Get("nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get(nope) = %v", err)

@@ -1,11 +1,8 @@
 package matrix
 
-// AttestPath is the control-socket endpoint at which custodyd signs a
-// qualification row with its runner identity key.
-const AttestPath = "/v1/attest/qualification"
-
-// SignRequest is what an operator sends to AttestPath: the suite's
-// verdicts. Everything else in the row — the platform, the runtime, the
+// SignRequest is what an operator sends to custodyd's control socket
+// (api.Client.SignQualification) to have a row signed with the runner
+// identity key: the suite's verdicts. Everything else in the row — the platform, the runtime, the
 // custody version, the runner, the time, the runs' recorded status and
 // receipt digests, and the result — the daemon derives itself.
 type SignRequest struct {

@@ -94,10 +94,11 @@ func (r *Runner) Attempts() ([]journal.Attempt, error) { return r.journal.List()
 // naming but that no journalled attempt recorded.
 func (r *Runner) foreign() []string {
 	var out []string
-	known := func(kind, name string) bool {
-		k, err := r.journal.Knows(kind, name)
-		return err != nil || k // on a journal error, claim nothing as foreign
+	set, err := r.journal.Known()
+	if err != nil {
+		return nil // on a journal error, claim nothing as foreign
 	}
+	known := func(kind, name string) bool { return set[journal.Key(kind, name)] }
 	if ents, err := os.ReadDir(r.cfg.RuntimeDir); err == nil {
 		for _, e := range ents {
 			p := filepath.Join(r.cfg.RuntimeDir, e.Name())

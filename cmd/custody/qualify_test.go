@@ -263,7 +263,7 @@ func TestAttestQualificationRefuses(t *testing.T) {
 		{"no checks", matrix.SignRequest{Tier: "development", SuiteVersion: "1"}, "bad-request"},
 	} {
 		var row matrix.Row
-		err := postControl(ctx, e.control, matrix.AttestPath, c.req, &row)
+		err := api.NewClient(e.control).SignQualification(ctx, c.req, &row)
 		ae, ok := err.(*api.Error)
 		if !ok || ae.Code != c.code {
 			t.Errorf("%s: %v, want code %s", c.name, err, c.code)
@@ -272,7 +272,7 @@ func TestAttestQualificationRefuses(t *testing.T) {
 	// A well-formed but partial suite is signed, and says FAILED.
 	var row matrix.Row
 	req := matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}
-	if err := postControl(ctx, e.control, matrix.AttestPath, req, &row); err != nil {
+	if err := api.NewClient(e.control).SignQualification(ctx, req, &row); err != nil {
 		t.Fatal(err)
 	}
 	st, err := api.NewClient(e.control).Status(ctx)
@@ -289,7 +289,7 @@ func TestAttestQualificationRefuses(t *testing.T) {
 		t.Fatalf("partial row: %+v", v.Qualification)
 	}
 	// The submit socket signs nothing.
-	if err := postControl(ctx, e.submit, matrix.AttestPath, req, &row); err == nil {
+	if err := api.NewClient(e.submit).SignQualification(ctx, req, &row); err == nil {
 		t.Fatal("the submit socket signed a qualification row")
 	}
 }

@@ -66,7 +66,7 @@ var banned = map[string]map[string]string{
 	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": ""},
 	"quantity":    {"request": "leaf package", "policy": ""},
 	"grant":       {"admission": "grants bind values; they do not decide them", "runner": "", "backend/oci": ""},
-	"conformance": {"store": "conformance is judged through the daemon, never its state", "journal": "", "runner": ""},
+	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "runner": "", "backend/oci": ""},
 	"probe":       {"api": "the probe is standard library only", "platform": "", "evidence": "", "grant": ""},
 	"evidence":    {"runner": "evidence does not know who runs", "backend/oci": "", "store": ""},
 	"keys":        {"store": "keys are files, not state", "runner": "", "grant": ""},

@@ -158,7 +158,7 @@ resources: {memory: 64Mi, pids: 64, wallTime: 30s}
 				t.Fatalf("no attempt recorded after a crash at %s", stage)
 			}
 			last := attempts[len(attempts)-1]
-			if last["state"] != "clean" {
+			if last.State != "clean" {
 				t.Fatalf("attempt after a crash at %s is %v, want clean\n%s", stage, last, d.logs.String())
 			}
 			d.noLeaks(t, marker)
@@ -177,11 +177,10 @@ resources: {memory: 64Mi, pids: 64, wallTime: 30s}
 	}
 }
 
-func (d *daemon) attempts(t *testing.T) []map[string]any {
+func (d *daemon) attempts(t *testing.T) []api.Attempt {
 	t.Helper()
-	// The control client has no typed call for attempts; use raw HTTP.
-	var out []map[string]any
-	if err := getJSON(d.dir, "/v1/attempts", &out); err != nil {
+	out, err := d.control.Attempts(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -224,7 +223,7 @@ func (d *daemon) noLeaks(t *testing.T, marker string) {
 
 func (d *daemon) journalled(containerID string) bool {
 	for _, a := range d.attempts(d.t) {
-		if "custody-"+fmt.Sprint(a["runId"]) == containerID {
+		if "custody-"+a.RunID == containerID {
 			return true
 		}
 	}
