@@ -170,8 +170,11 @@ type Result struct {
 	Unqualified bool      `json:"unqualified"`
 	Runtime     Runtime   `json:"runtime"`
 	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
-	RuntimeSHA256 string    `json:"runtimeSha256,omitempty"`
-	ConfigSHA256  string    `json:"configSha256,omitempty"`
+	RuntimeSHA256 string `json:"runtimeSha256,omitempty"`
+	ConfigSHA256  string `json:"configSha256,omitempty"`
+	// GateSHA256 is the digest of the custody gate the container started
+	// with, before it exec'd the workload.
+	GateSHA256    string    `json:"gateSha256,omitempty"`
 	UserNamespace bool      `json:"userNamespace"`
 	Image         string    `json:"image"`
 	Inputs        []Input   `json:"inputs"`

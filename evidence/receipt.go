@@ -153,6 +153,10 @@ type RuntimeProfile struct {
 	// ConfigSHA256 is the lowercase hex SHA-256 of the OCI config.json the
 	// container ran with.
 	ConfigSHA256 string `json:"configSha256"`
+	// GateSHA256 is the lowercase hex SHA-256 of the custody gate: the
+	// container's first process, which exec'd the workload once the runner
+	// had observed it.
+	GateSHA256 string `json:"gateSha256,omitempty"`
 	// UserNamespace says whether the container ran in a user namespace.
 	UserNamespace bool `json:"userNamespace"`
 }
@@ -555,6 +559,9 @@ func validateReceipt(r *Receipt) error {
 		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, cdsse.Clip(p.Tier))
 	}
 	ps.hex64("profile.configSha256", p.ConfigSHA256)
+	if p.GateSHA256 != "" {
+		ps.hex64("profile.gateSha256", p.GateSHA256)
+	}
 
 	ps.digest("image", r.Image)
 	if len(r.Inputs) > maxListElements {

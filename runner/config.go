@@ -20,6 +20,10 @@ type Config struct {
 	RuntimeDir string `yaml:"runtimeDir"`
 	// Runtime is the pinned OCI runtime; its sha256 is checked at every launch.
 	Runtime oci.Pinned `yaml:"runtime"`
+	// Gate is the custody-gate binary every container starts with; empty
+	// means custody-gate beside the runtime binary. Its digest is recorded
+	// in each receipt.
+	Gate string `yaml:"gate,omitempty"`
 	// UserNamespace maps container root to an unprivileged host range. If
 	// omitted, a default range is used where the host proves user
 	// namespaces work.
@@ -63,6 +67,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("runtime.path %q must be an absolute path", c.Runtime.Path)
 	case len(c.Runtime.SHA256) != 64:
 		return fmt.Errorf("runtime.sha256 must be the 64-hex sha256 of the pinned runtime binary")
+	case c.Gate != "" && !filepath.IsAbs(c.Gate):
+		return fmt.Errorf("gate %q must be an absolute path", c.Gate)
 	case c.Runtime.Version == "":
 		return fmt.Errorf("runtime.version is required")
 	case c.UserNamespace != nil && (c.UserNamespace.HostID == 0 || c.UserNamespace.Size < 65536):

@@ -25,6 +25,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 			Tier:          tier,
 			Unqualified:   p.Plan.Unqualified,
 			ConfigSHA256:  res.ConfigSHA256,
+			GateSHA256:    res.GateSHA256,
 			UserNamespace: res.UserNamespace,
 		},
 		Image:  res.Image,

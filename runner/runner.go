@@ -96,6 +96,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 	}
 	r.backend, err = oci.New(oci.Options{
 		Runtime:    cfg.Runtime,
+		Gate:       cfg.Gate,
 		StateDir:   filepath.Join(cfg.StateDir, "runc"),
 		RuntimeDir: cfg.RuntimeDir,
 		UserNS:     r.userNS,
@@ -281,6 +282,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	}
 	res.RuntimeSHA256 = c.RuntimeSHA256()
 	res.ConfigSHA256 = c.ConfigSHA256()
+	res.GateSHA256 = r.backend.GateSHA256()
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, stdout, stderr)
 	// Custody and cleanup finish even when the caller has gone: a
 	// cancelled run still gets its outputs recorded and its tree verified.

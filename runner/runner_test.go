@@ -53,6 +53,7 @@ func newHarnessWith(t testing.TB, rt oci.Pinned) *harness {
 		StateDir:   filepath.Join(base, "state"),
 		RuntimeDir: filepath.Join(base, "run"),
 		Runtime:    rt,
+		Gate:       testenv.Gate(t),
 	}
 	ctx := context.Background()
 	r, db := openRunner(t, cfg)

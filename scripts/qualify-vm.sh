@@ -22,7 +22,7 @@ echo "== development tier on this host"
 tail -n 3 "$MATRIX/host-development.log"
 
 echo "== production tier in a cgroup-v2 guest (QEMU; several minutes under TCG)"
-cp "$BIN/custody" "$BIN/custodyd" "$BIN/runc" "$BIN/custody-probe" "$PAYLOAD/bin/"
+cp "$BIN/custody" "$BIN/custodyd" "$BIN/runc" "$BIN/custody-gate" "$BIN/custody-probe" "$PAYLOAD/bin/"
 # custodyd may only use cgroup-v2 controllers from a cgroup without
 # processes of its own, so the guest command leaves run.sh's leaf cgroup
 # for the root first (the host-side --timeout still bounds the guest).

@@ -11,10 +11,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -33,6 +33,10 @@ type Options struct {
 	// UserNS maps container root to an unprivileged host range; nil runs
 	// without a user namespace (the profile then says so).
 	UserNS *IDMap
+	// Gate is the custody-gate binary (cmd/custody-gate), the first process
+	// of every container; empty means custody-gate beside Runtime.Path. It
+	// is copied into a sealed memfd once, when the backend is made.
+	Gate string
 	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
 	MaxLogBytes int64
 	Logger      *slog.Logger
@@ -43,9 +47,11 @@ type Options struct {
 
 // Backend launches containers under the pinned runtime.
 type Backend struct {
-	opts    Options
-	log     *slog.Logger
-	runtime *runtimeCache
+	opts       Options
+	log        *slog.Logger
+	runtime    *runtimeCache
+	gate       *os.File // sealed copy of the gate, passed to every container
+	gateSHA256 string
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -72,11 +78,23 @@ func New(opts Options) (*Backend, error) {
 	if err := os.Chmod(opts.RuntimeDir, 0o711); err != nil {
 		return nil, fmt.Errorf("oci runtime dir: %w", err)
 	}
+	if opts.Gate == "" {
+		opts.Gate = filepath.Join(filepath.Dir(opts.Runtime.Path), "custody-gate")
+	}
+	gate, gateSHA, err := sealedCopy(context.Background(), opts.Gate, "custody-gate")
+	if err != nil {
+		return nil, fmt.Errorf("load the custody gate: %w; fix: build it (make bin/custody-gate) and install it beside the runtime, or set runtime.gate", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		gate.Close()
 		return nil, fmt.Errorf("become child subreaper: %w", err)
 	}
-	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime}}, nil
+	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime},
+		gate: gate, gateSHA256: gateSHA}, nil
 }
+
+// GateSHA256 is the digest of the gate that every container starts with.
+func (b *Backend) GateSHA256() string { return b.gateSHA256 }
 
 // Launch describes one container to run.
 type Launch struct {
@@ -116,6 +134,7 @@ type Container struct {
 	// acts only where they still match.
 	idents      map[string]map[string]string
 	cgroupNames []string
+	pidfd       int // of the gated init while it runs; 0: none
 	dirRecorded bool
 	recovered   bool // cleaning up after a runner that died
 	faults      func(stage string)
@@ -190,9 +209,12 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg := l.Config
 	cfg.Rootfs = c.rootfs
 	cfg.Output.Source = c.outDir
-	cfg.CgroupsPath = filepath.Join("custody", l.ID)
+	// runc makes and deletes the leaf; custody's parent above it outlives
+	// the leaf with the launch's accounting, read after runc is done.
+	cfg.CgroupsPath = filepath.Join("custody", l.ID, "workload")
+	cfg.Gated = true
 	cfg.UserNS = b.opts.UserNS
-	if c.cgroups, err = resolveCgroups(cfg.CgroupsPath); err != nil {
+	if c.cgroups, err = resolveLaunchCgroups(filepath.Join("custody", l.ID), "workload"); err != nil {
 		return c, err
 	}
 	cfg.NoSwap = c.cgroups.swapAccounted()
@@ -293,10 +315,13 @@ type Exit struct {
 	Observed *Observed `json:"observed"`
 }
 
-// Run creates and starts the container and waits until its whole process
-// tree is gone: the workload exits, the wall time passes, or ctx is
-// cancelled (then the tree is killed). It returns an error only when the
-// container could not be run or could not be stopped.
+// Run runs the container with one `runc run` and waits until its whole
+// process tree is gone: the workload exits, the wall time passes, or ctx is
+// cancelled (then the tree is killed). The container's first process is the
+// gate: once runc has set up every namespace, mount, capability drop and
+// seccomp filter, the gate reports ready and waits; the backend observes the
+// process from outside, and only then lets it exec the workload. It returns an error only when the container
+// could not be run or could not be stopped.
 func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr io.Writer) (*Exit, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -322,48 +347,103 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 			}
 		}
 	}
-
-	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	if err := c.intendContainer(); err != nil {
+	closeWriters := func() {
 		outW.Close()
 		errW.Close()
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		closeWriters()
+		waitCopies()
+		return nil, fmt.Errorf("gate control socket: %w", err)
+	}
+	control := os.NewFile(uintptr(pair[0]), "gate-control")
+	theirs := os.NewFile(uintptr(pair[1]), "gate-control-peer")
+	defer control.Close()
+
+	if err := c.intendContainer(); err != nil {
+		theirs.Close()
+		closeWriters()
 		waitCopies()
 		return nil, err
 	}
-	pid, err := rc.create(ctx, c.logPath, c.id, c.dir, outW, errW)
-	outW.Close()
-	errW.Close()
+	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
+	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, outW, errW, theirs, c.b.gate)
+	theirs.Close()
+	closeWriters()
 	c.started = true // runc may have made state and cgroups even on failure
 	if err != nil {
 		waitCopies()
 		return nil, err
 	}
-	if err := c.recordContainer(pid); err != nil {
-		c.kill(pid)
-		wait(pid)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// If anything below fails before the go-ahead, closing the control
+	// socket makes the gate exit without running the workload.
+	fail := func(err error) (*Exit, error) {
+		control.Close()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			c.kill(0)
+			<-exited
+		}
 		waitCopies()
 		return nil, err
 	}
-	c.fault("after-create")
-	exited := make(chan unix.WaitStatus, 1)
-	observed := c.observe(pid)
-	go func() { exited <- wait(pid) }()
 
-	ex := &Exit{Started: time.Now(), Observed: observed}
-	if err := rc.start(ctx, c.logPath, c.id); err != nil {
-		c.kill(pid)
-		<-exited
-		waitCopies()
-		return nil, err
-	}
-	c.fault("after-start")
-	observeSeccomp(observed, pid)
-	c.fault("mid-run")
 	timer := time.NewTimer(wall)
 	defer timer.Stop()
-	var ws unix.WaitStatus
+	ready := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		n, err := control.Read(b[:])
+		if err == nil && (n != 1 || b[0] != 'r') {
+			err = fmt.Errorf("unexpected gate message %q", b[:n])
+		}
+		ready <- err
+	}()
 	select {
-	case ws = <-exited:
+	case err := <-ready:
+		if err != nil {
+			runErr := <-exited
+			waitCopies()
+			return nil, fmt.Errorf("runc run: the container never reached its workload (%v): %v: %s", err, runErr, lastLogError(c.logPath))
+		}
+	case runErr := <-exited:
+		waitCopies()
+		return nil, fmt.Errorf("runc run: %v: %s", runErr, lastLogError(c.logPath))
+	case <-timer.C:
+		return fail(fmt.Errorf("container %s: not ready within its wall time of %s", c.id, wall))
+	case <-ctx.Done():
+		return fail(fmt.Errorf("container %s: cancelled before its workload started: %w", c.id, ctx.Err()))
+	}
+	pid, err := c.gatedPid()
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.recordContainer(pid); err != nil {
+		return fail(err)
+	}
+	c.fault("after-create")
+	if err := c.cgroups.watchOOM(); err != nil {
+		return fail(err)
+	}
+	observed := c.observe(pid)
+	if pidfd, err := unix.PidfdOpen(pid, 0); err == nil {
+		c.pidfd = pidfd
+		defer func() { unix.Close(c.pidfd); c.pidfd = 0 }()
+	}
+	ex := &Exit{Started: time.Now(), Observed: observed}
+	if _, err := control.Write([]byte{'g'}); err != nil {
+		return fail(fmt.Errorf("release the gate: %w", err))
+	}
+	control.Close()
+	c.fault("after-start")
+	c.fault("mid-run")
+	var runErr error
+	select {
+	case runErr = <-exited:
 	case <-timer.C:
 		ex.TimedOut = true
 	case <-ctx.Done():
@@ -372,87 +452,71 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	if ex.TimedOut || ex.Cancelled {
 		c.kill(pid)
 		select {
-		case ws = <-exited:
+		case runErr = <-exited:
 		case <-time.After(30 * time.Second):
-			return nil, fmt.Errorf("container %s: init %d did not die after SIGKILL", c.id, pid)
+			return nil, fmt.Errorf("container %s: runc run did not end after its init %d was killed", c.id, pid)
 		}
+		ex.Signal, ex.Code = "SIGKILL", 128+int(unix.SIGKILL)
 	}
 	ex.Finished = time.Now()
 	c.fault("after-exit")
-	// Init is gone, so the kernel is tearing down its pid namespace; wait
-	// until no process is left in the cgroup before reading accounting.
-	if err := c.drainCgroup(); err != nil {
-		return nil, err
-	}
 	waitCopies()
-	switch {
-	case ws.Exited():
-		ex.Code = ws.ExitStatus()
-	case ws.Signaled():
-		ex.Signal = unix.SignalName(ws.Signal())
-		ex.Code = 128 + int(ws.Signal())
+	if !ex.TimedOut && !ex.Cancelled {
+		// runc run exits with the workload's status, 128+n for signal n.
+		var ee *exec.ExitError
+		switch {
+		case runErr == nil:
+		case errors.As(runErr, &ee) && ee.Exited():
+			ex.Code = ee.ExitCode()
+		default:
+			return nil, fmt.Errorf("runc run: %w: %s", runErr, lastLogError(c.logPath))
+		}
 	}
 	ex.Usage = c.cgroups.usage()
+	ex.Usage.OOMKills = max(ex.Usage.OOMKills, c.cgroups.oomNotified())
+	// The leaf is gone with its limits; they were read from it live.
+	ex.Usage.MemoryLimitBytes, ex.Usage.PidsLimit = observed.Cgroup.MemoryLimitBytes, observed.Cgroup.PidsLimit
 	ex.OOMKilled = ex.Usage.OOMKills > 0
+	if ex.OOMKilled && ex.Code == 128+int(unix.SIGKILL) {
+		ex.Signal = "SIGKILL"
+	}
 	return ex, nil
 }
 
-// kill sends SIGKILL to init through the runtime; when init dies the kernel
-// kills every process in its pid namespace, double-forked and setsid'd ones
-// included. If the runtime cannot, every pid in the cgroup is killed.
+// gatedPid finds the gate: the one process in the launch's leaf cgroup.
+func (c *Container) gatedPid() (int, error) {
+	pids, err := c.cgroups.procs()
+	if err != nil {
+		return 0, err
+	}
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("container %s: expected only the gate in its cgroup, found %v", c.id, pids)
+	}
+	return pids[0], nil
+}
+
+// kill sends SIGKILL to init; when init dies the kernel kills every process
+// in its pid namespace, double-forked and setsid'd ones included. The pidfd
+// taken while the gate held init cannot hit a reused pid; without one it
+// goes through the runtime, and if that fails every pid in the cgroup is
+// killed.
 func (c *Container) kill(pid int) {
+	if c.pidfd > 0 && unix.PidfdSendSignal(c.pidfd, unix.SIGKILL, nil, 0) == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
 	if err := rc.kill(ctx, c.logPath, c.id, "KILL"); err != nil {
 		c.b.log.Warn("runc kill failed; killing cgroup members", "id", c.id, "err", err)
-		_ = unix.Kill(pid, unix.SIGKILL)
+		if pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
 		if pids, err := c.cgroups.procs(); err == nil {
 			for _, p := range pids {
 				_ = unix.Kill(p, unix.SIGKILL)
 			}
 		}
-	}
-}
-
-// drainCgroup waits for the cgroup to empty, killing stragglers that are
-// in it (they are ours by membership), and fails if it will not empty.
-func (c *Container) drainCgroup() error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		pids, err := c.cgroups.procs()
-		if err != nil {
-			return err
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("container %s: processes %v still in its cgroup", c.id, pids)
-		}
-		for _, p := range pids {
-			_ = unix.Kill(p, unix.SIGKILL)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// wait reaps pid (ours as subreaper) and returns its status.
-func wait(pid int) unix.WaitStatus {
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			// Not our child: fall back to polling until it is gone.
-			for unix.Kill(pid, 0) == nil {
-				time.Sleep(20 * time.Millisecond)
-			}
-			return unix.WaitStatus(syscall.WaitStatus(0xff00)) // exit 255: unknown
-		}
-		return ws
 	}
 }
 
@@ -529,7 +593,11 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 			err = c.stopRecovered(dctx)
 			r.step("runtime-kill", err)
 		}
-		if err == nil {
+		// `runc run` deletes its container when the workload ends; a runtime
+		// call is needed only when its state is still there (runc failed, or
+		// was killed with the runner).
+		_, serr := os.Lstat(filepath.Join(c.b.opts.StateDir, c.id))
+		if err == nil && !errors.Is(serr, fs.ErrNotExist) {
 			logPath := filepath.Join(c.b.opts.StateDir, c.id+".log")
 			// A plain delete suffices once init is reaped; --force costs runc a
 			// 100 ms kill-and-poll loop, so it is kept for a container that is
@@ -547,6 +615,7 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 	}
 	c.fault("mid-cleanup")
 	if c.cgroups != nil {
+		c.cgroups.oomNotified() // closes the eventfd if a failed run left it
 		r.step("cgroup-empty", c.verifyNoProcs())
 		err := c.removeCgroups()
 		r.step("cgroup-removed", err)
@@ -714,9 +783,7 @@ func (c *Container) intendContainer() error {
 	if err := c.rec.Intent(KindContainer, c.id); err != nil {
 		return fmt.Errorf("journal container: %w", err)
 	}
-	for _, d := range c.cgroups.dirs {
-		c.cgroupNames = append(c.cgroupNames, d)
-	}
+	c.cgroupNames = append(c.cgroupNames, c.cgroups.all()...)
 	if err := c.rec.Intent(KindCgroup, c.cgroupNames...); err != nil {
 		return fmt.Errorf("journal cgroups: %w", err)
 	}

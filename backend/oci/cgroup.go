@@ -3,15 +3,20 @@ package oci
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 )
 
 // cgroupDirs are the directories of one container's cgroup, one per mounted
@@ -22,6 +27,119 @@ import (
 type cgroupDirs struct {
 	unified bool              // the host is cgroup v2 only
 	dirs    map[string]string // hierarchy key ("memory", "cpu,cpuacct", "" for cgroup2) -> dir
+	// parents are custody's own cgroup directly above dirs, one per
+	// hierarchy: runc removes dirs when the container ends, the parent
+	// keeps the memory limit and the accounting until custody removes it.
+	// nil when cleaning up after another process (then dirs has them all).
+	parents map[string]string
+	// oomEvents is the v1 leaf's OOM eventfd while it is watched.
+	oomEvents *os.File
+	oomDone   chan struct{}
+	ooms      atomic.Int64
+}
+
+// resolveLaunchCgroups resolves a launch's parent cgroup (rel) and the
+// runtime's leaf below it (rel/leaf).
+func resolveLaunchCgroups(rel, leaf string) (*cgroupDirs, error) {
+	cg, err := resolveCgroups(filepath.Join(rel, leaf))
+	if err != nil {
+		return nil, err
+	}
+	cg.parents = map[string]string{}
+	for k, d := range cg.dirs {
+		cg.parents[k] = filepath.Dir(d)
+	}
+	return cg, nil
+}
+
+// all lists every directory, leaves and parents, deepest first: the order
+// they can be removed in.
+func (cg *cgroupDirs) all() []string {
+	var out []string
+	for _, d := range cg.dirs {
+		out = append(out, d)
+	}
+	for _, d := range cg.parents {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		if n := strings.Count(b, "/") - strings.Count(a, "/"); n != 0 {
+			return n
+		}
+		return strings.Compare(a, b)
+	})
+	return slices.Compact(out)
+}
+
+// accounting is the directory whose counters cover the whole launch for
+// controller c: the parent where there is one.
+func (cg *cgroupDirs) accounting(c string) string {
+	d := cg.dir(c)
+	if d != "" && cg.parents != nil {
+		return filepath.Dir(d)
+	}
+	return d
+}
+
+// watchOOM counts OOM kills in the runtime's leaf on cgroup v1, where the
+// kernel counts oom_kill on the victim's own memory cgroup only, which runc
+// deletes as the container ends. An eventfd registered on the leaf's
+// memory.oom_control fires for each OOM, and once more when the leaf is
+// removed; a firing while the leaf still exists is an OOM. cgroup v2 needs
+// none of this: memory.events propagate to custody's parent.
+func (cg *cgroupDirs) watchOOM() error {
+	if cg.unified {
+		return nil
+	}
+	d := cg.dir("memory")
+	if d == "" {
+		return nil
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("OOM notification: %w", err)
+	}
+	ctl, err := os.Open(filepath.Join(d, "memory.oom_control"))
+	if err != nil {
+		unix.Close(efd)
+		return fmt.Errorf("OOM notification: %w", err)
+	}
+	defer ctl.Close()
+	reg := fmt.Sprintf("%d %d", efd, ctl.Fd())
+	if err := os.WriteFile(filepath.Join(d, "cgroup.event_control"), []byte(reg), 0); err != nil {
+		unix.Close(efd)
+		return fmt.Errorf("OOM notification: %w", err)
+	}
+	// Non-blocking and owned by the runtime poller, so Close wakes the read.
+	f := os.NewFile(uintptr(efd), "oom-eventfd")
+	cg.oomEvents = f
+	cg.oomDone = make(chan struct{})
+	go func() {
+		defer close(cg.oomDone)
+		var b [8]byte
+		for {
+			if _, err := io.ReadFull(f, b[:]); err != nil {
+				return
+			}
+			if _, err := os.Lstat(d); err != nil {
+				return // the removal, not an OOM
+			}
+			cg.ooms.Add(int64(binary.NativeEndian.Uint64(b[:])))
+		}
+	}()
+	return nil
+}
+
+// oomNotified stops watching and returns the OOM kills seen (-1: not
+// watched). Call it once runc has deleted the leaf.
+func (cg *cgroupDirs) oomNotified() int64 {
+	if cg.oomEvents == nil {
+		return -1
+	}
+	cg.oomEvents.Close()
+	<-cg.oomDone
+	cg.oomEvents = nil
+	return cg.ooms.Load()
 }
 
 func resolveCgroups(rel string) (*cgroupDirs, error) {
@@ -99,7 +217,7 @@ func hierarchyMount(mounts []*mountinfo.Info, key string) string {
 
 // dir returns the directory of the hierarchy that carries controller c.
 func (cg *cgroupDirs) dir(c string) string {
-	if cg.unified {
+	if cg.unified || c == "" {
 		return cg.dirs[""]
 	}
 	for key, d := range cg.dirs {
@@ -116,7 +234,7 @@ func (cg *cgroupDirs) dir(c string) string {
 func (cg *cgroupDirs) procs() ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
-	for _, d := range cg.dirs {
+	for _, d := range cg.all() {
 		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -138,7 +256,7 @@ func (cg *cgroupDirs) procs() ([]int, error) {
 // remaining lists the cgroup directories that still exist.
 func (cg *cgroupDirs) remaining() []string {
 	var out []string
-	for _, d := range cg.dirs {
+	for _, d := range cg.all() {
 		if _, err := os.Lstat(d); err == nil {
 			out = append(out, d)
 		}
@@ -157,24 +275,27 @@ type Usage struct {
 	PidsLimit        int64 `json:"pidsLimit"`
 }
 
-// usage reads accounting from the cgroup; call it before runc deletes it.
+// usage reads the launch's accounting (peak memory, OOM kills, CPU) from
+// the parent, which outlives runc's leaf, so it is still there once the
+// runtime has deleted the container. The limits are the leaf's, readable
+// only while it exists.
 func (cg *cgroupDirs) usage() Usage {
 	var u Usage
 	if cg.unified {
-		d := cg.dirs[""]
+		d := cg.accounting("")
 		u.PeakMemoryBytes = readInt(filepath.Join(d, "memory.peak"))
 		u.OOMKills = readKeyed(filepath.Join(d, "memory.events"), "oom_kill")
 		u.CPUTimeNanos = readKeyed(filepath.Join(d, "cpu.stat"), "usage_usec") * 1000
-		u.MemoryLimitBytes = readInt(filepath.Join(d, "memory.max"))
-		u.PidsLimit = readInt(filepath.Join(d, "pids.max"))
+		u.MemoryLimitBytes = readInt(filepath.Join(cg.dirs[""], "memory.max"))
+		u.PidsLimit = readInt(filepath.Join(cg.dirs[""], "pids.max"))
 		return u
 	}
-	if d := cg.dir("memory"); d != "" {
+	if d := cg.accounting("memory"); d != "" {
 		u.PeakMemoryBytes = readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
 		u.OOMKills = readKeyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
-		u.MemoryLimitBytes = readInt(filepath.Join(d, "memory.limit_in_bytes"))
+		u.MemoryLimitBytes = readInt(filepath.Join(cg.dir("memory"), "memory.limit_in_bytes"))
 	}
-	if d := cg.dir("cpuacct"); d != "" {
+	if d := cg.accounting("cpuacct"); d != "" {
 		u.CPUTimeNanos = readInt(filepath.Join(d, "cpuacct.usage"))
 	}
 	if d := cg.dir("pids"); d != "" {

@@ -40,9 +40,10 @@ type ObservedCgroup struct {
 	CPUPeriodMicros  int64 `json:"cpuPeriodMicros"`
 }
 
-// observe reads the container init after `runc create`: it is then parked
-// on the exec fifo inside every namespace, with capabilities dropped and
-// no_new_privs set, so the read cannot race the workload.
+// observe reads the container's first process while the gate holds it:
+// every namespace, mount, capability drop, no_new_privs and the seccomp
+// filter are in place, and the workload has not started, so the read
+// cannot race it.
 func (c *Container) observe(pid int) *Observed {
 	o := &Observed{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
 	proc := fmt.Sprintf("/proc/%d", pid)
@@ -68,6 +69,15 @@ func (c *Container) observe(pid int) *Observed {
 				o.Capabilities[k] = v
 			case k == "NoNewPrivs":
 				o.NoNewPrivs = v == "1"
+			case k == "Seccomp":
+				switch v {
+				case "0":
+					o.Seccomp = "disabled"
+				case "1":
+					o.Seccomp = "strict"
+				case "2":
+					o.Seccomp = "filter"
+				}
 			}
 		}
 	} else {
@@ -85,41 +95,6 @@ func (c *Container) observe(pid int) *Observed {
 	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = u.MemoryLimitBytes, u.PidsLimit
 	o.Cgroup.CPUQuotaMicros, o.Cgroup.CPUPeriodMicros = c.cgroups.cpuQuota()
 	return o
-}
-
-// observeSeccomp reads the seccomp mode once the workload is started. runc
-// installs the filter between `runc start` and exec, so poll briefly.
-func observeSeccomp(o *Observed, pid int) {
-	deadline := time.Now().Add(250 * time.Millisecond)
-	for {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			o.Notes = append(o.Notes, "seccomp unobserved: the workload exited before it could be read")
-			return
-		}
-		mode := ""
-		for _, line := range strings.Split(string(st), "\n") {
-			if v, ok := strings.CutPrefix(line, "Seccomp:"); ok {
-				mode = strings.TrimSpace(v)
-			}
-		}
-		switch mode {
-		case "2":
-			o.Seccomp = "filter"
-			return
-		case "1":
-			o.Seccomp = "strict"
-			return
-		case "":
-			o.Notes = append(o.Notes, "seccomp unobserved: no Seccomp field (zombie or exited)")
-			return
-		}
-		if time.Now().After(deadline) {
-			o.Seccomp = "disabled"
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func parseMounts(mi []byte) []ObservedMount {

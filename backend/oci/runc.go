@@ -85,9 +85,25 @@ func (r *runc) create(ctx context.Context, logPath, id, bundle string, stdout, s
 	return pid, nil
 }
 
-func (r *runc) start(ctx context.Context, logPath, id string) error {
-	_, err := r.run(ctx, logPath, "start", id)
-	return err
+// startRun starts `runc run` in the foreground: runc creates and starts the
+// container, reaps its init, deletes it and exits with the workload's
+// status. The container's stdio are the given files, passed straight
+// through; control and gate become its descriptors 3 and 4.
+func (r *runc) startRun(ctx context.Context, logPath, id, bundle string, stdout, stderr, control, gate *os.File) (*exec.Cmd, error) {
+	// Not bound to ctx: on cancellation the backend kills the container
+	// itself and lets runc delete it.
+	cmd := r.command(context.WithoutCancel(ctx), logPath, "run", "--bundle", bundle, "--preserve-fds", "2", id)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, stdout, stderr
+	cmd.ExtraFiles = []*os.File{control, gate}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("runc run: %w", err)
+	}
+	return cmd, nil
 }
 
 func (r *runc) kill(ctx context.Context, logPath, id, signal string) error {

@@ -41,40 +41,50 @@ func (p Pinned) Open(ctx context.Context) (*Binary, error) {
 	if p.SHA256 == "" {
 		return nil, fmt.Errorf("runtime %s: no pinned sha256 configured", p.Path)
 	}
-	src, err := os.Open(p.Path)
+	mem, got, err := sealedCopy(ctx, p.Path, "custody-runc")
 	if err != nil {
-		return nil, fmt.Errorf("open runtime: %w", err)
+		return nil, fmt.Errorf("runtime: %w", err)
 	}
-	defer src.Close()
-	st, err := src.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat runtime: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("runtime %s is not a regular file", p.Path)
-	}
-	fd, err := unix.MemfdCreate("custody-runc", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("memfd for runtime: %w", err)
-	}
-	mem := os.NewFile(uintptr(fd), "custody-runc")
-	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(mem, h), readerCtx{ctx, src}); err != nil {
-		mem.Close()
-		return nil, fmt.Errorf("copy runtime: %w", err)
-	}
-	got := hex.EncodeToString(h.Sum(nil))
 	if got != strings.TrimPrefix(p.SHA256, "sha256:") {
 		mem.Close()
 		return nil, fmt.Errorf("runtime %s: %w: pinned sha256 %s, found %s; fix: rebuild the pinned runtime (make runc) or re-pin it deliberately",
 			p.Path, ErrRuntimeDigest, p.SHA256, got)
 	}
+	return &Binary{f: mem, digest: got}, nil
+}
+
+// sealedCopy copies the regular file at path into a sealed memfd while
+// hashing it: what is later executed from the memfd is exactly the bytes
+// that were hashed, whatever happens to the file.
+func sealedCopy(ctx context.Context, path, name string) (*os.File, string, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return nil, "", err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, "", fmt.Errorf("%s is not a regular file", path)
+	}
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, "", fmt.Errorf("memfd for %s: %w", path, err)
+	}
+	mem := os.NewFile(uintptr(fd), name)
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(mem, h), readerCtx{ctx, src}); err != nil {
+		mem.Close()
+		return nil, "", fmt.Errorf("copy %s: %w", path, err)
+	}
 	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(mem.Fd(), unix.F_ADD_SEALS, seals); err != nil {
 		mem.Close()
-		return nil, fmt.Errorf("seal runtime copy: %w", err)
+		return nil, "", fmt.Errorf("seal copy of %s: %w", path, err)
 	}
-	return &Binary{f: mem, digest: got}, nil
+	return mem, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Path is what to exec. It is only valid in this process while b is open.

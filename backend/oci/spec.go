@@ -49,6 +49,10 @@ type Config struct {
 	NoSwap bool
 
 	CgroupsPath string
+	// Gated makes the container's first process the custody gate, passed
+	// as descriptor GateFD: it waits for the backend's go-ahead on
+	// ControlFD and then execs Args in its place.
+	Gated bool
 	// UserNS, when set, runs the container in a new user namespace with this
 	// mapping for both uids and gids.
 	UserNS *IDMap
@@ -115,7 +119,7 @@ func Spec(c Config) (*specs.Spec, error) {
 		Process: &specs.Process{
 			Terminal:        false,
 			User:            specs.User{UID: 0, GID: 0},
-			Args:            c.Args,
+			Args:            c.args(),
 			Env:             c.Env,
 			Cwd:             c.Cwd,
 			NoNewPrivileges: true,
@@ -136,6 +140,22 @@ func Spec(c Config) (*specs.Spec, error) {
 		Linux:  linux,
 	}
 	return s, nil
+}
+
+// The gate's descriptors in the container: runc --preserve-fds 2 passes
+// them as 3 and 4.
+const (
+	ControlFD = 3
+	GateFD    = 4
+)
+
+// args is what runc executes: the workload's argv, behind the gate when
+// the launch is gated.
+func (c Config) args() []string {
+	if !c.Gated {
+		return c.Args
+	}
+	return append([]string{fmt.Sprintf("/proc/self/fd/%d", GateFD)}, c.Args...)
 }
 
 func (c Config) validate() error {

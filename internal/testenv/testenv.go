@@ -65,6 +65,18 @@ func Runc(t testing.TB) (path, version, sha string) {
 	return path, first[len(first)-1], hex.EncodeToString(h.Sum(nil))
 }
 
+// Gate returns the custody gate beside the pinned runc (make build puts
+// it there), where the backend looks for it by default.
+func Gate(t testing.TB) string {
+	t.Helper()
+	path, _, _ := Runc(t)
+	gate := filepath.Join(filepath.Dir(path), "custody-gate")
+	if _, err := os.Stat(gate); err != nil {
+		Missing(t, "the custody gate at "+gate+" (make bin/custody-gate)")
+	}
+	return gate
+}
+
 // Busybox returns the path of a static busybox binary.
 func Busybox(t testing.TB) string {
 	t.Helper()
