@@ -106,37 +106,36 @@ func (j *Journal) Begin(runID, grantID string) error {
 	})
 }
 
-// Intent records that kind/name is about to be created. Several names
-// of one kind (a container's cgroup in each hierarchy) go in one durable
-// transaction.
-func (j *Journal) Intent(runID, kind string, names ...string) error {
+// Intent records that each resource (kind and name) is about to be
+// created, all in one durable transaction.
+func (j *Journal) Intent(runID string, rs ...Resource) error {
 	return j.update(runID, func(a *Attempt) error {
-		for _, name := range names {
-			a.Resources = append(a.Resources, Resource{Kind: kind, Name: name, State: Intent, At: j.now()})
+		for _, r := range rs {
+			a.Resources = append(a.Resources, Resource{Kind: r.Kind, Name: r.Name, State: Intent, At: j.now()})
 		}
 		return nil
 	})
 }
 
-// Created records the native identity of each kind/name once it exists.
-func (j *Journal) Created(runID, kind string, identities map[string]map[string]string) error {
+// Created records the native identity of each resource once it exists.
+func (j *Journal) Created(runID string, rs ...Resource) error {
 	return j.update(runID, func(a *Attempt) error {
-		for name, identity := range identities {
-			i := a.find(kind, name)
+		for _, r := range rs {
+			i := a.find(r.Kind, r.Name)
 			if i < 0 {
-				return fmt.Errorf("journal: %s %s created without a recorded intent", kind, name)
+				return fmt.Errorf("journal: %s %s created without a recorded intent", r.Kind, r.Name)
 			}
-			a.Resources[i].State, a.Resources[i].Identity, a.Resources[i].At = Created, identity, j.now()
+			a.Resources[i].State, a.Resources[i].Identity, a.Resources[i].At = Created, r.Identity, j.now()
 		}
 		return nil
 	})
 }
 
-// Removed records that each kind/name is verified gone.
-func (j *Journal) Removed(runID, kind string, names ...string) error {
+// Removed records that each resource is verified gone.
+func (j *Journal) Removed(runID string, rs ...Resource) error {
 	return j.update(runID, func(a *Attempt) error {
-		for _, name := range names {
-			if i := a.find(kind, name); i >= 0 {
+		for _, r := range rs {
+			if i := a.find(r.Kind, r.Name); i >= 0 {
 				a.Resources[i].State, a.Resources[i].At = Removed, j.now()
 			}
 		}

@@ -31,12 +31,12 @@ func TestLifecycle(t *testing.T) {
 	if err := j.Begin("r1", "g1"); err == nil {
 		t.Fatal("second Begin of one run id accepted")
 	}
-	must(j.Intent("r1", "launch-dir", "/run/x"))
-	if err := j.Created("r1", "mount", map[string]map[string]string{"/run/x/out": nil}); err == nil {
+	must(j.Intent("r1", Resource{Kind: "launch-dir", Name: "/run/x"}))
+	if err := j.Created("r1", Resource{Kind: "mount", Name: "/run/x/out"}); err == nil {
 		t.Fatal("Created without an intent accepted")
 	}
-	must(j.Created("r1", "launch-dir", map[string]map[string]string{"/run/x": {"ino": "42"}}))
-	must(j.Intent("r1", "mount", "/run/x/out"))
+	must(j.Created("r1", Resource{Kind: "launch-dir", Name: "/run/x", Identity: map[string]string{"ino": "42"}}))
+	must(j.Intent("r1", Resource{Kind: "mount", Name: "/run/x/out"}))
 	// Clean with outstanding resources is refused: unknown cleanup is not success.
 	if err := j.Finish("r1", Clean, "", ""); err == nil {
 		t.Fatal("Finish(clean) accepted with outstanding resources")
@@ -46,8 +46,8 @@ func TestLifecycle(t *testing.T) {
 	if a.State != Running || len(a.Outstanding()) != 2 || a.Resources[0].Identity["ino"] != "42" {
 		t.Fatalf("attempt %+v", a)
 	}
-	must(j.Removed("r1", "mount", "/run/x/out"))
-	must(j.Removed("r1", "launch-dir", "/run/x"))
+	must(j.Removed("r1", Resource{Kind: "mount", Name: "/run/x/out"}))
+	must(j.Removed("r1", Resource{Kind: "launch-dir", Name: "/run/x"}))
 	must(j.Finish("r1", Clean, "", ""))
 	if un, _ := j.Unfinished(); len(un) != 0 {
 		t.Fatalf("unfinished %+v", un)
@@ -65,7 +65,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if err := j.Begin("r2", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Intent("r2", "container", "custody-r2"); err != nil {
+	if err := j.Intent("r2", Resource{Kind: "container", Name: "custody-r2"}); err != nil {
 		t.Fatal(err)
 	}
 	j.db.Close()

@@ -350,14 +350,16 @@ type recorder struct {
 	runID string
 }
 
-func (r recorder) Intent(kind string, names ...string) error {
-	return r.j.Intent(r.runID, kind, names...)
-}
-func (r recorder) Created(kind string, ids map[string]map[string]string) error {
-	return r.j.Created(r.runID, kind, ids)
-}
-func (r recorder) Removed(kind string, names ...string) error {
-	return r.j.Removed(r.runID, kind, names...)
+func (r recorder) Intent(es ...oci.Entry) error  { return r.j.Intent(r.runID, resources(es)...) }
+func (r recorder) Created(es ...oci.Entry) error { return r.j.Created(r.runID, resources(es)...) }
+func (r recorder) Removed(es ...oci.Entry) error { return r.j.Removed(r.runID, resources(es)...) }
+
+func resources(es []oci.Entry) []journal.Resource {
+	out := make([]journal.Resource, len(es))
+	for i, e := range es {
+		out[i] = journal.Resource{Kind: e.Kind, Name: e.Name, Identity: e.Identity}
+	}
+	return out
 }
 
 func (r *Runner) ociConfig(p *Prepared) oci.Config {

@@ -134,7 +134,9 @@ type Container struct {
 	// acts only where they still match.
 	idents      map[string]map[string]string
 	cgroupNames []string
-	pidfd       int // of the gated init while it runs; 0: none
+	pending     []Entry // identities not yet journalled
+	removed     []Entry // verified gone, journalled at the end of Cleanup
+	pidfd       int     // of the gated init while it runs; 0: none
 	dirRecorded bool
 	recovered   bool // cleaning up after a runner that died
 	faults      func(stage string)
@@ -184,9 +186,21 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	if err := rec.Intent(KindLaunchDir, dir); err != nil {
+	cgroups, err := resolveLaunchCgroups(filepath.Join("custody", l.ID), "workload")
+	if err != nil {
 		bin.Close()
-		return nil, fmt.Errorf("journal launch dir: %w", err)
+		return nil, err
+	}
+	// Everything this launch may create, in one durable record before any
+	// of it exists.
+	intents := []Entry{{Kind: KindLaunchDir, Name: dir}, {Kind: KindRootfsMount, Name: filepath.Join(dir, "rootfs")},
+		{Kind: KindOutputMount, Name: filepath.Join(dir, "out")}, {Kind: KindContainer, Name: l.ID}}
+	for _, d := range cgroups.all() {
+		intents = append(intents, Entry{Kind: KindCgroup, Name: d})
+	}
+	if err := rec.Intent(intents...); err != nil {
+		bin.Close()
+		return nil, fmt.Errorf("journal launch: %w", err)
 	}
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		bin.Close()
@@ -199,11 +213,20 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		logPath:     filepath.Join(dir, "runc.log"),
 		idents:      map[string]map[string]string{},
 		dirRecorded: true,
+		cgroups:     cgroups,
+		cgroupNames: cgroups.all(),
 	}
+	// Identities are recorded together once the launch's files exist; a
+	// failure on the way still records what was made.
+	defer func() {
+		if len(c.pending) > 0 {
+			_ = c.flushCreated()
+		}
+	}()
 	if err := os.Chmod(dir, 0o711); err != nil { // whatever the umask
 		return c, fmt.Errorf("launch dir: %w", err)
 	}
-	if err := c.created(KindLaunchDir, dir, pathIdentity); err != nil {
+	if err := c.identify(KindLaunchDir, dir, pathIdentity); err != nil {
 		return c, err
 	}
 	cfg := l.Config
@@ -214,9 +237,6 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg.CgroupsPath = filepath.Join("custody", l.ID, "workload")
 	cfg.Gated = true
 	cfg.UserNS = b.opts.UserNS
-	if c.cgroups, err = resolveLaunchCgroups(filepath.Join("custody", l.ID), "workload"); err != nil {
-		return c, err
-	}
 	cfg.NoSwap = c.cgroups.swapAccounted()
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
 		return c, err
@@ -235,7 +255,7 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), c.config, 0o600); err != nil {
 		return c, fmt.Errorf("write config: %w", err)
 	}
-	return c, nil
+	return c, c.flushCreated()
 }
 
 // mountRootfs makes an overlay whose upper layer already holds every mount
@@ -270,14 +290,11 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 		}
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", image, upper, work)
-	if err := c.rec.Intent(KindRootfsMount, c.rootfs); err != nil {
-		return fmt.Errorf("journal rootfs mount: %w", err)
-	}
 	c.mounted = append(c.mounted, c.rootfs)
 	if err := unix.Mount("overlay", c.rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay rootfs: %w", err)
 	}
-	return c.created(KindRootfsMount, c.rootfs, mountIdentity)
+	return c.identify(KindRootfsMount, c.rootfs, mountIdentity)
 }
 
 // mountOutput mounts a tmpfs with a hard size bound: writes past it fail
@@ -291,14 +308,11 @@ func (c *Container) mountOutput(limit int64) error {
 	if m := c.b.opts.UserNS; m != nil {
 		opts += fmt.Sprintf(",uid=%d,gid=%d", m.HostID, m.HostID)
 	}
-	if err := c.rec.Intent(KindOutputMount, c.outDir); err != nil {
-		return fmt.Errorf("journal output mount: %w", err)
-	}
 	c.mounted = append(c.mounted, c.outDir)
 	if err := unix.Mount("tmpfs", c.outDir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("output bound of %d bytes cannot be enforced: mount tmpfs: %w", limit, err)
 	}
-	return c.created(KindOutputMount, c.outDir, mountIdentity)
+	return c.identify(KindOutputMount, c.outDir, mountIdentity)
 }
 
 // Exit is how the container ended.
@@ -361,12 +375,6 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	theirs := os.NewFile(uintptr(pair[1]), "gate-control-peer")
 	defer control.Close()
 
-	if err := c.intendContainer(); err != nil {
-		theirs.Close()
-		closeWriters()
-		waitCopies()
-		return nil, err
-	}
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
 	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, outW, errW, theirs, c.b.gate)
 	theirs.Close()
@@ -620,18 +628,24 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 		err := c.removeCgroups()
 		r.step("cgroup-removed", err)
 		if err == nil {
-			_ = c.rec.Removed(KindCgroup, c.cgroupNames...)
+			for _, d := range c.cgroupNames {
+				c.removed = append(c.removed, Entry{Kind: KindCgroup, Name: d})
+			}
 		}
 	}
 	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
 	err := absent(stateDir)
 	r.step("runtime-state-gone", err)
-	if err == nil && c.started {
-		_ = c.rec.Removed(KindContainer, c.id)
+	if err == nil { // started or not, the runtime holds no such container
+		c.removed = append(c.removed, Entry{Kind: KindContainer, Name: c.id})
 	}
 	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
 	r.step("unmounted", c.unmountAll())
 	r.step("launch-dir-removed", c.removeDir())
+	if len(c.removed) > 0 {
+		r.step("journalled", c.rec.Removed(c.removed...))
+		c.removed = nil
+	}
 	if c.bin != nil {
 		c.bin.Close()
 		c.bin = nil
@@ -711,7 +725,7 @@ func (c *Container) unmountAll() error {
 			left = append(left, p)
 			continue
 		}
-		_ = c.rec.Removed(kind, p)
+		c.removed = append(c.removed, Entry{Kind: kind, Name: p})
 	}
 	if len(errs) == 0 {
 		ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir))
@@ -744,7 +758,7 @@ func (c *Container) removeDir() error {
 		return err
 	}
 	if c.dirRecorded {
-		_ = c.rec.Removed(KindLaunchDir, c.dir)
+		c.removed = append(c.removed, Entry{Kind: KindLaunchDir, Name: c.dir})
 	}
 	return nil
 }
@@ -764,33 +778,31 @@ func (c *Container) fault(stage string) {
 	}
 }
 
-// created records a resource's identity after it was made.
-func (c *Container) created(kind, name string, ident func(string) (map[string]string, error)) error {
+// identify reads a resource's native identity once it was made, for the
+// next flushCreated.
+func (c *Container) identify(kind, name string, ident func(string) (map[string]string, error)) error {
 	id, err := ident(name)
 	if err != nil {
 		return fmt.Errorf("identify %s %s: %w", kind, name, err)
 	}
 	c.idents[kind+"\x00"+name] = id
-	if err := c.rec.Created(kind, map[string]map[string]string{name: id}); err != nil {
-		return fmt.Errorf("journal %s %s: %w", kind, name, err)
+	c.pending = append(c.pending, Entry{Kind: kind, Name: name, Identity: id})
+	return nil
+}
+
+// flushCreated records the identities gathered since the last flush in one
+// durable record.
+func (c *Container) flushCreated() error {
+	es := c.pending
+	c.pending = nil
+	if err := c.rec.Created(es...); err != nil {
+		return fmt.Errorf("journal identities: %w", err)
 	}
 	return nil
 }
 
-// intendContainer journals the container and the cgroup directories runc
-// is about to create.
-func (c *Container) intendContainer() error {
-	if err := c.rec.Intent(KindContainer, c.id); err != nil {
-		return fmt.Errorf("journal container: %w", err)
-	}
-	c.cgroupNames = append(c.cgroupNames, c.cgroups.all()...)
-	if err := c.rec.Intent(KindCgroup, c.cgroupNames...); err != nil {
-		return fmt.Errorf("journal cgroups: %w", err)
-	}
-	return nil
-}
-
-// recordContainer journals the identities runc create produced.
+// recordContainer journals the identities `runc run` produced: its init
+// (held by the gate) and the cgroup directories.
 func (c *Container) recordContainer(pid int) error {
 	id, err := processIdentity(pid)
 	if err != nil {
@@ -798,20 +810,11 @@ func (c *Container) recordContainer(pid int) error {
 	}
 	id["bundle"] = c.dir
 	c.idents[KindContainer+"\x00"+c.id] = id
-	if err := c.rec.Created(KindContainer, map[string]map[string]string{c.id: id}); err != nil {
-		return fmt.Errorf("journal container: %w", err)
-	}
-	cgs := map[string]map[string]string{}
+	c.pending = append(c.pending, Entry{Kind: KindContainer, Name: c.id, Identity: id})
 	for _, d := range c.cgroupNames {
-		cid, err := pathIdentity(d)
-		if err != nil {
-			return fmt.Errorf("identify cgroup %s: %w", d, err)
+		if err := c.identify(KindCgroup, d, pathIdentity); err != nil {
+			return err
 		}
-		c.idents[KindCgroup+"\x00"+d] = cid
-		cgs[d] = cid
 	}
-	if err := c.rec.Created(KindCgroup, cgs); err != nil {
-		return fmt.Errorf("journal cgroups: %w", err)
-	}
-	return nil
+	return c.flushCreated()
 }

@@ -23,20 +23,28 @@ const (
 	KindCgroup      = "cgroup"
 )
 
-// Recorder is told about each native resource before it is created, once
-// it exists (with its native identity), and once it is verified gone. A
-// failing Intent stops the create: nothing is made that is not recorded.
+// Recorder is told about native resources before they are created, once
+// they exist (with their native identities), and once they are verified
+// gone. Each call is one durable record: the backend batches what it can,
+// so a launch costs a handful of them. A failing Intent stops the create:
+// nothing is made that is not recorded.
 type Recorder interface {
-	Intent(kind string, names ...string) error
-	Created(kind string, identities map[string]map[string]string) error
-	Removed(kind string, names ...string) error
+	Intent(es ...Entry) error
+	Created(es ...Entry) error
+	Removed(es ...Entry) error
+}
+
+// Entry is one native resource; Identity is set once it exists.
+type Entry struct {
+	Kind, Name string
+	Identity   map[string]string
 }
 
 type nopRecorder struct{}
 
-func (nopRecorder) Intent(string, ...string) error                     { return nil }
-func (nopRecorder) Created(string, map[string]map[string]string) error { return nil }
-func (nopRecorder) Removed(string, ...string) error                    { return nil }
+func (nopRecorder) Intent(...Entry) error  { return nil }
+func (nopRecorder) Created(...Entry) error { return nil }
+func (nopRecorder) Removed(...Entry) error { return nil }
 
 // Resource is a recorded native resource, as recovery gets it back.
 type Resource struct {
