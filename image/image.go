@@ -60,6 +60,7 @@ const (
 type Store struct {
 	dir    string
 	limits treehash.Options
+	seen   verified
 }
 
 // Image is a stored root filesystem.

@@ -115,21 +115,12 @@ func StorePath(cfg Config) string { return filepath.Join(cfg.StateDir, "custody.
 // Config returns the runner's configuration.
 func (r *Runner) Config() Config { return r.cfg }
 
-// VerifyImage re-hashes an image's rootfs and refuses if it no longer has
-// the digest it is stored under.
+// VerifyImage re-derives that an image's rootfs still has the digest it is
+// stored under (image.Store.Verify: a re-hash, or a metadata walk while
+// nothing in the tree changed), and refuses if not.
 func (r *Runner) VerifyImage(ctx context.Context, digest string) error {
-	img, err := r.images.Get(digest)
-	if err != nil {
-		return err
-	}
-	tree, err := treehash.Dir(ctx, img.Rootfs, treehash.Options{})
-	if err != nil {
-		return fmt.Errorf("verify image %s: %w", digest, err)
-	}
-	if tree.Digest != digest {
-		return fmt.Errorf("image %s: stored rootfs now hashes to %s", digest, tree.Digest)
-	}
-	return nil
+	_, err := r.images.Verify(ctx, digest)
+	return err
 }
 
 // Profile is the evidenced platform profile the runner admits against.
