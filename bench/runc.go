@@ -19,9 +19,13 @@ import (
 )
 
 // RawRunc runs raw `runc run` of bundles equivalent to what custodyd
-// launches: the same busybox rootfs and a config.json from oci.Spec with the
-// same budgets. Its container state lives in a private --root, container ids
-// are unique, and Close removes everything it made.
+// launches: a config.json from oci.Spec with the same budgets, over the same
+// kinds of filesystems (the busybox image under an overlay, the output on a
+// size-bounded tmpfs) and a cgroup at the same depth. Only the custody gate
+// is left out. The mounts are made once, not per run: making them is part
+// of custody's cost, not of the container's. Its container state lives in a
+// private --root, container ids are unique, and Close removes everything it
+// made.
 type RawRunc struct {
 	Runc    string
 	Dir     string // private: state root and bundles
@@ -30,7 +34,8 @@ type RawRunc struct {
 	bundles []string
 	seq     atomic.Int64
 	cpu     atomic.Int64 // ns of CPU used by runc runs and their containers
-	mounted bool
+	mounts  []string     // made by NewRawRunc, innermost last
+	cgroups []string     // parent cgroups of the bundles, below custody-bench
 }
 
 // RawConfig are the budgets of the raw bundle; set them to what custodyd's
@@ -68,13 +73,20 @@ func NewRawRunc(runc, dir, rootfs string, n int, rc RawConfig) (*RawRunc, error)
 			return nil, err
 		}
 	}
-	// The rootfs is a mount point of its own, as custodyd's overlay is: in
-	// a user namespace runc cannot change the propagation of the mount a
-	// plain directory would sit on. Made once, not per run.
-	if err := unix.Mount(r.Rootfs, r.Rootfs, "", unix.MS_BIND, ""); err != nil {
-		return nil, fmt.Errorf("bind rootfs: %w", err)
+	// An overlay over the image copy, as custodyd mounts for each launch
+	// (and in a user namespace runc needs the rootfs to be a mount point).
+	merged := filepath.Join(dir, "merged")
+	for _, d := range []string{filepath.Join(dir, "upper"), filepath.Join(dir, "work"), merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
-	r.mounted = true
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", r.Rootfs, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+		return nil, fmt.Errorf("overlay rootfs: %w", err)
+	}
+	r.mounts = append(r.mounts, merged)
+	r.Rootfs = merged
 	if err := r.writeBundles(n, rc); err != nil {
 		_ = r.Close()
 		return nil, err
@@ -90,19 +102,23 @@ func (r *RawRunc) writeBundles(n int, rc RawConfig) error {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
 		}
+		// A bounded tmpfs the remapped root can write, as custody's output.
+		opts := "size=8388608,mode=0755"
 		if rc.UserNS != nil {
-			// The remapped root writes its output here, as it does in
-			// custody's output filesystem.
-			if err := os.Chown(out, int(rc.UserNS.HostID), int(rc.UserNS.HostID)); err != nil {
-				return err
-			}
+			opts += fmt.Sprintf(",uid=%d,gid=%d", rc.UserNS.HostID, rc.UserNS.HostID)
 		}
+		if err := unix.Mount("tmpfs", out, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+			return fmt.Errorf("output tmpfs: %w", err)
+		}
+		r.mounts = append(r.mounts, out)
+		parent := fmt.Sprintf("custody-bench/raw-%d-%d", os.Getpid(), i)
+		r.cgroups = append(r.cgroups, parent)
 		spec, err := oci.Spec(oci.Config{
 			Rootfs: r.Rootfs, Args: rc.Args, Cwd: "/", Hostname: "custody",
 			Output:   oci.Mount{Source: out, Target: "/out"},
 			TmpBytes: rc.TmpBytes, Memory: rc.Memory, Pids: rc.Pids, CPU: rc.CPU,
 			FileSize: rc.FileSize, NoSwap: rc.NoSwap, UserNS: rc.UserNS,
-			CgroupsPath: fmt.Sprintf("custody-bench/raw-%d-%d", os.Getpid(), i),
+			CgroupsPath: parent + "/workload",
 		})
 		if err != nil {
 			return err
@@ -150,14 +166,17 @@ func (r *RawRunc) Close() error {
 		left = append(left, id)
 		_ = exec.Command(r.Runc, "--root", r.State, "delete", "--force", id).Run()
 	}
-	if r.mounted {
-		if err := unix.Unmount(r.Rootfs, 0); err != nil {
-			return fmt.Errorf("unmount %s: %w", r.Rootfs, err)
+	for i := len(r.mounts) - 1; i >= 0; i-- {
+		if err := unix.Unmount(r.mounts[i], 0); err != nil {
+			return fmt.Errorf("unmount %s: %w", r.mounts[i], err)
 		}
-		r.mounted = false
+		r.mounts = r.mounts[:i]
 	}
-	// runc removes each container's cgroup but not the custody-bench
-	// parent it made beside them; remove it where it is empty.
+	// runc removes each container's cgroup but not the parents it made
+	// above them; remove those where they are empty.
+	for _, cg := range r.cgroups {
+		RemoveEmptyCgroup(cg)
+	}
 	RemoveEmptyCgroup("custody-bench")
 	if mounted, err := MountedUnder(r.Dir); err != nil || len(mounted) > 0 {
 		return fmt.Errorf("raw runc dir %s still has mounts %v (%v); not removed", r.Dir, mounted, err)
