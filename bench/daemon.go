@@ -270,7 +270,8 @@ type Timing struct {
 	// re-derive every bound value, consume.
 	Admit time.Duration
 	// Create is from "started" to the container's start (result.started):
-	// runtime verification, mounts, config, runc create.
+	// runtime verification, mounts, config, runc run up to the gate's
+	// go-ahead.
 	Create time.Duration
 	// Run is the container's life (result.started to result.finished).
 	Run time.Duration

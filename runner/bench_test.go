@@ -16,7 +16,7 @@ import (
 
 // BenchmarkTrivialPhase compares a whole custody launch of /bin/true
 // (admission, snapshot, runtime verification, overlay and output mounts,
-// create/start/wait, output custody, verified cleanup) with a raw
+// runc run through the gate, output custody, verified cleanup) with a raw
 // `runc run` of an equivalent bundle, in one run.
 func BenchmarkTrivialPhase(b *testing.B) {
 	testenv.Root(b)

@@ -56,9 +56,9 @@ type Backend struct {
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
 
-// New prepares the backend's directories and makes this process a child
-// subreaper, so that a container's init (orphaned when `runc create` exits)
-// is reparented to us and we can collect its real exit status.
+// New prepares the backend's directories, loads the gate and makes this
+// process a child subreaper: should a `runc run` die before its container,
+// the container's processes are reparented to us, not to the host's init.
 func New(opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

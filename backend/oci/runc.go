@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -58,31 +56,6 @@ func (r *runc) run(ctx context.Context, logPath string, args ...string) ([]byte,
 		return nil, fmt.Errorf("runc %s: %w: %s", args[0], err, msg)
 	}
 	return stdout.Bytes(), nil
-}
-
-// create runs `runc create`; the container's stdio are the given files,
-// passed straight through so runc holds no copy loop.
-func (r *runc) create(ctx context.Context, logPath, id, bundle string, stdout, stderr *os.File) (int, error) {
-	pidFile := filepath.Join(bundle, "init.pid")
-	cmd := r.command(ctx, logPath, "create", "--bundle", bundle, "--pid-file", pidFile, id)
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return 0, err
-	}
-	defer devnull.Close()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, stdout, stderr
-	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("runc create: %w: %s", err, lastLogError(logPath))
-	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		return 0, fmt.Errorf("runc create: read pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("runc create: bad pid file %q", b)
-	}
-	return pid, nil
 }
 
 // startRun starts `runc run` in the foreground: runc creates and starts the

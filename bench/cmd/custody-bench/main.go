@@ -523,7 +523,7 @@ func (b *bencher) launch(ctx context.Context) {
 		d    []time.Duration
 	}{
 		{"  split: verify + re-derive + consume (to 'started')", admit},
-		{"  split: runtime check, mounts, runc create", create},
+		{"  split: runtime check, mounts, runc run to the gate", create},
 		{"  split: container start to exit", life},
 		{"  split: output custody, cleanup, receipt, record", after},
 	} {
@@ -589,7 +589,7 @@ func (b *bencher) throughput(ctx context.Context) {
 		b.rep.Add(bench.Row{ID: "2", Metric: "  CPU per phase, all rounds", Unit: "ms", Value: bench.F(bench.Ms(c)),
 			Baseline: "raw runc run", BaselineValue: bench.F(bench.Ms(r)), Ratio: bench.F(float64(c) / float64(r)),
 			RatioText: fmt.Sprintf("%.2f× runc", float64(c)/float64(r)), Verdict: bench.VerdictInfo, N: b.custodyN,
-			Note: fmt.Sprintf("custodyd user+sys %.1f ms + its reaped children (runc create/start/delete, the container) %.1f ms, vs runc run's rusage; %d cores bound throughput at cores/CPU-per-phase",
+			Note: fmt.Sprintf("custodyd user+sys %.1f ms + its reaped children (runc run, the container) %.1f ms, vs runc run's rusage; %d cores bound throughput at cores/CPU-per-phase",
 				bench.Ms(b.custodySelf/time.Duration(b.custodyN)), bench.Ms((b.custodyCPU-b.custodySelf)/time.Duration(b.custodyN)), runtime.NumCPU())})
 	}
 }
