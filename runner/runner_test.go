@@ -549,7 +549,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	// Operator recovery: release the file, clean up, release quarantine.
 	f.Close()
 	dir := filepath.Join(h.cfg.RuntimeDir, "custody-"+res.RunID)
-	for _, m := range []string{filepath.Join(dir, "out"), filepath.Join(dir, "rootfs")} {
+	for _, m := range []string{filepath.Join(dir, "out"), filepath.Join(dir, "rootfs"), dir} {
 		_ = unmount(m)
 	}
 	os.RemoveAll(dir)

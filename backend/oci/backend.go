@@ -193,7 +193,8 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	}
 	// Everything this launch may create, in one durable record before any
 	// of it exists.
-	intents := []Entry{{Kind: KindLaunchDir, Name: dir}, {Kind: KindRootfsMount, Name: filepath.Join(dir, "rootfs")},
+	intents := []Entry{{Kind: KindLaunchDir, Name: dir}, {Kind: KindLaunchMount, Name: dir},
+		{Kind: KindRootfsMount, Name: filepath.Join(dir, "rootfs")},
 		{Kind: KindOutputMount, Name: filepath.Join(dir, "out")}, {Kind: KindContainer, Name: l.ID}}
 	for _, d := range cgroups.all() {
 		intents = append(intents, Entry{Kind: KindCgroup, Name: d})
@@ -229,6 +230,9 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if err := c.identify(KindLaunchDir, dir, pathIdentity); err != nil {
 		return c, err
 	}
+	if err := c.mountLaunchDir(); err != nil {
+		return c, err
+	}
 	cfg := l.Config
 	cfg.Rootfs = c.rootfs
 	cfg.Output.Source = c.outDir
@@ -256,6 +260,18 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		return c, fmt.Errorf("write config: %w", err)
 	}
 	return c, c.flushCreated()
+}
+
+// mountLaunchDir mounts a small tmpfs over the launch dir: the overlay's
+// upper and work dirs, config.json and runc's log live in memory, so the
+// end of a launch needs no sync of a disk filesystem (unmounting an overlay
+// syncs its upper layer) and no removal of files from one.
+func (c *Container) mountLaunchDir() error {
+	c.mounted = append(c.mounted, c.dir)
+	if err := unix.Mount("tmpfs", c.dir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=32m,nr_inodes=4096,mode=0711"); err != nil {
+		return fmt.Errorf("launch dir tmpfs: %w", err)
+	}
+	return c.identify(KindLaunchMount, c.dir, mountIdentity)
 }
 
 // mountRootfs makes an overlay whose upper layer already holds every mount
@@ -700,8 +716,11 @@ func (c *Container) unmountAll() error {
 	for i := len(c.mounted) - 1; i >= 0; i-- {
 		p := c.mounted[i]
 		kind := KindOutputMount
-		if p == c.rootfs {
+		switch p {
+		case c.rootfs:
 			kind = KindRootfsMount
+		case c.dir:
+			kind = KindLaunchMount
 		}
 		want := c.idents[kind+"\x00"+p]
 		got, err := mountIdentity(p)

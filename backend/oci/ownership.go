@@ -17,6 +17,7 @@ import (
 // Resource kinds the backend records.
 const (
 	KindLaunchDir   = "launch-dir"
+	KindLaunchMount = "launch-mount" // the tmpfs over the launch dir
 	KindRootfsMount = "rootfs-mount"
 	KindOutputMount = "output-mount"
 	KindContainer   = "container"
@@ -138,7 +139,7 @@ func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, 
 		}
 		c.idents[r.Kind+"\x00"+r.Name] = r.Identity
 		switch r.Kind {
-		case KindRootfsMount, KindOutputMount:
+		case KindLaunchMount, KindRootfsMount, KindOutputMount:
 			c.mounted = append(c.mounted, r.Name)
 		case KindContainer:
 			c.started = true
