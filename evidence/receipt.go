@@ -388,6 +388,28 @@ func normalize(r *Receipt) {
 // predicate and checks that the subjects are exactly those derived from
 // predicate.output.
 func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
+	// Fast path for a well-formed receipt: one strict decode with the
+	// predicate typed and one canonical encode, where the explained path
+	// below decodes and re-encodes the predicate separately. Both accept
+	// exactly the same payloads; anything the fast path does not accept
+	// goes the explained way, which says what is wrong.
+	var typed cdsse.Statement[Receipt]
+	if cdsse.StrictUnmarshal(payload, &typed) == nil && typed.Type == cdsse.StatementType && typed.PredicateType == predicate.Receipt {
+		if again, err := cdsse.CanonicalJSON(&typed); err == nil && bytes.Equal(again, payload) {
+			if err := validateReceipt(&typed.Predicate); err != nil {
+				return nil, nil, fmt.Errorf("predicate: %v", err)
+			}
+			want := subjectsOf(&typed.Predicate.Output)
+			if !slices.EqualFunc(typed.Subject, want, equalSubject) {
+				return nil, nil, fmt.Errorf("subjects are not those of predicate.output (%d subjects, want %d)", len(typed.Subject), len(want))
+			}
+			return &typed.Predicate, want, nil
+		}
+	}
+	return decodeReceiptStatementExplained(payload)
+}
+
+func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error) {
 	var st statement
 	if err := cdsse.StrictUnmarshal(payload, &st); err != nil {
 		return nil, nil, fmt.Errorf("statement: %v", err)
