@@ -143,10 +143,16 @@ func (j *Journal) Removed(runID string, rs ...Resource) error {
 	})
 }
 
-// Finish sets an attempt's state. Clean is refused while a resource is
-// outstanding: unknown cleanup is never reported as success.
-func (j *Journal) Finish(runID string, state State, detail, retry string) error {
+// Finish sets an attempt's state, first recording the resources in removed
+// as verified gone, in the same transaction. Clean is refused while a
+// resource is outstanding: unknown cleanup is never reported as success.
+func (j *Journal) Finish(runID string, state State, detail, retry string, removed ...Resource) error {
 	return j.update(runID, func(a *Attempt) error {
+		for _, r := range removed {
+			if i := a.find(r.Kind, r.Name); i >= 0 {
+				a.Resources[i].State, a.Resources[i].At = Removed, j.now()
+			}
+		}
 		if state == Clean {
 			if left := a.Outstanding(); len(left) > 0 {
 				return fmt.Errorf("journal: attempt %s cannot be clean with %d outstanding resources", runID, len(left))

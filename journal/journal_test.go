@@ -47,8 +47,12 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("attempt %+v", a)
 	}
 	must(j.Removed("r1", Resource{Kind: "mount", Name: "/run/x/out"}))
-	must(j.Removed("r1", Resource{Kind: "launch-dir", Name: "/run/x"}))
-	must(j.Finish("r1", Clean, "", ""))
+	// Removals given to Finish count in the same transaction; one left out
+	// still refuses clean.
+	if err := j.Finish("r1", Clean, "", "", Resource{Kind: "mount", Name: "/run/x/out"}); err == nil {
+		t.Fatal("Finish(clean) accepted with the launch dir outstanding")
+	}
+	must(j.Finish("r1", Clean, "", "", Resource{Kind: "launch-dir", Name: "/run/x"}))
 	if un, _ := j.Unfinished(); len(un) != 0 {
 		t.Fatalf("unfinished %+v", un)
 	}

@@ -40,7 +40,7 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 		for _, x := range a.Resources {
 			res = append(res, oci.Resource{Kind: x.Kind, Name: x.Name, State: x.State, Identity: x.Identity})
 		}
-		rep := r.backend.Recover(ctx, ContainerID(a.RunID), res, recorder{r.journal, a.RunID})
+		rep := r.backend.Recover(ctx, ContainerID(a.RunID), res, &recorder{j: r.journal, runID: a.RunID})
 		if rep.Verified {
 			if err := r.journal.Finish(a.RunID, journal.Clean, "recovered: every recorded resource verified gone", ""); err != nil {
 				_ = r.residual(a.RunID, err.Error())

@@ -254,13 +254,16 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		Refuse(res, fmt.Errorf("journal: %w", err))
 		return res, err
 	}
+	// The verified removals are journalled with the attempt's final state,
+	// in one transaction.
+	rec := &recorder{j: r.journal, runID: res.RunID, deferRemovals: true}
 	l := oci.Launch{
 		ID:          ContainerID(res.RunID),
 		ImageRootfs: p.Image.Rootfs,
 		Config:      r.ociConfig(p),
 		OutputBytes: p.Plan.OutputBytes,
 		WallTime:    p.Plan.WallTime,
-		Recorder:    recorder{r.journal, res.RunID},
+		Recorder:    rec,
 	}
 	c, err := r.backend.Prepare(ctx, l)
 	if err != nil {
@@ -268,7 +271,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		if c != nil {
 			res.Cleanup = cleanup(c.Cleanup(ctx))
 		}
-		r.afterCleanup(res)
+		r.afterCleanup(res, rec.removed)
 		return res, err
 	}
 	res.RuntimeSHA256 = c.RuntimeSHA256()
@@ -294,7 +297,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		res.Finished = time.Now().UTC()
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
-	if err := r.afterCleanup(res); err != nil {
+	if err := r.afterCleanup(res, rec.removed); err != nil {
 		return res, err
 	}
 	return res, runErr
@@ -302,10 +305,10 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 
 // afterCleanup closes the attempt's journal, and quarantines the runner
 // when cleanup was not verified.
-func (r *Runner) afterCleanup(res *api.Result) error {
+func (r *Runner) afterCleanup(res *api.Result, removed []journal.Resource) error {
 	if res.Cleanup == nil || res.Cleanup.Verified {
-		if err := r.journal.Finish(res.RunID, journal.Clean, "", ""); err != nil {
-			return r.residual(res.RunID, fmt.Sprintf("cleanup looked verified but the journal disagrees: %v", err))
+		if err := r.journal.Finish(res.RunID, journal.Clean, "", "", removed...); err != nil {
+			return r.residual(res.RunID, fmt.Sprintf("cleanup looked verified but the journal disagrees: %v", err), removed...)
 		}
 		return nil
 	}
@@ -315,14 +318,14 @@ func (r *Runner) afterCleanup(res *api.Result) error {
 			failed = append(failed, s.Name+": "+s.Detail)
 		}
 	}
-	return r.residual(res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed))
+	return r.residual(res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed), removed...)
 }
 
 // residual marks an attempt residual and quarantines the runner: it takes
 // no work until an operator recovers it.
-func (r *Runner) residual(runID, reason string) error {
+func (r *Runner) residual(runID, reason string, removed ...journal.Resource) error {
 	retry := "custody recover (operator), then custody quarantine release"
-	if err := r.journal.Finish(runID, journal.Residual, reason, retry); err != nil {
+	if err := r.journal.Finish(runID, journal.Residual, reason, retry, removed...); err != nil {
 		r.log.Error("journal residual", "run", runID, "err", err)
 	}
 	r.log.Error("quarantining runner", "run", runID, "reason", reason)
@@ -335,15 +338,25 @@ func (r *Runner) residual(runID, reason string) error {
 // ContainerID is the runtime container id of a run.
 func ContainerID(runID string) string { return "custody-" + runID }
 
-// recorder adapts the journal to the backend's Recorder for one run.
+// recorder adapts the journal to the backend's Recorder for one run. With
+// deferRemovals it keeps the removals for the caller to journal with the
+// attempt's final state.
 type recorder struct {
-	j     *journal.Journal
-	runID string
+	j             *journal.Journal
+	runID         string
+	deferRemovals bool
+	removed       []journal.Resource
 }
 
-func (r recorder) Intent(es ...oci.Entry) error  { return r.j.Intent(r.runID, resources(es)...) }
-func (r recorder) Created(es ...oci.Entry) error { return r.j.Created(r.runID, resources(es)...) }
-func (r recorder) Removed(es ...oci.Entry) error { return r.j.Removed(r.runID, resources(es)...) }
+func (r *recorder) Intent(es ...oci.Entry) error  { return r.j.Intent(r.runID, resources(es)...) }
+func (r *recorder) Created(es ...oci.Entry) error { return r.j.Created(r.runID, resources(es)...) }
+func (r *recorder) Removed(es ...oci.Entry) error {
+	if r.deferRemovals {
+		r.removed = append(r.removed, resources(es)...)
+		return nil
+	}
+	return r.j.Removed(r.runID, resources(es)...)
+}
 
 func resources(es []oci.Entry) []journal.Resource {
 	out := make([]journal.Resource, len(es))

@@ -659,7 +659,9 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 	r.step("unmounted", c.unmountAll())
 	r.step("launch-dir-removed", c.removeDir())
 	if len(c.removed) > 0 {
-		r.step("journalled", c.rec.Removed(c.removed...))
+		if err := c.rec.Removed(c.removed...); err != nil {
+			r.step("journalled", err) // the removals are verified but not on record
+		}
 		c.removed = nil
 	}
 	if c.bin != nil {
