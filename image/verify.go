@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"io/fs"
+	"hash"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/treehash"
 )
@@ -62,36 +65,65 @@ func (s *Store) Verify(ctx context.Context, digest string) (*Image, error) {
 	return img, nil
 }
 
-// fingerprint digests the metadata of every entry under root.
+// fingerprint digests the metadata of every entry under root. Entries are
+// stat'ed relative to their open parent directory (no path walk per entry)
+// and visited in name order.
 func fingerprint(root string) ([sha256.Size]byte, error) {
 	h := sha256.New()
-	var rec [8 * 8]byte
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return fmt.Errorf("%s: no stat data", p)
-		}
-		rel, _ := filepath.Rel(root, p)
-		h.Write([]byte(rel))
-		h.Write([]byte{0})
-		for i, v := range []uint64{uint64(st.Mode), uint64(st.Size), st.Ino, st.Dev, uint64(st.Uid)<<32 | uint64(st.Gid),
-			uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec), uint64(st.Mtim.Nsec)} {
-			binary.LittleEndian.PutUint64(rec[i*8:], v)
-		}
-		h.Write(rec[:])
-		return nil
-	})
 	var out [sha256.Size]byte
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return out, err
+	}
+	if err := fingerprintDir(h, root, "", &st); err != nil {
 		return out, err
 	}
 	copy(out[:], h.Sum(nil))
 	return out, nil
+}
+
+func fingerprintDir(h hash.Hash, path, rel string, st *unix.Stat_t) error {
+	record(h, rel, st)
+	d, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	fd := int(d.Fd())
+	for _, name := range names {
+		var cst unix.Stat_t
+		if err := unix.Fstatat(fd, name, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(path, name), err)
+		}
+		crel := name
+		if rel != "" {
+			crel = rel + "/" + name
+		}
+		if cst.Mode&unix.S_IFMT == unix.S_IFDIR {
+			if err := fingerprintDir(h, filepath.Join(path, name), crel, &cst); err != nil {
+				return err
+			}
+			continue
+		}
+		record(h, crel, &cst)
+	}
+	return nil
+}
+
+// record adds one entry: its path, type and mode, size, inode, device,
+// owner and change time (and mtime's nanoseconds).
+func record(h hash.Hash, rel string, st *unix.Stat_t) {
+	var rec [8 * 8]byte
+	h.Write([]byte(rel))
+	h.Write([]byte{0})
+	for i, v := range []uint64{uint64(st.Mode), uint64(st.Size), st.Ino, st.Dev, uint64(st.Uid)<<32 | uint64(st.Gid),
+		uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec), uint64(st.Mtim.Nsec)} {
+		binary.LittleEndian.PutUint64(rec[i*8:], v)
+	}
+	h.Write(rec[:])
 }

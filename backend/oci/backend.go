@@ -507,9 +507,10 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	return ex, nil
 }
 
-// gatedPid finds the gate: the one process in the launch's leaf cgroup.
+// gatedPid finds the gate: the one process in the launch's leaf cgroup
+// (any hierarchy holds every member; the pids one is read).
 func (c *Container) gatedPid() (int, error) {
-	pids, err := c.cgroups.procs()
+	pids, err := c.cgroups.leafProcs("pids")
 	if err != nil {
 		return 0, err
 	}

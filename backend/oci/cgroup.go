@@ -253,6 +253,26 @@ func (cg *cgroupDirs) procs() ([]int, error) {
 	return out, nil
 }
 
+// leafProcs lists the members of the leaf in the hierarchy of controller c
+// (the unified one on cgroup v2).
+func (cg *cgroupDirs) leafProcs(c string) ([]int, error) {
+	d := cg.dir(c)
+	if d == "" {
+		return cg.procs()
+	}
+	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", d, err)
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
 // remaining lists the cgroup directories that still exist.
 func (cg *cgroupDirs) remaining() []string {
 	var out []string
