@@ -68,6 +68,8 @@ type DaemonOptions struct {
 	// the state dir and the per-launch bundles.
 	Dir      string
 	LogLevel string
+	// CPUProfile, if set, is where custodyd writes its CPU profile.
+	CPUProfile string
 }
 
 // policyYAML is the bench's operator policy: the example policy's
@@ -184,7 +186,11 @@ operators: [0]
 	if d.logs, err = os.Create(d.LogPath); err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(o.Custodyd, "--config", cfg, "--log-level", o.LogLevel)
+	args := []string{"--config", cfg, "--log-level", o.LogLevel}
+	if o.CPUProfile != "" {
+		args = append(args, "--cpuprofile", o.CPUProfile)
+	}
+	d.cmd = exec.Command(o.Custodyd, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	if err := d.cmd.Start(); err != nil {
 		d.logs.Close()

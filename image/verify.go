@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -65,7 +67,8 @@ func (s *Store) Verify(ctx context.Context, digest string) (*Image, error) {
 	return img, nil
 }
 
-// fingerprint digests the metadata of every entry under root. Entries are
+// fingerprint digests the metadata of every entry under root: directories
+// and files by their stat, symlinks by name (see below). Entries are
 // stat'ed relative to their open parent directory (no path walk per entry)
 // and visited in name order.
 func fingerprint(root string) ([sha256.Size]byte, error) {
@@ -89,20 +92,30 @@ func fingerprintDir(h hash.Hash, path, rel string, st *unix.Stat_t) error {
 		return err
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	ents, err := d.ReadDir(-1)
 	if err != nil {
 		return err
 	}
-	slices.Sort(names)
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	fd := int(d.Fd())
-	for _, name := range names {
-		var cst unix.Stat_t
-		if err := unix.Fstatat(fd, name, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("%s: %w", filepath.Join(path, name), err)
-		}
+	for _, e := range ents {
+		name := e.Name()
 		crel := name
 		if rel != "" {
 			crel = rel + "/" + name
+		}
+		// A symlink cannot change in place: replacing or retargeting it
+		// changes its directory's mtime and ctime, recorded above. So its
+		// name and type suffice, and the image's hundreds of applet links
+		// cost no stat.
+		if e.Type()&fs.ModeSymlink != 0 {
+			h.Write([]byte(crel))
+			h.Write([]byte{0, 'l'})
+			continue
+		}
+		var cst unix.Stat_t
+		if err := unix.Fstatat(fd, name, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(path, name), err)
 		}
 		if cst.Mode&unix.S_IFMT == unix.S_IFDIR {
 			if err := fingerprintDir(h, filepath.Join(path, name), crel, &cst); err != nil {

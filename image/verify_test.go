@@ -37,6 +37,15 @@ func TestVerify(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		"symlink retargeted": func(t *testing.T, rootfs string) {
+			link := filepath.Join(rootfs, "usr/bin")
+			if err := os.Remove(link); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("../etc", link); err != nil {
+				t.Fatal(err)
+			}
+		},
 		"file added": func(t *testing.T, rootfs string) {
 			if err := os.WriteFile(filepath.Join(rootfs, "etc/added"), nil, 0o644); err != nil {
 				t.Fatal(err)

@@ -52,6 +52,7 @@ type options struct {
 	logLevel                string
 	keep                    bool
 	cpuprofile              string
+	daemonProfile           string
 }
 
 func main() {
@@ -75,6 +76,7 @@ func main() {
 	flag.StringVar(&only, "only", "launch,throughput,digest,grant", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "custodyd --log-level")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
+	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (the digest and receipt measurements run in it) to this file")
 	flag.Parse()
 	for _, s := range strings.Split(conc, ",") {
@@ -281,7 +283,7 @@ func (b *bencher) setup(ctx context.Context) error {
 	progress("starting custodyd (%s)", dd)
 	b.d, err = bench.StartDaemon(ctx, bench.DaemonOptions{
 		Custodyd: filepath.Join(b.o.bin, "custodyd"), Runc: filepath.Join(b.o.bin, "runc"),
-		Rootfs: b.o.rootfs, Dir: dd, LogLevel: b.o.logLevel,
+		Rootfs: b.o.rootfs, Dir: dd, LogLevel: b.o.logLevel, CPUProfile: b.o.daemonProfile,
 	})
 	if err != nil {
 		return err
