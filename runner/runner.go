@@ -284,7 +284,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	if runErr == nil {
 		setExit(res, ex)
 		p.Observed = ex.Observed
-		out, err := r.outputs.Take(ctx, c.OutputDir(), treehash.Options{MaxBytes: p.Plan.OutputBytes})
+		out, err := r.takeOutput(ctx, c, treehash.Options{MaxBytes: p.Plan.OutputBytes})
 		if err != nil {
 			res.Status = StatusFailed
 			res.Error = fmt.Sprintf("output custody: %v", err)
@@ -301,6 +301,23 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		return res, err
 	}
 	return res, runErr
+}
+
+// smallOutput is the size below which an output is first looked up in the
+// store by its digest: hashing it twice when it is new costs less than
+// staging a copy of one the store already holds (a phase's empty or tiny
+// output, repeated run after run).
+const smallOutput = 1 << 20
+
+// takeOutput moves a run's output into the output store.
+func (r *Runner) takeOutput(ctx context.Context, c *oci.Container, limits treehash.Options) (*snapshot.Snapshot, error) {
+	if used, err := c.OutputUsed(); err == nil && used <= smallOutput {
+		snap, ok, err := r.outputs.Reuse(ctx, c.OutputDir(), limits)
+		if err != nil || ok {
+			return snap, err
+		}
+	}
+	return r.outputs.Take(ctx, c.OutputDir(), limits)
 }
 
 // afterCleanup closes the attempt's journal, and quarantines the runner

@@ -120,6 +120,34 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 	return snap, nil
 }
 
+// Reuse returns the stored snapshot of src's content without copying
+// anything, when the store already holds it: src is digested where it is
+// and the stored copy is re-hashed against that digest. ok is false, and
+// nothing was written, when the store does not hold the content (or holds
+// it in the other layout, file or directory); Take it then. For content
+// the store may hold, this reads src once instead of staging a copy; for
+// new content, Take after it reads src twice.
+func (s *Store) Reuse(ctx context.Context, src string, limits treehash.Options) (snap *Snapshot, ok bool, err error) {
+	tree, err := Digest(ctx, src, limits)
+	if err != nil {
+		return nil, false, err
+	}
+	snap, err = s.Get(tree.Digest)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if isRegular(src) != isRegular(snap.Path) {
+		return nil, false, nil
+	}
+	if err := s.Verify(ctx, snap); err != nil {
+		return nil, false, err
+	}
+	return snap, true, nil
+}
+
 // Get returns the stored snapshot with the given digest, or an error wrapping
 // ErrNotFound. It does not re-hash the copy; see Verify.
 func (s *Store) Get(digest string) (*Snapshot, error) {

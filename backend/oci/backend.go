@@ -149,6 +149,15 @@ func (c *Container) ID() string { return c.id }
 // Cleanup.
 func (c *Container) OutputDir() string { return c.outDir }
 
+// OutputUsed is how many bytes the output filesystem holds.
+func (c *Container) OutputUsed() (int64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(c.outDir, &fs); err != nil {
+		return 0, err
+	}
+	return int64(fs.Blocks-fs.Bfree) * fs.Bsize, nil
+}
+
 // ConfigSHA256 is the digest of the config.json that was handed to runc.
 func (c *Container) ConfigSHA256() string {
 	sum := sha256.Sum256(c.config)
