@@ -52,6 +52,9 @@ type Backend struct {
 	runtime    *runtimeCache
 	gate       *os.File // sealed copy of the gate, passed to every container
 	gateSHA256 string
+	// cgroupMounts are the cgroup hierarchies, read once: where they are
+	// mounted does not change under a running host's services.
+	cgroupMounts []*mountinfo.Info
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -85,12 +88,17 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the custody gate: %w; fix: build it (make bin/custody-gate) and install it beside the runtime, or set runtime.gate", err)
 	}
+	cgMounts, err := cgroupMounts()
+	if err != nil {
+		gate.Close()
+		return nil, err
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		gate.Close()
 		return nil, fmt.Errorf("become child subreaper: %w", err)
 	}
 	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime},
-		gate: gate, gateSHA256: gateSHA}, nil
+		gate: gate, gateSHA256: gateSHA, cgroupMounts: cgMounts}, nil
 }
 
 // GateSHA256 is the digest of the gate that every container starts with.
@@ -138,8 +146,10 @@ type Container struct {
 	removed     []Entry // verified gone, journalled at the end of Cleanup
 	pidfd       int     // of the gated init while it runs; 0: none
 	dirRecorded bool
-	recovered   bool // cleaning up after a runner that died
-	faults      func(stage string)
+	// nothingMounted: unmountAll found no mount left under dir.
+	nothingMounted bool
+	recovered      bool // cleaning up after a runner that died
+	faults         func(stage string)
 }
 
 // ID is the container id.
@@ -195,7 +205,7 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	cgroups, err := resolveLaunchCgroups(filepath.Join("custody", l.ID), "workload")
+	cgroups, err := resolveLaunchCgroups(filepath.Join("custody", l.ID), "workload", b.cgroupMounts)
 	if err != nil {
 		bin.Close()
 		return nil, err
@@ -768,14 +778,18 @@ func (c *Container) unmountAll() error {
 		}
 	}
 	c.mounted = left
+	c.nothingMounted = len(errs) == 0
 	return errors.Join(errs...)
 }
 
 func (c *Container) removeDir() error {
 	// Never remove a directory that still has a mount under it: RemoveAll
-	// would descend into the mounted filesystem.
-	if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir)); err != nil || len(left) > 0 {
-		return fmt.Errorf("launch dir %s still has mounts; not removed", c.dir)
+	// would descend into the mounted filesystem. unmountAll, just before,
+	// has read the mount table for this when it found nothing left.
+	if !c.nothingMounted {
+		if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir)); err != nil || len(left) > 0 {
+			return fmt.Errorf("launch dir %s still has mounts; not removed", c.dir)
+		}
 	}
 	if want := c.idents[KindLaunchDir+"\x00"+c.dir]; want != nil {
 		if err := sameIdentity(c.dir, want); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -40,8 +40,8 @@ type cgroupDirs struct {
 
 // resolveLaunchCgroups resolves a launch's parent cgroup (rel) and the
 // runtime's leaf below it (rel/leaf).
-func resolveLaunchCgroups(rel, leaf string) (*cgroupDirs, error) {
-	cg, err := resolveCgroups(filepath.Join(rel, leaf))
+func resolveLaunchCgroups(rel, leaf string, mounts []*mountinfo.Info) (*cgroupDirs, error) {
+	cg, err := resolveCgroups(filepath.Join(rel, leaf), mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func (cg *cgroupDirs) oomNotified() int64 {
 	return cg.ooms.Load()
 }
 
-func resolveCgroups(rel string) (*cgroupDirs, error) {
+func resolveCgroups(rel string, mounts []*mountinfo.Info) (*cgroupDirs, error) {
 	if filepath.IsAbs(rel) || strings.Contains(rel, "..") {
 		return nil, fmt.Errorf("cgroups path %q must be relative and clean", rel)
 	}
@@ -150,9 +150,10 @@ func resolveCgroups(rel string) (*cgroupDirs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read own cgroup: %w", err)
 	}
-	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
-	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
+	if mounts == nil {
+		if mounts, err = cgroupMounts(); err != nil {
+			return nil, err
+		}
 	}
 	cg := &cgroupDirs{dirs: map[string]string{}}
 	v1 := false
@@ -179,6 +180,15 @@ func resolveCgroups(rel string) (*cgroupDirs, error) {
 		return nil, errors.New("no cgroup hierarchy found for this process")
 	}
 	return cg, nil
+}
+
+// cgroupMounts lists the mounted cgroup hierarchies.
+func cgroupMounts() ([]*mountinfo.Info, error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	return mounts, nil
 }
 
 // hierarchyMount finds where the hierarchy named by a /proc/self/cgroup key
