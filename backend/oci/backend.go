@@ -465,7 +465,7 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.recordContainer(pid); err != nil {
+	if err := c.recordContainer(pid, cmd.Process.Pid); err != nil {
 		return fail(err)
 	}
 	c.fault("after-create")
@@ -636,6 +636,10 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 		if c.recovered {
 			err = c.stopRecovered(dctx)
 			r.step("runtime-kill", err)
+			if err == nil {
+				err = c.waitRuntime()
+				r.step("runtime-exited", err)
+			}
 		}
 		// `runc run` deletes its container when the workload ends; a runtime
 		// call is needed only when its state is still there (runc failed, or
@@ -732,6 +736,20 @@ func (c *Container) removeCgroups() error {
 	return nil
 }
 
+// unmount unmounts p. After a runner died, a process it started (runc
+// run, before its identity was journalled) may still hold the launch dir
+// for a moment as it ends: then EBUSY is retried for a few seconds.
+func (c *Container) unmount(p string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := unix.Unmount(p, 0)
+		if !errors.Is(err, unix.EBUSY) || !c.recovered || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (c *Container) unmountAll() error {
 	var errs []error
 	var left []string
@@ -755,7 +773,7 @@ func (c *Container) unmountAll() error {
 			left = append(left, p)
 			continue
 		default:
-			if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			if err := c.unmount(p); err != nil && !errors.Is(err, unix.EINVAL) {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
 				left = append(left, p)
 				continue
@@ -847,13 +865,20 @@ func (c *Container) flushCreated() error {
 }
 
 // recordContainer journals the identities `runc run` produced: its init
-// (held by the gate) and the cgroup directories.
-func (c *Container) recordContainer(pid int) error {
+// (held by the gate), the runc process itself and the cgroup directories.
+func (c *Container) recordContainer(pid, runtimePid int) error {
 	id, err := processIdentity(pid)
 	if err != nil {
 		return fmt.Errorf("identify container init %d: %w", pid, err)
 	}
 	id["bundle"] = c.dir
+	// Should the runner die, the `runc run` it started lives on until its
+	// container ends; recovery waits for exactly this process.
+	rt, err := processIdentity(runtimePid)
+	if err != nil {
+		return fmt.Errorf("identify runc run %d: %w", runtimePid, err)
+	}
+	id["runtimePid"], id["runtimeStartTime"] = rt["pid"], rt["startTime"]
 	c.idents[KindContainer+"\x00"+c.id] = id
 	c.pending = append(c.pending, Entry{Kind: KindContainer, Name: c.id, Identity: id})
 	for _, d := range c.cgroupNames {

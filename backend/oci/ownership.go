@@ -233,6 +233,28 @@ func (c *Container) stopRecovered(ctx context.Context) error {
 	return nil
 }
 
+// waitRuntime waits until the `runc run` a dead runner started has exited:
+// it keeps its cwd and log in the launch dir, so the dir's tmpfs is busy,
+// until its container has ended and it has deleted it.
+func (c *Container) waitRuntime() error {
+	want := c.idents[KindContainer+"\x00"+c.id]
+	pid, _ := strconv.Atoi(want["runtimePid"])
+	if pid <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := startTime(pid)
+		if err != nil || st != want["runtimeStartTime"] || isZombie(pid) {
+			return nil // exited (a zombie has no cwd), or the pid is another process now
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("runc run %d of container %s has not exited", pid, c.id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func isZombie(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
