@@ -236,10 +236,12 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		cgroups:     cgroups,
 		cgroupNames: cgroups.all(),
 	}
-	// Identities are recorded together once the launch's files exist; a
-	// failure on the way still records what was made.
+	// Identities are recorded together once the launch's files exist: Run
+	// writes them while runc starts. A failure on the way records what was
+	// made here.
+	prepared := false
 	defer func() {
-		if len(c.pending) > 0 {
+		if !prepared && len(c.pending) > 0 {
 			_ = c.flushCreated()
 		}
 	}()
@@ -278,7 +280,8 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), c.config, 0o600); err != nil {
 		return c, fmt.Errorf("write config: %w", err)
 	}
-	return c, c.flushCreated()
+	prepared = true
+	return c, nil
 }
 
 // mountLaunchDir mounts a small tmpfs over the launch dir: the overlay's
@@ -421,9 +424,25 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// The identities Prepare gathered are journalled while runc starts the
+	// container (it takes tens of milliseconds); the record is joined, and
+	// must have succeeded, before the workload may run. Every return joins
+	// it, so that no record lands after cleanup's.
+	flushed := make(chan error, 1)
+	go func() { flushed <- c.flushCreated() }()
+	joined := false
+	join := func() error {
+		if joined {
+			return nil
+		}
+		joined = true
+		return <-flushed
+	}
+	defer join()
 	// If anything below fails before the go-ahead, closing the control
 	// socket makes the gate exit without running the workload.
 	fail := func(err error) (*Exit, error) {
+		join()
 		control.Close()
 		select {
 		case <-exited:
@@ -461,18 +480,26 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	case <-ctx.Done():
 		return fail(fmt.Errorf("container %s: cancelled before its workload started: %w", c.id, ctx.Err()))
 	}
+	if err := join(); err != nil {
+		return fail(err)
+	}
 	pid, err := c.gatedPid()
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.recordContainer(pid, cmd.Process.Pid); err != nil {
+	// The container's identities are journalled while it is observed; both
+	// are done before the go-ahead.
+	recorded := make(chan error, 1)
+	go func() { recorded <- c.recordContainer(pid, cmd.Process.Pid) }()
+	watchErr := c.cgroups.watchOOM()
+	observed := c.observe(pid)
+	if err := <-recorded; err != nil {
 		return fail(err)
+	}
+	if watchErr != nil {
+		return fail(watchErr)
 	}
 	c.fault("after-create")
-	if err := c.cgroups.watchOOM(); err != nil {
-		return fail(err)
-	}
-	observed := c.observe(pid)
 	if pidfd, err := unix.PidfdOpen(pid, 0); err == nil {
 		c.pidfd = pidfd
 		defer func() { unix.Close(c.pidfd); c.pidfd = 0 }()
@@ -736,14 +763,17 @@ func (c *Container) removeCgroups() error {
 	return nil
 }
 
-// unmount unmounts p. After a runner died, a process it started (runc
-// run, before its identity was journalled) may still hold the launch dir
-// for a moment as it ends: then EBUSY is retried for a few seconds.
-func (c *Container) unmount(p string) error {
-	deadline := time.Now().Add(5 * time.Second)
+// unmount unmounts p. After a runner died, the runc run it started may
+// still hold the launch dir (its cwd) for a moment as it ends, when it
+// died before runc's identity was journalled for recovery to wait on: so
+// in recovery an EBUSY on the launch dir's own tmpfs, with everything
+// inside it unmounted, is retried for up to 2 s. A busy output (a file
+// held open) is not retried: it will not free itself.
+func (c *Container) unmount(p string, innerLeft bool) error {
+	deadline := time.Now().Add(2 * time.Second)
 	for {
 		err := unix.Unmount(p, 0)
-		if !errors.Is(err, unix.EBUSY) || !c.recovered || time.Now().After(deadline) {
+		if !errors.Is(err, unix.EBUSY) || !c.recovered || p != c.dir || innerLeft || time.Now().After(deadline) {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -773,7 +803,7 @@ func (c *Container) unmountAll() error {
 			left = append(left, p)
 			continue
 		default:
-			if err := c.unmount(p); err != nil && !errors.Is(err, unix.EINVAL) {
+			if err := c.unmount(p, len(left) > 0); err != nil && !errors.Is(err, unix.EINVAL) {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
 				left = append(left, p)
 				continue
