@@ -95,14 +95,19 @@ func New(db *store.DB) *Journal {
 	return &Journal{db: db, now: func() time.Time { return time.Now().UTC() }}
 }
 
-// Begin opens the record of a new attempt in state running.
-func (j *Journal) Begin(runID, grantID string) error {
+// Begin opens the record of a new attempt in state running, with the
+// intents of what it is about to create, in one durable transaction.
+func (j *Journal) Begin(runID, grantID string, intents ...Resource) error {
 	now := j.now()
 	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
 		if b.Get([]byte(runID)) != nil {
 			return fmt.Errorf("journal: attempt %s already exists", runID)
 		}
-		return put(b, &Attempt{RunID: runID, GrantID: grantID, State: Running, Resources: []Resource{}, Started: now, Updated: now})
+		a := &Attempt{RunID: runID, GrantID: grantID, State: Running, Resources: []Resource{}, Started: now, Updated: now}
+		for _, r := range intents {
+			a.Resources = append(a.Resources, Resource{Kind: r.Kind, Name: r.Name, State: Intent, At: now})
+		}
+		return put(b, a)
 	})
 }
 

@@ -72,6 +72,10 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if err := j.Intent("r2", Resource{Kind: "container", Name: "custody-r2"}); err != nil {
 		t.Fatal(err)
 	}
+	// An attempt opened together with its intents, in one transaction.
+	if err := j.Begin("r3", "g3", Resource{Kind: "launch-dir", Name: "/run/r3"}); err != nil {
+		t.Fatal(err)
+	}
 	j.db.Close()
 	db, err := store.Open(path)
 	if err != nil {
@@ -79,7 +83,8 @@ func TestDurableAcrossReopen(t *testing.T) {
 	}
 	defer db.Close()
 	un, err := New(db).Unfinished()
-	if err != nil || len(un) != 1 || un[0].State != Running || un[0].Resources[0].State != Intent {
+	if err != nil || len(un) != 2 || un[0].State != Running || un[0].Resources[0].State != Intent ||
+		un[1].RunID != "r3" || len(un[1].Resources) != 1 || un[1].Resources[0].State != Intent {
 		t.Fatalf("after reopen: %+v %v", un, err)
 	}
 }

@@ -249,14 +249,10 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	}
 	// The snapshots need no second read here: Snapshot hashed exactly the
 	// bytes it wrote, and re-hashed any stored copy it reused.
-	// The attempt is journalled before anything is created.
-	if err := r.journal.Begin(res.RunID, p.GrantID); err != nil {
-		Refuse(res, fmt.Errorf("journal: %w", err))
-		return res, err
-	}
-	// The verified removals are journalled with the attempt's final state,
-	// in one transaction.
-	rec := &recorder{j: r.journal, runID: res.RunID, deferRemovals: true}
+	// The attempt is journalled with the backend's first record, the intent
+	// of everything it may create, before anything is created. The verified
+	// removals are journalled with the attempt's final state.
+	rec := &recorder{j: r.journal, runID: res.RunID, grantID: p.GrantID, begin: true, deferRemovals: true}
 	l := oci.Launch{
 		ID:          ContainerID(res.RunID),
 		ImageRootfs: p.Image.Rootfs,
@@ -271,7 +267,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		if c != nil {
 			res.Cleanup = cleanup(c.Cleanup(ctx))
 		}
-		r.afterCleanup(res, rec.removed)
+		r.afterCleanup(res, rec)
 		return res, err
 	}
 	res.RuntimeSHA256 = c.RuntimeSHA256()
@@ -297,7 +293,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		res.Finished = time.Now().UTC()
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
-	if err := r.afterCleanup(res, rec.removed); err != nil {
+	if err := r.afterCleanup(res, rec); err != nil {
 		return res, err
 	}
 	return res, runErr
@@ -322,7 +318,15 @@ func (r *Runner) takeOutput(ctx context.Context, c *oci.Container, limits treeha
 
 // afterCleanup closes the attempt's journal, and quarantines the runner
 // when cleanup was not verified.
-func (r *Runner) afterCleanup(res *api.Result, removed []journal.Resource) error {
+func (r *Runner) afterCleanup(res *api.Result, rec *recorder) error {
+	removed := rec.removed
+	if rec.begin {
+		// The backend journalled nothing, so it created nothing; the
+		// attempt is still recorded.
+		if err := r.journal.Begin(res.RunID, rec.grantID); err != nil {
+			r.log.Error("journal attempt", "run", res.RunID, "err", err)
+		}
+	}
 	if res.Cleanup == nil || res.Cleanup.Verified {
 		if err := r.journal.Finish(res.RunID, journal.Clean, "", "", removed...); err != nil {
 			return r.residual(res.RunID, fmt.Sprintf("cleanup looked verified but the journal disagrees: %v", err), removed...)
@@ -359,13 +363,25 @@ func ContainerID(runID string) string { return "custody-" + runID }
 // deferRemovals it keeps the removals for the caller to journal with the
 // attempt's final state.
 type recorder struct {
-	j             *journal.Journal
-	runID         string
+	j     *journal.Journal
+	runID string
+	// begin: the attempt is not journalled yet; the first Intent opens it.
+	begin         bool
+	grantID       string
 	deferRemovals bool
 	removed       []journal.Resource
 }
 
-func (r *recorder) Intent(es ...oci.Entry) error  { return r.j.Intent(r.runID, resources(es)...) }
+func (r *recorder) Intent(es ...oci.Entry) error {
+	if r.begin {
+		if err := r.j.Begin(r.runID, r.grantID, resources(es)...); err != nil {
+			return err
+		}
+		r.begin = false
+		return nil
+	}
+	return r.j.Intent(r.runID, resources(es)...)
+}
 func (r *recorder) Created(es ...oci.Entry) error { return r.j.Created(r.runID, resources(es)...) }
 func (r *recorder) Removed(es ...oci.Entry) error {
 	if r.deferRemovals {
