@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -95,19 +96,21 @@ func signStatement(ctx context.Context, s *keys.Signer, payload []byte) ([]byte,
 	if err != nil {
 		return nil, fmt.Errorf("sign with %s: %w", s.ID(), err)
 	}
+	if len(env.Signatures) != 1 || env.Signatures[0].KeyID != s.ID() {
+		return nil, fmt.Errorf("envelope does not carry exactly one signature by %s", s.ID())
+	}
+	// Verify what was signed before it leaves: a faulty signature is
+	// caught here, not by the receipt's reader.
+	sig, err := base64.StdEncoding.DecodeString(env.Signatures[0].Sig)
+	if err != nil {
+		return nil, fmt.Errorf("signature by %s: %w", s.ID(), err)
+	}
+	if err := s.Verify(ctx, dsse.PAE(predicate.PayloadType, payload), sig); err != nil {
+		return nil, fmt.Errorf("signature by %s does not verify: %w", s.ID(), err)
+	}
 	out, err := json.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope: %w", err)
-	}
-	dec, err := decodeEnvelope(out)
-	if err != nil {
-		return nil, fmt.Errorf("envelope does not decode: %w", err)
-	}
-	if len(dec.Signatures) != 1 || dec.Signatures[0].KeyID != s.ID() {
-		return nil, fmt.Errorf("envelope does not carry exactly one signature by %s", s.ID())
-	}
-	if err := s.Verify(ctx, dsse.PAE(predicate.PayloadType, payload), dec.Signatures[0].Sig); err != nil {
-		return nil, fmt.Errorf("signature by %s does not verify: %w", s.ID(), err)
 	}
 	return out, nil
 }
