@@ -141,7 +141,6 @@ type Container struct {
 	// idents are the native identities recorded per kind+name; cleanup
 	// acts only where they still match.
 	idents      map[string]map[string]string
-	cgroupNames []string
 	pending     []Entry // identities not yet journalled
 	removed     []Entry // verified gone, journalled at the end of Cleanup
 	pidfd       int     // of the gated init while it runs; 0: none
@@ -234,7 +233,6 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		idents:      map[string]map[string]string{},
 		dirRecorded: true,
 		cgroups:     cgroups,
-		cgroupNames: cgroups.all(),
 	}
 	// Identities are recorded together once the launch's files exist: Run
 	// writes them while runc starts. A failure on the way records what was
@@ -372,8 +370,9 @@ type Exit struct {
 // cancelled (then the tree is killed). The container's first process is the
 // gate: once runc has set up every namespace, mount, capability drop and
 // seccomp filter, the gate reports ready and waits; the backend observes the
-// process from outside, and only then lets it exec the workload. It returns an error only when the container
-// could not be run or could not be stopped.
+// process from outside, and only then lets it exec the workload. It returns
+// an error only when the container could not be run or could not be
+// stopped.
 func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr io.Writer) (*Exit, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -695,7 +694,7 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 		err := c.removeCgroups()
 		r.step("cgroup-removed", err)
 		if err == nil {
-			for _, d := range c.cgroupNames {
+			for _, d := range c.cgroups.all() {
 				c.removed = append(c.removed, Entry{Kind: KindCgroup, Name: d})
 			}
 		}
@@ -911,7 +910,7 @@ func (c *Container) recordContainer(pid, runtimePid int) error {
 	id["runtimePid"], id["runtimeStartTime"] = rt["pid"], rt["startTime"]
 	c.idents[KindContainer+"\x00"+c.id] = id
 	c.pending = append(c.pending, Entry{Kind: KindContainer, Name: c.id, Identity: id})
-	for _, d := range c.cgroupNames {
+	for _, d := range c.cgroups.all() {
 		if err := c.identify(KindCgroup, d, pathIdentity); err != nil {
 			return err
 		}

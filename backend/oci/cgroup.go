@@ -307,8 +307,7 @@ type Usage struct {
 
 // usage reads the launch's accounting (peak memory, OOM kills, CPU) from
 // the parent, which outlives runc's leaf, so it is still there once the
-// runtime has deleted the container. The limits are the leaf's, readable
-// only while it exists.
+// runtime has deleted the container.
 func (cg *cgroupDirs) usage() Usage {
 	var u Usage
 	if cg.unified {
@@ -316,22 +315,32 @@ func (cg *cgroupDirs) usage() Usage {
 		u.PeakMemoryBytes = readInt(filepath.Join(d, "memory.peak"))
 		u.OOMKills = readKeyed(filepath.Join(d, "memory.events"), "oom_kill")
 		u.CPUTimeNanos = readKeyed(filepath.Join(d, "cpu.stat"), "usage_usec") * 1000
-		u.MemoryLimitBytes = readInt(filepath.Join(cg.dirs[""], "memory.max"))
-		u.PidsLimit = readInt(filepath.Join(cg.dirs[""], "pids.max"))
 		return u
 	}
 	if d := cg.accounting("memory"); d != "" {
 		u.PeakMemoryBytes = readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
 		u.OOMKills = readKeyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
-		u.MemoryLimitBytes = readInt(filepath.Join(cg.dir("memory"), "memory.limit_in_bytes"))
 	}
 	if d := cg.accounting("cpuacct"); d != "" {
 		u.CPUTimeNanos = readInt(filepath.Join(d, "cpuacct.usage"))
 	}
-	if d := cg.dir("pids"); d != "" {
-		u.PidsLimit = readInt(filepath.Join(d, "pids.max"))
-	}
 	return u
+}
+
+// limits reads the memory and pids limits the kernel enforces on the leaf,
+// while it exists.
+func (cg *cgroupDirs) limits() (memory, pids int64) {
+	if cg.unified {
+		return readInt(filepath.Join(cg.dirs[""], "memory.max")), readInt(filepath.Join(cg.dirs[""], "pids.max"))
+	}
+	memory, pids = -1, -1
+	if d := cg.dir("memory"); d != "" {
+		memory = readInt(filepath.Join(d, "memory.limit_in_bytes"))
+	}
+	if d := cg.dir("pids"); d != "" {
+		pids = readInt(filepath.Join(d, "pids.max"))
+	}
+	return memory, pids
 }
 
 func readInt(p string) int64 {

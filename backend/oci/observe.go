@@ -91,8 +91,7 @@ func (c *Container) observe(pid int) *Observed {
 	if nd, err := os.ReadFile(filepath.Join(proc, "net", "dev")); err == nil {
 		o.Interfaces = parseNetDev(nd)
 	}
-	u := c.cgroups.usage()
-	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = u.MemoryLimitBytes, u.PidsLimit
+	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = c.cgroups.limits()
 	o.Cgroup.CPUQuotaMicros, o.Cgroup.CPUPeriodMicros = c.cgroups.cpuQuota()
 	return o
 }

@@ -162,6 +162,7 @@ func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, 
 	c := &Container{b: b, id: id, dir: filepath.Join(b.opts.RuntimeDir, id), rec: rec, recovered: true,
 		idents: map[string]map[string]string{}}
 	c.rootfs, c.outDir = filepath.Join(c.dir, "rootfs"), filepath.Join(c.dir, "out")
+	c.cgroups = &cgroupDirs{dirs: map[string]string{}}
 	c.logPath = filepath.Join(b.opts.StateDir, id+".recover.log")
 	for _, r := range resources {
 		if r.State == "removed" {
@@ -174,16 +175,13 @@ func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, 
 		case KindContainer:
 			c.started = true
 		case KindCgroup:
-			c.cgroupNames = append(c.cgroupNames, r.Name)
+			// The recorded directories, not a fresh resolution: this
+			// process may sit in another cgroup than the runner that
+			// made them.
+			c.cgroups.dirs[strconv.Itoa(len(c.cgroups.dirs))] = r.Name
 		case KindLaunchDir:
 			c.dirRecorded = true
 		}
-	}
-	// The recorded directories, not a fresh resolution: this process may
-	// sit in another cgroup than the runner that made them.
-	c.cgroups = &cgroupDirs{dirs: map[string]string{}}
-	for i, d := range c.cgroupNames {
-		c.cgroups.dirs[strconv.Itoa(i)] = d
 	}
 	bin, err := b.runtime.get(ctx)
 	if err != nil {
