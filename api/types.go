@@ -174,7 +174,10 @@ type Result struct {
 	ConfigSHA256  string `json:"configSha256,omitempty"`
 	// GateSHA256 is the digest of the custody gate the container started
 	// with, before it exec'd the workload.
-	GateSHA256    string    `json:"gateSha256,omitempty"`
+	GateSHA256 string `json:"gateSha256,omitempty"`
+	// SeccompSHA256 is the digest of the compiled seccomp filter the gate
+	// installed; the config (ConfigSHA256) then holds no seccomp profile.
+	SeccompSHA256 string    `json:"seccompSha256,omitempty"`
 	UserNamespace bool      `json:"userNamespace"`
 	Image         string    `json:"image"`
 	Inputs        []Input   `json:"inputs"`

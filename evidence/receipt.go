@@ -157,6 +157,12 @@ type RuntimeProfile struct {
 	// container's first process, which exec'd the workload once the runner
 	// had observed it.
 	GateSHA256 string `json:"gateSha256,omitempty"`
+	// SeccompSHA256 is the lowercase hex SHA-256 of the seccomp filter the
+	// gate installed: the classic BPF program (struct sock_filter entries,
+	// host byte order) compiled from the reviewed profile. A gated
+	// container's config.json holds no seccomp profile; this names the
+	// filter instead.
+	SeccompSHA256 string `json:"seccompSha256,omitempty"`
 	// UserNamespace says whether the container ran in a user namespace.
 	UserNamespace bool `json:"userNamespace"`
 }
@@ -592,6 +598,9 @@ func validateReceipt(r *Receipt) error {
 	ps.hex64("profile.configSha256", p.ConfigSHA256)
 	if p.GateSHA256 != "" {
 		ps.hex64("profile.gateSha256", p.GateSHA256)
+	}
+	if p.SeccompSHA256 != "" {
+		ps.hex64("profile.seccompSha256", p.SeccompSHA256)
 	}
 
 	ps.digest("image", r.Image)

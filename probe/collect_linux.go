@@ -490,6 +490,19 @@ func ordinary(self string) []Attempt {
 		return err
 	}()
 	out = append(out, attempt("socketpair", "wrote and read a byte through a unix socket pair", err))
+	for _, f := range []struct {
+		name           string
+		domain, typ, p int
+	}{
+		{"socket(AF_INET)", syscall.AF_INET, syscall.SOCK_STREAM, 0},
+		{"socket(AF_NETLINK)", syscall.AF_NETLINK, syscall.SOCK_RAW, syscall.NETLINK_ROUTE},
+	} {
+		fd, err := syscall.Socket(f.domain, f.typ|syscall.SOCK_CLOEXEC, f.p)
+		if err == nil {
+			syscall.Close(fd)
+		}
+		out = append(out, attempt(f.name, "opened and closed a socket", err))
+	}
 
 	err = func() error {
 		f, err := os.CreateTemp("", "custody-probe-*")
@@ -576,6 +589,7 @@ func privileged(self string) []Attempt {
 	}{
 		{"socket(AF_PACKET)", syscall.AF_PACKET, syscall.SOCK_RAW, 0x0300}, // htons(ETH_P_ALL)
 		{"socket(AF_VSOCK)", 40, syscall.SOCK_STREAM, 0},
+		{"socket(AF_ALG)", syscall.AF_ALG, syscall.SOCK_SEQPACKET, 0},
 	} {
 		fd, err := syscall.Socket(s.domain, s.typ|syscall.SOCK_CLOEXEC, s.prot)
 		if err == nil {
@@ -583,6 +597,15 @@ func privileged(self string) []Attempt {
 		}
 		out = append(out, attempt(s.name, "open a socket (closed at once if it worked)", err))
 	}
+	// The kernel reads socket's family as an int: a filter that compares
+	// the whole 64-bit register must not let high bits smuggle one past.
+	high := uintptr(1)
+	high <<= 32 // at run time: 0 where uintptr has 32 bits
+	fd, _, e := syscall.RawSyscall(syscall.SYS_SOCKET, high|40, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if e == 0 {
+		syscall.Close(int(fd))
+	}
+	out = append(out, attempt("socket(1<<32|AF_VSOCK)", "open a vsock socket with high bits above the int family (closed at once if it worked)", errnoErr(e)))
 	return out
 }
 

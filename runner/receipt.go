@@ -26,6 +26,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 			Unqualified:   p.Plan.Unqualified,
 			ConfigSHA256:  res.ConfigSHA256,
 			GateSHA256:    res.GateSHA256,
+			SeccompSHA256: res.SeccompSHA256,
 			UserNamespace: res.UserNamespace,
 		},
 		Image:  res.Image,

@@ -273,6 +273,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	res.RuntimeSHA256 = c.RuntimeSHA256()
 	res.ConfigSHA256 = c.ConfigSHA256()
 	res.GateSHA256 = r.backend.GateSHA256()
+	res.SeccompSHA256 = r.backend.FilterSHA256()
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, stdout, stderr)
 	// Custody and cleanup finish even when the caller has gone: a
 	// cancelled run still gets its outputs recorded and its tree verified.

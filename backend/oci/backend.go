@@ -52,6 +52,8 @@ type Backend struct {
 	runtime    *runtimeCache
 	gate       *os.File // sealed copy of the gate, passed to every container
 	gateSHA256 string
+	filter     *os.File // sealed compiled seccomp filter, installed by the gate
+	filterSHA  string
 	// cgroupMounts are the cgroup hierarchies, read once: where they are
 	// mounted does not change under a running host's services.
 	cgroupMounts []*mountinfo.Info
@@ -88,21 +90,37 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load the custody gate: %w; fix: build it (make bin/custody-gate) and install it beside the runtime, or set runtime.gate", err)
 	}
-	cgMounts, err := cgroupMounts()
+	compiled, err := CompileFilter()
 	if err != nil {
 		gate.Close()
 		return nil, err
 	}
+	filter, err := sealedBytes("custody-seccomp", compiled.Program)
+	if err != nil {
+		gate.Close()
+		return nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	cgMounts, err := cgroupMounts()
+	if err != nil {
+		gate.Close()
+		filter.Close()
+		return nil, err
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		gate.Close()
+		filter.Close()
 		return nil, fmt.Errorf("become child subreaper: %w", err)
 	}
 	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime},
-		gate: gate, gateSHA256: gateSHA, cgroupMounts: cgMounts}, nil
+		gate: gate, gateSHA256: gateSHA, filter: filter, filterSHA: compiled.SHA256, cgroupMounts: cgMounts}, nil
 }
 
 // GateSHA256 is the digest of the gate that every container starts with.
 func (b *Backend) GateSHA256() string { return b.gateSHA256 }
+
+// FilterSHA256 is the digest of the compiled seccomp filter the gate
+// installs in every container (Filter.SHA256).
+func (b *Backend) FilterSHA256() string { return b.filterSHA }
 
 // Launch describes one container to run.
 type Launch struct {
@@ -413,7 +431,7 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	defer control.Close()
 
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, outW, errW, theirs, c.b.gate)
+	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, outW, errW, theirs, c.b.gate, c.b.filter)
 	theirs.Close()
 	closeWriters()
 	c.started = true // runc may have made state and cgroups even on failure

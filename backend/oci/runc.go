@@ -61,18 +61,18 @@ func (r *runc) run(ctx context.Context, logPath string, args ...string) ([]byte,
 // startRun starts `runc run` in the foreground: runc creates and starts the
 // container, reaps its init, deletes it and exits with the workload's
 // status. The container's stdio are the given files, passed straight
-// through; control and gate become its descriptors 3 and 4.
-func (r *runc) startRun(ctx context.Context, logPath, id, bundle string, stdout, stderr, control, gate *os.File) (*exec.Cmd, error) {
+// through; control, gate and filter become its descriptors 3, 4 and 5.
+func (r *runc) startRun(ctx context.Context, logPath, id, bundle string, stdout, stderr, control, gate, filter *os.File) (*exec.Cmd, error) {
 	// Not bound to ctx: on cancellation the backend kills the container
 	// itself and lets runc delete it.
-	cmd := r.command(context.WithoutCancel(ctx), logPath, "run", "--bundle", bundle, "--preserve-fds", "2", id)
+	cmd := r.command(context.WithoutCancel(ctx), logPath, "run", "--bundle", bundle, "--preserve-fds", "3", id)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
 	}
 	defer devnull.Close()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, stdout, stderr
-	cmd.ExtraFiles = []*os.File{control, gate}
+	cmd.ExtraFiles = []*os.File{control, gate, filter}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("runc run: %w", err)
 	}

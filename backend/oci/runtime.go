@@ -79,12 +79,39 @@ func sealedCopy(ctx context.Context, path, name string) (*os.File, string, error
 		mem.Close()
 		return nil, "", fmt.Errorf("copy %s: %w", path, err)
 	}
-	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(mem.Fd(), unix.F_ADD_SEALS, seals); err != nil {
-		mem.Close()
+	if err := seal(mem); err != nil {
 		return nil, "", fmt.Errorf("seal copy of %s: %w", path, err)
 	}
 	return mem, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// seal forbids any further change to the memfd's content, and closes it if
+// that fails.
+func seal(mem *os.File) error {
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(mem.Fd(), unix.F_ADD_SEALS, seals); err != nil {
+		mem.Close()
+		return err
+	}
+	return nil
+}
+
+// sealedBytes puts b in a sealed memfd: a descriptor every container can be
+// given, whose content nobody can change.
+func sealedBytes(name string, b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd for %s: %w", name, err)
+	}
+	mem := os.NewFile(uintptr(fd), name)
+	if _, err := mem.Write(b); err != nil {
+		mem.Close()
+		return nil, fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := seal(mem); err != nil {
+		return nil, fmt.Errorf("seal %s: %w", name, err)
+	}
+	return mem, nil
 }
 
 // Path is what to exec. It is only valid in this process while b is open.

@@ -90,56 +90,72 @@ const namespaceCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NE
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP |
 	unix.CLONE_NEWTIME
 
-// seccompProfile returns the reviewed default-deny seccomp filter.
+// socketFamilies are the address families a workload may open sockets in:
+// local, IP and netlink (which libc uses to list interfaces). The rest —
+// AF_VSOCK to the hypervisor, AF_ALG, AF_KEY, AF_TIPC, AF_RDS, ... — are
+// refused for the kernel surface they open. Matched as exact 64-bit values,
+// so a family with high bits set (which the kernel would truncate to an
+// int) is refused too.
+var socketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// personalities are the personality(2) values glibc and common tools use.
+var personalities = []uint64{0x0, 0x0008, 0x20000, 0x20008, 0xffffffff}
+
+// seccompRules is the reviewed default-deny filter as one list, from which
+// both the runtime-spec form (for runc) and the BPF program (for the gate)
+// are made. Every syscall name appears in one rule only; a name with
+// several rules matches when any of them does.
+func seccompRules() []specs.LinuxSyscall {
+	enosys := uint(unix.ENOSYS)
+	rules := []specs.LinuxSyscall{
+		{Names: allowedSyscalls(), Action: specs.ActAllow},
+		// clone is allowed only without namespace flags (arg 0 on x86).
+		{
+			Names:  []string{"clone"},
+			Action: specs.ActAllow,
+			Args:   []specs.LinuxSeccompArg{{Index: 0, Value: namespaceCloneFlags, ValueTwo: 0, Op: specs.OpMaskedEqual}},
+		},
+		// clone3 passes flags in memory that seccomp cannot inspect;
+		// ENOSYS makes libc fall back to clone, which is filtered above.
+		{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
+	}
+	for _, f := range socketFamilies {
+		rules = append(rules, argEquals("socket", f))
+	}
+	for _, p := range personalities {
+		rules = append(rules, argEquals("personality", p))
+	}
+	return rules
+}
+
+func argEquals(name string, v uint64) specs.LinuxSyscall {
+	return specs.LinuxSyscall{
+		Names:  []string{name},
+		Action: specs.ActAllow,
+		Args:   []specs.LinuxSeccompArg{{Index: 0, Value: v, Op: specs.OpEqualTo}},
+	}
+}
+
+// seccompProfile returns the reviewed filter for runc to compile: native
+// system call ABI only. The i386 and x32 entry points (a 64-bit process
+// can still use them) take the default action; a compat ABI the workload
+// does not need is kernel surface it should not have.
 func seccompProfile() *specs.LinuxSeccomp {
 	eperm := uint(unix.EPERM)
-	enosys := uint(unix.ENOSYS)
 	return &specs.LinuxSeccomp{
 		DefaultAction:   specs.ActErrno,
 		DefaultErrnoRet: &eperm,
 		Architectures:   seccompArches(),
-		Syscalls: []specs.LinuxSyscall{
-			{Names: allowedSyscalls(), Action: specs.ActAllow},
-			// clone is allowed only without namespace flags (arg 0 on x86).
-			{
-				Names:  []string{"clone"},
-				Action: specs.ActAllow,
-				Args: []specs.LinuxSeccompArg{{
-					Index: 0, Value: namespaceCloneFlags, ValueTwo: 0, Op: specs.OpMaskedEqual,
-				}},
-			},
-			// clone3 passes flags in memory that seccomp cannot inspect;
-			// ENOSYS makes libc fall back to clone, which is filtered above.
-			{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys},
-			// socket families: everything but raw packet sockets needs no
-			// capability anyway; AF_VSOCK (40) is refused to keep the workload
-			// off hypervisor channels.
-			{
-				Names:  []string{"socket"},
-				Action: specs.ActAllow,
-				Args:   []specs.LinuxSeccompArg{{Index: 0, Value: unix.AF_VSOCK, Op: specs.OpNotEqual}},
-			},
-			// personality only with the values glibc and common tools use.
-			personality(0x0), personality(0x0008), personality(0x20000),
-			personality(0x20008), personality(0xffffffff),
-		},
-	}
-}
-
-func personality(v uint64) specs.LinuxSyscall {
-	return specs.LinuxSyscall{
-		Names:  []string{"personality"},
-		Action: specs.ActAllow,
-		Args:   []specs.LinuxSeccompArg{{Index: 0, Value: v, Op: specs.OpEqualTo}},
+		Syscalls:        seccompRules(),
 	}
 }
 
 func seccompArches() []specs.Arch {
 	switch runtime.GOARCH {
 	case "amd64":
-		return []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32}
+		return []specs.Arch{specs.ArchX86_64}
 	case "arm64":
-		return []specs.Arch{specs.ArchAARCH64, specs.ArchARM}
+		return []specs.Arch{specs.ArchAARCH64}
 	default:
 		return nil
 	}

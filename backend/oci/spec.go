@@ -50,8 +50,10 @@ type Config struct {
 
 	CgroupsPath string
 	// Gated makes the container's first process the custody gate, passed
-	// as descriptor GateFD: it waits for the backend's go-ahead on
-	// ControlFD and then execs Args in its place.
+	// as descriptor GateFD: it installs the compiled seccomp filter from
+	// FilterFD, waits for the backend's go-ahead on ControlFD and then
+	// execs Args in its place. The config then carries no seccomp profile
+	// for runc to compile: the filter is the same one, compiled once.
 	Gated bool
 	// UserNS, when set, runs the container in a new user namespace with this
 	// mapping for both uids and gids.
@@ -100,9 +102,11 @@ func Spec(c Config) (*specs.Spec, error) {
 		CgroupsPath:   c.CgroupsPath,
 		Namespaces:    ns,
 		Devices:       minimalDevices(),
-		Seccomp:       seccompProfile(),
 		MaskedPaths:   maskedPaths(),
 		ReadonlyPaths: readonlyPaths(),
+	}
+	if !c.Gated {
+		linux.Seccomp = seccompProfile()
 	}
 	if c.UserNS != nil {
 		linux.Namespaces = append(linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
@@ -142,11 +146,12 @@ func Spec(c Config) (*specs.Spec, error) {
 	return s, nil
 }
 
-// The gate's descriptors in the container: runc --preserve-fds 2 passes
-// them as 3 and 4.
+// The gate's descriptors in the container: runc --preserve-fds 3 passes
+// them as 3, 4 and 5.
 const (
 	ControlFD = 3
 	GateFD    = 4
+	FilterFD  = 5
 )
 
 // args is what runc executes: the workload's argv, behind the gate when
