@@ -89,8 +89,15 @@ bench: build $(BUILD)/testimage/rootfs
 # Fuzz every parser of untrusted input for a short while each.
 FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./request
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./policy
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./request
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./policy
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./matrix
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./probe
+	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./grant
+	$(GO) test -run='^$$' -fuzz='^FuzzVerifyStatement$$' -fuzztime=$(FUZZTIME) ./grant
+	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./evidence
+	$(GO) test -run='^$$' -fuzz='^FuzzParseTrust$$' -fuzztime=$(FUZZTIME) ./evidence
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEnvelope$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 
 clean:
 	rm -rf bin $(BUILD)

@@ -54,6 +54,22 @@ type Signature struct {
 // and distinct keyids, and sigs of 1 to l.MaxSignatureSize bytes. The
 // payload type must be l.PayloadType. It does not bound len(data).
 func DecodeEnvelope(data []byte, l Limits) (*Envelope, error) {
+	// Fast path for an envelope in the exact form json.Marshal writes (the
+	// form custody signs): a typed decode, then the same value encoded
+	// again must give the input byte for byte - so every member is there
+	// once, spelled and cased exactly, with nothing unknown. It then passes
+	// the same checks as below. Anything else, or any refusal, takes the
+	// member-by-member path, which says what is wrong.
+	if env, ok := decodeCanonicalEnvelope(data); ok {
+		if checkEnvelope(env, l) == nil {
+			return env, nil
+		}
+	}
+	return decodeEnvelopeStrict(data, l)
+}
+
+// decodeEnvelopeStrict reads the envelope member by member.
+func decodeEnvelopeStrict(data []byte, l Limits) (*Envelope, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var env Envelope
 	err := ReadObject(dec, []string{"payloadType", "payload", "signatures"}, func(key string) error {
@@ -72,39 +88,141 @@ func DecodeEnvelope(data []byte, l Limits) (*Envelope, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the JSON object")
 	}
+	if err := checkEnvelope(&env, l); err != nil {
+		return nil, err
+	}
+	return &env, nil
+}
+
+// decodeCanonicalEnvelope reads data if it is exactly what json.Marshal
+// writes for an envelope (trailing JSON whitespace aside, which the strict
+// path allows too): the three members in order, then each signature's
+// keyid and sig. It scans for quotes instead of running a JSON decoder
+// over the payload; that is sound because nothing it accepts could read
+// differently as JSON: a keyid must be plain (valid UTF-8, no control
+// character, no backslash), and payload and sig must decode as strict
+// base64 afterwards, whose alphabet holds no backslash or quote (CR and
+// LF, which base64 skips but JSON strings may not hold raw, are refused
+// here).
+func decodeCanonicalEnvelope(data []byte) (*Envelope, bool) {
+	rest := bytes.TrimRight(data, " \t\r\n")
+	var env Envelope
+	var ok bool
+	if rest, ok = bytes.CutPrefix(rest, []byte(`{"payloadType":"`)); !ok {
+		return nil, false
+	}
+	if env.PayloadType, rest, ok = plainString(rest); !ok {
+		return nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"payload":"`)); !ok {
+		return nil, false
+	}
+	if env.PayloadB64, rest, ok = base64String(rest); !ok {
+		return nil, false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"signatures":[`)); !ok {
+		return nil, false
+	}
+	for {
+		var sig Signature
+		if rest, ok = bytes.CutPrefix(rest, []byte(`{"keyid":"`)); !ok {
+			return nil, false
+		}
+		if sig.KeyID, rest, ok = plainString(rest); !ok {
+			return nil, false
+		}
+		if rest, ok = bytes.CutPrefix(rest, []byte(`,"sig":"`)); !ok {
+			return nil, false
+		}
+		if sig.SigB64, rest, ok = base64String(rest); !ok {
+			return nil, false
+		}
+		if rest, ok = bytes.CutPrefix(rest, []byte(`}`)); !ok {
+			return nil, false
+		}
+		env.Signatures = append(env.Signatures, sig)
+		if rest, ok = bytes.CutPrefix(rest, []byte(`,`)); !ok {
+			break
+		}
+	}
+	if !bytes.Equal(rest, []byte(`]}`)) {
+		return nil, false
+	}
+	return &env, true
+}
+
+// plainString reads a JSON string body up to its closing quote, if it
+// holds nothing JSON would read differently: no escape, no control
+// character, only valid UTF-8.
+func plainString(b []byte) (string, []byte, bool) {
+	i := bytes.IndexByte(b, '"')
+	if i < 0 {
+		return "", nil, false
+	}
+	s := b[:i]
+	if bytes.IndexByte(s, '\\') >= 0 || !utf8.Valid(s) {
+		return "", nil, false
+	}
+	for _, c := range s {
+		if c < 0x20 {
+			return "", nil, false
+		}
+	}
+	return string(s), b[i+1:], true
+}
+
+// base64String reads a JSON string body up to its closing quote for a
+// caller that decodes it as strict base64, which refuses every byte but
+// its alphabet except CR and LF; those are refused here.
+func base64String(b []byte) (string, []byte, bool) {
+	i := bytes.IndexByte(b, '"')
+	if i < 0 {
+		return "", nil, false
+	}
+	s := b[:i]
+	if bytes.IndexByte(s, '\n') >= 0 || bytes.IndexByte(s, '\r') >= 0 {
+		return "", nil, false
+	}
+	return string(s), b[i+1:], true
+}
+
+// checkEnvelope checks a parsed envelope against l and decodes its
+// payload and signatures.
+func checkEnvelope(env *Envelope, l Limits) error {
+	var err error
 	if env.PayloadType != l.PayloadType {
-		return nil, fmt.Errorf("payloadType %q is not %q", Clip(env.PayloadType), l.PayloadType)
+		return fmt.Errorf("payloadType %q is not %q", Clip(env.PayloadType), l.PayloadType)
 	}
 	strictB64 := base64.StdEncoding.Strict()
 	env.Payload, err = strictB64.DecodeString(env.PayloadB64)
 	if err != nil {
-		return nil, fmt.Errorf("payload is not standard padded base64: %v", err)
+		return fmt.Errorf("payload is not standard padded base64: %v", err)
 	}
 	if len(env.Payload) == 0 {
-		return nil, errors.New("empty payload")
+		return errors.New("empty payload")
 	}
 	if n := len(env.Signatures); n == 0 || n > l.MaxSignatures {
-		return nil, fmt.Errorf("%d signatures, want 1 to %d", n, l.MaxSignatures)
+		return fmt.Errorf("%d signatures, want 1 to %d", n, l.MaxSignatures)
 	}
 	seen := make(map[string]bool, len(env.Signatures))
 	for i := range env.Signatures {
 		s := &env.Signatures[i]
 		if s.KeyID == "" {
-			return nil, fmt.Errorf("signatures[%d]: empty keyid", i)
+			return fmt.Errorf("signatures[%d]: empty keyid", i)
 		}
 		if seen[s.KeyID] {
-			return nil, fmt.Errorf("signatures[%d]: keyid %q appears twice", i, Clip(s.KeyID))
+			return fmt.Errorf("signatures[%d]: keyid %q appears twice", i, Clip(s.KeyID))
 		}
 		seen[s.KeyID] = true
 		s.Sig, err = strictB64.DecodeString(s.SigB64)
 		if err != nil {
-			return nil, fmt.Errorf("signatures[%d]: sig is not standard padded base64: %v", i, err)
+			return fmt.Errorf("signatures[%d]: sig is not standard padded base64: %v", i, err)
 		}
 		if len(s.Sig) == 0 || len(s.Sig) > l.MaxSignatureSize {
-			return nil, fmt.Errorf("signatures[%d]: sig is %d bytes, want 1 to %d", i, len(s.Sig), l.MaxSignatureSize)
+			return fmt.Errorf("signatures[%d]: sig is %d bytes, want 1 to %d", i, len(s.Sig), l.MaxSignatureSize)
 		}
 	}
-	return &env, nil
+	return nil
 }
 
 func readSignatures(dec *json.Decoder, out *[]Signature, max int) error {
