@@ -283,17 +283,6 @@ func (cg *cgroupDirs) leafProcs(c string) ([]int, error) {
 	return out, nil
 }
 
-// remaining lists the cgroup directories that still exist.
-func (cg *cgroupDirs) remaining() []string {
-	var out []string
-	for _, d := range cg.all() {
-		if _, err := os.Lstat(d); err == nil {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
 // Usage is what the kernel accounted for the container's cgroup.
 type Usage struct {
 	PeakMemoryBytes int64 `json:"peakMemoryBytes"`

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,8 +146,74 @@ func TestObservedControls(t *testing.T) {
 func TestCleanupIdempotent(t *testing.T) {
 	h := newHarness(t, true)
 	ctx := context.Background()
+	c := h.ranTrue(t, "twice")
+	for i := range 3 {
+		if rep := c.Cleanup(ctx); !rep.Verified {
+			t.Fatalf("cleanup #%d not verified: %+v", i+1, rep)
+		}
+	}
+}
+
+// TestCleanupRefusesALingeringProcess: a process left in the launch's
+// cgroup makes cleanup unverified and names it; once it is gone the same
+// cleanup verifies.
+func TestCleanupRefusesALingeringProcess(t *testing.T) {
+	h := newHarness(t, true)
+	ctx := context.Background()
+	const id = "lingering"
+	c := h.ranTrue(t, id)
+	// The launch's own cgroup (runc removed the workload leaf below it),
+	// in the pids hierarchy or the unified one.
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	for _, line := range strings.Split(strings.TrimSpace(string(own)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		switch {
+		case len(f) == 3 && f[1] == "pids":
+			dir = filepath.Join("/sys/fs/cgroup/pids", f[2], "custody", id)
+		case len(f) == 3 && f[0] == "0" && f[1] == "" && dir == "":
+			dir = filepath.Join("/sys/fs/cgroup", f[2], "custody", id)
+		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the launch's cgroup: %v", err)
+	}
+	sleeper := exec.Command("/bin/sleep", "30")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	pid := strconv.Itoa(sleeper.Process.Pid)
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0); err != nil {
+		t.Fatal(err)
+	}
+	rep := c.Cleanup(ctx)
+	steps := map[string]string{}
+	for _, s := range rep.Steps {
+		if !s.OK {
+			steps[s.Name] = s.Detail
+		}
+	}
+	if rep.Verified || !strings.Contains(steps["cgroup-empty"], pid) || steps["cgroup-removed"] == "" {
+		t.Fatalf("cleanup with process %s left in its cgroup: verified=%v, failed steps %v", pid, rep.Verified, steps)
+	}
+	sleeper.Process.Kill()
+	sleeper.Wait()
+	if rep := c.Cleanup(ctx); !rep.Verified {
+		t.Fatalf("cleanup after the process went: %+v", rep)
+	}
+}
+
+// ranTrue prepares and runs /bin/true as launch id, leaving it for the
+// caller to clean up.
+func (h *harness) ranTrue(t *testing.T, id string) *oci.Container {
+	t.Helper()
+	ctx := context.Background()
 	c, err := h.b.Prepare(ctx, oci.Launch{
-		ID: "twice", ImageRootfs: h.rootfs,
+		ID: id, ImageRootfs: h.rootfs,
 		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
 			TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
 		OutputBytes: 1 << 20, WallTime: 5 * time.Second,
@@ -156,9 +224,5 @@ func TestCleanupIdempotent(t *testing.T) {
 	if _, err := c.Run(ctx, 5*time.Second, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
-		if rep := c.Cleanup(ctx); !rep.Verified {
-			t.Fatalf("cleanup #%d not verified: %+v", i+1, rep)
-		}
-	}
+	return c
 }
