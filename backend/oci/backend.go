@@ -253,8 +253,8 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		cgroups:     cgroups,
 	}
 	// Identities are recorded together once the launch's files exist: Run
-	// writes them while runc starts. A failure on the way records what was
-	// made here.
+	// writes them with the container's, before the workload is let go. A
+	// failure on the way records what was made here.
 	prepared := false
 	defer func() {
 		if !prepared && len(c.pending) > 0 {
@@ -441,25 +441,9 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	// The identities Prepare gathered are journalled while runc starts the
-	// container (it takes tens of milliseconds); the record is joined, and
-	// must have succeeded, before the workload may run. Every return joins
-	// it, so that no record lands after cleanup's.
-	flushed := make(chan error, 1)
-	go func() { flushed <- c.flushCreated() }()
-	joined := false
-	join := func() error {
-		if joined {
-			return nil
-		}
-		joined = true
-		return <-flushed
-	}
-	defer join()
 	// If anything below fails before the go-ahead, closing the control
 	// socket makes the gate exit without running the workload.
 	fail := func(err error) (*Exit, error) {
-		join()
 		control.Close()
 		select {
 		case <-exited:
@@ -497,15 +481,13 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	case <-ctx.Done():
 		return fail(fmt.Errorf("container %s: cancelled before its workload started: %w", c.id, ctx.Err()))
 	}
-	if err := join(); err != nil {
-		return fail(err)
-	}
 	pid, err := c.gatedPid()
 	if err != nil {
 		return fail(err)
 	}
-	// The container's identities are journalled while it is observed; both
-	// are done before the go-ahead.
+	// The identities Prepare gathered and the container's are journalled
+	// in one record while the container is observed; both are done before
+	// the go-ahead, so the workload never runs with them unrecorded.
 	recorded := make(chan error, 1)
 	go func() { recorded <- c.recordContainer(pid, cmd.Process.Pid) }()
 	watchErr := c.cgroups.watchOOM()
