@@ -152,6 +152,12 @@ func (j *Journal) Removed(runID string, rs ...Resource) error {
 // as verified gone, in the same transaction. Clean is refused while a
 // resource is outstanding: unknown cleanup is never reported as success.
 func (j *Journal) Finish(runID string, state State, detail, retry string, removed ...Resource) error {
+	return j.FinishRecording(runID, nil, state, detail, retry, removed...)
+}
+
+// FinishRecording is Finish that also stores the caller's run records in
+// the same transaction: one durable write where there would be two.
+func (j *Journal) FinishRecording(runID string, runs []store.RunRecord, state State, detail, retry string, removed ...Resource) error {
 	return j.update(runID, func(a *Attempt) error {
 		for _, r := range removed {
 			if i := a.find(r.Kind, r.Name); i >= 0 {
@@ -165,7 +171,7 @@ func (j *Journal) Finish(runID string, state State, detail, retry string, remove
 		}
 		a.State, a.Detail, a.Retry = state, detail, retry
 		return nil
-	})
+	}, runs...)
 }
 
 // Get returns one attempt.
@@ -232,7 +238,7 @@ func (j *Journal) Known() (map[string]bool, error) {
 // Key is the key of kind/name in Known.
 func Key(kind, name string) string { return kind + "\x00" + name }
 
-func (j *Journal) update(runID string, fn func(a *Attempt) error) error {
+func (j *Journal) update(runID string, fn func(a *Attempt) error, runs ...store.RunRecord) error {
 	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
 		v := b.Get([]byte(runID))
 		if v == nil {
@@ -247,7 +253,7 @@ func (j *Journal) update(runID string, fn func(a *Attempt) error) error {
 		}
 		a.Updated = j.now()
 		return put(b, &a)
-	})
+	}, runs...)
 }
 
 func (a *Attempt) find(kind, name string) int {

@@ -88,3 +88,29 @@ func TestDurableAcrossReopen(t *testing.T) {
 		t.Fatalf("after reopen: %+v %v", un, err)
 	}
 }
+
+// TestFinishRecording: the run record lands with the attempt's final
+// state, and not at all when the journal refuses that state.
+func TestFinishRecording(t *testing.T) {
+	j, _ := open(t)
+	if err := j.Begin("r2", "g2", Resource{Kind: "launch-dir", Name: "/run/y"}); err != nil {
+		t.Fatal(err)
+	}
+	rec := []store.RunRecord{{ID: "r2", Value: []byte(`{"status":"ok"}`)}}
+	if err := j.FinishRecording("r2", rec, Clean, "", ""); err == nil {
+		t.Fatal("FinishRecording(clean) accepted with the launch dir outstanding")
+	}
+	var got map[string]string
+	if err := j.db.GetRun("r2", &got); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the run record was stored by a refused finish: %v %v", got, err)
+	}
+	if err := j.FinishRecording("r2", rec, Clean, "", "", Resource{Kind: "launch-dir", Name: "/run/y"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.db.GetRun("r2", &got); err != nil || got["status"] != "ok" {
+		t.Fatalf("run record %v, %v", got, err)
+	}
+	if a, err := j.Get("r2"); err != nil || a.State != Clean {
+		t.Fatalf("attempt %+v, %v", a, err)
+	}
+}

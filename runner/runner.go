@@ -147,6 +147,13 @@ type Prepared struct {
 	Plan     *admission.Plan
 	Image    *image.Image
 	Inputs   []Input
+	// Record, if set, is called once cleanup is done with the final
+	// result; what it returns is stored as the run's record in the same
+	// durable transaction that closes the attempt's journal. Recorded
+	// says whether that happened: a launch refused before it began, or
+	// whose cleanup is residual, leaves the record to the caller.
+	Record   func(res *api.Result) ([]byte, error)
+	Recorded bool
 }
 
 // Input is one snapshotted input.
@@ -267,7 +274,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		if c != nil {
 			res.Cleanup = cleanup(c.Cleanup(ctx))
 		}
-		r.afterCleanup(res, rec)
+		r.afterCleanup(p, res, rec)
 		return res, err
 	}
 	res.RuntimeSHA256 = c.RuntimeSHA256()
@@ -294,7 +301,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		res.Finished = time.Now().UTC()
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
-	if err := r.afterCleanup(res, rec); err != nil {
+	if err := r.afterCleanup(p, res, rec); err != nil {
 		return res, err
 	}
 	return res, runErr
@@ -319,7 +326,7 @@ func (r *Runner) takeOutput(ctx context.Context, c *oci.Container, limits treeha
 
 // afterCleanup closes the attempt's journal, and quarantines the runner
 // when cleanup was not verified.
-func (r *Runner) afterCleanup(res *api.Result, rec *recorder) error {
+func (r *Runner) afterCleanup(p *Prepared, res *api.Result, rec *recorder) error {
 	removed := rec.removed
 	if rec.begin {
 		// The backend journalled nothing, so it created nothing; the
@@ -329,9 +336,19 @@ func (r *Runner) afterCleanup(res *api.Result, rec *recorder) error {
 		}
 	}
 	if res.Cleanup == nil || res.Cleanup.Verified {
-		if err := r.journal.Finish(res.RunID, journal.Clean, "", "", removed...); err != nil {
+		var runs []store.RunRecord
+		if p.Record != nil {
+			v, err := p.Record(res)
+			if err != nil {
+				r.log.Error("run record", "run", res.RunID, "err", err)
+			} else {
+				runs = append(runs, store.RunRecord{ID: res.RunID, Value: v})
+			}
+		}
+		if err := r.journal.FinishRecording(res.RunID, runs, journal.Clean, "", "", removed...); err != nil {
 			return r.residual(res.RunID, fmt.Sprintf("cleanup looked verified but the journal disagrees: %v", err), removed...)
 		}
+		p.Recorded = len(runs) > 0
 		return nil
 	}
 	var failed []string

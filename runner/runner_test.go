@@ -3,6 +3,7 @@ package runner_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -431,6 +432,29 @@ func TestCancelKillsTree(t *testing.T) {
 	}
 }
 
+// TestRunRecordWithFinish: the caller's run record, made from the final
+// result, is stored in the transaction that closes the attempt.
+func TestRunRecordWithFinish(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, h.phase("echo recorded"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Record = func(res *api.Result) ([]byte, error) {
+		if res.Cleanup == nil || !res.Cleanup.Verified {
+			return nil, fmt.Errorf("asked for the record before cleanup was verified: %+v", res.Cleanup)
+		}
+		return json.Marshal(map[string]string{"status": string(res.Status)})
+	}
+	res, out := h.launch(ctx, prep)
+	want(t, res, runner.StatusOK, out)
+	var rec map[string]string
+	if err := h.db.GetRun(res.RunID, &rec); err != nil || !prep.Recorded || rec["status"] != string(runner.StatusOK) {
+		t.Fatalf("run record %v (%v), recorded %v", rec, err, prep.Recorded)
+	}
+}
+
 func TestTamperedRuntimeRefused(t *testing.T) {
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
@@ -527,6 +551,8 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		}
 		held <- nil
 	}()
+	recordAsked := false
+	prep.Record = func(*api.Result) ([]byte, error) { recordAsked = true; return []byte(`{}`), nil }
 	var out bytes.Buffer
 	res, err := h.r.Launch(ctx, prep, &out, &out)
 	f := <-held
@@ -535,6 +561,10 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	}
 	if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup.Verified {
 		t.Fatalf("busy output mount: err = %v, cleanup verified = %v; want quarantine", err, res.Cleanup.Verified)
+	}
+	// A residual attempt leaves the run record to the caller.
+	if recordAsked || prep.Recorded {
+		t.Fatalf("residual cleanup: record asked %v, recorded %v; want neither", recordAsked, prep.Recorded)
 	}
 	// The next run is refused, before anything is created.
 	if _, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {

@@ -243,16 +243,32 @@ func (d *DB) Revoked(id string) (bool, error) {
 // Journal is the bucket package journal keeps its records in.
 const Journal = "journal"
 
+// RunRecord is an encoded run record (see PutRun) for Update to store in
+// the same transaction as its own change.
+type RunRecord struct {
+	ID    string
+	Value []byte
+}
+
 // Update runs fn in one durable read-write transaction on a top-level
-// bucket of the schema (e.g. Journal). The transaction is fsync'd before
-// Update returns.
-func (d *DB) Update(bucket string, fn func(b *bolt.Bucket) error) error {
+// bucket of the schema (e.g. Journal), and stores runs with it. The
+// transaction is fsync'd before Update returns; if fn fails, nothing is
+// stored.
+func (d *DB) Update(bucket string, fn func(b *bolt.Bucket) error, runs ...RunRecord) error {
 	return d.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketV1).Bucket([]byte(bucket))
 		if b == nil {
 			return fmt.Errorf("store: no bucket %q", bucket)
 		}
-		return fn(b)
+		if err := fn(b); err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if err := tx.Bucket(bucketV1).Bucket(bucketRuns).Put([]byte(r.ID), r.Value); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

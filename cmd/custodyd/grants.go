@@ -226,22 +226,39 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 
 	st := newStream(w)
 	st.send(api.Event{Type: api.EventStarted, RunID: runID})
-	res, err := s.r.Launch(runCtx, prep, st.writer(api.EventStdout), st.writer(api.EventStderr))
+	// The receipt is signed once cleanup is done; the runner stores the
+	// run record in the transaction that closes the journal's attempt.
 	var rcpt *api.Receipt
-	if res != nil {
+	finalized := false
+	finalize := func(res *api.Result) {
+		if finalized {
+			return
+		}
+		finalized = true
 		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
 		// Every run that launched gets a signed receipt, failed ones too.
 		if res.Status != runner.StatusRefused {
 			var rerr error
 			if rcpt, rerr = s.receipt(context.WithoutCancel(ctx), prep, res, g, in.Grant); rerr != nil {
 				s.log.Error("sign receipt", "run", runID, "err", rerr)
-			} else {
-				st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,
-					Data: []byte(rcpt.RunnerPublicKey)})
 			}
 		}
-		if perr := s.db.PutRun(runID, runRecord{Owner: owner, Result: res, Receipt: rcpt}); perr != nil {
-			s.log.Error("record run", "run", runID, "err", perr)
+	}
+	prep.Record = func(res *api.Result) ([]byte, error) {
+		finalize(res)
+		return json.Marshal(runRecord{Owner: owner, Result: res, Receipt: rcpt})
+	}
+	res, err := s.r.Launch(runCtx, prep, st.writer(api.EventStdout), st.writer(api.EventStderr))
+	if res != nil {
+		finalize(res)
+		if rcpt != nil {
+			st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,
+				Data: []byte(rcpt.RunnerPublicKey)})
+		}
+		if !prep.Recorded {
+			if perr := s.db.PutRun(runID, runRecord{Owner: owner, Result: res, Receipt: rcpt}); perr != nil {
+				s.log.Error("record run", "run", runID, "err", perr)
+			}
 		}
 	}
 	if err != nil && res != nil && res.Status == runner.StatusRefused {
