@@ -11,13 +11,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 )
-
-// gcPercent is custodyd's GOGC unless the environment sets one.
-const gcPercent = 400
 
 func main() {
 	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
@@ -30,14 +26,6 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
-	if os.Getenv("GOGC") == "" {
-		// The daemon's live heap is a few MiB while every launch allocates
-		// short-lived JSON, so the default GOGC=100 collects every few
-		// launches. 400 trades some tens of MiB of heap for about 0.6 ms
-		// of custodyd's 9 ms of CPU per launch (measured under make bench).
-		// GOGC in the environment overrides it.
-		debug.SetGCPercent(gcPercent)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *cpuProfile != "" {
