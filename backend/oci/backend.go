@@ -253,8 +253,8 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 		cgroups:     cgroups,
 	}
 	// Identities are recorded together once the launch's files exist: Run
-	// writes them with the container's, before the workload is let go. A
-	// failure on the way records what was made here.
+	// writes them with runc's while runc starts. A failure on the way
+	// records what was made here.
 	prepared := false
 	defer func() {
 		if !prepared && len(c.pending) > 0 {
@@ -439,11 +439,36 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 		waitCopies()
 		return nil, err
 	}
+	// runc run's identity is read before anything can reap it, and
+	// journalled with Prepare's identities while runc starts the container
+	// (tens of milliseconds): recovery waits for exactly this process, and
+	// finds the container through runc's own state. The record must have
+	// landed before the go-ahead; every return joins it, so that no record
+	// lands after cleanup's.
+	runtimeID, idErr := processIdentity(cmd.Process.Pid)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	flushed := make(chan error, 1)
+	go func() {
+		if idErr != nil {
+			flushed <- fmt.Errorf("identify runc run %d: %w", cmd.Process.Pid, idErr)
+			return
+		}
+		flushed <- c.recordRuntime(runtimeID)
+	}()
+	joined := false
+	join := func() error {
+		if joined {
+			return nil
+		}
+		joined = true
+		return <-flushed
+	}
+	defer join()
 	// If anything below fails before the go-ahead, closing the control
 	// socket makes the gate exit without running the workload.
 	fail := func(err error) (*Exit, error) {
+		join()
 		control.Close()
 		select {
 		case <-exited:
@@ -485,16 +510,11 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	if err != nil {
 		return fail(err)
 	}
-	// The identities Prepare gathered and the container's are journalled
-	// in one record while the container is observed; both are done before
-	// the go-ahead, so the workload never runs with them unrecorded.
-	recorded := make(chan error, 1)
-	go func() { recorded <- c.recordContainer(pid, cmd.Process.Pid) }()
-	watchErr := c.cgroups.watchOOM()
-	observed := c.observe(pid)
-	if err := <-recorded; err != nil {
+	if err := join(); err != nil {
 		return fail(err)
 	}
+	watchErr := c.cgroups.watchOOM()
+	observed := c.observe(pid)
 	if watchErr != nil {
 		return fail(watchErr)
 	}
@@ -897,27 +917,15 @@ func (c *Container) flushCreated() error {
 	return nil
 }
 
-// recordContainer journals the identities `runc run` produced: its init
-// (held by the gate), the runc process itself and the cgroup directories.
-func (c *Container) recordContainer(pid, runtimePid int) error {
-	id, err := processIdentity(pid)
-	if err != nil {
-		return fmt.Errorf("identify container init %d: %w", pid, err)
-	}
-	id["bundle"] = c.dir
-	// Should the runner die, the `runc run` it started lives on until its
-	// container ends; recovery waits for exactly this process.
-	rt, err := processIdentity(runtimePid)
-	if err != nil {
-		return fmt.Errorf("identify runc run %d: %w", runtimePid, err)
-	}
-	id["runtimePid"], id["runtimeStartTime"] = rt["pid"], rt["startTime"]
+// recordRuntime journals the container with the identity of the `runc
+// run` that owns it (rt, from processIdentity), together with the
+// identities Prepare gathered. Should the runner die, that runc lives on
+// until its container ends; recovery waits for exactly this process and
+// reaches the container through runc's state, which holds its init's pid
+// and start time (runc checks the start time before it signals).
+func (c *Container) recordRuntime(rt map[string]string) error {
+	id := map[string]string{"bundle": c.dir, "runtimePid": rt["pid"], "runtimeStartTime": rt["startTime"]}
 	c.idents[KindContainer+"\x00"+c.id] = id
 	c.pending = append(c.pending, Entry{Kind: KindContainer, Name: c.id, Identity: id})
-	for _, d := range c.cgroups.all() {
-		if err := c.identify(KindCgroup, d, pathIdentity); err != nil {
-			return err
-		}
-	}
 	return c.flushCreated()
 }
