@@ -98,8 +98,19 @@ func New(db *store.DB) *Journal {
 // Begin opens the record of a new attempt in state running, with the
 // intents of what it is about to create, in one durable transaction.
 func (j *Journal) Begin(runID, grantID string, intents ...Resource) error {
+	return j.db.Update(store.Journal, j.begin(runID, grantID, intents))
+}
+
+// BeginConsuming is Begin in the transaction that consumes the attempt's
+// grant (store.ConsumeGrantWith): the grant is used exactly when its
+// attempt, with everything the launch may create, is on record.
+func (j *Journal) BeginConsuming(runID, grantID string, use store.GrantUse, intents ...Resource) error {
+	return j.db.ConsumeGrantWith(grantID, use, store.Journal, j.begin(runID, grantID, intents))
+}
+
+func (j *Journal) begin(runID, grantID string, intents []Resource) func(b *bolt.Bucket) error {
 	now := j.now()
-	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
+	return func(b *bolt.Bucket) error {
 		if b.Get([]byte(runID)) != nil {
 			return fmt.Errorf("journal: attempt %s already exists", runID)
 		}
@@ -108,7 +119,7 @@ func (j *Journal) Begin(runID, grantID string, intents ...Resource) error {
 			a.Resources = append(a.Resources, Resource{Kind: r.Kind, Name: r.Name, State: Intent, At: now})
 		}
 		return put(b, a)
-	})
+	}
 }
 
 // Intent records that each resource (kind and name) is about to be

@@ -154,6 +154,9 @@ type Prepared struct {
 	// whose cleanup is residual, leaves the record to the caller.
 	Record   func(res *api.Result) ([]byte, error)
 	Recorded bool
+	// Begun says Consume opened the run's attempt with its intents; the
+	// launch then records them no second time.
+	Begun bool
 }
 
 // Input is one snapshotted input.
@@ -252,6 +255,9 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	res := r.newResult(p)
 	if err := r.checkQuarantine(); err != nil {
 		Refuse(res, err)
+		if p.Begun {
+			r.Abandon(res.RunID, "refused before launch: "+err.Error())
+		}
 		return res, err
 	}
 	// The snapshots need no second read here: Snapshot hashed exactly the
@@ -259,7 +265,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	// The attempt is journalled with the backend's first record, the intent
 	// of everything it may create, before anything is created. The verified
 	// removals are journalled with the attempt's final state.
-	rec := &recorder{j: r.journal, runID: res.RunID, grantID: p.GrantID, begin: true, deferRemovals: true}
+	rec := &recorder{j: r.journal, runID: res.RunID, grantID: p.GrantID, begin: !p.Begun, deferRemovals: true}
 	l := oci.Launch{
 		ID:          ContainerID(res.RunID),
 		ImageRootfs: p.Image.Rootfs,
@@ -267,10 +273,17 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		OutputBytes: p.Plan.OutputBytes,
 		WallTime:    p.Plan.WallTime,
 		Recorder:    rec,
+		Journalled:  p.Begun,
 	}
 	c, err := r.backend.Prepare(ctx, l)
 	if err != nil {
 		Refuse(res, err)
+		if c == nil && p.Begun {
+			// Refused before the backend made anything; the intents
+			// Consume recorded are checked gone like a recovery's.
+			r.Abandon(res.RunID, "refused before launch: "+err.Error())
+			return res, err
+		}
 		if c != nil {
 			res.Cleanup = cleanup(c.Cleanup(ctx))
 		}
@@ -372,6 +385,42 @@ func (r *Runner) residual(runID, reason string, removed ...journal.Resource) err
 		return fmt.Errorf("%s; and quarantine could not be recorded: %w", reason, err)
 	}
 	return fmt.Errorf("%w: %s", ErrQuarantined, reason)
+}
+
+// Consume uses grant grantID for run runID and opens the run's attempt
+// with the intent of everything its launch may create, in one durable
+// transaction: the grant is spent exactly when the attempt is on record.
+// The run's Prepared must then carry Begun; if the launch never comes,
+// Abandon closes the attempt. store.ErrConsumed and store.ErrRevoked say
+// the grant cannot be used.
+func (r *Runner) Consume(runID, grantID string, use store.GrantUse) error {
+	es, err := r.backend.Intents(ContainerID(runID))
+	if err != nil {
+		return err
+	}
+	return r.journal.BeginConsuming(runID, grantID, use, resources(es)...)
+}
+
+// Abandon closes the attempt Consume opened for a launch that will not
+// happen (a refusal after the grant was spent), once its intents are
+// verified gone; if they are not, the runner quarantines as after any
+// unverified cleanup.
+func (r *Runner) Abandon(runID, reason string) error {
+	a, err := r.journal.Get(runID)
+	if err != nil {
+		return err
+	}
+	var res []oci.Resource
+	for _, x := range a.Resources {
+		res = append(res, oci.Resource{Kind: x.Kind, Name: x.Name, State: x.State, Identity: x.Identity})
+	}
+	if rep := r.backend.VerifyAbsent(ContainerID(runID), res); !rep.Verified {
+		return r.residual(runID, fmt.Sprintf("%s; and its intents are not verified gone: %v", reason, rep.Steps))
+	}
+	if err := r.journal.Finish(runID, journal.Clean, reason+"; nothing was created", "", a.Resources...); err != nil {
+		return r.residual(runID, err.Error())
+	}
+	return nil
 }
 
 // ContainerID is the runtime container id of a run.

@@ -17,6 +17,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
@@ -487,6 +488,22 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 		t.Fatalf("status %s, output %q", res.Status, buf.String())
 	}
 	h.noLeftovers()
+
+	// With the attempt opened by Consume, the refusal closes it clean.
+	if err := h.r.Consume("tampered-1", "grant-t", store.GrantUse{At: time.Now().UTC(), RunID: "tampered-1"}); err != nil {
+		t.Fatal(err)
+	}
+	prep.RunID, prep.GrantID, prep.Begun = "tampered-1", "grant-t", true
+	if res, err := h.r.Launch(ctx, prep, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != runner.StatusRefused {
+		t.Fatalf("consumed launch with a tampered runtime: %v, %s", err, res.Status)
+	}
+	if a := h.attempt("tampered-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
+		t.Fatalf("attempt of the refused launch: %+v", a)
+	}
+	if q, _ := h.r.Quarantine(); q != nil {
+		t.Fatalf("quarantined by a refusal: %+v", q)
+	}
+	h.noLeftovers()
 }
 
 func TestProductionRefusedOnHybridHost(t *testing.T) {
@@ -589,4 +606,84 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	h.r = r2
 	res, outs := h.run(h.phase("echo back"))
 	want(t, res, runner.StatusOK, outs)
+}
+
+// attempt returns run id's journal attempt.
+func (h *harness) attempt(id string) journal.Attempt {
+	h.t.Helper()
+	all, err := h.r.Attempts()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, a := range all {
+		if a.RunID == id {
+			return a
+		}
+	}
+	h.t.Fatalf("no attempt %s in %+v", id, all)
+	return journal.Attempt{}
+}
+
+// TestConsumeOpensTheAttempt: consuming a grant opens its run's attempt
+// with every intent in the same transaction; a second consumption of the
+// grant is refused and opens nothing; a launch then records no intent
+// twice and ends clean; an abandoned one ends clean with nothing made.
+func TestConsumeOpensTheAttempt(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	use := store.GrantUse{At: time.Now().UTC(), RunID: "consumed-1", Actor: "ci-bot"}
+	if err := h.r.Consume("consumed-1", "grant-1", use); err != nil {
+		t.Fatal(err)
+	}
+	if a := h.attempt("consumed-1"); a.State != journal.Running || a.GrantID != "grant-1" || len(a.Outstanding()) < 6 {
+		t.Fatalf("attempt after Consume: %+v", a)
+	}
+	if err := h.r.Consume("consumed-2", "grant-1", use); !errors.Is(err, store.ErrConsumed) {
+		t.Fatalf("second Consume of one grant: %v, want ErrConsumed", err)
+	}
+	if all, _ := h.r.Attempts(); len(all) != 1 {
+		t.Fatalf("a refused Consume opened an attempt: %+v", all)
+	}
+	prep, err := h.r.Prepare(ctx, h.phase("echo consumed"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.RunID, prep.GrantID, prep.Begun = "consumed-1", "grant-1", true
+	res, out := h.launch(ctx, prep)
+	want(t, res, runner.StatusOK, out)
+	if a := h.attempt("consumed-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
+		t.Fatalf("attempt after the launch: %+v", a)
+	}
+
+	if err := h.r.Consume("abandoned-1", "grant-2", use); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.r.Abandon("abandoned-1", "inputs changed"); err != nil {
+		t.Fatal(err)
+	}
+	if a := h.attempt("abandoned-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 || !strings.Contains(a.Detail, "inputs changed") {
+		t.Fatalf("abandoned attempt: %+v", a)
+	}
+	if q, _ := h.r.Quarantine(); q != nil {
+		t.Fatalf("quarantined: %+v", q)
+	}
+
+	// Something at a recorded path: the attempt cannot be closed clean.
+	if err := h.r.Consume("present-1", "grant-3", use); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(h.cfg.RuntimeDir, runner.ContainerID("present-1"))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.r.Abandon("present-1", "inputs changed"); !errors.Is(err, runner.ErrQuarantined) {
+		t.Fatalf("abandon with a recorded path present: %v, want ErrQuarantined", err)
+	}
+	if a := h.attempt("present-1"); a.State != journal.Residual || !strings.Contains(a.Detail, dir) {
+		t.Fatalf("attempt with a recorded path present: %+v", a)
+	}
+	os.Remove(dir)
+	if err := h.r.ReleaseQuarantine(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -178,6 +178,12 @@ type Revocation struct {
 // ErrConsumed. A revoked grant is refused with ErrRevoked in the same
 // transaction, so a revocation and a consumption cannot both win.
 func (d *DB) ConsumeGrant(id string, use GrantUse) error {
+	return d.ConsumeGrantWith(id, use, "", nil)
+}
+
+// ConsumeGrantWith is ConsumeGrant that also runs fn on a top-level bucket
+// (e.g. Journal) in the same transaction: both are durable, or neither.
+func (d *DB) ConsumeGrantWith(id string, use GrantUse, bucket string, fn func(b *bolt.Bucket) error) error {
 	if id == "" {
 		return errors.New("consume grant: empty id")
 	}
@@ -194,7 +200,17 @@ func (d *DB) ConsumeGrant(id string, use GrantUse) error {
 		if prev := g.Get([]byte(id)); prev != nil {
 			return fmt.Errorf("grant %s: %w (%s)", id, ErrConsumed, prev)
 		}
-		return g.Put([]byte(id), v)
+		if err := g.Put([]byte(id), v); err != nil {
+			return err
+		}
+		if fn == nil {
+			return nil
+		}
+		b := root.Bucket([]byte(bucket))
+		if b == nil {
+			return fmt.Errorf("store: no bucket %q", bucket)
+		}
+		return fn(b)
 	})
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestQuarantinePersists(t *testing.T) {
@@ -105,6 +107,39 @@ func TestRevokedGrantCannotBeConsumed(t *testing.T) {
 		t.Fatalf("consume revoked: %v, want ErrRevoked", err)
 	}
 	if err := db.ConsumeGrant("g3", GrantUse{At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConsumeGrantWithIsAtomic: when the other half of the transaction
+// fails, the grant stays unused; when it succeeds, both are stored.
+func TestConsumeGrantWithIsAtomic(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "custody.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	boom := errors.New("journal refused")
+	err = db.ConsumeGrantWith("g2", GrantUse{RunID: "r2"}, Journal, func(b *bolt.Bucket) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("ConsumeGrantWith = %v, want the journal's error", err)
+	}
+	if _, err := db.GrantUsed("g2"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("grant used after a failed transaction: %v", err)
+	}
+	err = db.ConsumeGrantWith("g2", GrantUse{RunID: "r2"}, Journal, func(b *bolt.Bucket) error { return b.Put([]byte("r2"), []byte("{}")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GrantUsed("g2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.View(Journal, func(b *bolt.Bucket) error {
+		if b.Get([]byte("r2")) == nil {
+			return errors.New("the journal half is missing")
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -115,6 +115,34 @@ func New(opts Options) (*Backend, error) {
 		gate: gate, gateSHA256: gateSHA, filter: filter, filterSHA: compiled.SHA256, cgroupMounts: cgMounts}, nil
 }
 
+// Intents lists everything a launch with this id may create, as Prepare
+// records it before creating any of it. A caller that records them itself
+// (with other state, in one transaction) sets Launch.Journalled.
+func (b *Backend) Intents(id string) ([]Entry, error) {
+	if !idPattern.MatchString(id) {
+		return nil, fmt.Errorf("container id %q is invalid", id)
+	}
+	cgroups, err := b.launchCgroups(id)
+	if err != nil {
+		return nil, err
+	}
+	return intents(filepath.Join(b.opts.RuntimeDir, id), id, cgroups), nil
+}
+
+func (b *Backend) launchCgroups(id string) (*cgroupDirs, error) {
+	return resolveLaunchCgroups(filepath.Join("custody", id), "workload", b.cgroupMounts)
+}
+
+func intents(dir, id string, cgroups *cgroupDirs) []Entry {
+	es := []Entry{{Kind: KindLaunchDir, Name: dir}, {Kind: KindLaunchMount, Name: dir},
+		{Kind: KindRootfsMount, Name: filepath.Join(dir, "rootfs")},
+		{Kind: KindOutputMount, Name: filepath.Join(dir, "out")}, {Kind: KindContainer, Name: id}}
+	for _, d := range cgroups.all() {
+		es = append(es, Entry{Kind: KindCgroup, Name: d})
+	}
+	return es
+}
+
 // GateSHA256 is the digest of the gate that every container starts with.
 func (b *Backend) GateSHA256() string { return b.gateSHA256 }
 
@@ -139,6 +167,9 @@ type Launch struct {
 	Stderr      io.Writer
 	// Recorder journals each native resource; nil records nothing.
 	Recorder Recorder
+	// Journalled says the caller has already recorded Intents(ID) durably,
+	// so Prepare does not record them again.
+	Journalled bool
 }
 
 // Container is one launch's native resources. Whatever happened, the
@@ -222,22 +253,18 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	cgroups, err := resolveLaunchCgroups(filepath.Join("custody", l.ID), "workload", b.cgroupMounts)
+	cgroups, err := b.launchCgroups(l.ID)
 	if err != nil {
 		bin.Close()
 		return nil, err
 	}
 	// Everything this launch may create, in one durable record before any
 	// of it exists.
-	intents := []Entry{{Kind: KindLaunchDir, Name: dir}, {Kind: KindLaunchMount, Name: dir},
-		{Kind: KindRootfsMount, Name: filepath.Join(dir, "rootfs")},
-		{Kind: KindOutputMount, Name: filepath.Join(dir, "out")}, {Kind: KindContainer, Name: l.ID}}
-	for _, d := range cgroups.all() {
-		intents = append(intents, Entry{Kind: KindCgroup, Name: d})
-	}
-	if err := rec.Intent(intents...); err != nil {
-		bin.Close()
-		return nil, fmt.Errorf("journal launch: %w", err)
+	if !l.Journalled {
+		if err := rec.Intent(intents(dir, l.ID, cgroups)...); err != nil {
+			bin.Close()
+			return nil, fmt.Errorf("journal launch: %w", err)
+		}
 	}
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		bin.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -191,6 +192,39 @@ func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, 
 	}
 	c.bin = bin
 	return c.Cleanup(ctx)
+}
+
+// VerifyAbsent checks that none of a launch's recorded resources exists,
+// for an attempt refused before the backend made anything (Prepare was
+// never called, or failed before its first mkdir). Unlike Recover it needs
+// no runtime: a refusal for a tampered runtime still closes cleanly.
+func (b *Backend) VerifyAbsent(id string, resources []Resource) *CleanupReport {
+	r := &CleanupReport{}
+	var present []string
+	for _, x := range resources {
+		if x.State == "removed" {
+			continue
+		}
+		p := x.Name
+		if x.Kind == KindContainer {
+			p = filepath.Join(b.opts.StateDir, x.Name) // runc's state
+		}
+		_, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			present = append(present, fmt.Sprintf("%s (%v)", p, err))
+		default:
+			present = append(present, p)
+		}
+	}
+	if len(present) > 0 {
+		r.step("never-created", fmt.Errorf("launch %s: %d recorded resources exist: %v", id, len(present), present))
+	} else {
+		r.step("never-created", nil)
+	}
+	r.Verified = len(present) == 0
+	return r
 }
 
 // stopRecovered kills a container left running by a runner that died: its

@@ -347,8 +347,9 @@ func (s *server) admitGrant(ctx context.Context, env []byte, owner uint32) (*run
 	}
 
 	runID := runner.NewRunID()
-	// Single use: one durable transaction, before any mutation.
-	if err := s.db.ConsumeGrant(p.ID, store.GrantUse{At: s.now().UTC(), RunID: runID, Actor: p.Actor}); err != nil {
+	// Single use: one durable transaction, before any mutation, that also
+	// opens the run's journal attempt with everything it may create.
+	if err := s.r.Consume(runID, p.ID, store.GrantUse{At: s.now().UTC(), RunID: runID, Actor: p.Actor}); err != nil {
 		switch {
 		case errors.Is(err, store.ErrConsumed):
 			return nil, nil, grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant admits one launch", p.ID)
@@ -358,16 +359,23 @@ func (s *server) admitGrant(ctx context.Context, env []byte, owner uint32) (*run
 		return nil, nil, err
 	}
 	s.fault("after-consume")
+	// A refusal from here on closes the attempt Consume opened.
+	abandon := func(err error) (*runner.Prepared, *grant.Grant, error) {
+		if aerr := s.r.Abandon(runID, "refused after the grant was consumed: "+err.Error()); aerr != nil {
+			s.log.Error("close the refused attempt", "run", runID, "err", aerr)
+		}
+		return nil, nil, err
+	}
 	prep, err := s.r.Snapshot(ctx, plan)
 	if err != nil {
-		return nil, nil, err
+		return abandon(err)
 	}
 	s.fault("after-snapshot")
 	var snapped []runner.Input = prep.Inputs
 	if err := sameInputs(p.Inputs, grantInputs(snapped)); err != nil {
-		return nil, nil, err
+		return abandon(err)
 	}
-	prep.RunID, prep.GrantID = runID, p.ID
+	prep.RunID, prep.GrantID, prep.Begun = runID, p.ID, true
 	return prep, g, nil
 }
 
