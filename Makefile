@@ -97,6 +97,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzVerifyStatement$$' -fuzztime=$(FUZZTIME) ./grant
 	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzParseTrust$$' -fuzztime=$(FUZZTIME) ./evidence
+	$(GO) test -run='^$$' -fuzz='^FuzzReceiptStatement$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEnvelope$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 
 clean:

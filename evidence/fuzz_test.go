@@ -64,6 +64,20 @@ func FuzzVerify(f *testing.F) {
 	})
 }
 
+// FuzzReceiptStatement holds the fast decoding of a receipt statement to
+// the explained one: both accept the same payloads, with the same result.
+func FuzzReceiptStatement(f *testing.F) {
+	_, envs := golden(f)
+	for _, env := range envs {
+		f.Add(payloadOf(f, env))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if err := evidence.DecodePathsAgree(payload); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // FuzzParseTrust checks that ParseTrust never panics and that whatever it
 // accepts is a usable, consistent trust.
 func FuzzParseTrust(f *testing.F) {

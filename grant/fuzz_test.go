@@ -130,6 +130,9 @@ func FuzzVerifyStatement(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
+		if err := grant.DecodePathsAgree(payload); err != nil {
+			t.Fatal(err)
+		}
 		e, err := es.SignPayload(context.Background(), predicate.PayloadType, payload)
 		if err != nil {
 			t.Fatal(err)

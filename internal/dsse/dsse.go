@@ -358,6 +358,19 @@ func CanonicalJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
 }
 
+// DecodeCanonical decodes data into v and reports whether data is exactly
+// CanonicalJSON(v). That equality is stricter than StrictUnmarshal: an
+// unknown, duplicate or differently cased member, or trailing data, would
+// not survive the re-encoding; so the plain (faster) decoder suffices.
+// A false answer says nothing about why; callers then take a strict path.
+func DecodeCanonical(data []byte, v any) bool {
+	if json.Unmarshal(data, v) != nil {
+		return false
+	}
+	again, err := CanonicalJSON(v)
+	return err == nil && bytes.Equal(again, data)
+}
+
 // StrictUnmarshal decodes a single JSON value into v, refusing unknown
 // fields and trailing data.
 func StrictUnmarshal(data []byte, v any) error {

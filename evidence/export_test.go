@@ -1,0 +1,9 @@
+package evidence
+
+import "github.com/custody-dev/custody/internal/testenv"
+
+// DecodePathsAgree holds decodeReceiptStatement to
+// decodeReceiptStatementExplained.
+func DecodePathsAgree(payload []byte) error {
+	return testenv.SameDecoding(payload, decodeReceiptStatement, decodeReceiptStatementExplained)
+}
