@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -688,9 +689,28 @@ type CleanupReport struct {
 func (r *CleanupReport) step(name string, err error) {
 	s := CleanupStep{Name: name, OK: err == nil}
 	if err != nil {
-		s.Detail = err.Error()
+		s.Detail = oneLine(err.Error())
+		if len(s.Detail) > maxStepDetail {
+			s.Detail = strings.ToValidUTF8(s.Detail[:maxStepDetail], "") + "..."
+		}
 	}
 	r.Steps = append(r.Steps, s)
+}
+
+// maxStepDetail keeps a step's detail within what a receipt's text fields
+// may hold (4096 bytes).
+const maxStepDetail = 4000
+
+// oneLine puts an error on one line: a step's detail goes into the signed
+// receipt, which refuses control characters, and errors.Join separates
+// errors with newlines.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, strings.ReplaceAll(s, "\n", "; "))
 }
 
 // Cleanup removes everything this launch created and verifies each part is
@@ -813,20 +833,30 @@ func (c *Container) removeCgroups() error {
 	return errors.Join(errs...)
 }
 
-// unmount unmounts p. After a runner died, the runc run it started may
-// still hold the launch dir (its cwd) for a moment as it ends, when it
-// died before runc's identity was journalled for recovery to wait on: so
-// in recovery an EBUSY on the launch dir's own tmpfs, with everything
-// inside it unmounted, is retried for up to 2 s. A busy output (a file
-// held open) is not retried: it will not free itself.
+// unmount unmounts p, retrying EBUSY for a moment. A process the daemon
+// is forking for another launch holds a copy of the daemon's file table,
+// and with it any file of this launch the daemon had open (its output,
+// just hashed), until its exec closes them: a concurrent launch made an
+// output's unmount fail that way once in about a thousand under make
+// bench. That passes in well under the 250 ms allowed; a mount still busy
+// then is really held (a file open on the output, say) and the cleanup is
+// not verified. After a runner died, the runc run it started may still
+// hold the launch dir (its cwd) as it ends, when it died before runc's
+// identity was journalled for recovery to wait on: so in recovery the
+// launch dir's own tmpfs gets 2 s. With a mount still inside, EBUSY is not
+// retried: the inner one is what holds it.
 func (c *Container) unmount(p string, innerLeft bool) error {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	wait := 250 * time.Millisecond
+	if c.recovered && p == c.dir {
+		wait = 2 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
 		err := unix.Unmount(p, 0)
-		if !errors.Is(err, unix.EBUSY) || !c.recovered || p != c.dir || innerLeft || time.Now().After(deadline) {
+		if !errors.Is(err, unix.EBUSY) || innerLeft || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(delay)
 	}
 }
 
