@@ -58,6 +58,13 @@ type Backend struct {
 	// cgroupMounts are the cgroup hierarchies, read once: where they are
 	// mounted does not change under a running host's services.
 	cgroupMounts []*mountinfo.Info
+	// ownCgroup is this process's /proc/self/cgroup, read once with the
+	// hierarchies: every launch's cgroups go under the one the daemon
+	// started in, and a launch resolves them twice (Intents, Prepare).
+	ownCgroup []byte
+	// ownNS are this process's namespace links, which observe compares
+	// every container's with.
+	ownNS map[string]string
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -107,13 +114,20 @@ func New(opts Options) (*Backend, error) {
 		filter.Close()
 		return nil, err
 	}
+	ownCgroup, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		gate.Close()
+		filter.Close()
+		return nil, fmt.Errorf("read own cgroup: %w", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		gate.Close()
 		filter.Close()
 		return nil, fmt.Errorf("become child subreaper: %w", err)
 	}
 	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime},
-		gate: gate, gateSHA256: gateSHA, filter: filter, filterSHA: compiled.SHA256, cgroupMounts: cgMounts}, nil
+		gate: gate, gateSHA256: gateSHA, filter: filter, filterSHA: compiled.SHA256, cgroupMounts: cgMounts, ownCgroup: ownCgroup,
+		ownNS: ownNamespaces()}, nil
 }
 
 // Intents lists everything a launch with this id may create, as Prepare
@@ -131,7 +145,7 @@ func (b *Backend) Intents(id string) ([]Entry, error) {
 }
 
 func (b *Backend) launchCgroups(id string) (*cgroupDirs, error) {
-	return resolveLaunchCgroups(filepath.Join("custody", id), "workload", b.cgroupMounts)
+	return resolveLaunchCgroups(filepath.Join("custody", id), "workload", b.cgroupMounts, b.ownCgroup)
 }
 
 func intents(dir, id string, cgroups *cgroupDirs) []Entry {

@@ -40,8 +40,8 @@ type cgroupDirs struct {
 
 // resolveLaunchCgroups resolves a launch's parent cgroup (rel) and the
 // runtime's leaf below it (rel/leaf).
-func resolveLaunchCgroups(rel, leaf string, mounts []*mountinfo.Info) (*cgroupDirs, error) {
-	cg, err := resolveCgroups(filepath.Join(rel, leaf), mounts)
+func resolveLaunchCgroups(rel, leaf string, mounts []*mountinfo.Info, own []byte) (*cgroupDirs, error) {
+	cg, err := resolveCgroups(filepath.Join(rel, leaf), mounts, own)
 	if err != nil {
 		return nil, err
 	}
@@ -142,13 +142,15 @@ func (cg *cgroupDirs) oomNotified() int64 {
 	return cg.ooms.Load()
 }
 
-func resolveCgroups(rel string, mounts []*mountinfo.Info) (*cgroupDirs, error) {
+func resolveCgroups(rel string, mounts []*mountinfo.Info, own []byte) (*cgroupDirs, error) {
 	if filepath.IsAbs(rel) || strings.Contains(rel, "..") {
 		return nil, fmt.Errorf("cgroups path %q must be relative and clean", rel)
 	}
-	own, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, fmt.Errorf("read own cgroup: %w", err)
+	var err error
+	if own == nil {
+		if own, err = os.ReadFile("/proc/self/cgroup"); err != nil {
+			return nil, fmt.Errorf("read own cgroup: %w", err)
+		}
 	}
 	if mounts == nil {
 		if mounts, err = cgroupMounts(); err != nil {

@@ -40,6 +40,21 @@ type ObservedCgroup struct {
 	CPUPeriodMicros  int64 `json:"cpuPeriodMicros"`
 }
 
+// namespaceKinds are the namespaces observe compares with the daemon's.
+var namespaceKinds = []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts", "time"}
+
+// ownNamespaces reads this process's namespaces once: a kind the kernel
+// does not have is left out, and observe skips it as before.
+func ownNamespaces() map[string]string {
+	own := map[string]string{}
+	for _, ns := range namespaceKinds {
+		if l, err := os.Readlink(filepath.Join("/proc/self/ns", ns)); err == nil {
+			own[ns] = l
+		}
+	}
+	return own
+}
+
 // observe reads the container's first process while the gate holds it:
 // every namespace, mount, capability drop, no_new_privs and the seccomp
 // filter are in place, and the workload has not started, so the read
@@ -47,10 +62,10 @@ type ObservedCgroup struct {
 func (c *Container) observe(pid int) *Observed {
 	o := &Observed{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
 	proc := fmt.Sprintf("/proc/%d", pid)
-	for _, ns := range []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts", "time"} {
-		theirs, err1 := os.Readlink(filepath.Join(proc, "ns", ns))
-		ours, err2 := os.Readlink(filepath.Join("/proc/self/ns", ns))
-		if err1 != nil || err2 != nil {
+	for _, ns := range namespaceKinds {
+		theirs, err := os.Readlink(filepath.Join(proc, "ns", ns))
+		ours, known := c.b.ownNS[ns]
+		if err != nil || !known {
 			continue
 		}
 		if theirs != ours {

@@ -300,7 +300,7 @@ func isZombie(pid int) bool {
 // CgroupParents lists, per hierarchy, the directory under which this
 // backend creates container cgroups ("custody" under our own cgroup).
 func (b *Backend) CgroupParents() []string {
-	cg, err := resolveCgroups("custody", b.cgroupMounts)
+	cg, err := resolveCgroups("custody", b.cgroupMounts, b.ownCgroup)
 	if err != nil {
 		return nil
 	}

@@ -105,50 +105,64 @@ func decodeEnvelopeStrict(data []byte, l Limits) (*Envelope, error) {
 // LF, which base64 skips but JSON strings may not hold raw, are refused
 // here).
 func decodeCanonicalEnvelope(data []byte) (*Envelope, bool) {
-	rest := bytes.TrimRight(data, " \t\r\n")
+	c := &cursor{rest: bytes.TrimRight(data, " \t\r\n"), ok: true}
 	var env Envelope
-	var ok bool
-	if rest, ok = bytes.CutPrefix(rest, []byte(`{"payloadType":"`)); !ok {
-		return nil, false
-	}
-	if env.PayloadType, rest, ok = plainString(rest); !ok {
-		return nil, false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"payload":"`)); !ok {
-		return nil, false
-	}
-	if env.PayloadB64, rest, ok = base64String(rest); !ok {
-		return nil, false
-	}
-	if rest, ok = bytes.CutPrefix(rest, []byte(`,"signatures":[`)); !ok {
-		return nil, false
-	}
-	for {
+	c.lit(`{"payloadType":"`)
+	env.PayloadType = c.str(plainString)
+	c.lit(`,"payload":"`)
+	env.PayloadB64 = c.str(base64String)
+	c.lit(`,"signatures":[`)
+	for c.ok {
 		var sig Signature
-		if rest, ok = bytes.CutPrefix(rest, []byte(`{"keyid":"`)); !ok {
-			return nil, false
-		}
-		if sig.KeyID, rest, ok = plainString(rest); !ok {
-			return nil, false
-		}
-		if rest, ok = bytes.CutPrefix(rest, []byte(`,"sig":"`)); !ok {
-			return nil, false
-		}
-		if sig.SigB64, rest, ok = base64String(rest); !ok {
-			return nil, false
-		}
-		if rest, ok = bytes.CutPrefix(rest, []byte(`}`)); !ok {
-			return nil, false
-		}
+		c.lit(`{"keyid":"`)
+		sig.KeyID = c.str(plainString)
+		c.lit(`,"sig":"`)
+		sig.SigB64 = c.str(base64String)
+		c.lit(`}`)
 		env.Signatures = append(env.Signatures, sig)
-		if rest, ok = bytes.CutPrefix(rest, []byte(`,`)); !ok {
+		if !c.more() {
 			break
 		}
 	}
-	if !bytes.Equal(rest, []byte(`]}`)) {
+	c.lit(`]}`)
+	if !c.ok || len(c.rest) > 0 {
 		return nil, false
 	}
 	return &env, true
+}
+
+// cursor reads one fixed layout; once a step fails, every later one is a
+// no-op and ok stays false.
+type cursor struct {
+	rest []byte
+	ok   bool
+}
+
+// lit consumes the literal s.
+func (c *cursor) lit(s string) {
+	if c.ok {
+		c.rest, c.ok = bytes.CutPrefix(c.rest, []byte(s))
+	}
+}
+
+// str consumes a string body and its closing quote with read.
+func (c *cursor) str(read func([]byte) (string, []byte, bool)) string {
+	if !c.ok {
+		return ""
+	}
+	var v string
+	v, c.rest, c.ok = read(c.rest)
+	return v
+}
+
+// more consumes a comma, if one comes next.
+func (c *cursor) more() bool {
+	if !c.ok {
+		return false
+	}
+	var comma bool
+	c.rest, comma = bytes.CutPrefix(c.rest, []byte(","))
+	return comma
 }
 
 // plainString reads a JSON string body up to its closing quote, if it
