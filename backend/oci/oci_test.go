@@ -3,11 +3,14 @@ package oci_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,4 +228,58 @@ func (h *harness) ranTrue(t *testing.T, id string) *oci.Container {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// abiProbe is a static program that asks for its pid twice: through the
+// native syscall, and through the i386 entry point (int 0x80, getpid =
+// 20), which a 64-bit process can still reach.
+const abiProbe = `#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+int main(void) {
+	long compat;
+	__asm__ volatile("int $0x80" : "=a"(compat) : "a"(20L) : "memory");
+	printf("native=%ld i386=%ld\n", (long)syscall(SYS_getpid), compat);
+	return 0;
+}
+`
+
+// TestFilterRefusesTheI386ABI runs a real program both ways under runc:
+// the native syscall works and the i386 one is refused with EPERM by the
+// filter the gate installs. On the host, without a filter, both answer,
+// which shows the kernel has the entry point to refuse.
+func TestFilterRefusesTheI386ABI(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the i386 entry point is amd64's; this is %s", runtime.GOARCH)
+	}
+	h := newHarness(t, true)
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		testenv.Missing(t, "gcc (apt install gcc libc6-dev), to build the i386-ABI probe")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, bin := filepath.Join(dir, "abi.c"), filepath.Join(dir, "abi")
+	if err := os.WriteFile(src, []byte(abiProbe), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gcc, "-static", "-O1", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("build the probe: %v: %s", err, out)
+	}
+	host, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("the probe on the host: %v", err)
+	}
+	var native, compat int
+	if _, err := fmt.Sscanf(string(host), "native=%d i386=%d", &native, &compat); err != nil || compat != native {
+		t.Fatalf("on the host, without a filter, both calls must give the pid: %q", host)
+	}
+	_, out, _ := h.run(t, "i386-abi", []string{"/in/abi"}, func(l *oci.Launch) {
+		l.Config.Inputs = []oci.Mount{{Source: dir, Target: "/in"}}
+	})
+	if want := fmt.Sprintf("native=1 i386=%d", -int(syscall.EPERM)); strings.TrimSpace(out) != want {
+		t.Fatalf("in the container: %q, want %q (native allowed, i386 refused with EPERM)", strings.TrimSpace(out), want)
+	}
 }
