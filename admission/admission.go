@@ -70,9 +70,12 @@ type Plan struct {
 	Command     []string          `json:"command"`
 	Workdir     string            `json:"workdir"`
 	Env         map[string]string `json:"env,omitempty"`
-	Inputs      []request.Input   `json:"inputs,omitempty"`
+	Inputs      []Input           `json:"inputs,omitempty"`
 	OutputPath  string            `json:"outputPath"`
 	OutputBytes int64             `json:"outputBytes"`
+	// OutputFiles bounds the output's entries (files, directories,
+	// symlinks), enforced by the output filesystem and by the custody walk.
+	OutputFiles int64 `json:"outputFiles"`
 	TmpBytes    int64             `json:"tmpBytes"`
 	Memory      int64             `json:"memory"`
 	Pids        int64             `json:"pids"`
@@ -83,6 +86,20 @@ type Plan struct {
 	InputBytes int64   `json:"inputBytes"`
 	Checks     []Check `json:"checks"`
 }
+
+// Input is one admitted input: the request's source and target, and the
+// policy input root the source is read beneath (never following a symlink
+// below it).
+type Input struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+	Root   string `json:"root"`
+}
+
+// MaxOutputPathBytes bounds the summed length of an output's entry paths:
+// with Plan.OutputFiles it keeps a receipt that names every output file
+// within the envelope limit by design.
+const MaxOutputPathBytes = 512 << 10
 
 // Admit computes the plan for req, or a *RefusedError naming every
 // requirement that is unsupported or not granted. A nil policy or profile
@@ -99,7 +116,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	p := &Plan{
 		Name: req.Name, Tier: req.EffectiveTier(), Image: req.Image,
 		Command: slices.Clone(req.Command), Workdir: req.Workdir, Env: req.Env,
-		Inputs: slices.Clone(req.Inputs), OutputPath: req.Output.Path,
+		OutputPath: req.Output.Path,
 		Network: req.EffectiveNetwork(), InputBytes: int64(pol.Ceilings.InputBytes),
 	}
 	if p.Workdir == "" {
@@ -118,7 +135,8 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 		tmp = int64(req.Tmp.MaxBytes)
 	}
 	p.TmpBytes = a.openBytes("tmp.maxBytes", tmp, int64(pol.Defaults.TmpBytes), int64(pol.Ceilings.TmpBytes))
-	a.mounts()
+	p.OutputFiles = a.outputFiles()
+	p.Inputs = a.mounts()
 
 	p.Checks = a.checks
 	var refused []Check
@@ -308,10 +326,41 @@ func (a *admitter) openBytes(req string, asked, def, ceiling int64) int64 {
 	return a.exactBytes(req, asked, ceiling)
 }
 
-func (a *admitter) mounts() {
+// outputFiles is an open choice: unset takes the smaller of the built-in
+// default and the policy's ceiling.
+func (a *admitter) outputFiles() int64 {
+	asked, ceiling := a.req.Output.MaxFiles, a.pol.Ceilings.OutputFilesCeiling()
+	if asked == 0 {
+		def := min(int64(policy.DefaultOutputFiles), ceiling)
+		a.add(Check{Requirement: "output.maxFiles", Verdict: Chosen, Code: "policy-default",
+			Detail: fmt.Sprintf("%d entries (operator default)", def)})
+		return def
+	}
+	return a.exactInt("output.maxFiles", asked, ceiling)
+}
+
+// mounts admits each input under the operator's input roots. The check
+// here is lexical; the snapshot then walks the source from its root
+// without following any symlink, so the plan's root is binding.
+func (a *admitter) mounts() []Input {
+	var ins []Input
 	for i, in := range a.req.Inputs {
-		a.add(Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: Granted, Code: "input-readonly",
-			Detail: fmt.Sprintf("%s snapshotted and mounted read-only at %s", in.Source, in.Target)})
+		req := fmt.Sprintf("inputs[%d].source", i)
+		root, ok := a.pol.InputRoot(in.Source)
+		switch {
+		case !ok && len(a.pol.InputRoots) == 0:
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "input-outside-roots",
+				Detail: fmt.Sprintf("%s: the operator policy has no inputRoots, so no input is granted", in.Source),
+				Fix:    "an operator may list the directories that hold work trees in policy inputRoots"})
+		case !ok:
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "input-outside-roots",
+				Detail: fmt.Sprintf("%s is outside the policy's inputRoots (%s)", in.Source, strings.Join(a.pol.InputRoots, ", ")),
+				Fix:    "move the input under an allowed root, or an operator may add a root in policy inputRoots"})
+		default:
+			a.add(Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: Granted, Code: "input-readonly",
+				Detail: fmt.Sprintf("%s (beneath root %s, no symlinks followed) snapshotted and mounted read-only at %s", in.Source, root, in.Target)})
+		}
+		ins = append(ins, Input{Source: in.Source, Target: in.Target, Root: root})
 	}
 	a.add(Check{Requirement: "output", Verdict: Granted, Code: "output-bounded",
 		Detail: fmt.Sprintf("fresh size-bounded filesystem at %s", a.req.Output.Path)})
@@ -324,4 +373,5 @@ func (a *admitter) mounts() {
 		a.add(Check{Requirement: "env", Verdict: Granted, Code: "env-declared",
 			Detail: "only declared variables: " + strings.Join(keys, ", ")})
 	}
+	return ins
 }

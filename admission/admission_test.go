@@ -90,8 +90,8 @@ func TestDevelopmentAdmittedAndLabelled(t *testing.T) {
 			chosen++
 		}
 	}
-	if chosen != 3 {
-		t.Fatalf("want 3 recorded choices, got %d: %s", chosen, codes(p.Checks))
+	if chosen != 4 {
+		t.Fatalf("want 4 recorded choices, got %d: %s", chosen, codes(p.Checks))
 	}
 }
 
@@ -181,5 +181,58 @@ func TestNothingFailsOpen(t *testing.T) {
 		if cs := refusal(t, f()); len(cs) == 0 {
 			t.Errorf("%s: no refusal", name)
 		}
+	}
+}
+
+// Inputs are admitted only below an operator input root; without roots no
+// input is granted, and the plan carries the root the snapshot walks from.
+func TestInputRoots(t *testing.T) {
+	r := req(request.TierDevelopment)
+	r.Inputs = []request.Input{{Source: "/srv/in/src", Target: "/in"}}
+	p := pol()
+	if _, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err == nil {
+		t.Fatal("an input was admitted by a policy without inputRoots")
+	} else if cs := refusal(t, err); len(cs) != 1 || cs[0].Code != "input-outside-roots" || cs[0].Requirement != "inputs[0].source" {
+		t.Fatalf("refusal %+v", cs)
+	}
+	p.InputRoots = []string{"/srv/other"}
+	if _, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err == nil {
+		t.Fatal("an input outside the roots was admitted")
+	}
+	p.InputRoots = []string{"/srv/other", "/srv/in"}
+	plan, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Inputs) != 1 || plan.Inputs[0] != (Input{Source: "/srv/in/src", Target: "/in", Root: "/srv/in"}) {
+		t.Fatalf("plan inputs %+v", plan.Inputs)
+	}
+}
+
+// The output entry bound is an open choice within the policy's ceiling,
+// and request and policy agree on its largest value.
+func TestOutputFiles(t *testing.T) {
+	r := req(request.TierDevelopment)
+	plan, err := Admit(r, pol(), Facts{Profile: hybridProfile(), ImagePresent: true})
+	if err != nil || plan.OutputFiles != policy.DefaultOutputFiles {
+		t.Fatalf("default: %v %+v", err, plan)
+	}
+	small := int64(10)
+	p := pol()
+	p.Ceilings.OutputFiles = &small
+	if plan, err = Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err != nil || plan.OutputFiles != 10 {
+		t.Fatalf("default under a ceiling of 10: %v %+v", err, plan)
+	}
+	r.Output.MaxFiles = 11
+	if _, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err == nil {
+		t.Fatal("11 output files admitted under a ceiling of 10")
+	}
+	r.Output.MaxFiles = policy.MaxOutputFiles
+	if err := r.Validate(); err != nil {
+		t.Errorf("request refuses policy.MaxOutputFiles: %v", err)
+	}
+	r.Output.MaxFiles = policy.MaxOutputFiles + 1
+	if err := r.Validate(); err == nil {
+		t.Error("request accepts more than policy.MaxOutputFiles")
 	}
 }

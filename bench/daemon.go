@@ -96,6 +96,8 @@ tiers:
 actors:
   - name: bench
     stages: [build, test]
+    submitters: {uids: [0]}
+inputRoots: [%q]
 `
 
 // TrivialPhase is the phase every launch measurement runs: /bin/true in the
@@ -223,7 +225,7 @@ operators: [0]
 	if d.Image, err = imageDigest(img); err != nil {
 		return fail(err)
 	}
-	if err := os.WriteFile(policy, fmt.Appendf(nil, policyYAML, d.Image), 0o600); err != nil {
+	if err := os.WriteFile(policy, fmt.Appendf(nil, policyYAML, d.Image, filepath.Join(o.Dir, "work")), 0o600); err != nil {
 		return fail(err)
 	}
 	st, err := d.Control.ReloadPolicy(ctx)

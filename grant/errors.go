@@ -45,6 +45,9 @@ const (
 	CodeNotAdmitted Code = "not-admitted"
 	// CodeActorNotAllowed: policy does not allow the grant's actor the stage.
 	CodeActorNotAllowed Code = "actor-not-allowed"
+	// CodeSubmitterNotAllowed: the peer that submitted the grant (its
+	// kernel-reported uid and gid) may not submit as the grant's actor.
+	CodeSubmitterNotAllowed Code = "submitter-not-allowed"
 )
 
 // Error is a refused grant. Callers branch on Code with errors.As.

@@ -158,6 +158,9 @@ type Output struct {
 	Path string `json:"path"`
 	// MaxBytes is the hard size bound, in bytes.
 	MaxBytes int64 `json:"maxBytes"`
+	// MaxFiles bounds the output's entries. Grants issued before it
+	// existed omit it (0) and no longer admit a launch.
+	MaxFiles int64 `json:"maxFiles,omitempty"`
 }
 
 // Resources are the admitted budgets.

@@ -553,6 +553,7 @@ func TestErrorFormat(t *testing.T) {
 		grant.CodeRuntimeChanged: "runtime-changed", grant.CodeImageChanged: "image-changed",
 		grant.CodeInputsChanged: "inputs-changed", grant.CodeTargetMismatch: "target-mismatch",
 		grant.CodeNotAdmitted: "not-admitted", grant.CodeActorNotAllowed: "actor-not-allowed",
+		grant.CodeSubmitterNotAllowed: "submitter-not-allowed",
 	} {
 		if string(code) != want {
 			t.Errorf("code %q, want %q", code, want)

@@ -87,6 +87,9 @@ func validate(p *Predicate) (phaseName string, err error) {
 	if p.Output.MaxBytes <= 0 {
 		add("output.maxBytes", "%d is not positive", p.Output.MaxBytes)
 	}
+	if p.Output.MaxFiles < 0 {
+		add("output.maxFiles", "%d is negative", p.Output.MaxFiles)
+	}
 
 	r := p.Resources
 	if r.Memory <= 0 {

@@ -12,29 +12,55 @@ func (p *Policy) ActorMayRun(actor, stage string) bool {
 	return i >= 0 && slices.Contains(p.Actors[i].Stages, stage)
 }
 
-// InputAllowed reports whether a phase input may come from hostPath.
-//
-// When InputRoots is empty there is no restriction on where inputs live, and
-// it returns true for every path. Otherwise hostPath must be absolute and
-// clean (filepath.Clean leaves it unchanged) and be one of the roots or lie
-// below one, segment by segment: /srv/work/a is inside /srv/work, /srv/work2
-// is not. Roots that Validate refuses match nothing.
-//
-// The check is lexical. It does not resolve symbolic links, so whatever
-// reads the input must not follow a link out of the root.
+// InputAllowed reports whether a phase input may come from hostPath: see
+// InputRoot.
 func (p *Policy) InputAllowed(hostPath string) bool {
-	if len(p.InputRoots) == 0 {
-		return true
-	}
+	_, ok := p.InputRoot(hostPath)
+	return ok
+}
+
+// InputRoot returns the configured root that hostPath lies in, and true, or
+// false when no root holds it. Without InputRoots no path is allowed.
+// hostPath must be absolute and clean (filepath.Clean leaves it unchanged)
+// and be one of the roots or lie below one, segment by segment: /srv/work/a
+// is inside /srv/work, /srv/work2 is not. Roots that Validate refuses match
+// nothing; of two roots that both hold the path, the longest is returned.
+//
+// This is the lexical half of the check. The reader must then reach the
+// path from the returned root without following any symlink (treehash's
+// Options.Beneath), so a link inside the root cannot lead out of it.
+func (p *Policy) InputRoot(hostPath string) (string, bool) {
 	if !cleanAbs(hostPath) {
+		return "", false
+	}
+	best := ""
+	for _, root := range p.InputRoots {
+		if reason, _ := rootProblem(root); reason != "" {
+			continue
+		}
+		if (hostPath == root || strings.HasPrefix(hostPath, root+"/")) && len(root) > len(best) {
+			best = root
+		}
+	}
+	return best, best != ""
+}
+
+// ActorSubmitter reports whether a peer with uid and gid may submit a grant
+// issued to actor. An actor without submitters, or an unknown actor, has
+// none.
+func (p *Policy) ActorSubmitter(actor string, uid, gid uint32) bool {
+	i := slices.IndexFunc(p.Actors, func(a Actor) bool { return a.Name == actor })
+	if i < 0 {
 		return false
 	}
-	return slices.ContainsFunc(p.InputRoots, func(root string) bool {
-		if reason, _ := rootProblem(root); reason != "" {
-			return false
-		}
-		return hostPath == root || strings.HasPrefix(hostPath, root+"/")
-	})
+	s := p.Actors[i].Submitters
+	return slices.Contains(s.UIDs, uid) || slices.Contains(s.GIDs, gid)
+}
+
+// ActorHasSubmitters reports whether anyone at all may submit as actor.
+func (p *Policy) ActorHasSubmitters(actor string) bool {
+	i := slices.IndexFunc(p.Actors, func(a Actor) bool { return a.Name == actor })
+	return i >= 0 && len(p.Actors[i].Submitters.UIDs)+len(p.Actors[i].Submitters.GIDs) > 0
 }
 
 // AllowsCredential reports whether the operator may grant the credential

@@ -24,7 +24,9 @@ type Policy struct {
 	// no actor anything.
 	Actors []Actor `yaml:"actors" json:"actors"`
 	// InputRoots are the absolute, clean host directories under which phase
-	// inputs may live. Empty means no restriction on where inputs live.
+	// inputs may live. Empty means no input is granted: nothing outside a
+	// configured root is ever read. An input is reached from its root
+	// without following any symlink (see InputRoot).
 	InputRoots []string `yaml:"inputRoots,omitempty" json:"inputRoots,omitempty"`
 	// Egress is the network the operator would allow out. There is no
 	// runtime support yet; it is policy data only.
@@ -41,6 +43,18 @@ type Actor struct {
 	// Stages are the stages the actor may run: acquire, generate, build,
 	// test or run.
 	Stages []string `yaml:"stages" json:"stages"`
+	// Submitters are the local peers that may submit a grant issued to
+	// this actor, as the kernel reports them on the submit socket
+	// (SO_PEERCRED). A name is not an identity: without submitters, a
+	// grant for the actor launches nothing, whoever holds the file.
+	Submitters Submitters `yaml:"submitters,omitempty" json:"submitters,omitempty"`
+}
+
+// Submitters lists peer identities. A peer matches when its uid is in
+// UIDs or its primary gid is in GIDs.
+type Submitters struct {
+	UIDs []uint32 `yaml:"uids,omitempty" json:"uids,omitempty"`
+	GIDs []uint32 `yaml:"gids,omitempty" json:"gids,omitempty"`
 }
 
 // Egress lists the destinations phases may reach.
@@ -67,6 +81,29 @@ type Ceilings struct {
 	TmpBytes    quantity.Bytes    `yaml:"tmpBytes" json:"tmpBytes"`
 	// InputBytes bounds the total size of a request's input snapshot.
 	InputBytes quantity.Bytes `yaml:"inputBytes" json:"inputBytes"`
+	// OutputFiles bounds the number of entries (files, directories and
+	// symlinks) a run may leave in its output. Optional: absent means
+	// DefaultOutputFiles. It is from 1 to MaxOutputFiles, so that a
+	// receipt listing every output stays within the envelope limit.
+	OutputFiles *int64 `yaml:"outputFiles,omitempty" json:"outputFiles,omitempty"`
+}
+
+// Output entry bounds: a receipt names every retained output file twice
+// (as a subject and in the predicate), so their count and the length of
+// their paths are bounded by design, never by the workload's good will.
+const (
+	// DefaultOutputFiles is ceilings.outputFiles when the policy is silent.
+	DefaultOutputFiles = 4096
+	// MaxOutputFiles is the largest ceilings.outputFiles a policy may set.
+	MaxOutputFiles = 8192
+)
+
+// OutputFilesCeiling is the policy's effective ceilings.outputFiles.
+func (c Ceilings) OutputFilesCeiling() int64 {
+	if c.OutputFiles == nil {
+		return DefaultOutputFiles
+	}
+	return *c.OutputFiles
 }
 
 // Defaults are the open choices admission makes when a request is silent.

@@ -75,7 +75,7 @@ func TestParseValid(t *testing.T) {
 	if p.Actors != nil || p.InputRoots != nil || p.Egress.Destinations != nil || p.Credentials != nil {
 		t.Errorf("actors %+v inputRoots %q egress %+v credentials %q without the keys", p.Actors, p.InputRoots, p.Egress, p.Credentials)
 	}
-	if p.ActorMayRun("ci-bot", "build") || !p.InputAllowed("/anywhere") || p.AllowsCredential("x") {
+	if p.ActorMayRun("ci-bot", "build") || p.InputAllowed("/anywhere") || p.AllowsCredential("x") {
 		t.Error("a policy without actors, inputRoots and credentials grants the wrong things")
 	}
 }
@@ -122,7 +122,7 @@ func TestParseGrants(t *testing.T) {
 // destinations.
 func TestParseEmptyGrants(t *testing.T) {
 	p := mustParse(t, valid+"actors: []\negress: {destinations: []}\ncredentials: []\ninputRoots: []\n")
-	if p.ActorMayRun("ci-bot", "build") || !p.InputAllowed("/x") || p.AllowsCredential("a") {
+	if p.ActorMayRun("ci-bot", "build") || p.InputAllowed("/x") || p.AllowsCredential("a") {
 		t.Error("empty grant lists grant the wrong things")
 	}
 }
@@ -389,11 +389,66 @@ func TestInputAllowed(t *testing.T) {
 			t.Errorf("InputAllowed(%q) with invalid roots = true", path)
 		}
 	}
-	// No roots: no restriction.
+	// No roots: no input at all (a policy that forgot its roots once
+	// granted /etc/shadow).
 	var none policy.Policy
 	for _, path := range []string{"/", "/srv/work", "/etc/shadow"} {
-		if !none.InputAllowed(path) {
-			t.Errorf("InputAllowed(%q) without roots = false", path)
+		if none.InputAllowed(path) {
+			t.Errorf("InputAllowed(%q) without roots = true", path)
+		}
+	}
+	// Nested roots: the longest one holds the path.
+	nested := policy.Policy{InputRoots: []string{"/srv", "/srv/work"}}
+	if root, ok := nested.InputRoot("/srv/work/a"); !ok || root != "/srv/work" {
+		t.Errorf("InputRoot(/srv/work/a) = %q %v, want /srv/work", root, ok)
+	}
+}
+
+func TestActorSubmitters(t *testing.T) {
+	p := mustParse(t, valid+`actors:
+  - {name: ci-bot, stages: [build], submitters: {uids: [1001], gids: [2000]}}
+  - {name: nobody-may, stages: [build]}
+`)
+	for _, tt := range []struct {
+		actor    string
+		uid, gid uint32
+		want     bool
+	}{
+		{"ci-bot", 1001, 1001, true},
+		{"ci-bot", 1234, 2000, true},
+		{"ci-bot", 65534, 65534, false},
+		{"ci-bot", 0, 0, false},
+		{"nobody-may", 0, 0, false},
+		{"unknown", 1001, 2000, false},
+	} {
+		if got := p.ActorSubmitter(tt.actor, tt.uid, tt.gid); got != tt.want {
+			t.Errorf("ActorSubmitter(%q, %d, %d) = %v, want %v", tt.actor, tt.uid, tt.gid, got, tt.want)
+		}
+	}
+	if !p.ActorHasSubmitters("ci-bot") || p.ActorHasSubmitters("nobody-may") || p.ActorHasSubmitters("unknown") {
+		t.Error("ActorHasSubmitters is wrong")
+	}
+	_, err := policy.Parse([]byte(valid + "actors: [{name: a, stages: [build], submitters: {uids: [1, 1]}}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "submitters.uids[1]") {
+		t.Errorf("a repeated submitter uid: %v", err)
+	}
+	_, err = policy.Parse([]byte(valid + "actors: [{name: a, stages: [build], submitters: {uids: [-1]}}]\n"))
+	if err == nil {
+		t.Error("a negative submitter uid parsed")
+	}
+}
+
+func TestOutputFilesCeiling(t *testing.T) {
+	if got := mustParse(t, valid).Ceilings.OutputFilesCeiling(); got != policy.DefaultOutputFiles {
+		t.Errorf("default outputFiles ceiling %d", got)
+	}
+	for _, bad := range []string{"0", "-1", "8193"} {
+		src := strings.Replace(valid, "inputBytes: 1Gi", "inputBytes: 1Gi\n  outputFiles: "+bad, 1)
+		if src == valid {
+			t.Fatal("the valid policy changed shape")
+		}
+		if _, err := policy.Parse([]byte(src)); err == nil {
+			t.Errorf("outputFiles %s parsed", bad)
 		}
 	}
 }
@@ -499,19 +554,23 @@ func TestLoadExample(t *testing.T) {
 	}
 }
 
-// examples/policy.yaml is the demo's policy; with its placeholder filled in
-// it must parse, grant the demo's actors and leave input locations open.
+// examples/policy.yaml is the demo's policy; with its placeholders filled
+// in it must parse, grant the demo's actors to root only, and admit inputs
+// only below the demo's root.
 func TestLoadDemoExample(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "examples", "policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(data), "@IMAGE@") {
-		t.Fatal("examples/policy.yaml lost its @IMAGE@ placeholder")
+	if !strings.Contains(string(data), "@IMAGE@") || !strings.Contains(string(data), "@INPUTROOT@") {
+		t.Fatal("examples/policy.yaml lost its @IMAGE@ or @INPUTROOT@ placeholder")
 	}
-	p := mustParse(t, strings.ReplaceAll(string(data), "@IMAGE@", digest))
-	if !p.ActorMayRun("ci-bot", "build") || !p.ActorMayRun("operator", "run") || p.InputRoots != nil || !p.InputAllowed("/any/build/dir") {
+	p := mustParse(t, strings.NewReplacer("@IMAGE@", digest, "@INPUTROOT@", "/srv/demo").Replace(string(data)))
+	if !p.ActorMayRun("ci-bot", "build") || !p.ActorMayRun("operator", "run") || !p.InputAllowed("/srv/demo/src") || p.InputAllowed("/etc/shadow") {
 		t.Errorf("actors %+v inputRoots %q", p.Actors, p.InputRoots)
+	}
+	if !p.ActorSubmitter("ci-bot", 0, 0) || p.ActorSubmitter("ci-bot", 65534, 65534) {
+		t.Errorf("ci-bot submitters %+v, want root only", p.Actors[0].Submitters)
 	}
 }
 

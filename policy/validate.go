@@ -95,6 +95,10 @@ func (p *Policy) Validate() error {
 	positive("ceilings.outputBytes", int64(c.OutputBytes), "256Mi")
 	positive("ceilings.tmpBytes", int64(c.TmpBytes), "128Mi")
 	positive("ceilings.inputBytes", int64(c.InputBytes), "1Gi")
+	if n := c.OutputFiles; n != nil && (*n < 1 || *n > MaxOutputFiles) {
+		add("ceilings.outputFiles", fmt.Sprintf("%d is not from 1 to %d", *n, MaxOutputFiles),
+			fmt.Sprintf("set at most %d (a receipt lists every output file), or leave it out for %d", MaxOutputFiles, DefaultOutputFiles))
+	}
 
 	if positiveCPU("defaults.cpu", d.CPU) && cpuOK && d.CPU > c.CPU {
 		add("defaults.cpu", fmt.Sprintf("%v is above ceilings.cpu %v", d.CPU, c.CPU), "lower defaults.cpu or raise ceilings.cpu")
@@ -151,6 +155,17 @@ func (p *Policy) validateActors(add adder) {
 		}
 		if len(a.Stages) == 0 {
 			add(field+".stages", "is empty", "list the stages the actor may run, or remove the actor")
+		}
+		for _, l := range []struct {
+			name string
+			ids  []uint32
+		}{{"uids", a.Submitters.UIDs}, {"gids", a.Submitters.GIDs}} {
+			ids := firsts{}
+			for k, id := range l.ids {
+				if j, dup := ids.repeat(strconv.FormatUint(uint64(id), 10), k); dup {
+					add(fmt.Sprintf("%s.submitters.%s[%d]", field, l.name, k), fmt.Sprintf("%d is also %s.submitters.%s[%d]", id, field, l.name, j), "list each id once")
+				}
+			}
 		}
 		seen := firsts{}
 		for k, s := range a.Stages {

@@ -106,6 +106,9 @@ type Output struct {
 	// MaxBytes is the hard size bound; zero means "operator default" (an
 	// open choice made at admission).
 	MaxBytes quantity.Bytes `yaml:"maxBytes,omitempty" json:"maxBytes,omitempty"`
+	// MaxFiles bounds the entries (files, directories and symlinks) the
+	// run may leave; zero means "operator default" (an open choice).
+	MaxFiles int64 `yaml:"maxFiles,omitempty" json:"maxFiles,omitempty"`
 }
 
 // Tmp bounds /tmp.

@@ -28,6 +28,11 @@ var (
 	credentialPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
 )
 
+// maxOutputFiles is policy.MaxOutputFiles (request does not import
+// policy; the layout test's peer, TestOutputFilesBoundInStep, keeps the two
+// in step).
+const maxOutputFiles = 8192
+
 // Fixes shared by the schema's pattern explanations and Validate.
 const (
 	stageFix      = "use one of acquire, generate, build, test or run"
@@ -108,6 +113,10 @@ func (p *Phase) Validate() error {
 		}
 	}
 
+	if p.Output.MaxFiles < 0 || p.Output.MaxFiles > maxOutputFiles {
+		add("output.maxFiles", fmt.Sprintf("%d is not from 1 to %d", p.Output.MaxFiles, maxOutputFiles),
+			"ask for fewer output entries (a receipt lists every output file), or leave it out for the operator default")
+	}
 	out := p.Output.Path
 	outOK := false
 	if reason, fix := mountProblem(out); reason != "" {

@@ -9,7 +9,7 @@ import (
 // observation the runner made. custodyd adds the grant and the runner
 // identity and signs it. Nothing in it is read back as authority.
 func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
-	prof := r.profile
+	prof := r.profile.Load()
 	tier := evidence.TierProduction
 	if p.Plan.Unqualified {
 		tier = evidence.TierDevelopment

@@ -15,7 +15,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
@@ -47,9 +51,21 @@ type Runner struct {
 	inputs  *snapshot.Store
 	outputs *snapshot.Store
 	backend *oci.Backend
-	profile *platform.Profile
 	userNS  *oci.IDMap
+
+	// profile is the evidenced platform profile; a profile with a failed
+	// host fact is probed again (see Profile), since the cause may have
+	// passed (a full state disk at start).
+	profile      atomic.Pointer[platform.Profile]
+	probeOpts    platform.Options
+	reprobe      sync.Mutex
+	probedAt     time.Time // guarded by reprobe
+	reprobeEvery time.Duration
 }
+
+// reprobeEvery is how often a profile with a failed host fact is probed
+// again, at most.
+const reprobeEvery = 5 * time.Second
 
 // New opens the runner's content stores, probes the platform and prepares
 // the backend. db is the runner's store (owned by the caller, who closes it).
@@ -80,17 +96,18 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 	if r.outputs, err = snapshot.New(filepath.Join(cfg.StateDir, "outputs")); err != nil {
 		return nil, err
 	}
-	r.profile, err = platform.Probe(ctx, platform.Options{
-		RuntimePath: cfg.Runtime.Path,
-		ScratchDir:  cfg.StateDir,
-	})
+	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir}
+	r.reprobeEvery = reprobeEvery
+	prof, err := platform.Probe(ctx, r.probeOpts)
 	if err != nil {
 		return nil, fmt.Errorf("probe platform: %w", err)
 	}
+	r.profile.Store(prof)
+	r.probedAt = time.Now()
 	switch {
 	case cfg.UserNamespace != nil:
 		r.userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
-	case r.profile.UserNS.OK:
+	case prof.UserNS.OK:
 		m := defaultUserNS()
 		r.userNS = &m
 	}
@@ -123,8 +140,34 @@ func (r *Runner) VerifyImage(ctx context.Context, digest string) error {
 	return err
 }
 
-// Profile is the evidenced platform profile the runner admits against.
-func (r *Runner) Profile() *platform.Profile { return r.profile }
+// Profile is the evidenced platform profile the runner admits against. A
+// profile in which a host fact the reviewed profile needs (seccomp, tmpfs,
+// overlay) failed is probed again, at most every few seconds: the failure
+// may have been transient, and a runner must not refuse everything until
+// it restarts. A passing profile is never re-probed here.
+func (r *Runner) Profile() *platform.Profile {
+	p := r.profile.Load()
+	if p.Seccomp.OK && p.Tmpfs.OK && p.Overlay.OK {
+		return p
+	}
+	if !r.reprobe.TryLock() {
+		return p // another caller is probing; admit against what is known
+	}
+	defer r.reprobe.Unlock()
+	if time.Since(r.probedAt) < r.reprobeEvery {
+		return p
+	}
+	r.probedAt = time.Now()
+	np, err := platform.Probe(context.Background(), r.probeOpts)
+	if err != nil {
+		r.log.Warn("probe the platform again", "err", err)
+		return p
+	}
+	r.log.Info("platform probed again after a failed host fact",
+		"seccomp", np.Seccomp.OK, "tmpfs", np.Tmpfs.OK, "overlay", np.Overlay.OK)
+	r.profile.Store(np)
+	return np
+}
 
 // Images is the runner's image store.
 func (r *Runner) Images() *image.Store { return r.images }
@@ -176,7 +219,7 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	if imgErr != nil && !errors.Is(imgErr, image.ErrNotFound) {
 		return nil, imgErr
 	}
-	return admission.Admit(req, pol, admission.Facts{Profile: r.profile, ImagePresent: imgErr == nil})
+	return admission.Admit(req, pol, admission.Facts{Profile: r.Profile(), ImagePresent: imgErr == nil})
 }
 
 // Prepare admits req under pol and snapshots its inputs.
@@ -201,7 +244,7 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 	p := &Prepared{Plan: plan, Image: img}
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
-		snap, err := r.inputs.Take(ctx, in.Source, treehash.Options{MaxBytes: budget})
+		snap, err := r.inputs.Take(ctx, in.Source, treehash.Options{MaxBytes: budget, Beneath: in.Root})
 		if err != nil {
 			return nil, inputRefusal(i, err)
 		}
@@ -216,23 +259,69 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 // happen before any mutation.
 func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]Input, error) {
 	var out []Input
+	var need diskNeed
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
-		tree, err := snapshot.Digest(ctx, in.Source, treehash.Options{MaxBytes: budget})
+		tree, err := snapshot.Digest(ctx, in.Source, treehash.Options{MaxBytes: budget, Beneath: in.Root})
 		if err != nil {
 			return nil, inputRefusal(i, err)
 		}
 		budget -= tree.Bytes
 		out = append(out, Input{Source: in.Source, Target: in.Target, Digest: tree.Digest})
+		if _, err := r.inputs.Get(tree.Digest); err != nil { // a stored copy is reused, not written
+			need.bytes += tree.Bytes
+			need.inodes += int64(len(tree.Entries)) + 2
+		}
+	}
+	if err := r.checkSpace(need); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-func inputRefusal(i int, err error) error {
+// diskNeed is what a launch will write into the state dir's filesystem.
+type diskNeed struct{ bytes, inodes int64 }
+
+// spaceReserve is kept free on the state dir's filesystem beyond a launch's
+// snapshots: the store must still be able to record the run.
+const spaceReserve = 32 << 20
+
+// checkSpace refuses, before any grant is spent, a launch whose input
+// snapshots cannot fit on the state dir's filesystem: ENOSPC halfway
+// through a snapshot would otherwise be found only after consumption.
+func (r *Runner) checkSpace(need diskNeed) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.cfg.StateDir, &st); err != nil {
+		return fmt.Errorf("statfs the state dir: %w", err)
+	}
+	freeBytes := int64(st.Bavail) * st.Bsize
+	freeInodes := int64(st.Ffree)
+	if freeBytes >= need.bytes+spaceReserve && (st.Files == 0 || freeInodes >= need.inodes) {
+		return nil
+	}
 	return &admission.RefusedError{Checks: []admission.Check{{
-		Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted, Code: "input-snapshot-failed",
-		Detail: err.Error(),
-		Fix:    "inputs must be regular files, directories and symlinks within the policy's inputBytes ceiling",
+		Requirement: "inputs", Verdict: admission.Unsupported, Code: "state-disk-full",
+		Detail: fmt.Sprintf("the input snapshots need %d bytes and %d inodes (plus a %d-byte reserve) on the runner's state filesystem, which has %d bytes and %d inodes free",
+			need.bytes, need.inodes, spaceReserve, freeBytes, freeInodes),
+		Fix: "an operator must free space on custodyd's stateDir filesystem (custody prunes old outputs per retention), then retry",
+	}}}
+}
+
+// inputRefusal names why input i could not be read, with a fix that fits
+// the reason.
+func inputRefusal(i int, err error) error {
+	code, fix := "input-snapshot-failed", "make the input readable by the runner"
+	switch {
+	case errors.Is(err, treehash.ErrSymlinkComponent):
+		code, fix = "input-symlink-component", "name the input by its real path below the policy's input root: custody never follows a symlink from the root to an input"
+	case errors.Is(err, treehash.ErrTooLarge):
+		code, fix = "input-too-large", "shrink the inputs, or an operator may raise ceilings.inputBytes"
+	case errors.Is(err, treehash.ErrUnsupported):
+		code, fix = "input-unsupported-file", "inputs hold only regular files, directories and symlinks (copied as links, never followed); remove devices, fifos and sockets, and make the input itself a file or directory"
+	}
+	return &admission.RefusedError{Checks: []admission.Check{{
+		Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted, Code: code,
+		Detail: err.Error(), Fix: fix,
 	}}}
 }
 
@@ -271,6 +360,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		ImageRootfs: p.Image.Rootfs,
 		Config:      r.ociConfig(p),
 		OutputBytes: p.Plan.OutputBytes,
+		OutputFiles: p.Plan.OutputFiles,
 		WallTime:    p.Plan.WallTime,
 		Recorder:    rec,
 		Journalled:  p.Begun,
@@ -301,7 +391,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	if runErr == nil {
 		setExit(res, ex)
 		p.Observed = ex.Observed
-		out, err := r.takeOutput(ctx, c, treehash.Options{MaxBytes: p.Plan.OutputBytes})
+		out, err := r.takeOutput(ctx, c, outputLimits(p.Plan))
 		if err != nil {
 			res.Status = StatusFailed
 			res.Error = fmt.Sprintf("output custody: %v", err)
@@ -318,6 +408,13 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		return res, err
 	}
 	return res, runErr
+}
+
+// outputLimits bounds what custody takes from a run's output: its bytes,
+// its entries and the length of their paths, so that the receipt naming
+// every file stays within the envelope limit whatever the workload does.
+func outputLimits(p *admission.Plan) treehash.Options {
+	return treehash.Options{MaxBytes: p.OutputBytes, MaxEntries: int(p.OutputFiles), MaxPathBytes: admission.MaxOutputPathBytes}
 }
 
 // smallOutput is the size below which an output is first looked up in the

@@ -72,6 +72,8 @@ func newHarnessWith(t testing.TB, rt oci.Pinned) *harness {
 		},
 		Defaults: policy.Defaults{CPU: 1, OutputBytes: 8 << 20, TmpBytes: 8 << 20},
 		Tiers:    policy.Tiers{Development: true},
+		// The test's own temporary directories hold its inputs.
+		InputRoots: []string{filepath.Dir(t.TempDir())},
 	}
 	if err := pol.Validate(); err != nil {
 		t.Fatalf("test policy invalid: %v", err)

@@ -42,15 +42,16 @@ for _ in $(seq 100); do custody status >/dev/null 2>&1 && break; sleep 0.1; done
 echo "== import the test image (operator)"
 IMAGE=$(custody image import "$ROOT/build/testimage/rootfs")
 echo "$IMAGE"
-sed "s/@IMAGE@/$IMAGE/" examples/policy.yaml > "$DEMO/policy.yaml"
-sed "s/@IMAGE@/$IMAGE/" examples/phase.yaml > "$DEMO/phase.yaml"
-cp -r examples/src "$DEMO/src"
+sed -e "s/@IMAGE@/$IMAGE/" -e "s|@INPUTROOT@|$DEMO/work|" examples/policy.yaml > "$DEMO/policy.yaml"
+mkdir -p "$DEMO/work"
+sed "s/@IMAGE@/$IMAGE/" examples/phase.yaml > "$DEMO/work/phase.yaml"
+cp -r examples/src "$DEMO/work/src"
 custody policy reload >/dev/null
 
 echo "== admit (dry run)"
-custody admit "$DEMO/phase.yaml"
+custody admit "$DEMO/work/phase.yaml"
 echo "== issue a single-use grant to ci-bot (operator, control socket)"
-custody grant issue "$DEMO/phase.yaml" --actor ci-bot --ttl 15m > "$DEMO/grant.json"
+custody grant issue "$DEMO/work/phase.yaml" --actor ci-bot --ttl 15m > "$DEMO/grant.json"
 echo "wrote $DEMO/grant.json"
 echo "== run with the grant (client, submit socket); keep the signed receipt and the outputs"
 custody run --grant "$DEMO/grant.json" --receipt "$DEMO/out/receipt.json"

@@ -121,7 +121,21 @@ type Options struct {
 	// MaxEntries bounds the number of entries; 0 means unlimited. Exceeding
 	// it fails with ErrTooLarge.
 	MaxEntries int
+	// MaxPathBytes bounds the summed length of the entries' paths; 0 means
+	// unlimited. Exceeding it fails with ErrTooLarge. With MaxEntries it
+	// bounds the size of any listing of the tree (a receipt's subjects).
+	MaxPathBytes int
+	// Beneath, if set, is a directory the root must lie in, lexically and
+	// in fact: the root is reached from Beneath one component at a time,
+	// and a symlink (or anything but a directory) at any component below
+	// Beneath refuses the walk with ErrSymlinkComponent. Beneath itself is
+	// the caller's trusted path and is opened as given.
+	Beneath string
 }
+
+// ErrSymlinkComponent is returned when a root reached under
+// Options.Beneath passes through a symlink.
+var ErrSymlinkComponent = errors.New("a path component is a symlink, which is never followed")
 
 // Manifest returns the canonical manifest of entries (see the package
 // documentation for the format). Entries need not be sorted; the input slice

@@ -101,6 +101,8 @@ type walker struct {
 	entries []*Entry
 	files   int
 	bytes   int64
+	// pathBytes sums the recorded entries' path lengths.
+	pathBytes int
 }
 
 // fileJob is a regular file to hash, with the identity lstat saw.
@@ -127,7 +129,11 @@ func (w *walker) tree() *Tree {
 
 func (w *walker) walkRoot(ctx context.Context, root string) error {
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Lstat(root, &st) }); err != nil {
+	if w.opts.Beneath != "" {
+		if err := statBeneath(w.opts.Beneath, root, &st); err != nil {
+			return err
+		}
+	} else if err := ignoringEINTR(func() error { return unix.Lstat(root, &st) }); err != nil {
 		return &os.PathError{Op: "lstat", Path: root, Err: err}
 	}
 	perm := uint32(st.Mode & 0o777)
@@ -244,12 +250,74 @@ func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJo
 	return stack, nil
 }
 
-// add records e, enforcing MaxEntries.
+// add records e, enforcing MaxEntries and MaxPathBytes.
 func (w *walker) add(e *Entry) error {
 	if w.opts.MaxEntries > 0 && len(w.entries) >= w.opts.MaxEntries {
 		return fmt.Errorf("more than %d entries: %w", w.opts.MaxEntries, ErrTooLarge)
 	}
+	w.pathBytes += len(e.Path)
+	if w.opts.MaxPathBytes > 0 && w.pathBytes > w.opts.MaxPathBytes {
+		return fmt.Errorf("paths total more than %d bytes: %w", w.opts.MaxPathBytes, ErrTooLarge)
+	}
 	w.entries = append(w.entries, e)
+	return nil
+}
+
+// statBeneath fills st with the identity of root, reached from beneath one
+// component at a time without following a symlink anywhere below beneath.
+// The walk then checks every object it opens by path against the identity
+// it saw, so a component swapped for a symlink after this fails the walk
+// as a change.
+func statBeneath(beneath, root string, st *unix.Stat_t) error {
+	beneath, root = filepath.Clean(beneath), filepath.Clean(root)
+	rel, ok := strings.CutPrefix(root, beneath)
+	if !ok || (rel != "" && !strings.HasPrefix(rel, "/") && beneath != "/") {
+		return fmt.Errorf("%s is not inside %s: %w", root, beneath, ErrSymlinkComponent)
+	}
+	var fd int
+	err := ignoringEINTR(func() (err error) {
+		fd, err = unix.Open(beneath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return &os.PathError{Op: "open", Path: beneath, Err: err}
+	}
+	defer func() { unix.Close(fd) }()
+	at := beneath
+	comps := strings.Split(strings.Trim(rel, "/"), "/")
+	if rel == "" {
+		comps = nil
+	}
+	for i, c := range comps {
+		at = joinPath(at, c)
+		var next int
+		err := ignoringEINTR(func() (err error) {
+			next, err = unix.Openat(fd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			return err
+		})
+		if err != nil {
+			return &os.PathError{Op: "open", Path: at, Err: err}
+		}
+		unix.Close(fd)
+		fd = next
+		if err := unix.Fstat(fd, st); err != nil {
+			return &os.PathError{Op: "fstat", Path: at, Err: err}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			return fmt.Errorf("%s: %s below %s: %w", root, at, beneath, ErrSymlinkComponent)
+		case unix.S_IFDIR:
+		default:
+			if i < len(comps)-1 {
+				return &os.PathError{Op: "open", Path: at, Err: unix.ENOTDIR}
+			}
+		}
+	}
+	if len(comps) == 0 {
+		if err := unix.Fstat(fd, st); err != nil {
+			return &os.PathError{Op: "fstat", Path: at, Err: err}
+		}
+	}
 	return nil
 }
 

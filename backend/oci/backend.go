@@ -177,6 +177,9 @@ type Launch struct {
 	Config Config
 	// OutputBytes is the hard bound of the output filesystem.
 	OutputBytes int64
+	// OutputFiles bounds the entries the output filesystem can hold
+	// (its inodes, less the root); 0 leaves the filesystem's default.
+	OutputFiles int64
 	WallTime    time.Duration
 	Stdout      io.Writer
 	Stderr      io.Writer
@@ -324,7 +327,7 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
-	if err := c.mountOutput(l.OutputBytes); err != nil {
+	if err := c.mountOutput(l.OutputBytes, l.OutputFiles); err != nil {
 		return c, err
 	}
 	spec, err := Spec(cfg)
@@ -393,14 +396,18 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 	return c.identify(KindRootfsMount, c.rootfs, mountIdentity)
 }
 
-// mountOutput mounts a tmpfs with a hard size bound: writes past it fail
-// with ENOSPC in the workload. If the bound cannot be mounted, the launch
-// is refused rather than run unbounded.
-func (c *Container) mountOutput(limit int64) error {
+// mountOutput mounts a tmpfs with a hard size bound and an inode bound:
+// writes past either fail with ENOSPC in the workload, so no workload can
+// leave more entries than its receipt may list. If the bounds cannot be
+// mounted, the launch is refused rather than run unbounded.
+func (c *Container) mountOutput(limit, files int64) error {
 	if err := os.Mkdir(c.outDir, 0o700); err != nil {
 		return fmt.Errorf("output dir: %w", err)
 	}
 	opts := fmt.Sprintf("size=%d,mode=0755", limit)
+	if files > 0 {
+		opts += fmt.Sprintf(",nr_inodes=%d", files+1) // the root is an inode too
+	}
 	if m := c.b.opts.UserNS; m != nil {
 		opts += fmt.Sprintf(",uid=%d,gid=%d", m.HostID, m.HostID)
 	}

@@ -82,7 +82,7 @@ operators: [0]
 	if err != nil {
 		t.Fatal(err)
 	}
-	write(t, e.policy, strings.ReplaceAll(string(pol), "@IMAGE@", e.image))
+	write(t, e.policy, strings.NewReplacer("@IMAGE@", e.image, "@INPUTROOT@", e.dir).Replace(string(pol)))
 	if code, out, errs := e.custody("policy", "reload"); code != 0 {
 		t.Fatalf("policy reload: %s %s", out, errs)
 	}

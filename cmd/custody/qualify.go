@@ -401,6 +401,7 @@ tiers:
 actors:
   - name: qualify
     stages: [acquire, generate, build, test, run]
+    submitters: {uids: [0]}
 inputRoots: [%q]
 `, img.Digest, o.tier == conformance.TierDevelopment, d.scratch)
 	if err := os.WriteFile(filepath.Join(d.dir, "policy.yaml"), []byte(pol), 0o600); err != nil {

@@ -46,6 +46,8 @@ images:
 actors:
   - name: ci-bot
     stages: [build, test]
+    submitters: {uids: [0]}
+inputRoots: ["%s"]
 ceilings: {memory: 512Mi, pids: 256, cpu: 2, wallTime: 10m, outputBytes: 64Mi, tmpBytes: 64Mi, inputBytes: 64Mi}
 defaults: {cpu: 1, outputBytes: 8Mi, tmpBytes: 8Mi}
 tiers: {development: true}
@@ -77,7 +79,7 @@ func startDaemon(t *testing.T, operators ...uint32) *daemon {
 	}
 	// The image digest is only known after import; start with a policy
 	// that allows nothing, then write the real one and reload.
-	writeFile(t, cfg.Policy, fmt.Sprintf(testPolicy, "sha256:"+strings.Repeat("0", 64)))
+	writeFile(t, cfg.Policy, fmt.Sprintf(testPolicy, "sha256:"+strings.Repeat("0", 64), dir))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -117,7 +119,7 @@ func startDaemon(t *testing.T, operators ...uint32) *daemon {
 		t.Fatal(err)
 	}
 	d.image = img.Digest
-	writeFile(t, cfg.Policy, fmt.Sprintf(testPolicy, d.image))
+	writeFile(t, cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir))
 	if st, err := d.control.ReloadPolicy(ctx); err != nil || st.Error != "" {
 		t.Fatalf("reload: %v %+v", err, st)
 	}
@@ -300,13 +302,13 @@ func TestGrantRefusals(t *testing.T) {
 		}, func() { writeFile(t, filepath.Join(d.src, "hello.txt"), "hello\n") }},
 		{"policy changed since issue", "policy-changed", func() []byte {
 			env := d.issue("echo SHOULD-NOT-RUN")
-			writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image)+"# edited\n")
+			writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir)+"# edited\n")
 			if _, err := d.control.ReloadPolicy(ctx); err != nil {
 				t.Fatal(err)
 			}
 			return env
 		}, func() {
-			writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image))
+			writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir))
 			d.control.ReloadPolicy(ctx)
 		}},
 	}

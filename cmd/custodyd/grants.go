@@ -54,13 +54,10 @@ func authorize(pol *policy.Policy, req *request.Phase, actor string) error {
 		checks = append(checks, admission.Check{Requirement: "actor", Verdict: admission.NotGranted,
 			Code: string(grant.CodeActorNotAllowed), Detail: fmt.Sprintf("actor %q may not be granted stage %q", actor, req.Stage),
 			Fix: "an operator may add the stage to the actor in policy actors"})
-	}
-	for i, in := range req.Inputs {
-		if !pol.InputAllowed(in.Source) {
-			checks = append(checks, admission.Check{Requirement: fmt.Sprintf("inputs[%d].source", i), Verdict: admission.NotGranted,
-				Code: "input-outside-roots", Detail: fmt.Sprintf("%s is outside the policy's inputRoots", in.Source),
-				Fix: "move the input under an allowed root, or an operator may add a root in policy inputRoots"})
-		}
+	} else if !pol.ActorHasSubmitters(actor) {
+		checks = append(checks, admission.Check{Requirement: "actor.submitters", Verdict: admission.NotGranted,
+			Code: string(grant.CodeSubmitterNotAllowed), Detail: fmt.Sprintf("actor %q has no submitters, so a grant for it could launch nothing", actor),
+			Fix: "an operator may list the uids or gids that submit as this actor in policy actors[].submitters"})
 	}
 	for _, c := range req.Credentials {
 		if !pol.AllowsCredential(c) {
@@ -168,7 +165,7 @@ func (s *server) issue(ctx context.Context, in api.IssueRequest) ([]byte, error)
 		Target:       grant.Target{OS: s.r.Profile().OS, Arch: s.r.Profile().Arch},
 		Toolchain:    req.Toolchain,
 		Inputs:       grant.Inputs{Entries: grantInputs(inputs)},
-		Output:       grant.Output{Path: plan.OutputPath, MaxBytes: plan.OutputBytes},
+		Output:       grant.Output{Path: plan.OutputPath, MaxBytes: plan.OutputBytes, MaxFiles: plan.OutputFiles},
 		Resources:    resources(plan),
 		Egress:       grant.Egress{Mode: string(plan.Network), Destinations: []string{}},
 		Credentials:  append([]string{}, req.Credentials...),
@@ -206,7 +203,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.launch.RUnlock()
-	prep, g, err := s.admitGrant(ctx, in.Grant, owner)
+	prep, g, err := s.admitGrant(ctx, in.Grant, peerOf(r))
 	if err != nil {
 		s.log.Warn("run refused", "uid", owner, "err", err)
 		writeError(w, err)
@@ -275,7 +272,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 // refusal happens before the grant is consumed or anything is created,
 // except the final snapshot comparison, which follows consumption because
 // taking a snapshot writes.
-func (s *server) admitGrant(ctx context.Context, env []byte, owner uint32) (*runner.Prepared, *grant.Grant, error) {
+func (s *server) admitGrant(ctx context.Context, env []byte, from peer) (*runner.Prepared, *grant.Grant, error) {
 	pol, polDig, err := s.currentPolicy()
 	if err != nil {
 		return nil, nil, err
@@ -291,6 +288,14 @@ func (s *server) admitGrant(ctx context.Context, env []byte, owner uint32) (*run
 		return nil, nil, err
 	}
 	p := g.Predicate
+	// A grant is not a bearer token: only a peer the policy lets submit as
+	// the grant's actor may launch it, so a leaked grant file launches
+	// nothing.
+	if !from.ok || !pol.ActorSubmitter(p.Actor, from.UID, from.GID) {
+		return nil, nil, grant.Refuse(grant.CodeSubmitterNotAllowed,
+			"field actor: grant %s is for actor %q, which uid %d (gid %d) may not submit as; fix: submit as one of the actor's submitters, or an operator may add this uid or gid to policy actors[].submitters",
+			p.ID, p.Actor, from.UID, from.GID)
+	}
 	if revoked, err := s.db.Revoked(p.ID); err != nil {
 		return nil, nil, err
 	} else if revoked {
@@ -389,6 +394,7 @@ func samePlan(p grant.Predicate, plan *admission.Plan) error {
 		{"image", plan.Image, p.Image},
 		{"output.path", plan.OutputPath, p.Output.Path},
 		{"output.maxBytes", plan.OutputBytes, p.Output.MaxBytes},
+		{"output.maxFiles", plan.OutputFiles, p.Output.MaxFiles},
 		{"resources.memory", want.Memory, p.Resources.Memory},
 		{"resources.pids", want.Pids, p.Resources.Pids},
 		{"resources.cpu", want.CPU, p.Resources.CPU},

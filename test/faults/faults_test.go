@@ -22,10 +22,11 @@ import (
 const policyTmpl = `apiVersion: custody.dev/v1alpha1
 kind: Policy
 images: [{digest: %q}]
-actors: [{name: ci-bot, stages: [build]}]
+actors: [{name: ci-bot, stages: [build], submitters: {uids: [0]}}]
 ceilings: {memory: 512Mi, pids: 256, cpu: 2, wallTime: 10m, outputBytes: 64Mi, tmpBytes: 64Mi, inputBytes: 64Mi}
 defaults: {cpu: 1, outputBytes: 8Mi, tmpBytes: 8Mi}
 tiers: {development: true}
+inputRoots: [%q]
 `
 
 type daemon struct {
@@ -112,7 +113,7 @@ func TestCrashAtEachStageRecovers(t *testing.T) {
 	}
 	var img struct{ Digest string }
 	json.Unmarshal(raw, &img)
-	write(t, filepath.Join(d.dir, "policy.yaml"), fmt.Sprintf(policyTmpl, img.Digest))
+	write(t, filepath.Join(d.dir, "policy.yaml"), fmt.Sprintf(policyTmpl, img.Digest, d.dir))
 	write(t, filepath.Join(d.dir, "src", "in.txt"), "input\n")
 	d.stop()
 

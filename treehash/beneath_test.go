@@ -1,0 +1,86 @@
+package treehash_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/custody-dev/custody/treehash"
+)
+
+// An input root must be reached without following a symlink anywhere
+// below the policy's root: a link to / inside the root once let an input
+// read the host's /etc.
+func TestBeneathRefusesSymlinkComponents(t *testing.T) {
+	root := t.TempDir()
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "work", "src"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "work", "src", "a.txt"), []byte("a\n"), 0o644))
+	must(os.Symlink(outside, filepath.Join(root, "rootlink")))
+	must(os.Symlink(filepath.Join(root, "work"), filepath.Join(root, "worklink")))
+	must(os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "work", "filelink")))
+
+	ctx := context.Background()
+	opts := treehash.Options{Beneath: root}
+	// Legitimate: a directory and a file below the root, and the root itself.
+	for _, p := range []string{filepath.Join(root, "work", "src"), filepath.Join(root, "work", "src", "a.txt"), root + "/work"} {
+		if _, err := treehash.Dir(ctx, p, opts); err != nil {
+			t.Errorf("Dir(%s) beneath %s: %v", p, root, err)
+		}
+	}
+	want, err := treehash.Dir(ctx, filepath.Join(root, "work", "src"), treehash.Options{})
+	must(err)
+	got, err := treehash.Dir(ctx, filepath.Join(root, "work", "src"), opts)
+	must(err)
+	if got.Digest != want.Digest {
+		t.Errorf("Beneath changed the digest: %s, want %s", got.Digest, want.Digest)
+	}
+	// Refused: an intermediate link out of the root, an intermediate link
+	// inside it, a final link, and a path outside the root.
+	for _, p := range []string{
+		filepath.Join(root, "rootlink"),
+		filepath.Join(root, "rootlink", "secret"),
+		filepath.Join(root, "worklink", "src"),
+		filepath.Join(root, "work", "filelink"),
+	} {
+		if _, err := treehash.Dir(ctx, p, opts); !errors.Is(err, treehash.ErrSymlinkComponent) {
+			t.Errorf("Dir(%s) beneath %s = %v, want ErrSymlinkComponent", p, root, err)
+		}
+	}
+	for _, p := range []string{outside, root + "x", filepath.Join(outside, "secret")} {
+		if _, err := treehash.Dir(ctx, p, opts); err == nil {
+			t.Errorf("Dir(%s) beneath %s succeeded", p, root)
+		}
+	}
+	// Without Beneath the walk of a path with a link component is the
+	// caller's business (image stores walk their own trees).
+	if _, err := treehash.Dir(ctx, filepath.Join(root, "rootlink", "secret"), treehash.Options{}); err != nil {
+		t.Errorf("Dir without Beneath: %v", err)
+	}
+}
+
+func TestMaxPathBytes(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"aaaa", "bbbb", "cccc"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := treehash.Dir(context.Background(), dir, treehash.Options{MaxPathBytes: 12}); err != nil {
+		t.Errorf("12 path bytes within a bound of 12: %v", err)
+	}
+	if _, err := treehash.Dir(context.Background(), dir, treehash.Options{MaxPathBytes: 11}); !errors.Is(err, treehash.ErrTooLarge) {
+		t.Errorf("12 path bytes over a bound of 11: %v, want ErrTooLarge", err)
+	}
+}
