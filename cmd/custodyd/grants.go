@@ -92,7 +92,7 @@ func (s *server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	plan, err := s.r.Admit(req, pol)
+	plan, _, err := s.decide(r.Context(), pol, req)
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
 		writeJSON(w, api.AdmitResponse{Admitted: false, Checks: runner.Checks(re.Checks)})
@@ -103,6 +103,21 @@ func (s *server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	}
 	raw, _ := json.Marshal(plan)
 	writeJSON(w, api.AdmitResponse{Admitted: true, Plan: raw, Checks: runner.Checks(plan.Checks)})
+}
+
+// decide is admission as the dry run and the grant issue both run it: the
+// plan, then the inputs read from their roots as a launch would read them
+// (without copying), so a dry run can never admit what issue refuses.
+func (s *server) decide(ctx context.Context, pol *policy.Policy, req *request.Phase) (*admission.Plan, []runner.Input, error) {
+	plan, err := s.r.Admit(req, pol)
+	if err != nil {
+		return nil, nil, err
+	}
+	inputs, err := s.r.HashInputs(ctx, plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	return plan, inputs, nil
 }
 
 // handleIssue mints a grant: the operator's decision, bound to everything
@@ -142,11 +157,7 @@ func (s *server) issue(ctx context.Context, in api.IssueRequest) ([]byte, error)
 	if err := authorize(pol, req, in.Actor); err != nil {
 		return nil, err
 	}
-	plan, err := s.r.Admit(req, pol)
-	if err != nil {
-		return nil, err
-	}
-	inputs, err := s.r.HashInputs(ctx, plan)
+	plan, inputs, err := s.decide(ctx, pol, req)
 	if err != nil {
 		return nil, err
 	}
