@@ -75,13 +75,13 @@ type Plan struct {
 	OutputBytes int64             `json:"outputBytes"`
 	// OutputFiles bounds the output's entries (files, directories,
 	// symlinks), enforced by the output filesystem and by the custody walk.
-	OutputFiles int64 `json:"outputFiles"`
-	TmpBytes    int64             `json:"tmpBytes"`
-	Memory      int64             `json:"memory"`
-	Pids        int64             `json:"pids"`
-	CPU         float64           `json:"cpu"`
-	WallTime    time.Duration     `json:"wallTime"`
-	Network     request.Network   `json:"network"`
+	OutputFiles int64           `json:"outputFiles"`
+	TmpBytes    int64           `json:"tmpBytes"`
+	Memory      int64           `json:"memory"`
+	Pids        int64           `json:"pids"`
+	CPU         float64         `json:"cpu"`
+	WallTime    time.Duration   `json:"wallTime"`
+	Network     request.Network `json:"network"`
 	// InputBytes bounds the input snapshot (from policy).
 	InputBytes int64   `json:"inputBytes"`
 	Checks     []Check `json:"checks"`
@@ -117,7 +117,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 		Name: req.Name, Tier: req.EffectiveTier(), Image: req.Image,
 		Command: slices.Clone(req.Command), Workdir: req.Workdir, Env: req.Env,
 		OutputPath: req.Output.Path,
-		Network: req.EffectiveNetwork(), InputBytes: int64(pol.Ceilings.InputBytes),
+		Network:    req.EffectiveNetwork(), InputBytes: int64(pol.Ceilings.InputBytes),
 	}
 	if p.Workdir == "" {
 		p.Workdir = "/"

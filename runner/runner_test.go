@@ -44,13 +44,25 @@ func newHarness(t *testing.T) *harness {
 
 func newHarnessWith(t testing.TB, rt oci.Pinned) *harness {
 	t.Helper()
+	return newHarnessIn(t, launchBase(t), rt)
+}
+
+// launchBase is a temporary directory the remapped container root can
+// traverse, as a launch dir under it must be.
+func launchBase(t testing.TB) string {
+	t.Helper()
 	base := t.TempDir()
-	// The launch dir must be traversable by the remapped container root.
 	for _, d := range []string{filepath.Dir(base), base} {
 		if err := os.Chmod(d, 0o711); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return base
+}
+
+// newHarnessIn is newHarnessWith on the directory base.
+func newHarnessIn(t testing.TB, base string, rt oci.Pinned) *harness {
+	t.Helper()
 	cfg := runner.Config{
 		StateDir:   filepath.Join(base, "state"),
 		RuntimeDir: filepath.Join(base, "run"),
