@@ -590,35 +590,13 @@ func tamper(t *testing.T, env []byte) []byte {
 func TestQuarantineBlocksUntilReverified(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	held := make(chan *os.File, 1)
-	go func() {
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			ents, _ := os.ReadDir(d.cfg.Runner.RuntimeDir)
-			for _, e := range ents {
-				if f, err := os.Open(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "out", "held")); err == nil {
-					held <- f
-					return
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		held <- nil
-	}()
+	held := holdOutput(t, d.cfg.Runner.RuntimeDir, "held")
 	later := d.issue("echo SHOULD-NOT-RUN") // issued before the quarantine
 	res, _, err := d.run(d.issue("echo x > /out/held; sleep 1"))
 	f := <-held
 	if f == nil {
 		t.Fatal("could not hold the output open")
 	}
-	t.Cleanup(func() {
-		f.Close()
-		ents, _ := os.ReadDir(d.cfg.Runner.RuntimeDir)
-		for _, e := range ents {
-			syscall.Unmount(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "out"), 0)
-			syscall.Unmount(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "rootfs"), 0)
-		}
-	})
 	if res == nil || res.Cleanup == nil || res.Cleanup.Verified {
 		t.Fatalf("cleanup with a busy mount: %+v %v", res, err)
 	}
