@@ -504,6 +504,20 @@ func noProcess(t *testing.T, marker string) {
 // submit socket, and returns the error code it got ("" for success).
 func cancelAs(t *testing.T, d *daemon, id string, uid uint32) string {
 	t.Helper()
+	cmd := helperAs(t, d, uid, "TestHelperCancel", "CUSTODY_HELPER_SOCKET="+d.cfg.SubmitSocket, "CUSTODY_HELPER_RUN="+id)
+	out, _ := cmd.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if code, ok := strings.CutPrefix(line, "CODE="); ok {
+			return code
+		}
+	}
+	t.Fatalf("helper gave no code: %s", out)
+	return ""
+}
+
+// helperAs is this test binary, to run only the helper test named, as uid.
+func helperAs(t *testing.T, d *daemon, uid uint32, test string, env ...string) *exec.Cmd {
+	t.Helper()
 	// The test binary lives in a private build dir; give the other uid a
 	// copy it can execute.
 	bin := filepath.Join(d.dir, "helper.test")
@@ -516,18 +530,11 @@ func cancelAs(t *testing.T, d *daemon, id string, uid uint32) string {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-test.run=^TestHelperCancel$")
+	cmd := exec.Command(bin, "-test.run=^"+test+"$")
 	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), "CUSTODY_HELPER_SOCKET="+d.cfg.SubmitSocket, "CUSTODY_HELPER_RUN="+id)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	out, _ := cmd.CombinedOutput()
-	for _, line := range strings.Split(string(out), "\n") {
-		if code, ok := strings.CutPrefix(line, "CODE="); ok {
-			return code
-		}
-	}
-	t.Fatalf("helper gave no code: %s", out)
-	return ""
+	return cmd
 }
 
 // TestHelperCancel is not a test: cancelAs runs it under another uid.
