@@ -597,7 +597,7 @@ func tamper(t *testing.T, env []byte) []byte {
 func TestQuarantineBlocksUntilReverified(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	held := holdOutput(t, d.cfg.Runner.RuntimeDir, "held")
+	held := testenv.HoldOutput(t, d.cfg.Runner.RuntimeDir, "held")
 	later := d.issue("echo SHOULD-NOT-RUN") // issued before the quarantine
 	res, _, err := d.run(d.issue("echo x > /out/held; sleep 1"))
 	f := <-held

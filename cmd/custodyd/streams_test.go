@@ -12,12 +12,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/runner"
 )
 
@@ -156,7 +157,7 @@ func TestLostClientCancelsItsRun(t *testing.T) {
 // quarantine and the client gets a "quarantined" error with the result.
 func TestUnverifiedCleanupIsNotSuccess(t *testing.T) {
 	d := startDaemon(t)
-	f := holdOutput(t, d.cfg.Runner.RuntimeDir, "held")
+	f := testenv.HoldOutput(t, d.cfg.Runner.RuntimeDir, "held")
 	res, _, err := d.run(d.issue("echo x > /out/held; sleep 1"))
 	if (<-f) == nil {
 		t.Fatal("could not hold the output open")
@@ -165,44 +166,6 @@ func TestUnverifiedCleanupIsNotSuccess(t *testing.T) {
 	if res == nil || res.Cleanup == nil || res.Cleanup.Verified {
 		t.Fatalf("result of an unverified cleanup: %+v", res)
 	}
-}
-
-// holdOutput opens file name in the output of the next launch under
-// runtimeDir as soon as it appears, and keeps it open until the test ends
-// (then frees the mounts it held busy). The channel yields the file, or nil.
-func holdOutput(t *testing.T, runtimeDir, name string) <-chan *os.File {
-	held := make(chan *os.File, 1)
-	var f *os.File
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			ents, _ := os.ReadDir(runtimeDir)
-			for _, e := range ents {
-				var err error
-				if f, err = os.Open(filepath.Join(runtimeDir, e.Name(), "out", name)); err == nil {
-					held <- f
-					return
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		held <- nil
-	}()
-	t.Cleanup(func() {
-		<-done
-		if f != nil {
-			f.Close()
-		}
-		ents, _ := os.ReadDir(runtimeDir)
-		for _, e := range ents {
-			for _, m := range []string{"out", "rootfs", ""} {
-				_ = syscall.Unmount(filepath.Join(runtimeDir, e.Name(), m), 0)
-			}
-		}
-	})
-	return held
 }
 
 // TestReceiptAbsenceSaysWhy: the receipt endpoint names what the record
@@ -220,4 +183,47 @@ func TestReceiptAbsenceSaysWhy(t *testing.T) {
 			t.Errorf("noReceipt(%+v) = %q, want %q", c.rec.Result, got, c.want)
 		}
 	}
+}
+
+// TestStatusShowsOwnRuns: on the submit socket a client sees only its own
+// runs in flight; the operator sees every run on the control socket.
+func TestStatusShowsOwnRuns(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	started := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.submit.Run(ctx, d.issue("sleep 3"), &bytes.Buffer{}, &bytes.Buffer{}, func(id string) { started <- id })
+	}()
+	id := <-started
+	for _, c := range []struct {
+		name   string
+		client *api.Client
+	}{{"owner on submit", d.submit}, {"operator on control", d.control}} {
+		st, err := c.client.Status(ctx)
+		if err != nil || !slices.Equal(st.Running, []string{id}) {
+			t.Fatalf("%s: running %v (%v), want [%s]", c.name, st.Running, err, id)
+		}
+	}
+	out, _ := helperAs(t, d, 65534, "TestHelperStatus", "CUSTODY_HELPER_SOCKET="+d.cfg.SubmitSocket).CombinedOutput()
+	if !strings.Contains(string(out), "RUNNING=[]\n") {
+		t.Fatalf("another uid's status on the submit socket: %s", out)
+	}
+	<-done
+}
+
+// TestHelperStatus is not a test: TestStatusShowsOwnRuns runs it as
+// another uid.
+func TestHelperStatus(t *testing.T) {
+	sock := os.Getenv("CUSTODY_HELPER_SOCKET")
+	if sock == "" {
+		t.Skip("helper process only")
+	}
+	st, err := api.NewClient(sock).Status(context.Background())
+	if err != nil {
+		fmt.Println("ERR=", err)
+		return
+	}
+	fmt.Printf("RUNNING=%v\n", st.Running)
 }
