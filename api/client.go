@@ -1,10 +1,10 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +13,20 @@ import (
 	"time"
 )
 
-// MaxEventBytes bounds one NDJSON line of a run stream.
-const MaxEventBytes = 4 << 20
+// Bounds on what the client reads from custodyd. They bound totals, not
+// lines: a run's stream and its result grow with what the workload did
+// (two output streams of at most 16 MiB each, base64 in events, and one
+// result listing every output file), so a line bound would let a workload
+// deny its own receipt.
+const (
+	// MaxStreamBytes bounds a whole run stream: 1 GiB.
+	MaxStreamBytes = 1 << 30
+	// MaxResponseBytes bounds any other answer (a result, a receipt):
+	// 256 MiB.
+	MaxResponseBytes = 256 << 20
+	// MaxEventBytes bounds an error answer.
+	MaxEventBytes = 4 << 20
+)
 
 // Client talks to one custodyd socket.
 type Client struct {
@@ -44,10 +56,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return nil
 	}
 	if raw, ok := out.(*[]byte); ok {
-		*raw, err = io.ReadAll(io.LimitReader(resp.Body, MaxEventBytes))
+		*raw, err = io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes))
 		return err
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEventBytes)).Decode(out); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxResponseBytes)).Decode(out); err != nil {
 		return fmt.Errorf("decode %s response: %w", path, err)
 	}
 	return nil
@@ -169,7 +181,9 @@ func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer
 }
 
 // RunWithReceipt is Run that also returns the run's signed receipt (nil if
-// the run was refused before it launched).
+// the run was refused before it launched). A run that ended but left the
+// runner unable to verify its cleanup returns its result, its receipt and
+// an *Error with code "quarantined" (or "internal").
 func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
 	resp, err := c.send(ctx, http.MethodPost, "/v1/runs", RunRequest{Grant: grant})
 	if err != nil {
@@ -177,15 +191,23 @@ func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stder
 	}
 	defer resp.Body.Close()
 	var rcpt *Receipt
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), MaxEventBytes)
-	for sc.Scan() {
+	var runID string
+	body := &io.LimitedReader{R: resp.Body, N: MaxStreamBytes}
+	dec := json.NewDecoder(body)
+	for {
 		var ev Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return nil, nil, fmt.Errorf("run stream: %w", err)
+		if err := dec.Decode(&ev); err != nil {
+			if body.N <= 0 {
+				err = fmt.Errorf("longer than %d bytes", int64(MaxStreamBytes))
+			}
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return c.streamLost(ctx, runID, fmt.Errorf("run stream: %w", err))
 		}
 		switch ev.Type {
 		case EventStarted:
+			runID = ev.RunID
 			if started != nil {
 				started(ev.RunID)
 			}
@@ -193,21 +215,61 @@ func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stder
 			_, _ = stdout.Write(ev.Data)
 		case EventStderr:
 			_, _ = stderr.Write(ev.Data)
+		case EventDropped:
+			noteDropped(stderr, ev.Dropped, "so far")
 		case EventReceipt:
 			rcpt = &Receipt{Envelope: ev.Receipt, Bundle: ev.Bundle, RunnerPublicKey: string(ev.Data)}
-		case EventResult:
-			return ev.Result, rcpt, nil
-		case EventError:
-			return ev.Result, rcpt, ev.Error
+		case EventResult, EventError:
+			noteDropped(stderr, ev.Dropped, "in all")
+			return ev.Result, rcpt, finalError(ev)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, nil, fmt.Errorf("run stream: %w", err)
+	return c.streamLost(ctx, runID, errors.New("run stream ended without a result"))
+}
+
+// noteDropped tells the reader of stderr that its copy of the output is
+// incomplete; the run's result still digests every byte it kept.
+func noteDropped(stderr io.Writer, d *Dropped, when string) {
+	if d == nil || stderr == nil {
+		return
 	}
+	fmt.Fprintf(stderr, "\n[custody: this client fell behind; its stream left out %d bytes of stdout and %d of stderr %s (the result's streams digest all of it)]\n",
+		d.Stdout, d.Stderr, when)
+}
+
+// finalError is the error a run's final event carries, if any.
+func finalError(ev Event) error {
+	switch {
+	case ev.Error != nil:
+		return ev.Error
+	case ev.Quarantine != nil:
+		return &Error{Code: "quarantined", Message: "the run's cleanup was not verified: " + ev.Quarantine.Reason}
+	}
+	return nil
+}
+
+// streamLost fetches the recorded result of a run whose stream broke (the
+// daemon drops a client that stalls after the run), so its caller still
+// learns how the run ended.
+func (c *Client) streamLost(ctx context.Context, runID string, err error) (*Result, *Receipt, error) {
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
 	}
-	return nil, nil, fmt.Errorf("run stream ended without a result")
+	if runID == "" {
+		return nil, nil, err
+	}
+	res, gerr := c.GetRun(ctx, runID)
+	if gerr != nil {
+		return nil, nil, fmt.Errorf("%w; and its result: %w", err, gerr)
+	}
+	rcpt, rerr := c.GetReceipt(ctx, runID)
+	if rerr != nil {
+		rcpt = nil
+	}
+	if res.Cleanup != nil && !res.Cleanup.Verified {
+		return res, rcpt, &Error{Code: "quarantined", Message: "the run's cleanup was not verified: " + res.Error}
+	}
+	return res, rcpt, nil
 }
 
 // GetReceipt fetches a run's signed receipt (own runs over submit).

@@ -98,7 +98,7 @@ type Status struct {
 	Policy          PolicyStatus    `json:"policy"`
 	Quarantine      Quarantine      `json:"quarantine"`
 	Profile         json.RawMessage `json:"profile"`
-	Running         []string        `json:"running"`
+	Running         []string        `json:"running"` // the caller's own on the submit socket; all on control
 }
 
 // RunRequest submits a grant for launch.
@@ -116,6 +116,20 @@ type Event struct {
 	// Receipt and Bundle are set on EventReceipt.
 	Receipt json.RawMessage `json:"receipt,omitempty"`
 	Bundle  json.RawMessage `json:"bundle,omitempty"`
+	// Quarantine is set on the final event when the run left the runner
+	// quarantined (its cleanup could not be verified); Error then says why.
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
+	// Dropped counts the output bytes this stream left out because the
+	// client did not keep up: on EventDropped (so far) and on the final
+	// event (in total). The run's result records each whole stream's
+	// digest either way.
+	Dropped *Dropped `json:"dropped,omitempty"`
+}
+
+// Dropped is how much of each output stream a client's stream left out.
+type Dropped struct {
+	Stdout int64 `json:"stdout"`
+	Stderr int64 `json:"stderr"`
 }
 
 // Receipt is a run's signed receipt in both forms.
@@ -141,6 +155,9 @@ const (
 	// EventReceipt carries the signed receipt (DSSE envelope) and its
 	// Sigstore bundle form, before the result.
 	EventReceipt EventType = "receipt"
+	// EventDropped says output events were left out of this stream
+	// because the client fell behind; the run itself was not slowed.
+	EventDropped EventType = "dropped"
 )
 
 // Status of a run.
@@ -183,6 +200,7 @@ type Result struct {
 	Inputs        []Input   `json:"inputs"`
 	Output        *Output   `json:"output,omitempty"`
 	Usage         Usage     `json:"usage"`
+	Streams       *Streams  `json:"streams,omitempty"` // as spooled, whatever a stream delivered
 	Cleanup       *Cleanup  `json:"cleanup,omitempty"`
 	Refusal       []Check   `json:"refusal,omitempty"`
 	Error         string    `json:"error,omitempty"`
@@ -217,6 +235,22 @@ type OutputFile struct {
 	Path   string `json:"path"`
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
+}
+
+// Streams are the digests of a run's two output streams.
+type Streams struct {
+	Stdout StreamDigest `json:"stdout"`
+	Stderr StreamDigest `json:"stderr"`
+}
+
+// StreamDigest is one output stream as the runner kept it: the sha256 and
+// length of the bytes it kept, and whether the workload wrote more than the
+// runner's cap (the rest was read and discarded, never blocking the
+// workload).
+type StreamDigest struct {
+	SHA256    string `json:"sha256"`
+	Bytes     int64  `json:"bytes"`
+	Truncated bool   `json:"truncated"`
 }
 
 // Usage is what the kernel accounted to the run.

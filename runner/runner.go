@@ -96,6 +96,14 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 	if r.outputs, err = snapshot.New(filepath.Join(cfg.StateDir, "outputs")); err != nil {
 		return nil, err
 	}
+	// A spool left by a runner that died mid-run is only a buffer, never
+	// evidence: the run's record comes from recovery.
+	if err := os.RemoveAll(spoolDir(cfg.StateDir)); err != nil {
+		return nil, fmt.Errorf("spool dir: %w", err)
+	}
+	if err := os.Mkdir(spoolDir(cfg.StateDir), 0o700); err != nil {
+		return nil, fmt.Errorf("spool dir: %w", err)
+	}
 	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir}
 	r.reprobeEvery = reprobeEvery
 	prof, err := platform.Probe(ctx, r.probeOpts)
@@ -119,6 +127,9 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 		UserNS:     r.userNS,
 		Logger:     log,
 		Faults:     cfg.Faults,
+		// The backend passes on a byte more than a spool keeps, so that
+		// the spool sees when the workload wrote past the cap.
+		MaxLogBytes: StreamCap + 1,
 	})
 	if err != nil {
 		return nil, err
@@ -342,13 +353,27 @@ func (r *Runner) checkQuarantine() error {
 // run could not be attempted or its cleanup could not be verified.
 func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*api.Result, error) {
 	res := r.newResult(p)
-	if err := r.checkQuarantine(); err != nil {
+	// The workload's output goes to spools, never straight to a caller
+	// that may stop reading: a full pipe would hold the workload, and a
+	// killed one, until cleanup cannot be verified.
+	var sp *spools
+	err := r.checkQuarantine()
+	if err == nil {
+		sp, err = r.openSpools(res.RunID, stdout, stderr)
+	}
+	if err != nil {
 		Refuse(res, err)
 		if p.Begun {
 			r.Abandon(res.RunID, "refused before launch: "+err.Error())
 		}
 		return res, err
 	}
+	spooled := false
+	defer func() {
+		if !spooled { // refused before the run: nothing to record
+			_ = sp.close(&api.Result{})
+		}
+	}()
 	// The snapshots need no second read here: Snapshot hashed exactly the
 	// bytes it wrote, and re-hashed any stored copy it reused.
 	// The attempt is journalled with the backend's first record, the intent
@@ -384,7 +409,12 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	res.ConfigSHA256 = c.ConfigSHA256()
 	res.GateSHA256 = r.backend.GateSHA256()
 	res.SeccompSHA256 = r.backend.FilterSHA256()
-	ex, runErr := c.Run(ctx, p.Plan.WallTime, stdout, stderr)
+	ex, runErr := c.Run(ctx, p.Plan.WallTime, sp.stdout, sp.stderr)
+	spooled = true
+	if err := sp.close(res); err != nil {
+		// The digests still cover every byte kept; only the buffer failed.
+		r.log.Warn("output spool", "run", res.RunID, "err", err)
+	}
 	// Custody and cleanup finish even when the caller has gone: a
 	// cancelled run still gets its outputs recorded and its tree verified.
 	ctx = context.WithoutCancel(ctx)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,9 +204,9 @@ func (a *app) runCmd() *cobra.Command {
 		Short: "Submit a grant to custodyd and stream the run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			env, err := os.ReadFile(grantPath)
+			env, err := readGrant(grantPath)
 			if err != nil {
-				return &exitError{exitRefused, fmt.Errorf("read grant: %w", err)}
+				return &exitError{exitRefused, err}
 			}
 			// With --json the result owns stdout; the workload's output
 			// goes to stderr.
@@ -214,7 +215,7 @@ func (a *app) runCmd() *cobra.Command {
 				wout = a.stderr
 			}
 			c := a.submit()
-			res, rcpt, err := c.RunWithReceipt(cmd.Context(), []byte(strings.TrimSpace(string(env))), wout, a.stderr, func(id string) {
+			res, rcpt, err := c.RunWithReceipt(cmd.Context(), env, wout, a.stderr, func(id string) {
 				fmt.Fprintf(a.stderr, "custody: run %s started\n", id)
 			})
 			if res != nil && receiptPath != "" && res.Status != api.StatusRefused {
@@ -247,6 +248,23 @@ func (a *app) runCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	_ = cmd.MarkFlagRequired("grant")
 	return cmd
+}
+
+// readGrant reads a grant file and refuses, before anything is sent, one
+// that is empty or not JSON: the daemon could not even be asked about it.
+func readGrant(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read grant: %w", err)
+	}
+	env := bytes.TrimSpace(data)
+	switch {
+	case len(env) == 0:
+		return nil, fmt.Errorf("refused: grant file %s is empty; fix: pass the envelope `custody grant issue` printed", path)
+	case !json.Valid(env):
+		return nil, fmt.Errorf("refused: grant file %s is not JSON (a grant is the DSSE envelope `custody grant issue` printed)", path)
+	}
+	return env, nil
 }
 
 func (a *app) cancelCmd() *cobra.Command {
@@ -468,6 +486,18 @@ func printResult(w io.Writer, r *api.Result) {
 		}
 	}
 	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
+	if r.Streams != nil {
+		for _, st := range []struct {
+			name string
+			d    api.StreamDigest
+		}{{"stdout", r.Streams.Stdout}, {"stderr", r.Streams.Stderr}} {
+			fmt.Fprintf(w, "  %s   sha256:%s %d bytes", st.name, st.d.SHA256, st.d.Bytes)
+			if st.d.Truncated {
+				fmt.Fprint(w, " (truncated: the workload wrote more)")
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	if r.Cleanup != nil {
 		fmt.Fprintf(w, "  cleanup  verified=%t\n", r.Cleanup.Verified)
 	}

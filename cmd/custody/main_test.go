@@ -179,6 +179,8 @@ func TestRefusals(t *testing.T) {
 		{"over ceiling", []string{"admit", e.phase(t, "big", "true", "tmp:\n  maxBytes: 4Gi\n")}, []string{"tmp.maxBytes", "ceiling"}},
 		{"actor not allowed", []string{"grant", "issue", e.phase(t, "actor", "true", ""), "--actor", "stranger"}, []string{"stranger"}},
 		{"missing grant file", []string{"run", "--grant", filepath.Join(e.dir, "nope.json")}, []string{"read grant"}},
+		{"empty grant file", []string{"run", "--grant", e.file(t, "empty.json", " \n")}, []string{"empty.json is empty"}},
+		{"non-JSON grant file", []string{"run", "--grant", e.file(t, "text.json", "not a grant\n")}, []string{"text.json is not JSON"}},
 	}
 	prod := cases[1].args[1]
 	data, _ := os.ReadFile(prod)
@@ -253,6 +255,39 @@ func TestInterruptKillsTree(t *testing.T) {
 			t.Fatalf("process %s survived Ctrl-C: %q", p.Name(), b)
 		}
 	}
+}
+
+// TestUnverifiedCleanupExits3: the real CLI against a real custodyd whose
+// cleanup cannot be verified (a host process holds a file in the run's
+// output) prints the result but exits 3, never 0.
+func TestUnverifiedCleanupExits3(t *testing.T) {
+	e := startDaemon(t)
+	bin := os.Getenv("CUSTODY_BIN")
+	if bin == "" {
+		testenv.Missing(t, "the custody binary ($CUSTODY_BIN, set by make test)")
+	}
+	g := e.grant(t, e.phase(t, "held", "echo x > /out/held; sleep 1", ""))
+	held := testenv.HoldOutput(t, filepath.Join(e.dir, "run"), "held")
+	cmd := exec.Command(bin, "--control", e.control, "--submit", e.submit, "run", "--grant", g)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if (<-held) == nil {
+		t.Fatal("could not hold the output open")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitInternal {
+		t.Fatalf("custody run exited %d (%v), want %d\nstdout: %s\nstderr: %s", code, err, exitInternal, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "verified=false") || !strings.Contains(errb.String(), "quarantined") {
+		t.Fatalf("output does not show the unverified cleanup and the quarantine:\nstdout: %s\nstderr: %s", out.String(), errb.String())
+	}
+}
+
+func (e *env) file(t *testing.T, name, data string) string {
+	t.Helper()
+	p := filepath.Join(e.dir, name)
+	write(t, p, data)
+	return p
 }
 
 func TestPolicyCheckAndSchema(t *testing.T) {

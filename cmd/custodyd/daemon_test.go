@@ -506,6 +506,20 @@ func noProcess(t *testing.T, marker string) {
 // submit socket, and returns the error code it got ("" for success).
 func cancelAs(t *testing.T, d *daemon, id string, uid uint32) string {
 	t.Helper()
+	cmd := helperAs(t, d, uid, "TestHelperCancel", "CUSTODY_HELPER_SOCKET="+d.cfg.SubmitSocket, "CUSTODY_HELPER_RUN="+id)
+	out, _ := cmd.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if code, ok := strings.CutPrefix(line, "CODE="); ok {
+			return code
+		}
+	}
+	t.Fatalf("helper gave no code: %s", out)
+	return ""
+}
+
+// helperAs is this test binary, to run only the helper test named, as uid.
+func helperAs(t *testing.T, d *daemon, uid uint32, test string, env ...string) *exec.Cmd {
+	t.Helper()
 	// The test binary lives in a private build dir; give the other uid a
 	// copy it can execute.
 	bin := filepath.Join(d.dir, "helper.test")
@@ -518,18 +532,11 @@ func cancelAs(t *testing.T, d *daemon, id string, uid uint32) string {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(bin, "-test.run=^TestHelperCancel$")
+	cmd := exec.Command(bin, "-test.run=^"+test+"$")
 	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), "CUSTODY_HELPER_SOCKET="+d.cfg.SubmitSocket, "CUSTODY_HELPER_RUN="+id)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	out, _ := cmd.CombinedOutput()
-	for _, line := range strings.Split(string(out), "\n") {
-		if code, ok := strings.CutPrefix(line, "CODE="); ok {
-			return code
-		}
-	}
-	t.Fatalf("helper gave no code: %s", out)
-	return ""
+	return cmd
 }
 
 // TestHelperCancel is not a test: cancelAs runs it under another uid.
@@ -592,35 +599,13 @@ func tamper(t *testing.T, env []byte) []byte {
 func TestQuarantineBlocksUntilReverified(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	held := make(chan *os.File, 1)
-	go func() {
-		deadline := time.Now().Add(15 * time.Second)
-		for time.Now().Before(deadline) {
-			ents, _ := os.ReadDir(d.cfg.Runner.RuntimeDir)
-			for _, e := range ents {
-				if f, err := os.Open(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "out", "held")); err == nil {
-					held <- f
-					return
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		held <- nil
-	}()
+	held := testenv.HoldOutput(t, d.cfg.Runner.RuntimeDir, "held")
 	later := d.issue("echo SHOULD-NOT-RUN") // issued before the quarantine
 	res, _, err := d.run(d.issue("echo x > /out/held; sleep 1"))
 	f := <-held
 	if f == nil {
 		t.Fatal("could not hold the output open")
 	}
-	t.Cleanup(func() {
-		f.Close()
-		ents, _ := os.ReadDir(d.cfg.Runner.RuntimeDir)
-		for _, e := range ents {
-			syscall.Unmount(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "out"), 0)
-			syscall.Unmount(filepath.Join(d.cfg.Runner.RuntimeDir, e.Name(), "rootfs"), 0)
-		}
-	})
 	if res == nil || res.Cleanup == nil || res.Cleanup.Verified {
 		t.Fatalf("cleanup with a busy mount: %+v %v", res, err)
 	}

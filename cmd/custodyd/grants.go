@@ -237,6 +237,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	// The receipt is signed once cleanup is done; the runner stores the
 	// run record in the transaction that closes the journal's attempt.
 	var rcpt *api.Receipt
+	var rcptErr string // why a launched run has no receipt
 	finalized := false
 	finalize := func(res *api.Result) {
 		if finalized {
@@ -249,12 +250,13 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 			var rerr error
 			if rcpt, rerr = s.receipt(context.WithoutCancel(ctx), prep, res, g, in.Grant); rerr != nil {
 				s.log.Error("sign receipt", "run", runID, "err", rerr)
+				rcptErr = "signing failed: " + rerr.Error()
 			}
 		}
 	}
 	prep.Record = func(res *api.Result) ([]byte, error) {
 		finalize(res)
-		return json.Marshal(runRecord{Owner: owner, Result: res, Receipt: rcpt})
+		return json.Marshal(runRecord{Owner: owner, Result: res, Receipt: rcpt, ReceiptError: rcptErr})
 	}
 	res, err := s.r.Launch(runCtx, prep, st.writer(api.EventStdout), st.writer(api.EventStderr))
 	if res != nil {
@@ -264,19 +266,42 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 				Data: []byte(rcpt.RunnerPublicKey)})
 		}
 		if !prep.Recorded {
-			if perr := s.db.PutRun(runID, runRecord{Owner: owner, Result: res, Receipt: rcpt}); perr != nil {
+			if perr := s.db.PutRun(runID, runRecord{Owner: owner, Result: res, Receipt: rcpt, ReceiptError: rcptErr}); perr != nil {
 				s.log.Error("record run", "run", runID, "err", perr)
 			}
 		}
 	}
 	if err != nil && res != nil && res.Status == runner.StatusRefused {
-		st.send(api.Event{Type: api.EventError, RunID: runID, Result: res, Error: toAPIError(err)})
+		st.finish(api.Event{Type: api.EventError, RunID: runID, Result: res, Error: toAPIError(err)})
 		return
 	}
+	final := api.Event{Type: api.EventResult, RunID: runID, Result: res}
 	if err != nil {
+		// The run happened but the runner could not finish it cleanly: the
+		// client must not read the result as a clean run.
 		s.log.Error("run failed in the runner", "run", runID, "err", err)
+		final.Error = toAPIError(err)
 	}
-	st.send(api.Event{Type: api.EventResult, RunID: runID, Result: res})
+	final.Quarantine = s.quarantinedBy(runID, res, err)
+	st.finish(final)
+}
+
+// quarantinedBy returns the quarantine a run left the runner in, if any. A
+// cleanup that was not verified counts even when the quarantine could not
+// be recorded (a full disk): the client hears of it either way.
+func (s *server) quarantinedBy(runID string, res *api.Result, err error) *api.Quarantine {
+	unverified := res != nil && res.Cleanup != nil && !res.Cleanup.Verified
+	if !unverified && !errors.Is(err, runner.ErrQuarantined) {
+		return nil
+	}
+	if q, qerr := s.quarantine(); qerr == nil && q.Quarantined {
+		return q
+	}
+	reason := "cleanup was not verified"
+	if err != nil {
+		reason = err.Error()
+	}
+	return &api.Quarantine{Quarantined: true, Since: time.Now().UTC(), Reason: reason, RunID: runID}
 }
 
 // admitGrant verifies a grant and re-derives each value it binds. Every
@@ -436,38 +461,137 @@ func sameInputs(bound grant.Inputs, now []grant.Input) error {
 	return nil
 }
 
-// stream writes NDJSON events to a client, flushing each one.
+// stream sends a run's NDJSON events to its client from a bounded queue,
+// on its own goroutine: a client that reads slowly, or not at all, never
+// holds the run. Output past maxQueued is dropped from the stream (the
+// stream says so) while the run's spools keep and digest all of it. Losing
+// the connection is different: the request context ends and cancels the run.
 type stream struct {
-	mu sync.Mutex
 	w  http.ResponseWriter
-	f  http.Flusher
+	rc *http.ResponseController
+
+	mu      sync.Mutex
+	queue   []api.Event
+	queued  int // output bytes in queue
+	dropped api.Dropped
+	noted   api.Dropped // drops the client has been told of
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
 }
+
+const (
+	// maxQueued bounds the output a stream holds for a client that lags.
+	maxQueued = 4 << 20
+	// stallTimeout is how long a client may stop reading once the run has
+	// ended before its stream is dropped; the result stays retrievable.
+	stallTimeout = 30 * time.Second
+)
 
 func newStream(w http.ResponseWriter) *stream {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	f, _ := w.(http.Flusher)
-	return &stream{w: w, f: f}
+	s := &stream{w: w, rc: http.NewResponseController(w), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.pump()
+	return s
 }
 
+// send queues a control event; it is never dropped.
 func (s *stream) send(ev api.Event) {
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = s.w.Write(append(b, '\n'))
-	if s.f != nil {
-		s.f.Flush()
+	if s.closed {
+		return
 	}
+	s.queue = append(s.queue, ev)
+	s.signal()
+}
+
+func (s *stream) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// output queues workload output unless the client is too far behind.
+func (s *stream) output(t api.EventType, p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.queued+len(p) > maxQueued {
+		if t == api.EventStderr {
+			s.dropped.Stderr += int64(len(p))
+		} else {
+			s.dropped.Stdout += int64(len(p))
+		}
+		return
+	}
+	if s.dropped != s.noted {
+		d := s.dropped
+		s.queue = append(s.queue, api.Event{Type: api.EventDropped, Dropped: &d})
+		s.noted = d
+	}
+	s.queue = append(s.queue, api.Event{Type: t, Data: append([]byte(nil), p...)})
+	s.queued += len(p)
+	s.signal()
 }
 
 func (s *stream) writer(t api.EventType) io.Writer {
 	return writerFunc(func(p []byte) (int, error) {
-		s.send(api.Event{Type: t, Data: append([]byte(nil), p...)})
+		s.output(t, p)
 		return len(p), nil
 	})
+}
+
+// finish queues the final event with the totals dropped, and waits until
+// the client has it or has stalled for stallTimeout.
+func (s *stream) finish(ev api.Event) {
+	s.mu.Lock()
+	if s.dropped != (api.Dropped{}) {
+		d := s.dropped
+		ev.Dropped = &d
+	}
+	s.queue = append(s.queue, ev)
+	s.closed = true
+	s.signal()
+	s.mu.Unlock()
+	// A write blocked on a client that stopped reading gets a deadline too.
+	_ = s.rc.SetWriteDeadline(time.Now().Add(stallTimeout))
+	<-s.done
+}
+
+// pump writes queued events. Until the run ends a write may block as long
+// as the client likes (its output is dropped meanwhile); after, each write
+// gets stallTimeout. A failed write ends the stream, not the run.
+func (s *stream) pump() {
+	defer close(s.done)
+	broken := false
+	for {
+		<-s.wake
+		s.mu.Lock()
+		batch, closed := s.queue, s.closed
+		s.queue, s.queued = nil, 0
+		s.mu.Unlock()
+		for _, ev := range batch {
+			if broken {
+				continue
+			}
+			b, err := json.Marshal(ev)
+			if err != nil {
+				continue
+			}
+			if closed {
+				_ = s.rc.SetWriteDeadline(time.Now().Add(stallTimeout))
+			}
+			if _, err := s.w.Write(append(b, '\n')); err == nil {
+				err = s.rc.Flush()
+			}
+			broken = err != nil
+		}
+		if closed {
+			return
+		}
+	}
 }
 
 type writerFunc func([]byte) (int, error)

@@ -17,7 +17,7 @@ import (
 // from a configured operator uid.
 func (s *server) controlMux() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("GET /v1/status", s.handleStatus(true))
 	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
 	mux.HandleFunc("POST /v1/grants", s.handleIssue)
 	mux.HandleFunc("POST /v1/grants/revoke", s.handleRevoke)
@@ -55,7 +55,7 @@ func controlOnly() []string {
 // cancel their own runs, fetch their own results, dry-run admission.
 func (s *server) submitMux() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", s.handleStatus)
+	mux.HandleFunc("GET /v1/status", s.handleStatus(false))
 	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/runs", s.handleRun)
@@ -77,26 +77,33 @@ func (s *server) submitMux() http.Handler {
 	})
 }
 
-func (s *server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	prof, _ := json.Marshal(s.r.Profile())
-	s.mu.RLock()
-	st := api.Status{
-		RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
-		RunnerPublicKey: string(s.runnerID.PublicPEM()), IssuerPublicKey: string(s.issuer.PublicPEM()),
-		Policy: s.policyStatusLocked(), Profile: prof, Running: []string{},
+// handleStatus lists every run in flight to operators, and a client only
+// its own: run ids are not for other uids to see.
+func (s *server) handleStatus(operator bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		prof, _ := json.Marshal(s.r.Profile())
+		uid := peerOf(r).UID
+		s.mu.RLock()
+		st := api.Status{
+			RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
+			RunnerPublicKey: string(s.runnerID.PublicPEM()), IssuerPublicKey: string(s.issuer.PublicPEM()),
+			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{},
+		}
+		for id, a := range s.active {
+			if operator || a.owner == uid {
+				st.Running = append(st.Running, id)
+			}
+		}
+		s.mu.RUnlock()
+		slices.Sort(st.Running)
+		q, err := s.quarantine()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		st.Quarantine = *q
+		writeJSON(w, st)
 	}
-	for id := range s.active {
-		st.Running = append(st.Running, id)
-	}
-	s.mu.RUnlock()
-	slices.Sort(st.Running)
-	q, err := s.quarantine()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	st.Quarantine = *q
-	writeJSON(w, st)
 }
 
 func (s *server) quarantine() (*api.Quarantine, error) {
@@ -215,6 +222,8 @@ type runRecord struct {
 	Owner   uint32       `json:"owner"`
 	Result  *api.Result  `json:"result"`
 	Receipt *api.Receipt `json:"receipt,omitempty"`
+	// ReceiptError says why a run that launched has no receipt.
+	ReceiptError string `json:"receiptError,omitempty"`
 }
 
 // runFor reads a run record the caller may see: any for operators, their
@@ -245,7 +254,7 @@ func (s *server) handleGetReceipt(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rec, err := s.runFor(r, operator)
 		if err == nil && rec.Receipt == nil {
-			err = &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " has no receipt (it never launched)"}
+			err = &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " has no receipt: " + noReceipt(rec)}
 		}
 		if err != nil {
 			writeError(w, err)
@@ -258,6 +267,20 @@ func (s *server) handleGetReceipt(operator bool) http.HandlerFunc {
 // handleGetOutputs streams the run's retained output tree as a tar. The
 // bytes come from the runner's content-addressed store; the client checks
 // them against the signed receipt, not against this answer.
+// noReceipt says why a recorded run has no receipt, from its record.
+func noReceipt(rec *runRecord) string {
+	switch {
+	case rec.Result == nil:
+		return "its record holds no result"
+	case rec.Result.Status == api.StatusRefused:
+		return "it was refused before it launched: " + rec.Result.Error
+	case rec.ReceiptError != "":
+		return fmt.Sprintf("it launched (%s) but its receipt was not signed: %s", rec.Result.Status, rec.ReceiptError)
+	default:
+		return fmt.Sprintf("it launched (%s) and the runner recorded it without a receipt: %s", rec.Result.Status, rec.Result.Error)
+	}
+}
+
 func (s *server) handleGetOutputs(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rec, err := s.runFor(r, operator)

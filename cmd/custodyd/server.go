@@ -212,6 +212,10 @@ func (s *server) currentPolicy() (*policy.Policy, string, error) {
 
 // serve listens on both sockets until ctx ends.
 func (s *server) serve(ctx context.Context) error {
+	lim, err := raiseNoFile(s.log)
+	if err != nil {
+		return err
+	}
 	control, err := listen(s.cfg.ControlSocket, 0o600)
 	if err != nil {
 		return err
@@ -221,13 +225,16 @@ func (s *server) serve(ctx context.Context) error {
 		control.Close()
 		return err
 	}
-	servers := []*http.Server{
-		{Handler: s.controlMux(), ConnContext: peerContext, ReadHeaderTimeout: 10 * time.Second},
-		{Handler: s.submitMux(), ConnContext: peerContext, ReadHeaderTimeout: 10 * time.Second},
-	}
+	// Separate listeners, servers and caps: no number of submit connections
+	// takes the operator's socket's descriptors or goroutines.
+	servers := []*http.Server{httpServer(s.controlMux()), httpServer(s.submitMux())}
 	errc := make(chan error, 2)
-	go func() { errc <- servers[0].Serve(control) }()
-	go func() { errc <- servers[1].Serve(submit) }()
+	go func() {
+		errc <- servers[0].Serve(newLimitListener(control, "control", lim.Control, lim.Control, s.log))
+	}()
+	go func() {
+		errc <- servers[1].Serve(newLimitListener(submit, "submit", lim.Submit, lim.SubmitPerUID, s.log))
+	}()
 	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
 		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
 	tick := time.NewTicker(time.Hour)
@@ -305,21 +312,6 @@ type peer struct {
 	ok       bool
 }
 
-func peerContext(ctx context.Context, c net.Conn) context.Context {
-	var p peer
-	if uc, ok := c.(*net.UnixConn); ok {
-		if raw, err := uc.SyscallConn(); err == nil {
-			_ = raw.Control(func(fd uintptr) {
-				cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-				if err == nil {
-					p = peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid, ok: true}
-				}
-			})
-		}
-	}
-	return context.WithValue(ctx, peerKey{}, p)
-}
-
 func peerOf(r *http.Request) peer {
 	p, _ := r.Context().Value(peerKey{}).(peer)
 	return p
@@ -380,7 +372,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 2<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return &api.Error{Code: "bad-request", Message: fmt.Sprintf("decode request: %v", err)}
