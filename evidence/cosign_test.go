@@ -113,3 +113,26 @@ func TestCosignVerifiesReceipt(t *testing.T) {
 		t.Logf("wrong predicate type refused: %v\n%s", err, out)
 	}
 }
+
+// TestCosignVerifiesV1Golden: a receipt signed while v1 was current still
+// verifies with cosign under its own predicate type.
+func TestCosignVerifiesV1Golden(t *testing.T) {
+	cosign := cosignBin(t)
+	_, envs := golden(t)
+	dir := t.TempDir()
+	b, err := evidence.Bundle(envs[goldenV1OK], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "receipt.sigstore.json")
+	must(t, os.WriteFile(bundle, b, 0o644))
+	out := takeOutputs(t, outputFiles)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cosign, "verify-blob-attestation", "--key", filepath.Join("testdata", "runner.pub"),
+		"--bundle", bundle, "--type", predicate.ReceiptV1, "--insecure-ignore-tlog", filepath.Join(out, "docs", "README.md"))
+	cmd.Env = append(os.Environ(), "HOME="+dir, "TUF_ROOT="+filepath.Join(dir, "tuf"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cosign refuses the v1 golden receipt: %v\n%s", err, b)
+	}
+}

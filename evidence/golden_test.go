@@ -17,9 +17,15 @@ import (
 // update regenerates testdata: go test ./evidence -run TestGolden -update
 var update = flag.Bool("update", false, "regenerate the golden receipts, keys and fuzz seeds in testdata")
 
+// The golden receipts: v1 ones, frozen since v1 was current (signed by
+// runner.pub, issued by issuer.pub), and the current version's, which
+// -update regenerates with fresh keys (runner-v2.pub, issuer-v2.pub).
+// Published formats keep their meaning: the v1 files are never rewritten.
 const (
-	goldenOK     = "receipt.json"
-	goldenFailed = "receipt-failed.json"
+	goldenV1OK     = "receipt.json"
+	goldenV1Failed = "receipt-failed.json"
+	goldenOK       = "receipt-v2.json"
+	goldenFailed   = "receipt-v2-failed.json"
 )
 
 // golden returns the trust file and the golden receipt envelopes in
@@ -31,7 +37,7 @@ func golden(t testing.TB) (*evidence.Trust, map[string][]byte) {
 		t.Fatal(err)
 	}
 	envs := map[string][]byte{}
-	for _, name := range []string{goldenOK, goldenFailed} {
+	for _, name := range []string{goldenV1OK, goldenV1Failed, goldenOK, goldenFailed} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			t.Fatal(err)
@@ -51,15 +57,17 @@ func TestGolden(t *testing.T) {
 	tr, envs := golden(t)
 	out := takeOutputs(t, outputFiles)
 
-	res := verifyWith(t, tr, envs[goldenOK], evidence.WithOutputs(out))
-	if !res.OK || !res.Promotable {
-		t.Fatalf("golden receipt:%s", describe(res))
+	for _, names := range [][2]string{{goldenOK, goldenFailed}, {goldenV1OK, goldenV1Failed}} {
+		res := verifyWith(t, tr, envs[names[0]], evidence.WithOutputs(out))
+		if !res.OK || !res.Promotable {
+			t.Fatalf("golden receipt %s:%s", names[0], describe(res))
+		}
+		res = verifyWith(t, tr, envs[names[1]], evidence.WithOutputs(out))
+		if !res.OK || res.Promotable {
+			t.Fatalf("golden failed-run receipt %s: OK=%v Promotable=%v:%s", names[1], res.OK, res.Promotable, describe(res))
+		}
+		wantOnlyFailed(t, res, "exit-status")
 	}
-	res = verifyWith(t, tr, envs[goldenFailed], evidence.WithOutputs(out))
-	if !res.OK || res.Promotable {
-		t.Fatalf("golden failed-run receipt: OK=%v Promotable=%v:%s", res.OK, res.Promotable, describe(res))
-	}
-	wantOnlyFailed(t, res, "exit-status")
 }
 
 // writeGolden generates new keys, a grant, the golden receipts, the trust
@@ -81,8 +89,8 @@ func writeGolden(t *testing.T) {
 		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		must(t, os.WriteFile(p, data, 0o644))
 	}
-	write("runner.pub", runner.PublicPEM())
-	write("issuer.pub", issuer.PublicPEM())
+	write("runner-v2.pub", runner.PublicPEM())
+	write("issuer-v2.pub", issuer.PublicPEM())
 	write(goldenOK, append(okEnv, '\n'))
 	write(goldenFailed, append(failedEnv, '\n'))
 	write("trust.yaml", []byte(`apiVersion: custody.dev/v1alpha1
@@ -90,9 +98,13 @@ kind: Trust
 runners:
   - name: golden-runner
     publicKey: runner.pub
+  - name: golden-runner-v2
+    publicKey: runner-v2.pub
 issuers:
   - name: golden-issuer
     publicKey: issuer.pub
+  - name: golden-issuer-v2
+    publicKey: issuer-v2.pub
 maxAge: 8760h
 tiers: [production]
 `))
@@ -101,6 +113,9 @@ tiers: [production]
 		write(filepath.Join("fuzz", fuzzer, name), []byte("go test fuzz v1\n[]byte("+strconv.Quote(string(data))+")\n"))
 	}
 	seed("FuzzVerify", "genuine", okEnv)
+	v1, err := os.ReadFile(filepath.Join("testdata", goldenV1OK))
+	must(t, err)
+	seed("FuzzVerify", "genuine-v1", []byte(strings.TrimSpace(string(v1))))
 	seed("FuzzVerify", "failed-run", failedEnv)
 	seed("FuzzVerify", "grant-as-receipt", genv)
 	payload := payloadOf(t, okEnv)

@@ -200,6 +200,7 @@ func receiptFor(t testing.TB, runner, issuer *keys.Signer, gp grant.Predicate, g
 		},
 		Phase: evidence.PhaseRef{Name: "build-hello", Stage: gp.Stage, Digest: digestOf(string(gp.Phase))},
 		Profile: evidence.RuntimeProfile{
+			Backend:       evidence.BackendOCI,
 			Runtime:       evidence.Runtime{Version: gp.Runtime.Version, SHA256: gp.Runtime.SHA256, Path: "/usr/lib/custody/runc"},
 			Kernel:        "6.1.0-18-amd64",
 			Arch:          gp.Target.Arch,
@@ -234,6 +235,10 @@ func receiptFor(t testing.TB, runner, issuer *keys.Signer, gp grant.Predicate, g
 			{Name: "container", OK: true, Detail: "runc state: not found"},
 			{Name: "cgroup", OK: true, Detail: "removed"},
 		}},
+		Streams: &evidence.Streams{
+			Stdout: evidence.Stream{SHA256: hexOf([]byte("hello\n")), Bytes: 6},
+			Stderr: evidence.Stream{SHA256: hexOf(nil), Bytes: 0},
+		},
 		Started:  started,
 		Finished: finished,
 	}

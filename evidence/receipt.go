@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -100,11 +101,32 @@ type Receipt struct {
 	Cleanup Cleanup `json:"cleanup"`
 	// Output is the retained output.
 	Output OutputRef `json:"output"`
+	// Streams are the digests of the workload's standard streams as the
+	// runner spooled them. Receipt v2 requires them; a v1 receipt has none.
+	Streams *Streams `json:"streams,omitempty"`
 	// Started and Finished bound the run. Finished is also when the
 	// receipt is taken to be signed (key validity and revocation are
 	// judged at Finished).
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
+}
+
+// Streams are what the workload wrote to its standard output and error,
+// as the runner kept them in its bounded spool.
+type Streams struct {
+	Stdout Stream `json:"stdout"`
+	Stderr Stream `json:"stderr"`
+}
+
+// Stream is one spooled stream.
+type Stream struct {
+	// SHA256 is the lowercase hex SHA-256 of the bytes kept.
+	SHA256 string `json:"sha256"`
+	// Bytes is how many bytes were kept.
+	Bytes int64 `json:"bytes"`
+	// Truncated says the workload wrote more than the spool keeps; the
+	// rest was drained and dropped, never allowed to block the workload.
+	Truncated bool `json:"truncated"`
 }
 
 // Identity is a key identity.
@@ -138,6 +160,9 @@ type PhaseRef struct {
 
 // RuntimeProfile is the runtime and host a phase ran on.
 type RuntimeProfile struct {
+	// Backend names the backend that ran the phase, e.g. "oci". Receipt
+	// v2 requires it; a v1 receipt has none (its backend was oci).
+	Backend string  `json:"backend,omitempty"`
 	Runtime Runtime `json:"runtime"`
 	// Kernel is the uname release.
 	Kernel string `json:"kernel"`
@@ -151,7 +176,8 @@ type RuntimeProfile struct {
 	// Unqualified is true exactly for the development tier.
 	Unqualified bool `json:"unqualified"`
 	// ConfigSHA256 is the lowercase hex SHA-256 of the OCI config.json the
-	// container ran with.
+	// container ran with. Required of the oci backend (and of every v1
+	// receipt); empty for a backend that has no OCI config.
 	ConfigSHA256 string `json:"configSha256"`
 	// GateSHA256 is the lowercase hex SHA-256 of the custody gate: the
 	// container's first process, which exec'd the workload once the runner
@@ -280,6 +306,20 @@ type OutputFile struct {
 	Size   int64  `json:"size"`
 }
 
+// BackendOCI is the backend name of the pinned OCI runtime (runc).
+const BackendOCI = "oci"
+
+var backendPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// PredicateType is the receipt version r has the shape of: v2 when it
+// records its streams and backend, v1 otherwise.
+func (r *Receipt) PredicateType() string {
+	if r.Streams != nil || r.Profile.Backend != "" {
+		return predicate.ReceiptV2
+	}
+	return predicate.ReceiptV1
+}
+
 // EffectiveTier is the tier the receipt's run was held to:
 // TierDevelopment if the run was unqualified, else its recorded tier.
 func (r *Receipt) EffectiveTier() string {
@@ -330,7 +370,9 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 		return nil, errors.New("evidence: sign receipt: nil runner key")
 	}
 	normalize(&r)
-	if err := validateReceipt(&r); err != nil {
+	// Custody signs the current version only; v1 receipts are verified,
+	// never made.
+	if err := validateReceipt(&r, predicate.Receipt); err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: invalid receipt: %w", err)
 	}
 	if r.Runner.ID != runner.ID() {
@@ -409,8 +451,8 @@ func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 	// exactly the same payloads; anything the fast path does not accept
 	// goes the explained way, which says what is wrong.
 	var typed cdsse.Statement[Receipt]
-	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && typed.PredicateType == predicate.Receipt {
-		if err := validateReceipt(&typed.Predicate); err != nil {
+	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && knownReceiptType(typed.PredicateType) {
+		if err := validateReceipt(&typed.Predicate, typed.PredicateType); err != nil {
 			return nil, nil, fmt.Errorf("predicate: %v", err)
 		}
 		want := subjectsOf(&typed.Predicate.Output)
@@ -430,8 +472,8 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 	if st.Type != cdsse.StatementType {
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
-	if st.PredicateType != predicate.Receipt {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q", cdsse.Clip(st.PredicateType), predicate.Receipt)
+	if !knownReceiptType(st.PredicateType) {
+		return nil, nil, fmt.Errorf("predicateType %q is not %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -450,7 +492,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 	if err != nil || !bytes.Equal(again, payload) {
 		return nil, nil, errors.New("statement is not in canonical form")
 	}
-	if err := validateReceipt(&r); err != nil {
+	if err := validateReceipt(&r, st.PredicateType); err != nil {
 		return nil, nil, fmt.Errorf("predicate: %v", err)
 	}
 	want := subjectsOf(&r.Output)
@@ -460,6 +502,10 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 	// want equals the decoded subjects.
 	return &r, want, nil
 }
+
+// knownReceiptType reports whether t is a receipt predicate type custody
+// verifies.
+func knownReceiptType(t string) bool { return t == predicate.ReceiptV2 || t == predicate.ReceiptV1 }
 
 func equalSubject(a cdsse.Subject, b Subject) bool {
 	if a.Name != b.Name || len(a.Digest) != len(b.Digest) {
@@ -553,9 +599,11 @@ func (ps *problems) time(field string, t time.Time) {
 	}
 }
 
-// validateReceipt checks every field of r. It fills nothing in.
-func validateReceipt(r *Receipt) error {
+// validateReceipt checks every field of r as a receipt of predicateType.
+// It fills nothing in.
+func validateReceipt(r *Receipt, predicateType string) error {
 	var ps problems
+	checkVersion(&ps, r, predicateType)
 	ps.text("runId", r.RunID)
 	ps.keyID("runner.id", r.Runner.ID)
 
@@ -593,7 +641,9 @@ func validateReceipt(r *Receipt) error {
 	if p.Unqualified != (p.Tier == TierDevelopment) {
 		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, cdsse.Clip(p.Tier))
 	}
-	ps.hex64("profile.configSha256", p.ConfigSHA256)
+	if predicateType == predicate.ReceiptV1 || p.Backend == BackendOCI || p.ConfigSHA256 != "" {
+		ps.hex64("profile.configSha256", p.ConfigSHA256)
+	}
 	if p.GateSHA256 != "" {
 		ps.hex64("profile.gateSha256", p.GateSHA256)
 	}
@@ -648,6 +698,35 @@ func validateReceipt(r *Receipt) error {
 		ps.add("observed.at", "%s is after finished %s: observations are read from the live container", at.Format(time.RFC3339Nano), r.Finished.Format(time.RFC3339Nano))
 	}
 	return ps.err()
+}
+
+// checkVersion checks the fields that tell the versions apart: a v2
+// receipt names its backend and records its streams; a v1 receipt has
+// neither, so no v1 receipt can carry v2 content unchecked.
+func checkVersion(ps *problems, r *Receipt, predicateType string) {
+	switch predicateType {
+	case predicate.ReceiptV1:
+		if r.Profile.Backend != "" || r.Streams != nil {
+			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
+		}
+	case predicate.ReceiptV2:
+		if !backendPattern.MatchString(r.Profile.Backend) {
+			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
+		}
+		if r.Streams == nil {
+			ps.add("streams", "missing")
+			return
+		}
+		for _, s := range []struct {
+			name string
+			s    Stream
+		}{{"stdout", r.Streams.Stdout}, {"stderr", r.Streams.Stderr}} {
+			ps.hex64("streams."+s.name+".sha256", s.s.SHA256)
+			ps.nonNegative("streams."+s.name+".bytes", s.s.Bytes)
+		}
+	default:
+		ps.add("predicateType", "%q is not a receipt predicate type", cdsse.Clip(predicateType))
+	}
 }
 
 func checkObserved(ps *problems, o *Observed) {

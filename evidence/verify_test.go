@@ -78,7 +78,7 @@ func TestStatementFormat(t *testing.T) {
 	if err := st.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if st.GetPredicateType() != "https://custody.dev/attestation/receipt/v1" {
+	if st.GetPredicateType() != "https://custody.dev/attestation/receipt/v2" {
 		t.Fatalf("predicateType %q", st.GetPredicateType())
 	}
 	var got []string
@@ -616,6 +616,11 @@ func TestStatementStrict(t *testing.T) {
 		{"subject removed", `{"name":"out/empty"`, `{"name":"out/emptz"`, "subjects are not those of predicate.output"},
 		{"status contradicts code", `"code":0`, `"code":1`, "contradicts"},
 		{"wrong predicate type", predicate.Receipt, predicate.Grant, "predicateType"},
+		// A v1 receipt has no streams or backend: v2 content cannot be
+		// passed off as v1, where nothing would check it.
+		{"v2 content as v1", predicate.ReceiptV2, predicate.ReceiptV1, "has no profile.backend or streams"},
+		{"v2 with a bad backend name", `"backend":"oci",`, `"backend":"OCI",`, "profile.backend"},
+		{"v2 stream digest", `"stdout":{"sha256":"`, `"stdout":{"sha256":"x`, "streams.stdout.sha256"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if !bytes.Contains(payload, []byte(tt.old)) {

@@ -15,9 +15,18 @@ const (
 	// Grant is the predicate type of an operator grant: a single-use,
 	// scoped authorization to run one phase, signed by the grant issuer.
 	Grant = Prefix + "grant/v1"
-	// Receipt is the predicate type of a runner's receipt of a finished
-	// phase, signed by the runner identity key.
-	Receipt = Prefix + "receipt/v1"
+	// Receipt is the predicate type of the receipts custody signs now:
+	// ReceiptV2.
+	Receipt = ReceiptV2
+	// ReceiptV1 is the first receipt predicate: a runner's receipt of a
+	// finished phase, signed by the runner identity key. Receipts of this
+	// type keep verifying.
+	ReceiptV1 = Prefix + "receipt/v1"
+	// ReceiptV2 is ReceiptV1 plus the backend that ran the phase
+	// (profile.backend; profile.configSha256 is then required only of the
+	// oci backend) and the digests of the workload's standard streams as
+	// the runner spooled them (streams).
+	ReceiptV2 = Prefix + "receipt/v2"
 	// Qualification is reserved for a statement that a host qualified for a
 	// tier. Nothing produces or accepts it yet.
 	Qualification = Prefix + "qualification/v1"

@@ -17,6 +17,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 	rc := evidence.Receipt{
 		RunID: res.RunID,
 		Profile: evidence.RuntimeProfile{
+			Backend:       evidence.BackendOCI,
 			Runtime:       evidence.Runtime{Version: r.cfg.Runtime.Version, SHA256: res.RuntimeSHA256, Path: r.cfg.Runtime.Path},
 			Kernel:        prof.Kernel,
 			Arch:          prof.Arch,
@@ -42,6 +43,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 		Started:  res.Started,
 		Finished: res.Finished,
 	}
+	rc.Streams = receiptStreams(res.Streams)
 	for _, in := range res.Inputs {
 		rc.Inputs = append(rc.Inputs, evidence.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
 	}
@@ -72,4 +74,21 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 			Notes: []string{"the container never started, so nothing was observed"}}
 	}
 	return rc
+}
+
+// emptySHA256 is the SHA-256 of no bytes: the digest of a stream the
+// workload never got to write to.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// receiptStreams records the spooled streams' digests; a run that never
+// started wrote nothing to either.
+func receiptStreams(s *api.Streams) *evidence.Streams {
+	if s == nil {
+		empty := evidence.Stream{SHA256: emptySHA256}
+		return &evidence.Streams{Stdout: empty, Stderr: empty}
+	}
+	return &evidence.Streams{
+		Stdout: evidence.Stream{SHA256: s.Stdout.SHA256, Bytes: s.Stdout.Bytes, Truncated: s.Stdout.Truncated},
+		Stderr: evidence.Stream{SHA256: s.Stderr.SHA256, Bytes: s.Stderr.Bytes, Truncated: s.Stderr.Truncated},
+	}
 }

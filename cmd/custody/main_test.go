@@ -391,7 +391,7 @@ func TestReceiptVerifyPromote(t *testing.T) {
 	}
 	verify := func(bundle, file string) error {
 		cmd := exec.Command(cosign, "verify-blob-attestation", "--key", filepath.Join(e.dir, "runner.pub"),
-			"--bundle", bundle, "--type", "https://custody.dev/attestation/receipt/v1", "--insecure-ignore-tlog", file)
+			"--bundle", bundle, "--type", "https://custody.dev/attestation/receipt/v2", "--insecure-ignore-tlog", file)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
