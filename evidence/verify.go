@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
@@ -462,26 +461,32 @@ func allPass(res *Result, names ...string) bool {
 // least one must. Signatures by other keys are ignored. When several
 // trusted keys signed, the one the receipt names as its runner is returned.
 func (v *Verifier) verifySignature(ctx context.Context, e *cdsse.Envelope, r *Receipt) (*TrustedKey, string) {
-	pae := dsse.PAE(e.PayloadType, e.Payload)
-	var verified []*TrustedKey
-	var others []string
-	for _, s := range e.Signatures {
-		k, ok := v.runners[s.KeyID]
+	signed, others, err := cdsse.VerifySignatures(ctx, e, func(id string) (cdsse.Key, bool) {
+		k, ok := v.runners[id]
 		if !ok {
-			if ik, isIssuer := v.issuers[s.KeyID]; isIssuer {
-				others = append(others, fmt.Sprintf("%s (issuer key %q, not trusted to sign receipts)", s.KeyID, ik.Name))
-			} else {
-				others = append(others, fmt.Sprintf("%q", cdsse.Clip(s.KeyID)))
-			}
-			continue
+			return nil, false
 		}
-		if err := k.Key.Verify(ctx, pae, s.Sig); err != nil {
-			return nil, fmt.Sprintf("the signature by trusted runner key %q (%s) does not verify", k.Name, k.ID())
-		}
-		verified = append(verified, k)
+		return k.Key, true
+	})
+	var bad *cdsse.SignatureError
+	if errors.As(err, &bad) {
+		k := v.runners[bad.KeyID]
+		return nil, fmt.Sprintf("the signature by trusted runner key %q (%s) does not verify", k.Name, k.ID())
 	}
-	if len(verified) == 0 {
-		return nil, fmt.Sprintf("signed by %s, not by a trusted runner key", strings.Join(others, ", "))
+	if err != nil {
+		named := make([]string, len(others))
+		for i, id := range others {
+			if ik, isIssuer := v.issuers[id]; isIssuer {
+				named[i] = fmt.Sprintf("%s (issuer key %q, not trusted to sign receipts)", id, ik.Name)
+			} else {
+				named[i] = fmt.Sprintf("%q", cdsse.Clip(id))
+			}
+		}
+		return nil, fmt.Sprintf("signed by %s, not by a trusted runner key", strings.Join(named, ", "))
+	}
+	verified := make([]*TrustedKey, len(signed))
+	for i, k := range signed {
+		verified[i] = v.runners[k.ID()]
 	}
 	if r != nil {
 		for _, k := range verified {

@@ -2,11 +2,9 @@ package evidence
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
@@ -88,29 +86,9 @@ func signStatement(ctx context.Context, s *keys.Signer, payload []byte) ([]byte,
 	if len(payload) > maxPayloadSize {
 		return nil, fmt.Errorf("statement is %d bytes; an envelope must fit in %d bytes", len(payload), MaxEnvelopeSize)
 	}
-	es, err := dsse.NewEnvelopeSigner(s)
+	out, err := cdsse.Sign(ctx, s, predicate.PayloadType, payload)
 	if err != nil {
 		return nil, err
-	}
-	env, err := es.SignPayload(ctx, predicate.PayloadType, payload)
-	if err != nil {
-		return nil, fmt.Errorf("sign with %s: %w", s.ID(), err)
-	}
-	if len(env.Signatures) != 1 || env.Signatures[0].KeyID != s.ID() {
-		return nil, fmt.Errorf("envelope does not carry exactly one signature by %s", s.ID())
-	}
-	// Verify what was signed before it leaves: a faulty signature is
-	// caught here, not by the receipt's reader.
-	sig, err := base64.StdEncoding.DecodeString(env.Signatures[0].Sig)
-	if err != nil {
-		return nil, fmt.Errorf("signature by %s: %w", s.ID(), err)
-	}
-	if err := s.Verify(ctx, dsse.PAE(predicate.PayloadType, payload), sig); err != nil {
-		return nil, fmt.Errorf("signature by %s does not verify: %w", s.ID(), err)
-	}
-	out, err := json.Marshal(env)
-	if err != nil {
-		return nil, fmt.Errorf("encode envelope: %w", err)
 	}
 	return out, nil
 }

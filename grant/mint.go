@@ -2,15 +2,13 @@ package grant
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	intoto "github.com/in-toto/attestation/go/v1"
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/predicate"
 )
 
@@ -23,7 +21,7 @@ import (
 // non-empty key ID (a *keys.Signer reports its keys.KeyID). Mint checks the
 // statement it produced with in-toto's parser and the signature it produced
 // with issuer before returning the envelope.
-func Mint(ctx context.Context, issuer dsse.SignerVerifier, p Predicate) ([]byte, error) {
+func Mint(ctx context.Context, issuer cdsse.Signer, p Predicate) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("grant: mint: %w", err)
 	}
@@ -59,27 +57,9 @@ func Mint(ctx context.Context, issuer dsse.SignerVerifier, p Predicate) ([]byte,
 		return nil, fmt.Errorf("grant: mint: in-toto refuses the statement: %w", err)
 	}
 
-	signer, err := dsse.NewEnvelopeSigner(issuer)
+	out, err := cdsse.Sign(ctx, issuer, predicate.PayloadType, payload)
 	if err != nil {
 		return nil, fmt.Errorf("grant: mint: %w", err)
-	}
-	env, err := signer.SignPayload(ctx, predicate.PayloadType, payload)
-	if err != nil {
-		return nil, fmt.Errorf("grant: mint: sign with %s: %w", keyID, err)
-	}
-	if len(env.Signatures) != 1 {
-		return nil, fmt.Errorf("grant: mint: %d signatures, want 1", len(env.Signatures))
-	}
-	sig, err := base64.StdEncoding.DecodeString(env.Signatures[0].Sig)
-	if err != nil {
-		return nil, fmt.Errorf("grant: mint: %w", err)
-	}
-	if err := issuer.Verify(ctx, dsse.PAE(predicate.PayloadType, payload), sig); err != nil {
-		return nil, fmt.Errorf("grant: mint: signature by %s does not verify: %w", keyID, err)
-	}
-	out, err := json.Marshal(env)
-	if err != nil {
-		return nil, fmt.Errorf("grant: mint: encode envelope: %w", err)
 	}
 	return out, nil
 }

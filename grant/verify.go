@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
@@ -18,8 +17,7 @@ import (
 // Verifier verifies grants against a fixed set of trusted issuer keys.
 // A Verifier is safe for concurrent use.
 type Verifier struct {
-	trusted map[string]bool // keys.KeyID of every trusted key
-	ev      *dsse.EnvelopeVerifier
+	trusted map[string]*keys.Verifier // by keys.KeyID
 	skew    time.Duration
 }
 
@@ -40,18 +38,12 @@ func NewVerifier(trusted []*keys.Verifier, opts ...Option) (*Verifier, error) {
 	if len(trusted) == 0 {
 		return nil, errors.New("grant: no trusted issuer keys")
 	}
-	v := &Verifier{trusted: make(map[string]bool, len(trusted))}
-	var providers []dsse.Verifier
+	v := &Verifier{trusted: make(map[string]*keys.Verifier, len(trusted))}
 	for i, k := range trusted {
 		if k == nil {
 			return nil, fmt.Errorf("grant: trusted issuer key %d is nil", i)
 		}
-		id := k.ID()
-		if v.trusted[id] {
-			continue
-		}
-		v.trusted[id] = true
-		providers = append(providers, k)
+		v.trusted[k.ID()] = k
 	}
 	for _, o := range opts {
 		o(v)
@@ -59,11 +51,6 @@ func NewVerifier(trusted []*keys.Verifier, opts ...Option) (*Verifier, error) {
 	if v.skew < 0 {
 		return nil, fmt.Errorf("grant: negative clock skew %v", v.skew)
 	}
-	ev, err := dsse.NewEnvelopeVerifier(providers...)
-	if err != nil {
-		return nil, fmt.Errorf("grant: %w", err)
-	}
-	v.ev = ev
 	return v, nil
 }
 
@@ -120,34 +107,27 @@ func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (
 // whose keyid names a trusted key must verify (else CodeTampered); at least
 // one must (else CodeWrongIssuer). Signatures by other keys are ignored.
 func (v *Verifier) verifySignatures(ctx context.Context, env *cdsse.Envelope) (string, error) {
-	de := &dsse.Envelope{PayloadType: env.PayloadType, Payload: env.PayloadB64}
-	for _, s := range env.Signatures {
-		de.Signatures = append(de.Signatures, dsse.Signature{KeyID: s.KeyID, Sig: s.SigB64})
+	signed, _, err := cdsse.VerifySignatures(ctx, env, func(id string) (cdsse.Key, bool) {
+		k, ok := v.trusted[id]
+		return k, ok
+	})
+	if cerr := ctx.Err(); cerr != nil {
+		return "", fmt.Errorf("grant: verify: %w", cerr)
 	}
-	accepted, _, verr := v.ev.VerifyAndDecode(ctx, de)
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("grant: verify: %w", err)
-	}
-	ok := make(map[string]bool, len(accepted))
-	for _, a := range accepted {
-		ok[a.KeyID] = true
-	}
-	var untrusted []string
-	for _, s := range env.Signatures {
-		switch {
-		case !v.trusted[s.KeyID]:
+	var bad *cdsse.SignatureError
+	switch {
+	case errors.As(err, &bad):
+		return "", Refuse(CodeTampered, "signature by trusted key %s does not verify", bad.KeyID)
+	case errors.Is(err, cdsse.ErrUntrusted):
+		var untrusted []string
+		for _, s := range env.Signatures {
 			untrusted = append(untrusted, s.KeyID)
-		case !ok[s.KeyID]:
-			return "", Refuse(CodeTampered, "signature by trusted key %s does not verify", s.KeyID)
 		}
+		return "", Refuse(CodeWrongIssuer, "signed by %s, not by a trusted issuer key", quoteAll(untrusted))
+	case err != nil:
+		return "", Refuse(CodeTampered, "no signature verifies: %v", err)
 	}
-	if len(accepted) == 0 || verr != nil {
-		if len(untrusted) == len(env.Signatures) {
-			return "", Refuse(CodeWrongIssuer, "signed by %s, not by a trusted issuer key", quoteAll(untrusted))
-		}
-		return "", Refuse(CodeTampered, "no signature verifies: %v", verr)
-	}
-	return accepted[0].KeyID, nil
+	return signed[0].ID(), nil
 }
 
 func quoteAll(ss []string) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
@@ -355,17 +353,9 @@ func Sign(ctx context.Context, runner *keys.Signer, q *Qualification) (*Row, err
 	if err != nil {
 		return nil, fmt.Errorf("matrix: encode statement: %w", err)
 	}
-	es, err := dsse.NewEnvelopeSigner(runner)
+	raw, err := cdsse.Sign(ctx, runner, predicate.PayloadType, payload)
 	if err != nil {
-		return nil, err
-	}
-	env, err := es.SignPayload(ctx, predicate.PayloadType, payload)
-	if err != nil {
-		return nil, fmt.Errorf("matrix: sign with %s: %w", runner.ID(), err)
-	}
-	raw, err := json.Marshal(env)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("matrix: %w", err)
 	}
 	row := &Row{APIVersion: APIVersion, Kind: RowKind, Envelope: raw, RunnerPublicKey: string(runner.PublicPEM())}
 	// What we hand out must verify exactly as a gate will check it.
@@ -410,24 +400,22 @@ func (r *Row) Verify(ctx context.Context, trusted []*keys.Verifier) (*Verified, 
 	if err != nil {
 		return nil, err
 	}
-	var signer *keys.Verifier
-	var sig []byte
-	var seen []string
-	for _, s := range env.Signatures {
-		seen = append(seen, s.KeyID)
+	signed, _, err := cdsse.VerifySignatures(ctx, env, func(id string) (cdsse.Key, bool) {
 		for _, k := range trusted {
-			if k != nil && k.ID() == s.KeyID {
-				signer, sig = k, s.sig
+			if k != nil && k.ID() == id {
+				return k, true
 			}
 		}
+		return nil, false
+	})
+	switch {
+	case errors.Is(err, cdsse.ErrUntrusted):
+		return nil, fmt.Errorf("%w: %v", ErrUntrusted, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: %v", ErrBadSignature, err)
 	}
-	if signer == nil {
-		return nil, fmt.Errorf("%w: signed by %s", ErrUntrusted, strings.Join(seen, ", "))
-	}
-	if err := signer.Verify(ctx, dsse.PAE(env.PayloadType, env.payload), sig); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadSignature, signer.ID(), err)
-	}
-	q, err := decodeStatement(env.payload)
+	signer := signed[0]
+	q, err := decodeStatement(env.Payload)
 	if err != nil {
 		return nil, err
 	}
@@ -445,45 +433,19 @@ func (r *Row) DecodeUnverified() (*Qualification, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decodeStatement(env.payload)
+	return decodeStatement(env.Payload)
 }
 
-type envelopeWire struct {
-	PayloadType string          `json:"payloadType"`
-	Payload     string          `json:"payload"`
-	Signatures  []signatureWire `json:"signatures"`
-	payload     []byte
-}
+// rowEnvelopeLimits are what a row's envelope must meet: custody's one
+// DSSE reader, with the limits of every custody envelope.
+var rowEnvelopeLimits = cdsse.Limits{PayloadType: predicate.PayloadType, MaxSignatures: 4, MaxSignatureSize: 256}
 
-type signatureWire struct {
-	KeyID string `json:"keyid"`
-	Sig   string `json:"sig"`
-	sig   []byte
-}
-
-func decodeEnvelope(raw []byte) (*envelopeWire, error) {
-	var env envelopeWire
-	if err := cdsse.StrictUnmarshal(raw, &env); err != nil {
+func decodeEnvelope(raw []byte) (*cdsse.Envelope, error) {
+	env, err := cdsse.DecodeEnvelope(raw, rowEnvelopeLimits)
+	if err != nil {
 		return nil, fmt.Errorf("%w: envelope: %v", ErrMalformed, err)
 	}
-	if env.PayloadType != predicate.PayloadType {
-		return nil, fmt.Errorf("%w: payloadType %q is not %q", ErrMalformed, cdsse.Clip(env.PayloadType), predicate.PayloadType)
-	}
-	b64 := base64.StdEncoding.Strict()
-	var err error
-	if env.payload, err = b64.DecodeString(env.Payload); err != nil || len(env.payload) == 0 {
-		return nil, fmt.Errorf("%w: payload is not non-empty standard base64", ErrMalformed)
-	}
-	if n := len(env.Signatures); n == 0 || n > 4 {
-		return nil, fmt.Errorf("%w: %d signatures, want 1 to 4", ErrMalformed, n)
-	}
-	for i := range env.Signatures {
-		s := &env.Signatures[i]
-		if s.sig, err = b64.DecodeString(s.Sig); err != nil || len(s.sig) == 0 || len(s.sig) > 256 {
-			return nil, fmt.Errorf("%w: signatures[%d].sig is not a standard base64 signature", ErrMalformed, i)
-		}
-	}
-	return &env, nil
+	return env, nil
 }
 
 // decodeStatement decodes a row statement and requires that it is exactly

@@ -107,3 +107,4 @@ func TestLeaf(t *testing.T) {
 		}
 	}
 }
+

@@ -117,3 +117,33 @@ func TestEveryPackageHasADoc(t *testing.T) {
 		}
 	}
 }
+
+// externalOnly: an outside package → the only custody packages that may
+// import it directly, with the reason.
+var externalOnly = map[string]struct {
+	allowed []string
+	why     string
+}{
+	"github.com/secure-systems-lab/go-securesystemslib/dsse": {[]string{"internal/dsse", "keys"},
+		"one DSSE signer, reader and verifier (internal/dsse); keys only implements its signer interface"},
+}
+
+func TestExternalImports(t *testing.T) {
+	pkgs := list(t)
+	for ext, rule := range externalOnly {
+		used := false
+		for _, p := range pkgs {
+			rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+			if !slices.Contains(p.Imports, ext) {
+				continue
+			}
+			used = true
+			if !slices.Contains(rule.allowed, rel) {
+				t.Errorf("%s imports %s; only %v may: %s", rel, ext, rule.allowed, rule.why)
+			}
+		}
+		if !used {
+			t.Errorf("no package imports %s any more: remove the rule", ext)
+		}
+	}
+}
