@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"

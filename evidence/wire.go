@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"

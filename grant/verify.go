@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 )

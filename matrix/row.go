@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode"
 
-
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"

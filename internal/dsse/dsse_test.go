@@ -107,4 +107,3 @@ func TestLeaf(t *testing.T) {
 		}
 	}
 }
-
