@@ -1,0 +1,200 @@
+// Package backend is the contract between custody's launch pipeline and the
+// runtimes that run work: the Backend and Sandbox interfaces and the neutral
+// types they speak (Spec, Resource, Exit, Observation, CleanupReport,
+// Capabilities, Identity). It imports no other custody package, so
+// admission, grants, journal and evidence never learn which backend runs;
+// only cmd/custodyd wires concrete backends (backend/oci, later docker and
+// vm). Every implementation passes backend/backendtest.Suite.
+package backend
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Backend makes sandboxes of one kind on this host.
+type Backend interface {
+	// Name is the backend's name in receipts and qualification rows,
+	// e.g. "oci".
+	Name() string
+	// Identity is what a grant binds of the backend and what a receipt
+	// records: its kind, version and the digests of what runs.
+	Identity() Identity
+	// Intents lists everything a launch with this id may create, before
+	// anything is created: the caller journals them durably (in the same
+	// transaction that spends the grant).
+	Intents(id string) ([]Resource, error)
+	// Prepare creates the launch's native resources up to the point where
+	// the workload would start, recording each on rec as it goes (intent
+	// before create, identity once it exists). On error the returned
+	// Sandbox, if non-nil, still needs Cleanup.
+	Prepare(ctx context.Context, id string, s Spec, rec Recorder) (Sandbox, error)
+	// VerifyAbsent checks, without a runtime, that none of a launch's
+	// recorded resources exists: for an attempt that was consumed but never
+	// prepared.
+	VerifyAbsent(id string, recorded []Resource) CleanupReport
+	// Recover cleans up after an attempt this process did not see through,
+	// acting only where the journal and the native identity agree; a
+	// look-alike is reported and left alone.
+	Recover(ctx context.Context, id string, recorded []Resource, rec Recorder) CleanupReport
+}
+
+// Sandbox is one prepared launch.
+type Sandbox interface {
+	// Run starts the workload and waits until its whole process tree is
+	// gone, or ctx ends or the wall time passes (then it kills the tree).
+	// The Exit carries what was observed in the live sandbox.
+	Run(ctx context.Context, wall time.Duration, out IO) (*Exit, error)
+	// Output is the sandbox's bounded output filesystem on the host, valid
+	// until Cleanup.
+	Output() Output
+	// Evidence names backend-specific digests for the receipt, e.g.
+	// "config", "gate" and "seccomp" for oci: lowercase hex SHA-256 each.
+	Evidence() map[string]string
+	// Cleanup removes everything the launch created and verifies each part
+	// is gone. It is safe to call once, whatever happened before.
+	Cleanup(ctx context.Context) CleanupReport
+}
+
+// Output is a sandbox's output filesystem as the host sees it.
+type Output interface {
+	// Dir is the host path of the output tree.
+	Dir() string
+	// Used is how many bytes it holds.
+	Used() (int64, error)
+}
+
+// IO is where a sandbox's standard streams go. A writer must never block
+// for long: a slow reader must not hold the workload or its cleanup.
+type IO struct {
+	Stdout, Stderr io.Writer
+}
+
+// Mount is one host directory bound into a sandbox.
+type Mount struct {
+	Source string // host path
+	Target string // absolute path in the sandbox
+}
+
+// Spec is the reviewed profile of one launch in neutral terms. Every budget
+// is finite and required; what a backend cannot enforce, admission refuses
+// from its Capabilities before a Spec is made.
+type Spec struct {
+	// Rootfs is the read-only image tree; it is never written.
+	Rootfs string
+	Args   []string
+	// Env is exactly the declared variables, KEY=VALUE, sorted.
+	Env      []string
+	Cwd      string
+	Hostname string
+	// Inputs are bound read-only.
+	Inputs []Mount
+	// OutputPath is where the fresh, bounded output filesystem appears.
+	OutputPath  string
+	OutputBytes int64
+	OutputFiles int64
+	TmpBytes    int64
+	Memory      int64
+	Pids        int64
+	CPU         float64
+	FileSize    int64
+}
+
+// Resource is one native resource a launch records: its kind, its name
+// and, once it exists, the identity that proves it is the one custody made
+// (never its name alone).
+type Resource struct {
+	Kind     string
+	Name     string
+	State    string // "intent", "created" or "removed", as recovery gets it back
+	Identity map[string]string
+}
+
+// Recorder is told about native resources before they are created, once
+// they exist (with their identities), and once they are verified gone. Each
+// call is one durable record; a failing Intent stops the create, so nothing
+// is made that is not recorded.
+type Recorder interface {
+	Intent(rs ...Resource) error
+	Created(rs ...Resource) error
+	Removed(rs ...Resource) error
+}
+
+// Exit is how a sandbox's workload ended.
+type Exit struct {
+	Code      int
+	Signal    string
+	TimedOut  bool
+	Cancelled bool
+	OOMKilled bool
+	Started   time.Time
+	Finished  time.Time
+	Usage     Usage
+	// Observation is read from the live sandbox, never from the config.
+	Observation *Observation
+}
+
+// Usage is what the kernel accounted to a launch.
+type Usage struct {
+	PeakMemoryBytes int64
+	CPUTimeNanos    int64
+	OOMKills        int64
+	// MemoryLimitBytes and PidsLimit are read back from the live sandbox:
+	// what was enforced, not what was asked.
+	MemoryLimitBytes int64
+	PidsLimit        int64
+}
+
+// Observation is what a backend read back from the live sandbox.
+type Observation struct {
+	At           time.Time
+	Namespaces   []string
+	Capabilities map[string]string
+	NoNewPrivs   bool
+	Seccomp      string
+	Mounts       []ObservedMount
+	Cgroup       ObservedCgroup
+	Interfaces   []string
+	Notes        []string
+}
+
+// ObservedMount is one mount seen in the sandbox.
+type ObservedMount struct {
+	Target   string
+	FSType   string
+	ReadOnly bool
+}
+
+// ObservedCgroup is the limits the kernel enforces on the sandbox.
+type ObservedCgroup struct {
+	MemoryLimitBytes int64
+	PidsLimit        int64
+	CPUQuotaMicros   int64
+	CPUPeriodMicros  int64
+}
+
+// CleanupReport says what cleanup did and whether every part was verified.
+type CleanupReport struct {
+	Verified bool
+	Steps    []CleanupStep
+}
+
+// CleanupStep is one verified part of cleanup.
+type CleanupStep struct {
+	Name   string
+	OK     bool
+	Detail string
+}
+
+// Identity is what a grant binds of a backend and a receipt records.
+type Identity struct {
+	// Kind is the backend's name, as Backend.Name.
+	Kind string
+	// Version is the runtime's version, e.g. runc's.
+	Version string
+	// Path is the runtime binary that runs, if there is one.
+	Path string
+	// SHA256 is the lowercase hex digest of the runtime that runs.
+	SHA256 string
+}

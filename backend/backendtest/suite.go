@@ -1,0 +1,351 @@
+// Package backendtest is the one conformance suite of the backend contract:
+// every backend (oci, docker, vm) runs Suite against real sandboxes, as
+// containerd's snapshotters share core/snapshots/testsuite. It checks the
+// lifecycle, that every resource is journalled as an intent before it is
+// created, that cleanup is verified, that recovery finishes a half-made
+// sandbox, that a look-alike is left alone, that cancellation and wall
+// time kill the workload, and that a refused Spec creates nothing.
+package backendtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+)
+
+// Fixture is what a backend gives the suite.
+type Fixture struct {
+	// Backend is the backend under test, on private directories.
+	Backend backend.Backend
+	// Spec returns a valid Spec that runs args (argv[0] is a shell, so a
+	// case may pass "/bin/sh", "-c", script); output at /out, generous
+	// budgets.
+	Spec func(args ...string) backend.Spec
+}
+
+// Factory makes a fresh Fixture for one case; it may skip (loudly, via
+// testenv) when the backend's real parts are missing.
+type Factory func(t *testing.T) Fixture
+
+var ids struct {
+	sync.Mutex
+	n int
+}
+
+// newID is a fresh launch id: unique across cases and runs.
+func newID(t *testing.T) string {
+	ids.Lock()
+	defer ids.Unlock()
+	ids.n++
+	return fmt.Sprintf("suite-%d-%d", os.Getpid()%100000, ids.n)
+}
+
+// Suite runs every case against backends made by f.
+func Suite(t *testing.T, f Factory) {
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, Fixture)
+	}{
+		{"Lifecycle", lifecycle},
+		{"IntentsBeforeCreate", intentsBeforeCreate},
+		{"RecoverHalfMade", recoverHalfMade},
+		{"ForeignLookAlikeLeftAlone", foreignLeftAlone},
+		{"CancelKillsTree", cancelKillsTree},
+		{"WallTime", wallTime},
+		{"RefusedSpecCreatesNothing", refusedSpec},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, f(t)) })
+	}
+}
+
+// journal is an in-memory Recorder that checks the contract's order: an
+// intent before any create, a create before a removal.
+type journal struct {
+	mu        sync.Mutex
+	intents   map[string]bool
+	resources map[string]backend.Resource
+	problems  []string
+}
+
+func newJournal() *journal {
+	return &journal{intents: map[string]bool{}, resources: map[string]backend.Resource{}}
+}
+
+func key(r backend.Resource) string { return r.Kind + "\x00" + r.Name }
+
+func (j *journal) Intent(rs ...backend.Resource) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, r := range rs {
+		j.intents[key(r)] = true
+		if _, ok := j.resources[key(r)]; !ok {
+			r.State = "intent"
+			j.resources[key(r)] = r
+		}
+	}
+	return nil
+}
+
+func (j *journal) Created(rs ...backend.Resource) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, r := range rs {
+		if !j.intents[key(r)] {
+			j.problems = append(j.problems, fmt.Sprintf("%s %s created without an intent", r.Kind, r.Name))
+		}
+		r.State = "created"
+		j.resources[key(r)] = r
+	}
+	return nil
+}
+
+func (j *journal) Removed(rs ...backend.Resource) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, r := range rs {
+		old, ok := j.resources[key(r)]
+		if !ok {
+			j.problems = append(j.problems, fmt.Sprintf("%s %s removed but never recorded", r.Kind, r.Name))
+		}
+		old.State = "removed"
+		j.resources[key(r)] = old
+	}
+	return nil
+}
+
+// recorded is what recovery would read back from the journal.
+func (j *journal) recorded() []backend.Resource {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []backend.Resource
+	for _, k := range slices.Sorted(maps.Keys(j.resources)) {
+		r := j.resources[k]
+		r.Identity = maps.Clone(r.Identity)
+		out = append(out, r)
+	}
+	return out
+}
+
+func (j *journal) check(t *testing.T) {
+	t.Helper()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, p := range j.problems {
+		t.Error(p)
+	}
+}
+
+func prepare(t *testing.T, f Fixture, id string, s backend.Spec, j *journal) backend.Sandbox {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.Backend.Intents(id); err != nil {
+		t.Fatalf("intents: %v", err)
+	}
+	sb, err := f.Backend.Prepare(ctx, id, s, j)
+	if err != nil {
+		if sb != nil {
+			sb.Cleanup(ctx)
+		}
+		t.Fatalf("prepare: %v", err)
+	}
+	return sb
+}
+
+func wantVerified(t *testing.T, what string, r backend.CleanupReport) {
+	t.Helper()
+	if !r.Verified {
+		t.Fatalf("%s not verified: %+v", what, r.Steps)
+	}
+}
+
+func lifecycle(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	id, j := newID(t), newJournal()
+	sb := prepare(t, f, id, f.Spec("/bin/sh", "-c", "echo out; echo err >&2; echo kept > /out/file"), j)
+	var stdout, stderr bytes.Buffer
+	ex, err := sb.Run(ctx, 30*time.Second, backend.IO{Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		sb.Cleanup(ctx)
+		t.Fatalf("run: %v", err)
+	}
+	if ex.Code != 0 || ex.Signal != "" || ex.TimedOut || ex.Cancelled || ex.OOMKilled {
+		t.Errorf("exit %+v, want a clean exit 0", ex)
+	}
+	if ex.Observation == nil || ex.Observation.At.IsZero() {
+		t.Error("no observation of the live sandbox")
+	}
+	if stdout.String() != "out\n" || stderr.String() != "err\n" {
+		t.Errorf("streams %q %q", stdout.String(), stderr.String())
+	}
+	if data, err := os.ReadFile(filepath.Join(sb.Output().Dir(), "file")); err != nil || string(data) != "kept\n" {
+		t.Errorf("output file: %q %v", data, err)
+	}
+	if used, err := sb.Output().Used(); err != nil || used <= 0 {
+		t.Errorf("output used %d %v", used, err)
+	}
+	for k, v := range sb.Evidence() {
+		if len(v) != 64 || strings.Trim(v, "0123456789abcdef") != "" {
+			t.Errorf("evidence %s = %q, want 64 lowercase hex", k, v)
+		}
+	}
+	wantVerified(t, "cleanup", sb.Cleanup(ctx))
+	wantVerified(t, "absence after cleanup", f.Backend.VerifyAbsent(id, j.recorded()))
+	j.check(t)
+	if id := f.Backend.Identity(); id.Kind != f.Backend.Name() || id.Version == "" {
+		t.Errorf("identity %+v", id)
+	}
+}
+
+func intentsBeforeCreate(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	id, j := newID(t), newJournal()
+	intents, err := f.Backend.Intents(id)
+	if err != nil || len(intents) == 0 {
+		t.Fatalf("intents %v %v: a backend that makes something must say so first", intents, err)
+	}
+	sb := prepare(t, f, id, f.Spec("/bin/true"), j)
+	if _, err := sb.Run(ctx, 30*time.Second, backend.IO{}); err != nil {
+		t.Errorf("run: %v", err)
+	}
+	wantVerified(t, "cleanup", sb.Cleanup(ctx))
+	j.check(t)
+	listed := map[string]bool{}
+	for _, r := range intents {
+		listed[key(r)] = true
+	}
+	for _, r := range j.recorded() {
+		if r.State != "intent" && !listed[key(r)] {
+			t.Errorf("%s %s was created but Intents(%s) did not list it", r.Kind, r.Name, id)
+		}
+	}
+}
+
+func recoverHalfMade(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	id, j := newID(t), newJournal()
+	sb := prepare(t, f, id, f.Spec("/bin/true"), j)
+	_ = sb // the runner "died" after Prepare: recovery has only the journal
+	wantVerified(t, "recovery of a prepared sandbox", f.Backend.Recover(ctx, id, j.recorded(), j))
+	wantVerified(t, "absence after recovery", f.Backend.VerifyAbsent(id, j.recorded()))
+	// Recovery again finds nothing to do and says so.
+	wantVerified(t, "a second recovery", f.Backend.Recover(ctx, id, j.recorded(), newJournal()))
+}
+
+func foreignLeftAlone(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	id, j := newID(t), newJournal()
+	sb := prepare(t, f, id, f.Spec("/bin/true"), j)
+	// The same names with identities that do not match: a look-alike.
+	var forged []backend.Resource
+	for _, r := range j.recorded() {
+		if len(r.Identity) == 0 {
+			continue
+		}
+		for k := range r.Identity {
+			r.Identity[k] = "forged-" + r.Identity[k]
+		}
+		forged = append(forged, r)
+	}
+	if len(forged) == 0 {
+		sb.Cleanup(ctx)
+		t.Fatal("Prepare recorded no identities: ownership could not be proved")
+	}
+	if rep := f.Backend.Recover(ctx, id, forged, newJournal()); rep.Verified {
+		t.Error("recovery with forged identities reported verified: it must not claim what it cannot prove")
+	}
+	// The real sandbox was not touched: it still runs and cleans up.
+	if ex, err := sb.Run(ctx, 30*time.Second, backend.IO{}); err != nil || ex.Code != 0 {
+		t.Errorf("the real sandbox after a forged recovery: %+v %v", ex, err)
+	}
+	wantVerified(t, "cleanup of the real sandbox", sb.Cleanup(ctx))
+}
+
+func cancelKillsTree(t *testing.T, f Fixture) {
+	id, j := newID(t), newJournal()
+	sb := prepare(t, f, id, f.Spec("/bin/sh", "-c", "sleep 60 & sleep 60 & echo started; wait"), j)
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	w := &signalWriter{want: "started", ch: started}
+	done := make(chan struct{})
+	var ex *backend.Exit
+	var err error
+	go func() {
+		defer close(done)
+		ex, err = sb.Run(ctx, time.Minute, backend.IO{Stdout: w})
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Error("the workload never started")
+	}
+	cancel()
+	<-done
+	if err == nil && (ex == nil || !ex.Cancelled) {
+		t.Errorf("exit after cancel %+v, want cancelled", ex)
+	}
+	wantVerified(t, "cleanup after cancel (every process gone)", sb.Cleanup(context.Background()))
+}
+
+func wallTime(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	id, j := newID(t), newJournal()
+	sb := prepare(t, f, id, f.Spec("/bin/sh", "-c", "sleep 60"), j)
+	ex, err := sb.Run(ctx, time.Second, backend.IO{})
+	if err != nil {
+		t.Errorf("run: %v", err)
+	} else if !ex.TimedOut {
+		t.Errorf("exit %+v, want timed out", ex)
+	}
+	wantVerified(t, "cleanup after timeout", sb.Cleanup(ctx))
+}
+
+func refusedSpec(t *testing.T, f Fixture) {
+	ctx := context.Background()
+	id, j := newID(t), newJournal()
+	s := f.Spec("/bin/true")
+	s.OutputBytes = 0 // a budget missing
+	if _, err := f.Backend.Intents(id); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := f.Backend.Prepare(ctx, id, s, j)
+	if err == nil {
+		sb.Cleanup(ctx)
+		t.Fatal("a Spec without an output bound was prepared")
+	}
+	if sb != nil {
+		wantVerified(t, "cleanup after a refusal", sb.Cleanup(ctx))
+	}
+	intents, _ := f.Backend.Intents(id)
+	wantVerified(t, "absence after a refusal", f.Backend.VerifyAbsent(id, intents))
+	j.check(t)
+}
+
+// signalWriter closes ch once want has been written.
+type signalWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	ch   chan struct{}
+	done bool
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.done && strings.Contains(w.buf.String(), w.want) {
+		w.done = true
+		close(w.ch)
+	}
+	return len(p), nil
+}
