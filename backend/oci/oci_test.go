@@ -3,6 +3,7 @@ package oci_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/probe"
 )
 
 type harness struct {
@@ -282,4 +284,64 @@ func TestFilterRefusesTheI386ABI(t *testing.T) {
 	if want := fmt.Sprintf("native=1 i386=%d", -int(syscall.EPERM)); strings.TrimSpace(out) != want {
 		t.Fatalf("in the container: %q, want %q (native allowed, i386 refused with EPERM)", strings.TrimSpace(out), want)
 	}
+}
+
+// TestFilterRefusesMempolicy runs the probe's privileged attempts under
+// runc: set_mempolicy and get_mempolicy, which moby's default profile
+// allows only with CAP_SYS_NICE, are refused with EPERM by the filter the
+// gate installs. The same probe on the host, without a filter, gets an
+// answer from both, which shows the kernel has them to refuse.
+func TestFilterRefusesMempolicy(t *testing.T) {
+	h := newHarness(t, true)
+	bin := os.Getenv("CUSTODY_PROBE")
+	if bin == "" {
+		testenv.Missing(t, "custody-probe ($CUSTODY_PROBE, set by make test)")
+	}
+	names := []string{"set_mempolicy(MPOL_DEFAULT)", "get_mempolicy"}
+	host, err := exec.Command(bin, "-syscalls").Output()
+	if err != nil {
+		t.Fatalf("the probe on the host: %v", err)
+	}
+	for _, n := range names {
+		if a := syscallAttempt(t, host, n); !a.OK {
+			t.Fatalf("on the host, without a filter, %s must work: %+v", n, a)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "custody-probe"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ex, out, _ := h.run(t, "mempolicy", []string{"/in/custody-probe", "-syscalls"}, func(l *oci.Launch) {
+		l.Config.Inputs = []oci.Mount{{Source: dir, Target: "/in"}}
+	})
+	if ex.Code != 0 {
+		t.Fatalf("probe exit %d: %s", ex.Code, out)
+	}
+	for _, n := range names {
+		if a := syscallAttempt(t, []byte(out), n); a.OK || a.Errno != "EPERM" {
+			t.Errorf("in the container, %s: %+v, want refused with EPERM", n, a)
+		}
+	}
+}
+
+func syscallAttempt(t *testing.T, report []byte, name string) probe.Attempt {
+	t.Helper()
+	var rep probe.Report
+	if err := json.Unmarshal(report, &rep); err != nil {
+		t.Fatalf("probe report: %v: %.500s", err, report)
+	}
+	for _, a := range rep.Syscalls {
+		if a.Name == name {
+			return a
+		}
+	}
+	t.Fatalf("the probe did not try %s", name)
+	return probe.Attempt{}
 }
