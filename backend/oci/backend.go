@@ -321,6 +321,7 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg.Gated = true
 	cfg.UserNS = b.opts.UserNS
 	cfg.NoSwap = c.cgroups.swapAccounted()
+	cfg.CgroupV1 = !c.cgroups.unified
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}

@@ -345,3 +345,38 @@ func syscallAttempt(t *testing.T, report []byte, name string) probe.Attempt {
 	t.Fatalf("the probe did not try %s", name)
 	return probe.Attempt{}
 }
+
+// TestScratchWithinTmpBudget: with and without a user namespace, /dev and
+// /sys/fs/cgroup refuse writes, and /tmp and /dev/shm, which do take
+// writes, share the tmp budget: 8Mi fills neither past its share, and the
+// two together hold at most the budget.
+func TestScratchWithinTmpBudget(t *testing.T) {
+	for _, userns := range []bool{true, false} {
+		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
+			h := newHarness(t, userns)
+			const tmp = 8 << 20
+			script := `for d in /dev /sys/fs/cgroup; do if touch $d/x 2>/dev/null; then echo "wrote $d"; else echo "refused $d"; fi; done
+for d in /tmp /dev/shm; do dd if=/dev/zero of=$d/f bs=64k count=256 2>/dev/null; echo "$d $(wc -c < $d/f)"; done
+echo ok > /dev/null && echo devnull`
+			ex, out, _ := h.run(t, "scratch-"+map[bool]string{false: "a", true: "b"}[userns], []string{"/bin/sh", "-c", script},
+				func(l *oci.Launch) { l.Config.TmpBytes = tmp })
+			if ex.Code != 0 {
+				t.Fatalf("exit %d: %s", ex.Code, out)
+			}
+			var sizes [2]int64
+			for _, line := range strings.Split(out, "\n") {
+				var d string
+				var n int64
+				if _, err := fmt.Sscanf(line, "%s %d", &d, &n); err == nil {
+					sizes[map[string]int{"/tmp": 0, "/dev/shm": 1}[d]] = n
+				}
+			}
+			if !strings.Contains(out, "refused /dev\n") || !strings.Contains(out, "refused /sys/fs/cgroup\n") || !strings.Contains(out, "devnull") {
+				t.Fatalf("/dev and /sys/fs/cgroup must refuse writes and /dev/null take them:\n%s", out)
+			}
+			if sizes[0] == 0 || sizes[1] == 0 || sizes[0]+sizes[1] > tmp {
+				t.Fatalf("/tmp took %d and /dev/shm %d bytes: both must take some, together at most %d\n%s", sizes[0], sizes[1], tmp, out)
+			}
+		})
+	}
+}
