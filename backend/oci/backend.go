@@ -65,6 +65,9 @@ type Backend struct {
 	// ownNS are this process's namespace links, which observe compares
 	// every container's with.
 	ownNS map[string]string
+	// deviceOwners are who the device nodes belong to as a container sees
+	// them (Config.DeviceOwners), read once from the host's nodes.
+	deviceOwners map[string]Owner
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -120,6 +123,12 @@ func New(opts Options) (*Backend, error) {
 		filter.Close()
 		return nil, fmt.Errorf("read own cgroup: %w", err)
 	}
+	devOwners, err := deviceOwnersUnder(opts.UserNS)
+	if err != nil {
+		gate.Close()
+		filter.Close()
+		return nil, err
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		gate.Close()
 		filter.Close()
@@ -127,7 +136,7 @@ func New(opts Options) (*Backend, error) {
 	}
 	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime},
 		gate: gate, gateSHA256: gateSHA, filter: filter, filterSHA: compiled.SHA256, cgroupMounts: cgMounts, ownCgroup: ownCgroup,
-		ownNS: ownNamespaces()}, nil
+		ownNS: ownNamespaces(), deviceOwners: devOwners}, nil
 }
 
 // Intents lists everything a launch with this id may create, as Prepare
@@ -320,6 +329,7 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg.CgroupsPath = filepath.Join("custody", l.ID, "workload")
 	cfg.Gated = true
 	cfg.UserNS = b.opts.UserNS
+	cfg.DeviceOwners = b.deviceOwners
 	cfg.NoSwap = c.cgroups.swapAccounted()
 	cfg.CgroupV1 = !c.cgroups.unified
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {

@@ -380,3 +380,57 @@ echo ok > /dev/null && echo devnull`
 		})
 	}
 }
+
+// TestDeviceOwnersAsConfigured: the owners config.json states for each
+// device node are the ones the workload sees with stat, with a user
+// namespace (host nodes bind-mounted: the overflow id) and without (nodes
+// made by runc as 0:0).
+func TestDeviceOwnersAsConfigured(t *testing.T) {
+	for _, userns := range []bool{true, false} {
+		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
+			h := newHarness(t, userns)
+			ctx := context.Background()
+			c, err := h.b.Prepare(ctx, oci.Launch{
+				ID: "devowners-" + map[bool]string{false: "a", true: "b"}[userns], ImageRootfs: h.rootfs,
+				Config: oci.Config{Args: []string{"/bin/sh", "-c", "for d in /dev/*; do [ -c $d ] && stat -c '%n %u %g' $d; done"},
+					Cwd: "/", Output: oci.Mount{Target: "/out"}, Env: []string{"PATH=/bin"},
+					TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
+				OutputBytes: 1 << 20, WallTime: 10 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Cleanup(ctx)
+			var out bytes.Buffer
+			if ex, err := c.Run(ctx, 10*time.Second, &out, &out); err != nil || ex.Code != 0 {
+				t.Fatalf("run: %v %+v: %s", err, ex, out.String())
+			}
+			var cfg struct {
+				Linux struct {
+					Devices []struct {
+						Path     string
+						UID, GID uint32
+					}
+				}
+			}
+			if err := json.Unmarshal(c.Config(), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]string{}
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				if f := strings.Fields(line); len(f) == 3 {
+					seen[f[0]] = f[1] + ":" + f[2]
+				}
+			}
+			if len(cfg.Linux.Devices) == 0 {
+				t.Fatal("config.json lists no devices")
+			}
+			for _, d := range cfg.Linux.Devices {
+				if want := fmt.Sprintf("%d:%d", d.UID, d.GID); seen[d.Path] != want {
+					t.Errorf("%s: config.json says owner %s, the workload sees %q", d.Path, want, seen[d.Path])
+				}
+			}
+			t.Logf("owners seen: %v", seen)
+		})
+	}
+}

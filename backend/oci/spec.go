@@ -10,8 +10,11 @@ import (
 	"math"
 	"os"
 	"path"
+	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // Mount is one bind mount from the host into the container.
@@ -61,11 +64,64 @@ type Config struct {
 	// UserNS, when set, runs the container in a new user namespace with this
 	// mapping for both uids and gids.
 	UserNS *IDMap
+	// DeviceOwners are the owners the container sees its device nodes
+	// with, by path; a device not listed is owned by 0:0, as runc creates
+	// it without a user namespace. Under one runc bind-mounts the host's
+	// nodes instead, and the container sees their host owners through its
+	// id mapping (deviceOwnersUnder).
+	DeviceOwners map[string]Owner
 	// CgroupV1 says runc will mount /sys/fs/cgroup the cgroup v1 way: a
 	// tmpfs holding one mount per hierarchy. runc mounts that tmpfs
 	// writable whatever the spec asks, so the profile adds a read-only
 	// remount of it (cgroupfsMounts).
 	CgroupV1 bool
+}
+
+// Owner is a uid and gid as the container sees them.
+type Owner struct{ UID, GID uint32 }
+
+// deviceOwnersUnder returns the owners the profile's device nodes have in
+// a container with mapping m: a host node bind-mounted in keeps its host
+// owner, which appears as its mapped id, or as the kernel's overflow id
+// when it is outside the mapping (host root is). A nil m needs none.
+func deviceOwnersUnder(m *IDMap) (map[string]Owner, error) {
+	if m == nil {
+		return nil, nil
+	}
+	overflow := func(name string) (uint32, error) {
+		b, err := os.ReadFile("/proc/sys/kernel/" + name)
+		if err != nil {
+			return 0, fmt.Errorf("device owners: %w", err)
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("device owners: %s: %w", name, err)
+		}
+		return uint32(v), nil
+	}
+	ouid, err := overflow("overflowuid")
+	if err != nil {
+		return nil, err
+	}
+	ogid, err := overflow("overflowgid")
+	if err != nil {
+		return nil, err
+	}
+	inside := func(host, over uint32) uint32 {
+		if host >= m.HostID && host-m.HostID < m.Size {
+			return host - m.HostID
+		}
+		return over
+	}
+	out := map[string]Owner{}
+	for _, d := range minimalDevices(nil) {
+		var st unix.Stat_t
+		if err := unix.Stat(d.Path, &st); err != nil {
+			return nil, fmt.Errorf("device owners: host %s: %w", d.Path, err)
+		}
+		out[d.Path] = Owner{UID: inside(st.Uid, ouid), GID: inside(st.Gid, ogid)}
+	}
+	return out, nil
 }
 
 const cpuPeriod = 100000 // µs
@@ -90,7 +146,7 @@ func Spec(c Config) (*specs.Spec, error) {
 		swap := c.Memory
 		res.Memory.Swap = &swap
 	}
-	for _, d := range minimalDevices() {
+	for _, d := range minimalDevices(c.DeviceOwners) {
 		major, minor := d.Major, d.Minor
 		res.Devices = append(res.Devices, specs.LinuxDeviceCgroup{
 			Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: "rwm",
@@ -109,7 +165,7 @@ func Spec(c Config) (*specs.Spec, error) {
 		Resources:     res,
 		CgroupsPath:   c.CgroupsPath,
 		Namespaces:    ns,
-		Devices:       minimalDevices(),
+		Devices:       minimalDevices(c.DeviceOwners),
 		MaskedPaths:   maskedPaths(),
 		ReadonlyPaths: readonlyPaths(),
 	}
@@ -280,13 +336,14 @@ func cgroupfsMounts(v1 bool) []specs.Mount {
 		Options: []string{"nosuid", "noexec", "nodev", "ro", "mode=755", "size=4096", "nr_inodes=1"}}, cg}
 }
 
-// minimalDevices are the only device nodes the workload gets.
-func minimalDevices() []specs.LinuxDevice {
+// minimalDevices are the only device nodes the workload gets, with the
+// owners it sees them with (0:0 where owners has none).
+func minimalDevices(owners map[string]Owner) []specs.LinuxDevice {
 	mode := func(m uint32) *os.FileMode { v := os.FileMode(m); return &v }
-	zero := uint32(0)
 	dev := func(p string, major, minor int64) specs.LinuxDevice {
+		o := owners[p]
 		return specs.LinuxDevice{Path: p, Type: "c", Major: major, Minor: minor,
-			FileMode: mode(0o666), UID: &zero, GID: &zero}
+			FileMode: mode(0o666), UID: &o.UID, GID: &o.GID}
 	}
 	return []specs.LinuxDevice{
 		dev("/dev/null", 1, 3),
