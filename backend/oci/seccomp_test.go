@@ -154,7 +154,9 @@ func TestAllowlistWithinMobyDefault(t *testing.T) {
 // TestAtLeastAsStrict: the comparison the moby check relies on refuses a
 // filter wider than moby's.
 func TestAtLeastAsStrict(t *testing.T) {
-	eq := func(v uint64) []specs.LinuxSeccompArg { return []specs.LinuxSeccompArg{{Index: 0, Value: v, Op: specs.OpEqualTo}} }
+	eq := func(v uint64) []specs.LinuxSeccompArg {
+		return []specs.LinuxSeccompArg{{Index: 0, Value: v, Op: specs.OpEqualTo}}
+	}
 	lt3 := []specs.LinuxSeccompArg{{Index: 0, Value: 3, Op: specs.OpLessThan}}
 	masked := func(m uint64) []specs.LinuxSeccompArg {
 		return []specs.LinuxSeccompArg{{Index: 0, Value: m, Op: specs.OpMaskedEqual}}
