@@ -822,7 +822,28 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 			r.Verified = false
 		}
 	}
+	if c.recovered {
+		c.dropRecoveryLog(r.Verified)
+	}
 	return r
+}
+
+// dropRecoveryLog removes recovery's runc log from the state dir unless
+// it is the runtime's account of a cleanup that failed. runc creates its
+// --log file on every call, so each recovery left one behind: empty, or
+// holding only what the cleanup expected and handled ("container does
+// not exist" from the state query of a container that ended with its
+// runner). After a verified cleanup it holds nothing anyone needs.
+func (c *Container) dropRecoveryLog(verified bool) {
+	fi, err := os.Lstat(c.logPath)
+	if err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if verified || fi.Size() == 0 {
+		_ = os.Remove(c.logPath)
+		return
+	}
+	c.b.log.Warn("runc log kept after a failed recovery", "id", c.id, "path", c.logPath, "bytes", fi.Size())
 }
 
 func (c *Container) verifyNoProcs() error {

@@ -21,8 +21,9 @@ import (
 )
 
 type harness struct {
-	b      *oci.Backend
-	rootfs string
+	b        *oci.Backend
+	rootfs   string
+	stateDir string
 }
 
 func newHarness(t *testing.T, userns bool) *harness {
@@ -47,7 +48,7 @@ func newHarness(t *testing.T, userns bool) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{b: b, rootfs: testenv.BusyboxRootfs(t)}
+	return &harness{b: b, rootfs: testenv.BusyboxRootfs(t), stateDir: opts.StateDir}
 }
 
 func (h *harness) run(t *testing.T, id string, args []string, mod func(*oci.Launch)) (*oci.Exit, string, *oci.CleanupReport) {
@@ -432,5 +433,74 @@ func TestDeviceOwnersAsConfigured(t *testing.T) {
 			}
 			t.Logf("owners seen: %v", seen)
 		})
+	}
+}
+
+// journal keeps what a launch records, as recovery gets it back.
+type journal struct {
+	order []string
+	res   map[string]oci.Resource
+}
+
+func (j *journal) put(state string, es []oci.Entry) error {
+	if j.res == nil {
+		j.res = map[string]oci.Resource{}
+	}
+	for _, e := range es {
+		k := e.Kind + "\x00" + e.Name
+		if _, ok := j.res[k]; !ok {
+			j.order = append(j.order, k)
+		}
+		j.res[k] = oci.Resource{Kind: e.Kind, Name: e.Name, State: state, Identity: e.Identity}
+	}
+	return nil
+}
+
+func (j *journal) Intent(es ...oci.Entry) error  { return j.put("intent", es) }
+func (j *journal) Created(es ...oci.Entry) error { return j.put("created", es) }
+func (j *journal) Removed(es ...oci.Entry) error { return j.put("removed", es) }
+
+func (j *journal) resources() []oci.Resource {
+	var out []oci.Resource
+	for _, k := range j.order {
+		out = append(out, j.res[k])
+	}
+	return out
+}
+
+// TestRecoveryLeavesNoRuncLogs: runc creates its --log file on every call;
+// a clean launch and a clean recovery of another (its runner gone before
+// cleanup) leave no log in the state dir.
+func TestRecoveryLeavesNoRuncLogs(t *testing.T) {
+	h := newHarness(t, true)
+	ctx := context.Background()
+	if rep := h.ranTrue(t, "clean-logs").Cleanup(ctx); !rep.Verified {
+		t.Fatalf("cleanup: %+v", rep)
+	}
+	j := &journal{}
+	c, err := h.b.Prepare(ctx, oci.Launch{
+		ID: "recovered-logs", ImageRootfs: h.rootfs, Recorder: j,
+		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
+			TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
+		OutputBytes: 1 << 20, WallTime: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(ctx, 5*time.Second, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The runner "died" here: another backend on the same dirs recovers
+	// from the journal alone.
+	if rep := h.b.Recover(ctx, "recovered-logs", j.resources(), j); !rep.Verified {
+		t.Fatalf("recovery: %+v", rep)
+	}
+	logs, err := filepath.Glob(filepath.Join(h.stateDir, "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logs) > 0 {
+		b, _ := os.ReadFile(logs[0])
+		t.Fatalf("runc logs left in the state dir: %v (%q)", logs, b)
 	}
 }
