@@ -216,10 +216,15 @@ func TestCleanupRefusesALingeringProcess(t *testing.T) {
 // ranTrue prepares and runs /bin/true as launch id, leaving it for the
 // caller to clean up.
 func (h *harness) ranTrue(t *testing.T, id string) *oci.Container {
+	return h.ranTrueRecorded(t, id, nil)
+}
+
+// ranTrueRecorded is ranTrue with the launch recorded by rec.
+func (h *harness) ranTrueRecorded(t *testing.T, id string, rec oci.Recorder) *oci.Container {
 	t.Helper()
 	ctx := context.Background()
 	c, err := h.b.Prepare(ctx, oci.Launch{
-		ID: id, ImageRootfs: h.rootfs,
+		ID: id, ImageRootfs: h.rootfs, Recorder: rec,
 		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
 			TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
 		OutputBytes: 1 << 20, WallTime: 5 * time.Second,
@@ -478,18 +483,7 @@ func TestRecoveryLeavesNoRuncLogs(t *testing.T) {
 		t.Fatalf("cleanup: %+v", rep)
 	}
 	j := &journal{}
-	c, err := h.b.Prepare(ctx, oci.Launch{
-		ID: "recovered-logs", ImageRootfs: h.rootfs, Recorder: j,
-		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
-			TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
-		OutputBytes: 1 << 20, WallTime: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Run(ctx, 5*time.Second, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	h.ranTrueRecorded(t, "recovered-logs", j)
 	// The runner "died" here: another backend on the same dirs recovers
 	// from the journal alone.
 	if rep := h.b.Recover(ctx, "recovered-logs", j.resources(), j); !rep.Verified {
