@@ -396,7 +396,19 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 			return fmt.Errorf("mount point %s: %w", m.Destination, err)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", image, upper, work)
+	// The layers are named by descriptor: overlayfs shows its options
+	// as given in every mountinfo, the workload's included, and the
+	// paths would name the image store and the launch dir.
+	var layers [3]int
+	for i, d := range []string{image, upper, work} {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("rootfs layer %s: %w", d, err)
+		}
+		defer unix.Close(fd)
+		layers[i] = fd
+	}
+	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", layers[0], layers[1], layers[2])
 	c.mounted = append(c.mounted, c.rootfs)
 	if err := unix.Mount("overlay", c.rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay rootfs: %w", err)
