@@ -299,6 +299,12 @@ func baseMounts(c Config) []specs.Mount {
 	ms = append(ms, cgroupfsMounts(c.CgroupV1)...)
 	ms = append(ms, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
 		Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmp)}})
+	// An input's bind mount shows the workload, as its root in
+	// mountinfo, the snapshot's path within the host filesystem that
+	// holds it (<state dir>/snapshots/<digest>/data): the kernel prints a
+	// bind mount's root so, and only a filesystem of its own per input (a
+	// mount more to journal per input) would hide it. It names no key and
+	// not the store; the digest is the grant's own.
 	for _, in := range c.Inputs {
 		ms = append(ms, specs.Mount{
 			Destination: in.Target, Type: "bind", Source: in.Source,

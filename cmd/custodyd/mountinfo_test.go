@@ -12,7 +12,9 @@ import (
 // TestMountinfoNamesNoRunnerPath reads the workload's own mountinfo in a
 // real run with an input: it names none of the runner's paths — not the
 // keys, the store, the sockets, the image store or the runtime dir with
-// the launch's bundle.
+// the launch's bundle. The state dir itself is named once, as the input's
+// root (the snapshot's path in its filesystem, which a bind mount shows;
+// see baseMounts in backend/oci).
 func TestMountinfoNamesNoRunnerPath(t *testing.T) {
 	d := startDaemon(t)
 	res, out, err := d.run(d.issue("cat /proc/self/mountinfo; echo mountinfo-done"))
