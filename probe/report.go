@@ -5,7 +5,8 @@
 // namespaces, mounts, network interfaces, environment variable names,
 // device nodes, rlimits, the cgroup limits it can read, and the outcome of
 // the attempts it was asked to make (writes, connects, privileged syscalls,
-// allocations, process spawns, CPU burns, file fills).
+// allocations, process spawns, CPU burns, file fills, writes into every
+// mount point).
 //
 // A Report never states a verdict. Whether what the probe saw is what the
 // reviewed profile promises is decided outside the sandbox, by the

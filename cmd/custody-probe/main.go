@@ -68,7 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opts.Loopback, "loopback", false, "listen on 127.0.0.1, connect to it and echo a byte")
 	fs.Var(&hashes, "hash", "files to sha256")
 	fs.BoolVar(&opts.Ordinary, "ordinary", false, "try everyday operations (fork+exec, pipe, socketpair, temp file, randomness)")
-	fs.BoolVar(&opts.Syscalls, "syscalls", false, "try privileged operations (unshare, mount, ptrace, keyctl, mknod, raw sockets)")
+	fs.BoolVar(&opts.Syscalls, "syscalls", false, "try privileged operations (unshare, mount, ptrace, keyctl, memory policy, mknod, raw sockets)")
 	fs.StringVar(&alloc, "alloc", "", "allocate and touch this many bytes (e.g. 64Mi)")
 	fs.IntVar(&opts.Spawn, "spawn", 0, "start this many processes at once, then kill and reap them")
 	fs.StringVar(&spawnCmd, "spawn-cmd", "", "command the -spawn processes run (space-separated; default: this probe holding 30s)")
