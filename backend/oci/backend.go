@@ -267,6 +267,12 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if l.OutputBytes <= 0 || l.WallTime <= 0 {
 		return nil, fmt.Errorf("output bound and wall time are required (got %d bytes, %s)", l.OutputBytes, l.WallTime)
 	}
+	// A tmpfs rounds its size up to a page: a smaller tmp budget could not
+	// be held.
+	if page := int64(os.Getpagesize()); l.Config.TmpBytes < page {
+		return nil, fmt.Errorf("tmp budget of %d bytes cannot be enforced: a tmpfs holds at least one page (%d bytes); fix: ask for tmp.maxBytes of at least %d",
+			l.Config.TmpBytes, page, page)
+	}
 	// Verify the runtime first: a wrong binary refuses before any mutation.
 	bin, err := b.runtime.get(ctx)
 	if err != nil {

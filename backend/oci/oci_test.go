@@ -498,3 +498,21 @@ func TestRecoveryLeavesNoRuncLogs(t *testing.T) {
 		t.Fatalf("runc logs left in the state dir: %v (%q)", logs, b)
 	}
 }
+
+// TestTinyTmpBudgetRefused: a tmp budget below a page, which a tmpfs
+// would round up, is refused before anything is made; one page runs.
+func TestTinyTmpBudgetRefused(t *testing.T) {
+	h := newHarness(t, true)
+	ctx := context.Background()
+	l := oci.Launch{ID: "tiny-tmp", ImageRootfs: h.rootfs,
+		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
+			TmpBytes: 100, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
+		OutputBytes: 1 << 20, WallTime: 5 * time.Second}
+	if c, err := h.b.Prepare(ctx, l); err == nil || c != nil {
+		t.Fatalf("a 100-byte tmp budget was accepted: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(filepath.Dir(h.stateDir), "run")); len(ents) > 0 {
+		t.Fatalf("the refusal left launch state: %v", ents)
+	}
+	h.run(t, "page-tmp", []string{"/bin/true"}, func(l *oci.Launch) { l.Config.TmpBytes = int64(os.Getpagesize()) })
+}
