@@ -47,6 +47,8 @@ func specs() []spec {
 		{FamilyBudgets, "cpu-burn-throttled", Refusal, checkCPUBurn},
 		{FamilyBudgets, "tmp-within-budget", Legitimate, checkTmpOK},
 		{FamilyBudgets, "tmp-bound-enforced", Refusal, checkTmpBound},
+		{FamilyBudgets, "scratch-within-budget", Legitimate, checkScratchOK},
+		{FamilyBudgets, "writable-mounts-bounded", Refusal, checkWritableMounts},
 		{FamilyBudgets, "wall-time-within-budget", Legitimate, checkWallOK},
 		{FamilyBudgets, "wall-time-exceeded-killed", Refusal, checkWallTimeout},
 
@@ -710,6 +712,88 @@ func checkTmpBound(ctx context.Context, s *suite, j *judge) {
 	if rep := j.reported(o); rep != nil {
 		bounded(j, rep, "/tmp/f", bound)
 	}
+}
+
+// checkScratchOK writes within budget to every place a workload is meant
+// to write: /tmp, /dev/shm (whose share of the tmp budget is a quarter)
+// and the output.
+func checkScratchOK(ctx context.Context, s *suite, j *judge) {
+	o := s.launch(ctx, j, phase{name: "q-scratch-ok", command: []string{s.env.Probe,
+		"-fill", "/tmp/a:1Mi", "-fill", "/dev/shm/b:256Ki", "-fill", "/out/c:512Ki"}, tmpBytes: 2 * mib, outputBytes: mib})
+	if !s.ran(j, o, api.StatusOK) {
+		return
+	}
+	rep := j.reported(o)
+	if rep == nil {
+		return
+	}
+	j.require(len(rep.Fills) == 3, "the probe made %d of 3 fills", len(rep.Fills))
+	for _, f := range rep.Fills {
+		j.require(f.Written == f.Asked && f.Errno == "", "writing %d bytes to %s stopped after %d with %s (%s)", f.Asked, f.Path, f.Written, orNone(f.Errno), f.Error)
+	}
+	j.note("1Mi to /tmp and 256Ki to /dev/shm under a 2Mi tmp budget, 512Ki to /out under 1Mi")
+}
+
+// checkWritableMounts has the probe try to write 8Mi into every mount
+// point it finds in its own mountinfo. Whatever the mounts are, the
+// output may hold at most its bound, everything else together at most the
+// tmp budget, and a read-only mount nothing.
+func checkWritableMounts(ctx context.Context, s *suite, j *judge) {
+	tmp, out := 2*mib, mib
+	o := s.launch(ctx, j, phase{name: "q-writable-mounts", command: []string{s.env.Probe, "-fill-mounts", "8Mi"},
+		tmpBytes: tmp, outputBytes: out})
+	if !s.ran(j, o, api.StatusOK) {
+		return
+	}
+	if rep := j.reported(o); rep != nil {
+		judgeMountFills(j, rep, tmp, out)
+	}
+}
+
+func judgeMountFills(j *judge, rep *probe.Report, tmp, out int64) {
+	fills := map[string]probe.MountFill{}
+	for _, f := range rep.MountFills {
+		fills[f.Target] = f
+	}
+	var scratch int64
+	var wrote, skipped []string
+	seen := map[string]bool{}
+	for _, m := range rep.Mounts {
+		if seen[m.Target] {
+			continue
+		}
+		seen[m.Target] = true
+		f, ok := fills[m.Target]
+		switch {
+		case !ok:
+			j.fail("the probe did not try writing into %s (%s)", m.Target, m.FSType)
+			continue
+		case f.Skipped != "":
+			skipped = append(skipped, m.Target)
+			continue
+		case f.ReadOnly:
+			// Any failure with nothing written is a refusal: procfs says
+			// ENOENT before it looks at the mount's read-only flag.
+			j.require(f.Written == 0 && f.Errno != "", "read-only %s (%s) took %d bytes and stopped with %s, not a refusal",
+				f.Target, f.FSType, f.Written, orNone(f.Errno))
+		}
+		if f.Written > 0 {
+			wrote = append(wrote, fmt.Sprintf("%s %d (%s)", f.Target, f.Written, orNone(f.Errno)))
+		}
+		if f.Target == "/out" {
+			j.require(f.Written <= out, "%d bytes were written to /out, past its bound of %d", f.Written, out)
+			continue
+		}
+		scratch += f.Written
+	}
+	j.require(len(seen) > 0, "the probe saw no mounts")
+	j.require(scratch <= tmp, "%d bytes could be written outside the output, past the tmp budget of %d: %s", scratch, tmp, strings.Join(wrote, ", "))
+	for _, t := range []string{"/tmp", "/out"} {
+		f := fills[t]
+		j.require(f.Written > 0 && (f.Errno == "ENOSPC" || f.Errno == "EFBIG"), "%s took %d bytes and stopped with %s, not at its bound", t, f.Written, orNone(f.Errno))
+	}
+	j.note("of 8Mi tried on each of %d mount points (%d on files, skipped): written %s; %d outside the output (tmp budget %d)",
+		len(seen), len(skipped), strings.Join(wrote, ", "), scratch, tmp)
 }
 
 func checkWallOK(ctx context.Context, s *suite, j *judge) {

@@ -39,7 +39,7 @@ import (
 
 // SuiteVersion changes whenever a check is added, removed or judged
 // differently; rows record it.
-const SuiteVersion = "1"
+const SuiteVersion = "2"
 
 // Case says whether a check is legitimate work or an attempt that must be
 // refused.

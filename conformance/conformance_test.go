@@ -123,3 +123,51 @@ func TestJudgeBurn(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeMountFills: the budgets are compared with what the probe could
+// write, whatever the mounts are; a read-only mount must refuse.
+func TestJudgeMountFills(t *testing.T) {
+	mounts := []probe.Mount{{Target: "/", ReadOnly: true}, {Target: "/dev"}, {Target: "/dev/null"}, {Target: "/sys/fs/cgroup"},
+		{Target: "/sys/fs/cgroup", ReadOnly: true}, {Target: "/tmp"}, {Target: "/dev/shm"}, {Target: "/out"}}
+	good := func() []probe.MountFill {
+		return []probe.MountFill{
+			{Target: "/", ReadOnly: true, Errno: "EROFS"},
+			{Target: "/dev", ReadOnly: true, Errno: "EROFS"},
+			{Target: "/dev/null", Skipped: "not a directory"},
+			{Target: "/sys/fs/cgroup", ReadOnly: true, Errno: "EROFS"},
+			{Target: "/tmp", Written: 3 * mib / 2, Errno: "ENOSPC"},
+			{Target: "/dev/shm", Written: mib / 2, Errno: "ENOSPC"},
+			{Target: "/out", Written: mib, Errno: "ENOSPC"},
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		change func([]probe.MountFill) []probe.MountFill
+		pass   bool
+	}{
+		{"within the budgets", func(f []probe.MountFill) []probe.MountFill { return f }, true},
+		{"writable cgroup tmpfs", func(f []probe.MountFill) []probe.MountFill {
+			f[3] = probe.MountFill{Target: "/sys/fs/cgroup", Written: 8 * mib}
+			return f
+		}, false},
+		{"read-only mount took bytes", func(f []probe.MountFill) []probe.MountFill {
+			f[1].Written = 4096
+			return f
+		}, false},
+		{"shm outside the tmp budget", func(f []probe.MountFill) []probe.MountFill {
+			f[5].Written = 2 * mib
+			return f
+		}, false},
+		{"output past its bound", func(f []probe.MountFill) []probe.MountFill {
+			f[6].Written = 2 * mib
+			return f
+		}, false},
+		{"a mount not tried", func(f []probe.MountFill) []probe.MountFill { return f[:6] }, false},
+	} {
+		j := &judge{}
+		judgeMountFills(j, &probe.Report{Mounts: mounts, MountFills: c.change(good())}, 2*mib, mib)
+		if ok, detail := j.verdict(); ok != c.pass {
+			t.Errorf("%s: passed=%v: %s", c.name, ok, detail)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Collect observes the process's surroundings and makes the attempts opts
@@ -38,7 +39,7 @@ func Collect(ctx context.Context, opts Options) (*Report, error) {
 		opts.ConnectTimeout = time.Second
 	}
 	r := &Report{Schema: Schema, PID: os.Getpid(), PPID: os.Getppid()}
-	r.observe()
+	recs := r.observe()
 	for _, p := range opts.TryWrite {
 		r.Writes = append(r.Writes, tryWrite(p))
 	}
@@ -64,6 +65,9 @@ func Collect(ctx context.Context, opts Options) (*Report, error) {
 	for _, f := range opts.Fills {
 		r.Fills = append(r.Fills, fill(f))
 	}
+	if opts.FillMounts > 0 {
+		r.MountFills = r.fillMounts(recs, opts.FillMounts)
+	}
 	if opts.Burn > 0 {
 		stat := r.cpuStatPath()
 		before := readKeyValues(stat)
@@ -88,8 +92,9 @@ func (r *Report) problem(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 }
 
-// observe fills in everything a report carries regardless of options.
-func (r *Report) observe() {
+// observe fills in everything a report carries regardless of options,
+// and returns the mountinfo records it read.
+func (r *Report) observe() []mountRecord {
 	r.Identity = Identity{UID: os.Getuid(), EUID: os.Geteuid(), GID: os.Getgid(), EGID: os.Getegid(),
 		Groups: []int{}, UIDMap: []string{}, GIDMap: []string{}}
 	if gs, err := os.Getgroups(); err == nil {
@@ -159,6 +164,7 @@ func (r *Report) observe() {
 	r.Devices = devices(r)
 	r.Rlimits = rlimits()
 	r.Cgroup = cgroupLimits(r, recs)
+	return recs
 }
 
 func devices(r *Report) []Device {
@@ -566,6 +572,14 @@ func privileged(self string) []Attempt {
 	_, _, e := syscall.Syscall(syscall.SYS_KEYCTL, 0, uintptr(keySession), 0)
 	out = append(out, attempt("keyctl(KEYCTL_GET_KEYRING_ID)", "look up the session keyring without creating it", errnoErr(e)))
 
+	// NUMA memory policy: moby's default profile allows these only with
+	// CAP_SYS_NICE. MPOL_DEFAULT changes nothing that was not default.
+	_, _, e = syscall.Syscall(syscall.SYS_SET_MEMPOLICY, 0, 0, 0)
+	out = append(out, attempt("set_mempolicy(MPOL_DEFAULT)", "set this thread's memory policy to the default", errnoErr(e)))
+	var mode int32
+	_, _, e = syscall.Syscall6(syscall.SYS_GET_MEMPOLICY, uintptr(unsafe.Pointer(&mode)), 0, 0, 0, 0, 0)
+	out = append(out, attempt("get_mempolicy", "read this thread's memory policy", errnoErr(e)))
+
 	for _, m := range []struct {
 		name         string
 		mode         uint32
@@ -672,6 +686,76 @@ func fill(f Fill) FillResult {
 		res.Errno, res.Error = ErrnoName(err), err.Error()
 	}
 	return res
+}
+
+// maxFillFiles bounds the files one mount fill creates.
+const maxFillFiles = 4096
+
+// fillMounts tries to write asked bytes into every distinct mount target
+// in recs (the topmost mount at each), and removes what it wrote.
+func (r *Report) fillMounts(recs []mountRecord, asked int64) []MountFill {
+	top := map[string]Mount{}
+	var order []string
+	for _, m := range recs {
+		if _, seen := top[m.Target]; !seen {
+			order = append(order, m.Target)
+		}
+		top[m.Target] = m.Mount
+	}
+	out := []MountFill{}
+	for _, t := range order {
+		m := top[t]
+		res := MountFill{Target: t, FSType: m.FSType, ReadOnly: m.ReadOnly, Asked: asked}
+		if fi, err := os.Lstat(t); err != nil {
+			res.Skipped = "lstat: " + err.Error()
+		} else if !fi.IsDir() {
+			res.Skipped = "not a directory"
+		} else {
+			r.fillDir(&res)
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+// fillDir writes res.Asked bytes into new files in res.Target, starting a
+// new file whenever the file size limit (EFBIG) stops one.
+func (r *Report) fillDir(res *MountFill) {
+	buf := make([]byte, 64<<10)
+	var created []string
+	defer func() {
+		for _, p := range created {
+			if err := os.Remove(p); err != nil {
+				r.problem("remove %s: %v", p, err)
+			}
+		}
+	}()
+	for res.Written < res.Asked && res.Files < maxFillFiles {
+		p := filepath.Join(res.Target, fmt.Sprintf(".custody-probe-fill-%d-%d", os.Getpid(), res.Files))
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			res.Errno, res.Error = ErrnoName(err), err.Error()
+			return
+		}
+		created = append(created, p)
+		res.Files++
+		var n, inFile int
+		for err == nil && res.Written < res.Asked {
+			n, err = f.Write(buf[:min(int64(len(buf)), res.Asked-res.Written)])
+			res.Written += int64(n)
+			inFile += n
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil && !(errors.Is(err, syscall.EFBIG) && inFile > 0) {
+			res.Errno, res.Error = ErrnoName(err), err.Error()
+			return
+		}
+	}
 }
 
 // burn spins every CPU for d.

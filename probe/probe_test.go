@@ -171,3 +171,30 @@ func TestCollect(t *testing.T) {
 		}
 	}
 }
+
+// TestFillMounts: each distinct mount target is tried once, at its
+// topmost mount; a directory gets the asked bytes and is left as it was;
+// a mount on a file is skipped.
+func TestFillMounts(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "node")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	recs := []mountRecord{
+		{Mount: Mount{Target: dir, FSType: "tmpfs", ReadOnly: true}},
+		{Mount: Mount{Target: dir, FSType: "tmpfs"}},
+		{Mount: Mount{Target: file, FSType: "devtmpfs"}},
+	}
+	r := &Report{}
+	got := r.fillMounts(recs, 200<<10)
+	if len(got) != 2 || got[0].Target != dir || got[0].ReadOnly || got[0].Written != 200<<10 || got[0].Errno != "" || got[0].Files != 1 {
+		t.Fatalf("fill of %s: %+v", dir, got)
+	}
+	if got[1].Skipped == "" || got[1].Written != 0 {
+		t.Fatalf("a file mount must be skipped: %+v", got[1])
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || len(r.Problems) > 0 {
+		t.Fatalf("the fill left %v behind (problems %v)", ents, r.Problems)
+	}
+}

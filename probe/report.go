@@ -5,7 +5,8 @@
 // namespaces, mounts, network interfaces, environment variable names,
 // device nodes, rlimits, the cgroup limits it can read, and the outcome of
 // the attempts it was asked to make (writes, connects, privileged syscalls,
-// allocations, process spawns, CPU burns, file fills).
+// allocations, process spawns, CPU burns, file fills, writes into every
+// mount point).
 //
 // A Report never states a verdict. Whether what the probe saw is what the
 // reviewed profile promises is decided outside the sandbox, by the
@@ -59,6 +60,9 @@ type Report struct {
 	Spawn    *SpawnResult `json:"spawn,omitempty"`
 	Burn     *BurnResult  `json:"burn,omitempty"`
 	Fills    []FillResult `json:"fills,omitempty"`
+	// MountFills are the attempts to write into every mount point the
+	// probe found in its own mountinfo, one per target, in its order.
+	MountFills []MountFill `json:"mountFills,omitempty"`
 
 	// Problems lists what the probe could not observe (a file it could not
 	// read, say). They are data too.
@@ -193,6 +197,26 @@ type FillResult struct {
 	Error   string `json:"error,omitempty"`
 }
 
+// MountFill is an attempt to write Asked bytes into one mount point, in
+// as many new files as the file size limit needs; they are removed after.
+// For a target several mounts are stacked on, the topmost is what the
+// probe reaches; FSType and ReadOnly are that one's.
+type MountFill struct {
+	Target   string `json:"target"`
+	FSType   string `json:"fstype"`
+	ReadOnly bool   `json:"readOnly"`
+	Asked    int64  `json:"asked"`
+	Written  int64  `json:"written"`
+	// Files is how many files were created.
+	Files int `json:"files"`
+	// Errno and Error are what stopped the writing, if it stopped short.
+	Errno string `json:"errno,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Skipped says why nothing was tried (a mount on a file, not a
+	// directory: a device node or a masked path).
+	Skipped string `json:"skipped,omitempty"`
+}
+
 // Fill asks for Bytes bytes to be written to Path.
 type Fill struct {
 	Path  string
@@ -232,6 +256,9 @@ type Options struct {
 	Burn time.Duration
 	// Fills: files to write.
 	Fills []Fill
+	// FillMounts: bytes to try writing into every mount point listed in
+	// the probe's own /proc/self/mountinfo (0: none).
+	FillMounts int64
 	// Self is the probe binary (for fork+exec); default os.Executable.
 	Self string
 }

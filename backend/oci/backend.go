@@ -65,6 +65,9 @@ type Backend struct {
 	// ownNS are this process's namespace links, which observe compares
 	// every container's with.
 	ownNS map[string]string
+	// deviceOwners are who the device nodes belong to as a container sees
+	// them (Config.DeviceOwners), read once from the host's nodes.
+	deviceOwners map[string]Owner
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -120,6 +123,12 @@ func New(opts Options) (*Backend, error) {
 		filter.Close()
 		return nil, fmt.Errorf("read own cgroup: %w", err)
 	}
+	devOwners, err := deviceOwnersUnder(opts.UserNS)
+	if err != nil {
+		gate.Close()
+		filter.Close()
+		return nil, err
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		gate.Close()
 		filter.Close()
@@ -127,7 +136,7 @@ func New(opts Options) (*Backend, error) {
 	}
 	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime},
 		gate: gate, gateSHA256: gateSHA, filter: filter, filterSHA: compiled.SHA256, cgroupMounts: cgMounts, ownCgroup: ownCgroup,
-		ownNS: ownNamespaces()}, nil
+		ownNS: ownNamespaces(), deviceOwners: devOwners}, nil
 }
 
 // Intents lists everything a launch with this id may create, as Prepare
@@ -261,6 +270,12 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	if l.OutputBytes <= 0 || l.WallTime <= 0 {
 		return nil, fmt.Errorf("output bound and wall time are required (got %d bytes, %s)", l.OutputBytes, l.WallTime)
 	}
+	// A tmpfs rounds its size up to a page: a smaller tmp budget could not
+	// be held.
+	if page := int64(os.Getpagesize()); l.Config.TmpBytes < page {
+		return nil, fmt.Errorf("tmp budget of %d bytes cannot be enforced: a tmpfs holds at least one page (%d bytes); fix: ask for tmp.maxBytes of at least %d",
+			l.Config.TmpBytes, page, page)
+	}
 	// Verify the runtime first: a wrong binary refuses before any mutation.
 	bin, err := b.runtime.get(ctx)
 	if err != nil {
@@ -323,7 +338,9 @@ func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg.CgroupsPath = filepath.Join("custody", l.ID, "workload")
 	cfg.Gated = true
 	cfg.UserNS = b.opts.UserNS
+	cfg.DeviceOwners = b.deviceOwners
 	cfg.NoSwap = c.cgroups.swapAccounted()
+	cfg.CgroupV1 = !c.cgroups.unified
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
@@ -388,7 +405,19 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 			return fmt.Errorf("mount point %s: %w", m.Destination, err)
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", image, upper, work)
+	// The layers are named by descriptor: overlayfs shows its options
+	// as given in every mountinfo, the workload's included, and the
+	// paths would name the image store and the launch dir.
+	var layers [3]int
+	for i, d := range []string{image, upper, work} {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("rootfs layer %s: %w", d, err)
+		}
+		defer unix.Close(fd)
+		layers[i] = fd
+	}
+	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", layers[0], layers[1], layers[2])
 	c.mounted = append(c.mounted, c.rootfs)
 	if err := unix.Mount("overlay", c.rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay rootfs: %w", err)
@@ -818,7 +847,28 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 			r.Verified = false
 		}
 	}
+	if c.recovered {
+		c.dropRecoveryLog(r.Verified)
+	}
 	return r
+}
+
+// dropRecoveryLog removes recovery's runc log from the state dir unless
+// it is the runtime's account of a cleanup that failed. runc creates its
+// --log file on every call, so each recovery left one behind: empty, or
+// holding only what the cleanup expected and handled ("container does
+// not exist" from the state query of a container that ended with its
+// runner). After a verified cleanup it holds nothing anyone needs.
+func (c *Container) dropRecoveryLog(verified bool) {
+	fi, err := os.Lstat(c.logPath)
+	if err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if verified || fi.Size() == 0 {
+		_ = os.Remove(c.logPath)
+		return
+	}
+	c.b.log.Warn("runc log kept after a failed recovery", "id", c.id, "path", c.logPath, "bytes", fi.Size())
 }
 
 func (c *Container) verifyNoProcs() error {

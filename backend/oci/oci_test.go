@@ -3,6 +3,7 @@ package oci_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,11 +17,13 @@ import (
 
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/probe"
 )
 
 type harness struct {
-	b      *oci.Backend
-	rootfs string
+	b        *oci.Backend
+	rootfs   string
+	stateDir string
 }
 
 func newHarness(t *testing.T, userns bool) *harness {
@@ -45,7 +48,7 @@ func newHarness(t *testing.T, userns bool) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{b: b, rootfs: testenv.BusyboxRootfs(t)}
+	return &harness{b: b, rootfs: testenv.BusyboxRootfs(t), stateDir: opts.StateDir}
 }
 
 func (h *harness) run(t *testing.T, id string, args []string, mod func(*oci.Launch)) (*oci.Exit, string, *oci.CleanupReport) {
@@ -213,10 +216,15 @@ func TestCleanupRefusesALingeringProcess(t *testing.T) {
 // ranTrue prepares and runs /bin/true as launch id, leaving it for the
 // caller to clean up.
 func (h *harness) ranTrue(t *testing.T, id string) *oci.Container {
+	return h.ranTrueRecorded(t, id, nil)
+}
+
+// ranTrueRecorded is ranTrue with the launch recorded by rec.
+func (h *harness) ranTrueRecorded(t *testing.T, id string, rec oci.Recorder) *oci.Container {
 	t.Helper()
 	ctx := context.Background()
 	c, err := h.b.Prepare(ctx, oci.Launch{
-		ID: id, ImageRootfs: h.rootfs,
+		ID: id, ImageRootfs: h.rootfs, Recorder: rec,
 		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
 			TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
 		OutputBytes: 1 << 20, WallTime: 5 * time.Second,
@@ -282,4 +290,229 @@ func TestFilterRefusesTheI386ABI(t *testing.T) {
 	if want := fmt.Sprintf("native=1 i386=%d", -int(syscall.EPERM)); strings.TrimSpace(out) != want {
 		t.Fatalf("in the container: %q, want %q (native allowed, i386 refused with EPERM)", strings.TrimSpace(out), want)
 	}
+}
+
+// TestFilterRefusesMempolicy runs the probe's privileged attempts under
+// runc: set_mempolicy and get_mempolicy, which moby's default profile
+// allows only with CAP_SYS_NICE, are refused with EPERM by the filter the
+// gate installs. The same probe on the host, without a filter, gets an
+// answer from both, which shows the kernel has them to refuse.
+func TestFilterRefusesMempolicy(t *testing.T) {
+	h := newHarness(t, true)
+	bin := os.Getenv("CUSTODY_PROBE")
+	if bin == "" {
+		testenv.Missing(t, "custody-probe ($CUSTODY_PROBE, set by make test)")
+	}
+	names := []string{"set_mempolicy(MPOL_DEFAULT)", "get_mempolicy"}
+	host, err := exec.Command(bin, "-syscalls").Output()
+	if err != nil {
+		t.Fatalf("the probe on the host: %v", err)
+	}
+	for _, n := range names {
+		if a := syscallAttempt(t, host, n); !a.OK {
+			t.Fatalf("on the host, without a filter, %s must work: %+v", n, a)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "custody-probe"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ex, out, _ := h.run(t, "mempolicy", []string{"/in/custody-probe", "-syscalls"}, func(l *oci.Launch) {
+		l.Config.Inputs = []oci.Mount{{Source: dir, Target: "/in"}}
+	})
+	if ex.Code != 0 {
+		t.Fatalf("probe exit %d: %s", ex.Code, out)
+	}
+	for _, n := range names {
+		if a := syscallAttempt(t, []byte(out), n); a.OK || a.Errno != "EPERM" {
+			t.Errorf("in the container, %s: %+v, want refused with EPERM", n, a)
+		}
+	}
+}
+
+func syscallAttempt(t *testing.T, report []byte, name string) probe.Attempt {
+	t.Helper()
+	var rep probe.Report
+	if err := json.Unmarshal(report, &rep); err != nil {
+		t.Fatalf("probe report: %v: %.500s", err, report)
+	}
+	for _, a := range rep.Syscalls {
+		if a.Name == name {
+			return a
+		}
+	}
+	t.Fatalf("the probe did not try %s", name)
+	return probe.Attempt{}
+}
+
+// TestScratchWithinTmpBudget: with and without a user namespace, /dev and
+// /sys/fs/cgroup refuse writes, and /tmp and /dev/shm, which do take
+// writes, share the tmp budget: 8Mi fills neither past its share, and the
+// two together hold at most the budget.
+func TestScratchWithinTmpBudget(t *testing.T) {
+	for _, userns := range []bool{true, false} {
+		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
+			h := newHarness(t, userns)
+			const tmp = 8 << 20
+			script := `for d in /dev /sys/fs/cgroup; do if touch $d/x 2>/dev/null; then echo "wrote $d"; else echo "refused $d"; fi; done
+for d in /tmp /dev/shm; do dd if=/dev/zero of=$d/f bs=64k count=256 2>/dev/null; echo "$d $(wc -c < $d/f)"; done
+echo ok > /dev/null && echo devnull`
+			ex, out, _ := h.run(t, "scratch-"+map[bool]string{false: "a", true: "b"}[userns], []string{"/bin/sh", "-c", script},
+				func(l *oci.Launch) { l.Config.TmpBytes = tmp })
+			if ex.Code != 0 {
+				t.Fatalf("exit %d: %s", ex.Code, out)
+			}
+			var sizes [2]int64
+			for _, line := range strings.Split(out, "\n") {
+				var d string
+				var n int64
+				if _, err := fmt.Sscanf(line, "%s %d", &d, &n); err == nil {
+					sizes[map[string]int{"/tmp": 0, "/dev/shm": 1}[d]] = n
+				}
+			}
+			if !strings.Contains(out, "refused /dev\n") || !strings.Contains(out, "refused /sys/fs/cgroup\n") || !strings.Contains(out, "devnull") {
+				t.Fatalf("/dev and /sys/fs/cgroup must refuse writes and /dev/null take them:\n%s", out)
+			}
+			if sizes[0] == 0 || sizes[1] == 0 || sizes[0]+sizes[1] > tmp {
+				t.Fatalf("/tmp took %d and /dev/shm %d bytes: both must take some, together at most %d\n%s", sizes[0], sizes[1], tmp, out)
+			}
+		})
+	}
+}
+
+// TestDeviceOwnersAsConfigured: the owners config.json states for each
+// device node are the ones the workload sees with stat, with a user
+// namespace (host nodes bind-mounted: the overflow id) and without (nodes
+// made by runc as 0:0).
+func TestDeviceOwnersAsConfigured(t *testing.T) {
+	for _, userns := range []bool{true, false} {
+		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
+			h := newHarness(t, userns)
+			ctx := context.Background()
+			c, err := h.b.Prepare(ctx, oci.Launch{
+				ID: "devowners-" + map[bool]string{false: "a", true: "b"}[userns], ImageRootfs: h.rootfs,
+				Config: oci.Config{Args: []string{"/bin/sh", "-c", "for d in /dev/*; do [ -c $d ] && stat -c '%n %u %g' $d; done"},
+					Cwd: "/", Output: oci.Mount{Target: "/out"}, Env: []string{"PATH=/bin"},
+					TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
+				OutputBytes: 1 << 20, WallTime: 10 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Cleanup(ctx)
+			var out bytes.Buffer
+			if ex, err := c.Run(ctx, 10*time.Second, &out, &out); err != nil || ex.Code != 0 {
+				t.Fatalf("run: %v %+v: %s", err, ex, out.String())
+			}
+			var cfg struct {
+				Linux struct {
+					Devices []struct {
+						Path     string
+						UID, GID uint32
+					}
+				}
+			}
+			if err := json.Unmarshal(c.Config(), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]string{}
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				if f := strings.Fields(line); len(f) == 3 {
+					seen[f[0]] = f[1] + ":" + f[2]
+				}
+			}
+			if len(cfg.Linux.Devices) == 0 {
+				t.Fatal("config.json lists no devices")
+			}
+			for _, d := range cfg.Linux.Devices {
+				if want := fmt.Sprintf("%d:%d", d.UID, d.GID); seen[d.Path] != want {
+					t.Errorf("%s: config.json says owner %s, the workload sees %q", d.Path, want, seen[d.Path])
+				}
+			}
+			t.Logf("owners seen: %v", seen)
+		})
+	}
+}
+
+// journal keeps what a launch records, as recovery gets it back.
+type journal struct {
+	order []string
+	res   map[string]oci.Resource
+}
+
+func (j *journal) put(state string, es []oci.Entry) error {
+	if j.res == nil {
+		j.res = map[string]oci.Resource{}
+	}
+	for _, e := range es {
+		k := e.Kind + "\x00" + e.Name
+		if _, ok := j.res[k]; !ok {
+			j.order = append(j.order, k)
+		}
+		j.res[k] = oci.Resource{Kind: e.Kind, Name: e.Name, State: state, Identity: e.Identity}
+	}
+	return nil
+}
+
+func (j *journal) Intent(es ...oci.Entry) error  { return j.put("intent", es) }
+func (j *journal) Created(es ...oci.Entry) error { return j.put("created", es) }
+func (j *journal) Removed(es ...oci.Entry) error { return j.put("removed", es) }
+
+func (j *journal) resources() []oci.Resource {
+	var out []oci.Resource
+	for _, k := range j.order {
+		out = append(out, j.res[k])
+	}
+	return out
+}
+
+// TestRecoveryLeavesNoRuncLogs: runc creates its --log file on every call;
+// a clean launch and a clean recovery of another (its runner gone before
+// cleanup) leave no log in the state dir.
+func TestRecoveryLeavesNoRuncLogs(t *testing.T) {
+	h := newHarness(t, true)
+	ctx := context.Background()
+	if rep := h.ranTrue(t, "clean-logs").Cleanup(ctx); !rep.Verified {
+		t.Fatalf("cleanup: %+v", rep)
+	}
+	j := &journal{}
+	h.ranTrueRecorded(t, "recovered-logs", j)
+	// The runner "died" here: another backend on the same dirs recovers
+	// from the journal alone.
+	if rep := h.b.Recover(ctx, "recovered-logs", j.resources(), j); !rep.Verified {
+		t.Fatalf("recovery: %+v", rep)
+	}
+	logs, err := filepath.Glob(filepath.Join(h.stateDir, "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logs) > 0 {
+		b, _ := os.ReadFile(logs[0])
+		t.Fatalf("runc logs left in the state dir: %v (%q)", logs, b)
+	}
+}
+
+// TestTinyTmpBudgetRefused: a tmp budget below a page, which a tmpfs
+// would round up, is refused before anything is made; one page runs.
+func TestTinyTmpBudgetRefused(t *testing.T) {
+	h := newHarness(t, true)
+	ctx := context.Background()
+	l := oci.Launch{ID: "tiny-tmp", ImageRootfs: h.rootfs,
+		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
+			TmpBytes: 100, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
+		OutputBytes: 1 << 20, WallTime: 5 * time.Second}
+	if c, err := h.b.Prepare(ctx, l); err == nil || c != nil {
+		t.Fatalf("a 100-byte tmp budget was accepted: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(filepath.Dir(h.stateDir), "run")); len(ents) > 0 {
+		t.Fatalf("the refusal left launch state: %v", ents)
+	}
+	h.run(t, "page-tmp", []string{"/bin/true"}, func(l *oci.Launch) { l.Config.TmpBytes = int64(os.Getpagesize()) })
 }

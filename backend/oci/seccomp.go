@@ -13,7 +13,9 @@ import (
 // bpf, ptrace, perf, module loading, kexec, clock setting, swap, reboot,
 // userfaultfd, open_by_handle_at, ...). It follows the shape of the moby
 // default profile minus everything that profile only allows with a
-// capability, since the workload holds none.
+// capability, since the workload holds none (so no set_mempolicy,
+// get_mempolicy, mbind or move_pages: moby gates them on CAP_SYS_NICE).
+// TestAllowlistWithinMobyDefault checks this against moby's own file.
 func allowedSyscalls() []string {
 	return []string{
 		"accept", "accept4", "access", "alarm", "arch_prctl", "bind", "brk",
@@ -29,7 +31,7 @@ func allowedSyscalls() []string {
 		"fremovexattr", "fsetxattr", "fstat", "fstat64", "fstatat64", "fstatfs",
 		"fstatfs64", "fsync", "ftruncate", "ftruncate64", "futex", "futex_requeue",
 		"futex_time64", "futex_wait", "futex_waitv", "futex_wake", "futimesat",
-		"get_mempolicy", "get_robust_list", "get_thread_area", "getcpu", "getcwd",
+		"get_robust_list", "get_thread_area", "getcpu", "getcwd",
 		"getdents", "getdents64", "getegid", "getegid32", "geteuid", "geteuid32",
 		"getgid", "getgid32", "getgroups", "getgroups32", "getitimer", "getpeername",
 		"getpgid", "getpgrp", "getpid", "getppid", "getpriority", "getrandom",
@@ -63,7 +65,7 @@ func allowedSyscalls() []string {
 		"sched_rr_get_interval_time64", "sched_setaffinity", "sched_setattr",
 		"sched_setparam", "sched_setscheduler", "sched_yield", "seccomp", "select",
 		"semctl", "semget", "semop", "semtimedop", "semtimedop_time64", "send",
-		"sendfile", "sendfile64", "sendmmsg", "sendmsg", "sendto", "set_mempolicy",
+		"sendfile", "sendfile64", "sendmmsg", "sendmsg", "sendto",
 		"set_robust_list", "set_thread_area", "set_tid_address", "setfsgid",
 		"setfsgid32", "setfsuid", "setfsuid32", "setgid", "setgid32", "setgroups",
 		"setgroups32", "setitimer", "setpgid", "setpriority", "setregid", "setregid32",

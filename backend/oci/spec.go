@@ -10,8 +10,11 @@ import (
 	"math"
 	"os"
 	"path"
+	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // Mount is one bind mount from the host into the container.
@@ -38,7 +41,10 @@ type Config struct {
 	Inputs []Mount // bound read-only
 	Output Mount   // bound read-write; Source is a size-bounded filesystem
 
-	TmpBytes int64 // size of the tmpfs at /tmp
+	// TmpBytes bounds all the scratch space the workload can write outside
+	// its output: the tmpfs at /tmp and the one at /dev/shm share it (see
+	// scratchSizes); /dev itself is read-only.
+	TmpBytes int64
 	Memory   int64 // bytes
 	Pids     int64
 	CPU      float64 // cores; the CFS quota is CPU × period
@@ -58,6 +64,64 @@ type Config struct {
 	// UserNS, when set, runs the container in a new user namespace with this
 	// mapping for both uids and gids.
 	UserNS *IDMap
+	// DeviceOwners are the owners the container sees its device nodes
+	// with, by path; a device not listed is owned by 0:0, as runc creates
+	// it without a user namespace. Under one runc bind-mounts the host's
+	// nodes instead, and the container sees their host owners through its
+	// id mapping (deviceOwnersUnder).
+	DeviceOwners map[string]Owner
+	// CgroupV1 says runc will mount /sys/fs/cgroup the cgroup v1 way: a
+	// tmpfs holding one mount per hierarchy. runc mounts that tmpfs
+	// writable whatever the spec asks, so the profile adds a read-only
+	// remount of it (cgroupfsMounts).
+	CgroupV1 bool
+}
+
+// Owner is a uid and gid as the container sees them.
+type Owner struct{ UID, GID uint32 }
+
+// deviceOwnersUnder returns the owners the profile's device nodes have in
+// a container with mapping m: a host node bind-mounted in keeps its host
+// owner, which appears as its mapped id, or as the kernel's overflow id
+// when it is outside the mapping (host root is). A nil m needs none.
+func deviceOwnersUnder(m *IDMap) (map[string]Owner, error) {
+	if m == nil {
+		return nil, nil
+	}
+	overflow := func(name string) (uint32, error) {
+		b, err := os.ReadFile("/proc/sys/kernel/" + name)
+		if err != nil {
+			return 0, fmt.Errorf("device owners: %w", err)
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("device owners: %s: %w", name, err)
+		}
+		return uint32(v), nil
+	}
+	ouid, err := overflow("overflowuid")
+	if err != nil {
+		return nil, err
+	}
+	ogid, err := overflow("overflowgid")
+	if err != nil {
+		return nil, err
+	}
+	inside := func(host, over uint32) uint32 {
+		if host >= m.HostID && host-m.HostID < m.Size {
+			return host - m.HostID
+		}
+		return over
+	}
+	out := map[string]Owner{}
+	for _, d := range minimalDevices(nil) {
+		var st unix.Stat_t
+		if err := unix.Stat(d.Path, &st); err != nil {
+			return nil, fmt.Errorf("device owners: host %s: %w", d.Path, err)
+		}
+		out[d.Path] = Owner{UID: inside(st.Uid, ouid), GID: inside(st.Gid, ogid)}
+	}
+	return out, nil
 }
 
 const cpuPeriod = 100000 // µs
@@ -82,7 +146,7 @@ func Spec(c Config) (*specs.Spec, error) {
 		swap := c.Memory
 		res.Memory.Swap = &swap
 	}
-	for _, d := range minimalDevices() {
+	for _, d := range minimalDevices(c.DeviceOwners) {
 		major, minor := d.Major, d.Minor
 		res.Devices = append(res.Devices, specs.LinuxDeviceCgroup{
 			Allow: true, Type: d.Type, Major: &major, Minor: &minor, Access: "rwm",
@@ -101,7 +165,7 @@ func Spec(c Config) (*specs.Spec, error) {
 		Resources:     res,
 		CgroupsPath:   c.CgroupsPath,
 		Namespaces:    ns,
-		Devices:       minimalDevices(),
+		Devices:       minimalDevices(c.DeviceOwners),
 		MaskedPaths:   maskedPaths(),
 		ReadonlyPaths: readonlyPaths(),
 	}
@@ -190,22 +254,57 @@ func (c Config) validate() error {
 	return nil
 }
 
+// scratchSizes splits the tmp budget between /tmp and /dev/shm: /dev/shm
+// gets a quarter of it and /tmp the rest, both in whole pages (a tmpfs
+// rounds its size up to one), so that together they never exceed it. A
+// budget too small to give /dev/shm a page leaves shm 0: /dev/shm is then
+// read-only and /tmp has the whole budget.
+func scratchSizes(tmpBytes int64) (tmp, shm int64) {
+	page := int64(os.Getpagesize())
+	shm = tmpBytes / 4 / page * page
+	tmp = tmpBytes - shm
+	if tmp >= page {
+		tmp = tmp / page * page
+	}
+	return tmp, shm
+}
+
+// /dev holds only what runc puts there (the device nodes, a few symlinks,
+// the mount points below it): runc makes them, then remounts it read-only
+// (the "ro" option on /dev). The bounds are for that moment; nothing can
+// be written there afterwards.
+const (
+	devBytes  = 4096
+	devInodes = 32
+)
+
 func baseMounts(c Config) []specs.Mount {
+	tmp, shm := scratchSizes(c.TmpBytes)
+	shmOpts := []string{"nosuid", "noexec", "nodev", "mode=1777", fmt.Sprintf("size=%d", shm)}
+	if shm == 0 {
+		// tmpfs size=0 would mean unbounded: no shared memory at all instead.
+		shmOpts = []string{"nosuid", "noexec", "nodev", "ro", "mode=1777", "size=4096", "nr_inodes=1"}
+	}
 	ms := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
-			Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}},
+			Options: []string{"nosuid", "noexec", "strictatime", "ro", "mode=755",
+				fmt.Sprintf("size=%d", devBytes), fmt.Sprintf("nr_inodes=%d", devInodes)}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
 			Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
-			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: shmOpts},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
-			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
-		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
-			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", c.TmpBytes)}},
 	}
+	ms = append(ms, cgroupfsMounts(c.CgroupV1)...)
+	ms = append(ms, specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%d", tmp)}})
+	// An input's bind mount shows the workload, as its root in
+	// mountinfo, the snapshot's path within the host filesystem that
+	// holds it (<state dir>/snapshots/<digest>/data): the kernel prints a
+	// bind mount's root so, and only a filesystem of its own per input (a
+	// mount more to journal per input) would hide it. It names no key and
+	// not the store; the digest is the grant's own.
 	for _, in := range c.Inputs {
 		ms = append(ms, specs.Mount{
 			Destination: in.Target, Type: "bind", Source: in.Source,
@@ -219,13 +318,38 @@ func baseMounts(c Config) []specs.Mount {
 	return ms
 }
 
-// minimalDevices are the only device nodes the workload gets.
-func minimalDevices() []specs.LinuxDevice {
+// cgroupfsMounts mount the workload's own cgroups read-only at
+// /sys/fs/cgroup (the probe reads its limits there).
+//
+// On cgroup v2 runc mounts cgroup2 with the spec's flags, "ro" included.
+// On cgroup v1 runc 1.5.3 mounts a tmpfs there without the read-only flag,
+// whatever the spec asks, and the hierarchies under it read-only: the
+// tmpfs was unbounded scratch. Only tmpfs entries (and /dev) are remounted
+// read-only, by path, once every mount is made (finalizeRootfs), so an
+// empty read-only tmpfs is listed first at the same path: runc's tmpfs
+// covers it, and the remount meant for it lands on runc's, the topmost.
+// The covered one has one inode and no room, and nothing can reach it.
+// (A bind remount cannot do it: bind sources are host paths, opened
+// outside the container under a user namespace; leaving the mount out
+// would hide the cgroup limits the conformance suite reads.)
+func cgroupfsMounts(v1 bool) []specs.Mount {
+	cg := specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+		Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}}
+	if !v1 {
+		return []specs.Mount{cg}
+	}
+	return []specs.Mount{{Destination: "/sys/fs/cgroup", Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "noexec", "nodev", "ro", "mode=755", "size=4096", "nr_inodes=1"}}, cg}
+}
+
+// minimalDevices are the only device nodes the workload gets, with the
+// owners it sees them with (0:0 where owners has none).
+func minimalDevices(owners map[string]Owner) []specs.LinuxDevice {
 	mode := func(m uint32) *os.FileMode { v := os.FileMode(m); return &v }
-	zero := uint32(0)
 	dev := func(p string, major, minor int64) specs.LinuxDevice {
+		o := owners[p]
 		return specs.LinuxDevice{Path: p, Type: "c", Major: major, Minor: minor,
-			FileMode: mode(0o666), UID: &zero, GID: &zero}
+			FileMode: mode(0o666), UID: &o.UID, GID: &o.GID}
 	}
 	return []specs.LinuxDevice{
 		dev("/dev/null", 1, 3),

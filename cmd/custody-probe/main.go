@@ -10,7 +10,7 @@
 //
 //	custody-probe [-try-write /in/x,/,/bin] [-try-read /dev/zero] [-try-connect 127.0.0.1:PORT]
 //	    [-loopback] [-hash FILE,...] [-ordinary] [-syscalls] [-alloc 64Mi] [-spawn N [-spawn-cmd "/bin/sleep 30"]]
-//	    [-burn 2s] [-fill PATH:SIZE,...] [-indent]
+//	    [-burn 2s] [-fill PATH:SIZE,...] [-fill-mounts SIZE] [-indent]
 //	custody-probe -hold DURATION [-tag TEXT]   # just sleep (a marker process for cleanup checks)
 //	custody-probe -noop                        # exit 0 at once (used by the probe's own fork tests)
 //
@@ -68,12 +68,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opts.Loopback, "loopback", false, "listen on 127.0.0.1, connect to it and echo a byte")
 	fs.Var(&hashes, "hash", "files to sha256")
 	fs.BoolVar(&opts.Ordinary, "ordinary", false, "try everyday operations (fork+exec, pipe, socketpair, temp file, randomness)")
-	fs.BoolVar(&opts.Syscalls, "syscalls", false, "try privileged operations (unshare, mount, ptrace, keyctl, mknod, raw sockets)")
+	fs.BoolVar(&opts.Syscalls, "syscalls", false, "try privileged operations (unshare, mount, ptrace, keyctl, memory policy, mknod, raw sockets)")
 	fs.StringVar(&alloc, "alloc", "", "allocate and touch this many bytes (e.g. 64Mi)")
 	fs.IntVar(&opts.Spawn, "spawn", 0, "start this many processes at once, then kill and reap them")
 	fs.StringVar(&spawnCmd, "spawn-cmd", "", "command the -spawn processes run (space-separated; default: this probe holding 30s)")
 	fs.DurationVar(&opts.Burn, "burn", 0, "spin every CPU for this long")
 	fs.Var(&fills, "fill", "PATH:SIZE files to write (e.g. /out/big:4Mi)")
+	fillMounts := fs.String("fill-mounts", "", "try writing this many bytes into every mount point in /proc/self/mountinfo (e.g. 8Mi)")
 	fs.DurationVar(&hold, "hold", 0, "only sleep this long and exit (a marker process)")
 	fs.StringVar(&tag, "tag", "", "free text carried in argv (to find a -hold process from outside)")
 	fs.BoolVar(&noop, "noop", false, "exit 0 at once")
@@ -100,6 +101,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		opts.Alloc = n
+	}
+	if *fillMounts != "" {
+		n, err := probe.ParseSize(*fillMounts)
+		if err != nil {
+			fmt.Fprintln(stderr, "custody-probe: -fill-mounts:", err)
+			return 2
+		}
+		opts.FillMounts = n
 	}
 	if spawnCmd != "" {
 		opts.SpawnCommand = strings.Fields(spawnCmd)

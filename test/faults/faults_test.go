@@ -210,6 +210,9 @@ func (d *daemon) noLeaks(t *testing.T, marker string) {
 		if e.IsDir() {
 			t.Errorf("leaked runc state %s", e.Name())
 		}
+		if strings.HasSuffix(e.Name(), ".log") { // runc --log files of launches and recoveries
+			t.Errorf("leaked runc log %s", e.Name())
+		}
 	}
 	cg, _ := filepath.Glob("/sys/fs/cgroup/*/custody/custody-*")
 	more, _ := filepath.Glob("/sys/fs/cgroup/memory/*/*/custody/custody-*")
