@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,7 +32,7 @@ type daemon struct {
 	dir, cfg        string
 	control, submit *api.Client
 	cmd             *exec.Cmd
-	logs            bytes.Buffer
+	logs            testenv.Buffer // read while the daemon runs
 }
 
 func setup(t *testing.T) *daemon {
