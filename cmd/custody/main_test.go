@@ -58,7 +58,7 @@ operators: [0]
 	}
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
+		testenv.NoRace(t, "custodyd", cmd.Wait(), logs.String())
 		if t.Failed() {
 			t.Logf("custodyd log:\n%s", logs.String())
 		}

@@ -94,7 +94,7 @@ func (d *daemon) start(fault string) {
 func (d *daemon) stop() {
 	if d.cmd != nil && d.cmd.ProcessState == nil {
 		d.cmd.Process.Signal(syscall.SIGTERM)
-		d.cmd.Wait()
+		testenv.NoRace(d.t, "custodyd", d.cmd.Wait(), d.logs.String())
 	}
 }
 
