@@ -245,13 +245,14 @@ func printReport(w io.Writer, rep *conformance.Report, ver *matrix.Verified) {
 		quote.String(ver.Tier), quote.String(ver.Platform.OS), quote.String(ver.Platform.Arch), quote.String(ver.Platform.Kernel),
 		quote.String(ver.Platform.Cgroup.Mode), quote.String(ver.Platform.Runtime.Version), quote.String(ver.Platform.Runtime.SHA256))
 	for _, c := range rep.Checks {
-		state, detail := "pass", quote.Message(c.Detail)
+		state, detail := "pass", c.Detail
 		if !c.Passed {
 			state = "FAIL"
 		} else if len(detail) > 160 {
 			detail = detail[:157] + "..."
 		}
-		fmt.Fprintf(w, "%-4s %-12s %-36s %-10s %s\n", state, c.Family, c.Name, c.Case, detail)
+		// Quoted after the cut, which may split a character.
+		fmt.Fprintf(w, "%-4s %-12s %-36s %-10s %s\n", state, c.Family, c.Name, c.Case, quote.Message(detail))
 	}
 	if len(ver.Missing) > 0 {
 		fmt.Fprintf(w, "missing: %s\n", strings.Join(ver.Missing, ", "))
