@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/internal/regfile"
 )
 
 // maxKeyFile bounds what is read from a key file; a PEM P-256 key is
@@ -74,9 +76,10 @@ func LoadOrCreate(dir, name string) (s *Signer, created bool, err error) {
 	return s, created, nil
 }
 
-// LoadPublic reads a P-256 public key from a PKIX PEM file.
+// LoadPublic reads a P-256 public key from a PKIX PEM file, which must be a
+// regular file (regfile.Open: a FIFO or device is refused, not read).
 func LoadPublic(path string) (*Verifier, error) {
-	f, err := os.Open(path)
+	f, err := regfile.Open(path, maxKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("keys: %w", err)
 	}

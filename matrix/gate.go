@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -23,6 +24,10 @@ const DefaultMaxAge = 30 * 24 * time.Hour
 // DisabledFile is the name, inside a matrix directory, of the list of
 // disabled backends, runtimes and platforms.
 const DisabledFile = "disabled"
+
+// MaxDisabledSize bounds the disabled list: a line per backend, runtime or
+// platform, so a few hundred bytes in practice.
+const MaxDisabledSize = 1 << 20
 
 // maxClockSkew is how far in the future a row's time may be.
 const maxClockSkew = 5 * time.Minute
@@ -81,7 +86,7 @@ func ParseDisabled(data []byte) (*Disabled, error) {
 
 // LoadDisabled reads DIR/disabled; a missing file disables nothing.
 func LoadDisabled(dir string) (*Disabled, error) {
-	data, err := os.ReadFile(filepath.Join(dir, DisabledFile))
+	data, err := regfile.ReadFile(filepath.Join(dir, DisabledFile), MaxDisabledSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Disabled{}, nil
 	}
@@ -176,7 +181,8 @@ func LoadEntry(ctx context.Context, path string, trusted []*keys.Verifier) Entry
 		e.Err = fmt.Errorf("%w: %d bytes", ErrMalformed, fi.Size())
 		return e
 	}
-	data, err := os.ReadFile(path)
+	// regfile: the path may have been swapped for a FIFO since the Lstat.
+	data, err := regfile.ReadFile(path, MaxRowSize)
 	if err != nil {
 		e.Err = err
 		return e

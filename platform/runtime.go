@@ -8,10 +8,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/custody-dev/custody/internal/regfile"
 )
 
 // ProbeRuntime identifies the OCI runtime binary at path: it runs
@@ -79,10 +80,13 @@ func parseRuntimeVersion(out []byte) (version, spec string, err error) {
 	return version, spec, nil
 }
 
-// FileSHA256 returns the hex SHA-256 digest of the contents of the file at
-// path.
+// maxBinarySize bounds a binary FileSHA256 hashes; runc is about 15 MB.
+const maxBinarySize = 1 << 30
+
+// FileSHA256 returns the hex SHA-256 digest of the contents of the regular
+// file at path (regfile.Open: a FIFO or device is refused, not read).
 func FileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := regfile.Open(path, maxBinarySize)
 	if err != nil {
 		return "", fmt.Errorf("hash %s: %w", path, err)
 	}

@@ -6,13 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/quote"
+	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
@@ -42,16 +44,38 @@ func fail(err error) error {
 	return &exitError{exitInternal, err}
 }
 
+// envelopeSlack is what a file may hold around an envelope: the newline
+// `custody grant issue` writes, or an editor's.
+const envelopeSlack = 4 << 10
+
+// maxPlatformSize bounds a platform description file (custody gate
+// --platform FILE); one is a few kilobytes.
+const maxPlatformSize = 1 << 20
+
+// readFile reads a file the CLI was pointed at: only a regular file of at
+// most limit bytes, so a FIFO, a device or a directory is refused at once
+// (naming its type and the fix) instead of blocking or flooding the CLI.
+// Every file the CLI reads itself goes through here or through a package
+// loader that uses regfile too (trust files, keys, matrix rows).
+func readFile(what, path string, limit int64) ([]byte, error) {
+	data, err := regfile.ReadFile(path, limit)
+	if err != nil {
+		return nil, &exitError{exitRefused, fmt.Errorf("refused: read %s: %w", what, err)}
+	}
+	return data, nil
+}
+
 // readPhase reads a phase file as the daemon needs it: the exact bytes and
 // the directory its relative inputs are resolved against. It is parsed
-// locally first so that a malformed request never leaves this machine.
+// locally first so that a malformed request never leaves this machine; the
+// bytes parsed are the bytes sent.
 func readPhase(path string) (api.PhaseSource, error) {
-	if _, err := request.Load(path); err != nil {
-		return api.PhaseSource{}, &exitError{exitRefused, fmt.Errorf("refused: %w", err)}
-	}
-	data, err := os.ReadFile(path)
+	data, err := readFile("phase request", path, request.MaxSize)
 	if err != nil {
 		return api.PhaseSource{}, err
+	}
+	if _, err := request.Parse(data); err != nil {
+		return api.PhaseSource{}, &exitError{exitRefused, fmt.Errorf("refused: %s: %w", path, err)}
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -108,7 +132,7 @@ func (a *app) imageCmd() *cobra.Command {
 			if err := json.Unmarshal(raw, &img); err != nil {
 				return err
 			}
-			fmt.Fprintln(a.stdout, img.Digest)
+			fmt.Fprintln(a.stdout, quote.String(img.Digest))
 			return nil
 		},
 	}
@@ -138,9 +162,9 @@ func (a *app) admitCmd() *cobra.Command {
 				}
 			} else {
 				for _, c := range resp.Checks {
-					fmt.Fprintf(a.stdout, "%-30s %-12s %s", c.Requirement, c.Verdict, c.Detail)
+					fmt.Fprintf(a.stdout, "%-30s %-12s %s", quote.String(c.Requirement), quote.String(c.Verdict), quote.Message(c.Detail))
 					if c.Fix != "" && (c.Verdict == "unsupported" || c.Verdict == "not-granted") {
-						fmt.Fprintf(a.stdout, "; fix: %s", c.Fix)
+						fmt.Fprintf(a.stdout, "; fix: %s", quote.Message(c.Fix))
 					}
 					fmt.Fprintln(a.stdout)
 				}
@@ -187,7 +211,7 @@ func (a *app) grantCmd() *cobra.Command {
 			if err := a.control().Revoke(cmd.Context(), api.RevokeRequest{ID: args[0], Reason: reason}); err != nil {
 				return fail(err)
 			}
-			fmt.Fprintln(a.stdout, "revoked", args[0])
+			fmt.Fprintln(a.stdout, "revoked", quote.String(args[0]))
 			return nil
 		},
 	}
@@ -206,7 +230,7 @@ func (a *app) runCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			env, err := readGrant(grantPath)
 			if err != nil {
-				return &exitError{exitRefused, err}
+				return err
 			}
 			// With --json the result owns stdout; the workload's output
 			// goes to stderr.
@@ -216,7 +240,7 @@ func (a *app) runCmd() *cobra.Command {
 			}
 			c := a.submit()
 			res, rcpt, err := c.RunWithReceipt(cmd.Context(), env, wout, a.stderr, func(id string) {
-				fmt.Fprintf(a.stderr, "custody: run %s started\n", id)
+				fmt.Fprintf(a.stderr, "custody: run %s started\n", quote.String(id))
 			})
 			if res != nil && receiptPath != "" && res.Status != api.StatusRefused {
 				if outputsDir == "" {
@@ -237,7 +261,7 @@ func (a *app) runCmd() *cobra.Command {
 				return fail(err)
 			}
 			if res.Status != api.StatusOK {
-				return &exitError{exitFailed, fmt.Errorf("run %s: %s", res.RunID, res.Status)}
+				return &exitError{exitFailed, fmt.Errorf("run %s: %s", quote.String(res.RunID), quote.String(string(res.Status)))}
 			}
 			return nil
 		},
@@ -250,19 +274,20 @@ func (a *app) runCmd() *cobra.Command {
 	return cmd
 }
 
-// readGrant reads a grant file and refuses, before anything is sent, one
-// that is empty or not JSON: the daemon could not even be asked about it.
+// readGrant reads a grant file (a bounded regular file) and refuses,
+// before anything is sent, one that is empty or not JSON: the daemon could
+// not even be asked about it.
 func readGrant(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile("grant", path, grant.MaxEnvelopeSize+envelopeSlack)
 	if err != nil {
-		return nil, fmt.Errorf("read grant: %w", err)
+		return nil, err
 	}
 	env := bytes.TrimSpace(data)
 	switch {
 	case len(env) == 0:
-		return nil, fmt.Errorf("refused: grant file %s is empty; fix: pass the envelope `custody grant issue` printed", path)
+		return nil, &exitError{exitRefused, fmt.Errorf("refused: grant file %s is empty; fix: pass the envelope `custody grant issue` printed", quote.String(path))}
 	case !json.Valid(env):
-		return nil, fmt.Errorf("refused: grant file %s is not JSON (a grant is the DSSE envelope `custody grant issue` printed)", path)
+		return nil, &exitError{exitRefused, fmt.Errorf("refused: grant file %s is not JSON (a grant is the DSSE envelope `custody grant issue` printed)", quote.String(path))}
 	}
 	return env, nil
 }
@@ -281,7 +306,7 @@ func (a *app) cancelCmd() *cobra.Command {
 			if err := c.Cancel(cmd.Context(), args[0]); err != nil {
 				return fail(err)
 			}
-			fmt.Fprintln(a.stdout, "cancelled", args[0])
+			fmt.Fprintln(a.stdout, "cancelled", quote.String(args[0]))
 			return nil
 		},
 	}
@@ -349,7 +374,8 @@ func (a *app) recoverCmd() *cobra.Command {
 			}
 			for _, at := range rec.Attempts {
 				if at.State != "clean" {
-					return &exitError{exitInternal, fmt.Errorf("attempt %s is %s: %s; retry: %s", at.RunID, at.State, at.Detail, at.Retry)}
+					return &exitError{exitInternal, fmt.Errorf("attempt %s is %s: %s; retry: %s",
+						quote.String(at.RunID), quote.String(at.State), quote.Message(at.Detail), quote.Message(at.Retry))}
 				}
 			}
 			return nil
@@ -364,14 +390,14 @@ func (a *app) policyCmd() *cobra.Command {
 		Short: "Validate a policy file offline",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
+			data, err := readFile("policy", args[0], policy.MaxSize)
 			if err != nil {
 				return err
 			}
 			if _, err := policy.Parse(data); err != nil {
 				return &exitError{exitRefused, err}
 			}
-			fmt.Fprintf(a.stdout, "ok %s %s\n", args[0], policy.Digest(data))
+			fmt.Fprintf(a.stdout, "ok %s %s\n", quote.String(args[0]), policy.Digest(data))
 			return nil
 		},
 	}, &cobra.Command{
@@ -442,11 +468,11 @@ func (a *app) quarantineCmd() *cobra.Command {
 }
 
 func printProfile(w io.Writer, p *platform.Profile) {
-	fmt.Fprintf(w, "kernel        %s (%s/%s) %s\n", p.Kernel, p.OS, p.Arch, p.Distro)
+	fmt.Fprintf(w, "kernel        %s (%s/%s) %s\n", quote.String(p.Kernel), p.OS, p.Arch, quote.Message(p.Distro))
 	fmt.Fprintf(w, "cgroup mode   %s\n", p.Cgroup.Mode)
 	fmt.Fprintf(w, "cgroup v2     delegated: %s\n", strings.Join(p.Cgroup.V2Delegated, " "))
 	for c, why := range p.Cgroup.V2Missing {
-		fmt.Fprintf(w, "              missing %s: %s\n", c, why)
+		fmt.Fprintf(w, "              missing %s: %s\n", quote.String(c), quote.Message(why))
 	}
 	fmt.Fprintf(w, "cgroup v1     usable: %s\n", strings.Join(p.Cgroup.V1Usable, " "))
 	for _, f := range []struct {
@@ -455,34 +481,38 @@ func printProfile(w io.Writer, p *platform.Profile) {
 	}{{"seccomp", p.Seccomp}, {"userns", p.UserNS}, {"tmpfs", p.Tmpfs}, {"overlay", p.Overlay}} {
 		state := "ok"
 		if !f.f.OK {
-			state = "NO (" + f.f.Detail + ")"
+			state = "NO (" + quote.Message(f.f.Detail) + ")"
 		}
-		fmt.Fprintf(w, "%-13s %s — %s\n", f.name, state, f.f.How)
+		fmt.Fprintf(w, "%-13s %s — %s\n", f.name, state, quote.Message(f.f.How))
 	}
 	if p.Runtime != nil {
-		fmt.Fprintf(w, "runtime       %s %s sha256:%s\n", p.Runtime.Path, p.Runtime.Version, p.Runtime.SHA256)
+		fmt.Fprintf(w, "runtime       %s %s sha256:%s\n", quote.String(p.Runtime.Path), quote.String(p.Runtime.Version), p.Runtime.SHA256)
 	}
 }
 
+// printResult prints a run's result for a person. Every string in it came
+// from the daemon, and many from the request or the workload (the phase
+// name, output file names, the error), so each goes through quote.
 func printResult(w io.Writer, r *api.Result) {
-	fmt.Fprintf(w, "run %s (%s): %s", r.RunID, r.Name, r.Status)
+	q := quote.String
+	fmt.Fprintf(w, "run %s (%s): %s", q(r.RunID), q(r.Name), q(string(r.Status)))
 	if r.Signal != "" {
-		fmt.Fprintf(w, " signal %s", r.Signal)
+		fmt.Fprintf(w, " signal %s", q(r.Signal))
 	}
 	fmt.Fprintf(w, " exit %d\n", r.ExitCode)
 	if r.GrantID != "" {
-		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", r.GrantID, r.Actor, r.Stage)
+		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), q(r.Actor), q(r.Stage))
 	}
-	fmt.Fprintf(w, "  tier     %s\n", r.Tier)
-	fmt.Fprintf(w, "  runtime  runc %s sha256:%s\n", r.Runtime.Version, r.Runtime.SHA256)
-	fmt.Fprintf(w, "  image    %s\n", r.Image)
+	fmt.Fprintf(w, "  tier     %s\n", q(r.Tier))
+	fmt.Fprintf(w, "  runtime  runc %s sha256:%s\n", q(r.Runtime.Version), q(r.Runtime.SHA256))
+	fmt.Fprintf(w, "  image    %s\n", q(r.Image))
 	for _, in := range r.Inputs {
-		fmt.Fprintf(w, "  input    %s <- %s %s\n", in.Target, in.Source, in.Digest)
+		fmt.Fprintf(w, "  input    %s <- %s %s\n", q(in.Target), q(in.Source), q(in.Digest))
 	}
 	if r.Output != nil {
-		fmt.Fprintf(w, "  output   %s (%d files, %d bytes) in %s\n", r.Output.Digest, len(r.Output.Files), r.Output.Bytes, r.Output.Path)
+		fmt.Fprintf(w, "  output   %s (%d files, %d bytes) in %s\n", q(r.Output.Digest), len(r.Output.Files), r.Output.Bytes, q(r.Output.Path))
 		for _, f := range r.Output.Files {
-			fmt.Fprintf(w, "           %s sha256:%s %d\n", f.Path, f.SHA256, f.Size)
+			fmt.Fprintf(w, "           %s sha256:%s %d\n", q(f.Path), q(f.SHA256), f.Size)
 		}
 	}
 	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
@@ -502,9 +532,9 @@ func printResult(w io.Writer, r *api.Result) {
 		fmt.Fprintf(w, "  cleanup  verified=%t\n", r.Cleanup.Verified)
 	}
 	for _, c := range r.Refusal {
-		fmt.Fprintf(w, "  refused  %s: %s (%s): %s; fix: %s\n", c.Requirement, c.Verdict, c.Code, c.Detail, c.Fix)
+		fmt.Fprintf(w, "  refused  %s: %s (%s): %s; fix: %s\n", q(c.Requirement), q(c.Verdict), q(c.Code), quote.Message(c.Detail), quote.Message(c.Fix))
 	}
 	if r.Error != "" {
-		fmt.Fprintf(w, "  error    %s\n", r.Error)
+		fmt.Fprintf(w, "  error    %s\n", quote.Message(r.Error))
 	}
 }

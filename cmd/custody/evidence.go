@@ -16,6 +16,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/snapshot"
 )
@@ -40,7 +41,7 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 	if err := os.WriteFile(bundlePath(receiptPath), append(rc.Bundle, '\n'), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stderr, "custody: receipt %s, bundle %s\n", receiptPath, bundlePath(receiptPath))
+	fmt.Fprintf(a.stderr, "custody: receipt %s, bundle %s\n", quote.String(receiptPath), quote.String(bundlePath(receiptPath)))
 	if res.Output == nil {
 		return nil
 	}
@@ -52,7 +53,7 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 		return fmt.Errorf("write outputs: %w", err)
 	}
 	fmt.Fprintf(a.stderr, "custody: outputs %s (check them: custody verify %s --trust TRUST --outputs %s)\n",
-		outputsDir, receiptPath, outputsDir)
+		quote.String(outputsDir), quote.String(receiptPath), quote.String(outputsDir))
 	return nil
 }
 
@@ -61,7 +62,7 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 // the signed receipt by custody verify, not trusted here.
 func extract(r io.Reader, dir string) error {
 	if _, err := os.Lstat(dir); err == nil {
-		return fmt.Errorf("%s already exists; outputs go into a fresh directory", dir)
+		return fmt.Errorf("%s already exists; outputs go into a fresh directory", quote.String(dir))
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return err
@@ -101,7 +102,7 @@ func extract(r io.Reader, dir string) error {
 		case tar.TypeSymlink:
 			err = w.Symlink(name, h.Linkname)
 		default:
-			err = fmt.Errorf("unexpected entry type %q for %s", h.Typeflag, h.Name)
+			err = fmt.Errorf("unexpected entry type %q for %s", h.Typeflag, quote.String(h.Name))
 		}
 		if err != nil {
 			return err
@@ -138,7 +139,7 @@ func (a *app) verifyCmd() *cobra.Command {
 					if !c.OK {
 						state = "FAIL"
 					}
-					fmt.Fprintf(a.stdout, "%-16s %-5s %s\n", c.Name, state, c.Reason)
+					fmt.Fprintf(a.stdout, "%-16s %-5s %s\n", quote.String(c.Name), state, quote.Message(c.Reason))
 				}
 				fmt.Fprintf(a.stdout, "authentic=%t promotable=%t\n", res.OK, res.Promotable)
 			}
@@ -163,9 +164,9 @@ func (a *app) verify(ctx context.Context, receipt, trustPath, outputs string, no
 	if outputs == "" && !noOutputs {
 		return nil, nil, &exitError{verifyUnauthentic, errors.New("--outputs DIR is required (or --no-outputs-unsafe)")}
 	}
-	env, err := os.ReadFile(receipt)
+	env, err := readFile("receipt", receipt, evidence.MaxEnvelopeSize+envelopeSlack)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, err // exitRefused is verifyUnauthentic: nothing was verified
 	}
 	trust, err := evidence.LoadTrust(trustPath)
 	if err != nil {
@@ -204,7 +205,7 @@ func (a *app) promoteCmd() *cobra.Command {
 			}
 			if !res.Promotable {
 				for _, c := range res.Failed() {
-					fmt.Fprintf(a.stderr, "custody: %s: %s\n", c.Name, c.Reason)
+					fmt.Fprintf(a.stderr, "custody: %s: %s\n", quote.String(c.Name), quote.Message(c.Reason))
 				}
 				return &exitError{verifyAuthentic, errors.New("not promoted: the receipt did not verify as promotable")}
 			}
@@ -214,7 +215,7 @@ func (a *app) promoteCmd() *cobra.Command {
 				return err
 			}
 			if created {
-				fmt.Fprintf(a.stderr, "custody: created verifier key %s (public key %s.pub)\n", keyPath, filepath.Join(dir, name))
+				fmt.Fprintf(a.stderr, "custody: created verifier key %s (public key %s)\n", quote.String(keyPath), quote.String(filepath.Join(dir, name)+".pub"))
 			}
 			vsa, err := evidence.Promote(cmd.Context(), signer, res, env, evidence.PromoteOptions{})
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/quote"
 )
 
 // exitError carries a process exit code out of a command.
@@ -34,6 +35,9 @@ type app struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal cancels ctx, which every command waits on; the
+	// second one, should a command still be stuck, terminates the process.
+	go func() { <-ctx.Done(); stop() }()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -58,7 +62,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "custody:", err)
+	// Errors carry daemon messages and names from requests and workloads;
+	// quote.Lines keeps each line of them from acting on the terminal.
+	fmt.Fprintln(stderr, "custody:", quote.Lines(err.Error()))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code

@@ -51,14 +51,14 @@ operators: [0]
 `, dir, dir, path, version, sha, e.policy, e.control, e.submit))
 	write(t, e.policy, "broken until the image is imported\n")
 	cmd := exec.Command(daemon, "--config", cfg, "--log-level", "warn")
-	var logs bytes.Buffer
+	var logs testenv.Buffer // read while the daemon runs
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
+		testenv.NoRace(t, "custodyd", cmd.Wait(), logs.String())
 		if t.Failed() {
 			t.Logf("custodyd log:\n%s", logs.String())
 		}

@@ -22,6 +22,8 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/internal/quote"
+	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
@@ -199,7 +201,7 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 		if err := writeFileAtomic(o.out, rowJSON, 0o644); err != nil {
 			return &exitError{exitInternal, err}
 		}
-		logf("row written to %s", o.out)
+		logf("row written to %s", quote.String(o.out))
 	}
 	if o.matrixDir != "" {
 		if err := addToMatrix(ctx, o, rowJSON, ver, d.runnerKey); err != nil {
@@ -214,14 +216,22 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 	return nil
 }
 
+// maxImageBinary bounds a binary qualify copies into the conformance image
+// (busybox and custody-probe are a few MB each).
+const maxImageBinary = 256 << 20
+
 // requireStatic refuses a binary that needs a dynamic loader: the
 // conformance image has no libc.
 func requireStatic(path string) error {
-	f, err := elf.Open(path)
+	r, err := regfile.Open(path, maxImageBinary)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := elf.NewFile(r)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			return fmt.Errorf("%s is dynamically linked; the conformance image needs a static binary", path)
@@ -232,8 +242,8 @@ func requireStatic(path string) error {
 
 func printReport(w io.Writer, rep *conformance.Report, ver *matrix.Verified) {
 	fmt.Fprintf(w, "custody qualification: tier %s, platform %s/%s kernel %s, cgroup %s, runtime %s sha256:%s\n",
-		ver.Tier, ver.Platform.OS, ver.Platform.Arch, ver.Platform.Kernel, ver.Platform.Cgroup.Mode,
-		ver.Platform.Runtime.Version, ver.Platform.Runtime.SHA256)
+		quote.String(ver.Tier), quote.String(ver.Platform.OS), quote.String(ver.Platform.Arch), quote.String(ver.Platform.Kernel),
+		quote.String(ver.Platform.Cgroup.Mode), quote.String(ver.Platform.Runtime.Version), quote.String(ver.Platform.Runtime.SHA256))
 	for _, c := range rep.Checks {
 		state, detail := "pass", c.Detail
 		if !c.Passed {
@@ -241,7 +251,8 @@ func printReport(w io.Writer, rep *conformance.Report, ver *matrix.Verified) {
 		} else if len(detail) > 160 {
 			detail = detail[:157] + "..."
 		}
-		fmt.Fprintf(w, "%-4s %-12s %-36s %-10s %s\n", state, c.Family, c.Name, c.Case, detail)
+		// Quoted after the cut, which may split a character.
+		fmt.Fprintf(w, "%-4s %-12s %-36s %-10s %s\n", state, c.Family, c.Name, c.Case, quote.Message(detail))
 	}
 	if len(ver.Missing) > 0 {
 		fmt.Fprintf(w, "missing: %s\n", strings.Join(ver.Missing, ", "))
@@ -484,7 +495,7 @@ func mountsUnder(dir string) []string {
 }
 
 func copyFile(src, dst string, perm os.FileMode) error {
-	in, err := os.Open(src)
+	in, err := regfile.Open(src, maxImageBinary)
 	if err != nil {
 		return err
 	}
@@ -632,7 +643,7 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 		if err := renderMatrix(ctx, o.matrixDir, o.html, trusted, o.maxAge); err != nil {
 			return &exitError{exitInternal, fmt.Errorf("render %s: %w", o.html, err)}
 		}
-		fmt.Fprintf(a.stderr, "custody gate: wrote %s\n", o.html)
+		fmt.Fprintf(a.stderr, "custody gate: wrote %s\n", quote.String(o.html))
 		if o.platform == "" {
 			return nil
 		}
@@ -670,9 +681,11 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 			return err
 		}
 	} else {
-		fmt.Fprintln(a.stdout, dec.Reason)
+		// Reasons and notes quote what they take from rows, which anyone
+		// able to write into the matrix directory may have written.
+		fmt.Fprintln(a.stdout, quote.Message(dec.Reason))
 		for _, n := range dec.Notes {
-			fmt.Fprintln(a.stdout, "  "+n)
+			fmt.Fprintln(a.stdout, "  "+quote.Message(n))
 		}
 	}
 	if !dec.Allowed {
@@ -684,7 +697,7 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 // gatePlatform describes the platform to gate: this host, or a file.
 func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform, error) {
 	if o.platform != "this" {
-		data, err := os.ReadFile(o.platform)
+		data, err := readFile("platform description", o.platform, maxPlatformSize)
 		if err != nil {
 			return matrix.Platform{}, err
 		}

@@ -7,12 +7,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/custody-dev/custody/internal/regfile"
 )
 
 // A Format describes one kind of document: what to call it, how large it may
@@ -97,10 +97,10 @@ func (p *Parser) Decode(data []byte, v any) error {
 	return nil
 }
 
-// ReadFile reads a regular file of at most MaxSize bytes. Checking before
-// opening keeps a FIFO or device from blocking or flooding the reader.
+// ReadFile reads a regular file of at most MaxSize bytes (regfile.ReadFile):
+// a FIFO or device neither blocks nor floods the reader.
 func (p *Parser) ReadFile(path string) ([]byte, error) {
-	data, err := readFile(path, int64(p.format.MaxSize))
+	data, err := regfile.ReadFile(path, int64(p.format.MaxSize))
 	if err != nil {
 		return nil, p.wrap(err)
 	}
@@ -113,39 +113,6 @@ func (p *Parser) wrap(err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", p.format.Subject, err)
-}
-
-func readFile(path string, limit int64) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes; the limit is %d", path, fi.Size(), limit)
-	}
-	// The file may grow after Stat; read one byte past the limit to notice.
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is over %d bytes", path, limit)
-	}
-	return data, nil
 }
 
 // DecodeStrict decodes data into v, refusing fields v does not have. Decode

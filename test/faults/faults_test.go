@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,7 +33,7 @@ type daemon struct {
 	dir, cfg        string
 	control, submit *api.Client
 	cmd             *exec.Cmd
-	logs            bytes.Buffer
+	logs            testenv.Buffer // read while the daemon runs
 }
 
 func setup(t *testing.T) *daemon {
@@ -96,7 +95,7 @@ func (d *daemon) start(fault string) {
 func (d *daemon) stop() {
 	if d.cmd != nil && d.cmd.ProcessState == nil {
 		d.cmd.Process.Signal(syscall.SIGTERM)
-		d.cmd.Wait()
+		testenv.NoRace(d.t, "custodyd", d.cmd.Wait(), d.logs.String())
 	}
 }
 

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"debug/buildinfo"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/request"
+)
+
+// custodyBin is the built CLI ($CUSTODY_BIN): these tests need a real
+// process, to see what reaches its stdout and stderr and that it exits.
+func custodyBin(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv("CUSTODY_BIN")
+	if bin == "" {
+		testenv.Missing(t, "the custody binary ($CUSTODY_BIN, set by make test)")
+	}
+	return bin
+}
+
+// runBin runs the CLI binary, killing it after limit so that a hang fails
+// the test instead of stalling the suite, and capping its address space so
+// that a CLI reading /dev/zero dies of it quickly instead of taking the
+// machine's memory. A -race build maps terabytes of shadow memory, so it
+// gets no cap (only the time limit).
+func runBin(t *testing.T, limit time.Duration, args ...string) (code int, stdout, stderr string, took time.Duration) {
+	t.Helper()
+	bin := custodyBin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !raceBuilt(bin) {
+		const maxAS = 2 << 30
+		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &unix.Rlimit{Cur: maxAS, Max: maxAS}, nil); err != nil {
+			t.Logf("prlimit: %v", err)
+		}
+	}
+	err := cmd.Wait()
+	took = time.Since(start)
+	testenv.NoRace(t, "custody", err, errb.String())
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("custody %s: still running after %s, killed\nstderr: %s", strings.Join(args, " "), limit, errb.String())
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return code, out.String(), errb.String(), took
+}
+
+func raceBuilt(bin string) bool {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return false
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-race" && s.Value == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// rawControl reports the first byte of s a terminal would act on: a C0
+// control other than newline, DEL, a C1 control, or invalid UTF-8.
+func rawControl(s string) (int, bool) {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			return i, true
+		case r < 0x20 && r != '\n', r == 0x7f, r >= 0x80 && r < 0xa0:
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// TestUntrustedNamesAreQuoted: a workload names its output files with a
+// newline, a clear-screen escape and a carriage return, writes an escape-laden
+// error to its own stderr, and in a second run leaves a FIFO, named with an
+// escape that retitles the window, where the runner takes custody of
+// outputs. Through the real CLI against a real daemon, no raw control byte
+// reaches the CLI's stdout or stderr except the workload's own stream, which
+// is its bytes by design (README, "Commands").
+func TestUntrustedNamesAreQuoted(t *testing.T) {
+	custodyBin(t)
+	e := startDaemon(t)
+	cli := func(args ...string) (int, string, string) {
+		code, out, errs, _ := runBin(t, 60*time.Second, append([]string{"--control", e.control, "--submit", e.submit}, args...)...)
+		return code, out, errs
+	}
+	check := func(what, s string) {
+		t.Helper()
+		if i, bad := rawControl(s); bad {
+			t.Errorf("%s holds a raw control byte at %d: %q", what, i, s)
+		}
+	}
+
+	// The workload's own stream, byte for byte; it is allowed through.
+	const stream = "STREAM-BEGIN \x1b[31merror: bad\rthing\x1b[0m STREAM-END\n"
+	script := `printf x > "/out/$(printf 'new\nline')"; printf x > "/out/$(printf 'clear\033[2J')"; ` +
+		`printf x > "/out/$(printf 'cr\rreturn')"; printf 'STREAM-BEGIN \033[31merror: bad\rthing\033[0m STREAM-END\n' >&2`
+	g := e.grant(t, e.phase(t, "names", script, ""))
+	receipt := filepath.Join(e.dir, "names", "receipt.json")
+	code, out, errs := cli("run", "--grant", g, "--receipt", receipt)
+	if code != exitOK {
+		t.Fatalf("run: exit %d\nstdout: %q\nstderr: %q", code, out, errs)
+	}
+	if !strings.Contains(errs, stream) {
+		t.Fatalf("the workload's stream did not come through byte for byte: %q", errs)
+	}
+	for _, want := range []string{`"new\nline"`, `"clear\x1b[2J"`, `"cr\rreturn"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("result does not name %s quoted:\n%s", want, out)
+		}
+	}
+	check("run stdout", out)
+	check("run stderr (without the workload's stream)", strings.Replace(errs, stream, "", 1))
+
+	trust := e.trust(t, "trust.yaml", "development")
+	code, out, errs = cli("verify", receipt, "--trust", trust, "--outputs", filepath.Join(e.dir, "names", "outputs"))
+	if code != verifyPromotable {
+		t.Fatalf("verify: exit %d\n%s%s", code, out, errs)
+	}
+	check("verify stdout", out)
+	check("verify stderr", errs)
+
+	// A FIFO in /out fails output custody; the error names it.
+	g = e.grant(t, e.phase(t, "fifo", `mkfifo "/out/$(printf 'fifo\033]0;pwned\007')"`, ""))
+	code, out, errs = cli("run", "--grant", g)
+	if code != exitFailed {
+		t.Fatalf("run with a FIFO output: exit %d, want %d\nstdout: %q\nstderr: %q", code, exitFailed, out, errs)
+	}
+	if !strings.Contains(out, `fifo\x1b]0;pwned\a`) {
+		t.Errorf("the result's error does not name the FIFO, escaped:\n%s", out)
+	}
+	check("failed run stdout", out)
+	check("failed run stderr", errs)
+}
+
+// TestFilesAreRegularAndBounded: every file the CLI reads itself is refused
+// at once, naming its type (or size) and the fix, when it is a FIFO (which
+// blocked the CLI forever, SIGTERM or not), /dev/zero (which it read until
+// memory ran out), a directory, a symlink to /dev/zero, or over its format's
+// bound; a regular file still works.
+func TestFilesAreRegularAndBounded(t *testing.T) {
+	custodyBin(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	write(t, good, "x\n")
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zeroLink := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zeroLink); err != nil {
+		t.Fatal(err)
+	}
+	k, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(dir, "runner.pub")
+	write(t, pub, string(k.PublicPEM()))
+	matrixDir := filepath.Join(dir, "matrix")
+	if err := os.Mkdir(matrixDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// No daemon listens: every refusal must come before the CLI calls one.
+	none := filepath.Join(dir, "none.sock")
+	commands := []struct {
+		name  string
+		args  func(bad string) []string
+		limit int64
+	}{
+		{"policy check", func(p string) []string { return []string{"policy", "check", p} }, policy.MaxSize},
+		{"admit", func(p string) []string { return []string{"--submit", none, "admit", p} }, request.MaxSize},
+		{"grant issue", func(p string) []string { return []string{"--control", none, "grant", "issue", p, "--actor", "x"} }, request.MaxSize},
+		{"run --grant", func(p string) []string { return []string{"--submit", none, "run", "--grant", p} }, grant.MaxEnvelopeSize + envelopeSlack},
+		{"verify receipt", func(p string) []string { return []string{"verify", p, "--trust", good, "--no-outputs-unsafe"} }, evidence.MaxEnvelopeSize + envelopeSlack},
+		{"verify --trust", func(p string) []string { return []string{"verify", good, "--trust", p, "--no-outputs-unsafe"} }, evidence.MaxTrustSize},
+		{"gate --platform", func(p string) []string {
+			return []string{"gate", "--matrix", matrixDir, "--platform", p, "--trust-runner", pub}
+		}, maxPlatformSize},
+		{"gate --trust-runner", func(p string) []string {
+			return []string{"gate", "--matrix", matrixDir, "--platform", good, "--trust-runner", p}
+		}, 64 << 10},
+	}
+	bads := []struct{ name, path, says string }{
+		{"fifo", fifo, "named pipe (FIFO)"},
+		{"/dev/zero", "/dev/zero", "character device"},
+		{"directory", dir, "directory"},
+		{"symlink to /dev/zero", zeroLink, "character device"},
+	}
+	for _, c := range commands {
+		big := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+".big")
+		if err := os.WriteFile(big, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(big, c.limit+1); err != nil { // sparse: no disk used
+			t.Fatal(err)
+		}
+		cases := append(bads, struct{ name, path, says string }{"over the bound", big, "the limit is"})
+		for _, b := range cases {
+			t.Run(c.name+"/"+b.name, func(t *testing.T) {
+				code, out, errs, took := runBin(t, 10*time.Second, c.args(b.path)...)
+				if code == 0 || !strings.Contains(errs, b.says) || !strings.Contains(errs, "fix:") {
+					t.Errorf("exit %d, want a refusal saying %q and a fix\nstdout: %s\nstderr: %s", code, b.says, out, errs)
+				}
+				if took > 3*time.Second {
+					t.Errorf("refusal took %s", took)
+				}
+			})
+		}
+	}
+	t.Run("regular policy file", func(t *testing.T) {
+		example := filepath.Join(testenv.ModuleRoot(t), "policy", "testdata", "example-policy.yaml")
+		link := filepath.Join(dir, "policy-link.yaml")
+		if err := os.Symlink(example, link); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{example, link} {
+			if code, out, errs, _ := runBin(t, 10*time.Second, "policy", "check", p); code != 0 || !strings.Contains(out, "sha256:") {
+				t.Errorf("policy check %s: exit %d\n%s%s", p, code, out, errs)
+			}
+		}
+	})
+}
+
+// TestQualifyRefusesABadBinary: the binaries qualify copies into the
+// conformance image are read through the same checks, before any daemon
+// starts.
+func TestQualifyRefusesABadBinary(t *testing.T) {
+	custodyd, runc, busybox, probe := qualifyBins(t)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--busybox", "--probe"} {
+		args := map[string]string{"--busybox": busybox, "--probe": probe}
+		args[flag] = fifo
+		code, out, errs, took := runBin(t, 10*time.Second, "qualify", "--tier", "development", "--custodyd", custodyd,
+			"--runtime", runc, "--busybox", args["--busybox"], "--probe", args["--probe"])
+		if code != exitRefused || !strings.Contains(errs, flag) || !strings.Contains(errs, "named pipe (FIFO)") || took > 3*time.Second {
+			t.Errorf("qualify %s FIFO: exit %d after %s\nstdout: %s\nstderr: %s", flag, code, took, out, errs)
+		}
+	}
+}
+
+// TestTermWhileWaitingOnTheDaemon: a daemon socket that accepts and never
+// answers must not hold the CLI past a SIGTERM.
+func TestTermWhileWaitingOnTheDaemon(t *testing.T) {
+	bin := custodyBin(t)
+	sock := filepath.Join(t.TempDir(), "mute.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never answered
+		}
+	}()
+	defer func() {
+		for {
+			select {
+			case c := <-accepted:
+				c.Close()
+			default:
+				return
+			}
+		}
+	}()
+	grantFile := filepath.Join(t.TempDir(), "grant.json")
+	write(t, grantFile, "{}\n")
+	for _, args := range [][]string{{"status"}, {"run", "--grant", grantFile}} {
+		cmd := exec.Command(bin, append([]string{"--submit", sock}, args...)...)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case c := <-accepted:
+			accepted <- c
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%v: never connected: %s", args, errb.String())
+		}
+		sent := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			testenv.NoRace(t, "custody", err, errb.String())
+			if err == nil {
+				t.Errorf("%v: exit 0 after SIGTERM", args)
+			}
+			if took := time.Since(sent); took > 2*time.Second {
+				t.Errorf("%v: exited %s after SIGTERM", args, took)
+			}
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("%v: still running 5s after SIGTERM", args)
+		}
+	}
+}

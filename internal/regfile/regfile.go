@@ -1,0 +1,116 @@
+// Package regfile opens and reads files named by an untrusted or mistaken
+// path, accepting only regular files of bounded size. A FIFO would block
+// the reader until a writer appears (and hold it past a SIGTERM), /dev/zero
+// would flood it, a terminal could become its controlling tty; each is
+// refused by type before a byte is read, naming the type and the fix.
+package regfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	// ErrNotRegular: the path names a directory, FIFO, device or socket.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge: the file holds more bytes than its format allows.
+	ErrTooLarge = errors.New("file too large")
+)
+
+// Open opens the regular file at path (following symlinks: the file they
+// lead to must be regular) for reading, and refuses, wrapping ErrNotRegular,
+// anything else, and, wrapping ErrTooLarge, a file over limit bytes.
+//
+// The path is stat'ed first, so a device is refused without being opened;
+// then it is opened with O_NONBLOCK|O_NOCTTY, so that a FIFO swapped in
+// meanwhile cannot block the open and a tty cannot become the controlling
+// terminal, and the open fd is checked again. O_NONBLOCK is cleared
+// before the file is returned; regular files never block on it anyway.
+func Open(path string, limit int64) (*os.File, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(path, fi, limit); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	ofi, err := f.Stat()
+	if err == nil {
+		err = check(path, ofi, limit)
+	}
+	if err == nil {
+		err = unix.SetNonblock(fd, false)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ReadFile returns the contents of the regular file at path, of at most
+// limit bytes, with Open's checks. A file that grows past limit while it
+// is read is refused too.
+func ReadFile(path string, limit int64) ([]byte, error) {
+	f, err := Open(path, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, &refusal{ErrTooLarge, fmt.Sprintf("%s grew past the limit of %d bytes while being read", path, limit)}
+	}
+	return data, nil
+}
+
+func check(path string, fi fs.FileInfo, limit int64) error {
+	if !fi.Mode().IsRegular() {
+		return &refusal{ErrNotRegular, fmt.Sprintf("%s is not a regular file but %s; fix: pass the path of a regular file (copy the content out of a pipe or device first)",
+			path, typeName(fi.Mode()))}
+	}
+	if fi.Size() > limit {
+		return &refusal{ErrTooLarge, fmt.Sprintf("%s is %d bytes; the limit is %d; fix: pass the intended file (no valid one is this large)",
+			path, fi.Size(), limit)}
+	}
+	return nil
+}
+
+// refusal is a refused file: a message that names the path, the reason and
+// the fix, classed by one of the sentinels.
+type refusal struct {
+	kind error
+	msg  string
+}
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return r.kind }
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "of mode " + m.String()
+}
