@@ -224,7 +224,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
-	st := newStream(w)
+	st := newStream(w, s.stall)
 	st.send(api.Event{Type: api.EventStarted, RunID: runID})
 	// The receipt is signed once cleanup is done; the runner stores the
 	// run record in the transaction that closes the journal's attempt.
@@ -450,8 +450,9 @@ func sameInputs(bound grant.Inputs, now []grant.Input) error {
 // stream says so) while the run's spools keep and digest all of it. Losing
 // the connection is different: the request context ends and cancels the run.
 type stream struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
 
 	mu      sync.Mutex
 	queue   []api.Event
@@ -468,13 +469,14 @@ const (
 	maxQueued = 4 << 20
 	// stallTimeout is how long a client may stop reading once the run has
 	// ended before its stream is dropped; the result stays retrievable.
+	// (server.stall; tests shorten it.)
 	stallTimeout = 30 * time.Second
 )
 
-func newStream(w http.ResponseWriter) *stream {
+func newStream(w http.ResponseWriter, stall time.Duration) *stream {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	s := &stream{w: w, rc: http.NewResponseController(w), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &stream{w: w, rc: http.NewResponseController(w), stall: stall, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go s.pump()
 	return s
 }
@@ -527,7 +529,7 @@ func (s *stream) writer(t api.EventType) io.Writer {
 }
 
 // finish queues the final event with the totals dropped, and waits until
-// the client has it or has stalled for stallTimeout.
+// the client has it or has stalled for the stream's stall timeout.
 func (s *stream) finish(ev api.Event) {
 	s.mu.Lock()
 	if s.dropped != (api.Dropped{}) {
@@ -539,13 +541,13 @@ func (s *stream) finish(ev api.Event) {
 	s.signal()
 	s.mu.Unlock()
 	// A write blocked on a client that stopped reading gets a deadline too.
-	_ = s.rc.SetWriteDeadline(time.Now().Add(stallTimeout))
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
 	<-s.done
 }
 
 // pump writes queued events. Until the run ends a write may block as long
 // as the client likes (its output is dropped meanwhile); after, each write
-// gets stallTimeout. A failed write ends the stream, not the run.
+// gets the stall timeout. A failed write ends the stream, not the run.
 func (s *stream) pump() {
 	defer close(s.done)
 	broken := false
@@ -564,7 +566,7 @@ func (s *stream) pump() {
 				continue
 			}
 			if closed {
-				_ = s.rc.SetWriteDeadline(time.Now().Add(stallTimeout))
+				_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
 			}
 			if _, err := s.w.Write(append(b, '\n')); err == nil {
 				err = s.rc.Flush()
