@@ -456,7 +456,7 @@ type stream struct {
 
 	mu      sync.Mutex
 	queue   []api.Event
-	queued  int // output bytes in queue
+	queued  int // output bytes queued or being written
 	dropped api.Dropped
 	noted   api.Dropped // drops the client has been told of
 	closed  bool
@@ -555,28 +555,37 @@ func (s *stream) pump() {
 		<-s.wake
 		s.mu.Lock()
 		batch, closed := s.queue, s.closed
-		s.queue, s.queued = nil, 0
+		s.queue = nil
 		s.mu.Unlock()
 		for _, ev := range batch {
-			if broken {
-				continue
+			if !broken {
+				broken = s.write(ev, closed) != nil
 			}
-			b, err := json.Marshal(ev)
-			if err != nil {
-				continue
+			// Output in flight counts against maxQueued until written.
+			if ev.Type == api.EventStdout || ev.Type == api.EventStderr {
+				s.mu.Lock()
+				s.queued -= len(ev.Data)
+				s.mu.Unlock()
 			}
-			if closed {
-				_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
-			}
-			if _, err := s.w.Write(append(b, '\n')); err == nil {
-				err = s.rc.Flush()
-			}
-			broken = err != nil
 		}
 		if closed {
 			return
 		}
 	}
+}
+
+func (s *stream) write(ev api.Event, closed bool) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return nil // never happens for an Event; skip it rather than end the stream
+	}
+	if closed {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
+	}
+	if _, err := s.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return s.rc.Flush()
 }
 
 type writerFunc func([]byte) (int, error)
