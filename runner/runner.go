@@ -350,7 +350,10 @@ func (r *Runner) checkQuarantine() error {
 
 // Launch runs a prepared phase to the end and returns its result. Every
 // launch yields a result, failed ones included; err is set only when the
-// run could not be attempted or its cleanup could not be verified.
+// run could not be attempted or its cleanup could not be verified. stdout
+// and stderr get what the run's spools keep, as it comes, and must not
+// block: a writer that waits on a client holds the workload's pipe (the
+// daemon's stream queues or drops instead).
 func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*api.Result, error) {
 	res := r.newResult(p)
 	// The workload's output goes to spools, never straight to a caller

@@ -22,9 +22,9 @@ const StreamCap = 16 << 20
 
 // spool is where one output stream of a run goes first: a file in the
 // runner's state dir (0600, at most StreamCap bytes), hashed as it is
-// written. Writes never block on, or fail because of, the live writer a
-// caller gave: that one sees each kept chunk after the spool has it, and a
-// slow one is its owner's problem, never the workload's or its cleanup's.
+// written. A write always takes all it is given, so the workload's pipe is
+// drained whatever happens; the live writer a caller gave sees each kept
+// chunk after the spool has it, and must not block (see Launch).
 type spool struct {
 	mu        sync.Mutex
 	name      string

@@ -287,7 +287,7 @@ func readGrant(path string) ([]byte, error) {
 	case len(env) == 0:
 		return nil, &exitError{exitRefused, fmt.Errorf("refused: grant file %s is empty; fix: pass the envelope `custody grant issue` printed", quote.String(path))}
 	case !json.Valid(env):
-		return nil, &exitError{exitRefused, fmt.Errorf("refused: grant file %s is not JSON (a grant is the DSSE envelope `custody grant issue` printed)", quote.String(path))}
+		return nil, &exitError{exitRefused, fmt.Errorf("refused: grant file %s is not JSON, so it is no grant; fix: pass the DSSE envelope `custody grant issue` printed", quote.String(path))}
 	}
 	return env, nil
 }

@@ -232,7 +232,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
-	st := newStream(w)
+	st := newStream(w, s.stall)
 	st.send(api.Event{Type: api.EventStarted, RunID: runID})
 	// The receipt is signed once cleanup is done; the runner stores the
 	// run record in the transaction that closes the journal's attempt.
@@ -467,12 +467,13 @@ func sameInputs(bound grant.Inputs, now []grant.Input) error {
 // stream says so) while the run's spools keep and digest all of it. Losing
 // the connection is different: the request context ends and cancels the run.
 type stream struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
 
 	mu      sync.Mutex
 	queue   []api.Event
-	queued  int // output bytes in queue
+	queued  int // output bytes queued or being written
 	dropped api.Dropped
 	noted   api.Dropped // drops the client has been told of
 	closed  bool
@@ -485,13 +486,14 @@ const (
 	maxQueued = 4 << 20
 	// stallTimeout is how long a client may stop reading once the run has
 	// ended before its stream is dropped; the result stays retrievable.
+	// (server.stall; tests shorten it.)
 	stallTimeout = 30 * time.Second
 )
 
-func newStream(w http.ResponseWriter) *stream {
+func newStream(w http.ResponseWriter, stall time.Duration) *stream {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
-	s := &stream{w: w, rc: http.NewResponseController(w), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &stream{w: w, rc: http.NewResponseController(w), stall: stall, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go s.pump()
 	return s
 }
@@ -544,7 +546,7 @@ func (s *stream) writer(t api.EventType) io.Writer {
 }
 
 // finish queues the final event with the totals dropped, and waits until
-// the client has it or has stalled for stallTimeout.
+// the client has it or has stalled for the stream's stall timeout.
 func (s *stream) finish(ev api.Event) {
 	s.mu.Lock()
 	if s.dropped != (api.Dropped{}) {
@@ -556,13 +558,13 @@ func (s *stream) finish(ev api.Event) {
 	s.signal()
 	s.mu.Unlock()
 	// A write blocked on a client that stopped reading gets a deadline too.
-	_ = s.rc.SetWriteDeadline(time.Now().Add(stallTimeout))
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
 	<-s.done
 }
 
 // pump writes queued events. Until the run ends a write may block as long
 // as the client likes (its output is dropped meanwhile); after, each write
-// gets stallTimeout. A failed write ends the stream, not the run.
+// gets the stall timeout. A failed write ends the stream, not the run.
 func (s *stream) pump() {
 	defer close(s.done)
 	broken := false
@@ -570,28 +572,37 @@ func (s *stream) pump() {
 		<-s.wake
 		s.mu.Lock()
 		batch, closed := s.queue, s.closed
-		s.queue, s.queued = nil, 0
+		s.queue = nil
 		s.mu.Unlock()
 		for _, ev := range batch {
-			if broken {
-				continue
+			if !broken {
+				broken = s.write(ev, closed) != nil
 			}
-			b, err := json.Marshal(ev)
-			if err != nil {
-				continue
+			// Output in flight counts against maxQueued until written.
+			if ev.Type == api.EventStdout || ev.Type == api.EventStderr {
+				s.mu.Lock()
+				s.queued -= len(ev.Data)
+				s.mu.Unlock()
 			}
-			if closed {
-				_ = s.rc.SetWriteDeadline(time.Now().Add(stallTimeout))
-			}
-			if _, err := s.w.Write(append(b, '\n')); err == nil {
-				err = s.rc.Flush()
-			}
-			broken = err != nil
 		}
 		if closed {
 			return
 		}
 	}
+}
+
+func (s *stream) write(ev api.Event, closed bool) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return nil // never happens for an Event; skip it rather than end the stream
+	}
+	if closed {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
+	}
+	if _, err := s.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return s.rc.Flush()
 }
 
 type writerFunc func([]byte) (int, error)

@@ -96,6 +96,9 @@ func TestSubmitFloodLeavesTheOperatorIn(t *testing.T) {
 	if after := figure("AFTER"); after != 0 {
 		t.Fatalf("%d attacker connections outlived the read timeouts", after)
 	}
+	if again := figure("REOPEN"); again != 1 {
+		t.Fatalf("after its connections timed out the uid holds %d of 1 new one; want its slots back", again)
+	}
 }
 
 // TestHelperFlood is not a test: TestSubmitFloodLeavesTheOperatorIn runs
@@ -168,4 +171,33 @@ func TestHelperFlood(t *testing.T) {
 	fmt.Printf("CHURN=%d\n", churn.Load())
 	in.Scan()
 	fmt.Printf("AFTER=%d\n", open())
+	// The timed-out connections gave their slots back: the uid may connect
+	// again.
+	for _, c := range cs {
+		c.Close()
+	}
+	cs = nil
+	if c, err := net.Dial("unix", sock); err == nil {
+		_, _ = io.WriteString(c, "POST /v1/runs HTTP/1.1\r\n")
+		cs = append(cs, c)
+	}
+	fmt.Printf("REOPEN=%d\n", open())
+}
+
+// TestRequestBodyLimit: a body over maxBody is refused as a bad request,
+// naming the bound, on both sockets; one within it is served.
+func TestRequestBodyLimit(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	big := api.PhaseSource{YAML: []byte(strings.Repeat("#", maxBody)), BaseDir: d.dir}
+	for _, c := range []*api.Client{d.submit, d.control} {
+		_, err := c.Admit(ctx, big)
+		wantCode(t, err, "bad-request")
+		if !strings.Contains(err.Error(), fmt.Sprintf("at most %d bytes", maxBody)) {
+			t.Fatalf("refusal does not name the bound: %v", err)
+		}
+		if adm, err := c.Admit(ctx, d.phase("true")); err != nil || !adm.Admitted {
+			t.Fatalf("admit within the bound: %v %+v", err, adm)
+		}
+	}
 }

@@ -41,6 +41,9 @@ type server struct {
 	now       func() time.Time
 	faults    func(stage string)
 	retention retention
+	// stall is how long a run's client may stop reading after the run
+	// before its stream is dropped.
+	stall time.Duration
 
 	// launch is held shared by every run and exclusively by recovery.
 	launch sync.RWMutex
@@ -77,7 +80,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, log: log, maxTTL: maxTTL, retention: ret, now: time.Now, active: map[string]*activeRun{}}
+	s := &server{cfg: cfg, log: log, maxTTL: maxTTL, retention: ret, now: time.Now, stall: stallTimeout, active: map[string]*activeRun{}}
 	var created bool
 	if s.runnerID, created, err = keys.LoadOrCreate(keyDir, "runner"); err != nil {
 		return nil, fmt.Errorf("runner identity key: %w", err)

@@ -26,6 +26,14 @@ import (
 // stream cap) and 1 MiB of 'e' to stderr.
 const floodScript = "dd if=/dev/zero bs=1048576 count=24 2>/dev/null; head -c 1048576 /dev/zero | tr '\\0' e >&2"
 
+// floodStreams is what the runner records of floodScript's streams.
+func floodStreams() api.Streams {
+	return api.Streams{
+		Stdout: api.StreamDigest{SHA256: sumOf(make([]byte, runner.StreamCap)), Bytes: runner.StreamCap, Truncated: true},
+		Stderr: api.StreamDigest{SHA256: sumOf(bytes.Repeat([]byte("e"), 1<<20)), Bytes: 1 << 20},
+	}
+}
+
 func sumOf(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
@@ -91,11 +99,7 @@ func TestSlowClientDoesNotHoldTheRun(t *testing.T) {
 	if q, err := d.control.Quarantine(context.Background()); err != nil || q.Quarantined {
 		t.Fatalf("quarantine after a stalled client: %+v %v", q, err)
 	}
-	want := api.Streams{
-		Stdout: api.StreamDigest{SHA256: sumOf(make([]byte, runner.StreamCap)), Bytes: runner.StreamCap, Truncated: true},
-		Stderr: api.StreamDigest{SHA256: sumOf(bytes.Repeat([]byte("e"), 1<<20)), Bytes: 1 << 20},
-	}
-	if res.Streams == nil || *res.Streams != want {
+	if want := floodStreams(); res.Streams == nil || *res.Streams != want {
 		t.Fatalf("streams = %+v, want %+v", res.Streams, want)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.cfg.Runner.StateDir, "spool")); len(ents) != 0 {
@@ -127,6 +131,56 @@ func TestSlowClientDoesNotHoldTheRun(t *testing.T) {
 	}
 	if errs.String() != "done\n" || res.Streams.Stderr.SHA256 != sumOf([]byte("done\n")) {
 		t.Fatalf("fast client's stderr %q, recorded %+v", errs.String(), res.Streams.Stderr)
+	}
+}
+
+// TestStalledClientIsDropped: a client that stops reading and stays
+// stopped after its run ended is dropped once the stall timeout passes; the
+// run is unaffected, and the client, reading again, gets the recorded
+// result and receipt instead of a broken stream.
+func TestStalledClientIsDropped(t *testing.T) {
+	d := startDaemon(t)
+	d.s.stall = time.Second
+	started := make(chan string, 1)
+	release := make(chan struct{})
+	stalled := writerFunc(func(p []byte) (int, error) {
+		<-release
+		return len(p), nil
+	})
+	type outcome struct {
+		res  *api.Result
+		rcpt *api.Receipt
+		err  error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, rcpt, err := d.submit.RunWithReceipt(context.Background(), d.issue(floodScript), stalled, stalled,
+			func(id string) { started <- id })
+		done <- outcome{res, rcpt, err}
+	}()
+	id := <-started
+	waitRecord(t, d, id, 25*time.Second)
+	// The daemon gives up on the stream: the run's handler returns while
+	// the client is still stalled.
+	for deadline := time.Now().Add(10 * d.s.stall); ; time.Sleep(50 * time.Millisecond) {
+		st, err := d.control.Status(context.Background())
+		if err == nil && !slices.Contains(st.Running, id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream of a stalled client was not dropped: %v %v", st, err)
+		}
+	}
+	close(release)
+	o := <-done
+	if o.err != nil || o.res == nil || o.res.Status != api.StatusOK || o.rcpt == nil {
+		t.Fatalf("stalled client: %v %+v receipt %v", o.err, o.res, o.rcpt != nil)
+	}
+	if want := floodStreams(); o.res.Streams == nil || *o.res.Streams != want {
+		t.Fatalf("streams = %+v, want %+v", o.res.Streams, want)
+	}
+	if q, err := d.control.Quarantine(context.Background()); err != nil || q.Quarantined {
+		t.Fatalf("quarantine after a stalled client: %+v %v", q, err)
 	}
 }
 
