@@ -277,10 +277,13 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	final := api.Event{Type: api.EventResult, RunID: runID, Result: res}
 	if err != nil {
-		// The run happened but the runner could not finish it cleanly: the
-		// client must not read the result as a clean run.
 		s.log.Error("run failed in the runner", "run", runID, "err", err)
-		final.Error = toAPIError(err)
+		// The runner could not run it or finish it cleanly: the client must
+		// not read the result as a clean run. A cancellation before the
+		// workload started is the client's doing, and its result says so.
+		if !errors.Is(err, context.Canceled) {
+			final.Error = toAPIError(err)
+		}
 	}
 	final.Quarantine = s.quarantinedBy(runID, res, err)
 	st.finish(final)
