@@ -38,6 +38,9 @@ type Backend interface {
 	// acting only where the journal and the native identity agree; a
 	// look-alike is reported and left alone.
 	Recover(ctx context.Context, id string, recorded []Resource, rec Recorder) CleanupReport
+	// Foreign lists what carries this backend's naming but that known (the
+	// journal) does not hold. Such look-alikes are reported, never touched.
+	Foreign(known func(kind, name string) bool) []Resource
 }
 
 // Sandbox is one prepared launch.

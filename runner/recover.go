@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/snapshot"
 )
@@ -36,11 +35,7 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 		if err := r.journal.Finish(a.RunID, journal.CleanupPending, "recovering after the runner stopped", ""); err != nil {
 			return nil, err
 		}
-		var res []oci.Resource
-		for _, x := range a.Resources {
-			res = append(res, oci.Resource{Kind: x.Kind, Name: x.Name, State: x.State, Identity: x.Identity})
-		}
-		rep := r.backend.Recover(ctx, ContainerID(a.RunID), res, &recorder{j: r.journal, runID: a.RunID})
+		rep := r.backend.Recover(ctx, ContainerID(a.RunID), backendResources(a.Resources), &recorder{j: r.journal, runID: a.RunID})
 		if rep.Verified {
 			if err := r.journal.Finish(a.RunID, journal.Clean, "recovered: every recorded resource verified gone", ""); err != nil {
 				_ = r.residual(a.RunID, err.Error())
@@ -90,41 +85,16 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 // Attempts returns every journalled attempt.
 func (r *Runner) Attempts() ([]journal.Attempt, error) { return r.journal.List() }
 
-// foreign lists launch dirs, runtime containers and cgroups that carry our
-// naming but that no journalled attempt recorded.
+// foreign lists what carries the backend's naming but that no journalled
+// attempt recorded.
 func (r *Runner) foreign() []string {
-	var out []string
 	set, err := r.journal.Known()
 	if err != nil {
 		return nil // on a journal error, claim nothing as foreign
 	}
-	known := func(kind, name string) bool { return set[journal.Key(kind, name)] }
-	if ents, err := os.ReadDir(r.cfg.RuntimeDir); err == nil {
-		for _, e := range ents {
-			p := filepath.Join(r.cfg.RuntimeDir, e.Name())
-			if !known(oci.KindLaunchDir, p) {
-				out = append(out, "launch dir "+p)
-			}
-		}
-	}
-	if ents, err := os.ReadDir(filepath.Join(r.cfg.StateDir, "runc")); err == nil {
-		for _, e := range ents {
-			if e.IsDir() && !known(oci.KindContainer, e.Name()) {
-				out = append(out, "runtime container "+e.Name())
-			}
-		}
-	}
-	for _, d := range r.backend.CgroupParents() {
-		ents, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			p := filepath.Join(d, e.Name())
-			if e.IsDir() && strings.HasPrefix(e.Name(), "custody-") && !known(oci.KindCgroup, p) {
-				out = append(out, "cgroup "+p)
-			}
-		}
+	var out []string
+	for _, f := range r.backend.Foreign(func(kind, name string) bool { return set[journal.Key(kind, name)] }) {
+		out = append(out, f.Kind+" "+f.Name)
 	}
 	return out
 }

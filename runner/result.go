@@ -6,7 +6,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
@@ -41,7 +41,7 @@ func newOutput(s *snapshot.Snapshot) *api.Output {
 	return o
 }
 
-func cleanup(r *oci.CleanupReport) *api.Cleanup {
+func cleanup(r backend.CleanupReport) *api.Cleanup {
 	c := &api.Cleanup{Verified: r.Verified, Steps: []api.CleanupStep{}}
 	for _, s := range r.Steps {
 		c.Steps = append(c.Steps, api.CleanupStep{Name: s.Name, OK: s.OK, Detail: s.Detail})
@@ -86,7 +86,7 @@ func Refuse(res *api.Result, err error) {
 	res.Finished = time.Now().UTC()
 }
 
-func setExit(res *api.Result, ex *oci.Exit) {
+func setExit(res *api.Result, ex *backend.Exit) {
 	res.ExitCode = ex.Code
 	res.Signal = ex.Signal
 	res.Started, res.Finished = ex.Started.UTC(), ex.Finished.UTC()

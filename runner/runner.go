@@ -23,6 +23,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/journal"
@@ -50,7 +51,7 @@ type Runner struct {
 	images  *image.Store
 	inputs  *snapshot.Store
 	outputs *snapshot.Store
-	backend *oci.Backend
+	backend backend.Backend
 	userNS  *oci.IDMap
 
 	// profile is the evidenced platform profile; a profile with a failed
@@ -119,7 +120,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 		m := defaultUserNS()
 		r.userNS = &m
 	}
-	r.backend, err = oci.New(oci.Options{
+	ob, err := oci.New(oci.Options{
 		Runtime:    cfg.Runtime,
 		Gate:       cfg.Gate,
 		StateDir:   filepath.Join(cfg.StateDir, "runc"),
@@ -134,6 +135,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 	if err != nil {
 		return nil, err
 	}
+	r.backend = ob
 	return r, nil
 }
 
@@ -197,7 +199,7 @@ type Prepared struct {
 	// GrantID is journalled with the attempt.
 	GrantID string
 	// Observed is set by Launch: what was read back from the container.
-	Observed *oci.Observed
+	Observed *backend.Observation
 	Plan     *admission.Plan
 	Image    *image.Image
 	Inputs   []Input
@@ -383,22 +385,26 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	// of everything it may create, before anything is created. The verified
 	// removals are journalled with the attempt's final state.
 	rec := &recorder{j: r.journal, runID: res.RunID, grantID: p.GrantID, begin: !p.Begun, deferRemovals: true}
-	l := oci.Launch{
-		ID:          ContainerID(res.RunID),
-		ImageRootfs: p.Image.Rootfs,
-		Config:      r.ociConfig(p),
-		OutputBytes: p.Plan.OutputBytes,
-		OutputFiles: p.Plan.OutputFiles,
-		WallTime:    p.Plan.WallTime,
-		Recorder:    rec,
-		Journalled:  p.Begun,
+	id := ContainerID(res.RunID)
+	if !p.Begun {
+		// Not consumed with its intents (a launch without a grant): the
+		// intents open the attempt here, before anything is created.
+		es, err := r.backend.Intents(id)
+		if err == nil {
+			err = rec.Intent(es...)
+		}
+		if err != nil {
+			Refuse(res, err)
+			r.afterCleanup(p, res, rec)
+			return res, err
+		}
 	}
-	c, err := r.backend.Prepare(ctx, l)
+	c, err := r.backend.Prepare(ctx, id, r.spec(p), rec)
 	if err != nil {
 		Refuse(res, err)
-		if c == nil && p.Begun {
-			// Refused before the backend made anything; the intents
-			// Consume recorded are checked gone like a recovery's.
+		if c == nil {
+			// Refused before the backend made anything; the intents on
+			// record are checked gone like a recovery's.
 			r.Abandon(res.RunID, "refused before launch: "+err.Error())
 			return res, err
 		}
@@ -408,11 +414,10 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		r.afterCleanup(p, res, rec)
 		return res, err
 	}
-	res.RuntimeSHA256 = c.RuntimeSHA256()
-	res.ConfigSHA256 = c.ConfigSHA256()
-	res.GateSHA256 = r.backend.GateSHA256()
-	res.SeccompSHA256 = r.backend.FilterSHA256()
-	ex, runErr := c.Run(ctx, p.Plan.WallTime, sp.stdout, sp.stderr)
+	ev := c.Evidence()
+	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
+	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
+	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})
 	spooled = true
 	if err := sp.close(res); err != nil {
 		// The digests still cover every byte kept; only the buffer failed.
@@ -423,8 +428,8 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	ctx = context.WithoutCancel(ctx)
 	if runErr == nil {
 		setExit(res, ex)
-		p.Observed = ex.Observed
-		out, err := r.takeOutput(ctx, c, outputLimits(p.Plan))
+		p.Observed = ex.Observation
+		out, err := r.takeOutput(ctx, c.Output(), outputLimits(p.Plan))
 		if err != nil {
 			res.Status = StatusFailed
 			res.Error = fmt.Sprintf("output custody: %v", err)
@@ -457,14 +462,14 @@ func outputLimits(p *admission.Plan) treehash.Options {
 const smallOutput = 1 << 20
 
 // takeOutput moves a run's output into the output store.
-func (r *Runner) takeOutput(ctx context.Context, c *oci.Container, limits treehash.Options) (*snapshot.Snapshot, error) {
-	if used, err := c.OutputUsed(); err == nil && used <= smallOutput {
-		snap, ok, err := r.outputs.Reuse(ctx, c.OutputDir(), limits)
+func (r *Runner) takeOutput(ctx context.Context, out backend.Output, limits treehash.Options) (*snapshot.Snapshot, error) {
+	if used, err := out.Used(); err == nil && used <= smallOutput {
+		snap, ok, err := r.outputs.Reuse(ctx, out.Dir(), limits)
 		if err != nil || ok {
 			return snap, err
 		}
 	}
-	return r.outputs.Take(ctx, c.OutputDir(), limits)
+	return r.outputs.Take(ctx, out.Dir(), limits)
 }
 
 // afterCleanup closes the attempt's journal, and quarantines the runner
@@ -540,11 +545,7 @@ func (r *Runner) Abandon(runID, reason string) error {
 	if err != nil {
 		return err
 	}
-	var res []oci.Resource
-	for _, x := range a.Resources {
-		res = append(res, oci.Resource{Kind: x.Kind, Name: x.Name, State: x.State, Identity: x.Identity})
-	}
-	if rep := r.backend.VerifyAbsent(ContainerID(runID), res); !rep.Verified {
+	if rep := r.backend.VerifyAbsent(ContainerID(runID), backendResources(a.Resources)); !rep.Verified {
 		return r.residual(runID, fmt.Sprintf("%s; and its intents are not verified gone: %v", reason, rep.Steps))
 	}
 	if err := r.journal.Finish(runID, journal.Clean, reason+"; nothing was created", "", a.Resources...); err != nil {
@@ -569,7 +570,7 @@ type recorder struct {
 	removed       []journal.Resource
 }
 
-func (r *recorder) Intent(es ...oci.Entry) error {
+func (r *recorder) Intent(es ...backend.Resource) error {
 	if r.begin {
 		if err := r.j.Begin(r.runID, r.grantID, resources(es)...); err != nil {
 			return err
@@ -579,8 +580,10 @@ func (r *recorder) Intent(es ...oci.Entry) error {
 	}
 	return r.j.Intent(r.runID, resources(es)...)
 }
-func (r *recorder) Created(es ...oci.Entry) error { return r.j.Created(r.runID, resources(es)...) }
-func (r *recorder) Removed(es ...oci.Entry) error {
+func (r *recorder) Created(es ...backend.Resource) error {
+	return r.j.Created(r.runID, resources(es)...)
+}
+func (r *recorder) Removed(es ...backend.Resource) error {
 	if r.deferRemovals {
 		r.removed = append(r.removed, resources(es)...)
 		return nil
@@ -588,7 +591,8 @@ func (r *recorder) Removed(es ...oci.Entry) error {
 	return r.j.Removed(r.runID, resources(es)...)
 }
 
-func resources(es []oci.Entry) []journal.Resource {
+// resources are a backend's records as the journal keeps them.
+func resources(es []backend.Resource) []journal.Resource {
 	out := make([]journal.Resource, len(es))
 	for i, e := range es {
 		out[i] = journal.Resource{Kind: e.Kind, Name: e.Name, Identity: e.Identity}
@@ -596,28 +600,41 @@ func resources(es []oci.Entry) []journal.Resource {
 	return out
 }
 
-func (r *Runner) ociConfig(p *Prepared) oci.Config {
+// backendResources are journalled resources as a backend gets them back.
+func backendResources(rs []journal.Resource) []backend.Resource {
+	out := make([]backend.Resource, len(rs))
+	for i, x := range rs {
+		out[i] = backend.Resource{Kind: x.Kind, Name: x.Name, State: x.State, Identity: x.Identity}
+	}
+	return out
+}
+
+// spec is the neutral launch spec of a prepared phase.
+func (r *Runner) spec(p *Prepared) backend.Spec {
 	env := make([]string, 0, len(p.Plan.Env))
 	for k, v := range p.Plan.Env {
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
-	cfg := oci.Config{
-		Args:     p.Plan.Command,
-		Env:      env,
-		Cwd:      p.Plan.Workdir,
-		Hostname: "custody",
-		Output:   oci.Mount{Target: p.Plan.OutputPath},
-		TmpBytes: p.Plan.TmpBytes,
-		Memory:   p.Plan.Memory,
-		Pids:     p.Plan.Pids,
-		CPU:      p.Plan.CPU,
-		FileSize: max(p.Plan.OutputBytes, p.Plan.TmpBytes),
+	s := backend.Spec{
+		Rootfs:      p.Image.Rootfs,
+		Args:        p.Plan.Command,
+		Env:         env,
+		Cwd:         p.Plan.Workdir,
+		Hostname:    "custody",
+		OutputPath:  p.Plan.OutputPath,
+		OutputBytes: p.Plan.OutputBytes,
+		OutputFiles: p.Plan.OutputFiles,
+		TmpBytes:    p.Plan.TmpBytes,
+		Memory:      p.Plan.Memory,
+		Pids:        p.Plan.Pids,
+		CPU:         p.Plan.CPU,
+		FileSize:    max(p.Plan.OutputBytes, p.Plan.TmpBytes),
 	}
 	for _, in := range p.Inputs {
-		cfg.Inputs = append(cfg.Inputs, oci.Mount{Source: in.path, Target: in.Target})
+		s.Inputs = append(s.Inputs, backend.Mount{Source: in.path, Target: in.Target})
 	}
-	return cfg
+	return s
 }
 
 // NewRunID returns a fresh random run id.

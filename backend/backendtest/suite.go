@@ -148,8 +148,14 @@ func (j *journal) check(t *testing.T) {
 func prepare(t *testing.T, f Fixture, id string, s backend.Spec, j *journal) backend.Sandbox {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := f.Backend.Intents(id); err != nil {
+	// The contract: the caller journals the intents durably before
+	// Prepare (the launch pipeline does it with the grant it spends).
+	intents, err := f.Backend.Intents(id)
+	if err != nil {
 		t.Fatalf("intents: %v", err)
+	}
+	if err := j.Intent(intents...); err != nil {
+		t.Fatal(err)
 	}
 	sb, err := f.Backend.Prepare(ctx, id, s, j)
 	if err != nil {
@@ -245,6 +251,11 @@ func foreignLeftAlone(t *testing.T, f Fixture) {
 	ctx := context.Background()
 	id, j := newID(t), newJournal()
 	sb := prepare(t, f, id, f.Spec("/bin/true"), j)
+	// Identities are on record once the workload has run.
+	if ex, err := sb.Run(ctx, 30*time.Second, backend.IO{}); err != nil || ex.Code != 0 {
+		sb.Cleanup(ctx)
+		t.Fatalf("run: %+v %v", ex, err)
+	}
 	// The same names with identities that do not match: a look-alike.
 	var forged []backend.Resource
 	for _, r := range j.recorded() {
@@ -260,12 +271,26 @@ func foreignLeftAlone(t *testing.T, f Fixture) {
 		sb.Cleanup(ctx)
 		t.Fatal("Prepare recorded no identities: ownership could not be proved")
 	}
+	// Unknown to a journal, the sandbox is foreign: reported, not touched.
+	if got := f.Backend.Foreign(func(kind, name string) bool { return false }); len(got) == 0 {
+		t.Error("Foreign reports nothing while a sandbox no journal knows exists")
+	}
+	known := map[string]bool{}
+	for _, r := range j.recorded() {
+		known[key(r)] = true
+	}
+	for _, r := range f.Backend.Foreign(func(kind, name string) bool { return known[kind+"\x00"+name] }) {
+		if strings.Contains(r.Name, id) {
+			t.Errorf("Foreign reports %s %s, which the journal holds", r.Kind, r.Name)
+		}
+	}
 	if rep := f.Backend.Recover(ctx, id, forged, newJournal()); rep.Verified {
 		t.Error("recovery with forged identities reported verified: it must not claim what it cannot prove")
 	}
-	// The real sandbox was not touched: it still runs and cleans up.
-	if ex, err := sb.Run(ctx, 30*time.Second, backend.IO{}); err != nil || ex.Code != 0 {
-		t.Errorf("the real sandbox after a forged recovery: %+v %v", ex, err)
+	// The real sandbox was not touched: its output is still there, and
+	// its own cleanup verifies.
+	if _, err := os.Stat(sb.Output().Dir()); err != nil {
+		t.Errorf("the real sandbox's output after a forged recovery: %v", err)
 	}
 	wantVerified(t, "cleanup of the real sandbox", sb.Cleanup(ctx))
 }
@@ -314,7 +339,11 @@ func refusedSpec(t *testing.T, f Fixture) {
 	id, j := newID(t), newJournal()
 	s := f.Spec("/bin/true")
 	s.OutputBytes = 0 // a budget missing
-	if _, err := f.Backend.Intents(id); err != nil {
+	intents, err := f.Backend.Intents(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Intent(intents...); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := f.Backend.Prepare(ctx, id, s, j)
@@ -325,7 +354,6 @@ func refusedSpec(t *testing.T, f Fixture) {
 	if sb != nil {
 		wantVerified(t, "cleanup after a refusal", sb.Cleanup(ctx))
 	}
-	intents, _ := f.Backend.Intents(id)
 	wantVerified(t, "absence after a refusal", f.Backend.VerifyAbsent(id, intents))
 	j.check(t)
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/backend"
 )
 
 // Options configure a Backend.
@@ -142,7 +144,7 @@ func New(opts Options) (*Backend, error) {
 // Intents lists everything a launch with this id may create, as Prepare
 // records it before creating any of it. A caller that records them itself
 // (with other state, in one transaction) sets Launch.Journalled.
-func (b *Backend) Intents(id string) ([]Entry, error) {
+func (b *Backend) Intents(id string) ([]backend.Resource, error) {
 	if !idPattern.MatchString(id) {
 		return nil, fmt.Errorf("container id %q is invalid", id)
 	}
@@ -157,12 +159,12 @@ func (b *Backend) launchCgroups(id string) (*cgroupDirs, error) {
 	return resolveLaunchCgroups(filepath.Join("custody", id), "workload", b.cgroupMounts, b.ownCgroup)
 }
 
-func intents(dir, id string, cgroups *cgroupDirs) []Entry {
-	es := []Entry{{Kind: KindLaunchDir, Name: dir}, {Kind: KindLaunchMount, Name: dir},
+func intents(dir, id string, cgroups *cgroupDirs) []backend.Resource {
+	es := []backend.Resource{{Kind: KindLaunchDir, Name: dir}, {Kind: KindLaunchMount, Name: dir},
 		{Kind: KindRootfsMount, Name: filepath.Join(dir, "rootfs")},
 		{Kind: KindOutputMount, Name: filepath.Join(dir, "out")}, {Kind: KindContainer, Name: id}}
 	for _, d := range cgroups.all() {
-		es = append(es, Entry{Kind: KindCgroup, Name: d})
+		es = append(es, backend.Resource{Kind: KindCgroup, Name: d})
 	}
 	return es
 }
@@ -189,11 +191,8 @@ type Launch struct {
 	// OutputFiles bounds the entries the output filesystem can hold
 	// (its inodes, less the root); 0 leaves the filesystem's default.
 	OutputFiles int64
-	WallTime    time.Duration
-	Stdout      io.Writer
-	Stderr      io.Writer
 	// Recorder journals each native resource; nil records nothing.
-	Recorder Recorder
+	Recorder backend.Recorder
 	// Journalled says the caller has already recorded Intents(ID) durably,
 	// so Prepare does not record them again.
 	Journalled bool
@@ -213,13 +212,13 @@ type Container struct {
 	started bool
 	mounted []string // mount points we made, innermost last
 	config  []byte
-	rec     Recorder
+	rec     backend.Recorder
 	// idents are the native identities recorded per kind+name; cleanup
 	// acts only where they still match.
 	idents      map[string]map[string]string
-	pending     []Entry // identities not yet journalled
-	removed     []Entry // verified gone, journalled at the end of Cleanup
-	pidfd       int     // of the gated init while it runs; 0: none
+	pending     []backend.Resource // identities not yet journalled
+	removed     []backend.Resource // verified gone, journalled at the end of Cleanup
+	pidfd       int                // of the gated init while it runs; 0: none
 	dirRecorded bool
 	// nothingMounted: unmountAll found no mount left under dir.
 	nothingMounted bool
@@ -263,12 +262,12 @@ func (c *Container) RuntimeSHA256() string {
 // Prepare verifies the runtime and creates the launch's native resources:
 // bundle dir, overlay rootfs, bounded output filesystem and config.json. On
 // error the returned Container (if non-nil) still needs Cleanup.
-func (b *Backend) Prepare(ctx context.Context, l Launch) (*Container, error) {
+func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	if !idPattern.MatchString(l.ID) {
 		return nil, fmt.Errorf("container id %q is invalid", l.ID)
 	}
-	if l.OutputBytes <= 0 || l.WallTime <= 0 {
-		return nil, fmt.Errorf("output bound and wall time are required (got %d bytes, %s)", l.OutputBytes, l.WallTime)
+	if l.OutputBytes <= 0 {
+		return nil, fmt.Errorf("an output bound is required (got %d bytes)", l.OutputBytes)
 	}
 	// A tmpfs rounds its size up to a page: a smaller tmp budget could not
 	// be held.
@@ -447,20 +446,6 @@ func (c *Container) mountOutput(limit, files int64) error {
 	return c.identify(KindOutputMount, c.outDir, mountIdentity)
 }
 
-// Exit is how the container ended.
-type Exit struct {
-	Code      int       `json:"code"`
-	Signal    string    `json:"signal,omitempty"`
-	TimedOut  bool      `json:"timedOut,omitempty"`
-	Cancelled bool      `json:"cancelled,omitempty"`
-	OOMKilled bool      `json:"oomKilled,omitempty"`
-	Started   time.Time `json:"started"`
-	Finished  time.Time `json:"finished"`
-	Usage     Usage     `json:"usage"`
-	// Observed is read from the live container, never from the config.
-	Observed *Observed `json:"observed"`
-}
-
 // Run runs the container with one `runc run` and waits until its whole
 // process tree is gone: the workload exits, the wall time passes, or ctx is
 // cancelled (then the tree is killed). The container's first process is the
@@ -469,7 +454,7 @@ type Exit struct {
 // process from outside, and only then lets it exec the workload. It returns
 // an error only when the container could not be run or could not be
 // stopped.
-func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr io.Writer) (*Exit, error) {
+func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr io.Writer) (*backend.Exit, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -545,7 +530,7 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 	defer join()
 	// If anything below fails before the go-ahead, closing the control
 	// socket makes the gate exit without running the workload.
-	fail := func(err error) (*Exit, error) {
+	fail := func(err error) (*backend.Exit, error) {
 		join()
 		control.Close()
 		select {
@@ -601,7 +586,7 @@ func (c *Container) Run(ctx context.Context, wall time.Duration, stdout, stderr 
 		c.pidfd = pidfd
 		defer func() { unix.Close(c.pidfd); c.pidfd = 0 }()
 	}
-	ex := &Exit{Started: time.Now(), Observed: observed}
+	ex := &backend.Exit{Started: time.Now(), Observation: observed}
 	if _, err := control.Write([]byte{'g'}); err != nil {
 		return fail(fmt.Errorf("release the gate: %w", err))
 	}
@@ -723,21 +708,8 @@ func drain(r *os.File, w io.Writer, mu *sync.Mutex, limit int64, done chan<- str
 	}
 }
 
-// CleanupStep is one verified part of cleanup.
-type CleanupStep struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail,omitempty"`
-}
-
-// CleanupReport says what cleanup did and whether every part was verified.
-type CleanupReport struct {
-	Verified bool          `json:"verified"`
-	Steps    []CleanupStep `json:"steps"`
-}
-
-func (r *CleanupReport) step(name string, err error) {
-	s := CleanupStep{Name: name, OK: err == nil}
+func step(r *backend.CleanupReport, name string, err error) {
+	s := backend.CleanupStep{Name: name, OK: err == nil}
 	if err != nil {
 		s.Detail = oneLine(err.Error())
 		if len(s.Detail) > maxStepDetail {
@@ -766,22 +738,22 @@ func oneLine(s string) string {
 // Cleanup removes everything this launch created and verifies each part is
 // gone: no process in the cgroup, no runtime state, no cgroup directories,
 // no mounts, no launch directory. It is idempotent.
-func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
+func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	ctx = context.WithoutCancel(ctx)
 	if c.rec == nil {
 		c.rec = nopRecorder{}
 	}
-	r := &CleanupReport{}
+	r := &backend.CleanupReport{}
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
 	if c.bin != nil && c.started {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var err error
 		if c.recovered {
 			err = c.stopRecovered(dctx)
-			r.step("runtime-kill", err)
+			step(r, "runtime-kill", err)
 			if err == nil {
 				err = c.waitRuntime()
-				r.step("runtime-exited", err)
+				step(r, "runtime-exited", err)
 			}
 		}
 		// `runc run` deletes its container when the workload ends; a runtime
@@ -800,7 +772,7 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 			if errors.Is(err, ErrNotExist) {
 				err = nil
 			}
-			r.step("runtime-delete", err)
+			step(r, "runtime-delete", err)
 		}
 		cancel()
 	}
@@ -811,29 +783,29 @@ func (c *Container) Cleanup(ctx context.Context) *CleanupReport {
 		if err == nil {
 			// The kernel refuses to remove a cgroup that holds a process
 			// (EBUSY), so every directory gone proves them empty.
-			r.step("cgroup-empty", nil)
+			step(r, "cgroup-empty", nil)
 		} else {
-			r.step("cgroup-empty", c.verifyNoProcs())
+			step(r, "cgroup-empty", c.verifyNoProcs())
 		}
-		r.step("cgroup-removed", err)
+		step(r, "cgroup-removed", err)
 		if err == nil {
 			for _, d := range c.cgroups.all() {
-				c.removed = append(c.removed, Entry{Kind: KindCgroup, Name: d})
+				c.removed = append(c.removed, backend.Resource{Kind: KindCgroup, Name: d})
 			}
 		}
 	}
 	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
 	err := absent(stateDir)
-	r.step("runtime-state-gone", err)
+	step(r, "runtime-state-gone", err)
 	if err == nil { // started or not, the runtime holds no such container
-		c.removed = append(c.removed, Entry{Kind: KindContainer, Name: c.id})
+		c.removed = append(c.removed, backend.Resource{Kind: KindContainer, Name: c.id})
 	}
 	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
-	r.step("unmounted", c.unmountAll())
-	r.step("launch-dir-removed", c.removeDir())
+	step(r, "unmounted", c.unmountAll())
+	step(r, "launch-dir-removed", c.removeDir())
 	if len(c.removed) > 0 {
 		if err := c.rec.Removed(c.removed...); err != nil {
-			r.step("journalled", err) // the removals are verified but not on record
+			step(r, "journalled", err) // the removals are verified but not on record
 		}
 		c.removed = nil
 	}
@@ -965,7 +937,7 @@ func (c *Container) unmountAll() error {
 			left = append(left, p)
 			continue
 		}
-		c.removed = append(c.removed, Entry{Kind: kind, Name: p})
+		c.removed = append(c.removed, backend.Resource{Kind: kind, Name: p})
 	}
 	if len(errs) == 0 {
 		ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir))
@@ -1002,7 +974,7 @@ func (c *Container) removeDir() error {
 		return err
 	}
 	if c.dirRecorded {
-		c.removed = append(c.removed, Entry{Kind: KindLaunchDir, Name: c.dir})
+		c.removed = append(c.removed, backend.Resource{Kind: KindLaunchDir, Name: c.dir})
 	}
 	return nil
 }
@@ -1030,7 +1002,7 @@ func (c *Container) identify(kind, name string, ident func(string) (map[string]s
 		return fmt.Errorf("identify %s %s: %w", kind, name, err)
 	}
 	c.idents[kind+"\x00"+name] = id
-	c.pending = append(c.pending, Entry{Kind: kind, Name: name, Identity: id})
+	c.pending = append(c.pending, backend.Resource{Kind: kind, Name: name, Identity: id})
 	return nil
 }
 
@@ -1054,6 +1026,6 @@ func (c *Container) flushCreated() error {
 func (c *Container) recordRuntime(rt map[string]string) error {
 	id := map[string]string{"bundle": c.dir, "runtimePid": rt["pid"], "runtimeStartTime": rt["startTime"]}
 	c.idents[KindContainer+"\x00"+c.id] = id
-	c.pending = append(c.pending, Entry{Kind: KindContainer, Name: c.id, Identity: id})
+	c.pending = append(c.pending, backend.Resource{Kind: KindContainer, Name: c.id, Identity: id})
 	return c.flushCreated()
 }

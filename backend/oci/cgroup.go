@@ -17,6 +17,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/backend"
 )
 
 // cgroupDirs are the directories of one container's cgroup, one per mounted
@@ -285,22 +287,11 @@ func (cg *cgroupDirs) leafProcs(c string) ([]int, error) {
 	return out, nil
 }
 
-// Usage is what the kernel accounted for the container's cgroup.
-type Usage struct {
-	PeakMemoryBytes int64 `json:"peakMemoryBytes"`
-	CPUTimeNanos    int64 `json:"cpuTimeNanos"`
-	OOMKills        int64 `json:"oomKills"`
-	// MemoryLimitBytes and PidsLimit are read back from the live cgroup:
-	// what the kernel enforced, not what was asked.
-	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
-	PidsLimit        int64 `json:"pidsLimit"`
-}
-
 // usage reads the launch's accounting (peak memory, OOM kills, CPU) from
 // the parent, which outlives runc's leaf, so it is still there once the
 // runtime has deleted the container.
-func (cg *cgroupDirs) usage() Usage {
-	var u Usage
+func (cg *cgroupDirs) usage() backend.Usage {
+	var u backend.Usage
 	if cg.unified {
 		d := cg.accounting("")
 		u.PeakMemoryBytes = readInt(filepath.Join(d, "memory.peak"))

@@ -9,36 +9,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/custody-dev/custody/backend"
 )
-
-// Observed is what the backend read back from the live container: the
-// kernel's view of the process, not the configuration that asked for it.
-type Observed struct {
-	At           time.Time         `json:"at"`
-	Namespaces   []string          `json:"namespaces"`
-	Capabilities map[string]string `json:"capabilities"`
-	NoNewPrivs   bool              `json:"noNewPrivs"`
-	Seccomp      string            `json:"seccomp"`
-	Mounts       []ObservedMount   `json:"mounts"`
-	Cgroup       ObservedCgroup    `json:"cgroup"`
-	Interfaces   []string          `json:"interfaces,omitempty"`
-	Notes        []string          `json:"notes,omitempty"`
-}
-
-// ObservedMount is one mount in the container's mount namespace.
-type ObservedMount struct {
-	Target   string `json:"target"`
-	FSType   string `json:"fsType"`
-	ReadOnly bool   `json:"readOnly"`
-}
-
-// ObservedCgroup holds the limits the kernel enforces on the container.
-type ObservedCgroup struct {
-	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
-	PidsLimit        int64 `json:"pidsLimit"`
-	CPUQuotaMicros   int64 `json:"cpuQuotaMicros"`
-	CPUPeriodMicros  int64 `json:"cpuPeriodMicros"`
-}
 
 // namespaceKinds are the namespaces observe compares with the daemon's.
 var namespaceKinds = []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts", "time"}
@@ -59,8 +32,8 @@ func ownNamespaces() map[string]string {
 // every namespace, mount, capability drop, no_new_privs and the seccomp
 // filter are in place, and the workload has not started, so the read
 // cannot race it.
-func (c *Container) observe(pid int) *Observed {
-	o := &Observed{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
+func (c *Container) observe(pid int) *backend.Observation {
+	o := &backend.Observation{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
 	proc := fmt.Sprintf("/proc/%d", pid)
 	for _, ns := range namespaceKinds {
 		theirs, err := os.Readlink(filepath.Join(proc, "ns", ns))
@@ -111,8 +84,8 @@ func (c *Container) observe(pid int) *Observed {
 	return o
 }
 
-func parseMounts(mi []byte) []ObservedMount {
-	var out []ObservedMount
+func parseMounts(mi []byte) []backend.ObservedMount {
+	var out []backend.ObservedMount
 	sc := bufio.NewScanner(bytes.NewReader(mi))
 	for sc.Scan() {
 		// id parent maj:min root target options [optional...] - fstype source superopts
@@ -122,7 +95,7 @@ func parseMounts(mi []byte) []ObservedMount {
 			continue
 		}
 		opts := strings.Split(f[5], ",")
-		out = append(out, ObservedMount{Target: f[4], FSType: f[sep+1], ReadOnly: slices.Contains(opts, "ro")})
+		out = append(out, backend.ObservedMount{Target: f[4], FSType: f[sep+1], ReadOnly: slices.Contains(opts, "ro")})
 	}
 	return out
 }

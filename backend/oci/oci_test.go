@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/probe"
@@ -51,32 +52,49 @@ func newHarness(t *testing.T, userns bool) *harness {
 	return &harness{b: b, rootfs: testenv.BusyboxRootfs(t), stateDir: opts.StateDir}
 }
 
-func (h *harness) run(t *testing.T, id string, args []string, mod func(*oci.Launch)) (*oci.Exit, string, *oci.CleanupReport) {
+// spec is a launch of args in the busybox image with modest budgets.
+func (h *harness) spec(args ...string) backend.Spec {
+	return backend.Spec{
+		Rootfs: h.rootfs, Args: args, Env: []string{"PATH=/bin"}, Cwd: "/", Hostname: "custody",
+		OutputPath: "/out", OutputBytes: 4 << 20,
+		TmpBytes: 8 << 20, Memory: 64 << 20, Pids: 64, CPU: 1, FileSize: 64 << 20,
+	}
+}
+
+// prepare journals the launch's intents on rec (nil: none), as the
+// launch pipeline does with the grant it spends, then prepares it.
+func (h *harness) prepare(t *testing.T, id string, s backend.Spec, rec backend.Recorder) backend.Sandbox {
 	t.Helper()
-	l := oci.Launch{
-		ID:          id,
-		ImageRootfs: h.rootfs,
-		Config: oci.Config{
-			Args: args, Env: []string{"PATH=/bin"}, Cwd: "/", Hostname: "custody",
-			Output:   oci.Mount{Target: "/out"},
-			TmpBytes: 8 << 20, Memory: 64 << 20, Pids: 64, CPU: 1, FileSize: 64 << 20,
-		},
-		OutputBytes: 4 << 20,
-		WallTime:    10 * time.Second,
-	}
-	if mod != nil {
-		mod(&l)
-	}
 	ctx := context.Background()
-	c, err := h.b.Prepare(ctx, l)
+	if rec != nil {
+		es, err := h.b.Intents(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Intent(es...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := h.b.Prepare(ctx, id, s, rec)
 	if err != nil {
 		if c != nil {
 			c.Cleanup(ctx)
 		}
 		t.Fatalf("prepare: %v", err)
 	}
+	return c
+}
+
+func (h *harness) run(t *testing.T, id string, args []string, mod func(*backend.Spec)) (*backend.Exit, string, *backend.CleanupReport) {
+	t.Helper()
+	s := h.spec(args...)
+	if mod != nil {
+		mod(&s)
+	}
+	ctx := context.Background()
+	c := h.prepare(t, id, s, nil)
 	var out bytes.Buffer
-	ex, err := c.Run(ctx, l.WallTime, &out, &out)
+	ex, err := c.Run(ctx, 10*time.Second, backend.IO{Stdout: &out, Stderr: &out})
 	rep := c.Cleanup(ctx)
 	if err != nil {
 		t.Fatalf("run: %v (output %q)", err, out.String())
@@ -84,7 +102,7 @@ func (h *harness) run(t *testing.T, id string, args []string, mod func(*oci.Laun
 	if !rep.Verified {
 		t.Fatalf("cleanup not verified: %+v", rep)
 	}
-	return ex, out.String(), rep
+	return ex, out.String(), &rep
 }
 
 func TestRunTrivial(t *testing.T) {
@@ -110,7 +128,7 @@ func TestObservedControls(t *testing.T) {
 	if ex.Code != 0 {
 		t.Fatalf("exit %d: %s", ex.Code, out)
 	}
-	o := ex.Observed
+	o := ex.Observation
 	if o == nil {
 		t.Fatal("nothing observed")
 	}
@@ -215,24 +233,19 @@ func TestCleanupRefusesALingeringProcess(t *testing.T) {
 
 // ranTrue prepares and runs /bin/true as launch id, leaving it for the
 // caller to clean up.
-func (h *harness) ranTrue(t *testing.T, id string) *oci.Container {
+func (h *harness) ranTrue(t *testing.T, id string) backend.Sandbox {
 	return h.ranTrueRecorded(t, id, nil)
 }
 
 // ranTrueRecorded is ranTrue with the launch recorded by rec.
-func (h *harness) ranTrueRecorded(t *testing.T, id string, rec oci.Recorder) *oci.Container {
+func (h *harness) ranTrueRecorded(t *testing.T, id string, rec backend.Recorder) backend.Sandbox {
 	t.Helper()
 	ctx := context.Background()
-	c, err := h.b.Prepare(ctx, oci.Launch{
-		ID: id, ImageRootfs: h.rootfs, Recorder: rec,
-		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
-			TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
-		OutputBytes: 1 << 20, WallTime: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Run(ctx, 5*time.Second, nil, nil); err != nil {
+	s := h.spec("/bin/true")
+	s.Env, s.Hostname = nil, ""
+	s.TmpBytes, s.Memory, s.Pids, s.FileSize, s.OutputBytes = 1<<20, 32<<20, 16, 1<<20, 1<<20
+	c := h.prepare(t, id, s, rec)
+	if _, err := c.Run(ctx, 5*time.Second, backend.IO{}); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -284,8 +297,8 @@ func TestFilterRefusesTheI386ABI(t *testing.T) {
 	if _, err := fmt.Sscanf(string(host), "native=%d i386=%d", &native, &compat); err != nil || compat != native {
 		t.Fatalf("on the host, without a filter, both calls must give the pid: %q", host)
 	}
-	_, out, _ := h.run(t, "i386-abi", []string{"/in/abi"}, func(l *oci.Launch) {
-		l.Config.Inputs = []oci.Mount{{Source: dir, Target: "/in"}}
+	_, out, _ := h.run(t, "i386-abi", []string{"/in/abi"}, func(s *backend.Spec) {
+		s.Inputs = []backend.Mount{{Source: dir, Target: "/in"}}
 	})
 	if want := fmt.Sprintf("native=1 i386=%d", -int(syscall.EPERM)); strings.TrimSpace(out) != want {
 		t.Fatalf("in the container: %q, want %q (native allowed, i386 refused with EPERM)", strings.TrimSpace(out), want)
@@ -324,8 +337,8 @@ func TestFilterRefusesMempolicy(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "custody-probe"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ex, out, _ := h.run(t, "mempolicy", []string{"/in/custody-probe", "-syscalls"}, func(l *oci.Launch) {
-		l.Config.Inputs = []oci.Mount{{Source: dir, Target: "/in"}}
+	ex, out, _ := h.run(t, "mempolicy", []string{"/in/custody-probe", "-syscalls"}, func(s *backend.Spec) {
+		s.Inputs = []backend.Mount{{Source: dir, Target: "/in"}}
 	})
 	if ex.Code != 0 {
 		t.Fatalf("probe exit %d: %s", ex.Code, out)
@@ -365,7 +378,7 @@ func TestScratchWithinTmpBudget(t *testing.T) {
 for d in /tmp /dev/shm; do dd if=/dev/zero of=$d/f bs=64k count=256 2>/dev/null; echo "$d $(wc -c < $d/f)"; done
 echo ok > /dev/null && echo devnull`
 			ex, out, _ := h.run(t, "scratch-"+map[bool]string{false: "a", true: "b"}[userns], []string{"/bin/sh", "-c", script},
-				func(l *oci.Launch) { l.Config.TmpBytes = tmp })
+				func(s *backend.Spec) { s.TmpBytes = tmp })
 			if ex.Code != 0 {
 				t.Fatalf("exit %d: %s", ex.Code, out)
 			}
@@ -396,19 +409,14 @@ func TestDeviceOwnersAsConfigured(t *testing.T) {
 		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
 			h := newHarness(t, userns)
 			ctx := context.Background()
-			c, err := h.b.Prepare(ctx, oci.Launch{
-				ID: "devowners-" + map[bool]string{false: "a", true: "b"}[userns], ImageRootfs: h.rootfs,
-				Config: oci.Config{Args: []string{"/bin/sh", "-c", "for d in /dev/*; do [ -c $d ] && stat -c '%n %u %g' $d; done"},
-					Cwd: "/", Output: oci.Mount{Target: "/out"}, Env: []string{"PATH=/bin"},
-					TmpBytes: 1 << 20, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
-				OutputBytes: 1 << 20, WallTime: 10 * time.Second,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := h.spec("/bin/sh", "-c", "for d in /dev/*; do [ -c $d ] && stat -c '%n %u %g' $d; done")
+			s.Hostname = ""
+			s.TmpBytes, s.Memory, s.Pids, s.FileSize, s.OutputBytes = 1<<20, 32<<20, 16, 1<<20, 1<<20
+			sb := h.prepare(t, "devowners-"+map[bool]string{false: "a", true: "b"}[userns], s, nil)
+			c := sb.(*oci.Container)
 			defer c.Cleanup(ctx)
 			var out bytes.Buffer
-			if ex, err := c.Run(ctx, 10*time.Second, &out, &out); err != nil || ex.Code != 0 {
+			if ex, err := c.Run(ctx, 10*time.Second, backend.IO{Stdout: &out, Stderr: &out}); err != nil || ex.Code != 0 {
 				t.Fatalf("run: %v %+v: %s", err, ex, out.String())
 			}
 			var cfg struct {
@@ -444,29 +452,29 @@ func TestDeviceOwnersAsConfigured(t *testing.T) {
 // journal keeps what a launch records, as recovery gets it back.
 type journal struct {
 	order []string
-	res   map[string]oci.Resource
+	res   map[string]backend.Resource
 }
 
-func (j *journal) put(state string, es []oci.Entry) error {
+func (j *journal) put(state string, es []backend.Resource) error {
 	if j.res == nil {
-		j.res = map[string]oci.Resource{}
+		j.res = map[string]backend.Resource{}
 	}
 	for _, e := range es {
 		k := e.Kind + "\x00" + e.Name
 		if _, ok := j.res[k]; !ok {
 			j.order = append(j.order, k)
 		}
-		j.res[k] = oci.Resource{Kind: e.Kind, Name: e.Name, State: state, Identity: e.Identity}
+		j.res[k] = backend.Resource{Kind: e.Kind, Name: e.Name, State: state, Identity: e.Identity}
 	}
 	return nil
 }
 
-func (j *journal) Intent(es ...oci.Entry) error  { return j.put("intent", es) }
-func (j *journal) Created(es ...oci.Entry) error { return j.put("created", es) }
-func (j *journal) Removed(es ...oci.Entry) error { return j.put("removed", es) }
+func (j *journal) Intent(es ...backend.Resource) error  { return j.put("intent", es) }
+func (j *journal) Created(es ...backend.Resource) error { return j.put("created", es) }
+func (j *journal) Removed(es ...backend.Resource) error { return j.put("removed", es) }
 
-func (j *journal) resources() []oci.Resource {
-	var out []oci.Resource
+func (j *journal) resources() []backend.Resource {
+	var out []backend.Resource
 	for _, k := range j.order {
 		out = append(out, j.res[k])
 	}
@@ -504,15 +512,13 @@ func TestRecoveryLeavesNoRuncLogs(t *testing.T) {
 func TestTinyTmpBudgetRefused(t *testing.T) {
 	h := newHarness(t, true)
 	ctx := context.Background()
-	l := oci.Launch{ID: "tiny-tmp", ImageRootfs: h.rootfs,
-		Config: oci.Config{Args: []string{"/bin/true"}, Cwd: "/", Output: oci.Mount{Target: "/out"},
-			TmpBytes: 100, Memory: 32 << 20, Pids: 16, CPU: 1, FileSize: 1 << 20},
-		OutputBytes: 1 << 20, WallTime: 5 * time.Second}
-	if c, err := h.b.Prepare(ctx, l); err == nil || c != nil {
+	s := h.spec("/bin/true")
+	s.TmpBytes = 100
+	if c, err := h.b.Prepare(ctx, "tiny-tmp", s, nil); err == nil || c != nil {
 		t.Fatalf("a 100-byte tmp budget was accepted: %v", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(filepath.Dir(h.stateDir), "run")); len(ents) > 0 {
 		t.Fatalf("the refusal left launch state: %v", ents)
 	}
-	h.run(t, "page-tmp", []string{"/bin/true"}, func(l *oci.Launch) { l.Config.TmpBytes = int64(os.Getpagesize()) })
+	h.run(t, "page-tmp", []string{"/bin/true"}, func(s *backend.Spec) { s.TmpBytes = int64(os.Getpagesize()) })
 }

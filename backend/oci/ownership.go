@@ -13,9 +13,11 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/backend"
 )
 
-// Resource kinds the backend records.
+// backend.Resource kinds the backend records.
 const (
 	KindLaunchDir   = "launch-dir"
 	KindLaunchMount = "launch-mount" // the tmpfs over the launch dir
@@ -25,36 +27,11 @@ const (
 	KindCgroup      = "cgroup"
 )
 
-// Recorder is told about native resources before they are created, once
-// they exist (with their native identities), and once they are verified
-// gone. Each call is one durable record: the backend batches what it can,
-// so a launch costs a handful of them. A failing Intent stops the create:
-// nothing is made that is not recorded.
-type Recorder interface {
-	Intent(es ...Entry) error
-	Created(es ...Entry) error
-	Removed(es ...Entry) error
-}
-
-// Entry is one native resource; Identity is set once it exists.
-type Entry struct {
-	Kind, Name string
-	Identity   map[string]string
-}
-
 type nopRecorder struct{}
 
-func (nopRecorder) Intent(...Entry) error  { return nil }
-func (nopRecorder) Created(...Entry) error { return nil }
-func (nopRecorder) Removed(...Entry) error { return nil }
-
-// Resource is a recorded native resource, as recovery gets it back.
-type Resource struct {
-	Kind     string
-	Name     string
-	State    string // "intent", "created" or "removed"
-	Identity map[string]string
-}
+func (nopRecorder) Intent(...backend.Resource) error  { return nil }
+func (nopRecorder) Created(...backend.Resource) error { return nil }
+func (nopRecorder) Removed(...backend.Resource) error { return nil }
 
 // pathIdentity is a file's device and inode: a path alone proves nothing.
 func pathIdentity(p string) (map[string]string, error) {
@@ -156,7 +133,7 @@ func startTime(pid int) (string, error) {
 // (the runner died or was killed). It acts only on resources whose
 // recorded native identity still matches; anything else is reported and
 // left alone.
-func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, rec Recorder) *CleanupReport {
+func (b *Backend) recoverLaunch(ctx context.Context, id string, resources []backend.Resource, rec backend.Recorder) *backend.CleanupReport {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
@@ -186,20 +163,20 @@ func (b *Backend) Recover(ctx context.Context, id string, resources []Resource, 
 	}
 	bin, err := b.runtime.get(ctx)
 	if err != nil {
-		r := &CleanupReport{}
-		r.step("runtime", fmt.Errorf("cannot verify the runtime to clean up with: %w", err))
+		r := &backend.CleanupReport{}
+		step(r, "runtime", fmt.Errorf("cannot verify the runtime to clean up with: %w", err))
 		return r
 	}
 	c.bin = bin
-	return c.Cleanup(ctx)
+	return c.cleanup(ctx)
 }
 
 // VerifyAbsent checks that none of a launch's recorded resources exists,
 // for an attempt refused before the backend made anything (Prepare was
 // never called, or failed before its first mkdir). Unlike Recover it needs
 // no runtime: a refusal for a tampered runtime still closes cleanly.
-func (b *Backend) VerifyAbsent(id string, resources []Resource) *CleanupReport {
-	r := &CleanupReport{}
+func (b *Backend) verifyAbsent(id string, resources []backend.Resource) *backend.CleanupReport {
+	r := &backend.CleanupReport{}
 	var present []string
 	for _, x := range resources {
 		if x.State == "removed" {
@@ -219,9 +196,9 @@ func (b *Backend) VerifyAbsent(id string, resources []Resource) *CleanupReport {
 		}
 	}
 	if len(present) > 0 {
-		r.step("never-created", fmt.Errorf("launch %s: %d recorded resources exist: %v", id, len(present), present))
+		step(r, "never-created", fmt.Errorf("launch %s: %d recorded resources exist: %v", id, len(present), present))
 	} else {
-		r.step("never-created", nil)
+		step(r, "never-created", nil)
 	}
 	r.Verified = len(present) == 0
 	return r

@@ -1,0 +1,134 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+)
+
+// Name is the oci backend's name in receipts and qualification rows.
+const Name = "oci"
+
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Sandbox = (*Container)(nil)
+)
+
+// Name is "oci".
+func (b *Backend) Name() string { return Name }
+
+// Identity is the pinned runtime: what a grant binds and a receipt records.
+func (b *Backend) Identity() backend.Identity {
+	rt := b.opts.Runtime
+	return backend.Identity{Kind: Name, Version: rt.Version, Path: rt.Path, SHA256: rt.SHA256}
+}
+
+// Prepare makes a container for s up to the gate: launch dir, overlay
+// rootfs, bounded output and config.json. The caller has journalled
+// Intents(id) durably (with the grant it spends), so Prepare records only
+// what it creates. On error the returned Sandbox, if non-nil, still needs
+// Cleanup.
+func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
+	cfg := Config{
+		Args: s.Args, Env: s.Env, Cwd: s.Cwd, Hostname: s.Hostname,
+		Output:   Mount{Target: s.OutputPath},
+		TmpBytes: s.TmpBytes, Memory: s.Memory, Pids: s.Pids, CPU: s.CPU, FileSize: s.FileSize,
+	}
+	for _, in := range s.Inputs {
+		cfg.Inputs = append(cfg.Inputs, Mount{Source: in.Source, Target: in.Target})
+	}
+	c, err := b.prepare(ctx, Launch{
+		ID: id, ImageRootfs: s.Rootfs, Config: cfg,
+		OutputBytes: s.OutputBytes, OutputFiles: s.OutputFiles,
+		Recorder: rec, Journalled: true,
+	})
+	if c == nil {
+		return nil, err // a nil *Container must not become a non-nil Sandbox
+	}
+	return c, err
+}
+
+// VerifyAbsent checks that none of a launch's recorded resources exists,
+// without a runtime: for an attempt refused before Prepare made anything.
+func (b *Backend) VerifyAbsent(id string, recorded []backend.Resource) backend.CleanupReport {
+	return *b.verifyAbsent(id, recorded)
+}
+
+// Recover cleans up after an attempt this process did not see through,
+// acting only where the journal and the native identity agree.
+func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Resource, rec backend.Recorder) backend.CleanupReport {
+	return *b.recoverLaunch(ctx, id, recorded, rec)
+}
+
+// Run runs the container with one `runc run` to the end (see run).
+func (c *Container) Run(ctx context.Context, wall time.Duration, out backend.IO) (*backend.Exit, error) {
+	if wall <= 0 {
+		return nil, fmt.Errorf("oci: a wall time is required")
+	}
+	return c.run(ctx, wall, out.Stdout, out.Stderr)
+}
+
+// Output is the bounded output filesystem on the host.
+func (c *Container) Output() backend.Output { return output{c} }
+
+type output struct{ c *Container }
+
+func (o output) Dir() string          { return o.c.OutputDir() }
+func (o output) Used() (int64, error) { return o.c.OutputUsed() }
+
+// Evidence names what a receipt records of this launch: the runtime bytes
+// that ran, its config.json, the gate and the seccomp filter the gate
+// installed.
+func (c *Container) Evidence() map[string]string {
+	ev := map[string]string{"gate": c.b.GateSHA256(), "seccomp": c.b.FilterSHA256()}
+	if rt := c.RuntimeSHA256(); rt != "" {
+		ev["runtime"] = rt
+	}
+	if c.config != nil {
+		ev["config"] = c.ConfigSHA256()
+	}
+	return ev
+}
+
+// Cleanup removes everything the launch created and verifies each part is
+// gone. It is idempotent.
+func (c *Container) Cleanup(ctx context.Context) backend.CleanupReport { return *c.cleanup(ctx) }
+
+// Foreign lists launch dirs, runtime containers and cgroups that carry this
+// backend's naming but that known (the journal) does not hold: look-alikes
+// that are reported and never touched.
+func (b *Backend) Foreign(known func(kind, name string) bool) []backend.Resource {
+	var out []backend.Resource
+	if ents, err := os.ReadDir(b.opts.RuntimeDir); err == nil {
+		for _, e := range ents {
+			if p := filepath.Join(b.opts.RuntimeDir, e.Name()); !known(KindLaunchDir, p) {
+				out = append(out, backend.Resource{Kind: "launch dir", Name: p})
+			}
+		}
+	}
+	if ents, err := os.ReadDir(b.opts.StateDir); err == nil {
+		for _, e := range ents {
+			if e.IsDir() && !known(KindContainer, e.Name()) {
+				out = append(out, backend.Resource{Kind: "runtime container", Name: e.Name()})
+			}
+		}
+	}
+	for _, d := range b.CgroupParents() {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			p := filepath.Join(d, e.Name())
+			if e.IsDir() && strings.HasPrefix(e.Name(), "custody-") && !known(KindCgroup, p) {
+				out = append(out, backend.Resource{Kind: "cgroup", Name: p})
+			}
+		}
+	}
+	return out
+}
