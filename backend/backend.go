@@ -21,6 +21,8 @@ type Backend interface {
 	// Identity is what a grant binds of the backend and what a receipt
 	// records: its kind, version and the digests of what runs.
 	Identity() Identity
+	// Capabilities are what the backend enforces on this host, as values.
+	Capabilities() Capabilities
 	// Intents lists everything a launch with this id may create, before
 	// anything is created: the caller journals them durably (in the same
 	// transaction that spends the grant).
@@ -188,6 +190,14 @@ type CleanupStep struct {
 	Name   string
 	OK     bool
 	Detail string
+}
+
+// Capabilities are what a backend enforces on this host, as values that
+// admission and receipts read; nothing observed at run time changes them.
+type Capabilities struct {
+	// UserNamespace says sandboxes run in a user namespace that maps their
+	// root to an unprivileged host range.
+	UserNamespace bool
 }
 
 // Identity is what a grant binds of a backend and a receipt records.

@@ -858,7 +858,9 @@ func checkGoneAfterExit(ctx context.Context, s *suite, j *judge) {
 }
 
 func checkGoneAfterTimeout(ctx context.Context, s *suite, j *judge) {
-	o, seen, left := s.detached(ctx, j, "q-gone-after-timeout", 2*time.Second, "sleep 60", api.StatusTimeout)
+	// The wall time leaves the host a few seconds to see the child before
+	// the kill: a TCG guest starts the probe slowly.
+	o, seen, left := s.detached(ctx, j, "q-gone-after-timeout", 6*time.Second, "sleep 60", api.StatusTimeout)
 	j.require(len(left) == 0, "marker processes %v survived the timeout (killed by the suite)", left)
 	if seen && len(left) == 0 && o.res != nil {
 		j.note("the detached child was running and was gone after the wall-time kill; cleanup verified")

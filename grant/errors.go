@@ -50,15 +50,28 @@ const (
 	CodeSubmitterNotAllowed Code = "submitter-not-allowed"
 )
 
-// Error is a refused grant. Callers branch on Code with errors.As.
+// Error is a refused grant. Callers branch on Code with errors.As. Err,
+// when set, is the refusal behind it (an admission refusal with its
+// per-requirement diagnostics): it is kept, not flattened, so the client
+// still gets every requirement.
 type Error struct {
 	Code   Code
 	Detail string
+	Err    error
 }
 
 // Error returns "grant refused (<code>): <detail>".
 func (e *Error) Error() string {
 	return "grant refused (" + string(e.Code) + "): " + e.Detail
+}
+
+// Unwrap returns the refusal behind e, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// RefuseWith returns an *Error with the given code whose detail and cause
+// are err.
+func RefuseWith(code Code, err error) *Error {
+	return &Error{Code: code, Detail: err.Error(), Err: err}
 }
 
 // Refuse returns an *Error with the given code and a detail formatted as by

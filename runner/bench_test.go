@@ -12,6 +12,7 @@ import (
 
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/runner"
 )
 
 // BenchmarkTrivialPhase compares a whole custody launch of /bin/true
@@ -23,7 +24,7 @@ func BenchmarkTrivialPhase(b *testing.B) {
 	path, version, sha := testenv.Runc(b)
 
 	b.Run("custody", func(b *testing.B) {
-		h := newHarnessWith(b, oci.Pinned{Path: path, Version: version, SHA256: sha})
+		h := newHarnessWith(b, runner.Runtime{Path: path, Version: version, SHA256: sha})
 		req := h.phase("true")
 		req.Command = []string{"/bin/true"}
 		ctx := context.Background()

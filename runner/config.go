@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/custody-dev/custody/backend/oci"
 )
 
 // Config is the runner's own configuration, owned by the operator.
@@ -19,7 +17,7 @@ type Config struct {
 	// RuntimeDir holds per-launch bundles (0711, nothing secret).
 	RuntimeDir string `yaml:"runtimeDir"`
 	// Runtime is the pinned OCI runtime; its sha256 is checked at every launch.
-	Runtime oci.Pinned `yaml:"runtime"`
+	Runtime Runtime `yaml:"runtime"`
 	// Gate is the custody-gate binary every container starts with; empty
 	// means custody-gate beside the runtime binary. Its digest is recorded
 	// in each receipt.
@@ -31,6 +29,14 @@ type Config struct {
 	// Faults, when set (only by fault-injection builds), is called at each
 	// stage boundary of a launch.
 	Faults func(stage string) `yaml:"-"`
+}
+
+// Runtime names the runtime binary the operator pinned: where it is, which
+// version it is and the sha256 of its bytes.
+type Runtime struct {
+	Path    string `yaml:"path"`
+	Version string `yaml:"version"`
+	SHA256  string `yaml:"sha256"`
 }
 
 // IDRange is a host uid/gid range for container ids 0..Size-1.

@@ -57,7 +57,7 @@ func (r *Runner) newResult(p *Prepared) *api.Result {
 		Unqualified: p.Plan.Unqualified,
 		Runtime: api.Runtime{Path: r.cfg.Runtime.Path, Version: r.cfg.Runtime.Version,
 			SHA256: r.cfg.Runtime.SHA256},
-		UserNamespace: r.userNS != nil,
+		UserNamespace: r.backend.Capabilities().UserNamespace,
 		Image:         p.Image.Digest,
 		Inputs:        []api.Input{},
 		Started:       time.Now().UTC(),

@@ -24,7 +24,6 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/platform"
@@ -38,9 +37,9 @@ import (
 // ErrQuarantined means the runner takes no work until an operator recovers it.
 var ErrQuarantined = errors.New("runner is quarantined")
 
-// defaultUserNS is the host range container ids map to when the operator
+// DefaultUserNS is the host range container ids map to when the operator
 // names none: far above any ordinary account.
-func defaultUserNS() oci.IDMap { return oci.IDMap{HostID: 1_000_000_000, Size: 65536} }
+var DefaultUserNS = IDRange{HostID: 1_000_000_000, Size: 65536}
 
 // Runner runs phases on this host.
 type Runner struct {
@@ -52,7 +51,6 @@ type Runner struct {
 	inputs  *snapshot.Store
 	outputs *snapshot.Store
 	backend backend.Backend
-	userNS  *oci.IDMap
 
 	// profile is the evidenced platform profile; a profile with a failed
 	// host fact is probed again (see Profile), since the cause may have
@@ -68,9 +66,15 @@ type Runner struct {
 // again, at most.
 const reprobeEvery = 5 * time.Second
 
-// New opens the runner's content stores, probes the platform and prepares
-// the backend. db is the runner's store (owned by the caller, who closes it).
-func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runner, error) {
+// BackendFactory makes the runner's backend once the platform is probed
+// (the profile says, for one, whether user namespaces work here). Only
+// custodyd wires a concrete backend; the runner drives backend.Backend.
+type BackendFactory func(prof *platform.Profile) (backend.Backend, error)
+
+// New opens the runner's content stores, probes the platform and makes the
+// backend with newBackend. db is the runner's store (owned by the caller,
+// who closes it).
+func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactory, log *slog.Logger) (*Runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -113,29 +117,9 @@ func New(ctx context.Context, cfg Config, db *store.DB, log *slog.Logger) (*Runn
 	}
 	r.profile.Store(prof)
 	r.probedAt = time.Now()
-	switch {
-	case cfg.UserNamespace != nil:
-		r.userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
-	case prof.UserNS.OK:
-		m := defaultUserNS()
-		r.userNS = &m
-	}
-	ob, err := oci.New(oci.Options{
-		Runtime:    cfg.Runtime,
-		Gate:       cfg.Gate,
-		StateDir:   filepath.Join(cfg.StateDir, "runc"),
-		RuntimeDir: cfg.RuntimeDir,
-		UserNS:     r.userNS,
-		Logger:     log,
-		Faults:     cfg.Faults,
-		// The backend passes on a byte more than a spool keeps, so that
-		// the spool sees when the workload wrote past the cap.
-		MaxLogBytes: StreamCap + 1,
-	})
-	if err != nil {
+	if r.backend, err = newBackend(prof); err != nil {
 		return nil, err
 	}
-	r.backend = ob
 	return r, nil
 }
 
@@ -152,6 +136,9 @@ func (r *Runner) VerifyImage(ctx context.Context, digest string) error {
 	_, err := r.images.Verify(ctx, digest)
 	return err
 }
+
+// Backend is the backend the runner launches on.
+func (r *Runner) Backend() backend.Backend { return r.backend }
 
 // Profile is the evidenced platform profile the runner admits against. A
 // profile in which a host fact the reviewed profile needs (seccomp, tmpfs,

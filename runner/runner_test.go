@@ -15,9 +15,11 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
@@ -39,10 +41,10 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
-	return newHarnessWith(t, oci.Pinned{Path: path, Version: version, SHA256: sha})
+	return newHarnessWith(t, runner.Runtime{Path: path, Version: version, SHA256: sha})
 }
 
-func newHarnessWith(t testing.TB, rt oci.Pinned) *harness {
+func newHarnessWith(t testing.TB, rt runner.Runtime) *harness {
 	t.Helper()
 	return newHarnessIn(t, launchBase(t), rt)
 }
@@ -61,7 +63,7 @@ func launchBase(t testing.TB) string {
 }
 
 // newHarnessIn is newHarnessWith on the directory base.
-func newHarnessIn(t testing.TB, base string, rt oci.Pinned) *harness {
+func newHarnessIn(t testing.TB, base string, rt runner.Runtime) *harness {
 	t.Helper()
 	cfg := runner.Config{
 		StateDir:   filepath.Join(base, "state"),
@@ -156,6 +158,23 @@ func (h *harness) noLeftovers() {
 	}
 }
 
+// ociBackend is the pinned runc as custodyd wires it (cmd/custodyd's
+// ociBackend): a user namespace where the host allows one.
+func ociBackend(cfg runner.Config) runner.BackendFactory {
+	return func(prof *platform.Profile) (backend.Backend, error) {
+		o := oci.Options{
+			Runtime:    oci.Pinned{Path: cfg.Runtime.Path, Version: cfg.Runtime.Version, SHA256: cfg.Runtime.SHA256},
+			Gate:       cfg.Gate,
+			StateDir:   filepath.Join(cfg.StateDir, "runc"),
+			RuntimeDir: cfg.RuntimeDir, MaxLogBytes: runner.StreamCap + 1,
+		}
+		if prof.UserNS.OK {
+			o.UserNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
+		}
+		return oci.New(o)
+	}
+}
+
 // openRunner opens the store and a runner on cfg; the store is closed at
 // the end of the test.
 func openRunner(t testing.TB, cfg runner.Config) (*runner.Runner, *store.DB) {
@@ -168,7 +187,7 @@ func openRunner(t testing.TB, cfg runner.Config) (*runner.Runner, *store.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	r, err := runner.New(context.Background(), cfg, db, nil)
+	r, err := runner.New(context.Background(), cfg, db, ociBackend(cfg), nil)
 	if err != nil {
 		t.Fatalf("runner.New: %v", err)
 	}
@@ -481,7 +500,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 	if err := os.WriteFile(copyPath, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarnessWith(t, oci.Pinned{Path: copyPath, Version: version, SHA256: sha})
+	h := newHarnessWith(t, runner.Runtime{Path: copyPath, Version: version, SHA256: sha})
 	res, out := h.run(h.phase("echo untampered"))
 	want(t, res, runner.StatusOK, out)
 

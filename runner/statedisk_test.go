@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/admission"
-	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
@@ -37,7 +36,7 @@ func smallStateDisk(t *testing.T, opts string) (*harness, string) {
 			t.Errorf("unmount the state disk: %v", err)
 		}
 	})
-	h := newHarnessIn(t, base, oci.Pinned{Path: path, Version: version, SHA256: sha})
+	h := newHarnessIn(t, base, runner.Runtime{Path: path, Version: version, SHA256: sha})
 	return h, state
 }
 

@@ -28,6 +28,11 @@ func (b *Backend) Identity() backend.Identity {
 	return backend.Identity{Kind: Name, Version: rt.Version, Path: rt.Path, SHA256: rt.SHA256}
 }
 
+// Capabilities says whether containers run in a user namespace.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{UserNamespace: b.opts.UserNS != nil}
+}
+
 // Prepare makes a container for s up to the gate: launch dir, overlay
 // rootfs, bounded output and config.json. The caller has journalled
 // Intents(id) durably (with the grant it spends), so Prepare records only

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -133,7 +134,7 @@ func (s *server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; release only an idle runner"})
 		return
 	}
-	defer s.launch.Unlock()
+	defer s.launching.Unlock()
 	// Recovery re-quarantines on any residual attempt; clear only after it.
 	rec, err := s.recover(r.Context())
 	if err != nil {
@@ -216,20 +217,10 @@ func (s *server) handleCancel(operator bool) http.HandlerFunc {
 	}
 }
 
-// runRecord is what the store keeps per run: the result, its owner and
-// its signed receipt.
-type runRecord struct {
-	Owner   uint32       `json:"owner"`
-	Result  *api.Result  `json:"result"`
-	Receipt *api.Receipt `json:"receipt,omitempty"`
-	// ReceiptError says why a run that launched has no receipt.
-	ReceiptError string `json:"receiptError,omitempty"`
-}
-
 // runFor reads a run record the caller may see: any for operators, their
 // own for clients (others' runs answer as absent).
-func (s *server) runFor(r *http.Request, operator bool) (*runRecord, error) {
-	var rec runRecord
+func (s *server) runFor(r *http.Request, operator bool) (*launch.Record, error) {
+	var rec launch.Record
 	if err := s.db.GetRun(r.PathValue("id"), &rec); err != nil {
 		return nil, err
 	}
@@ -268,7 +259,7 @@ func (s *server) handleGetReceipt(operator bool) http.HandlerFunc {
 // bytes come from the runner's content-addressed store; the client checks
 // them against the signed receipt, not against this answer.
 // noReceipt says why a recorded run has no receipt, from its record.
-func noReceipt(rec *runRecord) string {
+func noReceipt(rec *launch.Record) string {
 	switch {
 	case rec.Result == nil:
 		return "its record holds no result"
@@ -305,7 +296,7 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; recover only an idle runner"})
 		return
 	}
-	defer s.launch.Unlock()
+	defer s.launching.Unlock()
 	rec, err := s.recover(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -327,7 +318,7 @@ func (s *server) handleAttempts(w http.ResponseWriter, r *http.Request) {
 // a few seconds for runs that are finishing; the caller must Unlock.
 func (s *server) idle(ctx context.Context) bool {
 	deadline := time.Now().Add(5 * time.Second)
-	for !s.launch.TryLock() {
+	for !s.launching.TryLock() {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}

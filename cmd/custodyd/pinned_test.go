@@ -1,7 +1,7 @@
 package main
 
-import "github.com/custody-dev/custody/backend/oci"
+import "github.com/custody-dev/custody/runner"
 
-func runnerPinned(path, version, sha string) oci.Pinned {
-	return oci.Pinned{Path: path, Version: version, SHA256: sha}
+func runnerPinned(path, version, sha string) runner.Runtime {
+	return runner.Runtime{Path: path, Version: version, SHA256: sha}
 }

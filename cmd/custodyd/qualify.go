@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/store"
@@ -82,7 +83,7 @@ func (s *server) attestQualification(r *http.Request, req matrix.SignRequest) (*
 		}
 		mc := matrix.Check{Family: c.Family, Name: c.Name, Case: c.Case, Passed: c.Passed, Detail: c.Detail, Runs: []matrix.RunRef{}}
 		for _, id := range c.Runs {
-			var rec runRecord
+			var rec launch.Record
 			if err := s.db.GetRun(id, &rec); err != nil {
 				if errors.Is(err, store.ErrNotFound) {
 					return nil, refuse("checks[%d] (%s/%s): run %q is not a run of this runner", i, c.Family, c.Name, id)

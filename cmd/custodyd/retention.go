@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/custody-dev/custody/launch"
 )
 
 // retention is the parsed keep-for policy.
@@ -45,7 +47,7 @@ func (s *server) prune(now time.Time) (runs, outputs int, err error) {
 	keep := map[string]bool{}
 	var drop []string
 	err = s.db.Runs(func(id string, raw []byte) error {
-		var rec runRecord
+		var rec launch.Record
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil {
 			return nil // unreadable records are kept for an operator to look at
 		}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +20,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
@@ -36,7 +35,6 @@ type server struct {
 	runnerID *keys.Signer // runner identity
 	issuer   *keys.Signer // grant issuer
 	verifier *grant.Verifier
-	maxTTL   time.Duration
 	// now is the clock grants are checked against (tests move it).
 	now       func() time.Time
 	faults    func(stage string)
@@ -45,8 +43,10 @@ type server struct {
 	// before its stream is dropped.
 	stall time.Duration
 
-	// launch is held shared by every run and exclusively by recovery.
-	launch sync.RWMutex
+	// l is the launch pipeline.
+	l *launch.Launcher
+	// launching is held shared by every run and exclusively by recovery.
+	launching sync.RWMutex
 
 	mu     sync.RWMutex
 	pol    *policy.Policy
@@ -80,7 +80,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if err != nil {
 		return nil, err
 	}
-	s := &server{cfg: cfg, log: log, maxTTL: maxTTL, retention: ret, now: time.Now, stall: stallTimeout, active: map[string]*activeRun{}}
+	s := &server{cfg: cfg, log: log, retention: ret, now: time.Now, stall: stallTimeout, active: map[string]*activeRun{}}
 	var created bool
 	if s.runnerID, created, err = keys.LoadOrCreate(keyDir, "runner"); err != nil {
 		return nil, fmt.Errorf("runner identity key: %w", err)
@@ -108,7 +108,15 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	}
 	s.faults = faultHook()
 	cfg.Runner.Faults = s.faults
-	if s.r, err = runner.New(ctx, cfg.Runner, s.db, log); err != nil {
+	if s.r, err = runner.New(ctx, cfg.Runner, s.db, ociBackend(cfg.Runner, log), log); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.l, err = launch.New(launch.Config{
+		Runner: s.r, Store: s.db, Verifier: s.verifier, RunnerKey: s.runnerID, IssuerKey: s.issuer,
+		Policy: s.currentPolicy, Now: func() time.Time { return s.now() }, MaxTTL: maxTTL,
+		Faults: s.faults, Log: log,
+	}); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -134,22 +142,16 @@ func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
 		return nil, err
 	}
 	for _, a := range rec.Attempts {
-		var existing runRecord
+		var existing launch.Record
 		if s.db.GetRun(a.RunID, &existing) == nil {
 			continue
 		}
 		res := &api.Result{RunID: a.RunID, GrantID: a.GrantID, Status: api.StatusFailed, ExitCode: -1,
 			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
 			Started: a.Started, Finished: a.Updated, Inputs: []api.Input{}}
-		_ = s.db.PutRun(a.RunID, runRecord{Owner: 0, Result: res})
+		_ = s.db.PutRun(a.RunID, launch.Record{Owner: 0, Result: res})
 	}
 	return rec, nil
-}
-
-func (s *server) fault(stage string) {
-	if s.faults != nil {
-		s.faults(stage)
-	}
 }
 
 func (s *server) close() error { return s.db.Close() }
@@ -207,8 +209,7 @@ func (s *server) currentPolicy() (*policy.Policy, string, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.pol == nil {
-		return nil, "", &api.Error{Code: "policy-invalid",
-			Message: fmt.Sprintf("the operator policy %s failed to load, so nothing is granted: %v; fix: correct it and reload (custody policy reload)", s.cfg.Policy, s.polErr)}
+		return nil, "", fmt.Errorf("%w: the operator policy %s failed to load: %v; fix: correct it and reload (custody policy reload)", launch.ErrNoPolicy, s.cfg.Policy, s.polErr)
 	}
 	return s.pol, s.polDig, nil
 }
@@ -320,14 +321,6 @@ func peerOf(r *http.Request) peer {
 	return p
 }
 
-func newID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	return hex.EncodeToString(b[:])
-}
-
 // writeError maps errors to the wire at the edge.
 func writeError(w http.ResponseWriter, err error) {
 	e := toAPIError(err)
@@ -352,13 +345,31 @@ func toAPIError(err error) *api.Error {
 	if errors.As(err, &ae) {
 		return ae
 	}
+	// A grant refusal keeps the admission diagnostics behind it: the
+	// client gets every requirement, not a flattened string.
+	var re *admission.RefusedError
+	hasChecks := errors.As(err, &re)
 	var ge *grant.Error
 	if errors.As(err, &ge) {
-		return &api.Error{Code: string(ge.Code), Message: err.Error()}
+		e := &api.Error{Code: string(ge.Code), Message: err.Error()}
+		if hasChecks {
+			e.Checks = runner.Checks(re.Checks)
+		}
+		return e
 	}
-	var re *admission.RefusedError
-	if errors.As(err, &re) {
+	if hasChecks {
 		return &api.Error{Code: "refused", Message: err.Error(), Checks: runner.Checks(re.Checks)}
+	}
+	var rq *launch.RequestError
+	if errors.As(err, &rq) {
+		code := "bad-request"
+		if rq.Refused {
+			code = "refused"
+		}
+		return &api.Error{Code: code, Message: err.Error()}
+	}
+	if errors.Is(err, launch.ErrNoPolicy) {
+		return &api.Error{Code: "policy-invalid", Message: err.Error()}
 	}
 	if errors.Is(err, runner.ErrQuarantined) {
 		return &api.Error{Code: "quarantined", Message: err.Error()}

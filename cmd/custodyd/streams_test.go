@@ -19,6 +19,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
 )
 
@@ -226,12 +227,12 @@ func TestUnverifiedCleanupIsNotSuccess(t *testing.T) {
 // says happened, not "never launched" for every run without a receipt.
 func TestReceiptAbsenceSaysWhy(t *testing.T) {
 	for _, c := range []struct {
-		rec  runRecord
+		rec  launch.Record
 		want string
 	}{
-		{runRecord{Result: &api.Result{Status: api.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
-		{runRecord{Result: &api.Result{Status: api.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
-		{runRecord{Result: &api.Result{Status: api.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
+		{launch.Record{Result: &api.Result{Status: api.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
+		{launch.Record{Result: &api.Result{Status: api.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
+		{launch.Record{Result: &api.Result{Status: api.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
 	} {
 		if got := noReceipt(&c.rec); !strings.Contains(got, c.want) {
 			t.Errorf("noReceipt(%+v) = %q, want %q", c.rec.Result, got, c.want)

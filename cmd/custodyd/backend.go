@@ -1,0 +1,39 @@
+package main
+
+import (
+	"log/slog"
+	"path/filepath"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/runner"
+)
+
+// ociBackend wires the pinned runc as the runner's backend: custodyd is
+// the only place that names a concrete backend. Containers run in a user
+// namespace mapping root to the operator's range, or to a default one
+// where the probe proved user namespaces work.
+func ociBackend(cfg runner.Config, log *slog.Logger) runner.BackendFactory {
+	return func(prof *platform.Profile) (backend.Backend, error) {
+		var userNS *oci.IDMap
+		switch {
+		case cfg.UserNamespace != nil:
+			userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
+		case prof.UserNS.OK:
+			userNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
+		}
+		return oci.New(oci.Options{
+			Runtime:    oci.Pinned{Path: cfg.Runtime.Path, Version: cfg.Runtime.Version, SHA256: cfg.Runtime.SHA256},
+			Gate:       cfg.Gate,
+			StateDir:   filepath.Join(cfg.StateDir, "runc"),
+			RuntimeDir: cfg.RuntimeDir,
+			UserNS:     userNS,
+			Logger:     log,
+			Faults:     cfg.Faults,
+			// The backend passes on a byte more than a spool keeps, so
+			// that the spool sees when the workload wrote past the cap.
+			MaxLogBytes: runner.StreamCap + 1,
+		})
+	}
+}

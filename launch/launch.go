@@ -1,0 +1,547 @@
+// Package launch is the one path from a phase request to a signed receipt,
+// whoever calls it (custodyd's handlers are its only caller; they decode,
+// call and encode). Decide is admission as the dry run and the grant issue
+// both run it; Issue mints a grant bound to everything a launch re-derives;
+// Admit verifies a grant, re-derives every value it binds, refuses on any
+// difference before any mutation, then spends it in the transaction that
+// opens the run's journal attempt and snapshots the inputs; Run.Execute runs
+// the phase on the runner's backend, takes its outputs and signs its
+// receipt, recorded with the attempt's final state.
+package launch
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
+)
+
+// ErrNoPolicy means the operator policy failed to load: nothing is granted.
+var ErrNoPolicy = errors.New("no valid operator policy is loaded, so nothing is granted")
+
+// RequestError is a request launch cannot act on. Refused is a request
+// that parsed as the wrong thing (a phase that does not validate); the rest
+// are malformed (a missing field, a bad duration).
+type RequestError struct {
+	Refused bool
+	Err     error
+}
+
+func (e *RequestError) Error() string { return e.Err.Error() }
+func (e *RequestError) Unwrap() error { return e.Err }
+
+func malformed(format string, args ...any) error {
+	return &RequestError{Err: fmt.Errorf(format, args...)}
+}
+
+// PolicySource returns the policy in force and its digest, or an error
+// wrapping ErrNoPolicy.
+type PolicySource func() (*policy.Policy, string, error)
+
+// Config is what a Launcher needs; every field but Faults and Log is
+// required.
+type Config struct {
+	Runner   *runner.Runner
+	Store    *store.DB
+	Verifier *grant.Verifier
+	// RunnerKey signs receipts; IssuerKey signs grants.
+	RunnerKey, IssuerKey *keys.Signer
+	Policy               PolicySource
+	// Now is the clock grants are checked against (tests move it).
+	Now    func() time.Time
+	MaxTTL time.Duration
+	// Faults, if set, is called at each stage boundary; tests kill the
+	// daemon there. Production leaves it nil.
+	Faults func(stage string)
+	Log    *slog.Logger
+}
+
+// Launcher runs the launch pipeline.
+type Launcher struct {
+	cfg Config
+}
+
+// New checks cfg and returns a Launcher.
+func New(cfg Config) (*Launcher, error) {
+	switch {
+	case cfg.Runner == nil || cfg.Store == nil || cfg.Verifier == nil:
+		return nil, errors.New("launch: a runner, a store and a grant verifier are required")
+	case cfg.RunnerKey == nil || cfg.IssuerKey == nil:
+		return nil, errors.New("launch: the runner and issuer keys are required")
+	case cfg.Policy == nil || cfg.Now == nil:
+		return nil, errors.New("launch: a policy source and a clock are required")
+	case cfg.MaxTTL <= 0:
+		return nil, errors.New("launch: a positive maximum grant TTL is required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Launcher{cfg: cfg}, nil
+}
+
+func (l *Launcher) fault(stage string) {
+	if l.cfg.Faults != nil {
+		l.cfg.Faults(stage)
+	}
+}
+
+// ParsePhase parses a phase strictly and resolves relative input sources
+// against baseDir, the client's directory.
+func ParsePhase(yaml []byte, baseDir string) (*request.Phase, error) {
+	req, err := request.Parse(yaml)
+	if err != nil {
+		return nil, &RequestError{Refused: true, Err: err}
+	}
+	for i, in := range req.Inputs {
+		if filepath.IsAbs(in.Source) {
+			req.Inputs[i].Source = filepath.Clean(in.Source)
+			continue
+		}
+		if !filepath.IsAbs(baseDir) {
+			return nil, malformed("inputs[%d].source %q is relative and no absolute base directory was sent", i, in.Source)
+		}
+		req.Inputs[i].Source = filepath.Join(baseDir, in.Source)
+	}
+	return req, nil
+}
+
+// Decide is admission as the dry run and the grant issue both run it: the
+// plan, then the inputs read from their roots as a launch would read them
+// (without copying), so a dry run can never admit what issue refuses.
+func (l *Launcher) Decide(ctx context.Context, req *request.Phase) (*admission.Plan, []runner.Input, error) {
+	pol, _, err := l.cfg.Policy()
+	if err != nil {
+		return nil, nil, err
+	}
+	return l.decide(ctx, pol, req)
+}
+
+func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase) (*admission.Plan, []runner.Input, error) {
+	plan, err := l.cfg.Runner.Admit(req, pol)
+	if err != nil {
+		return nil, nil, err
+	}
+	inputs, err := l.cfg.Runner.HashInputs(ctx, plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	return plan, inputs, nil
+}
+
+// authorize checks what policy says about who may ask for what, beyond
+// admission's request ∩ platform ∩ ceilings.
+func authorize(pol *policy.Policy, req *request.Phase, actor string) error {
+	var checks []admission.Check
+	if !pol.ActorMayRun(actor, string(req.Stage)) {
+		checks = append(checks, admission.Check{Requirement: "actor", Verdict: admission.NotGranted,
+			Code: string(grant.CodeActorNotAllowed), Detail: fmt.Sprintf("actor %q may not be granted stage %q", actor, req.Stage),
+			Fix: "an operator may add the stage to the actor in policy actors"})
+	} else if !pol.ActorHasSubmitters(actor) {
+		checks = append(checks, admission.Check{Requirement: "actor.submitters", Verdict: admission.NotGranted,
+			Code: string(grant.CodeSubmitterNotAllowed), Detail: fmt.Sprintf("actor %q has no submitters, so a grant for it could launch nothing", actor),
+			Fix: "an operator may list the uids or gids that submit as this actor in policy actors[].submitters"})
+	}
+	for _, c := range req.Credentials {
+		if !pol.AllowsCredential(c) {
+			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.NotGranted,
+				Code: "credential-not-granted", Detail: fmt.Sprintf("credential %q is not in the policy", c),
+				Fix: "an operator may add the name to policy credentials"})
+			continue
+		}
+		checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Unsupported,
+			Code: "no-credential-broker", Detail: "this runner has no credential broker yet, so no credential can be brokered",
+			Fix: "run the phase without credentials"})
+	}
+	if len(checks) > 0 {
+		return &admission.RefusedError{Checks: checks}
+	}
+	return nil
+}
+
+// Issue mints a grant for req to actor, valid for ttl: the operator's
+// decision, bound to everything a launch re-derives.
+func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, ttl time.Duration) ([]byte, error) {
+	if ttl <= 0 || ttl > l.cfg.MaxTTL {
+		return nil, malformed("ttl %s: want a positive duration of at most %s", ttl, l.cfg.MaxTTL)
+	}
+	if actor == "" {
+		return nil, malformed("actor is required")
+	}
+	pol, polDig, err := l.cfg.Policy()
+	if err != nil {
+		return nil, err
+	}
+	if err := authorize(pol, req, actor); err != nil {
+		return nil, err
+	}
+	plan, inputs, err := l.decide(ctx, pol, req)
+	if err != nil {
+		return nil, err
+	}
+	phase, err := req.Canonical()
+	if err != nil {
+		return nil, err
+	}
+	now := l.cfg.Now().UTC().Truncate(time.Second)
+	prof := l.cfg.Runner.Profile()
+	rt := l.cfg.Runner.Backend().Identity()
+	p := grant.Predicate{
+		ID: grant.NewID(), Actor: actor, Stage: string(req.Stage),
+		NotBefore: now, Expires: now.Add(ttl),
+		PolicyDigest: polDig,
+		Runner:       grant.Runner{ID: l.cfg.RunnerKey.ID()},
+		Runtime:      grant.Runtime{Version: rt.Version, SHA256: rt.SHA256},
+		Image:        plan.Image,
+		Target:       grant.Target{OS: prof.OS, Arch: prof.Arch},
+		Toolchain:    req.Toolchain,
+		Inputs:       grant.Inputs{Entries: grantInputs(inputs)},
+		Output:       grant.Output{Path: plan.OutputPath, MaxBytes: plan.OutputBytes, MaxFiles: plan.OutputFiles},
+		Resources:    resources(plan),
+		Egress:       grant.Egress{Mode: string(plan.Network), Destinations: []string{}},
+		Credentials:  append([]string{}, req.Credentials...),
+		Phase:        phase,
+	}
+	p.Inputs.ClosureDigest = grant.ClosureDigest(p.Inputs.Entries)
+	return grant.Mint(ctx, l.cfg.IssuerKey, p)
+}
+
+func grantInputs(in []runner.Input) []grant.Input {
+	out := make([]grant.Input, 0, len(in))
+	for _, i := range in {
+		out = append(out, grant.Input{Source: i.Source, Target: i.Target, Digest: i.Digest})
+	}
+	return out
+}
+
+func resources(p *admission.Plan) grant.Resources {
+	return grant.Resources{Memory: p.Memory, Pids: p.Pids, CPU: p.CPU,
+		WallTimeMillis: p.WallTime.Milliseconds(), TmpBytes: p.TmpBytes}
+}
+
+// Peer is the process that submitted a grant, as the kernel reports it on
+// the socket (SO_PEERCRED). Known is false when the kernel said nothing.
+type Peer struct {
+	UID, GID uint32
+	PID      int32
+	Known    bool
+}
+
+// Admit verifies a grant submitted by from and re-derives each value it
+// binds. Every refusal happens before the grant is spent or anything is
+// created, except the final snapshot comparison, which follows the spend
+// because taking a snapshot writes; a refusal there closes the attempt.
+func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, error) {
+	pol, polDig, err := l.cfg.Policy()
+	if err != nil {
+		return nil, err
+	}
+	r := l.cfg.Runner
+	if q, err := r.Quarantine(); err != nil || q != nil {
+		if err == nil {
+			err = fmt.Errorf("%w since %s: %s", runner.ErrQuarantined, q.Since.Format(time.RFC3339), q.Reason)
+		}
+		return nil, err
+	}
+	g, err := l.cfg.Verifier.Verify(ctx, env, l.cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	p := g.Predicate
+	// A grant is not a bearer token: only a peer the policy lets submit as
+	// the grant's actor may launch it, so a leaked grant file launches
+	// nothing.
+	if !from.Known || !pol.ActorSubmitter(p.Actor, from.UID, from.GID) {
+		return nil, grant.Refuse(grant.CodeSubmitterNotAllowed,
+			"field actor: grant %s is for actor %q, which uid %d (gid %d) may not submit as; fix: submit as one of the actor's submitters, or an operator may add this uid or gid to policy actors[].submitters",
+			p.ID, p.Actor, from.UID, from.GID)
+	}
+	if err := l.unspent(p.ID); err != nil {
+		return nil, err
+	}
+	if err := l.sameRunner(p, polDig); err != nil {
+		return nil, err
+	}
+	req, err := phaseOf(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := authorize(pol, req, p.Actor); err != nil {
+		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
+	}
+	plan, err := r.Admit(req, pol)
+	if err != nil {
+		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
+	}
+	if err := samePlan(p, plan); err != nil {
+		return nil, err
+	}
+	if err := r.VerifyImage(ctx, p.Image); err != nil {
+		return nil, grant.Refuse(grant.CodeImageChanged, "field image: %v", err)
+	}
+	hashed, err := r.HashInputs(ctx, plan)
+	if err != nil {
+		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
+	}
+	if err := sameInputs(p.Inputs, grantInputs(hashed)); err != nil {
+		return nil, err
+	}
+	return l.spend(ctx, g, plan, env)
+}
+
+// unspent refuses a revoked or used grant (the spend checks again, in its
+// transaction; this answers early and without a write).
+func (l *Launcher) unspent(id string) error {
+	if revoked, err := l.cfg.Store.Revoked(id); err != nil {
+		return err
+	} else if revoked {
+		return grant.Refuse(grant.CodeRevoked, "grant %s was revoked by an operator", id)
+	}
+	if _, err := l.cfg.Store.GrantUsed(id); err == nil {
+		return grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant admits one launch", id)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// sameRunner compares the grant's runner, policy, runtime and target with
+// this runner's.
+func (l *Launcher) sameRunner(p grant.Predicate, polDig string) error {
+	rt := l.cfg.Runner.Backend().Identity()
+	prof := l.cfg.Runner.Profile()
+	switch {
+	case p.Runner.ID != l.cfg.RunnerKey.ID():
+		return grant.Refuse(grant.CodeWrongRunner, "field runner.id: grant is for runner %s, this is %s", p.Runner.ID, l.cfg.RunnerKey.ID())
+	case p.PolicyDigest != polDig:
+		return grant.Refuse(grant.CodePolicyChanged, "field policyDigest: grant was issued under policy %s, the policy in force is %s; fix: issue a new grant", p.PolicyDigest, polDig)
+	case p.Runtime.Version != rt.Version || p.Runtime.SHA256 != rt.SHA256:
+		return grant.Refuse(grant.CodeRuntimeChanged, "field runtime: grant binds runc %s sha256:%s, this runner pins %s sha256:%s", p.Runtime.Version, p.Runtime.SHA256, rt.Version, rt.SHA256)
+	case p.Target.OS != prof.OS || p.Target.Arch != prof.Arch:
+		return grant.Refuse(grant.CodeTargetMismatch, "field target: grant is for %s/%s, this runner is %s/%s", p.Target.OS, p.Target.Arch, prof.OS, prof.Arch)
+	}
+	return nil
+}
+
+// phaseOf decodes and validates the phase a grant carries.
+func phaseOf(p grant.Predicate) (*request.Phase, error) {
+	var req request.Phase
+	dec := json.NewDecoder(bytes.NewReader(p.Phase))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, grant.Refuse(grant.CodeMalformed, "field phase: %v", err)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, grant.Refuse(grant.CodeMalformed, "field phase: %v", err)
+	}
+	if string(req.Stage) != p.Stage || req.Toolchain != p.Toolchain {
+		return nil, grant.Refuse(grant.CodeMalformed, "field stage/toolchain: do not match the phase the grant carries")
+	}
+	return &req, nil
+}
+
+// spend consumes the grant in one durable transaction, before any
+// mutation, that also opens the run's journal attempt with everything it
+// may create; then it snapshots the inputs and checks them once more.
+func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte) (*Run, error) {
+	r, p := l.cfg.Runner, g.Predicate
+	runID := runner.NewRunID()
+	if err := r.Consume(runID, p.ID, store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}); err != nil {
+		switch {
+		case errors.Is(err, store.ErrConsumed):
+			return nil, grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant admits one launch", p.ID)
+		case errors.Is(err, store.ErrRevoked):
+			return nil, grant.Refuse(grant.CodeRevoked, "grant %s was revoked by an operator", p.ID)
+		}
+		return nil, err
+	}
+	l.fault("after-consume")
+	// A refusal from here on closes the attempt Consume opened.
+	abandon := func(err error) (*Run, error) {
+		if aerr := r.Abandon(runID, "refused after the grant was consumed: "+err.Error()); aerr != nil {
+			l.cfg.Log.Error("close the refused attempt", "run", runID, "err", aerr)
+		}
+		return nil, err
+	}
+	prep, err := r.Snapshot(ctx, plan)
+	if err != nil {
+		return abandon(err)
+	}
+	l.fault("after-snapshot")
+	if err := sameInputs(p.Inputs, grantInputs(prep.Inputs)); err != nil {
+		return abandon(err)
+	}
+	prep.RunID, prep.GrantID, prep.Begun = runID, p.ID, true
+	return &Run{l: l, prep: prep, grant: g, env: env}, nil
+}
+
+// samePlan compares what admission decides now with what the grant bound.
+func samePlan(p grant.Predicate, plan *admission.Plan) error {
+	want := resources(plan)
+	for _, f := range []struct {
+		field      string
+		got, bound any
+	}{
+		{"image", plan.Image, p.Image},
+		{"output.path", plan.OutputPath, p.Output.Path},
+		{"output.maxBytes", plan.OutputBytes, p.Output.MaxBytes},
+		{"output.maxFiles", plan.OutputFiles, p.Output.MaxFiles},
+		{"resources.memory", want.Memory, p.Resources.Memory},
+		{"resources.pids", want.Pids, p.Resources.Pids},
+		{"resources.cpu", want.CPU, p.Resources.CPU},
+		{"resources.wallTime", want.WallTimeMillis, p.Resources.WallTimeMillis},
+		{"resources.tmpBytes", want.TmpBytes, p.Resources.TmpBytes},
+		{"egress", string(plan.Network), p.Egress.Mode},
+	} {
+		if f.got != f.bound {
+			return grant.Refuse(grant.CodeNotAdmitted, "field %s: grant binds %v, admission now gives %v", f.field, f.bound, f.got)
+		}
+	}
+	return nil
+}
+
+func sameInputs(bound grant.Inputs, now []grant.Input) error {
+	if len(bound.Entries) != len(now) {
+		return grant.Refuse(grant.CodeInputsChanged, "field inputs: grant binds %d inputs, found %d", len(bound.Entries), len(now))
+	}
+	for i, b := range bound.Entries {
+		if b != now[i] {
+			return grant.Refuse(grant.CodeInputsChanged, "field inputs[%d]: %s bound as %s, now %s; fix: issue a new grant for the new content",
+				i, b.Source, b.Digest, now[i].Digest)
+		}
+	}
+	if got := grant.ClosureDigest(now); got != bound.ClosureDigest {
+		return grant.Refuse(grant.CodeInputsChanged, "field inputs.closureDigest: bound %s, now %s", bound.ClosureDigest, got)
+	}
+	return nil
+}
+
+// Run is an admitted launch: its grant is spent and its attempt open.
+// Execute it exactly once.
+type Run struct {
+	l     *Launcher
+	prep  *runner.Prepared
+	grant *grant.Grant
+	env   []byte
+}
+
+// ID is the run's id.
+func (r *Run) ID() string { return r.prep.RunID }
+
+// Grant is the grant the run spent.
+func (r *Run) Grant() *grant.Grant { return r.grant }
+
+// Receipt is a signed receipt: the DSSE envelope, the same as a Sigstore
+// bundle, and the runner key that signed it.
+type Receipt struct {
+	Envelope        []byte
+	Bundle          []byte
+	RunnerPublicKey string
+}
+
+// Record is what the store keeps of a run (its JSON is the store's run
+// record format): the result, its owner, its signed receipt, or why a run
+// that launched has none.
+type Record struct {
+	Owner        uint32       `json:"owner"`
+	Result       *api.Result  `json:"result"`
+	Receipt      *api.Receipt `json:"receipt,omitempty"`
+	ReceiptError string       `json:"receiptError,omitempty"`
+}
+
+// Outcome is how a run ended, as Execute reports it.
+type Outcome struct {
+	Result  *api.Result
+	Receipt *Receipt
+	// Err is set when the run could not be attempted, was refused before it
+	// began, or its cleanup could not be verified.
+	Err error
+}
+
+// Execute runs the phase with its streams going to stdout and stderr
+// (writers that must not block for long), signs the receipt of every run
+// that launched, and records the run for owner in the transaction that
+// closes its journal attempt (or, when cleanup is residual, after).
+func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Writer) Outcome {
+	l, prep, g := r.l, r.prep, r.grant
+	var rcpt *Receipt
+	var rcptErr string
+	finalized := false
+	finalize := func(res *api.Result) {
+		if finalized {
+			return
+		}
+		finalized = true
+		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
+		// Every run that launched gets a signed receipt, failed ones too.
+		if res.Status != runner.StatusRefused {
+			var err error
+			if rcpt, err = r.receipt(context.WithoutCancel(ctx), res); err != nil {
+				l.cfg.Log.Error("sign receipt", "run", prep.RunID, "err", err)
+				rcptErr = "signing failed: " + err.Error()
+			}
+		}
+	}
+	record := func(res *api.Result) Record {
+		rec := Record{Owner: owner, Result: res, ReceiptError: rcptErr}
+		if rcpt != nil {
+			rec.Receipt = &api.Receipt{Envelope: rcpt.Envelope, Bundle: rcpt.Bundle, RunnerPublicKey: rcpt.RunnerPublicKey}
+		}
+		return rec
+	}
+	prep.Record = func(res *api.Result) ([]byte, error) {
+		finalize(res)
+		return json.Marshal(record(res))
+	}
+	res, err := l.cfg.Runner.Launch(ctx, prep, stdout, stderr)
+	if res != nil {
+		finalize(res)
+		if !prep.Recorded {
+			if perr := l.cfg.Store.PutRun(prep.RunID, record(res)); perr != nil {
+				l.cfg.Log.Error("record run", "run", prep.RunID, "err", perr)
+			}
+		}
+	}
+	return Outcome{Result: res, Receipt: rcpt, Err: err}
+}
+
+// receipt signs the run's receipt with the runner identity key.
+func (r *Run) receipt(ctx context.Context, res *api.Result) (*Receipt, error) {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, r.env); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	g, key := r.grant, r.l.cfg.RunnerKey
+	rc := r.l.cfg.Runner.ReceiptFor(r.prep, res)
+	rc.Runner = evidence.Identity{ID: key.ID()}
+	rc.Grant = evidence.GrantRef{ID: g.Predicate.ID, EnvelopeSHA256: hex.EncodeToString(sum[:]),
+		IssuerID: g.IssuerKeyID, Envelope: compact.Bytes()}
+	rc.Phase = evidence.PhaseRef{Name: strings.TrimPrefix(g.SubjectName, "phase/"), Stage: g.Predicate.Stage, Digest: g.SubjectDigest}
+	signed, err := evidence.SignReceipt(ctx, key, rc)
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := evidence.Bundle(signed, key.ID())
+	if err != nil {
+		return nil, err
+	}
+	return &Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
+}
