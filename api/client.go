@@ -88,7 +88,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		defer resp.Body.Close()
 		var e Error
 		if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEventBytes)).Decode(&e); err != nil || e.Code == "" {
-			return nil, &Error{Code: "internal", Message: fmt.Sprintf("%s %s: HTTP %d", method, path, resp.StatusCode)}
+			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("%s %s: HTTP %d", method, path, resp.StatusCode)}
 		}
 		return nil, &e
 	}
@@ -243,7 +243,7 @@ func finalError(ev Event) error {
 	case ev.Error != nil:
 		return ev.Error
 	case ev.Quarantine != nil:
-		return &Error{Code: "quarantined", Message: "the run's cleanup was not verified: " + ev.Quarantine.Reason}
+		return &Error{Code: CodeQuarantined, Message: "the run's cleanup was not verified: " + ev.Quarantine.Reason}
 	}
 	return nil
 }
@@ -267,7 +267,7 @@ func (c *Client) streamLost(ctx context.Context, runID string, err error) (*Resu
 		rcpt = nil
 	}
 	if res.Cleanup != nil && !res.Cleanup.Verified {
-		return res, rcpt, &Error{Code: "quarantined", Message: "the run's cleanup was not verified: " + res.Error}
+		return res, rcpt, &Error{Code: CodeQuarantined, Message: "the run's cleanup was not verified: " + res.Error}
 	}
 	return res, rcpt, nil
 }
@@ -294,7 +294,7 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	for {
 		if _, err := c.Status(ctx); err == nil {
 			return nil
-		} else if e, ok := err.(*Error); ok && e.Code == "forbidden" {
+		} else if errors.Is(err, ErrForbidden) {
 			return nil // it answers; it just won't talk to us
 		}
 		select {

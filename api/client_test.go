@@ -81,3 +81,14 @@ func TestFinalEventQuarantine(t *testing.T) {
 		t.Fatalf("run: %+v %v", res, err)
 	}
 }
+
+// Callers branch on an error's class with errors.Is, never on its text.
+func TestErrorIsItsCode(t *testing.T) {
+	err := fmt.Errorf("run: %w", &api.Error{Code: api.CodeQuarantined, Message: "cleanup of run x not verified"})
+	if !errors.Is(err, api.ErrQuarantined) || errors.Is(err, api.ErrRefused) || errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("errors.Is on %v", err)
+	}
+	if errors.Is(&api.Error{Code: "expired", Message: "m"}, &api.Error{Code: "expired", Message: "other"}) {
+		t.Fatal("an error with a message is not a sentinel")
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/probe"
@@ -201,7 +202,7 @@ func checkInputChanged(ctx context.Context, s *suite, j *judge) {
 	o := s.submit(ctx, j, p, g)
 	var ae *api.Error
 	switch {
-	case errors.As(o.runErr, &ae) && ae.Code == "inputs-changed":
+	case errors.As(o.runErr, &ae) && ae.Code == api.Code(grant.CodeInputsChanged):
 		j.require(o.res == nil && o.receipt == nil, "the refused grant still produced a run")
 		j.note("the stale grant was refused at launch: %s", firstLine(ae.Message))
 	case o.runErr != nil:

@@ -280,7 +280,7 @@ func describe(err error) string {
 	if !errors.As(err, &ae) {
 		return err.Error()
 	}
-	msg := ae.Code
+	msg := string(ae.Code)
 	var reqs []string
 	for _, c := range ae.Checks {
 		reqs = append(reqs, fmt.Sprintf("%s %s (%s)", c.Requirement, c.Verdict, c.Code))

@@ -36,7 +36,7 @@ func fail(err error) error {
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		switch ae.Code {
-		case "quarantined", "internal":
+		case api.CodeQuarantined, "internal":
 			return &exitError{exitInternal, err}
 		}
 		return &exitError{exitRefused, err}

@@ -269,7 +269,7 @@ func TestAttestQualificationRefuses(t *testing.T) {
 		var row matrix.Row
 		err := api.NewClient(e.control).SignQualification(ctx, c.req, &row)
 		ae, ok := err.(*api.Error)
-		if !ok || ae.Code != c.code {
+		if !ok || string(ae.Code) != c.code {
 			t.Errorf("%s: %v, want code %s", c.name, err, c.code)
 		}
 	}

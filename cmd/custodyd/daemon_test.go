@@ -186,7 +186,7 @@ func wantCode(t *testing.T, err error, code string) {
 	if !errors.As(err, &ae) {
 		t.Fatalf("err = %v (%T), want api error %q", err, err, code)
 	}
-	if ae.Code != code {
+	if string(ae.Code) != code {
 		t.Fatalf("code = %q (%s), want %q", ae.Code, ae.Message, code)
 	}
 }

@@ -50,7 +50,7 @@ func (s *server) handleIssue(w http.ResponseWriter, r *http.Request) {
 	}
 	ttl, err := time.ParseDuration(in.TTL)
 	if err != nil {
-		writeError(w, &api.Error{Code: "bad-request", Message: fmt.Sprintf("ttl %q: %v", in.TTL, err)})
+		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("ttl %q: %v", in.TTL, err)})
 		return
 	}
 	req, err := launch.ParsePhase(in.Phase.YAML, in.Phase.BaseDir)
@@ -79,7 +79,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	owner := peerOf(r).UID
 	if !s.launching.TryRLock() {
-		writeError(w, &api.Error{Code: "refused", Message: "the runner is recovering; retry shortly"})
+		writeError(w, &api.Error{Code: api.CodeRefused, Message: "the runner is recovering; retry shortly"})
 		return
 	}
 	defer s.launching.RUnlock()

@@ -37,7 +37,7 @@ func (s *server) controlMux() http.Handler {
 		p := peerOf(r)
 		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
 			s.log.Warn("control socket: refused a non-operator", "uid", p.UID, "pid", p.PID, "path", r.URL.Path)
-			writeError(w, &api.Error{Code: "forbidden",
+			writeError(w, &api.Error{Code: api.CodeForbidden,
 				Message: "the control socket is for operators only; this uid is not in custodyd's operators list"})
 			return
 		}
@@ -66,11 +66,11 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
-			writeError(w, &api.Error{Code: "forbidden", Message: "peer credentials unavailable"})
+			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "peer credentials unavailable"})
 			return
 		}
 		if slices.Contains(controlOnly(), strings.TrimSuffix(r.URL.Path, "/")) {
-			writeError(w, &api.Error{Code: "forbidden",
+			writeError(w, &api.Error{Code: api.CodeForbidden,
 				Message: "operation " + r.URL.Path + " is only available to operators on the control socket"})
 			return
 		}
@@ -131,7 +131,7 @@ func (s *server) handleQuarantine(w http.ResponseWriter, r *http.Request) {
 // re-verification: recovery runs again and every attempt must be clean.
 func (s *server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	if !s.idle(r.Context()) {
-		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; release only an idle runner"})
+		writeError(w, &api.Error{Code: api.CodeRefused, Message: "runs are in flight; release only an idle runner"})
 		return
 	}
 	defer s.launching.Unlock()
@@ -148,7 +148,7 @@ func (s *server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, a := range attempts {
 		if a.State != "clean" {
-			writeError(w, &api.Error{Code: "refused", Message: fmt.Sprintf(
+			writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf(
 				"attempt %s is still %s: %s; fix: remove what remains by hand if it is safe, then custody recover and release again",
 				a.RunID, a.State, a.Detail)})
 			return
@@ -174,7 +174,7 @@ func (s *server) handleImport(w http.ResponseWriter, r *http.Request) {
 	}
 	img, err := s.r.Images().Import(r.Context(), req.Source)
 	if err != nil {
-		writeError(w, &api.Error{Code: "bad-request", Message: err.Error()})
+		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: err.Error()})
 		return
 	}
 	writeJSON(w, img)
@@ -187,7 +187,7 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.ID == "" {
-		writeError(w, &api.Error{Code: "bad-request", Message: "grant id is required"})
+		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: "grant id is required"})
 		return
 	}
 	if err := s.db.Revoke(req.ID, store.Revocation{At: time.Now().UTC(), Reason: req.Reason}); err != nil {
@@ -205,11 +205,11 @@ func (s *server) handleCancel(operator bool) http.HandlerFunc {
 		a := s.active[id]
 		s.mu.RUnlock()
 		if a == nil {
-			writeError(w, &api.Error{Code: "not-found", Message: "no running run " + id})
+			writeError(w, &api.Error{Code: api.CodeNotFound, Message: "no running run " + id})
 			return
 		}
 		if !operator && a.owner != peerOf(r).UID {
-			writeError(w, &api.Error{Code: "forbidden", Message: "run " + id + " belongs to another client"})
+			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "run " + id + " belongs to another client"})
 			return
 		}
 		a.cancel()
@@ -225,7 +225,7 @@ func (s *server) runFor(r *http.Request, operator bool) (*launch.Record, error) 
 		return nil, err
 	}
 	if !operator && rec.Owner != peerOf(r).UID {
-		return nil, &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " not found"}
+		return nil, &api.Error{Code: api.CodeNotFound, Message: "run " + r.PathValue("id") + " not found"}
 	}
 	return &rec, nil
 }
@@ -245,7 +245,7 @@ func (s *server) handleGetReceipt(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rec, err := s.runFor(r, operator)
 		if err == nil && rec.Receipt == nil {
-			err = &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " has no receipt: " + noReceipt(rec)}
+			err = &api.Error{Code: api.CodeNotFound, Message: "run " + r.PathValue("id") + " has no receipt: " + noReceipt(rec)}
 		}
 		if err != nil {
 			writeError(w, err)
@@ -276,7 +276,7 @@ func (s *server) handleGetOutputs(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rec, err := s.runFor(r, operator)
 		if err == nil && (rec.Result == nil || rec.Result.Output == nil) {
-			err = &api.Error{Code: "not-found", Message: "run " + r.PathValue("id") + " kept no outputs"}
+			err = &api.Error{Code: api.CodeNotFound, Message: "run " + r.PathValue("id") + " kept no outputs"}
 		}
 		if err != nil {
 			writeError(w, err)
@@ -293,7 +293,7 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 	// Recovery must never touch a live attempt: it runs only when no
 	// launch is in flight, and holds new ones off while it works.
 	if !s.idle(r.Context()) {
-		writeError(w, &api.Error{Code: "refused", Message: "runs are in flight; recover only an idle runner"})
+		writeError(w, &api.Error{Code: api.CodeRefused, Message: "runs are in flight; recover only an idle runner"})
 		return
 	}
 	defer s.launching.Unlock()

@@ -213,7 +213,7 @@ func readBody(next http.Handler) http.Handler {
 		_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
-			writeError(w, &api.Error{Code: "bad-request", Message: fmt.Sprintf(
+			writeError(w, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf(
 				"read request body (at most %d bytes within %s): %v", maxBody, bodyTimeout, err)})
 			return
 		}

@@ -40,12 +40,12 @@ func (s *server) handleAttestQualification(w http.ResponseWriter, r *http.Reques
 
 func (s *server) attestQualification(r *http.Request, req matrix.SignRequest) (*matrix.Row, error) {
 	refuse := func(format string, args ...any) error {
-		return &api.Error{Code: "refused", Message: "qualification row: " + fmt.Sprintf(format, args...)}
+		return &api.Error{Code: api.CodeRefused, Message: "qualification row: " + fmt.Sprintf(format, args...)}
 	}
 	if q, err := s.quarantine(); err != nil {
 		return nil, err
 	} else if q.Quarantined {
-		return nil, &api.Error{Code: "quarantined", Message: fmt.Sprintf(
+		return nil, &api.Error{Code: api.CodeQuarantined, Message: fmt.Sprintf(
 			"a quarantined runner signs no qualification (since %s: %s)", q.Since.Format(time.RFC3339), q.Reason)}
 	}
 	pinned := s.cfg.Runner.Runtime
@@ -110,7 +110,7 @@ func (s *server) attestQualification(r *http.Request, req matrix.SignRequest) (*
 		RunnerID: s.runnerID.ID(), QualifiedAt: s.now().UTC().Truncate(time.Second), Checks: checks,
 	})
 	if err != nil {
-		return nil, &api.Error{Code: "bad-request", Message: err.Error()}
+		return nil, &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
 	}
 	row, err := matrix.Sign(r.Context(), s.runnerID, q)
 	if err != nil {

@@ -326,13 +326,13 @@ func writeError(w http.ResponseWriter, err error) {
 	e := toAPIError(err)
 	status := http.StatusConflict
 	switch e.Code {
-	case "forbidden":
+	case api.CodeForbidden:
 		status = http.StatusForbidden
-	case "not-found":
+	case api.CodeNotFound:
 		status = http.StatusNotFound
-	case "bad-request", "malformed":
+	case api.CodeBadRequest, api.CodeMalformed:
 		status = http.StatusBadRequest
-	case "internal":
+	case api.CodeInternal:
 		status = http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -351,33 +351,33 @@ func toAPIError(err error) *api.Error {
 	hasChecks := errors.As(err, &re)
 	var ge *grant.Error
 	if errors.As(err, &ge) {
-		e := &api.Error{Code: string(ge.Code), Message: err.Error()}
+		e := &api.Error{Code: api.Code(ge.Code), Message: err.Error()}
 		if hasChecks {
 			e.Checks = runner.Checks(re.Checks)
 		}
 		return e
 	}
 	if hasChecks {
-		return &api.Error{Code: "refused", Message: err.Error(), Checks: runner.Checks(re.Checks)}
+		return &api.Error{Code: api.CodeRefused, Message: err.Error(), Checks: runner.Checks(re.Checks)}
 	}
 	var rq *launch.RequestError
 	if errors.As(err, &rq) {
-		code := "bad-request"
+		code := api.CodeBadRequest
 		if rq.Refused {
-			code = "refused"
+			code = api.CodeRefused
 		}
 		return &api.Error{Code: code, Message: err.Error()}
 	}
 	if errors.Is(err, launch.ErrNoPolicy) {
-		return &api.Error{Code: "policy-invalid", Message: err.Error()}
+		return &api.Error{Code: api.CodePolicyInvalid, Message: err.Error()}
 	}
 	if errors.Is(err, runner.ErrQuarantined) {
-		return &api.Error{Code: "quarantined", Message: err.Error()}
+		return &api.Error{Code: api.CodeQuarantined, Message: err.Error()}
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return &api.Error{Code: "not-found", Message: err.Error()}
+		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
 	}
-	return &api.Error{Code: "internal", Message: err.Error()}
+	return &api.Error{Code: api.CodeInternal, Message: err.Error()}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -389,7 +389,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &api.Error{Code: "bad-request", Message: fmt.Sprintf("decode request: %v", err)}
+		return &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("decode request: %v", err)}
 	}
 	return nil
 }
