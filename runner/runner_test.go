@@ -454,13 +454,29 @@ func TestCancelKillsTree(t *testing.T) {
 	h := newHarness(t)
 	marker := fmt.Sprintf("%d", 50000+os.Getpid()%10000)
 	ctx, cancel := context.WithCancel(context.Background())
-	prep, err := h.r.Prepare(ctx, h.phase("setsid sh -c 'sleep "+marker+" &'; sleep "+marker), h.policy)
+	prep, err := h.r.Prepare(ctx, h.phase("setsid sh -c 'sleep "+marker+" &'; echo started; sleep "+marker), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(time.Second, cancel)
-	res, out := h.launch(ctx, prep)
-	want(t, res, runner.StatusCancelled, out)
+	// Cancel once the workload runs, not after a fixed delay: on a loaded
+	// machine the launch itself can take longer than any delay.
+	var out bytes.Buffer
+	w := writerFunc(func(p []byte) (int, error) {
+		out.Write(p)
+		if strings.Contains(out.String(), "started") {
+			cancel()
+		}
+		return len(p), nil
+	})
+	res, err := h.r.Launch(ctx, prep, w, w)
+	if err != nil {
+		t.Fatalf("launch: %v\noutput: %s", err, out.String())
+	}
+	if res.Cleanup == nil || !res.Cleanup.Verified {
+		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
+	}
+	h.noLeftovers()
+	want(t, res, runner.StatusCancelled, out.String())
 	if left := processesWith("sleep " + marker); len(left) > 0 {
 		t.Fatalf("processes survived cancellation: %v", left)
 	}
@@ -720,3 +736,8 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// writerFunc is a function as an io.Writer.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
