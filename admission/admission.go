@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
 )
@@ -56,7 +56,9 @@ func (e *RefusedError) Error() string {
 
 // Facts are what the runner knows about the world, as values.
 type Facts struct {
-	Profile *platform.Profile
+	// Capabilities are what the backend proved it enforces here; nil
+	// refuses everything.
+	Capabilities *backend.Capabilities
 	// ImagePresent says whether the requested image is in the local store.
 	ImagePresent bool
 }
@@ -105,14 +107,14 @@ const MaxOutputPathBytes = 512 << 10
 // requirement that is unsupported or not granted. A nil policy or profile
 // refuses everything: nothing fails open.
 func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
-	if req == nil || pol == nil || facts.Profile == nil {
+	if req == nil || pol == nil || facts.Capabilities == nil {
 		return nil, &RefusedError{Checks: []Check{{
 			Requirement: "admission", Verdict: NotGranted, Code: "no-policy-or-profile",
 			Detail: "no valid request, operator policy or platform profile is loaded",
 			Fix:    "load a valid policy (custody policy check) and let the runner probe the host",
 		}}}
 	}
-	a := &admitter{req: req, pol: pol, prof: facts.Profile}
+	a := &admitter{req: req, pol: pol, caps: facts.Capabilities}
 	p := &Plan{
 		Name: req.Name, Tier: req.EffectiveTier(), Image: req.Image,
 		Command: slices.Clone(req.Command), Workdir: req.Workdir, Env: req.Env,
@@ -154,69 +156,30 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 type admitter struct {
 	req    *request.Phase
 	pol    *policy.Policy
-	prof   *platform.Profile
+	caps   *backend.Capabilities
 	checks []Check
 }
 
 func (a *admitter) add(c Check) { a.checks = append(a.checks, c) }
 
 func (a *admitter) tier(p *Plan) {
-	cg := a.prof.Cgroup
-	switch p.Tier {
-	case request.TierProduction:
-		for _, c := range platform.ProductionControllers() {
-			if slices.Contains(cg.V2Delegated, c) {
-				continue
-			}
-			why := cg.V2Missing[c]
-			if why == "" {
-				why = "not delegated in the cgroup v2 hierarchy"
-			}
-			a.add(Check{
-				Requirement: "tier.production.cgroup2." + c, Verdict: Unsupported, Code: "cgroup-controller-missing",
-				Detail: fmt.Sprintf("production needs the cgroup v2 %s controller delegated; on this host (cgroup mode %s) it is not: %s", c, cg.Mode, why),
-				Fix:    "run on a host with a unified cgroup v2 hierarchy delegating memory, pids, cpu and io; or, for unqualified development work, ask for tier: development on a runner whose policy enables it",
-			})
-		}
-	case request.TierDevelopment:
-		if !a.pol.Tiers.Development {
-			a.add(Check{
-				Requirement: "tier.development", Verdict: NotGranted, Code: "tier-disabled",
-				Detail: "the operator policy does not enable the development tier",
-				Fix:    "an operator may set tiers.development: true in the policy; results are then labelled unqualified",
-			})
-			break
-		}
-		p.Unqualified = true
-		for _, c := range platform.DevelopmentControllers() {
-			if slices.Contains(cg.V1Usable, c) || (cg.Mode == platform.CgroupV2 && slices.Contains(cg.V2Delegated, v2Name(c))) {
-				continue
-			}
-			a.add(Check{
-				Requirement: "tier.development.cgroup." + c, Verdict: Unsupported, Code: "cgroup-controller-missing",
-				Detail: fmt.Sprintf("the development tier needs the %s controller; the probe could not use it: %s", c, cg.V1Missing[c]),
-				Fix:    "mount and make usable the cgroup v1 " + c + " controller, or use a cgroup v2 host",
-			})
-		}
-	default:
+	gaps, known := a.caps.Tiers[string(p.Tier)]
+	switch {
+	case !known:
 		a.add(Check{Requirement: "tier", Verdict: NotGranted, Code: "tier-unknown",
 			Detail: fmt.Sprintf("tier %q is not known", p.Tier), Fix: "ask for tier production or development"})
 		return
+	case p.Tier == request.TierDevelopment && !a.pol.Tiers.Development:
+		a.add(Check{
+			Requirement: "tier.development", Verdict: NotGranted, Code: "tier-disabled",
+			Detail: "the operator policy does not enable the development tier",
+			Fix:    "an operator may set tiers.development: true in the policy; results are then labelled unqualified",
+		})
+	default:
+		p.Unqualified = p.Tier == request.TierDevelopment
+		a.unsupported(gaps)
 	}
-	for _, f := range []struct {
-		name string
-		fact platform.Fact
-	}{
-		{"seccomp", a.prof.Seccomp}, {"tmpfs", a.prof.Tmpfs}, {"overlay", a.prof.Overlay},
-	} {
-		if !f.fact.OK {
-			a.add(Check{
-				Requirement: "platform." + f.name, Verdict: Unsupported, Code: f.name + "-unavailable",
-				Detail: fmt.Sprintf("the reviewed profile needs %s; the probe could not prove it (%s): %s", f.name, f.fact.How, f.fact.Detail),
-				Fix:    "run on a host where custody doctor reports " + f.name + " ok",
-			})
-		}
-	}
+	a.unsupported(a.caps.Controls)
 	if !a.hasRefusal("tier") {
 		a.add(Check{Requirement: "tier", Verdict: Granted, Code: "tier-" + string(p.Tier),
 			Detail: tierLabel(p.Tier)})
@@ -230,11 +193,12 @@ func tierLabel(t request.Tier) string {
 	return string(t)
 }
 
-func v2Name(c string) string {
-	if c == "cpuacct" {
-		return "cpu"
+// unsupported records each gap of the backend's as a requirement it
+// cannot enforce.
+func (a *admitter) unsupported(gaps []backend.Gap) {
+	for _, g := range gaps {
+		a.add(Check{Requirement: g.Requirement, Verdict: Unsupported, Code: g.Code, Detail: g.Detail, Fix: g.Fix})
 	}
-	return c
 }
 
 func (a *admitter) hasRefusal(prefix string) bool {

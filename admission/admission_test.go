@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
@@ -27,6 +28,18 @@ func hybridProfile() *platform.Profile {
 			V1Usable: []string{"cpu", "cpuacct", "memory", "pids"},
 		},
 		Seccomp: ok, UserNS: ok, Tmpfs: ok, Overlay: ok,
+	}
+}
+
+// capsOf is what a cgroup-enforcing backend (oci) claims on a host with
+// this profile.
+func capsOf(p *platform.Profile) *backend.Capabilities {
+	return &backend.Capabilities{
+		Tiers: map[string][]backend.Gap{
+			platform.TierProduction:  p.TierGaps(platform.TierProduction),
+			platform.TierDevelopment: p.TierGaps(platform.TierDevelopment),
+		},
+		Controls: p.FactGaps("seccomp", "tmpfs", "overlay"),
 	}
 }
 
@@ -73,7 +86,7 @@ func codes(cs []Check) string {
 }
 
 func TestDevelopmentAdmittedAndLabelled(t *testing.T) {
-	p, err := Admit(req(request.TierDevelopment), pol(), Facts{Profile: hybridProfile(), ImagePresent: true})
+	p, err := Admit(req(request.TierDevelopment), pol(), Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +109,7 @@ func TestDevelopmentAdmittedAndLabelled(t *testing.T) {
 }
 
 func TestProductionRefusedOnHybrid(t *testing.T) {
-	_, err := Admit(req(request.TierProduction), pol(), Facts{Profile: hybridProfile(), ImagePresent: true})
+	_, err := Admit(req(request.TierProduction), pol(), Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true})
 	cs := refusal(t, err)
 	if len(cs) != 4 {
 		t.Fatalf("want one refusal per missing controller, got %s", codes(cs))
@@ -109,7 +122,7 @@ func TestProductionRefusedOnHybrid(t *testing.T) {
 }
 
 func TestProductionAdmittedOnDelegatedV2(t *testing.T) {
-	p, err := Admit(req(request.TierProduction), pol(), Facts{Profile: v2Profile(), ImagePresent: true})
+	p, err := Admit(req(request.TierProduction), pol(), Facts{Capabilities: capsOf(v2Profile()), ImagePresent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,33 +134,46 @@ func TestProductionAdmittedOnDelegatedV2(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	cases := []struct {
 		name string
-		mod  func(*request.Phase, *policy.Policy, *Facts)
+		mod  func(*request.Phase, *policy.Policy, *Facts, *platform.Profile)
 		want string
 		verd Verdict
 	}{
-		{"development disabled", func(r *request.Phase, p *policy.Policy, f *Facts) { p.Tiers.Development = false }, "tier.development=tier-disabled", NotGranted},
-		{"image not allowed", func(r *request.Phase, p *policy.Policy, f *Facts) { p.Images = nil }, "image=image-not-allowed", NotGranted},
-		{"image not imported", func(r *request.Phase, p *policy.Policy, f *Facts) { f.ImagePresent = false }, "image=image-not-imported", Unsupported},
-		{"memory over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.Memory = 1 << 30 }, "resources.memory=ceiling-exceeded", NotGranted},
-		{"pids over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.Pids = 1000 }, "resources.pids=ceiling-exceeded", NotGranted},
-		{"wall over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) {
+		{"development disabled", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			p.Tiers.Development = false
+		}, "tier.development=tier-disabled", NotGranted},
+		{"image not allowed", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) { p.Images = nil }, "image=image-not-allowed", NotGranted},
+		{"image not imported", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) { f.ImagePresent = false }, "image=image-not-imported", Unsupported},
+		{"memory over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			r.Resources.Memory = 1 << 30
+		}, "resources.memory=ceiling-exceeded", NotGranted},
+		{"pids over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) { r.Resources.Pids = 1000 }, "resources.pids=ceiling-exceeded", NotGranted},
+		{"wall over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
 			r.Resources.WallTime = quantity.Duration(time.Hour)
 		}, "resources.wallTime=ceiling-exceeded", NotGranted},
-		{"cpu over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.CPU = 8 }, "resources.cpu=ceiling-exceeded", NotGranted},
-		{"output over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Output.MaxBytes = 1 << 30 }, "output.maxBytes=ceiling-exceeded", NotGranted},
-		{"tmp over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Tmp = &request.Tmp{MaxBytes: 1 << 30} }, "tmp.maxBytes=ceiling-exceeded", NotGranted},
-		{"memory missing", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Resources.Memory = 0 }, "resources.memory=budget-missing", NotGranted},
-		{"no seccomp", func(r *request.Phase, p *policy.Policy, f *Facts) { f.Profile.Seccomp = platform.Fact{} }, "platform.seccomp=seccomp-unavailable", Unsupported},
-		{"no tmpfs bound", func(r *request.Phase, p *policy.Policy, f *Facts) { f.Profile.Tmpfs = platform.Fact{} }, "platform.tmpfs=tmpfs-unavailable", Unsupported},
-		{"no v1 memory", func(r *request.Phase, p *policy.Policy, f *Facts) {
-			f.Profile.Cgroup.V1Usable = []string{"cpu", "cpuacct", "pids"}
+		{"cpu over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) { r.Resources.CPU = 8 }, "resources.cpu=ceiling-exceeded", NotGranted},
+		{"output over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			r.Output.MaxBytes = 1 << 30
+		}, "output.maxBytes=ceiling-exceeded", NotGranted},
+		{"tmp over ceiling", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			r.Tmp = &request.Tmp{MaxBytes: 1 << 30}
+		}, "tmp.maxBytes=ceiling-exceeded", NotGranted},
+		{"memory missing", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) { r.Resources.Memory = 0 }, "resources.memory=budget-missing", NotGranted},
+		{"no seccomp", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			prof.Seccomp = platform.Fact{}
+		}, "platform.seccomp=seccomp-unavailable", Unsupported},
+		{"no tmpfs bound", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			prof.Tmpfs = platform.Fact{}
+		}, "platform.tmpfs=tmpfs-unavailable", Unsupported},
+		{"no v1 memory", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			prof.Cgroup.V1Usable = []string{"cpu", "cpuacct", "pids"}
 		}, "tier.development.cgroup.memory=cgroup-controller-missing", Unsupported},
-		{"network", func(r *request.Phase, p *policy.Policy, f *Facts) { r.Network = "open" }, "network=network-unsupported", Unsupported},
+		{"network", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) { r.Network = "open" }, "network=network-unsupported", Unsupported},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r, p, f := req(request.TierDevelopment), pol(), Facts{Profile: hybridProfile(), ImagePresent: true}
-			c.mod(r, p, &f)
+			r, p, f, prof := req(request.TierDevelopment), pol(), Facts{ImagePresent: true}, hybridProfile()
+			c.mod(r, p, &f, prof)
+			f.Capabilities = capsOf(prof)
 			_, err := Admit(r, p, f)
 			cs := refusal(t, err)
 			found := false
@@ -169,14 +195,14 @@ func TestRefusals(t *testing.T) {
 func TestNothingFailsOpen(t *testing.T) {
 	for name, f := range map[string]func() error{
 		"nil policy": func() error {
-			_, err := Admit(req(request.TierDevelopment), nil, Facts{Profile: hybridProfile(), ImagePresent: true})
+			_, err := Admit(req(request.TierDevelopment), nil, Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true})
 			return err
 		},
 		"nil profile": func() error {
 			_, err := Admit(req(request.TierDevelopment), pol(), Facts{ImagePresent: true})
 			return err
 		},
-		"nil request": func() error { _, err := Admit(nil, pol(), Facts{Profile: hybridProfile()}); return err },
+		"nil request": func() error { _, err := Admit(nil, pol(), Facts{Capabilities: capsOf(hybridProfile())}); return err },
 	} {
 		if cs := refusal(t, f()); len(cs) == 0 {
 			t.Errorf("%s: no refusal", name)
@@ -190,17 +216,17 @@ func TestInputRoots(t *testing.T) {
 	r := req(request.TierDevelopment)
 	r.Inputs = []request.Input{{Source: "/srv/in/src", Target: "/in"}}
 	p := pol()
-	if _, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err == nil {
+	if _, err := Admit(r, p, Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true}); err == nil {
 		t.Fatal("an input was admitted by a policy without inputRoots")
 	} else if cs := refusal(t, err); len(cs) != 1 || cs[0].Code != "input-outside-roots" || cs[0].Requirement != "inputs[0].source" {
 		t.Fatalf("refusal %+v", cs)
 	}
 	p.InputRoots = []string{"/srv/other"}
-	if _, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err == nil {
+	if _, err := Admit(r, p, Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true}); err == nil {
 		t.Fatal("an input outside the roots was admitted")
 	}
 	p.InputRoots = []string{"/srv/other", "/srv/in"}
-	plan, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true})
+	plan, err := Admit(r, p, Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,18 +239,18 @@ func TestInputRoots(t *testing.T) {
 // and request and policy agree on its largest value.
 func TestOutputFiles(t *testing.T) {
 	r := req(request.TierDevelopment)
-	plan, err := Admit(r, pol(), Facts{Profile: hybridProfile(), ImagePresent: true})
+	plan, err := Admit(r, pol(), Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true})
 	if err != nil || plan.OutputFiles != policy.DefaultOutputFiles {
 		t.Fatalf("default: %v %+v", err, plan)
 	}
 	small := int64(10)
 	p := pol()
 	p.Ceilings.OutputFiles = &small
-	if plan, err = Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err != nil || plan.OutputFiles != 10 {
+	if plan, err = Admit(r, p, Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true}); err != nil || plan.OutputFiles != 10 {
 		t.Fatalf("default under a ceiling of 10: %v %+v", err, plan)
 	}
 	r.Output.MaxFiles = 11
-	if _, err := Admit(r, p, Facts{Profile: hybridProfile(), ImagePresent: true}); err == nil {
+	if _, err := Admit(r, p, Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true}); err == nil {
 		t.Fatal("11 output files admitted under a ceiling of 10")
 	}
 	r.Output.MaxFiles = policy.MaxOutputFiles
@@ -234,5 +260,16 @@ func TestOutputFiles(t *testing.T) {
 	r.Output.MaxFiles = policy.MaxOutputFiles + 1
 	if err := r.Validate(); err == nil {
 		t.Error("request accepts more than policy.MaxOutputFiles")
+	}
+}
+
+// A backend that claims nothing (no tiers, e.g. one built without a
+// platform profile) admits nothing: nothing fails open.
+func TestNoCapabilitiesRefuses(t *testing.T) {
+	for _, tier := range []request.Tier{request.TierDevelopment, request.TierProduction} {
+		_, err := Admit(req(tier), pol(), Facts{Capabilities: &backend.Capabilities{}, ImagePresent: true})
+		if cs := refusal(t, err); len(cs) == 0 || cs[0].Code != "tier-unknown" {
+			t.Errorf("tier %s with no capabilities: %+v", tier, cs)
+		}
 	}
 }

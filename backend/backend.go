@@ -198,6 +198,22 @@ type Capabilities struct {
 	// UserNamespace says sandboxes run in a user namespace that maps their
 	// root to an unprivileged host range.
 	UserNamespace bool
+	// Tiers lists, per tier the backend knows ("production",
+	// "development"), what it cannot enforce for that tier here; an empty
+	// list means it enforces the tier. A tier that is absent is unknown.
+	Tiers map[string][]Gap
+	// Controls lists the prerequisites of the backend's reviewed profile
+	// that it could not prove on this host; empty when all hold.
+	Controls []Gap
+}
+
+// Gap is one thing a backend cannot prove it enforces: the requirement,
+// a stable code, why, and what would fix it.
+type Gap struct {
+	Requirement string
+	Code        string
+	Detail      string
+	Fix         string
 }
 
 // Identity is what a grant binds of a backend and a receipt records.

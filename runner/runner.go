@@ -69,7 +69,7 @@ const reprobeEvery = 5 * time.Second
 // BackendFactory makes the runner's backend once the platform is probed
 // (the profile says, for one, whether user namespaces work here). Only
 // custodyd wires a concrete backend; the runner drives backend.Backend.
-type BackendFactory func(prof *platform.Profile) (backend.Backend, error)
+type BackendFactory func(profile func() *platform.Profile) (backend.Backend, error)
 
 // New opens the runner's content stores, probes the platform and makes the
 // backend with newBackend. db is the runner's store (owned by the caller,
@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	}
 	r.profile.Store(prof)
 	r.probedAt = time.Now()
-	if r.backend, err = newBackend(prof); err != nil {
+	if r.backend, err = newBackend(r.Profile); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -219,7 +219,8 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	if imgErr != nil && !errors.Is(imgErr, image.ErrNotFound) {
 		return nil, imgErr
 	}
-	return admission.Admit(req, pol, admission.Facts{Profile: r.Profile(), ImagePresent: imgErr == nil})
+	caps := r.backend.Capabilities()
+	return admission.Admit(req, pol, admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil})
 }
 
 // Prepare admits req under pol and snapshots its inputs.

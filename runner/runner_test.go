@@ -161,14 +161,15 @@ func (h *harness) noLeftovers() {
 // ociBackend is the pinned runc as custodyd wires it (cmd/custodyd's
 // ociBackend): a user namespace where the host allows one.
 func ociBackend(cfg runner.Config) runner.BackendFactory {
-	return func(prof *platform.Profile) (backend.Backend, error) {
+	return func(profile func() *platform.Profile) (backend.Backend, error) {
 		o := oci.Options{
 			Runtime:    oci.Pinned{Path: cfg.Runtime.Path, Version: cfg.Runtime.Version, SHA256: cfg.Runtime.SHA256},
 			Gate:       cfg.Gate,
 			StateDir:   filepath.Join(cfg.StateDir, "runc"),
 			RuntimeDir: cfg.RuntimeDir, MaxLogBytes: runner.StreamCap + 1,
+			Profile: profile,
 		}
-		if prof.UserNS.OK {
+		if profile().UserNS.OK {
 			o.UserNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
 		}
 		return oci.New(o)

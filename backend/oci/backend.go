@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/platform"
 )
 
 // Options configure a Backend.
@@ -46,6 +47,10 @@ type Options struct {
 	// Faults, if set, is called at each stage boundary; tests use it to
 	// kill the runner there. Production leaves it nil.
 	Faults func(stage string)
+	// Profile returns the host's evidenced platform profile, probed again
+	// by its owner when a fact failed: what Capabilities are read from.
+	// Nil claims no capability, so admission refuses everything.
+	Profile func() *platform.Profile
 }
 
 // Backend launches containers under the pinned runtime.

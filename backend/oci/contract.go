@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/platform"
 )
 
 // Name is the oci backend's name in receipts and qualification rows.
@@ -28,9 +29,25 @@ func (b *Backend) Identity() backend.Identity {
 	return backend.Identity{Kind: Name, Version: rt.Version, Path: rt.Path, SHA256: rt.SHA256}
 }
 
-// Capabilities says whether containers run in a user namespace.
+// Capabilities are what runc enforces on this host: budgets through the
+// cgroup controllers each tier needs, and the reviewed profile's seccomp
+// filter, bounded tmpfs mounts and overlay rootfs, each as the probe
+// proved them. Without a profile it claims nothing.
 func (b *Backend) Capabilities() backend.Capabilities {
-	return backend.Capabilities{UserNamespace: b.opts.UserNS != nil}
+	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil}
+	if b.opts.Profile == nil {
+		return caps
+	}
+	prof := b.opts.Profile()
+	if prof == nil {
+		return caps
+	}
+	caps.Tiers = map[string][]backend.Gap{
+		platform.TierProduction:  prof.TierGaps(platform.TierProduction),
+		platform.TierDevelopment: prof.TierGaps(platform.TierDevelopment),
+	}
+	caps.Controls = prof.FactGaps("seccomp", "tmpfs", "overlay")
+	return caps
 }
 
 // Prepare makes a container for s up to the gate: launch dir, overlay

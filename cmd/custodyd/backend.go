@@ -15,12 +15,12 @@ import (
 // namespace mapping root to the operator's range, or to a default one
 // where the probe proved user namespaces work.
 func ociBackend(cfg runner.Config, log *slog.Logger) runner.BackendFactory {
-	return func(prof *platform.Profile) (backend.Backend, error) {
+	return func(profile func() *platform.Profile) (backend.Backend, error) {
 		var userNS *oci.IDMap
 		switch {
 		case cfg.UserNamespace != nil:
 			userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
-		case prof.UserNS.OK:
+		case profile().UserNS.OK:
 			userNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
 		}
 		return oci.New(oci.Options{
@@ -34,6 +34,7 @@ func ociBackend(cfg runner.Config, log *slog.Logger) runner.BackendFactory {
 			// The backend passes on a byte more than a spool keeps, so
 			// that the spool sees when the workload wrote past the cap.
 			MaxLogBytes: runner.StreamCap + 1,
+			Profile:     profile,
 		})
 	}
 }
