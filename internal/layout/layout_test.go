@@ -176,3 +176,36 @@ func TestExternalImports(t *testing.T) {
 		}
 	}
 }
+
+// cliImports are the only custody packages the CLI imports directly: the
+// wire client, the formats it reads and verifies offline, and the offline
+// tools (doctor, qualification, the gate). It never holds the runner's
+// state or launches anything itself.
+var cliImports = []string{
+	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "snapshot",
+	"internal/quote", "internal/regfile",
+}
+
+func TestCLIImports(t *testing.T) {
+	pkgs := list(t)
+	exists := map[string]bool{}
+	for _, p := range pkgs {
+		exists[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = true
+	}
+	for _, a := range cliImports {
+		if !exists[a] {
+			t.Errorf("cliImports lists %s, which no longer exists", a)
+		}
+	}
+	for _, p := range pkgs {
+		if p.ImportPath != module+"/cmd/custody" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			rel, ok := strings.CutPrefix(imp, module+"/")
+			if ok && !slices.Contains(cliImports, rel) {
+				t.Errorf("cmd/custody imports %s; the CLI imports only %v", rel, cliImports)
+			}
+		}
+	}
+}
