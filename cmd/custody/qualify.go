@@ -593,6 +593,7 @@ func renderMatrix(ctx context.Context, dir, htmlPath string, trusted []*keys.Ver
 
 type gateOptions struct {
 	matrixDir, platform, tier, runtime, html string
+	backend                                  string
 	trustRunner                              []string
 	maxAge                                   time.Duration
 	asJSON, printPlatform                    bool
@@ -601,16 +602,17 @@ type gateOptions struct {
 func (a *app) gateCmd() *cobra.Command {
 	var o gateOptions
 	cmd := &cobra.Command{
-		Use:   "gate --matrix DIR --platform this|FILE [--tier production] --trust-runner PUB... | --matrix DIR --html FILE",
+		Use:   "gate --matrix DIR --platform this|FILE [--tier production] [--backend oci] --trust-runner PUB... | --matrix DIR --html FILE",
 		Short: "Allow a release only on a platform with a current, passing, authentic qualification row",
 		Long: `gate reads the qualification rows (*.json) in DIR and allows a release only if a row exists for exactly this
-platform (kernel, arch, distro, cgroup mode and controllers, host facts, runtime version and sha256) and tier, its
-signature verifies under a trusted runner key, every check passed, and it is current (--max-age). A runtime whose
-digest changed is another platform; a backend, runtime or platform listed in DIR/disabled invalidates its rows.
+platform (kernel, arch, distro, cgroup mode and controllers, host facts, runtime version and sha256), backend
+(--backend) and tier, its signature verifies under a trusted runner key, every check passed, and it is current
+(--max-age). A row for one backend never admits another; a runtime whose digest changed is another platform; a
+backend (by name), runtime or platform listed in DIR/disabled invalidates its rows.
 
---platform this probes this host (as root) with the runtime from --runtime; --platform FILE reads a platform
-description (custody gate --platform this --print-platform writes one). --html FILE renders the matrix
-(platform x check) as HTML; with no --platform that is all gate does.
+--platform this probes this host (as root) with the runtime from --runtime, as --backend runs on it; --platform FILE
+reads a platform description (custody gate --platform this --print-platform writes one), which must be for --backend.
+--html FILE renders the matrix (platform x check) as HTML; with no --platform that is all gate does.
 
 Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not decide.`,
 		Args: cobra.NoArgs,
@@ -622,6 +624,7 @@ Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not
 	f.StringVar(&o.matrixDir, "matrix", "", "matrix directory of qualification rows (required, except with --print-platform)")
 	f.StringVar(&o.platform, "platform", "", `"this" to probe this host, or a platform description file`)
 	f.StringVar(&o.tier, "tier", matrix.TierProduction, "tier the release needs")
+	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend the release runs on")
 	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "trusted runner public key (PEM); repeatable")
 	f.StringVar(&o.runtime, "runtime", "", "the pinned runtime binary, for --platform this (default: runc next to this binary)")
 	f.DurationVar(&o.maxAge, "max-age", matrix.DefaultMaxAge, "how old a row may be")
@@ -675,7 +678,7 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 	if err != nil {
 		return &exitError{exitInternal, err}
 	}
-	dec := matrix.Gate(entries, this, matrix.GateOptions{Tier: o.tier, MaxAge: o.maxAge, Disabled: disabled})
+	dec := matrix.Gate(entries, this, matrix.GateOptions{Tier: o.tier, Backend: o.backend, MaxAge: o.maxAge, Disabled: disabled})
 	if o.asJSON {
 		if err := writeJSON(a.stdout, dec); err != nil {
 			return err
@@ -726,5 +729,5 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 	if err != nil {
 		return matrix.Platform{}, err
 	}
-	return matrix.PlatformOf(prof)
+	return matrix.PlatformOf(prof, o.backend)
 }

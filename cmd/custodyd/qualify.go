@@ -55,7 +55,7 @@ func (s *server) attestQualification(r *http.Request, req matrix.SignRequest) (*
 	if sum != pinned.SHA256 {
 		return nil, refuse("the runtime at %s now hashes to %s, not the pinned %s; nothing it ran qualifies", pinned.Path, sum, pinned.SHA256)
 	}
-	plat, err := matrix.PlatformOf(s.r.Profile())
+	plat, err := matrix.PlatformOf(s.r.Profile(), s.r.BackendName())
 	if err != nil {
 		return nil, refuse("%v", err)
 	}
