@@ -77,6 +77,12 @@ var banned = map[string]map[string]string{
 		"backend/oci": "the CLI never launches anything itself",
 		"journal":     "the CLI never reads the journal itself",
 	},
+	"qualification": {
+		"store":       "the attester gets the runner's records as values, and the CLI imports this package",
+		"journal":     "",
+		"runner":      "",
+		"backend/oci": "",
+	},
 }
 
 // directOnly: package → the only packages that may import it directly.
