@@ -3,6 +3,8 @@ package matrix
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,6 +32,27 @@ func FuzzParse(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"apiVersion":"custody.dev/v1alpha1","kind":"QualificationRow","envelope":{"payloadType":"x","payload":"","signatures":[]},"runnerPublicKey":""}`))
 	f.Add([]byte("oci reason\nsha256:00\n"))
+	f.Add([]byte("firecracker jailer CVE\nOCI\n"))
+	// A row as the code before backend matching wrote it.
+	old, err := os.ReadFile(filepath.Join("testdata", "oci-row-before-backend-match.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(old)
+	// The same row for a second backend: a platform the fuzzer can mutate
+	// the backend name of.
+	fc := testPlatform()
+	fc.Backend = "firecracker"
+	q2, err := NewQualification(fc, q.Info)
+	if err != nil {
+		f.Fatal(err)
+	}
+	row2, err := Sign(context.Background(), k, q2)
+	if err != nil {
+		f.Fatal(err)
+	}
+	second, _ := json.Marshal(row2)
+	f.Add(second)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = ParseDisabled(data)
 		r, err := ParseRow(data)

@@ -203,6 +203,9 @@ func LoadEntry(ctx context.Context, path string, trusted []*keys.Verifier) Entry
 type GateOptions struct {
 	// Tier is the tier the release needs; default production.
 	Tier string
+	// Backend is the backend the release runs on; default BackendOCI. A
+	// row for another backend never counts, whatever else it matches.
+	Backend string
 	// MaxAge is how old a row may be; default DefaultMaxAge.
 	MaxAge time.Duration
 	// Now is the time rows are judged at; default time.Now.
@@ -218,19 +221,23 @@ type Decision struct {
 	Reason   string `json:"reason"`
 	Platform string `json:"platformDigest"`
 	Tier     string `json:"tier"`
+	Backend  string `json:"backend"`
 	// Row is the row that allowed the release.
 	Row string `json:"row,omitempty"`
 	// Notes say, per row considered, why it did not count.
 	Notes []string `json:"notes,omitempty"`
 }
 
-// Gate decides whether this platform may run a release at opts.Tier: only
-// with an authentic row for exactly this platform (runtime digest
-// included) and tier, whose every check passed, that is current, and whose
-// backend, runtime and platform are not disabled.
+// Gate decides whether this platform may run a release on opts.Backend at
+// opts.Tier: only with an authentic row for exactly this platform (runtime
+// digest included), backend and tier, whose every check passed, that is
+// current, and whose backend, runtime and platform are not disabled.
 func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 	if opts.Tier == "" {
 		opts.Tier = TierProduction
+	}
+	if opts.Backend == "" {
+		opts.Backend = BackendOCI
 	}
 	if opts.MaxAge <= 0 {
 		opts.MaxAge = DefaultMaxAge
@@ -239,7 +246,11 @@ func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 		opts.Now = time.Now()
 	}
 	want := this.Digest()
-	d := Decision{Platform: want, Tier: opts.Tier}
+	d := Decision{Platform: want, Tier: opts.Tier, Backend: opts.Backend}
+	if this.Backend != opts.Backend {
+		d.Reason = fmt.Sprintf("refused: the platform described is for backend %s, and the gate is for backend %s", this.Backend, opts.Backend)
+		return d
+	}
 	if why := opts.Disabled.Why(this); why != "" {
 		d.Reason = "refused: " + why + "; it no longer qualifies, whatever a row says"
 		return d
@@ -259,6 +270,12 @@ func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 		}
 		q := e.Verified.Qualification
 		if q.Tier != opts.Tier {
+			continue
+		}
+		// Said outright, though the digest differs too: which backend a
+		// row is for is the first thing a reader of the notes needs.
+		if q.Platform.Backend != opts.Backend {
+			d.Notes = append(d.Notes, fmt.Sprintf("%s qualifies backend %s, not %s", name, q.Platform.Backend, opts.Backend))
 			continue
 		}
 		if q.PlatformDigest() != want {
@@ -291,14 +308,14 @@ func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 	if best != nil {
 		d.Allowed = true
 		d.Row = best.Path
-		d.Reason = fmt.Sprintf("allowed: %s qualifies platform sha256:%s at tier %s (runtime %s sha256:%s), signed by %s at %s",
-			filepath.Base(best.Path), want, opts.Tier, this.Runtime.Version, this.Runtime.SHA256, best.Verified.SignerID,
+		d.Reason = fmt.Sprintf("allowed: %s qualifies platform sha256:%s at tier %s (backend %s, runtime %s sha256:%s), signed by %s at %s",
+			filepath.Base(best.Path), want, opts.Tier, opts.Backend, this.Runtime.Version, this.Runtime.SHA256, best.Verified.SignerID,
 			best.Verified.QualifiedAt.Format(time.RFC3339))
 		return d
 	}
 	d.Notes = append(d.Notes, nearMisses...)
-	d.Reason = fmt.Sprintf("refused: no authentic, passing, current row qualifies platform sha256:%s (%s %s, kernel %s, cgroup %s, runtime %s sha256:%s) at tier %s",
-		want, this.Distro, this.Arch, this.Kernel, this.Cgroup.Mode, this.Runtime.Version, this.Runtime.SHA256, opts.Tier)
+	d.Reason = fmt.Sprintf("refused: no authentic, passing, current row qualifies platform sha256:%s (%s %s, kernel %s, cgroup %s, backend %s, runtime %s sha256:%s) at tier %s",
+		want, this.Distro, this.Arch, this.Kernel, this.Cgroup.Mode, this.Backend, this.Runtime.Version, this.Runtime.SHA256, opts.Tier)
 	for _, n := range nearMisses {
 		if strings.Contains(n, "runtime.sha256") {
 			d.Reason += "; the runtime binary changed since qualification (R14): qualify it again"

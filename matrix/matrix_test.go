@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestPlatformOf(t *testing.T) {
 	prof := &platform.Profile{Kernel: "6.1", Arch: "amd64", OS: "linux",
 		Cgroup:  platform.Cgroup{Mode: platform.CgroupV2, V2Delegated: []string{"pids", "memory", "memory"}},
 		Seccomp: platform.Fact{OK: true}, Runtime: &platform.Runtime{Version: "1.5.3", SHA256: strings.Repeat("0", 64)}}
-	p, err := PlatformOf(prof)
+	p, err := PlatformOf(prof, BackendOCI)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +78,21 @@ func TestPlatformOf(t *testing.T) {
 		t.Fatal("digest is not stable hex")
 	}
 	prof.Runtime.Error = "no such file"
-	if _, err := PlatformOf(prof); err == nil {
+	if _, err := PlatformOf(prof, BackendOCI); err == nil {
 		t.Fatal("a profile whose runtime could not be identified was described")
+	}
+	prof.Runtime.Error = ""
+	for _, bad := range []string{"", "OCI", "vm/1", "-x"} {
+		if _, err := PlatformOf(prof, bad); err == nil {
+			t.Errorf("PlatformOf(backend %q) described a platform", bad)
+		}
+	}
+	vm, err := PlatformOf(prof, "vm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vm.Backend != "vm" || vm.Digest() == p.Digest() || !slices.Equal(p.Diff(vm), []string{`backend: "oci" vs "vm"`}) {
+		t.Fatalf("another backend must be another platform: %+v %v", vm, p.Diff(vm))
 	}
 	q := p
 	q.Runtime.SHA256 = strings.Repeat("1", 64)
@@ -223,6 +237,17 @@ func TestDisabled(t *testing.T) {
 	if d.Why(q) != "" {
 		t.Fatal("another runtime is disabled too")
 	}
+	// A backend is disabled by its name, and only that backend: a second,
+	// made-up one shows it is not tied to oci.
+	fc := p
+	fc.Backend = "firecracker"
+	d, err = ParseDisabled([]byte("Firecracker  jailer CVE\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(d.Why(fc), "backend firecracker is disabled") || !strings.Contains(d.Why(fc), "jailer CVE") || d.Why(p) != "" {
+		t.Fatalf("disabled firecracker: why(firecracker) %q, why(oci) %q", d.Why(fc), d.Why(p))
+	}
 	for _, bad := range []string{"sha256:xyz\n", "bad*token reason\n"} {
 		if _, err := ParseDisabled([]byte(bad)); err == nil {
 			t.Errorf("ParseDisabled(%q) succeeded", bad)
@@ -300,5 +325,116 @@ func TestGate(t *testing.T) {
 				t.Fatalf("the HTML matrix lacks the checks:\n%s", html.String())
 			}
 		})
+	}
+}
+
+// gateDir writes rows (and a disabled list, if any) into a directory and
+// loads it as a gate does.
+func gateDir(t *testing.T, trusted []*keys.Verifier, rows map[string]*Row, disabled string) ([]Entry, *Disabled) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, row := range rows {
+		data, _ := json.Marshal(row)
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if disabled != "" {
+		if err := os.WriteFile(filepath.Join(dir, DisabledFile), []byte(disabled), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := LoadDir(context.Background(), dir, trusted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := LoadDisabled(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries, d
+}
+
+// TestGateMatchesBackend: a row for one backend never admits another, on
+// the same host facts; disabling one backend by name leaves the other.
+func TestGateMatchesBackend(t *testing.T) {
+	k := newKey(t)
+	trusted := []*keys.Verifier{k.Verifier()}
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	oci := testPlatform()
+	fc := oci
+	fc.Backend = "firecracker"
+	ociRow := signRow(t, k, oci, TierProduction, now.Add(-time.Hour), fullChecks(true))
+	fcRow := signRow(t, k, fc, TierProduction, now.Add(-time.Hour), fullChecks(true))
+	for _, c := range []struct {
+		name     string
+		rows     map[string]*Row
+		disabled string
+		this     Platform
+		backend  string
+		allowed  bool
+		want     string // in the reason or a note
+	}{
+		{"oci row, default backend", map[string]*Row{"oci.json": ociRow}, "", oci, "", true, "allowed: oci.json"},
+		{"oci row, backend oci", map[string]*Row{"oci.json": ociRow}, "", oci, BackendOCI, true, "backend oci"},
+		{"firecracker row, firecracker", map[string]*Row{"oci.json": ociRow, "fc.json": fcRow}, "", fc, "firecracker", true, "allowed: fc.json"},
+		{"oci row never admits firecracker", map[string]*Row{"oci.json": ociRow}, "", fc, "firecracker", false, "oci.json qualifies backend oci, not firecracker"},
+		{"firecracker row never admits oci", map[string]*Row{"fc.json": fcRow}, "", oci, "", false, "fc.json qualifies backend firecracker, not oci"},
+		{"description for another backend", map[string]*Row{"oci.json": ociRow, "fc.json": fcRow}, "", oci, "firecracker", false, "described is for backend oci"},
+		{"firecracker disabled", map[string]*Row{"oci.json": ociRow, "fc.json": fcRow}, "firecracker jailer CVE\n", fc, "firecracker", false, "backend firecracker is disabled"},
+		{"firecracker disabled, oci still allowed", map[string]*Row{"oci.json": ociRow, "fc.json": fcRow}, "firecracker jailer CVE\n", oci, "", true, "allowed: oci.json"},
+		{"oci disabled, firecracker still allowed", map[string]*Row{"oci.json": ociRow, "fc.json": fcRow}, "oci runc CVE\n", fc, "firecracker", true, "allowed: fc.json"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			entries, disabled := gateDir(t, trusted, c.rows, c.disabled)
+			d := Gate(entries, c.this, GateOptions{Backend: c.backend, Now: now, Disabled: disabled})
+			all := d.Reason + "\n" + strings.Join(d.Notes, "\n")
+			if d.Allowed != c.allowed || !strings.Contains(all, c.want) {
+				t.Fatalf("allowed=%t %s\nwant allowed=%t and %q", d.Allowed, all, c.allowed, c.want)
+			}
+			if want := c.backend; d.Backend != want && !(want == "" && d.Backend == BackendOCI) {
+				t.Fatalf("decision backend %q", d.Backend)
+			}
+		})
+	}
+}
+
+// TestOldRowGatesOCI: a row signed before gates matched on the backend
+// (testdata, written at 4ddfe45) still verifies, reads as backend oci, and
+// still admits exactly the oci backend.
+func TestOldRowGatesOCI(t *testing.T) {
+	k, err := keys.LoadPublic(filepath.Join("testdata", "oci-row-before-backend-match.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join("testdata", "oci-row-before-backend-match.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "old.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := LoadDir(context.Background(), dir, []*keys.Verifier{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Verified == nil {
+		t.Fatalf("the old row does not verify: %+v", entries)
+	}
+	if q := entries[0].Verified; q.Platform.Backend != BackendOCI || q.Platform.Digest() != testPlatform().Digest() {
+		t.Fatalf("the old row reads as platform %+v", q.Platform)
+	}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	if d := Gate(entries, testPlatform(), GateOptions{Now: now}); !d.Allowed {
+		t.Fatalf("the old row no longer gates oci: %s %q", d.Reason, d.Notes)
+	}
+	if d := Gate(entries, testPlatform(), GateOptions{Now: now, Backend: BackendOCI}); !d.Allowed {
+		t.Fatalf("the old row no longer gates --backend oci: %s %q", d.Reason, d.Notes)
+	}
+	fc := testPlatform()
+	fc.Backend = "firecracker"
+	if d := Gate(entries, fc, GateOptions{Now: now, Backend: "firecracker"}); d.Allowed {
+		t.Fatalf("the old oci row admitted another backend: %s", d.Reason)
 	}
 }

@@ -52,6 +52,8 @@ import (
 var Version = "0.1.0-dev"
 
 // BackendOCI is the backend that runs phases under the pinned OCI runtime.
+// It was the only backend when rows began to carry a backend, so it is what
+// a gate asks for unless told otherwise.
 const BackendOCI = "oci"
 
 // Platform is what a qualification is about: the host facts and the
@@ -96,9 +98,10 @@ type PlatformRuntime struct {
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// PlatformOf describes the platform of a probed profile. The profile must
-// carry an identified runtime.
-func PlatformOf(p *platform.Profile) (Platform, error) {
+// PlatformOf describes the platform of a probed profile as backend (its
+// backend.Backend.Name) runs on it. The profile must carry an identified
+// runtime.
+func PlatformOf(p *platform.Profile, backend string) (Platform, error) {
 	if p == nil {
 		return Platform{}, errors.New("matrix: no platform profile")
 	}
@@ -109,7 +112,7 @@ func PlatformOf(p *platform.Profile) (Platform, error) {
 		return Platform{}, fmt.Errorf("matrix: runtime %s could not be identified: %s", p.Runtime.Path, p.Runtime.Error)
 	}
 	pl := Platform{
-		OS: p.OS, Arch: p.Arch, Kernel: p.Kernel, Distro: p.Distro, Backend: BackendOCI,
+		OS: p.OS, Arch: p.Arch, Kernel: p.Kernel, Distro: p.Distro, Backend: backend,
 		Cgroup: PlatformCgroup{
 			Mode:        string(p.Cgroup.Mode),
 			V2Delegated: sorted(p.Cgroup.V2Delegated),
@@ -138,7 +141,10 @@ func (p Platform) Validate() error {
 	need("os", p.OS)
 	need("arch", p.Arch)
 	need("kernel", p.Kernel)
-	need("backend", p.Backend)
+	if !backendPattern.MatchString(p.Backend) {
+		// A disabled list names a backend by this same pattern.
+		errs = append(errs, fmt.Errorf("backend %q is not a backend name", p.Backend))
+	}
 	need("cgroup.mode", p.Cgroup.Mode)
 	need("runtime.version", p.Runtime.Version)
 	if !hex64.MatchString(p.Runtime.SHA256) {

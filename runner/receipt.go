@@ -17,7 +17,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 	rc := evidence.Receipt{
 		RunID: res.RunID,
 		Profile: evidence.RuntimeProfile{
-			Backend:       evidence.BackendOCI,
+			Backend:       r.backend.Name(),
 			Runtime:       evidence.Runtime{Version: r.cfg.Runtime.Version, SHA256: res.RuntimeSHA256, Path: r.cfg.Runtime.Path},
 			Kernel:        prof.Kernel,
 			Arch:          prof.Arch,

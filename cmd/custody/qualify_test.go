@@ -163,6 +163,24 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 	if code, out := gate("--platform", filepath.Join(dir, "platform.json"), "--tier", "development"); code != 0 {
 		t.Fatalf("gate on a platform file: %d\n%s", code, out)
 	}
+	// The row is for backend oci: it gates --backend oci (the default) and
+	// never another backend, probed or described.
+	if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development", "--backend", "oci"); code != 0 || !strings.Contains(out, "backend oci") {
+		t.Fatalf("gate --backend oci: %d\n%s", code, out)
+	}
+	if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development", "--backend", "firecracker"); code != exitFailed ||
+		!strings.Contains(out, "qualifies backend oci, not firecracker") {
+		t.Fatalf("gate --backend firecracker on an oci row: %d\n%s", code, out)
+	}
+	if code, out := gate("--platform", filepath.Join(dir, "platform.json"), "--tier", "development", "--backend", "firecracker"); code != exitFailed ||
+		!strings.Contains(out, "described is for backend oci") {
+		t.Fatalf("gate --backend firecracker on an oci description: %d\n%s", code, out)
+	}
+	// Another backend disabled by name leaves this one's row standing.
+	write(t, filepath.Join(mx, "disabled"), "firecracker jailer CVE\n")
+	if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development"); code != 0 {
+		t.Fatalf("gate with another backend disabled: %d\n%s", code, out)
+	}
 	// Disabling the backend or the runtime invalidates the row (R14).
 	for _, entry := range []string{"oci under review", "sha256:" + sha + " withdrawn"} {
 		write(t, filepath.Join(mx, "disabled"), entry+"\n")

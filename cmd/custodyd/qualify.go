@@ -1,122 +1,89 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/matrix"
-	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/qualification"
 	"github.com/custody-dev/custody/store"
 )
 
 // handleAttestQualification signs a qualification row (control socket,
-// operators only). The operator supplies only the suite's verdicts; the
-// daemon builds the statement itself — its own platform profile, the
-// pinned runtime re-hashed now, its version, its runner key id, the time,
-// each referenced run as it recorded it — with a fixed predicate type, and
-// signs it with the runner identity key. It is not a signing oracle:
-// anything that is not a well-formed row request is refused, and so is a
-// quarantined runner, a check claimed passed that names no run of this
-// runner, and a run at another tier than the row's.
+// operators only): the operator supplies the suite's verdicts, and the
+// runner's attester builds, checks and signs the row (see
+// qualification.Attester).
 func (s *server) handleAttestQualification(w http.ResponseWriter, r *http.Request) {
 	var req matrix.SignRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	row, err := s.attestQualification(r, req)
+	row, q, err := s.attester().Attest(r.Context(), req)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, qualificationError(err))
 		return
 	}
+	s.log.Info("qualification row signed", "uid", peerOf(r).UID, "tier", q.Tier, "result", q.Result,
+		"platform", q.PlatformDigest(), "backend", q.Platform.Backend, "checks", len(q.Checks), "failed", len(q.Failed))
 	writeJSON(w, row)
 }
 
-func (s *server) attestQualification(r *http.Request, req matrix.SignRequest) (*matrix.Row, error) {
-	refuse := func(format string, args ...any) error {
-		return &api.Error{Code: api.CodeRefused, Message: "qualification row: " + fmt.Sprintf(format, args...)}
-	}
-	if q, err := s.quarantine(); err != nil {
-		return nil, err
-	} else if q.Quarantined {
-		return nil, &api.Error{Code: api.CodeQuarantined, Message: fmt.Sprintf(
-			"a quarantined runner signs no qualification (since %s: %s)", q.Since.Format(time.RFC3339), q.Reason)}
-	}
+func (s *server) attester() *qualification.Attester {
 	pinned := s.cfg.Runner.Runtime
-	sum, err := platform.FileSHA256(pinned.Path)
-	if err != nil {
-		return nil, refuse("cannot hash the pinned runtime: %v", err)
+	return &qualification.Attester{
+		Key:     s.runnerID,
+		Runtime: qualification.Pinned{Path: pinned.Path, Version: pinned.Version, SHA256: pinned.SHA256},
+		Backend: s.r.BackendName(),
+		Profile: s.r.Profile,
+		Records: qualificationRecords{s},
+		Now:     s.now,
 	}
-	if sum != pinned.SHA256 {
-		return nil, refuse("the runtime at %s now hashes to %s, not the pinned %s; nothing it ran qualifies", pinned.Path, sum, pinned.SHA256)
-	}
-	plat, err := matrix.PlatformOf(s.r.Profile())
-	if err != nil {
-		return nil, refuse("%v", err)
-	}
-	if plat.Runtime.SHA256 != pinned.SHA256 || plat.Runtime.Version != pinned.Version {
-		return nil, refuse("the probed runtime (%s sha256:%s) is not the pinned one (%s sha256:%s)",
-			plat.Runtime.Version, plat.Runtime.SHA256, pinned.Version, pinned.SHA256)
-	}
-	if len(req.Checks) > matrix.MaxChecks {
-		return nil, refuse("%d checks; at most %d", len(req.Checks), matrix.MaxChecks)
-	}
-	wantTier := req.Tier
-	if req.Tier == matrix.TierDevelopment {
-		wantTier = "development (unqualified)"
-	}
-	checks := make([]matrix.Check, 0, len(req.Checks))
-	for i, c := range req.Checks {
-		if len(c.Runs) > matrix.MaxRunsPerCheck {
-			return nil, refuse("checks[%d]: %d runs; at most %d", i, len(c.Runs), matrix.MaxRunsPerCheck)
+}
+
+// qualificationError gives an attester's refusal its wire code.
+func qualificationError(err error) error {
+	for _, c := range []struct {
+		class error
+		code  api.Code
+	}{
+		{qualification.ErrQuarantined, api.CodeQuarantined},
+		{qualification.ErrRefused, api.CodeRefused},
+		{qualification.ErrBadRequest, api.CodeBadRequest},
+	} {
+		if errors.Is(err, c.class) {
+			return &api.Error{Code: c.code, Message: err.Error()}
 		}
-		// A pass must rest on work this runner did at this tier; a failure
-		// may have nothing behind it (a refused grant launches nothing).
-		if c.Passed && len(c.Runs) == 0 {
-			return nil, refuse("checks[%d] (%s/%s) claims to have passed but names no run of this runner", i, c.Family, c.Name)
-		}
-		mc := matrix.Check{Family: c.Family, Name: c.Name, Case: c.Case, Passed: c.Passed, Detail: c.Detail, Runs: []matrix.RunRef{}}
-		for _, id := range c.Runs {
-			var rec launch.Record
-			if err := s.db.GetRun(id, &rec); err != nil {
-				if errors.Is(err, store.ErrNotFound) {
-					return nil, refuse("checks[%d] (%s/%s): run %q is not a run of this runner", i, c.Family, c.Name, id)
-				}
-				return nil, err
-			}
-			if rec.Result == nil {
-				return nil, refuse("checks[%d]: run %s has no recorded result", i, id)
-			}
-			if rec.Result.Tier != wantTier {
-				return nil, refuse("checks[%d] (%s/%s): run %s ran at tier %q; the row is for %q", i, c.Family, c.Name, id, rec.Result.Tier, wantTier)
-			}
-			ref := matrix.RunRef{ID: id, Status: string(rec.Result.Status), Tier: rec.Result.Tier}
-			if rec.Receipt != nil {
-				sum := sha256.Sum256(rec.Receipt.Envelope)
-				ref.ReceiptSHA256 = hex.EncodeToString(sum[:])
-			}
-			mc.Runs = append(mc.Runs, ref)
-		}
-		checks = append(checks, mc)
 	}
-	q, err := matrix.NewQualification(plat, matrix.Info{
-		Tier: req.Tier, CustodyVersion: matrix.Version, SuiteVersion: req.SuiteVersion,
-		RunnerID: s.runnerID.ID(), QualifiedAt: s.now().UTC().Truncate(time.Second), Checks: checks,
-	})
-	if err != nil {
-		return nil, &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
-	}
-	row, err := matrix.Sign(r.Context(), s.runnerID, q)
-	if err != nil {
+	return err
+}
+
+// qualificationRecords are the daemon's records as an attester reads them.
+type qualificationRecords struct{ s *server }
+
+func (q qualificationRecords) Quarantined() (*qualification.Quarantine, error) {
+	st, err := q.s.quarantine()
+	if err != nil || !st.Quarantined {
 		return nil, err
 	}
-	s.log.Info("qualification row signed", "uid", peerOf(r).UID, "tier", q.Tier, "result", q.Result,
-		"platform", plat.Digest(), "checks", len(q.Checks), "failed", len(q.Failed))
-	return row, nil
+	return &qualification.Quarantine{Since: st.Since, Reason: st.Reason}, nil
+}
+
+func (q qualificationRecords) Run(id string) (qualification.RecordedRun, error) {
+	var rec launch.Record
+	if err := q.s.db.GetRun(id, &rec); errors.Is(err, store.ErrNotFound) {
+		return qualification.RecordedRun{}, qualification.ErrUnknownRun
+	} else if err != nil {
+		return qualification.RecordedRun{}, err
+	}
+	out := qualification.RecordedRun{HasResult: rec.Result != nil}
+	if rec.Result != nil {
+		out.Status, out.Tier = string(rec.Result.Status), rec.Result.Tier
+	}
+	if rec.Receipt != nil {
+		out.Receipt = append([]byte{}, rec.Receipt.Envelope...)
+	}
+	return out, nil
 }

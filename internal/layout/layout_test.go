@@ -80,6 +80,12 @@ var banned = map[string]map[string]string{
 		"backend/oci": "the CLI never launches anything itself",
 		"journal":     "the CLI never reads the journal itself",
 	},
+	"qualification": {
+		"store":       "the attester gets the runner's records as values, and the CLI imports this package",
+		"journal":     "",
+		"runner":      "",
+		"backend/oci": "",
+	},
 }
 
 // directOnly: package → the only packages that may import it directly.
@@ -182,7 +188,7 @@ func TestExternalImports(t *testing.T) {
 // tools (doctor, qualification, the gate). It never holds the runner's
 // state or launches anything itself.
 var cliImports = []string{
-	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "snapshot",
+	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot",
 	"internal/quote", "internal/regfile",
 }
 

@@ -1,0 +1,212 @@
+// Package qualification turns a conformance run into a signed
+// qualification row (R13): on the runner, what a row attests and how it is
+// built from the suite's verdicts, the runner's own records and its
+// platform, and signed (Attester); on the operator's side, how the suite
+// is driven through a private custodyd and its verdicts handed over to be
+// signed (Qualify). The row format and the gate are package matrix.
+//
+// The package reaches a daemon only through api and gets the runner's
+// state as values, never its store, so the CLI may import it.
+package qualification
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/matrix"
+	"github.com/custody-dev/custody/platform"
+)
+
+var (
+	// ErrRefused classes a sign request the runner will not attest: a pass
+	// with no run behind it, a run that is not the runner's or ran at
+	// another tier, too many checks, or a runtime that is not the pinned one.
+	ErrRefused = errors.New("qualification row refused")
+	// ErrQuarantined classes a request to a quarantined runner.
+	ErrQuarantined = errors.New("runner quarantined")
+	// ErrBadRequest classes a request that does not make a well-formed row
+	// (an unknown tier or family, no checks, a detail that is not text).
+	ErrBadRequest = errors.New("qualification request malformed")
+	// ErrUnknownRun is what Records.Run returns for an id that is not a run
+	// of this runner.
+	ErrUnknownRun = errors.New("not a run of this runner")
+)
+
+// classed puts err in a class (errors.Is) without prefixing its message:
+// callers show it as it was worded.
+type classed struct {
+	class, err error
+}
+
+func (e *classed) Error() string   { return e.err.Error() }
+func (e *classed) Unwrap() []error { return []error{e.class, e.err} }
+
+func refuse(format string, args ...any) error {
+	return &classed{class: ErrRefused, err: fmt.Errorf("qualification row: "+format, args...)}
+}
+
+// Pinned is the runtime binary the runner is pinned to.
+type Pinned struct {
+	Path, Version, SHA256 string
+}
+
+// Quarantine is a runner's quarantine, as the attester needs it.
+type Quarantine struct {
+	Since  time.Time
+	Reason string
+}
+
+// RecordedRun is one run as the runner recorded it.
+type RecordedRun struct {
+	// HasResult is false for a run that has no recorded result yet.
+	HasResult    bool
+	Status, Tier string
+	// Receipt is the run's signed receipt envelope; nil when it has none.
+	Receipt []byte
+}
+
+// Records is the runner's state as an attester reads it.
+type Records interface {
+	// Quarantined returns the runner's quarantine, or nil when it is not
+	// quarantined.
+	Quarantined() (*Quarantine, error)
+	// Run returns a run of this runner; ErrUnknownRun when there is none.
+	Run(id string) (RecordedRun, error)
+}
+
+// Attester builds and signs qualification rows for one runner. It is not
+// a signing oracle: the operator supplies only the suite's verdicts, and
+// the attester builds the statement itself — the runner's own platform
+// profile and backend, the pinned runtime re-hashed now, custody's
+// version, the runner key id, the time, each referenced run as the runner
+// recorded it — and refuses anything it cannot stand behind.
+type Attester struct {
+	// Key is the runner identity key; rows name and are signed by it.
+	Key *keys.Signer
+	// Runtime is the pinned runtime, re-hashed for every row.
+	Runtime Pinned
+	// Backend is the name of the backend the runner launches on
+	// (backend.Backend.Name); the row qualifies that backend only.
+	Backend string
+	// Profile is the runner's evidenced platform profile.
+	Profile func() *platform.Profile
+	Records Records
+	// Now is the clock rows are dated by; default time.Now.
+	Now func() time.Time
+}
+
+// Attest signs the row the request's verdicts make on this runner, and
+// returns it with its content. It fails with ErrQuarantined, ErrRefused or
+// ErrBadRequest; any other error is the runner's own.
+func (a *Attester) Attest(ctx context.Context, req matrix.SignRequest) (*matrix.Row, *matrix.Qualification, error) {
+	if q, err := a.Records.Quarantined(); err != nil {
+		return nil, nil, err
+	} else if q != nil {
+		return nil, nil, &classed{class: ErrQuarantined, err: fmt.Errorf(
+			"a quarantined runner signs no qualification (since %s: %s)", q.Since.Format(time.RFC3339), q.Reason)}
+	}
+	plat, err := a.platform()
+	if err != nil {
+		return nil, nil, err
+	}
+	checks, err := a.checks(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now
+	if a.Now != nil {
+		now = a.Now
+	}
+	q, err := matrix.NewQualification(plat, matrix.Info{
+		Tier: req.Tier, CustodyVersion: matrix.Version, SuiteVersion: req.SuiteVersion,
+		RunnerID: a.Key.ID(), QualifiedAt: now().UTC().Truncate(time.Second), Checks: checks,
+	})
+	if err != nil {
+		// The platform was validated above: what is malformed is the request.
+		return nil, nil, &classed{class: ErrBadRequest, err: err}
+	}
+	row, err := matrix.Sign(ctx, a.Key, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	return row, q, nil
+}
+
+// platform describes what this runner qualifies: its profile, as its
+// backend runs on it, with the pinned runtime proved unchanged.
+func (a *Attester) platform() (matrix.Platform, error) {
+	pinned := a.Runtime
+	sum, err := platform.FileSHA256(pinned.Path)
+	if err != nil {
+		return matrix.Platform{}, refuse("cannot hash the pinned runtime: %v", err)
+	}
+	if sum != pinned.SHA256 {
+		return matrix.Platform{}, refuse("the runtime at %s now hashes to %s, not the pinned %s; nothing it ran qualifies", pinned.Path, sum, pinned.SHA256)
+	}
+	plat, err := matrix.PlatformOf(a.Profile(), a.Backend)
+	if err != nil {
+		return matrix.Platform{}, refuse("%v", err)
+	}
+	if plat.Runtime.SHA256 != pinned.SHA256 || plat.Runtime.Version != pinned.Version {
+		return matrix.Platform{}, refuse("the probed runtime (%s sha256:%s) is not the pinned one (%s sha256:%s)",
+			plat.Runtime.Version, plat.Runtime.SHA256, pinned.Version, pinned.SHA256)
+	}
+	return plat, nil
+}
+
+// checks are the request's verdicts with each run as the runner recorded
+// it. A pass must rest on work this runner did at the row's tier; a
+// failure may have nothing behind it (a refused grant launches nothing).
+func (a *Attester) checks(req matrix.SignRequest) ([]matrix.Check, error) {
+	if len(req.Checks) > matrix.MaxChecks {
+		return nil, refuse("%d checks; at most %d", len(req.Checks), matrix.MaxChecks)
+	}
+	wantTier := runTier(req.Tier)
+	checks := make([]matrix.Check, 0, len(req.Checks))
+	for i, c := range req.Checks {
+		if len(c.Runs) > matrix.MaxRunsPerCheck {
+			return nil, refuse("checks[%d]: %d runs; at most %d", i, len(c.Runs), matrix.MaxRunsPerCheck)
+		}
+		if c.Passed && len(c.Runs) == 0 {
+			return nil, refuse("checks[%d] (%s/%s) claims to have passed but names no run of this runner", i, c.Family, c.Name)
+		}
+		mc := matrix.Check{Family: c.Family, Name: c.Name, Case: c.Case, Passed: c.Passed, Detail: c.Detail, Runs: []matrix.RunRef{}}
+		for _, id := range c.Runs {
+			rec, err := a.Records.Run(id)
+			if errors.Is(err, ErrUnknownRun) {
+				return nil, refuse("checks[%d] (%s/%s): run %q is not a run of this runner", i, c.Family, c.Name, id)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if !rec.HasResult {
+				return nil, refuse("checks[%d]: run %s has no recorded result", i, id)
+			}
+			if rec.Tier != wantTier {
+				return nil, refuse("checks[%d] (%s/%s): run %s ran at tier %q; the row is for %q", i, c.Family, c.Name, id, rec.Tier, wantTier)
+			}
+			ref := matrix.RunRef{ID: id, Status: rec.Status, Tier: rec.Tier}
+			if rec.Receipt != nil {
+				sum := sha256.Sum256(rec.Receipt)
+				ref.ReceiptSHA256 = hex.EncodeToString(sum[:])
+			}
+			mc.Runs = append(mc.Runs, ref)
+		}
+		checks = append(checks, mc)
+	}
+	return checks, nil
+}
+
+// runTier is the tier a run records when it runs for a row at tier: a
+// development run is recorded as unqualified.
+func runTier(tier string) string {
+	if tier == matrix.TierDevelopment {
+		return "development (unqualified)"
+	}
+	return tier
+}

@@ -1,0 +1,433 @@
+package qualification
+
+import (
+	"context"
+	"crypto/rand"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/internal/regfile"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/matrix"
+	"github.com/custody-dev/custody/platform"
+)
+
+// AmbientVar is set in the private custodyd's environment; the suite checks
+// that no phase sees it.
+const AmbientVar = "CUSTODY_QUALIFY_AMBIENT"
+
+// ErrPrecondition classes what stops a qualification before anything
+// starts: a tier that is not one, not being root, a binary that cannot go
+// into the conformance image.
+var ErrPrecondition = errors.New("cannot qualify")
+
+// BinaryError is a binary Options names that cannot be used, by the name of
+// its option ("custodyd", "runtime", "probe", "busybox").
+type BinaryError struct {
+	Option, Path string
+	// Missing says there is no file at Path; otherwise Err says what is
+	// wrong with it.
+	Missing bool
+	Err     error
+}
+
+func (e *BinaryError) Error() string   { return e.Option + " " + e.Path + ": " + e.Err.Error() }
+func (e *BinaryError) Unwrap() []error { return []error{ErrPrecondition, e.Err} }
+
+// Options say what to qualify and with which binaries.
+type Options struct {
+	// Tier is conformance.TierProduction or conformance.TierDevelopment.
+	Tier string
+	// Custodyd is run privately; Runtime is the pinned runc it is given.
+	Custodyd, Runtime string
+	// Probe (custody-probe) and Busybox are static binaries copied into the
+	// conformance image.
+	Probe, Busybox string
+	// Keep leaves the private daemon's temporary directory (debugging).
+	Keep bool
+	// Parallel is how many checks run at once.
+	Parallel int
+	// Only, when set, runs only checks named FAMILY or FAMILY/NAME; such a
+	// row cannot pass.
+	Only []string
+	// Logf reports progress, a line at a time; nil discards it.
+	Logf func(format string, args ...any)
+}
+
+// Result is a finished qualification: the suite's report, the row the
+// private daemon signed, and that row verified under the daemon's runner
+// key.
+type Result struct {
+	Report    conformance.Report
+	Row       *matrix.Row
+	Verified  *matrix.Verified
+	RunnerKey *keys.Verifier
+}
+
+// Qualify runs the conformance suite on this host through a private
+// custodyd on fresh temporary state, has the daemon sign the row with its
+// runner identity key, and stops the daemon and removes its state. A
+// qualification that ran but FAILED is a Result, not an error: the row
+// says so. Errors of class ErrPrecondition mean nothing was started.
+func Qualify(ctx context.Context, o Options) (*Result, error) {
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if o.Tier != conformance.TierProduction && o.Tier != conformance.TierDevelopment {
+		return nil, &classed{class: ErrPrecondition, err: fmt.Errorf("tier %q: want production or development", o.Tier)}
+	}
+	if os.Geteuid() != 0 {
+		return nil, &classed{class: ErrPrecondition, err: errors.New("qualify must run as root: it starts custodyd, which mounts, makes cgroups and runs runc")}
+	}
+	for _, b := range []struct{ option, path string }{{"custodyd", o.Custodyd}, {"runtime", o.Runtime}} {
+		if fi, err := os.Stat(b.path); err != nil || fi.IsDir() {
+			return nil, &BinaryError{Option: b.option, Path: b.path, Missing: true, Err: errors.New("not found")}
+		}
+	}
+	for _, b := range []struct{ option, path string }{{"probe", o.Probe}, {"busybox", o.Busybox}} {
+		if err := requireStatic(b.path); err != nil {
+			return nil, &BinaryError{Option: b.option, Path: b.path, Err: err}
+		}
+	}
+	start := time.Now()
+	d, err := startPrivateDaemon(ctx, o, logf)
+	if d != nil {
+		defer d.stop(logf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	image, err := d.importImage(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	logf("private custodyd up, conformance image %s imported (%s)", image, time.Since(start).Round(time.Millisecond))
+
+	env := conformance.Env{
+		Control: d.control, Submit: d.submit, Image: image, Scratch: d.scratch, Tier: o.Tier,
+		AmbientVar: AmbientVar, Parallel: o.Parallel,
+		Progress: func(c conformance.Check) {
+			state := "pass"
+			if !c.Passed {
+				state = "FAIL"
+			}
+			logf("%-4s %s/%s (%d ms)", state, c.Family, c.Name, c.Millis)
+		},
+	}
+	if len(o.Only) > 0 {
+		env.Only = func(family, name string) bool {
+			for _, s := range o.Only {
+				if s == family || s == family+"/"+name {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	rep := conformance.Run(ctx, env)
+	logf("suite: %d checks, %d failed, in %s", len(rep.Checks), len(rep.Failed()), rep.Finished.Sub(rep.Started).Round(time.Millisecond))
+
+	row, err := d.sign(ctx, rep)
+	if err != nil {
+		return nil, fmt.Errorf("sign the qualification row: %w", err)
+	}
+	ver, err := row.Verify(ctx, []*keys.Verifier{d.runnerKey})
+	if err != nil {
+		return nil, fmt.Errorf("the daemon's row does not verify under its own runner key: %w", err)
+	}
+	return &Result{Report: rep, Row: row, Verified: ver, RunnerKey: d.runnerKey}, nil
+}
+
+// SignRequestOf is what a suite's report asks a runner to sign: each
+// check's verdict, its detail made row-safe, and the runs it launched.
+func SignRequestOf(rep conformance.Report) matrix.SignRequest {
+	req := matrix.SignRequest{Tier: rep.Tier, SuiteVersion: rep.SuiteVersion}
+	for _, c := range rep.Checks {
+		req.Checks = append(req.Checks, matrix.RequestCheck{
+			Family: c.Family, Name: c.Name, Case: string(c.Case), Passed: c.Passed,
+			Detail: matrix.SanitizeDetail(c.Detail), Runs: append([]string{}, c.Runs...),
+		})
+	}
+	return req
+}
+
+// maxImageBinary bounds a binary qualify copies into the conformance image
+// (busybox and custody-probe are a few MB each).
+const maxImageBinary = 256 << 20
+
+// requireStatic refuses a binary that needs a dynamic loader: the
+// conformance image has no libc.
+func requireStatic(path string) error {
+	r, err := regfile.Open(path, maxImageBinary)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; the conformance image needs a static binary", path)
+		}
+	}
+	return nil
+}
+
+// privateDaemon is a custodyd on temporary directories, for one qualify.
+type privateDaemon struct {
+	dir, scratch    string
+	cmd             *exec.Cmd
+	done            chan error
+	log             *os.File
+	control, submit *api.Client
+	controlSocket   string
+	runnerKey       *keys.Verifier
+	keep            bool
+}
+
+func startPrivateDaemon(ctx context.Context, o Options, logf func(string, ...any)) (*privateDaemon, error) {
+	rt, err := platform.ProbeRuntime(ctx, o.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "custody-qualify-")
+	if err != nil {
+		return nil, err
+	}
+	d := &privateDaemon{dir: dir, scratch: filepath.Join(dir, "scratch"), keep: o.Keep}
+	// The runtime dir must be traversable by the container's remapped root.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return d, err
+	}
+	for _, sub := range []string{"sock", "scratch", "image"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+			return d, err
+		}
+	}
+	d.controlSocket = filepath.Join(dir, "sock", "control.sock")
+	submitSocket := filepath.Join(dir, "sock", "submit.sock")
+	cfg := fmt.Sprintf(`runner:
+  stateDir: %q
+  runtimeDir: %q
+  runtime: {path: %q, version: %q, sha256: %q}
+policy: %q
+controlSocket: %q
+submitSocket: %q
+operators: [%d]
+`, filepath.Join(dir, "state"), filepath.Join(dir, "run"), rt.Path, rt.Version, rt.SHA256,
+		filepath.Join(dir, "policy.yaml"), d.controlSocket, submitSocket, os.Geteuid())
+	if err := os.WriteFile(filepath.Join(dir, "custodyd.yaml"), []byte(cfg), 0o600); err != nil {
+		return d, err
+	}
+	// No image is known yet: the daemon starts refusing everything.
+	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte("# written once the image is imported\n"), 0o600); err != nil {
+		return d, err
+	}
+	if d.log, err = os.OpenFile(filepath.Join(dir, "custodyd.log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+		return d, err
+	}
+	d.cmd = exec.Command(o.Custodyd, "--config", filepath.Join(dir, "custodyd.yaml"), "--log-level", "info")
+	d.cmd.Env = append(os.Environ(), AmbientVar+"=ambient-"+randomHex())
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := d.cmd.Start(); err != nil {
+		return d, fmt.Errorf("start %s: %w", o.Custodyd, err)
+	}
+	d.done = make(chan error, 1)
+	go func() { d.done <- d.cmd.Wait() }()
+	logf("started private custodyd %s (pid %d) in %s", o.Custodyd, d.cmd.Process.Pid, dir)
+	d.control, d.submit = api.NewClient(d.controlSocket), api.NewClient(submitSocket)
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	ready := make(chan error, 1)
+	go func() { ready <- d.control.WaitReady(rctx) }()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return d, fmt.Errorf("private custodyd did not come up: %w\n%s", err, d.logTail())
+		}
+	case err := <-d.done:
+		d.done <- err
+		return d, fmt.Errorf("private custodyd exited before it was ready (%v)\n%s", err, d.logTail())
+	}
+	st, err := d.control.Status(ctx)
+	if err != nil {
+		return d, err
+	}
+	if d.runnerKey, err = keys.ParsePublic([]byte(st.RunnerPublicKey)); err != nil {
+		return d, fmt.Errorf("runner key: %w", err)
+	}
+	return d, nil
+}
+
+func (d *privateDaemon) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(d.dir, "custodyd.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return "custodyd log:\n" + string(b)
+}
+
+// importImage builds the conformance image, imports it and writes the
+// qualification policy.
+func (d *privateDaemon) importImage(ctx context.Context, o Options) (string, error) {
+	root := filepath.Join(d.dir, "image", "rootfs")
+	for _, sub := range []string{"bin", "etc", "root", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, sub), 0o755); err != nil {
+			return "", err
+		}
+	}
+	if err := copyFile(o.Busybox, filepath.Join(root, "bin", "busybox"), 0o755); err != nil {
+		return "", err
+	}
+	if err := copyFile(o.Probe, filepath.Join(root, "bin", "custody-probe"), 0o755); err != nil {
+		return "", err
+	}
+	list, err := exec.CommandContext(ctx, filepath.Join(root, "bin", "busybox"), "--list").Output()
+	if err != nil {
+		return "", fmt.Errorf("busybox --list: %w", err)
+	}
+	for _, applet := range strings.Fields(string(list)) {
+		if applet == "busybox" || applet == "custody-probe" || strings.Contains(applet, "/") {
+			continue
+		}
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil && !errors.Is(err, os.ErrExist) {
+			return "", err
+		}
+	}
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+		"etc/group":  "root:x:0:\nnogroup:x:65534:\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	raw, err := d.control.ImportImage(ctx, root)
+	if err != nil {
+		return "", fmt.Errorf("import the conformance image: %w", err)
+	}
+	var img struct{ Digest string }
+	if err := json.Unmarshal(raw, &img); err != nil || img.Digest == "" {
+		return "", fmt.Errorf("import the conformance image: no digest in %s", raw)
+	}
+	pol := fmt.Sprintf(`# Generated by custody qualify for one qualification run.
+apiVersion: custody.dev/v1alpha1
+kind: Policy
+images:
+  - digest: %q
+    name: custody conformance image
+ceilings: {memory: 512Mi, pids: 512, cpu: 2, wallTime: 5m, outputBytes: 64Mi, tmpBytes: 64Mi, inputBytes: 64Mi}
+defaults: {cpu: 1, outputBytes: 16Mi, tmpBytes: 16Mi}
+tiers:
+  development: %t
+actors:
+  - name: qualify
+    stages: [acquire, generate, build, test, run]
+    submitters: {uids: [0]}
+inputRoots: [%q]
+`, img.Digest, o.Tier == conformance.TierDevelopment, d.scratch)
+	if err := os.WriteFile(filepath.Join(d.dir, "policy.yaml"), []byte(pol), 0o600); err != nil {
+		return "", err
+	}
+	st, err := d.control.ReloadPolicy(ctx)
+	if err != nil {
+		return "", err
+	}
+	if st.Error != "" {
+		return "", fmt.Errorf("the qualification policy does not load: %s", st.Error)
+	}
+	return img.Digest, nil
+}
+
+// sign asks the private daemon to sign the suite's row.
+func (d *privateDaemon) sign(ctx context.Context, rep conformance.Report) (*matrix.Row, error) {
+	var row matrix.Row
+	if err := api.NewClient(d.controlSocket).SignQualification(ctx, SignRequestOf(rep), &row); err != nil {
+		return nil, err
+	}
+	return &row, nil
+}
+
+// stop stops the daemon and removes its temporary directory, unless
+// something is still mounted under it.
+func (d *privateDaemon) stop(logf func(string, ...any)) {
+	if d.cmd != nil && d.cmd.Process != nil {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(45 * time.Second):
+			logf("private custodyd did not stop after SIGTERM; killing it")
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+	}
+	if d.log != nil {
+		d.log.Close()
+	}
+	if d.keep {
+		logf("kept %s (--keep)", d.dir)
+		return
+	}
+	if left := mountsUnder(d.dir); len(left) > 0 {
+		logf("NOT removing %s: still mounted there: %s", d.dir, strings.Join(left, ", "))
+		return
+	}
+	if err := os.RemoveAll(d.dir); err != nil {
+		logf("remove %s: %v", d.dir, err)
+	}
+}
+
+// mountsUnder lists mount points at or below dir.
+func mountsUnder(dir string) []string {
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return []string{"(cannot read mountinfo: " + err.Error() + ")"}
+	}
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
+	}
+	return out
+}
+
+func copyFile(src, dst string, perm os.FileMode) error {
+	in, err := regfile.Open(src, maxImageBinary)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
