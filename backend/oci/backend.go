@@ -199,7 +199,8 @@ type Launch struct {
 }
 
 // Container is one launch's native resources. Whatever happened, the
-// caller must call Cleanup once it has taken the outputs.
+// caller must call Cleanup once it has taken the outputs. Where it is in
+// its life is its state; the moves allowed are in state.go.
 type Container struct {
 	b       *Backend
 	id      string
@@ -209,21 +210,19 @@ type Container struct {
 	logPath string
 	cgroups *cgroupDirs
 	bin     *Binary
-	started bool
+	// mu guards state, which only move changes (transitions in state.go).
+	mu      sync.Mutex
+	state   state
 	mounted []string // mount points we made, innermost last
 	config  []byte
 	rec     backend.Recorder
 	// idents are the native identities recorded per kind+name; cleanup
 	// acts only where they still match.
-	idents      map[string]map[string]string
-	pending     []backend.Resource // identities not yet journalled
-	removed     []backend.Resource // verified gone, journalled at the end of Cleanup
-	pidfd       int                // of the gated init while it runs; 0: none
-	dirRecorded bool
-	// nothingMounted: unmountAll found no mount left under dir.
-	nothingMounted bool
-	recovered      bool // cleaning up after a runner that died
-	faults         func(stage string)
+	idents  map[string]map[string]string
+	pending []backend.Resource // identities not yet journalled
+	removed []backend.Resource // verified gone, journalled at the end of Cleanup
+	pidfd   int                // of the gated init while it runs; 0: none
+	faults  func(stage string)
 }
 
 // ID is the container id.
@@ -304,12 +303,11 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	}
 	c := &Container{
 		b: b, id: l.ID, dir: dir, bin: bin, rec: rec, faults: b.opts.Faults,
-		rootfs:      filepath.Join(dir, "rootfs"),
-		outDir:      filepath.Join(dir, "out"),
-		logPath:     filepath.Join(dir, "runc.log"),
-		idents:      map[string]map[string]string{},
-		dirRecorded: true,
-		cgroups:     cgroups,
+		rootfs:  filepath.Join(dir, "rootfs"),
+		outDir:  filepath.Join(dir, "out"),
+		logPath: filepath.Join(dir, "runc.log"),
+		idents:  map[string]map[string]string{},
+		cgroups: cgroups,
 	}
 	// Identities are recorded together once the launch's files exist: Run
 	// writes them with runc's while runc starts. A failure on the way
@@ -356,6 +354,9 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), c.config, 0o600); err != nil {
 		return c, fmt.Errorf("write config: %w", err)
+	}
+	if _, err := c.move(opPrepared); err != nil {
+		return c, err
 	}
 	prepared = true
 	return c, nil
@@ -453,8 +454,13 @@ func (c *Container) mountOutput(limit, files int64) error {
 // seccomp filter, the gate reports ready and waits; the backend observes the
 // process from outside, and only then lets it exec the workload. It returns
 // an error only when the container could not be run or could not be
-// stopped.
+// stopped. A container runs once: a second Run, or one after Cleanup, is
+// refused with a *StateError before anything is made.
 func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr io.Writer) (*backend.Exit, error) {
+	if _, err := c.move(opRun); err != nil {
+		return nil, err
+	}
+	defer func() { _, _ = c.move(opExit) }() // refused only if a Cleanup came first
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -497,7 +503,6 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, outW, errW, theirs, c.b.gate, c.b.filter)
 	theirs.Close()
 	closeWriters()
-	c.started = true // runc may have made state and cgroups even on failure
 	if err != nil {
 		waitCopies()
 		return nil, err
@@ -743,12 +748,14 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	if c.rec == nil {
 		c.rec = nopRecorder{}
 	}
+	from, _ := c.move(opCleanup) // allowed from every state
+	recovery := from == stateRecovering
 	r := &backend.CleanupReport{}
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	if c.bin != nil && c.started {
+	if c.bin != nil && c.runtimeMayHold(from) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var err error
-		if c.recovered {
+		if recovery {
 			err = c.stopRecovered(dctx)
 			step(r, "runtime-kill", err)
 			if err == nil {
@@ -801,8 +808,9 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 		c.removed = append(c.removed, backend.Resource{Kind: KindContainer, Name: c.id})
 	}
 	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
-	step(r, "unmounted", c.unmountAll())
-	step(r, "launch-dir-removed", c.removeDir())
+	unmountErr := c.unmountAll(recovery)
+	step(r, "unmounted", unmountErr)
+	step(r, "launch-dir-removed", c.removeDir(unmountErr == nil, c.ownsDir(from)))
 	if len(c.removed) > 0 {
 		if err := c.rec.Removed(c.removed...); err != nil {
 			step(r, "journalled", err) // the removals are verified but not on record
@@ -819,7 +827,7 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 			r.Verified = false
 		}
 	}
-	if c.recovered {
+	if recovery {
 		c.dropRecoveryLog(r.Verified)
 	}
 	return r
@@ -888,9 +896,9 @@ func (c *Container) removeCgroups() error {
 // identity was journalled for recovery to wait on: so in recovery the
 // launch dir's own tmpfs gets 2 s. With a mount still inside, EBUSY is not
 // retried: the inner one is what holds it.
-func (c *Container) unmount(p string, innerLeft bool) error {
+func (c *Container) unmount(p string, innerLeft, recovery bool) error {
 	wait := 250 * time.Millisecond
-	if c.recovered && p == c.dir {
+	if recovery && p == c.dir {
 		wait = 2 * time.Second
 	}
 	deadline := time.Now().Add(wait)
@@ -903,7 +911,9 @@ func (c *Container) unmount(p string, innerLeft bool) error {
 	}
 }
 
-func (c *Container) unmountAll() error {
+// unmountAll unmounts what this launch mounted, innermost first; nil means
+// no mount is left under the launch dir.
+func (c *Container) unmountAll(recovery bool) error {
 	var errs []error
 	var left []string
 	for i := len(c.mounted) - 1; i >= 0; i-- {
@@ -926,7 +936,7 @@ func (c *Container) unmountAll() error {
 			left = append(left, p)
 			continue
 		default:
-			if err := c.unmount(p, len(left) > 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			if err := c.unmount(p, len(left) > 0, recovery); err != nil && !errors.Is(err, unix.EINVAL) {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
 				left = append(left, p)
 				continue
@@ -949,15 +959,15 @@ func (c *Container) unmountAll() error {
 		}
 	}
 	c.mounted = left
-	c.nothingMounted = len(errs) == 0
 	return errors.Join(errs...)
 }
 
-func (c *Container) removeDir() error {
+// removeDir removes the launch dir; owned says its removal is journalled.
+func (c *Container) removeDir(nothingMounted, owned bool) error {
 	// Never remove a directory that still has a mount under it: RemoveAll
 	// would descend into the mounted filesystem. unmountAll, just before,
 	// has read the mount table for this when it found nothing left.
-	if !c.nothingMounted {
+	if !nothingMounted {
 		if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir)); err != nil || len(left) > 0 {
 			return fmt.Errorf("launch dir %s still has mounts; not removed", c.dir)
 		}
@@ -973,7 +983,7 @@ func (c *Container) removeDir() error {
 	if err := absent(c.dir); err != nil {
 		return err
 	}
-	if c.dirRecorded {
+	if owned {
 		c.removed = append(c.removed, backend.Resource{Kind: KindLaunchDir, Name: c.dir})
 	}
 	return nil
