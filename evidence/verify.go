@@ -245,7 +245,8 @@ func (r *Result) Failed() []Check {
 // Verify verifies the receipt envelope env under p. It runs every check and
 // records each in the Result; a receipt that fails any check is reported in
 // the Result, not as an error. The error is for a cancelled ctx or a Policy
-// not made by NewPolicy.
+// not made by NewPolicy. Each check is one method of verification, called
+// in the order of the Check* constants.
 func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("evidence: verify: %w", err)
@@ -253,169 +254,237 @@ func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, e
 	if !p.valid {
 		return nil, errors.New("evidence: verify: policy not made by NewPolicy")
 	}
-	now := p.now
-	if now.IsZero() {
-		now = time.Now()
-	}
 	sum := sha256.Sum256(env)
 	res := &Result{
 		EnvelopeSHA256: hex.EncodeToString(sum[:]),
 		TrustDigest:    v.trust.Digest,
 		TrustPath:      v.trust.Path,
+		Checks:         make([]Check, 0, len(authenticityChecks)+len(promotionChecks)+1),
 	}
-	record := func(name, reason string) {
-		res.Checks = append(res.Checks, Check{Name: name, OK: reason == "", Reason: reason})
+	x := verification{v: v, p: p, now: p.now}
+	if x.now.IsZero() {
+		x.now = time.Now()
 	}
-	pass := func(name, note string) {
-		res.Checks = append(res.Checks, Check{Name: name, OK: true, Reason: note})
+	res.Checks = append(res.Checks, x.envelope(env))
+	x.decodeStatement()
+	grantDone, outputsDone := x.startIndependent(ctx)
+	res.Checks = append(res.Checks, x.signature(ctx))
+	if x.signer != nil {
+		res.SignerID, res.SignerName = x.signer.ID(), x.signer.Name
 	}
+	res.Checks = append(res.Checks, x.issuerTrust(), x.keyRevocation(), x.statement())
+	c, err := x.grant(grantDone)
+	if err != nil {
+		return nil, err
+	}
+	res.Checks = append(res.Checks, c, x.freshness(), x.tier())
+	c, res.OutputsChecked, err = x.outputs(outputsDone)
+	if err != nil {
+		return nil, err
+	}
+	res.Checks = append(res.Checks, c, x.exitStatus(), x.cleanup())
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: verify: %w", err)
+	}
+	res.OK = allPass(res, authenticityChecks...) && (p.outputs.skip || allPass(res, CheckOutputs))
+	res.Promotable = res.OK && allPass(res, promotionChecks...)
+	if res.OK {
+		res.Receipt, res.Subjects = x.receipt, x.subjects
+	}
+	res.seal = &seal{envelopeSHA256: res.EnvelopeSHA256, promotable: res.Promotable}
+	return res, nil
+}
 
-	// envelope
+// verification is what one Verify has found so far, for the checks that
+// follow to read.
+type verification struct {
+	v   *Verifier
+	p   Policy
+	now time.Time
+	e   *cdsse.Envelope // nil: the envelope does not decode
+	// receipt and subjects are the decoded statement, nil when it does not
+	// decode (stErr says why); nothing of it is returned unless the
+	// receipt is authentic.
+	receipt  *Receipt
+	subjects []Subject
+	stErr    error
+	signer   *TrustedKey // nil: no trusted runner key signed
+}
+
+// verdict is a check that passes when reason is "".
+func verdict(name, reason string) Check { return Check{Name: name, OK: reason == "", Reason: reason} }
+
+// passed is a check that passes with a note.
+func passed(name, note string) Check { return Check{Name: name, OK: true, Reason: note} }
+
+// notDecoded is a check that cannot be evaluated without the statement.
+func notDecoded(name string) Check {
+	return verdict(name, notEvaluated+"the statement does not decode")
+}
+
+func (x *verification) envelope(env []byte) Check {
 	e, err := decodeEnvelope(env)
 	if err != nil {
-		record(CheckEnvelope, err.Error())
-	} else {
-		pass(CheckEnvelope, "")
+		return verdict(CheckEnvelope, err.Error())
 	}
+	x.e = e
+	return passed(CheckEnvelope, "")
+}
 
-	// The statement is decoded whether or not the signature verifies, so
-	// that every check can say what it finds; nothing of it is returned
-	// unless the receipt is authentic.
-	var r *Receipt
-	var subjects []Subject
-	var stErr error
-	if e != nil {
-		r, subjects, stErr = decodeReceiptStatement(e.Payload)
+// decodeStatement decodes the statement whether or not the signature
+// verifies, so that every check can say what it finds.
+func (x *verification) decodeStatement() {
+	if x.e != nil {
+		x.receipt, x.subjects, x.stErr = decodeReceiptStatement(x.e.Payload)
 	}
-	// The embedded grant (its own signature and statement) and the
-	// retained outputs are checked side by side with the receipt's
-	// signature: the three are independent and together most of a
-	// verification's time. They only read r; each result is recorded in
-	// its place below.
-	var grantDone, outputsDone chan checked
-	if r != nil {
-		grantDone = make(chan checked, 1)
-		go func() {
-			reason, err := v.checkGrant(ctx, r)
-			grantDone <- checked{reason, err}
-		}()
-		if !p.outputs.skip {
-			outputsDone = make(chan checked, 1)
-			go func() {
-				reason, err := checkOutputs(ctx, p.outputs.dir, &r.Output)
-				outputsDone <- checked{reason, err}
-			}()
-		}
-	}
+}
 
-	// signature
-	var signer *TrustedKey
-	switch {
-	case e == nil:
-		record(CheckSignature, notEvaluated+"the envelope does not decode")
-	default:
-		var reason string
-		signer, reason = v.verifySignature(ctx, e, r)
-		record(CheckSignature, reason)
-	}
-	if signer != nil {
-		res.SignerID, res.SignerName = signer.ID(), signer.Name
-	}
-
-	// issuer-trust and key-revocation: the signing key at the signing
-	// time, which is the run's finish time.
-	switch {
-	case signer == nil:
-		record(CheckIssuerTrust, notEvaluated+"no trusted runner key signed the receipt")
-		record(CheckKeyRevocation, notEvaluated+"no trusted runner key signed the receipt")
-	case r == nil:
-		record(CheckIssuerTrust, notEvaluated+"the statement does not decode, so the signing time is unknown")
-		record(CheckKeyRevocation, notEvaluated+"the statement does not decode, so the signing time is unknown")
-	default:
-		record(CheckIssuerTrust, signer.validAt(r.Finished))
-		record(CheckKeyRevocation, signer.revokedAt(r.Finished, v.trust.AcceptBeforeRevocation))
-	}
-
-	// statement
-	switch {
-	case e == nil:
-		record(CheckStatement, notEvaluated+"the envelope does not decode")
-	case stErr != nil:
-		record(CheckStatement, stErr.Error())
-	case signer != nil && r.Runner.ID != signer.ID():
-		record(CheckStatement, fmt.Sprintf("runner.id %s is not the key that signed the receipt (%s)", r.Runner.ID, signer.ID()))
-	default:
-		pass(CheckStatement, "")
-	}
-
-	// grant
+// startIndependent starts the checks of the embedded grant (its own
+// signature and statement) and of the retained outputs, which run side by
+// side with the receipt's signature: the three are independent and
+// together most of a verification's time. They only read the receipt;
+// each result is recorded in its place (grant, outputs).
+func (x *verification) startIndependent(ctx context.Context) (grantDone, outputsDone chan checked) {
+	r, v := x.receipt, x.v // not x: it stays on Verify's stack
 	if r == nil {
-		record(CheckGrant, notEvaluated+"the statement does not decode")
-	} else {
-		c := <-grantDone
-		if c.err != nil {
-			return nil, c.err
-		}
-		record(CheckGrant, c.reason)
+		return nil, nil
 	}
+	grantDone = make(chan checked, 1)
+	go func() {
+		reason, err := v.checkGrant(ctx, r)
+		grantDone <- checked{reason, err}
+	}()
+	if !x.p.outputs.skip {
+		outputsDone = make(chan checked, 1)
+		dir := x.p.outputs.dir
+		go func() {
+			reason, err := checkOutputs(ctx, dir, &r.Output)
+			outputsDone <- checked{reason, err}
+		}()
+	}
+	return grantDone, outputsDone
+}
 
-	// freshness
+func (x *verification) signature(ctx context.Context) Check {
+	if x.e == nil {
+		return verdict(CheckSignature, notEvaluated+"the envelope does not decode")
+	}
+	var reason string
+	x.signer, reason = x.v.verifySignature(ctx, x.e, x.receipt)
+	return verdict(CheckSignature, reason)
+}
+
+// signingTimeUnknown says why the signing key cannot be judged at the
+// signing time, which is the run's finish time; "" when it can.
+func (x *verification) signingTimeUnknown() string {
+	switch {
+	case x.signer == nil:
+		return notEvaluated + "no trusted runner key signed the receipt"
+	case x.receipt == nil:
+		return notEvaluated + "the statement does not decode, so the signing time is unknown"
+	}
+	return ""
+}
+
+func (x *verification) issuerTrust() Check {
+	if why := x.signingTimeUnknown(); why != "" {
+		return verdict(CheckIssuerTrust, why)
+	}
+	return verdict(CheckIssuerTrust, x.signer.validAt(x.receipt.Finished))
+}
+
+func (x *verification) keyRevocation() Check {
+	if why := x.signingTimeUnknown(); why != "" {
+		return verdict(CheckKeyRevocation, why)
+	}
+	return verdict(CheckKeyRevocation, x.signer.revokedAt(x.receipt.Finished, x.v.trust.AcceptBeforeRevocation))
+}
+
+func (x *verification) statement() Check {
+	switch r := x.receipt; {
+	case x.e == nil:
+		return verdict(CheckStatement, notEvaluated+"the envelope does not decode")
+	case x.stErr != nil:
+		return verdict(CheckStatement, x.stErr.Error())
+	case x.signer != nil && r.Runner.ID != x.signer.ID():
+		return verdict(CheckStatement, fmt.Sprintf("runner.id %s is not the key that signed the receipt (%s)", r.Runner.ID, x.signer.ID()))
+	}
+	return passed(CheckStatement, "")
+}
+
+// grant records the embedded grant's check started by startIndependent;
+// the error is for a cancelled ctx only.
+func (x *verification) grant(done chan checked) (Check, error) {
+	if x.receipt == nil {
+		return notDecoded(CheckGrant), nil
+	}
+	c := <-done
+	if c.err != nil {
+		return Check{}, c.err
+	}
+	return verdict(CheckGrant, c.reason), nil
+}
+
+func (x *verification) freshness() Check {
+	r, now, skew := x.receipt, x.now, x.p.skew
 	switch {
 	case r == nil:
-		record(CheckFreshness, notEvaluated+"the statement does not decode")
-	case r.Finished.After(now.Add(p.skew)):
-		record(CheckFreshness, fmt.Sprintf("the run finished at %s, after now (%s) by more than the clock skew of %v",
-			r.Finished.Format(time.RFC3339), now.UTC().Format(time.RFC3339), p.skew))
-	case now.Sub(r.Finished) > v.trust.MaxAge:
-		record(CheckFreshness, fmt.Sprintf("the run finished at %s, %v before now (%s), more than maxAge %v",
-			r.Finished.Format(time.RFC3339), now.Sub(r.Finished).Round(time.Second), now.UTC().Format(time.RFC3339), v.trust.MaxAge))
-	default:
-		pass(CheckFreshness, "")
+		return notDecoded(CheckFreshness)
+	case r.Finished.After(now.Add(skew)):
+		return verdict(CheckFreshness, fmt.Sprintf("the run finished at %s, after now (%s) by more than the clock skew of %v",
+			r.Finished.Format(time.RFC3339), now.UTC().Format(time.RFC3339), skew))
+	case now.Sub(r.Finished) > x.v.trust.MaxAge:
+		return verdict(CheckFreshness, fmt.Sprintf("the run finished at %s, %v before now (%s), more than maxAge %v",
+			r.Finished.Format(time.RFC3339), now.Sub(r.Finished).Round(time.Second), now.UTC().Format(time.RFC3339), x.v.trust.MaxAge))
 	}
+	return passed(CheckFreshness, "")
+}
 
-	// tier
-	switch {
+func (x *verification) tier() Check {
+	switch r := x.receipt; {
 	case r == nil:
-		record(CheckTier, notEvaluated+"the statement does not decode")
-	case !slices.Contains(v.trust.Tiers, r.EffectiveTier()):
-		record(CheckTier, fmt.Sprintf("tier %q (unqualified: %v) is not accepted; the trust accepts %s",
-			r.EffectiveTier(), r.Profile.Unqualified, strings.Join(v.trust.Tiers, ", ")))
-	default:
-		pass(CheckTier, "")
+		return notDecoded(CheckTier)
+	case !slices.Contains(x.v.trust.Tiers, r.EffectiveTier()):
+		return verdict(CheckTier, fmt.Sprintf("tier %q (unqualified: %v) is not accepted; the trust accepts %s",
+			r.EffectiveTier(), r.Profile.Unqualified, strings.Join(x.v.trust.Tiers, ", ")))
 	}
+	return passed(CheckTier, "")
+}
 
-	// outputs
+// outputs records the outputs' check started by startIndependent, and
+// whether the bytes were compared at all; the error is for a cancelled
+// ctx only.
+func (x *verification) outputs(done chan checked) (Check, bool, error) {
 	switch {
-	case p.outputs.skip:
-		record(CheckOutputs, notEvaluated+"WithoutOutputsUnsafe: the retained output bytes were not compared with the receipt")
-	case r == nil:
-		record(CheckOutputs, notEvaluated+"the statement does not decode")
-	default:
-		res.OutputsChecked = true
-		c := <-outputsDone
-		if c.err != nil {
-			return nil, c.err
-		}
-		record(CheckOutputs, c.reason)
+	case x.p.outputs.skip:
+		return verdict(CheckOutputs, notEvaluated+"WithoutOutputsUnsafe: the retained output bytes were not compared with the receipt"), false, nil
+	case x.receipt == nil:
+		return notDecoded(CheckOutputs), false, nil
 	}
-
-	// exit-status
-	switch {
-	case r == nil:
-		record(CheckExitStatus, notEvaluated+"the statement does not decode")
-	case !slices.Contains(v.trust.Statuses, r.Exit.Status):
-		record(CheckExitStatus, fmt.Sprintf("exit status %q (code %d) is not accepted; the trust accepts %s",
-			r.Exit.Status, r.Exit.Code, strings.Join(v.trust.Statuses, ", ")))
-	default:
-		pass(CheckExitStatus, "")
+	c := <-done
+	if c.err != nil {
+		return Check{}, true, c.err
 	}
+	return verdict(CheckOutputs, c.reason), true, nil
+}
 
-	// cleanup
-	switch {
+func (x *verification) exitStatus() Check {
+	switch r := x.receipt; {
 	case r == nil:
-		record(CheckCleanup, notEvaluated+"the statement does not decode")
-	case !v.trust.RequireCleanVerified:
-		pass(CheckCleanup, "verified cleanup is not required by the trust file")
+		return notDecoded(CheckExitStatus)
+	case !slices.Contains(x.v.trust.Statuses, r.Exit.Status):
+		return verdict(CheckExitStatus, fmt.Sprintf("exit status %q (code %d) is not accepted; the trust accepts %s",
+			r.Exit.Status, r.Exit.Code, strings.Join(x.v.trust.Statuses, ", ")))
+	}
+	return passed(CheckExitStatus, "")
+}
+
+func (x *verification) cleanup() Check {
+	switch r := x.receipt; {
+	case r == nil:
+		return notDecoded(CheckCleanup)
+	case !x.v.trust.RequireCleanVerified:
+		return passed(CheckCleanup, "verified cleanup is not required by the trust file")
 	case !r.Cleanup.Verified:
 		var failed []string
 		for _, s := range r.Cleanup.Steps {
@@ -427,21 +496,9 @@ func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, e
 		if len(failed) > 0 {
 			reason += "; failed steps: " + strings.Join(failed, ", ")
 		}
-		record(CheckCleanup, reason)
-	default:
-		pass(CheckCleanup, "")
+		return verdict(CheckCleanup, reason)
 	}
-
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("evidence: verify: %w", err)
-	}
-	res.OK = allPass(res, authenticityChecks...) && (p.outputs.skip || allPass(res, CheckOutputs))
-	res.Promotable = res.OK && allPass(res, promotionChecks...)
-	if res.OK {
-		res.Receipt, res.Subjects = r, subjects
-	}
-	res.seal = &seal{envelopeSHA256: res.EnvelopeSHA256, promotable: res.Promotable}
-	return res, nil
+	return passed(CheckCleanup, "")
 }
 
 func allPass(res *Result, names ...string) bool {

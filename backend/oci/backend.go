@@ -204,7 +204,8 @@ type Launch struct {
 }
 
 // Container is one launch's native resources. Whatever happened, the
-// caller must call Cleanup once it has taken the outputs.
+// caller must call Cleanup once it has taken the outputs. Where it is in
+// its life is its state; the moves allowed are in state.go.
 type Container struct {
 	b       *Backend
 	id      string
@@ -214,21 +215,19 @@ type Container struct {
 	logPath string
 	cgroups *cgroupDirs
 	bin     *Binary
-	started bool
+	// mu guards state, which only move changes (transitions in state.go).
+	mu      sync.Mutex
+	state   state
 	mounted []string // mount points we made, innermost last
 	config  []byte
 	rec     backend.Recorder
 	// idents are the native identities recorded per kind+name; cleanup
 	// acts only where they still match.
-	idents      map[string]map[string]string
-	pending     []backend.Resource // identities not yet journalled
-	removed     []backend.Resource // verified gone, journalled at the end of Cleanup
-	pidfd       int                // of the gated init while it runs; 0: none
-	dirRecorded bool
-	// nothingMounted: unmountAll found no mount left under dir.
-	nothingMounted bool
-	recovered      bool // cleaning up after a runner that died
-	faults         func(stage string)
+	idents  map[string]map[string]string
+	pending []backend.Resource // identities not yet journalled
+	removed []backend.Resource // verified gone, journalled at the end of Cleanup
+	pidfd   int                // of the gated init while it runs; 0: none
+	faults  func(stage string)
 }
 
 // ID is the container id.
@@ -309,12 +308,11 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	}
 	c := &Container{
 		b: b, id: l.ID, dir: dir, bin: bin, rec: rec, faults: b.opts.Faults,
-		rootfs:      filepath.Join(dir, "rootfs"),
-		outDir:      filepath.Join(dir, "out"),
-		logPath:     filepath.Join(dir, "runc.log"),
-		idents:      map[string]map[string]string{},
-		dirRecorded: true,
-		cgroups:     cgroups,
+		rootfs:  filepath.Join(dir, "rootfs"),
+		outDir:  filepath.Join(dir, "out"),
+		logPath: filepath.Join(dir, "runc.log"),
+		idents:  map[string]map[string]string{},
+		cgroups: cgroups,
 	}
 	// Identities are recorded together once the launch's files exist: Run
 	// writes them with runc's while runc starts. A failure on the way
@@ -361,6 +359,9 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), c.config, 0o600); err != nil {
 		return c, fmt.Errorf("write config: %w", err)
+	}
+	if _, err := c.move(opPrepared); err != nil {
+		return c, err
 	}
 	prepared = true
 	return c, nil
@@ -458,8 +459,64 @@ func (c *Container) mountOutput(limit, files int64) error {
 // seccomp filter, the gate reports ready and waits; the backend observes the
 // process from outside, and only then lets it exec the workload. It returns
 // an error only when the container could not be run or could not be
-// stopped.
+// stopped. A container runs once: a second Run, or one after Cleanup, is
+// refused with a *StateError before anything is made.
 func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr io.Writer) (*backend.Exit, error) {
+	if _, err := c.move(opRun); err != nil {
+		return nil, err
+	}
+	defer func() { _, _ = c.move(opExit) }() // refused only if a Cleanup came first
+	s, err := c.startDrains(stdout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	g, err := c.startGated(ctx, s, wall)
+	if err != nil {
+		return nil, err
+	}
+	defer g.control.Close()
+	defer g.join()
+	defer g.timer.Stop()
+	if err := g.awaitReady(ctx); err != nil {
+		return nil, err
+	}
+	pid, observed, err := g.joinIdentities()
+	if err != nil {
+		return nil, g.abort(err)
+	}
+	c.fault("after-create")
+	if pidfd, err := unix.PidfdOpen(pid, 0); err == nil {
+		c.pidfd = pidfd
+		defer func() { unix.Close(c.pidfd); c.pidfd = 0 }()
+	}
+	ex := &backend.Exit{Started: time.Now(), Observation: observed}
+	if err := g.goAhead(); err != nil {
+		return nil, g.abort(err)
+	}
+	runErr, err := g.wait(ctx, pid, ex)
+	if err != nil {
+		return nil, err
+	}
+	ex.Finished = time.Now()
+	c.fault("after-exit")
+	s.wait()
+	if err := c.exitStatus(ex, runErr); err != nil {
+		return nil, err
+	}
+	c.collectUsage(ex)
+	return ex, nil
+}
+
+// streams are a run's stdout and stderr pipes, drained into the caller's
+// writers.
+type streams struct {
+	outW, errW *os.File
+	copied     chan struct{}
+}
+
+// startDrains makes the two pipes and starts draining them, each up to
+// MaxLogBytes.
+func (c *Container) startDrains(stdout, stderr io.Writer) (*streams, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -470,43 +527,66 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 		outW.Close()
 		return nil, err
 	}
-	copied := make(chan struct{}, 2)
+	s := &streams{outW: outW, errW: errW, copied: make(chan struct{}, 2)}
 	limit := c.b.opts.MaxLogBytes
 	var mu sync.Mutex
-	go drain(outR, stdout, &mu, limit, copied)
-	go drain(errR, stderr, &mu, limit, copied)
-	waitCopies := func() {
-		for range 2 {
-			select {
-			case <-copied:
-			case <-time.After(5 * time.Second):
-				return
-			}
+	go drain(outR, stdout, &mu, limit, s.copied)
+	go drain(errR, stderr, &mu, limit, s.copied)
+	return s, nil
+}
+
+// closeWriters closes this process's write ends, once runc holds its own.
+func (s *streams) closeWriters() {
+	s.outW.Close()
+	s.errW.Close()
+}
+
+// wait lets the drains finish, for a few seconds at most: a process that
+// escaped with a copy of a pipe must not hold the run.
+func (s *streams) wait() {
+	for range 2 {
+		select {
+		case <-s.copied:
+		case <-time.After(5 * time.Second):
+			return
 		}
 	}
-	closeWriters := func() {
-		outW.Close()
-		errW.Close()
-	}
+}
+
+// gated is one `runc run` of the container and the gate it holds.
+type gated struct {
+	c       *Container
+	streams *streams
+	control *os.File   // this end of the gate's control socket
+	exited  chan error // the result of runc run's Wait
+	flushed chan error // the journal record of its identity
+	joined  bool
+	wall    time.Duration
+	timer   *time.Timer // the wall time, counted from runc's start
+}
+
+// startGated starts `runc run` with the gate as the container's first
+// process, and journals runc's identity while runc creates the container.
+// The wall time runs from here.
+func (c *Container) startGated(ctx context.Context, s *streams, wall time.Duration) (*gated, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		closeWriters()
-		waitCopies()
+		s.closeWriters()
+		s.wait()
 		return nil, fmt.Errorf("gate control socket: %w", err)
 	}
 	control := os.NewFile(uintptr(pair[0]), "gate-control")
 	theirs := os.NewFile(uintptr(pair[1]), "gate-control-peer")
-	defer control.Close()
-
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, outW, errW, theirs, c.b.gate, c.b.filter)
+	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, s.outW, s.errW, theirs, c.b.gate, c.b.filter)
 	theirs.Close()
-	closeWriters()
-	c.started = true // runc may have made state and cgroups even on failure
+	s.closeWriters()
 	if err != nil {
-		waitCopies()
+		s.wait()
+		control.Close()
 		return nil, err
 	}
+	g := &gated{c: c, streams: s, control: control, exited: make(chan error, 1), flushed: make(chan error, 1), wall: wall}
 	// runc run's identity is read before anything can reap it, and
 	// journalled with Prepare's identities while runc starts the container
 	// (tens of milliseconds): recovery waits for exactly this process, and
@@ -514,46 +594,50 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	// landed before the go-ahead; every return joins it, so that no record
 	// lands after cleanup's.
 	runtimeID, idErr := processIdentity(cmd.Process.Pid)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	flushed := make(chan error, 1)
+	go func() { g.exited <- cmd.Wait() }()
 	go func() {
 		if idErr != nil {
-			flushed <- fmt.Errorf("identify runc run %d: %w", cmd.Process.Pid, idErr)
+			g.flushed <- fmt.Errorf("identify runc run %d: %w", cmd.Process.Pid, idErr)
 			return
 		}
-		flushed <- c.recordRuntime(runtimeID)
+		g.flushed <- c.recordRuntime(runtimeID)
 	}()
-	joined := false
-	join := func() error {
-		if joined {
-			return nil
-		}
-		joined = true
-		return <-flushed
-	}
-	defer join()
-	// If anything below fails before the go-ahead, closing the control
-	// socket makes the gate exit without running the workload.
-	fail := func(err error) (*backend.Exit, error) {
-		join()
-		control.Close()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			c.kill(0)
-			<-exited
-		}
-		waitCopies()
-		return nil, err
-	}
+	g.timer = time.NewTimer(wall)
+	return g, nil
+}
 
-	timer := time.NewTimer(wall)
-	defer timer.Stop()
+// join waits for the journal record of runc's identity, once.
+func (g *gated) join() error {
+	if g.joined {
+		return nil
+	}
+	g.joined = true
+	return <-g.flushed
+}
+
+// abort ends a run that fails before the go-ahead: closing the control
+// socket makes the gate exit without running the workload.
+func (g *gated) abort(err error) error {
+	g.join()
+	g.control.Close()
+	select {
+	case <-g.exited:
+	case <-time.After(30 * time.Second):
+		g.c.kill(0)
+		<-g.exited
+	}
+	g.streams.wait()
+	return err
+}
+
+// awaitReady waits for the gate to report that runc has set the container
+// up, within the wall time and until ctx ends.
+func (g *gated) awaitReady(ctx context.Context) error {
+	c := g.c
 	ready := make(chan error, 1)
 	go func() {
 		var b [1]byte
-		n, err := control.Read(b[:])
+		n, err := g.control.Read(b[:])
 		if err == nil && (n != 1 || b[0] != 'r') {
 			err = fmt.Errorf("unexpected gate message %q", b[:n])
 		}
@@ -562,82 +646,102 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	select {
 	case err := <-ready:
 		if err != nil {
-			runErr := <-exited
-			waitCopies()
-			return nil, fmt.Errorf("runc run: the container never reached its workload (%v): %v: %s", err, runErr, lastLogError(c.logPath))
+			runErr := <-g.exited
+			g.streams.wait()
+			return fmt.Errorf("runc run: the container never reached its workload (%v): %v: %s", err, runErr, lastLogError(c.logPath))
 		}
-	case runErr := <-exited:
-		waitCopies()
-		return nil, fmt.Errorf("runc run: %v: %s", runErr, lastLogError(c.logPath))
-	case <-timer.C:
-		return fail(fmt.Errorf("container %s: not ready within its wall time of %s", c.id, wall))
+		return nil
+	case runErr := <-g.exited:
+		g.streams.wait()
+		return fmt.Errorf("runc run: %v: %s", runErr, lastLogError(c.logPath))
+	case <-g.timer.C:
+		return g.abort(fmt.Errorf("container %s: not ready within its wall time of %s", c.id, g.wall))
 	case <-ctx.Done():
-		return fail(fmt.Errorf("container %s: cancelled before its workload started: %w", c.id, ctx.Err()))
+		return g.abort(fmt.Errorf("container %s: cancelled before its workload started: %w", c.id, ctx.Err()))
 	}
+}
+
+// joinIdentities finds the gated init, waits for runc's identity to be on
+// record, arms the OOM watch and observes the container from outside.
+func (g *gated) joinIdentities() (int, *backend.Observation, error) {
+	c := g.c
 	pid, err := c.gatedPid()
 	if err != nil {
-		return fail(err)
+		return 0, nil, err
 	}
-	if err := join(); err != nil {
-		return fail(err)
+	if err := g.join(); err != nil {
+		return 0, nil, err
 	}
 	watchErr := c.cgroups.watchOOM()
 	observed := c.observe(pid)
 	if watchErr != nil {
-		return fail(watchErr)
+		return 0, nil, watchErr
 	}
-	c.fault("after-create")
-	if pidfd, err := unix.PidfdOpen(pid, 0); err == nil {
-		c.pidfd = pidfd
-		defer func() { unix.Close(c.pidfd); c.pidfd = 0 }()
+	return pid, observed, nil
+}
+
+// goAhead releases the gate: it execs the workload.
+func (g *gated) goAhead() error {
+	if _, err := g.control.Write([]byte{'g'}); err != nil {
+		return fmt.Errorf("release the gate: %w", err)
 	}
-	ex := &backend.Exit{Started: time.Now(), Observation: observed}
-	if _, err := control.Write([]byte{'g'}); err != nil {
-		return fail(fmt.Errorf("release the gate: %w", err))
-	}
-	control.Close()
-	c.fault("after-start")
-	c.fault("mid-run")
-	var runErr error
+	g.control.Close()
+	g.c.fault("after-start")
+	g.c.fault("mid-run")
+	return nil
+}
+
+// wait waits for runc run to end: with the workload, or killed with its
+// tree when the wall time passes or ctx ends. It returns runc's result,
+// and an error only when the container could not be stopped.
+func (g *gated) wait(ctx context.Context, pid int, ex *backend.Exit) (runErr, err error) {
 	select {
-	case runErr = <-exited:
-	case <-timer.C:
+	case runErr = <-g.exited:
+	case <-g.timer.C:
 		ex.TimedOut = true
 	case <-ctx.Done():
 		ex.Cancelled = true
 	}
 	if ex.TimedOut || ex.Cancelled {
-		c.kill(pid)
+		g.c.kill(pid)
 		select {
-		case runErr = <-exited:
+		case runErr = <-g.exited:
 		case <-time.After(30 * time.Second):
-			return nil, fmt.Errorf("container %s: runc run did not end after its init %d was killed", c.id, pid)
+			return nil, fmt.Errorf("container %s: runc run did not end after its init %d was killed", g.c.id, pid)
 		}
 		ex.Signal, ex.Code = "SIGKILL", 128+int(unix.SIGKILL)
 	}
-	ex.Finished = time.Now()
-	c.fault("after-exit")
-	waitCopies()
-	if !ex.TimedOut && !ex.Cancelled {
-		// runc run exits with the workload's status, 128+n for signal n.
-		var ee *exec.ExitError
-		switch {
-		case runErr == nil:
-		case errors.As(runErr, &ee) && ee.Exited():
-			ex.Code = ee.ExitCode()
-		default:
-			return nil, fmt.Errorf("runc run: %w: %s", runErr, lastLogError(c.logPath))
-		}
+	return runErr, nil
+}
+
+// exitStatus reads the workload's status from runc run's: it exits with
+// the workload's, 128+n for signal n. A killed run already has its status.
+func (c *Container) exitStatus(ex *backend.Exit, runErr error) error {
+	if ex.TimedOut || ex.Cancelled {
+		return nil
 	}
+	var ee *exec.ExitError
+	switch {
+	case runErr == nil:
+	case errors.As(runErr, &ee) && ee.Exited():
+		ex.Code = ee.ExitCode()
+	default:
+		return fmt.Errorf("runc run: %w: %s", runErr, lastLogError(c.logPath))
+	}
+	return nil
+}
+
+// collectUsage reads what the kernel accounted to the launch.
+func (c *Container) collectUsage(ex *backend.Exit) {
 	ex.Usage = c.cgroups.usage()
 	ex.Usage.OOMKills = max(ex.Usage.OOMKills, c.cgroups.oomNotified())
 	// The leaf is gone with its limits; they were read from it live.
+	observed := ex.Observation
 	ex.Usage.MemoryLimitBytes, ex.Usage.PidsLimit = observed.Cgroup.MemoryLimitBytes, observed.Cgroup.PidsLimit
 	ex.OOMKilled = ex.Usage.OOMKills > 0
 	if ex.OOMKilled && ex.Code == 128+int(unix.SIGKILL) {
 		ex.Signal = "SIGKILL"
 	}
-	return ex, nil
 }
 
 // gatedPid finds the gate: the one process in the launch's leaf cgroup
@@ -748,12 +852,14 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	if c.rec == nil {
 		c.rec = nopRecorder{}
 	}
+	from, _ := c.move(opCleanup) // allowed from every state
+	recovery := from == stateRecovering
 	r := &backend.CleanupReport{}
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	if c.bin != nil && c.started {
+	if c.bin != nil && c.runtimeMayHold(from) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var err error
-		if c.recovered {
+		if recovery {
 			err = c.stopRecovered(dctx)
 			step(r, "runtime-kill", err)
 			if err == nil {
@@ -806,8 +912,9 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 		c.removed = append(c.removed, backend.Resource{Kind: KindContainer, Name: c.id})
 	}
 	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
-	step(r, "unmounted", c.unmountAll())
-	step(r, "launch-dir-removed", c.removeDir())
+	unmountErr := c.unmountAll(recovery)
+	step(r, "unmounted", unmountErr)
+	step(r, "launch-dir-removed", c.removeDir(unmountErr == nil, c.ownsDir(from)))
 	if len(c.removed) > 0 {
 		if err := c.rec.Removed(c.removed...); err != nil {
 			step(r, "journalled", err) // the removals are verified but not on record
@@ -824,7 +931,7 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 			r.Verified = false
 		}
 	}
-	if c.recovered {
+	if recovery {
 		c.dropRecoveryLog(r.Verified)
 	}
 	return r
@@ -893,9 +1000,9 @@ func (c *Container) removeCgroups() error {
 // identity was journalled for recovery to wait on: so in recovery the
 // launch dir's own tmpfs gets 2 s. With a mount still inside, EBUSY is not
 // retried: the inner one is what holds it.
-func (c *Container) unmount(p string, innerLeft bool) error {
+func (c *Container) unmount(p string, innerLeft, recovery bool) error {
 	wait := 250 * time.Millisecond
-	if c.recovered && p == c.dir {
+	if recovery && p == c.dir {
 		wait = 2 * time.Second
 	}
 	deadline := time.Now().Add(wait)
@@ -908,7 +1015,9 @@ func (c *Container) unmount(p string, innerLeft bool) error {
 	}
 }
 
-func (c *Container) unmountAll() error {
+// unmountAll unmounts what this launch mounted, innermost first; nil means
+// no mount is left under the launch dir.
+func (c *Container) unmountAll(recovery bool) error {
 	var errs []error
 	var left []string
 	for i := len(c.mounted) - 1; i >= 0; i-- {
@@ -931,7 +1040,7 @@ func (c *Container) unmountAll() error {
 			left = append(left, p)
 			continue
 		default:
-			if err := c.unmount(p, len(left) > 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			if err := c.unmount(p, len(left) > 0, recovery); err != nil && !errors.Is(err, unix.EINVAL) {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
 				left = append(left, p)
 				continue
@@ -954,15 +1063,15 @@ func (c *Container) unmountAll() error {
 		}
 	}
 	c.mounted = left
-	c.nothingMounted = len(errs) == 0
 	return errors.Join(errs...)
 }
 
-func (c *Container) removeDir() error {
+// removeDir removes the launch dir; owned says its removal is journalled.
+func (c *Container) removeDir(nothingMounted, owned bool) error {
 	// Never remove a directory that still has a mount under it: RemoveAll
 	// would descend into the mounted filesystem. unmountAll, just before,
 	// has read the mount table for this when it found nothing left.
-	if !c.nothingMounted {
+	if !nothingMounted {
 		if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir)); err != nil || len(left) > 0 {
 			return fmt.Errorf("launch dir %s still has mounts; not removed", c.dir)
 		}
@@ -978,7 +1087,7 @@ func (c *Container) removeDir() error {
 	if err := absent(c.dir); err != nil {
 		return err
 	}
-	if c.dirRecorded {
+	if owned {
 		c.removed = append(c.removed, backend.Resource{Kind: KindLaunchDir, Name: c.dir})
 	}
 	return nil

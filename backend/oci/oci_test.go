@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -521,4 +522,99 @@ func TestTinyTmpBudgetRefused(t *testing.T) {
 		t.Fatalf("the refusal left launch state: %v", ents)
 	}
 	h.run(t, "page-tmp", []string{"/bin/true"}, func(s *backend.Spec) { s.TmpBytes = int64(os.Getpagesize()) })
+}
+
+// TestRunRefusedOutOfState: a Run after Cleanup and a second Run are
+// refused with the typed error, and neither makes anything: no launch
+// files, no runtime state, no cgroup, no journal record.
+func TestRunRefusedOutOfState(t *testing.T) {
+	h := newHarness(t, true)
+	ctx := context.Background()
+	wantRefused := func(t *testing.T, c backend.Sandbox, state string) {
+		t.Helper()
+		var out bytes.Buffer
+		ex, err := c.Run(ctx, 5*time.Second, backend.IO{Stdout: &out, Stderr: &out})
+		var se *oci.StateError
+		if ex != nil || !errors.Is(err, oci.ErrWrongState) || !errors.As(err, &se) || se.State != state || se.Op != "run" {
+			t.Fatalf("run in state %s: exit %+v, err %v; want a *StateError", state, ex, err)
+		}
+		if out.Len() > 0 {
+			t.Errorf("a refused run wrote %q", out.String())
+		}
+	}
+
+	t.Run("after-cleanup", func(t *testing.T) {
+		const id = "run-after-cleanup"
+		j := &journal{}
+		c := h.prepare(t, id, h.spec("/bin/true"), j)
+		if rep := c.Cleanup(ctx); !rep.Verified {
+			t.Fatalf("cleanup: %+v", rep)
+		}
+		before := len(j.order)
+		wantRefused(t, c, "cleaned")
+		intents, err := h.b.Intents(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep := h.b.VerifyAbsent(id, intents); !rep.Verified {
+			t.Fatalf("the refused run made something: %+v", rep)
+		}
+		for _, r := range j.resources() {
+			if r.State != "removed" {
+				t.Errorf("journal holds %s %s as %s after the refused run", r.Kind, r.Name, r.State)
+			}
+		}
+		if len(j.order) != before {
+			t.Errorf("the refused run journalled %d new resources", len(j.order)-before)
+		}
+		if rep := c.Cleanup(ctx); !rep.Verified {
+			t.Fatalf("cleanup after the refused run: %+v", rep)
+		}
+	})
+
+	t.Run("second-run", func(t *testing.T) {
+		const id = "run-twice"
+		j := &journal{}
+		c := h.ranTrueRecorded(t, id, j)
+		defer func() {
+			if rep := c.Cleanup(ctx); !rep.Verified {
+				t.Errorf("cleanup: %+v", rep)
+			}
+		}()
+		launchDir := filepath.Join(filepath.Dir(h.stateDir), "run", id)
+		files := func() []string {
+			ents, err := os.ReadDir(launchDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			return names
+		}
+		was, records := files(), fmt.Sprint(j.resources())
+		wantRefused(t, c, "exited")
+		if now := files(); fmt.Sprint(now) != fmt.Sprint(was) {
+			t.Errorf("launch dir went from %v to %v", was, now)
+		}
+		if _, err := os.Lstat(filepath.Join(h.stateDir, id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("runtime state after the refused run: %v", err)
+		}
+		intents, err := h.b.Intents(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range intents {
+			// runc removed the leaves when the first run ended.
+			if r.Kind == oci.KindCgroup && filepath.Base(r.Name) == "workload" {
+				if _, err := os.Lstat(r.Name); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("cgroup leaf %s after the refused run: %v", r.Name, err)
+				}
+			}
+		}
+		if now := fmt.Sprint(j.resources()); now != records {
+			t.Errorf("the refused run changed the journal:\n%s\nto\n%s", records, now)
+		}
+	})
 }

@@ -137,11 +137,14 @@ func (b *Backend) recoverLaunch(ctx context.Context, id string, resources []back
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	c := &Container{b: b, id: id, dir: filepath.Join(b.opts.RuntimeDir, id), rec: rec, recovered: true,
+	c := &Container{b: b, id: id, dir: filepath.Join(b.opts.RuntimeDir, id), rec: rec, state: stateRecovering,
 		idents: map[string]map[string]string{}}
 	c.rootfs, c.outDir = filepath.Join(c.dir, "rootfs"), filepath.Join(c.dir, "out")
 	c.cgroups = &cgroupDirs{dirs: map[string]string{}}
 	c.logPath = filepath.Join(b.opts.StateDir, id+".recover.log")
+	// idents holds every resource not recorded removed, with an identity
+	// or not: cleanup reads from it whether the runtime container and the
+	// launch dir are on record (runtimeMayHold, ownsDir).
 	for _, r := range resources {
 		if r.State == "removed" {
 			continue
@@ -150,15 +153,11 @@ func (b *Backend) recoverLaunch(ctx context.Context, id string, resources []back
 		switch r.Kind {
 		case KindLaunchMount, KindRootfsMount, KindOutputMount:
 			c.mounted = append(c.mounted, r.Name)
-		case KindContainer:
-			c.started = true
 		case KindCgroup:
 			// The recorded directories, not a fresh resolution: this
 			// process may sit in another cgroup than the runner that
 			// made them.
 			c.cgroups.dirs[strconv.Itoa(len(c.cgroups.dirs))] = r.Name
-		case KindLaunchDir:
-			c.dirRecorded = true
 		}
 	}
 	bin, err := b.runtime.get(ctx)
