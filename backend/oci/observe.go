@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/custody-dev/custody/backend"
 )
@@ -84,18 +85,18 @@ func (c *Container) observe(pid int) *backend.Observation {
 	return o
 }
 
+// parseMounts reads a mountinfo table; the library undoes the kernel's
+// octal escaping, so a target with a space reads as it was mounted. A table
+// it cannot parse yields no mounts, as an unreadable one does.
 func parseMounts(mi []byte) []backend.ObservedMount {
-	var out []backend.ObservedMount
-	sc := bufio.NewScanner(bytes.NewReader(mi))
-	for sc.Scan() {
-		// id parent maj:min root target options [optional...] - fstype source superopts
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if len(f) < 6 || sep < 0 || sep+1 >= len(f) {
-			continue
-		}
-		opts := strings.Split(f[5], ",")
-		out = append(out, backend.ObservedMount{Target: f[4], FSType: f[sep+1], ReadOnly: slices.Contains(opts, "ro")})
+	ms, err := mountinfo.GetMountsFromReader(bytes.NewReader(mi), nil)
+	if err != nil {
+		return nil
+	}
+	out := make([]backend.ObservedMount, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, backend.ObservedMount{Target: m.Mountpoint, FSType: m.FSType,
+			ReadOnly: slices.Contains(strings.Split(m.Options, ","), "ro")})
 	}
 	return out
 }

@@ -297,3 +297,12 @@ func TestAttestQualificationRefuses(t *testing.T) {
 		t.Fatal("the submit socket signed a qualification row")
 	}
 }
+
+// TestMountsUnderSpace checks a mount on a directory whose name has a space
+// keeps its scratch directory from being removed.
+func TestMountsUnderSpace(t *testing.T) {
+	dir := testenv.SpacedMount(t)
+	if got := mountsUnder(filepath.Dir(dir)); !slices.Equal(got, []string{dir}) {
+		t.Errorf("mountsUnder(%q) = %q, want [%q]", filepath.Dir(dir), got, dir)
+	}
+}
