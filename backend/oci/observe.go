@@ -12,6 +12,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // namespaceKinds are the namespaces observe compares with the daemon's.
@@ -46,28 +47,17 @@ func (c *Container) observe(pid int) *backend.Observation {
 			o.Namespaces = append(o.Namespaces, ns)
 		}
 	}
-	if st, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
-		for _, line := range strings.Split(string(st), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			v = strings.TrimSpace(v)
-			switch {
-			case strings.HasPrefix(k, "Cap"):
-				o.Capabilities[k] = v
-			case k == "NoNewPrivs":
-				o.NoNewPrivs = v == "1"
-			case k == "Seccomp":
-				switch v {
-				case "0":
-					o.Seccomp = "disabled"
-				case "1":
-					o.Seccomp = "strict"
-				case "2":
-					o.Seccomp = "filter"
-				}
-			}
+	if b, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+		st := procfs.ParseStatus(b)
+		o.Capabilities = st.Caps
+		o.NoNewPrivs = st.NoNewPrivs == 1
+		switch st.Seccomp {
+		case 0:
+			o.Seccomp = "disabled"
+		case 1:
+			o.Seccomp = "strict"
+		case 2:
+			o.Seccomp = "filter"
 		}
 	} else {
 		o.Notes = append(o.Notes, "status unreadable: "+err.Error())
@@ -78,7 +68,7 @@ func (c *Container) observe(pid int) *backend.Observation {
 		o.Notes = append(o.Notes, "mountinfo unreadable: "+err.Error())
 	}
 	if nd, err := os.ReadFile(filepath.Join(proc, "net", "dev")); err == nil {
-		o.Interfaces = parseNetDev(nd)
+		o.Interfaces = procfs.ParseNetDev(nd)
 	}
 	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = c.cgroups.limits()
 	o.Cgroup.CPUQuotaMicros, o.Cgroup.CPUPeriodMicros = c.cgroups.cpuQuota()
@@ -98,17 +88,5 @@ func parseMounts(mi []byte) []backend.ObservedMount {
 		out = append(out, backend.ObservedMount{Target: m.Mountpoint, FSType: m.FSType,
 			ReadOnly: slices.Contains(strings.Split(m.Options, ","), "ro")})
 	}
-	return out
-}
-
-func parseNetDev(nd []byte) []string {
-	var out []string
-	for _, line := range strings.Split(string(nd), "\n") {
-		name, _, ok := strings.Cut(line, ":")
-		if ok && !strings.Contains(name, "|") {
-			out = append(out, strings.TrimSpace(name))
-		}
-	}
-	slices.Sort(out)
 	return out
 }
