@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -20,6 +19,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/untar"
 	"github.com/custody-dev/custody/probe"
+	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/snapshot"
 )
 
@@ -200,7 +200,7 @@ func parseReport(stdout []byte) (*probe.Report, error) {
 // tierLabel is what a result says for the suite's tier.
 func (s *suite) tierLabel() string {
 	if s.env.Tier == TierDevelopment {
-		return "development (unqualified)"
+		return request.DevelopmentLabel
 	}
 	return s.env.Tier
 }
@@ -363,12 +363,4 @@ func fileSHA256(p string) (string, error) {
 		return "", err
 	}
 	return sha256Hex(b), nil
-}
-
-func nonce() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b[:])
 }

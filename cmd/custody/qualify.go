@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/conformance"
 	"github.com/custody-dev/custody/internal/quote"
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
@@ -314,7 +313,7 @@ operators: [%d]
 		return d, err
 	}
 	d.cmd = exec.Command(o.custodyd, "--config", filepath.Join(dir, "custodyd.yaml"), "--log-level", "info")
-	d.cmd.Env = append(os.Environ(), ambientVar+"=ambient-"+randomHex())
+	d.cmd.Env = append(os.Environ(), ambientVar+"=ambient-"+randid.New(8))
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := d.cmd.Start(); err != nil {
@@ -529,12 +528,6 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-func randomHex() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // addToMatrix writes the row into a matrix directory, named by platform

@@ -11,6 +11,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -68,7 +69,7 @@ func (s *server) attestQualification(r *http.Request, req matrix.SignRequest) (*
 	}
 	wantTier := req.Tier
 	if req.Tier == matrix.TierDevelopment {
-		wantTier = "development (unqualified)"
+		wantTier = request.DevelopmentLabel
 	}
 	checks := make([]matrix.Check, 0, len(req.Checks))
 	for i, c := range req.Checks {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/runner"
@@ -320,13 +319,7 @@ func peerOf(r *http.Request) peer {
 	return p
 }
 
-func newID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return randid.New(16) }
 
 // writeError maps errors to the wire at the edge.
 func writeError(w http.ResponseWriter, err error) {
