@@ -188,7 +188,7 @@ func (a *admitter) tier(p *Plan) {
 
 func tierLabel(t request.Tier) string {
 	if t == request.TierDevelopment {
-		return "development (unqualified)"
+		return request.DevelopmentLabel
 	}
 	return string(t)
 }

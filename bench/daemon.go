@@ -11,13 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // Daemon is a real custodyd (the built binary) on a private directory, with
@@ -335,24 +335,11 @@ func (d *Daemon) Pid() int {
 // its reaped children (children): the runc commands it ran and, as their
 // subreaper, the container processes.
 func (d *Daemon) CPU() (self, children time.Duration, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.Pid()))
+	st, err := procfs.ReadStat(d.Pid())
 	if err != nil {
 		return 0, 0, err
 	}
-	// Fields after the command name (which may hold spaces): state is
-	// field 3; utime, stime, cutime, cstime are fields 14-17.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[i+1:])
-	if i < 0 || len(f) < 15 {
-		return 0, 0, fmt.Errorf("cannot parse /proc/%d/stat", d.Pid())
-	}
-	var t [4]int64
-	for k, x := range f[11:15] {
-		if t[k], err = strconv.ParseInt(x, 10, 64); err != nil {
-			return 0, 0, err
-		}
-	}
+	t := [4]int64{st.UTime, st.STime, st.CUTime, st.CSTime}
 	const userHZ = 100 // USER_HZ, fixed for /proc on Linux
 	tick := time.Second / userHZ
 	return time.Duration(t[0]+t[1]) * tick, time.Duration(t[2]+t[3]) * tick, nil

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend/oci"
@@ -199,19 +200,16 @@ func RemoveEmptyCgroup(name string) {
 	if err != nil {
 		return
 	}
-	info, err := os.ReadFile("/proc/self/mountinfo")
+	type mnt struct{ point, fstype, opts string }
+	var mounts []mnt
+	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return
 	}
-	type mnt struct{ point, fstype, opts string }
-	var mounts []mnt
-	for _, line := range strings.Split(string(info), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 3 || f[3] != "/" || (g[0] != "cgroup" && g[0] != "cgroup2") {
-			continue
+	for _, m := range infos {
+		if m.Root == "/" {
+			mounts = append(mounts, mnt{m.Mountpoint, m.FSType, m.VFSOptions})
 		}
-		mounts = append(mounts, mnt{unescapeMount(f[4]), g[0], g[2]})
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(own)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -236,41 +234,15 @@ func RemoveEmptyCgroup(name string) {
 
 // MountedUnder lists mount points at or below dir.
 func MountedUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
 	}
 	return out, nil
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // copyTree copies a tree of directories, regular files and symlinks.

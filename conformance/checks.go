@@ -17,6 +17,7 @@ import (
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/probe"
 )
@@ -83,7 +84,7 @@ func (s *suite) inputDir(j *judge, name string) (dir, sum string, ok bool) {
 		j.fail("scratch dir: %v", err)
 		return "", "", false
 	}
-	data := []byte(strings.Repeat("custody conformance input "+nonce()+"\n", 2048))
+	data := []byte(strings.Repeat("custody conformance input "+randid.New(8)+"\n", 2048))
 	if err := os.WriteFile(filepath.Join(d, "data.txt"), data, 0o644); err != nil {
 		j.fail("write input: %v", err)
 		return "", "", false
@@ -270,7 +271,7 @@ func checkRootfsReadOnly(ctx context.Context, s *suite, j *judge) {
 // ---- output custody -----------------------------------------------------
 
 func checkOutputKept(ctx context.Context, s *suite, j *judge) {
-	token := nonce()
+	token := randid.New(8)
 	want := sha256Hex([]byte(token + "\n"))
 	o := s.launch(ctx, j, phase{name: "q-output-kept",
 		command: []string{"/bin/sh", "-c", `printf '%s\n' "$QUALIFY_TOKEN" > /out/result.txt && mkdir /out/sub && printf 'custody\n' > /out/sub/b.txt`},
@@ -369,7 +370,7 @@ func checkOutputBound(ctx context.Context, s *suite, j *judge) {
 // ---- environment and devices ---------------------------------------------
 
 func checkDeclaredEnv(ctx context.Context, s *suite, j *judge) {
-	token := nonce()
+	token := randid.New(8)
 	script := fmt.Sprintf(`[ "$QUALIFY_DECLARED" = %q ] || { echo "QUALIFY_DECLARED is not the declared value" >&2; exit 3; }; exec %s`, token, s.env.Probe)
 	o := s.launch(ctx, j, phase{name: "q-declared-env", command: []string{"/bin/sh", "-c", script},
 		env: map[string]string{"QUALIFY_DECLARED": token}})
@@ -823,7 +824,7 @@ func checkWallTimeout(ctx context.Context, s *suite, j *judge) {
 // runs after; it reports whether the host saw the marker during the run and
 // which marker processes are left once the result is in.
 func (s *suite) detached(ctx context.Context, j *judge, name string, wall time.Duration, after string, want api.RunStatus) (o *outcome, seen bool, left []int) {
-	marker := "custody-qualify-" + nonce()
+	marker := "custody-qualify-" + randid.New(8)
 	script := fmt.Sprintf(`(setsid %s -hold 300s -tag %s </dev/null >/dev/null 2>&1 &); sleep 0.2; echo started; %s`, s.env.Probe, marker, after)
 	var seenPids []int
 	o = s.launch(ctx, j, phase{name: name, command: []string{"/bin/sh", "-c", script}, wall: wall,

@@ -1,18 +1,15 @@
 package conformance
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,7 +17,10 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/untar"
 	"github.com/custody-dev/custody/probe"
+	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/snapshot"
 )
 
 const (
@@ -200,7 +200,7 @@ func parseReport(stdout []byte) (*probe.Report, error) {
 // tierLabel is what a result says for the suite's tier.
 func (s *suite) tierLabel() string {
 	if s.env.Tier == TierDevelopment {
-		return "development (unqualified)"
+		return request.DevelopmentLabel
 	}
 	return s.env.Tier
 }
@@ -327,53 +327,29 @@ func (s *suite) outputs(ctx context.Context, runID, dir string) (map[string][]by
 	if err := s.env.Submit.GetOutputs(ctx, runID, &buf); err != nil {
 		return nil, err
 	}
-	files := map[string][]byte{}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
-	tr := tar.NewReader(&buf)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		name := path.Clean(strings.TrimSuffix(h.Name, "/"))
-		if name == "." || path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return nil, fmt.Errorf("unsafe entry %q in the outputs", h.Name)
-		}
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return nil, err
-			}
-		case tar.TypeReg:
-			data, err := io.ReadAll(io.LimitReader(tr, 64*mib))
-			if err != nil {
-				return nil, err
-			}
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return nil, err
-			}
-			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(h.Mode).Perm()|0o400)
-			if err != nil {
-				return nil, err
-			}
-			_, werr := f.Write(data)
-			if cerr := f.Close(); werr == nil {
-				werr = cerr
-			}
-			if werr != nil {
-				return nil, werr
-			}
-			files[name] = data
-		default:
-			return nil, fmt.Errorf("unexpected entry %q (type %q) in the outputs", h.Name, h.Typeflag)
-		}
+	w, err := snapshot.NewWriter(dir)
+	if err != nil {
+		return nil, err
 	}
+	err = untar.Extract(ctx, &buf, w, untar.Options{MaxBytes: 64 * mib, DirMode: 0o755})
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the outputs: %w", err)
+	}
+	files := map[string][]byte{}
+	err = fs.WalkDir(os.DirFS(dir), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		files[name], err = fs.ReadFile(os.DirFS(dir), name)
+		return err
+	})
+	return files, err
 }
 
 func sha256Hex(b []byte) string {
@@ -387,12 +363,4 @@ func fileSHA256(p string) (string, error) {
 		return "", err
 	}
 	return sha256Hex(b), nil
-}
-
-func nonce() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b[:])
 }

@@ -58,7 +58,6 @@
 package grant
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -66,6 +65,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/custody-dev/custody/internal/randid"
 )
 
 // EgressDeny is the only egress mode: no network beyond loopback.
@@ -202,11 +203,7 @@ type Grant struct {
 }
 
 // NewID returns a new grant ID: 128 random bits as 32 lowercase hex digits.
-func NewID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error.
-	return hex.EncodeToString(b[:])
-}
+func NewID() string { return randid.New(16) }
 
 // ClosureDigest returns the digest of a set of inputs: "sha256:" followed by
 // the lowercase hex SHA-256 of their closure manifest. It does not depend on

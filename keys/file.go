@@ -1,8 +1,6 @@
 package keys
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/internal/regfile"
 )
 
@@ -236,11 +235,7 @@ func ensurePublic(d *os.File, name string, s *Signer) error {
 
 // writePublic atomically replaces <name>.pub in d with the public key of s.
 func writePublic(d *os.File, name string, s *Signer) error {
-	var r [8]byte
-	if _, err := rand.Read(r[:]); err != nil {
-		return fmt.Errorf("keys: %w", err)
-	}
-	tmp := "." + name + ".pub." + hex.EncodeToString(r[:]) + ".tmp"
+	tmp := "." + name + ".pub." + randid.New(8) + ".tmp"
 	if err := createFile(d, tmp, 0o644, s.PublicPEM()); err != nil {
 		return err
 	}

@@ -1,8 +1,6 @@
 package platform
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/internal/randid"
 )
 
 // probeCgroups proves which controllers a runtime could use, by creating and
@@ -213,7 +213,5 @@ func removeCgroup(dir string) error {
 
 // probeName returns a fresh name for something the probe creates.
 func probeName() string {
-	var b [6]byte
-	rand.Read(b[:]) // never fails (it crashes the program instead)
-	return probePrefix + hex.EncodeToString(b[:])
+	return probePrefix + randid.New(6)
 }

@@ -1,19 +1,20 @@
 package platform
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 const procSelfMountInfo = "/proc/self/mountinfo"
 
-// mountInfo is one line of /proc/<pid>/mountinfo (see proc(5)).
+// mountInfo is the part of one /proc/<pid>/mountinfo line (see proc(5))
+// that the cgroup probe uses, as parsed by github.com/moby/sys/mountinfo.
 type mountInfo struct {
 	ID, Parent   int
 	Major, Minor uint32
@@ -38,92 +39,23 @@ func readMountInfo(path string) ([]mountInfo, error) {
 	return mounts, nil
 }
 
-// parseMountInfo parses the mountinfo format:
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//
-// The optional fields before the "-" separator vary in number, so the
-// separator, not a column index, locates the filesystem type.
+// parseMountInfo parses the mountinfo format with the library, which also
+// undoes the kernel's octal escaping of whitespace in paths.
 func parseMountInfo(r io.Reader) ([]mountInfo, error) {
-	var mounts []mountInfo
-	sc := bufio.NewScanner(r)
-	// Lines with long option strings (overlay lowerdir lists) can exceed the
-	// scanner's 64 KiB default.
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		m, err := parseMountInfoLine(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
+	infos, err := mountinfo.GetMountsFromReader(r, nil)
+	if err != nil {
+		return nil, err
+	}
+	mounts := make([]mountInfo, 0, len(infos))
+	for _, in := range infos {
+		m := mountInfo{ID: in.ID, Parent: in.Parent, Major: uint32(in.Major), Minor: uint32(in.Minor),
+			Root: in.Root, MountPoint: in.Mountpoint, FSType: in.FSType, Source: in.Source}
+		if in.VFSOptions != "" {
+			m.SuperOptions = strings.Split(in.VFSOptions, ",")
 		}
 		mounts = append(mounts, m)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
 	return mounts, nil
-}
-
-func parseMountInfoLine(line string) (mountInfo, error) {
-	// Whitespace inside paths is octal-escaped by the kernel, so splitting
-	// on whitespace is safe.
-	f := strings.Fields(line)
-	sep := slices.Index(f, "-")
-	if sep < 6 || len(f) < sep+3 {
-		return mountInfo{}, fmt.Errorf("malformed mountinfo line %q", line)
-	}
-	var m mountInfo
-	var err error
-	if m.ID, err = strconv.Atoi(f[0]); err != nil {
-		return mountInfo{}, fmt.Errorf("mount id %q: %w", f[0], err)
-	}
-	if m.Parent, err = strconv.Atoi(f[1]); err != nil {
-		return mountInfo{}, fmt.Errorf("parent id %q: %w", f[1], err)
-	}
-	major, minor, ok := strings.Cut(f[2], ":")
-	if !ok {
-		return mountInfo{}, fmt.Errorf("device %q: want major:minor", f[2])
-	}
-	maj, err := strconv.ParseUint(major, 10, 32)
-	if err != nil {
-		return mountInfo{}, fmt.Errorf("device %q: %w", f[2], err)
-	}
-	mnr, err := strconv.ParseUint(minor, 10, 32)
-	if err != nil {
-		return mountInfo{}, fmt.Errorf("device %q: %w", f[2], err)
-	}
-	m.Major, m.Minor = uint32(maj), uint32(mnr)
-	m.Root = unescapeMountPath(f[3])
-	m.MountPoint = unescapeMountPath(f[4])
-	m.FSType = f[sep+1]
-	m.Source = unescapeMountPath(f[sep+2])
-	if len(f) > sep+3 {
-		m.SuperOptions = strings.Split(f[sep+3], ",")
-	}
-	return m, nil
-}
-
-// unescapeMountPath undoes the kernel's octal escaping of space, tab,
-// newline and backslash (\040, \011, \012, \134) in mountinfo paths.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // hierarchy is one cgroup v1 hierarchy, identified by its superblock.

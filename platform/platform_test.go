@@ -78,7 +78,7 @@ func TestParseMountInfo(t *testing.T) {
 
 	for _, bad := range []string{
 		"36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 ext3 /dev/root rw", // no separator
-		"x 35 98:0 / /mnt rw - ext3 /dev/root rw",
+		`36 35 98:0 / /mnt\04 rw - ext3 /dev/root rw`,                  // truncated escape
 		"36 35 98 / /mnt rw - ext3 /dev/root rw",
 		"36 35 98:0 / /mnt rw - ext3",
 	} {
@@ -88,18 +88,18 @@ func TestParseMountInfo(t *testing.T) {
 	}
 }
 
-func TestUnescapeMountPath(t *testing.T) {
+// TestParseMountInfoEscapes checks the kernel's octal escapes of space,
+// tab, newline and backslash in mount points come back as the bytes.
+func TestParseMountInfoEscapes(t *testing.T) {
 	for in, want := range map[string]string{
-		`/plain`:            "/plain",
-		`/a\040b`:           "/a b",
-		`/tab\011nl\012`:    "/tab\tnl\n",
-		`/back\134slash`:    `/back\slash`,
-		`/trailing\`:        `/trailing\`,
-		`/short\04`:         `/short\04`,
-		`/not\999octal\040`: `/not\999octal `,
+		`/plain`:         "/plain",
+		`/a\040b`:        "/a b",
+		`/tab\011nl\012`: "/tab\tnl\n",
+		`/back\134slash`: `/back\slash`,
 	} {
-		if got := unescapeMountPath(in); got != want {
-			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
+		m := mustParseMountInfo(t, "36 35 98:0 / "+in+" rw - ext3 /dev/root rw\n")
+		if got := m[0].MountPoint; got != want {
+			t.Errorf("mount point %q = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -564,5 +564,15 @@ func TestProbePartialFailure(t *testing.T) {
 	}
 	if p.Runtime == nil || p.Runtime.Error == "" || p.Runtime.Version != "" {
 		t.Errorf("missing runtime: %+v", p.Runtime)
+	}
+}
+
+// TestIsMountedSpace checks a real mount on a directory whose name has a
+// space is found in the kernel's mount table.
+func TestIsMountedSpace(t *testing.T) {
+	dir := testenv.SpacedMount(t)
+	ok, err := isMounted(procSelfMountInfo, dir)
+	if err != nil || !ok {
+		t.Errorf("isMounted(%q) = %v, %v; want true", dir, ok, err)
 	}
 }

@@ -1,11 +1,11 @@
 package platform
 
 import (
-	"bufio"
-	"bytes"
+	"errors"
 	"fmt"
 	"os"
-	"strconv"
+
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // seccompStatus is the seccomp state from a /proc status file.
@@ -27,30 +27,10 @@ func readSeccompStatus(path string) (seccompStatus, error) {
 }
 
 func parseSeccompStatus(b []byte) (seccompStatus, error) {
-	s := seccompStatus{mode: -1, filters: -1}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		key, val, ok := bytes.Cut(sc.Bytes(), []byte(":"))
-		if !ok {
-			continue
-		}
-		var dst *int
-		switch string(key) {
-		case "Seccomp":
-			dst = &s.mode
-		case "Seccomp_filters":
-			dst = &s.filters
-		default:
-			continue
-		}
-		n, err := strconv.Atoi(string(bytes.TrimSpace(val)))
-		if err != nil {
-			return s, fmt.Errorf("%s: %w", key, err)
-		}
-		*dst = n
-	}
+	st := procfs.ParseStatus(b)
+	s := seccompStatus{mode: st.Seccomp, filters: st.SeccompFilters}
 	if s.mode < 0 {
-		return s, fmt.Errorf("no Seccomp line (kernel built without CONFIG_SECCOMP?)")
+		return s, errors.New("no Seccomp line, or not a number (kernel built without CONFIG_SECCOMP?)")
 	}
 	return s, nil
 }

@@ -22,7 +22,8 @@ func TestStandardLibraryOnly(t *testing.T) {
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		switch dep {
-		case "github.com/custody-dev/custody/probe", "github.com/custody-dev/custody/cmd/custody-probe":
+		case "github.com/custody-dev/custody/probe", "github.com/custody-dev/custody/cmd/custody-probe",
+			"github.com/custody-dev/custody/internal/procfs":
 		default:
 			t.Errorf("the probe depends on %s; it must use the standard library only", dep)
 		}

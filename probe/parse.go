@@ -7,46 +7,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // ParseStatus reads the security fields of a /proc/PID/status file.
 // Fields the kernel did not print stay "" (capabilities) or -1 (numbers).
 func ParseStatus(data []byte) ProcStatus {
-	st := ProcStatus{NoNewPrivs: -1, Seccomp: -1, SeccompFilters: -1}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		key, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		val = strings.TrimSpace(val)
-		num := func() int {
-			n, err := strconv.Atoi(val)
-			if err != nil {
-				return -1
-			}
-			return n
-		}
-		switch key {
-		case "CapInh":
-			st.CapInh = val
-		case "CapPrm":
-			st.CapPrm = val
-		case "CapEff":
-			st.CapEff = val
-		case "CapBnd":
-			st.CapBnd = val
-		case "CapAmb":
-			st.CapAmb = val
-		case "NoNewPrivs":
-			st.NoNewPrivs = num()
-		case "Seccomp":
-			st.Seccomp = num()
-		case "Seccomp_filters":
-			st.SeccompFilters = num()
-		}
-	}
-	return st
+	st := procfs.ParseStatus(data)
+	return ProcStatus{CapInh: st.Caps["CapInh"], CapPrm: st.Caps["CapPrm"], CapEff: st.Caps["CapEff"],
+		CapBnd: st.Caps["CapBnd"], CapAmb: st.Caps["CapAmb"],
+		NoNewPrivs: st.NoNewPrivs, Seccomp: st.Seccomp, SeccompFilters: st.SeccompFilters}
 }
 
 // mountRecord is a parsed mountinfo line with the fields ParseMountInfo
@@ -120,21 +91,7 @@ func unescapeOctal(s string) string {
 }
 
 // ParseNetDev returns the interface names of a /proc/net/dev file.
-func ParseNetDev(data []byte) []string {
-	var names []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		name, _, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue // the two header lines have "|" but no ":"
-		}
-		if name = strings.TrimSpace(name); name != "" && !strings.Contains(name, "|") {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
+func ParseNetDev(data []byte) []string { return procfs.ParseNetDev(data) }
 
 // ParseIDMap normalises a /proc/PID/{uid,gid}_map file to "in out count"
 // lines.

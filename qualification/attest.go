@@ -20,6 +20,7 @@ import (
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/request"
 )
 
 var (
@@ -206,7 +207,7 @@ func (a *Attester) checks(req matrix.SignRequest) ([]matrix.Check, error) {
 // development run is recorded as unqualified.
 func runTier(tier string) string {
 	if tier == matrix.TierDevelopment {
-		return "development (unqualified)"
+		return request.DevelopmentLabel
 	}
 	return tier
 }

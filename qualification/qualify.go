@@ -2,9 +2,7 @@ package qualification
 
 import (
 	"context"
-	"crypto/rand"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
@@ -244,7 +243,7 @@ operators: [%d]
 		return d, err
 	}
 	d.cmd = exec.Command(o.Custodyd, "--config", filepath.Join(dir, "custodyd.yaml"), "--log-level", "info")
-	d.cmd.Env = append(os.Environ(), AmbientVar+"=ambient-"+randomHex())
+	d.cmd.Env = append(os.Environ(), AmbientVar+"=ambient-"+randid.New(8))
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := d.cmd.Start(); err != nil {
@@ -424,10 +423,4 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-func randomHex() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
 )
@@ -76,5 +77,10 @@ func TestMountsUnder(t *testing.T) {
 	}
 	if got := mountsUnder("/pro"); len(got) != 0 {
 		t.Fatalf("mounts under /pro (a prefix of /proc, not a parent): %v", got)
+	}
+	// A mount point whose name has a space (mountinfo escapes it).
+	dir := testenv.SpacedMount(t)
+	if got := mountsUnder(filepath.Dir(dir)); !slices.Equal(got, []string{dir}) {
+		t.Errorf("mountsUnder(%q) = %q, want [%q]", filepath.Dir(dir), got, dir)
 	}
 }

@@ -20,6 +20,10 @@ const (
 	TierDevelopment Tier = "development"
 )
 
+// DevelopmentLabel is how results, receipts and qualification rows name
+// the development tier, so that it is never read as a qualified one.
+const DevelopmentLabel = "development (unqualified)"
+
 // Network is the network a phase asks for. Only NetworkDeny exists so far.
 type Network string
 

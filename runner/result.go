@@ -7,6 +7,7 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
@@ -69,7 +70,7 @@ func (r *Runner) newResult(p *Prepared) *api.Result {
 		res.Inputs = append(res.Inputs, api.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
 	}
 	if res.Unqualified {
-		res.Tier = "development (unqualified)"
+		res.Tier = request.DevelopmentLabel
 	}
 	return res
 }

@@ -6,8 +6,6 @@ package runner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +23,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
@@ -626,10 +625,4 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 }
 
 // NewRunID returns a fresh random run id.
-func NewRunID() string {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand never fails on Linux
-	}
-	return hex.EncodeToString(b[:])
-}
+func NewRunID() string { return randid.New(8) }

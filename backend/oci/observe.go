@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -10,7 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // namespaceKinds are the namespaces observe compares with the daemon's.
@@ -45,28 +47,17 @@ func (c *Container) observe(pid int) *backend.Observation {
 			o.Namespaces = append(o.Namespaces, ns)
 		}
 	}
-	if st, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
-		for _, line := range strings.Split(string(st), "\n") {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok {
-				continue
-			}
-			v = strings.TrimSpace(v)
-			switch {
-			case strings.HasPrefix(k, "Cap"):
-				o.Capabilities[k] = v
-			case k == "NoNewPrivs":
-				o.NoNewPrivs = v == "1"
-			case k == "Seccomp":
-				switch v {
-				case "0":
-					o.Seccomp = "disabled"
-				case "1":
-					o.Seccomp = "strict"
-				case "2":
-					o.Seccomp = "filter"
-				}
-			}
+	if b, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+		st := procfs.ParseStatus(b)
+		o.Capabilities = st.Caps
+		o.NoNewPrivs = st.NoNewPrivs == 1
+		switch st.Seccomp {
+		case 0:
+			o.Seccomp = "disabled"
+		case 1:
+			o.Seccomp = "strict"
+		case 2:
+			o.Seccomp = "filter"
 		}
 	} else {
 		o.Notes = append(o.Notes, "status unreadable: "+err.Error())
@@ -77,37 +68,25 @@ func (c *Container) observe(pid int) *backend.Observation {
 		o.Notes = append(o.Notes, "mountinfo unreadable: "+err.Error())
 	}
 	if nd, err := os.ReadFile(filepath.Join(proc, "net", "dev")); err == nil {
-		o.Interfaces = parseNetDev(nd)
+		o.Interfaces = procfs.ParseNetDev(nd)
 	}
 	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = c.cgroups.limits()
 	o.Cgroup.CPUQuotaMicros, o.Cgroup.CPUPeriodMicros = c.cgroups.cpuQuota()
 	return o
 }
 
+// parseMounts reads a mountinfo table; the library undoes the kernel's
+// octal escaping, so a target with a space reads as it was mounted. A table
+// it cannot parse yields no mounts, as an unreadable one does.
 func parseMounts(mi []byte) []backend.ObservedMount {
-	var out []backend.ObservedMount
-	sc := bufio.NewScanner(bytes.NewReader(mi))
-	for sc.Scan() {
-		// id parent maj:min root target options [optional...] - fstype source superopts
-		f := strings.Fields(sc.Text())
-		sep := slices.Index(f, "-")
-		if len(f) < 6 || sep < 0 || sep+1 >= len(f) {
-			continue
-		}
-		opts := strings.Split(f[5], ",")
-		out = append(out, backend.ObservedMount{Target: f[4], FSType: f[sep+1], ReadOnly: slices.Contains(opts, "ro")})
+	ms, err := mountinfo.GetMountsFromReader(bytes.NewReader(mi), nil)
+	if err != nil {
+		return nil
 	}
-	return out
-}
-
-func parseNetDev(nd []byte) []string {
-	var out []string
-	for _, line := range strings.Split(string(nd), "\n") {
-		name, _, ok := strings.Cut(line, ":")
-		if ok && !strings.Contains(name, "|") {
-			out = append(out, strings.TrimSpace(name))
-		}
+	out := make([]backend.ObservedMount, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, backend.ObservedMount{Target: m.Mountpoint, FSType: m.FSType,
+			ReadOnly: slices.Contains(strings.Split(m.Options, ","), "ro")})
 	}
-	slices.Sort(out)
 	return out
 }

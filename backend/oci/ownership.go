@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // backend.Resource kinds the backend records.
@@ -112,21 +112,11 @@ func processIdentity(pid int) (map[string]string, error) {
 }
 
 func startTime(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return "", err
 	}
-	// comm may contain spaces; fields after the last ')' are fixed.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return f[19], nil // field 22 overall: starttime
+	return st.StartTime, nil
 }
 
 // Recover cleans up after an attempt this process did not see through
@@ -264,13 +254,11 @@ func (c *Container) waitRuntime() error {
 }
 
 func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
+	st, err := procfs.ReadStat(pid)
+	if errors.Is(err, procfs.ErrMalformed) {
+		return false
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
+	return err != nil || st.State == 'Z'
 }
 
 // CgroupParents lists, per hierarchy, the directory under which this

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/quote"
+	"github.com/custody-dev/custody/internal/untar"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/snapshot"
 )
@@ -49,7 +48,7 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 	if err := c.GetOutputs(ctx, res.RunID, &buf); err != nil {
 		return fmt.Errorf("fetch outputs: %w", err)
 	}
-	if err := extract(&buf, outputsDir); err != nil {
+	if err := extract(ctx, &buf, outputsDir); err != nil {
 		return fmt.Errorf("write outputs: %w", err)
 	}
 	fmt.Fprintf(a.stderr, "custody: outputs %s (check them: custody verify %s --trust TRUST --outputs %s)\n",
@@ -60,7 +59,7 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 // extract unpacks a tar of outputs into a new directory, without ever
 // writing through a link or outside dir. The bytes are checked against
 // the signed receipt by custody verify, not trusted here.
-func extract(r io.Reader, dir string) error {
+func extract(ctx context.Context, r io.Reader, dir string) error {
 	if _, err := os.Lstat(dir); err == nil {
 		return fmt.Errorf("%s already exists; outputs go into a fresh directory", quote.String(dir))
 	}
@@ -74,40 +73,11 @@ func extract(r io.Reader, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := path.Clean(strings.TrimSuffix(h.Name, "/"))
-		if name == "." || path.IsAbs(name) || strings.HasPrefix(name, "../") || name == ".." {
-			return fmt.Errorf("unsafe entry %q", h.Name)
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = w.Mkdir(name, 0o755)
-		case tar.TypeReg:
-			var f io.WriteCloser
-			if f, err = w.Create(name, os.FileMode(h.Mode).Perm()); err == nil {
-				_, err = io.Copy(f, io.LimitReader(tr, h.Size))
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-			}
-		case tar.TypeSymlink:
-			err = w.Symlink(name, h.Linkname)
-		default:
-			err = fmt.Errorf("unexpected entry type %q for %s", h.Typeflag, quote.String(h.Name))
-		}
-		if err != nil {
-			return err
-		}
+	err = untar.Extract(ctx, r, w, untar.Options{Symlinks: true, DirMode: 0o755})
+	if cerr := w.Close(); err == nil {
+		err = cerr
 	}
+	return err
 }
 
 // Exit codes of custody verify.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -23,66 +24,28 @@ type env struct {
 	control, submit    string
 }
 
+// startDaemon starts custodyd through daemontest, then imports the image
+// and loads examples/policy.yaml through the CLI, so that those commands
+// are exercised against the real daemon too.
 func startDaemon(t *testing.T) *env {
 	t.Helper()
-	testenv.Root(t)
-	path, version, sha := testenv.Runc(t)
-	daemon := os.Getenv("CUSTODYD_BIN")
-	if daemon == "" {
-		testenv.Missing(t, "the custodyd binary ($CUSTODYD_BIN, set by make test)")
-	}
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e := &env{dir: dir, policy: filepath.Join(dir, "policy.yaml"),
-		control: filepath.Join(dir, "control.sock"), submit: filepath.Join(dir, "submit.sock")}
-	cfg := filepath.Join(dir, "custodyd.yaml")
-	write(t, cfg, fmt.Sprintf(`runner:
-  stateDir: %s/state
-  runtimeDir: %s/run
-  runtime: {path: %s, version: %q, sha256: %s}
-policy: %s
-controlSocket: %s
-submitSocket: %s
-operators: [0]
-`, dir, dir, path, version, sha, e.policy, e.control, e.submit))
-	write(t, e.policy, "broken until the image is imported\n")
-	cmd := exec.Command(daemon, "--config", cfg, "--log-level", "warn")
-	var logs testenv.Buffer // read while the daemon runs
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		testenv.NoRace(t, "custodyd", cmd.Wait(), logs.String())
-		if t.Failed() {
-			t.Logf("custodyd log:\n%s", logs.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if code, _, _ := e.custody("status"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("custodyd did not come up:\n%s", logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	d := daemontest.New(t, daemontest.Options{})
+	d.Start()
+	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket}
+	if code, out, errs := e.custody("status"); code != 0 {
+		t.Fatalf("status: %d %s %s", code, out, errs)
 	}
 	code, out, errs := e.custody("image", "import", testenv.BusyboxRootfs(t))
 	if code != 0 {
 		t.Fatalf("image import: %d %s", code, errs)
 	}
 	e.image = strings.TrimSpace(out)
+	d.Image = e.image
 	pol, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "examples", "policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	write(t, e.policy, strings.NewReplacer("@IMAGE@", e.image, "@INPUTROOT@", e.dir).Replace(string(pol)))
+	d.WritePolicy(string(pol))
 	if code, out, errs := e.custody("policy", "reload"); code != 0 {
 		t.Fatalf("policy reload: %s %s", out, errs)
 	}

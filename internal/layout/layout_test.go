@@ -189,7 +189,7 @@ func TestExternalImports(t *testing.T) {
 // state or launches anything itself.
 var cliImports = []string{
 	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot",
-	"internal/quote", "internal/regfile",
+	"internal/quote", "internal/regfile", "internal/untar",
 }
 
 func TestCLIImports(t *testing.T) {

@@ -2,12 +2,10 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,89 +13,37 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/internal/daemontest"
 )
 
 const policyTmpl = `apiVersion: custody.dev/v1alpha1
 kind: Policy
-images: [{digest: %q}]
+images: [{digest: "@IMAGE@"}]
 actors: [{name: ci-bot, stages: [build], submitters: {uids: [0]}}]
 ceilings: {memory: 512Mi, pids: 256, cpu: 2, wallTime: 10m, outputBytes: 64Mi, tmpBytes: 64Mi, inputBytes: 64Mi}
 defaults: {cpu: 1, outputBytes: 8Mi, tmpBytes: 8Mi}
 tiers: {development: true}
-inputRoots: [%q]
+inputRoots: ["@INPUTROOT@"]
 `
 
+// daemon is the fault-injection custodyd on its temporary directories.
 type daemon struct {
-	t               *testing.T
-	dir, cfg        string
-	control, submit *api.Client
-	cmd             *exec.Cmd
-	logs            testenv.Buffer // read while the daemon runs
+	*daemontest.Daemon
+	t *testing.T
 }
 
 func setup(t *testing.T) *daemon {
 	t.Helper()
-	testenv.Root(t)
-	path, version, sha := testenv.Runc(t)
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := &daemon{t: t, dir: dir, cfg: filepath.Join(dir, "custodyd.yaml"),
-		control: api.NewClient(filepath.Join(dir, "control.sock")), submit: api.NewClient(filepath.Join(dir, "submit.sock"))}
-	write(t, d.cfg, fmt.Sprintf(`runner:
-  stateDir: %[1]s/state
-  runtimeDir: %[1]s/run
-  runtime: {path: %[2]s, version: %[3]q, sha256: %[4]s}
-policy: %[1]s/policy.yaml
-controlSocket: %[1]s/control.sock
-submitSocket: %[1]s/submit.sock
-operators: [0]
-`, dir, path, version, sha))
-	write(t, filepath.Join(dir, "policy.yaml"), "not yet\n")
-	return d
-}
-
-func write(t *testing.T, path, data string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return &daemon{Daemon: daemontest.New(t, daemontest.Options{Fault: true, LogLevel: "info"}), t: t}
 }
 
 // start runs the fault-injection custodyd, dying at fault ("" = never).
 func (d *daemon) start(fault string) {
 	d.t.Helper()
-	bin := os.Getenv("CUSTODYD_FAULT_BIN")
-	if bin == "" {
-		testenv.Missing(d.t, "the fault-injection custodyd ($CUSTODYD_FAULT_BIN, built by make test)")
-	}
-	d.logs.Reset()
-	d.cmd = exec.Command(bin, "--config", d.cfg, "--log-level", "info")
-	d.cmd.Env = append(os.Environ(), "CUSTODY_FAULT="+fault)
-	d.cmd.Stdout, d.cmd.Stderr = &d.logs, &d.logs
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := d.control.WaitReady(ctx); err != nil {
-		d.t.Fatalf("%v\n%s", err, d.logs.String())
-	}
+	d.Start("CUSTODY_FAULT=" + fault)
 }
 
-func (d *daemon) stop() {
-	if d.cmd != nil && d.cmd.ProcessState == nil {
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		testenv.NoRace(d.t, "custodyd", d.cmd.Wait(), d.logs.String())
-	}
-}
+func (d *daemon) stop() { d.Stop() }
 
 func TestCrashAtEachStageRecovers(t *testing.T) {
 	stages := []string{"after-consume", "after-snapshot", "after-create", "after-start", "mid-run", "after-exit", "mid-cleanup"}
@@ -106,14 +52,9 @@ func TestCrashAtEachStageRecovers(t *testing.T) {
 	// Import the image and write the policy once, with a clean daemon.
 	d.start("")
 	ctx := context.Background()
-	raw, err := d.control.ImportImage(ctx, testenv.BusyboxRootfs(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var img struct{ Digest string }
-	json.Unmarshal(raw, &img)
-	write(t, filepath.Join(d.dir, "policy.yaml"), fmt.Sprintf(policyTmpl, img.Digest, d.dir))
-	write(t, filepath.Join(d.dir, "src", "in.txt"), "input\n")
+	image := d.ImportBusybox(ctx)
+	d.WritePolicy(policyTmpl)
+	daemontest.Write(t, filepath.Join(d.Dir, "src", "in.txt"), "input\n")
 	d.stop()
 
 	for i, stage := range stages {
@@ -130,24 +71,21 @@ command: ["/bin/sh", "-c", "setsid sh -c 'sleep %s &'; echo out > /out/f; sleep 
 inputs: [{source: ./src, target: /in}]
 output: {path: /out}
 resources: {memory: 64Mi, pids: 64, wallTime: 30s}
-`, img.Digest, marker)
-			env, err := d.control.IssueGrant(ctx, api.IssueRequest{Phase: api.PhaseSource{YAML: []byte(phase), BaseDir: d.dir}, Actor: "ci-bot", TTL: "10m"})
+`, image, marker)
+			env, err := d.Control.IssueGrant(ctx, api.IssueRequest{Phase: api.PhaseSource{YAML: []byte(phase), BaseDir: d.Dir}, Actor: "ci-bot", TTL: "10m"})
 			if err != nil {
-				t.Fatalf("issue: %v\n%s", err, d.logs.String())
+				t.Fatalf("issue: %v\n%s", err, d.Logs.String())
 			}
-			res, err := d.submit.Run(ctx, env, io.Discard, io.Discard, nil)
+			res, err := d.Submit.Run(ctx, env, io.Discard, io.Discard, nil)
 			if err == nil && res != nil && stage != "mid-cleanup" {
 				t.Fatalf("run completed (%s) although custodyd should have died at %s", res.Status, stage)
 			}
-			done := make(chan struct{})
-			go func() { d.cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				t.Fatalf("custodyd did not die at %s\n%s", stage, d.logs.String())
+			ps := d.Exited(20 * time.Second)
+			if ps == nil {
+				t.Fatalf("custodyd did not die at %s\n%s", stage, d.Logs.String())
 			}
-			if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-				t.Fatalf("custodyd exited with %v, want SIGKILL at %s\n%s", d.cmd.ProcessState, stage, d.logs.String())
+			if ws, ok := ps.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("custodyd exited with %v, want SIGKILL at %s\n%s", ps, stage, d.Logs.String())
 			}
 
 			// Restart: recovery runs before the daemon serves.
@@ -159,16 +97,16 @@ resources: {memory: 64Mi, pids: 64, wallTime: 30s}
 			}
 			last := attempts[len(attempts)-1]
 			if last.State != "clean" {
-				t.Fatalf("attempt after a crash at %s is %v, want clean\n%s", stage, last, d.logs.String())
+				t.Fatalf("attempt after a crash at %s is %v, want clean\n%s", stage, last, d.Logs.String())
 			}
 			d.noLeaks(t, marker)
 			// The grant stays consumed: no automatic re-run, no replay.
-			_, err = d.submit.Run(ctx, env, io.Discard, io.Discard, nil)
+			_, err = d.Submit.Run(ctx, env, io.Discard, io.Discard, nil)
 			var ae *api.Error
 			if !errors.As(err, &ae) || ae.Code != "replayed" {
 				t.Fatalf("replaying the grant after recovery: %v, want replayed", err)
 			}
-			q, err := d.control.Quarantine(ctx)
+			q, err := d.Control.Quarantine(ctx)
 			if err != nil || q.Quarantined {
 				t.Fatalf("quarantine after a clean recovery: %+v %v", q, err)
 			}
@@ -179,7 +117,7 @@ resources: {memory: 64Mi, pids: 64, wallTime: 30s}
 
 func (d *daemon) attempts(t *testing.T) []api.Attempt {
 	t.Helper()
-	out, err := d.control.Attempts(context.Background())
+	out, err := d.Control.Attempts(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,14 +135,14 @@ func (d *daemon) noLeaks(t *testing.T, marker string) {
 			t.Errorf("leaked process %s: %q", e.Name(), b)
 		}
 	}
-	if left, _ := os.ReadDir(filepath.Join(d.dir, "run")); len(left) > 0 {
+	if left, _ := os.ReadDir(filepath.Join(d.Dir, "run")); len(left) > 0 {
 		t.Errorf("leaked launch dirs: %v", left)
 	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mi), filepath.Join(d.dir, "run")) {
-		t.Errorf("leaked mounts under %s", filepath.Join(d.dir, "run"))
+	if strings.Contains(string(mi), filepath.Join(d.Dir, "run")) {
+		t.Errorf("leaked mounts under %s", filepath.Join(d.Dir, "run"))
 	}
-	state, _ := os.ReadDir(filepath.Join(d.dir, "state", "runc"))
+	state, _ := os.ReadDir(filepath.Join(d.Dir, "state", "runc"))
 	for _, e := range state {
 		if e.IsDir() {
 			t.Errorf("leaked runc state %s", e.Name())
@@ -240,8 +178,8 @@ func TestForeignStateUntouched(t *testing.T) {
 	d := setup(t)
 	defer d.stop()
 	foreignID := fmt.Sprintf("custody-foreign%d", os.Getpid())
-	launch := filepath.Join(d.dir, "run", foreignID)
-	write(t, filepath.Join(launch, "keep"), "not yours\n")
+	launch := filepath.Join(d.Dir, "run", foreignID)
+	daemontest.Write(t, filepath.Join(launch, "keep"), "not yours\n")
 	cg := filepath.Join("/sys/fs/cgroup/pids/custody", foreignID)
 	if err := os.MkdirAll(cg, 0o755); err != nil {
 		t.Fatal(err)
@@ -249,7 +187,7 @@ func TestForeignStateUntouched(t *testing.T) {
 	t.Cleanup(func() { syscall.Rmdir(cg); os.RemoveAll(launch) })
 
 	d.start("")
-	rec, err := d.control.Recover(context.Background())
+	rec, err := d.Control.Recover(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +203,7 @@ func TestForeignStateUntouched(t *testing.T) {
 	if _, err := os.Stat(cg); err != nil {
 		t.Errorf("foreign cgroup was touched: %v", err)
 	}
-	if !strings.Contains(d.logs.String(), "foreign state left untouched") {
-		t.Errorf("no diagnostic logged:\n%s", d.logs.String())
+	if !strings.Contains(d.Logs.String(), "foreign state left untouched") {
+		t.Errorf("no diagnostic logged:\n%s", d.Logs.String())
 	}
 }

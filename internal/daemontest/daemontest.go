@@ -1,0 +1,189 @@
+// Package daemontest starts the real custodyd binary for tests: on
+// temporary directories, with the pinned runc, operator uid 0, a policy
+// written from a template and the busybox test image. Tests of package
+// main in cmd/custodyd run their server in process instead; everything
+// else that needs a daemon starts the built binary through this package.
+package daemontest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// Options choose the binary and its logging.
+type Options struct {
+	// Fault runs the fault-injection build ($CUSTODYD_FAULT_BIN) instead
+	// of $CUSTODYD_BIN; Start's environment then chooses the fault.
+	Fault bool
+	// LogLevel is custodyd's --log-level; "warn" if empty.
+	LogLevel string
+}
+
+// Daemon is one custodyd configuration on a temporary directory, and the
+// process running it, if any. Its layout under Dir: custodyd.yaml,
+// policy.yaml, control.sock, submit.sock, state/ and run/.
+type Daemon struct {
+	Dir                         string
+	Config, Policy              string // paths of the config and policy files
+	ControlSocket, SubmitSocket string
+	Control, Submit             *api.Client
+	// Image is the busybox image's digest once ImportBusybox has run.
+	Image string
+	// Logs are the running (or last) process's stdout and stderr.
+	Logs testenv.Buffer
+
+	t        testing.TB
+	bin      string
+	logLevel string
+	cmd      *exec.Cmd
+}
+
+// New writes the configuration of a daemon on a fresh temporary directory
+// (readable by nobody else's tests: 0711) with a policy that does not load
+// yet, and stops the daemon when the test ends. It skips or fails the test
+// as testenv does when root, runc or the binary is missing.
+func New(t testing.TB, opts Options) *Daemon {
+	t.Helper()
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	bin := os.Getenv("CUSTODYD_BIN")
+	if opts.Fault {
+		if bin = os.Getenv("CUSTODYD_FAULT_BIN"); bin == "" {
+			testenv.Missing(t, "the fault-injection custodyd ($CUSTODYD_FAULT_BIN, built by make test)")
+		}
+	} else if bin == "" {
+		testenv.Missing(t, "the custodyd binary ($CUSTODYD_BIN, set by make test)")
+	}
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &Daemon{Dir: dir, Config: filepath.Join(dir, "custodyd.yaml"), Policy: filepath.Join(dir, "policy.yaml"),
+		ControlSocket: filepath.Join(dir, "control.sock"), SubmitSocket: filepath.Join(dir, "submit.sock"),
+		t: t, bin: bin, logLevel: opts.LogLevel}
+	if d.logLevel == "" {
+		d.logLevel = "warn"
+	}
+	d.Control, d.Submit = api.NewClient(d.ControlSocket), api.NewClient(d.SubmitSocket)
+	Write(t, d.Config, fmt.Sprintf(`runner:
+  stateDir: %[1]s/state
+  runtimeDir: %[1]s/run
+  runtime: {path: %[2]s, version: %[3]q, sha256: %[4]s}
+policy: %[5]s
+controlSocket: %[6]s
+submitSocket: %[7]s
+operators: [0]
+`, dir, path, version, sha, d.Policy, d.ControlSocket, d.SubmitSocket))
+	Write(t, d.Policy, "not yet: written once the image is imported\n")
+	t.Cleanup(func() {
+		d.Stop()
+		if t.Failed() {
+			t.Logf("custodyd log:\n%s", d.Logs.String())
+		}
+	})
+	return d
+}
+
+// Start runs the binary on the configuration, with env added to this
+// process's environment, and waits until its control socket answers.
+func (d *Daemon) Start(env ...string) {
+	d.t.Helper()
+	d.Logs.Reset()
+	d.cmd = exec.Command(d.bin, "--config", d.Config, "--log-level", d.logLevel)
+	d.cmd.Env = append(os.Environ(), env...)
+	d.cmd.Stdout, d.cmd.Stderr = &d.Logs, &d.Logs
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := d.Control.WaitReady(ctx); err != nil {
+		d.t.Fatalf("custodyd did not come up: %v\n%s", err, d.Logs.String())
+	}
+}
+
+// Stop sends SIGTERM to a running daemon and waits for it, failing the
+// test if the race detector reported anything. It does nothing if the
+// process is not running.
+func (d *Daemon) Stop() {
+	if d.cmd != nil && d.cmd.ProcessState == nil {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		testenv.NoRace(d.t, "custodyd", d.cmd.Wait(), d.Logs.String())
+	}
+}
+
+// Exited waits up to timeout for the process to exit by itself (a fault
+// killing it) and returns how it ended, or nil if it is still running.
+func (d *Daemon) Exited(timeout time.Duration) *os.ProcessState {
+	done := make(chan struct{})
+	go func() { d.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return d.cmd.ProcessState
+	case <-time.After(timeout):
+		return nil
+	}
+}
+
+// ImportBusybox imports the busybox test image through the control socket
+// and records its digest in Image.
+func (d *Daemon) ImportBusybox(ctx context.Context) string {
+	d.t.Helper()
+	raw, err := d.Control.ImportImage(ctx, testenv.BusyboxRootfs(d.t))
+	if err != nil {
+		d.t.Fatalf("image import: %v", err)
+	}
+	var img struct{ Digest string }
+	if err := json.Unmarshal(raw, &img); err != nil || img.Digest == "" {
+		d.t.Fatalf("image import answered %s (%v)", raw, err)
+	}
+	d.Image = img.Digest
+	return d.Image
+}
+
+// WritePolicy writes the policy from tmpl, replacing @IMAGE@ with Image
+// and @INPUTROOT@ with Dir (the placeholders of examples/policy.yaml). A
+// running daemon reads it on a reload, a starting one at once.
+func (d *Daemon) WritePolicy(tmpl string) {
+	d.t.Helper()
+	Write(d.t, d.Policy, strings.NewReplacer("@IMAGE@", d.Image, "@INPUTROOT@", d.Dir).Replace(tmpl))
+}
+
+// Start starts a daemon ready to run work: New and Start, then the
+// busybox image imported and the policy from tmpl loaded.
+func Start(t testing.TB, opts Options, tmpl string) *Daemon {
+	t.Helper()
+	d := New(t, opts)
+	d.Start()
+	ctx := context.Background()
+	d.ImportBusybox(ctx)
+	d.WritePolicy(tmpl)
+	if _, err := d.Control.ReloadPolicy(ctx); err != nil {
+		t.Fatalf("policy reload: %v", err)
+	}
+	return d
+}
+
+// Write writes data to path, creating its parent directories.
+func Write(t testing.TB, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
