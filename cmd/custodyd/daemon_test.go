@@ -522,13 +522,15 @@ func helperAs(t *testing.T, d *daemon, uid uint32, test string, env ...string) *
 	t.Helper()
 	// The test binary lives in a private build dir; give the other uid a
 	// copy it can execute.
+	// The copy is made by cp, not by this process: a file this process
+	// held open for writing would be inherited by whatever another test
+	// forks meanwhile, and exec of the copy would fail with ETXTBSY.
 	bin := filepath.Join(d.dir, "helper.test")
 	if _, err := os.Stat(bin); err != nil {
-		data, err := os.ReadFile(os.Args[0])
-		if err != nil {
-			t.Fatal(err)
+		if out, err := exec.Command("cp", os.Args[0], bin).CombinedOutput(); err != nil {
+			t.Fatalf("copy the test binary: %v %s", err, out)
 		}
-		if err := os.WriteFile(bin, data, 0o755); err != nil {
+		if err := os.Chmod(bin, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}

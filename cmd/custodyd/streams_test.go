@@ -261,9 +261,9 @@ func TestStatusShowsOwnRuns(t *testing.T) {
 			t.Fatalf("%s: running %v (%v), want [%s]", c.name, st.Running, err, id)
 		}
 	}
-	out, _ := helperAs(t, d, 65534, "TestHelperStatus", "CUSTODY_HELPER_SOCKET="+d.cfg.SubmitSocket).CombinedOutput()
+	out, err := helperAs(t, d, 65534, "TestHelperStatus", "CUSTODY_HELPER_SOCKET="+d.cfg.SubmitSocket).CombinedOutput()
 	if !strings.Contains(string(out), "RUNNING=[]\n") {
-		t.Fatalf("another uid's status on the submit socket: %s", out)
+		t.Fatalf("another uid's status on the submit socket: %v %s", err, out)
 	}
 	<-done
 }
