@@ -100,14 +100,6 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if r.outputs, err = snapshot.New(filepath.Join(cfg.StateDir, "outputs")); err != nil {
 		return nil, err
 	}
-	// A spool left by a runner that died mid-run is only a buffer, never
-	// evidence: the run's record comes from recovery.
-	if err := os.RemoveAll(spoolDir(cfg.StateDir)); err != nil {
-		return nil, fmt.Errorf("spool dir: %w", err)
-	}
-	if err := os.Mkdir(spoolDir(cfg.StateDir), 0o700); err != nil {
-		return nil, fmt.Errorf("spool dir: %w", err)
-	}
 	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir}
 	r.reprobeEvery = reprobeEvery
 	prof, err := platform.Probe(ctx, r.probeOpts)
@@ -345,27 +337,17 @@ func (r *Runner) checkQuarantine() error {
 // daemon's stream queues or drops instead).
 func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*api.Result, error) {
 	res := r.newResult(p)
-	// The workload's output goes to spools, never straight to a caller
-	// that may stop reading: a full pipe would hold the workload, and a
-	// killed one, until cleanup cannot be verified.
-	var sp *spools
-	err := r.checkQuarantine()
-	if err == nil {
-		sp, err = r.openSpools(res.RunID, stdout, stderr)
-	}
-	if err != nil {
+	if err := r.checkQuarantine(); err != nil {
 		Refuse(res, err)
 		if p.Begun {
 			r.Abandon(res.RunID, "refused before launch: "+err.Error())
 		}
 		return res, err
 	}
-	spooled := false
-	defer func() {
-		if !spooled { // refused before the run: nothing to record
-			_ = sp.close(&api.Result{})
-		}
-	}()
+	// The workload's output goes through spools that never block, never
+	// straight to a caller that may stop reading: a full pipe would hold
+	// the workload, and a killed one, until cleanup cannot be verified.
+	sp := openSpools(stdout, stderr)
 	// The snapshots need no second read here: Snapshot hashed exactly the
 	// bytes it wrote, and re-hashed any stored copy it reused.
 	// The attempt is journalled with the backend's first record, the intent
@@ -405,11 +387,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
 	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})
-	spooled = true
-	if err := sp.close(res); err != nil {
-		// The digests still cover every byte kept; only the buffer failed.
-		r.log.Warn("output spool", "run", res.RunID, "err", err)
-	}
+	sp.record(res)
 	// Custody and cleanup finish even when the caller has gone: a
 	// cancelled run still gets its outputs recorded and its tree verified.
 	ctx = context.WithoutCancel(ctx)

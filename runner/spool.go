@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/api"
 )
@@ -20,31 +16,22 @@ import (
 // full pipe) and discarded; the stream's record says it was truncated.
 const StreamCap = 16 << 20
 
-// spool is where one output stream of a run goes first: a file in the
-// runner's state dir (0600, at most StreamCap bytes), hashed as it is
-// written. A write always takes all it is given, so the workload's pipe is
-// drained whatever happens; the live writer a caller gave sees each kept
-// chunk after the spool has it, and must not block (see Launch).
+// spool is one output stream of a run: it digests and counts up to
+// StreamCap bytes and passes each kept chunk to the caller's live writer.
+// A write always takes all it is given, so the workload's pipe is drained
+// whatever happens; the live writer must not block (see Launch). Nothing
+// is kept on disk: the digest is what a receipt binds.
 type spool struct {
 	mu        sync.Mutex
 	name      string
-	f         *os.File
 	h         hash.Hash
 	n         int64
 	truncated bool
-	err       error
 	live      io.Writer
 }
 
-func spoolDir(stateDir string) string { return filepath.Join(stateDir, "spool") }
-
-func newSpool(dir, runID, name string, live io.Writer) (*spool, error) {
-	// O_EXCL|O_NOFOLLOW: a fresh private file, never one planted there.
-	f, err := os.OpenFile(filepath.Join(dir, runID+"."+name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("spool %s: %w", name, err)
-	}
-	return &spool{name: name, f: f, h: sha256.New(), live: live}, nil
+func newSpool(name string, live io.Writer) *spool {
+	return &spool{name: name, h: sha256.New(), live: live}
 }
 
 func (s *spool) Write(p []byte) (int, error) {
@@ -61,9 +48,6 @@ func (s *spool) Write(p []byte) (int, error) {
 	if len(keep) == 0 {
 		return len(p), nil
 	}
-	if s.err == nil {
-		_, s.err = s.f.Write(keep)
-	}
 	s.h.Write(keep)
 	s.n += int64(len(keep))
 	if s.live != nil {
@@ -73,44 +57,21 @@ func (s *spool) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// close removes the spool file and returns the stream's record. The bytes
-// were delivered live; the record is what a receipt binds.
-func (s *spool) close() (api.StreamDigest, error) {
+// digest is the stream's record.
+func (s *spool) digest() api.StreamDigest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.err
-	if cerr := s.f.Close(); err == nil {
-		err = cerr
-	}
-	if rerr := os.Remove(s.f.Name()); err == nil {
-		err = rerr
-	}
-	return api.StreamDigest{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}, err
+	return api.StreamDigest{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
 }
 
-// spools are a run's stdout and stderr spools.
+// spools are a run's stdout and stderr.
 type spools struct{ stdout, stderr *spool }
 
-func (r *Runner) openSpools(runID string, stdout, stderr io.Writer) (*spools, error) {
-	out, err := newSpool(spoolDir(r.cfg.StateDir), runID, "stdout", stdout)
-	if err != nil {
-		return nil, err
-	}
-	errs, err := newSpool(spoolDir(r.cfg.StateDir), runID, "stderr", stderr)
-	if err != nil {
-		out.close()
-		return nil, err
-	}
-	return &spools{stdout: out, stderr: errs}, nil
+func openSpools(stdout, stderr io.Writer) *spools {
+	return &spools{stdout: newSpool("stdout", stdout), stderr: newSpool("stderr", stderr)}
 }
 
-// close records both streams on res.
-func (s *spools) close(res *api.Result) error {
-	out, oerr := s.stdout.close()
-	errs, eerr := s.stderr.close()
-	res.Streams = &api.Streams{Stdout: out, Stderr: errs}
-	if oerr != nil {
-		return oerr
-	}
-	return eerr
+// record records both streams on res.
+func (s *spools) record(res *api.Result) {
+	res.Streams = &api.Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
 }

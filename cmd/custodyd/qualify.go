@@ -36,7 +36,7 @@ func (s *server) attester() *qualification.Attester {
 	return &qualification.Attester{
 		Key:     s.runnerID,
 		Runtime: qualification.Pinned{Path: pinned.Path, Version: pinned.Version, SHA256: pinned.SHA256},
-		Backend: s.r.BackendName(),
+		Backend: s.r.Backend().Name(),
 		Profile: s.r.Profile,
 		Records: qualificationRecords{s},
 		Now:     s.now,
