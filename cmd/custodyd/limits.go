@@ -32,7 +32,7 @@ const (
 	// controlConns is the control socket's own budget.
 	controlConns = 64
 	// fdReserve is kept for everything that is not a connection: each run
-	// in flight holds about twenty (pipes, runc, spools, cgroup and pid
+	// in flight holds about twenty (pipes, runc, cgroup and pid
 	// fds), plus the store, the keys and the listeners.
 	fdReserve = 512
 	// maxSubmitConns and maxSubmitPerUID cap the submit socket however many
