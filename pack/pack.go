@@ -1,0 +1,228 @@
+// Package pack is a scenario pack: an ordinary compose-spec file, loaded
+// without ambient interpolation, as the typed requirements it asks for. A
+// pack requests authority and never grants it; admission intersects its
+// requirements with the engine's evidenced profile and the operator's
+// policy. The package is pure data and parsing: it talks to no engine.
+package pack
+
+// Pack is one loaded compose file. Every slice is sorted by name so that
+// two loads of the same bytes are equal.
+type Pack struct {
+	// Project is the compose project name (the file's top-level name:).
+	// It names nothing native: custody's workspace id does.
+	Project string
+	// Digest is the lowercase hex SHA-256 of the file's bytes.
+	Digest   string
+	Services []Service
+	Networks []Network
+	Volumes  []Volume
+	Secrets  []Secret
+}
+
+// Service is one compose service, with every security-relevant setting as
+// a typed field. A setting custody does not model makes Load fail; it is
+// never dropped.
+type Service struct {
+	Name string
+	// Image is the reference as written; Build is non-nil for build:.
+	Image string
+	Build *Build
+	// Command and Entrypoint are nil when the image's own are used.
+	Command    []string
+	Entrypoint []string
+	// Environment is the literal KEY=VALUE pairs written in the file,
+	// sorted. They are content, never taken from the caller's environment.
+	Environment []string
+	User        string
+	WorkingDir  string
+	Hostname    string
+	// Networks are the pack networks the service joins; empty means the
+	// pack's default network.
+	Networks []string
+	Ports    []Port
+	Mounts   []Mount
+	Secrets  []SecretUse
+	// Privileged is never implied by anything else.
+	Privileged bool
+	// CapAdd and CapDrop are canonical names ("CAP_NET_ADMIN"), sorted;
+	// "ALL" stays "ALL".
+	CapAdd  []string
+	CapDrop []string
+	// Devices are host device paths as written ("/dev/fuse:/dev/fuse:rwm").
+	Devices []string
+	// NetworkMode, PID, IPC, UTS and Userns are the raw values ("" when
+	// unset): "host", "none", "service:db", "container:x", ...
+	NetworkMode string
+	PID         string
+	IPC         string
+	UTS         string
+	Userns      string
+	// SecurityOpt as written, sorted ("seccomp=unconfined", ...).
+	SecurityOpt []string
+	Sysctls     map[string]string
+	// CgroupParent and Cgroup ("host" or "private") as written.
+	CgroupParent string
+	Cgroup       string
+	Restart      string
+	ReadOnly     bool
+	Resources    Resources
+	// Systemd asks for the named systemd-in-container authority
+	// (x-custody-systemd: true), never privileged.
+	Systemd bool
+	// StopSignal as written, e.g. "SIGRTMIN+3".
+	StopSignal string
+}
+
+// Build is a service's build: section.
+type Build struct {
+	Context    string
+	Dockerfile string
+	Args       []string // KEY=VALUE, sorted, literal
+}
+
+// Port is one published port. HostPort 0 is an open choice the backend
+// makes; any other value is exact.
+type Port struct {
+	HostIP        string
+	HostPort      uint16
+	ContainerPort uint16
+	Protocol      string // "tcp" or "udp"
+}
+
+// MountType is how a path reaches a service.
+type MountType string
+
+const (
+	Bind  MountType = "bind"
+	Named MountType = "volume"
+	Tmpfs MountType = "tmpfs"
+)
+
+// Mount is one bind, named volume or tmpfs of a service.
+type Mount struct {
+	Type MountType
+	// Source is the host path of a bind (absolute, as resolved against the
+	// pack's directory, not yet checked against the filesystem) or the
+	// pack volume's name.
+	Source   string
+	Target   string
+	ReadOnly bool
+	// TmpfsBytes is a tmpfs size; 0 means unset.
+	TmpfsBytes int64
+}
+
+// Resources are a service's limits; 0 means unset.
+type Resources struct {
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+}
+
+// Network is one pack network.
+type Network struct {
+	Name string
+	// Internal: no route out of the pack's world.
+	Internal bool
+	Driver   string // "" or "bridge"
+	// External names a network custody did not create; refused unless
+	// granted.
+	External bool
+}
+
+// Volume is one pack volume.
+type Volume struct {
+	Name     string
+	Driver   string // "" or "local"
+	External bool
+}
+
+// Secret is one top-level secret: a file the operator's credential source
+// must provide, or literal fixture content written in the pack.
+type Secret struct {
+	Name string
+	// Credential names the operator credential it asks for (from
+	// x-custody-credential, or the secret's name); empty for fixtures.
+	Credential string
+	// Content is a fixture's literal value: pack content, not a secret.
+	Content string
+}
+
+// SecretUse is a service's use of a secret.
+type SecretUse struct {
+	Name   string
+	Target string // absolute path in the container
+	UID    string
+	GID    string
+	Mode   uint32 // 0 means the default 0400
+}
+
+// Kind is the kind of a requirement.
+type Kind string
+
+const (
+	KindImage        Kind = "image"
+	KindBuild        Kind = "build"
+	KindPrivileged   Kind = "privileged"
+	KindCapability   Kind = "capability"
+	KindDevice       Kind = "device"
+	KindNamespace    Kind = "namespace"     // value "network=host", "pid=host", ...
+	KindBind         Kind = "bind"          // value the host path
+	KindDaemonSocket Kind = "daemon-socket" // a bind that reaches an engine socket
+	KindVolume       Kind = "volume"
+	KindTmpfs        Kind = "tmpfs"
+	KindPort         Kind = "port"   // value "127.0.0.1:8080->80/tcp", host port 0 is open
+	KindEgress       Kind = "egress" // a network that is not internal
+	KindExternal     Kind = "external"
+	KindSecurityOpt  Kind = "security-opt"
+	KindSysctl       Kind = "sysctl"
+	KindUser         Kind = "user"
+	KindCgroup       Kind = "cgroup"
+	KindCredential   Kind = "credential"
+	KindMemory       Kind = "memory"
+	KindCPU          Kind = "cpu"
+	KindPids         Kind = "pids"
+	KindRestart      Kind = "restart"
+	KindSystemd      Kind = "systemd"
+)
+
+// Requirement is one thing a pack asks for. Admission gives each one
+// verdict, and a grant binds the admitted set.
+type Requirement struct {
+	// Service is the service that asks, or "" for the pack as a whole.
+	Service string
+	Kind    Kind
+	// Value is canonical for its kind, so equal asks compare equal.
+	Value string
+	// Exact is false for an open choice (a host port 0, a subnet) that the
+	// backend makes and records; an exact requirement is never satisfied
+	// by a choice.
+	Exact bool
+}
+
+// Engine is the evidenced capability profile of the container engine a
+// pack would run on, as admission reads it. A backend fills it by talking
+// to the engine; nothing in it is taken from the pack or the policy.
+type Engine struct {
+	Name       string // "docker"
+	Version    string
+	APIVersion string
+	OS         string
+	Kernel     string
+	// Boundary is the kernel boundary the containers really share:
+	// "native-linux" or "vm" (Docker Desktop, a remote VM).
+	Boundary      string
+	StorageDriver string
+	CgroupDriver  string
+	CgroupVersion string
+	Rootless      bool
+	UsernsRemap   bool
+	Runtimes      []string
+	Seccomp       bool
+	AppArmor      bool
+	// InternalBlocksEgress is true only when a throwaway container on an
+	// internal network was shown unable to reach outside it, while a
+	// control connection inside the network worked.
+	InternalBlocksEgress bool
+	// Notes are what the probe saw that admission should report.
+	Notes []string
+}
