@@ -303,7 +303,7 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, rec)
+	writeJSON(w, wireRecovery(rec))
 }
 
 func (s *server) handleAttempts(w http.ResponseWriter, r *http.Request) {
@@ -312,7 +312,7 @@ func (s *server) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, as)
+	writeJSON(w, wireAttempts(as))
 }
 
 // idle takes the launch lock exclusively once no run is in flight, waiting

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
 )
@@ -70,6 +71,35 @@ func wireChecks(cs []admission.Check) []api.Check {
 	for _, c := range cs {
 		out = append(out, api.Check{Requirement: c.Requirement, Verdict: string(c.Verdict),
 			Code: c.Code, Detail: c.Detail, Fix: c.Fix})
+	}
+	return out
+}
+
+// wireRecovery is what a recovery pass did, as it crosses the wire.
+func wireRecovery(r *runner.Recovery) *api.Recovery {
+	if r == nil {
+		return nil
+	}
+	return &api.Recovery{Attempts: wireAttempts(r.Attempts), Foreign: r.Foreign}
+}
+
+// wireAttempts are journalled attempts as they cross the wire (nil stays
+// null, as the journal's own JSON had it).
+func wireAttempts(as []journal.Attempt) []api.Attempt {
+	if as == nil {
+		return nil
+	}
+	out := make([]api.Attempt, 0, len(as))
+	for _, a := range as {
+		w := api.Attempt{RunID: a.RunID, GrantID: a.GrantID, State: string(a.State), Detail: a.Detail,
+			Retry: a.Retry, Started: a.Started, Updated: a.Updated}
+		if a.Resources != nil {
+			w.Resources = make([]api.AttemptResource, 0, len(a.Resources))
+			for _, x := range a.Resources {
+				w.Resources = append(w.Resources, api.AttemptResource(x))
+			}
+		}
+		out = append(out, w)
 	}
 	return out
 }

@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runner"
 )
 
 // The wire result and receipt are the same JSON the store's run record
@@ -54,4 +57,42 @@ func TestWireFormIsTheRecordsJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Attempts and recoveries cross the wire as the journal's own JSON had
+// them when custodyd served it directly.
+func TestWireAttemptsAreTheJournalsJSON(t *testing.T) {
+	at := time.Date(2026, 11, 30, 9, 15, 2, 5, time.UTC)
+	as := []journal.Attempt{
+		{RunID: "r1", GrantID: "g1", State: journal.Residual, Detail: "mount busy", Retry: "custody recover",
+			Started: at, Updated: at.Add(time.Second), Resources: []journal.Resource{
+				{Kind: "container", Name: "custody-r1", State: "created", Identity: map[string]string{"pid": "42"}, At: at},
+				{Kind: "mount", Name: "/out", State: "removed", At: at},
+			}},
+		{RunID: "r2", State: journal.Clean, Started: at, Updated: at},
+	}
+	for _, c := range []struct {
+		name string
+		as   []journal.Attempt
+	}{{"attempts", as}, {"no attempts", nil}} {
+		if got, want := mustJSON(t, wireAttempts(c.as)), mustJSON(t, c.as); !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, got, want)
+		}
+	}
+	// runner.Recovery has no JSON names of its own; the wire's are the
+	// ones custodyd served.
+	got := mustJSON(t, wireRecovery(&runner.Recovery{Attempts: as, Foreign: []string{"container custody-x"}}))
+	want := `{"attempts":` + string(mustJSON(t, as)) + `,"foreign":["container custody-x"]}`
+	if string(got) != want {
+		t.Errorf("recovery:\n got %s\nwant %s", got, want)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
