@@ -1,7 +1,9 @@
 // Package runner is the single flow of one phase: admit, snapshot inputs,
-// launch under the pinned runtime, take custody of the outputs, verify
-// cleanup, and quarantine the runner when cleanup cannot be verified. It is
-// the only package that imports a concrete backend.
+// launch on a backend.Backend, take custody of the outputs, verify
+// cleanup, and quarantine the runner when cleanup cannot be verified. It
+// returns its own Result (the store's run record); it imports no concrete
+// backend and no wire type (custodyd wires the one and converts to the
+// other).
 package runner
 
 import (
