@@ -89,13 +89,18 @@ type Plan struct {
 	Checks     []Check `json:"checks"`
 }
 
-// Input is one admitted input: the request's source and target, and the
-// policy input root the source is read beneath (never following a symlink
-// below it).
+// Input is one input of a phase as admission, the runner and launch carry
+// it (request.Input is what a request asks; grant.Input and evidence.Input
+// are the signed formats' shapes). Admission sets the request's source and
+// target and the policy input root the source is read beneath (never
+// following a symlink below it); once the input is read, Digest is its
+// tree digest. A run's result records inputs by digest alone, without Root.
 type Input struct {
 	Source string `json:"source"`
 	Target string `json:"target"`
-	Root   string `json:"root"`
+	Root   string `json:"root,omitempty"`
+	// Digest is the input's tree digest, "sha256:<hex>", once it is read.
+	Digest string `json:"digest,omitempty"`
 }
 
 // MaxOutputPathBytes bounds the summed length of an output's entry paths:

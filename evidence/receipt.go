@@ -202,7 +202,10 @@ type Runtime struct {
 	Path string `json:"path"`
 }
 
-// Input is one input snapshot.
+// Input is one input snapshot as a receipt records it. Like the rest of the
+// receipt's types it is a signed format of its own, apart from the domain's
+// admission.Input and backend's types, so a domain change cannot change
+// what published receipts mean.
 type Input struct {
 	Source string `json:"source"`
 	Target string `json:"target"`

@@ -143,7 +143,10 @@ type Inputs struct {
 	Entries []Input `json:"entries"`
 }
 
-// Input is one input snapshot.
+// Input is one input snapshot as a grant binds it. It stays apart from the
+// domain's admission.Input on purpose: it is a signed format, so its shape
+// may not follow the domain's (a field added there must not change what a
+// grant's signature covers).
 type Input struct {
 	// Source is the host path the snapshot was taken from.
 	Source string `json:"source"`

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
-	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/keys"
@@ -126,7 +125,7 @@ func ParsePhase(yaml []byte, baseDir string) (*request.Phase, error) {
 // Decide is admission as the dry run and the grant issue both run it: the
 // plan, then the inputs read from their roots as a launch would read them
 // (without copying), so a dry run can never admit what issue refuses.
-func (l *Launcher) Decide(ctx context.Context, req *request.Phase) (*admission.Plan, []runner.Input, error) {
+func (l *Launcher) Decide(ctx context.Context, req *request.Phase) (*admission.Plan, []admission.Input, error) {
 	pol, _, err := l.cfg.Policy()
 	if err != nil {
 		return nil, nil, err
@@ -134,7 +133,7 @@ func (l *Launcher) Decide(ctx context.Context, req *request.Phase) (*admission.P
 	return l.decide(ctx, pol, req)
 }
 
-func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase) (*admission.Plan, []runner.Input, error) {
+func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase) (*admission.Plan, []admission.Input, error) {
 	plan, err := l.cfg.Runner.Admit(req, pol)
 	if err != nil {
 		return nil, nil, err
@@ -223,7 +222,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	return grant.Mint(ctx, l.cfg.IssuerKey, p)
 }
 
-func grantInputs(in []runner.Input) []grant.Input {
+func grantInputs(in []admission.Input) []grant.Input {
 	out := make([]grant.Input, 0, len(in))
 	for _, i := range in {
 		out = append(out, grant.Input{Source: i.Source, Target: i.Target, Digest: i.Digest})
@@ -449,26 +448,28 @@ func (r *Run) ID() string { return r.prep.RunID }
 func (r *Run) Grant() *grant.Grant { return r.grant }
 
 // Receipt is a signed receipt: the DSSE envelope, the same as a Sigstore
-// bundle, and the runner key that signed it.
+// bundle, and the runner key (PEM) that signed it. The JSON names are the
+// run record's.
 type Receipt struct {
-	Envelope        []byte
-	Bundle          []byte
-	RunnerPublicKey string
+	Envelope        json.RawMessage `json:"envelope"`
+	Bundle          json.RawMessage `json:"bundle"`
+	RunnerPublicKey string          `json:"runnerPublicKey"`
 }
 
 // Record is what the store keeps of a run (its JSON is the store's run
-// record format): the result, its owner, its signed receipt, or why a run
-// that launched has none.
+// record format, unchanged since records were first written; see
+// testdata): the result, its owner, its signed receipt, or why a run that
+// launched has none.
 type Record struct {
-	Owner        uint32       `json:"owner"`
-	Result       *api.Result  `json:"result"`
-	Receipt      *api.Receipt `json:"receipt,omitempty"`
-	ReceiptError string       `json:"receiptError,omitempty"`
+	Owner        uint32         `json:"owner"`
+	Result       *runner.Result `json:"result"`
+	Receipt      *Receipt       `json:"receipt,omitempty"`
+	ReceiptError string         `json:"receiptError,omitempty"`
 }
 
 // Outcome is how a run ended, as Execute reports it.
 type Outcome struct {
-	Result  *api.Result
+	Result  *runner.Result
 	Receipt *Receipt
 	// Err is set when the run could not be attempted, was refused before it
 	// began, or its cleanup could not be verified.
@@ -484,7 +485,7 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 	var rcpt *Receipt
 	var rcptErr string
 	finalized := false
-	finalize := func(res *api.Result) {
+	finalize := func(res *runner.Result) {
 		if finalized {
 			return
 		}
@@ -499,14 +500,10 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 			}
 		}
 	}
-	record := func(res *api.Result) Record {
-		rec := Record{Owner: owner, Result: res, ReceiptError: rcptErr}
-		if rcpt != nil {
-			rec.Receipt = &api.Receipt{Envelope: rcpt.Envelope, Bundle: rcpt.Bundle, RunnerPublicKey: rcpt.RunnerPublicKey}
-		}
-		return rec
+	record := func(res *runner.Result) Record {
+		return Record{Owner: owner, Result: res, Receipt: rcpt, ReceiptError: rcptErr}
 	}
-	prep.Record = func(res *api.Result) ([]byte, error) {
+	prep.Record = func(res *runner.Result) ([]byte, error) {
 		finalize(res)
 		return json.Marshal(record(res))
 	}
@@ -523,7 +520,7 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 }
 
 // receipt signs the run's receipt with the runner identity key.
-func (r *Run) receipt(ctx context.Context, res *api.Result) (*Receipt, error) {
+func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error) {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, r.env); err != nil {
 		return nil, err

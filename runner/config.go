@@ -32,11 +32,12 @@ type Config struct {
 }
 
 // Runtime names the runtime binary the operator pinned: where it is, which
-// version it is and the sha256 of its bytes.
+// version it is and the sha256 of its bytes. A run's Result records it
+// (the JSON names are the run record's).
 type Runtime struct {
-	Path    string `yaml:"path"`
-	Version string `yaml:"version"`
-	SHA256  string `yaml:"sha256"`
+	Path    string `yaml:"path" json:"path"`
+	Version string `yaml:"version" json:"version"`
+	SHA256  string `yaml:"sha256" json:"sha256"`
 }
 
 // IDRange is a host uid/gid range for container ids 0..Size-1.

@@ -1,14 +1,11 @@
 package runner
 
-import (
-	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/evidence"
-)
+import "github.com/custody-dev/custody/evidence"
 
 // ReceiptFor assembles the receipt predicate of a launched run: every
 // observation the runner made. custodyd adds the grant and the runner
 // identity and signs it. Nothing in it is read back as authority.
-func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
+func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 	prof := r.profile.Load()
 	tier := evidence.TierProduction
 	if p.Plan.Unqualified {
@@ -34,11 +31,11 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 		Inputs: []evidence.Input{},
 		Exit: evidence.Exit{
 			Status: string(res.Status), Code: res.ExitCode, Signal: res.Signal,
-			TimedOut: res.Status == api.StatusTimeout, OOMKilled: res.Status == api.StatusOOM,
-			Cancelled: res.Status == api.StatusCancelled,
+			TimedOut: res.Status == StatusTimeout, OOMKilled: res.Status == StatusOOM,
+			Cancelled: res.Status == StatusCancelled,
 		},
-		Usage: evidence.Usage{PeakMemoryBytes: res.Usage.PeakMemoryBytes, CPUTimeMillis: res.Usage.CPUTimeMillis,
-			WallMillis: res.Usage.WallMillis, OOMKills: res.Usage.OOMKills},
+		Usage: evidence.Usage{PeakMemoryBytes: res.Usage.PeakMemoryBytes, CPUTimeMillis: res.Usage.CPUTimeMillis(),
+			WallMillis: res.Usage.Wall.Milliseconds(), OOMKills: res.Usage.OOMKills},
 		Output:   evidence.OutputRef{Files: []evidence.OutputFile{}},
 		Started:  res.Started,
 		Finished: res.Finished,
@@ -59,7 +56,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *api.Result) evidence.Receipt {
 			rc.Output.Files = append(rc.Output.Files, evidence.OutputFile{Path: f.Path, SHA256: f.SHA256, Size: f.Size})
 		}
 	}
-	if o := p.Observed; o != nil {
+	if o := res.Observed; o != nil {
 		rc.Observed = evidence.Observed{
 			At: o.At, Namespaces: o.Namespaces, Capabilities: o.Capabilities, NoNewPrivs: o.NoNewPrivs,
 			Seccomp: o.Seccomp, Interfaces: o.Interfaces, Notes: o.Notes,
@@ -82,7 +79,7 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // receiptStreams records the spooled streams' digests; a run that never
 // started wrote nothing to either.
-func receiptStreams(s *api.Streams) *evidence.Streams {
+func receiptStreams(s *Streams) *evidence.Streams {
 	if s == nil {
 		empty := evidence.Stream{SHA256: emptySHA256}
 		return &evidence.Streams{Stdout: empty, Stderr: empty}

@@ -11,13 +11,14 @@ import (
 	"github.com/custody-dev/custody/snapshot"
 )
 
-// Recovery is what a recovery pass found and did.
+// Recovery is what a recovery pass found and did (api.Recovery is its
+// wire form, made at custodyd's edge).
 type Recovery struct {
 	// Attempts are the attempts that were not clean, in their new state.
-	Attempts []journal.Attempt `json:"attempts"`
+	Attempts []journal.Attempt
 	// Foreign lists things that look like ours but are not in the journal
 	// with a matching identity. Nothing is done to them.
-	Foreign []string `json:"foreign,omitempty"`
+	Foreign []string
 }
 
 // Recover walks every attempt that is not clean, verifies ownership of each

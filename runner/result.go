@@ -1,73 +1,216 @@
 package runner
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/custody-dev/custody/admission"
-	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
 
-// Run statuses, re-exported for callers of the runner.
+// Status is how a run ended.
+type Status string
+
+// Run statuses.
 const (
-	StatusOK        = api.StatusOK
-	StatusFailed    = api.StatusFailed
-	StatusTimeout   = api.StatusTimeout
-	StatusOOM       = api.StatusOOM
-	StatusRefused   = api.StatusRefused
-	StatusCancelled = api.StatusCancelled
+	StatusOK        Status = "ok"
+	StatusFailed    Status = "failed"
+	StatusTimeout   Status = "timeout"
+	StatusOOM       Status = "oom"
+	StatusRefused   Status = "refused"
+	StatusCancelled Status = "cancelled"
 )
 
-// Checks converts admission checks to their wire form.
-func Checks(cs []admission.Check) []api.Check {
-	out := make([]api.Check, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, api.Check{Requirement: c.Requirement, Verdict: string(c.Verdict),
-			Code: c.Code, Detail: c.Detail, Fix: c.Fix})
-	}
-	return out
+// Result is what a run produced, as the runner records it. Every field is
+// an observation recorded after the fact; none of it authorizes anything.
+// Its JSON is the store's run record (launch.Record): field names and
+// shapes stay as they are, so records written before keep reading. The
+// wire form (api.Result) is made from it only at custodyd's edge.
+type Result struct {
+	RunID       string `json:"runId"`
+	GrantID     string `json:"grantId,omitempty"`
+	Actor       string `json:"actor,omitempty"`
+	Name        string `json:"name"`
+	Stage       string `json:"stage,omitempty"`
+	Status      Status `json:"status"`
+	ExitCode    int    `json:"exitCode"`
+	Signal      string `json:"signal,omitempty"`
+	Tier        string `json:"tier"`
+	Unqualified bool   `json:"unqualified"`
+	// Runtime is the runtime the operator pinned.
+	Runtime Runtime `json:"runtime"`
+	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
+	RuntimeSHA256 string `json:"runtimeSha256,omitempty"`
+	ConfigSHA256  string `json:"configSha256,omitempty"`
+	// GateSHA256 is the digest of the custody gate the container started
+	// with, before it exec'd the workload.
+	GateSHA256 string `json:"gateSha256,omitempty"`
+	// SeccompSHA256 is the digest of the compiled seccomp filter the gate
+	// installed.
+	SeccompSHA256 string `json:"seccompSha256,omitempty"`
+	UserNamespace bool   `json:"userNamespace"`
+	Image         string `json:"image"`
+	// Inputs are the snapshotted inputs, by digest (no Root).
+	Inputs  []admission.Input `json:"inputs"`
+	Output  *Output           `json:"output,omitempty"`
+	Usage   Usage             `json:"usage"`
+	Streams *Streams          `json:"streams,omitempty"` // whatever each stream delivered, digested
+	Cleanup *Cleanup          `json:"cleanup,omitempty"`
+	Refusal []admission.Check `json:"refusal,omitempty"`
+	Error   string            `json:"error,omitempty"`
+	Started time.Time         `json:"started"`
+	// Finished is when the run (or its refusal) ended.
+	Finished time.Time `json:"finished"`
+	// Observed is what the backend read back from the live sandbox, for
+	// the receipt; nil when the workload never started. The run record
+	// does not keep it (the receipt does).
+	Observed *backend.Observation `json:"-"`
 }
 
-func newOutput(s *snapshot.Snapshot) *api.Output {
-	o := &api.Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []api.OutputFile{}}
+// Output is the custody record of a run's outputs: the retained tree's
+// digest and where the store keeps it, and its regular files.
+type Output struct {
+	Digest string       `json:"digest"`
+	Path   string       `json:"path"`
+	Files  []OutputFile `json:"files"`
+	Bytes  int64        `json:"bytes"`
+}
+
+// OutputFile is one kept regular file.
+type OutputFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Streams are the digests of a run's two output streams.
+type Streams struct {
+	Stdout Stream `json:"stdout"`
+	Stderr Stream `json:"stderr"`
+}
+
+// Stream is one output stream as the runner kept it: the sha256 and length
+// of the bytes it kept, and whether the workload wrote more than StreamCap
+// (the rest was read and discarded, never blocking the workload).
+type Stream struct {
+	SHA256    string `json:"sha256"`
+	Bytes     int64  `json:"bytes"`
+	Truncated bool   `json:"truncated"`
+}
+
+// Usage is what the kernel accounted to a run (the backend's Usage) and how
+// long the run took.
+type Usage struct {
+	backend.Usage
+	Wall time.Duration
+}
+
+// usageRecord is Usage in the run record, which keeps milliseconds.
+type usageRecord struct {
+	PeakMemoryBytes  int64 `json:"peakMemoryBytes"`
+	CPUTimeMillis    int64 `json:"cpuTimeMillis"`
+	WallMillis       int64 `json:"wallMillis"`
+	OOMKills         int64 `json:"oomKills"`
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	PidsLimit        int64 `json:"pidsLimit"`
+}
+
+// CPUTimeMillis is the CPU time in whole milliseconds, as records keep it.
+func (u Usage) CPUTimeMillis() int64 { return u.CPUTimeNanos / 1e6 }
+
+// MarshalJSON writes the run record's shape.
+func (u Usage) MarshalJSON() ([]byte, error) {
+	return json.Marshal(usageRecord{PeakMemoryBytes: u.PeakMemoryBytes, CPUTimeMillis: u.CPUTimeMillis(),
+		WallMillis: u.Wall.Milliseconds(), OOMKills: u.OOMKills, MemoryLimitBytes: u.MemoryLimitBytes, PidsLimit: u.PidsLimit})
+}
+
+// UnmarshalJSON reads the run record's shape.
+func (u *Usage) UnmarshalJSON(b []byte) error {
+	var r usageRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	*u = Usage{Usage: backend.Usage{PeakMemoryBytes: r.PeakMemoryBytes, CPUTimeNanos: r.CPUTimeMillis * 1e6,
+		OOMKills: r.OOMKills, MemoryLimitBytes: r.MemoryLimitBytes, PidsLimit: r.PidsLimit},
+		Wall: time.Duration(r.WallMillis) * time.Millisecond}
+	return nil
+}
+
+// Cleanup is the backend's cleanup report of a run. backend's types are
+// not a format and carry no JSON names; this one keeps the run record's.
+type Cleanup backend.CleanupReport
+
+// cleanupRecord and cleanupStepRecord are Cleanup in the run record; a
+// backend.CleanupStep converts to a cleanupStepRecord as is.
+type cleanupRecord struct {
+	Verified bool                `json:"verified"`
+	Steps    []cleanupStepRecord `json:"steps"`
+}
+
+type cleanupStepRecord struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// MarshalJSON writes the run record's shape.
+func (c Cleanup) MarshalJSON() ([]byte, error) {
+	r := cleanupRecord{Verified: c.Verified, Steps: make([]cleanupStepRecord, 0, len(c.Steps))}
+	for _, s := range c.Steps {
+		r.Steps = append(r.Steps, cleanupStepRecord(s))
+	}
+	return json.Marshal(r)
+}
+
+// UnmarshalJSON reads the run record's shape.
+func (c *Cleanup) UnmarshalJSON(b []byte) error {
+	var r cleanupRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	*c = Cleanup{Verified: r.Verified, Steps: make([]backend.CleanupStep, 0, len(r.Steps))}
+	for _, s := range r.Steps {
+		c.Steps = append(c.Steps, backend.CleanupStep(s))
+	}
+	return nil
+}
+
+func newOutput(s *snapshot.Snapshot) *Output {
+	o := &Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []OutputFile{}}
 	for _, e := range s.Tree.Entries {
 		if e.Kind == treehash.KindFile {
-			o.Files = append(o.Files, api.OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
+			o.Files = append(o.Files, OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
 		}
 	}
 	return o
 }
 
-func cleanup(r backend.CleanupReport) *api.Cleanup {
-	c := &api.Cleanup{Verified: r.Verified, Steps: []api.CleanupStep{}}
-	for _, s := range r.Steps {
-		c.Steps = append(c.Steps, api.CleanupStep{Name: s.Name, OK: s.OK, Detail: s.Detail})
-	}
-	return c
+func cleanup(r backend.CleanupReport) *Cleanup {
+	c := Cleanup(r)
+	return &c
 }
 
-func (r *Runner) newResult(p *Prepared) *api.Result {
-	res := &api.Result{
-		RunID:       p.RunID,
-		Name:        p.Plan.Name,
-		Tier:        string(p.Plan.Tier),
-		Unqualified: p.Plan.Unqualified,
-		Runtime: api.Runtime{Path: r.cfg.Runtime.Path, Version: r.cfg.Runtime.Version,
-			SHA256: r.cfg.Runtime.SHA256},
+func (r *Runner) newResult(p *Prepared) *Result {
+	res := &Result{
+		RunID:         p.RunID,
+		Name:          p.Plan.Name,
+		Tier:          string(p.Plan.Tier),
+		Unqualified:   p.Plan.Unqualified,
+		Runtime:       r.cfg.Runtime,
 		UserNamespace: r.backend.Capabilities().UserNamespace,
 		Image:         p.Image.Digest,
-		Inputs:        []api.Input{},
+		Inputs:        []admission.Input{},
 		Started:       time.Now().UTC(),
 	}
 	if res.RunID == "" {
 		res.RunID = NewRunID()
 	}
 	for _, in := range p.Inputs {
-		res.Inputs = append(res.Inputs, api.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
+		res.Inputs = append(res.Inputs, admission.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
 	}
 	if res.Unqualified {
 		res.Tier = request.DevelopmentLabel
@@ -76,29 +219,23 @@ func (r *Runner) newResult(p *Prepared) *api.Result {
 }
 
 // Refuse records err as a refusal on res.
-func Refuse(res *api.Result, err error) {
+func Refuse(res *Result, err error) {
 	res.Status = StatusRefused
 	res.ExitCode = -1
 	res.Error = err.Error()
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
-		res.Refusal = Checks(re.Checks)
+		res.Refusal = re.Checks
 	}
 	res.Finished = time.Now().UTC()
 }
 
-func setExit(res *api.Result, ex *backend.Exit) {
+func setExit(res *Result, ex *backend.Exit) {
 	res.ExitCode = ex.Code
 	res.Signal = ex.Signal
 	res.Started, res.Finished = ex.Started.UTC(), ex.Finished.UTC()
-	res.Usage = api.Usage{
-		PeakMemoryBytes:  ex.Usage.PeakMemoryBytes,
-		CPUTimeMillis:    ex.Usage.CPUTimeNanos / 1e6,
-		WallMillis:       ex.Finished.Sub(ex.Started).Milliseconds(),
-		OOMKills:         ex.Usage.OOMKills,
-		MemoryLimitBytes: ex.Usage.MemoryLimitBytes,
-		PidsLimit:        ex.Usage.PidsLimit,
-	}
+	res.Usage = Usage{Usage: ex.Usage, Wall: ex.Finished.Sub(ex.Started)}
+	res.Observed = ex.Observation
 	switch {
 	case ex.Cancelled:
 		res.Status = StatusCancelled

@@ -1,7 +1,9 @@
 // Package runner is the single flow of one phase: admit, snapshot inputs,
-// launch under the pinned runtime, take custody of the outputs, verify
-// cleanup, and quarantine the runner when cleanup cannot be verified. It is
-// the only package that imports a concrete backend.
+// launch on a backend.Backend, take custody of the outputs, verify
+// cleanup, and quarantine the runner when cleanup cannot be verified. It
+// returns its own Result (the store's run record); it imports no concrete
+// backend and no wire type (custodyd wires the one and converts to the
+// other).
 package runner
 
 import (
@@ -20,7 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/admission"
-	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/randid"
@@ -176,29 +177,22 @@ type Prepared struct {
 	RunID string
 	// GrantID is journalled with the attempt.
 	GrantID string
-	// Observed is set by Launch: what was read back from the container.
-	Observed *backend.Observation
-	Plan     *admission.Plan
-	Image    *image.Image
-	Inputs   []Input
+	Plan    *admission.Plan
+	Image   *image.Image
+	// Inputs are the plan's inputs with their snapshot digests.
+	Inputs []admission.Input
+	// mounts are the snapshots as the sandbox binds them, one per input.
+	mounts []backend.Mount
 	// Record, if set, is called once cleanup is done with the final
 	// result; what it returns is stored as the run's record in the same
 	// durable transaction that closes the attempt's journal. Recorded
 	// says whether that happened: a launch refused before it began, or
 	// whose cleanup is residual, leaves the record to the caller.
-	Record   func(res *api.Result) ([]byte, error)
+	Record   func(res *Result) ([]byte, error)
 	Recorded bool
 	// Begun says Consume opened the run's attempt with its intents; the
 	// launch then records them no second time.
 	Begun bool
-}
-
-// Input is one snapshotted input.
-type Input struct {
-	Source string `json:"source"`
-	Target string `json:"target"`
-	Digest string `json:"digest"`
-	path   string
 }
 
 // Admit checks quarantine and computes the plan without mutating anything.
@@ -241,7 +235,8 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 			return nil, inputRefusal(i, err)
 		}
 		budget -= snap.Tree.Bytes
-		p.Inputs = append(p.Inputs, Input{Source: in.Source, Target: in.Target, Digest: snap.Digest, path: snap.Path})
+		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest})
+		p.mounts = append(p.mounts, backend.Mount{Source: snap.Path, Target: in.Target})
 	}
 	return p, nil
 }
@@ -249,8 +244,8 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 // HashInputs digests a plan's inputs where they are, without copying or
 // writing anything: what a launch would snapshot, for checks that must
 // happen before any mutation.
-func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]Input, error) {
-	var out []Input
+func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]admission.Input, error) {
+	var out []admission.Input
 	var need diskNeed
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
@@ -259,7 +254,7 @@ func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]Input,
 			return nil, inputRefusal(i, err)
 		}
 		budget -= tree.Bytes
-		out = append(out, Input{Source: in.Source, Target: in.Target, Digest: tree.Digest})
+		out = append(out, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: tree.Digest})
 		if _, err := r.inputs.Get(tree.Digest); err != nil { // a stored copy is reused, not written
 			need.bytes += tree.Bytes
 			need.inodes += int64(len(tree.Entries)) + 2
@@ -335,7 +330,7 @@ func (r *Runner) checkQuarantine() error {
 // and stderr get what the run's spools keep, as it comes, and must not
 // block: a writer that waits on a client holds the workload's pipe (the
 // daemon's stream queues or drops instead).
-func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*api.Result, error) {
+func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*Result, error) {
 	res := r.newResult(p)
 	if err := r.checkQuarantine(); err != nil {
 		Refuse(res, err)
@@ -393,7 +388,6 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	ctx = context.WithoutCancel(ctx)
 	if runErr == nil {
 		setExit(res, ex)
-		p.Observed = ex.Observation
 		out, err := r.takeOutput(ctx, c.Output(), outputLimits(p.Plan))
 		if err != nil {
 			res.Status = StatusFailed
@@ -439,7 +433,7 @@ func (r *Runner) takeOutput(ctx context.Context, out backend.Output, limits tree
 
 // afterCleanup closes the attempt's journal, and quarantines the runner
 // when cleanup was not verified.
-func (r *Runner) afterCleanup(p *Prepared, res *api.Result, rec *recorder) error {
+func (r *Runner) afterCleanup(p *Prepared, res *Result, rec *recorder) error {
 	removed := rec.removed
 	if rec.begin {
 		// The backend journalled nothing, so it created nothing; the
@@ -596,9 +590,7 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 		CPU:         p.Plan.CPU,
 		FileSize:    max(p.Plan.OutputBytes, p.Plan.TmpBytes),
 	}
-	for _, in := range p.Inputs {
-		s.Inputs = append(s.Inputs, backend.Mount{Source: in.path, Target: in.Target})
-	}
+	s.Inputs = slices.Clone(p.mounts)
 	return s
 }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
-	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
@@ -109,7 +108,7 @@ func (h *harness) phase(script string) *request.Phase {
 }
 
 // run prepares and launches req and requires a verified cleanup.
-func (h *harness) run(req *request.Phase) (*api.Result, string) {
+func (h *harness) run(req *request.Phase) (*runner.Result, string) {
 	h.t.Helper()
 	ctx := context.Background()
 	prep, err := h.r.Prepare(ctx, req, h.policy)
@@ -119,7 +118,7 @@ func (h *harness) run(req *request.Phase) (*api.Result, string) {
 	return h.launch(ctx, prep)
 }
 
-func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*api.Result, string) {
+func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*runner.Result, string) {
 	h.t.Helper()
 	var out bytes.Buffer
 	res, err := h.r.Launch(ctx, prep, &out, &out)
@@ -195,7 +194,7 @@ func openRunner(t testing.TB, cfg runner.Config) (*runner.Runner, *store.DB) {
 	return r, db
 }
 
-func want(t *testing.T, res *api.Result, status api.RunStatus, out string) {
+func want(t *testing.T, res *runner.Result, status runner.Status, out string) {
 	t.Helper()
 	if res.Status != status {
 		t.Fatalf("status = %s (exit %d, signal %q, error %q), want %s\noutput:\n%s",
@@ -492,7 +491,7 @@ func TestRunRecordWithFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep.Record = func(res *api.Result) ([]byte, error) {
+	prep.Record = func(res *runner.Result) ([]byte, error) {
 		if res.Cleanup == nil || !res.Cleanup.Verified {
 			return nil, fmt.Errorf("asked for the record before cleanup was verified: %+v", res.Cleanup)
 		}
@@ -619,7 +618,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		held <- nil
 	}()
 	recordAsked := false
-	prep.Record = func(*api.Result) ([]byte, error) { recordAsked = true; return []byte(`{}`), nil }
+	prep.Record = func(*runner.Result) ([]byte, error) { recordAsked = true; return []byte(`{}`), nil }
 	var out bytes.Buffer
 	res, err := h.r.Launch(ctx, prep, &out, &out)
 	f := <-held

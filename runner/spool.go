@@ -7,8 +7,6 @@ import (
 	"hash"
 	"io"
 	"sync"
-
-	"github.com/custody-dev/custody/api"
 )
 
 // StreamCap bounds each of a run's stdout and stderr as the runner keeps
@@ -58,10 +56,10 @@ func (s *spool) Write(p []byte) (int, error) {
 }
 
 // digest is the stream's record.
-func (s *spool) digest() api.StreamDigest {
+func (s *spool) digest() Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return api.StreamDigest{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
+	return Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
 }
 
 // spools are a run's stdout and stderr.
@@ -72,6 +70,6 @@ func openSpools(stdout, stderr io.Writer) *spools {
 }
 
 // record records both streams on res.
-func (s *spools) record(res *api.Result) {
-	res.Streams = &api.Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
+func (s *spools) record(res *Result) {
+	res.Streams = &Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
 }

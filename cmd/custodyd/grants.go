@@ -30,14 +30,14 @@ func (s *server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 	plan, _, err := s.l.Decide(r.Context(), req)
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
-		writeJSON(w, api.AdmitResponse{Admitted: false, Checks: runner.Checks(re.Checks)})
+		writeJSON(w, api.AdmitResponse{Admitted: false, Checks: wireChecks(re.Checks)})
 		return
 	} else if err != nil {
 		writeError(w, err)
 		return
 	}
 	raw, _ := json.Marshal(plan)
-	writeJSON(w, api.AdmitResponse{Admitted: true, Plan: raw, Checks: runner.Checks(plan.Checks)})
+	writeJSON(w, api.AdmitResponse{Admitted: true, Plan: raw, Checks: wireChecks(plan.Checks)})
 }
 
 // handleIssue mints a grant: the operator's decision, bound to everything
@@ -106,15 +106,16 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	st.send(api.Event{Type: api.EventStarted, RunID: runID})
 	out := run.Execute(runCtx, owner, st.writer(api.EventStdout), st.writer(api.EventStderr))
 	res, err := out.Result, out.Err
+	wire := wireResult(res)
 	if rcpt := out.Receipt; rcpt != nil {
 		st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,
 			Data: []byte(rcpt.RunnerPublicKey)})
 	}
 	if err != nil && res != nil && res.Status == runner.StatusRefused {
-		st.finish(api.Event{Type: api.EventError, RunID: runID, Result: res, Error: toAPIError(err)})
+		st.finish(api.Event{Type: api.EventError, RunID: runID, Result: wire, Error: toAPIError(err)})
 		return
 	}
-	final := api.Event{Type: api.EventResult, RunID: runID, Result: res}
+	final := api.Event{Type: api.EventResult, RunID: runID, Result: wire}
 	if err != nil {
 		s.log.Error("run failed in the runner", "run", runID, "err", err)
 		// The runner could not run it or finish it cleanly: the client must
@@ -131,7 +132,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 // quarantinedBy returns the quarantine a run left the runner in, if any. A
 // cleanup that was not verified counts even when the quarantine could not
 // be recorded (a full disk): the client hears of it either way.
-func (s *server) quarantinedBy(runID string, res *api.Result, err error) *api.Quarantine {
+func (s *server) quarantinedBy(runID string, res *runner.Result, err error) *api.Quarantine {
 	unverified := res != nil && res.Cleanup != nil && !res.Cleanup.Verified
 	if !unverified && !errors.Is(err, runner.ErrQuarantined) {
 		return nil

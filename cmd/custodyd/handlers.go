@@ -11,6 +11,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -237,7 +238,7 @@ func (s *server) handleGetRun(operator bool) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, rec.Result)
+		writeJSON(w, wireResult(rec.Result))
 	}
 }
 
@@ -251,7 +252,7 @@ func (s *server) handleGetReceipt(operator bool) http.HandlerFunc {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, rec.Receipt)
+		writeJSON(w, wireReceipt(rec.Receipt))
 	}
 }
 
@@ -263,7 +264,7 @@ func noReceipt(rec *launch.Record) string {
 	switch {
 	case rec.Result == nil:
 		return "its record holds no result"
-	case rec.Result.Status == api.StatusRefused:
+	case rec.Result.Status == runner.StatusRefused:
 		return "it was refused before it launched: " + rec.Result.Error
 	case rec.ReceiptError != "":
 		return fmt.Sprintf("it launched (%s) but its receipt was not signed: %s", rec.Result.Status, rec.ReceiptError)
@@ -302,7 +303,7 @@ func (s *server) handleRecover(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, rec)
+	writeJSON(w, wireRecovery(rec))
 }
 
 func (s *server) handleAttempts(w http.ResponseWriter, r *http.Request) {
@@ -311,7 +312,7 @@ func (s *server) handleAttempts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, as)
+	writeJSON(w, wireAttempts(as))
 }
 
 // idle takes the launch lock exclusively once no run is in flight, waiting

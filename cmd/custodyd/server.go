@@ -146,9 +146,9 @@ func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
 		if s.db.GetRun(a.RunID, &existing) == nil {
 			continue
 		}
-		res := &api.Result{RunID: a.RunID, GrantID: a.GrantID, Status: api.StatusFailed, ExitCode: -1,
+		res := &runner.Result{RunID: a.RunID, GrantID: a.GrantID, Status: runner.StatusFailed, ExitCode: -1,
 			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
-			Started: a.Started, Finished: a.Updated, Inputs: []api.Input{}}
+			Started: a.Started, Finished: a.Updated, Inputs: []admission.Input{}}
 		_ = s.db.PutRun(a.RunID, launch.Record{Owner: 0, Result: res})
 	}
 	return rec, nil
@@ -353,12 +353,12 @@ func toAPIError(err error) *api.Error {
 	if errors.As(err, &ge) {
 		e := &api.Error{Code: api.Code(ge.Code), Message: err.Error()}
 		if hasChecks {
-			e.Checks = runner.Checks(re.Checks)
+			e.Checks = wireChecks(re.Checks)
 		}
 		return e
 	}
 	if hasChecks {
-		return &api.Error{Code: api.CodeRefused, Message: err.Error(), Checks: runner.Checks(re.Checks)}
+		return &api.Error{Code: api.CodeRefused, Message: err.Error(), Checks: wireChecks(re.Checks)}
 	}
 	var rq *launch.RequestError
 	if errors.As(err, &rq) {

@@ -230,9 +230,9 @@ func TestReceiptAbsenceSaysWhy(t *testing.T) {
 		rec  launch.Record
 		want string
 	}{
-		{launch.Record{Result: &api.Result{Status: api.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
-		{launch.Record{Result: &api.Result{Status: api.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
-		{launch.Record{Result: &api.Result{Status: api.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
+		{launch.Record{Result: &runner.Result{Status: runner.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
+		{launch.Record{Result: &runner.Result{Status: runner.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
+		{launch.Record{Result: &runner.Result{Status: runner.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
 	} {
 		if got := noReceipt(&c.rec); !strings.Contains(got, c.want) {
 			t.Errorf("noReceipt(%+v) = %q, want %q", c.rec.Result, got, c.want)

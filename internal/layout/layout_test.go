@@ -72,8 +72,14 @@ var banned = map[string]map[string]string{
 	"keys":        {"store": "keys are files, not state", "runner": "", "grant": ""},
 	"api":         {"runner": "wire types carry no logic", "store": "", "backend/oci": "", "admission": "", "launch": ""},
 	"backend":     {"runner": "the contract imports no custody domain package", "admission": "", "policy": "", "grant": "", "journal": "", "store": "", "evidence": "", "api": ""},
-	"launch":      {"backend/oci": "the launch pipeline drives backend.Backend; only cmd/custodyd wires a concrete backend"},
-	"runner":      {"backend/oci": "the runner drives backend.Backend; only cmd/custodyd wires a concrete backend"},
+	"launch": {
+		"backend/oci": "the launch pipeline drives backend.Backend; only cmd/custodyd wires a concrete backend",
+		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
+	},
+	"runner": {
+		"backend/oci": "the runner drives backend.Backend; only cmd/custodyd wires a concrete backend",
+		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
+	},
 	"cmd/custody": {
 		"runner":      "the CLI reaches the runner only through custodyd's sockets (api)",
 		"store":       "the CLI never holds the runner's state",

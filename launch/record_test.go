@@ -1,0 +1,80 @@
+package launch
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/runner"
+)
+
+// The goldens in testdata are run records as the code before the domain
+// got its own result type wrote them (it stored the wire api.Result). A
+// record must keep reading, and a record read and written again must be
+// the same bytes: the store's format did not change.
+func TestRecordFormatIsUnchanged(t *testing.T) {
+	for _, name := range []string{"launched", "refused", "failed", "recovered"} {
+		t.Run(name, func(t *testing.T) {
+			golden, err := os.ReadFile(filepath.Join("testdata", "record-"+name+".json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := json.NewDecoder(bytes.NewReader(golden))
+			dec.DisallowUnknownFields() // every field of the old record has a home
+			var rec Record
+			if err := dec.Decode(&rec); err != nil {
+				t.Fatalf("decode a record written before: %v", err)
+			}
+			again, err := json.Marshal(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(again, golden) {
+				t.Errorf("the record format changed:\n got %s\nwant %s", again, golden)
+			}
+		})
+	}
+}
+
+// The decoded record carries the domain's values, not just the bytes.
+func TestRecordDecodesToDomainValues(t *testing.T) {
+	var rec Record
+	raw, err := os.ReadFile(filepath.Join("testdata", "record-launched.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	res := rec.Result
+	switch {
+	case rec.Owner != 1000 || res.Status != runner.StatusOK || res.Runtime.Version != "1.3.0":
+		t.Errorf("owner/status/runtime = %d %q %q", rec.Owner, res.Status, res.Runtime.Version)
+	case res.Usage.Wall != 1500*time.Millisecond || res.Usage.CPUTimeNanos != 37e6 || res.Usage.PidsLimit != 64:
+		t.Errorf("usage = %+v", res.Usage)
+	case res.Cleanup == nil || !res.Cleanup.Verified || len(res.Cleanup.Steps) != 2 || res.Cleanup.Steps[1].Detail != "removed and verified gone":
+		t.Errorf("cleanup = %+v", res.Cleanup)
+	case len(res.Inputs) != 1 || res.Inputs[0].Digest == "" || res.Inputs[0].Root != "":
+		t.Errorf("inputs = %+v", res.Inputs)
+	case res.Streams == nil || !res.Streams.Stderr.Truncated || res.Output == nil || len(res.Output.Files) != 2:
+		t.Errorf("streams/output = %+v %+v", res.Streams, res.Output)
+	case rec.Receipt == nil || !json.Valid(rec.Receipt.Envelope) || !json.Valid(rec.Receipt.Bundle):
+		t.Errorf("receipt = %+v", rec.Receipt)
+	}
+
+	raw, err = os.ReadFile(filepath.Join("testdata", "record-refused.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = Record{}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if r := rec.Result; r.Status != runner.StatusRefused || len(r.Refusal) != 2 || r.Refusal[0].Verdict != admission.Unsupported || r.Refusal[0].Fix == "" {
+		t.Errorf("refusal = %+v", r.Refusal)
+	}
+}
