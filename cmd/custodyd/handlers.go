@@ -12,6 +12,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -284,7 +285,7 @@ func (s *server) handleGetOutputs(operator bool) http.HandlerFunc {
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-tar")
-		if err := writeTar(w, rec.Result.Output.Path); err != nil {
+		if err := snapshot.WriteTar(w, rec.Result.Output.Path); err != nil {
 			s.log.Warn("stream outputs", "run", r.PathValue("id"), "err", err)
 		}
 	}

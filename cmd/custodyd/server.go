@@ -22,6 +22,7 @@ import (
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/retention"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
@@ -38,7 +39,7 @@ type server struct {
 	// now is the clock grants are checked against (tests move it).
 	now       func() time.Time
 	faults    func(stage string)
-	retention retention
+	retention retention.Policy
 	// stall is how long a run's client may stop reading after the run
 	// before its stream is dropped.
 	stall time.Duration
@@ -76,7 +77,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		return nil, fmt.Errorf("key dir: %w", err)
 	}
-	ret, err := parseRetention(cfg.Retention)
+	ret, err := retention.Parse(cfg.Retention.Receipts, cfg.Retention.Outputs)
 	if err != nil {
 		return nil, err
 	}

@@ -69,6 +69,7 @@ var banned = map[string]map[string]string{
 	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "runner": "", "backend/oci": ""},
 	"probe":       {"api": "the probe is standard library only", "platform": "", "evidence": "", "grant": ""},
 	"evidence":    {"runner": "evidence does not know who runs", "backend/oci": "", "store": ""},
+	"retention":   {"backend/oci": "retention reads records and stored trees; it never drives a runtime", "api": ""},
 	"keys":        {"store": "keys are files, not state", "runner": "", "grant": ""},
 	"api":         {"runner": "wire types carry no logic", "store": "", "backend/oci": "", "admission": "", "launch": ""},
 	"backend":     {"runner": "the contract imports no custody domain package", "admission": "", "policy": "", "grant": "", "journal": "", "store": "", "evidence": "", "api": ""},
@@ -100,7 +101,7 @@ var directOnly = map[string][]string{
 	// with the same profile.
 	"backend/oci": {"cmd/custodyd", "bench"},
 	"runner":      {"cmd/custodyd", "launch"},
-	"launch":      {"cmd/custodyd"},
+	"launch":      {"cmd/custodyd", "retention"},
 }
 
 func TestDependencyRules(t *testing.T) {

@@ -1,4 +1,4 @@
-package main
+package snapshot
 
 import (
 	"archive/tar"
@@ -10,10 +10,10 @@ import (
 	"syscall"
 )
 
-// writeTar writes the tree under root as a tar: regular files and
-// directories only (the output store holds nothing else), never following
-// a symlink.
-func writeTar(w io.Writer, root string) error {
+// WriteTar writes the stored tree under root as a tar: directories, regular
+// files and symlinks (what a stored tree holds), never following a
+// symlink, so a tree can leave the store the way it went in.
+func WriteTar(w io.Writer, root string) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -1,0 +1,123 @@
+// Package retention applies the operator's keep-for policy (R12) to the
+// runner's state: run records with their receipts, and retained output
+// trees. It never touches the journal, so an attempt's cleanup state is
+// kept whatever the policy says.
+package retention
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/store"
+)
+
+// Default keep-for periods.
+const (
+	DefaultReceipts = 720 * time.Hour
+	DefaultOutputs  = 168 * time.Hour
+)
+
+// Policy says how long things are kept.
+type Policy struct {
+	// Receipts: run records and their signed receipts.
+	Receipts time.Duration
+	// Outputs: output trees no kept run record references. Outputs of
+	// kept runs are kept with them.
+	Outputs time.Duration
+}
+
+// Parse reads a policy from Go durations; an empty string takes the
+// default, anything not positive is an error.
+func Parse(receipts, outputs string) (Policy, error) {
+	var p Policy
+	var err error
+	if p.Receipts, err = positive(receipts, DefaultReceipts); err != nil {
+		return p, fmt.Errorf("retention.receipts: %w", err)
+	}
+	if p.Outputs, err = positive(outputs, DefaultOutputs); err != nil {
+		return p, fmt.Errorf("retention.outputs: %w", err)
+	}
+	return p, nil
+}
+
+func positive(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: want a positive duration", s)
+	}
+	return d, nil
+}
+
+// Applied counts what Apply removed.
+type Applied struct {
+	Runs    int
+	Outputs int
+}
+
+// Apply drops run records finished longer ago than p.Receipts, then
+// removes output trees under outputsDir that no kept record references and
+// that are older than p.Outputs. Unreadable records are kept for an
+// operator to look at.
+func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.Logger) (Applied, error) {
+	var done Applied
+	keep := map[string]bool{}
+	var drop []string
+	err := db.Runs(func(id string, raw []byte) error {
+		var rec launch.Record
+		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil {
+			return nil
+		}
+		if !rec.Result.Finished.IsZero() && now.Sub(rec.Result.Finished) > p.Receipts {
+			drop = append(drop, id)
+			return nil
+		}
+		if rec.Result.Output != nil {
+			keep[filepath.Clean(filepath.Dir(rec.Result.Output.Path))] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return done, err
+	}
+	for _, id := range drop {
+		if err := db.DeleteRun(id); err != nil {
+			return done, err
+		}
+		done.Runs++
+	}
+	ents, err := os.ReadDir(outputsDir)
+	if err != nil {
+		return done, nil // no output store yet
+	}
+	for _, e := range ents {
+		path := filepath.Join(outputsDir, e.Name())
+		if strings.HasPrefix(e.Name(), ".") || keep[path] {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || now.Sub(info.ModTime()) <= p.Outputs {
+			continue
+		}
+		_ = filepath.WalkDir(path, func(q string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = os.Chmod(q, 0o700) // stored trees are read-only
+			}
+			return nil
+		})
+		if err := os.RemoveAll(path); err != nil {
+			log.Warn("retention: remove output", "path", path, "err", err)
+			continue
+		}
+		done.Outputs++
+	}
+	return done, nil
+}

@@ -1,0 +1,101 @@
+package retention_test
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/retention"
+	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
+)
+
+func TestParse(t *testing.T) {
+	p, err := retention.Parse("", "")
+	if err != nil || p.Receipts != retention.DefaultReceipts || p.Outputs != retention.DefaultOutputs {
+		t.Fatalf("defaults: %+v %v", p, err)
+	}
+	if p, err = retention.Parse("1h", "2h"); err != nil || p.Receipts != time.Hour || p.Outputs != 2*time.Hour {
+		t.Fatalf("explicit: %+v %v", p, err)
+	}
+	for _, bad := range [][2]string{{"0s", ""}, {"", "-1h"}, {"soon", ""}} {
+		if _, err := retention.Parse(bad[0], bad[1]); err == nil {
+			t.Errorf("Parse(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}
+
+// TestApply keeps what is within its period and what a kept record
+// references, and removes the rest: old records, then unreferenced old
+// output trees (read-only, as the store leaves them).
+func TestApply(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	outputs := filepath.Join(dir, "outputs")
+	now := time.Now().UTC()
+	tree := func(name string, age time.Duration) string {
+		p := filepath.Join(outputs, name)
+		if err := os.MkdirAll(filepath.Join(p, "data"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "data", "f"), []byte("x"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(p, "data"), 0o555); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	put := func(id string, finished time.Time, out string) {
+		res := &runner.Result{RunID: id, Finished: finished}
+		if out != "" {
+			res.Output = &runner.Output{Path: filepath.Join(out, "data")}
+		}
+		if err := db.PutRun(id, launch.Record{Result: res}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := retention.Policy{Receipts: 10 * time.Hour, Outputs: time.Hour}
+	keptOut := tree("kept", 5*time.Hour)        // old, but a kept record references it
+	droppedOut := tree("dropped", 20*time.Hour) // its record goes, then it goes
+	freshOut := tree("fresh", time.Minute)      // unreferenced but within its period
+	put("keep", now.Add(-time.Hour), keptOut)
+	put("drop", now.Add(-11*time.Hour), droppedOut)
+	put("running", time.Time{}, "") // not finished: never dropped
+
+	done, err := retention.Apply(db, outputs, p, now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Runs != 1 || done.Outputs != 1 {
+		t.Fatalf("applied %+v, want 1 run and 1 output", done)
+	}
+	var rec launch.Record
+	for _, id := range []string{"keep", "running"} {
+		if err := db.GetRun(id, &rec); err != nil {
+			t.Errorf("record %s dropped: %v", id, err)
+		}
+	}
+	if err := db.GetRun("drop", &rec); err == nil {
+		t.Error("record past its period kept")
+	}
+	for _, kept := range []string{keptOut, freshOut} {
+		if _, err := os.Stat(kept); err != nil {
+			t.Errorf("output %s removed: %v", kept, err)
+		}
+	}
+	if _, err := os.Stat(droppedOut); !os.IsNotExist(err) {
+		t.Errorf("unreferenced old output kept: %v", err)
+	}
+}
