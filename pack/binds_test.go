@@ -132,4 +132,3 @@ func TestInspectBindLargeDir(t *testing.T) {
 		t.Errorf("large dir: %+v", f)
 	}
 }
-
