@@ -229,6 +229,7 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 		a.add(Check{Requirement: "pack.services", Verdict: NotGranted, Code: "no-services",
 			Detail: "the pack has no services", Fix: "add a service"})
 	}
+	a.names()
 	a.volumes()
 	a.secrets()
 	res := a.resources()
@@ -889,6 +890,32 @@ func chooseSubnet(pool netip.Prefix, taken []netip.Prefix) (netip.Prefix, bool) 
 		}
 	}
 	return netip.Prefix{}, false
+}
+
+// names refuses a pack whose services, networks, volumes or secrets are
+// not uniquely and validly named: every choice and check is keyed by name.
+func (a *packAdmitter) names() {
+	check := func(what string, names []string) {
+		seen := map[string]bool{}
+		for _, n := range names {
+			if !policy.ServicePattern.MatchString(n) || seen[n] {
+				a.add(Check{Requirement: what + "." + n, Verdict: NotGranted, Code: "bad-name",
+					Detail: fmt.Sprintf("%s name %q is empty, invalid or repeated", what, n), Fix: "name each one once, with letters, digits, '_', '.' or '-'"})
+			}
+			seen[n] = true
+		}
+	}
+	names := func(n int, name func(int) string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = name(i)
+		}
+		return out
+	}
+	check("services", names(len(a.p.Services), func(i int) string { return a.p.Services[i].Name }))
+	check("networks", names(len(a.p.Networks), func(i int) string { return a.p.Networks[i].Name }))
+	check("volumes", names(len(a.p.Volumes), func(i int) string { return a.p.Volumes[i].Name }))
+	check("secrets", names(len(a.p.Secrets), func(i int) string { return a.p.Secrets[i].Name }))
 }
 
 func (a *packAdmitter) volumes() {

@@ -548,6 +548,8 @@ func TestAdmitPackUnmodelled(t *testing.T) {
 		{"cgroup parent", func(p *pack.Pack) { service(p, "web").CgroupParent = "/system.slice" }},
 		{"port protocol", func(p *pack.Pack) { service(p, "web").Ports = []pack.Port{{ContainerPort: 80, Protocol: "sctp"}} }},
 		{"engine", func(p *pack.Pack) {}},
+		{"repeated service", func(p *pack.Pack) { p.Services = append(p.Services, p.Services[0]) }},
+		{"empty network name", func(p *pack.Pack) { p.Networks[0].Name = "" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
