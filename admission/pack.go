@@ -50,13 +50,13 @@ type PackPlan struct {
 	// HostRootEquivalent is true when the plan hands a service authority
 	// equal to root on the host (the engine's socket, privileged);
 	// HostRootReasons say which (P3).
-	HostRootEquivalent bool           `json:"hostRootEquivalent"`
-	HostRootReasons    []string       `json:"hostRootReasons,omitempty"`
-	Services           []PlanService  `json:"services"`
-	Networks           []PlanNetwork  `json:"networks"`
-	Volumes            []PlanVolume   `json:"volumes"`
-	Totals             pack.Resources `json:"totals"`
-	Checks             []Check        `json:"checks"`
+	HostRootEquivalent bool          `json:"hostRootEquivalent"`
+	HostRootReasons    []string      `json:"hostRootReasons,omitempty"`
+	Services           []PlanService `json:"services"`
+	Networks           []PlanNetwork `json:"networks"`
+	Volumes            []PlanVolume  `json:"volumes"`
+	Totals             PlanResources `json:"totals"`
+	Checks             []Check       `json:"checks"`
 }
 
 // PlanEngine is the part of the engine profile the plan relies on.
@@ -76,7 +76,7 @@ type PlanService struct {
 	// the backend records the image ID it resolves).
 	Image       string            `json:"image,omitempty"`
 	ImageDigest string            `json:"imageDigest,omitempty"`
-	Build       *pack.Build       `json:"build,omitempty"`
+	Build       *PlanBuild        `json:"build,omitempty"`
 	Command     []string          `json:"command,omitempty"`
 	Entrypoint  []string          `json:"entrypoint,omitempty"`
 	Environment []string          `json:"environment,omitempty"`
@@ -104,8 +104,22 @@ type PlanService struct {
 	Systemd     bool              `json:"systemd"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
-	DaemonSocket bool           `json:"daemonSocket"`
-	Resources    pack.Resources `json:"resources"`
+	DaemonSocket bool          `json:"daemonSocket"`
+	Resources    PlanResources `json:"resources"`
+}
+
+// PlanBuild is an admitted build: section.
+type PlanBuild struct {
+	Context    string   `json:"context"`
+	Dockerfile string   `json:"dockerfile,omitempty"`
+	Args       []string `json:"args,omitempty"`
+}
+
+// PlanResources are a service's (or the pack's) effective limits.
+type PlanResources struct {
+	MemoryBytes int64   `json:"memoryBytes"`
+	CPUs        float64 `json:"cpus"`
+	Pids        int64   `json:"pids"`
 }
 
 // PlanPort is one published port; Chosen marks a host port or address
@@ -346,7 +360,8 @@ var (
 	devPermRe = regexp.MustCompile(`^[rwm]{1,3}$`)
 )
 
-func (a *packAdmitter) service(s *pack.Service, res pack.Resources) PlanService {
+func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
+	res := PlanResources{MemoryBytes: r.MemoryBytes, CPUs: r.CPUs, Pids: r.Pids}
 	w := "services." + s.Name
 	a.unmodelled(w, *s)
 	ps := PlanService{
@@ -396,11 +411,10 @@ func (a *packAdmitter) service(s *pack.Service, res pack.Resources) PlanService 
 }
 
 // image admits the service's image or build.
-func (a *packAdmitter) image(w string, s *pack.Service) (ref, digest string, build *pack.Build) {
+func (a *packAdmitter) image(w string, s *pack.Service) (ref, digest string, build *PlanBuild) {
 	if s.Build != nil {
 		a.unmodelled(w+".build", *s.Build)
-		b := *s.Build
-		b.Args = slices.Clone(b.Args)
+		b := PlanBuild{Context: s.Build.Context, Dockerfile: s.Build.Dockerfile, Args: slices.Clone(s.Build.Args)}
 		if !a.pa.Builds {
 			a.add(Check{Requirement: w + ".build", Verdict: NotGranted, Code: "build-not-granted",
 				Detail: "building reads a host context and may pull: acquisition authority, separate from running",
@@ -692,7 +706,7 @@ func (a *packAdmitter) bindSource(req, src string, sockets bool) (string, bool) 
 	return root, false
 }
 
-func (a *packAdmitter) mounts(w string, s *pack.Service, res pack.Resources) ([]PlanMount, bool) {
+func (a *packAdmitter) mounts(w string, s *pack.Service, res PlanResources) ([]PlanMount, bool) {
 	var ms []PlanMount
 	daemon := false
 	for i, m := range s.Mounts {
@@ -1061,7 +1075,6 @@ func (a *packAdmitter) resources() []pack.Resources {
 				share = math.Floor(share)
 			}
 		}
-		total := explicit
 		for i, s := range a.p.Services {
 			if l.get(&out[i]) != 0 || unset == 0 {
 				continue
@@ -1074,7 +1087,6 @@ func (a *packAdmitter) resources() []pack.Resources {
 				continue
 			}
 			l.set(&out[i], share)
-			total += share
 			a.add(Check{Requirement: req, Verdict: Chosen, Code: "share-of-pack-ceiling",
 				Detail: fmt.Sprintf("%s (an equal share of the pack ceiling, within the service ceiling)", l.show(share))})
 		}
@@ -1083,17 +1095,13 @@ func (a *packAdmitter) resources() []pack.Resources {
 				Detail: fmt.Sprintf("the services ask %s in all, the pack ceiling is %s", l.show(explicit), l.show(l.pk)),
 				Fix:    "lower the services' limits, or an operator may raise packs.actors[].ceilings.pack"})
 		}
-		var tot pack.Resources
-		l.set(&tot, total)
-		switch l.name {
-		case "memory":
-			a.plan.Totals.MemoryBytes = tot.MemoryBytes
-		case "cpus":
-			a.plan.Totals.CPUs = math.Round(tot.CPUs*100) / 100
-		case "pids":
-			a.plan.Totals.Pids = tot.Pids
-		}
 	}
+	for _, r := range out {
+		a.plan.Totals.MemoryBytes += r.MemoryBytes
+		a.plan.Totals.CPUs += r.CPUs
+		a.plan.Totals.Pids += r.Pids
+	}
+	a.plan.Totals.CPUs = math.Round(a.plan.Totals.CPUs*100) / 100
 	return out
 }
 

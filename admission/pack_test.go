@@ -96,7 +96,7 @@ func TestAdmitPackLegitimate(t *testing.T) {
 	}
 	// Unset limits are chosen within both ceilings, never dropped.
 	for _, s := range plan.Services {
-		if s.Resources != (pack.Resources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 128}) || s.Privileged {
+		if s.Resources != (PlanResources{MemoryBytes: 256 << 20, CPUs: 1, Pids: 128}) || s.Privileged {
 			t.Errorf("%s: %+v", s.Name, s.Resources)
 		}
 	}
