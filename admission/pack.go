@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/netip"
 	"path"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -384,7 +385,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 				Fix:    "remove privileged (ask for the capabilities or the systemd authority it needs), or " + a.grantFix("privileged: true")})
 		}
 	}
-	ps.CapAdd = a.capabilities(w, s)
+	ps.CapAdd, ps.CapDrop = a.capabilities(w, s), slices.Clone(s.CapDrop)
 	ps.Devices = a.devices(w, s)
 	ps.NetworkMode = a.namespace(w, s, "network_mode", "network", s.NetworkMode)
 	ps.PID = a.namespace(w, s, "pid", "pid", s.PID)
@@ -415,6 +416,10 @@ func (a *packAdmitter) image(w string, s *pack.Service) (ref, digest string, bui
 	if s.Build != nil {
 		a.unmodelled(w+".build", *s.Build)
 		b := PlanBuild{Context: s.Build.Context, Dockerfile: s.Build.Dockerfile, Args: slices.Clone(s.Build.Args)}
+		if df := b.Dockerfile; df != "" && (path.IsAbs(df) || !filepath.IsLocal(df)) {
+			a.add(Check{Requirement: w + ".build.dockerfile", Verdict: NotGranted, Code: "dockerfile-outside-context",
+				Detail: fmt.Sprintf("dockerfile %q is not a path inside the build context", df), Fix: "put the Dockerfile in the context and name it relative to it"})
+		}
 		if !a.pa.Builds {
 			a.add(Check{Requirement: w + ".build", Verdict: NotGranted, Code: "build-not-granted",
 				Detail: "building reads a host context and may pull: acquisition authority, separate from running",

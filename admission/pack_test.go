@@ -548,6 +548,9 @@ func TestAdmitPackUnmodelled(t *testing.T) {
 		{"cgroup parent", func(p *pack.Pack) { service(p, "web").CgroupParent = "/system.slice" }},
 		{"port protocol", func(p *pack.Pack) { service(p, "web").Ports = []pack.Port{{ContainerPort: 80, Protocol: "sctp"}} }},
 		{"engine", func(p *pack.Pack) {}},
+		{"dockerfile outside the context", func(p *pack.Pack) {
+			service(p, "web").Image, service(p, "web").Build = "", &pack.Build{Context: "/srv/ctx", Dockerfile: "../Dockerfile"}
+		}},
 		{"repeated service", func(p *pack.Pack) { p.Services = append(p.Services, p.Services[0]) }},
 		{"empty network name", func(p *pack.Pack) { p.Networks[0].Name = "" }},
 	}
@@ -642,6 +645,7 @@ func TestPackPlanDigest(t *testing.T) {
 		"secret":      func(p *pack.Pack) { service(p, "db").Secrets = []pack.SecretUse{{Name: "s"}} },
 		"pack digest": func(p *pack.Pack) { p.Digest = strings.Repeat("cd", 32) },
 		"read only":   func(p *pack.Pack) { service(p, "db").ReadOnly = true },
+		"cap drop":    func(p *pack.Pack) { service(p, "db").CapDrop = []string{"ALL"} },
 	}
 	for name, change := range changes {
 		p := base()
@@ -686,5 +690,20 @@ func TestAdmitPackRefusedErrorType(t *testing.T) {
 	var re *RefusedError
 	if !errors.As(err, &re) || !strings.Contains(err.Error(), "no-pack-policy-or-profile") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// A build's Dockerfile must lie inside its context, even when builds and
+// the context are granted.
+func TestAdmitPackDockerfileOutsideContext(t *testing.T) {
+	b := bindTree(t)
+	pl := packPolicy()
+	grants(pl).BindRoots, grants(pl).Builds = []string{b.root}, true
+	p := basePack()
+	service(p, "web").Image, service(p, "web").Build = "", &pack.Build{Context: b.data, Dockerfile: "Dockerfile"}
+	mustAdmit(t, p, pl, b.facts(p, pl))
+	service(p, "web").Build.Dockerfile = "../../Dockerfile"
+	if _, err := AdmitPack(p, pl, packActor, b.facts(p, pl)); !slices.Equal(refusedCodes(t, err), []string{"dockerfile-outside-context"}) {
+		t.Errorf("dockerfile outside: %v", err)
 	}
 }
