@@ -702,6 +702,9 @@ func (a *packAdmitter) bindSource(req, src string, sockets bool) (string, bool) 
 	case !f.Exists || !f.Resolved:
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-missing",
 			Detail: fmt.Sprintf("%s does not exist; the engine would create it as root", src), Fix: "create it first"})
+	case f.Device:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-device",
+			Detail: fmt.Sprintf("%s is a device node; a bind would bypass the device grants", src), Fix: "ask for the device with devices:"})
 	case !sockets && (f.Socket || len(f.SocketsInside) > 0 || f.EngineSocket):
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-socket",
 			Detail: fmt.Sprintf("%s is or holds a socket", src), Fix: "use a directory without sockets"})

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/policy"
+	"golang.org/x/sys/unix"
 )
 
 const packActor = "range-op"
@@ -329,10 +331,16 @@ func TestAdmitPackBindRefusals(t *testing.T) {
 	pl := packPolicy()
 	grants(pl).BindRoots = []string{b.root}
 	grants(pl).DaemonSocket = true
+	testenv.Root(t) // mknod of a device node
+	null := filepath.Join(b.root, "null")
+	if err := unix.Mknod(null, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatalf("mknod: %v", err)
+	}
 	for _, tt := range []struct {
 		name, src, code string
 	}{
 		{"symlink to the engine socket", b.innocent, "bind-symlink"},
+		{"device node", null, "bind-device"},
 		{"outside every root", b.outside, "bind-outside-roots"},
 		{"missing", filepath.Join(b.root, "nope"), "bind-missing"},
 	} {

@@ -34,6 +34,8 @@ type BindFact struct {
 	SymlinkAt string `json:"symlinkAt,omitempty"`
 	Dir       bool   `json:"dir"`
 	Socket    bool   `json:"socket"`
+	// Device: a block or character device node.
+	Device bool `json:"device"`
 	// SocketsInside are the names of the sockets directly in a directory
 	// source (depth 1, e.g. /run holding docker.sock).
 	SocketsInside []string `json:"socketsInside,omitempty"`
@@ -121,6 +123,8 @@ func (f *BindFact) describe(mode uint32) {
 		f.Dir = true
 	case unix.S_IFSOCK:
 		f.Socket = true
+	case unix.S_IFBLK, unix.S_IFCHR:
+		f.Device = true
 	case unix.S_IFLNK:
 		f.Symlink = true
 	}

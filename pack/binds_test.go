@@ -95,6 +95,11 @@ func TestInspectBind(t *testing.T) {
 		t.Errorf("socket through a linked dir: %+v", f)
 	}
 
+	// A device node, reached through no root.
+	if f := pack.InspectBind("/dev/null", "", engine); !f.Device || f.Socket || f.Dir {
+		t.Errorf("device: %+v", f)
+	}
+
 	// A directory outside every root.
 	f = pack.InspectBind(outside, "", engine)
 	if f.Resolved || !f.Exists || !f.Dir || f.Root != "" || f.EngineSocket {
