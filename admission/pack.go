@@ -641,9 +641,7 @@ func (a *packAdmitter) misc(w string, s *pack.Service) {
 			Detail: fmt.Sprintf("cgroup_parent %s would place the service outside the pack's resource ceilings; no policy grants it", s.CgroupParent),
 			Fix:    "remove cgroup_parent"})
 	}
-	switch {
-	case s.Restart == "" || s.Restart == "no":
-	default:
+	if s.Restart != "" && s.Restart != "no" {
 		a.add(Check{Requirement: w + ".restart", Verdict: Unsupported, Code: "restart-unsupported",
 			Detail: fmt.Sprintf("restart: %s would revive containers after custody stopped watching them (an engine restart)", s.Restart),
 			Fix:    `remove restart, or set restart: "no"`})
