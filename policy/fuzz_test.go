@@ -24,6 +24,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(valid + "x: &a 1\ny: *a\n"))
 	f.Add([]byte(valid + "---\n{}\n"))
 	f.Add([]byte(withGrants))
+	f.Add([]byte(withPacks))
 	f.Add([]byte(valid + "inputRoots: [/srv/work, /]\nactors: [{name: a, stages: [build, build]}]\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -77,8 +78,51 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("AllowsCredential(%q) = false", c)
 			}
 		}
+		checkPacks(t, p)
 	})
 }
 
 // first returns at most the first 16 elements of s.
 func first[T any](s []T) []T { return s[:min(len(s), 16)] }
+
+// checkPacks checks that a parsed packs section grants what it lists and
+// nothing it does not.
+func checkPacks(t *testing.T, p *policy.Policy) {
+	t.Helper()
+	if p.Packs == nil {
+		if _, ok := p.PackActor(""); ok {
+			t.Fatal("a policy without packs has a pack actor")
+		}
+		return
+	}
+	for _, a := range first(p.Packs.Actors) {
+		got, ok := p.PackActor(a.Name)
+		if !ok || got.Name != a.Name {
+			t.Fatalf("PackActor(%q) = %v, %v", a.Name, got, ok)
+		}
+		for _, r := range first(a.BindRoots) {
+			if _, ok := a.BindRoot(r + "/x"); !ok {
+				t.Fatalf("BindRoot is wrong about root %q", r)
+			}
+			if _, ok := a.BindRoot(r + "/.."); ok {
+				t.Fatalf("BindRoot allows %q/..", r)
+			}
+		}
+		if _, ok := a.BindRoot("/"); ok {
+			t.Fatal(`BindRoot("/") = true`)
+		}
+		for _, c := range first(a.Credentials) {
+			for _, s := range first(c.Services) {
+				if !a.CredentialFor(c.Name, s) {
+					t.Fatalf("CredentialFor(%q, %q) = false", c.Name, s)
+				}
+			}
+			if a.CredentialFor(c.Name, "") {
+				t.Fatalf("CredentialFor(%q, \"\") = true", c.Name)
+			}
+		}
+		if a.Ports != nil && len(a.Ports.AllowedHostIPs()) == 0 {
+			t.Fatal("ports without an allowed host address")
+		}
+	}
+}

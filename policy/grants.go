@@ -30,11 +30,17 @@ func (p *Policy) InputAllowed(hostPath string) bool {
 // path from the returned root without following any symlink (treehash's
 // Options.Beneath), so a link inside the root cannot lead out of it.
 func (p *Policy) InputRoot(hostPath string) (string, bool) {
+	return rootOf(p.InputRoots, hostPath)
+}
+
+// rootOf returns the longest valid root of roots that holds hostPath
+// lexically, segment by segment, and true; or false.
+func rootOf(roots []string, hostPath string) (string, bool) {
 	if !cleanAbs(hostPath) {
 		return "", false
 	}
 	best := ""
-	for _, root := range p.InputRoots {
+	for _, root := range roots {
 		if reason, _ := rootProblem(root); reason != "" {
 			continue
 		}

@@ -36,6 +36,10 @@ var parser = strictyaml.New(strictyaml.Format{
 		actorPattern.String():       actorFix,
 		credentialPattern.String():  credentialFix,
 		destinationPattern.String(): destinationFix,
+		ServicePattern.String():     serviceFix,
+		referencePattern.String():   referenceFix,
+		sysctlPattern.String():      sysctlFix,
+		devicePattern.String():      deviceFix,
 	},
 })
 

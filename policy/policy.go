@@ -34,6 +34,9 @@ type Policy struct {
 	// Credentials names the credentials the operator may grant. A name is
 	// metadata only; it never carries a secret.
 	Credentials []string `yaml:"credentials,omitempty" json:"credentials,omitempty"`
+	// Packs is the authority granted to scenario packs (see Packs).
+	// Absent, every pack is refused.
+	Packs *Packs `yaml:"packs,omitempty" json:"packs,omitempty"`
 }
 
 // Actor is one principal and the stages it may run.

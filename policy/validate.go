@@ -120,6 +120,7 @@ func (p *Policy) Validate() error {
 	p.validateInputRoots(add)
 	p.validateEgress(add)
 	p.validateCredentials(add)
+	p.validatePacks(add)
 
 	if len(ps) > 0 {
 		return &ValidationError{Subject: "policy", Problems: ps}
@@ -156,17 +157,7 @@ func (p *Policy) validateActors(add adder) {
 		if len(a.Stages) == 0 {
 			add(field+".stages", "is empty", "list the stages the actor may run, or remove the actor")
 		}
-		for _, l := range []struct {
-			name string
-			ids  []uint32
-		}{{"uids", a.Submitters.UIDs}, {"gids", a.Submitters.GIDs}} {
-			ids := firsts{}
-			for k, id := range l.ids {
-				if j, dup := ids.repeat(strconv.FormatUint(uint64(id), 10), k); dup {
-					add(fmt.Sprintf("%s.submitters.%s[%d]", field, l.name, k), fmt.Sprintf("%d is also %s.submitters.%s[%d]", id, field, l.name, j), "list each id once")
-				}
-			}
-		}
+		validateSubmitters(add, field, a.Submitters)
 		seen := firsts{}
 		for k, s := range a.Stages {
 			sf := fmt.Sprintf("%s.stages[%d]", field, k)
@@ -174,6 +165,21 @@ func (p *Policy) validateActors(add adder) {
 				add(sf, fmt.Sprintf("%q is not a stage", s), stageFix)
 			} else if j, dup := seen.repeat(s, k); dup {
 				add(sf, fmt.Sprintf("%q is also %s.stages[%d]", s, field, j), "list each stage once")
+			}
+		}
+	}
+}
+
+// validateSubmitters checks that the actor at field lists each id once.
+func validateSubmitters(add adder, field string, s Submitters) {
+	for _, l := range []struct {
+		name string
+		ids  []uint32
+	}{{"uids", s.UIDs}, {"gids", s.GIDs}} {
+		ids := firsts{}
+		for k, id := range l.ids {
+			if j, dup := ids.repeat(strconv.FormatUint(uint64(id), 10), k); dup {
+				add(fmt.Sprintf("%s.submitters.%s[%d]", field, l.name, k), fmt.Sprintf("%d is also %s.submitters.%s[%d]", id, field, l.name, j), "list each id once")
 			}
 		}
 	}
