@@ -160,26 +160,14 @@ func (v *Verifier) verifyPack(ctx context.Context, envelope []byte) (*PackGrant,
 // that its subject is the plan it carries. It does not validate the
 // predicate.
 func decodePackStatement(payload []byte) (*PackPredicate, *subject, error) {
-	p, sub, err := decodeStatementOf[PackPredicate](payload, predicate.PackGrant)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkSubject(sub, p.Plan, "plan"); err != nil {
-		return nil, nil, err
-	}
-	return p, sub, nil
+	return withSubject(decodeStatementOf[PackPredicate], payload, predicate.PackGrant, "plan", planOf)
 }
 
 func decodePackStatementExplained(payload []byte) (*PackPredicate, *subject, error) {
-	p, sub, err := decodeStatementExplainedOf[PackPredicate](payload, predicate.PackGrant)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkSubject(sub, p.Plan, "plan"); err != nil {
-		return nil, nil, err
-	}
-	return p, sub, nil
+	return withSubject(decodeStatementExplainedOf[PackPredicate], payload, predicate.PackGrant, "plan", planOf)
 }
+
+func planOf(p *PackPredicate) []byte { return p.Plan }
 
 // validatePack checks every field of p. It fills nothing in.
 func validatePack(p *PackPredicate) error {

@@ -6,10 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -279,32 +276,12 @@ func seedPackEnvelopes(t testing.TB, issuer *keys.Signer) map[string][]byte {
 // valid one verifies. -update-corpus rewrites them.
 func TestPackFuzzCorpus(t *testing.T) {
 	issuer := loadTestIssuer(t)
-	dir := filepath.Join("testdata", "fuzz", "FuzzVerifyPack")
-	if *updateCorpus {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for name, env := range seedPackEnvelopes(t, issuer) {
-			data := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", env)
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "valid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const header = "go test fuzz v1\n[]byte("
-	env, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(string(data), header), ")\n"))
-	if err != nil {
-		t.Fatalf("cannot read seed: %v", err)
-	}
+	env := validSeed(t, filepath.Join("testdata", "fuzz", "FuzzVerifyPack"), seedPackEnvelopes(t, issuer))
 	v, err := grant.NewVerifier([]*keys.Verifier{issuer.Verifier()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.VerifyPack(context.Background(), []byte(env), validNow); err != nil {
+	if _, err := v.VerifyPack(context.Background(), env, validNow); err != nil {
 		t.Fatalf("valid seed does not verify (rewrite with -update-corpus): %v", err)
 	}
 }
@@ -330,14 +307,8 @@ func FuzzVerifyPack(f *testing.F) {
 // so that fuzzing reaches the pack statement decoder and validation.
 func FuzzVerifyPackStatement(f *testing.F) {
 	issuer := loadTestIssuer(f)
-	for _, env := range seedPackEnvelopes(f, issuer) {
-		var e dsse.Envelope
-		if json.Unmarshal(env, &e) != nil {
-			continue
-		}
-		if p, err := base64.StdEncoding.DecodeString(e.Payload); err == nil {
-			f.Add(p)
-		}
+	for _, p := range seedPayloads(seedPackEnvelopes(f, issuer)) {
+		f.Add(p)
 	}
 	v, err := grant.NewVerifier([]*keys.Verifier{issuer.Verifier()})
 	if err != nil {

@@ -79,22 +79,24 @@ func encodeStatementOf(pred any, predicateType, subjectName string, content []by
 // decodeStatement decodes a grant statement strictly and checks that its
 // subject is the phase it carries. It does not validate the predicate.
 func decodeStatement(payload []byte) (*Predicate, *subject, error) {
-	p, sub, err := decodeStatementOf[Predicate](payload, predicate.Grant)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := checkSubject(sub, p.Phase, "phase"); err != nil {
-		return nil, nil, err
-	}
-	return p, sub, nil
+	return withSubject(decodeStatementOf[Predicate], payload, predicate.Grant, "phase", phaseOf)
 }
 
 func decodeStatementExplained(payload []byte) (*Predicate, *subject, error) {
-	p, sub, err := decodeStatementExplainedOf[Predicate](payload, predicate.Grant)
+	return withSubject(decodeStatementExplainedOf[Predicate], payload, predicate.Grant, "phase", phaseOf)
+}
+
+func phaseOf(p *Predicate) []byte { return p.Phase }
+
+// withSubject decodes payload as a statement of predicateType with decode
+// and checks that its one subject is the SHA-256 of the document, named
+// what, that content returns of its predicate.
+func withSubject[P any](decode func([]byte, string) (*P, *subject, error), payload []byte, predicateType, what string, content func(*P) []byte) (*P, *subject, error) {
+	p, sub, err := decode(payload, predicateType)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkSubject(sub, p.Phase, "phase"); err != nil {
+	if err := checkSubject(sub, content(p), what); err != nil {
 		return nil, nil, err
 	}
 	return p, sub, nil
