@@ -114,21 +114,7 @@ func (a *app) verifyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if err := writeJSON(a.stdout, res); err != nil {
-					return err
-				}
-			} else {
-				a.printChecks(res.Checks)
-				fmt.Fprintf(a.stdout, "authentic=%t promotable=%t\n", res.OK, res.Promotable)
-			}
-			switch {
-			case !res.OK:
-				return &exitError{verifyUnauthentic, errors.New("receipt is not authentic")}
-			case !res.Promotable:
-				return &exitError{verifyAuthentic, errors.New("receipt is authentic but not promotable")}
-			}
-			return nil
+			return a.verdict(res, asJSON, res.Checks, "receipt", res.OK, "promotable", res.Promotable)
 		},
 	}
 	cmd.Flags().StringVar(&trustPath, "trust", "", "trust file (runner and issuer keys, freshness, tiers)")
@@ -140,15 +126,32 @@ func (a *app) verifyCmd() *cobra.Command {
 	return cmd
 }
 
-// printChecks prints one line per check.
-func (a *app) printChecks(checks []evidence.Check) {
-	for _, c := range checks {
-		state := "ok"
-		if !c.OK {
-			state = "FAIL"
+// verdict prints a verification result res (as JSON, or one line per
+// check and the verdict) and returns its exit: verifyUnauthentic unless
+// authentic, verifyAuthentic unless accepted (the verdict named accept),
+// else nil.
+func (a *app) verdict(res any, asJSON bool, checks []evidence.Check, what string, authentic bool, accept string, accepted bool) error {
+	if asJSON {
+		if err := writeJSON(a.stdout, res); err != nil {
+			return err
 		}
-		fmt.Fprintf(a.stdout, "%-16s %-5s %s\n", quote.String(c.Name), state, quote.Message(c.Reason))
+	} else {
+		for _, c := range checks {
+			state := "ok"
+			if !c.OK {
+				state = "FAIL"
+			}
+			fmt.Fprintf(a.stdout, "%-16s %-5s %s\n", quote.String(c.Name), state, quote.Message(c.Reason))
+		}
+		fmt.Fprintf(a.stdout, "authentic=%t %s=%t\n", authentic, accept, accepted)
 	}
+	switch {
+	case !authentic:
+		return &exitError{verifyUnauthentic, fmt.Errorf("%s is not authentic", what)}
+	case !accepted:
+		return &exitError{verifyAuthentic, fmt.Errorf("%s is authentic but not %s", what, accept)}
+	}
+	return nil
 }
 
 // readReceipt reads a receipt envelope file.

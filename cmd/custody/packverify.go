@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // maxComposeSize bounds the compose file custody verify --compose reads.
@@ -35,19 +34,5 @@ func (a *app) verifyPack(ctx context.Context, env []byte, trustPath, outputs, co
 	if err != nil {
 		return &exitError{verifyUnauthentic, err}
 	}
-	if asJSON {
-		if err := writeJSON(a.stdout, res); err != nil {
-			return err
-		}
-	} else {
-		a.printChecks(res.Checks)
-		fmt.Fprintf(a.stdout, "authentic=%t acceptable=%t\n", res.OK, res.Acceptable)
-	}
-	switch {
-	case !res.OK:
-		return &exitError{verifyUnauthentic, errors.New("pack receipt is not authentic")}
-	case !res.Acceptable:
-		return &exitError{verifyAuthentic, errors.New("pack receipt is authentic but not acceptable")}
-	}
-	return nil
+	return a.verdict(res, asJSON, res.Checks, "pack receipt", res.OK, "acceptable", res.Acceptable)
 }
