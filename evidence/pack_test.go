@@ -200,8 +200,8 @@ func TestPackReceiptRoundTrip(t *testing.T) {
 			if err := evidence.PackDecodePathsAgree(payload); err != nil {
 				t.Fatal(err)
 			}
-			if typ, err := evidence.StatementType(env); err != nil || typ != predicate.PackReceipt {
-				t.Fatalf("StatementType = %q, %v", typ, err)
+			if !evidence.IsPackReceipt(env) {
+				t.Fatal("IsPackReceipt = false")
 			}
 		})
 	}
@@ -318,6 +318,9 @@ func TestPackReceiptRefusals(t *testing.T) {
 	}
 
 	// A pack receipt is never a phase receipt, nor the other way round.
+	if evidence.IsPackReceipt(newFixture(t).env) || evidence.IsPackReceipt(f.grantEnv) || evidence.IsPackReceipt([]byte("{")) {
+		t.Fatal("IsPackReceipt of a phase receipt, a grant or garbage")
+	}
 	pres := verifyWith(t, tr, f.upEnv, evidence.WithoutOutputsUnsafe())
 	if pres.OK {
 		t.Fatal("a pack receipt verified as a phase receipt")

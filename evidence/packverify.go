@@ -12,6 +12,7 @@ import (
 
 	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
+	"github.com/custody-dev/custody/predicate"
 )
 
 // CheckCompose is the check of a pack receipt against the compose file at
@@ -24,22 +25,20 @@ var (
 	packAcceptanceChecks   = []string{CheckFreshness, CheckCleanup}
 )
 
-// StatementType returns the predicate type a custody envelope claims, so
-// that a caller can hand it to the verifier of its kind. It is read
-// without any check of the signature or of the statement's form and must
-// not be trusted for anything else: the verifier it picks checks both.
-func StatementType(env []byte) (string, error) {
+// IsPackReceipt reports whether env is a custody envelope that claims to
+// be a pack receipt, so that a caller can hand it to [Verifier.VerifyPack]
+// rather than [Verifier.Verify]. The claim is read without any check of
+// the signature or of the statement's form and must not be trusted for
+// anything else: the verifier it picks checks both.
+func IsPackReceipt(env []byte) bool {
 	e, err := decodeEnvelope(env)
 	if err != nil {
-		return "", fmt.Errorf("evidence: envelope: %w", err)
+		return false
 	}
 	var st struct {
 		PredicateType string `json:"predicateType"`
 	}
-	if err := json.Unmarshal(e.Payload, &st); err != nil {
-		return "", fmt.Errorf("evidence: statement: %w", err)
-	}
-	return st.PredicateType, nil
+	return json.Unmarshal(e.Payload, &st) == nil && st.PredicateType == predicate.PackReceipt
 }
 
 // PackResult is the outcome of verifying one pack receipt.

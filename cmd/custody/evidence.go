@@ -17,7 +17,6 @@ import (
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/untar"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/predicate"
 	"github.com/custody-dev/custody/snapshot"
 )
 
@@ -104,7 +103,7 @@ func (a *app) verifyCmd() *cobra.Command {
 			}
 			// Dispatch on the claimed predicate type; the verifier it picks
 			// checks the claim with everything else.
-			if typ, err := evidence.StatementType(env); err == nil && typ == predicate.PackReceipt {
+			if evidence.IsPackReceipt(env) {
 				return a.verifyPack(cmd.Context(), env, trustPath, outputs, composePath, asJSON)
 			}
 			if composePath != "" {
