@@ -52,6 +52,27 @@
 // output within the grant's size bound. The run ID is not bound: a grant
 // carries none.
 //
+// # Pack receipts
+//
+// A pack receipt is the runner's signed account of one operation on a
+// scenario pack: PackUp (what was realized on the engine, by native ID:
+// containers with their image IDs and the effective HostConfig read back
+// from the engine, networks, volumes, and the open choices the backend
+// made) or PackDown (each resource's cleanup result: gone, kept or
+// residual, with a reason). It is a [PackReceipt] in the same envelope and
+// canonical encoding as a phase receipt, with predicate type
+// [predicate.PackReceipt], signed by the runner identity key, and embeds
+// the pack grant verbatim. Its subjects are "compose/<project>" (the
+// compose file's bytes) and "plan/<project>" (the admitted plan's, the
+// grant's subject), so cosign verify-blob-attestation can check a compose
+// file against the [Bundle] of a pack receipt.
+//
+// [Verifier.VerifyPack] checks it under the same [Trust] as phase
+// receipts: envelope, signature, issuer-trust, key-revocation, statement
+// and grant make it authentic (with compose, when a compose file is given
+// to compare); freshness and cleanup make it acceptable. [IsPackReceipt]
+// tells the two kinds of receipt apart for dispatch.
+//
 // # Promotion
 //
 // [Promote] turns a promotable [Result] into a SLSA Verification Summary

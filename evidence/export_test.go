@@ -7,3 +7,9 @@ import "github.com/custody-dev/custody/internal/testenv"
 func DecodePathsAgree(payload []byte) error {
 	return testenv.SameDecoding(payload, decodeReceiptStatement, decodeReceiptStatementExplained)
 }
+
+// PackDecodePathsAgree holds decodePackStatement to
+// decodePackStatementExplained.
+func PackDecodePathsAgree(payload []byte) error {
+	return testenv.SameDecoding(payload, decodePackStatement, decodePackStatementExplained)
+}

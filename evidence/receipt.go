@@ -3,8 +3,6 @@ package evidence
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -610,23 +608,7 @@ func validateReceipt(r *Receipt, predicateType string) error {
 	ps.text("runId", r.RunID)
 	ps.keyID("runner.id", r.Runner.ID)
 
-	g := &r.Grant
-	if len(g.ID) != 32 || !cdsse.IsLowerHex(g.ID) {
-		ps.add("grant.id", "%q is not 32 lowercase hex digits", cdsse.Clip(g.ID))
-	}
-	ps.keyID("grant.issuerId", g.IssuerID)
-	ps.hex64("grant.envelopeSha256", g.EnvelopeSHA256)
-	switch {
-	case len(g.Envelope) == 0 || g.Envelope[0] != '{':
-		ps.add("grant.envelope", "not a JSON object")
-	case !isCompactJSON(g.Envelope):
-		ps.add("grant.envelope", "not compact JSON (it must be embedded verbatim, without insignificant whitespace)")
-	default:
-		sum := sha256.Sum256(g.Envelope)
-		if got := hex.EncodeToString(sum[:]); cdsse.IsHex64(g.EnvelopeSHA256) && got != g.EnvelopeSHA256 {
-			ps.add("grant.envelopeSha256", "%s is not the SHA-256 of grant.envelope (%s)", g.EnvelopeSHA256, got)
-		}
-	}
+	checkGrantRef(&ps, &r.Grant)
 
 	ps.text("phase.name", r.Phase.Name)
 	ps.text("phase.stage", r.Phase.Stage)

@@ -59,12 +59,25 @@ func seedEnvelopes(t testing.TB, issuer *keys.Signer) map[string][]byte {
 // with -update-corpus to rewrite the corpus.
 func TestFuzzCorpus(t *testing.T) {
 	issuer := loadTestIssuer(t)
-	dir := filepath.Join("testdata", "fuzz", "FuzzVerify")
+	env := validSeed(t, filepath.Join("testdata", "fuzz", "FuzzVerify"), seedEnvelopes(t, issuer))
+	v, err := grant.NewVerifier([]*keys.Verifier{issuer.Verifier()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(context.Background(), env, validNow); err != nil {
+		t.Fatalf("valid seed does not verify (rewrite with -update-corpus): %v", err)
+	}
+}
+
+// validSeed rewrites the seed corpus in dir with seeds under
+// -update-corpus, and returns the committed seed named "valid".
+func validSeed(t *testing.T, dir string, seeds map[string][]byte) []byte {
+	t.Helper()
 	if *updateCorpus {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for name, env := range seedEnvelopes(t, issuer) {
+		for name, env := range seeds {
 			data := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", env)
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
@@ -81,13 +94,23 @@ func TestFuzzCorpus(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cannot read seed: %v", err)
 	}
-	v, err := grant.NewVerifier([]*keys.Verifier{issuer.Verifier()})
-	if err != nil {
-		t.Fatal(err)
+	return []byte(env)
+}
+
+// seedPayloads returns the payloads of the seed envelopes that have one,
+// for the fuzzers that sign what they fuzz.
+func seedPayloads(envs map[string][]byte) [][]byte {
+	var out [][]byte
+	for _, env := range envs {
+		var e dsse.Envelope
+		if json.Unmarshal(env, &e) != nil {
+			continue
+		}
+		if p, err := base64.StdEncoding.DecodeString(e.Payload); err == nil {
+			out = append(out, p)
+		}
 	}
-	if _, err := v.Verify(context.Background(), []byte(env), validNow); err != nil {
-		t.Fatalf("valid seed does not verify (rewrite with -update-corpus): %v", err)
-	}
+	return out
 }
 
 // FuzzVerify checks that Verify never panics, refuses only with *grant.Error,
@@ -112,14 +135,8 @@ func FuzzVerify(f *testing.F) {
 // behind the signature check.
 func FuzzVerifyStatement(f *testing.F) {
 	issuer := loadTestIssuer(f)
-	for _, env := range seedEnvelopes(f, issuer) {
-		var e dsse.Envelope
-		if json.Unmarshal(env, &e) != nil {
-			continue
-		}
-		if p, err := base64.StdEncoding.DecodeString(e.Payload); err == nil {
-			f.Add(p)
-		}
+	for _, p := range seedPayloads(seedEnvelopes(f, issuer)) {
+		f.Add(p)
 	}
 	v, err := grant.NewVerifier([]*keys.Verifier{issuer.Verifier()})
 	if err != nil {

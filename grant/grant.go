@@ -52,6 +52,24 @@
 // never on Grant.EnvelopeDigest: the envelope JSON and ECDSA signatures are
 // malleable, so one grant has many valid envelope encodings.
 //
+// # Pack grants
+//
+// A pack grant is the operator's single-use, scoped authorization to bring
+// one admitted pack up on one runner, against the engine it was admitted
+// against. It has the envelope, encoding and verification of a phase grant
+// ([MintPack], [Verifier.VerifyPack]) with predicate type [predicate.PackGrant]
+// and a [PackPredicate]:
+//
+//	{"_type":"https://in-toto.io/Statement/v1",
+//	 "subject":[{"name":"pack/<project>","digest":{"sha256":"<hex>"}}],
+//	 "predicateType":"https://custody.dev/attestation/pack-grant/v1",
+//	 "predicate":{...}}
+//
+// The predicate's plan is the admitted plan's canonical JSON, embedded
+// verbatim; the subject digest is the SHA-256 of exactly those bytes and the
+// subject name is "pack/" followed by the pack's project name. Replay and
+// revocation are the caller's, keyed on PackPredicate.ID, as for phases.
+//
 // Refusals are [*Error] values whose [Code] callers branch on with
 // errors.As; the codes decided by callers are defined here too, so that
 // every grant refusal reason lives in one place.

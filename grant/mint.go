@@ -22,15 +22,8 @@ import (
 // statement it produced with in-toto's parser and the signature it produced
 // with issuer before returning the envelope.
 func Mint(ctx context.Context, issuer cdsse.Signer, p Predicate) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("grant: mint: %w", err)
-	}
-	if issuer == nil {
-		return nil, errors.New("grant: mint: nil issuer")
-	}
-	keyID, err := issuer.KeyID()
-	if err != nil || keyID == "" {
-		return nil, fmt.Errorf("grant: mint: issuer has no key ID (%v)", err)
+	if err := checkIssuer(ctx, issuer); err != nil {
+		return nil, err
 	}
 	name, err := validate(&p)
 	if err != nil {
@@ -40,13 +33,39 @@ func Mint(ctx context.Context, issuer cdsse.Signer, p Predicate) ([]byte, error)
 	if err != nil {
 		return nil, fmt.Errorf("grant: mint: %w", err)
 	}
+	return signStatement(ctx, issuer, payload, func(b []byte) error {
+		_, _, err := decodeStatement(b)
+		return err
+	})
+}
+
+// checkIssuer checks what every mint needs before it validates anything:
+// a live ctx and an issuer that names its key.
+func checkIssuer(ctx context.Context, issuer cdsse.Signer) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("grant: mint: %w", err)
+	}
+	if issuer == nil {
+		return errors.New("grant: mint: nil issuer")
+	}
+	keyID, err := issuer.KeyID()
+	if err != nil || keyID == "" {
+		return fmt.Errorf("grant: mint: issuer has no key ID (%v)", err)
+	}
+	return nil
+}
+
+// signStatement checks the canonical statement payload (its size, that
+// decode, the statement's own decoder, accepts it, and in-toto's parser)
+// and signs it with issuer.
+func signStatement(ctx context.Context, issuer cdsse.Signer, payload []byte, decode func([]byte) error) ([]byte, error) {
 	if len(payload) > maxPayloadSize {
 		return nil, fmt.Errorf("grant: mint: statement is %d bytes; an envelope must fit in %d bytes", len(payload), MaxEnvelopeSize)
 	}
 
 	// What we emit must be exactly what Verify accepts, and a valid in-toto
 	// statement by in-toto's own parser.
-	if _, _, err := decodeStatement(payload); err != nil {
+	if err := decode(payload); err != nil {
 		return nil, fmt.Errorf("grant: mint: statement does not decode: %w", err)
 	}
 	var st intoto.Statement

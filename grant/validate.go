@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 )
@@ -20,35 +21,10 @@ const maxTextField = 4096
 // nothing in: a zero or inconsistent field is an error.
 func validate(p *Predicate) (phaseName string, err error) {
 	var problems []string
-	add := func(field, format string, args ...any) {
-		problems = append(problems, field+": "+fmt.Sprintf(format, args...))
-	}
-	text := func(field, s string) {
-		if err := cdsse.CheckText(s, maxTextField, false); err != nil {
-			add(field, "%v", err)
-		}
-	}
-	digest := func(field, s string) {
-		if !cdsse.IsDigest(s) {
-			add(field, "%q is not a sha256:<64 lowercase hex> digest", s)
-		}
-	}
+	add, text, digest := fieldChecks(&problems)
 
-	if len(p.ID) != 32 || !cdsse.IsLowerHex(p.ID) {
-		add("id", "%q is not 32 lowercase hex digits", p.ID)
-	}
-	text("actor", p.Actor)
+	checkBinding(&problems, p.ID, p.Actor, p.NotBefore, p.Expires, p.PolicyDigest, p.Runner.ID)
 	text("stage", p.Stage)
-	switch {
-	case p.NotBefore.IsZero():
-		add("notBefore", "missing")
-	case p.Expires.IsZero():
-		add("expires", "missing")
-	case !p.NotBefore.Before(p.Expires):
-		add("expires", "%s is not after notBefore %s", p.Expires.Format(timeFormat), p.NotBefore.Format(timeFormat))
-	}
-	digest("policyDigest", p.PolicyDigest)
-	digest("runner.id", p.Runner.ID)
 	text("runtime.version", p.Runtime.Version)
 	if !cdsse.IsHex64(p.Runtime.SHA256) {
 		add("runtime.sha256", "%q is not 64 lowercase hex digits", p.Runtime.SHA256)
@@ -136,6 +112,46 @@ func validate(p *Predicate) (phaseName string, err error) {
 	return phaseName, nil
 }
 
+// fieldChecks returns checks that append to *problems a problem naming
+// the field: add records one; text refuses empty or unprintable text and
+// digest anything but "sha256:<64 lowercase hex>".
+func fieldChecks(problems *[]string) (add func(field, format string, args ...any), text, digest func(field, s string)) {
+	add = func(field, format string, args ...any) {
+		*problems = append(*problems, field+": "+fmt.Sprintf(format, args...))
+	}
+	text = func(field, s string) {
+		if err := cdsse.CheckText(s, maxTextField, false); err != nil {
+			add(field, "%v", err)
+		}
+	}
+	digest = func(field, s string) {
+		if !cdsse.IsDigest(s) {
+			add(field, "%q is not a sha256:<64 lowercase hex> digest", s)
+		}
+	}
+	return add, text, digest
+}
+
+// checkBinding checks the fields every kind of grant has: its id, actor,
+// validity window, policy digest and runner.
+func checkBinding(problems *[]string, id, actor string, notBefore, expires time.Time, policyDigest, runnerID string) {
+	add, text, digest := fieldChecks(problems)
+	if len(id) != 32 || !cdsse.IsLowerHex(id) {
+		add("id", "%q is not 32 lowercase hex digits", id)
+	}
+	text("actor", actor)
+	switch {
+	case notBefore.IsZero():
+		add("notBefore", "missing")
+	case expires.IsZero():
+		add("expires", "missing")
+	case !notBefore.Before(expires):
+		add("expires", "%s is not after notBefore %s", expires.Format(timeFormat), notBefore.Format(timeFormat))
+	}
+	digest("policyDigest", policyDigest)
+	digest("runner.id", runnerID)
+}
+
 const timeFormat = "2006-01-02T15:04:05.999999999Z07:00"
 
 // isPhaseName reports whether s is a valid phase request name,
@@ -160,45 +176,18 @@ func isPhaseName(s string) bool {
 // top-level member and a "name" member that is a valid phase name, and
 // returns the name.
 func checkPhase(phase json.RawMessage) (string, error) {
-	if len(phase) == 0 || phase[0] != '{' {
-		return "", errors.New("not a JSON object")
-	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, phase); err != nil {
-		return "", fmt.Errorf("not valid JSON: %w", err)
-	}
-	if !bytes.Equal(compact.Bytes(), phase) {
-		return "", errors.New("not in compact form (it holds insignificant whitespace)")
-	}
-	dec := json.NewDecoder(bytes.NewReader(phase))
-	if _, err := dec.Token(); err != nil { // '{', checked above
-		return "", err
-	}
-	seen := make(map[string]bool)
 	var name *string
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", err
-		}
-		key := tok.(string)
-		if seen[key] {
-			return "", fmt.Errorf("member %q appears twice", key)
-		}
-		seen[key] = true
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return "", err
-		}
+	err := compactObject(phase, func(key string, v json.RawMessage) error {
 		if key == "name" {
 			var s string
 			if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
-				return "", errors.New(`"name" is not a string`)
+				return errors.New(`"name" is not a string`)
 			}
 			name = &s
 		}
-	}
-	if _, err := dec.Token(); err != nil { // '}'
+		return nil
+	})
+	if err != nil {
 		return "", err
 	}
 	if name == nil {
@@ -208,4 +197,49 @@ func checkPhase(phase json.RawMessage) (string, error) {
 		return "", fmt.Errorf("name %q is not a valid phase name", *name)
 	}
 	return *name, nil
+}
+
+// compactObject checks that doc is a compact JSON object (no
+// insignificant whitespace) with no duplicate top-level member, calling
+// member, if not nil, with each top-level member in order.
+func compactObject(doc json.RawMessage, member func(key string, v json.RawMessage) error) error {
+	if len(doc) == 0 || doc[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, doc); err != nil {
+		return fmt.Errorf("not valid JSON: %w", err)
+	}
+	if !bytes.Equal(compact.Bytes(), doc) {
+		return errors.New("not in compact form (it holds insignificant whitespace)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	if _, err := dec.Token(); err != nil { // '{', checked above
+		return err
+	}
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key := tok.(string)
+		if seen[key] {
+			return fmt.Errorf("member %q appears twice", key)
+		}
+		seen[key] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		if member != nil {
+			if err := member(key, v); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return err
+	}
+	return nil
 }

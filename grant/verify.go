@@ -57,20 +57,10 @@ func NewVerifier(trusted []*keys.Verifier, opts ...Option) (*Verifier, error) {
 // grant is an [*Error]; any other error (a cancelled ctx, a zero now) is not
 // about the grant. See the package documentation for what is checked.
 func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (*Grant, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("grant: verify: %w", err)
-	}
 	if now.IsZero() {
 		return nil, errors.New("grant: verify: zero time")
 	}
-	if len(envelope) > MaxEnvelopeSize {
-		return nil, Refuse(CodeMalformed, "envelope is %d bytes, more than the limit of %d", len(envelope), MaxEnvelopeSize)
-	}
-	env, err := decodeEnvelope(envelope)
-	if err != nil {
-		return nil, err
-	}
-	issuer, err := v.verifySignatures(ctx, env)
+	env, issuer, err := v.open(ctx, envelope)
 	if err != nil {
 		return nil, err
 	}
@@ -85,20 +75,55 @@ func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (
 	if sub.Name != "phase/"+name {
 		return nil, Refuse(CodeMalformed, "subject name %q is not %q", sub.Name, "phase/"+name)
 	}
-	if now.Add(v.skew).Before(p.NotBefore) {
-		return nil, Refuse(CodeNotYetValid, "grant %s is valid from %s, now is %s", p.ID, p.NotBefore.Format(timeFormat), now.Format(timeFormat))
+	if err := v.checkWindow(p.ID, p.NotBefore, p.Expires, now); err != nil {
+		return nil, err
 	}
-	if !now.Add(-v.skew).Before(p.Expires) {
-		return nil, Refuse(CodeExpired, "grant %s expired at %s, now is %s", p.ID, p.Expires.Format(timeFormat), now.Format(timeFormat))
-	}
-	sum := sha256.Sum256(envelope)
 	return &Grant{
 		Predicate:      *p,
 		SubjectName:    sub.Name,
 		SubjectDigest:  digestPrefix + sub.Digest["sha256"],
 		IssuerKeyID:    issuer,
-		EnvelopeDigest: digestPrefix + hex.EncodeToString(sum[:]),
+		EnvelopeDigest: envelopeDigest(envelope),
 	}, nil
+}
+
+// open checks what every grant verification checks first: a live ctx, the
+// envelope's size and strict form, and its signatures. It returns the
+// decoded envelope and the key ID of the trusted issuer that signed it.
+func (v *Verifier) open(ctx context.Context, envelope []byte) (*cdsse.Envelope, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", fmt.Errorf("grant: verify: %w", err)
+	}
+	if len(envelope) > MaxEnvelopeSize {
+		return nil, "", Refuse(CodeMalformed, "envelope is %d bytes, more than the limit of %d", len(envelope), MaxEnvelopeSize)
+	}
+	env, err := decodeEnvelope(envelope)
+	if err != nil {
+		return nil, "", err
+	}
+	issuer, err := v.verifySignatures(ctx, env)
+	if err != nil {
+		return nil, "", err
+	}
+	return env, issuer, nil
+}
+
+// checkWindow refuses grant id unless notBefore <= now < expires, within
+// the verifier's clock skew.
+func (v *Verifier) checkWindow(id string, notBefore, expires, now time.Time) error {
+	if now.Add(v.skew).Before(notBefore) {
+		return Refuse(CodeNotYetValid, "grant %s is valid from %s, now is %s", id, notBefore.Format(timeFormat), now.Format(timeFormat))
+	}
+	if !now.Add(-v.skew).Before(expires) {
+		return Refuse(CodeExpired, "grant %s expired at %s, now is %s", id, expires.Format(timeFormat), now.Format(timeFormat))
+	}
+	return nil
+}
+
+// envelopeDigest is "sha256:<hex>" of the raw envelope bytes.
+func envelopeDigest(envelope []byte) string {
+	sum := sha256.Sum256(envelope)
+	return digestPrefix + hex.EncodeToString(sum[:])
 }
 
 // verifySignatures checks the envelope's signatures against the trusted keys

@@ -49,19 +49,25 @@ type subject = cdsse.Subject
 // encodeStatement returns the canonical statement of p about the phase
 // named name.
 func encodeStatement(p *Predicate, name string) ([]byte, error) {
-	pred, err := cdsse.CanonicalJSON(p)
+	return encodeStatementOf(p, predicate.Grant, "phase/"+name, p.Phase)
+}
+
+// encodeStatementOf returns the canonical statement of type predicateType
+// of pred with one subject: subjectName and the SHA-256 of content.
+func encodeStatementOf(pred any, predicateType, subjectName string, content []byte) ([]byte, error) {
+	raw, err := cdsse.CanonicalJSON(pred)
 	if err != nil {
 		return nil, fmt.Errorf("encode predicate: %w", err)
 	}
-	sum := sha256.Sum256(p.Phase)
+	sum := sha256.Sum256(content)
 	st := statement{
 		Type: intoto.StatementTypeUri,
 		Subject: []subject{{
-			Name:   "phase/" + name,
+			Name:   subjectName,
 			Digest: map[string]string{"sha256": hex.EncodeToString(sum[:])},
 		}},
-		PredicateType: predicate.Grant,
-		Predicate:     pred,
+		PredicateType: predicateType,
+		Predicate:     raw,
 	}
 	out, err := cdsse.CanonicalJSON(&st)
 	if err != nil {
@@ -73,20 +79,47 @@ func encodeStatement(p *Predicate, name string) ([]byte, error) {
 // decodeStatement decodes a grant statement strictly and checks that its
 // subject is the phase it carries. It does not validate the predicate.
 func decodeStatement(payload []byte) (*Predicate, *subject, error) {
+	return withSubject(decodeStatementOf[Predicate], payload, predicate.Grant, "phase", phaseOf)
+}
+
+func decodeStatementExplained(payload []byte) (*Predicate, *subject, error) {
+	return withSubject(decodeStatementExplainedOf[Predicate], payload, predicate.Grant, "phase", phaseOf)
+}
+
+func phaseOf(p *Predicate) []byte { return p.Phase }
+
+// withSubject decodes payload as a statement of predicateType with decode
+// and checks that its one subject is the SHA-256 of the document, named
+// what, that content returns of its predicate.
+func withSubject[P any](decode func([]byte, string) (*P, *subject, error), payload []byte, predicateType, what string, content func(*P) []byte) (*P, *subject, error) {
+	p, sub, err := decode(payload, predicateType)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkSubject(sub, content(p), what); err != nil {
+		return nil, nil, err
+	}
+	return p, sub, nil
+}
+
+// decodeStatementOf decodes a statement of predicateType with exactly one
+// subject and a predicate P, in the canonical form only. It checks neither
+// the subject nor the predicate.
+func decodeStatementOf[P any](payload []byte, predicateType string) (*P, *subject, error) {
 	// Fast path for a well-formed grant: one strict decode with the
 	// predicate typed and one canonical encode, where the explained path
 	// decodes and re-encodes the predicate separately. Both accept exactly
 	// the same payloads; anything else goes the explained way, which says
 	// what is wrong.
-	var typed cdsse.Statement[Predicate]
+	var typed cdsse.Statement[P]
 	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == intoto.StatementTypeUri &&
-		typed.PredicateType == predicate.Grant && len(typed.Subject) == 1 {
-		return checkSubject(&typed.Predicate, &typed.Subject[0])
+		typed.PredicateType == predicateType && len(typed.Subject) == 1 {
+		return &typed.Predicate, &typed.Subject[0], nil
 	}
-	return decodeStatementExplained(payload)
+	return decodeStatementExplainedOf[P](payload, predicateType)
 }
 
-func decodeStatementExplained(payload []byte) (*Predicate, *subject, error) {
+func decodeStatementExplainedOf[P any](payload []byte, predicateType string) (*P, *subject, error) {
 	var st statement
 	if err := cdsse.StrictUnmarshal(payload, &st); err != nil {
 		return nil, nil, Refuse(CodeMalformed, "statement: %v", err)
@@ -94,13 +127,13 @@ func decodeStatementExplained(payload []byte) (*Predicate, *subject, error) {
 	if st.Type != intoto.StatementTypeUri {
 		return nil, nil, Refuse(CodeMalformed, "statement: _type %q is not %q", cdsse.Clip(st.Type), intoto.StatementTypeUri)
 	}
-	if st.PredicateType != predicate.Grant {
-		return nil, nil, Refuse(CodeMalformed, "statement: predicateType %q is not %q", cdsse.Clip(st.PredicateType), predicate.Grant)
+	if st.PredicateType != predicateType {
+		return nil, nil, Refuse(CodeMalformed, "statement: predicateType %q is not %q", cdsse.Clip(st.PredicateType), predicateType)
 	}
 	if len(st.Subject) != 1 {
 		return nil, nil, Refuse(CodeMalformed, "statement: %d subjects, want exactly 1", len(st.Subject))
 	}
-	var p Predicate
+	var p P
 	if err := cdsse.StrictUnmarshal(st.Predicate, &p); err != nil {
 		return nil, nil, Refuse(CodeMalformed, "statement: predicate: %v", err)
 	}
@@ -118,24 +151,23 @@ func decodeStatementExplained(payload []byte) (*Predicate, *subject, error) {
 	if err != nil || !bytes.Equal(again, payload) {
 		return nil, nil, Refuse(CodeMalformed, "statement is not in canonical form")
 	}
-
-	return checkSubject(&p, &st.Subject[0])
+	return &p, &st.Subject[0], nil
 }
 
-// checkSubject checks a canonical grant's one subject: the sha256 of its
-// phase.
-func checkSubject(p *Predicate, sub *subject) (*Predicate, *subject, error) {
+// checkSubject checks a canonical grant's one subject: the sha256 of
+// content, the embedded document named what.
+func checkSubject(sub *subject, content []byte, what string) error {
 	rd := intoto.ResourceDescriptor{Name: sub.Name, Digest: sub.Digest}
 	if err := rd.Validate(); err != nil {
-		return nil, nil, Refuse(CodeMalformed, "statement: subject: %v", err)
+		return Refuse(CodeMalformed, "statement: subject: %v", err)
 	}
 	h, ok := sub.Digest["sha256"]
 	if len(sub.Digest) != 1 || !ok || !cdsse.IsHex64(h) {
-		return nil, nil, Refuse(CodeMalformed, "statement: subject digest must be exactly one sha256 of 64 lowercase hex digits")
+		return Refuse(CodeMalformed, "statement: subject digest must be exactly one sha256 of 64 lowercase hex digits")
 	}
-	sum := sha256.Sum256(p.Phase)
+	sum := sha256.Sum256(content)
 	if got := hex.EncodeToString(sum[:]); got != h {
-		return nil, nil, Refuse(CodeTampered, "subject digest sha256:%s is not the digest of the phase (sha256:%s)", h, got)
+		return Refuse(CodeTampered, "subject digest sha256:%s is not the digest of the %s (sha256:%s)", h, what, got)
 	}
-	return p, sub, nil
+	return nil
 }

@@ -27,6 +27,15 @@ const (
 	// oci backend) and the digests of the workload's standard streams as
 	// the runner spooled them (streams).
 	ReceiptV2 = Prefix + "receipt/v2"
+	// PackGrant is the predicate type of an operator's pack grant: a
+	// single-use, scoped authorization to bring one admitted pack (a
+	// compose file and its plan) up on one runner against one engine,
+	// signed by the grant issuer.
+	PackGrant = Prefix + "pack-grant/v1"
+	// PackReceipt is the predicate type of a runner's receipt of one pack
+	// operation (up or down): what was realized on the engine by native ID,
+	// or what teardown left, signed by the runner identity key.
+	PackReceipt = Prefix + "pack-receipt/v1"
 	// Qualification is reserved for a statement that a host qualified for a
 	// tier. Nothing produces or accepts it yet.
 	Qualification = Prefix + "qualification/v1"

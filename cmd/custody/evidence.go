@@ -88,63 +88,100 @@ const (
 )
 
 func (a *app) verifyCmd() *cobra.Command {
-	var trustPath, outputs string
+	var trustPath, outputs, composePath string
 	var noOutputs, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "verify RECEIPT.json --trust TRUST.yaml --outputs DIR",
+		Use:   "verify RECEIPT.json --trust TRUST.yaml (--outputs DIR | --compose FILE)",
 		Short: "Verify a receipt: signature, issuer trust, revocation, grant, freshness, tier, retained bytes, exit and cleanup",
-		Args:  cobra.ExactArgs(1),
+		Long: "Verify a phase receipt (with --outputs DIR, its retained output files) or a pack receipt of an up or a down\n" +
+			"(with --compose FILE, the compose file it vouches for), under the same trust file.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, _, err := a.verify(cmd.Context(), args[0], trustPath, outputs, noOutputs)
+			env, err := readReceipt(args[0])
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				if err := writeJSON(a.stdout, res); err != nil {
-					return err
-				}
-			} else {
-				for _, c := range res.Checks {
-					state := "ok"
-					if !c.OK {
-						state = "FAIL"
-					}
-					fmt.Fprintf(a.stdout, "%-16s %-5s %s\n", quote.String(c.Name), state, quote.Message(c.Reason))
-				}
-				fmt.Fprintf(a.stdout, "authentic=%t promotable=%t\n", res.OK, res.Promotable)
+			// Dispatch on the claimed predicate type; the verifier it picks
+			// checks the claim with everything else.
+			if evidence.IsPackReceipt(env) {
+				return a.verifyPack(cmd.Context(), env, trustPath, outputs, composePath, asJSON)
 			}
-			switch {
-			case !res.OK:
-				return &exitError{verifyUnauthentic, errors.New("receipt is not authentic")}
-			case !res.Promotable:
-				return &exitError{verifyAuthentic, errors.New("receipt is authentic but not promotable")}
+			if composePath != "" {
+				return &exitError{verifyUnauthentic, errors.New("--compose applies to pack receipts only; this is not one (a phase receipt checks --outputs DIR)")}
 			}
-			return nil
+			res, _, err := a.verify(cmd.Context(), env, trustPath, outputs, noOutputs)
+			if err != nil {
+				return err
+			}
+			return a.verdict(res, asJSON, res.Checks, "receipt", res.OK, "promotable", res.Promotable)
 		},
 	}
 	cmd.Flags().StringVar(&trustPath, "trust", "", "trust file (runner and issuer keys, freshness, tiers)")
 	cmd.Flags().StringVar(&outputs, "outputs", "", "directory holding the retained outputs to check byte for byte")
 	cmd.Flags().BoolVar(&noOutputs, "no-outputs-unsafe", false, "skip the retained-bytes check (the receipt is then never promotable by this run)")
+	cmd.Flags().StringVar(&composePath, "compose", "", "for a pack receipt: the compose file to check byte for byte against it")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print every check as JSON")
 	_ = cmd.MarkFlagRequired("trust")
 	return cmd
 }
 
-func (a *app) verify(ctx context.Context, receipt, trustPath, outputs string, noOutputs bool) (*evidence.Result, []byte, error) {
-	if outputs == "" && !noOutputs {
-		return nil, nil, &exitError{verifyUnauthentic, errors.New("--outputs DIR is required (or --no-outputs-unsafe)")}
+// verdict prints a verification result res (as JSON, or one line per
+// check and the verdict) and returns its exit: verifyUnauthentic unless
+// authentic, verifyAuthentic unless accepted (the verdict named accept),
+// else nil.
+func (a *app) verdict(res any, asJSON bool, checks []evidence.Check, what string, authentic bool, accept string, accepted bool) error {
+	if asJSON {
+		if err := writeJSON(a.stdout, res); err != nil {
+			return err
+		}
+	} else {
+		for _, c := range checks {
+			state := "ok"
+			if !c.OK {
+				state = "FAIL"
+			}
+			fmt.Fprintf(a.stdout, "%-16s %-5s %s\n", quote.String(c.Name), state, quote.Message(c.Reason))
+		}
+		fmt.Fprintf(a.stdout, "authentic=%t %s=%t\n", authentic, accept, accepted)
 	}
-	env, err := readFile("receipt", receipt, evidence.MaxEnvelopeSize+envelopeSlack)
+	switch {
+	case !authentic:
+		return &exitError{verifyUnauthentic, fmt.Errorf("%s is not authentic", what)}
+	case !accepted:
+		return &exitError{verifyAuthentic, fmt.Errorf("%s is authentic but not %s", what, accept)}
+	}
+	return nil
+}
+
+// readReceipt reads a receipt envelope file.
+func readReceipt(path string) ([]byte, error) {
+	env, err := readFile("receipt", path, evidence.MaxEnvelopeSize+envelopeSlack)
 	if err != nil {
-		return nil, nil, err // exitRefused is verifyUnauthentic: nothing was verified
+		return nil, err // exitRefused is verifyUnauthentic: nothing was verified
 	}
+	return bytes.TrimSpace(env), nil
+}
+
+// loadVerifier loads the trust file and makes its verifier.
+func loadVerifier(trustPath string) (*evidence.Verifier, error) {
 	trust, err := evidence.LoadTrust(trustPath)
 	if err != nil {
-		return nil, nil, &exitError{verifyUnauthentic, err}
+		return nil, &exitError{verifyUnauthentic, err}
 	}
 	v, err := evidence.NewVerifier(trust)
 	if err != nil {
-		return nil, nil, &exitError{verifyUnauthentic, err}
+		return nil, &exitError{verifyUnauthentic, err}
+	}
+	return v, nil
+}
+
+func (a *app) verify(ctx context.Context, env []byte, trustPath, outputs string, noOutputs bool) (*evidence.Result, []byte, error) {
+	if outputs == "" && !noOutputs {
+		return nil, nil, &exitError{verifyUnauthentic, errors.New("--outputs DIR is required (or --no-outputs-unsafe)")}
+	}
+	v, err := loadVerifier(trustPath)
+	if err != nil {
+		return nil, nil, err
 	}
 	opt := evidence.WithOutputs(outputs)
 	if noOutputs {
@@ -154,7 +191,6 @@ func (a *app) verify(ctx context.Context, receipt, trustPath, outputs string, no
 	if err != nil {
 		return nil, nil, err
 	}
-	env = bytes.TrimSpace(env)
 	res, err := v.Verify(ctx, env, pol)
 	if err != nil {
 		return nil, nil, &exitError{verifyUnauthentic, err}
@@ -169,7 +205,11 @@ func (a *app) promoteCmd() *cobra.Command {
 		Short: "Verify a receipt and, only if it is promotable, print a signed SLSA VSA v1",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, env, err := a.verify(cmd.Context(), args[0], trustPath, outputs, false)
+			env, err := readReceipt(args[0])
+			if err != nil {
+				return err
+			}
+			res, env, err := a.verify(cmd.Context(), env, trustPath, outputs, false)
 			if err != nil {
 				return err
 			}
