@@ -66,6 +66,10 @@ var credentialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 func convertSecret(name string, s types.SecretConfig, content string, isFixture bool) (Secret, error) {
 	path := "secrets." + name
+	if isFixture {
+		// takeFixtures put a placeholder environment: in for compose-go.
+		s.Environment = ""
+	}
 	if s.Environment != "" {
 		return Secret{}, &ValueError{Path: path + ".environment", Value: s.Environment,
 			Reason: "a secret is never taken from the caller's environment (P5: ambient membership is never a grant)",
@@ -213,14 +217,14 @@ func convertBuild(path string, b *types.BuildConfig, dir string) (*Build, error)
 	return &Build{Context: filepath.Clean(b.Context), Dockerfile: df, Args: args}, nil
 }
 
-// literalPairs turns a compose mapping into sorted KEY=VALUE pairs. A key
-// without a value means "take it from the caller's environment" in
-// compose; custody refuses that (P5).
+// literalPairs turns a compose mapping into sorted KEY=VALUE pairs. The
+// allowlist already refused keys without a value (literalKV); this is the
+// same refusal should compose-go ever produce one.
 func literalPairs(path string, m types.MappingWithEquals) ([]string, error) {
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if m[k] == nil {
-			return nil, &ValueError{Path: path, Value: k, Reason: "a key without a value is taken from the caller's environment in compose, and packs never are (P5)", Fix: "write " + k + "=<literal value>"}
+			return nil, ambientValue(path, k)
 		}
 		out = append(out, k+"="+*m[k])
 	}

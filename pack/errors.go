@@ -13,6 +13,11 @@ var ErrInvalid = errors.New("pack refused")
 // ErrTooLarge is wrapped when the file, or a count in it, is over a limit.
 var ErrTooLarge = errors.New("pack over a size limit")
 
+// ErrLoaderPanic is wrapped when compose-go panicked on the input. Load
+// refuses the pack instead of crashing; the fuzz target treats it as a bug
+// to fix with an earlier, explicit refusal.
+var ErrLoaderPanic = errors.New("compose-go panicked")
+
 // UnmodelledError is a compose key custody does not model. Custody refuses
 // it rather than dropping it, because compose itself silently drops keys it
 // does not honour (secrets uid/gid/mode outside swarm, compose#9648) and a

@@ -80,6 +80,8 @@ type spec struct {
 	// scalar allows a scalar here; check, if set, vets its text.
 	scalar bool
 	check  func(path, value string) error
+	// notNull refuses a null here.
+	notNull bool
 }
 
 func scalarSpec() *spec { return &spec{scalar: true} }
@@ -89,6 +91,26 @@ func listOrScalar() *spec { return &spec{scalar: true, items: scalarSpec()} }
 
 // kvSpec is a list of "K=V" or a mapping of K to a scalar.
 func kvSpec() *spec { return &spec{items: scalarSpec(), free: scalarSpec()} }
+
+// literalKV is a kvSpec whose every value is written out: compose fills a
+// bare "K" or a "K:" with no value from the caller's environment (or, for
+// build args, silently drops it), and packs are never interpolated (P5).
+func literalKV() *spec {
+	return &spec{
+		items: &spec{scalar: true, check: func(path, v string) error {
+			if !strings.Contains(v, "=") {
+				return ambientValue(path, v)
+			}
+			return nil
+		}},
+		free: &spec{scalar: true, notNull: true},
+	}
+}
+
+func ambientValue(path, key string) error {
+	return &ValueError{Path: path, Value: key, Reason: "a key without a value is taken from the caller's environment in compose, and packs never are (P5)",
+		Fix: "write " + key + "=<literal value>"}
+}
 
 func listOf(item *spec) *spec { return &spec{items: item} }
 
@@ -101,11 +123,11 @@ func topSpec() *spec {
 	service := keysOf(map[string]*spec{
 		"image": s(),
 		"build": {scalar: true, check: noHome, keys: map[string]*spec{
-			"context": {scalar: true, check: noHome}, "dockerfile": s(), "args": kvSpec(),
+			"context": {scalar: true, check: noHome}, "dockerfile": s(), "args": literalKV(),
 		}},
 		"command":     listOrScalar(),
 		"entrypoint":  listOrScalar(),
-		"environment": kvSpec(),
+		"environment": literalKV(),
 		"user":        s(),
 		"working_dir": s(),
 		"hostname":    s(),
@@ -212,9 +234,15 @@ func (w *walker) walk(n *yaml.Node, s *spec, path string, depth int) error {
 			return &ValueError{Path: path, Value: n.Tag, Reason: "custom or non-plain YAML tags (!reset, !override, !!binary, timestamps) are not modelled",
 				Fix: "remove the tag, or quote the value"}
 		}
-		// null is compose's "empty" (volumes: {data: }); compose-go
-		// validates where it is allowed.
+		// null is compose's "empty mapping" (volumes: {data: }). Anywhere
+		// else it is refused: compose-go v2.16.2 panics on some (pid:).
 		if n.Tag == "!!null" {
+			if s.notNull {
+				return ambientValue(path, path[strings.LastIndex(path, ".")+1:])
+			}
+			if s.keys == nil && s.free == nil {
+				return &ValueError{Path: path, Reason: "an empty value is not modelled here", Fix: "write a value, or remove the key"}
+			}
 			return nil
 		}
 		if !s.scalar {
@@ -295,12 +323,12 @@ func noInterpolation(path, v string) error {
 		return nil
 	}
 	var name string
-	_, err := template.Substitute(v, func(k string) (string, bool) {
+	_, err := template.SubstituteWithOptions(v, func(k string) (string, bool) {
 		if name == "" {
 			name = k
 		}
 		return "", false
-	})
+	}, template.WithoutLogging)
 	if name != "" {
 		return &InterpolationError{Path: path, Variable: name}
 	}

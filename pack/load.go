@@ -77,7 +77,7 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 	if err != nil {
 		return nil, err
 	}
-	project, err := loader.LoadWithContext(ctx, types.ConfigDetails{
+	project, err := composeLoad(ctx, types.ConfigDetails{
 		WorkingDir:  dir,
 		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(dir, packFilename), Content: data, Config: model}},
 		Environment: types.Mapping{},
@@ -107,6 +107,18 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 	p.Project = name
 	p.Digest = hex.EncodeToString(sum[:])
 	return p, nil
+}
+
+// composeLoad runs compose-go, turning a panic on hostile input (the
+// fuzzer found one: a null namespace key) into a refusal rather than a
+// crash of the runner that loads the pack.
+func composeLoad(ctx context.Context, details types.ConfigDetails, opts func(*loader.Options)) (project *types.Project, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			project, err = nil, fmt.Errorf("pack: compose-go panicked on this input (%v): %w (%w); simplify the file", r, ErrLoaderPanic, ErrInvalid)
+		}
+	}()
+	return loader.LoadWithContext(ctx, details, opts)
 }
 
 // parseYAML decodes exactly one YAML document whose root is a mapping.
@@ -167,6 +179,8 @@ func countResources(root *yaml.Node) error {
 	return nil
 }
 
+const fixturePlaceholder = "CUSTODY_FIXTURE_NEVER_READ"
+
 // takeFixtures removes secrets' content: from the model and returns it by
 // secret name. The compose-spec schema has content: only for configs, so
 // compose-go would refuse it on a secret; custody models it as literal
@@ -181,12 +195,19 @@ func takeFixtures(model map[string]any) (map[string]string, error) {
 		if !ok {
 			continue
 		}
+		if _, both := m["environment"]; both {
+			return nil, &ValueError{Path: "secrets." + name, Reason: "both content: and environment:", Fix: "use content: alone"}
+		}
 		s, isString := c.(string)
 		if !isString {
 			return nil, &ValueError{Path: "secrets." + name + ".content", Value: fmt.Sprint(c), Reason: "fixture content is a string", Fix: "quote it"}
 		}
 		out[name] = s
+		// compose-go insists on file: or environment:; the placeholder
+		// keeps its consistency checks (a service's use of an undeclared
+		// secret) and is never read: convert takes the fixture instead.
 		delete(m, "content")
+		m["environment"] = fixturePlaceholder
 	}
 	return out, nil
 }

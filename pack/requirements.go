@@ -14,8 +14,11 @@ import (
 // and an open host port is 0 ("127.0.0.1:0->80/tcp").
 func (p Port) String() string {
 	host := strconv.FormatUint(uint64(p.HostPort), 10)
-	if p.HostIP != "" {
-		host = netip.AddrPortFrom(netip.MustParseAddr(p.HostIP), p.HostPort).String()
+	if a, err := netip.ParseAddr(p.HostIP); err == nil {
+		host = netip.AddrPortFrom(a, p.HostPort).String()
+	} else if p.HostIP != "" {
+		// Load never makes one; a hand-built Port still prints.
+		host = p.HostIP + ":" + host
 	}
 	return host + "->" + strconv.FormatUint(uint64(p.ContainerPort), 10) + "/" + p.Protocol
 }
