@@ -453,6 +453,17 @@ func TestLimits(t *testing.T) {
 	if _, err := load(t, b.String()); !errors.Is(err, pack.ErrTooLarge) {
 		t.Errorf("%d services: %v", pack.MaxServices+1, err)
 	}
+	var many strings.Builder
+	many.WriteString(svc("    environment:\n"))
+	for i := range 200 {
+		many.WriteString("      - K" + strings.Repeat("k", i) + "=v\n")
+	}
+	for i := range 40 {
+		many.WriteString("  u" + strings.Repeat("u", i) + ":\n    image: b\n    command: [" + strings.Repeat("x, ", 200) + "x]\n")
+	}
+	if _, err := load(t, many.String()); !errors.Is(err, pack.ErrTooLarge) {
+		t.Errorf("more than 5000 YAML nodes: %v", err)
+	}
 	deep := svc("    labels: " + strings.Repeat("[", 40) + strings.Repeat("]", 40) + "\n")
 	if _, err := load(t, deep); !errors.Is(err, pack.ErrInvalid) {
 		t.Errorf("deep nesting: %v", err)
