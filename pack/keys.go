@@ -80,8 +80,10 @@ type spec struct {
 	// scalar allows a scalar here; check, if set, vets its text.
 	scalar bool
 	check  func(path, value string) error
-	// notNull refuses a null here.
+	// notNull refuses a null here; str refuses a scalar that is not a
+	// string (compose-go v2.16.2 panics on an int secret target).
 	notNull bool
+	str     bool
 }
 
 func scalarSpec() *spec { return &spec{scalar: true} }
@@ -144,8 +146,8 @@ func topSpec() *spec {
 			"tmpfs": keysOf(map[string]*spec{"size": s()}),
 		}}),
 		"tmpfs": listOrScalar(),
-		"secrets": listOf(&spec{scalar: true, keys: map[string]*spec{
-			"source": s(), "target": s(), "uid": s(), "gid": s(), "mode": s(),
+		"secrets": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
+			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
 		}}),
 		"privileged":    s(),
 		"cap_add":       listOf(s()),
@@ -248,6 +250,9 @@ func (w *walker) walk(n *yaml.Node, s *spec, path string, depth int) error {
 		if !s.scalar {
 			return &ValueError{Path: path, Value: n.Value, Reason: "a scalar is not modelled here", Fix: "use the mapping or list form"}
 		}
+		if s.str && n.Tag != "!!str" {
+			return &ValueError{Path: path, Value: n.Value, Reason: "a string is expected here", Fix: "quote the value"}
+		}
 		if err := noInterpolation(path, n.Value); err != nil {
 			return err
 		}
@@ -274,6 +279,9 @@ func (w *walker) walk(n *yaml.Node, s *spec, path string, depth int) error {
 	case yaml.MappingNode:
 		if n.Tag != "!!map" {
 			return &ValueError{Path: path, Value: n.Tag, Reason: "custom YAML tags are not modelled", Fix: "remove the tag"}
+		}
+		if s.keys == nil && s.free == nil {
+			return &ValueError{Path: path, Value: "{...}", Reason: "a mapping is not modelled here", Fix: "use the documented form of this key"}
 		}
 		if len(n.Content)/2 > maxEntries {
 			return fmt.Errorf("pack: %s: %d keys, more than %d: %w (and %w)", path, len(n.Content)/2, maxEntries, ErrTooLarge, ErrInvalid)

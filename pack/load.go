@@ -99,6 +99,9 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if errors.Is(err, ErrLoaderPanic) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("pack: compose-go: %w (%w)", err, ErrInvalid)
 	}
 	sum := sha256.Sum256(data)
@@ -113,7 +116,8 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 
 // composeLoad runs compose-go, turning a panic on hostile input (the
 // fuzzer found one: a null namespace key) into a refusal rather than a
-// crash of the runner that loads the pack.
+// crash of the runner that loads the pack. The walker refuses every input
+// known to panic it before this point.
 func composeLoad(ctx context.Context, details types.ConfigDetails, opts func(*loader.Options)) (project *types.Project, err error) {
 	defer func() {
 		if r := recover(); r != nil {
