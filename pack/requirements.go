@@ -26,8 +26,9 @@ func (p Port) String() string {
 // Requirements is everything the pack asks for, one entry per ask, sorted
 // by service ("" first: the pack as a whole), kind and value, without
 // duplicates. Values are canonical for their kind. Settings that only take
-// authority away (cap_drop, read_only, an internal network) are fields of
-// Service but no requirement.
+// authority away (cap_drop, read_only, an internal network, network_mode
+// none, restart no) are fields of Service but no requirement; every
+// security_opt is one, restrictive or not, so admission rules on each.
 func (p *Pack) Requirements() []Requirement {
 	var rs []Requirement
 	add := func(service string, k Kind, v string) {
