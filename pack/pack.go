@@ -36,8 +36,15 @@ type Service struct {
 	User        string
 	WorkingDir  string
 	Hostname    string
-	// Networks are the pack networks the service joins; empty means the
-	// pack's default network.
+	// Labels are the labels written in the file; none is under
+	// ReservedLabelPrefix (Load refuses those, P4).
+	Labels map[string]string
+	// DependsOn are the services started before this one, sorted (only
+	// compose's service_started condition is modelled).
+	DependsOn []string
+	// Networks are the pack networks the service joins, sorted. compose's
+	// implicit default network is listed as "default"; empty only with a
+	// NetworkMode.
 	Networks []string
 	Ports    []Port
 	Mounts   []Mount
@@ -48,7 +55,8 @@ type Service struct {
 	// "ALL" stays "ALL".
 	CapAdd  []string
 	CapDrop []string
-	// Devices are host device paths as written ("/dev/fuse:/dev/fuse:rwm").
+	// Devices are "host:container:permissions", defaults filled in
+	// ("/dev/fuse:/dev/fuse:rwm"), sorted.
 	Devices []string
 	// NetworkMode, PID, IPC, UTS and Userns are the raw values ("" when
 	// unset): "host", "none", "service:db", "container:x", ...
@@ -57,7 +65,8 @@ type Service struct {
 	IPC         string
 	UTS         string
 	Userns      string
-	// SecurityOpt as written, sorted ("seccomp=unconfined", ...).
+	// SecurityOpt canonical "key=value" (docker's "key:value" rewritten,
+	// bare no-new-privileges as "no-new-privileges=true"), sorted.
 	SecurityOpt []string
 	Sysctls     map[string]string
 	// CgroupParent and Cgroup ("host" or "private") as written.

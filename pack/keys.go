@@ -1,0 +1,347 @@
+package pack
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/compose-spec/compose-go/v2/template"
+	"go.yaml.in/yaml/v3"
+)
+
+// Which compose keys custody models, and which it refuses.
+//
+// Load walks the raw YAML before compose-go sees it and refuses every key
+// that is not listed here with an *UnmodelledError naming its path. It
+// works on the raw mapping, not on compose-go's result, because compose-go
+// itself drops keys it does not honour (compose#9648) and custody must
+// never do that. A modelled key becomes a typed field of Service (and a
+// Requirement where it asks for authority); see Requirements.
+//
+//	level               modelled keys
+//	top level           name (required), services, networks, volumes, secrets
+//	service             image, build, command, entrypoint, environment, user,
+//	                    working_dir, hostname, labels, depends_on, networks,
+//	                    ports, volumes, tmpfs, secrets, privileged, cap_add,
+//	                    cap_drop, devices, network_mode, pid, ipc, uts,
+//	                    userns_mode, security_opt, sysctls, cgroup_parent,
+//	                    cgroup, restart, read_only, stop_signal, mem_limit,
+//	                    cpus, pids_limit, deploy, x-custody-systemd
+//	service.build       context, dockerfile, args
+//	service.deploy      resources.limits.{memory, cpus, pids} only
+//	service.depends_on  a list, or a map of service → {condition:
+//	                    service_started}
+//	service.networks    a list, or a map of network → null (no sub-keys)
+//	service.ports       short syntax without ranges; long: target,
+//	                    published, host_ip, protocol
+//	service.volumes     short syntax; long: type, source, target,
+//	                    read_only, tmpfs.size
+//	service.secrets     short syntax; long: source, target, uid, gid, mode
+//	network             driver (bridge), internal, external
+//	volume              driver (local), external
+//	secret              file, content, x-custody-credential
+//	                    (environment is read only to refuse it, P5)
+//
+// Refused as unmodelled, among everything else, and why:
+//   - include, extends, env_file, label_file: they read other files or the
+//     caller's environment; a pack is one self-contained file.
+//   - profiles: refused rather than ignored, so the services a pack brings
+//     up never depend on flags outside the file.
+//   - version: obsolete; compose ignores it, and custody ignores nothing.
+//   - configs, models, jobs, any x-* except the two above: not modelled yet.
+//   - use_api_socket, volumes_from, external_links, links, container_name,
+//     scale, init, runtime, platform, pull_policy, healthcheck, logging,
+//     ulimits, extra_hosts, dns*, group_add, shm_size, ipc/oom/cpu tuning
+//     (cpu_shares, cpuset, mem_reservation, ...), device_cgroup_rules,
+//     gpus, storage_opt, develop, post_start/pre_stop hooks, provider:
+//     each reaches host state, engine authority or a fixed native name
+//     that custody does not yet check; refusing is the safe default.
+//   - deploy.placement, deploy.replicas, deploy.restart_policy,
+//     deploy.resources.reservations, deploy.resources.limits.devices, ...:
+//     swarm-era settings compose partly drops outside swarm.
+//   - network ipam, driver_opts, name, labels, attachable, enable_ipv6;
+//     volume driver_opts (a local driver_opts bind reaches any host path),
+//     name, labels; secret name, external, driver: backend choices or
+//     host paths custody does not model.
+//   - bind propagation/selinux/create_host_path, volume nocopy/subpath,
+//     consistency, port mode/name/app_protocol, network aliases and
+//     addresses, and depends_on restart/required/other conditions.
+//
+// The YAML itself is held to a plain subset: one document, no anchors,
+// aliases, merge keys (<<) or custom tags (!reset, !override), string keys,
+// and no duplicate keys; see the limits in load.go.
+type spec struct {
+	// keys lists the allowed keys of a mapping; free allows any key and
+	// checks each value against it.
+	keys map[string]*spec
+	free *spec
+	// items is the spec of a sequence's items.
+	items *spec
+	// scalar allows a scalar here; check, if set, vets its text.
+	scalar bool
+	check  func(path, value string) error
+	// notNull refuses a null here; str refuses a scalar that is not a
+	// string (compose-go v2.16.2 panics on an int secret target).
+	notNull bool
+	str     bool
+}
+
+func scalarSpec() *spec { return &spec{scalar: true} }
+
+// listOrScalar is a scalar or a sequence of scalars (command, tmpfs, ...).
+func listOrScalar() *spec { return &spec{scalar: true, items: scalarSpec()} }
+
+// kvSpec is a list of "K=V" or a mapping of K to a scalar.
+func kvSpec() *spec { return &spec{items: scalarSpec(), free: scalarSpec()} }
+
+// literalKV is a kvSpec whose every value is written out: compose fills a
+// bare "K" or a "K:" with no value from the caller's environment (or, for
+// build args, silently drops it), and packs are never interpolated (P5).
+func literalKV() *spec {
+	return &spec{
+		items: &spec{scalar: true, check: func(path, v string) error {
+			if !strings.Contains(v, "=") {
+				return ambientValue(path, v)
+			}
+			return nil
+		}},
+		free: &spec{scalar: true, notNull: true},
+	}
+}
+
+func ambientValue(path, key string) error {
+	return &ValueError{Path: path, Value: key, Reason: "a key without a value is taken from the caller's environment in compose, and packs never are (P5)",
+		Fix: "write " + key + "=<literal value>"}
+}
+
+func listOf(item *spec) *spec { return &spec{items: item} }
+
+func keysOf(keys map[string]*spec) *spec { return &spec{keys: keys} }
+
+// topSpec is the whole allowlist. It is built per call: specs are small and
+// a package-level mutable map would be global state.
+func topSpec() *spec {
+	s := scalarSpec
+	service := keysOf(map[string]*spec{
+		"image": s(),
+		"build": {scalar: true, check: noHome, keys: map[string]*spec{
+			"context": {scalar: true, check: noHome}, "dockerfile": s(), "args": literalKV(),
+		}},
+		"command":     listOrScalar(),
+		"entrypoint":  listOrScalar(),
+		"environment": literalKV(),
+		"user":        s(),
+		"working_dir": s(),
+		"hostname":    s(),
+		"labels":      kvSpec(),
+		"depends_on": {items: s(), free: keysOf(map[string]*spec{
+			"condition": s(),
+		})},
+		"networks": {items: s(), free: keysOf(map[string]*spec{})},
+		"ports": listOf(&spec{scalar: true, check: noPortRange, keys: map[string]*spec{
+			"target": s(), "published": {scalar: true, check: noPortRange}, "host_ip": s(), "protocol": s(),
+		}}),
+		"volumes": listOf(&spec{scalar: true, check: noHome, keys: map[string]*spec{
+			"type": s(), "source": {scalar: true, check: noHome}, "target": s(), "read_only": s(),
+			"tmpfs": keysOf(map[string]*spec{"size": s()}),
+		}}),
+		"tmpfs": listOrScalar(),
+		"secrets": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
+			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
+		}}),
+		"privileged":    s(),
+		"cap_add":       listOf(s()),
+		"cap_drop":      listOf(s()),
+		"devices":       listOf(s()),
+		"network_mode":  s(),
+		"pid":           s(),
+		"ipc":           s(),
+		"uts":           s(),
+		"userns_mode":   s(),
+		"security_opt":  listOf(s()),
+		"sysctls":       kvSpec(),
+		"cgroup_parent": s(),
+		"cgroup":        s(),
+		"restart":       s(),
+		"read_only":     s(),
+		"stop_signal":   s(),
+		"mem_limit":     s(),
+		"cpus":          s(),
+		"pids_limit":    s(),
+		"deploy": keysOf(map[string]*spec{
+			"resources": keysOf(map[string]*spec{
+				"limits": keysOf(map[string]*spec{"memory": s(), "cpus": s(), "pids": s()}),
+			}),
+		}),
+		extSystemd: s(),
+	})
+	return keysOf(map[string]*spec{
+		"name":     s(),
+		"services": {free: service},
+		"networks": {free: keysOf(map[string]*spec{"driver": s(), "internal": s(), "external": s()})},
+		"volumes":  {free: keysOf(map[string]*spec{"driver": s(), "external": s()})},
+		"secrets": {free: keysOf(map[string]*spec{
+			"file": {scalar: true, check: noHome}, "content": s(), "environment": s(), extCredential: s(),
+		})},
+	})
+}
+
+const (
+	extSystemd    = "x-custody-systemd"
+	extCredential = "x-custody-credential"
+)
+
+// noHome refuses a leading ~: compose-go expands it from the process's
+// home directory, which is ambient state, not pack content.
+func noHome(path, v string) error {
+	if strings.HasPrefix(v, "~") {
+		return &ValueError{Path: path, Value: v, Reason: "a path starting with ~ is expanded from the caller's home directory (ambient state, P5)",
+			Fix: "write a path relative to the pack's directory, or an absolute path"}
+	}
+	return nil
+}
+
+// noPortRange refuses ranges: compose-go expands "1-65535" into one entry
+// per port, an unbounded blow-up of one short line, and custody models one
+// requirement per port.
+func noPortRange(path, v string) error {
+	if strings.Contains(v, "-") {
+		return &ValueError{Path: path, Value: v, Reason: "port ranges are not modelled",
+			Fix: "list each published port on its own"}
+	}
+	return nil
+}
+
+// walker checks one document's nodes against the allowlist and the YAML
+// subset, and counts them.
+type walker struct {
+	nodes int
+}
+
+func (w *walker) walk(n *yaml.Node, s *spec, path string, depth int) error {
+	w.nodes++
+	if w.nodes > maxNodes {
+		return fmt.Errorf("pack: more than %d YAML nodes: %w (and %w)", maxNodes, ErrTooLarge, ErrInvalid)
+	}
+	if depth > maxDepth {
+		return fmt.Errorf("pack: %s: nested deeper than %d: %w (and %w)", path, maxDepth, ErrTooLarge, ErrInvalid)
+	}
+	if n.Anchor != "" || n.Kind == yaml.AliasNode {
+		return &ValueError{Path: path, Value: "&" + n.Anchor, Reason: "YAML anchors and aliases are not modelled (they hide what a key holds and can expand without bound)",
+			Fix: "write each value out in full"}
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if !plainTag(n.Tag) {
+			return &ValueError{Path: path, Value: n.Tag, Reason: "custom or non-plain YAML tags (!reset, !override, !!binary, timestamps) are not modelled",
+				Fix: "remove the tag, or quote the value"}
+		}
+		// null is compose's "empty mapping" (volumes: {data: }). Anywhere
+		// else it is refused: compose-go v2.16.2 panics on some (pid:).
+		if n.Tag == "!!null" {
+			if s.notNull {
+				return ambientValue(path, path[strings.LastIndex(path, ".")+1:])
+			}
+			if s.keys == nil && s.free == nil {
+				return &ValueError{Path: path, Reason: "an empty value is not modelled here", Fix: "write a value, or remove the key"}
+			}
+			return nil
+		}
+		if !s.scalar {
+			return &ValueError{Path: path, Value: n.Value, Reason: "a scalar is not modelled here", Fix: "use the mapping or list form"}
+		}
+		if s.str && n.Tag != "!!str" {
+			return &ValueError{Path: path, Value: n.Value, Reason: "a string is expected here", Fix: "quote the value"}
+		}
+		if err := noInterpolation(path, n.Value); err != nil {
+			return err
+		}
+		if s.check != nil {
+			return s.check(path, n.Value)
+		}
+		return nil
+	case yaml.SequenceNode:
+		if n.Tag != "!!seq" {
+			return &ValueError{Path: path, Value: n.Tag, Reason: "custom YAML tags are not modelled", Fix: "remove the tag"}
+		}
+		if s.items == nil {
+			return &ValueError{Path: path, Value: "[...]", Reason: "a list is not modelled here", Fix: "use the documented form of this key"}
+		}
+		if len(n.Content) > maxEntries {
+			return fmt.Errorf("pack: %s: %d entries, more than %d: %w (and %w)", path, len(n.Content), maxEntries, ErrTooLarge, ErrInvalid)
+		}
+		for i, c := range n.Content {
+			if err := w.walk(c, s.items, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	case yaml.MappingNode:
+		if n.Tag != "!!map" {
+			return &ValueError{Path: path, Value: n.Tag, Reason: "custom YAML tags are not modelled", Fix: "remove the tag"}
+		}
+		if s.keys == nil && s.free == nil {
+			return &ValueError{Path: path, Value: "{...}", Reason: "a mapping is not modelled here", Fix: "use the documented form of this key"}
+		}
+		if len(n.Content)/2 > maxEntries {
+			return fmt.Errorf("pack: %s: %d keys, more than %d: %w (and %w)", path, len(n.Content)/2, maxEntries, ErrTooLarge, ErrInvalid)
+		}
+		seen := make(map[string]bool, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			w.nodes++
+			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" || k.Anchor != "" {
+				if k.Tag == "!!merge" {
+					return &ValueError{Path: path, Value: "<<", Reason: "YAML merge keys are not modelled", Fix: "write each key out in full"}
+				}
+				return &ValueError{Path: path, Value: k.Value, Reason: "a mapping key must be a plain string", Fix: "quote the key"}
+			}
+			if seen[k.Value] {
+				return &ValueError{Path: path, Value: k.Value, Reason: "duplicate key", Fix: "write each key once"}
+			}
+			seen[k.Value] = true
+			child := s.free
+			if s.keys != nil {
+				child = s.keys[k.Value]
+			}
+			if child == nil {
+				return &UnmodelledError{Path: path, Key: k.Value}
+			}
+			if err := w.walk(v, child, join(path, k.Value), depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		return &ValueError{Path: path, Value: n.Value, Reason: "unexpected YAML node", Fix: "write a plain compose file"}
+	}
+}
+
+// plainTag reports a core-schema scalar tag that decodes to a string,
+// number, bool or null.
+func plainTag(tag string) bool {
+	return slices.Contains([]string{"!!str", "!!int", "!!float", "!!bool", "!!null"}, tag)
+}
+
+// noInterpolation refuses any variable reference, using compose-go's own
+// template syntax so that what is refused is exactly what compose would
+// have substituted. "$$" (a literal $) needs no lookup and passes.
+func noInterpolation(path, v string) error {
+	if !strings.Contains(v, "$") {
+		return nil
+	}
+	var name string
+	_, err := template.SubstituteWithOptions(v, func(k string) (string, bool) {
+		if name == "" {
+			name = k
+		}
+		return "", false
+	}, template.WithoutLogging)
+	if name != "" {
+		return &InterpolationError{Path: path, Variable: name}
+	}
+	if err != nil {
+		return &InterpolationError{Path: path}
+	}
+	return nil
+}

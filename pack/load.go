@@ -1,0 +1,219 @@
+package pack
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	"go.yaml.in/yaml/v3"
+)
+
+// Limits on untrusted input. They are far above a real scenario pack (the
+// issue's reference pack has five services) and far below what would make
+// loading slow.
+const (
+	// MaxBytes caps the file.
+	MaxBytes = 1 << 20
+	// maxNodes caps YAML nodes (keys and values); maxDepth their nesting;
+	// maxEntries any one list or mapping. compose-go's cost grows with
+	// nodes (about 0.2 ms each measured here under load), so the cap keeps
+	// a worst-case file near a second; a five-service pack has ~200.
+	maxNodes   = 5_000
+	maxDepth   = 16
+	maxEntries = 256
+	// MaxServices caps services; networks, volumes and secrets share
+	// MaxResources each.
+	MaxServices  = 64
+	MaxResources = 64
+)
+
+// packFilename labels the file in compose-go's messages. compose-go is
+// handed the decoded model and never reads it (nor any other file).
+const packFilename = "pack.compose.yaml"
+
+// Load parses one compose file as a pack. dir is the pack's directory: the
+// absolute path relative binds and build contexts are resolved against
+// (never the process's working directory). Load reads no file and no
+// environment variable: there is no .env loading, no env_file, no include
+// or extends, and no interpolation; a ${VAR} is refused with the key path
+// that holds it (P5). Profiles are refused, not ignored, so what comes up
+// never depends on flags outside the file. Every key custody does not model
+// is refused (see the table in keys.go). Every error wraps ErrInvalid.
+func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(data) > MaxBytes {
+		return nil, fmt.Errorf("pack: file is %d bytes, more than %d: %w (and %w); split the scenario", len(data), MaxBytes, ErrTooLarge, ErrInvalid)
+	}
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return nil, fmt.Errorf("pack: directory %q is not a clean absolute path: %w; pass the pack file's directory as an absolute path", dir, ErrInvalid)
+	}
+	root, err := parseYAML(data)
+	if err != nil {
+		return nil, err
+	}
+	w := walker{}
+	if err := w.walk(root, topSpec(), "", 0); err != nil {
+		return nil, err
+	}
+	name, err := projectName(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := countResources(root); err != nil {
+		return nil, err
+	}
+	var model map[string]any
+	if err := root.Decode(&model); err != nil {
+		return nil, fmt.Errorf("pack: decoding: %w (%w)", err, ErrInvalid)
+	}
+	fixtures, err := takeFixtures(model)
+	if err != nil {
+		return nil, err
+	}
+	project, err := composeLoad(ctx, types.ConfigDetails{
+		WorkingDir:  dir,
+		ConfigFiles: []types.ConfigFile{{Filename: filepath.Join(dir, packFilename), Content: data, Config: model}},
+		Environment: types.Mapping{},
+	}, func(o *loader.Options) {
+		o.SetProjectName(name, true)
+		o.SkipInclude = true
+		o.SkipExtends = true
+		o.SkipResolveEnvironment = true
+		o.SkipResolveLabels = true
+		o.ResolvePaths = true
+		// Interpolation stays on only so that $$ becomes $; every
+		// variable was refused above, and no lookup may ever find one.
+		o.SkipInterpolation = false
+		o.Interpolate.LookupValue = func(string) (string, bool) { return "", false }
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrLoaderPanic) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("pack: compose-go: %w (%w)", err, ErrInvalid)
+	}
+	sum := sha256.Sum256(data)
+	p, err := convert(project, dir, fixtures)
+	if err != nil {
+		return nil, err
+	}
+	p.Project = name
+	p.Digest = hex.EncodeToString(sum[:])
+	return p, nil
+}
+
+// composeLoad runs compose-go, turning a panic on hostile input (the
+// fuzzer found one: a null namespace key) into a refusal rather than a
+// crash of the runner that loads the pack. The walker refuses every input
+// known to panic it before this point.
+func composeLoad(ctx context.Context, details types.ConfigDetails, opts func(*loader.Options)) (project *types.Project, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			project, err = nil, fmt.Errorf("pack: compose-go panicked on this input (%v): %w (%w); simplify the file", r, ErrLoaderPanic, ErrInvalid)
+		}
+	}()
+	return loader.LoadWithContext(ctx, details, opts)
+}
+
+// parseYAML decodes exactly one YAML document whose root is a mapping.
+func parseYAML(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("pack: empty file: %w", ErrInvalid)
+		}
+		return nil, fmt.Errorf("pack: YAML: %w (%w)", err, ErrInvalid)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("pack: more than one YAML document (compose would merge them): %w; write one document", ErrInvalid)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("pack: the top level must be a mapping: %w", ErrInvalid)
+	}
+	return doc.Content[0], nil
+}
+
+// topValue is the value node of a top-level key, or nil.
+func topValue(root *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == key {
+			return root.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// projectName is the required top-level name:. Custody never derives it
+// from the directory or COMPOSE_PROJECT_NAME: those are not pack content.
+func projectName(root *yaml.Node) (string, error) {
+	n := topValue(root, "name")
+	if n == nil || n.Kind != yaml.ScalarNode || n.Tag != "!!str" || n.Value == "" {
+		return "", &ValueError{Path: "name", Reason: "a pack needs a top-level project name, and custody never derives one from the directory or the environment",
+			Fix: "add name: <lowercase letters, digits, - or _> at the top level"}
+	}
+	if loader.NormalizeProjectName(n.Value) != n.Value {
+		return "", &ValueError{Path: "name", Value: n.Value, Reason: "not a valid compose project name",
+			Fix: "use lowercase letters, digits, dashes and underscores, starting with a letter or digit"}
+	}
+	return n.Value, nil
+}
+
+func countResources(root *yaml.Node) error {
+	for _, key := range []string{"services", "networks", "volumes", "secrets"} {
+		limit := MaxResources
+		if key == "services" {
+			limit = MaxServices
+		}
+		if n := topValue(root, key); n != nil && len(n.Content)/2 > limit {
+			return fmt.Errorf("pack: %s: %d entries, more than %d: %w (and %w)", key, len(n.Content)/2, limit, ErrTooLarge, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+const fixturePlaceholder = "CUSTODY_FIXTURE_NEVER_READ"
+
+// takeFixtures removes secrets' content: from the model and returns it by
+// secret name. The compose-spec schema has content: only for configs, so
+// compose-go would refuse it on a secret; custody models it as literal
+// fixture content (P5: pack content, not a credential). A pack using it is
+// a custody pack, not one docker compose accepts.
+func takeFixtures(model map[string]any) (map[string]string, error) {
+	secrets, _ := model["secrets"].(map[string]any)
+	out := map[string]string{}
+	for name, v := range secrets {
+		m, _ := v.(map[string]any)
+		c, ok := m["content"]
+		if !ok {
+			continue
+		}
+		if _, both := m["environment"]; both {
+			return nil, &ValueError{Path: "secrets." + name, Reason: "both content: and environment:", Fix: "use content: alone"}
+		}
+		s, isString := c.(string)
+		if !isString {
+			return nil, &ValueError{Path: "secrets." + name + ".content", Value: fmt.Sprint(c), Reason: "fixture content is a string", Fix: "quote it"}
+		}
+		out[name] = s
+		// compose-go insists on file: or environment:; the placeholder
+		// keeps its consistency checks (a service's use of an undeclared
+		// secret) and is never read: convert takes the fixture instead.
+		delete(m, "content")
+		m["environment"] = fixturePlaceholder
+	}
+	return out, nil
+}
