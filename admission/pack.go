@@ -107,6 +107,10 @@ type PlanService struct {
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
 	Resources    PlanResources `json:"resources"`
+	// Labels are the pack's own labels, none under custody's reserved
+	// prefix; DependsOn are the services started first.
+	Labels    map[string]string `json:"labels,omitempty"`
+	DependsOn []string          `json:"dependsOn,omitempty"`
 }
 
 // PlanBuild is an admitted build: section.
@@ -329,7 +333,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
 		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent",
-		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal"},
+		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
 	reflect.TypeFor[pack.Mount]():     {"Type", "Source", "Target", "ReadOnly", "TmpfsBytes"},
@@ -396,6 +400,8 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.SecurityOpt = a.securityOpts(w, s)
 	ps.Sysctls = a.sysctls(w, s)
 	a.misc(w, s)
+	ps.Labels = a.labels(w, s)
+	ps.DependsOn = a.dependsOn(w, s)
 	ps.Networks = a.serviceNetworks(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
@@ -654,6 +660,65 @@ func (a *packAdmitter) misc(w string, s *pack.Service) {
 		a.add(Check{Requirement: w + ".user", Verdict: Granted, Code: "container-user",
 			Detail: fmt.Sprintf("runs as %q inside the container (userns-remap=%v, rootless=%v)", s.User, a.facts.Engine.UsernsRemap, a.facts.Engine.Rootless)})
 	}
+}
+
+// labels admits the pack's labels as content. Custody's prefix is
+// refused: its labels are how ownership is proved (P4).
+func (a *packAdmitter) labels(w string, s *pack.Service) map[string]string {
+	if len(s.Labels) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range s.Labels {
+		if strings.HasPrefix(k, pack.ReservedLabelPrefix) {
+			a.add(Check{Requirement: w + ".labels." + k, Verdict: NotGranted, Code: "reserved-label",
+				Detail: fmt.Sprintf("labels under %s are custody's proof of ownership; a pack may not set them", pack.ReservedLabelPrefix),
+				Fix:    "rename the label"})
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// dependsOn admits the start order: every named service exists, none is
+// the service itself, and the order has no cycle.
+func (a *packAdmitter) dependsOn(w string, s *pack.Service) []string {
+	if len(s.DependsOn) == 0 {
+		return nil
+	}
+	deps := map[string][]string{}
+	for _, o := range a.p.Services {
+		deps[o.Name] = o.DependsOn
+	}
+	var out []string
+	for _, d := range s.DependsOn {
+		if _, ok := deps[d]; !ok || d == s.Name {
+			a.add(Check{Requirement: w + ".depends_on." + d, Verdict: NotGranted, Code: "unknown-dependency",
+				Detail: fmt.Sprintf("depends_on names %q, which is not another service of the pack", d),
+				Fix:    "name a service the pack defines"})
+			continue
+		}
+		out = append(out, d)
+	}
+	// A cycle through s: walk what s needs and look for s itself.
+	seen := map[string]bool{}
+	stack := slices.Clone(out)
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if n == s.Name {
+			a.add(Check{Requirement: w + ".depends_on", Verdict: NotGranted, Code: "dependency-cycle",
+				Detail: "depends_on leads back to the service itself, so no start order exists",
+				Fix:    "break the cycle"})
+			break
+		}
+		if !seen[n] {
+			seen[n] = true
+			stack = append(stack, deps[n]...)
+		}
+	}
+	return out
 }
 
 // daemonSocket admits engine access for the service, reporting it as

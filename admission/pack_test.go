@@ -715,3 +715,29 @@ func TestAdmitPackDockerfileOutsideContext(t *testing.T) {
 		t.Errorf("dockerfile outside: %v", err)
 	}
 }
+
+func TestAdmitPackLabelsAndStartOrder(t *testing.T) {
+	p := basePack()
+	service(p, "web").Labels = map[string]string{"range.role": "target"}
+	service(p, "web").DependsOn = []string{"db"}
+	plan := mustAdmit(t, p, packPolicy(), packFacts())
+	web := plan.Services[1]
+	if web.Labels["range.role"] != "target" || !slices.Equal(web.DependsOn, []string{"db"}) {
+		t.Fatalf("labels and order not carried: %+v", web)
+	}
+	// Custody's prefix, an unknown service, the service itself and a
+	// cycle are each refused.
+	service(p, "web").Labels = map[string]string{"dev.custody.workspace": "0123"}
+	service(p, "web").DependsOn = []string{"cache", "web"}
+	_, err := AdmitPack(p, packPolicy(), packActor, packFacts())
+	if got := refusedCodes(t, err); !slices.Equal(got, []string{"reserved-label", "unknown-dependency", "unknown-dependency"}) {
+		t.Errorf("refusals: %v", got)
+	}
+	service(p, "web").Labels = nil
+	service(p, "web").DependsOn = []string{"db"}
+	service(p, "db").DependsOn = []string{"web"}
+	_, err = AdmitPack(p, packPolicy(), packActor, packFacts())
+	if got := refusedCodes(t, err); !slices.Contains(got, "dependency-cycle") {
+		t.Errorf("cycle admitted: %v", got)
+	}
+}
