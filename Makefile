@@ -25,12 +25,14 @@ deps:
 	fi
 	@command -v $(GO) >/dev/null || { echo "Go is required (expected at /usr/local/go)"; exit 1; }
 
-# The pinned runtime: runc at the version go.mod pins (tool directive),
-# built from the Go module proxy with seccomp support.
+# The pinned runtime: runc at the version tools/runc/go.mod pins (tool
+# directive), in a module of its own so that no dependency of custody's
+# own code can change the runtime binary; built from the Go module proxy
+# with seccomp support.
 runc: bin/runc
-bin/runc: go.mod go.sum | deps
+bin/runc: tools/runc/go.mod tools/runc/go.sum | deps
 	@mkdir -p bin
-	CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o bin/runc github.com/opencontainers/runc
+	cd tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o ../../bin/runc github.com/opencontainers/runc
 	@./bin/runc --version | head -1
 
 build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc bin/custody-gate

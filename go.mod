@@ -2,11 +2,10 @@ module github.com/custody-dev/custody
 
 go 1.26.8
 
-tool github.com/opencontainers/runc
-
 require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/docker/go-units v0.5.0
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/in-toto/attestation v1.2.0
 	github.com/moby/sys/capability v0.5.0
 	github.com/moby/sys/mountinfo v0.7.2
@@ -17,44 +16,23 @@ require (
 	github.com/spf13/cobra v1.10.2
 	go.etcd.io/bbolt v1.5.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/net v0.57.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.11
 )
 
 require (
-	cyphar.com/go-pathrs v0.2.6 // indirect
-	github.com/aperturerobotics/protobuf-go-lite v0.14.0 // indirect
-	github.com/checkpoint-restore/go-criu/v8 v8.3.0 // indirect
-	github.com/cilium/ebpf v0.17.3 // indirect
-	github.com/containerd/console v1.0.5 // indirect
-	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
-	github.com/cyphar/filepath-securejoin v0.7.0 // indirect
 	github.com/distribution/reference v0.5.0 // indirect
 	github.com/docker/go-connections v0.4.0 // indirect
-	github.com/elastic/go-seccomp-bpf v1.6.0 // indirect
 	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
-	github.com/godbus/dbus/v5 v5.2.2 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mattn/go-shellwords v1.0.12 // indirect
-	github.com/moby/sys/user v0.4.0 // indirect
-	github.com/moby/sys/userns v0.2.1 // indirect
-	github.com/mrunalp/fileutils v0.5.1 // indirect
-	github.com/opencontainers/cgroups v0.1.0 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
-	github.com/opencontainers/runc v1.5.3 // indirect
-	github.com/opencontainers/selinux v1.13.1 // indirect
-	github.com/russross/blackfriday/v2 v2.1.0 // indirect
-	github.com/seccomp/libseccomp-golang v0.12.0 // indirect
 	github.com/sirupsen/logrus v1.10.1 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
-	github.com/urfave/cli v1.22.17 // indirect
-	github.com/vishvananda/netlink v1.3.1 // indirect
-	github.com/vishvananda/netns v0.0.5 // indirect
 	github.com/xhit/go-str2duration/v2 v2.1.0 // indirect
 	go.yaml.in/yaml/v4 v4.0.0-rc.4 // indirect
 	golang.org/x/crypto v0.55.0 // indirect
-	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/genproto v0.0.0-20230706204954-ccb25ca9f130 // indirect

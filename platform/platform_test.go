@@ -360,8 +360,8 @@ func TestProbeRuntimePinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The versions pinned in go.mod (github.com/opencontainers/runc and
-	// runtime-spec); the binary must be the one built from that pin.
+	// The versions pinned in tools/runc/go.mod (github.com/opencontainers/runc)
+	// and go.mod (runtime-spec); the binary must be the one built from that pin.
 	if rt.Version != "1.5.3" || rt.Spec != "1.3.0" {
 		t.Errorf("runc %s, spec %s; want the pinned 1.5.3, spec 1.3.0", rt.Version, rt.Spec)
 	}

@@ -27,7 +27,7 @@ if [ -z "$runc" ] && [ "${SMOKE_NO_RUNC:-0}" != 1 ]; then
     if [ ! -x "$runc" ]; then
       echo "smoke: building the pinned runc into $runc" >&2
       mkdir -p "$build/bin"
-      ( cd "$repo" && CGO_ENABLED=1 go build -trimpath -tags seccomp -o "$runc" github.com/opencontainers/runc )
+      ( cd "$repo/tools/runc" && CGO_ENABLED=1 go build -trimpath -tags seccomp -o "$runc" github.com/opencontainers/runc )
     fi
   fi
 fi
