@@ -74,7 +74,7 @@ func Shared(t testing.TB) *Daemon {
 	d := shared.d
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("isolated dockerd in %s (netns %s):\n%s", d.Dir, d.Netns, d.LogTail(60))
+			t.Logf("isolated dockerd in %s (netns %s):\n%s", d.Dir, d.Netns, d.LogTail(30))
 		}
 	})
 	return d
