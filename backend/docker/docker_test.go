@@ -22,6 +22,7 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/internal/randid"
 )
 
 func TestMain(m *testing.M) { os.Exit(dockertest.Main(m)) }
@@ -145,6 +146,7 @@ func TestOpenNeedsAnExplicitHost(t *testing.T) {
 // The profile as the daemon reports it, with the egress proof, and no
 // probe object left behind.
 func TestProbe(t *testing.T) {
+	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
 	ctx := testCtx(t)
 	start := time.Now()
@@ -171,17 +173,28 @@ func TestProbe(t *testing.T) {
 	if !e.InternalBlocksEgress {
 		t.Errorf("InternalBlocksEgress false on a daemon that isolates internal networks: %v", e.Notes)
 	}
-	noProbeResidue(t, d)
+	noProbeResidue(t, d, e.Notes)
 }
 
-func noProbeResidue(t *testing.T, d *Docker) {
+// noProbeResidue checks that nothing of the probe that wrote notes is left
+// (other probes may run beside it).
+func noProbeResidue(t *testing.T, d *Docker, notes []string) {
 	t.Helper()
+	nonce := ""
+	for _, n := range notes {
+		if _, v, ok := strings.Cut(n, LabelProbe+"="); ok {
+			nonce = v
+		}
+	}
+	if nonce == "" {
+		t.Fatalf("no probe nonce in the notes %v", notes)
+	}
 	fs, err := d.Foreign(context.Background(), func(string, string) bool { return false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range fs {
-		if r.Identity[LabelProbe] != "" || strings.HasPrefix(r.Name, "custody-probe-") {
+		if r.Identity[LabelProbe] == nonce || strings.HasPrefix(r.Name, "custody-probe-"+nonce) {
 			t.Errorf("probe left %s %s", r.Kind, r.Name)
 		}
 	}
@@ -190,8 +203,9 @@ func noProbeResidue(t *testing.T, d *Docker) {
 // Legit: the peer on the internal network answers. Refusal: the world
 // container, the gateway and the host's other address do not.
 func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
+	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
-	p, err := d.proveInternal(testCtx(t), dt.Image, InternalNetworkOptions())
+	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, InternalNetworkOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +226,9 @@ func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
 // A plain internal network leaves the daemon's host reachable at the
 // gateway on dockerd 20.10: the proof must fail there, or it proves nothing.
 func TestPlainInternalReachesTheHost(t *testing.T) {
+	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
-	p, err := d.proveInternal(testCtx(t), dt.Image, nil)
+	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,6 +258,7 @@ func TestProbeWithoutImageProvesNothing(t *testing.T) {
 // A probe whose deadline passes mid-proof returns, reports no proof, and
 // still removes everything it made.
 func TestProbeTimeoutNeverHangs(t *testing.T) {
+	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
 	start := time.Now()
 	e, err := d.Probe(context.Background(), ProbeOptions{Image: dt.Image, Timeout: 1500 * time.Millisecond})
@@ -250,12 +266,20 @@ func TestProbeTimeoutNeverHangs(t *testing.T) {
 	if took > 40*time.Second {
 		t.Fatalf("probe with a 1.5 s timeout took %v", took)
 	}
-	if err == nil && e.InternalBlocksEgress {
+	switch {
+	case e == nil:
+		t.Fatalf("no profile: %v", err)
+	case err == nil && e.InternalBlocksEgress:
 		t.Logf("NOTE: the proof finished within 1.5 s")
-	} else if e != nil && e.InternalBlocksEgress {
+	case err == nil:
+		t.Fatalf("no error and no proof: %v", e.Notes)
+	case !errors.Is(err, context.DeadlineExceeded):
+		t.Fatalf("err %v, want the deadline", err)
+	case e.InternalBlocksEgress:
 		t.Fatalf("InternalBlocksEgress true after an error: %v", err)
 	}
-	noProbeResidue(t, d)
+	t.Logf("err %v; notes %v", err, e.Notes)
+	noProbeResidue(t, d, e.Notes)
 }
 
 // Intent before create, labels on every object, verify by ID, remove,

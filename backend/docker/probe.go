@@ -103,7 +103,9 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 		e.Notes = append(e.Notes, "internal-network egress not proved: no probe image given (ProbeOptions.Image)")
 		return e, nil
 	}
-	proof, err := d.proveInternal(ctx, opts.Image, InternalNetworkOptions())
+	nonce := randid.New(8)
+	e.Notes = append(e.Notes, "egress proof objects are labelled "+LabelProbe+"="+nonce)
+	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions())
 	if proof != nil {
 		e.InternalBlocksEgress = proof.Blocks()
 		e.Notes = append(e.Notes, proof.String())
@@ -113,6 +115,9 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 		e.Notes = append(e.Notes, "internal-network egress not proved: "+err.Error())
 		if errors.Is(err, ErrProbeResidue) {
 			return e, err
+		}
+		if ctx.Err() != nil {
+			return e, fmt.Errorf("probe %s: the egress proof did not finish within %v: %w", d.host, opts.Timeout, ctx.Err())
 		}
 	}
 	return e, nil
@@ -237,10 +242,9 @@ func classify(out, token string) Reach {
 }
 
 // proveInternal runs the egress proof on a fresh internal network made with
-// netOpts. Every object it creates carries LabelProbe and is removed by ID
+// netOpts. Every object is named custody-probe-<nonce>-*, and every object it creates carries LabelProbe and is removed by ID
 // before it returns, also when ctx has ended.
-func (d *Docker) proveInternal(ctx context.Context, image string, netOpts map[string]string) (_ *EgressProof, err error) {
-	nonce := randid.New(8)
+func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts map[string]string) (_ *EgressProof, err error) {
 	token := "custody-probe-" + randid.New(8)
 	labels := map[string]string{LabelProbe: nonce}
 	var containers, networks []string
