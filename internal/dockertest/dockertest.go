@@ -108,6 +108,9 @@ type Daemon struct {
 	// Image is the imported image's ID ("sha256:..."), if Config.Rootfs.
 	Image string
 
+	// cgroups are the cgroup-parent dirs, one per hierarchy.
+	cgroups []string
+
 	dockerd, containerd *exec.Cmd
 	dockerdDone         chan struct{}
 	containerdDone      chan struct{}
@@ -142,6 +145,9 @@ func Start(ctx context.Context, cfg Config) (d *Daemon, err error) {
 	if len(base) > maxDirLen-20 {
 		base = "/tmp"
 	}
+	if err := sweepStale(ctx, base); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp(base, "cdt-")
 	if err != nil {
 		return nil, fmt.Errorf("dockertest: temp dir: %w", err)
@@ -167,6 +173,10 @@ func Start(ctx context.Context, cfg Config) (d *Daemon, err error) {
 			err = fmt.Errorf("%w\n%s", err, log)
 		}
 	}()
+	d.cgroups = cgroupDirs(d.CgroupParent)
+	if err = d.writeOwner(); err != nil {
+		return d, err
+	}
 	if d.Version, err = dockerdVersion(ctx, dockerd); err != nil {
 		return d, err
 	}
@@ -562,12 +572,12 @@ func stopProcess(ctx context.Context, cmd *exec.Cmd, done <-chan struct{}, grace
 	}
 }
 
-// cgroupDirs are the harness's cgroup-parent dirs in every v1 hierarchy
-// and the unified one, relative to this process's own cgroup there (where
-// runc puts a relative parent).
-func (d *Daemon) cgroupDirs() []string {
+// cgroupDirs are a cgroup parent's dirs in every v1 hierarchy and the
+// unified one, relative to this process's own cgroup there (where runc
+// puts a relative parent).
+func cgroupDirs(parent string) []string {
 	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil || d.CgroupParent == "" {
+	if err != nil || parent == "" {
 		return nil
 	}
 	var dirs []string
@@ -587,7 +597,7 @@ func (d *Daemon) cgroupDirs() []string {
 			}
 			root = "/sys/fs/cgroup" // a pure v2 host
 		}
-		dirs = append(dirs, filepath.Join(root, parts[2], d.CgroupParent))
+		dirs = append(dirs, filepath.Join(root, parts[2], parent))
 	}
 	return dirs
 }
@@ -597,7 +607,7 @@ func (d *Daemon) cgroupDirs() []string {
 func (d *Daemon) killCgroupProcs(ctx context.Context) error {
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var pids []int
-		for _, dir := range d.cgroupDirs() {
+		for _, dir := range d.cgroups {
 			_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 				if err != nil || e.Name() != "cgroup.procs" {
 					return nil
@@ -679,7 +689,7 @@ func (d *Daemon) unmountAll() error {
 // empty once every process in them is gone.
 func (d *Daemon) removeCgroups() error {
 	var errs []error
-	for _, dir := range d.cgroupDirs() {
+	for _, dir := range d.cgroups {
 		var sub []string
 		_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 			if err == nil && e.IsDir() {

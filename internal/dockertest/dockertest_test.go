@@ -2,6 +2,7 @@ package dockertest
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,7 +103,7 @@ func TestStopRemovesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidD, pidC := d.dockerd.Process.Pid, d.containerd.Process.Pid
-	dirs := d.cgroupDirs()
+	dirs := d.cgroups
 	if err := d.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +119,52 @@ func TestStopRemovesEverything(t *testing.T) {
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("%s still exists", p)
 		}
+	}
+}
+
+// A harness whose test binary died without Stop (its owner pid is gone)
+// is cleaned by the next Start: daemons, netns, cgroups and dir.
+func TestStartSweepsAStaleHarness(t *testing.T) {
+	Shared(t)
+	if testing.Short() {
+		t.Skip("starts two more daemons")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := Start(ctx, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Stop(context.Background()) })
+	// Pretend its owner died: a pid that no longer runs.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(owner{Pid: dead.Process.Pid, StartTime: "1", Netns: d.Netns, CgroupParent: d.CgroupParent, Cgroups: d.cgroups})
+	if err := os.WriteFile(filepath.Join(d.Dir, ownerFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The shared daemon's dir has a live owner and must survive the sweep.
+	live := Shared(t)
+	d2, err := Start(ctx, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.dockerdDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stale dockerd still runs")
+	}
+	for _, p := range append([]string{d.Dir, "/run/netns/" + d.Netns}, d.cgroups...) {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s survived the sweep", p)
+		}
+	}
+	if _, err := os.Stat(live.Dir); err != nil {
+		t.Fatalf("the sweep removed a live harness: %v", err)
 	}
 }
