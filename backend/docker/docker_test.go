@@ -611,3 +611,83 @@ func TestPackLabelsUnderTheReservedPrefixAreRefused(t *testing.T) {
 		t.Fatal("a guessable workspace id was accepted")
 	}
 }
+
+// Logs, stats, copy, exec, start and inspect act only on a verified
+// recorded container; a record naming a look-alike's ID gets ErrNotOwned
+// and the look-alike sees no exec.
+func TestVerifiedActsOnlyOnOurContainer(t *testing.T) {
+	d, dt := open(t)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	w := workspace(t, d, rec)
+	ours, err := w.CreateContainer(ctx, "svc", &container.Config{Image: dt.Image, Cmd: []string{"sh", "-c", "echo hello; exec sleep 300"}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Remove(context.Background(), ours) })
+	fc, err := d.cli.ContainerCreate(ctx, sleeper(dt), nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.cli.ContainerRemove(context.Background(), fc.ID, container.RemoveOptions{Force: true}) })
+	if err := d.cli.ContainerStart(ctx, fc.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fake := ours
+	fake.Identity = maps.Clone(ours.Identity)
+	fake.Identity[IdentityID] = fc.ID
+
+	acts := map[string]func(r backend.Resource) error{
+		"start": func(r backend.Resource) error { return w.Start(ctx, r) },
+		"inspect": func(r backend.Resource) error {
+			in, err := w.Inspect(ctx, r)
+			if err == nil && in.HostConfig == nil {
+				err = errors.New("no HostConfig read back")
+			}
+			return err
+		},
+		"logs": func(r backend.Resource) error {
+			rc, err := w.Logs(ctx, r, container.LogsOptions{ShowStdout: true})
+			if err == nil {
+				rc.Close()
+			}
+			return err
+		},
+		"stats": func(r backend.Resource) error {
+			s, err := w.Stats(ctx, r)
+			if err == nil {
+				s.Body.Close()
+			}
+			return err
+		},
+		"copy": func(r backend.Resource) error {
+			rc, _, err := w.CopyFrom(ctx, r, "/etc/passwd")
+			if err == nil {
+				rc.Close()
+			}
+			return err
+		},
+		"exec": func(r backend.Resource) error {
+			h, err := w.Exec(ctx, r, container.ExecOptions{Cmd: []string{"true"}, AttachStdout: true})
+			if err == nil {
+				h.Close()
+			}
+			return err
+		},
+	}
+	for _, name := range []string{"start", "inspect", "logs", "stats", "copy", "exec"} {
+		if err := acts[name](ours); err != nil {
+			t.Errorf("%s on our container: %v", name, err)
+		}
+		if err := acts[name](fake); !errors.Is(err, ErrNotOwned) {
+			t.Errorf("%s on a look-alike: %v, want ErrNotOwned", name, err)
+		}
+	}
+	in, err := d.cli.ContainerInspect(ctx, fc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.ExecIDs) != 0 {
+		t.Errorf("the look-alike got execs %v", in.ExecIDs)
+	}
+}
