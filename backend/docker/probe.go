@@ -108,7 +108,7 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions())
 	if proof != nil {
 		e.InternalBlocksEgress = proof.Blocks()
-		e.Notes = append(e.Notes, proof.String())
+		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version))
 	}
 	if err != nil {
 		e.InternalBlocksEgress = false
@@ -182,6 +182,20 @@ func peerPid(ctx context.Context, path string) (int, error) {
 		return 0, fmt.Errorf("%s: the server's pid is not visible from here", path)
 	}
 	return int(cred.Pid), nil
+}
+
+// dnsNote says what the proof does not cover. The embedded resolver
+// forwards names from internal networks to upstream servers from the
+// daemon's host namespace on engines without the fix for CVE-2024-29018
+// (23.0.11, 25.0.5, 26.0.0): a DNS channel out. Debian's busybox nc has no
+// UDP mode, so the probe cannot stand up a world DNS server to prove it
+// either way.
+func dnsNote(version string) string {
+	n := "egress proof covers TCP only: DNS forwarding by the engine's embedded resolver from internal networks is not proved blocked"
+	if major, _, _ := strings.Cut(version, "."); len(major) == 2 && major < "23" {
+		n += "; engine " + version + " predates the upstream fix for CVE-2024-29018 (forwarded from the host's namespace) unless its packager backported it"
+	}
+	return n
 }
 
 // InternalNetworkOptions are the driver options of every internal network
