@@ -691,3 +691,67 @@ func TestVerifiedActsOnlyOnOurContainer(t *testing.T) {
 		t.Errorf("the look-alike got execs %v", in.ExecIDs)
 	}
 }
+
+// A same-named object that appears between the name check and the create
+// (the replacement race) is detected: the create fails, or for a volume
+// the engine hands back the intruder and its labels give it away. The
+// intruder is left alone.
+func TestSameNamedObjectAppearingMidCreate(t *testing.T) {
+	d, dt := open(t)
+	ctx := testCtx(t)
+	w := workspace(t, d, newRecorder())
+	var intruders []func()
+	w.beforeCreate = func(kind, name string) {
+		bg := context.Background()
+		switch kind {
+		case KindNetwork:
+			n, err := d.cli.NetworkCreate(bg, name, network.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			intruders = append(intruders, func() {
+				if !exists(t, d, kind, n.ID) {
+					t.Error("the racing network was removed")
+				}
+				d.cli.NetworkRemove(bg, n.ID)
+			})
+		case KindVolume:
+			v, err := d.cli.VolumeCreate(bg, volume.CreateOptions{Name: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			intruders = append(intruders, func() {
+				if !exists(t, d, kind, v.Name) {
+					t.Error("the racing volume was removed")
+				}
+				d.cli.VolumeRemove(bg, v.Name, false)
+			})
+		case KindContainer:
+			c, err := d.cli.ContainerCreate(bg, sleeper(dt), nil, nil, nil, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			intruders = append(intruders, func() {
+				if !exists(t, d, kind, c.ID) {
+					t.Error("the racing container was removed")
+				}
+				d.cli.ContainerRemove(bg, c.ID, container.RemoveOptions{Force: true})
+			})
+		}
+	}
+	if _, err := w.CreateNetwork(ctx, "raced", NetworkSpec{}); !errors.Is(err, ErrNameTaken) {
+		t.Errorf("network: %v, want ErrNameTaken", err)
+	}
+	if _, err := w.CreateVolume(ctx, "raced"); !errors.Is(err, ErrNameTaken) {
+		t.Errorf("volume: %v, want ErrNameTaken", err)
+	}
+	if _, err := w.CreateContainer(ctx, "raced", sleeper(dt), nil, nil); !errors.Is(err, ErrNameTaken) {
+		t.Errorf("container: %v, want ErrNameTaken", err)
+	}
+	if len(intruders) != 3 {
+		t.Fatalf("%d intruders", len(intruders))
+	}
+	for _, check := range intruders {
+		check()
+	}
+}

@@ -102,6 +102,15 @@ type Workspace struct {
 	d     *Docker
 	owner Owner
 	rec   backend.Recorder
+	// beforeCreate, if set, runs between the name check and the create:
+	// tests put a same-named object there to race the create.
+	beforeCreate func(kind, name string)
+}
+
+func (w *Workspace) raceHook(r backend.Resource) {
+	if w.beforeCreate != nil {
+		w.beforeCreate(r.Kind, r.Name)
+	}
 }
 
 // Workspace returns the primitives for owner's objects, recorded on rec.
@@ -215,6 +224,7 @@ func (w *Workspace) CreateNetwork(ctx context.Context, logical string, spec Netw
 	if spec.Internal {
 		opts.Options = InternalNetworkOptions()
 	}
+	w.raceHook(r)
 	resp, err := w.d.cli.NetworkCreate(ctx, r.Name, opts)
 	if cerrdefs.IsConflict(err) {
 		return r, fmt.Errorf("create network %s: %w: %w", r.Name, ErrNameTaken, err)
@@ -236,6 +246,7 @@ func (w *Workspace) CreateVolume(ctx context.Context, logical string) (backend.R
 	if err := w.nameFree(ctx, r); err != nil {
 		return r, err
 	}
+	w.raceHook(r)
 	v, err := w.d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: r.Name, Driver: "local", Labels: r.Identity})
 	if err != nil {
 		return r, fmt.Errorf("create volume %s: %w", r.Name, err)
@@ -268,6 +279,7 @@ func (w *Workspace) CreateContainer(ctx context.Context, logical string, cfg *co
 		c.Labels = map[string]string{}
 	}
 	maps.Copy(c.Labels, r.Identity)
+	w.raceHook(r)
 	resp, err := w.d.cli.ContainerCreate(ctx, &c, host, nets, nil, r.Name)
 	if cerrdefs.IsConflict(err) {
 		return r, fmt.Errorf("create container %s: %w: %w", r.Name, ErrNameTaken, err)
