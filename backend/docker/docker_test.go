@@ -755,3 +755,63 @@ func TestSameNamedObjectAppearingMidCreate(t *testing.T) {
 		check()
 	}
 }
+
+// Teardown says what it covers: without volumes they stay (and are said
+// to stay); with volumes everything goes; again, it re-confirms.
+func TestTeardownCoversWhatItSays(t *testing.T) {
+	d, dt := open(t)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	w := workspace(t, d, rec)
+	n, err := w.CreateNetwork(ctx, "net", NetworkSpec{Internal: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := w.CreateVolume(ctx, "vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.CreateContainer(ctx, "app", sleeper(dt), &container.HostConfig{NetworkMode: container.NetworkMode(n.Name),
+		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: v.Name, Target: "/v"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	other := workspace(t, d, newRecorder())
+	theirs, err := other.CreateNetwork(ctx, "net", NetworkSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Remove(context.Background(), theirs) })
+	// Volumes first in the list: the order is the teardown's, not the caller's.
+	recorded := []backend.Resource{v, n, c}
+	rep := w.Teardown(ctx, recorded, false)
+	if !rep.Verified || len(rep.Steps) != 3 || !strings.HasPrefix(rep.Steps[2].Detail, "kept") {
+		t.Fatalf("down without volumes: %+v", rep)
+	}
+	if exists(t, d, KindContainer, c.Identity[IdentityID]) || exists(t, d, KindNetwork, n.Identity[IdentityID]) || !exists(t, d, KindVolume, v.Name) {
+		t.Fatal("down without volumes did not remove containers and networks, or removed the volume")
+	}
+	for i := 0; i < 2; i++ {
+		rep = w.Teardown(ctx, append(recorded, theirs), true)
+		if rep.Verified {
+			t.Fatalf("a report that includes another workspace's record is Verified: %+v", rep)
+		}
+		for _, s := range rep.Steps {
+			if s.OK == strings.Contains(s.Name, theirs.Name) {
+				t.Errorf("round %d step %+v", i, s)
+			}
+		}
+	}
+	if exists(t, d, KindVolume, v.Name) {
+		t.Fatal("down with volumes kept the volume")
+	}
+	if !exists(t, d, KindNetwork, theirs.Identity[IdentityID]) {
+		t.Fatal("our teardown removed another workspace's network")
+	}
+	if rep := w.Teardown(ctx, recorded, true); !rep.Verified {
+		t.Fatalf("repeated teardown: %+v", rep)
+	}
+}

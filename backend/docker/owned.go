@@ -575,3 +575,33 @@ func (d *Docker) Foreign(ctx context.Context, known func(kind, id string) bool) 
 	})
 	return out, nil
 }
+
+// Teardown removes a workspace's recorded objects in dependency order:
+// containers, then networks, then (only with volumes) volumes. The report
+// has one step per record and says what it covers; it is Verified only
+// when every covered object is confirmed gone. Kept volumes are steps too,
+// marked kept. Records of other workspaces fail their step and are not
+// touched. Running it again re-confirms.
+func (w *Workspace) Teardown(ctx context.Context, recorded []backend.Resource, volumes bool) backend.CleanupReport {
+	order := map[string]int{KindContainer: 0, KindNetwork: 1, KindVolume: 2}
+	rs := slices.Clone(recorded)
+	slices.SortStableFunc(rs, func(a, b backend.Resource) int { return order[a.Kind] - order[b.Kind] })
+	rep := backend.CleanupReport{Verified: true}
+	for _, r := range rs {
+		if _, ok := order[r.Kind]; !ok {
+			rep.Verified = false
+			rep.Steps = append(rep.Steps, backend.CleanupStep{Name: r.Kind + " " + r.Name, Detail: "not a docker object kind"})
+			continue
+		}
+		if r.Kind == KindVolume && !volumes {
+			rep.Steps = append(rep.Steps, backend.CleanupStep{Name: r.Kind + " " + r.Name, OK: true, Detail: "kept: volumes are not covered without --volumes"})
+			continue
+		}
+		step, err := w.Remove(ctx, r)
+		if err != nil {
+			rep.Verified = false
+		}
+		rep.Steps = append(rep.Steps, step)
+	}
+	return rep
+}
