@@ -12,7 +12,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: all deps build runc demo test test-race test-short fuzz bench clean qualify-vm
+.PHONY: all deps docker-deps build runc demo test test-race test-short fuzz bench clean qualify-vm
 
 all: build
 
@@ -24,6 +24,20 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	@command -v $(GO) >/dev/null || { echo "Go is required (expected at /usr/local/go)"; exit 1; }
+
+# The Docker engine the pack tests run as their own isolated daemon
+# (internal/dockertest): Debian's docker.io and containerd, and iptables for
+# the rules dockerd keeps inside the daemon's network namespace. Installing
+# never starts the packages' system services: a policy-rc.d that denies
+# starts is in place for the install (and removed after, if we added it).
+DOCKER_PACKAGES := docker.io containerd iptables
+docker-deps: deps
+	@if ! command -v dockerd >/dev/null || ! command -v containerd >/dev/null || ! command -v iptables >/dev/null; then \
+		echo "installing: $(DOCKER_PACKAGES) (no service is started)"; \
+		added=""; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && added=1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DOCKER_PACKAGES) >/dev/null; rc=$$?; \
+		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
+	fi
 
 # The pinned runtime: runc at the version tools/runc/go.mod pins (tool
 # directive), in a module of its own so that no dependency of custody's
@@ -74,7 +88,7 @@ demo: build $(BUILD)/testimage/rootfs
 	./scripts/demo.sh
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
-test: build bin/cosign
+test: build bin/cosign docker-deps
 	CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
 
 # The whole suite under the race detector: every test binary with -race, and
@@ -93,7 +107,7 @@ bin/custodyd-race: $(GO_SOURCES) | deps
 bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
-test-race: build bin/cosign $(RACE_BINS)
+test-race: build bin/cosign docker-deps $(RACE_BINS)
 	GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m ./...
 
 # Qualify this platform: the development tier on this host and the
@@ -124,6 +138,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStat$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseNetDev$$' -fuzztime=$(FUZZTIME) ./internal/procfs
+	$(GO) test -run='^$$' -fuzz='^FuzzParseProof$$' -fuzztime=$(FUZZTIME) ./backend/docker
 
 clean:
 	rm -rf bin $(BUILD)

@@ -1,0 +1,450 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/internal/randid"
+	"github.com/custody-dev/custody/pack"
+)
+
+// Boundaries Probe reports.
+const (
+	BoundaryNative  = "native-linux"
+	BoundaryVM      = "vm"
+	BoundaryUnknown = "unknown"
+)
+
+// ProbeOptions say how to probe.
+type ProbeOptions struct {
+	// Image runs the egress proof's throwaway containers; it needs /bin/sh
+	// and a busybox-style nc. It must already be on the daemon: the probe
+	// pulls nothing. "" leaves InternalBlocksEgress false, with a note.
+	Image string
+	// Timeout bounds the whole probe; 0 means 60 s.
+	Timeout time.Duration
+}
+
+// ErrProbeResidue means the probe could not verify that every throwaway
+// object it made is gone; the profile is still returned.
+var ErrProbeResidue = errors.New("probe left objects behind")
+
+// Probe reads the engine's capability profile from the daemon and proves
+// whether custody's internal networks block egress, with throwaway
+// containers that carry custody's labels and are removed by ID after.
+// Nothing in the profile comes from a pack or a policy.
+func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, error) {
+	if opts.Timeout == 0 {
+		opts.Timeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	ver, err := d.cli.ServerVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: version: %w", d.host, err)
+	}
+	info, err := d.cli.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: info: %w", d.host, err)
+	}
+	e := &pack.Engine{
+		Name:          "docker",
+		Version:       ver.Version,
+		APIVersion:    ver.APIVersion,
+		OS:            info.OSType,
+		Kernel:        info.KernelVersion,
+		StorageDriver: info.Driver,
+		CgroupDriver:  info.CgroupDriver,
+		CgroupVersion: info.CgroupVersion,
+	}
+	for name := range info.Runtimes {
+		e.Runtimes = append(e.Runtimes, name)
+	}
+	slices.Sort(e.Runtimes)
+	secopts, err := system.DecodeSecurityOptions(info.SecurityOptions)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: security options %q: %w", d.host, info.SecurityOptions, err)
+	}
+	for _, o := range secopts {
+		switch o.Name {
+		case "seccomp":
+			e.Seccomp = true
+			for _, kv := range o.Options {
+				if kv.Key == "profile" && kv.Value != "default" {
+					e.Notes = append(e.Notes, "seccomp profile is "+kv.Value+", not the engine's default")
+				}
+			}
+		case "apparmor":
+			e.AppArmor = true
+		case "rootless":
+			e.Rootless = true
+		case "userns":
+			e.UsernsRemap = true
+		}
+	}
+	var notes []string
+	e.Boundary, notes = d.boundary(ctx, info)
+	e.Notes = append(e.Notes, notes...)
+	if opts.Image == "" {
+		e.Notes = append(e.Notes, "internal-network egress not proved: no probe image given (ProbeOptions.Image)")
+		return e, nil
+	}
+	nonce := randid.New(8)
+	e.Notes = append(e.Notes, "egress proof objects are labelled "+LabelProbe+"="+nonce)
+	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions())
+	if proof != nil {
+		e.InternalBlocksEgress = proof.Blocks()
+		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version))
+	}
+	if err != nil {
+		e.InternalBlocksEgress = false
+		e.Notes = append(e.Notes, "internal-network egress not proved: "+err.Error())
+		if errors.Is(err, ErrProbeResidue) {
+			return e, err
+		}
+		if ctx.Err() != nil {
+			return e, fmt.Errorf("probe %s: the egress proof did not finish within %v: %w", d.host, opts.Timeout, ctx.Err())
+		}
+	}
+	return e, nil
+}
+
+// boundary decides the kernel boundary the containers share with this
+// host: native-linux when the daemon reports this host's kernel release,
+// is not Docker Desktop, and the process serving its unix socket is a
+// dockerd on this host (SO_PEERCRED); vm when the kernels differ or the
+// daemon is Docker Desktop; unknown otherwise (a TCP endpoint, a proxy).
+func (d *Docker) boundary(ctx context.Context, info system.Info) (string, []string) {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return BoundaryUnknown, []string{"boundary unknown: uname: " + err.Error()}
+	}
+	release := unix.ByteSliceToString(uts.Release[:])
+	if strings.Contains(info.OperatingSystem, "Docker Desktop") {
+		return BoundaryVM, []string{"boundary vm: the daemon is Docker Desktop (" + info.OperatingSystem + ")"}
+	}
+	if info.KernelVersion != release {
+		return BoundaryVM, []string{fmt.Sprintf("boundary vm: the daemon's kernel %s is not this host's %s", info.KernelVersion, release)}
+	}
+	path, ok := unixPath(d.host)
+	if !ok {
+		return BoundaryUnknown, []string{"boundary unknown: " + d.host + " is not a local unix socket, so the daemon's process cannot be seen"}
+	}
+	pid, err := peerPid(ctx, path)
+	if err != nil {
+		return BoundaryUnknown, []string{"boundary unknown: " + err.Error()}
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return BoundaryUnknown, []string{fmt.Sprintf("boundary unknown: the socket's server pid %d: %v", pid, err)}
+	}
+	if filepath.Base(exe) != "dockerd" {
+		return BoundaryUnknown, []string{fmt.Sprintf("boundary unknown: %s is served by %s (pid %d), not dockerd", path, exe, pid)}
+	}
+	return BoundaryNative, []string{fmt.Sprintf("boundary native-linux: kernel %s is this host's, and %s is served by %s (pid %d) on this host", release, path, exe, pid)}
+}
+
+// peerPid is the pid of the process that serves the unix socket at path.
+func peerPid(ctx context.Context, path string) (int, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, "unix", path)
+	if err != nil {
+		return 0, fmt.Errorf("dial %s: %w", path, err)
+	}
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("SO_PEERCRED on %s: %w", path, cerr)
+	}
+	if cred.Pid <= 0 {
+		return 0, fmt.Errorf("%s: the server's pid is not visible from here", path)
+	}
+	return int(cred.Pid), nil
+}
+
+// dnsNote says what the proof does not cover. The embedded resolver
+// forwards names from internal networks to upstream servers from the
+// daemon's host namespace on engines without the fix for CVE-2024-29018
+// (23.0.11, 25.0.5, 26.0.0): a DNS channel out. Debian's busybox nc has no
+// UDP mode, so the probe cannot stand up a world DNS server to prove it
+// either way.
+func dnsNote(version string) string {
+	n := "egress proof covers TCP only: DNS forwarding by the engine's embedded resolver from internal networks is not proved blocked"
+	if major, _, _ := strings.Cut(version, "."); len(major) == 2 && major < "23" {
+		n += "; engine " + version + " predates the upstream fix for CVE-2024-29018 (forwarded from the host's namespace) unless its packager backported it"
+	}
+	return n
+}
+
+// InternalNetworkOptions are the driver options of every internal network
+// custody creates: no host address on the bridge, so the daemon's host is
+// not reachable at the gateway (dockerd 20.10 leaves it reachable there).
+func InternalNetworkOptions() map[string]string {
+	return map[string]string{"com.docker.network.bridge.inhibit_ipv4": "true"}
+}
+
+// Reach is what one connection attempt from inside showed.
+type Reach string
+
+const (
+	Reached Reach = "reached" // the target answered (our token, or a TCP refusal)
+	Blocked Reach = "blocked" // timed out, no route, unreachable
+	Unknown Reach = "unknown" // anything else: the proof is void
+)
+
+// EgressProof is what the throwaway containers measured from inside an
+// internal network.
+type EgressProof struct {
+	// Peer is a listener on the same internal network: the control, which
+	// must be Reached or the proof is void.
+	Peer Reach
+	// World is a listener on another, non-internal network standing in for
+	// the world outside; Gateway is the internal network's gateway address;
+	// Host is the other network's gateway, an address of the daemon's host.
+	World, Gateway, Host Reach
+	// Raw is what the prober printed for each target.
+	Raw map[string]string
+}
+
+// Blocks says the proof holds: the peer answered and nothing else did.
+func (p *EgressProof) Blocks() bool {
+	return p.Peer == Reached && p.World == Blocked && p.Gateway == Blocked && p.Host == Blocked
+}
+
+func (p *EgressProof) String() string {
+	verdict := "internal networks block egress"
+	switch {
+	case p.Peer != Reached:
+		verdict = "proof void: the in-network control did not connect"
+	case !p.Blocks():
+		verdict = "internal networks do NOT block egress"
+	}
+	return fmt.Sprintf("egress proof: %s (peer %s; world %s; gateway %s; host %s)", verdict, p.Peer, p.World, p.Gateway, p.Host)
+}
+
+func classify(out, token string) Reach {
+	switch {
+	case strings.Contains(out, token), strings.Contains(out, "refused"):
+		return Reached
+	case strings.Contains(out, "timed out"), strings.Contains(out, "No route to host"),
+		strings.Contains(out, "unreachable"):
+		return Blocked
+	}
+	return Unknown
+}
+
+// proveInternal runs the egress proof on a fresh internal network made with
+// netOpts. Every object is named custody-probe-<nonce>-*, and every object it creates carries LabelProbe and is removed by ID
+// before it returns, also when ctx has ended.
+func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts map[string]string) (_ *EgressProof, err error) {
+	token := "custody-probe-" + randid.New(8)
+	labels := map[string]string{LabelProbe: nonce}
+	var containers, networks []string
+	defer func() {
+		if cerr := d.removeProbeObjects(context.WithoutCancel(ctx), containers, networks); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	mkNet := func(suffix string, internal bool, opts map[string]string) (network.Inspect, error) {
+		resp, err := d.cli.NetworkCreate(ctx, "custody-probe-"+nonce+"-"+suffix, network.CreateOptions{
+			Driver: "bridge", Internal: internal, Options: opts, Labels: labels})
+		if err != nil {
+			return network.Inspect{}, fmt.Errorf("create %s network: %w", suffix, err)
+		}
+		networks = append(networks, resp.ID)
+		return d.cli.NetworkInspect(ctx, resp.ID, network.InspectOptions{})
+	}
+	run := func(suffix string, net network.Inspect, cmd ...string) (string, error) {
+		resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: cmd, Labels: labels},
+			&container.HostConfig{NetworkMode: container.NetworkMode(net.Name)}, nil, nil, "custody-probe-"+nonce+"-"+suffix)
+		if err != nil {
+			return "", fmt.Errorf("create %s container: %w", suffix, err)
+		}
+		containers = append(containers, resp.ID)
+		if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+			return "", fmt.Errorf("start %s container: %w", suffix, err)
+		}
+		return resp.ID, nil
+	}
+	ipOn := func(id string, net network.Inspect) (string, error) {
+		in, err := d.cli.ContainerInspect(ctx, id)
+		if err != nil {
+			return "", err
+		}
+		if in.State == nil || !in.State.Running || in.NetworkSettings == nil || in.NetworkSettings.Networks[net.Name] == nil ||
+			in.NetworkSettings.Networks[net.Name].IPAddress == "" {
+			return "", fmt.Errorf("container %s is not running on %s", id, net.Name)
+		}
+		return in.NetworkSettings.Networks[net.Name].IPAddress, nil
+	}
+	gateway := func(net network.Inspect) (string, error) {
+		for _, c := range net.IPAM.Config {
+			if ip := net4(c.Gateway); ip != "" {
+				return ip, nil
+			}
+		}
+		return "", fmt.Errorf("network %s has no IPv4 gateway", net.Name)
+	}
+	internal, err := mkNet("internal", true, netOpts)
+	if err != nil {
+		return nil, err
+	}
+	world, err := mkNet("world", false, nil)
+	if err != nil {
+		return nil, err
+	}
+	listen := []string{"nc", "-ll", "-p", "8080", "-e", "echo", token}
+	worldID, err := run("world", world, listen...)
+	if err != nil {
+		return nil, err
+	}
+	peerID, err := run("peer", internal, listen...)
+	if err != nil {
+		return nil, err
+	}
+	worldIP, err := ipOn(worldID, world)
+	if err != nil {
+		return nil, err
+	}
+	peerIP, err := ipOn(peerID, internal)
+	if err != nil {
+		return nil, err
+	}
+	gw, err := gateway(internal)
+	if err != nil {
+		return nil, err
+	}
+	hostIP, err := gateway(world)
+	if err != nil {
+		return nil, err
+	}
+	// The control first, retried while the listener comes up; then the
+	// three targets that must not answer, in parallel (each bounded by -w).
+	script := `try() { nc -w 2 "$1" 8080 </dev/null 2>&1 | tr '\n' ' '; }
+i=0; while [ $i -lt 25 ]; do out=$(try "$PEER"); case "$out" in *"$TOKEN"*) break;; esac; i=$((i+1)); sleep 0.2; done
+echo "peer=$out"
+(echo "world=$(try "$WORLD")") & (echo "gateway=$(try "$GW")") & (echo "host=$(try "$HOSTIP")") &
+wait`
+	resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, Labels: labels,
+		Env: []string{"PEER=" + peerIP, "WORLD=" + worldIP, "GW=" + gw, "HOSTIP=" + hostIP, "TOKEN=" + token}},
+		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name)}, nil, nil, "custody-probe-"+nonce+"-prober")
+	if err != nil {
+		return nil, fmt.Errorf("create prober: %w", err)
+	}
+	containers = append(containers, resp.ID)
+	waitC, errC := d.cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
+	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		return nil, fmt.Errorf("start prober: %w", err)
+	}
+	select {
+	case <-waitC:
+	case err := <-errC:
+		return nil, fmt.Errorf("wait for prober: %w", err)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for prober: %w", ctx.Err())
+	}
+	rc, err := d.cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("prober logs: %w", err)
+	}
+	defer rc.Close()
+	var out strings.Builder
+	if _, err := stdcopy.StdCopy(&out, &out, rc); err != nil {
+		return nil, fmt.Errorf("prober logs: %w", err)
+	}
+	// The world listener must still be up, or "blocked" would mean nothing.
+	if _, err := ipOn(worldID, world); err != nil {
+		return nil, fmt.Errorf("world listener: %w", err)
+	}
+	return parseProof(out.String(), token), nil
+}
+
+// parseProof reads the prober's "target=output" lines. The output comes
+// from inside a container: anything unexpected is Unknown, never Blocked.
+func parseProof(out, token string) *EgressProof {
+	p := &EgressProof{Peer: Unknown, World: Unknown, Gateway: Unknown, Host: Unknown, Raw: map[string]string{}}
+	for _, line := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		if _, dup := p.Raw[k]; dup {
+			// A second line for a target makes the answer ambiguous.
+			p.Raw[k] += " | " + strings.TrimSpace(v)
+			v = "ambiguous"
+		} else {
+			p.Raw[k] = strings.TrimSpace(v)
+		}
+		r := classify(v, token)
+		switch k {
+		case "peer":
+			// Only our token proves the control: a refusal is not a peer.
+			p.Peer = Unknown
+			if r == Reached && strings.Contains(v, token) {
+				p.Peer = Reached
+			}
+		case "world":
+			p.World = r
+		case "gateway":
+			p.Gateway = r
+		case "host":
+			p.Host = r
+		}
+	}
+	return p
+}
+
+func net4(s string) string {
+	if ip := net.ParseIP(s); ip != nil && ip.To4() != nil {
+		return ip.String()
+	}
+	return ""
+}
+
+// removeProbeObjects removes the probe's containers, then its networks, by
+// ID, and confirms each is gone.
+func (d *Docker) removeProbeObjects(ctx context.Context, containers, networks []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, id := range containers {
+		if err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("container %s: %w", id, err))
+		} else if _, err := d.cli.ContainerInspect(ctx, id); !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("container %s still exists (%v)", id, err))
+		}
+	}
+	for _, id := range networks {
+		if err := d.cli.NetworkRemove(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("network %s: %w", id, err))
+		} else if n, err := d.cli.NetworkInspect(ctx, id, network.InspectOptions{}); !cerrdefs.IsNotFound(err) && (err != nil || n.ID == id) {
+			errs = append(errs, fmt.Errorf("network %s still exists (%v)", id, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrProbeResidue, errors.Join(errs...))
+	}
+	return nil
+}
