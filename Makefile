@@ -139,6 +139,12 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseNetDev$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseProof$$' -fuzztime=$(FUZZTIME) ./backend/docker
+	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./pack
+	$(GO) test -run='^$$' -fuzz='^FuzzAdmitPack$$' -fuzztime=$(FUZZTIME) ./admission
+	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPack$$' -fuzztime=$(FUZZTIME) ./grant
+	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPackStatement$$' -fuzztime=$(FUZZTIME) ./grant
+	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPack$$' -fuzztime=$(FUZZTIME) ./evidence
+	$(GO) test -run='^$$' -fuzz='^FuzzPackStatement$$' -fuzztime=$(FUZZTIME) ./evidence
 
 clean:
 	rm -rf bin $(BUILD)
