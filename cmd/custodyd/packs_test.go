@@ -368,3 +368,31 @@ func TestDockerConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkspaceLocks: one name is held by one operation at a time, other
+// names are independent, and a released name leaves nothing behind (names
+// come from clients).
+func TestWorkspaceLocks(t *testing.T) {
+	var l wsLocks
+	unlock := l.lock("ws1")
+	other := l.lock("ws2") // another name does not wait
+	got := make(chan struct{})
+	go func() {
+		u := l.lock("ws1")
+		close(got)
+		u()
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second holder of ws1 did not wait")
+	case <-time.After(50 * time.Millisecond):
+	}
+	unlock()
+	<-got
+	other()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.locks) != 0 {
+		t.Errorf("released names kept: %v", l.locks)
+	}
+}
