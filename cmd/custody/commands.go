@@ -23,9 +23,10 @@ import (
 // Exit codes.
 const (
 	exitOK       = 0
-	exitFailed   = 1 // the workload ran and failed, timed out, was OOM-killed or cancelled
-	exitRefused  = 2 // refused before anything ran
-	exitInternal = 3 // the runner could not run or clean up, or is quarantined
+	exitFailed   = 1  // the workload ran and failed, timed out, was OOM-killed or cancelled
+	exitRefused  = 2  // refused before anything ran
+	exitInternal = 3  // the runner could not run or clean up, or is quarantined
+	exitUsage    = 64 // the command line is wrong (sysexits EX_USAGE); nothing was asked
 )
 
 func (a *app) control() *api.Client { return api.NewClient(a.controlSocket) }
@@ -161,13 +162,7 @@ func (a *app) admitCmd() *cobra.Command {
 					return err
 				}
 			} else {
-				for _, c := range resp.Checks {
-					fmt.Fprintf(a.stdout, "%-30s %-12s %s", quote.String(c.Requirement), quote.String(c.Verdict), quote.Message(c.Detail))
-					if c.Fix != "" && (c.Verdict == "unsupported" || c.Verdict == "not-granted") {
-						fmt.Fprintf(a.stdout, "; fix: %s", quote.Message(c.Fix))
-					}
-					fmt.Fprintln(a.stdout)
-				}
+				printChecks(a.stdout, 30, resp.Checks)
 			}
 			if !resp.Admitted {
 				return &exitError{exitRefused, errors.New("refused: see the requirements above")}
@@ -177,6 +172,18 @@ func (a *app) admitCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printChecks prints every check of a dry run, one line each, with the
+// fix of each refused one; width aligns the requirement column.
+func printChecks(w io.Writer, width int, checks []api.Check) {
+	for _, c := range checks {
+		fmt.Fprintf(w, "%-*s %-12s %s", width, quote.String(c.Requirement), quote.String(c.Verdict), quote.Message(c.Detail))
+		if c.Fix != "" && (c.Verdict == "unsupported" || c.Verdict == "not-granted") {
+			fmt.Fprintf(w, "; fix: %s", quote.Message(c.Fix))
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func (a *app) grantCmd() *cobra.Command {

@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(a.doctorCmd(), a.imageCmd(), a.admitCmd(), a.grantCmd(), a.runCmd(),
-		a.cancelCmd(), a.resultCmd(), a.statusCmd(), a.recoverCmd(), a.verifyCmd(), a.promoteCmd(), a.policyCmd(), a.schemaCmd(), a.quarantineCmd(), a.qualifyCmd(), a.gateCmd())
+		a.cancelCmd(), a.resultCmd(), a.statusCmd(), a.recoverCmd(), a.verifyCmd(), a.promoteCmd(), a.policyCmd(), a.schemaCmd(), a.quarantineCmd(), a.qualifyCmd(), a.gateCmd(), a.packCmd())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0

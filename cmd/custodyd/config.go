@@ -32,6 +32,9 @@ type Config struct {
 	// Retention says how long run records (with their receipts) and
 	// retained outputs are kept (R12). Explicit, with defaults.
 	Retention Retention `yaml:"retention,omitempty"`
+	// Docker enables packs (compose scenarios on a local Docker engine);
+	// without it every pack endpoint refuses, naming this section.
+	Docker *DockerConfig `yaml:"docker,omitempty"`
 }
 
 // Retention is the keep-for policy of run records and outputs.
@@ -55,6 +58,9 @@ func loadConfig(path string) (*Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	if c.Docker != nil && c.Docker.SubnetPool == "" {
+		c.Docker.SubnetPool = defaultSubnetPool
+	}
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -72,6 +78,9 @@ func (c *Config) validate() error {
 	}
 	if len(c.Operators) == 0 {
 		return fmt.Errorf("operators: name at least one uid allowed on the control socket")
+	}
+	if c.Docker != nil {
+		return c.Docker.validate()
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(true))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(true))
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
+	s.packRoutes(mux, true)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := peerOf(r)
 		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
@@ -50,8 +51,8 @@ func (s *server) controlMux() http.Handler {
 // controlOnly are the control operations; on the submit socket they are
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
-	return []string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-		"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}
+	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
+		"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}, packControlOnly()...)
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
@@ -66,6 +67,7 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(false))
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
+	s.packRoutes(mux, false)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
 			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "peer credentials unavailable"})

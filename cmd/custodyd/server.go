@@ -49,6 +49,13 @@ type server struct {
 	// launching is held shared by every run and exclusively by recovery.
 	launching sync.RWMutex
 
+	// packs is the pack lifecycle (nil without a docker: section, or when
+	// it could not be set up: packsErr says why); wsLocks serialize
+	// operations on one workspace name.
+	packs    packs
+	packsErr error
+	wsLocks  wsLocks
+
 	mu     sync.RWMutex
 	pol    *policy.Policy
 	polDig string
@@ -120,6 +127,14 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	}); err != nil {
 		s.db.Close()
 		return nil, err
+	}
+	if cfg.Docker != nil {
+		// A pack service that cannot start takes the packs down, not the
+		// phase runner: every pack endpoint then refuses with why.
+		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker, trusted); s.packsErr != nil {
+			s.packs = nil
+			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packsErr)
+		}
 	}
 	// Before any work: finish what a previous runner left behind.
 	if _, err := s.recover(ctx); err != nil {

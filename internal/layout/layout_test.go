@@ -86,6 +86,7 @@ var banned = map[string]map[string]string{
 		"store":       "the CLI never holds the runner's state",
 		"backend/oci": "the CLI never launches anything itself",
 		"journal":     "the CLI never reads the journal itself",
+		"admission":   "the CLI sends phases and packs to custodyd, whose admission decides; it never decides itself",
 	},
 	"qualification": {
 		"store":       "the attester gets the runner's records as values, and the CLI imports this package",

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/keys"
+)
+
+// defaultSubnetPool is where pack networks take their subnets from when
+// the docker: section names no pool: a private range Docker's own default
+// pools (172.17.0.0/16 and up, 192.168.0.0/16) do not use.
+const defaultSubnetPool = "10.213.0.0/16"
+
+// DockerConfig is the docker: section of custodyd.yaml: the one engine
+// custodyd may drive for packs, and what it may hand them. Everything is
+// explicit; DOCKER_HOST and the rest of the environment are never read.
+type DockerConfig struct {
+	// Host is the engine's socket, "unix:///abs/path". Only unix sockets:
+	// a TCP engine would put the daemon's root authority on the network.
+	Host string `yaml:"host"`
+	// Credentials maps an operator credential name to the 0600, root-owned
+	// file custodyd reads it from; a pack gets one only by an explicit
+	// policy grant to it and a service, as a 0400 file.
+	Credentials map[string]string `yaml:"credentials,omitempty"`
+	// SubnetPool is the IPv4 prefix pack networks get their subnets from;
+	// default 10.213.0.0/16.
+	SubnetPool string `yaml:"subnetPool,omitempty"`
+}
+
+var credentialName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+func (d *DockerConfig) validate() error {
+	sock, ok := strings.CutPrefix(d.Host, "unix://")
+	if !ok || !filepath.IsAbs(sock) || filepath.Clean(sock) != sock {
+		return fmt.Errorf("docker.host %q: want unix:///absolute/clean/path of the engine socket custody may drive (never taken from DOCKER_HOST)", d.Host)
+	}
+	for name, p := range d.Credentials {
+		if !credentialName.MatchString(name) {
+			return fmt.Errorf("docker.credentials: name %q: want [a-z0-9][a-z0-9._-]{0,63}", name)
+		}
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("docker.credentials.%s: %q must be an absolute path (a 0600 file custodyd reads)", name, p)
+		}
+	}
+	pool, err := netip.ParsePrefix(d.SubnetPool)
+	switch {
+	case err != nil:
+		return fmt.Errorf("docker.subnetPool %q: %w", d.SubnetPool, err)
+	case !pool.Addr().Is4():
+		return fmt.Errorf("docker.subnetPool %q: want an IPv4 prefix", d.SubnetPool)
+	case pool.Masked() != pool:
+		return fmt.Errorf("docker.subnetPool %q: host bits are set; did you mean %s?", d.SubnetPool, pool.Masked())
+	}
+	return nil
+}
+
+// socketPath is the engine socket's path (Host without its scheme).
+func (d *DockerConfig) socketPath() string { return strings.TrimPrefix(d.Host, "unix://") }
+
+// subnetPool is SubnetPool parsed; validate has checked it.
+func (d *DockerConfig) subnetPool() netip.Prefix { return netip.MustParsePrefix(d.SubnetPool) }
+
+// packs is what custodyd needs of the pack lifecycle (package workspace).
+// It is owned here, by its consumer, so that handlers are tested against
+// a fake and only newPacks names the concrete implementation.
+//
+// Errors: refusals before any mutation are *admission.RefusedError (every
+// requirement), *grant.Error or an *api.Error with a refusal code; an
+// unknown workspace wraps store.ErrNotFound. Up and Down return a report
+// together with their error when they changed something before failing,
+// so the client learns what was left.
+type packs interface {
+	Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error)
+	Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error)
+	Up(ctx context.Context, grant []byte, workspace string, peer packPeer) (*packReport, error)
+	Status(ctx context.Context, workspace string) (*packReport, error)
+	List(ctx context.Context) ([]packReport, error)
+	Down(ctx context.Context, workspace string, volumes bool) (*packReport, error)
+	Recover(ctx context.Context) ([]packReport, error)
+}
+
+// packPeer is the kernel-reported submitter of an up.
+type packPeer struct {
+	UID, GID uint32
+	PID      int32
+	Known    bool
+}
+
+// packReport is one workspace as the pack lifecycle reports it.
+type packReport struct {
+	Workspace, ID, Project string
+	// State is clean, running, cleanup-pending or residual.
+	State string
+	// Owner is the uid whose up created the workspace, recorded at up;
+	// OwnerKnown is false for a workspace with no recorded owner, which
+	// then only operators may see or take down.
+	Owner      uint32
+	OwnerKnown bool
+	Resources  []packResource
+	Covered    []string
+	Foreign    []packResource
+	// Receipt and Bundle: the signed receipt of this up or down.
+	Receipt, Bundle []byte
+	Plan            *admission.PackPlan
+}
+
+// packResource is one container, network or volume.
+type packResource struct {
+	Kind, Name, ID, State, Detail string
+}
+
+// errPacksNotWired stands in for the pack lifecycle until newPacks
+// builds it.
+var errPacksNotWired = errors.New("packs are not wired into this build of custodyd yet")
+
+// newPacks builds the pack lifecycle on the engine cfg names. This is the
+// one wiring point of packs, and the only place that will name
+// backend/docker and workspace. Until they are merged it answers
+// errPacksNotWired, and every pack endpoint refuses with that reason.
+//
+// Intended wiring (a few lines once both packages are in):
+//
+//	eng, err := docker.New(ctx, cfg.Host, ...)               // backend/docker
+//	m, err := workspace.New(workspace.Config{DB: s.db, Journal: journal.New(s.db), Engine: eng,
+//		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Trusted: trusted,
+//		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.socketPath(),
+//		SubnetPool: cfg.subnetPool(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
+//		Log: s.log, Now: func() time.Time { return s.now() }})
+//	return workspacePacks{m}, err // an adapter: workspace.Report → packReport, Peer from packPeer
+func newPacks(ctx context.Context, s *server, cfg *DockerConfig, trusted []*keys.Verifier) (packs, error) {
+	_, _, _, _ = ctx, s, cfg, trusted
+	return nil, errPacksNotWired
+}
+
+// wsLocks serializes operations on one workspace name within custodyd, so
+// that the owner check of a client's down and the down itself see the same
+// workspace. Entries live only while held: names from clients cannot grow
+// the map.
+type wsLocks struct {
+	mu    sync.Mutex
+	locks map[string]*wsLock
+}
+
+type wsLock struct {
+	sync.Mutex
+	refs int
+}
+
+func (l *wsLocks) lock(name string) (unlock func()) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]*wsLock{}
+	}
+	k := l.locks[name]
+	if k == nil {
+		k = &wsLock{}
+		l.locks[name] = k
+	}
+	k.refs++
+	l.mu.Unlock()
+	k.Lock()
+	return func() {
+		k.Unlock()
+		l.mu.Lock()
+		if k.refs--; k.refs == 0 {
+			delete(l.locks, name)
+		}
+		l.mu.Unlock()
+	}
+}
