@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,6 +69,22 @@ func buildTar(t *testing.T, entries []entry) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// wantRefused fails unless err is a refusal naming naming (and wrapping
+// is, when set).
+func wantRefused(t *testing.T, err error, naming string, is error) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	t.Log(err)
+	if !strings.Contains(err.Error(), naming) {
+		t.Errorf("error does not name %s: %v", naming, err)
+	}
+	if is != nil && !errors.Is(err, is) {
+		t.Errorf("error is not %v: %v", is, err)
+	}
 }
 
 func writeFile(t *testing.T, dir, name string, data []byte) string {
@@ -241,7 +258,7 @@ func TestReimportReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *second != *first {
+	if !reflect.DeepEqual(second, first) {
 		t.Fatalf("re-import %+v, first %+v", second, first)
 	}
 	fi2, err := os.Stat(filepath.Join(second.Rootfs, "etc/os-release"))
@@ -250,11 +267,11 @@ func TestReimportReused(t *testing.T) {
 	}
 	checkStored(t, s, dir, 1)
 	got, err := s.Get(first.Digest)
-	if err != nil || *got != *first {
+	if err != nil || !reflect.DeepEqual(got, first) {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
 	list, err := s.List()
-	if err != nil || len(list) != 1 || list[0] != *first {
+	if err != nil || len(list) != 1 || !reflect.DeepEqual(&list[0], first) {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 }
@@ -288,8 +305,6 @@ func TestHostileTars(t *testing.T) {
 			{name: "l", typ: tar.TypeSymlink, linkname: "/etc/passwd"},
 			{name: "h", typ: tar.TypeLink, linkname: "l"},
 		}, `"h"`, snapshot.ErrUnsafePath},
-		{"char device", []entry{{name: "dev/null", typ: tar.TypeChar, mode: 0o666}}, "dev/null", treehash.ErrUnsupported},
-		{"fifo", []entry{{name: "pipe", typ: tar.TypeFifo, mode: 0o644}}, "pipe", treehash.ErrUnsupported},
 	}
 	s, dir := newStore(t)
 	tmp := t.TempDir()
@@ -297,16 +312,7 @@ func TestHostileTars(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tarPath := writeFile(t, tmp, strings.ReplaceAll(c.name, " ", "-")+".tar", buildTar(t, c.entries))
 			_, err := s.Import(context.Background(), tarPath)
-			if err == nil {
-				t.Fatal("hostile tar accepted")
-			}
-			t.Log(err)
-			if !strings.Contains(err.Error(), c.naming) {
-				t.Errorf("error does not name %s: %v", c.naming, err)
-			}
-			if c.is != nil && !errors.Is(err, c.is) {
-				t.Errorf("error is not %v: %v", c.is, err)
-			}
+			wantRefused(t, err, c.naming, c.is)
 		})
 	}
 	checkStored(t, s, dir, 0)
