@@ -14,84 +14,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 
+	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/snapshot"
 )
-
-// layerOf makes an image layer of the tar data.
-func layerOf(t *testing.T, data []byte) v1.Layer {
-	t.Helper()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 // testConfig is the run config of the test images.
 var testConfig = v1.Config{Env: []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}, WorkingDir: "/work", User: "1000:1000",
 	Entrypoint: []string{"/bin/sh", "-c"}, Cmd: []string{"echo hi"}, StopSignal: "SIGINT"}
 
-// imageOf makes a linux/amd64 image of the layer tars, lowest first.
 func imageOf(t *testing.T, layers ...[]byte) v1.Image {
-	t.Helper()
-	img := empty.Image
-	for _, data := range layers {
-		var err error
-		if img, err = mutate.AppendLayers(img, layerOf(t, data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", "amd64", testConfig
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return imagetest.Image(t, testConfig, layers...)
 }
 
-// writeLayout writes img as an OCI layout tagged tag and returns its dir.
-func writeLayout(t *testing.T, img v1.Image, tag string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "layout")
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{refNameAnnotation: tag})); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+func writeLayout(t *testing.T, img v1.Image, tag string) string { return imagetest.Layout(t, img, tag) }
 
-// writeDockerArchive writes img as `docker save` would and returns the file.
-func writeDockerArchive(t *testing.T, img v1.Image) string {
-	t.Helper()
-	file := filepath.Join(t.TempDir(), "app.tar")
-	tag, err := name.NewTag("example.test/app:v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tarball.WriteToFile(file, tag, img); err != nil {
-		t.Fatal(err)
-	}
-	return file
-}
+func writeDockerArchive(t *testing.T, img v1.Image) string { return imagetest.DockerArchive(t, img) }
 
 // tarDir writes the tree at dir as a tar file.
 func tarDir(t *testing.T, dir string) string {
