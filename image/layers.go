@@ -110,7 +110,7 @@ func (s *Store) layer(ctx context.Context, root *os.Root, ref layerRef) (string,
 
 // verifyFile hashes the blob of ref.
 func verifyFile(root *os.Root, ref layerRef) error {
-	f, err := root.Open(ref.path)
+	f, err := openRegular(root, ref.path)
 	if err != nil {
 		return fmt.Errorf("layer %s: %w", ref.digest, err)
 	}
@@ -132,14 +132,11 @@ func checkSum(h hash.Hash, want, what string) error {
 // unpackLayer extracts the blob of ref into staging/tree with every entry's
 // owner, mode and mtime, and verifies it.
 func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, staging string) (*layerInfo, error) {
-	f, err := root.Open(ref.path)
+	f, err := openRegular(root, ref.path)
 	if err != nil {
 		return nil, fmt.Errorf("opening the blob: %w", err)
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("blob %s is not a regular file", ref.path)
-	}
 	blobSum, tarSum := sha256.New(), sha256.New()
 	br := bufio.NewReaderSize(io.TeeReader(f, blobSum), 1<<16)
 	dr, err := decompress(br)

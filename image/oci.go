@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -69,18 +70,30 @@ func platformString(p *v1.Platform) string {
 // blobPath is where an OCI layout keeps the blob of digest.
 func blobPath(h v1.Hash) string { return path.Join("blobs", h.Algorithm, h.Hex) }
 
+// openRegular opens the regular file name in root (which no symlink
+// leaves). A fifo or device is refused without blocking on it.
+func openRegular(root *os.Root, name string) (*os.File, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is not a regular file (mode %s)", name, fi.Mode().Type())
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
 // readDocument reads at most maxDocument bytes of the file name in root.
 func readDocument(root *os.Root, name string) ([]byte, error) {
-	f, err := root.Open(name)
+	f, err := openRegular(root, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", name)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, maxDocument+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)

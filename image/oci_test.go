@@ -538,3 +538,40 @@ func TestParseSource(t *testing.T) {
 		}
 	}
 }
+
+// TestOCILayoutBlobNotAFile: a layer blob that is a fifo is refused without
+// blocking, and one that is a symlink out of the layout is not followed.
+func TestOCILayoutBlobNotAFile(t *testing.T) {
+	img := imageOf(t, buildTar(t, sampleEntries))
+	dir := writeLayout(t, img, "v1")
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ls[0].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := filepath.Join(dir, "blobs", "sha256", d.Hex)
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(blob, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newStore(t)
+	done := make(chan error, 1)
+	go func() { _, err := s.Import(context.Background(), "oci:"+dir); done <- err }()
+	select {
+	case err := <-done:
+		wantRefused(t, err, "not a regular file", nil)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the import blocked on a fifo blob")
+	}
+	os.Remove(blob)
+	if err := os.Symlink("/etc/passwd", blob); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Import(context.Background(), "oci:"+dir)
+	wantRefused(t, err, d.Hex, nil)
+}

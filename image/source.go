@@ -99,14 +99,11 @@ func checkNotImage(root *os.Root, path string, archive bool) error {
 			return fmt.Errorf("%s holds an OCI image layout (oci-layout, index.json): %w; import it as %s:%s", path, ErrWrongTransport, prefix, path)
 		}
 	}
-	f, err := root.Open("manifest.json")
+	f, err := openRegular(root, "manifest.json")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil
-	}
 	var m []struct {
 		Config string
 		Layers []string
