@@ -40,9 +40,9 @@
 // with ErrDigestMismatch naming the blob. From an index it takes the image
 // for this host's platform, or refuses naming the platforms present
 // (ErrPlatform). Layers are unpacked into the layer store, keyed by diff id,
-// with their owners, modes (the sticky bit kept; setuid and setgid dropped,
-// which no_new_privileges makes inert anyway) and mtimes; Image.Owners is
-// then OwnersImage. The image's rootfs is assembled from the layer trees in
+// with their modes (the sticky bit kept; setuid and setgid dropped, which
+// no_new_privileges makes inert anyway), mtimes and hard links; Image.Owners
+// is then OwnersRecorded. The image's rootfs is assembled from the layer trees in
 // order, applying whiteouts (".wh.NAME") and opaque directories
 // (".wh..wh..opq") to the lower layers only, with hard links to the layer
 // store's files: two images sharing a layer share its disk space and
@@ -62,10 +62,15 @@
 // defaults; the runner does not use it yet. Records written before these
 // fields existed decode as before.
 //
-// The runner still maps container root to an unprivileged host range, so
-// the image's owners on disk are not yet the owners a workload sees (they
-// show as nobody, as image root's files always did): mapping them needs a
-// runner change.
+// Owners are recorded, not applied: every entry on disk is 0:0, and
+// Image.IDs lists the image's entries owned by anyone else, with their
+// uid:gid. Writing the image's ids on disk as host ids would do harm today:
+// the runner maps container ids to an unprivileged host range, so they
+// would not be the ids a workload sees, and a host user with the same uid
+// would own the files of every running container's rootfs (the launch
+// directory is traversable). The runner change that maps them (an idmapped
+// lower layer, or a copy shifted into the container's range) can apply
+// Image.IDs.
 package image
 
 import (
@@ -139,11 +144,14 @@ type Image struct {
 	Platform string `json:"platform,omitempty"`
 	// Layers are the diff ids of the image's layers, lowest first.
 	Layers []string `json:"layers,omitempty"`
-	// Owners is OwnersImage when the rootfs keeps the image's owners,
-	// modes (sticky bits included) and mtimes; empty when every entry is
-	// 0:0 with its permission bits masked and a fresh mtime, as for a
-	// rootfs import.
+	// Owners is OwnersRecorded when the rootfs keeps the image's modes
+	// (sticky bits included) and mtimes, and IDs holds its owners; empty
+	// when every entry has its permission bits masked and a fresh mtime,
+	// as for a rootfs import. Either way every entry on disk is 0:0.
 	Owners string `json:"owners,omitempty"`
+	// IDs are the image's entries that the image does not give to 0:0,
+	// with the owners it gives them, sorted by path.
+	IDs []Owner `json:"ids,omitempty"`
 	// Skipped lists the device nodes and fifos the import left out, as
 	// "path (kind)".
 	Skipped []string `json:"skipped,omitempty"`
@@ -308,12 +316,13 @@ func (s *Store) importImage(ctx context.Context, src Source, fi fs.FileInfo) (*I
 		diffIDs = append(diffIDs, ref.diffID)
 	}
 	img := &Image{Source: src.String(), Manifest: res.manifest, ConfigDigest: res.config, Config: configOf(res.cfg),
-		Platform: res.platform, Layers: diffIDs, Owners: OwnersImage, Skipped: skipped}
+		Platform: res.platform, Layers: diffIDs, Owners: OwnersRecorded, Skipped: skipped}
 	_, existed, err := snapshot.Stage(s.dir, func(staging string) (string, error) {
-		tree, err := s.assemble(ctx, staging, trees, infos)
+		tree, ids, err := s.assemble(ctx, staging, trees, infos)
 		if err != nil {
 			return "", err
 		}
+		img.IDs = ids
 		hex, err := treehash.ParseDigest(tree.Digest)
 		if err != nil {
 			return "", err

@@ -32,10 +32,18 @@ const (
 	layerRecord    = "layer.json" // its layerInfo
 	whiteoutPrefix = ".wh."
 	opaqueWhiteout = ".wh..wh..opq"
-	// OwnersImage is Image.Owners when the rootfs keeps the image's
-	// owners, modes and mtimes.
-	OwnersImage = "image"
+	// OwnersRecorded is Image.Owners when the image's owners are in
+	// Image.IDs (the rootfs on disk is 0:0) and its modes and mtimes are
+	// kept.
+	OwnersRecorded = "recorded"
 )
+
+// Owner is an entry of an image not owned by 0:0, as the image says.
+type Owner struct {
+	Path string `json:"path"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+}
 
 // layerInfo is the record of a stored layer.
 type layerInfo struct {
@@ -44,16 +52,18 @@ type layerInfo struct {
 	// beneath its files are implicit and keep what lower layers made).
 	Dirs    []string `json:"dirs"`
 	Skipped []string `json:"skipped,omitempty"`
+	// Owners are the layer's entries not owned by 0:0 (paths relative to
+	// the layer's root); on disk every entry is 0:0.
+	Owners []Owner `json:"owners,omitempty"`
 }
 
 // attrs is what a Writer does not keep of an entry and the layer store
 // restores after closing it.
 type attrs struct {
-	name     string
-	typ      byte
-	uid, gid int
-	mode     fs.FileMode
-	mtime    time.Time
+	name  string
+	typ   byte
+	mode  fs.FileMode
+	mtime time.Time
 }
 
 // modeOf keeps the permission and sticky bits of a tar mode; setuid and
@@ -158,7 +168,10 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 			MaxEntries: s.limits.MaxEntries, MaxBytes: s.limits.MaxBytes, Symlinks: true, HardLinks: true,
 			Skip: sk.add(layerTreeName),
 			Written: func(name string, hdr *tar.Header) {
-				written = append(written, attrs{name: name, typ: hdr.Typeflag, uid: hdr.Uid, gid: hdr.Gid, mode: modeOf(hdr.Mode), mtime: hdr.ModTime})
+				written = append(written, attrs{name: name, typ: hdr.Typeflag, mode: modeOf(hdr.Mode), mtime: hdr.ModTime})
+				if hdr.Uid != 0 || hdr.Gid != 0 {
+					info.Owners = append(info.Owners, Owner{Path: strings.TrimPrefix(name, layerTreeName+"/"), UID: hdr.Uid, GID: hdr.Gid})
+				}
 				if hdr.Typeflag == tar.TypeDir {
 					info.Dirs = append(info.Dirs, strings.TrimPrefix(name, layerTreeName+"/"))
 				}
@@ -197,9 +210,10 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 	return info, restoreAttrs(staging, written)
 }
 
-// restoreAttrs gives each written entry its owner, mode and mtime (a hard
-// link shares its target's). It runs after the Writer closed, so no later
-// entry moves a directory's mtime again.
+// restoreAttrs gives each written entry its mode (sticky bit included) and
+// mtime (a hard link shares its target's). It runs after the Writer closed,
+// so no later entry moves a directory's mtime again. Owners stay 0:0 (see
+// the package doc).
 func restoreAttrs(dir string, written []attrs) error {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
@@ -207,13 +221,7 @@ func restoreAttrs(dir string, written []attrs) error {
 	}
 	defer r.Close()
 	for _, a := range written {
-		if a.typ == tar.TypeLink {
-			continue
-		}
-		if err := r.Lchown(a.name, a.uid, a.gid); err != nil {
-			return err
-		}
-		if a.typ == tar.TypeSymlink {
+		if a.typ == tar.TypeLink || a.typ == tar.TypeSymlink {
 			continue // no lutimes through os.Root; a link's mode is meaningless
 		}
 		if err := r.Chmod(a.name, a.mode); err != nil {
@@ -230,8 +238,10 @@ func restoreAttrs(dir string, written []attrs) error {
 type assembler struct {
 	rootfs string
 	// dirMeta maps a directory of the rootfs to the layer directory whose
-	// owner, mode and mtime it gets at the end ("" for an implicit one).
+	// mode and mtime it gets at the end ("" for an implicit one).
 	dirMeta map[string]string
+	// owners maps a rootfs path to its owner in the image, if not 0:0.
+	owners map[string]Owner
 }
 
 // apply applies one layer: its whiteouts, then its entries.
@@ -239,6 +249,18 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 	explicit := make(map[string]bool, len(info.Dirs))
 	for _, d := range info.Dirs {
 		explicit[d] = true
+	}
+	owners := make(map[string]Owner, len(info.Owners))
+	for _, o := range info.Owners {
+		owners[o.Path] = o
+	}
+	// own records the owner the layer gives rel (0:0 unless it says).
+	own := func(rel string) {
+		if o, ok := owners[rel]; ok {
+			a.owners[rel] = o
+		} else {
+			delete(a.owners, rel)
+		}
 	}
 	// Whiteouts hide what lower layers made, never this layer's own files,
 	// so they all go first.
@@ -275,6 +297,7 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 			if exists && fi.IsDir() {
 				if explicit[rel] {
 					a.dirMeta[rel] = p
+					own(rel)
 				}
 				return nil
 			}
@@ -294,6 +317,7 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 			if explicit[rel] {
 				a.dirMeta[rel] = p
 			}
+			own(rel)
 			return nil
 		case exists:
 			// A file or link replaces whatever lower layers had there.
@@ -302,19 +326,13 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 				return err
 			}
 		}
+		own(rel)
 		if d.Type()&fs.ModeSymlink != 0 {
 			target, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			var st syscall.Stat_t
-			if err := syscall.Lstat(p, &st); err != nil {
-				return err
-			}
-			if err := os.Symlink(target, dst); err != nil {
-				return err
-			}
-			return os.Lchown(dst, int(st.Uid), int(st.Gid))
+			return os.Symlink(target, dst)
 		}
 		// The layer store's file itself, shared by every image holding
 		// the layer: hard links, never a write.
@@ -384,17 +402,22 @@ func (a *assembler) realDir(rel string) (bool, error) {
 	return true, nil
 }
 
-// forget drops the directory metadata of rel and beneath it.
+// forget drops the directory metadata and owners of rel and beneath it.
 func (a *assembler) forget(rel string) {
 	for d := range a.dirMeta {
 		if d == rel || strings.HasPrefix(d, rel+"/") {
 			delete(a.dirMeta, d)
 		}
 	}
+	for p := range a.owners {
+		if p == rel || strings.HasPrefix(p, rel+"/") {
+			delete(a.owners, p)
+		}
+	}
 }
 
-// finish gives every directory its final owner, mode and mtime, deepest
-// first (after every entry beneath it is in place).
+// finish gives every directory its final mode and mtime, deepest first
+// (after every entry beneath it is in place).
 func (a *assembler) finish() error {
 	dirs := make([]string, 0, len(a.dirMeta))
 	for d := range a.dirMeta {
@@ -414,9 +437,6 @@ func (a *assembler) finish() error {
 		if err := syscall.Lstat(src, &st); err != nil {
 			return err
 		}
-		if err := os.Lchown(dst, int(st.Uid), int(st.Gid)); err != nil {
-			return err
-		}
 		if err := os.Chmod(dst, modeOf(int64(st.Mode&0o7777))); err != nil {
 			return err
 		}
@@ -428,20 +448,31 @@ func (a *assembler) finish() error {
 	return nil
 }
 
-// assemble builds staging/rootfs from the layers of res and hashes it.
-func (s *Store) assemble(ctx context.Context, staging string, trees []string, infos []*layerInfo) (*treehash.Tree, error) {
+// assemble builds staging/rootfs from the layers of res and hashes it. It
+// also returns the image's entries not owned by 0:0, sorted by path.
+func (s *Store) assemble(ctx context.Context, staging string, trees []string, infos []*layerInfo) (*treehash.Tree, []Owner, error) {
 	rootfs := filepath.Join(staging, rootfsName)
 	if err := os.Mkdir(rootfs, rootMode); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	a := &assembler{rootfs: rootfs, dirMeta: map[string]string{}}
+	a := &assembler{rootfs: rootfs, dirMeta: map[string]string{}, owners: map[string]Owner{}}
 	for i, tree := range trees {
 		if err := a.apply(ctx, tree, infos[i]); err != nil {
-			return nil, fmt.Errorf("applying layer %s: %w", infos[i].DiffID, err)
+			return nil, nil, fmt.Errorf("applying layer %s: %w", infos[i].DiffID, err)
 		}
 	}
 	if err := a.finish(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return treehash.Dir(ctx, rootfs, s.limits)
+	tree, err := treehash.Dir(ctx, rootfs, s.limits)
+	if err != nil {
+		return nil, nil, err
+	}
+	owners := make([]Owner, 0, len(a.owners))
+	for p, o := range a.owners {
+		o.Path = p
+		owners = append(owners, o)
+	}
+	slices.SortFunc(owners, func(x, y Owner) int { return strings.Compare(x.Path, y.Path) })
+	return tree, owners, nil
 }

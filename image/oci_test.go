@@ -107,7 +107,7 @@ func TestDockerArchiveAndOCILayoutSameTree(t *testing.T) {
 			!slices.Equal(got.Config.Cmd, want.Cmd) || got.Config.StopSignal != want.StopSignal {
 			t.Errorf("config %+v, want %+v", got.Config, want)
 		}
-		if got.Owners != OwnersImage || got.Platform != "linux/amd64" || len(got.Layers) != 1 {
+		if got.Owners != OwnersRecorded || got.Platform != "linux/amd64" || len(got.Layers) != 1 {
 			t.Errorf("record %+v", got)
 		}
 	}
@@ -174,6 +174,15 @@ func TestLayersWhiteoutsAndSharing(t *testing.T) {
 			t.Errorf("%s = %q, %v", p, got, err)
 		}
 	}
+	// The owners recorded (buildTar gives every entry 1000:1000) are those
+	// of what remains.
+	var ids []string
+	for _, o := range two.IDs {
+		ids = append(ids, o.Path)
+	}
+	if want := []string{"a", "a/keep", "d", "d/z", "f", "f/in"}; !slices.Equal(ids, want) {
+		t.Errorf("ids %q, want %q", ids, want)
+	}
 	// The lower image is untouched, and shares the base layer's files.
 	if _, err := os.Stat(filepath.Join(one.Rootfs, "a/gone")); err != nil {
 		t.Errorf("the base image lost a/gone: %v", err)
@@ -193,6 +202,8 @@ func TestLayersWhiteoutsAndSharing(t *testing.T) {
 	}
 }
 
+// TestOCIKeepsOwnersModesTimes: an OCI import keeps modes, sticky bits,
+// mtimes and hard links on disk, and records the image's owners.
 func TestOCIKeepsOwnersModesTimes(t *testing.T) {
 	mtime := time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC)
 	var buf bytes.Buffer
@@ -201,7 +212,7 @@ func TestOCIKeepsOwnersModesTimes(t *testing.T) {
 		{Name: "home/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: mtime},
 		{Name: "home/user/", Typeflag: tar.TypeDir, Mode: 0o700, Uid: 1000, Gid: 1000, ModTime: mtime},
 		{Name: "home/user/notes", Typeflag: tar.TypeReg, Mode: 0o640, Uid: 1000, Gid: 100, ModTime: mtime, Size: 1},
-		{Name: "home/user/again", Typeflag: tar.TypeLink, Linkname: "home/user/notes"},
+		{Name: "home/user/again", Typeflag: tar.TypeLink, Linkname: "home/user/notes", Uid: 1000, Gid: 100},
 		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: mtime},
 		{Name: "bin/su", Typeflag: tar.TypeReg, Mode: 0o4755, ModTime: mtime, Size: 1},
 		{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "home", Uid: 7, Gid: 8},
@@ -219,15 +230,15 @@ func TestOCIKeepsOwnersModesTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(p string, uid, gid uint32, mode os.FileMode, wantTime bool) {
+	check := func(p string, mode os.FileMode, wantTime bool) {
 		t.Helper()
 		fi, err := os.Lstat(filepath.Join(img.Rootfs, p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := fi.Sys().(*syscall.Stat_t)
-		if st.Uid != uid || st.Gid != gid {
-			t.Errorf("%s: owner %d:%d, want %d:%d", p, st.Uid, st.Gid, uid, gid)
+		// On disk everything is 0:0; the image's owners are recorded.
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || st.Gid != 0 {
+			t.Errorf("%s: owner %d:%d on disk, want 0:0", p, st.Uid, st.Gid)
 		}
 		if mode != 0 && fi.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetuid|os.ModeSetgid) != mode {
 			t.Errorf("%s: mode %v, want %v", p, fi.Mode(), mode)
@@ -236,11 +247,15 @@ func TestOCIKeepsOwnersModesTimes(t *testing.T) {
 			t.Errorf("%s: mtime %v, want %v", p, fi.ModTime(), mtime)
 		}
 	}
-	check("home/user", 1000, 1000, 0o700, true)
-	check("home/user/notes", 1000, 100, 0o640, true)
-	check("tmp", 0, 0, 0o777|os.ModeSticky, true)
-	check("bin/su", 0, 0, 0o755, true) // setuid dropped
-	check("link", 7, 8, 0, false)
+	check("home/user", 0o700, true)
+	check("home/user/notes", 0o640, true)
+	check("tmp", 0o777|os.ModeSticky, true)
+	check("bin/su", 0o755, true) // setuid dropped
+	check("link", 0, false)
+	want := []Owner{{"home/user", 1000, 1000}, {"home/user/again", 1000, 100}, {"home/user/notes", 1000, 100}, {"link", 7, 8}}
+	if img.Owners != OwnersRecorded || !slices.Equal(img.IDs, want) {
+		t.Errorf("owners %q, ids %+v, want %+v", img.Owners, img.IDs, want)
+	}
 	a, _ := os.Stat(filepath.Join(img.Rootfs, "home/user/notes"))
 	b, _ := os.Stat(filepath.Join(img.Rootfs, "home/user/again"))
 	if !os.SameFile(a, b) {
