@@ -129,10 +129,13 @@ func TestDockerArchiveAndOCILayoutSameTree(t *testing.T) {
 	if _, err := s.Verify(ctx, oci.Digest); err != nil {
 		t.Fatal(err)
 	}
-	// An OCI archive of the same layout is the same image.
-	arch, err := s.Import(ctx, "oci-archive:"+tarDir(t, writeLayout(t, img, "v1")))
-	if err != nil || arch.Digest != oci.Digest || arch.Manifest != oci.Manifest {
-		t.Fatalf("oci-archive: %+v, %v", arch, err)
+	// An OCI archive of the same layout is the same image, and so is a
+	// docker-save archive that is also an OCI layout (docker 25 and later).
+	for _, src := range []string{"oci-archive:", "docker-archive:"} {
+		arch, err := s.Import(ctx, src+tarDir(t, writeLayout(t, img, "v1")))
+		if err != nil || arch.Digest != oci.Digest || arch.Manifest != oci.Manifest {
+			t.Fatalf("%s: %+v, %v", src, arch, err)
+		}
 	}
 }
 
@@ -589,4 +592,29 @@ func TestOCILayoutBlobNotAFile(t *testing.T) {
 	}
 	_, err = s.Import(context.Background(), "oci:"+dir)
 	wantRefused(t, err, d.Hex, nil)
+}
+
+func TestConcurrentImportsShareLayers(t *testing.T) {
+	base := buildTar(t, sampleEntries)
+	top := buildTar(t, []entry{{name: "etc/extra", typ: tar.TypeReg, mode: 0o644, body: "x"}})
+	sources := []string{
+		"oci:" + writeLayout(t, imageOf(t, base), "a"),
+		"oci:" + writeLayout(t, imageOf(t, base, top), "b"),
+		"docker-archive:" + writeDockerArchive(t, imageOf(t, base)),
+		"oci:" + writeLayout(t, imageOf(t, base, top), "b"),
+	}
+	s, dir := newStore(t)
+	errs := make(chan error, len(sources))
+	for _, src := range sources {
+		go func() { _, err := s.Import(context.Background(), src); errs <- err }()
+	}
+	for range sources {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	checkStored(t, s, dir, 2)
+	if layers, _ := os.ReadDir(filepath.Join(dir, layersName)); len(layers) != 2 {
+		t.Errorf("layer store holds %d entries, want 2", len(layers))
+	}
 }
