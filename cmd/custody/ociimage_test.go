@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -18,7 +19,8 @@ import (
 // TestImportOCIImageAndRun imports a two-layer OCI layout (the busybox
 // rootfs, then a layer whose whiteout deletes a file) through the CLI and
 // runs real phases on it under runc: the deleted file is gone, the added
-// one is there, and a phase that expects the deleted file fails.
+// one is there with its mtime, and a phase that reads the deleted file
+// fails.
 func TestImportOCIImageAndRun(t *testing.T) {
 	root := testenv.BusyboxRootfs(t)
 	write(t, filepath.Join(root, "etc", "gone"), "deleted by the upper layer\n")
@@ -38,7 +40,7 @@ func TestImportOCIImageAndRun(t *testing.T) {
 	tw = tar.NewWriter(&upper)
 	for _, h := range []*tar.Header{
 		{Name: "etc/.wh.gone", Typeflag: tar.TypeReg, Mode: 0o644},
-		{Name: "etc/added", Typeflag: tar.TypeReg, Mode: 0o644, Uid: 1000, Gid: 1000, Size: 6},
+		{Name: "etc/added", Typeflag: tar.TypeReg, Mode: 0o644, Uid: 1000, Gid: 1000, Size: 6, ModTime: time.Unix(1700000000, 0)},
 	} {
 		if err := tw.WriteHeader(h); err != nil {
 			t.Fatal(err)
@@ -60,7 +62,7 @@ func TestImportOCIImageAndRun(t *testing.T) {
 		t.Fatalf("import --json: %d %s %s", code, out, errs)
 	}
 
-	ok := e.phase(t, "oci-ok", "test ! -e /etc/gone && test -c /dev/null && cat /etc/added > /out/x", "")
+	ok := e.phase(t, "oci-ok", "test ! -e /etc/gone && test -c /dev/null && test \"$(stat -c %Y /etc/added)\" = 1700000000 && cat /etc/added > /out/x", "")
 	if code, out, errs := e.custody("run", "--grant", e.grant(t, ok)); code != exitOK {
 		t.Fatalf("phase on the OCI image: exit %d %s %s", code, out, errs)
 	}
