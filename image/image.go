@@ -23,8 +23,8 @@
 // directories, regular files, symlinks and hard links are refused, each with
 // an error naming the entry. Device nodes and fifos are not refused: they are
 // skipped and listed in Image.Skipped (a Debian rootfs has /dev/null; the
-// runner makes its own minimal /dev). A directory source holding one is
-// still refused, by the copy. Total bytes and entry count are capped. The
+// runner makes its own minimal /dev), and so are sockets in a directory.
+// Total bytes and entry count are capped. The
 // rootfs directory itself is always 0755, whatever the source says, since
 // its mode is not part of the digest. The rootfs is not made read-only: it
 // is mounted read-only, under an overlay, by the runner.
@@ -220,6 +220,13 @@ func (s *Store) Import(ctx context.Context, src string) (*Image, error) {
 		var err error
 		if fi.IsDir() {
 			tree, err = snapshot.Copy(ctx, abs, filepath.Join(staging, rootfsName), snapshot.CopyOptions{Limits: s.limits})
+			if errors.Is(err, treehash.ErrUnsupported) {
+				// A device node or fifo (a Debian rootfs has /dev/null):
+				// start again, leaving them out.
+				if err = os.RemoveAll(filepath.Join(staging, rootfsName)); err == nil {
+					tree, skipped, err = s.copySkipping(ctx, abs, staging)
+				}
+			}
 		} else {
 			tree, skipped, err = s.unpack(ctx, abs, staging)
 			if err == nil {

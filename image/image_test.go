@@ -6,12 +6,15 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
@@ -385,15 +388,36 @@ func TestLimits(t *testing.T) {
 	}
 }
 
-func TestDirectorySourceRefusesSpecialFiles(t *testing.T) {
-	root := buildDir(t, sampleEntries)
-	fifo := filepath.Join(root, "etc", "pipe")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+// TestDirectorySourceSkipsSpecialFiles: a directory holding a fifo, a
+// socket and a device node imports as the same tree without them, and
+// lists them.
+func TestDirectorySourceSkipsSpecialFiles(t *testing.T) {
+	s, _ := newStore(t)
+	want, err := s.Import(context.Background(), buildDir(t, sampleEntries))
+	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := newStore(t)
-	if _, err := s.Import(context.Background(), root); !errors.Is(err, treehash.ErrUnsupported) || !strings.Contains(err.Error(), fifo) {
-		t.Fatalf("err = %v", err)
+	root := buildDir(t, sampleEntries)
+	if err := syscall.Mkfifo(filepath.Join(root, "etc", "pipe"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(root, "etc", "null"), syscall.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(root, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	img, err := s.Import(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Digest != want.Digest {
+		t.Errorf("digest %s, want %s (the same tree without the special files)", img.Digest, want.Digest)
+	}
+	if skipped := []string{"etc/null (character device)", "etc/pipe (fifo)", "sock (socket)"}; !reflect.DeepEqual(img.Skipped, skipped) {
+		t.Errorf("skipped %q, want %q", img.Skipped, skipped)
 	}
 }
 

@@ -42,11 +42,18 @@ func (s *Store) unpack(ctx context.Context, path, staging string) (*treehash.Tre
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 
+	var sk skipped
+	return s.extractRootfs(ctx, r, staging, &sk, func() error { return drain(r) })
+}
+
+// extractRootfs extracts the tar stream r into staging/rootfs, calls finish
+// once the archive ended, and returns the tree of what was written and the
+// special files sk collected.
+func (s *Store) extractRootfs(ctx context.Context, r io.Reader, staging string, sk *skipped, finish func() error) (*treehash.Tree, []string, error) {
 	w, err := snapshot.NewWriter(staging)
 	if err != nil {
 		return nil, nil, err
 	}
-	var sk skipped
 	err = w.Mkdir(rootfsName, rootMode)
 	if err == nil {
 		err = untar.Extract(ctx, r, w, untar.Options{Under: rootfsName,
@@ -54,7 +61,7 @@ func (s *Store) unpack(ctx context.Context, path, staging string) (*treehash.Tre
 			Skip: sk.add(rootfsName)})
 	}
 	if err == nil {
-		err = drain(r)
+		err = finish()
 	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
