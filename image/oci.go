@@ -266,6 +266,9 @@ func resolveConfig(data []byte, digest string) (*resolved, error) {
 		return nil, fmt.Errorf("config %s: %w", digest, err)
 	}
 	p := cf.Platform()
+	if p == nil {
+		return nil, fmt.Errorf("config %s names no os and architecture; import an image built for %s: %w", digest, hostPlatform(), ErrPlatform)
+	}
 	if p.OS+"/"+p.Architecture != hostPlatform() {
 		return nil, fmt.Errorf("config %s is for %s, not %s; import an image built for %s: %w", digest, platformString(p), hostPlatform(), hostPlatform(), ErrPlatform)
 	}
