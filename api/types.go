@@ -99,6 +99,9 @@ type RevokeRequest struct {
 
 // ImportRequest imports an image from a host path the daemon can read.
 type ImportRequest struct {
+	// Source is an absolute path to a rootfs directory or tar, or one
+	// with its transport prefix: docker-archive:PATH, oci:PATH[:TAG] or
+	// oci-archive:PATH.
 	Source string `json:"source"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -113,11 +114,15 @@ func (a *app) imageCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Manage the runner's content-addressed images (operator)"}
 	var asJSON bool
 	imp := &cobra.Command{
-		Use:   "import DIR|TAR",
-		Short: "Import a rootfs directory or tar (optionally gzip) as a content-addressed image",
-		Args:  cobra.ExactArgs(1),
+		Use:   "import DIR|TAR|docker-archive:TAR|oci:DIR[:TAG]|oci-archive:TAR",
+		Short: "Import a rootfs (directory or tar, plain, gzip, zstd or xz) or an image (docker save, OCI layout or archive)",
+		Long: `Import a rootfs directory or tar (plain, gzip, zstd or xz), a docker-save
+archive (docker-archive:TAR), an OCI image layout (oci:DIR[:TAG]) or an OCI
+archive (oci-archive:TAR) as a content-addressed image, and print its digest.
+Device nodes and fifos are skipped and listed on stderr.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src, err := filepath.Abs(args[0])
+			src, err := absSource(args[0])
 			if err != nil {
 				return err
 			}
@@ -129,17 +134,50 @@ func (a *app) imageCmd() *cobra.Command {
 				_, err := a.stdout.Write(raw)
 				return err
 			}
-			var img struct{ Digest string }
+			var img struct {
+				Digest  string
+				Skipped []string
+			}
 			if err := json.Unmarshal(raw, &img); err != nil {
 				return err
 			}
 			fmt.Fprintln(a.stdout, quote.String(img.Digest))
+			if len(img.Skipped) > 0 {
+				fmt.Fprintf(a.stderr, "skipped %d device nodes and fifos (the runner makes its own /dev):\n", len(img.Skipped))
+				for _, sk := range img.Skipped {
+					fmt.Fprintln(a.stderr, "  "+quote.String(sk))
+				}
+			}
 			return nil
 		},
 	}
 	imp.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(imp)
 	return cmd
+}
+
+// imageTransports are the prefixes of an image source that is not a rootfs
+// (the image store parses them; the CLI may not import it).
+var imageTransports = []string{"docker-archive:", "oci-archive:", "oci:"}
+
+// absSource makes the path of an image source absolute, since the daemon
+// resolves paths from its own directory. The path of a prefixed source is
+// joined below the working directory as is: the store splits an OCI tag off
+// it and cleans it.
+func absSource(arg string) (string, error) {
+	for _, p := range imageTransports {
+		if rest, ok := strings.CutPrefix(arg, p); ok {
+			if filepath.IsAbs(rest) || rest == "" {
+				return arg, nil
+			}
+			wd, err := os.Getwd()
+			if err != nil {
+				return "", err
+			}
+			return p + wd + "/" + rest, nil
+		}
+	}
+	return filepath.Abs(arg)
 }
 
 func (a *app) admitCmd() *cobra.Command {

@@ -29,13 +29,19 @@ type env struct {
 // are exercised against the real daemon too.
 func startDaemon(t *testing.T) *env {
 	t.Helper()
+	return startDaemonWith(t, testenv.BusyboxRootfs(t))
+}
+
+// startDaemonWith is startDaemon with the image imported from source.
+func startDaemonWith(t *testing.T, source string) *env {
+	t.Helper()
 	d := daemontest.New(t, daemontest.Options{})
 	d.Start()
 	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket}
 	if code, out, errs := e.custody("status"); code != 0 {
 		t.Fatalf("status: %d %s %s", code, out, errs)
 	}
-	code, out, errs := e.custody("image", "import", testenv.BusyboxRootfs(t))
+	code, out, errs := e.custody("image", "import", source)
 	if code != 0 {
 		t.Fatalf("image import: %d %s", code, errs)
 	}

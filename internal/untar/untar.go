@@ -1,7 +1,7 @@
 // Package untar extracts tar archives from untrusted sources into a
 // directory. Every name is checked (no absolute names, no ".."), hard links
-// resolve only inside the tree, device nodes and fifos are refused, the
-// entry count and the total file size are bounded, and every entry is
+// resolve only inside the tree, device nodes and fifos are refused (or, when
+// the caller asks, skipped and reported), the entry count and the total file size are bounded, and every entry is
 // created through a snapshot.Writer, whose os.Root refuses to reach outside
 // the directory and whose checks refuse to write through a symlink.
 package untar
@@ -45,6 +45,15 @@ type Options struct {
 	// DirMode, if not zero, is the mode of every directory instead of the
 	// one in its header.
 	DirMode fs.FileMode
+	// Skip, if set, makes device nodes and fifos not an error: they are
+	// not created, and Skip is told each one's name (Writer-relative) and
+	// kind. Nothing else is ever skipped.
+	Skip func(name, kind string)
+	// Written, if set, is called with each entry's Writer-relative name and
+	// header once it is written (not for the archive root, skipped entries
+	// or PAX globals), so that a caller can restore what a Writer does not
+	// keep (owners, times) after closing it.
+	Written func(name string, hdr *tar.Header)
 }
 
 // Extract writes the entries of the tar stream r through w. Errors name the
@@ -103,6 +112,34 @@ func extractEntry(tr *tar.Reader, hdr *tar.Header, w *snapshot.Writer, opts *Opt
 		}
 		return nil
 	}
+	if kind := special(hdr.Typeflag); kind != "" && opts.Skip != nil {
+		opts.Skip(name, kind)
+		return nil
+	}
+	if err := writeEntry(tr, hdr, name, mode, w, opts, buf); err != nil {
+		return err
+	}
+	if opts.Written != nil {
+		opts.Written(name, hdr)
+	}
+	return nil
+}
+
+// special names the kind of a device node or fifo entry, "" for others.
+func special(typ byte) string {
+	switch typ {
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	case tar.TypeFifo:
+		return "fifo"
+	}
+	return ""
+}
+
+// writeEntry creates one entry of an accepted type through w.
+func writeEntry(tr *tar.Reader, hdr *tar.Header, name string, mode fs.FileMode, w *snapshot.Writer, opts *Options, buf []byte) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		if opts.DirMode != 0 {
@@ -139,12 +176,8 @@ func extractEntry(tr *tar.Reader, hdr *tar.Header, w *snapshot.Writer, opts *Opt
 			return fmt.Errorf("hard link target: %w", err)
 		}
 		return w.Link(name, target)
-	case tar.TypeChar:
-		return fmt.Errorf("character device: %w", treehash.ErrUnsupported)
-	case tar.TypeBlock:
-		return fmt.Errorf("block device: %w", treehash.ErrUnsupported)
-	case tar.TypeFifo:
-		return fmt.Errorf("fifo: %w", treehash.ErrUnsupported)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return fmt.Errorf("%s: %w", special(hdr.Typeflag), treehash.ErrUnsupported)
 	default:
 		return fmt.Errorf("entry type %q: %w", hdr.Typeflag, treehash.ErrUnsupported)
 	}

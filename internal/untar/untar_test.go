@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/custody-dev/custody/snapshot"
@@ -222,5 +223,42 @@ func assertContained(t testing.TB, parent string, opts Options) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestExtractSkipsSpecialsWhenAsked(t *testing.T) {
+	data := buildTar(t, []entry{
+		{name: "dev/null", typ: tar.TypeChar, mode: 0o666},
+		{name: "dev/sda", typ: tar.TypeBlock, mode: 0o660},
+		{name: "run/pipe", typ: tar.TypeFifo, mode: 0o644},
+		{name: "etc/hosts", typ: tar.TypeReg, mode: 0o644, body: "127.0.0.1 localhost\n"},
+	})
+	var skipped, written []string
+	opts := everything
+	opts.Skip = func(name, kind string) { skipped = append(skipped, name+" "+kind) }
+	opts.Written = func(name string, hdr *tar.Header) { written = append(written, name) }
+	parent, dir, err := extractTo(t, data, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertContained(t, parent, opts)
+	want := []string{"dev/null character device", "dev/sda block device", "run/pipe fifo"}
+	if !slices.Equal(skipped, want) {
+		t.Errorf("skipped %q, want %q", skipped, want)
+	}
+	if !slices.Equal(written, []string{"etc/hosts"}) {
+		t.Errorf("written %q", written)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc/hosts")); err != nil {
+		t.Error(err)
+	}
+	// Skip never admits anything hostile.
+	for name, tc := range hostile {
+		if tc.want == treehash.ErrUnsupported {
+			continue
+		}
+		if _, _, err := extractTo(t, buildTar(t, tc.entries), opts); !errors.Is(err, tc.want) {
+			t.Errorf("%s with Skip: err = %v, want %v", name, err, tc.want)
+		}
 	}
 }
