@@ -6,6 +6,7 @@ tool github.com/opencontainers/runc
 
 require (
 	github.com/docker/go-units v0.5.0
+	github.com/go-json-experiment/json v1.27.2
 	github.com/in-toto/attestation v1.2.0
 	github.com/moby/sys/mountinfo v0.7.2
 	github.com/opencontainers/runtime-spec v1.3.0

@@ -1,9 +1,13 @@
 package dsse
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzDecodeEnvelope checks the fast path against the member-by-member
@@ -36,6 +40,80 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		}
 		if err != nil && err.Error() != werr.Error() {
 			t.Fatalf("refusals differ: %v / %v", err, werr)
+		}
+	})
+}
+
+// canonicalProbe has a field of each kind custody statements hold.
+type canonicalProbe struct {
+	S string            `json:"s"`
+	O string            `json:"o,omitempty"`
+	I int64             `json:"i"`
+	F float64           `json:"f"`
+	B bool              `json:"b"`
+	T time.Time         `json:"t"`
+	L []string          `json:"l"`
+	M map[string]string `json:"m"`
+	R json.RawMessage   `json:"r"`
+	P *canonicalInner   `json:"p,omitempty"`
+	N []canonicalInner  `json:"n"`
+}
+
+type canonicalInner struct {
+	X int  `json:"x"`
+	Y bool `json:"y,omitempty"`
+}
+
+// FuzzDecodeCanonical holds DecodeCanonical, which decodes with
+// encoding/json/v2, to the same decision made with encoding/json alone,
+// and to the same decoded value when both accept.
+func FuzzDecodeCanonical(f *testing.F) {
+	good, err := CanonicalJSON(Statement[canonicalProbe]{
+		Type: StatementType, Subject: []Subject{{Name: "a<b>&\u2028", Digest: map[string]string{"sha256": "00", "a": "1"}}},
+		PredicateType: "p", Predicate: canonicalProbe{
+			S: "x\"\\\n\t\u0001é", I: -7, F: 1.5, B: true, T: time.Date(2026, 3, 1, 10, 0, 0, 500, time.UTC),
+			L: []string{}, M: map[string]string{"k": "v"}, R: json.RawMessage(`{"a":[1,2.5e-7,null,true]}`),
+			P: &canonicalInner{X: 1}, N: []canonicalInner{{X: 2, Y: true}},
+		},
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if !DecodeCanonical(good, &Statement[canonicalProbe]{}) {
+		f.Fatalf("DecodeCanonical refuses its own canonical form %s", good)
+	}
+	g := string(good)
+	for _, seed := range []string{
+		g,
+		g + "\n",
+		strings.Replace(g, `"s":`, `"S":`, 1),
+		strings.Replace(g, `"i":-7`, `"i":-7,"i":-7`, 1),
+		strings.Replace(g, `"i":-7`, `"i":-7.0`, 1),
+		strings.Replace(g, `"f":1.5`, `"f":15e-1`, 1),
+		strings.Replace(g, `"l":[]`, `"l":null`, 1),
+		strings.Replace(g, `{"a":[`, `{ "a":[`, 1),
+		strings.Replace(g, `"r":{"a":[1,2.5e-7,null,true]}`, `"r":null`, 1),
+		strings.Replace(g, `T10:00:00.0000005Z`, `T10:00:00.0000005+00:00`, 1),
+		strings.Replace(g, `é`, "\xff", 1),
+		strings.Replace(g, `é`, `\u00e9`, 1),
+		strings.Replace(g, `"x":1`, `"x":1,"z":0`, 1),
+		`{}`, `null`, `[]`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got, want Statement[canonicalProbe]
+		ok := DecodeCanonical(data, &got)
+		wantOK := json.Unmarshal(data, &want) == nil
+		if wantOK {
+			again, err := CanonicalJSON(&want)
+			wantOK = err == nil && bytes.Equal(again, data)
+		}
+		if ok != wantOK {
+			t.Fatalf("DecodeCanonical %v, encoding/json %v, for %q", ok, wantOK, data)
+		}
+		if ok && !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeCanonical %+v, encoding/json %+v, for %q", got, want, data)
 		}
 	})
 }
