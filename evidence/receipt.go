@@ -616,7 +616,7 @@ func validateReceipt(r *Receipt, predicateType string) error {
 	switch {
 	case len(g.Envelope) == 0 || g.Envelope[0] != '{':
 		ps.add("grant.envelope", "not a JSON object")
-	case !isCompactJSON(g.Envelope):
+	case !cdsse.IsCompactJSON(g.Envelope):
 		ps.add("grant.envelope", "not compact JSON (it must be embedded verbatim, without insignificant whitespace)")
 	default:
 		sum := sha256.Sum256(g.Envelope)
@@ -865,9 +865,4 @@ func checkRelPath(p string) error {
 		return errors.New("is not a clean path inside the output")
 	}
 	return nil
-}
-
-func isCompactJSON(b []byte) bool {
-	var c bytes.Buffer
-	return json.Compact(&c, b) == nil && bytes.Equal(c.Bytes(), b)
 }

@@ -117,3 +117,21 @@ func FuzzDecodeCanonical(f *testing.F) {
 		}
 	})
 }
+
+// FuzzIsCompactJSON holds IsCompactJSON to json.Compact.
+func FuzzIsCompactJSON(f *testing.F) {
+	for _, seed := range []string{
+		`{"a":[1,-2.5e+7,true,false,null,"x y\\"\\\\"],"b":{}}`,
+		`{"a": 1}`, `{"a":1} `, ` 1`, "[1,\n2]", `"\t"`, "\"\t\"", `{"a":1,"a":2}`, "\"\xff\"",
+		`{"a":1`, `{"a":01}`, `"\u00"`, `"\\"`, `"\"`, `1 2`, `[]`, ``, `nul`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var c bytes.Buffer
+		want := json.Compact(&c, b) == nil && bytes.Equal(c.Bytes(), b)
+		if got := IsCompactJSON(b); got != want {
+			t.Fatalf("IsCompactJSON %v, json.Compact says %v, for %q", got, want, b)
+		}
+	})
+}
