@@ -7,3 +7,7 @@ import "github.com/custody-dev/custody/internal/testenv"
 func DecodePathsAgree(payload []byte) error {
 	return testenv.SameDecoding(payload, decodeReceiptStatement, decodeReceiptStatementExplained)
 }
+
+// GrantEnvelope is the raw JSON the fast decoding of a receipt statement
+// leaves uncompacted.
+var GrantEnvelope = grantEnvelope

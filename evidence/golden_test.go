@@ -72,14 +72,14 @@ func TestGolden(t *testing.T) {
 }
 
 // TestGoldenDecodeFast holds the golden receipts of every version, and the
-// grants they embed, to the fast decoder (cdsse.DecodeCanonical), which
-// would otherwise fall back to the explained path silently: correct, but a
-// verification at a fraction of the speed.
+// grants they embed, to the fast decoding (cdsse.DecodeCanonicalRaw and
+// cdsse.DecodeCanonical), which would otherwise fall back to the explained
+// path silently: correct, but a verification at a fraction of the speed.
 func TestGoldenDecodeFast(t *testing.T) {
 	_, envs := golden(t)
 	for name, env := range envs {
 		var st cdsse.Statement[evidence.Receipt]
-		if !cdsse.DecodeCanonical(payloadOf(t, env), &st) {
+		if !cdsse.DecodeCanonicalRaw(payloadOf(t, env), &st, evidence.GrantEnvelope) {
 			t.Errorf("%s: the statement takes the slow path", name)
 			continue
 		}

@@ -452,7 +452,7 @@ func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 	// exactly the same payloads; anything the fast path does not accept
 	// goes the explained way, which says what is wrong.
 	var typed cdsse.Statement[Receipt]
-	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && knownReceiptType(typed.PredicateType) {
+	if cdsse.DecodeCanonicalRaw(payload, &typed, grantEnvelope) && typed.Type == cdsse.StatementType && knownReceiptType(typed.PredicateType) {
 		if err := validateReceipt(&typed.Predicate, typed.PredicateType); err != nil {
 			return nil, nil, fmt.Errorf("predicate: %v", err)
 		}
@@ -463,6 +463,12 @@ func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 		return &typed.Predicate, want, nil
 	}
 	return decodeReceiptStatementExplained(payload)
+}
+
+// grantEnvelope is the raw JSON a receipt statement embeds: the grant's
+// envelope, a third of the statement.
+func grantEnvelope(st *cdsse.Statement[Receipt]) *json.RawMessage {
+	return &st.Predicate.Grant.Envelope
 }
 
 func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error) {

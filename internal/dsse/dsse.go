@@ -402,6 +402,46 @@ func DecodeCanonical(data []byte, v any) bool {
 	return err == nil && bytes.Equal(again, data)
 }
 
+// rawStandIn takes the place of the raw value while DecodeCanonicalRaw
+// re-encodes: a JSON string that encoding/json never writes of itself (it
+// writes "/" unescaped), so that it is found where it was put and nowhere
+// else; that it is found exactly once is checked all the same.
+const rawStandIn = `"\/"`
+
+// DecodeCanonicalRaw is DecodeCanonical for a value whose encoding holds a
+// large raw JSON value, *raw(v), a json.RawMessage without omitempty, such
+// as the grant envelope a receipt embeds. encoding/json re-encodes a
+// RawMessage by compacting it with its scanner, the slowest part of
+// re-encoding a receipt. Here the raw value must be compact already
+// (IsCompactJSON), so that encoding/json would write it unchanged; v is
+// re-encoded with rawStandIn in its place, and data must be that encoding
+// with the stand-in replaced by the raw value: the same bytes
+// DecodeCanonical compares, without compacting what is compact.
+// FuzzDecodeCanonicalRaw holds it to DecodeCanonical.
+func DecodeCanonicalRaw[T any](data []byte, v *T, raw func(*T) *json.RawMessage) bool {
+	if jsonv2.Unmarshal(data, v) != nil {
+		return false
+	}
+	r := raw(v)
+	value := *r
+	if len(value) == 0 || !IsCompactJSON(value) {
+		return false // encoding/json would not write it as it is
+	}
+	*r = json.RawMessage(rawStandIn)
+	again, err := canonicalJSON(v, len(data)-len(value)+len(rawStandIn))
+	*r = value
+	if err != nil {
+		return false
+	}
+	i := bytes.Index(again, []byte(rawStandIn))
+	if i < 0 {
+		return false
+	}
+	before, after := again[:i], again[i+len(rawStandIn):]
+	return !bytes.Contains(after, []byte(rawStandIn)) && len(data) == len(before)+len(value)+len(after) &&
+		bytes.Equal(data[:i], before) && bytes.Equal(data[i:i+len(value)], value) && bytes.Equal(data[i+len(value):], after)
+}
+
 // IsCompactJSON reports whether b is one valid JSON value without
 // insignificant whitespace: exactly what json.Compact leaves unchanged. It
 // validates with encoding/json/v2's jsontext, allowing what json.Compact

@@ -64,15 +64,13 @@ type canonicalInner struct {
 	Y bool `json:"y,omitempty"`
 }
 
-// FuzzDecodeCanonical holds DecodeCanonical, which decodes with
-// encoding/json/v2, to the same decision made with encoding/json alone,
-// and to the same decoded value when both accept.
-func FuzzDecodeCanonical(f *testing.F) {
+// canonicalSeeds adds a canonical statement and near misses of it.
+func canonicalSeeds(f *testing.F) {
 	good, err := CanonicalJSON(Statement[canonicalProbe]{
 		Type: StatementType, Subject: []Subject{{Name: "a<b>&\u2028", Digest: map[string]string{"sha256": "00", "a": "1"}}},
 		PredicateType: "p", Predicate: canonicalProbe{
-			S: "x\"\\\n\t\u0001é", I: -7, F: 1.5, B: true, T: time.Date(2026, 3, 1, 10, 0, 0, 500, time.UTC),
-			L: []string{}, M: map[string]string{"k": "v"}, R: json.RawMessage(`{"a":[1,2.5e-7,null,true]}`),
+			S: "x\"\\\n\t\u0001é/", I: -7, F: 1.5, B: true, T: time.Date(2026, 3, 1, 10, 0, 0, 500, time.UTC),
+			L: []string{}, M: map[string]string{"k": "v"}, R: json.RawMessage(`{"a":[1,2.5e-7,null,true,"\/"]}`),
 			P: &canonicalInner{X: 1}, N: []canonicalInner{{X: 2, Y: true}},
 		},
 	})
@@ -83,24 +81,37 @@ func FuzzDecodeCanonical(f *testing.F) {
 		f.Fatalf("DecodeCanonical refuses its own canonical form %s", good)
 	}
 	g := string(good)
-	for _, seed := range []string{
-		g,
-		g + "\n",
-		strings.Replace(g, `"s":`, `"S":`, 1),
-		strings.Replace(g, `"i":-7`, `"i":-7,"i":-7`, 1),
-		strings.Replace(g, `"i":-7`, `"i":-7.0`, 1),
-		strings.Replace(g, `"f":1.5`, `"f":15e-1`, 1),
-		strings.Replace(g, `"l":[]`, `"l":null`, 1),
-		strings.Replace(g, `{"a":[`, `{ "a":[`, 1),
-		strings.Replace(g, `"r":{"a":[1,2.5e-7,null,true]}`, `"r":null`, 1),
-		strings.Replace(g, `T10:00:00.0000005Z`, `T10:00:00.0000005+00:00`, 1),
-		strings.Replace(g, `é`, "\xff", 1),
-		strings.Replace(g, `é`, `\u00e9`, 1),
-		strings.Replace(g, `"x":1`, `"x":1,"z":0`, 1),
-		`{}`, `null`, `[]`, ``,
-	} {
+	for _, seed := range []string{g, g + "\n", `{}`, `null`, `[]`, ``} {
 		f.Add([]byte(seed))
 	}
+	for _, miss := range [][2]string{
+		{`"s":`, `"S":`},
+		{`"i":-7`, `"i":-7,"i":-7`},
+		{`"i":-7`, `"i":-7.0`},
+		{`"f":1.5`, `"f":15e-1`},
+		{`"l":[]`, `"l":null`},
+		{`{"a":[`, `{ "a":[`},
+		{`"r":{"a":[1,2.5e-7,null,true,"\/"]}`, `"r":null`},
+		{`"r":{"a":[1,2.5e-7,null,true,"\/"]}`, `"r":"\/"`},
+		{`"r":{"a":[1,2.5e-7,null,true,"\/"]},`, ``},
+		{`"s":"x`, `"s":"\/x`},
+		{`T10:00:00.0000005Z`, `T10:00:00.0000005+00:00`},
+		{`é`, "\xff"},
+		{`é`, `\u00e9`},
+		{`"x":1`, `"x":1,"z":0`},
+	} {
+		if !strings.Contains(g, miss[0]) {
+			f.Fatalf("the canonical seed has no %s", miss[0])
+		}
+		f.Add([]byte(strings.Replace(g, miss[0], miss[1], 1)))
+	}
+}
+
+// FuzzDecodeCanonical holds DecodeCanonical, which decodes with
+// encoding/json/v2, to the same decision made with encoding/json alone,
+// and to the same decoded value when both accept.
+func FuzzDecodeCanonical(f *testing.F) {
+	canonicalSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var got, want Statement[canonicalProbe]
 		ok := DecodeCanonical(data, &got)
@@ -114,6 +125,22 @@ func FuzzDecodeCanonical(f *testing.F) {
 		}
 		if ok && !reflect.DeepEqual(got, want) {
 			t.Fatalf("DecodeCanonical %+v, encoding/json %+v, for %q", got, want, data)
+		}
+	})
+}
+
+// FuzzDecodeCanonicalRaw holds DecodeCanonicalRaw to DecodeCanonical.
+func FuzzDecodeCanonicalRaw(f *testing.F) {
+	canonicalSeeds(f)
+	raw := func(st *Statement[canonicalProbe]) *json.RawMessage { return &st.Predicate.R }
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var got, want Statement[canonicalProbe]
+		ok, wantOK := DecodeCanonicalRaw(data, &got, raw), DecodeCanonical(data, &want)
+		if ok != wantOK {
+			t.Fatalf("DecodeCanonicalRaw %v, DecodeCanonical %v, for %q", ok, wantOK, data)
+		}
+		if ok && !reflect.DeepEqual(got, want) {
+			t.Fatalf("DecodeCanonicalRaw %+v, DecodeCanonical %+v, for %q", got, want, data)
 		}
 	})
 }
