@@ -34,20 +34,20 @@ type Limits struct {
 // Envelope is a strictly decoded DSSE envelope.
 type Envelope struct {
 	PayloadType string
-	// PayloadB64 is the payload as the envelope carries it; Payload is
-	// its decoding.
-	PayloadB64 string
-	Payload    []byte
-	Signatures []Signature
+	Payload     []byte
+	Signatures  []Signature
+	// payloadB64 is the payload as the envelope carries it, until
+	// checkEnvelope decodes it into Payload.
+	payloadB64 []byte
 }
 
 // Signature is one signature of an Envelope.
 type Signature struct {
 	KeyID string
-	// SigB64 is the signature as the envelope carries it; Sig is its
-	// decoding.
-	SigB64 string
-	Sig    []byte
+	Sig   []byte
+	// sigB64 is the signature as the envelope carries it, until
+	// checkEnvelope decodes it into Sig.
+	sigB64 []byte
 }
 
 // DecodeEnvelope decodes a DSSE envelope strictly: a JSON object with
@@ -80,7 +80,7 @@ func decodeEnvelopeStrict(data []byte, l Limits) (*Envelope, error) {
 		case "payloadType":
 			return ReadString(dec, &env.PayloadType)
 		case "payload":
-			return ReadString(dec, &env.PayloadB64)
+			return readBytes(dec, &env.payloadB64)
 		default: // "signatures"
 			return readSignatures(dec, &env.Signatures, l.MaxSignatures)
 		}
@@ -113,14 +113,14 @@ func decodeCanonicalEnvelope(data []byte) (*Envelope, bool) {
 	c.lit(`{"payloadType":"`)
 	env.PayloadType = c.str(plainString)
 	c.lit(`,"payload":"`)
-	env.PayloadB64 = c.str(base64String)
+	env.payloadB64 = c.base64()
 	c.lit(`,"signatures":[`)
 	for c.ok {
 		var sig Signature
 		c.lit(`{"keyid":"`)
 		sig.KeyID = c.str(plainString)
 		c.lit(`,"sig":"`)
-		sig.SigB64 = c.str(base64String)
+		sig.sigB64 = c.base64()
 		c.lit(`}`)
 		env.Signatures = append(env.Signatures, sig)
 		if !c.more() {
@@ -158,6 +158,17 @@ func (c *cursor) str(read func([]byte) (string, []byte, bool)) string {
 	return v
 }
 
+// base64 consumes a string body that holds base64 and its closing quote,
+// returning the body without copying it (see base64Text).
+func (c *cursor) base64() []byte {
+	if !c.ok {
+		return nil
+	}
+	var v []byte
+	v, c.rest, c.ok = base64Text(c.rest)
+	return v
+}
+
 // more consumes a comma, if one comes next.
 func (c *cursor) more() bool {
 	if !c.ok {
@@ -188,30 +199,33 @@ func plainString(b []byte) (string, []byte, bool) {
 	return string(s), b[i+1:], true
 }
 
-// base64String reads a JSON string body up to its closing quote for a
+// base64Text reads a JSON string body up to its closing quote for a
 // caller that decodes it as strict base64, which refuses every byte but
-// its alphabet except CR and LF; those are refused here.
-func base64String(b []byte) (string, []byte, bool) {
+// its alphabet except CR and LF; those are refused here. The body is a
+// slice of b, not a copy: checkEnvelope decodes it before the envelope is
+// returned, and copying the payload's text cost as much as decoding it.
+func base64Text(b []byte) ([]byte, []byte, bool) {
 	i := bytes.IndexByte(b, '"')
 	if i < 0 {
-		return "", nil, false
+		return nil, nil, false
 	}
 	s := b[:i]
 	if bytes.IndexByte(s, '\n') >= 0 || bytes.IndexByte(s, '\r') >= 0 {
-		return "", nil, false
+		return nil, nil, false
 	}
-	return string(s), b[i+1:], true
+	return s, b[i+1:], true
 }
 
 // checkEnvelope checks a parsed envelope against l and decodes its
-// payload and signatures.
+// payload and signatures; the envelope keeps no reference to the text it
+// was read from.
 func checkEnvelope(env *Envelope, l Limits) error {
 	var err error
 	if env.PayloadType != l.PayloadType {
 		return fmt.Errorf("payloadType %q is not %q", Clip(env.PayloadType), l.PayloadType)
 	}
-	strictB64 := base64.StdEncoding.Strict()
-	env.Payload, err = strictB64.DecodeString(env.PayloadB64)
+	env.Payload, err = decodeBase64(env.payloadB64)
+	env.payloadB64 = nil
 	if err != nil {
 		return fmt.Errorf("payload is not standard padded base64: %v", err)
 	}
@@ -231,7 +245,8 @@ func checkEnvelope(env *Envelope, l Limits) error {
 			return fmt.Errorf("signatures[%d]: keyid %q appears twice", i, Clip(s.KeyID))
 		}
 		seen[s.KeyID] = true
-		s.Sig, err = strictB64.DecodeString(s.SigB64)
+		s.Sig, err = decodeBase64(s.sigB64)
+		s.sigB64 = nil
 		if err != nil {
 			return fmt.Errorf("signatures[%d]: sig is not standard padded base64: %v", i, err)
 		}
@@ -240,6 +255,14 @@ func checkEnvelope(env *Envelope, l Limits) error {
 		}
 	}
 	return nil
+}
+
+// decodeBase64 decodes standard padded base64 strictly.
+func decodeBase64(text []byte) ([]byte, error) {
+	enc := base64.StdEncoding.Strict()
+	out := make([]byte, enc.DecodedLen(len(text)))
+	n, err := enc.Decode(out, text)
+	return out[:n], err
 }
 
 func readSignatures(dec *json.Decoder, out *[]Signature, max int) error {
@@ -259,7 +282,7 @@ func readSignatures(dec *json.Decoder, out *[]Signature, max int) error {
 			if key == "keyid" {
 				return ReadString(dec, &s.KeyID)
 			}
-			return ReadString(dec, &s.SigB64)
+			return readBytes(dec, &s.sigB64)
 		})
 		if err != nil {
 			return fmt.Errorf("signatures[%d]: %w", len(*out), err)
@@ -330,6 +353,16 @@ func indexOf(fields []string, key string) int {
 		}
 	}
 	return -1
+}
+
+// readBytes reads a JSON string (not null, not any other type) as bytes.
+func readBytes(dec *json.Decoder, out *[]byte) error {
+	var s string
+	if err := ReadString(dec, &s); err != nil {
+		return err
+	}
+	*out = []byte(s)
+	return nil
 }
 
 // ReadString reads a JSON string (not null, not any other type).
