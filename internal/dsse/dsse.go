@@ -421,12 +421,13 @@ func canonicalJSON(v any, size int) ([]byte, error) {
 // The decoder is encoding/json/v2 (the go-json-experiment mirror of what Go
 // 1.27 ships as encoding/json/v2): it decodes a receipt 2.7 times faster
 // than encoding/json, whose decoding was the largest part of a
-// verification after the two signatures. The re-encoding stays encoding/json's, since that defines the
-// canonical form. What v2 refuses that encoding/json accepts (names that
-// differ in case, duplicate names, invalid UTF-8) is never canonical and
-// goes the strict path as before; what it accepts must still re-encode to
-// data byte for byte, and a value whose encoding is data decodes to itself
-// under either decoder (FuzzDecodeCanonical holds that).
+// verification after the two signatures. The re-encoding stays
+// encoding/json's, since that defines the canonical form. What v2 refuses
+// that encoding/json accepts (names that differ in case, duplicate names,
+// invalid UTF-8) is never canonical and goes the strict path as before;
+// what it accepts must still re-encode to data byte for byte, and a value
+// whose encoding is data decodes to itself under either decoder
+// (FuzzDecodeCanonical holds that).
 func DecodeCanonical(data []byte, v any) bool {
 	if jsonv2.Unmarshal(data, v) != nil {
 		return false
