@@ -12,6 +12,7 @@ import (
 
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 )
 
 // update regenerates testdata: go test ./evidence -run TestGolden -update
@@ -67,6 +68,25 @@ func TestGolden(t *testing.T) {
 			t.Fatalf("golden failed-run receipt %s: OK=%v Promotable=%v:%s", names[1], res.OK, res.Promotable, describe(res))
 		}
 		wantOnlyFailed(t, res, "exit-status")
+	}
+}
+
+// TestGoldenDecodeFast holds the golden receipts of every version, and the
+// grants they embed, to the fast decoding (cdsse.DecodeCanonicalRaw and
+// cdsse.DecodeCanonical), which would otherwise fall back to the explained
+// path silently: correct, but a verification at a fraction of the speed.
+func TestGoldenDecodeFast(t *testing.T) {
+	_, envs := golden(t)
+	for name, env := range envs {
+		var st cdsse.Statement[evidence.Receipt]
+		if !cdsse.DecodeCanonicalRaw(payloadOf(t, env), &st, evidence.GrantEnvelope) {
+			t.Errorf("%s: the statement takes the slow path", name)
+			continue
+		}
+		var gst cdsse.Statement[grant.Predicate]
+		if !cdsse.DecodeCanonical(payloadOf(t, st.Predicate.Grant.Envelope), &gst) {
+			t.Errorf("%s: the embedded grant's statement takes the slow path", name)
+		}
 	}
 }
 

@@ -19,7 +19,7 @@ func checkGrantRef(ps *problems, g *GrantRef) {
 	switch {
 	case len(g.Envelope) == 0 || g.Envelope[0] != '{':
 		ps.add("grant.envelope", "not a JSON object")
-	case !isCompactJSON(g.Envelope):
+	case !cdsse.IsCompactJSON(g.Envelope):
 		ps.add("grant.envelope", "not compact JSON (it must be embedded verbatim, without insignificant whitespace)")
 	default:
 		sum := sha256.Sum256(g.Envelope)

@@ -10,6 +10,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -452,7 +453,7 @@ func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 	// exactly the same payloads; anything the fast path does not accept
 	// goes the explained way, which says what is wrong.
 	var typed cdsse.Statement[Receipt]
-	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && knownReceiptType(typed.PredicateType) {
+	if cdsse.DecodeCanonicalRaw(payload, &typed, grantEnvelope) && typed.Type == cdsse.StatementType && knownReceiptType(typed.PredicateType) {
 		if err := validateReceipt(&typed.Predicate, typed.PredicateType); err != nil {
 			return nil, nil, fmt.Errorf("predicate: %v", err)
 		}
@@ -463,6 +464,12 @@ func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 		return &typed.Predicate, want, nil
 	}
 	return decodeReceiptStatementExplained(payload)
+}
+
+// grantEnvelope is the raw JSON a receipt statement embeds: the grant's
+// envelope, a third of the statement.
+func grantEnvelope(st *cdsse.Statement[Receipt]) *json.RawMessage {
+	return &st.Predicate.Grant.Envelope
 }
 
 func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error) {
@@ -524,10 +531,27 @@ func equalSubject(a cdsse.Subject, b Subject) bool {
 type problems []string
 
 func (ps *problems) add(field, format string, args ...any) {
+	if len(*ps) <= 64 {
+		ps.push(field + ": " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (ps *problems) push(p string) {
 	if len(*ps) < 64 {
-		*ps = append(*ps, field+": "+fmt.Sprintf(format, args...))
+		*ps = append(*ps, p)
 	} else if len(*ps) == 64 {
 		*ps = append(*ps, "(more problems not listed)")
+	}
+}
+
+// element records the problems of element i of list, which were found
+// under field names relative to it (".target", or "" for the element
+// itself). The element's name is formatted only if it has a problem: most
+// elements of most receipts have none, and formatting every name was a
+// measurable part of a verification.
+func (ps *problems) element(list string, i int, one problems) {
+	for _, p := range one {
+		ps.push(list + "[" + strconv.Itoa(i) + "]" + p)
 	}
 }
 
@@ -642,14 +666,15 @@ func validateReceipt(r *Receipt, predicateType string) error {
 	}
 	targets := make(map[string]bool, len(r.Inputs))
 	for i, in := range r.Inputs {
-		field := fmt.Sprintf("inputs[%d]", i)
-		ps.text(field+".source", in.Source)
-		ps.absPath(field+".target", in.Target)
+		var one problems
+		one.text(".source", in.Source)
+		one.absPath(".target", in.Target)
 		if targets[in.Target] {
-			ps.add(field+".target", "%q appears twice", cdsse.Clip(in.Target))
+			one.add(".target", "%q appears twice", cdsse.Clip(in.Target))
 		}
 		targets[in.Target] = true
-		ps.digest(field+".digest", in.Digest)
+		one.digest(".digest", in.Digest)
+		ps.element("inputs", i, one)
 	}
 
 	checkObserved(&ps, &r.Observed)
@@ -664,9 +689,10 @@ func validateReceipt(r *Receipt, predicateType string) error {
 		ps.add("cleanup.steps", "%d entries, more than %d", len(r.Cleanup.Steps), maxListElements)
 	}
 	for i, s := range r.Cleanup.Steps {
-		field := fmt.Sprintf("cleanup.steps[%d]", i)
-		ps.text(field+".name", s.Name)
-		ps.optText(field+".detail", s.Detail)
+		var one problems
+		one.text(".name", s.Name)
+		one.optText(".detail", s.Detail)
+		ps.element("cleanup.steps", i, one)
 	}
 	if r.Cleanup.Verified && slices.ContainsFunc(r.Cleanup.Steps, func(s CleanupStep) bool { return !s.OK }) {
 		ps.add("cleanup.verified", "true, but a step failed")
@@ -728,17 +754,18 @@ func checkObserved(ps *problems, o *Observed) {
 		ps.add("observed.namespaces", "not sorted without duplicates")
 	}
 	for i, ns := range o.Namespaces {
-		ps.oneOf(fmt.Sprintf("observed.namespaces[%d]", i), ns, namespaceTypes)
+		var one problems
+		one.oneOf("", ns, namespaceTypes)
+		ps.element("observed.namespaces", i, one)
 	}
 	for _, k := range slices.Sorted(maps.Keys(o.Capabilities)) {
 		v := o.Capabilities[k]
-		field := "observed.capabilities." + cdsse.Clip(k)
 		if !slices.Contains(capabilitySets, k) {
 			ps.add("observed.capabilities", "%q is not one of %s", cdsse.Clip(k), strings.Join(capabilitySets, ", "))
 			continue
 		}
 		if len(v) != 16 || !cdsse.IsLowerHex(v) {
-			ps.add(field, "%q is not 16 lowercase hex digits", cdsse.Clip(v))
+			ps.add("observed.capabilities."+cdsse.Clip(k), "%q is not 16 lowercase hex digits", cdsse.Clip(v))
 		}
 	}
 	ps.oneOf("observed.seccomp", o.Seccomp, seccompStates)
@@ -746,9 +773,10 @@ func checkObserved(ps *problems, o *Observed) {
 		ps.add("observed.mounts", "%d entries, more than %d", len(o.Mounts), maxListElements)
 	}
 	for i, m := range o.Mounts {
-		field := fmt.Sprintf("observed.mounts[%d]", i)
-		ps.absPath(field+".target", m.Target)
-		ps.text(field+".fsType", m.FSType)
+		var one problems
+		one.absPath(".target", m.Target)
+		one.text(".fsType", m.FSType)
+		ps.element("observed.mounts", i, one)
 	}
 	ps.nonNegative("observed.cgroup.memoryLimitBytes", o.Cgroup.MemoryLimitBytes)
 	ps.nonNegative("observed.cgroup.pidsLimit", o.Cgroup.PidsLimit)
@@ -758,10 +786,14 @@ func checkObserved(ps *problems, o *Observed) {
 		ps.add("observed", "more than %d interfaces or notes", maxListElements)
 	}
 	for i, s := range o.Interfaces {
-		ps.text(fmt.Sprintf("observed.interfaces[%d]", i), s)
+		var one problems
+		one.text("", s)
+		ps.element("observed.interfaces", i, one)
 	}
 	for i, s := range o.Notes {
-		ps.text(fmt.Sprintf("observed.notes[%d]", i), s)
+		var one problems
+		one.text("", s)
+		ps.element("observed.notes", i, one)
 	}
 }
 
@@ -819,15 +851,16 @@ func checkOutput(ps *problems, o *OutputRef) {
 		return
 	}
 	for i, f := range o.Files {
-		field := fmt.Sprintf("output.files[%d]", i)
+		var one problems
 		if err := checkRelPath(f.Path); err != nil {
-			ps.add(field+".path", "%q %v", cdsse.Clip(f.Path), err)
+			one.add(".path", "%q %v", cdsse.Clip(f.Path), err)
 		}
 		if i > 0 && o.Files[i-1].Path >= f.Path {
-			ps.add(field+".path", "%q is not after %q: files must be sorted by path, each once", cdsse.Clip(f.Path), cdsse.Clip(o.Files[i-1].Path))
+			one.add(".path", "%q is not after %q: files must be sorted by path, each once", cdsse.Clip(f.Path), cdsse.Clip(o.Files[i-1].Path))
 		}
-		ps.hex64(field+".sha256", f.SHA256)
-		ps.nonNegative(field+".size", f.Size)
+		one.hex64(".sha256", f.SHA256)
+		one.nonNegative(".size", f.Size)
+		ps.element("output.files", i, one)
 	}
 }
 
@@ -850,9 +883,4 @@ func checkRelPath(p string) error {
 		return errors.New("is not a clean path inside the output")
 	}
 	return nil
-}
-
-func isCompactJSON(b []byte) bool {
-	var c bytes.Buffer
-	return json.Compact(&c, b) == nil && bytes.Equal(c.Bytes(), b)
 }

@@ -664,6 +664,17 @@ func TestSignReceiptRefuses(t *testing.T) {
 		{"bad capability", func(r *evidence.Receipt) { r.Observed.Capabilities = map[string]string{"CapEff": "ffff"} }, "observed.capabilities.CapEff"},
 		{"bad seccomp", func(r *evidence.Receipt) { r.Observed.Seccomp = "on" }, "observed.seccomp"},
 		{"cleanup claims verified", func(r *evidence.Receipt) { r.Cleanup.Steps[0].OK = false }, "cleanup.verified"},
+		// A list element's problem names the element and its field.
+		{"duplicate input", func(r *evidence.Receipt) {
+			r.Inputs = []evidence.Input{r.Inputs[0], r.Inputs[0]}
+		}, `inputs[1].target: "/src" appears twice`},
+		{"relative mount", func(r *evidence.Receipt) {
+			r.Observed.Mounts = []evidence.ObservedMount{r.Observed.Mounts[0], {Target: "proc", FSType: "proc"}}
+		}, `observed.mounts[1].target: "proc" is not an absolute path`},
+		{"bad namespace", func(r *evidence.Receipt) { r.Observed.Namespaces = []string{"cgroup", "zz"} }, `observed.namespaces[1]: "zz" is not one of`},
+		{"empty interface", func(r *evidence.Receipt) { r.Observed.Interfaces = []string{""} }, "observed.interfaces[0]: missing"},
+		{"unnamed cleanup step", func(r *evidence.Receipt) { r.Cleanup.Steps[1].Name = "" }, "cleanup.steps[1].name: missing"},
+		{"negative file size", func(r *evidence.Receipt) { r.Output.Files[2].Size = -1 }, "output.files[2].size: -1 is negative"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := f.receipt
