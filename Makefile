@@ -134,6 +134,9 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseTrust$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzReceiptStatement$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEnvelope$$' -fuzztime=$(FUZZTIME) ./internal/dsse
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeCanonical$$' -fuzztime=$(FUZZTIME) ./internal/dsse
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeCanonicalRaw$$' -fuzztime=$(FUZZTIME) ./internal/dsse
+	$(GO) test -run='^$$' -fuzz='^FuzzIsCompactJSON$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 	$(GO) test -run='^$$' -fuzz='^FuzzExtract$$' -fuzztime=$(FUZZTIME) ./internal/untar
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStat$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
