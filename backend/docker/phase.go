@@ -28,7 +28,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/moby/go-archive"
@@ -57,7 +56,8 @@ const (
 )
 
 // LabelRootfs marks an image custody imported from a rootfs tree: its
-// value is the tree's digest, the cache key.
+// value is the tree's digest, the cache key. It is for an operator to see
+// and prune by; the backend finds its images through its own index.
 const LabelRootfs = LabelPrefix + "rootfs"
 
 // Logical names of a launch's objects in its workspace.
@@ -75,8 +75,8 @@ type PhaseOptions struct {
 	Docker *Docker
 	// Engine is the engine's profile from Probe; nil claims no tier.
 	Engine *pack.Engine
-	// StateDir is a root-only directory for launch dirs and the key that
-	// derives workspace ids; it is made if missing.
+	// StateDir is a root-only directory for launch dirs, the image cache's
+	// index and the key that derives workspace ids; it is made if missing.
 	StateDir string
 	// MaxLogBytes bounds what each stream passes on; 0 means 8 MiB.
 	MaxLogBytes int64
@@ -499,7 +499,7 @@ func tarRootfs(dir string) (io.ReadCloser, error) {
 	return rc, nil
 }
 
-// tagImage finds the cached image of rootfs (by its LabelRootfs) or
+// tagImage finds the cached image of rootfs (in the backend's index) or
 // imports it, and tags it as ref for this launch; it returns the image ID.
 // The cached image stays after the launch, deliberately: it is the cache,
 // labelled for an operator to prune.
@@ -514,6 +514,9 @@ func (b *PhaseBackend) tagImage(ctx context.Context, rootfs, ref string) (string
 	}
 	if id == "" {
 		if id, err = b.importImage(ctx, rootfs, key); err != nil {
+			return "", err
+		}
+		if err := b.remember(key, id); err != nil {
 			return "", err
 		}
 	}
@@ -534,15 +537,59 @@ func (b *PhaseBackend) tagImage(ctx context.Context, rootfs, ref string) (string
 	return id, nil
 }
 
+// cachedImage is the image this backend imported for key, from its own
+// root-only index: never found by label, since anyone who can reach the
+// engine can label an image. An image ID is the digest of the image's
+// config, which names its layer's digest, so an image with the recorded
+// ID holds what was imported.
 func (b *PhaseBackend) cachedImage(ctx context.Context, key string) (string, error) {
-	imgs, err := b.d.cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelRootfs+"="+key))})
-	if err != nil {
-		return "", fmt.Errorf("list cached images: %w", err)
-	}
-	if len(imgs) == 0 {
+	data, err := os.ReadFile(b.cacheEntry(key))
+	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
-	return imgs[0].ID, nil
+	if err != nil {
+		return "", fmt.Errorf("image cache: %w", err)
+	}
+	id := strings.TrimSpace(string(data))
+	img, err := b.d.cli.ImageInspect(ctx, id)
+	if cerrdefs.IsNotFound(err) {
+		return "", nil // pruned: import again
+	}
+	if err != nil {
+		return "", fmt.Errorf("inspect cached image %s: %w", id, err)
+	}
+	if img.ID != id {
+		return "", nil
+	}
+	return id, nil
+}
+
+func (b *PhaseBackend) cacheEntry(key string) string {
+	return filepath.Join(b.opts.StateDir, "images", key)
+}
+
+// remember records the imported image of key in the index.
+func (b *PhaseBackend) remember(key, id string) error {
+	dir := filepath.Dir(b.cacheEntry(key))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".new-")
+	if err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(id + "\n"); err != nil {
+		tmp.Close()
+		return fmt.Errorf("image cache: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), b.cacheEntry(key)); err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
+	return nil
 }
 
 // importImage imports the rootfs tree as an image labelled with its key,

@@ -85,13 +85,14 @@ func (sb *phaseSandbox) Run(ctx context.Context, wall time.Duration, out backend
 	// must not hold the run.
 	stdout.close()
 	stderr.close()
-	deadline := time.After(5 * time.Second)
+	flushed, cancelFlush := context.WithTimeout(context.Background(), 5*time.Second)
 	for _, bw := range []*boundedWriter{stdout, stderr} {
 		select {
 		case <-bw.done:
-		case <-deadline:
+		case <-flushed.Done():
 		}
 	}
+	cancelFlush()
 	ins, err := sb.b.d.cli.ContainerInspect(context.WithoutCancel(ctx), id)
 	if err != nil {
 		return ex, fmt.Errorf("docker phase run: inspect %s after exit: %w", id, err)

@@ -12,9 +12,11 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/backendtest"
+	"github.com/custody-dev/custody/internal/dockertest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/platform"
+	"github.com/docker/docker/api/types/container"
 )
 
 // probed is the shared daemon's profile: one probe per test binary.
@@ -239,5 +241,62 @@ func TestPhaseCapabilitiesAreHonest(t *testing.T) {
 	}
 	if c := bare.Capabilities(); c.Tiers != nil || len(c.Controls) == 0 {
 		t.Errorf("capabilities without a profile %+v, want no tier and a control gap", c)
+	}
+}
+
+// TestPhaseLabelledLookAlikeImageIsNotUsed: an image someone else labelled
+// with the rootfs's cache key is never run; the backend imports its own.
+func TestPhaseLabelledLookAlikeImageIsNotUsed(t *testing.T) {
+	b, _ := phaseBackend(t)
+	dt := dockertest.Shared(t)
+	rootfs := rootfsFixture(t)
+	key, err := rootfsKey(rootfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The look-alike: the daemon's busybox, committed with our label.
+	cli := dt.TestClient(t)
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: dt.Image, Cmd: []string{"true"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	fake, err := cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: "lookalike:" + key[:12], Changes: []string{"LABEL " + LabelRootfs + "=" + key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, ex := runPhase(t, b, "phase-lookalike", phaseSpec(rootfs, "/bin/true"), backend.IO{}, 20*time.Second)
+	if ex.Code != 0 {
+		t.Fatalf("exit %+v", ex)
+	}
+	if got := "sha256:" + sb.Evidence()["image"]; got == fake.ID {
+		t.Errorf("the launch ran the look-alike image %s", fake.ID)
+	}
+	if _, err := cli.ImageInspect(ctx, fake.ID); err != nil {
+		t.Errorf("the look-alike image was touched: %v", err)
+	}
+}
+
+// TestPhaseLimitsHold: within the memory limit a workload runs; past it
+// the kernel kills it and the exit says OOMKilled. Inputs are readable
+// and not writable.
+func TestPhaseLimitsHold(t *testing.T) {
+	b, _ := phaseBackend(t)
+	rootfs := rootfsFixture(t)
+	in := t.TempDir()
+	if err := os.WriteFile(filepath.Join(in, "data"), []byte("input\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := phaseSpec(rootfs, "/bin/sh", "-c", `cat /in/data; if (echo x > /in/data) 2>/dev/null; then echo INPUT-WRITABLE; fi; dd if=/dev/zero of=/dev/null bs=8M count=1 2>/dev/null && echo small-ok`)
+	s.Inputs = []backend.Mount{{Source: in, Target: "/in"}}
+	var out bytes.Buffer
+	_, ex := runPhase(t, b, "phase-limits-ok", s, backend.IO{Stdout: &out, Stderr: &out}, 20*time.Second)
+	if ex.Code != 0 || ex.OOMKilled || out.String() != "input\nsmall-ok\n" {
+		t.Errorf("legitimate run: exit %+v, output %q", ex, out.String())
+	}
+	_, ex = runPhase(t, b, "phase-limits-oom", phaseSpec(rootfs, "/bin/sh", "-c", "dd if=/dev/zero of=/dev/null bs=256M count=1"), backend.IO{}, 20*time.Second)
+	if !ex.OOMKilled || ex.Code == 0 {
+		t.Errorf("a workload past its memory limit: exit %+v, want OOMKilled", ex)
 	}
 }
