@@ -90,6 +90,8 @@ type PhaseBackend struct {
 	key      []byte
 	identity backend.Identity
 	notes    []string
+	// unproved says why the dockerd binary could not be identified.
+	unproved string
 }
 
 var (
@@ -122,13 +124,17 @@ func NewPhase(ctx context.Context, opts PhaseOptions) (*PhaseBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &PhaseBackend{opts: opts, d: opts.Docker, key: key}
+	b := &PhaseBackend{opts: opts, d: opts.Docker, key: key,
+		// Measured on dockerd 20.10: the engine sets these when the Spec
+		// does not, so the workload's environment is not exactly Env.
+		notes: []string{"the engine adds HOSTNAME and HOME to a container's environment when the Spec does not set them"}}
 	ver, err := b.d.cli.ServerVersion(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("docker phase backend: engine version: %w", err)
 	}
 	b.identity = backend.Identity{Kind: phaseName, Version: ver.Version}
 	if path, sum, err := b.d.daemonBinary(ctx); err != nil {
+		b.unproved = err.Error()
 		b.notes = append(b.notes, "identity has no dockerd binary digest: "+err.Error())
 	} else {
 		b.identity.Path, b.identity.SHA256 = path, sum
@@ -243,7 +249,7 @@ func (b *PhaseBackend) Capabilities() backend.Capabilities {
 	}
 	if b.identity.SHA256 == "" {
 		dev = append(dev, backend.Gap{Requirement: "tier.development.identity", Code: "engine-binary-unproved",
-			Detail: "the dockerd binary serving the socket could not be identified: " + strings.Join(b.notes, "; "),
+			Detail: "the dockerd binary serving the socket could not be identified: " + b.unproved,
 			Fix:    "name a local unix socket served by dockerd on this host"})
 	}
 	prod := []backend.Gap{

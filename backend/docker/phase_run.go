@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -386,7 +387,7 @@ func (b *PhaseBackend) cleanup(ctx context.Context, ws *Workspace, recs phaseRec
 	}
 	if r := recs.image; r != nil {
 		if r.State == "intent" {
-			detail, err := b.untagIntent(ctx, *r, ws.owner.Workspace)
+			detail, err := b.untagIntent(ctx, *r)
 			add(r, detail, err)
 		} else {
 			detail, err := b.untagOwned(ctx, *r)
@@ -413,9 +414,11 @@ func (b *PhaseBackend) cleanup(ctx context.Context, ws *Workspace, recs phaseRec
 	return rep
 }
 
-// untagIntent handles an image tag recorded as an intent only: absent is
-// done; present, it is not proved the launch's and stays.
-func (b *PhaseBackend) untagIntent(ctx context.Context, r backend.Resource, ws string) (string, error) {
+// untagIntent handles an image tag recorded as an intent only (a crash
+// between the tag and its record): absent is done; present, it is the
+// launch's only when it names the image the backend's own index holds for
+// the rootfs the image is labelled with. Anything else stays.
+func (b *PhaseBackend) untagIntent(ctx context.Context, r backend.Resource) (string, error) {
 	img, err := b.d.cli.ImageInspect(ctx, r.Name+":latest")
 	if cerrdefs.IsNotFound(err) {
 		return "never created", nil
@@ -423,8 +426,18 @@ func (b *PhaseBackend) untagIntent(ctx context.Context, r backend.Resource, ws s
 	if err != nil {
 		return "", err
 	}
-	return "", fmt.Errorf("image tag %s exists (%s) but the journal has no identity for it: %w; left alone", r.Name, img.ID, ErrUncertain)
+	if img.Config != nil {
+		if key := img.Config.Labels[LabelRootfs]; rootfsKeyRe.MatchString(key) {
+			if cached, err := b.cachedImage(ctx, key); err == nil && cached == img.ID {
+				r.Identity = map[string]string{IdentityID: img.ID}
+				return b.untagOwned(ctx, r)
+			}
+		}
+	}
+	return "", fmt.Errorf("image tag %s exists (%s) but names no image of the backend's cache: %w; left alone", r.Name, img.ID, ErrUncertain)
 }
+
+var rootfsKeyRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // intentDirAbsent: a launch dir recorded as an intent only must not exist.
 func intentDirAbsent(r backend.Resource) (string, error) {

@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/platform"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 )
 
 // probed is the shared daemon's profile: one probe per test binary.
@@ -298,5 +300,114 @@ func TestPhaseLimitsHold(t *testing.T) {
 	_, ex = runPhase(t, b, "phase-limits-oom", phaseSpec(rootfs, "/bin/sh", "-c", "dd if=/dev/zero of=/dev/null bs=256M count=1"), backend.IO{}, 20*time.Second)
 	if !ex.OOMKilled || ex.Code == 0 {
 		t.Errorf("a workload past its memory limit: exit %+v, want OOMKilled", ex)
+	}
+}
+
+// failingCreated records like recorder but fails the Created record of
+// one kind: the process "dies" between a create and its record.
+type failingCreated struct {
+	*recorder
+	kind string
+}
+
+func (f failingCreated) Created(rs ...backend.Resource) error {
+	for _, r := range rs {
+		if r.Kind == f.kind {
+			return errors.New("journal write failed")
+		}
+	}
+	return f.recorder.Created(rs...)
+}
+
+func (r *recorder) records() []backend.Resource {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []backend.Resource
+	for _, x := range r.last {
+		if x.State == "intent" || x.State == "created" || x.State == "removed" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// TestPhaseRecoversACreateWhoseRecordWasLost: the container and the image
+// tag were made but their records were not written; recovery from the
+// journal alone finds them (the container by its intent nonce, the tag
+// through the backend's image index), removes them and verifies.
+func TestPhaseRecoversACreateWhoseRecordWasLost(t *testing.T) {
+	b, _ := phaseBackend(t)
+	rootfs := rootfsFixture(t)
+	ctx := context.Background()
+	for _, kind := range []string{KindContainer, KindPhaseImage} {
+		t.Run(kind, func(t *testing.T) {
+			id := "phase-lost-" + strings.TrimPrefix(kind, "docker-")
+			rec := failingCreated{newRecorder(), kind}
+			intents, err := b.Intents(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Intent(intents...)
+			sb, err := b.Prepare(ctx, id, phaseSpec(rootfs, "/bin/true"), rec)
+			if err == nil {
+				sb.Cleanup(ctx)
+				t.Fatal("prepare succeeded though a record failed")
+			}
+			ws := b.workspace(id)
+			name := NativeName(ws, phaseContainer)
+			if kind == KindPhaseImage {
+				name = NativeName(ws, phaseImage) + ":latest"
+			}
+			if kind == KindContainer {
+				if _, err := b.d.inspect(ctx, KindContainer, name); err != nil {
+					t.Fatalf("the unrecorded container is not there to recover: %v", err)
+				}
+			} else if _, err := b.d.cli.ImageInspect(ctx, name); err != nil {
+				t.Fatalf("the unrecorded image tag is not there to recover: %v", err)
+			}
+			rep := b.Recover(ctx, id, rec.records(), rec.recorder)
+			if !rep.Verified {
+				t.Fatalf("recovery: %+v", rep.Steps)
+			}
+			if _, err := b.d.cli.ImageInspect(ctx, NativeName(ws, phaseImage)+":latest"); err == nil {
+				t.Error("the image tag survived recovery")
+			}
+			if abs := b.VerifyAbsent(id, rec.records()); !abs.Verified {
+				t.Errorf("absence after recovery: %+v", abs.Steps)
+			}
+		})
+	}
+}
+
+// TestPhaseRecoveryLeavesALookAlikeTag: a tag with the launch's name on an
+// image the backend never imported is reported, not removed, and the
+// recovery does not claim it verified.
+func TestPhaseRecoveryLeavesALookAlikeTag(t *testing.T) {
+	b, _ := phaseBackend(t)
+	dt := dockertest.Shared(t)
+	ctx := context.Background()
+	id := "phase-tag-lookalike"
+	intents, err := b.Intents(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := NativeName(b.workspace(id), phaseImage) + ":latest"
+	cli := dt.TestClient(t)
+	if err := cli.ImageTag(ctx, dt.Image, ref); err != nil {
+		t.Fatal(err)
+	}
+	defer cli.ImageRemove(ctx, ref, image.RemoveOptions{})
+	if rep := b.Recover(ctx, id, intents, newRecorder()); rep.Verified {
+		t.Errorf("recovery verified with a look-alike tag in place: %+v", rep.Steps)
+	}
+	if img, err := cli.ImageInspect(ctx, ref); err != nil || img.ID != dt.Image {
+		t.Errorf("the look-alike tag was touched: %v", err)
+	}
+	// Without the look-alike the same records recover to verified.
+	if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if rep := b.Recover(ctx, id, intents, newRecorder()); !rep.Verified {
+		t.Errorf("recovery of nothing made: %+v", rep.Steps)
 	}
 }
