@@ -99,7 +99,10 @@ var (
 	_ backend.Sandbox = (*phaseSandbox)(nil)
 )
 
-var phaseIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
+var (
+	phaseIDRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
+	launchTagRe = regexp.MustCompile(`^` + NamePrefix + `[0-9a-f]{12}-` + phaseImage + `$`)
+)
 
 // NewPhase makes the backend: it reads the engine's version and, when the
 // daemon is a local unix socket, the binary serving it (SO_PEERCRED, as
@@ -330,6 +333,35 @@ func checkSpec(s backend.Spec) error {
 	return nil
 }
 
+// checkInputs refuses an input that is, or resolves to, a socket, or a
+// directory that holds the engine's socket: whoever holds the engine's
+// socket is root on its host (P3), and no phase input grants that.
+func (b *PhaseBackend) checkInputs(ins []backend.Mount) error {
+	sock, _ := unixPath(b.d.host)
+	if sock != "" {
+		if real, err := filepath.EvalSymlinks(sock); err == nil {
+			sock = real
+		}
+	}
+	for _, in := range ins {
+		real, err := filepath.EvalSymlinks(in.Source)
+		if err != nil {
+			return fmt.Errorf("%w: input %s: %w; fix the input's source", ErrPhaseSpec, in.Source, err)
+		}
+		st, err := os.Stat(real)
+		if err != nil {
+			return fmt.Errorf("%w: input %s: %w", ErrPhaseSpec, in.Source, err)
+		}
+		if st.Mode()&os.ModeSocket != 0 {
+			return fmt.Errorf("%w: input %s resolves to the socket %s; a socket is never bound into a phase (the engine's is host-root-equivalent)", ErrPhaseSpec, in.Source, real)
+		}
+		if sock != "" && (real == sock || strings.HasPrefix(sock, strings.TrimSuffix(real, "/")+"/")) {
+			return fmt.Errorf("%w: input %s (%s) holds the engine's socket %s, which is host-root-equivalent; bind a directory that does not contain it", ErrPhaseSpec, in.Source, real, sock)
+		}
+	}
+	return nil
+}
+
 // phaseSandbox is one prepared launch.
 type phaseSandbox struct {
 	b     *PhaseBackend
@@ -360,6 +392,9 @@ func (b *PhaseBackend) Prepare(ctx context.Context, id string, s backend.Spec, r
 		return nil, errors.New("docker phase prepare: a recorder is required: nothing is created unrecorded")
 	}
 	if err := checkSpec(s); err != nil {
+		return nil, err
+	}
+	if err := b.checkInputs(s.Inputs); err != nil {
 		return nil, err
 	}
 	ws, err := b.d.Workspace(Owner{Workspace: b.workspace(id), Attempt: id}, rec)
@@ -669,7 +704,7 @@ func (b *PhaseBackend) Foreign(known func(kind, name string) bool) []backend.Res
 		for _, img := range imgs {
 			for _, tag := range img.RepoTags {
 				name, ok := strings.CutSuffix(tag, ":latest")
-				if ok && strings.HasPrefix(name, NamePrefix) && !known(KindPhaseImage, name) {
+				if ok && launchTagRe.MatchString(name) && !known(KindPhaseImage, name) {
 					out = append(out, backend.Resource{Kind: KindPhaseImage, Name: name, State: "foreign", Identity: map[string]string{IdentityID: img.ID}})
 				}
 			}

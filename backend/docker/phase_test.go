@@ -14,6 +14,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/backendtest"
 	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/platform"
@@ -409,5 +410,40 @@ func TestPhaseRecoveryLeavesALookAlikeTag(t *testing.T) {
 	}
 	if rep := b.Recover(ctx, id, intents, newRecorder()); !rep.Verified {
 		t.Errorf("recovery of nothing made: %+v", rep.Steps)
+	}
+}
+
+// TestPhaseEngineSocketIsNeverAnInput: an input that is a symlink to the
+// engine's socket, or a directory holding it, is refused before anything
+// is made; a plain directory beside it is bound (TestPhaseLimitsHold).
+func TestPhaseEngineSocketIsNeverAnInput(t *testing.T) {
+	b, _ := phaseBackend(t)
+	dt := dockertest.Shared(t)
+	rootfs := rootfsFixture(t)
+	sock, _ := unixPath(dt.Host)
+	link := filepath.Join(t.TempDir(), "innocent")
+	if err := os.Symlink(sock, link); err != nil {
+		t.Fatal(err)
+	}
+	dirLink := filepath.Join(t.TempDir(), "dir")
+	if err := os.Symlink(filepath.Dir(sock), dirLink); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{link, dirLink, filepath.Dir(sock)} {
+		id := "phase-sock-" + randid.New(4)
+		s := phaseSpec(rootfs, "/bin/true")
+		s.Inputs = []backend.Mount{{Source: src, Target: "/in"}}
+		intents, _ := b.Intents(id)
+		sb, err := b.Prepare(context.Background(), id, s, newRecorder())
+		if !errors.Is(err, ErrPhaseSpec) || sb != nil {
+			if sb != nil {
+				sb.Cleanup(context.Background())
+			}
+			t.Errorf("input %s: %v, want a refusal", src, err)
+			continue
+		}
+		if rep := b.VerifyAbsent(id, intents); !rep.Verified {
+			t.Errorf("after the refusal of %s: %+v", src, rep.Steps)
+		}
 	}
 }
