@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/platform"
 )
 
@@ -238,13 +239,7 @@ func (c *Container) ID() string { return c.id }
 func (c *Container) OutputDir() string { return c.outDir }
 
 // OutputUsed is how many bytes the output filesystem holds.
-func (c *Container) OutputUsed() (int64, error) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(c.outDir, &fs); err != nil {
-		return 0, err
-	}
-	return int64(fs.Blocks-fs.Bfree) * fs.Bsize, nil
-}
+func (c *Container) OutputUsed() (int64, error) { return outputfs.Used(c.outDir) }
 
 // ConfigSHA256 is the digest of the config.json that was handed to runc.
 func (c *Container) ConfigSHA256() string {
@@ -438,16 +433,13 @@ func (c *Container) mountOutput(limit, files int64) error {
 	if err := os.Mkdir(c.outDir, 0o700); err != nil {
 		return fmt.Errorf("output dir: %w", err)
 	}
-	opts := fmt.Sprintf("size=%d,mode=0755", limit)
-	if files > 0 {
-		opts += fmt.Sprintf(",nr_inodes=%d", files+1) // the root is an inode too
-	}
+	var owner *outputfs.Owner
 	if m := c.b.opts.UserNS; m != nil {
-		opts += fmt.Sprintf(",uid=%d,gid=%d", m.HostID, m.HostID)
+		owner = &outputfs.Owner{UID: int(m.HostID), GID: int(m.HostID)}
 	}
 	c.mounted = append(c.mounted, c.outDir)
-	if err := unix.Mount("tmpfs", c.outDir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
-		return fmt.Errorf("output bound of %d bytes cannot be enforced: mount tmpfs: %w", limit, err)
+	if err := outputfs.Mount(c.outDir, limit, files, owner); err != nil {
+		return err
 	}
 	return c.identify(KindOutputMount, c.outDir, mountIdentity)
 }

@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/internal/procfs"
 )
 
@@ -34,13 +34,7 @@ func (nopRecorder) Created(...backend.Resource) error { return nil }
 func (nopRecorder) Removed(...backend.Resource) error { return nil }
 
 // pathIdentity is a file's device and inode: a path alone proves nothing.
-func pathIdentity(p string) (map[string]string, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return nil, err
-	}
-	return map[string]string{"dev": strconv.FormatUint(st.Dev, 10), "ino": strconv.FormatUint(st.Ino, 10)}, nil
-}
+func pathIdentity(p string) (map[string]string, error) { return outputfs.PathIdentity(p) }
 
 func sameIdentity(p string, want map[string]string) error {
 	got, err := pathIdentity(p)
@@ -59,48 +53,8 @@ var errNotOwned = errors.New("not owned")
 // IsNotOwned reports whether err says a resource's identity did not match.
 func IsNotOwned(err error) bool { return errors.Is(err, errNotOwned) }
 
-// mountIdentity is the kernel's id of the mount at p (the topmost, where
-// several are stacked) and its filesystem type. statx answers for the one
-// path; reading mountinfo means the kernel printing every mount of the
-// namespace, which cost more than anything else custodyd did per launch.
-func mountIdentity(p string) (map[string]string, error) {
-	var stx unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx)
-	if err != nil || stx.Mask&unix.STATX_MNT_ID == 0 || stx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return mountIdentityFromTable(p) // kernels before 5.8
-	}
-	if stx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return nil, fmt.Errorf("nothing mounted at %s", p)
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(p, &fs); err != nil {
-		return nil, err
-	}
-	return map[string]string{"mountId": strconv.FormatUint(stx.Mnt_id, 10), "fstype": fsTypeName(fs.Type)}, nil
-}
-
-func mountIdentityFromTable(p string) (map[string]string, error) {
-	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(p))
-	if err != nil {
-		return nil, err
-	}
-	if len(ms) == 0 {
-		return nil, fmt.Errorf("nothing mounted at %s", p)
-	}
-	m := ms[len(ms)-1]
-	return map[string]string{"mountId": strconv.Itoa(m.ID), "fstype": m.FSType}, nil
-}
-
-// fsTypeName names the filesystems custody mounts as mountinfo does.
-func fsTypeName(magic int64) string {
-	switch magic {
-	case unix.TMPFS_MAGIC:
-		return "tmpfs"
-	case unix.OVERLAYFS_SUPER_MAGIC:
-		return "overlay"
-	}
-	return fmt.Sprintf("0x%x", magic)
-}
+// mountIdentity is the kernel's id of the mount at p and its type.
+func mountIdentity(p string) (map[string]string, error) { return outputfs.MountIdentity(p) }
 
 // processIdentity is a pid and its start time: a pid alone may be reused.
 func processIdentity(pid int) (map[string]string, error) {
