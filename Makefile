@@ -142,7 +142,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseNetDev$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseProof$$' -fuzztime=$(FUZZTIME) ./backend/docker
-	$(GO) test -run='^$$' -fuzz='^FuzzParseProcCgroup$$' -fuzztime=$(FUZZTIME) ./backend/docker
+	$(GO) test -run='^$$' -fuzz='^FuzzParseCgroup$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./pack
 	$(GO) test -run='^$$' -fuzz='^FuzzAdmitPack$$' -fuzztime=$(FUZZTIME) ./admission
 	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPack$$' -fuzztime=$(FUZZTIME) ./grant

@@ -208,8 +208,8 @@ func readCgroupLimits(procCgroup string) backend.ObservedCgroup {
 		n, _ := strconv.ParseInt(f[0], 10, 64)
 		return n
 	}
-	for _, cg := range parseProcCgroup(procCgroup) {
-		parts := []string{"", cg.controllers, cg.path}
+	for _, cg := range procfs.ParseCgroup([]byte(procCgroup)) {
+		parts := []string{"", cg.Controllers, cg.Path}
 		for _, m := range mounts {
 			dir := ""
 			switch {
@@ -240,25 +240,6 @@ func readCgroupLimits(procCgroup string) backend.ObservedCgroup {
 		}
 	}
 	return c
-}
-
-// procCgroup is one line of /proc/<pid>/cgroup: the hierarchy's
-// controllers ("" for the unified one) and the cgroup's path in it.
-type procCgroup struct{ controllers, path string }
-
-// parseProcCgroup reads /proc/<pid>/cgroup. A path is kept only when it
-// is absolute and clean, so joining it under a hierarchy's mount point
-// can never leave that mount.
-func parseProcCgroup(data string) []procCgroup {
-	var out []procCgroup
-	for _, line := range strings.Split(data, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") || filepath.Clean(parts[2]) != parts[2] {
-			continue
-		}
-		out = append(out, procCgroup{controllers: parts[1], path: parts[2]})
-	}
-	return out
 }
 
 func setIf(dst *int64, v int64) {

@@ -1,8 +1,6 @@
 package oci
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // cgroupDirs are the directories of one container's cgroup, one per mounted
@@ -167,13 +166,8 @@ func resolveCgroups(rel string, mounts []*mountinfo.Info, own []byte) (*cgroupDi
 		}
 	}
 	cg.unified = !v1
-	sc := bufio.NewScanner(bytes.NewReader(own))
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		key, path := parts[1], parts[2]
+	for _, line := range procfs.ParseCgroup(own) {
+		key, path := line.Controllers, line.Path
 		mp := hierarchyMount(mounts, key)
 		if mp == "" {
 			continue

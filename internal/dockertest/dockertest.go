@@ -77,6 +77,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/custody-dev/custody/internal/procfs"
 	"github.com/custody-dev/custody/internal/randid"
 )
 
@@ -587,11 +588,8 @@ func cgroupDirs(parent string) []string {
 		return nil
 	}
 	var dirs []string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
+	for _, cg := range procfs.ParseCgroup(b) {
+		parts := []string{"", cg.Controllers, cg.Path}
 		mount := "unified"
 		if parts[1] != "" {
 			mount = strings.TrimPrefix(strings.Split(parts[1], ",")[0], "name=")

@@ -1,7 +1,9 @@
 package procfs
 
 import (
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +41,21 @@ func FuzzParseNetDev(f *testing.F) {
 		for _, n := range ParseNetDev(data) {
 			if n == "" {
 				t.Error("empty interface name")
+			}
+		}
+	})
+}
+
+// /proc/<pid>/cgroup of a sandboxed process: no line may yield a path
+// that leaves the hierarchy it is joined under.
+func FuzzParseCgroup(f *testing.F) {
+	f.Add([]byte("12:memory:/custody-x/abc\n0::/\n"))
+	f.Add([]byte("1:name=systemd:/../..\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, cg := range ParseCgroup(data) {
+			p := filepath.Join("/sys/fs/cgroup/memory", cg.Path)
+			if p != "/sys/fs/cgroup/memory" && !strings.HasPrefix(p, "/sys/fs/cgroup/memory/") {
+				t.Fatalf("%q escapes to %s", cg.Path, p)
 			}
 		}
 	})

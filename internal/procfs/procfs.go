@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,4 +140,27 @@ func ParseNetDev(data []byte) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// Cgroup is one line of /proc/<pid>/cgroup: the hierarchy's controllers
+// as printed ("memory", "cpu,cpuacct", "name=systemd"; "" for the unified
+// hierarchy) and the process's cgroup path in it.
+type Cgroup struct {
+	Controllers string
+	Path        string
+}
+
+// ParseCgroup parses a /proc/<pid>/cgroup file. A line is kept only when
+// its path is absolute and clean, so that joining it under a hierarchy's
+// mount point can never leave that mount.
+func ParseCgroup(data []byte) []Cgroup {
+	var out []Cgroup
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/") || path.Clean(parts[2]) != parts[2] {
+			continue
+		}
+		out = append(out, Cgroup{Controllers: parts[1], Path: parts[2]})
+	}
+	return out
 }

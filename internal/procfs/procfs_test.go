@@ -70,3 +70,10 @@ func TestParseNetDev(t *testing.T) {
 		t.Errorf("ParseNetDev = %q", got)
 	}
 }
+
+func TestParseCgroup(t *testing.T) {
+	got := ParseCgroup([]byte("12:memory:/custody-x/abc\n0::/\n3:cpu,cpuacct:/a/../../etc\n4:pids:relative\n"))
+	if len(got) != 2 || got[0] != (Cgroup{"memory", "/custody-x/abc"}) || got[1] != (Cgroup{"", "/"}) {
+		t.Errorf("%+v", got)
+	}
+}
