@@ -55,13 +55,21 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 	if err := os.MkdirAll(filepath.Dir(receiptPath), 0o755); err != nil {
 		return err
 	}
+	// Outputs that cannot be saved leave no directory; the receipt is
+	// still written, as the run's evidence (verify then says the outputs
+	// are missing), unless a directory appeared there meanwhile.
+	var outErr error
 	if res.Output != nil {
 		var buf bytes.Buffer
 		if err := c.GetOutputs(ctx, res.RunID, &buf); err != nil {
-			return fmt.Errorf("fetch outputs: %w", err)
+			outErr = fmt.Errorf("fetch outputs: %w", err)
+		} else if err := extract(ctx, &buf, outputsDir); err != nil {
+			outErr = fmt.Errorf("write outputs: %w", err)
 		}
-		if err := extract(ctx, &buf, outputsDir); err != nil {
-			return fmt.Errorf("write outputs: %w", err)
+	}
+	if outErr != nil {
+		if _, err := os.Lstat(outputsDir); err == nil {
+			return fmt.Errorf("%w; the receipt is not written beside outputs of something else (custodyd keeps the run's result)", outErr)
 		}
 	}
 	for _, f := range []struct {
@@ -73,6 +81,9 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 		}
 	}
 	fmt.Fprintf(a.stderr, "custody: receipt %s, bundle %s\n", quote.String(receiptPath), quote.String(bundlePath(receiptPath)))
+	if outErr != nil {
+		return outErr
+	}
 	if res.Output != nil {
 		fmt.Fprintf(a.stderr, "custody: outputs %s (check them: custody verify %s --trust TRUST --outputs %s)\n",
 			quote.String(outputsDir), quote.String(receiptPath), quote.String(outputsDir))

@@ -5,8 +5,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -163,5 +165,37 @@ func TestRerunSameReceipt(t *testing.T) {
 	ents, _ = os.ReadDir(filepath.Dir(fresh))
 	if len(ents) != 3 {
 		t.Fatalf("fresh holds %v, want receipt, bundle and outputs only", ents)
+	}
+}
+
+// TestOutputsAppearingMidRun: an outputs directory made while the run
+// goes on is neither written into nor replaced, and no receipt is written
+// beside it (exit 3: custody could not save the evidence).
+func TestOutputsAppearingMidRun(t *testing.T) {
+	e := startDaemon(t)
+	g := e.grant(t, e.phase(t, "race", "echo x > /out/x; sleep 2", ""))
+	out := filepath.Join(e.dir, "race")
+	receipt := filepath.Join(out, "receipt.json")
+	done := make(chan [3]string, 1)
+	go func() {
+		code, stdout, errs := e.custody("run", "--grant", g, "--receipt", receipt)
+		done <- [3]string{strconv.Itoa(code), stdout, errs}
+	}()
+	time.Sleep(700 * time.Millisecond)
+	foreign := filepath.Join(out, "outputs")
+	if err := os.MkdirAll(foreign, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(foreign, "mine"), "not the run's\n")
+	r := <-done
+	if r[0] != strconv.Itoa(exitInternal) || !strings.Contains(r[2], "already exists") {
+		t.Fatalf("exit %s, want %d naming the directory\n%s%s", r[0], exitInternal, r[1], r[2])
+	}
+	ents, _ := os.ReadDir(out)
+	if len(ents) != 1 || ents[0].Name() != "outputs" {
+		t.Fatalf("out holds %v, want the foreign outputs only (no receipt, no partial directory)", ents)
+	}
+	if got, _ := os.ReadDir(foreign); len(got) != 1 {
+		t.Fatalf("the foreign directory was written into: %v", got)
 	}
 }
