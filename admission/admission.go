@@ -43,8 +43,10 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
+	// No "refused" here: the callers that wrap it (a grant refusal, the
+	// API's code) say so already.
 	var b strings.Builder
-	b.WriteString("refused:")
+	fmt.Fprintf(&b, "%d requirement(s) not granted:", len(e.Checks))
 	for _, c := range e.Checks {
 		fmt.Fprintf(&b, "\n  %s: %s (%s): %s", c.Requirement, c.Verdict, c.Code, c.Detail)
 		if c.Fix != "" {

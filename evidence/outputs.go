@@ -101,9 +101,34 @@ func checkOutputs(ctx context.Context, dir string, o *OutputRef) (string, error)
 	if tree.Digest != o.TreeDigest {
 		s := fmt.Sprintf("tree digest %s is not the receipt's %s", tree.Digest, o.TreeDigest)
 		if len(bad) == 0 {
-			s += " (every file matches: a directory, symlink or execute bit differs)"
+			s += " (every file matches, so a directory, symlink or execute bit differs; " + structural(dir, tree.Entries) + ")"
 		}
 		bad = append(bad, s)
 	}
 	return strings.Join(bad, "; "), nil
+}
+
+// structural names what the receipt's file list does not cover, the
+// directories, symlinks and executable files in dir, so a reviewer knows
+// which paths to compare: the receipt records only their tree digest.
+func structural(dir string, entries []treehash.Entry) string {
+	var paths []string
+	for _, e := range entries {
+		switch {
+		case e.Kind == treehash.KindDir:
+			paths = append(paths, fmt.Sprintf("directory %q", e.Path))
+		case e.Kind == treehash.KindSymlink:
+			paths = append(paths, fmt.Sprintf("symlink %q -> %q", e.Path, e.Target))
+		case e.Mode&0o111 != 0:
+			paths = append(paths, fmt.Sprintf("executable %q", e.Path))
+		}
+	}
+	if len(paths) == 0 {
+		return fmt.Sprintf("%s holds only plain files, so a directory, symlink or execute bit of the run's output is missing here", dir)
+	}
+	s := "the receipt records these only within the tree digest, so one of them differs or one is missing: " + strings.Join(paths[:min(len(paths), maxNamed)], ", ")
+	if len(paths) > maxNamed {
+		s += fmt.Sprintf(" and %d more", len(paths)-maxNamed)
+	}
+	return s
 }

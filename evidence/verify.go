@@ -457,7 +457,7 @@ func (x *verification) tier() Check {
 func (x *verification) outputs(done chan checked) (Check, bool, error) {
 	switch {
 	case x.p.outputs.skip:
-		return verdict(CheckOutputs, notEvaluated+"WithoutOutputsUnsafe: the retained output bytes were not compared with the receipt"), false, nil
+		return verdict(CheckOutputs, notEvaluated+"the verifier chose to skip the outputs check, so the retained output bytes were not compared with the receipt"), false, nil
 	case x.receipt == nil:
 		return notDecoded(CheckOutputs), false, nil
 	}

@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -123,20 +125,38 @@ func ParsePhase(yaml []byte, baseDir string) (*request.Phase, error) {
 }
 
 // Decide is admission as the dry run and the grant issue both run it: the
-// plan, then the inputs read from their roots as a launch would read them
-// (without copying), so a dry run can never admit what issue refuses.
+// plan, the credentials it names, then the inputs read from their roots as
+// a launch would read them (without copying), so a dry run can never admit
+// what issue refuses. A refusal is a *admission.RefusedError listing every
+// requirement that stopped it.
 func (l *Launcher) Decide(ctx context.Context, req *request.Phase) (*admission.Plan, []admission.Input, error) {
 	pol, _, err := l.cfg.Policy()
 	if err != nil {
 		return nil, nil, err
 	}
-	return l.decide(ctx, pol, req)
+	return l.decide(ctx, pol, req, nil)
 }
 
-func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase) (*admission.Plan, []admission.Input, error) {
+// decide is Decide under pol with the checks the caller made first
+// (Issue's on the actor) counted among its refusals.
+func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check) (*admission.Plan, []admission.Input, error) {
+	refused := refusedOf(first)
 	plan, err := l.cfg.Runner.Admit(req, pol)
-	if err != nil {
+	var re *admission.RefusedError
+	switch {
+	case errors.As(err, &re):
+		refused = append(refused, re.Checks...)
+	case err != nil:
 		return nil, nil, err
+	}
+	creds := credentialChecks(pol, req)
+	refused = append(refused, refusedOf(creds)...)
+	if plan != nil {
+		plan.Checks = append(plan.Checks, creds...)
+		refused = append(refused, symlinkSources(plan)...)
+	}
+	if len(refused) > 0 {
+		return nil, nil, &admission.RefusedError{Checks: refused}
 	}
 	inputs, err := l.cfg.Runner.HashInputs(ctx, plan)
 	if err != nil {
@@ -145,19 +165,51 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 	return plan, inputs, nil
 }
 
-// authorize checks what policy says about who may ask for what, beyond
-// admission's request ∩ platform ∩ ceilings.
-func authorize(pol *policy.Policy, req *request.Phase, actor string) error {
-	var checks []admission.Check
-	if !pol.ActorMayRun(actor, string(req.Stage)) {
-		checks = append(checks, admission.Check{Requirement: "actor", Verdict: admission.NotGranted,
-			Code: string(grant.CodeActorNotAllowed), Detail: fmt.Sprintf("actor %q may not be granted stage %q", actor, req.Stage),
-			Fix: "an operator may add the stage to the actor in policy actors"})
-	} else if !pol.ActorHasSubmitters(actor) {
-		checks = append(checks, admission.Check{Requirement: "actor.submitters", Verdict: admission.NotGranted,
-			Code: string(grant.CodeSubmitterNotAllowed), Detail: fmt.Sprintf("actor %q has no submitters, so a grant for it could launch nothing", actor),
-			Fix: "an operator may list the uids or gids that submit as this actor in policy actors[].submitters"})
+func refusedOf(checks []admission.Check) []admission.Check {
+	var out []admission.Check
+	for _, c := range checks {
+		if c.Refused() {
+			out = append(out, c)
+		}
 	}
+	return out
+}
+
+// symlinkSources refuses an input whose source is itself a symlink with a
+// fix that fits (the snapshot refuses it too, but names files it cannot
+// copy). It only diagnoses: the snapshot's walk from the root is what
+// never follows a link.
+func symlinkSources(plan *admission.Plan) []admission.Check {
+	var out []admission.Check
+	for i, in := range plan.Inputs {
+		if fi, err := os.Lstat(in.Source); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			out = append(out, admission.Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted,
+				Code: "input-symlink-source", Detail: fmt.Sprintf("%s is a symlink, and custody never follows one to an input", in.Source),
+				Fix: "name the file or directory the link points to as the source, by its real path below the policy's input root"})
+		}
+	}
+	return out
+}
+
+// actorChecks checks what policy says about who may ask for what, beyond
+// admission's request ∩ platform ∩ ceilings.
+func actorChecks(pol *policy.Policy, req *request.Phase, actor string) []admission.Check {
+	switch {
+	case !pol.ActorMayRun(actor, string(req.Stage)):
+		return []admission.Check{{Requirement: "actor", Verdict: admission.NotGranted,
+			Code: string(grant.CodeActorNotAllowed), Detail: fmt.Sprintf("actor %q may not be granted stage %q", actor, req.Stage),
+			Fix: "an operator may add the stage to the actor in policy actors"}}
+	case !pol.ActorHasSubmitters(actor):
+		return []admission.Check{{Requirement: "actor.submitters", Verdict: admission.NotGranted,
+			Code: string(grant.CodeSubmitterNotAllowed), Detail: fmt.Sprintf("actor %q has no submitters, so a grant for it could launch nothing", actor),
+			Fix: "an operator may list the uids or gids that submit as this actor in policy actors[].submitters"}}
+	}
+	return nil
+}
+
+// credentialChecks gives one check per credential the phase names.
+func credentialChecks(pol *policy.Policy, req *request.Phase) []admission.Check {
+	var checks []admission.Check
 	for _, c := range req.Credentials {
 		if !pol.AllowsCredential(c) {
 			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.NotGranted,
@@ -169,7 +221,13 @@ func authorize(pol *policy.Policy, req *request.Phase, actor string) error {
 			Code: "no-credential-broker", Detail: "this runner has no credential broker yet, so no credential can be brokered",
 			Fix: "run the phase without credentials"})
 	}
-	if len(checks) > 0 {
+	return checks
+}
+
+// authorize is actorChecks and credentialChecks as one refusal, for a
+// launch re-deriving a grant's decision.
+func authorize(pol *policy.Policy, req *request.Phase, actor string) error {
+	if checks := refusedOf(append(actorChecks(pol, req, actor), credentialChecks(pol, req)...)); len(checks) > 0 {
 		return &admission.RefusedError{Checks: checks}
 	}
 	return nil
@@ -188,10 +246,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	if err != nil {
 		return nil, err
 	}
-	if err := authorize(pol, req, actor); err != nil {
-		return nil, err
-	}
-	plan, inputs, err := l.decide(ctx, pol, req)
+	plan, inputs, err := l.decide(ctx, pol, req, actorChecks(pol, req, actor))
 	if err != nil {
 		return nil, err
 	}

@@ -33,17 +33,12 @@ const (
 func (a *app) control() *api.Client { return api.NewClient(a.controlSocket) }
 func (a *app) submit() *api.Client  { return api.NewClient(a.submitSocket) }
 
-// fail maps a daemon error to an exit code.
-func fail(err error) error {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		switch ae.Code {
-		case api.CodeQuarantined, "internal":
-			return &exitError{exitInternal, err}
-		}
-		return &exitError{exitRefused, err}
-	}
-	return &exitError{exitInternal, err}
+// fail maps an error asking custodyd to the exit table, with one message:
+// a refusal's requirements go to stderr one line each (the printer custody
+// pack uses), a socket this uid may not open is refused (2), an absent
+// daemon is 3.
+func (a *app) fail(cmd *cobra.Command, err error) error {
+	return a.packFail(cmdName(cmd), false, err)
 }
 
 // envelopeSlack is what a file may hold around an envelope: the newline
@@ -128,7 +123,7 @@ Device nodes and fifos are skipped and listed on stderr.`,
 			}
 			raw, err := a.control().ImportImage(cmd.Context(), src)
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			if asJSON {
 				_, err := a.stdout.Write(raw)
@@ -193,7 +188,7 @@ func (a *app) admitCmd() *cobra.Command {
 			}
 			resp, err := a.submit().Admit(cmd.Context(), src)
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			if asJSON {
 				if err := writeJSON(a.stdout, resp); err != nil {
@@ -203,7 +198,7 @@ func (a *app) admitCmd() *cobra.Command {
 				printChecks(a.stdout, 30, resp.Checks)
 			}
 			if !resp.Admitted {
-				return &exitError{exitRefused, errors.New("refused: see the requirements above")}
+				return &exitError{exitRefused, errors.New("admit: refused (the requirements above)")}
 			}
 			return nil
 		},
@@ -238,7 +233,7 @@ func (a *app) grantCmd() *cobra.Command {
 			}
 			env, err := a.control().IssueGrant(cmd.Context(), api.IssueRequest{Phase: src, Actor: actor, TTL: ttl})
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			_, err = a.stdout.Write(append(env, '\n'))
 			return err
@@ -254,7 +249,7 @@ func (a *app) grantCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.control().Revoke(cmd.Context(), api.RevokeRequest{ID: args[0], Reason: reason}); err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			fmt.Fprintln(a.stdout, "revoked", quote.String(args[0]))
 			return nil
@@ -273,6 +268,12 @@ func (a *app) runCmd() *cobra.Command {
 		Short: "Submit a grant to custodyd and stream the run",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if receiptPath != "" && outputsDir == "" {
+				outputsDir = filepath.Join(filepath.Dir(receiptPath), "outputs")
+			}
+			if err := freshEvidence(receiptPath, outputsDir); err != nil {
+				return err
+			}
 			env, err := readGrant(grantPath)
 			if err != nil {
 				return err
@@ -288,9 +289,6 @@ func (a *app) runCmd() *cobra.Command {
 				fmt.Fprintf(a.stderr, "custody: run %s started\n", quote.String(id))
 			})
 			if res != nil && receiptPath != "" && res.Status != api.StatusRefused {
-				if outputsDir == "" {
-					outputsDir = filepath.Join(filepath.Dir(receiptPath), "outputs")
-				}
 				if serr := a.saveEvidence(cmd.Context(), c, res, rcpt, receiptPath, outputsDir); serr != nil {
 					return &exitError{exitInternal, serr}
 				}
@@ -303,7 +301,11 @@ func (a *app) runCmd() *cobra.Command {
 				}
 			}
 			if err != nil {
-				return fail(err)
+				if res != nil && len(res.Refusal) > 0 {
+					// The result above listed the requirements.
+					return &exitError{exitRefused, fmt.Errorf("run: refused: %d requirement(s) not granted (listed above)", len(res.Refusal))}
+				}
+				return a.fail(cmd, err)
 			}
 			if res.Status != api.StatusOK {
 				return &exitError{exitFailed, fmt.Errorf("run %s: %s", quote.String(res.RunID), quote.String(string(res.Status)))}
@@ -312,8 +314,8 @@ func (a *app) runCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&grantPath, "grant", "", "grant envelope from `custody grant issue` (required)")
-	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed receipt here (and its Sigstore bundle beside it as *.sigstore.json)")
-	cmd.Flags().StringVar(&outputsDir, "outputs", "", "with --receipt: fetch the retained outputs into this new directory (default: outputs/ beside the receipt)")
+	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed receipt here (and its Sigstore bundle beside it as *.sigstore.json); refused before the run if either exists")
+	cmd.Flags().StringVar(&outputsDir, "outputs", "", "with --receipt: fetch the retained outputs into this new directory (default: outputs/ beside the receipt); refused before the run if it exists")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	_ = cmd.MarkFlagRequired("grant")
 	return cmd
@@ -349,7 +351,7 @@ func (a *app) cancelCmd() *cobra.Command {
 				c = a.control()
 			}
 			if err := c.Cancel(cmd.Context(), args[0]); err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			fmt.Fprintln(a.stdout, "cancelled", quote.String(args[0]))
 			return nil
@@ -367,7 +369,7 @@ func (a *app) resultCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := a.submit().GetRun(cmd.Context(), args[0])
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			return writeJSON(a.stdout, res)
 		},
@@ -387,13 +389,13 @@ func (a *app) statusCmd() *cobra.Command {
 			}
 			st, err := c.Status(cmd.Context())
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			out := map[string]any{"status": st}
 			if operator {
 				as, err := c.Attempts(cmd.Context())
 				if err != nil {
-					return fail(err)
+					return a.fail(cmd, err)
 				}
 				out["attempts"] = as
 			}
@@ -412,7 +414,7 @@ func (a *app) recoverCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rec, err := a.control().Recover(cmd.Context())
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			if err := writeJSON(a.stdout, rec); err != nil {
 				return err
@@ -452,7 +454,7 @@ func (a *app) policyCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := a.control().ReloadPolicy(cmd.Context())
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			if err := writeJSON(a.stdout, st); err != nil {
 				return err
@@ -481,7 +483,7 @@ func (a *app) schemaCmd() *cobra.Command {
 				_, err := a.stdout.Write(policy.Schema())
 				return err
 			}
-			return fmt.Errorf("unknown schema %q (want request or policy)", args[0])
+			return usageError("schema: unknown schema %s (want request or policy)", quote.String(args[0]))
 		},
 	}
 }
@@ -494,7 +496,7 @@ func (a *app) quarantineCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q, err := a.control().Quarantine(cmd.Context())
 			if err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			return writeJSON(a.stdout, q)
 		},
@@ -503,7 +505,7 @@ func (a *app) quarantineCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.control().ReleaseQuarantine(cmd.Context()); err != nil {
-				return fail(err)
+				return a.fail(cmd, err)
 			}
 			fmt.Fprintln(a.stdout, "released")
 			return nil

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
@@ -26,7 +27,27 @@ func bundlePath(receipt string) string {
 	return strings.TrimSuffix(receipt, filepath.Ext(receipt)) + ".sigstore.json"
 }
 
-// saveEvidence writes the receipt, its bundle and the run's outputs.
+// freshEvidence refuses, before anything is asked of custodyd (so the
+// grant is not spent), a receipt path, its bundle's or an outputs
+// directory that already exists: a rerun must never leave a receipt
+// beside the outputs of another run.
+func freshEvidence(receiptPath, outputsDir string) error {
+	if err := freshReceipt(receiptPath); err != nil {
+		return err
+	}
+	if receiptPath == "" {
+		return nil
+	}
+	if _, err := os.Lstat(outputsDir); err == nil {
+		return &exitError{exitRefused, fmt.Errorf("refused: %s already exists, and outputs go into a fresh directory beside their receipt; fix: choose a new --receipt path (or --outputs DIR)", quote.String(outputsDir))}
+	}
+	return nil
+}
+
+// saveEvidence writes the run's outputs, then its receipt and bundle. The
+// outputs go into a fresh directory renamed into place whole, and each
+// receipt file is created new (never over another), so a receipt never
+// sits beside outputs it does not describe.
 func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, rc *api.Receipt, receiptPath, outputsDir string) error {
 	if rc == nil {
 		return fmt.Errorf("run %s: no receipt was issued", res.RunID)
@@ -34,48 +55,79 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 	if err := os.MkdirAll(filepath.Dir(receiptPath), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(receiptPath, append(rc.Envelope, '\n'), 0o644); err != nil {
-		return err
+	// Outputs that cannot be saved leave no directory; the receipt is
+	// still written, as the run's evidence (verify then says the outputs
+	// are missing), unless a directory appeared there meanwhile.
+	var outErr error
+	if res.Output != nil {
+		var buf bytes.Buffer
+		if err := c.GetOutputs(ctx, res.RunID, &buf); err != nil {
+			outErr = fmt.Errorf("fetch outputs: %w", err)
+		} else if err := extract(ctx, &buf, outputsDir); err != nil {
+			outErr = fmt.Errorf("write outputs: %w", err)
+		}
 	}
-	if err := os.WriteFile(bundlePath(receiptPath), append(rc.Bundle, '\n'), 0o644); err != nil {
-		return err
+	if outErr != nil {
+		if _, err := os.Lstat(outputsDir); err == nil {
+			return fmt.Errorf("%w; the receipt is not written beside outputs of something else (custodyd keeps the run's result)", outErr)
+		}
+	}
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{receiptPath, rc.Envelope}, {bundlePath(receiptPath), rc.Bundle}} {
+		if err := writeNew(f.path, append(append([]byte{}, f.data...), '\n')); err != nil {
+			return fmt.Errorf("write receipt: %w", err)
+		}
 	}
 	fmt.Fprintf(a.stderr, "custody: receipt %s, bundle %s\n", quote.String(receiptPath), quote.String(bundlePath(receiptPath)))
-	if res.Output == nil {
-		return nil
+	if outErr != nil {
+		return outErr
 	}
-	var buf bytes.Buffer
-	if err := c.GetOutputs(ctx, res.RunID, &buf); err != nil {
-		return fmt.Errorf("fetch outputs: %w", err)
+	if res.Output != nil {
+		fmt.Fprintf(a.stderr, "custody: outputs %s (check them: custody verify %s --trust TRUST --outputs %s)\n",
+			quote.String(outputsDir), quote.String(receiptPath), quote.String(outputsDir))
 	}
-	if err := extract(ctx, &buf, outputsDir); err != nil {
-		return fmt.Errorf("write outputs: %w", err)
-	}
-	fmt.Fprintf(a.stderr, "custody: outputs %s (check them: custody verify %s --trust TRUST --outputs %s)\n",
-		quote.String(outputsDir), quote.String(receiptPath), quote.String(outputsDir))
 	return nil
 }
 
-// extract unpacks a tar of outputs into a new directory, without ever
-// writing through a link or outside dir. The bytes are checked against
-// the signed receipt by custody verify, not trusted here.
+// extract unpacks a tar of outputs into dir, which must not exist: into a
+// fresh directory beside it first, renamed into place only when complete
+// and never over anything there, and without ever writing through a link
+// or outside it. The bytes are checked against the signed receipt by
+// custody verify, not trusted here.
 func extract(ctx context.Context, r io.Reader, dir string) error {
 	if _, err := os.Lstat(dir); err == nil {
 		return fmt.Errorf("%s already exists; outputs go into a fresh directory", quote.String(dir))
 	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return err
-	}
-	w, err := snapshot.NewWriter(dir)
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".partial-")
 	if err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	w, err := snapshot.NewWriter(tmp)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
 		return err
 	}
 	err = untar.Extract(ctx, r, w, untar.Options{Symlinks: true, DirMode: 0o755})
 	if cerr := w.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		// RENAME_NOREPLACE: a directory made there meanwhile (even an empty
+		// one, which a plain rename would replace) is kept and refused.
+		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
 	}
 	return err
 }
@@ -177,7 +229,7 @@ func loadVerifier(trustPath string) (*evidence.Verifier, error) {
 
 func (a *app) verify(ctx context.Context, env []byte, trustPath, outputs string, noOutputs bool) (*evidence.Result, []byte, error) {
 	if outputs == "" && !noOutputs {
-		return nil, nil, &exitError{verifyUnauthentic, errors.New("--outputs DIR is required (or --no-outputs-unsafe)")}
+		return nil, nil, usageError("verify: --outputs DIR is required (or --no-outputs-unsafe)")
 	}
 	v, err := loadVerifier(trustPath)
 	if err != nil {

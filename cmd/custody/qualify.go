@@ -89,7 +89,7 @@ func besideSelf(name string) string {
 
 func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 	if o.tier != conformance.TierProduction && o.tier != conformance.TierDevelopment {
-		return &exitError{exitRefused, fmt.Errorf("--tier %q: want production or development", o.tier)}
+		return usageError("--tier %q: want production or development", o.tier)
 	}
 	if o.custodyd == "" {
 		o.custodyd = besideSelf("custodyd")
@@ -301,7 +301,7 @@ Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not
 
 func (a *app) gate(ctx context.Context, o gateOptions) error {
 	if o.matrixDir == "" && !o.printPlatform {
-		return &exitError{exitRefused, errors.New("--matrix DIR is required")}
+		return usageError("gate: --matrix DIR is required")
 	}
 	trusted, err := loadTrustedRunners(o.trustRunner)
 	if err != nil {
@@ -317,7 +317,7 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 		}
 	}
 	if o.platform == "" {
-		return &exitError{exitRefused, errors.New("--platform this|FILE is required to gate (or --html to render only)")}
+		return usageError("gate: --platform this|FILE is required to gate (or --html to render only)")
 	}
 	this, err := a.gatePlatform(ctx, o)
 	if err != nil {
@@ -330,10 +330,10 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 		}{this.Digest(), this})
 	}
 	if len(trusted) == 0 {
-		return &exitError{exitRefused, errors.New("--trust-runner PUB is required: a gate trusts no row by default")}
+		return usageError("gate: --trust-runner PUB is required: a gate trusts no row by default")
 	}
 	if o.tier != matrix.TierProduction && o.tier != matrix.TierDevelopment {
-		return &exitError{exitRefused, fmt.Errorf("--tier %q: want production or development", o.tier)}
+		return usageError("--tier %q: want production or development", o.tier)
 	}
 	entries, err := matrix.LoadDir(ctx, o.matrixDir, trusted)
 	if err != nil {
