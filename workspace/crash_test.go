@@ -1,0 +1,5 @@
+package workspace_test
+
+const crashEnv = "CUSTODY_WORKSPACE_CRASH"
+
+func crashChild() int { return 2 }

@@ -1,0 +1,475 @@
+package workspace_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/custody-dev/custody/backend/docker"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/store"
+	"github.com/custody-dev/custody/workspace"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crashEnv) != "" {
+		os.Exit(crashChild())
+	}
+	os.Exit(dockertest.Main(m))
+}
+
+// The engine must satisfy the domain's interface; only tests and custodyd
+// name both.
+var _ workspace.Engine = (*docker.Packs)(nil)
+
+const actor = "range-op"
+
+// rangePack is five services on the busybox test image: web and cache
+// answer on 8080, db gets the operator's credential as a file and a
+// volume, worker binds a fixture directory, attacker sits on front only.
+// Every command exits on SIGTERM, as a service's stop signal asks.
+const rangePack = `name: range
+services:
+  web:
+    image: custody-test/busybox:latest
+    command: ["sh", "-c", "trap 'exit 0' TERM; nc -ll -p 8080 -e echo web-ok & wait"]
+    networks: [front, back]
+    depends_on: [db, cache]
+  db:
+    image: custody-test/busybox:latest
+    command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    user: "999:999"
+    secrets:
+      - source: db_password
+        target: /run/secrets/db_password
+    volumes:
+      - dbdata:/data
+    networks: [back]
+  worker:
+    image: custody-test/busybox:latest
+    command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    volumes:
+      - ./fixtures:/fixtures:ro
+    networks: [back]
+  cache:
+    image: custody-test/busybox:latest
+    command: ["sh", "-c", "trap 'exit 0' TERM; nc -ll -p 8080 -e echo cache-ok & wait"]
+    networks: [back]
+  attacker:
+    image: custody-test/busybox:latest
+    command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    networks: [front]
+    stop_signal: SIGTERM
+networks:
+  front:
+    internal: true
+  back:
+    internal: true
+volumes:
+  dbdata:
+secrets:
+  db_password:
+    file: ./secrets/db_password.txt
+    x-custody-credential: canary
+`
+
+const policyYAML = `apiVersion: custody.dev/v1alpha1
+kind: Policy
+images: []
+ceilings:
+  memory: 512Mi
+  pids: 256
+  cpu: 2
+  wallTime: 10m
+  outputBytes: 256Mi
+  tmpBytes: 128Mi
+  inputBytes: 1Gi
+defaults:
+  cpu: 1
+  outputBytes: 32Mi
+  tmpBytes: 16Mi
+packs:
+  actors:
+    - name: range-op
+      submitters: {uids: [0]}
+      images:
+        - reference: custody-test/busybox:latest
+      bindRoots: [%s]
+      credentials:
+        - {name: canary, services: [db]}
+      ceilings:
+        service: {memory: 64Mi, cpu: 0.25, pids: 64}
+        pack: {memory: 1Gi, cpu: 2, pids: 512}
+        services: 5
+`
+
+type env struct {
+	t       *testing.T
+	m       *workspace.Manager
+	db      *store.DB
+	cli     *client.Client
+	dir     string // the pack's directory
+	dbPath  string
+	canary  string
+	trusted []*keys.Verifier
+}
+
+var root = workspace.Peer{UID: 0, GID: 0, PID: 1, Known: true}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// setup writes a pack dir (fixtures, bind root), a policy, a 0600
+// credential source with a fresh canary, and opens a Manager on the
+// shared isolated daemon. state is where the store and keys live.
+func setup(t *testing.T, state string, fault func(string)) *env {
+	t.Helper()
+	dt := dockertest.Shared(t)
+	e := &env{t: t, cli: dt.TestClient(t)}
+	e.m, e.db, e.dir, e.dbPath, e.canary, e.trusted = manager(t, dt.Host, state, fault)
+	return e
+}
+
+func manager(t testing.TB, host, state string, fault func(string)) (*workspace.Manager, *store.DB, string, string, string, []*keys.Verifier) {
+	ctx := context.Background()
+	dir := filepath.Join(state, "pack")
+	for _, d := range []string{filepath.Join(dir, "fixtures"), filepath.Join(state, "run")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fixtures", "README"), []byte("fixture\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	polPath := filepath.Join(state, "policy.yaml")
+	if _, err := os.Stat(polPath); err != nil {
+		if err := os.WriteFile(polPath, fmt.Appendf(nil, policyYAML, dir), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	credPath := filepath.Join(state, "canary.cred")
+	canary, err := os.ReadFile(credPath)
+	if err != nil {
+		canary = []byte("CANARY-" + grant.NewID())
+		if err := os.WriteFile(credPath, canary, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issuer, _, err := keys.LoadOrCreate(state, "issuer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, _, err := keys.LoadOrCreate(state, "runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbPath := filepath.Join(state, "custody.db")
+	db, err := store.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	d, err := docker.Open(ctx, host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	m, err := workspace.New(workspace.Config{
+		DB: db, Engine: docker.NewPacks(d, docker.ProbeOptions{Image: dockertest.ImageRef}),
+		Policy: func() (*policy.Policy, string, error) {
+			b, err := os.ReadFile(polPath)
+			if err != nil {
+				return nil, "", err
+			}
+			p, err := policy.Parse(b)
+			return p, policy.Digest(b), err
+		},
+		Issuer: issuer, Runner: runner, Trusted: []*keys.Verifier{issuer.Verifier()}, RunnerID: runner.ID(),
+		Credentials:  map[string]string{"canary": credPath},
+		EngineSocket: strings.TrimPrefix(host, "unix://"),
+		SubnetPool:   mustPrefix("10.213.0.0/16"), StateDir: filepath.Join(state, "run"), Fault: fault,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, db, dir, dbPath, string(canary), []*keys.Verifier{runner.Verifier()}
+}
+
+func (e *env) issue(ctx context.Context) []byte {
+	e.t.Helper()
+	g, err := e.m.Issue(ctx, []byte(rangePack), e.dir, actor, time.Hour)
+	if err != nil {
+		e.t.Fatalf("issue: %v", err)
+	}
+	return g
+}
+
+func (e *env) up(ctx context.Context, g []byte, name string) *workspace.Report {
+	e.t.Helper()
+	rep, err := e.m.Up(ctx, g, name, root)
+	if err != nil {
+		e.t.Fatalf("up %s: %v", name, err)
+	}
+	if rep.State != workspace.StateRunning {
+		e.t.Fatalf("up %s: state %s: %+v", name, rep.State, rep)
+	}
+	e.t.Cleanup(func() { _, _ = e.m.Down(context.Background(), name, true) })
+	return rep
+}
+
+func (e *env) down(ctx context.Context, name string, volumes bool) *workspace.Report {
+	e.t.Helper()
+	rep, err := e.m.Down(ctx, name, volumes)
+	if err != nil {
+		e.t.Fatalf("down %s: %v", name, err)
+	}
+	return rep
+}
+
+func containerOf(t *testing.T, rep *workspace.Report, service string) string {
+	t.Helper()
+	for _, r := range rep.Resources {
+		if strings.HasSuffix(r.Kind, "container") && strings.HasSuffix(r.Name, "-"+service) {
+			return r.ID
+		}
+	}
+	t.Fatalf("no container for %s in %+v", service, rep.Resources)
+	return ""
+}
+
+func execIn(ctx context.Context, t *testing.T, cli *client.Client, id string, cmd ...string) (string, int) {
+	t.Helper()
+	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		t.Fatalf("exec %v: %v", cmd, err)
+	}
+	h, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, h.Reader); err != nil {
+		t.Fatal(err)
+	}
+	in, err := cli.ContainerExecInspect(ctx, ex.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), in.ExitCode
+}
+
+// objects lists the engine's objects that carry the workspace's id.
+func objects(ctx context.Context, t *testing.T, cli *client.Client, wsID string) int {
+	t.Helper()
+	f := filters.NewArgs(filters.Arg("label", docker.LabelWorkspace+"="+wsID))
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs) + len(ns) + len(vs.Volumes)
+}
+
+func grantCode(err error) grant.Code {
+	var ge *grant.Error
+	if errors.As(err, &ge) {
+		return ge.Code
+	}
+	return ""
+}
+
+// The five-service range goes up (a signed receipt naming every native
+// ID), its services talk to each other and not outside, the credential
+// reaches db as a 0400 file of its uid and nowhere else, down removes
+// everything (volumes only when asked) and a second down changes nothing.
+// A replayed grant is refused with nothing created.
+func TestRangeUpStatusDown(t *testing.T) {
+	ctx := testCtx(t)
+	e := setup(t, t.TempDir(), nil)
+	g := e.issue(ctx)
+	rep := e.up(ctx, g, "ws1")
+	if len(rep.Resources) != 8 {
+		t.Errorf("resources = %+v", rep.Resources)
+	}
+	for _, r := range rep.Resources {
+		want := "present"
+		if strings.HasSuffix(r.Kind, "container") {
+			want = "running"
+		}
+		if r.State != want || r.ID == "" {
+			t.Errorf("%s %s: %s (%s)", r.Kind, r.Name, r.State, r.Detail)
+		}
+	}
+	if !evidence.IsPackReceipt(rep.Receipt) {
+		t.Fatal("up returned no pack receipt")
+	}
+	upPayload := payload(t, rep.Receipt)
+	for _, r := range rep.Resources {
+		if !bytes.Contains(upPayload, []byte(r.ID)) && !strings.HasSuffix(r.Kind, "volume") {
+			t.Errorf("receipt does not name %s %s", r.Kind, r.ID)
+		}
+	}
+
+	// Replay: the same grant again is refused before anything is made.
+	before := objects(ctx, t, e.cli, rep.ID)
+	if _, err := e.m.Up(ctx, g, "ws-replay", root); grantCode(err) != grant.CodeReplayed {
+		t.Errorf("replayed grant: %v", err)
+	}
+	if st, err := e.m.Status(ctx, "ws-replay"); !errors.Is(err, workspace.ErrNotFound) {
+		t.Errorf("a refused up left a workspace: %+v %v", st, err)
+	}
+	if objects(ctx, t, e.cli, rep.ID) != before {
+		t.Error("a refused up changed the engine")
+	}
+
+	// In-pack traffic works; nothing outside the pack's networks answers.
+	attacker, web := containerOf(t, rep, "attacker"), containerOf(t, rep, "web")
+	if out, _ := execIn(ctx, t, e.cli, attacker, "nc", "-w", "2", "web", "8080"); !strings.Contains(out, "web-ok") {
+		t.Errorf("attacker → web: %q", out)
+	}
+	if out, _ := execIn(ctx, t, e.cli, web, "nc", "-w", "2", "cache", "8080"); !strings.Contains(out, "cache-ok") {
+		t.Errorf("web → cache: %q", out)
+	}
+	outside := listener(ctx, t, e.cli)
+	if out, _ := execIn(ctx, t, e.cli, attacker, "nc", "-w", "2", outside, "8080"); strings.Contains(out, "outside-ok") {
+		t.Errorf("attacker reached %s outside the pack: %q", outside, out)
+	}
+	if out, _ := execIn(ctx, t, e.cli, web, "nc", "-w", "2", outside, "8080"); strings.Contains(out, "outside-ok") {
+		t.Errorf("web reached %s outside the pack: %q", outside, out)
+	}
+
+	// The credential: a 0400 file of db's uid with the canary in it, and
+	// nowhere else.
+	dbc := containerOf(t, rep, "db")
+	if out, code := execIn(ctx, t, e.cli, dbc, "cat", "/run/secrets/db_password"); code != 0 || out != e.canary {
+		t.Errorf("db reads %q (exit %d), want the canary", out, code)
+	}
+	if out, _ := execIn(ctx, t, e.cli, dbc, "stat", "-c", "%a %u %g", "/run/secrets/db_password"); strings.TrimSpace(out) != "400 999 999" {
+		t.Errorf("credential file is %q, want 400 999 999", out)
+	}
+	for _, r := range rep.Resources {
+		if !strings.HasSuffix(r.Kind, "container") {
+			continue
+		}
+		_, raw, err := e.cli.ContainerInspectWithRaw(ctx, r.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(raw, []byte(e.canary)) {
+			t.Errorf("docker inspect of %s shows the canary", r.Name)
+		}
+		if out, _ := execIn(ctx, t, e.cli, r.ID, "env"); strings.Contains(out, e.canary) {
+			t.Errorf("%s's environment holds the canary", r.Name)
+		}
+		logs, err := e.cli.ContainerLogs(ctx, r.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lb bytes.Buffer
+		_, _ = stdcopy.StdCopy(&lb, &lb, logs)
+		logs.Close()
+		if strings.Contains(lb.String(), e.canary) {
+			t.Errorf("%s's logs hold the canary", r.Name)
+		}
+	}
+	if b, err := os.ReadFile(e.dbPath); err != nil || bytes.Contains(b, []byte(e.canary)) {
+		t.Errorf("the store (journal) holds the canary (read err %v)", err)
+	}
+	if bytes.Contains(upPayload, []byte(e.canary)) {
+		t.Error("the up receipt holds the canary")
+	}
+
+	// Down without volumes keeps the volume and says so; with volumes it
+	// goes too; a second down is clean and changes nothing.
+	d1 := e.down(ctx, "ws1", false)
+	if d1.State != workspace.StateClean || strings.Join(d1.Covered, ",") != "containers,networks" {
+		t.Errorf("down: %s covered %v: %s", d1.State, d1.Covered, d1.Detail)
+	}
+	if n := objects(ctx, t, e.cli, rep.ID); n != 1 {
+		t.Errorf("after down without volumes %d objects remain, want the volume", n)
+	}
+	if !evidence.IsPackReceipt(d1.Receipt) || bytes.Contains(payload(t, d1.Receipt), []byte(e.canary)) {
+		t.Error("down receipt missing or holds the canary")
+	}
+	d2 := e.down(ctx, "ws1", true)
+	if d2.State != workspace.StateClean || objects(ctx, t, e.cli, rep.ID) != 0 {
+		t.Errorf("down --volumes: %s, %d objects left: %s", d2.State, objects(ctx, t, e.cli, rep.ID), d2.Detail)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(e.dbPath), "run", "workspaces", rep.ID)); !os.IsNotExist(err) {
+		t.Errorf("credential files left after down: %v", err)
+	}
+	d3 := e.down(ctx, "ws1", true)
+	if d3.State != workspace.StateClean || !bytes.Equal(d3.Receipt, d2.Receipt) {
+		t.Errorf("second down: %s, receipt changed %v", d3.State, !bytes.Equal(d3.Receipt, d2.Receipt))
+	}
+}
+
+// listener runs a container on a network of its own, not the pack's,
+// answering "outside-ok" on 8080, and returns its address.
+func listener(ctx context.Context, t *testing.T, cli *client.Client) string {
+	t.Helper()
+	name := "outside-" + grant.NewID()[:8]
+	n, err := cli.NetworkCreate(ctx, name, network.CreateOptions{Driver: "bridge"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.NetworkRemove(context.Background(), n.ID) })
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: dockertest.ImageRef, Cmd: []string{"nc", "-ll", "-p", "8080", "-e", "echo", "outside-ok"}},
+		&container.HostConfig{NetworkMode: container.NetworkMode(name)}, nil, nil, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := cli.ContainerInspect(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in.NetworkSettings.Networks[name].IPAddress
+}
+
+// payload is a DSSE envelope's decoded statement.
+func payload(t *testing.T, env []byte) []byte {
+	t.Helper()
+	var e struct{ Payload []byte }
+	if err := json.Unmarshal(env, &e); err != nil || len(e.Payload) == 0 {
+		t.Fatalf("not an envelope: %v", err)
+	}
+	return e.Payload
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
