@@ -473,3 +473,176 @@ func payload(t *testing.T, env []byte) []byte {
 }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// Two workspaces of one pack file and project go up side by side and come
+// down independently: neither's down touches the other's objects.
+func TestTwoWorkspacesOfOnePack(t *testing.T) {
+	ctx := testCtx(t)
+	e := setup(t, t.TempDir(), nil)
+	a := e.up(ctx, e.issue(ctx), "twin-a")
+	b := e.up(ctx, e.issue(ctx), "twin-b")
+	if a.ID == b.ID || a.Project != b.Project {
+		t.Fatalf("ids %s %s, projects %s %s", a.ID, b.ID, a.Project, b.Project)
+	}
+	nb := objects(ctx, t, e.cli, b.ID)
+	if d := e.down(ctx, "twin-a", true); d.State != workspace.StateClean {
+		t.Fatalf("down a: %s %s", d.State, d.Detail)
+	}
+	if objects(ctx, t, e.cli, a.ID) != 0 || objects(ctx, t, e.cli, b.ID) != nb {
+		t.Errorf("after down a: a has %d objects, b %d (was %d)", objects(ctx, t, e.cli, a.ID), objects(ctx, t, e.cli, b.ID), nb)
+	}
+	st, err := e.m.Status(ctx, "twin-b")
+	if err != nil || st.State != workspace.StateRunning {
+		t.Fatalf("b after a's down: %+v %v", st, err)
+	}
+	for _, r := range st.Resources {
+		if r.State != "running" && r.State != "present" {
+			t.Errorf("b's %s %s is %s", r.Kind, r.Name, r.State)
+		}
+	}
+	if d := e.down(ctx, "twin-b", true); d.State != workspace.StateClean || objects(ctx, t, e.cli, b.ID) != 0 {
+		t.Errorf("down b: %s %s", d.State, d.Detail)
+	}
+	all, err := e.m.List(ctx)
+	if err != nil || len(all) != 2 {
+		t.Errorf("list: %d %v", len(all), err)
+	}
+}
+
+// Objects with the workspace's labels or names that its journal does not
+// hold are reported as foreign and left alone by down, whatever they
+// carry; the workspace's own objects go.
+func TestForeignLookalikesUntouched(t *testing.T) {
+	ctx := testCtx(t)
+	e := setup(t, t.TempDir(), nil)
+	rep := e.up(ctx, e.issue(ctx), "ws-foreign")
+	labels := map[string]string{docker.LabelWorkspace: rep.ID, docker.LabelResource: "web", docker.LabelIntent: "feedfacefeedface"}
+	prefix := docker.NamePrefix + rep.ID[:12] + "-"
+	n, err := e.cli.NetworkCreate(ctx, prefix+"lookalike", network.CreateOptions{Driver: "bridge", Internal: true, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cli.NetworkRemove(context.Background(), n.ID) })
+	v, err := e.cli.VolumeCreate(ctx, volume.CreateOptions{Name: prefix + "lookalike", Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.cli.VolumeRemove(context.Background(), v.Name, true) })
+	c, err := e.cli.ContainerCreate(ctx, &container.Config{Image: dockertest.ImageRef, Cmd: []string{"true"}, Labels: labels},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, prefix+"lookalike")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	})
+	st, err := e.m.Status(ctx, "ws-foreign")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, f := range st.Foreign {
+		found[f.ID] = true
+	}
+	if !found[n.ID] || !found[v.Name] || !found[c.ID] || len(st.Foreign) != 3 {
+		t.Errorf("foreign = %+v", st.Foreign)
+	}
+	d := e.down(ctx, "ws-foreign", true)
+	if d.State != workspace.StateClean {
+		t.Errorf("down: %s %s", d.State, d.Detail)
+	}
+	if _, err := e.cli.NetworkInspect(ctx, n.ID, network.InspectOptions{}); err != nil {
+		t.Errorf("foreign network touched: %v", err)
+	}
+	if _, err := e.cli.VolumeInspect(ctx, v.Name); err != nil {
+		t.Errorf("foreign volume touched: %v", err)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, c.ID); err != nil {
+		t.Errorf("foreign container touched: %v", err)
+	}
+	if objects(ctx, t, e.cli, rep.ID) != 3 {
+		t.Errorf("%d objects with the id remain, want the 3 look-alikes", objects(ctx, t, e.cli, rep.ID))
+	}
+}
+
+// What changed between grant and up is refused at up, before the grant is
+// spent or anything is created: a bind source replaced by a symlink, a
+// credential source that is a link or not 0600, a broken policy, a peer
+// that is not a submitter. Restored, the same grant goes up.
+func TestUpRefusesWhatChanged(t *testing.T) {
+	ctx := testCtx(t)
+	state := t.TempDir()
+	e := setup(t, state, nil)
+	g := e.issue(ctx)
+	fixtures := filepath.Join(e.dir, "fixtures")
+	cred := filepath.Join(state, "canary.cred")
+	polPath := filepath.Join(state, "policy.yaml")
+	pol, err := os.ReadFile(polPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := t.TempDir()
+	cases := []struct {
+		name           string
+		break_, repair func()
+		peer           workspace.Peer
+		code           grant.Code
+		credential     bool
+	}{
+		{"bind source replaced by a symlink",
+			func() { must(t, os.Rename(fixtures, fixtures+".real")); must(t, os.Symlink(elsewhere, fixtures)) },
+			func() { must(t, os.Remove(fixtures)); must(t, os.Rename(fixtures+".real", fixtures)) },
+			root, grant.CodeInputsChanged, false},
+		{"credential source is a symlink",
+			func() { must(t, os.Rename(cred, cred+".real")); must(t, os.Symlink(cred+".real", cred)) },
+			func() { must(t, os.Remove(cred)); must(t, os.Rename(cred+".real", cred)) },
+			root, "", true},
+		{"credential source is 0644",
+			func() { must(t, os.Chmod(cred, 0o644)) }, func() { must(t, os.Chmod(cred, 0o600)) },
+			root, "", true},
+		{"policy broken",
+			func() { must(t, os.WriteFile(polPath, []byte("packs: ["), 0o600)) }, func() { must(t, os.WriteFile(polPath, pol, 0o600)) },
+			root, grant.CodePolicyChanged, false},
+		{"peer not a submitter", func() {}, func() {}, workspace.Peer{UID: 1000, GID: 1000, Known: true}, grant.CodeSubmitterNotAllowed, false},
+		{"peer unknown", func() {}, func() {}, workspace.Peer{}, grant.CodeSubmitterNotAllowed, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.break_()
+			_, err := e.m.Up(ctx, g, "ws-changed", tc.peer)
+			tc.repair()
+			switch {
+			case tc.credential && !errors.Is(err, workspace.ErrCredential):
+				t.Errorf("want a credential refusal, got %v", err)
+			case !tc.credential && grantCode(err) != tc.code:
+				t.Errorf("want %s, got %v", tc.code, err)
+			}
+			if _, err := e.db.GrantUsed(grantID(t, g)); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("the grant was spent: %v", err)
+			}
+			if st, err := e.m.Status(ctx, "ws-changed"); !errors.Is(err, workspace.ErrNotFound) {
+				t.Errorf("a workspace was recorded: %+v", st)
+			}
+		})
+	}
+	rep := e.up(ctx, g, "ws-changed")
+	if d := e.down(ctx, "ws-changed", true); d.State != workspace.StateClean || objects(ctx, t, e.cli, rep.ID) != 0 {
+		t.Errorf("down: %s %s", d.State, d.Detail)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func grantID(t *testing.T, env []byte) string {
+	t.Helper()
+	var st struct {
+		Predicate struct{ ID string }
+	}
+	must(t, json.Unmarshal(payload(t, env), &st))
+	return st.Predicate.ID
+}
