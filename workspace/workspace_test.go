@@ -152,7 +152,14 @@ func setup(t *testing.T, state string, fault func(string)) *env {
 	return e
 }
 
-func manager(t testing.TB, host, state string, fault func(string)) (*workspace.Manager, *store.DB, string, string, string, []*keys.Verifier) {
+// tb is what manager needs of a test; the crash child has no testing.T.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
+func manager(t tb, host, state string, fault func(string)) (*workspace.Manager, *store.DB, string, string, string, []*keys.Verifier) {
 	ctx := context.Background()
 	dir := filepath.Join(state, "pack")
 	for _, d := range []string{filepath.Join(dir, "fixtures"), filepath.Join(state, "run")} {
