@@ -2,17 +2,23 @@ package workspace_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/store"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -71,7 +77,10 @@ func crashChild() int {
 func TestCrashMidUpRecovers(t *testing.T) {
 	dt := dockertest.Shared(t)
 	stages := []string{workspace.FaultClaimed, workspace.FaultConsumed, workspace.FaultNetworks, workspace.FaultVolumes,
-		workspace.FaultSecrets, workspace.FaultCreated + "#1", workspace.FaultCreated + "#4", workspace.FaultStarted + "#2", workspace.FaultRealized}
+		workspace.FaultSecrets, workspace.FaultCreated + "#1", workspace.FaultCreated + "#4", workspace.FaultStarted + "#2", workspace.FaultRealized,
+		// A crash between a container's create and the record of its ID:
+		// the journal holds its intent (with its nonce label) only.
+		workspace.FaultCreated + "#2" + lostID}
 	for _, stage := range stages {
 		t.Run(stage, func(t *testing.T) {
 			ctx := testCtx(t)
@@ -86,13 +95,16 @@ func TestCrashMidUpRecovers(t *testing.T) {
 			db.Close() // the child takes the store's lock
 
 			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), crashEnv+"="+stage, crashStateEnv+"="+state, crashHostEnv+"="+dt.Host)
+			cmd.Env = append(os.Environ(), crashEnv+"="+strings.TrimSuffix(stage, lostID), crashStateEnv+"="+state, crashHostEnv+"="+dt.Host)
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("child did not die by SIGKILL at %s: %v\n%s", stage, err, out)
 			}
 
+			if strings.HasSuffix(stage, lostID) {
+				loseLastID(t, state)
+			}
 			e := setup(t, state, nil)
 			st, err := e.m.Status(ctx, "ws-crash")
 			if err != nil {
@@ -101,6 +113,9 @@ func TestCrashMidUpRecovers(t *testing.T) {
 			want := workspace.StateCleanupPending
 			if stage == workspace.FaultClaimed {
 				want = workspace.StateClean
+			}
+			if strings.HasSuffix(stage, lostID) && !slices.ContainsFunc(st.Resources, func(r workspace.ResourceStatus) bool { return r.State == "unknown" }) {
+				t.Errorf("no resource of unknown state: %+v", st.Resources)
 			}
 			if st.State != want {
 				t.Errorf("after a crash at %s: %s, want %s (%+v)", stage, st.State, want, st.Resources)
@@ -135,5 +150,42 @@ func TestCrashMidUpRecovers(t *testing.T) {
 				t.Errorf("a second recover acted: %+v %v", again, err)
 			}
 		})
+	}
+}
+
+const lostID = "/lost-id"
+
+// loseLastID rewrites the journal as if the last container created had
+// not had its ID recorded: its record keeps the intent and its nonce.
+func loseLastID(t *testing.T, state string) {
+	t.Helper()
+	db, err := store.Open(filepath.Join(state, "custody.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(store.PackJournal, func(b *bolt.Bucket) error {
+		return b.ForEach(func(k, v []byte) error {
+			var a journal.Attempt
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			for i := len(a.Resources) - 1; i >= 0; i-- {
+				r := &a.Resources[i]
+				if strings.HasSuffix(r.Kind, "container") && r.State == journal.Created {
+					r.State = journal.Intent
+					delete(r.Identity, "id")
+					break
+				}
+			}
+			nv, err := json.Marshal(&a)
+			if err != nil {
+				return err
+			}
+			return b.Put(k, nv)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
