@@ -16,6 +16,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/dockertest"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/store"
@@ -67,20 +68,28 @@ func crashChild() int {
 		fmt.Fprintln(os.Stderr, "up:", err)
 		return 3
 	}
+	if stage == workspace.FaultStopped || stage == workspace.FaultTornDown {
+		if _, err := m.Down(context.Background(), "ws-crash", true); err != nil {
+			fmt.Fprintln(os.Stderr, "down:", err)
+			return 3
+		}
+	}
 	fmt.Fprintln(os.Stderr, "up finished: the fault stage was never reached")
 	return 4
 }
 
-// custodyd SIGKILLed at each stage of up leaves the workspace in an
+// custodyd SIGKILLed at each stage of up or down leaves the workspace in an
 // explicit state (clean when nothing was spent, cleanup-pending after),
 // and recovery removes everything the attempt made, by verified ID.
-func TestCrashMidUpRecovers(t *testing.T) {
+func TestCrashMidUpOrDownRecovers(t *testing.T) {
 	dt := dockertest.Shared(t)
 	stages := []string{workspace.FaultClaimed, workspace.FaultConsumed, workspace.FaultNetworks, workspace.FaultVolumes,
 		workspace.FaultSecrets, workspace.FaultCreated + "#1", workspace.FaultCreated + "#4", workspace.FaultStarted + "#2", workspace.FaultRealized,
 		// A crash between a container's create and the record of its ID:
 		// the journal holds its intent (with its nonce label) only.
-		workspace.FaultCreated + "#2" + lostID}
+		workspace.FaultCreated + "#2" + lostID,
+		// A crash mid-down: stopped, and removed but not yet receipted.
+		workspace.FaultStopped, workspace.FaultTornDown}
 	for _, stage := range stages {
 		t.Run(stage, func(t *testing.T) {
 			ctx := testCtx(t)
@@ -126,7 +135,7 @@ func TestCrashMidUpRecovers(t *testing.T) {
 				if d := e.down(ctx, "ws-crash-again", true); d.State != workspace.StateClean {
 					t.Errorf("down: %s %s", d.State, d.Detail)
 				}
-			} else if _, err := e.m.Up(ctx, g, "ws-crash-again", root); grantCode(err) != "replayed" {
+			} else if _, err := e.m.Up(ctx, g, "ws-crash-again", root); grantCode(err) != grant.CodeReplayed {
 				t.Errorf("the grant of the crashed up: %v, want replayed", err)
 			}
 			reps, err := e.m.Recover(ctx)

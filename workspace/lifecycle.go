@@ -272,6 +272,12 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 		return &Report{Workspace: rec.Name, ID: rec.ID, Project: rec.Project, State: StateResidual, Detail: err.Error(),
 			Retry: "custody pack recover", Covered: covered(volumes)}
 	}
+	// What the teardown covers is durable before it acts, so a recovery
+	// after a crash mid-down keeps the volumes this down was not to touch.
+	rec.Down = true
+	if err := m.put(rec); err != nil {
+		return fail(err)
+	}
 	if err := m.journal.Finish(attempt, journal.CleanupPending, "teardown in progress", "custody pack recover"); err != nil {
 		return fail(err)
 	}
