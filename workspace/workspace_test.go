@@ -130,7 +130,26 @@ type env struct {
 	dir     string // the pack's directory
 	dbPath  string
 	canary  string
-	trusted []*keys.Verifier
+	trusted []*keys.Verifier // runner, issuer
+}
+
+// verify checks a pack receipt as custody verify does, against the compose
+// file, and returns the result.
+func (e *env) verify(ctx context.Context, receipt []byte) *evidence.PackResult {
+	e.t.Helper()
+	v, err := evidence.NewVerifier(&evidence.Trust{
+		Runners: []evidence.TrustedKey{{Name: "runner", Key: e.trusted[0]}},
+		Issuers: []evidence.TrustedKey{{Name: "issuer", Key: e.trusted[1]}},
+		MaxAge:  time.Hour,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	res, err := v.VerifyPack(ctx, receipt, []byte(rangePack))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res
 }
 
 var root = workspace.Peer{UID: 0, GID: 0, PID: 1, Known: true}
@@ -221,7 +240,7 @@ func manager(t tb, host, state string, fault func(string)) (*workspace.Manager, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m, db, dir, dbPath, string(canary), []*keys.Verifier{runner.Verifier()}
+	return m, db, dir, dbPath, string(canary), []*keys.Verifier{runner.Verifier(), issuer.Verifier()}
 }
 
 func (e *env) issue(ctx context.Context) []byte {
@@ -340,6 +359,11 @@ func TestRangeUpStatusDown(t *testing.T) {
 	if !evidence.IsPackReceipt(rep.Receipt) {
 		t.Fatal("up returned no pack receipt")
 	}
+	if res := e.verify(ctx, rep.Receipt); !res.OK || !res.Acceptable {
+		t.Errorf("up receipt does not verify: %+v", res.Checks)
+	} else if len(res.Receipt.Containers) != 5 || len(res.Receipt.Networks) != 2 || len(res.Receipt.Volumes) != 1 {
+		t.Errorf("up receipt lists %d containers, %d networks, %d volumes", len(res.Receipt.Containers), len(res.Receipt.Networks), len(res.Receipt.Volumes))
+	}
 	upPayload := payload(t, rep.Receipt)
 	for _, r := range rep.Resources {
 		if !bytes.Contains(upPayload, []byte(r.ID)) && !strings.HasSuffix(r.Kind, "volume") {
@@ -427,6 +451,9 @@ func TestRangeUpStatusDown(t *testing.T) {
 	}
 	if !evidence.IsPackReceipt(d1.Receipt) || bytes.Contains(payload(t, d1.Receipt), []byte(e.canary)) {
 		t.Error("down receipt missing or holds the canary")
+	}
+	if res := e.verify(ctx, d1.Receipt); !res.OK || !res.Receipt.Cleanup.Verified {
+		t.Errorf("down receipt does not verify: %+v", res.Checks)
 	}
 	d2 := e.down(ctx, "ws1", true)
 	if d2.State != workspace.StateClean || objects(ctx, t, e.cli, rep.ID) != 0 {
