@@ -111,6 +111,7 @@ func (m *Manager) status(ctx context.Context, rec *record) (*Report, error) {
 	} else {
 		rep.Receipt = rec.UpReceipt
 	}
+	rep.Bundle = m.bundle(rep.Receipt)
 	if a != nil {
 		rep.Detail, rep.Retry = a.Detail, a.Retry
 		jr := &recorder{j: m.journal, runID: rec.Attempt}
@@ -354,7 +355,7 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	if err != nil {
 		return fail(err)
 	}
-	rep.Covered, rep.Receipt = covered(volumes), receipt
+	rep.Covered, rep.Receipt, rep.Bundle = covered(volumes), receipt, m.bundle(receipt)
 	if rerr != nil {
 		rep.Detail += "; the down receipt could not be signed: " + rerr.Error()
 	}
@@ -459,4 +460,17 @@ func (m *Manager) Recover(ctx context.Context) ([]Report, error) {
 		out = append(out, *rep)
 	}
 	return out, nil
+}
+
+// bundle re-wraps a receipt for Sigstore tooling; nil without a receipt.
+func (m *Manager) bundle(receipt []byte) []byte {
+	if receipt == nil {
+		return nil
+	}
+	b, err := evidence.Bundle(receipt, "")
+	if err != nil {
+		m.log.Error("receipt bundle", "err", err)
+		return nil
+	}
+	return b
 }

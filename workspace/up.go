@@ -53,7 +53,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	}
 	defer release()
 	started := m.now()
-	g, pol, err := m.verifyGrant(ctx, grantEnvelope, peer, started)
+	g, _, err := m.verifyGrant(ctx, grantEnvelope, peer, started)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	if plan.Digest() != g.SubjectDigest {
 		return nil, grant.Refuse(grant.CodeTampered, "the grant's plan digests to %s, not its subject %s", plan.Digest(), g.SubjectDigest)
 	}
-	if err := m.recheck(&plan, pol); err != nil {
+	if err := m.recheck(&plan); err != nil {
 		return nil, err
 	}
 	creds, err := m.readCredentials(&plan)
@@ -101,7 +101,10 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, started)
 	if err != nil {
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
-		rep := m.teardown(ctx, rec, rec.Attempt, true)
+		// The teardown outlives a cancelled up: what was made must go.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		rep := m.teardown(tctx, rec, rec.Attempt, true)
+		cancel()
 		rep.Detail = fmt.Sprintf("up failed: %v; %s", err, rep.Detail)
 		return rep, fmt.Errorf("pack up %s: %w", name, err)
 	}
@@ -113,7 +116,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	if err != nil {
 		return nil, err
 	}
-	rep.Receipt, rep.Plan = receipt, &plan
+	rep.Receipt, rep.Bundle, rep.Plan = receipt, m.bundle(receipt), &plan
 	return rep, nil
 }
 
@@ -186,7 +189,9 @@ func (m *Manager) verifyGrant(ctx context.Context, env []byte, peer Peer, now ti
 // recheck re-derives what the grant relied on that can change between
 // issue and up: every bind source still resolves beneath its root with no
 // symlink and the same socket facts, and every host port is still free.
-func (m *Manager) recheck(plan *admission.PackPlan, pol *policy.Policy) error {
+// Host ports are tried in custodyd's network namespace, which is the
+// engine's own on a native host (the test daemon has its own).
+func (m *Manager) recheck(plan *admission.PackPlan) error {
 	for _, s := range plan.Services {
 		if s.Build != nil {
 			return grant.Refuse(grant.CodeNotAdmitted, "service %s has a build: section; up realizes images only (builds are not implemented); build the image and pin it in the policy", s.Name)
@@ -232,7 +237,6 @@ func (m *Manager) recheck(plan *admission.PackPlan, pol *policy.Policy) error {
 			l.Close()
 		}
 	}
-	_ = pol
 	return nil
 }
 

@@ -356,8 +356,8 @@ func TestRangeUpStatusDown(t *testing.T) {
 			t.Errorf("%s %s: %s (%s)", r.Kind, r.Name, r.State, r.Detail)
 		}
 	}
-	if !evidence.IsPackReceipt(rep.Receipt) {
-		t.Fatal("up returned no pack receipt")
+	if !evidence.IsPackReceipt(rep.Receipt) || len(rep.Bundle) == 0 {
+		t.Fatal("up returned no pack receipt or no bundle")
 	}
 	if res := e.verify(ctx, rep.Receipt); !res.OK || !res.Acceptable {
 		t.Errorf("up receipt does not verify: %+v", res.Checks)
