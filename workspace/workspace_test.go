@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -114,6 +115,7 @@ packs:
       images:
         - reference: custody-test/busybox:latest
       bindRoots: [%s]
+      ports: {min: 20000, max: 20999}
       credentials:
         - {name: canary, services: [db]}
       ceilings:
@@ -135,7 +137,7 @@ type env struct {
 
 // verify checks a pack receipt as custody verify does, against the compose
 // file, and returns the result.
-func (e *env) verify(ctx context.Context, receipt []byte) *evidence.PackResult {
+func (e *env) verify(ctx context.Context, receipt []byte, compose string) *evidence.PackResult {
 	e.t.Helper()
 	v, err := evidence.NewVerifier(&evidence.Trust{
 		Runners: []evidence.TrustedKey{{Name: "runner", Key: e.trusted[0]}},
@@ -145,7 +147,7 @@ func (e *env) verify(ctx context.Context, receipt []byte) *evidence.PackResult {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	res, err := v.VerifyPack(ctx, receipt, []byte(rangePack))
+	res, err := v.VerifyPack(ctx, receipt, []byte(compose))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -359,7 +361,7 @@ func TestRangeUpStatusDown(t *testing.T) {
 	if !evidence.IsPackReceipt(rep.Receipt) || len(rep.Bundle) == 0 {
 		t.Fatal("up returned no pack receipt or no bundle")
 	}
-	if res := e.verify(ctx, rep.Receipt); !res.OK || !res.Acceptable {
+	if res := e.verify(ctx, rep.Receipt, rangePack); !res.OK || !res.Acceptable {
 		t.Errorf("up receipt does not verify: %+v", res.Checks)
 	} else if len(res.Receipt.Containers) != 5 || len(res.Receipt.Networks) != 2 || len(res.Receipt.Volumes) != 1 {
 		t.Errorf("up receipt lists %d containers, %d networks, %d volumes", len(res.Receipt.Containers), len(res.Receipt.Networks), len(res.Receipt.Volumes))
@@ -452,7 +454,7 @@ func TestRangeUpStatusDown(t *testing.T) {
 	if !evidence.IsPackReceipt(d1.Receipt) || bytes.Contains(payload(t, d1.Receipt), []byte(e.canary)) {
 		t.Error("down receipt missing or holds the canary")
 	}
-	if res := e.verify(ctx, d1.Receipt); !res.OK || !res.Receipt.Cleanup.Verified {
+	if res := e.verify(ctx, d1.Receipt, rangePack); !res.OK || !res.Receipt.Cleanup.Verified {
 		t.Errorf("down receipt does not verify: %+v", res.Checks)
 	}
 	d2 := e.down(ctx, "ws1", true)
@@ -679,4 +681,66 @@ func grantID(t *testing.T, env []byte) string {
 	}
 	must(t, json.Unmarshal(payload(t, env), &st))
 	return st.Predicate.ID
+}
+
+const publishedPack = `name: published
+services:
+  web:
+    image: custody-test/busybox:latest
+    command: ["sh", "-c", "trap 'exit 0' TERM; nc -ll -p 8080 -e echo pub-ok & wait"]
+    ports:
+      - "127.0.0.1:20123:8080"
+    networks: [front]
+networks:
+  front:
+    internal: true
+`
+
+// A host port taken between grant and up is refused at up with nothing
+// spent; free again, the same grant goes up and the receipt shows the
+// binding the engine holds (127.0.0.1). A container removed behind
+// custody's back is reported missing, and down still comes out clean: the
+// journal proves custody made it and its ID is confirmed gone.
+func TestPublishedPortAndMissingContainer(t *testing.T) {
+	ctx := testCtx(t)
+	e := setup(t, t.TempDir(), nil)
+	g, err := e.m.Issue(ctx, []byte(publishedPack), e.dir, actor, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:20123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.m.Up(ctx, g, "ws-port", root)
+	l.Close()
+	if grantCode(err) != grant.CodeNotAdmitted || !strings.Contains(err.Error(), "20123") {
+		t.Errorf("up with the port taken: %v", err)
+	}
+	if _, err := e.db.GrantUsed(grantID(t, g)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the grant was spent: %v", err)
+	}
+	rep := e.up(ctx, g, "ws-port")
+	res := e.verify(ctx, rep.Receipt, publishedPack)
+	if !res.OK || len(res.Receipt.Containers) != 1 {
+		t.Fatalf("receipt: %+v", res.Checks)
+	}
+	pb := res.Receipt.Containers[0].HostConfig.PortBindings
+	if len(pb) != 1 || pb[0] != (evidence.PackPort{ContainerPort: "8080/tcp", HostIP: "127.0.0.1", HostPort: 20123}) {
+		t.Errorf("port bindings read back: %+v", pb)
+	}
+	web := containerOf(t, rep, "web")
+	must(t, e.cli.ContainerRemove(ctx, web, container.RemoveOptions{Force: true}))
+	st, err := e.m.Status(ctx, "ws-port")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range st.Resources {
+		if r.ID == web && r.State != "missing" {
+			t.Errorf("removed container is %s", r.State)
+		}
+	}
+	if d := e.down(ctx, "ws-port", true); d.State != workspace.StateClean || objects(ctx, t, e.cli, rep.ID) != 0 {
+		t.Errorf("down: %s %s", d.State, d.Detail)
+	}
 }
