@@ -308,7 +308,7 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	for _, r := range records {
 		if isContainer(r.Kind) && r.State == journal.Created {
 			// The service's own stop signal first; removal kills what is left.
-			_ = m.cfg.Engine.Stop(ctx, o, jr, r, stopSignal(plan, r), stopGrace)
+			_ = m.cfg.Engine.Stop(ctx, o, jr, r, m.stopSignal(plan, o, r), stopGrace)
 		}
 	}
 	m.fault(FaultStopped)
@@ -375,12 +375,15 @@ func failed(cr backend.CleanupReport, extra error) string {
 	return strings.Join(out, "; ")
 }
 
-func stopSignal(plan *admission.PackPlan, r backend.Resource) string {
+// stopSignal is the stop signal of the service whose container r is, by
+// the engine's own name for it ("" is the image's).
+func (m *Manager) stopSignal(plan *admission.PackPlan, o backend.PackOwner, r backend.Resource) string {
 	if plan == nil {
 		return ""
 	}
 	for _, s := range plan.Services {
-		if strings.HasSuffix(r.Name, "-"+s.Name) {
+		rs := m.cfg.Engine.Intents(o, backend.PackNames{Containers: []string{s.Name}})
+		if len(rs) == 1 && rs[0].Kind == r.Kind && rs[0].Name == r.Name {
 			return s.StopSignal
 		}
 	}

@@ -78,7 +78,8 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	}
 	// The name is claimed first: a crash here leaves a record whose attempt
 	// the journal does not hold, which status reports as clean.
-	if err := m.claim(rec, func(old *record) bool { return m.stateOf(old) == StateClean }); err != nil {
+	// Kept volumes hold the name too: down --volumes releases it.
+	if err := m.claim(rec, func(old *record) bool { return m.stateOf(old) == StateClean && !old.VolumesKept }); err != nil {
 		return nil, err
 	}
 	m.fault(FaultClaimed)

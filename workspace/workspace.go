@@ -391,7 +391,7 @@ func (m *Manager) claim(r *record, clean func(old *record) bool) error {
 				return fmt.Errorf("workspace %s: stored record: %w", r.Name, err)
 			}
 			if !clean(&o) {
-				return fmt.Errorf("workspace %s (%s): %w and is not clean; bring it down first (custody pack down --workspace %s)", r.Name, o.ID, ErrExists, r.Name)
+				return fmt.Errorf("workspace %s (%s): %w and is not clean or keeps volumes; bring it down first (custody pack down --workspace %s --volumes)", r.Name, o.ID, ErrExists, r.Name)
 			}
 		}
 		return b.Put([]byte(r.Name), v)

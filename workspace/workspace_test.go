@@ -451,6 +451,14 @@ func TestRangeUpStatusDown(t *testing.T) {
 	if n := objects(ctx, t, e.cli, rep.ID); n != 1 {
 		t.Errorf("after down without volumes %d objects remain, want the volume", n)
 	}
+	// The kept volume holds the name: a new up of it is refused, unspent.
+	g2 := e.issue(ctx)
+	if _, err := e.m.Up(ctx, g2, "ws1", root); !errors.Is(err, workspace.ErrExists) {
+		t.Errorf("up over kept volumes: %v", err)
+	}
+	if _, err := e.db.GrantUsed(grantID(t, g2)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused grant was spent: %v", err)
+	}
 	if !evidence.IsPackReceipt(d1.Receipt) || bytes.Contains(payload(t, d1.Receipt), []byte(e.canary)) {
 		t.Error("down receipt missing or holds the canary")
 	}
