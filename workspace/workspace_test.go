@@ -625,6 +625,19 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The dry run is issue's admission: the plan, or with a broken policy
+	// a refusal and no grant.
+	if plan, err := e.m.Admit(ctx, []byte(rangePack), e.dir, actor); err != nil || len(plan.Services) != 5 || plan.Digest() != grantSubject(t, g) {
+		t.Errorf("admit: %v", err)
+	}
+	must(t, os.WriteFile(polPath, []byte("packs: ["), 0o600))
+	if _, err := e.m.Admit(ctx, []byte(rangePack), e.dir, actor); err == nil {
+		t.Error("admitted under a broken policy")
+	}
+	if _, err := e.m.Issue(ctx, []byte(rangePack), e.dir, actor, time.Hour); err == nil {
+		t.Error("issued under a broken policy")
+	}
+	must(t, os.WriteFile(polPath, pol, 0o600))
 	elsewhere := t.TempDir()
 	cases := []struct {
 		name           string
@@ -751,4 +764,16 @@ func TestPublishedPortAndMissingContainer(t *testing.T) {
 	if d := e.down(ctx, "ws-port", true); d.State != workspace.StateClean || objects(ctx, t, e.cli, rep.ID) != 0 {
 		t.Errorf("down: %s %s", d.State, d.Detail)
 	}
+}
+
+func grantSubject(t *testing.T, env []byte) string {
+	t.Helper()
+	var st struct {
+		Subject []struct{ Digest map[string]string }
+	}
+	must(t, json.Unmarshal(payload(t, env), &st))
+	if len(st.Subject) != 1 {
+		t.Fatalf("subjects %+v", st.Subject)
+	}
+	return "sha256:" + st.Subject[0].Digest["sha256"]
 }
