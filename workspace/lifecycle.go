@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/custody-dev/custody/admission"
@@ -305,12 +306,19 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 			return fail(err)
 		}
 	}
+	// The service's own stop signal first, all containers at once (each
+	// may take its grace); removal kills what is left.
+	var wg sync.WaitGroup
 	for _, r := range records {
 		if isContainer(r.Kind) && r.State == journal.Created {
-			// The service's own stop signal first; removal kills what is left.
-			_ = m.cfg.Engine.Stop(ctx, o, jr, r, m.stopSignal(plan, o, r), stopGrace)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = m.cfg.Engine.Stop(ctx, o, jr, r, m.stopSignal(plan, o, r), stopGrace)
+			}()
 		}
 	}
+	wg.Wait()
 	m.fault(FaultStopped)
 	cr := m.cfg.Engine.Teardown(ctx, o, jr, records, volumes)
 	secretsErr := error(nil)

@@ -345,7 +345,9 @@ func TestRangeUpStatusDown(t *testing.T) {
 	ctx := testCtx(t)
 	e := setup(t, t.TempDir(), nil)
 	g := e.issue(ctx)
+	t0 := time.Now()
 	rep := e.up(ctx, g, "ws1")
+	t.Logf("up of 5 services, 2 networks, 1 volume: %v", time.Since(t0))
 	if len(rep.Resources) != 8 {
 		t.Errorf("resources = %+v", rep.Resources)
 	}
@@ -444,7 +446,9 @@ func TestRangeUpStatusDown(t *testing.T) {
 
 	// Down without volumes keeps the volume and says so; with volumes it
 	// goes too; a second down is clean and changes nothing.
+	t0 = time.Now()
 	d1 := e.down(ctx, "ws1", false)
+	t.Logf("down of 5 containers (stop signal each) and 2 networks: %v", time.Since(t0))
 	if d1.State != workspace.StateClean || strings.Join(d1.Covered, ",") != "containers,networks" {
 		t.Errorf("down: %s covered %v: %s", d1.State, d1.Covered, d1.Detail)
 	}
@@ -465,7 +469,9 @@ func TestRangeUpStatusDown(t *testing.T) {
 	if res := e.verify(ctx, d1.Receipt, rangePack); !res.OK || !res.Receipt.Cleanup.Verified {
 		t.Errorf("down receipt does not verify: %+v", res.Checks)
 	}
+	t0 = time.Now()
 	d2 := e.down(ctx, "ws1", true)
+	t.Logf("down --volumes of what remained (the volume): %v", time.Since(t0))
 	if d2.State != workspace.StateClean || objects(ctx, t, e.cli, rep.ID) != 0 {
 		t.Errorf("down --volumes: %s, %d objects left: %s", d2.State, objects(ctx, t, e.cli, rep.ID), d2.Detail)
 	}
