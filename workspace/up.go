@@ -347,7 +347,7 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		Pack:       evidence.PackRef{Project: rec.Project, Digest: rec.PackDigest},
 		PlanDigest: rec.PlanDigest,
 		Engine:     evidence.Engine{Name: rec.Engine.Name, Version: rec.Engine.Version, APIVersion: rec.Engine.APIVersion},
-		Containers: rCons, Networks: rNets, Volumes: rVols, Choices: choices(plan),
+		Containers: rCons, Networks: rNets, Volumes: rVols, Choices: append(choices(plan), names(order, made)...),
 		Started: started, Finished: m.now(),
 	})
 }
@@ -380,6 +380,15 @@ func choices(plan *admission.PackPlan) []evidence.PackChoice {
 					Value: net.JoinHostPort(p.HostIP, strconv.Itoa(int(p.HostPort)))})
 			}
 		}
+	}
+	return out
+}
+
+// names are the native container names custody chose, one per service.
+func names(order []admission.PlanService, made []backend.Resource) []evidence.PackChoice {
+	var out []evidence.PackChoice
+	for i, r := range made {
+		out = append(out, evidence.PackChoice{Kind: "container-name", Subject: "service " + order[i].Name, Value: r.Name})
 	}
 	return out
 }

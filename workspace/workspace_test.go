@@ -368,6 +368,15 @@ func TestRangeUpStatusDown(t *testing.T) {
 	} else if len(res.Receipt.Containers) != 5 || len(res.Receipt.Networks) != 2 || len(res.Receipt.Volumes) != 1 {
 		t.Errorf("up receipt lists %d containers, %d networks, %d volumes", len(res.Receipt.Containers), len(res.Receipt.Networks), len(res.Receipt.Volumes))
 	}
+	if res := e.verify(ctx, rep.Receipt, rangePack); res.Receipt != nil {
+		kinds := map[string]int{}
+		for _, c := range res.Receipt.Choices {
+			kinds[c.Kind]++
+		}
+		if kinds["subnet"] != 2 || kinds["container-name"] != 5 {
+			t.Errorf("choices %+v", res.Receipt.Choices)
+		}
+	}
 	upPayload := payload(t, rep.Receipt)
 	for _, r := range rep.Resources {
 		if !bytes.Contains(upPayload, []byte(r.ID)) && !strings.HasSuffix(r.Kind, "volume") {
