@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,7 +14,7 @@ import (
 	"strconv"
 	"time"
 
-	"crypto/sha256"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
@@ -121,13 +122,18 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	return rep, nil
 }
 
-// release drops a claim whose attempt never began.
+// release drops a claim whose attempt never began, if it is still ours.
 func (m *Manager) release(rec *record) error {
 	if _, err := m.journal.Get(rec.Attempt); err == nil {
 		return nil
 	}
-	rec.Down = true
-	return m.put(rec)
+	return m.cfg.DB.Update(store.Workspaces, func(b *bolt.Bucket) error {
+		var cur record
+		if v := b.Get([]byte(rec.Name)); v == nil || json.Unmarshal(v, &cur) != nil || cur.Attempt != rec.Attempt {
+			return nil
+		}
+		return b.Delete([]byte(rec.Name))
+	})
 }
 
 func compactJSON(b []byte) json.RawMessage {
