@@ -792,3 +792,41 @@ func grantSubject(t *testing.T, env []byte) string {
 	}
 	return "sha256:" + st.Subject[0].Digest["sha256"]
 }
+
+// One grant submitted twice at once brings up exactly one workspace; the
+// other is refused as replayed and leaves no record behind.
+func TestConcurrentUpsOfOneGrant(t *testing.T) {
+	ctx := testCtx(t)
+	e := setup(t, t.TempDir(), nil)
+	g := e.issue(ctx)
+	names := []string{"race-a", "race-b"}
+	errs := make([]error, 2)
+	done := make(chan int)
+	for i := range names {
+		go func() {
+			_, errs[i] = e.m.Up(ctx, g, names[i], root)
+			done <- i
+		}()
+	}
+	<-done
+	<-done
+	for _, n := range names {
+		t.Cleanup(func() { _, _ = e.m.Down(context.Background(), n, true) })
+	}
+	ok := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case grantCode(err) == grant.CodeReplayed:
+			if _, serr := e.m.Status(ctx, names[i]); !errors.Is(serr, workspace.ErrNotFound) {
+				t.Errorf("the refused %s left a record: %v", names[i], serr)
+			}
+		default:
+			t.Errorf("%s: %v", names[i], err)
+		}
+	}
+	if ok != 1 {
+		t.Errorf("%d ups of one grant succeeded: %v", ok, errs)
+	}
+}
