@@ -86,26 +86,36 @@ func (a *Attempt) Outstanding() []Resource {
 // one fsync'd transaction: an intent is durable before the create it
 // guards.
 type Journal struct {
-	db  *store.DB
-	now func() time.Time
+	db     *store.DB
+	bucket string
+	now    func() time.Time
 }
 
 // New returns a journal over db.
-func New(db *store.DB) *Journal {
-	return &Journal{db: db, now: func() time.Time { return time.Now().UTC() }}
+func New(db *store.DB) *Journal { return NewIn(db, store.Journal) }
+
+// NewIn returns a journal over one bucket of db: pack workspaces keep
+// theirs in store.PackJournal, apart from the phase runner's, whose
+// recovery hands every unfinished attempt to the phase backend (a pack
+// workspace stays running for as long as it is up).
+func NewIn(db *store.DB, bucket string) *Journal {
+	return &Journal{db: db, bucket: bucket, now: func() time.Time { return time.Now().UTC() }}
 }
 
 // Begin opens the record of a new attempt in state running, with the
 // intents of what it is about to create, in one durable transaction.
 func (j *Journal) Begin(runID, grantID string, intents ...Resource) error {
-	return j.db.Update(store.Journal, j.begin(runID, grantID, intents))
+	return j.db.Update(j.bucket, j.begin(runID, grantID, intents))
 }
+
+// Bucket is the store bucket the journal writes.
+func (j *Journal) Bucket() string { return j.bucket }
 
 // BeginConsuming is Begin in the transaction that consumes the attempt's
 // grant (store.ConsumeGrantWith): the grant is used exactly when its
 // attempt, with everything the launch may create, is on record.
 func (j *Journal) BeginConsuming(runID, grantID string, use store.GrantUse, intents ...Resource) error {
-	return j.db.ConsumeGrantWith(grantID, use, store.Journal, j.begin(runID, grantID, intents))
+	return j.db.ConsumeGrantWith(grantID, use, j.bucket, j.begin(runID, grantID, intents))
 }
 
 func (j *Journal) begin(runID, grantID string, intents []Resource) func(b *bolt.Bucket) error {
@@ -123,11 +133,18 @@ func (j *Journal) begin(runID, grantID string, intents []Resource) func(b *bolt.
 }
 
 // Intent records that each resource (kind and name) is about to be
-// created, all in one durable transaction.
+// created, all in one durable transaction, with the identity it will be
+// found by (an intent nonce label) if it has one. An identity-less intent
+// of the same kind and name that Begin recorded is filled in, not
+// repeated, so that it does not stay outstanding forever.
 func (j *Journal) Intent(runID string, rs ...Resource) error {
 	return j.update(runID, func(a *Attempt) error {
 		for _, r := range rs {
-			a.Resources = append(a.Resources, Resource{Kind: r.Kind, Name: r.Name, State: Intent, At: j.now()})
+			if i := a.find(r.Kind, r.Name); i >= 0 && a.Resources[i].State == Intent && a.Resources[i].Identity == nil {
+				a.Resources[i].Identity, a.Resources[i].At = r.Identity, j.now()
+				continue
+			}
+			a.Resources = append(a.Resources, Resource{Kind: r.Kind, Name: r.Name, State: Intent, Identity: r.Identity, At: j.now()})
 		}
 		return nil
 	})
@@ -188,7 +205,7 @@ func (j *Journal) FinishRecording(runID string, runs []store.RunRecord, state St
 // Get returns one attempt.
 func (j *Journal) Get(runID string) (*Attempt, error) {
 	var a *Attempt
-	err := j.db.View(store.Journal, func(b *bolt.Bucket) error {
+	err := j.db.View(j.bucket, func(b *bolt.Bucket) error {
 		v := b.Get([]byte(runID))
 		if v == nil {
 			return fmt.Errorf("journal: %s: %w", runID, ErrNotFound)
@@ -202,7 +219,7 @@ func (j *Journal) Get(runID string) (*Attempt, error) {
 // List returns every attempt, oldest first.
 func (j *Journal) List() ([]Attempt, error) {
 	var out []Attempt
-	err := j.db.View(store.Journal, func(b *bolt.Bucket) error {
+	err := j.db.View(j.bucket, func(b *bolt.Bucket) error {
 		return b.ForEach(func(_, v []byte) error {
 			var a Attempt
 			if err := json.Unmarshal(v, &a); err != nil {
@@ -250,7 +267,7 @@ func (j *Journal) Known() (map[string]bool, error) {
 func Key(kind, name string) string { return kind + "\x00" + name }
 
 func (j *Journal) update(runID string, fn func(a *Attempt) error, runs ...store.RunRecord) error {
-	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
+	return j.db.Update(j.bucket, func(b *bolt.Bucket) error {
 		v := b.Get([]byte(runID))
 		if v == nil {
 			return fmt.Errorf("journal: %s: %w", runID, ErrNotFound)
@@ -288,7 +305,7 @@ func put(b *bolt.Bucket, a *Attempt) error {
 // between consuming the grant and journalling the launch) as clean.
 func (j *Journal) Settle(runID, grantID, detail string) error {
 	now := j.now()
-	return j.db.Update(store.Journal, func(b *bolt.Bucket) error {
+	return j.db.Update(j.bucket, func(b *bolt.Bucket) error {
 		if b.Get([]byte(runID)) != nil {
 			return nil
 		}

@@ -114,3 +114,45 @@ func TestFinishRecording(t *testing.T) {
 		t.Fatalf("attempt %+v, %v", a, err)
 	}
 }
+
+// A pack journal lives in its own bucket, apart from the phase runner's;
+// an intent recorded with the grant and then again with its nonce is one
+// record holding the nonce, not two (one of which would stay outstanding).
+func TestPackBucketAndIntentIdentity(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "custody.db")
+	db, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	phase, packs := New(db), NewIn(db, store.PackJournal)
+	if packs.Bucket() != store.PackJournal || phase.Bucket() != store.Journal {
+		t.Fatalf("buckets %s %s", phase.Bucket(), packs.Bucket())
+	}
+	net := Resource{Kind: "docker-network", Name: "custody-x-back"}
+	if err := packs.BeginConsuming("a1", "g1", store.GrantUse{}, net); err != nil {
+		t.Fatal(err)
+	}
+	if un, _ := phase.Unfinished(); len(un) != 0 {
+		t.Fatalf("the phase journal sees the pack attempt: %+v", un)
+	}
+	net.Identity = map[string]string{"dev.custody.intent": "n1"}
+	if err := packs.Intent("a1", net); err != nil {
+		t.Fatal(err)
+	}
+	a, err := packs.Get("a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Resources) != 1 || a.Resources[0].Identity["dev.custody.intent"] != "n1" {
+		t.Fatalf("resources %+v", a.Resources)
+	}
+	// An intent that already has an identity is a new intent.
+	net.Identity = map[string]string{"dev.custody.intent": "n2"}
+	if err := packs.Intent("a1", net); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := packs.Get("a1"); len(a.Resources) != 2 {
+		t.Fatalf("resources %+v", a.Resources)
+	}
+}

@@ -11,6 +11,13 @@
 //	  grants/<id>  → JSON GrantUse: the grant was consumed (single use)
 //	  revoked/<id> → JSON Revocation
 //	  journal/<run id> → JSON attempt record (owned by package journal)
+//	  pack-journal/<attempt id> → JSON attempt record of a pack workspace
+//	                      (package journal, used by package workspace)
+//	  workspaces/<name> → JSON pack workspace record (owned by package
+//	                      workspace)
+//
+// pack-journal and workspaces were added without a schema bump: Open
+// creates them in older files, which never held them.
 package store
 
 import (
@@ -34,6 +41,8 @@ var (
 	bucketGrants = []byte("grants")
 	bucketRevok  = []byte("revoked")
 	bucketJourn  = []byte("journal")
+	bucketWorksp = []byte("workspaces")
+	bucketPackJ  = []byte("pack-journal")
 	keySchema    = []byte("schema")
 	keyQuarant   = []byte("quarantine")
 )
@@ -67,7 +76,7 @@ func Open(path string) (*DB, error) {
 		if err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn} {
+		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn, bucketWorksp, bucketPackJ} {
 			if _, err := root.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -258,6 +267,13 @@ func (d *DB) Revoked(id string) (bool, error) {
 
 // Journal is the bucket package journal keeps its records in.
 const Journal = "journal"
+
+// Workspaces is the bucket package workspace keeps its pack workspace
+// records in, keyed by the workspace's name.
+const Workspaces = "workspaces"
+
+// PackJournal is the bucket of pack workspaces' journal attempts.
+const PackJournal = "pack-journal"
 
 // RunRecord is an encoded run record (see PutRun) for Update to store in
 // the same transaction as its own change.

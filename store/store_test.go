@@ -143,3 +143,46 @@ func TestConsumeGrantWithIsAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A store file written before the pack buckets existed opens and gains
+// them; its schema version and its records stay as they were.
+func TestOlderFileGainsPackBuckets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "custody.db")
+	old, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = old.Update(func(tx *bolt.Tx) error {
+		root, err := tx.CreateBucket([]byte("v1"))
+		if err != nil {
+			return err
+		}
+		for _, b := range []string{"meta", "runner", "runs", "grants", "revoked", "journal"} {
+			if _, err := root.CreateBucket([]byte(b)); err != nil {
+				return err
+			}
+		}
+		if err := root.Bucket([]byte("runs")).Put([]byte("r1"), []byte(`{}`)); err != nil {
+			return err
+		}
+		return root.Bucket([]byte("meta")).Put([]byte("schema"), []byte("1"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, b := range []string{Workspaces, PackJournal} {
+		if err := db.Update(b, func(b *bolt.Bucket) error { return b.Put([]byte("k"), []byte("v")) }); err != nil {
+			t.Errorf("bucket %s: %v", b, err)
+		}
+	}
+	var rec map[string]any
+	if err := db.GetRun("r1", &rec); err != nil {
+		t.Errorf("an older record is lost: %v", err)
+	}
+}

@@ -73,6 +73,16 @@ var banned = map[string]map[string]string{
 	"keys":        {"store": "keys are files, not state", "runner": "", "grant": ""},
 	"api":         {"runner": "wire types carry no logic", "store": "", "backend/oci": "", "admission": "", "launch": ""},
 	"backend":     {"runner": "the contract imports no custody domain package", "admission": "", "policy": "", "grant": "", "journal": "", "store": "", "evidence": "", "api": ""},
+	"workspace": {
+		"backend/docker": "the workspace lifecycle drives its Engine interface; only cmd/custodyd wires the docker engine",
+		"backend/oci":    "",
+		"runner":         "",
+		"launch":         "",
+		"api":            "the domain returns its own types; only custodyd's edge converts them to wire types",
+	},
+	"backend/docker": {
+		"admission": "backends import no domain package", "policy": "", "store": "", "runner": "", "launch": "", "workspace": "",
+	},
 	"launch": {
 		"backend/oci": "the launch pipeline drives backend.Backend; only cmd/custodyd wires a concrete backend",
 		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",

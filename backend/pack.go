@@ -1,0 +1,133 @@
+package backend
+
+// The neutral realization types of a pack workspace: what the domain
+// (package workspace) asks an engine to create, and what it reads back,
+// without naming the engine. A backend converts them to its native API.
+
+// PackOwner is who a workspace's native objects belong to; a backend puts
+// it on every object it creates (labels) and checks it before every act.
+type PackOwner struct {
+	// Workspace is the unguessable workspace id.
+	Workspace string
+	// Attempt is the attempt that creates or removes the objects.
+	Attempt string
+	// Grant is the pack grant's id; Config the admitted plan's digest.
+	Grant  string
+	Config string
+}
+
+// PackNetwork is one network to create.
+type PackNetwork struct {
+	// Name is the pack's name for it ("back").
+	Name     string
+	Internal bool
+	// Subnet is the CIDR admission chose.
+	Subnet string
+}
+
+// PackMount is one mount of a container: "bind" (Source a host path),
+// "volume" (Source the pack's volume name) or "tmpfs".
+type PackMount struct {
+	Type       string
+	Source     string
+	Target     string
+	ReadOnly   bool
+	TmpfsBytes int64
+}
+
+// PackPort is one published port.
+type PackPort struct {
+	HostIP        string
+	HostPort      uint16
+	ContainerPort uint16
+	Protocol      string
+}
+
+// PackContainer is one service's container, with every setting effective.
+type PackContainer struct {
+	// Service is the pack's name for it; Image the reference to run.
+	Service    string
+	Image      string
+	Command    []string
+	Entrypoint []string
+	Env        []string
+	User       string
+	WorkingDir string
+	Hostname   string
+	// Networks are the pack's names of the networks it joins; Aliases on
+	// each are the service name, so services find each other.
+	Networks    []string
+	Ports       []PackPort
+	Mounts      []PackMount
+	Privileged  bool
+	CapAdd      []string
+	CapDrop     []string
+	Devices     []string
+	SecurityOpt []string
+	Sysctls     map[string]string
+	ReadOnly    bool
+	StopSignal  string
+	// Cgroupns is "private" or "host"; "" the engine's default.
+	Cgroupns    string
+	PidMode     string
+	IpcMode     string
+	UTSMode     string
+	UsernsMode  string
+	MemoryBytes int64
+	NanoCPUs    int64
+	PidsLimit   int64
+	Labels      map[string]string
+	// NetworkIDs are the native IDs of the networks it joins, by the
+	// pack's name: the workspace's own records, so the container is
+	// attached by verified ID, never by a name.
+	NetworkIDs map[string]string
+}
+
+// PackObject is one recorded object as the engine reports it now, by
+// native ID, after its labels were checked.
+type PackObject struct {
+	Kind string
+	ID   string
+	Name string
+	// State is "running", "exited", "created", "present" (a network or
+	// volume), "missing" or "foreign" (the ID holds something else).
+	State  string
+	Detail string
+	// ImageID and the HostConfig are a container's, read back from the
+	// engine: HostConfigSHA256 is the lowercase hex SHA-256 of the
+	// compacted HostConfig member of the inspect response.
+	ImageID          string
+	HostConfigSHA256 string
+	HostConfig       *PackHostConfig
+	Internal         bool
+	// PID is a running container's init process on the host, 0 otherwise.
+	PID int
+}
+
+// PackHostConfig is the security-relevant part of a container's effective
+// HostConfig, as the engine reported it.
+type PackHostConfig struct {
+	Privileged     bool
+	CapAdd         []string
+	CapDrop        []string
+	NetworkMode    string
+	PidMode        string
+	IpcMode        string
+	UTSMode        string
+	UsernsMode     string
+	CgroupnsMode   string
+	Mounts         []PackMount
+	Devices        []string
+	PortBindings   []PackPort
+	ReadonlyRootfs bool
+	SecurityOpt    []string
+	MemoryBytes    int64
+	NanoCPUs       int64
+	PidsLimit      int64
+}
+
+// PackNames are the pack's names of everything an up creates, for the
+// engine to list its intents before anything is created.
+type PackNames struct {
+	Networks, Volumes, Containers []string
+}

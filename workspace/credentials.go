@@ -1,0 +1,150 @@
+package workspace
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+)
+
+// maxCredential bounds a credential file custodyd reads.
+const maxCredential = 64 << 10
+
+// readCredentials reads every operator credential the plan delivers, from
+// its configured source, before anything is spent: a source that is a
+// symlink, not a regular file, not 0600 or not root-owned is refused (P5).
+// Values are kept in memory only until written to their files.
+func (m *Manager) readCredentials(plan *admission.PackPlan) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, s := range plan.Services {
+		for _, sec := range s.Secrets {
+			if sec.Credential == "" || out[sec.Credential] != nil {
+				continue
+			}
+			path, ok := m.cfg.Credentials[sec.Credential]
+			if !ok {
+				return nil, fmt.Errorf("credential %s (service %s): %w: custodyd has no source for it; name its 0600 file in custodyd's configuration", sec.Credential, s.Name, ErrCredential)
+			}
+			v, err := readSource(path)
+			if err != nil {
+				return nil, fmt.Errorf("credential %s (service %s): %w: %w; make the source a regular root-owned 0600 file, not a link", sec.Credential, s.Name, ErrCredential, err)
+			}
+			out[sec.Credential] = v
+		}
+	}
+	return out, nil
+}
+
+func readSource(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		// ELOOP: the last component is a symlink.
+		return nil, fmt.Errorf("open %s without following links: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	case st.Mode&0o7777 != 0o600:
+		return nil, fmt.Errorf("%s has mode %04o, not 0600", path, st.Mode&0o7777)
+	case st.Uid != 0:
+		return nil, fmt.Errorf("%s is owned by uid %d, not root", path, st.Uid)
+	}
+	v, err := io.ReadAll(io.LimitReader(f, maxCredential+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(v) > maxCredential {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxCredential)
+	}
+	return v, nil
+}
+
+// writeSecrets writes each service's credential files into the
+// workspace's state dir, each created 0400 (or the plan's mode) from its
+// first byte and owned by the service's user, and returns the read-only
+// binds that deliver them. Nothing is written that exists already.
+func (m *Manager) writeSecrets(rec *record, plan *admission.PackPlan, creds map[string][]byte) (map[string][]backend.PackMount, error) {
+	out := map[string][]backend.PackMount{}
+	for _, s := range plan.Services {
+		if len(s.Secrets) == 0 {
+			continue
+		}
+		dir := filepath.Join(m.secretsDir(rec.ID), s.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("credential dir of %s: %w", s.Name, err)
+		}
+		uid, gid := userOf(s.User)
+		for _, sec := range s.Secrets {
+			v, ok := creds[sec.Credential]
+			if !ok {
+				return nil, fmt.Errorf("service %s: credential %s was not read", s.Name, sec.Credential)
+			}
+			u, g := uid, gid
+			if n, err := strconv.Atoi(sec.UID); err == nil {
+				u = n
+			}
+			if n, err := strconv.Atoi(sec.GID); err == nil {
+				g = n
+			}
+			mode := uint32(0o400)
+			if sec.Mode != 0 {
+				mode = sec.Mode
+			}
+			path := filepath.Join(dir, sec.Name)
+			if err := writeFile(path, v, mode, u, g); err != nil {
+				return nil, fmt.Errorf("service %s: credential file %s: %w", s.Name, sec.Name, err)
+			}
+			out[s.Name] = append(out[s.Name], backend.PackMount{Type: "bind", Source: path, Target: sec.Target, ReadOnly: true})
+		}
+	}
+	return out, nil
+}
+
+func writeFile(path string, v []byte, mode uint32, uid, gid int) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	// The umask cannot widen the mode, but fchmod makes it exact.
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return err
+	}
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return err
+	}
+	if _, err := f.Write(v); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// userOf is the numeric uid and gid of a compose user ("999:999", "999");
+// a name or nothing is root's, as the engine runs it without /etc/passwd
+// of the image at hand here.
+func userOf(user string) (int, int) {
+	u, g, _ := strings.Cut(user, ":")
+	uid, err := strconv.Atoi(u)
+	if err != nil {
+		return 0, 0
+	}
+	gid, err := strconv.Atoi(g)
+	if err != nil {
+		gid = uid
+	}
+	return uid, gid
+}

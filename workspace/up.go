@@ -1,0 +1,459 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/randid"
+	"github.com/custody-dev/custody/pack"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/store"
+)
+
+// Fault stages of up, in order.
+const (
+	FaultClaimed  = "claimed"   // the name is claimed; nothing spent
+	FaultConsumed = "consumed"  // grant spent, intents journalled
+	FaultNetworks = "networks"  // networks created
+	FaultVolumes  = "volumes"   // volumes created
+	FaultSecrets  = "secrets"   // credential files written
+	FaultCreated  = "created"   // one container created (per container)
+	FaultStarted  = "started"   // one container started (per container)
+	FaultRealized = "realized"  // everything up, before the receipt
+	FaultStopped  = "stopped"   // down: containers stopped, nothing removed
+	FaultTornDown = "torn-down" // down: removed, before the receipt
+)
+
+// Up verifies the pack grant and realizes its plan as workspace name. Every
+// check that can refuse runs before the grant is spent or anything is
+// created; a refusal is a *grant.Error naming the reason and the fix, or
+// ErrCredential, ErrInvalidName, ErrExists.
+func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, peer Peer) (*Report, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	release, err := m.hold(name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	started := m.now()
+	g, _, err := m.verifyGrant(ctx, grantEnvelope, peer, started)
+	if err != nil {
+		return nil, err
+	}
+	var plan admission.PackPlan
+	if err := json.Unmarshal(g.Predicate.Plan, &plan); err != nil {
+		return nil, grant.Refuse(grant.CodeMalformed, "the grant's plan does not decode: %v", err)
+	}
+	if plan.Digest() != g.SubjectDigest {
+		return nil, grant.Refuse(grant.CodeTampered, "the grant's plan digests to %s, not its subject %s", plan.Digest(), g.SubjectDigest)
+	}
+	if err := m.recheck(&plan); err != nil {
+		return nil, err
+	}
+	creds, err := m.readCredentials(&plan)
+	if err != nil {
+		return nil, err
+	}
+	rec := &record{
+		Name: name, ID: m.cfg.Engine.NewWorkspaceID(), Project: plan.Project, Attempt: randid.New(16),
+		GrantID: g.Predicate.ID, GrantEnvelope: compactJSON(grantEnvelope), IssuerID: g.IssuerKeyID,
+		PackDigest: g.Predicate.Pack.Digest, PlanDigest: g.SubjectDigest, Plan: g.Predicate.Plan, Engine: g.Predicate.Engine,
+	}
+	// The name is claimed first: a crash here leaves a record whose attempt
+	// the journal does not hold, which status reports as clean.
+	// Kept volumes hold the name too: down --volumes releases it.
+	if err := m.claim(rec, func(old *record) bool { return m.stateOf(old) == StateClean && !old.VolumesKept }); err != nil {
+		return nil, err
+	}
+	m.fault(FaultClaimed)
+	owner := rec.owner(rec.Attempt)
+	intents := m.cfg.Engine.Intents(owner, planNames(&plan))
+	use := store.GrantUse{At: started, Actor: g.Predicate.Actor}
+	// RunID stays empty: the phase runner settles every use whose run id
+	// its own journal lacks, and pack attempts live in another bucket.
+	if err := m.journal.BeginConsuming(rec.Attempt, rec.GrantID, use, toJournal(intents)...); err != nil {
+		if errors.Is(err, store.ErrConsumed) {
+			err = grant.Refuse(grant.CodeReplayed, "grant %s was already used; ask the operator for a new grant", rec.GrantID)
+		} else if errors.Is(err, store.ErrRevoked) {
+			err = grant.Refuse(grant.CodeRevoked, "grant %s is revoked", rec.GrantID)
+		}
+		_ = m.release(rec)
+		return nil, err
+	}
+	m.fault(FaultConsumed)
+	jr := &recorder{j: m.journal, runID: rec.Attempt}
+	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, started)
+	if err != nil {
+		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
+		// The teardown outlives a cancelled up: what was made must go.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		rep := m.teardown(tctx, rec, rec.Attempt, true)
+		cancel()
+		rep.Detail = fmt.Sprintf("up failed: %v; %s", err, rep.Detail)
+		return rep, fmt.Errorf("pack up %s: %w", name, err)
+	}
+	rec.UpReceipt = receipt
+	if err := m.put(rec); err != nil {
+		return nil, fmt.Errorf("store the up receipt of %s: %w", name, err)
+	}
+	rep, err := m.Status(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	rep.Receipt, rep.Bundle, rep.Plan = receipt, m.bundle(receipt), &plan
+	return rep, nil
+}
+
+// release drops a claim whose attempt never began, if it is still ours.
+func (m *Manager) release(rec *record) error {
+	if _, err := m.journal.Get(rec.Attempt); err == nil {
+		return nil
+	}
+	return m.cfg.DB.Update(store.Workspaces, func(b *bolt.Bucket) error {
+		var cur record
+		if v := b.Get([]byte(rec.Name)); v == nil || json.Unmarshal(v, &cur) != nil || cur.Attempt != rec.Attempt {
+			return nil
+		}
+		return b.Delete([]byte(rec.Name))
+	})
+}
+
+func compactJSON(b []byte) json.RawMessage {
+	var out json.RawMessage
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil
+	}
+	c, _ := json.Marshal(out)
+	return c
+}
+
+// verifyGrant checks the grant against everything that can have changed:
+// signature and window, runner, policy digest, engine identity (read
+// fresh), single use and revocation, and the submitting peer.
+func (m *Manager) verifyGrant(ctx context.Context, env []byte, peer Peer, now time.Time) (*grant.PackGrant, *policy.Policy, error) {
+	pol, polDigest, err := m.cfg.Policy()
+	if err != nil {
+		return nil, nil, grant.Refuse(grant.CodePolicyChanged, "the policy does not load (%v): nothing is realized until it does; fix the policy file", err)
+	}
+	g, err := m.verifier.VerifyPack(ctx, env, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &g.Predicate
+	if p.Runner.ID != m.cfg.RunnerID {
+		return nil, nil, grant.Refuse(grant.CodeWrongRunner, "the grant is for runner %s, this is %s; issue it for this runner", p.Runner.ID, m.cfg.RunnerID)
+	}
+	if p.PolicyDigest != polDigest {
+		return nil, nil, grant.Refuse(grant.CodePolicyChanged, "the grant was issued under policy %s, the policy is now %s; issue a new grant", p.PolicyDigest, polDigest)
+	}
+	eng, err := m.cfg.Engine.Profile(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine identity: %w", err)
+	}
+	if (grant.Engine{Name: eng.Name, Version: eng.Version, APIVersion: eng.APIVersion}) != p.Engine {
+		return nil, nil, grant.Refuse(grant.CodeRuntimeChanged, "the grant binds engine %s %s (API %s), the engine is %s %s (API %s); issue a new grant against this engine",
+			p.Engine.Name, p.Engine.Version, p.Engine.APIVersion, eng.Name, eng.Version, eng.APIVersion)
+	}
+	if revoked, err := m.cfg.DB.Revoked(p.ID); err != nil {
+		return nil, nil, err
+	} else if revoked {
+		return nil, nil, grant.Refuse(grant.CodeRevoked, "grant %s is revoked; ask the operator for a new grant", p.ID)
+	}
+	if _, err := m.cfg.DB.GrantUsed(p.ID); err == nil {
+		return nil, nil, grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant brings one workspace up once; ask the operator for a new grant", p.ID)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, nil, err
+	}
+	pa, ok := pol.PackActor(p.Actor)
+	if !ok {
+		return nil, nil, grant.Refuse(grant.CodeActorNotAllowed, "actor %s has no packs: grant in the policy; the operator must grant it", p.Actor)
+	}
+	if !peer.Known || !(slices.Contains(pa.Submitters.UIDs, peer.UID) || slices.Contains(pa.Submitters.GIDs, peer.GID)) {
+		return nil, nil, grant.Refuse(grant.CodeSubmitterNotAllowed, "peer uid %d gid %d (known %v) is not a submitter of pack actor %s; submit as one of its submitters or add it to the policy",
+			peer.UID, peer.GID, peer.Known, p.Actor)
+	}
+	return g, pol, nil
+}
+
+// recheck re-derives what the grant relied on that can change between
+// issue and up: every bind source still resolves beneath its root with no
+// symlink and the same socket facts, and every host port is still free.
+// Host ports are tried in custodyd's network namespace, which is the
+// engine's own on a native host (the test daemon has its own).
+func (m *Manager) recheck(plan *admission.PackPlan) error {
+	for _, s := range plan.Services {
+		if s.Build != nil {
+			return grant.Refuse(grant.CodeNotAdmitted, "service %s has a build: section; up realizes images only (builds are not implemented); build the image and pin it in the policy", s.Name)
+		}
+		if s.NetworkMode != "" && s.NetworkMode != "none" {
+			return grant.Refuse(grant.CodeNotAdmitted, "service %s: network_mode %s is not realized by up yet; use pack networks", s.Name, s.NetworkMode)
+		}
+		for _, sec := range s.Secrets {
+			if sec.Credential == "" {
+				return grant.Refuse(grant.CodeNotAdmitted, "service %s: fixture secret %s: the grant carries its digest, not its content, so up cannot write it; use an operator credential", s.Name, sec.Name)
+			}
+		}
+		for _, mt := range s.Mounts {
+			if mt.Type != pack.Bind {
+				continue
+			}
+			f := pack.InspectBind(mt.Source, mt.Root, m.cfg.EngineSocket)
+			bad := ""
+			switch {
+			case f.Symlink:
+				bad = fmt.Sprintf("it now passes through a symlink at %s", f.SymlinkAt)
+			case f.Err != "":
+				bad = f.Err
+			case !f.Resolved || !f.Exists:
+				bad = "it no longer resolves beneath " + mt.Root
+			case f.EngineSocket != mt.DaemonSocket:
+				bad = fmt.Sprintf("it reaches the engine's socket: %v, at grant time: %v", f.EngineSocket, mt.DaemonSocket)
+			case !mt.DaemonSocket && (f.Socket || len(f.SocketsInside) > 0):
+				bad = "it now is or holds a socket"
+			}
+			if bad != "" {
+				return grant.Refuse(grant.CodeInputsChanged, "service %s: bind source %s changed since the grant: %s; restore it or issue a new grant", s.Name, mt.Source, bad)
+			}
+		}
+		for _, pt := range s.Ports {
+			if pt.Protocol != "tcp" {
+				continue
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort(pt.HostIP, strconv.Itoa(int(pt.HostPort))))
+			if err != nil {
+				return grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, err)
+			}
+			l.Close()
+		}
+	}
+	return nil
+}
+
+// planNames are the pack's names of what up creates.
+func planNames(plan *admission.PackPlan) backend.PackNames {
+	var n backend.PackNames
+	for _, x := range plan.Networks {
+		n.Networks = append(n.Networks, x.Name)
+	}
+	for _, x := range plan.Volumes {
+		n.Volumes = append(n.Volumes, x.Name)
+	}
+	for _, s := range plan.Services {
+		n.Containers = append(n.Containers, s.Name)
+	}
+	return n
+}
+
+// startOrder sorts services so that each comes after what it depends on
+// (admission refused cycles); ties keep the plan's (name) order.
+func startOrder(services []admission.PlanService) []admission.PlanService {
+	done := map[string]bool{}
+	var out []admission.PlanService
+	for len(out) < len(services) {
+		progressed := false
+		for _, s := range services {
+			if done[s.Name] || slices.ContainsFunc(s.DependsOn, func(d string) bool { return !done[d] }) {
+				continue
+			}
+			done[s.Name], progressed = true, true
+			out = append(out, s)
+		}
+		if !progressed {
+			for _, s := range services {
+				if !done[s.Name] {
+					done[s.Name] = true
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds map[string][]byte, started time.Time) ([]byte, error) {
+	netIDs := map[string]string{}
+	var rNets []evidence.PackNetwork
+	for _, n := range plan.Networks {
+		r, err := m.cfg.Engine.CreateNetwork(ctx, o, jr, backend.PackNetwork{Name: n.Name, Internal: n.Internal, Subnet: n.Subnet})
+		if err != nil {
+			return nil, err
+		}
+		netIDs[n.Name] = r.Identity["id"]
+		rNets = append(rNets, evidence.PackNetwork{Name: r.Name, ID: r.Identity["id"], Internal: n.Internal})
+	}
+	m.fault(FaultNetworks)
+	var rVols []evidence.PackVolume
+	for _, v := range plan.Volumes {
+		r, err := m.cfg.Engine.CreateVolume(ctx, o, jr, v.Name)
+		if err != nil {
+			return nil, err
+		}
+		rVols = append(rVols, evidence.PackVolume{Name: r.Identity["id"]})
+	}
+	m.fault(FaultVolumes)
+	secretMounts, err := m.writeSecrets(rec, plan, creds)
+	if err != nil {
+		return nil, err
+	}
+	m.fault(FaultSecrets)
+	var made []backend.Resource
+	order := startOrder(plan.Services)
+	for _, s := range order {
+		c := containerOf(s, netIDs, secretMounts[s.Name])
+		r, err := m.cfg.Engine.CreateContainer(ctx, o, jr, c)
+		if err != nil {
+			return nil, err
+		}
+		made = append(made, r)
+		m.fault(FaultCreated)
+	}
+	for _, r := range made {
+		if err := m.cfg.Engine.Start(ctx, o, jr, r); err != nil {
+			return nil, fmt.Errorf("start %s: %w", r.Name, err)
+		}
+		m.fault(FaultStarted)
+	}
+	m.fault(FaultRealized)
+	var rCons []evidence.PackContainer
+	for i, r := range made {
+		obj, err := m.cfg.Engine.Inspect(ctx, o, jr, r)
+		if err != nil {
+			return nil, err
+		}
+		if obj.HostConfig == nil {
+			return nil, fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
+		}
+		rCons = append(rCons, evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
+			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)})
+	}
+	slices.SortFunc(rCons, func(a, b evidence.PackContainer) int { return cmpStr(a.ID, b.ID) })
+	slices.SortFunc(rNets, func(a, b evidence.PackNetwork) int { return cmpStr(a.ID, b.ID) })
+	slices.SortFunc(rVols, func(a, b evidence.PackVolume) int { return cmpStr(a.Name, b.Name) })
+	return evidence.SignPackReceipt(ctx, m.cfg.Runner, evidence.PackReceipt{
+		Operation: evidence.PackUp, Runner: evidence.Identity{ID: m.cfg.RunnerID},
+		Grant: m.grantRef(rec), Workspace: rec.ID, Attempt: rec.Attempt,
+		Pack:       evidence.PackRef{Project: rec.Project, Digest: rec.PackDigest},
+		PlanDigest: rec.PlanDigest,
+		Engine:     evidence.Engine{Name: rec.Engine.Name, Version: rec.Engine.Version, APIVersion: rec.Engine.APIVersion},
+		Containers: rCons, Networks: rNets, Volumes: rVols, Choices: append(choices(plan), names(order, made)...),
+		Started: started, Finished: m.now(),
+	})
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (m *Manager) grantRef(rec *record) evidence.GrantRef {
+	sum := sha256.Sum256(rec.GrantEnvelope)
+	return evidence.GrantRef{ID: rec.GrantID, EnvelopeSHA256: hex.EncodeToString(sum[:]), IssuerID: rec.IssuerID, Envelope: rec.GrantEnvelope}
+}
+
+// choices are the open choices admission made, as the receipt lists them.
+func choices(plan *admission.PackPlan) []evidence.PackChoice {
+	var out []evidence.PackChoice
+	for _, n := range plan.Networks {
+		out = append(out, evidence.PackChoice{Kind: "subnet", Subject: "network " + n.Name, Value: n.Subnet})
+	}
+	for _, s := range plan.Services {
+		for _, p := range s.Ports {
+			if p.Chosen {
+				out = append(out, evidence.PackChoice{Kind: "host-port", Subject: fmt.Sprintf("%s %d/%s", s.Name, p.ContainerPort, p.Protocol),
+					Value: net.JoinHostPort(p.HostIP, strconv.Itoa(int(p.HostPort)))})
+			}
+		}
+	}
+	return out
+}
+
+// names are the native container names custody chose, one per service.
+func names(order []admission.PlanService, made []backend.Resource) []evidence.PackChoice {
+	var out []evidence.PackChoice
+	for i, r := range made {
+		out = append(out, evidence.PackChoice{Kind: "container-name", Subject: "service " + order[i].Name, Value: r.Name})
+	}
+	return out
+}
+
+func containerOf(s admission.PlanService, netIDs map[string]string, secrets []backend.PackMount) backend.PackContainer {
+	image := s.Image
+	if s.ImageDigest != "" {
+		// The pinned content, not whatever the reference names now.
+		image = s.ImageDigest
+	}
+	c := backend.PackContainer{
+		Service: s.Name, Image: image, Command: s.Command, Entrypoint: s.Entrypoint, Env: s.Environment,
+		User: s.User, WorkingDir: s.WorkingDir, Hostname: s.Hostname, Networks: s.Networks,
+		Privileged: s.Privileged, CapAdd: s.CapAdd, CapDrop: s.CapDrop, SecurityOpt: s.SecurityOpt,
+		Sysctls: s.Sysctls, ReadOnly: s.ReadOnly, StopSignal: s.StopSignal, Cgroupns: s.Cgroup,
+		PidMode: s.PID, IpcMode: s.IPC, UTSMode: s.UTS, UsernsMode: s.Userns,
+		MemoryBytes: s.Resources.MemoryBytes, NanoCPUs: int64(s.Resources.CPUs * 1e9), PidsLimit: s.Resources.Pids,
+		Labels: s.Labels, NetworkIDs: netIDs,
+	}
+	if s.Hostname == "" {
+		c.Hostname = s.Name
+	}
+	for _, d := range s.Devices {
+		c.Devices = append(c.Devices, d.Host)
+	}
+	for _, p := range s.Ports {
+		c.Ports = append(c.Ports, backend.PackPort{HostIP: p.HostIP, HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
+	}
+	for _, mt := range s.Mounts {
+		c.Mounts = append(c.Mounts, backend.PackMount{Type: string(mt.Type), Source: mt.Source, Target: mt.Target, ReadOnly: mt.ReadOnly, TmpfsBytes: mt.TmpfsBytes})
+	}
+	c.Mounts = append(c.Mounts, secrets...)
+	return c
+}
+
+func hostConfigEvidence(h *backend.PackHostConfig) evidence.PackHostConfig {
+	e := evidence.PackHostConfig{
+		Privileged: h.Privileged, CapAdd: h.CapAdd, CapDrop: h.CapDrop, NetworkMode: h.NetworkMode,
+		PidMode: h.PidMode, IpcMode: h.IpcMode, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode,
+		CgroupnsMode: h.CgroupnsMode, Devices: h.Devices, ReadonlyRootfs: h.ReadonlyRootfs,
+		SecurityOpt: h.SecurityOpt, MemoryBytes: h.MemoryBytes, NanoCPUs: h.NanoCPUs, PidsLimit: h.PidsLimit,
+	}
+	for _, mt := range h.Mounts {
+		e.Mounts = append(e.Mounts, evidence.PackMount{Type: mt.Type, Source: mt.Source, Target: mt.Target, ReadOnly: mt.ReadOnly})
+	}
+	for _, p := range h.PortBindings {
+		e.PortBindings = append(e.PortBindings, evidence.PackPort{ContainerPort: fmt.Sprintf("%d/%s", p.ContainerPort, p.Protocol), HostIP: p.HostIP, HostPort: int(p.HostPort)})
+	}
+	return e
+}
+
+// secretsDir is where a workspace's credential files live.
+func (m *Manager) secretsDir(wsID string) string {
+	return filepath.Join(m.cfg.StateDir, "workspaces", wsID)
+}
+
+func (m *Manager) removeSecrets(wsID string) error {
+	if err := os.RemoveAll(m.secretsDir(wsID)); err != nil {
+		return fmt.Errorf("remove credential files of %s: %w", wsID, err)
+	}
+	return nil
+}

@@ -1,0 +1,456 @@
+// Package workspace is the lifecycle of pack workspaces: one admitted pack
+// realized on a container engine under a single-use pack grant, with its
+// state journalled, its status read back by native ID, its teardown and its
+// recovery owned (P4, P5, P8). A workspace is the operator's name for one
+// realization ([a-z0-9][a-z0-9-]{0,31}); its id is unguessable and is what
+// every native object carries, so two workspaces of one pack file and
+// project never touch each other.
+//
+// The engine is an interface (Engine) in neutral terms (package backend):
+// this package never names a concrete engine; cmd/custodyd wires one.
+//
+// Store layout: store.Workspaces/<name> holds the workspace record (the
+// grant, plan, receipts, attempts); store.PackJournal holds one journal
+// attempt per up and per down or recovery, so the phase runner's recovery
+// never sees them.
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/pack"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/store"
+)
+
+// Engine is what a workspace needs of a container engine. Every method
+// that acts on a recorded object verifies it by native ID and labels
+// first; creates are journalled on rec before they happen.
+type Engine interface {
+	// NewWorkspaceID returns a fresh unguessable workspace id.
+	NewWorkspaceID() string
+	// Profile is the engine's evidenced profile, its identity read fresh.
+	Profile(ctx context.Context) (*pack.Engine, error)
+	// Intents are the records of everything an up of names may create,
+	// listed before anything is created (journalled with the grant).
+	Intents(o backend.PackOwner, names backend.PackNames) []backend.Resource
+	// Subnets are the subnets the engine's networks hold now.
+	Subnets(ctx context.Context) ([]netip.Prefix, error)
+	CreateNetwork(ctx context.Context, o backend.PackOwner, rec backend.Recorder, n backend.PackNetwork) (backend.Resource, error)
+	CreateVolume(ctx context.Context, o backend.PackOwner, rec backend.Recorder, name string) (backend.Resource, error)
+	CreateContainer(ctx context.Context, o backend.PackOwner, rec backend.Recorder, c backend.PackContainer) (backend.Resource, error)
+	Start(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) error
+	Stop(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, signal string, grace time.Duration) error
+	Inspect(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) (backend.PackObject, error)
+	// Resolve finds what an intent-only record created, by its nonce.
+	Resolve(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) (backend.Resource, bool, error)
+	Teardown(ctx context.Context, o backend.PackOwner, rec backend.Recorder, recorded []backend.Resource, volumes bool) backend.CleanupReport
+	Foreign(ctx context.Context, known func(kind, id string) bool) ([]backend.Resource, error)
+}
+
+// Config is what a Manager needs.
+type Config struct {
+	DB *store.DB
+	// Journal must be journal.NewIn(DB, store.PackJournal); nil makes it.
+	Journal *journal.Journal
+	Engine  Engine
+	// Policy returns the current policy and the digest of its file bytes;
+	// an error refuses everything.
+	Policy  func() (*policy.Policy, string, error)
+	Issuer  *keys.Signer
+	Runner  *keys.Signer
+	Trusted []*keys.Verifier
+	// RunnerID is the runner key's keys.KeyID a grant must name.
+	RunnerID string
+	// Credentials maps an operator credential name to the 0600, root-owned
+	// file custodyd reads it from.
+	Credentials map[string]string
+	// EngineSocket is the engine's socket path, so a bind of it is
+	// recognised whatever the pack calls it.
+	EngineSocket string
+	SubnetPool   netip.Prefix
+	// StateDir holds per-workspace credential files.
+	StateDir string
+	Log      *slog.Logger
+	Now      func() time.Time
+	// Fault, if set, is called at named stages of up and down (tests kill
+	// the process there).
+	Fault func(stage string)
+}
+
+// Manager brings workspaces up and down.
+type Manager struct {
+	cfg      Config
+	journal  *journal.Journal
+	verifier *grant.Verifier
+	log      *slog.Logger
+
+	mu         sync.Mutex
+	inProgress map[string]bool
+}
+
+// Peer is the local process that submitted a request (SO_PEERCRED);
+// Known is false when the kernel said nothing.
+type Peer struct {
+	UID, GID uint32
+	PID      int32
+	Known    bool
+}
+
+// Workspace states.
+const (
+	StateClean          = "clean"
+	StateRunning        = "running"
+	StateCleanupPending = "cleanup-pending"
+	StateResidual       = "residual"
+)
+
+// Report is one workspace as up, status, down or recover left it.
+type Report struct {
+	Workspace string `json:"workspace"`
+	ID        string `json:"id"`
+	Project   string `json:"project"`
+	State     string `json:"state"`
+	// Detail says what remains or went wrong; Retry how to retry.
+	Detail    string           `json:"detail,omitempty"`
+	Retry     string           `json:"retry,omitempty"`
+	Resources []ResourceStatus `json:"resources"`
+	// Covered is what a down covers: containers, networks, and volumes
+	// only when asked.
+	Covered []string `json:"covered,omitempty"`
+	// Receipt is the signed receipt of the operation (up or down).
+	Receipt []byte              `json:"receipt,omitempty"`
+	Bundle  []byte              `json:"bundle,omitempty"`
+	Plan    *admission.PackPlan `json:"plan,omitempty"`
+	// Foreign are objects with custody's labels or names that no journal
+	// record holds: reported, never touched.
+	Foreign []ResourceStatus `json:"foreign,omitempty"`
+}
+
+// ResourceStatus is one native object of a workspace.
+type ResourceStatus struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	ID     string `json:"id,omitempty"`
+	State  string `json:"state"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Typed errors callers branch on.
+var (
+	// ErrInvalidName: the workspace name is not [a-z0-9][a-z0-9-]{0,31}.
+	ErrInvalidName = errors.New("invalid workspace name")
+	// ErrNotFound: no workspace has that name.
+	ErrNotFound = errors.New("workspace not found")
+	// ErrExists: the name is held by a workspace that is not clean.
+	ErrExists = errors.New("workspace exists")
+	// ErrCredential: an operator credential source is refused.
+	ErrCredential = errors.New("credential source refused")
+)
+
+var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
+
+// ValidName checks a workspace name.
+func ValidName(name string) error {
+	if !nameRe.MatchString(name) {
+		return fmt.Errorf("workspace %q: %w: want [a-z0-9][a-z0-9-]{0,31}", name, ErrInvalidName)
+	}
+	return nil
+}
+
+// New checks cfg and returns a Manager.
+func New(cfg Config) (*Manager, error) {
+	switch {
+	case cfg.DB == nil:
+		return nil, errors.New("workspace: a store is required")
+	case cfg.Engine == nil:
+		return nil, errors.New("workspace: an engine is required")
+	case cfg.Policy == nil:
+		return nil, errors.New("workspace: a policy source is required")
+	case cfg.Runner == nil || cfg.RunnerID == "":
+		return nil, errors.New("workspace: the runner key and id are required")
+	case len(cfg.Trusted) == 0:
+		return nil, errors.New("workspace: trusted issuer keys are required")
+	case cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir):
+		return nil, errors.New("workspace: an absolute state dir is required")
+	case !cfg.SubnetPool.IsValid():
+		return nil, errors.New("workspace: a subnet pool is required")
+	}
+	if id, _ := cfg.Runner.KeyID(); id != cfg.RunnerID {
+		return nil, fmt.Errorf("workspace: runner id %s is not the runner key's %s", cfg.RunnerID, id)
+	}
+	j := cfg.Journal
+	if j == nil {
+		j = journal.NewIn(cfg.DB, store.PackJournal)
+	}
+	if j.Bucket() != store.PackJournal {
+		return nil, fmt.Errorf("workspace: the journal writes bucket %q; pack attempts belong in %q (the phase runner's recovery would take them for its own)", j.Bucket(), store.PackJournal)
+	}
+	v, err := grant.NewVerifier(cfg.Trusted)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Manager{cfg: cfg, journal: j, verifier: v, log: cfg.Log, inProgress: map[string]bool{}}, nil
+}
+
+func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
+
+func (m *Manager) fault(stage string) {
+	if m.cfg.Fault != nil {
+		m.cfg.Fault(stage)
+	}
+}
+
+// Admit is the dry run: the plan with every choice made, or every refused
+// requirement (*admission.RefusedError). Issue runs exactly this.
+func (m *Manager) Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error) {
+	plan, _, _, _, err := m.admit(ctx, compose, dir, actor)
+	return plan, err
+}
+
+func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, *pack.Pack, *pack.Engine, string, error) {
+	pol, polDigest, err := m.cfg.Policy()
+	if err != nil {
+		// A broken policy refuses everything and changes nothing.
+		return nil, nil, nil, "", fmt.Errorf("policy: %w: fix the policy file; nothing is admitted until it loads", err)
+	}
+	p, err := pack.Load(ctx, compose, dir)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	eng, err := m.cfg.Engine.Profile(ctx)
+	if err != nil {
+		return nil, nil, nil, "", fmt.Errorf("engine profile: %w", err)
+	}
+	subnets, err := m.cfg.Engine.Subnets(ctx)
+	if err != nil {
+		return nil, nil, nil, "", fmt.Errorf("engine subnets: %w", err)
+	}
+	facts := admission.PackFacts{
+		Engine: eng, EngineSocket: m.cfg.EngineSocket, SubnetPool: m.cfg.SubnetPool,
+		SubnetsInUse: subnets, Binds: bindFacts(p, pol, actor, m.cfg.EngineSocket),
+	}
+	plan, err := admission.AdmitPack(p, pol, actor, facts)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	return plan, p, eng, polDigest, nil
+}
+
+// bindFacts inspects every bind source and build context of the pack
+// beneath the actor's bind root that holds it.
+func bindFacts(p *pack.Pack, pol *policy.Policy, actor, socket string) map[string]pack.BindFact {
+	var pa *policy.PackActor
+	if pol != nil {
+		pa, _ = pol.PackActor(actor)
+	}
+	out := map[string]pack.BindFact{}
+	add := func(src string) {
+		root := ""
+		if pa != nil {
+			root, _ = pa.BindRoot(src)
+		}
+		out[src] = pack.InspectBind(src, root, socket)
+	}
+	for _, s := range p.Services {
+		for _, mt := range s.Mounts {
+			if mt.Type == pack.Bind {
+				add(mt.Source)
+			}
+		}
+		if s.Build != nil {
+			add(s.Build.Context)
+		}
+	}
+	return out
+}
+
+// Issue admits the pack exactly as Admit does and mints a single-use pack
+// grant for actor, valid for ttl from now.
+func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error) {
+	if m.cfg.Issuer == nil {
+		return nil, errors.New("issue: this runner holds no issuer key")
+	}
+	if ttl <= 0 {
+		return nil, errors.New("issue: the ttl must be positive")
+	}
+	plan, p, eng, polDigest, err := m.admit(ctx, compose, dir, actor)
+	if err != nil {
+		return nil, err
+	}
+	planJSON, err := canonicalPlan(plan)
+	if err != nil {
+		return nil, err
+	}
+	now := m.now()
+	return grant.MintPack(ctx, m.cfg.Issuer, grant.PackPredicate{
+		ID: grant.NewID(), Actor: actor, NotBefore: now, Expires: now.Add(ttl),
+		PolicyDigest: polDigest, Runner: grant.Runner{ID: m.cfg.RunnerID},
+		Engine: grant.Engine{Name: eng.Name, Version: eng.Version, APIVersion: eng.APIVersion},
+		Pack:   grant.Pack{Project: p.Project, Digest: "sha256:" + p.Digest},
+		Plan:   planJSON,
+	})
+}
+
+// canonicalPlan is the plan's JSON without its checks: the bytes whose
+// digest is PackPlan.Digest, so the grant's subject is the plan digest.
+func canonicalPlan(plan *admission.PackPlan) (json.RawMessage, error) {
+	c := *plan
+	c.Checks = nil
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	return b, nil
+}
+
+// record is a workspace as the store keeps it.
+type record struct {
+	Name    string `json:"name"`
+	ID      string `json:"id"`
+	Project string `json:"project"`
+	// Attempt is the journal attempt of the latest up; Cleanup that of
+	// the latest down or recovery.
+	Attempt       string          `json:"attempt"`
+	Cleanup       string          `json:"cleanup,omitempty"`
+	GrantID       string          `json:"grantId"`
+	GrantEnvelope json.RawMessage `json:"grantEnvelope"`
+	IssuerID      string          `json:"issuerId"`
+	PackDigest    string          `json:"packDigest"`
+	PlanDigest    string          `json:"planDigest"`
+	Plan          json.RawMessage `json:"plan"`
+	Engine        grant.Engine    `json:"engine"`
+	UpReceipt     []byte          `json:"upReceipt,omitempty"`
+	DownReceipt   []byte          `json:"downReceipt,omitempty"`
+	// Down: a teardown ran (down, a failed up, or recovery);
+	// DownVolumes: it covered volumes; VolumesKept: volumes remain
+	// because the last down did not cover them.
+	Down        bool      `json:"down,omitempty"`
+	DownVolumes bool      `json:"downVolumes,omitempty"`
+	VolumesKept bool      `json:"volumesKept,omitempty"`
+	Created     time.Time `json:"created"`
+	Updated     time.Time `json:"updated"`
+}
+
+func (m *Manager) get(name string) (*record, error) {
+	var r *record
+	err := m.cfg.DB.View(store.Workspaces, func(b *bolt.Bucket) error {
+		v := b.Get([]byte(name))
+		if v == nil {
+			return fmt.Errorf("workspace %s: %w", name, ErrNotFound)
+		}
+		r = &record{}
+		return json.Unmarshal(v, r)
+	})
+	return r, err
+}
+
+func (m *Manager) put(r *record) error {
+	r.Updated = m.now()
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return m.cfg.DB.Update(store.Workspaces, func(b *bolt.Bucket) error { return b.Put([]byte(r.Name), v) })
+}
+
+// claim stores a new record under its name unless a workspace that is
+// not clean holds it, in one transaction.
+func (m *Manager) claim(r *record, clean func(old *record) bool) error {
+	r.Created, r.Updated = m.now(), m.now()
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return m.cfg.DB.Update(store.Workspaces, func(b *bolt.Bucket) error {
+		if old := b.Get([]byte(r.Name)); old != nil {
+			var o record
+			if err := json.Unmarshal(old, &o); err != nil {
+				return fmt.Errorf("workspace %s: stored record: %w", r.Name, err)
+			}
+			if !clean(&o) {
+				return fmt.Errorf("workspace %s (%s): %w and is not clean or keeps volumes; bring it down first (custody pack down --workspace %s --volumes)", r.Name, o.ID, ErrExists, r.Name)
+			}
+		}
+		return b.Put([]byte(r.Name), v)
+	})
+}
+
+func (m *Manager) all() ([]record, error) {
+	var out []record
+	err := m.cfg.DB.View(store.Workspaces, func(b *bolt.Bucket) error {
+		return b.ForEach(func(_, v []byte) error {
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (r *record) owner(attempt string) backend.PackOwner {
+	return backend.PackOwner{Workspace: r.ID, Attempt: attempt, Grant: r.GrantID, Config: r.PlanDigest}
+}
+
+func (r *record) plan() (*admission.PackPlan, error) {
+	var p admission.PackPlan
+	if err := json.Unmarshal(r.Plan, &p); err != nil {
+		return nil, fmt.Errorf("workspace %s: stored plan: %w", r.Name, err)
+	}
+	return &p, nil
+}
+
+// recorder journals one attempt's resources.
+type recorder struct {
+	j     *journal.Journal
+	runID string
+}
+
+func toJournal(rs []backend.Resource) []journal.Resource {
+	out := make([]journal.Resource, len(rs))
+	for i, r := range rs {
+		out[i] = journal.Resource{Kind: r.Kind, Name: r.Name, State: r.State, Identity: r.Identity}
+	}
+	return out
+}
+
+func fromJournal(rs []journal.Resource) []backend.Resource {
+	out := make([]backend.Resource, len(rs))
+	for i, r := range rs {
+		out[i] = backend.Resource{Kind: r.Kind, Name: r.Name, State: r.State, Identity: r.Identity}
+	}
+	return out
+}
+
+func (r *recorder) Intent(rs ...backend.Resource) error { return r.j.Intent(r.runID, toJournal(rs)...) }
+func (r *recorder) Created(rs ...backend.Resource) error {
+	return r.j.Created(r.runID, toJournal(rs)...)
+}
+func (r *recorder) Removed(rs ...backend.Resource) error {
+	return r.j.Removed(r.runID, toJournal(rs)...)
+}
