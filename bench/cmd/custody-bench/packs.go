@@ -100,9 +100,11 @@ func (b *bencher) packs(ctx context.Context) {
 		b.fail(upRow, fmt.Errorf("the isolated engine is not empty before the pack row: %v %v", left, err))
 		return
 	}
-	var cUp, cDown, kUp, kDown []time.Duration
+	var cUp, cDown, kUp, kDown, issue []time.Duration
 	custody := func(i int, measured bool) error {
-		g, err := p.Issue(ctx) // the operator's step: not timed
+		var g []byte
+		// The operator's step: not part of up, reported apart.
+		is, err := timed(func() (err error) { g, err = p.Issue(ctx); return err })
 		if err != nil {
 			return fmt.Errorf("issue: %w", err)
 		}
@@ -117,7 +119,7 @@ func (b *bencher) packs(ctx context.Context) {
 			return err
 		}
 		if measured {
-			cUp, cDown = append(cUp, up), append(cDown, down)
+			cUp, cDown, issue = append(cUp, up), append(cDown, down), append(issue, is)
 		}
 		return nil
 	}
@@ -204,6 +206,9 @@ func (b *bencher) packs(ctx context.Context) {
 		row.Note = note
 		b.rep.Add(row)
 	}
+	is := bench.Median(issue)
+	b.rep.Add(bench.Row{ID: id, Metric: "  admission + grant issue (operator's step, not in up)", Unit: "ms",
+		Value: bench.F(bench.Ms(is)), Verdict: bench.VerdictInfo, N: len(issue)})
 	b.rep.Notes = append(b.rep.Notes, "5 pack up/down: "+note)
 	if noisy {
 		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("!!! 5 pack up/down: other load %s before, %s after (over 10%%): the pack figures are noisy and do not count", busyBefore, busyAfter))
