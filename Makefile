@@ -12,7 +12,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: all deps docker-deps build runc demo test test-race test-short fuzz bench clean qualify-vm
+.PHONY: all deps docker-deps bench-deps build runc demo test test-race test-short fuzz bench clean qualify-vm
 
 all: build
 
@@ -37,6 +37,15 @@ docker-deps: deps
 		added=""; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && added=1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DOCKER_PACKAGES) >/dev/null; rc=$$?; \
 		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
+	fi
+
+# What make bench needs beyond the build: the isolated engine's packages and
+# Debian's docker-compose (1.29), the pack row's baseline on that engine.
+BENCH_PACKAGES := docker-compose
+bench-deps: docker-deps
+	@if ! command -v docker-compose >/dev/null; then \
+		echo "installing: $(BENCH_PACKAGES)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BENCH_PACKAGES) >/dev/null; \
 	fi
 
 # The pinned runtime: runc at the version tools/runc/go.mod pins (tool
@@ -117,7 +126,7 @@ qualify-vm: build
 	./scripts/qualify-vm.sh
 
 # Benchmarks against their baselines, measured in one run; one table
-# (BENCH_JSON=path also writes it as JSON). Root; about 3 minutes.
+# (BENCH_JSON=path also writes it as JSON). Root; about 6 minutes.
 bench: build $(BUILD)/testimage/rootfs
 	./scripts/bench.sh $(BENCH_ARGS)
 

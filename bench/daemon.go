@@ -79,7 +79,18 @@ kind: Policy
 images:
   - digest: %q
     name: busybox test image
-ceilings:
+` + policyLimits + `tiers:
+  development: true
+actors:
+  - name: bench
+    stages: [build, test]
+    submitters: {uids: [0]}
+inputRoots: [%q]
+`
+
+// policyLimits are the example policy's phase ceilings and defaults, which
+// every bench policy carries.
+const policyLimits = `ceilings:
   memory: 512Mi
   pids: 256
   cpu: 2
@@ -91,13 +102,6 @@ defaults:
   cpu: 1
   outputBytes: 32Mi
   tmpBytes: 16Mi
-tiers:
-  development: true
-actors:
-  - name: bench
-    stages: [build, test]
-    submitters: {uids: [0]}
-inputRoots: [%q]
 `
 
 // TrivialPhase is the phase every launch measurement runs: /bin/true in the

@@ -18,6 +18,9 @@ const (
 	VerdictUnavailable = "UNAVAILABLE"
 	VerdictNotMeasured = "not measured yet"
 	VerdictFailed      = "FAILED"
+	// VerdictNoisy: other load on the machine was over 10% around the
+	// measurement; the figures are reported and never count as met.
+	VerdictNoisy = "noisy"
 )
 
 // Row is one line of the result table: a custody figure next to its

@@ -9,11 +9,15 @@
 #      10k and 100k small files), data made once under build/bench/data
 #   4. grant verify + consume (Go benchmarks in bench/, -benchmem); receipt
 #      verification once package evidence lands
+#   5. pack up/down of a 5-service pack (the workspace manager in-process)
+#      vs docker-compose up -d / down -v of the same file, interleaved
 #
-# Builds what it needs, starts an isolated dockerd (scripts/dockerd.sh) for
-# the docker baseline and stops it at the end. If dockerd cannot start here,
-# the docker row says why and everything else still runs. Extra arguments
-# go to custody-bench (e.g. -runs 60, -only launch). Run as root.
+# Builds what it needs; custody-bench starts the one isolated dockerd
+# (internal/dockertest, as the tests do) for the docker baseline and the
+# pack row, and stops it at the end. If dockerd or docker-compose is
+# missing here, those rows say why and everything else still runs. Extra
+# arguments go to custody-bench (e.g. -runs 60, -only launch,packs). Run as
+# root.
 set -euo pipefail
 SECONDS=0
 if [ -n "${BENCH_JSON:-}" ]; then
@@ -33,16 +37,11 @@ mkdir -p "$OUT"
 echo "bench: building (make build and the test image)" >&2
 make --no-print-directory build "$ROOT/build/testimage/rootfs" >&2
 go build -o "$OUT/custody-bench" ./bench/cmd/custody-bench
-
-DOCKER_DOWN=""
-stop_docker() { scripts/dockerd.sh stop || echo "bench: stopping the isolated dockerd failed" >&2; }
-trap stop_docker EXIT
-echo "bench: starting the isolated dockerd (scripts/dockerd.sh)" >&2
-if ! derr=$(ROOTFS="$ROOT/build/testimage/rootfs" scripts/dockerd.sh start 2>&1 >/dev/null); then
-	DOCKER_DOWN=$(echo "$derr" | tail -1)
-	DOCKER_DOWN=${DOCKER_DOWN:-dockerd.sh start failed}
-	echo "bench: !!! docker baseline UNAVAILABLE: $DOCKER_DOWN" >&2
-fi
+# Loud but not fatal: without dockerd or docker-compose the rows that need
+# them say what is missing, and the rest still runs.
+echo "bench: what the docker and pack rows need (make bench-deps)" >&2
+make --no-print-directory bench-deps >&2 ||
+	echo "bench: !!! make bench-deps failed: the docker baseline and the pack row will say what is missing" >&2
 
 echo "bench: Go benchmarks (go test -bench . -benchmem ./bench/...)" >&2
 GOBENCH=$OUT/gobench.txt
@@ -52,7 +51,6 @@ if ! go test -run '^$' -bench . -benchmem -count 1 ./bench/... >"$GOBENCH" 2>&1;
 fi
 
 args=(-bin "$ROOT/bin" -rootfs "$ROOT/build/testimage/rootfs" -data "$OUT/data" -gobench "$GOBENCH")
-[ -n "$DOCKER_DOWN" ] && args+=(-docker-unavailable "$DOCKER_DOWN")
 [ -n "${BENCH_JSON:-}" ] && args+=(-json "$BENCH_JSON")
 rc=0
 "$OUT/custody-bench" "${args[@]}" "$@" || rc=$?

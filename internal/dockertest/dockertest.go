@@ -4,7 +4,10 @@
 // It never talks to a system daemon or its socket, never reads
 // /etc/docker/daemon.json, and stops and removes everything it started.
 //
-// What it starts, per test binary (Shared, with Main in TestMain):
+// Start and Stop are the one way to start a real isolated dockerd here:
+// tests reach them through Shared (with Main in TestMain), and
+// bench/cmd/custody-bench calls them directly for its docker baseline and
+// pack row. What Start starts:
 //
 //   - a network namespace "cdt-<hex>" (ip netns add), loopback up;
 //   - containerd with its own config, root, state and socket under the dir

@@ -6,7 +6,9 @@
 // It drives the real binaries: bin/custodyd (launches through its submit
 // socket, grants issued over its control socket), bin/runc (raw `runc run`
 // of an equivalent bundle) and, where an isolated dockerd is up
-// (scripts/dockerd.sh), `docker run --rm`. The input closure digest runs
+// (internal/dockertest, started here), `docker run --rm`. The pack row
+// brings a 5-service pack up and down with the workspace manager in this
+// process and with docker-compose, on that same dockerd. The input closure digest runs
 // snapshot.Digest in this process against sha256sum. Receipt verification
 // runs evidence.Verifier here on a real receipt from this run's custodyd.
 // Grant verification and consumption come from `go test -bench` of package
@@ -34,6 +36,7 @@ import (
 
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/bench"
+	"github.com/custody-dev/custody/internal/dockertest"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
@@ -46,6 +49,9 @@ type options struct {
 	digestRounds            int
 	dockerHost, dockerImage string
 	dockerBin, dockerDown   string
+	noDocker                bool
+	composeBin              string
+	packRuns, packWarmup    int
 	gobench                 string
 	jsonPath                string
 	only                    map[string]bool
@@ -67,13 +73,16 @@ func main() {
 	flag.IntVar(&o.tputRounds, "tput-rounds", 5, "throughput: rounds of each of custody and raw runc per concurrency (alternating)")
 	flag.StringVar(&conc, "concurrency", "1,2,4,8", "throughput: concurrency levels")
 	flag.IntVar(&o.digestRounds, "digest-rounds", 3, "digest: measured rounds of each of custody and sha256sum (alternating) after one warm-up")
-	flag.StringVar(&o.dockerHost, "docker-host", "unix:///run/custody-bench-docker.sock", "the isolated dockerd (scripts/dockerd.sh); empty: no docker baseline")
-	flag.StringVar(&o.dockerImage, "docker-image", "custody-bench-busybox", "the test image imported into that dockerd")
+	flag.StringVar(&o.dockerHost, "docker-host", "", "an isolated dockerd already running, with -docker-image on it; empty: start one here (internal/dockertest) for the launch and pack rows")
+	flag.BoolVar(&o.noDocker, "no-docker", false, "start no dockerd: the docker baseline and the pack row are then unavailable")
+	flag.StringVar(&o.dockerImage, "docker-image", dockertest.ImageRef, "the test image imported into that dockerd")
 	flag.StringVar(&o.dockerBin, "docker-bin", "/usr/bin/docker", "docker CLI")
-	flag.StringVar(&o.dockerDown, "docker-unavailable", "", "why the isolated dockerd is not available (set by scripts/bench.sh)")
+	flag.StringVar(&o.composeBin, "compose-bin", "docker-compose", "docker-compose (1.29, Debian's) for the pack row's baseline")
+	flag.IntVar(&o.packRuns, "pack-runs", 7, "pack up/down: measured runs of each of custody and docker-compose (interleaved)")
+	flag.IntVar(&o.packWarmup, "pack-warmup", 1, "pack up/down: unmeasured runs of each first")
 	flag.StringVar(&o.gobench, "gobench", "", "output of `go test -bench . -benchmem ./bench/` for the grant rows")
 	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
-	flag.StringVar(&only, "only", "launch,throughput,digest,grant", "which measurements to run")
+	flag.StringVar(&only, "only", "launch,throughput,digest,grant,packs", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "custodyd --log-level")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
@@ -126,6 +135,10 @@ func run(ctx context.Context, o options) int {
 			return 2
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.only["launch"] || o.only["packs"] {
+		stopDocker := startDocker(ctx, &o)
+		defer stopDocker()
 	}
 	rep := &bench.Report{Started: time.Now().UTC(), Host: hostInfo(o)}
 	b := &bencher{o: o, rep: rep}
@@ -256,6 +269,9 @@ func (b *bencher) all(ctx context.Context) int {
 	}
 	if b.o.only["grant"] {
 		b.grant()
+	}
+	if b.o.only["packs"] && ctx.Err() == nil {
+		b.packs(ctx)
 	}
 	if ctx.Err() != nil {
 		b.rep.Notes = append(b.rep.Notes, "INTERRUPTED: the table is incomplete")
