@@ -15,9 +15,11 @@
 //	                      (package journal, used by package workspace)
 //	  workspaces/<name> → JSON pack workspace record (owned by package
 //	                      workspace)
+//	  pack-reservations/<grant id> → JSON subnets an issued, unspent pack
+//	                      grant chose (owned by package workspace)
 //
-// pack-journal and workspaces were added without a schema bump: Open
-// creates them in older files, which never held them.
+// pack-journal, workspaces and pack-reservations were added without a
+// schema bump: Open creates them in older files, which never held them.
 package store
 
 import (
@@ -43,6 +45,7 @@ var (
 	bucketJourn  = []byte("journal")
 	bucketWorksp = []byte("workspaces")
 	bucketPackJ  = []byte("pack-journal")
+	bucketPackR  = []byte("pack-reservations")
 	keySchema    = []byte("schema")
 	keyQuarant   = []byte("quarantine")
 )
@@ -76,7 +79,7 @@ func Open(path string) (*DB, error) {
 		if err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn, bucketWorksp, bucketPackJ} {
+		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn, bucketWorksp, bucketPackJ, bucketPackR} {
 			if _, err := root.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -274,6 +277,11 @@ const Workspaces = "workspaces"
 
 // PackJournal is the bucket of pack workspaces' journal attempts.
 const PackJournal = "pack-journal"
+
+// PackReservations is the bucket of the subnets issued pack grants chose,
+// keyed by grant id, so that a second grant issued before the first is
+// spent chooses others.
+const PackReservations = "pack-reservations"
 
 // RunRecord is an encoded run record (see PutRun) for Update to store in
 // the same transaction as its own change.

@@ -103,7 +103,7 @@ func (m *Manager) status(ctx context.Context, rec *record) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Workspace: rec.Name, ID: rec.ID, Project: rec.Project, State: m.state(rec, a), Resources: []ResourceStatus{}}
+	rep := rec.report(m.state(rec, a))
 	if p, err := rec.plan(); err == nil {
 		rep.Plan = p
 	}
@@ -271,8 +271,9 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	started := m.now()
 	rec.DownVolumes = volumes
 	fail := func(err error) *Report {
-		return &Report{Workspace: rec.Name, ID: rec.ID, Project: rec.Project, State: StateResidual, Detail: err.Error(),
-			Retry: "custody pack recover", Covered: covered(volumes)}
+		rep := rec.report(StateResidual)
+		rep.Detail, rep.Retry, rep.Covered = err.Error(), "custody pack recover", covered(volumes)
+		return rep
 	}
 	// What the teardown covers is durable before it acts, so a recovery
 	// after a crash mid-down keeps the volumes this down was not to touch.

@@ -68,6 +68,9 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	if err := m.recheck(&plan); err != nil {
 		return nil, err
 	}
+	if err := m.subnetsFree(ctx, &plan); err != nil {
+		return nil, err
+	}
 	creds, err := m.readCredentials(&plan)
 	if err != nil {
 		return nil, err
@@ -76,6 +79,10 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 		Name: name, ID: m.cfg.Engine.NewWorkspaceID(), Project: plan.Project, Attempt: randid.New(16),
 		GrantID: g.Predicate.ID, GrantEnvelope: compactJSON(grantEnvelope), IssuerID: g.IssuerKeyID,
 		PackDigest: g.Predicate.Pack.Digest, PlanDigest: g.SubjectDigest, Plan: g.Predicate.Plan, Engine: g.Predicate.Engine,
+	}
+	if peer.Known {
+		uid := peer.UID
+		rec.Owner = &uid
 	}
 	// The name is claimed first: a crash here leaves a record whose attempt
 	// the journal does not hold, which status reports as clean.

@@ -103,6 +103,7 @@ type Manager struct {
 
 	mu         sync.Mutex
 	inProgress map[string]bool
+	issuing    sync.Mutex
 }
 
 // Peer is the local process that submitted a request (SO_PEERCRED);
@@ -127,6 +128,10 @@ type Report struct {
 	ID        string `json:"id"`
 	Project   string `json:"project"`
 	State     string `json:"state"`
+	// Owner is the uid whose up made the workspace; OwnerKnown is false
+	// when the kernel did not say, and then only operators may act on it.
+	Owner      uint32 `json:"owner"`
+	OwnerKnown bool   `json:"ownerKnown"`
 	// Detail says what remains or went wrong; Retry how to retry.
 	Detail    string           `json:"detail,omitempty"`
 	Retry     string           `json:"retry,omitempty"`
@@ -248,6 +253,11 @@ func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) 
 	if err != nil {
 		return nil, nil, nil, "", fmt.Errorf("engine subnets: %w", err)
 	}
+	held, err := m.reserved(m.now())
+	if err != nil {
+		return nil, nil, nil, "", fmt.Errorf("subnet reservations: %w", err)
+	}
+	subnets = append(subnets, held...)
 	facts := admission.PackFacts{
 		Engine: eng, EngineSocket: m.cfg.EngineSocket, SubnetPool: m.cfg.SubnetPool,
 		SubnetsInUse: subnets, Binds: bindFacts(p, pol, actor, m.cfg.EngineSocket),
@@ -296,6 +306,9 @@ func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, 
 	if ttl <= 0 {
 		return nil, errors.New("issue: the ttl must be positive")
 	}
+	// One issue at a time: two must not choose the same subnets.
+	m.issuing.Lock()
+	defer m.issuing.Unlock()
 	plan, p, eng, polDigest, err := m.admit(ctx, compose, dir, actor)
 	if err != nil {
 		return nil, err
@@ -305,8 +318,12 @@ func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, 
 		return nil, err
 	}
 	now := m.now()
+	id := grant.NewID()
+	if err := m.reserve(id, plan, now.Add(ttl)); err != nil {
+		return nil, fmt.Errorf("reserve the chosen subnets: %w", err)
+	}
 	return grant.MintPack(ctx, m.cfg.Issuer, grant.PackPredicate{
-		ID: grant.NewID(), Actor: actor, NotBefore: now, Expires: now.Add(ttl),
+		ID: id, Actor: actor, NotBefore: now, Expires: now.Add(ttl),
 		PolicyDigest: polDigest, Runner: grant.Runner{ID: m.cfg.RunnerID},
 		Engine: grant.Engine{Name: eng.Name, Version: eng.Version, APIVersion: eng.APIVersion},
 		Pack:   grant.Pack{Project: p.Project, Digest: "sha256:" + p.Digest},
@@ -352,6 +369,19 @@ type record struct {
 	VolumesKept bool      `json:"volumesKept,omitempty"`
 	Created     time.Time `json:"created"`
 	Updated     time.Time `json:"updated"`
+	// Owner is the uid whose up made the workspace, as the kernel
+	// reported it (nil when it said nothing): only that uid and operators
+	// may see or take it down.
+	Owner *uint32 `json:"owner,omitempty"`
+}
+
+// report starts a Report of the workspace in state.
+func (r *record) report(state string) *Report {
+	rep := &Report{Workspace: r.Name, ID: r.ID, Project: r.Project, State: state, Resources: []ResourceStatus{}}
+	if r.Owner != nil {
+		rep.Owner, rep.OwnerKnown = *r.Owner, true
+	}
+	return rep
 }
 
 func (m *Manager) get(name string) (*record, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend/docker"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
@@ -829,4 +830,60 @@ func TestConcurrentUpsOfOneGrant(t *testing.T) {
 	if ok != 1 {
 		t.Errorf("%d ups of one grant succeeded: %v", ok, errs)
 	}
+}
+
+// TestSubnetReservations: grants issued back to back choose different
+// subnets, so both go up; a subnet something else took after issue is
+// refused at up before the grant is spent, and a new grant then works.
+func TestSubnetReservations(t *testing.T) {
+	ctx := testCtx(t)
+	e := setup(t, t.TempDir(), nil)
+	g1, g2 := e.issue(ctx), e.issue(ctx)
+	var p1, p2 admission.PackPlan
+	for _, x := range []struct {
+		g []byte
+		p *admission.PackPlan
+	}{{g1, &p1}, {g2, &p2}} {
+		var st struct {
+			Predicate struct{ Plan json.RawMessage } `json:"predicate"`
+		}
+		if err := json.Unmarshal(payload(t, x.g), &st); err != nil || json.Unmarshal(st.Predicate.Plan, x.p) != nil {
+			t.Fatalf("grant plan: %v", err)
+		}
+	}
+	for _, a := range p1.Networks {
+		for _, b := range p2.Networks {
+			if mustPrefix(a.Subnet).Overlaps(mustPrefix(b.Subnet)) {
+				t.Fatalf("two unspent grants chose overlapping subnets %s and %s", a.Subnet, b.Subnet)
+			}
+		}
+	}
+	e.up(ctx, g1, "res-a")
+	e.up(ctx, g2, "res-b")
+
+	// Something else takes the next grant's subnet before its up.
+	g3 := e.issue(ctx)
+	var st struct {
+		Predicate struct{ Plan json.RawMessage } `json:"predicate"`
+	}
+	var p3 admission.PackPlan
+	if err := json.Unmarshal(payload(t, g3), &st); err != nil || json.Unmarshal(st.Predicate.Plan, &p3) != nil {
+		t.Fatal(err)
+	}
+	taken, err := e.cli.NetworkCreate(ctx, "squatter", network.CreateOptions{
+		IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: p3.Networks[0].Subnet}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.cli.NetworkRemove(context.Background(), taken.ID)
+	if _, err := e.m.Up(ctx, g3, "res-c", root); grantCode(err) != grant.CodeNotAdmitted {
+		t.Fatalf("up onto a taken subnet: %v", err)
+	}
+	if _, err := e.db.GrantUsed(grantID(t, g3)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused up spent its grant: %v", err)
+	}
+	if _, err := e.m.Status(ctx, "res-c"); !errors.Is(err, workspace.ErrNotFound) {
+		t.Errorf("the refused up left a record: %v", err)
+	}
+	e.up(ctx, e.issue(ctx), "res-c")
 }

@@ -1,13 +1,7 @@
-//go:build packe2e
-
 // The pack commands end to end: the built custody and custodyd binaries,
 // custodyd's pack lifecycle (package workspace, backend/docker) on the
-// test binary's isolated dockerd (internal/dockertest). It is behind the
-// packe2e build tag only until internal/dockertest and package workspace
-// are on the same branch as these commands; then drop the tag (and keep
-// this TestMain: dockertest.Main stops the shared engine). Until newPacks
-// is wired, custodyd answers packs-unavailable and the test says NOT
-// TESTED loudly (fails under CI=true) instead of passing.
+// test binary's isolated dockerd (internal/dockertest; TestMain stops the
+// shared engine).
 
 package main
 
@@ -28,7 +22,6 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/dockertest"
-	"github.com/custody-dev/custody/internal/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(dockertest.Main(m)) }
@@ -94,16 +87,11 @@ func startPackEnv(t *testing.T) *packEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	daemontest.Write(t, d.Config, string(cfg)+fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n", engine.Host))
+	daemontest.Write(t, d.Config, string(cfg)+fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n  probeImage: %s\n", engine.Host, dockertest.ImageRef))
 	daemontest.Write(t, d.Policy, fmt.Sprintf(packPolicy, dockertest.ImageRef))
 	d.Start()
 	e := &packEnv{t: t, engine: engine, d: d, dir: d.Dir}
-	// The one gate: a custodyd whose packs are not wired yet.
 	code, out, errs := e.pack("status", "--operator", "--json")
-	var refusal struct{ Error *api.Error }
-	if code == exitRefused && json.Unmarshal([]byte(out), &refusal) == nil && refusal.Error != nil && refusal.Error.Code == api.CodePacksUnavailable {
-		testenv.Missing(t, "custodyd's pack service (newPacks in cmd/custodyd is not wired: "+refusal.Error.Message+")")
-	}
 	if code != 0 {
 		t.Fatalf("pack status on a fresh runner: %d %s %s", code, out, errs)
 	}
@@ -234,7 +222,7 @@ func TestPackEndToEnd(t *testing.T) {
 	for _, r := range []api.PackReport{r1, r2} {
 		kinds := map[string]int{}
 		for _, res := range r.Resources {
-			kinds[res.Kind]++
+			kinds[strings.TrimPrefix(res.Kind, "docker-")]++
 			if res.ID == "" {
 				t.Errorf("%s: %s %s has no native ID", r.Workspace, res.Kind, res.Name)
 			}

@@ -43,12 +43,8 @@ func (s *server) packService() (packs, error) {
 		return nil, &api.Error{Code: api.CodePacksDisabled, Message: "this runner takes no packs: custodyd's configuration has no docker: section; " +
 			"fix: add `docker: {host: unix:///path/to/engine.sock}` (the engine custody may drive) to custodyd.yaml and restart custodyd"}
 	case s.packs == nil:
-		why := errPacksNotWired
-		if s.packsErr != nil {
-			why = s.packsErr
-		}
 		return nil, &api.Error{Code: api.CodePacksUnavailable, Message: fmt.Sprintf(
-			"this runner takes no packs: the docker: section is configured but the pack service did not start: %v; fix: correct it (custodyd's log has the details) and restart custodyd", why)}
+			"this runner takes no packs: the docker: section is configured but the pack service did not start: %v; fix: correct it (custodyd's log has the details) and restart custodyd", s.packsErr)}
 	}
 	return s.packs, nil
 }

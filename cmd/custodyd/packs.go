@@ -12,7 +12,10 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend/docker"
 	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/workspace"
 )
 
 // defaultSubnetPool is where pack networks take their subnets from when
@@ -34,6 +37,12 @@ type DockerConfig struct {
 	// SubnetPool is the IPv4 prefix pack networks get their subnets from;
 	// default 10.213.0.0/16.
 	SubnetPool string `yaml:"subnetPool,omitempty"`
+	// ProbeImage is an image already on the engine (with /bin/sh and a
+	// busybox-style nc) that the capability probe runs its throwaway
+	// containers from, to prove that custody's internal networks block
+	// egress. Without it nothing is proved, and every pack network is
+	// refused as unsupported.
+	ProbeImage string `yaml:"probeImage,omitempty"`
 }
 
 var credentialName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -118,27 +127,104 @@ type packResource struct {
 	Kind, Name, ID, State, Detail string
 }
 
-// errPacksNotWired stands in for the pack lifecycle until newPacks
-// builds it.
-var errPacksNotWired = errors.New("packs are not wired into this build of custodyd yet")
-
-// newPacks builds the pack lifecycle on the engine cfg names. This is the
-// one wiring point of packs, and the only place that will name
-// backend/docker and workspace. Until they are merged it answers
-// errPacksNotWired, and every pack endpoint refuses with that reason.
-//
-// Intended wiring (a few lines once both packages are in):
-//
-//	eng, err := docker.New(ctx, cfg.Host, ...)               // backend/docker
-//	m, err := workspace.New(workspace.Config{DB: s.db, Journal: journal.New(s.db), Engine: eng,
-//		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Trusted: trusted,
-//		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.socketPath(),
-//		SubnetPool: cfg.subnetPool(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
-//		Log: s.log, Now: func() time.Time { return s.now() }})
-//	return workspacePacks{m}, err // an adapter: workspace.Report → packReport, Peer from packPeer
+// newPacks builds the pack lifecycle on the engine cfg names: the one
+// place that names backend/docker and workspace.
 func newPacks(ctx context.Context, s *server, cfg *DockerConfig, trusted []*keys.Verifier) (packs, error) {
-	_, _, _, _ = ctx, s, cfg, trusted
-	return nil, errPacksNotWired
+	d, err := docker.Open(ctx, cfg.Host, s.log)
+	if err != nil {
+		return nil, err
+	}
+	m, err := workspace.New(workspace.Config{
+		DB: s.db, Engine: docker.NewPacks(d, docker.ProbeOptions{Image: cfg.ProbeImage}),
+		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Trusted: trusted,
+		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.socketPath(),
+		SubnetPool: cfg.subnetPool(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
+		Log: s.log, Now: func() time.Time { return s.now() }, Fault: s.faults,
+	})
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return workspacePacks{m}, nil
+}
+
+// workspacePacks adapts workspace.Manager to packs: the manager's reports
+// become custodyd's, and its typed errors the API's.
+type workspacePacks struct{ m *workspace.Manager }
+
+func (w workspacePacks) Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error) {
+	plan, err := w.m.Admit(ctx, compose, dir, actor)
+	return plan, packError(err)
+}
+
+func (w workspacePacks) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error) {
+	env, err := w.m.Issue(ctx, compose, dir, actor, ttl)
+	return env, packError(err)
+}
+
+func (w workspacePacks) Up(ctx context.Context, g []byte, name string, p packPeer) (*packReport, error) {
+	rep, err := w.m.Up(ctx, g, name, workspace.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Known: p.Known})
+	return fromWorkspace(rep), packError(err)
+}
+
+func (w workspacePacks) Status(ctx context.Context, name string) (*packReport, error) {
+	rep, err := w.m.Status(ctx, name)
+	return fromWorkspace(rep), packError(err)
+}
+
+func (w workspacePacks) List(ctx context.Context) ([]packReport, error) {
+	reps, err := w.m.List(ctx)
+	return fromWorkspaces(reps), packError(err)
+}
+
+func (w workspacePacks) Down(ctx context.Context, name string, volumes bool) (*packReport, error) {
+	rep, err := w.m.Down(ctx, name, volumes)
+	return fromWorkspace(rep), packError(err)
+}
+
+func (w workspacePacks) Recover(ctx context.Context) ([]packReport, error) {
+	reps, err := w.m.Recover(ctx)
+	return fromWorkspaces(reps), packError(err)
+}
+
+func fromWorkspaces(reps []workspace.Report) []packReport {
+	out := make([]packReport, 0, len(reps))
+	for i := range reps {
+		out = append(out, *fromWorkspace(&reps[i]))
+	}
+	return out
+}
+
+func fromWorkspace(r *workspace.Report) *packReport {
+	if r == nil {
+		return nil
+	}
+	res := func(rs []workspace.ResourceStatus) []packResource {
+		out := make([]packResource, 0, len(rs))
+		for _, x := range rs {
+			out = append(out, packResource{Kind: x.Kind, Name: x.Name, ID: x.ID, State: x.State, Detail: x.Detail})
+		}
+		return out
+	}
+	return &packReport{Workspace: r.Workspace, ID: r.ID, Project: r.Project, State: r.State,
+		Owner: r.Owner, OwnerKnown: r.OwnerKnown, Resources: res(r.Resources), Covered: r.Covered,
+		Foreign: res(r.Foreign), Receipt: r.Receipt, Bundle: r.Bundle, Plan: r.Plan}
+}
+
+// packError gives the manager's typed errors the API's codes; refusals
+// of admission and grants keep their own types, which writeError maps.
+func packError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, workspace.ErrInvalidName):
+		return &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
+	case errors.Is(err, workspace.ErrNotFound):
+		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, workspace.ErrExists), errors.Is(err, workspace.ErrCredential):
+		return &api.Error{Code: api.CodeRefused, Message: err.Error()}
+	}
+	return err
 }
 
 // wsLocks serializes operations on one workspace name within custodyd, so

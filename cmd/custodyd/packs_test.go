@@ -292,11 +292,6 @@ func TestPacksOffRefuseWithTheFix(t *testing.T) {
 			t.Errorf("%s %s with a broken engine: %s", r.method, r.path, raw)
 		}
 	}
-	notWired := packServer(nil)
-	_, raw := call(t, notWired.submitMux(), 1000, "GET", "/v1/workspaces", nil)
-	if e := wireErr(t, raw); e.Code != api.CodePacksUnavailable || !strings.Contains(e.Message, errPacksNotWired.Error()) {
-		t.Errorf("not wired: %s", raw)
-	}
 }
 
 // TestPackAdmitRefusalIsAVerdict: a refused dry run is an answer with
