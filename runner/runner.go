@@ -200,12 +200,24 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	if err := r.checkQuarantine(); err != nil {
 		return nil, err
 	}
-	_, imgErr := r.images.Get(req.Image)
+	img, imgErr := r.images.Get(req.Image)
 	if imgErr != nil && !errors.Is(imgErr, image.ErrNotFound) {
 		return nil, imgErr
 	}
 	caps := r.backend.Capabilities()
-	return admission.Admit(req, pol, admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil})
+	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil}
+	if img != nil {
+		facts.Image = &admission.ImageFacts{Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
+	}
+	return admission.Admit(req, pol, facts)
+}
+
+// imageConfig is an image's run defaults as admission takes them.
+func imageConfig(c *image.Config) admission.ImageConfig {
+	if c == nil {
+		return admission.ImageConfig{}
+	}
+	return admission.ImageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
 }
 
 // Prepare admits req under pol and snapshots its inputs.
@@ -589,6 +601,9 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 		Pids:        p.Plan.Pids,
 		CPU:         p.Plan.CPU,
 		FileSize:    max(p.Plan.OutputBytes, p.Plan.TmpBytes),
+	}
+	if u := p.Plan.User; u != nil {
+		s.UID, s.GID = u.UID, u.GID
 	}
 	s.Inputs = slices.Clone(p.mounts)
 	return s

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -741,3 +742,97 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A phase that leaves its command to the image (a rootfs has no config)
+// is refused before anything runs; a phase with its user runs as that user
+// and gets the documented PATH, /etc/hosts, /etc/hostname matching its UTS
+// name and an empty resolv.conf.
+func TestWorkloadEnvironment(t *testing.T) {
+	h := newHarness(t)
+	req := h.phase(`echo "path=$PATH"; echo "host=$(hostname) file=$(cat /etc/hostname)"
+test -s /etc/resolv.conf && echo resolv-not-empty
+mkdir -p /tmp/www && echo hello-localhost > /tmp/www/x
+httpd -p 127.0.0.1:8080 -h /tmp/www && wget -q -O - http://localhost:8080/x
+wget -q -O - "http://$(hostname):8080/x"
+echo mounts-ro; echo x >> /etc/hosts || echo hosts-ro`)
+	res, out := h.run(req)
+	want(t, res, runner.StatusOK, out)
+	for _, s := range []string{"path=" + request.DefaultPath, "host=custody file=custody", "hello-localhost\nhello-localhost", "hosts-ro"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("workload output lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "resolv-not-empty") {
+		t.Errorf("resolv.conf is not empty:\n%s", out)
+	}
+	// The image tree was not modified: the files were bound, not written.
+	img, err := h.r.Images().Get(h.image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(img.Rootfs, "etc", "hosts")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the image has an /etc/hosts after the run: %v", err)
+	}
+}
+
+// A user: 1000 phase runs as 1000, cannot write image root's files, and
+// can write its output and /tmp; root, beside it, is as before.
+func TestPhaseUser(t *testing.T) {
+	h := newHarness(t)
+	req := h.phase(`echo "ids=$(id -u):$(id -g)"; echo x >> /etc/passwd && echo wrote-passwd; touch /root/x && echo wrote-root
+echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
+	req.User = "1000"
+	res, out := h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=1000:0") || !strings.Contains(out, "wrote-scratch") {
+		t.Fatalf("user 1000 phase:\n%s", out)
+	}
+	if strings.Contains(out, "wrote-passwd") || strings.Contains(out, "wrote-root") {
+		t.Fatalf("user 1000 wrote image root's files:\n%s", out)
+	}
+
+	req = h.phase(`echo "ids=$(id -u):$(id -g)"`)
+	req.User = "root"
+	res, out = h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=0:0") {
+		t.Fatalf("user root phase:\n%s", out)
+	}
+
+	// Root forbidden by policy: refused at admission, before anything.
+	h.policy.Users.ForbidRoot = true
+	if _, err := h.r.Admit(h.phase("true"), h.policy); err == nil || !strings.Contains(err.Error(), "root-forbidden") {
+		t.Fatalf("root under users.forbidRoot: %v", err)
+	}
+}
+
+// Admission tells the truth about the image before any grant is spent: a
+// missing workdir, a workdir that is a file, a program the image lacks and
+// a command left to an image that has none are refused; a workdir the
+// image has is admitted.
+func TestAdmissionReadsTheImage(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		name   string
+		modify func(r *request.Phase)
+		want   string
+	}{
+		{"missing workdir", func(r *request.Phase) { r.Workdir = "/src" }, "workdir-missing"},
+		{"workdir a file", func(r *request.Phase) { r.Workdir = "/etc/passwd" }, "workdir-not-directory"},
+		{"no such program", func(r *request.Phase) { r.Command = []string{"/usr/bin/make"} }, "command-not-found"},
+		{"no command anywhere", func(r *request.Phase) { r.Command = nil }, "command-missing"},
+	} {
+		req := h.phase("true")
+		tc.modify(req)
+		if _, err := h.r.Admit(req, h.policy); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
+		}
+	}
+	req := h.phase("pwd")
+	req.Workdir = "/root"
+	res, out := h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if out != "/root\n" {
+		t.Fatalf("pwd = %q, want /root", out)
+	}
+}

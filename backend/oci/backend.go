@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -343,10 +344,13 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg.DeviceOwners = b.deviceOwners
 	cfg.NoSwap = c.cgroups.swapAccounted()
 	cfg.CgroupV1 = !c.cgroups.unified
+	if cfg.Files, err = c.writeEtc(cfg.Hostname); err != nil {
+		return c, err
+	}
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
-	if err := c.mountOutput(l.OutputBytes, l.OutputFiles); err != nil {
+	if err := c.mountOutput(l.OutputBytes, l.OutputFiles, cfg.UID, cfg.GID); err != nil {
 		return c, err
 	}
 	spec, err := Spec(cfg)
@@ -377,6 +381,31 @@ func (c *Container) mountLaunchDir() error {
 		return fmt.Errorf("launch dir tmpfs: %w", err)
 	}
 	return c.identify(KindLaunchMount, c.dir, mountIdentity)
+}
+
+// writeEtc writes the files a program expects in /etc into the launch
+// dir, to be bound read-only over the image's: /etc/hosts naming localhost
+// and the sandbox's hostname on loopback, /etc/hostname matching the UTS
+// name, and an empty /etc/resolv.conf, since egress is denied and there is
+// no resolver to name. The image tree is never modified.
+func (c *Container) writeEtc(hostname string) ([]Mount, error) {
+	files := []struct{ target, data string }{
+		{"/etc/hosts", fmt.Sprintf("127.0.0.1\tlocalhost %[1]s\n::1\tlocalhost ip6-localhost ip6-loopback %[1]s\n", hostname)},
+		{"/etc/hostname", hostname + "\n"},
+		{"/etc/resolv.conf", ""},
+	}
+	var ms []Mount
+	for _, f := range files {
+		p := filepath.Join(c.dir, "etc-"+path.Base(f.target))
+		if err := os.WriteFile(p, []byte(f.data), 0o644); err != nil {
+			return nil, fmt.Errorf("write %s: %w", f.target, err)
+		}
+		if err := os.Chmod(p, 0o644); err != nil { // whatever the umask
+			return nil, fmt.Errorf("write %s: %w", f.target, err)
+		}
+		ms = append(ms, Mount{Source: p, Target: f.target})
+	}
+	return ms, nil
 }
 
 // mountRootfs makes an overlay whose upper layer already holds every mount
@@ -434,7 +463,7 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 // writes past either fail with ENOSPC in the workload, so no workload can
 // leave more entries than its receipt may list. If the bounds cannot be
 // mounted, the launch is refused rather than run unbounded.
-func (c *Container) mountOutput(limit, files int64) error {
+func (c *Container) mountOutput(limit, files int64, uid, gid uint32) error {
 	if err := os.Mkdir(c.outDir, 0o700); err != nil {
 		return fmt.Errorf("output dir: %w", err)
 	}
@@ -442,8 +471,11 @@ func (c *Container) mountOutput(limit, files int64) error {
 	if files > 0 {
 		opts += fmt.Sprintf(",nr_inodes=%d", files+1) // the root is an inode too
 	}
+	// The output belongs to the workload's user, whoever that is.
 	if m := c.b.opts.UserNS; m != nil {
-		opts += fmt.Sprintf(",uid=%d,gid=%d", m.HostID, m.HostID)
+		opts += fmt.Sprintf(",uid=%d,gid=%d", m.HostID+uid, m.HostID+gid)
+	} else if uid != 0 || gid != 0 {
+		opts += fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
 	}
 	c.mounted = append(c.mounted, c.outDir)
 	if err := unix.Mount("tmpfs", c.outDir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
