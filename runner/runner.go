@@ -411,6 +411,11 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		res.Status = StatusFailed
 		res.Error = runErr.Error()
 		res.Finished = time.Now().UTC()
+		// A failure before the workload started is no workload's exit.
+		var st interface{ StartStage() string }
+		if errors.As(runErr, &st) {
+			res.Status, res.ExitCode, res.FailedStage = StatusFailedToStart, -1, st.StartStage()
+		}
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
 	if err := r.afterCleanup(p, res, rec); err != nil {

@@ -836,3 +836,39 @@ func TestAdmissionReadsTheImage(t *testing.T) {
 		t.Fatalf("pwd = %q, want /root", out)
 	}
 }
+
+// A sandbox that fails before its workload starts reports failed-to-start
+// with the stage, exit -1, and is cleaned up; its receipt says failed.
+// Admission refuses such a workdir; the plan is changed after admission
+// here to reach runc's own failure (chdir into a file).
+func TestFailedToStart(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, h.phase("echo never"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Plan.Workdir = "/etc/passwd"
+	var out bytes.Buffer
+	res, err := h.r.Launch(ctx, prep, &out, &out)
+	if err == nil {
+		t.Fatal("a launch that cannot start returned no error")
+	}
+	if res.Status != runner.StatusFailedToStart || res.ExitCode != -1 || res.FailedStage != oci.StageSetup ||
+		!strings.Contains(res.Error, "stage "+oci.StageSetup) {
+		t.Fatalf("result = status %s exit %d stage %q error %q", res.Status, res.ExitCode, res.FailedStage, res.Error)
+	}
+	if strings.Contains(out.String(), "never") {
+		t.Fatalf("the workload ran: %s", out.String())
+	}
+	if res.Cleanup == nil || !res.Cleanup.Verified {
+		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
+	}
+	h.noLeftovers()
+	if rc := h.r.ReceiptFor(prep, res); rc.Exit.Status != "failed" || rc.Exit.Code != -1 {
+		t.Fatalf("receipt exit = %+v, want the published status failed with code -1", rc.Exit)
+	}
+	// The legitimate neighbour: the same phase, unchanged, runs.
+	res, o := h.run(h.phase("echo ran"))
+	want(t, res, runner.StatusOK, o)
+}

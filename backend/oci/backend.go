@@ -500,21 +500,21 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	defer func() { _, _ = c.move(opExit) }() // refused only if a Cleanup came first
 	s, err := c.startDrains(stdout, stderr)
 	if err != nil {
-		return nil, err
+		return nil, &StartError{Stage: StageStreams, Err: err}
 	}
 	g, err := c.startGated(ctx, s, wall)
 	if err != nil {
-		return nil, err
+		return nil, &StartError{Stage: StageRuntime, Err: err}
 	}
 	defer g.control.Close()
 	defer g.join()
 	defer g.timer.Stop()
 	if err := g.awaitReady(ctx); err != nil {
-		return nil, err
+		return nil, &StartError{Stage: StageSetup, Err: err}
 	}
 	pid, observed, err := g.joinIdentities()
 	if err != nil {
-		return nil, g.abort(err)
+		return nil, &StartError{Stage: StageObserve, Err: g.abort(err)}
 	}
 	c.fault("after-create")
 	if pidfd, err := unix.PidfdOpen(pid, 0); err == nil {
@@ -523,7 +523,7 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	}
 	ex := &backend.Exit{Started: time.Now(), Observation: observed}
 	if err := g.goAhead(); err != nil {
-		return nil, g.abort(err)
+		return nil, &StartError{Stage: StageGoAhead, Err: g.abort(err)}
 	}
 	runErr, err := g.wait(ctx, pid, ex)
 	if err != nil {
@@ -538,6 +538,32 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	c.collectUsage(ex)
 	return ex, nil
 }
+
+// The stages of a run before its workload starts, as a StartError names
+// them.
+const (
+	StageStreams = "streams"         // the stdout and stderr pipes
+	StageRuntime = "runtime-start"   // starting runc
+	StageSetup   = "container-setup" // runc's namespaces, mounts, cwd, up to the gate
+	StageObserve = "observe"         // custody's observation of the gated container
+	StageGoAhead = "go-ahead"        // releasing the gate
+)
+
+// StartError is a run that failed before its workload started: nothing of
+// the workload ran, whatever exit status the runtime had.
+type StartError struct {
+	Stage string
+	Err   error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("failed to start (stage %s): %v", e.Stage, e.Err)
+}
+func (e *StartError) Unwrap() error { return e.Err }
+
+// StartStage names the stage that failed; callers match on the method, so
+// they need not import this package.
+func (e *StartError) StartStage() string { return e.Stage }
 
 // streams are a run's stdout and stderr pipes, drained into the caller's
 // writers.

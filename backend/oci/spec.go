@@ -42,10 +42,10 @@ type Config struct {
 	UID, GID uint32
 
 	Inputs []Mount // bound read-only
+	Output Mount   // bound read-write; Source is a size-bounded filesystem
 	// Files are small files bound read-only over the image's (/etc/hosts,
 	// /etc/hostname, /etc/resolv.conf): the image tree is never modified.
 	Files []Mount
-	Output Mount   // bound read-write; Source is a size-bounded filesystem
 
 	// TmpBytes bounds all the scratch space the workload can write outside
 	// its output: the tmpfs at /tmp and the one at /dev/shm share it (see
