@@ -101,19 +101,19 @@ type User struct {
 	Name string `json:"name,omitempty"`
 }
 
-// Plan is an admitted request with every open choice made.
+// Plan is an admitted request with every open choice made. Command,
+// Workdir, Env and User are resolved: the request's, else the image's
+// config, else the documented defaults (workdir "/", PATH
+// request.DefaultPath, root), with a Check saying where each came from.
 type Plan struct {
 	Name        string            `json:"name"`
 	Tier        request.Tier      `json:"tier"`
 	Unqualified bool              `json:"unqualified"`
 	Image       string            `json:"image"`
-	// Command, Workdir, Env and User are resolved: the request's, else the
-	// image's config, else the documented defaults (workdir "/", PATH
-	// request.DefaultPath, root), with a Check saying where each came from.
-	Command []string          `json:"command"`
-	Workdir string            `json:"workdir"`
-	Env     map[string]string `json:"env,omitempty"`
-	User    *User             `json:"user,omitempty"`
+	Command     []string          `json:"command"`
+	Workdir     string            `json:"workdir"`
+	Env         map[string]string `json:"env,omitempty"`
+	User        *User             `json:"user,omitempty"`
 	Inputs      []Input           `json:"inputs,omitempty"`
 	OutputPath  string            `json:"outputPath"`
 	OutputBytes int64             `json:"outputBytes"`
