@@ -14,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/platform"
@@ -24,6 +27,7 @@ import (
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -871,4 +875,54 @@ func TestFailedToStart(t *testing.T) {
 	// The legitimate neighbour: the same phase, unchanged, runs.
 	res, o := h.run(h.phase("echo ran"))
 	want(t, res, runner.StatusOK, o)
+}
+
+// An OCI image's config supplies what a phase leaves out: its command
+// (Entrypoint and Cmd, found on its PATH), environment, working directory
+// and user, resolved at admission; a phase field overrides each.
+func TestImageConfigDefaults(t *testing.T) {
+	h := newHarness(t)
+	root := testenv.BusyboxRootfs(t)
+	if err := os.MkdirAll(filepath.Join(root, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"),
+		[]byte("root:x:0:0:root:/root:/bin/sh\nbuilder:x:1000:1000::/work:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var layer bytes.Buffer
+	if err := snapshot.WriteTar(&layer, root); err != nil {
+		t.Fatal(err)
+	}
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin", "FOO=image"}, WorkingDir: "/work", User: "builder",
+		Entrypoint: []string{"sh", "-c"}, Cmd: []string{`echo "ids=$(id -u):$(id -g) pwd=$(pwd) foo=$FOO path=$PATH"`}}, layer.Bytes())
+	imported, err := h.r.Images().Import(context.Background(), "oci:"+imagetest.Layout(t, img, "v1")+":v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.policy.Images = append(h.policy.Images, policy.Image{Digest: imported.Digest})
+
+	req := h.phase("")
+	req.Image, req.Command = imported.Digest, nil
+	prep, err := h.r.Prepare(context.Background(), req, h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prep.Plan.Command[0] != "/bin/sh" || prep.Plan.User == nil || prep.Plan.User.UID != 1000 {
+		t.Fatalf("plan = command %q user %+v", prep.Plan.Command, prep.Plan.User)
+	}
+	res, out := h.launch(context.Background(), prep)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=1000:1000 pwd=/work foo=image path=/usr/bin:/bin") {
+		t.Fatalf("the image's defaults did not reach the workload:\n%s", out)
+	}
+
+	req = h.phase(`echo "ids=$(id -u):$(id -g) pwd=$(pwd) foo=$FOO path=$PATH"`)
+	req.Image, req.Workdir, req.User = imported.Digest, "/", "0:0"
+	req.Env = map[string]string{"FOO": "phase"}
+	res, out = h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=0:0 pwd=/ foo=phase path=/usr/bin:/bin") {
+		t.Fatalf("the phase's fields did not override the image's:\n%s", out)
+	}
 }
