@@ -511,7 +511,7 @@ func (a *admitter) command(pathVar string) []string {
 			Fix:    "name the program by its absolute path inside the image, or set PATH in env"})
 		return cmd
 	}
-	if !executable(a.img.Tree, cmd[0]) {
+	if !a.sandboxMount(cmd[0]) && !executable(a.img.Tree, cmd[0]) {
 		a.add(Check{Requirement: "command[0]", Verdict: NotGranted, Code: "command-not-found",
 			Detail: fmt.Sprintf("%s is not an executable file in the image", cmd[0]),
 			Fix:    "name a program the image has (custody image inspect lists its config), or use an image that has it"})
@@ -556,12 +556,7 @@ func (a *admitter) workdir() string {
 	if a.img == nil || a.img.Tree == nil {
 		return wd
 	}
-	for _, in := range a.req.Inputs {
-		if within(wd, in.Target) {
-			return wd
-		}
-	}
-	if wd == a.req.Output.Path || wd == "/tmp" {
+	if a.sandboxMount(wd) {
 		return wd
 	}
 	fi, err := fs.Stat(a.img.Tree, rel(wd))
@@ -576,6 +571,18 @@ func (a *admitter) workdir() string {
 			Fix:    "name a directory the image has, an input's target, the output path or /tmp in workdir"})
 	}
 	return wd
+}
+
+// sandboxMount reports whether p is something the sandbox mounts rather
+// than the image's: an input's target or below it (inputs are read at
+// launch, after admission), the output or /tmp themselves.
+func (a *admitter) sandboxMount(p string) bool {
+	for _, in := range a.req.Inputs {
+		if within(p, in.Target) {
+			return true
+		}
+	}
+	return p == a.req.Output.Path || p == "/tmp"
 }
 
 // within reports whether p is dir or below it.

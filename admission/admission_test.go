@@ -345,6 +345,15 @@ func TestRootfsDefaults(t *testing.T) {
 	if p, err = Admit(r, pol(), imageFacts(ImageConfig{})); err != nil || *p.User != (User{UID: 1000, GID: 1001}) {
 		t.Fatalf("user 1000: %+v, %v", p, err)
 	}
+	// A program or workdir in an input is read at launch, not here.
+	r.Command, r.Workdir = []string{"/in/src/build.sh"}, "/in/src"
+	r.Inputs = []request.Input{{Source: "/src", Target: "/in"}}
+	// (The test policy has no input roots, so the input itself is refused.)
+	_, err = Admit(r, pol(), imageFacts(ImageConfig{}))
+	if c := codes(refusal(t, err)); strings.Contains(c, "command") || strings.Contains(c, "workdir") {
+		t.Fatalf("a program and workdir in an input: %s", c)
+	}
+	r.Command, r.Workdir, r.Inputs = []string{"/bin/true"}, "", nil
 	r.User = "4242"
 	if p, err = Admit(r, pol(), imageFacts(ImageConfig{})); err != nil || *p.User != (User{UID: 4242}) {
 		t.Fatalf("user 4242 (not in passwd): %+v, %v", p, err)
