@@ -280,6 +280,10 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 		return nil, fmt.Errorf("tmp budget of %d bytes cannot be enforced: a tmpfs holds at least one page (%d bytes); fix: ask for tmp.maxBytes of at least %d",
 			l.Config.TmpBytes, page, page)
 	}
+	if m := b.opts.UserNS; m != nil && (l.Config.UID >= m.Size || l.Config.GID >= m.Size) {
+		return nil, fmt.Errorf("user %d:%d is outside the user namespace's %d ids; fix: run as a uid and gid below %d",
+			l.Config.UID, l.Config.GID, m.Size, m.Size)
+	}
 	// Verify the runtime first: a wrong binary refuses before any mutation.
 	bin, err := b.runtime.get(ctx)
 	if err != nil {
