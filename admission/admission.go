@@ -6,6 +6,9 @@ package admission
 
 import (
 	"fmt"
+	"io"
+	"io/fs"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -63,9 +66,47 @@ type Facts struct {
 	Capabilities *backend.Capabilities
 	// ImagePresent says whether the requested image is in the local store.
 	ImagePresent bool
+	// Image is the requested image as stored, when present: its run
+	// defaults and its tree. Nil leaves the defaults to the request and
+	// skips the checks that read the tree.
+	Image *ImageFacts
 }
 
-// Plan is an admitted request with every open choice made.
+// ImageFacts are what admission reads of an image. Both are content the
+// grant binds through the image's digest, never anything a run observes:
+// the tree is the content-addressed rootfs (the runner verifies its digest
+// before a grant is spent), so what admission resolves from it (the user's
+// ids, the command's path, the working directory) is a function of the
+// request and the image alone.
+type ImageFacts struct {
+	Config ImageConfig
+	// Tree is the image's rootfs, read-only, with symlinks resolved within
+	// it (an os.Root's FS); paths are relative, as io/fs names them.
+	Tree fs.FS
+}
+
+// ImageConfig is an image's run defaults, as its OCI config gives them; a
+// rootfs import has none (the zero value).
+type ImageConfig struct {
+	Env        []string
+	WorkingDir string
+	User       string
+	Entrypoint []string
+	Cmd        []string
+}
+
+// User is the user a workload runs as, as ids inside its sandbox.
+type User struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	// Name is the name the ids were resolved from, if any.
+	Name string `json:"name,omitempty"`
+}
+
+// Plan is an admitted request with every open choice made. Command,
+// Workdir, Env and User are resolved: the request's, else the image's
+// config, else the documented defaults (workdir "/", PATH
+// request.DefaultPath, root), with a Check saying where each came from.
 type Plan struct {
 	Name        string            `json:"name"`
 	Tier        request.Tier      `json:"tier"`
@@ -74,6 +115,7 @@ type Plan struct {
 	Command     []string          `json:"command"`
 	Workdir     string            `json:"workdir"`
 	Env         map[string]string `json:"env,omitempty"`
+	User        *User             `json:"user,omitempty"`
 	Inputs      []Input           `json:"inputs,omitempty"`
 	OutputPath  string            `json:"outputPath"`
 	OutputBytes int64             `json:"outputBytes"`
@@ -124,15 +166,16 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	a := &admitter{req: req, pol: pol, caps: facts.Capabilities}
 	p := &Plan{
 		Name: req.Name, Tier: req.EffectiveTier(), Image: req.Image,
-		Command: slices.Clone(req.Command), Workdir: req.Workdir, Env: req.Env,
 		OutputPath: req.Output.Path,
 		Network:    req.EffectiveNetwork(), InputBytes: int64(pol.Ceilings.InputBytes),
 	}
-	if p.Workdir == "" {
-		p.Workdir = "/"
-	}
 	a.tier(p)
 	a.image(facts.ImagePresent)
+	a.img = facts.Image
+	p.Env = a.env()
+	p.Command = a.command(p.Env["PATH"])
+	p.Workdir = a.workdir()
+	p.User = a.user()
 	a.network()
 	p.Memory = a.exactBytes("resources.memory", int64(req.Resources.Memory), int64(pol.Ceilings.Memory))
 	p.Pids = a.exactInt("resources.pids", req.Resources.Pids, pol.Ceilings.Pids)
@@ -143,7 +186,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	if req.Tmp != nil {
 		tmp = int64(req.Tmp.MaxBytes)
 	}
-	p.TmpBytes = a.openBytes("tmp.maxBytes", tmp, int64(pol.Defaults.TmpBytes), int64(pol.Ceilings.TmpBytes))
+	p.TmpBytes = a.tmp(tmp, p.Memory)
 	p.OutputFiles = a.outputFiles()
 	p.Inputs = a.mounts()
 
@@ -164,6 +207,7 @@ type admitter struct {
 	req    *request.Phase
 	pol    *policy.Policy
 	caps   *backend.Capabilities
+	img    *ImageFacts
 	checks []Check
 }
 
@@ -276,6 +320,12 @@ func (a *admitter) cpu() float64 {
 			Detail: fmt.Sprintf("%g cores (operator default)", a.pol.Defaults.CPU)})
 		return a.pol.Defaults.CPU
 	}
+	if asked < MinCPU {
+		a.add(Check{Requirement: "resources.cpu", Verdict: NotGranted, Code: "cpu-below-minimum",
+			Detail: fmt.Sprintf("asked %g cores; the kernel's CFS quota is at least 1ms per 100ms period, %g cores", asked, MinCPU),
+			Fix:    fmt.Sprintf("ask for at least %g cores, or leave resources.cpu out for the operator default", MinCPU)})
+		return asked
+	}
 	if asked > ceiling {
 		a.add(Check{Requirement: "resources.cpu", Verdict: NotGranted, Code: "ceiling-exceeded",
 			Detail: fmt.Sprintf("asked %g cores, the policy ceiling is %g", asked, ceiling),
@@ -335,14 +385,360 @@ func (a *admitter) mounts() []Input {
 	}
 	a.add(Check{Requirement: "output", Verdict: Granted, Code: "output-bounded",
 		Detail: fmt.Sprintf("fresh size-bounded filesystem at %s", a.req.Output.Path)})
+	return ins
+}
+
+// MinCPU is the smallest CPU budget the kernel enforces: a CFS quota is at
+// least 1ms, and the runtime's period is 100ms.
+const MinCPU = 0.01
+
+// MaxID bounds the uid and gid a workload may run as: the sandbox's user
+// namespace maps ids 0 to 65535 (runner.DefaultUserNS), and an id outside
+// the map cannot be set.
+const MaxID = 65535
+
+// maxEtcBytes bounds what admission reads of an image's /etc/passwd or
+// /etc/group: an image is untrusted content.
+const maxEtcBytes = 1 << 20
+
+// tmp admits the scratch bound, which /tmp and /dev/shm share. Both are
+// tmpfs, charged to the memory cgroup: a bound the memory budget cannot
+// hold is refused when asked, and the operator default is cut to memory.
+func (a *admitter) tmp(asked, memory int64) int64 {
+	def := int64(a.pol.Defaults.TmpBytes)
+	if asked == 0 && memory > 0 && def > memory {
+		a.add(Check{Requirement: "tmp.maxBytes", Verdict: Chosen, Code: "policy-default-within-memory",
+			Detail: fmt.Sprintf("%d bytes: the operator default of %d bytes cut to resources.memory, which memory-backed /tmp and /dev/shm are charged to", memory, def)})
+		return memory
+	}
+	got := a.openBytes("tmp.maxBytes", asked, def, int64(a.pol.Ceilings.TmpBytes))
+	if asked > 0 && memory > 0 && asked > memory {
+		a.add(Check{Requirement: "tmp.maxBytes", Verdict: NotGranted, Code: "tmp-exceeds-memory",
+			Detail: fmt.Sprintf("asked %d bytes of /tmp and /dev/shm, but they are memory-backed tmpfs charged to the memory cgroup, whose budget is %d bytes", asked, memory),
+			Fix:    "ask for tmp.maxBytes at most resources.memory (leaving room for the workload's own memory), or for more memory"})
+		return got
+	}
+	a.add(Check{Requirement: "tmp", Verdict: Granted, Code: "tmp-memory-backed",
+		Detail: fmt.Sprintf("/tmp and /dev/shm share %d bytes of tmpfs, charged to resources.memory", got)})
+	return got
+}
+
+// env is the image's environment with the request's variables over it;
+// without a PATH from either, request.DefaultPath.
+func (a *admitter) env() map[string]string {
+	env := map[string]string{}
+	var fromImage []string
+	if a.img != nil {
+		for _, kv := range a.img.Config.Env {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" || strings.ContainsRune(kv, 0) {
+				a.add(Check{Requirement: "env", Verdict: Unsupported, Code: "image-env-invalid",
+					Detail: fmt.Sprintf("the image's config has the environment entry %q, which is not NAME=value", kv),
+					Fix:    "fix the image's Env, or use another image"})
+				continue
+			}
+			if _, dup := env[k]; !dup {
+				fromImage = append(fromImage, k)
+			}
+			env[k] = v
+		}
+	}
+	if _, ok := env["PATH"]; !ok {
+		if _, ok := a.req.Env["PATH"]; !ok {
+			env["PATH"] = request.DefaultPath
+			a.add(Check{Requirement: "env.PATH", Verdict: Chosen, Code: "default-path",
+				Detail: "the image names no PATH: " + request.DefaultPath})
+		}
+	}
+	if len(fromImage) > 0 {
+		slices.Sort(fromImage)
+		a.add(Check{Requirement: "env", Verdict: Chosen, Code: "image-env",
+			Detail: "from the image's config: " + strings.Join(fromImage, ", ")})
+	}
 	if len(a.req.Env) > 0 {
 		keys := make([]string, 0, len(a.req.Env))
-		for k := range a.req.Env {
+		for k, v := range a.req.Env {
 			keys = append(keys, k)
+			env[k] = v
 		}
 		slices.Sort(keys)
 		a.add(Check{Requirement: "env", Verdict: Granted, Code: "env-declared",
-			Detail: "only declared variables: " + strings.Join(keys, ", ")})
+			Detail: "declared variables (over the image's): " + strings.Join(keys, ", ")})
 	}
-	return ins
+	return env
+}
+
+// command is the request's argv, else the image's Entrypoint and Cmd. A
+// name that is not a path is looked up in PATH within the image, as a
+// shell would, so the plan names the program it runs.
+func (a *admitter) command(pathVar string) []string {
+	cmd := slices.Clone(a.req.Command)
+	if len(cmd) == 0 && a.img != nil {
+		cmd = append(slices.Clone(a.img.Config.Entrypoint), a.img.Config.Cmd...)
+		if len(cmd) > 0 {
+			a.add(Check{Requirement: "command", Verdict: Chosen, Code: "image-command",
+				Detail: fmt.Sprintf("the image's Entrypoint and Cmd: %q", cmd)})
+		}
+	}
+	if len(cmd) == 0 {
+		a.add(Check{Requirement: "command", Verdict: NotGranted, Code: "command-missing",
+			Detail: "the request gives no command and the image's config has no Entrypoint or Cmd",
+			Fix:    `give command in the phase, e.g. ["/bin/sh", "-c", "make test"]`})
+		return cmd
+	}
+	for _, arg := range cmd {
+		if strings.ContainsRune(arg, 0) {
+			a.add(Check{Requirement: "command", Verdict: Unsupported, Code: "image-command-invalid",
+				Detail: "the image's command has an argument with a NUL byte", Fix: "give command in the phase"})
+			return cmd
+		}
+	}
+	if a.img == nil || a.img.Tree == nil {
+		return cmd
+	}
+	if !path.IsAbs(cmd[0]) {
+		if strings.Contains(cmd[0], "/") {
+			a.add(Check{Requirement: "command[0]", Verdict: NotGranted, Code: "command-relative",
+				Detail: fmt.Sprintf("%q is a relative path", cmd[0]), Fix: "name the program by its absolute path inside the image"})
+			return cmd
+		}
+		for _, dir := range strings.Split(pathVar, ":") {
+			if p := path.Join(dir, cmd[0]); path.IsAbs(dir) && executable(a.img.Tree, p) {
+				cmd[0] = p
+				return cmd
+			}
+		}
+		a.add(Check{Requirement: "command[0]", Verdict: NotGranted, Code: "command-not-found",
+			Detail: fmt.Sprintf("%q is in no directory of PATH %q in the image", cmd[0], pathVar),
+			Fix:    "name the program by its absolute path inside the image, or set PATH in env"})
+		return cmd
+	}
+	if !a.sandboxMount(cmd[0]) && !executable(a.img.Tree, cmd[0]) {
+		a.add(Check{Requirement: "command[0]", Verdict: NotGranted, Code: "command-not-found",
+			Detail: fmt.Sprintf("%s is not an executable file in the image", cmd[0]),
+			Fix:    "name a program the image has (custody image inspect lists its config), or use an image that has it"})
+	}
+	return cmd
+}
+
+// executable reports whether the absolute path p is a regular file with an
+// execute bit in tree.
+func executable(tree fs.FS, p string) bool {
+	fi, err := fs.Stat(tree, rel(p))
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// rel is the io/fs name of an absolute path.
+func rel(p string) string {
+	if r := strings.TrimPrefix(path.Clean(p), "/"); r != "" {
+		return r
+	}
+	return "."
+}
+
+// workdir is the request's, else the image's WorkingDir, else "/". It
+// must be a directory of the image, or a mount the sandbox makes: an
+// input's target or below it (inputs are read at launch), the output or
+// /tmp.
+func (a *admitter) workdir() string {
+	wd, from := a.req.Workdir, "the request's"
+	if wd == "" && a.img != nil && a.img.Config.WorkingDir != "" {
+		wd, from = a.img.Config.WorkingDir, "the image's"
+		if !path.IsAbs(wd) || path.Clean(wd) != wd {
+			a.add(Check{Requirement: "workdir", Verdict: Unsupported, Code: "image-workdir-invalid",
+				Detail: fmt.Sprintf("the image's WorkingDir %q is not a clean absolute path", wd),
+				Fix:    "set workdir in the phase"})
+			return wd
+		}
+		a.add(Check{Requirement: "workdir", Verdict: Chosen, Code: "image-workdir", Detail: wd})
+	}
+	if wd == "" {
+		return "/"
+	}
+	if a.img == nil || a.img.Tree == nil {
+		return wd
+	}
+	if a.sandboxMount(wd) {
+		return wd
+	}
+	fi, err := fs.Stat(a.img.Tree, rel(wd))
+	switch {
+	case err != nil:
+		a.add(Check{Requirement: "workdir", Verdict: NotGranted, Code: "workdir-missing",
+			Detail: fmt.Sprintf("%s working directory %s is not in the image", from, wd),
+			Fix:    "name a directory the image has, an input's target, the output path or /tmp in workdir"})
+	case !fi.IsDir():
+		a.add(Check{Requirement: "workdir", Verdict: NotGranted, Code: "workdir-not-directory",
+			Detail: fmt.Sprintf("%s working directory %s is a %s in the image, not a directory", from, wd, fi.Mode().Type()),
+			Fix:    "name a directory the image has, an input's target, the output path or /tmp in workdir"})
+	}
+	return wd
+}
+
+// sandboxMount reports whether p is something the sandbox mounts rather
+// than the image's: an input's target or below it (inputs are read at
+// launch, after admission), the output or /tmp themselves.
+func (a *admitter) sandboxMount(p string) bool {
+	for _, in := range a.req.Inputs {
+		if within(p, in.Target) {
+			return true
+		}
+	}
+	return p == a.req.Output.Path || p == "/tmp"
+}
+
+// within reports whether p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// user resolves the request's user, else the image's, else root, to ids:
+// names from the image's /etc/passwd and /etc/group, here and never at
+// run time. A uid alone takes its primary gid from /etc/passwd, else 0.
+func (a *admitter) user() *User {
+	spec, from := a.req.User, "the request's"
+	if spec == "" && a.img != nil && a.img.Config.User != "" {
+		spec, from = a.img.Config.User, "the image's"
+	}
+	u := &User{}
+	if spec != "" {
+		var ok bool
+		if u, ok = a.resolveUser(spec, from); !ok {
+			return nil
+		}
+	}
+	switch {
+	case u.UID == 0 && a.pol.Users.ForbidRoot:
+		a.add(Check{Requirement: "user", Verdict: NotGranted, Code: "root-forbidden",
+			Detail: "the workload would run as uid 0, and the operator policy forbids root (users.forbidRoot)",
+			Fix:    "set user in the phase to a non-root uid or name, e.g. user: 1000, or an operator may drop users.forbidRoot"})
+	case spec == "":
+		a.add(Check{Requirement: "user", Verdict: Chosen, Code: "default-root",
+			Detail: "uid 0, gid 0 (root of the sandbox's user namespace, without capabilities)"})
+	default:
+		a.add(Check{Requirement: "user", Verdict: Granted, Code: "user-resolved",
+			Detail: fmt.Sprintf("%s user %q: uid %d, gid %d", from, spec, u.UID, u.GID)})
+	}
+	return u
+}
+
+func (a *admitter) resolveUser(spec, from string) (*User, bool) {
+	refuse := func(code, detail, fix string) (*User, bool) {
+		a.add(Check{Requirement: "user", Verdict: NotGranted, Code: code, Detail: from + " user " + fmt.Sprintf("%q: ", spec) + detail, Fix: fix})
+		return nil, false
+	}
+	name, group, hasGroup := strings.Cut(spec, ":")
+	if name == "" || (hasGroup && group == "") {
+		return refuse("user-invalid", "not uid[:gid] or name[:group]", "use uid, uid:gid, name or name:group")
+	}
+	u := &User{}
+	uid, numeric := parseID(name)
+	if !numeric || !hasGroup {
+		// A name, or a uid whose primary gid /etc/passwd may give.
+		ents, err := a.etc("etc/passwd")
+		if err != nil && !numeric {
+			return refuse("user-unknown", fmt.Sprintf("the image's /etc/passwd cannot be read (%v)", err),
+				"use a numeric uid[:gid], or an image with /etc/passwd")
+		}
+		found := false
+		for _, e := range ents {
+			if len(e) < 4 {
+				continue
+			}
+			euid, ok1 := parseID(e[2])
+			egid, ok2 := parseID(e[3])
+			if !ok1 || !ok2 || (numeric && euid != uid) || (!numeric && e[0] != name) {
+				continue
+			}
+			u.UID, u.GID, found = euid, egid, true
+			if !numeric {
+				u.Name = name
+			}
+			break
+		}
+		switch {
+		case !found && !numeric:
+			return refuse("user-unknown", "no such user in the image's /etc/passwd",
+				"use a numeric uid[:gid], or a name the image's /etc/passwd has")
+		case !found:
+			u.UID = uid
+		}
+	} else {
+		u.UID = uid
+	}
+	if hasGroup {
+		gid, ok := parseID(group)
+		if !ok {
+			ents, err := a.etc("etc/group")
+			if err != nil {
+				return refuse("group-unknown", fmt.Sprintf("the image's /etc/group cannot be read (%v)", err),
+					"use a numeric gid, or an image with /etc/group")
+			}
+			for _, e := range ents {
+				if len(e) >= 3 && e[0] == group {
+					gid, ok = parseID(e[2])
+					break
+				}
+			}
+			if !ok {
+				return refuse("group-unknown", "no such group in the image's /etc/group",
+					"use a numeric gid, or a group the image's /etc/group has")
+			}
+		}
+		u.GID = gid
+	}
+	if u.UID > MaxID || u.GID > MaxID {
+		return refuse("user-unmapped", fmt.Sprintf("uid %d, gid %d: the sandbox maps ids 0 to %d only", u.UID, u.GID, MaxID),
+			fmt.Sprintf("use a uid and gid from 0 to %d", MaxID))
+	}
+	return u, true
+}
+
+// parseID parses a decimal uid or gid.
+func parseID(s string) (uint32, bool) {
+	if s == "" || len(s) > 10 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return uint32(v), v <= 1<<32-1
+}
+
+// etc reads a colon-separated file of the image (/etc/passwd, /etc/group).
+func (a *admitter) etc(name string) ([][]string, error) {
+	if a.img == nil || a.img.Tree == nil {
+		return nil, fs.ErrNotExist
+	}
+	f, err := a.img.Tree.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxEtcBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxEtcBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxEtcBytes)
+	}
+	return ParseColonFile(data), nil
+}
+
+// ParseColonFile splits an /etc/passwd or /etc/group file into its
+// entries' fields, skipping blank lines and comments.
+func ParseColonFile(data []byte) [][]string {
+	var out [][]string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		out = append(out, strings.Split(line, ":"))
+	}
+	return out
 }

@@ -2,8 +2,11 @@ package admission
 
 import (
 	"errors"
+	"io/fs"
+	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/custody-dev/custody/backend"
@@ -103,8 +106,10 @@ func TestDevelopmentAdmittedAndLabelled(t *testing.T) {
 			chosen++
 		}
 	}
-	if chosen != 4 {
-		t.Fatalf("want 4 recorded choices, got %d: %s", chosen, codes(p.Checks))
+	// cpu, output bytes, tmp, output files, and with no image facts the
+	// default PATH and user.
+	if chosen != 6 {
+		t.Fatalf("want 6 recorded choices, got %d: %s", chosen, codes(p.Checks))
 	}
 }
 
@@ -272,4 +277,162 @@ func TestNoCapabilitiesRefuses(t *testing.T) {
 			t.Errorf("tier %s with no capabilities: %+v", tier, cs)
 		}
 	}
+}
+
+// tree is a small image tree: make in /usr/bin, a /src directory, a file
+// where a directory might be, and a builder user.
+func tree() fstest.MapFS {
+	return fstest.MapFS{
+		"usr/bin/make": {Data: []byte("x"), Mode: 0o755},
+		"bin/sh":       {Data: []byte("x"), Mode: 0o755},
+		"bin/true":     {Data: []byte("x"), Mode: 0o755},
+		"etc/notes":    {Data: []byte("x"), Mode: 0o644},
+		"src":          {Mode: fs.ModeDir | 0o755},
+		"etc/passwd":   {Data: []byte("root:x:0:0:root:/root:/bin/sh\n# comment\nbuilder:x:1000:1001::/home/builder:/bin/sh\n")},
+		"etc/group":    {Data: []byte("root:x:0:\nstaff:x:50:builder\n")},
+	}
+}
+
+func imageFacts(cfg ImageConfig) Facts {
+	return Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true, Image: &ImageFacts{Config: cfg, Tree: tree()}}
+}
+
+// A phase that declares no command, workdir or user gets the image's; one
+// that declares them overrides the image's.
+func TestImageConfigDefaults(t *testing.T) {
+	cfg := ImageConfig{Env: []string{"PATH=/usr/local/bin:/usr/bin", "LANG=C.UTF-8"}, WorkingDir: "/src", User: "builder",
+		Entrypoint: []string{"make"}, Cmd: []string{"test"}}
+	r := req(request.TierDevelopment)
+	r.Command = nil
+	p, err := Admit(r, pol(), imageFacts(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Command, []string{"/usr/bin/make", "test"}) || p.Workdir != "/src" ||
+		p.Env["PATH"] != "/usr/local/bin:/usr/bin" || p.Env["LANG"] != "C.UTF-8" ||
+		*p.User != (User{UID: 1000, GID: 1001, Name: "builder"}) {
+		t.Fatalf("plan = command %q workdir %q env %v user %+v", p.Command, p.Workdir, p.Env, p.User)
+	}
+	if !strings.Contains(codes(p.Checks), "command=image-command") || !strings.Contains(codes(p.Checks), "workdir=image-workdir") {
+		t.Errorf("the image's choices are not recorded: %s", codes(p.Checks))
+	}
+
+	r = req(request.TierDevelopment)
+	r.Command, r.Workdir, r.User = []string{"/bin/sh", "-c", "true"}, "/", "1000:staff"
+	r.Env = map[string]string{"LANG": "C"}
+	p, err = Admit(r, pol(), imageFacts(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Command[0] != "/bin/sh" || p.Workdir != "/" || p.Env["LANG"] != "C" || p.Env["PATH"] != "/usr/local/bin:/usr/bin" ||
+		*p.User != (User{UID: 1000, GID: 50}) {
+		t.Fatalf("overrides lost: command %q workdir %q env %v user %+v", p.Command, p.Workdir, p.Env, p.User)
+	}
+}
+
+// A rootfs without a config gets the documented default PATH and runs as
+// root; a numeric uid takes its primary gid from /etc/passwd.
+func TestRootfsDefaults(t *testing.T) {
+	r := req(request.TierDevelopment)
+	p, err := Admit(r, pol(), imageFacts(ImageConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Env["PATH"] != request.DefaultPath || *p.User != (User{}) || p.Workdir != "/" {
+		t.Fatalf("defaults: env %v user %+v workdir %q", p.Env, p.User, p.Workdir)
+	}
+	r.User = "1000"
+	if p, err = Admit(r, pol(), imageFacts(ImageConfig{})); err != nil || *p.User != (User{UID: 1000, GID: 1001}) {
+		t.Fatalf("user 1000: %+v, %v", p, err)
+	}
+	// A program or workdir in an input is read at launch, not here.
+	r.Command, r.Workdir = []string{"/in/src/build.sh"}, "/in/src"
+	r.Inputs = []request.Input{{Source: "/src", Target: "/in"}}
+	// (The test policy has no input roots, so the input itself is refused.)
+	_, err = Admit(r, pol(), imageFacts(ImageConfig{}))
+	if c := codes(refusal(t, err)); strings.Contains(c, "command") || strings.Contains(c, "workdir") {
+		t.Fatalf("a program and workdir in an input: %s", c)
+	}
+	r.Command, r.Workdir, r.Inputs = []string{"/bin/true"}, "", nil
+	r.User = "4242"
+	if p, err = Admit(r, pol(), imageFacts(ImageConfig{})); err != nil || *p.User != (User{UID: 4242}) {
+		t.Fatalf("user 4242 (not in passwd): %+v, %v", p, err)
+	}
+}
+
+// Each refusal names its requirement and a fix, before anything is spent;
+// the legitimate neighbours are admitted above.
+func TestImageConfigRefusals(t *testing.T) {
+	forbid := pol()
+	forbid.Users.ForbidRoot = true
+	for _, tc := range []struct {
+		name   string
+		modify func(r *request.Phase)
+		cfg    ImageConfig
+		pol    *policy.Policy
+		want   string
+	}{
+		{"missing workdir", func(r *request.Phase) { r.Workdir = "/nowhere" }, ImageConfig{}, nil, "workdir=workdir-missing"},
+		{"workdir a file", func(r *request.Phase) { r.Workdir = "/etc/notes" }, ImageConfig{}, nil, "workdir=workdir-not-directory"},
+		{"image workdir missing", func(r *request.Phase) {}, ImageConfig{WorkingDir: "/app"}, nil, "workdir=workdir-missing"},
+		{"tiny cpu", func(r *request.Phase) { r.Resources.CPU = 0.005 }, ImageConfig{}, nil, "resources.cpu=cpu-below-minimum"},
+		{"tmp over memory", func(r *request.Phase) {
+			r.Resources.Memory = 16 << 20
+			r.Tmp = &request.Tmp{MaxBytes: 32 << 20}
+		}, ImageConfig{}, nil, "tmp.maxBytes=tmp-exceeds-memory"},
+		{"unknown user", func(r *request.Phase) { r.User = "nobody" }, ImageConfig{}, nil, "user=user-unknown"},
+		{"unknown group", func(r *request.Phase) { r.User = "1000:wheel" }, ImageConfig{}, nil, "user=group-unknown"},
+		{"unmapped uid", func(r *request.Phase) { r.User = "70000" }, ImageConfig{}, nil, "user=user-unmapped"},
+		{"root forbidden", func(r *request.Phase) {}, ImageConfig{}, forbid, "user=root-forbidden"},
+		{"image root forbidden", func(r *request.Phase) {}, ImageConfig{User: "root"}, forbid, "user=root-forbidden"},
+		{"no command", func(r *request.Phase) { r.Command = nil }, ImageConfig{}, nil, "command=command-missing"},
+		{"command not in image", func(r *request.Phase) { r.Command = []string{"/bin/bash"} }, ImageConfig{}, nil, "command[0]=command-not-found"},
+		{"image command not on PATH", func(r *request.Phase) { r.Command = nil }, ImageConfig{Cmd: []string{"pytest"}}, nil, "command[0]=command-not-found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := req(request.TierDevelopment)
+			r.Command = []string{"/bin/sh"}
+			tc.modify(r)
+			p := tc.pol
+			if p == nil {
+				p = pol()
+			}
+			_, err := Admit(r, p, imageFacts(tc.cfg))
+			cs := refusal(t, err)
+			if !strings.Contains(codes(cs), tc.want) {
+				t.Fatalf("refusal %s, want %s", codes(cs), tc.want)
+			}
+			for _, c := range cs {
+				if c.Fix == "" {
+					t.Errorf("%s names no fix", c.Code)
+				}
+			}
+		})
+	}
+	// Non-root passes a policy that forbids root; the policy's default
+	// tmp is cut to a small memory budget rather than refused.
+	r := req(request.TierDevelopment)
+	r.User, r.Resources.Memory = "builder", 4<<20
+	if p, err := Admit(r, forbid, imageFacts(ImageConfig{})); err != nil || p.TmpBytes != 4<<20 {
+		t.Fatalf("builder under forbidRoot: %+v, %v", p, err)
+	}
+}
+
+// The image's /etc/passwd and /etc/group and its config's User are
+// untrusted: whatever they hold, admission neither panics nor resolves ids
+// the sandbox does not map.
+func FuzzImageUser(f *testing.F) {
+	f.Add([]byte("root:x:0:0::/:/bin/sh\nb:x:1000:1000::/:/bin/sh\n"), []byte("staff:x:50:\n"), "b:staff")
+	f.Add([]byte("a:x:99999999999:1\n::\n"), []byte(":::\n"), "a")
+	f.Add([]byte(""), []byte(""), "0:0")
+	f.Fuzz(func(t *testing.T, passwd, group []byte, user string) {
+		tr := fstest.MapFS{"etc/passwd": {Data: passwd}, "etc/group": {Data: group}, "bin/sh": {Data: []byte("x"), Mode: 0o755}}
+		r := req(request.TierDevelopment)
+		r.Command = []string{"/bin/sh"}
+		p, err := Admit(r, pol(), Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true,
+			Image: &ImageFacts{Config: ImageConfig{User: user}, Tree: tr}})
+		if err == nil && (p.User == nil || p.User.UID > MaxID || p.User.GID > MaxID) {
+			t.Fatalf("user %q resolved to %+v", user, p.User)
+		}
+	})
 }

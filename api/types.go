@@ -206,6 +206,9 @@ const (
 	StatusOOM       RunStatus = "oom"
 	StatusRefused   RunStatus = "refused"
 	StatusCancelled RunStatus = "cancelled"
+	// StatusFailedToStart: the sandbox failed before the workload started
+	// (the error names the stage); the exit code is -1.
+	StatusFailedToStart RunStatus = "failed-to-start"
 )
 
 // Result is what a run produced. Every field is an observation recorded

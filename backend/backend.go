@@ -93,6 +93,9 @@ type Spec struct {
 	Env      []string
 	Cwd      string
 	Hostname string
+	// UID and GID are the ids the workload runs as inside its sandbox;
+	// 0:0 is the sandbox's root.
+	UID, GID uint32
 	// Inputs are bound read-only.
 	Inputs []Mount
 	// OutputPath is where the fresh, bounded output filesystem appears.

@@ -383,8 +383,11 @@ func checkDeclaredEnv(ctx context.Context, s *suite, j *judge) {
 	j.note("the declared variable arrived with its exact value")
 }
 
-// runtimeEnv are the variables the runtime itself sets for the process.
-var runtimeEnv = []string{"HOME"}
+// runtimeEnv are the variables the runtime itself sets for the process,
+// and PATH, which custody sets to its documented default
+// (request.DefaultPath) when the image names none: the conformance image
+// is a rootfs, with no config. No variable of custodyd's comes through.
+var runtimeEnv = []string{"HOME", "PATH"}
 
 func checkAmbientEnv(ctx context.Context, s *suite, j *judge) {
 	declared := map[string]string{"QUALIFY_DECLARED": "yes"}
@@ -403,7 +406,7 @@ func checkAmbientEnv(ctx context.Context, s *suite, j *judge) {
 		_, ok := declared[n]
 		j.require(ok || slices.Contains(runtimeEnv, n), "%s is in the phase's environment but was not declared", n)
 	}
-	j.note("the phase saw only %v (declared: QUALIFY_DECLARED; set by the runtime: %s)", rep.Env, strings.Join(runtimeEnv, ", "))
+	j.note("the phase saw only %v (declared: QUALIFY_DECLARED; set by the runtime or custody's defaults: %s)", rep.Env, strings.Join(runtimeEnv, ", "))
 	if s.env.AmbientVar != "" {
 		j.note("%s from custodyd's environment is absent", s.env.AmbientVar)
 	}

@@ -5,9 +5,9 @@ import (
 )
 
 // Config is the part of an OCI image's config that says how to run it: the
-// defaults `docker run IMAGE` would use. The store records it; nothing in
-// the runner uses it yet (a phase still declares its command, environment,
-// working directory and user).
+// defaults `docker run IMAGE` would use. The store records it; admission
+// takes a phase's command, environment, working directory and user from it
+// where the phase leaves them out (StopSignal is not used yet).
 type Config struct {
 	// Env holds "NAME=value" entries, in the image's order.
 	Env        []string `json:"env,omitempty"`

@@ -59,7 +59,8 @@
 // binds it), its config digest and its tree digest; Binding finds the tree
 // from either. The record also carries the image's Config (Env,
 // WorkingDir, User, Entrypoint, Cmd, StopSignal) for callers to use as
-// defaults; the runner does not use it yet. Records written before these
+// defaults (admission does; TreeFS reads the tree as a container sees
+// it, for the names it resolves). Records written before these
 // fields existed decode as before.
 //
 // Owners are recorded, not applied: every entry on disk is 0:0, and
@@ -138,7 +139,7 @@ type Image struct {
 	Manifest string `json:"manifest,omitempty"`
 	// ConfigDigest is the digest of the image's config blob.
 	ConfigDigest string `json:"configDigest,omitempty"`
-	// Config holds the image's run defaults. Nothing uses them yet.
+	// Config holds the image's run defaults, which admission uses.
 	Config *Config `json:"config,omitempty"`
 	// Platform is the image's os/arch[/variant].
 	Platform string `json:"platform,omitempty"`

@@ -20,6 +20,8 @@ type Policy struct {
 	Defaults Defaults `yaml:"defaults" json:"defaults"`
 	// Tiers says which tiers the operator enables.
 	Tiers Tiers `yaml:"tiers" json:"tiers"`
+	// Users says which users inside the sandbox a phase may run as.
+	Users Users `yaml:"users,omitempty" json:"users,omitempty"`
 	// Actors says who may run which stages. A policy without actors grants
 	// no actor anything.
 	Actors []Actor `yaml:"actors" json:"actors"`
@@ -115,6 +117,15 @@ type Defaults struct {
 	CPU         float64        `yaml:"cpu" json:"cpu"`
 	OutputBytes quantity.Bytes `yaml:"outputBytes" json:"outputBytes"`
 	TmpBytes    quantity.Bytes `yaml:"tmpBytes" json:"tmpBytes"`
+}
+
+// Users bounds the user a workload runs as inside its sandbox (in its own
+// user namespace: container root is not host root, and holds no
+// capability). The zero value allows every user, root included, as before
+// the field existed.
+type Users struct {
+	// ForbidRoot refuses a phase whose resolved user is uid 0.
+	ForbidRoot bool `yaml:"forbidRoot,omitempty" json:"forbidRoot,omitempty"`
 }
 
 // Tiers enables tiers. Production is always allowed by policy (the platform

@@ -127,6 +127,15 @@ func TestParseEmptyGrants(t *testing.T) {
 	}
 }
 
+func TestParseUsers(t *testing.T) {
+	if p := mustParse(t, valid); p.Users.ForbidRoot {
+		t.Error("a policy without users forbids root")
+	}
+	if p := mustParse(t, valid+"users:\n  forbidRoot: true\n"); !p.Users.ForbidRoot {
+		t.Error("users.forbidRoot: true did not forbid root")
+	}
+}
+
 func TestParseEmptyImages(t *testing.T) {
 	p, err := policy.Parse([]byte(edit(t, "images:\n  - digest: "+digest+"\n", "images: []\n")))
 	if err != nil {
@@ -153,6 +162,8 @@ func TestParseInvalid(t *testing.T) {
 		{"missing images", edit(t, "images:\n  - digest: "+digest+"\n", ""), []string{"/images"}},
 		{"wrong kind", edit(t, "kind: Policy", "kind: Phase"), []string{"/kind"}},
 		{"bad digest", edit(t, digest, "sha256:1234"), []string{"/images/0/digest"}},
+		{"forbidRoot not a bool", valid + "users:\n  forbidRoot: maybe\n", []string{"/users/forbidRoot"}},
+		{"unknown users field", valid + "users:\n  root: allow\n", []string{"/users/root"}},
 		{"development not a bool", valid + "tiers:\n  development: maybe\n", []string{"/tiers/development"}},
 		{"zero cpu ceiling", edit(t, "  cpu: 2\n", "  cpu: 0\n"), []string{"/ceilings/cpu"}},
 		{"zero memory ceiling", edit(t, "memory: 512Mi", "memory: 0"), []string{"ceilings.memory"}},

@@ -73,11 +73,20 @@ type Phase struct {
 	// e.g. "go1.26". It is informational and carries no authority.
 	Toolchain string `yaml:"toolchain,omitempty" json:"toolchain,omitempty"`
 	// Command is argv; Command[0] is an absolute path inside the image.
-	Command []string `yaml:"command" json:"command"`
-	// Workdir is the absolute working directory inside the container; default "/".
+	// Absent, the image's Entrypoint followed by its Cmd is run, as
+	// `docker run IMAGE` would; a phase command replaces both.
+	Command []string `yaml:"command,omitempty" json:"command,omitempty"`
+	// Workdir is the absolute working directory inside the container;
+	// absent, the image's WorkingDir, else "/".
 	Workdir string `yaml:"workdir,omitempty" json:"workdir,omitempty"`
-	// Env holds the only variables the workload sees; nothing is inherited.
+	// Env is added to the image's environment (PATH included, or
+	// DefaultPath when the image has none); a variable set here overrides
+	// the image's. Nothing is inherited from the host.
 	Env map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
+	// User is "uid", "uid:gid", "name" or "name:group", names resolved
+	// from the image's /etc/passwd and /etc/group at admission; absent,
+	// the image's User, else root (0:0).
+	User string `yaml:"user,omitempty" json:"user,omitempty"`
 	// Inputs are host paths snapshotted and mounted read-only.
 	Inputs []Input `yaml:"inputs,omitempty" json:"inputs,omitempty"`
 	// Output is the single writable directory whose files are kept.
@@ -93,6 +102,11 @@ type Phase struct {
 	// the credential is granted.
 	Credentials []string `yaml:"credentials,omitempty" json:"credentials,omitempty"`
 }
+
+// DefaultPath is the PATH a workload gets when its image's config names
+// none (a rootfs import has no config): the one docker and Debian use, so
+// that make finds cc.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Input maps a host path (file or directory) to a mount point.
 type Input struct {

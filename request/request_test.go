@@ -114,7 +114,7 @@ func TestParseInvalid(t *testing.T) {
 		{"unknown nested field", edit(t, "  pids: 64\n", "  pids: 64\n  foo: 1\n"), []string{"/resources/foo"}},
 		{"unknown input field", edit(t, "    target: /in/src\n", "    target: /in/src\n    mode: rw\n"), []string{"/inputs/0/mode"}},
 		{"missing required fields", strings.NewReplacer("name: build\n", "", "  pids: 64\n", "").Replace(valid), []string{"/name", "/resources/pids"}},
-		{"missing everything", "{}", []string{"/apiVersion", "/kind", "/name", "/stage", "/image", "/command", "/output", "/resources"}},
+		{"missing everything", "{}", []string{"/apiVersion", "/kind", "/name", "/stage", "/image", "/output", "/resources"}},
 		{"not a mapping", "[1, 2]", []string{""}},
 		{"wrong apiVersion", edit(t, "custody.dev/v1alpha1", "custody.dev/v2"), []string{"/apiVersion"}},
 		{"wrong kind", edit(t, "kind: Phase", "kind: Policy"), []string{"/kind"}},
@@ -283,11 +283,12 @@ func TestValidate(t *testing.T) {
 		want   []string
 	}{
 		{"everything wrong", func(p *request.Phase) {
-			*p = request.Phase{Tier: "x", Network: "host", Workdir: "w", Toolchain: "-", Credentials: []string{""}}
+			*p = request.Phase{Tier: "x", Network: "host", Workdir: "w", Toolchain: "-", Credentials: []string{""}, Command: []string{}, User: "a b"}
 		},
-			[]string{"apiVersion", "kind", "name", "stage", "tier", "image", "toolchain", "command", "workdir", "output.path",
+			[]string{"apiVersion", "kind", "name", "stage", "tier", "image", "toolchain", "command", "workdir", "user", "output.path",
 				"resources.memory", "resources.pids", "resources.wallTime", "network", "credentials[0]"}},
 		{"bad stage", func(p *request.Phase) { p.Stage = "deploy" }, []string{"stage"}},
+		{"bad user", func(p *request.Phase) { p.User = "1000:" }, []string{"user"}},
 		{"bad toolchain", func(p *request.Phase) { p.Toolchain = "go/1.26" }, []string{"toolchain"}},
 		{"credentials", func(p *request.Phase) { p.Credentials = []string{"a", "b", "a", "a", "x=secret", "a"} },
 			[]string{"credentials[2]", "credentials[3]", "credentials[4]", "credentials[5]"}},
@@ -508,5 +509,20 @@ func TestSchema(t *testing.T) {
 	s[0] = 'x'
 	if request.Schema()[0] != '{' {
 		t.Error("Schema returned the embedded bytes themselves")
+	}
+}
+
+// A phase may leave its command to the image and name a user: both validate.
+func TestValidateImageDefaults(t *testing.T) {
+	for _, user := range []string{"", "1000", "1000:1000", "builder", "builder:staff"} {
+		p := request.Phase{
+			APIVersion: request.APIVersion, Kind: "Phase", Name: "x", Stage: request.StageRun,
+			Image: "sha256:" + strings.Repeat("a", 64), User: user,
+			Output:    request.Output{Path: "/out"},
+			Resources: request.Resources{Memory: 1, Pids: 1, WallTime: quantity.Duration(time.Second)},
+		}
+		if err := p.Validate(); err != nil {
+			t.Errorf("user %q, no command: %v", user, err)
+		}
 	}
 }

@@ -23,6 +23,8 @@ var (
 	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	envKeyPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// userPattern is uid, uid:gid, name or name:group; the phase schema has the same pattern.
+	userPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9._-]{0,31})?$`)
 	// toolchainPattern and credentialPattern match the schema's patterns.
 	toolchainPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
 	credentialPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`)
@@ -88,9 +90,9 @@ func (p *Phase) Validate() error {
 		add("toolchain", fmt.Sprintf("%q is not a valid toolchain label", p.Toolchain), toolchainFix)
 	}
 
-	if len(p.Command) == 0 {
-		add("command", "is empty", "give the program to run, e.g. [\"/bin/sh\", \"-c\", \"...\"]")
-	} else if !path.IsAbs(p.Command[0]) {
+	if p.Command != nil && len(p.Command) == 0 {
+		add("command", "is empty", "give the program to run, e.g. [\"/bin/sh\", \"-c\", \"...\"], or leave command out to run the image's")
+	} else if len(p.Command) > 0 && !path.IsAbs(p.Command[0]) {
 		add("command[0]", fmt.Sprintf("%q is not an absolute path", p.Command[0]), "name the program by its absolute path inside the image, e.g. /bin/sh")
 	}
 	for i, arg := range p.Command {
@@ -102,6 +104,9 @@ func (p *Phase) Validate() error {
 		if reason, fix := pathProblem(p.Workdir); reason != "" {
 			add("workdir", reason, fix)
 		}
+	}
+	if p.User != "" && !userPattern.MatchString(p.User) {
+		add("user", fmt.Sprintf("%q is not a user", p.User), "use uid, uid:gid, name or name:group (names as in the image's /etc/passwd and /etc/group)")
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		field := fmt.Sprintf("env[%q]", k)

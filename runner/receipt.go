@@ -30,7 +30,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 		Image:  res.Image,
 		Inputs: []evidence.Input{},
 		Exit: evidence.Exit{
-			Status: string(res.Status), Code: res.ExitCode, Signal: res.Signal,
+			Status: receiptStatus(res.Status), Code: res.ExitCode, Signal: res.Signal,
 			TimedOut: res.Status == StatusTimeout, OOMKilled: res.Status == StatusOOM,
 			Cancelled: res.Status == StatusCancelled,
 		},
@@ -88,4 +88,15 @@ func receiptStreams(s *Streams) *evidence.Streams {
 		Stdout: evidence.Stream{SHA256: s.Stdout.SHA256, Bytes: s.Stdout.Bytes, Truncated: s.Stdout.Truncated},
 		Stderr: evidence.Stream{SHA256: s.Stderr.SHA256, Bytes: s.Stderr.Bytes, Truncated: s.Stderr.Truncated},
 	}
+}
+
+// receiptStatus is a result's status as the receipt predicate has it: its
+// published statuses have no failed-to-start, which it records as failed
+// with exit code -1 (a receipt's "failed" goes with any exit), so the
+// predicate's meaning does not change.
+func receiptStatus(s Status) string {
+	if s == StatusFailedToStart {
+		return string(StatusFailed)
+	}
+	return string(s)
 }

@@ -23,6 +23,10 @@ const (
 	StatusOOM       Status = "oom"
 	StatusRefused   Status = "refused"
 	StatusCancelled Status = "cancelled"
+	// StatusFailedToStart is a run whose workload never started: the
+	// sandbox failed before it (FailedStage names where). Its exit code
+	// is -1, never a workload's.
+	StatusFailedToStart Status = "failed-to-start"
 )
 
 // Result is what a run produced, as the runner records it. Every field is
@@ -69,6 +73,9 @@ type Result struct {
 	// the receipt; nil when the workload never started. The run record
 	// does not keep it (the receipt does).
 	Observed *backend.Observation `json:"-"`
+	// FailedStage is, for StatusFailedToStart, the sandbox's stage that
+	// failed (Error names it too).
+	FailedStage string `json:"failedStage,omitempty"`
 }
 
 // Output is the custody record of a run's outputs: the retained tree's

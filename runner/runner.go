@@ -200,12 +200,24 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	if err := r.checkQuarantine(); err != nil {
 		return nil, err
 	}
-	_, imgErr := r.images.Get(req.Image)
+	img, imgErr := r.images.Get(req.Image)
 	if imgErr != nil && !errors.Is(imgErr, image.ErrNotFound) {
 		return nil, imgErr
 	}
 	caps := r.backend.Capabilities()
-	return admission.Admit(req, pol, admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil})
+	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil}
+	if img != nil {
+		facts.Image = &admission.ImageFacts{Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
+	}
+	return admission.Admit(req, pol, facts)
+}
+
+// imageConfig is an image's run defaults as admission takes them.
+func imageConfig(c *image.Config) admission.ImageConfig {
+	if c == nil {
+		return admission.ImageConfig{}
+	}
+	return admission.ImageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
 }
 
 // Prepare admits req under pol and snapshots its inputs.
@@ -399,6 +411,11 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		res.Status = StatusFailed
 		res.Error = runErr.Error()
 		res.Finished = time.Now().UTC()
+		// A failure before the workload started is no workload's exit.
+		var st interface{ StartStage() string }
+		if errors.As(runErr, &st) {
+			res.Status, res.ExitCode, res.FailedStage = StatusFailedToStart, -1, st.StartStage()
+		}
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
 	if err := r.afterCleanup(p, res, rec); err != nil {
@@ -589,6 +606,9 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 		Pids:        p.Plan.Pids,
 		CPU:         p.Plan.CPU,
 		FileSize:    max(p.Plan.OutputBytes, p.Plan.TmpBytes),
+	}
+	if u := p.Plan.User; u != nil {
+		s.UID, s.GID = u.UID, u.GID
 	}
 	s.Inputs = slices.Clone(p.mounts)
 	return s

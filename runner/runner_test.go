@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/platform"
@@ -23,6 +27,7 @@ import (
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -741,3 +746,183 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A phase that leaves its command to the image (a rootfs has no config)
+// is refused before anything runs; a phase with its user runs as that user
+// and gets the documented PATH, /etc/hosts, /etc/hostname matching its UTS
+// name and an empty resolv.conf.
+func TestWorkloadEnvironment(t *testing.T) {
+	h := newHarness(t)
+	req := h.phase(`echo "path=$PATH"; echo "host=$(hostname) file=$(cat /etc/hostname)"
+test -s /etc/resolv.conf && echo resolv-not-empty
+mkdir -p /tmp/www && echo hello-localhost > /tmp/www/x
+httpd -p 127.0.0.1:8080 -h /tmp/www && wget -q -O - http://localhost:8080/x
+wget -q -O - "http://$(hostname):8080/x"
+echo mounts-ro; echo x >> /etc/hosts || echo hosts-ro`)
+	res, out := h.run(req)
+	want(t, res, runner.StatusOK, out)
+	for _, s := range []string{"path=" + request.DefaultPath, "host=custody file=custody", "hello-localhost\nhello-localhost", "hosts-ro"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("workload output lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "resolv-not-empty") {
+		t.Errorf("resolv.conf is not empty:\n%s", out)
+	}
+	// The image tree was not modified: the files were bound, not written.
+	img, err := h.r.Images().Get(h.image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(img.Rootfs, "etc", "hosts")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the image has an /etc/hosts after the run: %v", err)
+	}
+}
+
+// A user: 1000 phase runs as 1000, cannot write image root's files, and
+// can write its output and /tmp; root, beside it, is as before.
+func TestPhaseUser(t *testing.T) {
+	h := newHarness(t)
+	req := h.phase(`echo "ids=$(id -u):$(id -g)"; echo x >> /etc/passwd && echo wrote-passwd; touch /root/x && echo wrote-root
+echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
+	req.User = "1000"
+	res, out := h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=1000:0") || !strings.Contains(out, "wrote-scratch") {
+		t.Fatalf("user 1000 phase:\n%s", out)
+	}
+	if strings.Contains(out, "wrote-passwd") || strings.Contains(out, "wrote-root") {
+		t.Fatalf("user 1000 wrote image root's files:\n%s", out)
+	}
+
+	req = h.phase(`echo "ids=$(id -u):$(id -g)"`)
+	req.User = "root"
+	res, out = h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=0:0") {
+		t.Fatalf("user root phase:\n%s", out)
+	}
+
+	// Root forbidden by policy: refused at admission, before anything.
+	h.policy.Users.ForbidRoot = true
+	if _, err := h.r.Admit(h.phase("true"), h.policy); err == nil || !strings.Contains(err.Error(), "root-forbidden") {
+		t.Fatalf("root under users.forbidRoot: %v", err)
+	}
+}
+
+// Admission tells the truth about the image before any grant is spent: a
+// missing workdir, a workdir that is a file, a program the image lacks and
+// a command left to an image that has none are refused; a workdir the
+// image has is admitted.
+func TestAdmissionReadsTheImage(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		name   string
+		modify func(r *request.Phase)
+		want   string
+	}{
+		{"missing workdir", func(r *request.Phase) { r.Workdir = "/src" }, "workdir-missing"},
+		{"workdir a file", func(r *request.Phase) { r.Workdir = "/etc/passwd" }, "workdir-not-directory"},
+		{"no such program", func(r *request.Phase) { r.Command = []string{"/usr/bin/make"} }, "command-not-found"},
+		{"no command anywhere", func(r *request.Phase) { r.Command = nil }, "command-missing"},
+	} {
+		req := h.phase("true")
+		tc.modify(req)
+		if _, err := h.r.Admit(req, h.policy); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
+		}
+	}
+	req := h.phase("pwd")
+	req.Workdir = "/root"
+	res, out := h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if out != "/root\n" {
+		t.Fatalf("pwd = %q, want /root", out)
+	}
+}
+
+// A sandbox that fails before its workload starts reports failed-to-start
+// with the stage, exit -1, and is cleaned up; its receipt says failed.
+// Admission refuses such a workdir; the plan is changed after admission
+// here to reach runc's own failure (chdir into a file).
+func TestFailedToStart(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, h.phase("echo never"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep.Plan.Workdir = "/etc/passwd"
+	var out bytes.Buffer
+	res, err := h.r.Launch(ctx, prep, &out, &out)
+	if err == nil {
+		t.Fatal("a launch that cannot start returned no error")
+	}
+	if res.Status != runner.StatusFailedToStart || res.ExitCode != -1 || res.FailedStage != oci.StageSetup ||
+		!strings.Contains(res.Error, "stage "+oci.StageSetup) {
+		t.Fatalf("result = status %s exit %d stage %q error %q", res.Status, res.ExitCode, res.FailedStage, res.Error)
+	}
+	if strings.Contains(out.String(), "never") {
+		t.Fatalf("the workload ran: %s", out.String())
+	}
+	if res.Cleanup == nil || !res.Cleanup.Verified {
+		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
+	}
+	h.noLeftovers()
+	if rc := h.r.ReceiptFor(prep, res); rc.Exit.Status != "failed" || rc.Exit.Code != -1 {
+		t.Fatalf("receipt exit = %+v, want the published status failed with code -1", rc.Exit)
+	}
+	// The legitimate neighbour: the same phase, unchanged, runs.
+	res, o := h.run(h.phase("echo ran"))
+	want(t, res, runner.StatusOK, o)
+}
+
+// An OCI image's config supplies what a phase leaves out: its command
+// (Entrypoint and Cmd, found on its PATH), environment, working directory
+// and user, resolved at admission; a phase field overrides each.
+func TestImageConfigDefaults(t *testing.T) {
+	h := newHarness(t)
+	root := testenv.BusyboxRootfs(t)
+	if err := os.MkdirAll(filepath.Join(root, "work"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"),
+		[]byte("root:x:0:0:root:/root:/bin/sh\nbuilder:x:1000:1000::/work:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var layer bytes.Buffer
+	if err := snapshot.WriteTar(&layer, root); err != nil {
+		t.Fatal(err)
+	}
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/usr/bin:/bin", "FOO=image"}, WorkingDir: "/work", User: "builder",
+		Entrypoint: []string{"sh", "-c"}, Cmd: []string{`echo "ids=$(id -u):$(id -g) pwd=$(pwd) foo=$FOO path=$PATH"`}}, layer.Bytes())
+	imported, err := h.r.Images().Import(context.Background(), "oci:"+imagetest.Layout(t, img, "v1")+":v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.policy.Images = append(h.policy.Images, policy.Image{Digest: imported.Digest})
+
+	req := h.phase("")
+	req.Image, req.Command = imported.Digest, nil
+	prep, err := h.r.Prepare(context.Background(), req, h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prep.Plan.Command[0] != "/bin/sh" || prep.Plan.User == nil || prep.Plan.User.UID != 1000 {
+		t.Fatalf("plan = command %q user %+v", prep.Plan.Command, prep.Plan.User)
+	}
+	res, out := h.launch(context.Background(), prep)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=1000:1000 pwd=/work foo=image path=/usr/bin:/bin") {
+		t.Fatalf("the image's defaults did not reach the workload:\n%s", out)
+	}
+
+	req = h.phase(`echo "ids=$(id -u):$(id -g) pwd=$(pwd) foo=$FOO path=$PATH"`)
+	req.Image, req.Workdir, req.User = imported.Digest, "/", "0:0"
+	req.Env = map[string]string{"FOO": "phase"}
+	res, out = h.run(req)
+	want(t, res, runner.StatusOK, out)
+	if !strings.Contains(out, "ids=0:0 pwd=/ foo=phase path=/usr/bin:/bin") {
+		t.Fatalf("the phase's fields did not override the image's:\n%s", out)
+	}
+}

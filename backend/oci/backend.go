@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -274,6 +275,10 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 		return nil, fmt.Errorf("tmp budget of %d bytes cannot be enforced: a tmpfs holds at least one page (%d bytes); fix: ask for tmp.maxBytes of at least %d",
 			l.Config.TmpBytes, page, page)
 	}
+	if m := b.opts.UserNS; m != nil && (l.Config.UID >= m.Size || l.Config.GID >= m.Size) {
+		return nil, fmt.Errorf("user %d:%d is outside the user namespace's %d ids; fix: run as a uid and gid below %d",
+			l.Config.UID, l.Config.GID, m.Size, m.Size)
+	}
 	// Verify the runtime first: a wrong binary refuses before any mutation.
 	bin, err := b.runtime.get(ctx)
 	if err != nil {
@@ -338,10 +343,13 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg.DeviceOwners = b.deviceOwners
 	cfg.NoSwap = c.cgroups.swapAccounted()
 	cfg.CgroupV1 = !c.cgroups.unified
+	if cfg.Files, err = c.writeEtc(cfg.Hostname); err != nil {
+		return c, err
+	}
 	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
-	if err := c.mountOutput(l.OutputBytes, l.OutputFiles); err != nil {
+	if err := c.mountOutput(l.OutputBytes, l.OutputFiles, cfg.UID, cfg.GID); err != nil {
 		return c, err
 	}
 	spec, err := Spec(cfg)
@@ -372,6 +380,31 @@ func (c *Container) mountLaunchDir() error {
 		return fmt.Errorf("launch dir tmpfs: %w", err)
 	}
 	return c.identify(KindLaunchMount, c.dir, mountIdentity)
+}
+
+// writeEtc writes the files a program expects in /etc into the launch
+// dir, to be bound read-only over the image's: /etc/hosts naming localhost
+// and the sandbox's hostname on loopback, /etc/hostname matching the UTS
+// name, and an empty /etc/resolv.conf, since egress is denied and there is
+// no resolver to name. The image tree is never modified.
+func (c *Container) writeEtc(hostname string) ([]Mount, error) {
+	files := []struct{ target, data string }{
+		{"/etc/hosts", fmt.Sprintf("127.0.0.1\tlocalhost %[1]s\n::1\tlocalhost ip6-localhost ip6-loopback %[1]s\n", hostname)},
+		{"/etc/hostname", hostname + "\n"},
+		{"/etc/resolv.conf", ""},
+	}
+	var ms []Mount
+	for _, f := range files {
+		p := filepath.Join(c.dir, "etc-"+path.Base(f.target))
+		if err := os.WriteFile(p, []byte(f.data), 0o644); err != nil {
+			return nil, fmt.Errorf("write %s: %w", f.target, err)
+		}
+		if err := os.Chmod(p, 0o644); err != nil { // whatever the umask
+			return nil, fmt.Errorf("write %s: %w", f.target, err)
+		}
+		ms = append(ms, Mount{Source: p, Target: f.target})
+	}
+	return ms, nil
 }
 
 // mountRootfs makes an overlay whose upper layer already holds every mount
@@ -429,13 +462,16 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 // writes past either fail with ENOSPC in the workload, so no workload can
 // leave more entries than its receipt may list. If the bounds cannot be
 // mounted, the launch is refused rather than run unbounded.
-func (c *Container) mountOutput(limit, files int64) error {
+func (c *Container) mountOutput(limit, files int64, uid, gid uint32) error {
 	if err := os.Mkdir(c.outDir, 0o700); err != nil {
 		return fmt.Errorf("output dir: %w", err)
 	}
+	// The output belongs to the workload's user, whoever that is.
 	var owner *outputfs.Owner
 	if m := c.b.opts.UserNS; m != nil {
-		owner = &outputfs.Owner{UID: int(m.HostID), GID: int(m.HostID)}
+		owner = &outputfs.Owner{UID: int(m.HostID + uid), GID: int(m.HostID + gid)}
+	} else if uid != 0 || gid != 0 {
+		owner = &outputfs.Owner{UID: int(uid), GID: int(gid)}
 	}
 	c.mounted = append(c.mounted, c.outDir)
 	if err := outputfs.Mount(c.outDir, limit, files, owner); err != nil {
@@ -460,21 +496,21 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	defer func() { _, _ = c.move(opExit) }() // refused only if a Cleanup came first
 	s, err := c.startDrains(stdout, stderr)
 	if err != nil {
-		return nil, err
+		return nil, &StartError{Stage: StageStreams, Err: err}
 	}
 	g, err := c.startGated(ctx, s, wall)
 	if err != nil {
-		return nil, err
+		return nil, &StartError{Stage: StageRuntime, Err: err}
 	}
 	defer g.control.Close()
 	defer g.join()
 	defer g.timer.Stop()
 	if err := g.awaitReady(ctx); err != nil {
-		return nil, err
+		return nil, &StartError{Stage: StageSetup, Err: err}
 	}
 	pid, observed, err := g.joinIdentities()
 	if err != nil {
-		return nil, g.abort(err)
+		return nil, &StartError{Stage: StageObserve, Err: g.abort(err)}
 	}
 	c.fault("after-create")
 	if pidfd, err := unix.PidfdOpen(pid, 0); err == nil {
@@ -483,7 +519,7 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	}
 	ex := &backend.Exit{Started: time.Now(), Observation: observed}
 	if err := g.goAhead(); err != nil {
-		return nil, g.abort(err)
+		return nil, &StartError{Stage: StageGoAhead, Err: g.abort(err)}
 	}
 	runErr, err := g.wait(ctx, pid, ex)
 	if err != nil {
@@ -498,6 +534,32 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 	c.collectUsage(ex)
 	return ex, nil
 }
+
+// The stages of a run before its workload starts, as a StartError names
+// them.
+const (
+	StageStreams = "streams"         // the stdout and stderr pipes
+	StageRuntime = "runtime-start"   // starting runc
+	StageSetup   = "container-setup" // runc's namespaces, mounts, cwd, up to the gate
+	StageObserve = "observe"         // custody's observation of the gated container
+	StageGoAhead = "go-ahead"        // releasing the gate
+)
+
+// StartError is a run that failed before its workload started: nothing of
+// the workload ran, whatever exit status the runtime had.
+type StartError struct {
+	Stage string
+	Err   error
+}
+
+func (e *StartError) Error() string {
+	return fmt.Sprintf("failed to start (stage %s): %v", e.Stage, e.Err)
+}
+func (e *StartError) Unwrap() error { return e.Err }
+
+// StartStage names the stage that failed; callers match on the method, so
+// they need not import this package.
+func (e *StartError) StartStage() string { return e.Stage }
 
 // streams are a run's stdout and stderr pipes, drained into the caller's
 // writers.

@@ -57,7 +57,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // Cleanup.
 func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
 	cfg := Config{
-		Args: s.Args, Env: s.Env, Cwd: s.Cwd, Hostname: s.Hostname,
+		Args: s.Args, Env: s.Env, Cwd: s.Cwd, Hostname: s.Hostname, UID: s.UID, GID: s.GID,
 		Output:   Mount{Target: s.OutputPath},
 		TmpBytes: s.TmpBytes, Memory: s.Memory, Pids: s.Pids, CPU: s.CPU, FileSize: s.FileSize,
 	}

@@ -618,3 +618,32 @@ func TestRunRefusedOutOfState(t *testing.T) {
 		}
 	})
 }
+
+// The workload runs as the spec's user and owns its output, with and
+// without a user namespace; /etc/hosts and /etc/hostname are bound
+// read-only and name the UTS name. A user outside the namespace's map is
+// refused before anything is made.
+func TestWorkloadUserAndEtc(t *testing.T) {
+	for _, userns := range []bool{true, false} {
+		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
+			h := newHarness(t, userns)
+			ex, out, _ := h.run(t, "user-"+map[bool]string{false: "a", true: "b"}[userns],
+				[]string{"/bin/sh", "-c", `echo "ids=$(id -u):$(id -g)"; echo x > /out/f && echo wrote-out
+echo x >> /etc/hosts || echo hosts-ro; grep -q "127.0.0.1.*localhost $(hostname)" /etc/hosts && echo hosts-ok
+test "$(cat /etc/hostname)" = "$(hostname)" && echo hostname-ok; test -e /etc/resolv.conf && ! test -s /etc/resolv.conf && echo resolv-empty`},
+				func(s *backend.Spec) { s.UID, s.GID = 1000, 1000 })
+			for _, w := range []string{"ids=1000:1000", "wrote-out", "hosts-ro", "hosts-ok", "hostname-ok", "resolv-empty"} {
+				if ex.Code != 0 || !strings.Contains(out, w) {
+					t.Fatalf("exit %d, output lacks %q:\n%s", ex.Code, w, out)
+				}
+			}
+		})
+	}
+	h := newHarness(t, true)
+	s := h.spec("/bin/true")
+	s.UID = 65536
+	c, err := h.b.Prepare(context.Background(), "user-unmapped", s, nil)
+	if err == nil || !strings.Contains(err.Error(), "outside the user namespace") || c != nil {
+		t.Fatalf("an unmapped uid: %v (sandbox %v)", err, c)
+	}
+}

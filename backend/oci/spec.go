@@ -37,9 +37,15 @@ type Config struct {
 	Env      []string // KEY=value, declared variables only
 	Cwd      string
 	Hostname string
+	// UID and GID are the workload's ids inside the container; within a
+	// user namespace they must be mapped.
+	UID, GID uint32
 
 	Inputs []Mount // bound read-only
 	Output Mount   // bound read-write; Source is a size-bounded filesystem
+	// Files are small files bound read-only over the image's (/etc/hosts,
+	// /etc/hostname, /etc/resolv.conf): the image tree is never modified.
+	Files []Mount
 
 	// TmpBytes bounds all the scratch space the workload can write outside
 	// its output: the tmpfs at /tmp and the one at /dev/shm share it (see
@@ -186,7 +192,7 @@ func Spec(c Config) (*specs.Spec, error) {
 		Root:     &specs.Root{Path: c.Rootfs, Readonly: true},
 		Process: &specs.Process{
 			Terminal:        false,
-			User:            specs.User{UID: 0, GID: 0},
+			User:            specs.User{UID: c.UID, GID: c.GID},
 			Args:            c.args(),
 			Env:             c.Env,
 			Cwd:             c.Cwd,
@@ -240,8 +246,10 @@ func (c Config) validate() error {
 			c.Memory, c.Pids, c.CPU, c.TmpBytes, c.FileSize)
 	case c.CgroupsPath == "":
 		return fmt.Errorf("oci: cgroups path is required")
+	case c.UserNS != nil && (c.UID >= c.UserNS.Size || c.GID >= c.UserNS.Size):
+		return fmt.Errorf("oci: user %d:%d is outside the user namespace's %d ids", c.UID, c.GID, c.UserNS.Size)
 	}
-	for _, m := range append([]Mount{c.Output}, c.Inputs...) {
+	for _, m := range append(append([]Mount{c.Output}, c.Inputs...), c.Files...) {
 		if m.Source == "" || !path.IsAbs(m.Target) {
 			return fmt.Errorf("oci: mount %+v is incomplete", m)
 		}
@@ -309,6 +317,12 @@ func baseMounts(c Config) []specs.Mount {
 		ms = append(ms, specs.Mount{
 			Destination: in.Target, Type: "bind", Source: in.Source,
 			Options: []string{"rbind", "ro", "nosuid", "nodev"},
+		})
+	}
+	for _, f := range c.Files {
+		ms = append(ms, specs.Mount{
+			Destination: f.Target, Type: "bind", Source: f.Source,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
 		})
 	}
 	ms = append(ms, specs.Mount{

@@ -546,7 +546,11 @@ func printResult(w io.Writer, r *api.Result) {
 	if r.Signal != "" {
 		fmt.Fprintf(w, " signal %s", q(r.Signal))
 	}
-	fmt.Fprintf(w, " exit %d\n", r.ExitCode)
+	if r.Status == api.StatusFailedToStart {
+		fmt.Fprintln(w) // no workload ran, so no exit code is its; the error names the stage
+	} else {
+		fmt.Fprintf(w, " exit %d\n", r.ExitCode)
+	}
 	if r.GrantID != "" {
 		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), q(r.Actor), q(r.Stage))
 	}
