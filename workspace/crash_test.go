@@ -90,10 +90,14 @@ func TestCrashMidUpOrDownRecovers(t *testing.T) {
 		workspace.FaultCreated + "#2" + lostID,
 		// A crash mid-down: stopped, and removed but not yet receipted.
 		workspace.FaultStopped, workspace.FaultTornDown}
-	for _, stage := range stages {
+	for i, stage := range stages {
 		t.Run(stage, func(t *testing.T) {
+			// Side by side: each stage has its own store and its own
+			// subnet pool, so no two choose the same subnets.
+			t.Parallel()
 			ctx := testCtx(t)
 			state := t.TempDir()
+			must(t, os.WriteFile(filepath.Join(state, "subnet-pool"), fmt.Appendf(nil, "10.%d.0.0/16\n", 100+i), 0o600))
 			issue := &childTB{}
 			m, db, _, _, _, _ := manager(issue, dt.Host, state, nil)
 			g, err := m.Issue(ctx, []byte(rangePack), filepath.Join(state, "pack"), actor, 3600e9)

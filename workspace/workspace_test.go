@@ -238,7 +238,7 @@ func manager(t tb, host, state string, fault func(string)) (*workspace.Manager, 
 		Issuer: issuer, Runner: runner, Trusted: []*keys.Verifier{issuer.Verifier()}, RunnerID: runner.ID(),
 		Credentials:  map[string]string{"canary": credPath},
 		EngineSocket: strings.TrimPrefix(host, "unix://"),
-		SubnetPool:   mustPrefix("10.213.0.0/16"), StateDir: filepath.Join(state, "run"), Fault: fault,
+		SubnetPool:   subnetPool(state), StateDir: filepath.Join(state, "run"), Fault: fault,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -533,6 +533,17 @@ func payload(t *testing.T, env []byte) []byte {
 }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// subnetPool is the pool a manager on state takes subnets from: the one
+// in state's subnet-pool file, so that tests running side by side (each
+// with its own store, so its own reservations) never choose the same
+// subnets; 10.213.0.0/16 without one.
+func subnetPool(state string) netip.Prefix {
+	if b, err := os.ReadFile(filepath.Join(state, "subnet-pool")); err == nil {
+		return mustPrefix(strings.TrimSpace(string(b)))
+	}
+	return mustPrefix("10.213.0.0/16")
+}
 
 // Two workspaces of one pack file and project go up side by side and come
 // down independently: neither's down touches the other's objects.
