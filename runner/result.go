@@ -53,7 +53,13 @@ type Result struct {
 	// installed.
 	SeccompSHA256 string `json:"seccompSha256,omitempty"`
 	UserNamespace bool   `json:"userNamespace"`
-	Image         string `json:"image"`
+	// Backend is the identity of the backend that ran the launch, and
+	// Evidence its sandbox's evidence exactly (the flat digests above are
+	// its oci entries, kept for the records and wire that read them).
+	// Records written before these fields have neither.
+	Backend  *BackendIdentity  `json:"backend,omitempty"`
+	Evidence map[string]string `json:"evidence,omitempty"`
+	Image    string            `json:"image"`
 	// Inputs are the snapshotted inputs, by digest (no Root).
 	Inputs  []admission.Input `json:"inputs"`
 	Output  *Output           `json:"output,omitempty"`
@@ -69,6 +75,19 @@ type Result struct {
 	// the receipt; nil when the workload never started. The run record
 	// does not keep it (the receipt does).
 	Observed *backend.Observation `json:"-"`
+}
+
+// BackendIdentity is backend.Identity in the run record (backend's types
+// carry no JSON names).
+type BackendIdentity struct {
+	Kind    string `json:"kind"`
+	Version string `json:"version"`
+	Path    string `json:"path,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
+}
+
+func identityRecord(id backend.Identity) *BackendIdentity {
+	return &BackendIdentity{Kind: id.Kind, Version: id.Version, Path: id.Path, SHA256: id.SHA256}
 }
 
 // Output is the custody record of a run's outputs: the retained tree's
