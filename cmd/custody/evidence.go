@@ -20,7 +20,6 @@ import (
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/untar"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/predicate"
 	"github.com/custody-dev/custody/snapshot"
 )
 
@@ -185,9 +184,11 @@ func (a *app) verifyCmd() *cobra.Command {
 
 // printBackend prints what a v3 receipt records of the backend that ran:
 // one line naming it and its identity, one with its evidence map. Older
-// receipts (and unauthentic ones, which have no receipt) print nothing.
+// receipts (and unauthentic ones, which have no receipt) print nothing:
+// the verifier holds each version to its own fields, so only a v3 receipt
+// has an identity.
 func (a *app) printBackend(r *evidence.Receipt) {
-	if r == nil || r.PredicateType() != predicate.ReceiptV3 {
+	if r == nil || r.Profile.Identity == nil {
 		return
 	}
 	p := &r.Profile
