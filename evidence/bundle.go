@@ -37,7 +37,7 @@ const BundleMediaType = "application/vnd.dev.sigstore.bundle.v0.3+json"
 // Verify the bundle with the runner's public key, e.g.
 //
 //	cosign verify-blob-attestation --key runner.pub --bundle receipt.sigstore.json \
-//	  --type https://custody.dev/attestation/receipt/v2 --insecure-ignore-tlog <output file>
+//	  --type https://custody.dev/attestation/receipt/v3 --insecure-ignore-tlog <output file>
 func Bundle(env []byte, keyHint string) ([]byte, error) {
 	e, err := decodeEnvelope(env)
 	if err != nil {

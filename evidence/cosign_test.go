@@ -32,7 +32,7 @@ func cosignBin(t *testing.T) string {
 
 // TestCosignVerifiesReceipt checks receipts with an independent verifier:
 // cosign verify-blob-attestation accepts the Sigstore bundle of a genuine
-// receipt for one of its output files, and refuses a tampered bundle and a
+// receipt (of the current version, v3) for one of its output files, and refuses a tampered bundle and a
 // file the receipt does not vouch for.
 func TestCosignVerifiesReceipt(t *testing.T) {
 	cosign := cosignBin(t)
@@ -52,7 +52,7 @@ func TestCosignVerifiesReceipt(t *testing.T) {
 		args := append([]string{"verify-blob-attestation",
 			"--key", pub,
 			"--bundle", bundlePath,
-			"--type", predicate.Receipt,
+			"--type", predicate.ReceiptV3,
 			"--insecure-ignore-tlog",
 		}, extra...)
 		args = append(args, blob)
@@ -114,25 +114,40 @@ func TestCosignVerifiesReceipt(t *testing.T) {
 	}
 }
 
-// TestCosignVerifiesV1Golden: a receipt signed while v1 was current still
-// verifies with cosign under its own predicate type.
-func TestCosignVerifiesV1Golden(t *testing.T) {
+// TestCosignVerifiesGoldens: receipts signed while v1, v2 and v3 were
+// current still verify with cosign under their own predicate types, and
+// not under another version's.
+func TestCosignVerifiesGoldens(t *testing.T) {
 	cosign := cosignBin(t)
 	_, envs := golden(t)
-	dir := t.TempDir()
-	b, err := evidence.Bundle(envs[goldenV1OK], "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bundle := filepath.Join(dir, "receipt.sigstore.json")
-	must(t, os.WriteFile(bundle, b, 0o644))
 	out := takeOutputs(t, outputFiles)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, cosign, "verify-blob-attestation", "--key", filepath.Join("testdata", "runner.pub"),
-		"--bundle", bundle, "--type", predicate.ReceiptV1, "--insecure-ignore-tlog", filepath.Join(out, "docs", "README.md"))
-	cmd.Env = append(os.Environ(), "HOME="+dir, "TUF_ROOT="+filepath.Join(dir, "tuf"))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("cosign refuses the v1 golden receipt: %v\n%s", err, b)
+	for _, g := range []struct{ name, key, typ, other string }{
+		{goldenV1OK, "runner.pub", predicate.ReceiptV1, predicate.ReceiptV2},
+		{goldenV2OK, "runner-v2.pub", predicate.ReceiptV2, predicate.ReceiptV3},
+		{goldenOK, "runner-v3.pub", predicate.ReceiptV3, predicate.ReceiptV2},
+	} {
+		t.Run(g.name, func(t *testing.T) {
+			dir := t.TempDir()
+			b, err := evidence.Bundle(envs[g.name], "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bundle := filepath.Join(dir, "receipt.sigstore.json")
+			must(t, os.WriteFile(bundle, b, 0o644))
+			run := func(typ string) ([]byte, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, cosign, "verify-blob-attestation", "--key", filepath.Join("testdata", g.key),
+					"--bundle", bundle, "--type", typ, "--insecure-ignore-tlog", filepath.Join(out, "docs", "README.md"))
+				cmd.Env = append(os.Environ(), "HOME="+dir, "TUF_ROOT="+filepath.Join(dir, "tuf"))
+				return cmd.CombinedOutput()
+			}
+			if b, err := run(g.typ); err != nil {
+				t.Fatalf("cosign refuses the golden receipt as %s: %v\n%s", g.typ, err, b)
+			}
+			if b, err := run(g.other); err == nil {
+				t.Fatalf("cosign accepts the golden receipt as %s:\n%s", g.other, b)
+			}
+		})
 	}
 }

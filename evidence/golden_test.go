@@ -2,8 +2,9 @@ package evidence_test
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,20 +14,26 @@ import (
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
+	"github.com/custody-dev/custody/predicate"
 )
 
-// update regenerates testdata: go test ./evidence -run TestGolden -update
-var update = flag.Bool("update", false, "regenerate the golden receipts, keys and fuzz seeds in testdata")
+// writeV3Golden writes the frozen receipt/v3 goldens: go test ./evidence
+// -run TestGolden -write-v3-golden. It refuses to overwrite them: a
+// published format keeps its meaning, so each version's goldens are made
+// once, while that version is current, and then only verified.
+var writeV3Golden = flag.Bool("write-v3-golden", false, "write the frozen receipt/v3 goldens, their keys and fuzz seeds (once; never overwritten)")
 
-// The golden receipts: v1 ones, frozen since v1 was current (signed by
-// runner.pub, issued by issuer.pub), and the current version's, which
-// -update regenerates with fresh keys (runner-v2.pub, issuer-v2.pub).
-// Published formats keep their meaning: the v1 files are never rewritten.
+// The golden receipts, frozen each while its version was current: v1 ones
+// (signed by runner.pub, issued by issuer.pub), v2 ones (runner-v2.pub,
+// issuer-v2.pub) and v3 ones (runner-v3.pub, issuer-v3.pub); trust.yaml
+// trusts all three generations. The private halves were thrown away.
 const (
 	goldenV1OK     = "receipt.json"
 	goldenV1Failed = "receipt-failed.json"
-	goldenOK       = "receipt-v2.json"
-	goldenFailed   = "receipt-v2-failed.json"
+	goldenV2OK     = "receipt-v2.json"
+	goldenV2Failed = "receipt-v2-failed.json"
+	goldenOK       = "receipt-v3.json"
+	goldenFailed   = "receipt-v3-failed.json"
 )
 
 // golden returns the trust file and the golden receipt envelopes in
@@ -38,7 +45,7 @@ func golden(t testing.TB) (*evidence.Trust, map[string][]byte) {
 		t.Fatal(err)
 	}
 	envs := map[string][]byte{}
-	for _, name := range []string{goldenV1OK, goldenV1Failed, goldenOK, goldenFailed} {
+	for _, name := range []string{goldenV1OK, goldenV1Failed, goldenV2OK, goldenV2Failed, goldenOK, goldenFailed} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			t.Fatal(err)
@@ -52,13 +59,13 @@ func golden(t testing.TB) (*evidence.Trust, map[string][]byte) {
 // change of the receipt format, of its canonical encoding or of the output
 // tree digest shows up as a failure here.
 func TestGolden(t *testing.T) {
-	if *update {
+	if *writeV3Golden {
 		writeGolden(t)
 	}
 	tr, envs := golden(t)
 	out := takeOutputs(t, outputFiles)
 
-	for _, names := range [][2]string{{goldenOK, goldenFailed}, {goldenV1OK, goldenV1Failed}} {
+	for _, names := range [][2]string{{goldenOK, goldenFailed}, {goldenV2OK, goldenV2Failed}, {goldenV1OK, goldenV1Failed}} {
 		res := verifyWith(t, tr, envs[names[0]], evidence.WithOutputs(out))
 		if !res.OK || !res.Promotable {
 			t.Fatalf("golden receipt %s:%s", names[0], describe(res))
@@ -68,6 +75,12 @@ func TestGolden(t *testing.T) {
 			t.Fatalf("golden failed-run receipt %s: OK=%v Promotable=%v:%s", names[1], res.OK, res.Promotable, describe(res))
 		}
 		wantOnlyFailed(t, res, "exit-status")
+	}
+	for name, want := range map[string]string{goldenOK: predicate.ReceiptV3, goldenV2OK: predicate.ReceiptV2, goldenV1OK: predicate.ReceiptV1} {
+		res := verifyWith(t, tr, envs[name], evidence.WithOutputs(out))
+		if got := res.Receipt.PredicateType(); got != want {
+			t.Errorf("golden %s has the shape of %s, want %s", name, got, want)
+		}
 	}
 }
 
@@ -90,9 +103,15 @@ func TestGoldenDecodeFast(t *testing.T) {
 	}
 }
 
-// writeGolden generates new keys, a grant, the golden receipts, the trust
-// file and the fuzz seed corpora.
+// writeGolden generates new keys, a grant, the v3 golden receipts and
+// their fuzz seeds, and adds the keys to the trust file. It refuses to
+// overwrite a golden.
 func writeGolden(t *testing.T) {
+	for _, name := range []string{goldenOK, goldenFailed, "runner-v3.pub", "issuer-v3.pub"} {
+		if _, err := os.Stat(filepath.Join("testdata", name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("testdata/%s exists: the receipt/v3 goldens are frozen; a new format gets a new version and new goldens", name)
+		}
+	}
 	runner, issuer := newKey(t), newKey(t)
 	gp := grantPredicate(runner.ID())
 	genv, err := grant.Mint(context.Background(), issuer, gp)
@@ -109,8 +128,8 @@ func writeGolden(t *testing.T) {
 		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		must(t, os.WriteFile(p, data, 0o644))
 	}
-	write("runner-v2.pub", runner.PublicPEM())
-	write("issuer-v2.pub", issuer.PublicPEM())
+	write("runner-v3.pub", runner.PublicPEM())
+	write("issuer-v3.pub", issuer.PublicPEM())
 	write(goldenOK, append(okEnv, '\n'))
 	write(goldenFailed, append(failedEnv, '\n'))
 	write("trust.yaml", []byte(`apiVersion: custody.dev/v1alpha1
@@ -120,11 +139,15 @@ runners:
     publicKey: runner.pub
   - name: golden-runner-v2
     publicKey: runner-v2.pub
+  - name: golden-runner-v3
+    publicKey: runner-v3.pub
 issuers:
   - name: golden-issuer
     publicKey: issuer.pub
   - name: golden-issuer-v2
     publicKey: issuer-v2.pub
+  - name: golden-issuer-v3
+    publicKey: issuer-v3.pub
 maxAge: 8760h
 tiers: [production]
 `))
@@ -132,31 +155,15 @@ tiers: [production]
 	seed := func(fuzzer, name string, data []byte) {
 		write(filepath.Join("fuzz", fuzzer, name), []byte("go test fuzz v1\n[]byte("+strconv.Quote(string(data))+")\n"))
 	}
-	seed("FuzzVerify", "genuine", okEnv)
-	v1, err := os.ReadFile(filepath.Join("testdata", goldenV1OK))
-	must(t, err)
-	seed("FuzzVerify", "genuine-v1", []byte(strings.TrimSpace(string(v1))))
-	seed("FuzzVerify", "failed-run", failedEnv)
-	seed("FuzzVerify", "grant-as-receipt", genv)
 	payload := payloadOf(t, okEnv)
-	seed("FuzzVerify", "two-signatures", signPayload(t, payload, runner, newKey(t)))
-	seed("FuzzVerify", "non-canonical", signPayload(t, []byte(strings.Replace(string(payload), `"runId":`, `"runId": `, 1)), runner))
-	seed("FuzzVerify", "unsigned-change", withPayload(t, okEnv, []byte(strings.Replace(string(payload), `"status":"ok"`, `"status":"failed"`, 1))))
-	var env map[string]any
-	must(t, json.Unmarshal(okEnv, &env))
-	env["extra"] = true
-	extra, _ := json.Marshal(env)
-	seed("FuzzVerify", "extra-member", extra)
-
+	seed("FuzzVerify", "genuine-v3", okEnv)
+	seed("FuzzVerify", "failed-run-v3", failedEnv)
+	seed("FuzzVerify", "non-canonical-v3", signPayload(t, []byte(strings.Replace(string(payload), `"evidence":`, `"evidence": `, 1)), runner))
+	seed("FuzzVerify", "unsigned-change-v3", withPayload(t, okEnv, []byte(strings.Replace(string(payload), `"status":"ok"`, `"status":"failed"`, 1))))
+	seed("FuzzVerify", "v3-as-v2", signPayload(t, []byte(strings.Replace(string(payload), predicate.ReceiptV3, predicate.ReceiptV2, 1)), runner))
+	seed("FuzzReceiptStatement", "genuine-v3", payload)
 	trustDoc, err := os.ReadFile(filepath.Join("testdata", "trust.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed("FuzzParseTrust", "golden", trustDoc)
-	seed("FuzzParseTrust", "example", []byte(strings.NewReplacer("keys/runner.pub", "runner.pub").Replace(exampleTrust)))
-	seed("FuzzParseTrust", "inline-pem", []byte(trustYAML(runner, issuer, "notAfter: 2027-01-01T00:00:00Z", "tiers: [development, production]\naccept:\n  statuses: [ok, failed]\n  requireCleanVerified: false\nrevocation:\n  acceptBefore: true\n")))
-	seed("FuzzParseTrust", "same-key-twice", []byte(strings.Replace(string(trustDoc), "issuer.pub", "runner.pub", 1)))
-	seed("FuzzParseTrust", "alias", []byte(string(trustDoc)+"retention: &r {receipts: 1h}\naccept: *r\n"))
-	seed("FuzzParseTrust", "unknown-field", []byte(string(trustDoc)+"revocation: {acceptBefore: true, acceptAfter: true}\n"))
-	t.Log("regenerated testdata")
+	must(t, err)
+	seed("FuzzParseTrust", "golden-v3", trustDoc)
+	t.Log("wrote the frozen receipt/v3 goldens")
 }

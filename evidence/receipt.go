@@ -160,9 +160,19 @@ type PhaseRef struct {
 // RuntimeProfile is the runtime and host a phase ran on.
 type RuntimeProfile struct {
 	// Backend names the backend that ran the phase, e.g. "oci". Receipt
-	// v2 requires it; a v1 receipt has none (its backend was oci).
-	Backend string  `json:"backend,omitempty"`
-	Runtime Runtime `json:"runtime"`
+	// v2 and v3 require it; a v1 receipt has none (its backend was oci).
+	Backend string `json:"backend,omitempty"`
+	// Identity is the backend's identity (backend.Identity) as it ran.
+	// Receipt v3 requires it; v1 and v2 receipts have none.
+	Identity *BackendIdentity `json:"identity,omitempty"`
+	// Evidence is the backend's sandbox evidence exactly: 1 to
+	// maxEvidence names ([a-z][a-z0-9-]{0,31}) to lowercase hex SHA-256
+	// digests, e.g. "config", "gate", "seccomp" and "runtime" for oci (an
+	// oci v3 receipt must carry config, gate and seccomp), "hostconfig"
+	// and "image" for docker. Receipt v3 requires it; v1 and v2 receipts
+	// have none (they record the oci digests in the flat fields below).
+	Evidence map[string]string `json:"evidence,omitempty"`
+	Runtime  Runtime           `json:"runtime"`
 	// Kernel is the uname release.
 	Kernel string `json:"kernel"`
 	// Arch and OS are GOARCH and GOOS.
@@ -175,14 +185,19 @@ type RuntimeProfile struct {
 	// Unqualified is true exactly for the development tier.
 	Unqualified bool `json:"unqualified"`
 	// ConfigSHA256 is the lowercase hex SHA-256 of the OCI config.json the
-	// container ran with. Required of the oci backend (and of every v1
-	// receipt); empty for a backend that has no OCI config.
-	ConfigSHA256 string `json:"configSha256"`
-	// GateSHA256 is the lowercase hex SHA-256 of the custody gate: the
+	// container ran with. v1 and v2 receipts always write the member
+	// (hence a pointer: it is absent from v3 and present, if empty, in
+	// v2); its value is required of the oci backend (and of every v1
+	// receipt) and empty for a backend that has no OCI config. A v3
+	// receipt has none: the digest is Evidence["config"].
+	ConfigSHA256 *string `json:"configSha256,omitempty"`
+	// GateSHA256 (v1 and v2 only; Evidence["gate"] in v3) is the
+	// lowercase hex SHA-256 of the custody gate: the
 	// container's first process, which exec'd the workload once the runner
 	// had observed it.
 	GateSHA256 string `json:"gateSha256,omitempty"`
-	// SeccompSHA256 is the lowercase hex SHA-256 of the seccomp filter the
+	// SeccompSHA256 (v1 and v2 only; Evidence["seccomp"] in v3) is the
+	// lowercase hex SHA-256 of the seccomp filter the
 	// gate installed: the classic BPF program (struct sock_filter entries,
 	// host byte order) compiled from the reviewed profile. A gated
 	// container's config.json holds no seccomp profile; this names the
@@ -190,6 +205,20 @@ type RuntimeProfile struct {
 	SeccompSHA256 string `json:"seccompSha256,omitempty"`
 	// UserNamespace says whether the container ran in a user namespace.
 	UserNamespace bool `json:"userNamespace"`
+}
+
+// BackendIdentity is a backend's identity as a receipt v3 records it
+// (backend.Identity, in a signed format of its own).
+type BackendIdentity struct {
+	// Kind is the backend's name: profile.backend.
+	Kind string `json:"kind"`
+	// Version is the runtime's or engine's version.
+	Version string `json:"version"`
+	// Path is the absolute path of the runtime binary, if there is one.
+	Path string `json:"path,omitempty"`
+	// SHA256 is the lowercase hex SHA-256 of the runtime binary, if the
+	// backend could prove it (the oci backend always does).
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Runtime is the pinned container runtime that ran.
@@ -311,11 +340,23 @@ type OutputFile struct {
 // BackendOCI is the backend name of the pinned OCI runtime (runc).
 const BackendOCI = "oci"
 
+// backendPattern is the shape of a backend name and of an evidence name.
 var backendPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
-// PredicateType is the receipt version r has the shape of: v2 when it
-// records its streams and backend, v1 otherwise.
+// maxEvidence bounds profile.evidence.
+const maxEvidence = 32
+
+// ociEvidence are the evidence names an oci v3 receipt must carry: what a
+// v2 receipt recorded as configSha256, gateSha256 and seccompSha256.
+var ociEvidence = []string{"config", "gate", "seccomp"}
+
+// PredicateType is the receipt version r has the shape of: v3 when its
+// profile records the backend's identity or evidence, v2 when it records
+// its streams and backend, v1 otherwise.
 func (r *Receipt) PredicateType() string {
+	if r.Profile.Identity != nil || r.Profile.Evidence != nil {
+		return predicate.ReceiptV3
+	}
 	if r.Streams != nil || r.Profile.Backend != "" {
 		return predicate.ReceiptV2
 	}
@@ -481,7 +522,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if !knownReceiptType(st.PredicateType) {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV2, predicate.ReceiptV1)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -513,7 +554,9 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 
 // knownReceiptType reports whether t is a receipt predicate type custody
 // verifies.
-func knownReceiptType(t string) bool { return t == predicate.ReceiptV2 || t == predicate.ReceiptV1 }
+func knownReceiptType(t string) bool {
+	return t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+}
 
 func equalSubject(a cdsse.Subject, b Subject) bool {
 	if a.Name != b.Name || len(a.Digest) != len(b.Digest) {
@@ -650,14 +693,8 @@ func validateReceipt(r *Receipt, predicateType string) error {
 	if p.Unqualified != (p.Tier == TierDevelopment) {
 		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, cdsse.Clip(p.Tier))
 	}
-	if predicateType == predicate.ReceiptV1 || p.Backend == BackendOCI || p.ConfigSHA256 != "" {
-		ps.hex64("profile.configSha256", p.ConfigSHA256)
-	}
-	if p.GateSHA256 != "" {
-		ps.hex64("profile.gateSha256", p.GateSHA256)
-	}
-	if p.SeccompSHA256 != "" {
-		ps.hex64("profile.seccompSha256", p.SeccompSHA256)
+	if predicateType != predicate.ReceiptV3 {
+		checkFlatDigests(&ps, p, predicateType)
 	}
 
 	ps.digest("image", r.Image)
@@ -711,18 +748,43 @@ func validateReceipt(r *Receipt, predicateType string) error {
 	return ps.err()
 }
 
+// checkFlatDigests checks the digests v1 and v2 receipts record flat in
+// the profile.
+func checkFlatDigests(ps *problems, p *RuntimeProfile, predicateType string) {
+	if p.ConfigSHA256 == nil {
+		ps.add("profile.configSha256", "missing (%s writes it, empty for a backend without an OCI config)", predicateType)
+	} else if predicateType == predicate.ReceiptV1 || p.Backend == BackendOCI || *p.ConfigSHA256 != "" {
+		ps.hex64("profile.configSha256", *p.ConfigSHA256)
+	}
+	if p.GateSHA256 != "" {
+		ps.hex64("profile.gateSha256", p.GateSHA256)
+	}
+	if p.SeccompSHA256 != "" {
+		ps.hex64("profile.seccompSha256", p.SeccompSHA256)
+	}
+}
+
 // checkVersion checks the fields that tell the versions apart: a v2
-// receipt names its backend and records its streams; a v1 receipt has
-// neither, so no v1 receipt can carry v2 content unchecked.
+// receipt names its backend and records its streams; a v3 receipt also
+// records the backend's identity and evidence map instead of the flat
+// digests; a v1 receipt has neither backend nor streams. So no receipt can
+// carry another version's content unchecked.
 func checkVersion(ps *problems, r *Receipt, predicateType string) {
+	p := &r.Profile
+	if predicateType != predicate.ReceiptV3 && (p.Identity != nil || p.Evidence != nil) {
+		ps.add("predicateType", "%s has no profile.identity or profile.evidence (they are %s's); this receipt has them", cdsse.Clip(predicateType), predicate.ReceiptV3)
+	}
 	switch predicateType {
 	case predicate.ReceiptV1:
 		if r.Profile.Backend != "" || r.Streams != nil {
 			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
 		}
-	case predicate.ReceiptV2:
+	case predicate.ReceiptV2, predicate.ReceiptV3:
 		if !backendPattern.MatchString(r.Profile.Backend) {
 			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
+		}
+		if predicateType == predicate.ReceiptV3 {
+			checkV3Profile(ps, p)
 		}
 		if r.Streams == nil {
 			ps.add("streams", "missing")
@@ -737,6 +799,49 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 		}
 	default:
 		ps.add("predicateType", "%q is not a receipt predicate type", cdsse.Clip(predicateType))
+	}
+}
+
+// checkV3Profile checks what a v3 profile records instead of v2's flat
+// digests: the backend's identity and its evidence map.
+func checkV3Profile(ps *problems, p *RuntimeProfile) {
+	if p.ConfigSHA256 != nil || p.GateSHA256 != "" || p.SeccompSHA256 != "" {
+		ps.add("profile", "%s has no configSha256, gateSha256 or seccompSha256 (they are profile.evidence's config, gate and seccomp); this receipt has them", predicate.ReceiptV3)
+	}
+	if id := p.Identity; id == nil {
+		ps.add("profile.identity", "missing")
+	} else {
+		if id.Kind != p.Backend {
+			ps.add("profile.identity.kind", "%q is not profile.backend %q", cdsse.Clip(id.Kind), cdsse.Clip(p.Backend))
+		}
+		ps.text("profile.identity.version", id.Version)
+		if id.Path != "" {
+			ps.absPath("profile.identity.path", id.Path)
+		}
+		if id.SHA256 != "" || p.Backend == BackendOCI {
+			ps.hex64("profile.identity.sha256", id.SHA256)
+		}
+	}
+	switch n := len(p.Evidence); {
+	case n == 0:
+		ps.add("profile.evidence", "empty: a v3 receipt records the backend's evidence")
+	case n > maxEvidence:
+		ps.add("profile.evidence", "%d entries, more than %d", n, maxEvidence)
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.Evidence)) {
+		if !backendPattern.MatchString(k) {
+			ps.add("profile.evidence", "%q is not an evidence name ([a-z][a-z0-9-]{0,31})", cdsse.Clip(k))
+			continue
+		}
+		ps.hex64("profile.evidence."+k, p.Evidence[k])
+	}
+	if p.Backend == BackendOCI {
+		for _, k := range ociEvidence {
+			if _, ok := p.Evidence[k]; !ok {
+				ps.add("profile.evidence."+k, "missing: an oci receipt records the config, gate and seccomp digests")
+			}
+		}
 	}
 }
 

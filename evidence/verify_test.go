@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -78,7 +80,7 @@ func TestStatementFormat(t *testing.T) {
 	if err := st.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if st.GetPredicateType() != "https://custody.dev/attestation/receipt/v2" {
+	if st.GetPredicateType() != "https://custody.dev/attestation/receipt/v3" {
 		t.Fatalf("predicateType %q", st.GetPredicateType())
 	}
 	var got []string
@@ -616,11 +618,23 @@ func TestStatementStrict(t *testing.T) {
 		{"subject removed", `{"name":"out/empty"`, `{"name":"out/emptz"`, "subjects are not those of predicate.output"},
 		{"status contradicts code", `"code":0`, `"code":1`, "contradicts"},
 		{"wrong predicate type", predicate.Receipt, predicate.Grant, "predicateType"},
-		// A v1 receipt has no streams or backend: v2 content cannot be
-		// passed off as v1, where nothing would check it.
-		{"v2 content as v1", predicate.ReceiptV2, predicate.ReceiptV1, "has no profile.backend or streams"},
-		{"v2 with a bad backend name", `"backend":"oci",`, `"backend":"OCI",`, "profile.backend"},
-		{"v2 stream digest", `"stdout":{"sha256":"`, `"stdout":{"sha256":"x`, "streams.stdout.sha256"},
+		// A v1 receipt has no streams or backend: v2 or v3 content cannot
+		// be passed off as v1, where nothing would check it.
+		{"v3 content as v1", predicate.ReceiptV3, predicate.ReceiptV1, "has no profile.backend or streams"},
+		{"v3 with a bad backend name", `"backend":"oci",`, `"backend":"OCI",`, "profile.backend"},
+		{"v3 stream digest", `"stdout":{"sha256":"`, `"stdout":{"sha256":"x`, "streams.stdout.sha256"},
+		// v3's profile fields in a v2 receipt: v2 has no place for them.
+		{"v3 fields in a v2 receipt", predicate.ReceiptV3, predicate.ReceiptV2, "has no profile.identity or profile.evidence"},
+		{"v3 as v2 lacks configSha256", predicate.ReceiptV3, predicate.ReceiptV2, "profile.configSha256: missing"},
+		{"v3 evidence name shape", `"evidence":{"config":`, `"evidence":{"Config":`, `"Config" is not an evidence name`},
+		{"v3 evidence digest not hex", `"gate":"`, `"gate":"X`, "profile.evidence.gate:"},
+		{"v3 oci without gate", `"gate":"`, `"gatf":"`, "profile.evidence.gate: missing"},
+		{"v3 oci without config", `"evidence":{"config":`, `"evidence":{"confih":`, "profile.evidence.config: missing"},
+		{"v3 identity kind", `"identity":{"kind":"oci"`, `"identity":{"kind":"docker"`, "profile.identity.kind"},
+		// A v2-only field in a v3 receipt: the flat digests are the
+		// evidence map's in v3.
+		{"v2 configSha256 in v3", `"userNamespace":`, `"configSha256":"` + strings.Repeat("a", 64) + `","userNamespace":`, "has no configSha256, gateSha256 or seccompSha256"},
+		{"v2 gateSha256 in v3", `"userNamespace":`, `"gateSha256":"` + strings.Repeat("a", 64) + `","userNamespace":`, "has no configSha256, gateSha256 or seccompSha256"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if !bytes.Contains(payload, []byte(tt.old)) {
@@ -658,6 +672,22 @@ func TestSignReceiptRefuses(t *testing.T) {
 			r.Grant.Envelope = append([]byte(" "), r.Grant.Envelope...)
 		}, "grant.envelope"},
 		{"status contradicts exit", func(r *evidence.Receipt) { r.Exit.TimedOut = true }, "exit.status"},
+		// What a v3 receipt records of its backend is required and shaped.
+		{"v3 without evidence", func(r *evidence.Receipt) { r.Profile.Evidence = nil }, "profile.evidence: empty"},
+		{"v3 empty evidence", func(r *evidence.Receipt) { r.Profile.Evidence = map[string]string{} }, "profile.evidence: empty"},
+		{"v3 too much evidence", func(r *evidence.Receipt) {
+			for i := range 33 {
+				r.Profile.Evidence[fmt.Sprintf("e%d", i)] = hexOf(nil)
+			}
+		}, "more than 32"},
+		{"v3 evidence name too long", func(r *evidence.Receipt) { r.Profile.Evidence["a"+strings.Repeat("b", 32)] = hexOf(nil) }, "not an evidence name"},
+		{"v3 evidence digest uppercase", func(r *evidence.Receipt) { r.Profile.Evidence["seccomp"] = strings.ToUpper(hexOf(nil)) }, "profile.evidence.seccomp:"},
+		{"v3 oci without seccomp", func(r *evidence.Receipt) { delete(r.Profile.Evidence, "seccomp") }, "profile.evidence.seccomp: missing"},
+		{"v3 without identity", func(r *evidence.Receipt) { r.Profile.Identity = nil }, "profile.identity: missing"},
+		{"v3 oci identity without digest", func(r *evidence.Receipt) { r.Profile.Identity.SHA256 = "" }, "profile.identity.sha256"},
+		{"v3 identity relative path", func(r *evidence.Receipt) { r.Profile.Identity.Path = "runc" }, "profile.identity.path"},
+		{"v3 with v2's configSha256", func(r *evidence.Receipt) { c := hexOf(nil); r.Profile.ConfigSHA256 = &c }, "has no configSha256"},
+		{"v3 with v2's seccompSha256", func(r *evidence.Receipt) { r.Profile.SeccompSHA256 = hexOf(nil) }, "has no configSha256"},
 		{"tier contradicts unqualified", func(r *evidence.Receipt) { r.Profile.Unqualified = true }, "profile.unqualified"},
 		{"finished before started", func(r *evidence.Receipt) { r.Finished = r.Started.Add(-time.Second) }, "finished:"},
 		{"no times", func(r *evidence.Receipt) { r.Started = time.Time{} }, "started: missing"},
@@ -680,6 +710,9 @@ func TestSignReceiptRefuses(t *testing.T) {
 			r := f.receipt
 			r.Output.Files = append([]evidence.OutputFile(nil), r.Output.Files...)
 			r.Cleanup.Steps = append([]evidence.CleanupStep(nil), r.Cleanup.Steps...)
+			r.Profile.Evidence = maps.Clone(r.Profile.Evidence)
+			id := *r.Profile.Identity
+			r.Profile.Identity = &id
 			tt.change(&r)
 			_, err := evidence.SignReceipt(context.Background(), f.runner, r)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {

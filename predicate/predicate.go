@@ -16,8 +16,8 @@ const (
 	// scoped authorization to run one phase, signed by the grant issuer.
 	Grant = Prefix + "grant/v1"
 	// Receipt is the predicate type of the receipts custody signs now:
-	// ReceiptV2.
-	Receipt = ReceiptV2
+	// ReceiptV3.
+	Receipt = ReceiptV3
 	// ReceiptV1 is the first receipt predicate: a runner's receipt of a
 	// finished phase, signed by the runner identity key. Receipts of this
 	// type keep verifying.
@@ -27,6 +27,14 @@ const (
 	// oci backend) and the digests of the workload's standard streams as
 	// the runner spooled them (streams).
 	ReceiptV2 = Prefix + "receipt/v2"
+	// ReceiptV3 is ReceiptV2 with the profile recording what ran as the
+	// backend reports it: its identity (profile.identity: kind, version,
+	// path, sha256) and its evidence map (profile.evidence: name to
+	// lowercase hex SHA-256, the backend's sandbox evidence exactly). The
+	// flat profile.configSha256, gateSha256 and seccompSha256 of v1 and v2
+	// are not written; for the oci backend they are the evidence map's
+	// "config", "gate" and "seccomp", which an oci v3 receipt must carry.
+	ReceiptV3 = Prefix + "receipt/v3"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,

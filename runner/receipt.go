@@ -1,6 +1,10 @@
 package runner
 
-import "github.com/custody-dev/custody/evidence"
+import (
+	"maps"
+
+	"github.com/custody-dev/custody/evidence"
+)
 
 // ReceiptFor assembles the receipt predicate of a launched run: every
 // observation the runner made. custodyd adds the grant and the runner
@@ -22,9 +26,6 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 			CgroupMode:    string(prof.Cgroup.Mode),
 			Tier:          tier,
 			Unqualified:   p.Plan.Unqualified,
-			ConfigSHA256:  res.ConfigSHA256,
-			GateSHA256:    res.GateSHA256,
-			SeccompSHA256: res.SeccompSHA256,
 			UserNamespace: res.UserNamespace,
 		},
 		Image:  res.Image,
@@ -40,6 +41,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 		Started:  res.Started,
 		Finished: res.Finished,
 	}
+	rc.Profile.Identity, rc.Profile.Evidence = r.receiptIdentity(res), maps.Clone(res.Evidence)
 	rc.Streams = receiptStreams(res.Streams)
 	for _, in := range res.Inputs {
 		rc.Inputs = append(rc.Inputs, evidence.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
@@ -71,6 +73,17 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 			Notes: []string{"the container never started, so nothing was observed"}}
 	}
 	return rc
+}
+
+// receiptIdentity is the backend identity res recorded as the launch ran,
+// or the backend's own for a result that recorded none (it never got to
+// the backend's evidence).
+func (r *Runner) receiptIdentity(res *Result) *evidence.BackendIdentity {
+	b := res.Backend
+	if b == nil {
+		b = identityRecord(r.backend.Identity())
+	}
+	return &evidence.BackendIdentity{Kind: b.Kind, Version: b.Version, Path: b.Path, SHA256: b.SHA256}
 }
 
 // emptySHA256 is the SHA-256 of no bytes: the digest of a stream the

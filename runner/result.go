@@ -57,7 +57,13 @@ type Result struct {
 	// installed.
 	SeccompSHA256 string `json:"seccompSha256,omitempty"`
 	UserNamespace bool   `json:"userNamespace"`
-	Image         string `json:"image"`
+	// Backend is the identity of the backend that ran the launch, and
+	// Evidence its sandbox's evidence exactly (the flat digests above are
+	// its oci entries, kept for the records and wire that read them).
+	// Records written before these fields have neither.
+	Backend  *BackendIdentity  `json:"backend,omitempty"`
+	Evidence map[string]string `json:"evidence,omitempty"`
+	Image    string            `json:"image"`
 	// Inputs are the snapshotted inputs, by digest (no Root).
 	Inputs  []admission.Input `json:"inputs"`
 	Output  *Output           `json:"output,omitempty"`
@@ -76,6 +82,19 @@ type Result struct {
 	// FailedStage is, for StatusFailedToStart, the sandbox's stage that
 	// failed (Error names it too).
 	FailedStage string `json:"failedStage,omitempty"`
+}
+
+// BackendIdentity is backend.Identity in the run record (backend's types
+// carry no JSON names).
+type BackendIdentity struct {
+	Kind    string `json:"kind"`
+	Version string `json:"version"`
+	Path    string `json:"path,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
+}
+
+func identityRecord(id backend.Identity) *BackendIdentity {
+	return &BackendIdentity{Kind: id.Kind, Version: id.Version, Path: id.Path, SHA256: id.SHA256}
 }
 
 // Output is the custody record of a run's outputs: the retained tree's

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -391,6 +392,8 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		return res, err
 	}
 	ev := c.Evidence()
+	res.Backend = identityRecord(r.backend.Identity())
+	res.Evidence = maps.Clone(ev)
 	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
 	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})

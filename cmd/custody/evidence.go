@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -165,6 +167,9 @@ func (a *app) verifyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !asJSON {
+				a.printBackend(res.Receipt)
+			}
 			return a.verdict(res, asJSON, res.Checks, "receipt", res.OK, "promotable", res.Promotable)
 		},
 	}
@@ -175,6 +180,34 @@ func (a *app) verifyCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print every check as JSON")
 	_ = cmd.MarkFlagRequired("trust")
 	return cmd
+}
+
+// printBackend prints what a v3 receipt records of the backend that ran:
+// one line naming it and its identity, one with its evidence map. Older
+// receipts (and unauthentic ones, which have no receipt) print nothing:
+// the verifier holds each version to its own fields, so only a v3 receipt
+// has an identity.
+func (a *app) printBackend(r *evidence.Receipt) {
+	if r == nil || r.Profile.Identity == nil {
+		return
+	}
+	p := &r.Profile
+	line := "backend " + quote.String(p.Backend)
+	if id := p.Identity; id != nil {
+		line += " version=" + quote.String(id.Version)
+		if id.Path != "" {
+			line += " path=" + quote.String(id.Path)
+		}
+		if id.SHA256 != "" {
+			line += " sha256=" + id.SHA256
+		}
+	}
+	fmt.Fprintln(a.stdout, line)
+	ev := make([]string, 0, len(p.Evidence))
+	for _, k := range slices.Sorted(maps.Keys(p.Evidence)) {
+		ev = append(ev, quote.String(k)+"="+quote.String(p.Evidence[k]))
+	}
+	fmt.Fprintln(a.stdout, "evidence "+strings.Join(ev, " "))
 }
 
 // verdict prints a verification result res (as JSON, or one line per

@@ -346,9 +346,13 @@ func TestReceiptVerifyPromote(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "receipt.sigstore.json")); err != nil {
 		t.Fatal("no sigstore bundle written")
 	}
-	if code, stdout, errs := e.custody("verify", receipt, "--trust", devTrust, "--outputs", outputs); code != verifyPromotable {
+	code, stdout, errs := e.custody("verify", receipt, "--trust", devTrust, "--outputs", outputs)
+	if code != verifyPromotable {
 		t.Fatalf("verify genuine: %d\n%s%s", code, stdout, errs)
 	}
+	// The daemon signs receipt/v3: verify names the backend that ran and
+	// its evidence, the oci digests among them.
+	wantBackendLines(t, stdout, "oci", "config", "gate", "seccomp")
 	// A production trust policy rejects a development-tier receipt.
 	if code, stdout, _ := e.custody("verify", receipt, "--trust", prodTrust, "--outputs", outputs); code != verifyAuthentic || !strings.Contains(stdout, "tier") {
 		t.Fatalf("verify dev receipt under production trust: %d\n%s", code, stdout)
@@ -360,7 +364,7 @@ func TestReceiptVerifyPromote(t *testing.T) {
 	}
 	verify := func(bundle, file string) error {
 		cmd := exec.Command(cosign, "verify-blob-attestation", "--key", filepath.Join(e.dir, "runner.pub"),
-			"--bundle", bundle, "--type", "https://custody.dev/attestation/receipt/v2", "--insecure-ignore-tlog", file)
+			"--bundle", bundle, "--type", "https://custody.dev/attestation/receipt/v3", "--insecure-ignore-tlog", file)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// wantBackendLines checks that verify's output names backend on one line
+// and, on the next, an evidence map with at least the names given.
+func wantBackendLines(t *testing.T, stdout, backend string, names ...string) {
+	t.Helper()
+	var be, ev string
+	for _, l := range strings.Split(stdout, "\n") {
+		switch {
+		case strings.HasPrefix(l, "backend "):
+			be = l
+		case strings.HasPrefix(l, "evidence "):
+			ev = l
+		}
+	}
+	if !strings.HasPrefix(be, "backend "+backend+" version=") {
+		t.Fatalf("verify prints no backend line for %s:\n%s", backend, stdout)
+	}
+	for _, n := range names {
+		if !strings.Contains(ev, " "+n+"=") {
+			t.Fatalf("verify's evidence line has no %s:\n%s", n, stdout)
+		}
+	}
+}
+
+// TestVerifyPrintsBackend: custody verify prints a v3 receipt's backend
+// and evidence map, one line each, and prints neither for a v1 or v2
+// receipt, whose output stays as it was. The receipts are the frozen
+// goldens (signed by keys whose private halves are gone).
+func TestVerifyPrintsBackend(t *testing.T) {
+	dir := filepath.Join(testenv.ModuleRoot(t), "evidence", "testdata")
+	trust := filepath.Join(dir, "trust.yaml")
+	verify := func(name string) string {
+		t.Helper()
+		code, out, errs := custodyCLI("verify", filepath.Join(dir, name), "--trust", trust, "--no-outputs-unsafe")
+		if code == verifyUnauthentic || !strings.Contains(out, "authentic=true promotable=") {
+			t.Fatalf("verify %s: %d\n%s%s", name, code, out, errs)
+		}
+		return out
+	}
+	out := verify("receipt-v3.json")
+	wantBackendLines(t, out, "oci", "config", "gate", "seccomp", "runtime")
+	if !strings.Contains(out, "path=/usr/lib/custody/runc sha256=") {
+		t.Fatalf("the backend line does not name the runtime's path and digest:\n%s", out)
+	}
+	for _, name := range []string{"receipt.json", "receipt-v2.json"} {
+		out := verify(name)
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "backend ") || strings.HasPrefix(l, "evidence ") {
+				t.Fatalf("verify %s prints a v3 line %q:\n%s", name, l, out)
+			}
+		}
+	}
+}
