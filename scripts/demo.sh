@@ -82,7 +82,7 @@ echo "wrote $DEMO/promotion.json"
 if [ -x "$BIN/cosign" ]; then
 	echo "== cosign verifies the same receipt with the runner key"
 	"$BIN/cosign" verify-blob-attestation --key "$DEMO/runner.pub" --bundle "$DEMO/out/receipt.sigstore.json" \
-		--type https://custody.dev/attestation/receipt/v2 --insecure-ignore-tlog "$DEMO/out/outputs/HELLO.txt"
+		--type https://custody.dev/attestation/receipt/v3 --insecure-ignore-tlog "$DEMO/out/outputs/HELLO.txt"
 fi
 echo "== the same grant again is refused: it admits one launch"
 if custody run --grant "$DEMO/grant.json" 2>&1; then
