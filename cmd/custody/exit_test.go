@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -173,7 +174,7 @@ func TestRerunSameReceipt(t *testing.T) {
 // beside it (exit 3: custody could not save the evidence).
 func TestOutputsAppearingMidRun(t *testing.T) {
 	e := startDaemon(t)
-	g := e.grant(t, e.phase(t, "race", "echo x > /out/x; sleep 2", ""))
+	g := e.grant(t, e.phase(t, "race", "echo x > /out/x; sleep 3", ""))
 	out := filepath.Join(e.dir, "race")
 	receipt := filepath.Join(out, "receipt.json")
 	done := make(chan [3]string, 1)
@@ -181,7 +182,19 @@ func TestOutputsAppearingMidRun(t *testing.T) {
 		code, stdout, errs := e.custody("run", "--grant", g, "--receipt", receipt)
 		done <- [3]string{strconv.Itoa(code), stdout, errs}
 	}()
-	time.Sleep(700 * time.Millisecond)
+	// Once the run is running, the CLI is past its checks of the paths.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		_, stdout, _ := e.custody("status", "--operator")
+		var st struct {
+			Status struct{ Running []string } `json:"status"`
+		}
+		if json.Unmarshal([]byte(stdout), &st) == nil && len(st.Status.Running) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never showed as running")
+		}
+	}
 	foreign := filepath.Join(out, "outputs")
 	if err := os.MkdirAll(foreign, 0o755); err != nil {
 		t.Fatal(err)
