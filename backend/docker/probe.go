@@ -123,39 +123,75 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	return e, nil
 }
 
-// boundary decides the kernel boundary the containers share with this
-// host: native-linux when the daemon reports this host's kernel release,
-// is not Docker Desktop, and the process serving its unix socket is a
-// dockerd on this host (SO_PEERCRED); vm when the kernels differ or the
-// daemon is Docker Desktop; unknown otherwise (a TCP endpoint, a proxy).
+// boundary gathers what decides the kernel boundary the containers share
+// with this host and hands it to decideBoundary.
 func (d *Docker) boundary(ctx context.Context, info system.Info) (string, []string) {
+	f := boundaryFacts{Host: d.host, OperatingSystem: info.OperatingSystem, DaemonKernel: info.KernelVersion}
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
-		return BoundaryUnknown, []string{"boundary unknown: uname: " + err.Error()}
+		f.Err = fmt.Errorf("uname: %w", err)
+		return decideBoundary(f)
 	}
-	release := unix.ByteSliceToString(uts.Release[:])
-	if strings.Contains(info.OperatingSystem, "Docker Desktop") {
-		return BoundaryVM, []string{"boundary vm: the daemon is Docker Desktop (" + info.OperatingSystem + ")"}
-	}
-	if info.KernelVersion != release {
-		return BoundaryVM, []string{fmt.Sprintf("boundary vm: the daemon's kernel %s is not this host's %s", info.KernelVersion, release)}
-	}
+	f.HostKernel = unix.ByteSliceToString(uts.Release[:])
 	path, ok := unixPath(d.host)
 	if !ok {
-		return BoundaryUnknown, []string{"boundary unknown: " + d.host + " is not a local unix socket, so the daemon's process cannot be seen"}
+		return decideBoundary(f)
 	}
+	f.SocketPath = path
 	pid, err := peerPid(ctx, path)
 	if err != nil {
-		return BoundaryUnknown, []string{"boundary unknown: " + err.Error()}
+		f.Err = err
+		return decideBoundary(f)
 	}
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil {
-		return BoundaryUnknown, []string{fmt.Sprintf("boundary unknown: the socket's server pid %d: %v", pid, err)}
+	f.PeerPid = pid
+	if f.PeerExe, err = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil {
+		f.Err = fmt.Errorf("the socket's server pid %d: %w", pid, err)
 	}
-	if filepath.Base(exe) != "dockerd" {
-		return BoundaryUnknown, []string{fmt.Sprintf("boundary unknown: %s is served by %s (pid %d), not dockerd", path, exe, pid)}
+	return decideBoundary(f)
+}
+
+// boundaryFacts are the inputs of decideBoundary, as values so the decision
+// can be tested without a daemon.
+type boundaryFacts struct {
+	Host            string // the daemon endpoint as configured
+	OperatingSystem string // Info.OperatingSystem, as the daemon reports it
+	DaemonKernel    string // Info.KernelVersion, as the daemon reports it
+	HostKernel      string // uname release of this host
+	SocketPath      string // set when Host is a local unix socket
+	PeerPid         int    // SO_PEERCRED pid of the socket's server
+	PeerExe         string // /proc/<pid>/exe of that server
+	Err             error  // a failure gathering the facts above
+}
+
+// decideBoundary decides the boundary from what the daemon says about
+// itself and from who serves its socket on this host; the daemon's word
+// alone is never enough, since a local unix socket can be forwarded to a
+// remote daemon (ssh, socat), which would report any kernel it likes.
+// native-linux: the socket is local and served by a dockerd on this host
+// that reports this host's kernel. vm: the socket is local and served by
+// Docker Desktop's backend (com.docker.*), which says it is Docker
+// Desktop. unknown otherwise, which admission refuses.
+func decideBoundary(f boundaryFacts) (string, []string) {
+	unknown := func(why string) (string, []string) { return BoundaryUnknown, []string{"boundary unknown: " + why} }
+	switch {
+	case f.Err != nil:
+		return unknown(f.Err.Error())
+	case f.SocketPath == "":
+		return unknown(f.Host + " is not a local unix socket, so the daemon's process cannot be seen")
+	case f.PeerExe == "":
+		return unknown(fmt.Sprintf("%s: the server process is not visible from here", f.SocketPath))
 	}
-	return BoundaryNative, []string{fmt.Sprintf("boundary native-linux: kernel %s is this host's, and %s is served by %s (pid %d) on this host", release, path, exe, pid)}
+	served := fmt.Sprintf("%s is served by %s (pid %d) on this host", f.SocketPath, f.PeerExe, f.PeerPid)
+	exe := filepath.Base(f.PeerExe)
+	switch {
+	case exe == "dockerd" && f.DaemonKernel == f.HostKernel:
+		return BoundaryNative, []string{fmt.Sprintf("boundary native-linux: kernel %s is this host's, and %s", f.HostKernel, served)}
+	case exe == "dockerd":
+		return unknown(fmt.Sprintf("%s, yet the daemon reports kernel %q, not this host's %s: the socket may lead elsewhere", served, f.DaemonKernel, f.HostKernel))
+	case strings.HasPrefix(exe, "com.docker.") && strings.Contains(f.OperatingSystem, "Docker Desktop"):
+		return BoundaryVM, []string{"boundary vm: the daemon is Docker Desktop (" + f.OperatingSystem + "), and " + served}
+	}
+	return unknown(served + ", which is neither dockerd nor Docker Desktop's backend (a proxy or a forward to another host?)")
 }
 
 // peerPid is the pid of the process that serves the unix socket at path.
