@@ -48,6 +48,18 @@ var ErrProbeResidue = errors.New("probe left objects behind")
 // containers that carry custody's labels and are removed by ID after.
 // Nothing in the profile comes from a pack or a policy.
 func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, error) {
+	e, _, err := d.probe(ctx, opts)
+	return e, err
+}
+
+// probe is Probe that also says whether the egress finding is settled, so
+// worth keeping for the daemon's life. It is not settled when the proof
+// failed for a reason that may pass: an error before the proof could
+// measure (an object not created or started, the image not there yet, a
+// timeout) or a void proof (the in-network control did not connect). A
+// finished proof is settled either way, also one showing egress; no probe
+// image is settled too (configuration, not chance).
+func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, settled bool, _ error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = 60 * time.Second
 	}
@@ -55,11 +67,11 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	defer cancel()
 	ver, err := d.cli.ServerVersion(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("probe %s: version: %w", d.host, err)
+		return nil, false, fmt.Errorf("probe %s: version: %w", d.host, err)
 	}
 	info, err := d.cli.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("probe %s: info: %w", d.host, err)
+		return nil, false, fmt.Errorf("probe %s: info: %w", d.host, err)
 	}
 	e := &pack.Engine{
 		Name:          "docker",
@@ -77,7 +89,7 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	slices.Sort(e.Runtimes)
 	secopts, err := system.DecodeSecurityOptions(info.SecurityOptions)
 	if err != nil {
-		return nil, fmt.Errorf("probe %s: security options %q: %w", d.host, info.SecurityOptions, err)
+		return nil, false, fmt.Errorf("probe %s: security options %q: %w", d.host, info.SecurityOptions, err)
 	}
 	for _, o := range secopts {
 		switch o.Name {
@@ -101,11 +113,12 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	e.Notes = append(e.Notes, notes...)
 	if opts.Image == "" {
 		e.Notes = append(e.Notes, "internal-network egress not proved: no probe image given (ProbeOptions.Image)")
-		return e, nil
+		return e, true, nil
 	}
 	nonce := randid.New(8)
 	e.Notes = append(e.Notes, "egress proof objects are labelled "+LabelProbe+"="+nonce)
 	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions())
+	settled = err == nil && proof != nil && proof.Peer == Reached
 	if proof != nil {
 		e.InternalBlocksEgress = proof.Blocks()
 		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version))
@@ -114,13 +127,13 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 		e.InternalBlocksEgress = false
 		e.Notes = append(e.Notes, "internal-network egress not proved: "+err.Error())
 		if errors.Is(err, ErrProbeResidue) {
-			return e, err
+			return e, false, err
 		}
 		if ctx.Err() != nil {
-			return e, fmt.Errorf("probe %s: the egress proof did not finish within %v: %w", d.host, opts.Timeout, ctx.Err())
+			return e, false, fmt.Errorf("probe %s: the egress proof did not finish within %v: %w", d.host, opts.Timeout, ctx.Err())
 		}
 	}
-	return e, nil
+	return e, settled, nil
 }
 
 // boundary gathers what decides the kernel boundary the containers share
