@@ -194,3 +194,34 @@ func TestStartRefusesLongTMPDIR(t *testing.T) {
 		t.Fatalf("started under a TMPDIR of %d bytes, in %s", len(long), d.Dir)
 	}
 }
+
+// skipInTempDir ends its test (Goexit, as a skip does) where BusyboxRootfs
+// asks for a temp dir, between Shared's first look and its Start.
+type skipInTempDir struct{ testing.TB }
+
+func (s skipInTempDir) TempDir() string { s.SkipNow(); return "" }
+
+// A first Shared whose test ends while it builds the rootfs must not leave
+// the next caller a nil daemon with no error: the next call starts one.
+func TestSharedAfterAnInterruptedStart(t *testing.T) {
+	Shared(t) // skips or fails as the shared one does when something is missing
+	shared.mu.Lock()
+	started, d, err := shared.started, shared.d, shared.err
+	shared.started, shared.d, shared.err = false, nil, nil
+	shared.mu.Unlock()
+	t.Cleanup(func() {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if shared.d != nil {
+			shared.d.Stop(context.Background())
+		}
+		shared.started, shared.d, shared.err = started, d, err
+	})
+	t.Run("cut short", func(t *testing.T) {
+		Shared(skipInTempDir{t})
+		t.Error("Shared returned after its test was ended")
+	})
+	if got := Shared(t); got == nil {
+		t.Fatal("Shared returned a nil daemon after an interrupted start")
+	}
+}
