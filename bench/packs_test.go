@@ -10,6 +10,7 @@ import (
 	"github.com/custody-dev/custody/bench"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/internal/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(dockertest.Main(m)) }
@@ -21,7 +22,7 @@ func packBench(t *testing.T) (*bench.PackBench, context.Context) {
 	t.Cleanup(cancel)
 	p, err := bench.NewPackBench(ctx, bench.PackOptions{Host: d.Host, Dir: t.TempDir()})
 	if errors.Is(err, bench.ErrNoCompose) {
-		t.Skip(err)
+		testenv.Missing(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)

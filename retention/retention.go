@@ -6,7 +6,9 @@ package retention
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -66,14 +68,17 @@ type Applied struct {
 // Apply drops run records finished longer ago than p.Receipts, then
 // removes output trees under outputsDir that no kept record references and
 // that are older than p.Outputs. Unreadable records are kept for an
-// operator to look at.
+// operator to look at. A record that is unreadable or has no result yet (a
+// run in progress) may own an output tree nobody can name, so while any
+// exists the output sweep is skipped: only records are dropped.
 func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.Logger) (Applied, error) {
 	var done Applied
 	keep := map[string]bool{}
-	var drop []string
+	var drop, unsure []string
 	err := db.Runs(func(id string, raw []byte) error {
 		var rec launch.Record
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil {
+			unsure = append(unsure, id)
 			return nil
 		}
 		if !rec.Result.Finished.IsZero() && now.Sub(rec.Result.Finished) > p.Receipts {
@@ -94,9 +99,17 @@ func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.L
 		}
 		done.Runs++
 	}
+	if len(unsure) > 0 {
+		log.Warn("retention: output sweep skipped: records unreadable or unfinished, their outputs cannot be told apart",
+			"records", unsure, "fix", "let the runs finish, or inspect and remove the unreadable records")
+		return done, nil
+	}
 	ents, err := os.ReadDir(outputsDir)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return done, nil // no output store yet
+	}
+	if err != nil {
+		return done, fmt.Errorf("retention: read output store: %w", err)
 	}
 	for _, e := range ents {
 		path := filepath.Join(outputsDir, e.Name())

@@ -34,11 +34,7 @@ func TestParse(t *testing.T) {
 // output trees (read-only, as the store leaves them).
 func TestApply(t *testing.T) {
 	dir := t.TempDir()
-	db, err := store.Open(filepath.Join(dir, "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openDB(t, dir)
 	outputs := filepath.Join(dir, "outputs")
 	now := time.Now().UTC()
 	tree := func(name string, age time.Duration) string {
@@ -98,4 +94,84 @@ func TestApply(t *testing.T) {
 	if _, err := os.Stat(droppedOut); !os.IsNotExist(err) {
 		t.Errorf("unreferenced old output kept: %v", err)
 	}
+}
+
+// TestApplyUnsureRecordsStopSweep: a run in progress (no result yet) or an
+// unreadable record may own an output tree no record names, so the output
+// sweep removes nothing while one exists; old finished records still go.
+func TestApplyUnsureRecordsStopSweep(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	now := time.Now().UTC()
+	p := retention.Policy{Receipts: 10 * time.Hour, Outputs: time.Hour}
+	for name, unsure := range map[string]any{
+		"in progress": launch.Record{},
+		"unreadable":  "not a record",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			db := openDB(t, dir)
+			outputs := filepath.Join(dir, "outputs")
+			orphan := filepath.Join(outputs, "orphan")
+			if err := os.MkdirAll(orphan, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			old := now.Add(-20 * time.Hour)
+			if err := os.Chtimes(orphan, old, old); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.PutRun("old", launch.Record{Result: &runner.Result{RunID: "old", Finished: now.Add(-11 * time.Hour)}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.PutRun("unsure", unsure); err != nil {
+				t.Fatal(err)
+			}
+			done, err := retention.Apply(db, outputs, p, now, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done.Runs != 1 || done.Outputs != 0 {
+				t.Fatalf("applied %+v, want 1 run and no output", done)
+			}
+			if _, err := os.Stat(orphan); err != nil {
+				t.Errorf("output removed while a record was %s: %v", name, err)
+			}
+			// The legitimate case beside it: once the record is gone the
+			// sweep runs again.
+			if err := db.DeleteRun("unsure"); err != nil {
+				t.Fatal(err)
+			}
+			if done, err = retention.Apply(db, outputs, p, now, quiet); err != nil || done.Outputs != 1 {
+				t.Fatalf("after the record went: %+v %v, want 1 output", done, err)
+			}
+		})
+	}
+}
+
+// TestApplyOutputStoreErrors: a missing output store is "nothing yet"; any
+// other failure to read it is returned, not counted as success.
+func TestApplyOutputStoreErrors(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
+	db := openDB(t, dir)
+	p := retention.Policy{Receipts: time.Hour, Outputs: time.Hour}
+	if _, err := retention.Apply(db, filepath.Join(dir, "absent"), p, time.Now(), quiet); err != nil {
+		t.Fatalf("missing output store: %v", err)
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retention.Apply(db, file, p, time.Now(), quiet); err == nil {
+		t.Fatal("an unreadable output store counted as success")
+	}
+}
+
+func openDB(t *testing.T, dir string) *store.DB {
+	t.Helper()
+	db, err := store.Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }

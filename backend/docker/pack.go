@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/procfs"
 	"github.com/custody-dev/custody/pack"
 )
 
@@ -37,6 +39,23 @@ type Packs struct {
 
 	mu      sync.Mutex
 	profile *pack.Engine
+	key     engineKey // the identity profile was probed under
+
+	// Test hooks: probed runs on each probe; keyed may edit the identity
+	// just read, to stand in for a daemon restarted with other options.
+	probed func()
+	keyed  func(*engineKey)
+}
+
+// engineKey is what must be unchanged for a kept profile to still describe
+// the daemon: a dockerd restarted with other options gets a new pid and
+// start time, and may change its security options; another daemon behind
+// the same endpoint has another ID.
+type engineKey struct {
+	Version, APIVersion, ID string
+	SecurityOptions         string
+	PeerPid                 int    // the socket's server, 0 when not a visible local socket
+	PeerStart               string // its start time (procfs), so a reused pid differs
 }
 
 // NewPacks returns the pack engine over d; opts say how to probe it.
@@ -45,29 +64,62 @@ func NewPacks(d *Docker, opts ProbeOptions) *Packs { return &Packs{d: d, opts: o
 // NewWorkspaceID returns a fresh unguessable workspace id.
 func (p *Packs) NewWorkspaceID() string { return NewWorkspaceID() }
 
-// Profile returns the engine's profile. The daemon's identity (version,
-// API version) is read fresh on every call; the rest of the profile is
-// re-probed whenever that identity differs from the kept one.
+// Profile returns the engine's profile. The daemon's identity (engineKey)
+// is read fresh on every call, which costs two API calls and a /proc read;
+// the rest of the profile is re-probed whenever that identity differs from
+// the kept one. A profile whose egress proof is not settled (see probe) is
+// returned but not kept, so the next call proves again.
 func (p *Packs) Profile(ctx context.Context) (*pack.Engine, error) {
-	ver, err := p.d.cli.ServerVersion(ctx)
+	key, err := p.identity(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("engine %s: version: %w: %w", p.d.host, ErrEndpoint, err)
+		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.profile != nil && p.profile.Version == ver.Version && p.profile.APIVersion == ver.APIVersion {
+	if p.profile != nil && p.key == key {
 		c := *p.profile
 		return &c, nil
 	}
-	e, err := p.d.Probe(ctx, p.opts)
+	if p.probed != nil {
+		p.probed()
+	}
+	e, settled, err := p.d.probe(ctx, p.opts)
 	if err != nil && !errors.Is(err, ErrProbeResidue) {
 		return nil, err
 	}
-	if err == nil {
-		p.profile = e
+	p.profile, p.key = nil, engineKey{}
+	if err == nil && settled {
+		p.profile, p.key = e, key
 	}
 	c := *e
 	return &c, nil
+}
+
+// identity reads the daemon's engineKey.
+func (p *Packs) identity(ctx context.Context) (engineKey, error) {
+	ver, err := p.d.cli.ServerVersion(ctx)
+	if err != nil {
+		return engineKey{}, fmt.Errorf("engine %s: version: %w: %w", p.d.host, ErrEndpoint, err)
+	}
+	info, err := p.d.cli.Info(ctx)
+	if err != nil {
+		return engineKey{}, fmt.Errorf("engine %s: info: %w: %w", p.d.host, ErrEndpoint, err)
+	}
+	k := engineKey{Version: ver.Version, APIVersion: ver.APIVersion, ID: info.ID,
+		SecurityOptions: strings.Join(info.SecurityOptions, "\x00")}
+	// A socket whose server cannot be seen leaves the pid out: the
+	// boundary is then unknown, which admission refuses anyway.
+	if path, ok := unixPath(p.d.host); ok {
+		if pid, err := peerPid(ctx, path); err == nil {
+			if st, err := procfs.ReadStat(pid); err == nil {
+				k.PeerPid, k.PeerStart = pid, st.StartTime
+			}
+		}
+	}
+	if p.keyed != nil {
+		p.keyed(&k)
+	}
+	return k, nil
 }
 
 // Foreign lists objects with custody's labels or names that known does

@@ -48,6 +48,18 @@ var ErrProbeResidue = errors.New("probe left objects behind")
 // containers that carry custody's labels and are removed by ID after.
 // Nothing in the profile comes from a pack or a policy.
 func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, error) {
+	e, _, err := d.probe(ctx, opts)
+	return e, err
+}
+
+// probe is Probe that also says whether the egress finding is settled, so
+// worth keeping for the daemon's life. It is not settled when the proof
+// failed for a reason that may pass: an error before the proof could
+// measure (an object not created or started, the image not there yet, a
+// timeout) or a void proof (the in-network control did not connect). A
+// finished proof is settled either way, also one showing egress; no probe
+// image is settled too (configuration, not chance).
+func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, settled bool, _ error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = 60 * time.Second
 	}
@@ -55,11 +67,11 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	defer cancel()
 	ver, err := d.cli.ServerVersion(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("probe %s: version: %w", d.host, err)
+		return nil, false, fmt.Errorf("probe %s: version: %w", d.host, err)
 	}
 	info, err := d.cli.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("probe %s: info: %w", d.host, err)
+		return nil, false, fmt.Errorf("probe %s: info: %w", d.host, err)
 	}
 	e := &pack.Engine{
 		Name:          "docker",
@@ -77,7 +89,7 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	slices.Sort(e.Runtimes)
 	secopts, err := system.DecodeSecurityOptions(info.SecurityOptions)
 	if err != nil {
-		return nil, fmt.Errorf("probe %s: security options %q: %w", d.host, info.SecurityOptions, err)
+		return nil, false, fmt.Errorf("probe %s: security options %q: %w", d.host, info.SecurityOptions, err)
 	}
 	for _, o := range secopts {
 		switch o.Name {
@@ -101,11 +113,12 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 	e.Notes = append(e.Notes, notes...)
 	if opts.Image == "" {
 		e.Notes = append(e.Notes, "internal-network egress not proved: no probe image given (ProbeOptions.Image)")
-		return e, nil
+		return e, true, nil
 	}
 	nonce := randid.New(8)
 	e.Notes = append(e.Notes, "egress proof objects are labelled "+LabelProbe+"="+nonce)
 	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions())
+	settled = err == nil && proof != nil && proof.Peer == Reached
 	if proof != nil {
 		e.InternalBlocksEgress = proof.Blocks()
 		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version))
@@ -114,48 +127,84 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 		e.InternalBlocksEgress = false
 		e.Notes = append(e.Notes, "internal-network egress not proved: "+err.Error())
 		if errors.Is(err, ErrProbeResidue) {
-			return e, err
+			return e, false, err
 		}
 		if ctx.Err() != nil {
-			return e, fmt.Errorf("probe %s: the egress proof did not finish within %v: %w", d.host, opts.Timeout, ctx.Err())
+			return e, false, fmt.Errorf("probe %s: the egress proof did not finish within %v: %w", d.host, opts.Timeout, ctx.Err())
 		}
 	}
-	return e, nil
+	return e, settled, nil
 }
 
-// boundary decides the kernel boundary the containers share with this
-// host: native-linux when the daemon reports this host's kernel release,
-// is not Docker Desktop, and the process serving its unix socket is a
-// dockerd on this host (SO_PEERCRED); vm when the kernels differ or the
-// daemon is Docker Desktop; unknown otherwise (a TCP endpoint, a proxy).
+// boundary gathers what decides the kernel boundary the containers share
+// with this host and hands it to decideBoundary.
 func (d *Docker) boundary(ctx context.Context, info system.Info) (string, []string) {
+	f := boundaryFacts{Host: d.host, OperatingSystem: info.OperatingSystem, DaemonKernel: info.KernelVersion}
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
-		return BoundaryUnknown, []string{"boundary unknown: uname: " + err.Error()}
+		f.Err = fmt.Errorf("uname: %w", err)
+		return decideBoundary(f)
 	}
-	release := unix.ByteSliceToString(uts.Release[:])
-	if strings.Contains(info.OperatingSystem, "Docker Desktop") {
-		return BoundaryVM, []string{"boundary vm: the daemon is Docker Desktop (" + info.OperatingSystem + ")"}
-	}
-	if info.KernelVersion != release {
-		return BoundaryVM, []string{fmt.Sprintf("boundary vm: the daemon's kernel %s is not this host's %s", info.KernelVersion, release)}
-	}
+	f.HostKernel = unix.ByteSliceToString(uts.Release[:])
 	path, ok := unixPath(d.host)
 	if !ok {
-		return BoundaryUnknown, []string{"boundary unknown: " + d.host + " is not a local unix socket, so the daemon's process cannot be seen"}
+		return decideBoundary(f)
 	}
+	f.SocketPath = path
 	pid, err := peerPid(ctx, path)
 	if err != nil {
-		return BoundaryUnknown, []string{"boundary unknown: " + err.Error()}
+		f.Err = err
+		return decideBoundary(f)
 	}
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil {
-		return BoundaryUnknown, []string{fmt.Sprintf("boundary unknown: the socket's server pid %d: %v", pid, err)}
+	f.PeerPid = pid
+	if f.PeerExe, err = os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil {
+		f.Err = fmt.Errorf("the socket's server pid %d: %w", pid, err)
 	}
-	if filepath.Base(exe) != "dockerd" {
-		return BoundaryUnknown, []string{fmt.Sprintf("boundary unknown: %s is served by %s (pid %d), not dockerd", path, exe, pid)}
+	return decideBoundary(f)
+}
+
+// boundaryFacts are the inputs of decideBoundary, as values so the decision
+// can be tested without a daemon.
+type boundaryFacts struct {
+	Host            string // the daemon endpoint as configured
+	OperatingSystem string // Info.OperatingSystem, as the daemon reports it
+	DaemonKernel    string // Info.KernelVersion, as the daemon reports it
+	HostKernel      string // uname release of this host
+	SocketPath      string // set when Host is a local unix socket
+	PeerPid         int    // SO_PEERCRED pid of the socket's server
+	PeerExe         string // /proc/<pid>/exe of that server
+	Err             error  // a failure gathering the facts above
+}
+
+// decideBoundary decides the boundary from what the daemon says about
+// itself and from who serves its socket on this host; the daemon's word
+// alone is never enough, since a local unix socket can be forwarded to a
+// remote daemon (ssh, socat), which would report any kernel it likes.
+// native-linux: the socket is local and served by a dockerd on this host
+// that reports this host's kernel. vm: the socket is local and served by
+// Docker Desktop's backend (com.docker.*), which says it is Docker
+// Desktop. unknown otherwise, which admission refuses.
+func decideBoundary(f boundaryFacts) (string, []string) {
+	unknown := func(why string) (string, []string) { return BoundaryUnknown, []string{"boundary unknown: " + why} }
+	switch {
+	case f.Err != nil:
+		return unknown(f.Err.Error())
+	case f.SocketPath == "":
+		return unknown(f.Host + " is not a local unix socket, so the daemon's process cannot be seen")
+	case f.PeerExe == "":
+		return unknown(fmt.Sprintf("%s: the server process is not visible from here", f.SocketPath))
 	}
-	return BoundaryNative, []string{fmt.Sprintf("boundary native-linux: kernel %s is this host's, and %s is served by %s (pid %d) on this host", release, path, exe, pid)}
+	served := fmt.Sprintf("%s is served by %s (pid %d) on this host", f.SocketPath, f.PeerExe, f.PeerPid)
+	exe := filepath.Base(f.PeerExe)
+	switch {
+	case exe == "dockerd" && f.DaemonKernel == f.HostKernel:
+		return BoundaryNative, []string{fmt.Sprintf("boundary native-linux: kernel %s is this host's, and %s", f.HostKernel, served)}
+	case exe == "dockerd":
+		return unknown(fmt.Sprintf("%s, yet the daemon reports kernel %q, not this host's %s: the socket may lead elsewhere", served, f.DaemonKernel, f.HostKernel))
+	case strings.HasPrefix(exe, "com.docker.") && strings.Contains(f.OperatingSystem, "Docker Desktop"):
+		return BoundaryVM, []string{"boundary vm: the daemon is Docker Desktop (" + f.OperatingSystem + "), and " + served}
+	}
+	return unknown(served + ", which is neither dockerd nor Docker Desktop's backend (a proxy or a forward to another host?)")
 }
 
 // peerPid is the pid of the process that serves the unix socket at path.

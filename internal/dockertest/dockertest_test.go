@@ -3,6 +3,7 @@ package dockertest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/custody-dev/custody/internal/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(Main(m)) }
@@ -94,7 +97,7 @@ func TestSharedDaemonIsIsolated(t *testing.T) {
 func TestStopRemovesEverything(t *testing.T) {
 	Shared(t) // skips or fails as the shared one does when something is missing
 	if testing.Short() {
-		t.Skip("starts a second daemon")
+		testenv.Missing(t, "a run without -short (this test starts a second daemon)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -102,6 +105,7 @@ func TestStopRemovesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d.Stop(context.Background()) }) // idempotent: a failure below still stops it
 	pidD, pidC := d.dockerd.Process.Pid, d.containerd.Process.Pid
 	dirs := d.cgroups
 	if err := d.Stop(ctx); err != nil {
@@ -127,7 +131,7 @@ func TestStopRemovesEverything(t *testing.T) {
 func TestStartSweepsAStaleHarness(t *testing.T) {
 	Shared(t)
 	if testing.Short() {
-		t.Skip("starts two more daemons")
+		testenv.Missing(t, "a run without -short (this test starts two more daemons)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -151,6 +155,7 @@ func TestStartSweepsAStaleHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { d2.Stop(context.Background()) })
 	if err := d2.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +171,57 @@ func TestStartSweepsAStaleHarness(t *testing.T) {
 	}
 	if _, err := os.Stat(live.Dir); err != nil {
 		t.Fatalf("the sweep removed a live harness: %v", err)
+	}
+}
+
+// A TMPDIR too long for the harness's socket paths is refused with the fix
+// (set TMPDIR shorter), not swapped for a directory of the harness's choosing.
+func TestStartRefusesLongTMPDIR(t *testing.T) {
+	testenv.Root(t)
+	long := filepath.Join(t.TempDir(), strings.Repeat("x", maxDirLen))
+	if err := os.MkdirAll(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := Start(ctx, Config{})
+	if errors.Is(err, ErrMissing) {
+		testenv.Missing(t, err.Error())
+	}
+	if err == nil {
+		d.Stop(ctx)
+		t.Fatalf("started under a TMPDIR of %d bytes, in %s", len(long), d.Dir)
+	}
+}
+
+// skipInTempDir ends its test (Goexit, as a skip does) where BusyboxRootfs
+// asks for a temp dir, between Shared's first look and its Start.
+type skipInTempDir struct{ testing.TB }
+
+func (s skipInTempDir) TempDir() string { s.SkipNow(); return "" }
+
+// A first Shared whose test ends while it builds the rootfs must not leave
+// the next caller a nil daemon with no error: the next call starts one.
+func TestSharedAfterAnInterruptedStart(t *testing.T) {
+	Shared(t) // skips or fails as the shared one does when something is missing
+	shared.mu.Lock()
+	started, d, err := shared.started, shared.d, shared.err
+	shared.started, shared.d, shared.err = false, nil, nil
+	shared.mu.Unlock()
+	t.Cleanup(func() {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if shared.d != nil {
+			shared.d.Stop(context.Background())
+		}
+		shared.started, shared.d, shared.err = started, d, err
+	})
+	t.Run("cut short", func(t *testing.T) {
+		Shared(skipInTempDir{t})
+		t.Error("Shared returned after its test was ended")
+	})
+	if got := Shared(t); got == nil {
+		t.Fatal("Shared returned a nil daemon after an interrupted start")
 	}
 }

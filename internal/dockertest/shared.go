@@ -59,11 +59,14 @@ func Shared(t testing.TB) *Daemon {
 		t.Fatal("dockertest.Shared needs TestMain to call dockertest.Main(m), which stops the daemon after the tests")
 	}
 	if !shared.started {
-		shared.started = true
+		// BusyboxRootfs may end this test through Goexit (skip or fail);
+		// started is set only once Start has answered, so a later test
+		// tries again rather than finding a nil daemon and no error.
 		rootfs := testenv.BusyboxRootfs(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		shared.d, shared.err = Start(ctx, Config{Rootfs: rootfs})
 		cancel()
+		shared.started = true
 	}
 	if errors.Is(shared.err, ErrMissing) {
 		testenv.Missing(t, shared.err.Error())
