@@ -241,17 +241,32 @@ func (m *Manager) recheck(plan *admission.PackPlan) error {
 			}
 		}
 		for _, pt := range s.Ports {
-			if pt.Protocol != "tcp" {
-				continue
+			if err := portFree(pt.Protocol, net.JoinHostPort(pt.HostIP, strconv.Itoa(int(pt.HostPort)))); err != nil {
+				return grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d/%s is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, pt.Protocol, err)
 			}
-			l, err := net.Listen("tcp", net.JoinHostPort(pt.HostIP, strconv.Itoa(int(pt.HostPort))))
-			if err != nil {
-				return grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, err)
-			}
-			l.Close()
 		}
 	}
 	return nil
+}
+
+// portFree binds addr for protocol ("tcp" or "udp") and lets it go: a port
+// taken since the grant fails here, before anything is spent.
+func portFree(protocol, addr string) error {
+	switch protocol {
+	case "tcp":
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		return l.Close()
+	case "udp":
+		c, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	return fmt.Errorf("protocol %q is not tcp or udp", protocol)
 }
 
 // planNames are the pack's names of what up creates.
@@ -425,7 +440,7 @@ func containerOf(s admission.PlanService, netIDs map[string]string, secrets []ba
 		c.Hostname = s.Name
 	}
 	for _, d := range s.Devices {
-		c.Devices = append(c.Devices, d.Host)
+		c.Devices = append(c.Devices, backend.PackDevice{Host: d.Host, Container: d.Container, Permissions: d.Permissions})
 	}
 	for _, p := range s.Ports {
 		c.Ports = append(c.Ports, backend.PackPort{HostIP: p.HostIP, HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
@@ -441,8 +456,13 @@ func hostConfigEvidence(h *backend.PackHostConfig) evidence.PackHostConfig {
 	e := evidence.PackHostConfig{
 		Privileged: h.Privileged, CapAdd: h.CapAdd, CapDrop: h.CapDrop, NetworkMode: h.NetworkMode,
 		PidMode: h.PidMode, IpcMode: h.IpcMode, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode,
-		CgroupnsMode: h.CgroupnsMode, Devices: h.Devices, ReadonlyRootfs: h.ReadonlyRootfs,
+		CgroupnsMode: h.CgroupnsMode, ReadonlyRootfs: h.ReadonlyRootfs,
 		SecurityOpt: h.SecurityOpt, MemoryBytes: h.MemoryBytes, NanoCPUs: h.NanoCPUs, PidsLimit: h.PidsLimit,
+	}
+	for _, d := range h.Devices {
+		// All three parts: the container path and permissions are part
+		// of the authority the receipt attests.
+		e.Devices = append(e.Devices, d.String())
 	}
 	for _, mt := range h.Mounts {
 		e.Mounts = append(e.Mounts, evidence.PackMount{Type: mt.Type, Source: mt.Source, Target: mt.Target, ReadOnly: mt.ReadOnly})
