@@ -20,6 +20,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/policy"
@@ -102,7 +103,9 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 		} else if errors.Is(err, store.ErrRevoked) {
 			err = grant.Refuse(grant.CodeRevoked, "grant %s is revoked", rec.GrantID)
 		}
-		_ = m.release(rec)
+		if rerr := m.release(rec); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return nil, err
 	}
 	m.fault(FaultConsumed)
@@ -130,9 +133,15 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 }
 
 // release drops a claim whose attempt never began, if it is still ours.
+// Only a journal that says the attempt is absent releases it: an attempt
+// that cannot be read may have begun, and its record is what finds its
+// objects.
 func (m *Manager) release(rec *record) error {
-	if _, err := m.journal.Get(rec.Attempt); err == nil {
+	switch _, err := m.journal.Get(rec.Attempt); {
+	case err == nil:
 		return nil
+	case !errors.Is(err, journal.ErrNotFound):
+		return fmt.Errorf("release the claim on workspace %s: read attempt %s: %w; the claim stays", rec.Name, rec.Attempt, err)
 	}
 	return m.cfg.DB.Update(store.Workspaces, func(b *bolt.Bucket) error {
 		var cur record
