@@ -146,6 +146,9 @@ type PlanMount struct {
 	TmpfsBytes   int64          `json:"tmpfsBytes,omitempty"`
 	Root         string         `json:"root,omitempty"`
 	DaemonSocket bool           `json:"daemonSocket,omitempty"`
+	// Dir: a bind source was a directory at grant time, so up can
+	// refuse one replaced by a file of the same name (or the reverse).
+	Dir bool `json:"dir,omitempty"`
 }
 
 // PlanSecret is one secret file a service receives. Credential names an
@@ -814,7 +817,7 @@ func (a *packAdmitter) mounts(w string, s *pack.Service, res PlanResources) ([]P
 				break
 			}
 			root, ok := a.bindSource(req, m.Source, true)
-			pm.Root = root
+			pm.Root, pm.Dir = root, f.Dir
 			if !ok {
 				break
 			}

@@ -20,8 +20,8 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
-	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/internal/randid"
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/store"
@@ -240,6 +240,10 @@ func (m *Manager) recheck(plan *admission.PackPlan) error {
 				bad = f.Err
 			case !f.Resolved || !f.Exists:
 				bad = "it no longer resolves beneath " + mt.Root
+			case f.Device:
+				bad = "it now is a device node"
+			case f.Dir != mt.Dir:
+				bad = fmt.Sprintf("it was %s at grant time and now is %s", kindOf(mt.Dir), kindOf(f.Dir))
 			case f.EngineSocket != mt.DaemonSocket:
 				bad = fmt.Sprintf("it reaches the engine's socket: %v, at grant time: %v", f.EngineSocket, mt.DaemonSocket)
 			case !mt.DaemonSocket && (f.Socket || len(f.SocketsInside) > 0):
@@ -256,6 +260,13 @@ func (m *Manager) recheck(plan *admission.PackPlan) error {
 		}
 	}
 	return nil
+}
+
+func kindOf(dir bool) string {
+	if dir {
+		return "a directory"
+	}
+	return "a file"
 }
 
 // portFree binds addr for protocol ("tcp" or "udp") and lets it go: a port
