@@ -383,6 +383,9 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		if obj.HostConfig == nil {
 			return nil, fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
 		}
+		if err := checkHostConfig(containerOf(order[i], netIDs, secretMounts[order[i].Name]), obj.HostConfig); err != nil {
+			return nil, fmt.Errorf("container %s: %w", r.Name, err)
+		}
 		rCons = append(rCons, evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
 			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)})
 	}
