@@ -1,6 +1,7 @@
 package workspace_test
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/store"
+	"github.com/custody-dev/custody/workspace"
 )
 
 // devicePack passes /dev/null in read-only at another path, and publishes
@@ -88,5 +91,33 @@ func TestGrantedDeviceAndUDPPort(t *testing.T) {
 	}
 	if pb := res.Receipt.Containers[0].HostConfig.PortBindings; len(pb) != 1 || pb[0].ContainerPort != "9000/udp" {
 		t.Errorf("port bindings %+v", pb)
+	}
+}
+
+// An issue whose mint fails (here its context ends after the reservation)
+// leaves no subnet reservation behind; a legitimate issue leaves one.
+func TestFailedMintLeavesNoReservation(t *testing.T) {
+	ctx := testCtx(t)
+	mintCtx, cancel := context.WithCancel(ctx)
+	fault := func(stage string) {
+		if stage == workspace.FaultReserved {
+			cancel()
+		}
+	}
+	e := setup(t, t.TempDir(), fault)
+	reservations := func() int {
+		n := 0
+		must(t, e.db.View(store.PackReservations, func(b *bolt.Bucket) error { n = b.Stats().KeyN; return nil }))
+		return n
+	}
+	if _, err := e.m.Issue(mintCtx, []byte(rangePack), e.dir, actor, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("issue with the mint cancelled: %v", err)
+	}
+	if n := reservations(); n != 0 {
+		t.Errorf("%d reservations after a failed mint", n)
+	}
+	e.issue(ctx)
+	if n := reservations(); n != 1 {
+		t.Errorf("%d reservations after an issue", n)
 	}
 }

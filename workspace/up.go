@@ -29,6 +29,7 @@ import (
 
 // Fault stages of up, in order.
 const (
+	FaultReserved = "reserved"  // issue: the subnets are reserved, the grant not minted
 	FaultClaimed  = "claimed"   // the name is claimed; nothing spent
 	FaultConsumed = "consumed"  // grant spent, intents journalled
 	FaultNetworks = "networks"  // networks created

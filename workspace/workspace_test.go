@@ -681,7 +681,10 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 			func() { must(t, os.Remove(fixtures)); must(t, os.Rename(fixtures+".real", fixtures)) },
 			root, grant.CodeInputsChanged, false},
 		{"bind source replaced by a file",
-			func() { must(t, os.Rename(fixtures, fixtures+".real")); must(t, os.WriteFile(fixtures, []byte("file\n"), 0o644)) },
+			func() {
+				must(t, os.Rename(fixtures, fixtures+".real"))
+				must(t, os.WriteFile(fixtures, []byte("file\n"), 0o644))
+			},
 			func() { must(t, os.Remove(fixtures)); must(t, os.Rename(fixtures+".real", fixtures)) },
 			root, grant.CodeInputsChanged, false},
 		{"bind source replaced by a device node",
