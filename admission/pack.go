@@ -146,6 +146,9 @@ type PlanMount struct {
 	TmpfsBytes   int64          `json:"tmpfsBytes,omitempty"`
 	Root         string         `json:"root,omitempty"`
 	DaemonSocket bool           `json:"daemonSocket,omitempty"`
+	// Dir: a bind source was a directory at grant time, so up can
+	// refuse one replaced by a file of the same name (or the reverse).
+	Dir bool `json:"dir,omitempty"`
 }
 
 // PlanSecret is one secret file a service receives. Credential names an
@@ -481,6 +484,11 @@ func (a *packAdmitter) image(w string, s *pack.Service) (ref, digest string, bui
 	return s.Image, "", nil
 }
 
+// hostRootCaps are the capabilities that, granted to a container's root,
+// reach the host: mounts and namespaces, kernel modules, tracing host
+// processes through shared namespaces, and reading any file by handle.
+var hostRootCaps = []string{"ALL", "CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}
+
 func (a *packAdmitter) capabilities(w string, s *pack.Service) []string {
 	for _, c := range s.CapDrop {
 		if c != "ALL" && !slices.Contains(policy.Capabilities, c) {
@@ -498,6 +506,10 @@ func (a *packAdmitter) capabilities(w string, s *pack.Service) []string {
 		case !slices.Contains(a.pa.Capabilities, c):
 			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "capability-not-granted",
 				Detail: fmt.Sprintf("adding %s is not granted", c), Fix: "remove it from cap_add, or " + a.grantFix("capabilities")})
+		case slices.Contains(hostRootCaps, c):
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "capability-granted",
+				Detail: "adds " + c + ": host-root-equivalent (it escapes the container's confinement)"})
+			a.hostRoot(s.Name + ": cap_add " + c)
 		default:
 			a.add(Check{Requirement: req, Verdict: Granted, Code: "capability-granted", Detail: "adds " + c})
 		}
@@ -553,6 +565,14 @@ func (a *packAdmitter) namespace(w string, s *pack.Service, key, ns, v string) s
 			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "egress-not-granted",
 				Detail: "the host's network reaches out of the pack's world and the host's loopback services, and egress is not granted",
 				Fix:    "use pack networks, or " + a.grantFix("egress: true")})
+			return v
+		}
+		if ns == "userns" && a.facts.Engine.UsernsRemap {
+			// On a remapping engine, the host's user namespace undoes the
+			// remap: the container's root is the host's root.
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "host-namespace-granted",
+				Detail: "shares the host's userns namespace, leaving the engine's userns-remap: host-root-equivalent"})
+			a.hostRoot(s.Name + ": userns_mode host on a userns-remap engine")
 			return v
 		}
 		a.add(Check{Requirement: req, Verdict: Granted, Code: "host-namespace-granted",
@@ -797,7 +817,7 @@ func (a *packAdmitter) mounts(w string, s *pack.Service, res PlanResources) ([]P
 				break
 			}
 			root, ok := a.bindSource(req, m.Source, true)
-			pm.Root = root
+			pm.Root, pm.Dir = root, f.Dir
 			if !ok {
 				break
 			}

@@ -254,7 +254,7 @@ func TestAdmitPackControls(t *testing.T) {
 		{"privileged", func(s *pack.Service) { s.Privileged = true }, func(g *policy.PackActor) { g.Privileged = true },
 			"privileged-not-granted", true, "host-root-equivalent"},
 		{"cap_add SYS_ADMIN", func(s *pack.Service) { s.CapAdd = []string{"CAP_SYS_ADMIN"} },
-			func(g *policy.PackActor) { g.Capabilities = []string{"CAP_SYS_ADMIN"} }, "capability-not-granted", false, "CAP_SYS_ADMIN"},
+			func(g *policy.PackActor) { g.Capabilities = []string{"CAP_SYS_ADMIN"} }, "capability-not-granted", true, "CAP_SYS_ADMIN"},
 		{"network_mode host", func(s *pack.Service) { s.NetworkMode, s.Networks = "host", nil },
 			func(g *policy.PackActor) { g.HostNamespaces, g.Egress = []string{"network"}, true }, "host-namespace-not-granted", false, "network namespace"},
 		{"pid host", func(s *pack.Service) { s.PID = "host" }, func(g *policy.PackActor) { g.HostNamespaces = []string{"pid"} },
@@ -739,5 +739,45 @@ func TestAdmitPackLabelsAndStartOrder(t *testing.T) {
 	_, err = AdmitPack(p, packPolicy(), packActor, packFacts())
 	if got := refusedCodes(t, err); !slices.Contains(got, "dependency-cycle") {
 		t.Errorf("cycle admitted: %v", got)
+	}
+}
+
+// Capabilities that reach the host, and the host's user namespace on a
+// remapping engine, mark the plan host-root-equivalent as privileged does;
+// a narrow capability and the host userns without a remap do not.
+func TestAdmitPackHostRootAuthorities(t *testing.T) {
+	b := bindTree(t)
+	tests := []struct {
+		name  string
+		ask   func(s *pack.Service)
+		grant func(g *policy.PackActor)
+		remap bool
+		root  string // a reason's substring; "" when not host-root
+	}{
+		{"cap ALL", func(s *pack.Service) { s.CapAdd = []string{"ALL"} }, func(g *policy.PackActor) { g.Capabilities = []string{"ALL"} }, false, "cap_add ALL"},
+		{"CAP_SYS_ADMIN", func(s *pack.Service) { s.CapAdd = []string{"CAP_SYS_ADMIN"} }, func(g *policy.PackActor) { g.Capabilities = []string{"CAP_SYS_ADMIN"} }, false, "cap_add CAP_SYS_ADMIN"},
+		{"CAP_SYS_MODULE", func(s *pack.Service) { s.CapAdd = []string{"CAP_SYS_MODULE"} }, func(g *policy.PackActor) { g.Capabilities = []string{"CAP_SYS_MODULE"} }, false, "cap_add CAP_SYS_MODULE"},
+		{"CAP_SYS_PTRACE", func(s *pack.Service) { s.CapAdd = []string{"CAP_SYS_PTRACE"} }, func(g *policy.PackActor) { g.Capabilities = []string{"CAP_SYS_PTRACE"} }, false, "cap_add CAP_SYS_PTRACE"},
+		{"CAP_DAC_READ_SEARCH", func(s *pack.Service) { s.CapAdd = []string{"CAP_DAC_READ_SEARCH"} }, func(g *policy.PackActor) { g.Capabilities = []string{"CAP_DAC_READ_SEARCH"} }, false, "cap_add CAP_DAC_READ_SEARCH"},
+		{"CAP_NET_ADMIN", func(s *pack.Service) { s.CapAdd = []string{"CAP_NET_ADMIN"} }, func(g *policy.PackActor) { g.Capabilities = []string{"CAP_NET_ADMIN"} }, false, ""},
+		{"userns host, remap", func(s *pack.Service) { s.Userns = "host" }, func(g *policy.PackActor) { g.HostNamespaces = []string{"userns"} }, true, "userns_mode host on a userns-remap engine"},
+		{"userns host, no remap", func(s *pack.Service) { s.Userns = "host" }, func(g *policy.PackActor) { g.HostNamespaces = []string{"userns"} }, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := basePack()
+			tt.ask(service(p, "web"))
+			pl := packPolicy()
+			tt.grant(grants(pl))
+			f := b.facts(p, pl)
+			f.Engine.UsernsRemap = tt.remap
+			plan := mustAdmit(t, p, pl, f)
+			if plan.HostRootEquivalent != (tt.root != "") {
+				t.Fatalf("hostRootEquivalent = %v, want %v (%q)", plan.HostRootEquivalent, tt.root != "", plan.HostRootReasons)
+			}
+			if tt.root != "" && !slices.Contains(plan.HostRootReasons, "web: "+tt.root) {
+				t.Errorf("reasons %q lack %q", plan.HostRootReasons, "web: "+tt.root)
+			}
+		})
 	}
 }

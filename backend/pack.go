@@ -62,7 +62,7 @@ type PackContainer struct {
 	Privileged  bool
 	CapAdd      []string
 	CapDrop     []string
-	Devices     []string
+	Devices     []PackDevice
 	SecurityOpt []string
 	Sysctls     map[string]string
 	ReadOnly    bool
@@ -82,6 +82,15 @@ type PackContainer struct {
 	// attached by verified ID, never by a name.
 	NetworkIDs map[string]string
 }
+
+// PackDevice is one host device passed into a container: the host's node,
+// the path it has inside, and its cgroup permissions ("r", "w", "m").
+type PackDevice struct {
+	Host, Container, Permissions string
+}
+
+// String is the compose form, HOST:CONTAINER:PERMISSIONS.
+func (d PackDevice) String() string { return d.Host + ":" + d.Container + ":" + d.Permissions }
 
 // PackObject is one recorded object as the engine reports it now, by
 // native ID, after its labels were checked.
@@ -117,7 +126,7 @@ type PackHostConfig struct {
 	UsernsMode     string
 	CgroupnsMode   string
 	Mounts         []PackMount
-	Devices        []string
+	Devices        []PackDevice
 	PortBindings   []PackPort
 	ReadonlyRootfs bool
 	SecurityOpt    []string

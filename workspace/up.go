@@ -21,6 +21,7 @@ import (
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/randid"
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/store"
@@ -28,6 +29,7 @@ import (
 
 // Fault stages of up, in order.
 const (
+	FaultReserved = "reserved"  // issue: the subnets are reserved, the grant not minted
 	FaultClaimed  = "claimed"   // the name is claimed; nothing spent
 	FaultConsumed = "consumed"  // grant spent, intents journalled
 	FaultNetworks = "networks"  // networks created
@@ -102,7 +104,9 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 		} else if errors.Is(err, store.ErrRevoked) {
 			err = grant.Refuse(grant.CodeRevoked, "grant %s is revoked", rec.GrantID)
 		}
-		_ = m.release(rec)
+		if rerr := m.release(rec); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		return nil, err
 	}
 	m.fault(FaultConsumed)
@@ -130,9 +134,15 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 }
 
 // release drops a claim whose attempt never began, if it is still ours.
+// Only a journal that says the attempt is absent releases it: an attempt
+// that cannot be read may have begun, and its record is what finds its
+// objects.
 func (m *Manager) release(rec *record) error {
-	if _, err := m.journal.Get(rec.Attempt); err == nil {
+	switch _, err := m.journal.Get(rec.Attempt); {
+	case err == nil:
 		return nil
+	case !errors.Is(err, journal.ErrNotFound):
+		return fmt.Errorf("release the claim on workspace %s: read attempt %s: %w; the claim stays", rec.Name, rec.Attempt, err)
 	}
 	return m.cfg.DB.Update(store.Workspaces, func(b *bolt.Bucket) error {
 		var cur record
@@ -231,6 +241,10 @@ func (m *Manager) recheck(plan *admission.PackPlan) error {
 				bad = f.Err
 			case !f.Resolved || !f.Exists:
 				bad = "it no longer resolves beneath " + mt.Root
+			case f.Device:
+				bad = "it now is a device node"
+			case f.Dir != mt.Dir:
+				bad = fmt.Sprintf("it was %s at grant time and now is %s", kindOf(mt.Dir), kindOf(f.Dir))
 			case f.EngineSocket != mt.DaemonSocket:
 				bad = fmt.Sprintf("it reaches the engine's socket: %v, at grant time: %v", f.EngineSocket, mt.DaemonSocket)
 			case !mt.DaemonSocket && (f.Socket || len(f.SocketsInside) > 0):
@@ -241,17 +255,39 @@ func (m *Manager) recheck(plan *admission.PackPlan) error {
 			}
 		}
 		for _, pt := range s.Ports {
-			if pt.Protocol != "tcp" {
-				continue
+			if err := portFree(pt.Protocol, net.JoinHostPort(pt.HostIP, strconv.Itoa(int(pt.HostPort)))); err != nil {
+				return grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d/%s is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, pt.Protocol, err)
 			}
-			l, err := net.Listen("tcp", net.JoinHostPort(pt.HostIP, strconv.Itoa(int(pt.HostPort))))
-			if err != nil {
-				return grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, err)
-			}
-			l.Close()
 		}
 	}
 	return nil
+}
+
+func kindOf(dir bool) string {
+	if dir {
+		return "a directory"
+	}
+	return "a file"
+}
+
+// portFree binds addr for protocol ("tcp" or "udp") and lets it go: a port
+// taken since the grant fails here, before anything is spent.
+func portFree(protocol, addr string) error {
+	switch protocol {
+	case "tcp":
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		return l.Close()
+	case "udp":
+		c, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	return fmt.Errorf("protocol %q is not tcp or udp", protocol)
 }
 
 // planNames are the pack's names of what up creates.
@@ -348,6 +384,9 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		if obj.HostConfig == nil {
 			return nil, fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
 		}
+		if err := checkHostConfig(containerOf(order[i], netIDs, secretMounts[order[i].Name]), obj.HostConfig); err != nil {
+			return nil, fmt.Errorf("container %s: %w", r.Name, err)
+		}
 		rCons = append(rCons, evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
 			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)})
 	}
@@ -425,7 +464,7 @@ func containerOf(s admission.PlanService, netIDs map[string]string, secrets []ba
 		c.Hostname = s.Name
 	}
 	for _, d := range s.Devices {
-		c.Devices = append(c.Devices, d.Host)
+		c.Devices = append(c.Devices, backend.PackDevice{Host: d.Host, Container: d.Container, Permissions: d.Permissions})
 	}
 	for _, p := range s.Ports {
 		c.Ports = append(c.Ports, backend.PackPort{HostIP: p.HostIP, HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: p.Protocol})
@@ -441,8 +480,13 @@ func hostConfigEvidence(h *backend.PackHostConfig) evidence.PackHostConfig {
 	e := evidence.PackHostConfig{
 		Privileged: h.Privileged, CapAdd: h.CapAdd, CapDrop: h.CapDrop, NetworkMode: h.NetworkMode,
 		PidMode: h.PidMode, IpcMode: h.IpcMode, UTSMode: h.UTSMode, UsernsMode: h.UsernsMode,
-		CgroupnsMode: h.CgroupnsMode, Devices: h.Devices, ReadonlyRootfs: h.ReadonlyRootfs,
+		CgroupnsMode: h.CgroupnsMode, ReadonlyRootfs: h.ReadonlyRootfs,
 		SecurityOpt: h.SecurityOpt, MemoryBytes: h.MemoryBytes, NanoCPUs: h.NanoCPUs, PidsLimit: h.PidsLimit,
+	}
+	for _, d := range h.Devices {
+		// All three parts: the container path and permissions are part
+		// of the authority the receipt attests.
+		e.Devices = append(e.Devices, d.String())
 	}
 	for _, mt := range h.Mounts {
 		e.Mounts = append(e.Mounts, evidence.PackMount{Type: mt.Type, Source: mt.Source, Target: mt.Target, ReadOnly: mt.ReadOnly})

@@ -322,13 +322,22 @@ func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, 
 	if err := m.reserve(id, plan, now.Add(ttl)); err != nil {
 		return nil, fmt.Errorf("reserve the chosen subnets: %w", err)
 	}
-	return grant.MintPack(ctx, m.cfg.Issuer, grant.PackPredicate{
+	m.fault(FaultReserved)
+	env, err := grant.MintPack(ctx, m.cfg.Issuer, grant.PackPredicate{
 		ID: id, Actor: actor, NotBefore: now, Expires: now.Add(ttl),
 		PolicyDigest: polDigest, Runner: grant.Runner{ID: m.cfg.RunnerID},
 		Engine: grant.Engine{Name: eng.Name, Version: eng.Version, APIVersion: eng.APIVersion},
 		Pack:   grant.Pack{Project: p.Project, Digest: "sha256:" + p.Digest},
 		Plan:   planJSON,
 	})
+	if err != nil {
+		// No grant holds the subnets: free them for the next issue.
+		if uerr := m.cfg.DB.Update(store.PackReservations, func(b *bolt.Bucket) error { return b.Delete([]byte(id)) }); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("release the subnet reservation of %s: %w", id, uerr))
+		}
+		return nil, err
+	}
+	return env, nil
 }
 
 // canonicalPlan is the plan's JSON without its checks: the bytes whose

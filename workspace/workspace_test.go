@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend/docker"
@@ -677,6 +678,20 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 	}{
 		{"bind source replaced by a symlink",
 			func() { must(t, os.Rename(fixtures, fixtures+".real")); must(t, os.Symlink(elsewhere, fixtures)) },
+			func() { must(t, os.Remove(fixtures)); must(t, os.Rename(fixtures+".real", fixtures)) },
+			root, grant.CodeInputsChanged, false},
+		{"bind source replaced by a file",
+			func() {
+				must(t, os.Rename(fixtures, fixtures+".real"))
+				must(t, os.WriteFile(fixtures, []byte("file\n"), 0o644))
+			},
+			func() { must(t, os.Remove(fixtures)); must(t, os.Rename(fixtures+".real", fixtures)) },
+			root, grant.CodeInputsChanged, false},
+		{"bind source replaced by a device node",
+			func() {
+				must(t, os.Rename(fixtures, fixtures+".real"))
+				must(t, unix.Mknod(fixtures, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+			},
 			func() { must(t, os.Remove(fixtures)); must(t, os.Rename(fixtures+".real", fixtures)) },
 			root, grant.CodeInputsChanged, false},
 		{"credential source is a symlink",

@@ -815,3 +815,28 @@ func TestTeardownCoversWhatItSays(t *testing.T) {
 		t.Fatalf("repeated teardown: %+v", rep)
 	}
 }
+
+// A create the engine answers with a warning (here: the OOM killer off
+// with no memory limit) is refused, and the container is recorded, so a
+// teardown removes it; a create without a warning is not refused.
+func TestCreateWarningIsRefused(t *testing.T) {
+	d, dt := open(t)
+	ctx := testCtx(t)
+	w := workspace(t, d, newRecorder())
+	off := true
+	ctr, err := w.CreateContainer(ctx, "warned", sleeper(dt), &container.HostConfig{NetworkMode: "none",
+		Resources: container.Resources{OomKillDisable: &off}}, nil)
+	if !errors.Is(err, ErrEngineWarned) {
+		t.Fatalf("create with a warning: %v", err)
+	}
+	id := ctr.Identity[IdentityID]
+	if id == "" || !exists(t, d, KindContainer, id) {
+		t.Fatalf("the warned container is not recorded: %+v", ctr)
+	}
+	if step, err := w.Remove(ctx, ctr); err != nil || !step.OK || exists(t, d, KindContainer, id) {
+		t.Fatalf("remove the warned container: %+v %v", step, err)
+	}
+	if _, err := w.CreateContainer(ctx, "plain", sleeper(dt), &container.HostConfig{NetworkMode: "none"}, nil); err != nil {
+		t.Fatalf("create without a warning: %v", err)
+	}
+}

@@ -64,6 +64,9 @@ var (
 	// ErrNameTaken: something custody did not create in this intent holds
 	// the native name. It is left alone.
 	ErrNameTaken = errors.New("name held by an object custody did not create")
+	// ErrEngineWarned: the engine created a container but warned, which
+	// is how it says it dropped a setting asked for.
+	ErrEngineWarned = errors.New("the engine warned at create")
 	// ErrNotRecorded: the record is not a journal record of this
 	// workspace, so nothing proves custody created the object.
 	ErrNotRecorded = errors.New("not recorded by this workspace")
@@ -287,7 +290,14 @@ func (w *Workspace) CreateContainer(ctx context.Context, logical string, cfg *co
 	if err != nil {
 		return r, fmt.Errorf("create container %s: %w", r.Name, err)
 	}
-	return w.created(ctx, r, resp.ID)
+	r, err = w.created(ctx, r, resp.ID)
+	if err == nil && len(resp.Warnings) > 0 {
+		// The engine drops a setting it cannot apply (a memory or pids
+		// limit without its controller) and only warns: the container is
+		// recorded, so the caller's teardown removes it.
+		err = fmt.Errorf("create container %s: %w: %s; the container would run without them; fix the engine host or ask for less", r.Name, ErrEngineWarned, strings.Join(resp.Warnings, "; "))
+	}
+	return r, err
 }
 
 // object is what an inspect returned, in one shape for every kind.

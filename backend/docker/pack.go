@@ -208,7 +208,7 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		host.Resources.PidsLimit = &pl
 	}
 	for _, d := range c.Devices {
-		host.Resources.Devices = append(host.Resources.Devices, container.DeviceMapping{PathOnHost: d, PathInContainer: d, CgroupPermissions: "rwm"})
+		host.Resources.Devices = append(host.Resources.Devices, container.DeviceMapping{PathOnHost: d.Host, PathInContainer: d.Container, CgroupPermissions: d.Permissions})
 	}
 	for _, m := range c.Mounts {
 		switch m.Type {
@@ -398,7 +398,7 @@ func summary(h *container.HostConfig) *backend.PackHostConfig {
 		s.Mounts = append(s.Mounts, pm)
 	}
 	for _, d := range h.Devices {
-		s.Devices = append(s.Devices, d.PathOnHost)
+		s.Devices = append(s.Devices, backend.PackDevice{Host: d.PathOnHost, Container: d.PathInContainer, Permissions: d.CgroupPermissions})
 	}
 	for port, bs := range h.PortBindings {
 		for _, b := range bs {

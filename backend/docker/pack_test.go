@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/custody-dev/custody/backend"
 )
 
@@ -15,8 +17,9 @@ func TestContainerSpec(t *testing.T) {
 	ws := strings.Repeat("ab", 16)
 	c := backend.PackContainer{Service: "db", Image: "img", Networks: []string{"back", "front"},
 		NetworkIDs: map[string]string{"back": "id-back", "front": "id-front"},
-		Mounts: []backend.PackMount{{Type: "volume", Source: "data", Target: "/data"}, {Type: "tmpfs", Target: "/tmp", TmpfsBytes: 1 << 20}},
-		Ports:  []backend.PackPort{{HostIP: "127.0.0.1", HostPort: 20001, ContainerPort: 80, Protocol: "tcp"}}, PidsLimit: 64}
+		Mounts:     []backend.PackMount{{Type: "volume", Source: "data", Target: "/data"}, {Type: "tmpfs", Target: "/tmp", TmpfsBytes: 1 << 20}},
+		Ports:      []backend.PackPort{{HostIP: "127.0.0.1", HostPort: 20001, ContainerPort: 80, Protocol: "tcp"}}, PidsLimit: 64,
+		Devices: []backend.PackDevice{{Host: "/dev/null", Container: "/dev/custody-null", Permissions: "r"}}}
 	cfg, host, nets, err := containerSpec(ws, c)
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +32,9 @@ func TestContainerSpec(t *testing.T) {
 	}
 	if b := host.PortBindings["80/tcp"]; len(b) != 1 || b[0].HostIP != "127.0.0.1" || b[0].HostPort != "20001" || len(cfg.ExposedPorts) != 1 {
 		t.Errorf("ports %+v", host.PortBindings)
+	}
+	if d := host.Devices; len(d) != 1 || d[0] != (container.DeviceMapping{PathOnHost: "/dev/null", PathInContainer: "/dev/custody-null", CgroupPermissions: "r"}) {
+		t.Errorf("devices %+v", d)
 	}
 	if *host.PidsLimit != 64 || host.RestartPolicy.Name != "no" {
 		t.Errorf("pids %d restart %q", *host.PidsLimit, host.RestartPolicy.Name)
