@@ -191,16 +191,24 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	p.Inputs = a.mounts()
 
 	p.Checks = a.checks
+	if err := refusedOf(a.checks); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// refusedOf is the *RefusedError listing every refused check, or nil.
+func refusedOf(checks []Check) error {
 	var refused []Check
-	for _, c := range a.checks {
+	for _, c := range checks {
 		if c.Refused() {
 			refused = append(refused, c)
 		}
 	}
 	if len(refused) > 0 {
-		return nil, &RefusedError{Checks: refused}
+		return &RefusedError{Checks: refused}
 	}
-	return p, nil
+	return nil
 }
 
 type admitter struct {

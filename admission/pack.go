@@ -261,14 +261,8 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 	}
 	a.networks()
 	plan.Checks = a.checks
-	var refused []Check
-	for _, c := range a.checks {
-		if c.Refused() {
-			refused = append(refused, c)
-		}
-	}
-	if len(refused) > 0 {
-		return nil, &RefusedError{Checks: refused}
+	if err := refusedOf(a.checks); err != nil {
+		return nil, err
 	}
 	return plan, nil
 }
