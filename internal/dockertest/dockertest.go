@@ -648,7 +648,11 @@ func (d *Daemon) killShims() error {
 	if err != nil {
 		return fmt.Errorf("dockertest: %w", err)
 	}
-	var left []int
+	type proc struct {
+		pid   int
+		start string
+	}
+	var left []proc
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -659,12 +663,16 @@ func (d *Daemon) killShims() error {
 			continue
 		}
 		if i := slices.Index(args, "-address"); i >= 0 && i+1 < len(args) && args[i+1] == d.ContainerdSocket {
+			start, err := startTime(pid)
+			if err != nil {
+				continue // already gone
+			}
 			_ = unix.Kill(pid, unix.SIGKILL)
-			left = append(left, pid)
+			left = append(left, proc{pid, start})
 		}
 	}
 	for deadline := time.Now().Add(5 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		left = slices.DeleteFunc(left, func(pid int) bool { return unix.Kill(pid, 0) != nil })
+		left = slices.DeleteFunc(left, func(p proc) bool { return gone(p.pid, p.start) })
 	}
 	if len(left) > 0 {
 		return fmt.Errorf("dockertest: shims %v of %s survived SIGKILL", left, d.ContainerdSocket)

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // owner is written into each harness dir at start: who made it, and what
@@ -26,16 +28,22 @@ type owner struct {
 
 const ownerFile = "owner.json"
 
+// startTime names one process with its pid, since a pid alone may be
+// reused.
 func startTime(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return "", err
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 20 {
-		return "", fmt.Errorf("short /proc/%d/stat", pid)
-	}
-	return f[19], nil
+	return st.StartTime, nil
+}
+
+// gone says the process that was pid at start is no longer running: it
+// exited, is a zombie nobody reaped yet (kill(pid, 0) still succeeds on
+// one), or its pid now names another process.
+func gone(pid int, start string) bool {
+	st, err := procfs.ReadStat(pid)
+	return err != nil || st.State == 'Z' || st.State == 'X' || st.StartTime != start
 }
 
 func (d *Daemon) writeOwner() error {
