@@ -13,6 +13,7 @@ func DecodePathsAgree(payload []byte) error {
 func PackDecodePathsAgree(payload []byte) error {
 	return testenv.SameDecoding(payload, decodePackStatement, decodePackStatementExplained)
 }
+
 // GrantEnvelope is the raw JSON the fast decoding of a receipt statement
 // leaves uncompacted.
 var GrantEnvelope = grantEnvelope

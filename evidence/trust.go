@@ -45,9 +45,9 @@ var trustParser = strictyaml.New(strictyaml.Format{
 	Schema:     trustSchemaJSON,
 	SchemaName: "trust schema",
 	Patterns: map[string]string{
-		namePattern: "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
-		timePattern: "write an RFC 3339 time such as 2026-01-01T00:00:00Z",
-		"^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$": "write a duration such as 30m, 24h or 720h",
+		namePattern:              "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
+		timePattern:              "write an RFC 3339 time such as 2026-01-01T00:00:00Z",
+		quantity.DurationPattern: "write a positive duration such as 30m, 24h or 720h",
 	},
 })
 

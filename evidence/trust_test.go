@@ -118,7 +118,7 @@ func TestParseTrustRefuses(t *testing.T) {
 		{"duplicate status", "statuses: [ok]", "statuses: [ok, ok]", "accept.statuses[1]"},
 		{"bad duration", "maxAge: 24h", "maxAge: 1d", "/maxAge"},
 		{"numeric duration", "maxAge: 24h", "maxAge: 24", "/maxAge"},
-		{"zero duration", "maxAge: 24h", "maxAge: 0s", "must be positive"},
+		{"zero duration", "maxAge: 24h", "maxAge: 0s", "write a positive duration"},
 		{"bad name", "name: ci-issuer", "name: CI Issuer", "/issuers/0/name"},
 		{"alias", "maxAge: 24h\n", "maxAge: &a 24h\n", "anchor"},
 		{"two documents", "maxAge: 24h\n", "maxAge: 24h\n---\n{}\n", "second YAML document"},

@@ -109,7 +109,7 @@ func TestParsePacksInvalid(t *testing.T) {
 		{"credential bad service", strictEdit(t, "services: [db, web]", "services: [db, \"-x\"]"), []string{"/packs/actors/0/credentials/0/services/1"}},
 		{"image with neither", strictEdit(t, "        - reference: registry.example/range/web:1.2\n", "        - {}\n"), []string{"/packs/actors/0/images/1"}},
 		{"duplicate image", strictEdit(t, "        - reference: registry.example/range/web:1.2\n", "        - digest: "+digest+"\n"), []string{"packs.actors[0].images[1]"}},
-		{"zero service memory", strictEdit(t, "service: {memory: 512Mi", "service: {memory: 0"), []string{"packs.actors[0].ceilings.service.memory"}},
+		{"zero service memory", strictEdit(t, "service: {memory: 512Mi", "service: {memory: 0"), []string{"/packs/actors/0/ceilings/service/memory"}},
 		{"service above pack", strictEdit(t, "service: {memory: 512Mi, cpu: 1", "service: {memory: 4Gi, cpu: 3"),
 			[]string{"packs.actors[0].ceilings.service.memory", "packs.actors[0].ceilings.service.cpu"}},
 		{"zero services", strictEdit(t, "services: 8", "services: 0"), []string{"/packs/actors/0/ceilings/services"}},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/custody-dev/custody/internal/strictyaml"
+	"github.com/custody-dev/custody/quantity"
 )
 
 // MaxSize is the largest policy file accepted, in bytes.
@@ -29,9 +30,9 @@ var parser = strictyaml.New(strictyaml.Format{
 	Schema:     schemaJSON,
 	SchemaName: "policy schema",
 	Patterns: map[string]string{
-		"^sha256:[0-9a-f]{64}$":                                "use the sha256:<64 lowercase hex> digest of an imported image",
-		"^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$":           "write a duration such as 30s, 5m or 1h30m",
-		"^[0-9]+(\\.[0-9]+)? ?([kKmMgGtTpP][iI]?[bB]?|[bB])?$": "write a byte count such as 64Mi, 1Gi or a plain integer",
+		"^sha256:[0-9a-f]{64}$":     "use the sha256:<64 lowercase hex> digest of an imported image",
+		quantity.DurationPattern:    "write a positive duration such as 30s, 5m or 1h30m",
+		quantity.BytesPattern:       "write a positive byte count such as 64Mi, 1Gi or a plain integer; decimal and bare suffixes (1G, 64MB, 64m) are ambiguous",
 		"^/":                        inputRootFix,
 		actorPattern.String():       actorFix,
 		credentialPattern.String():  credentialFix,

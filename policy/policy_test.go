@@ -166,8 +166,10 @@ func TestParseInvalid(t *testing.T) {
 		{"unknown users field", valid + "users:\n  root: allow\n", []string{"/users/root"}},
 		{"development not a bool", valid + "tiers:\n  development: maybe\n", []string{"/tiers/development"}},
 		{"zero cpu ceiling", edit(t, "  cpu: 2\n", "  cpu: 0\n"), []string{"/ceilings/cpu"}},
-		{"zero memory ceiling", edit(t, "memory: 512Mi", "memory: 0"), []string{"ceilings.memory"}},
-		{"zero default", edit(t, "outputBytes: 32Mi", "outputBytes: 0"), []string{"defaults.outputBytes"}},
+		{"zero memory ceiling", edit(t, "memory: 512Mi", "memory: 0"), []string{"/ceilings/memory"}},
+		{"ambiguous memory ceiling", edit(t, "memory: 512Mi", "memory: 512M"), []string{"/ceilings/memory"}},
+		{"zero default", edit(t, "outputBytes: 32Mi", "outputBytes: 0"), []string{"/defaults/outputBytes"}},
+		{"zero wallTime ceiling", edit(t, "wallTime: 10m", "wallTime: 0s"), []string{"/ceilings/wallTime"}},
 		{"default cpu above ceiling", edit(t, "  cpu: 1\n", "  cpu: 3\n"), []string{"defaults.cpu"}},
 		{"default bytes above ceiling", edit(t, "tmpBytes: 16Mi", "tmpBytes: 1Gi"), []string{"defaults.tmpBytes"}},
 		{"duplicate image", edit(t, "  - digest: "+digest+"\n", "  - digest: "+digest+"\n  - digest: "+digest+"\n    name: again\n"), []string{"images[1].digest"}},
@@ -196,8 +198,8 @@ func TestParseInvalid(t *testing.T) {
 		{"credentials not a list", valid + "credentials: token\n", []string{"/credentials"}},
 		{"bad credential name", valid + "credentials: [ok, _bad]\n", []string{"/credentials/1"}},
 		{"duplicate credential", valid + "credentials: [a, b, a]\n", []string{"credentials[2]"}},
-		{"several problems", edit(t, "  cpu: 1\n", "  cpu: 3\n", "tmpBytes: 16Mi", "tmpBytes: 1Gi", "memory: 512Mi", "memory: 0"),
-			[]string{"ceilings.memory", "defaults.cpu", "defaults.tmpBytes"}},
+		{"several problems", edit(t, "  cpu: 1\n", "  cpu: 3\n", "tmpBytes: 16Mi", "tmpBytes: 1Gi"),
+			[]string{"defaults.cpu", "defaults.tmpBytes"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -225,8 +227,8 @@ func TestParseRefused(t *testing.T) {
 		{"duplicate key", valid + "kind: Policy\n", `key "kind" appears twice`},
 		{"merge key", edit(t, "defaults:\n", "defaults:\n  <<: {cpu: 1}\n"), "merge key"},
 		{"infinite cpu", edit(t, "  cpu: 2\n", "  cpu: .inf\n"), "not a finite number"},
-		// quantity refuses zero durations while decoding.
-		{"zero wallTime ceiling", edit(t, "wallTime: 10m", "wallTime: 0s"), `line 9: duration "0s" must be positive`},
+		// quantity refuses what the schema cannot measure while decoding.
+		{"overlong wallTime ceiling", edit(t, "wallTime: 10m", "wallTime: 9999999999h"), `line 9: quantity out of range: duration "9999999999h"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package quantity
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,15 +10,28 @@ import (
 )
 
 func TestParseBytes(t *testing.T) {
-	good := map[string]Bytes{"64Mi": 64 << 20, "64MiB": 64 << 20, "64m": 64 << 20, "1G": 1 << 30, "1Gi": 1 << 30, "100": 100, "1.5Gi": 3 << 29}
+	good := map[string]Bytes{"64Mi": 64 << 20, "64MiB": 64 << 20, "1Gi": 1 << 30, "1GiB": 1 << 30, "100": 100, "0": 0,
+		"3Ki": 3 << 10, "2Ti": 2 << 40, "1Pi": 1 << 50, "7Ei": 7 << 60, "9223372036854775807": 1<<63 - 1}
 	for in, want := range good {
 		if got, err := ParseBytes(in); err != nil || got != want {
 			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "-1", "-5Mi", "lots", "5 parsecs"} {
-		if _, err := ParseBytes(in); err == nil {
-			t.Errorf("ParseBytes(%q) accepted", in)
+	for _, in := range []string{"", "-1", "-5Mi", "lots", "5 parsecs", "1.5Gi", " 1Mi", "1Mi ", "1 Mi", "1mi", "1Mib", "0x10", "+1", "1B", "1b"} {
+		if _, err := ParseBytes(in); err == nil || errors.Is(err, ErrAmbiguous) || errors.Is(err, ErrRange) {
+			t.Errorf("ParseBytes(%q) = %v, want a plain refusal", in, err)
+		}
+	}
+	// Kubernetes reads these as powers of 1000 (and "64m" as milli-bytes),
+	// Docker as powers of 1024: refused, never guessed.
+	for _, in := range []string{"1G", "1GB", "64m", "64M", "64MB", "1k", "1K", "1KB", "1kB", "2T", "1gb", "3E"} {
+		if _, err := ParseBytes(in); !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("ParseBytes(%q) = %v, want ErrAmbiguous", in, err)
+		}
+	}
+	for _, in := range []string{"9223372036854775808", "8Ei", "99999999999999999999Ki"} {
+		if _, err := ParseBytes(in); !errors.Is(err, ErrRange) {
+			t.Errorf("ParseBytes(%q) = %v, want ErrRange", in, err)
 		}
 	}
 }
@@ -26,10 +40,13 @@ func TestDuration(t *testing.T) {
 	if d, err := ParseDuration("1m30s"); err != nil || time.Duration(d) != 90*time.Second {
 		t.Fatalf("ParseDuration = %v, %v", d, err)
 	}
-	for _, in := range []string{"0s", "-1s", "forever", ""} {
-		if _, err := ParseDuration(in); err == nil {
-			t.Errorf("ParseDuration(%q) accepted", in)
+	for _, in := range []string{"0s", "0.0m", "-1s", "forever", "", " 30s", "30", "1d"} {
+		if _, err := ParseDuration(in); err == nil || errors.Is(err, ErrRange) {
+			t.Errorf("ParseDuration(%q) = %v, want a plain refusal", in, err)
 		}
+	}
+	if _, err := ParseDuration("9999999999h"); !errors.Is(err, ErrRange) {
+		t.Errorf("ParseDuration(9999999999h) = %v, want ErrRange", err)
 	}
 }
 

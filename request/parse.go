@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/custody-dev/custody/internal/strictyaml"
+	"github.com/custody-dev/custody/quantity"
 )
 
 // MaxSize is the largest phase request accepted, in bytes. Requests are
@@ -34,8 +35,8 @@ var parser = strictyaml.New(strictyaml.Format{
 		"^[a-z0-9][a-z0-9._-]{0,62}$": "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
 		toolchainPattern.String():     toolchainFix,
 		credentialPattern.String():    credentialFix,
-		"^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$":           "write a duration such as 30s, 5m or 1h30m",
-		"^[0-9]+(\\.[0-9]+)? ?([kKmMgGtTpP][iI]?[bB]?|[bB])?$": "write a byte count such as 64Mi, 1Gi or a plain integer",
+		quantity.DurationPattern:      "write a positive duration such as 30s, 5m or 1h30m",
+		quantity.BytesPattern:         "write a positive byte count such as 64Mi, 1Gi or a plain integer; decimal and bare suffixes (1G, 64MB, 64m) are ambiguous",
 	},
 	Keys: map[string]strictyaml.Key{
 		// env's keys are free but patterned.
