@@ -93,7 +93,7 @@ $(BUILD)/testimage/rootfs: | deps
 	@for a in $$(/bin/busybox --list); do [ "$$a" = busybox ] || ln -s busybox $@/bin/$$a; done
 	@printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > $@/etc/passwd
 
-demo: build $(BUILD)/testimage/rootfs
+demo: build bin/cosign $(BUILD)/testimage/rootfs
 	./scripts/demo.sh
 
 # The whole default suite: real runc, real kernel enforcement; run as root.

@@ -19,7 +19,7 @@ chmod 0711 "$DEMO"
 cat > "$DEMO/custodyd.yaml" <<YAML
 runner:
   stateDir: $DEMO/state
-  runtimeDir: /run/custody-demo
+  runtimeDir: $DEMO/run
   runtime:
     path: $BIN/runc
     version: "$("$BIN/runc" --version | awk 'NR==1{print $3}')"
@@ -29,9 +29,11 @@ controlSocket: $SOCK/control.sock
 submitSocket: $SOCK/submit.sock
 operators: [0]
 YAML
-# Until the image digest is known the policy is unusable, so custodyd
-# starts refusing everything (fail closed).
-echo "not yet written" > "$DEMO/policy.yaml"
+# Until the image is imported the policy lists no image, so nothing may
+# run yet; it is the example policy otherwise, and valid from the start.
+sed -e '/^images:/,/^ceilings:/{/^images:/c\
+images: []
+/^ceilings:/!d}' -e "s|@INPUTROOT@|$DEMO/work|" examples/policy.yaml > "$DEMO/policy.yaml"
 
 "$BIN/custodyd" --config "$DEMO/custodyd.yaml" --log-level warn &
 DAEMON=$!
@@ -79,11 +81,9 @@ echo "== promote: a signed SLSA VSA, only because verification passed"
 custody promote "$DEMO/out/receipt.json" --trust "$DEMO/trust.yaml" --outputs "$DEMO/out/outputs" \
 	--key "$DEMO/verifier.key" > "$DEMO/promotion.json"
 echo "wrote $DEMO/promotion.json"
-if [ -x "$BIN/cosign" ]; then
-	echo "== cosign verifies the same receipt with the runner key"
-	"$BIN/cosign" verify-blob-attestation --key "$DEMO/runner.pub" --bundle "$DEMO/out/receipt.sigstore.json" \
-		--type https://custody.dev/attestation/receipt/v3 --insecure-ignore-tlog "$DEMO/out/outputs/HELLO.txt"
-fi
+echo "== cosign verifies the same receipt with the runner key"
+"$BIN/cosign" verify-blob-attestation --key "$DEMO/runner.pub" --bundle "$DEMO/out/receipt.sigstore.json" \
+	--type https://custody.dev/attestation/receipt/v3 --insecure-ignore-tlog "$DEMO/out/outputs/HELLO.txt"
 echo "== the same grant again is refused: it admits one launch"
 if custody run --grant "$DEMO/grant.json" 2>&1; then
 	echo "demo: a replayed grant launched" >&2
