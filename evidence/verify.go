@@ -191,6 +191,10 @@ type Result struct {
 	// subjects; they are set only when OK.
 	Receipt  *Receipt  `json:"receipt,omitempty"`
 	Subjects []Subject `json:"subjects,omitempty"`
+	// Grant is the embedded grant's predicate as its issuer signed it
+	// (what the phase was authorized to run: command, env, resources);
+	// set only when OK.
+	Grant *grant.Predicate `json:"grant,omitempty"`
 	// SignerID is the keys.KeyID of the trusted runner key that signed the
 	// receipt, and SignerName its name in the trust file.
 	SignerID   string `json:"signerId,omitempty"`
@@ -289,7 +293,7 @@ func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, e
 	res.OK = allPass(res, authenticityChecks...) && (p.outputs.skip || allPass(res, CheckOutputs))
 	res.Promotable = res.OK && allPass(res, promotionChecks...)
 	if res.OK {
-		res.Receipt, res.Subjects = x.receipt, x.subjects
+		res.Receipt, res.Subjects, res.Grant = x.receipt, x.subjects, x.grantPredicate
 	}
 	res.seal = &seal{envelopeSHA256: res.EnvelopeSHA256, promotable: res.Promotable}
 	return res, nil
@@ -307,6 +311,8 @@ type verification struct {
 	// receipt is authentic.
 	receipt  *Receipt
 	subjects []Subject
+	// grantPredicate is the embedded grant, once its check passed.
+	grantPredicate *grant.Predicate
 	stErr    error
 	signer   *TrustedKey // nil: no trusted runner key signed
 }
@@ -351,15 +357,15 @@ func (x *verification) startIndependent(ctx context.Context) (grantDone, outputs
 	}
 	grantDone = make(chan checked, 1)
 	go func() {
-		reason, err := v.checkGrant(ctx, r)
-		grantDone <- checked{reason, err}
+		g, reason, err := v.checkGrant(ctx, r)
+		grantDone <- checked{reason: reason, err: err, grant: g}
 	}()
 	if !x.p.outputs.skip {
 		outputsDone = make(chan checked, 1)
 		dir := x.p.outputs.dir
 		go func() {
 			reason, err := checkOutputs(ctx, dir, &r.Output)
-			outputsDone <- checked{reason, err}
+			outputsDone <- checked{reason: reason, err: err}
 		}()
 	}
 	return grantDone, outputsDone
@@ -421,6 +427,9 @@ func (x *verification) grant(done chan checked) (Check, error) {
 	c := <-done
 	if c.err != nil {
 		return Check{}, c.err
+	}
+	if c.reason == "" {
+		x.grantPredicate = c.grant
 	}
 	return verdict(CheckGrant, c.reason), nil
 }
@@ -563,19 +572,20 @@ func (v *Verifier) verifySignature(ctx context.Context, e *cdsse.Envelope, r *Re
 type checked struct {
 	reason string
 	err    error
+	grant  *grant.Predicate // the grant check's verified predicate
 }
 
-func (v *Verifier) checkGrant(ctx context.Context, r *Receipt) (string, error) {
+func (v *Verifier) checkGrant(ctx context.Context, r *Receipt) (*grant.Predicate, string, error) {
 	g, err := v.grants.Verify(ctx, r.Grant.Envelope, r.Started)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
-			return "", fmt.Errorf("evidence: verify: %w", cerr)
+			return nil, "", fmt.Errorf("evidence: verify: %w", cerr)
 		}
 		var ge *grant.Error
 		if errors.As(err, &ge) && ge.Code == grant.CodeWrongIssuer {
-			return "the embedded grant is not signed by a trusted issuer key: " + ge.Detail, nil
+			return nil, "the embedded grant is not signed by a trusted issuer key: " + ge.Detail, nil
 		}
-		return "the embedded grant does not verify as of the run's start: " + err.Error(), nil
+		return nil, "the embedded grant does not verify as of the run's start: " + err.Error(), nil
 	}
 	var bad []string
 	if issuer := v.issuers[g.IssuerKeyID]; issuer == nil {
@@ -639,5 +649,5 @@ func (v *Verifier) checkGrant(ctx context.Context, r *Receipt) (string, error) {
 	if total > gp.Output.MaxBytes {
 		bad = append(bad, fmt.Sprintf("output.files: %d bytes, more than the grant's output.maxBytes %d", total, gp.Output.MaxBytes))
 	}
-	return strings.Join(bad, "; "), nil
+	return &g.Predicate, strings.Join(bad, "; "), nil
 }

@@ -396,19 +396,14 @@ func (l *Launcher) sameRunner(p grant.Predicate, polDig string) error {
 
 // phaseOf decodes and validates the phase a grant carries.
 func phaseOf(p grant.Predicate) (*request.Phase, error) {
-	var req request.Phase
-	dec := json.NewDecoder(bytes.NewReader(p.Phase))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, grant.Refuse(grant.CodeMalformed, "field phase: %v", err)
-	}
-	if err := req.Validate(); err != nil {
+	req, err := request.DecodeCanonical(p.Phase)
+	if err != nil {
 		return nil, grant.Refuse(grant.CodeMalformed, "field phase: %v", err)
 	}
 	if string(req.Stage) != p.Stage || req.Toolchain != p.Toolchain {
 		return nil, grant.Refuse(grant.CodeMalformed, "field stage/toolchain: do not match the phase the grant carries")
 	}
-	return &req, nil
+	return req, nil
 }
 
 // spend consumes the grant in one durable transaction, before any

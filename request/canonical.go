@@ -1,6 +1,7 @@
 package request
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -39,4 +40,23 @@ func (p *Phase) Digest() (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// DecodeCanonical decodes a phase from its canonical encoding, as a grant
+// carries it: strict JSON (unknown fields refused), then Validate. It is
+// the one reader of that encoding, for the launch and for a reviewer.
+func DecodeCanonical(b []byte) (*Phase, error) {
+	var p Phase
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("request: canonical phase: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("request: canonical phase: data after the object")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }

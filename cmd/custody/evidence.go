@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -20,6 +22,8 @@ import (
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/untar"
 	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/quantity"
+	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/snapshot"
 )
 
@@ -168,6 +172,7 @@ func (a *app) verifyCmd() *cobra.Command {
 				return err
 			}
 			if !asJSON {
+				a.printRan(res)
 				a.printBackend(res.Receipt)
 			}
 			return a.verdict(res, asJSON, res.Checks, "receipt", res.OK, "promotable", res.Promotable)
@@ -180,6 +185,60 @@ func (a *app) verifyCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print every check as JSON")
 	_ = cmd.MarkFlagRequired("trust")
 	return cmd
+}
+
+// printRan prints what an authentic receipt says ran, as its grant
+// authorized it and the runner recorded it: the phase, command, image,
+// inputs with their digests, the names of the env variables (never their
+// values: a reviewer's terminal is not the place for them), budgets, exit
+// and tier. An unauthentic receipt prints nothing here: nothing in it can
+// be trusted to describe a run.
+func (a *app) printRan(res *evidence.Result) {
+	r, g := res.Receipt, res.Grant
+	if r == nil || g == nil {
+		return
+	}
+	w := a.stdout
+	fmt.Fprintf(w, "ran      phase %s (stage %s) for actor %s, tier %s, backend %s\n",
+		quote.String(r.Phase.Name), quote.String(r.Phase.Stage), quote.String(g.Actor), quote.String(r.Profile.Tier), quote.String(backendName(r)))
+	if p, err := request.DecodeCanonical(g.Phase); err == nil {
+		cmd := "(the image's entrypoint and cmd)"
+		if len(p.Command) > 0 {
+			args := make([]string, len(p.Command))
+			for i, arg := range p.Command {
+				args[i] = strconv.Quote(arg) // quoted: an argument may hold spaces or controls
+			}
+			cmd = strings.Join(args, " ")
+		}
+		fmt.Fprintln(w, "command  "+cmd)
+		if names := slices.Sorted(maps.Keys(p.Env)); len(names) > 0 {
+			fmt.Fprintln(w, "env      "+quote.String(strings.Join(names, " "))+" (names only)")
+		}
+	}
+	fmt.Fprintln(w, "image    "+quote.String(r.Image))
+	for _, in := range r.Inputs {
+		fmt.Fprintf(w, "input    %s %s from %s\n", quote.String(in.Target), quote.String(in.Digest), quote.String(in.Source))
+	}
+	rs := g.Resources
+	fmt.Fprintf(w, "budgets  memory %s, pids %d, cpu %v, wall %v, tmp %s, output %s at %s\n",
+		quantity.Bytes(rs.Memory), rs.Pids, rs.CPU, time.Duration(rs.WallTimeMillis)*time.Millisecond,
+		quantity.Bytes(rs.TmpBytes), quantity.Bytes(g.Output.MaxBytes), quote.String(g.Output.Path))
+	fmt.Fprintf(w, "exit     %s code %d%s after %v, peak memory %s\n", quote.String(r.Exit.Status), r.Exit.Code,
+		signalNote(r.Exit.Signal), time.Duration(r.Usage.WallMillis)*time.Millisecond, quantity.Bytes(r.Usage.PeakMemoryBytes))
+}
+
+func backendName(r *evidence.Receipt) string {
+	if r.Profile.Backend == "" {
+		return "oci" // v1 receipts predate the field; their backend was oci
+	}
+	return r.Profile.Backend
+}
+
+func signalNote(sig string) string {
+	if sig == "" {
+		return ""
+	}
+	return " signal " + quote.String(sig)
 }
 
 // printBackend prints what a v3 receipt records of the backend that ran:

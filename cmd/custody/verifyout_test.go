@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,5 +60,41 @@ func TestVerifyPrintsBackend(t *testing.T) {
 				t.Fatalf("verify %s prints a v3 line %q:\n%s", name, l, out)
 			}
 		}
+	}
+}
+
+// TestVerifyPrintsWhatRan: verify prints what an authentic receipt says
+// ran (phase, command, env names without values, image, inputs with
+// digests, budgets, exit, tier, backend) for every receipt version, and
+// none of it for a receipt that is not authentic.
+func TestVerifyPrintsWhatRan(t *testing.T) {
+	dir := filepath.Join(testenv.ModuleRoot(t), "evidence", "testdata")
+	trust := filepath.Join(dir, "trust.yaml")
+	for _, name := range []string{"receipt.json", "receipt-v2.json", "receipt-v3.json"} {
+		code, out, errs := custodyCLI("verify", filepath.Join(dir, name), "--trust", trust, "--no-outputs-unsafe")
+		if code == verifyUnauthentic {
+			t.Fatalf("verify %s: %d\n%s%s", name, code, out, errs)
+		}
+		for _, prefix := range []string{"ran      phase ", "command  \"", "image    sha256:", "input    /", "budgets  memory ", "exit     "} {
+			if !strings.Contains(out, "\n"+prefix) && !strings.HasPrefix(out, prefix) {
+				t.Errorf("verify %s prints no %q line:\n%s", name, prefix, out)
+			}
+		}
+		if !strings.Contains(out, "backend oci") {
+			t.Errorf("verify %s does not name the backend:\n%s", name, out)
+		}
+	}
+	// A receipt whose signature fails says nothing about what ran.
+	raw, err := os.ReadFile(filepath.Join(dir, "receipt-v3.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(bad, bytes.Replace(raw, []byte(`"sig":"`), []byte(`"sig":"AAAA`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := custodyCLI("verify", bad, "--trust", trust, "--no-outputs-unsafe")
+	if code != verifyUnauthentic || strings.Contains(out, "ran      ") || strings.Contains(out, "command  ") {
+		t.Fatalf("a tampered receipt: exit %d, and it printed what ran:\n%s", code, out)
 	}
 }
