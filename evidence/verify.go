@@ -313,8 +313,8 @@ type verification struct {
 	subjects []Subject
 	// grantPredicate is the embedded grant, once its check passed.
 	grantPredicate *grant.Predicate
-	stErr    error
-	signer   *TrustedKey // nil: no trusted runner key signed
+	stErr          error
+	signer         *TrustedKey // nil: no trusted runner key signed
 }
 
 // verdict is a check that passes when reason is "".
