@@ -136,30 +136,30 @@ func (k *TrustedKey) revokedAt(t time.Time, acceptBefore bool) string {
 type trustFile struct {
 	APIVersion string             `yaml:"apiVersion"`
 	Kind       string             `yaml:"kind"`
-	Runners    []keyFile          `yaml:"runners"`
-	Issuers    []keyFile          `yaml:"issuers"`
-	MaxAge     *quantity.Duration `yaml:"maxAge"`
-	Tiers      []string           `yaml:"tiers"`
+	Runners    []keyFile          `yaml:"runners,omitempty"`
+	Issuers    []keyFile          `yaml:"issuers,omitempty"`
+	MaxAge     *quantity.Duration `yaml:"maxAge,omitempty"`
+	Tiers      []string           `yaml:"tiers,omitempty"`
 	Accept     struct {
-		Statuses             []string `yaml:"statuses"`
-		RequireCleanVerified *bool    `yaml:"requireCleanVerified"`
-	} `yaml:"accept"`
+		Statuses             []string `yaml:"statuses,omitempty"`
+		RequireCleanVerified *bool    `yaml:"requireCleanVerified,omitempty"`
+	} `yaml:"accept,omitempty"`
 	Revocation struct {
-		AcceptBefore bool `yaml:"acceptBefore"`
-	} `yaml:"revocation"`
+		AcceptBefore bool `yaml:"acceptBefore,omitempty"`
+	} `yaml:"revocation,omitempty"`
 	Retention struct {
-		Receipts *quantity.Duration `yaml:"receipts"`
-		Outputs  *quantity.Duration `yaml:"outputs"`
-	} `yaml:"retention"`
+		Receipts *quantity.Duration `yaml:"receipts,omitempty"`
+		Outputs  *quantity.Duration `yaml:"outputs,omitempty"`
+	} `yaml:"retention,omitempty"`
 }
 
 type keyFile struct {
-	Name         string `yaml:"name"`
-	PublicKey    string `yaml:"publicKey"`
-	PublicKeyPEM string `yaml:"publicKeyPEM"`
-	NotBefore    string `yaml:"notBefore"`
-	NotAfter     string `yaml:"notAfter"`
-	RevokedAt    string `yaml:"revokedAt"`
+	Name         string `yaml:"name,omitempty"`
+	PublicKey    string `yaml:"publicKey,omitempty"`
+	PublicKeyPEM string `yaml:"publicKeyPEM,omitempty"`
+	NotBefore    string `yaml:"notBefore,omitempty"`
+	NotAfter     string `yaml:"notAfter,omitempty"`
+	RevokedAt    string `yaml:"revokedAt,omitempty"`
 }
 
 // LoadTrust reads and parses the trust file at path. Relative public key

@@ -171,6 +171,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// MarshalYAML writes the canonical string form.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
 // MarshalJSON writes the canonical string form.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 

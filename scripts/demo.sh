@@ -58,24 +58,10 @@ echo "wrote $DEMO/grant.json"
 echo "== run with the grant (client, submit socket); keep the signed receipt and the outputs"
 custody run --grant "$DEMO/grant.json" --receipt "$DEMO/out/receipt.json"
 echo "== verify the receipt as a reviewer would (trust file with the runner and issuer keys)"
-"$BIN/custody" --submit "$SOCK/submit.sock" status > "$DEMO/status.json"
-python3 - "$DEMO" <<'PY'
-import json, sys
-d = sys.argv[1]
-st = json.load(open(d + "/status.json"))["status"]
-open(d + "/runner.pub", "w").write(st["runnerPublicKey"])
-open(d + "/issuer.pub", "w").write(st["issuerPublicKey"])
-PY
-cat > "$DEMO/trust.yaml" <<YAML
-apiVersion: custody.dev/v1alpha1
-kind: Trust
-runners: [{name: demo-runner, publicKey: runner.pub}]
-issuers: [{name: demo-issuer, publicKey: issuer.pub}]
-maxAge: 1h
 # This host can only run the unqualified development tier; a production
-# trust file (tiers: [production]) would reject the receipt.
-tiers: [development]
-YAML
+# trust file (the default, --tier production) would reject the receipt.
+custody trust export --runner-name demo-runner --issuer-name demo-issuer --max-age 1h --tier development > "$DEMO/trust.yaml"
+custody trust export --runner-pem > "$DEMO/runner.pub"
 custody verify "$DEMO/out/receipt.json" --trust "$DEMO/trust.yaml" --outputs "$DEMO/out/outputs"
 echo "== promote: a signed SLSA VSA, only because verification passed"
 custody promote "$DEMO/out/receipt.json" --trust "$DEMO/trust.yaml" --outputs "$DEMO/out/outputs" \

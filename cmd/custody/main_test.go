@@ -306,29 +306,26 @@ func TestNoDaemonIsAClearError(t *testing.T) {
 	}
 }
 
-// trust writes the daemon's public keys and a trust file accepting tiers.
+// trust writes, with custody trust export, the daemon's runner key (for
+// cosign) and a trust file holding both its keys inline that accepts
+// tiers (comma-separated).
 func (e *env) trust(t *testing.T, name string, tiers string) string {
 	t.Helper()
-	code, out, errs := e.custody("status")
+	code, out, errs := e.custody("trust", "export", "--runner-pem")
+	if code != 0 || !strings.HasPrefix(out, "-----BEGIN PUBLIC KEY-----\n") {
+		t.Fatalf("trust export --runner-pem: %d %s%s", code, out, errs)
+	}
+	write(t, filepath.Join(e.dir, "runner.pub"), out) // for cosign
+	code, out, errs = e.custody("trust", "export", "--max-age", "1h", "--tier", tiers)
 	if code != 0 {
-		t.Fatalf("status: %s", errs)
+		t.Fatalf("trust export: %d %s", code, errs)
 	}
-	var st struct {
-		Status struct{ RunnerPublicKey, IssuerPublicKey string }
+	// The verifications that use the file prove its keys and tiers.
+	if !strings.Contains(out, "publicKeyPEM:") || strings.Contains(out, "publicKey:") {
+		t.Fatalf("trust export does not write its keys inline:\n%s", out)
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(e.dir, "runner.pub"), st.Status.RunnerPublicKey)
-	write(t, filepath.Join(e.dir, "issuer.pub"), st.Status.IssuerPublicKey)
 	p := filepath.Join(e.dir, name)
-	write(t, p, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
-kind: Trust
-runners: [{name: runner, publicKey: runner.pub}]
-issuers: [{name: issuer, publicKey: issuer.pub}]
-maxAge: 1h
-tiers: [%s]
-`, tiers))
+	write(t, p, out)
 	return p
 }
 

@@ -1,0 +1,52 @@
+package evidence
+
+import (
+	"fmt"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/custody-dev/custody/quantity"
+)
+
+// ExportKey is one key of an exported trust file: a name and the public
+// key in PEM, written inline so the file stands alone.
+type ExportKey struct {
+	Name string
+	PEM  string
+}
+
+// Export is what a trust file written by ExportTrust says.
+type Export struct {
+	Runners, Issuers []ExportKey
+	// MaxAge is how old a receipt may be; zero writes no maxAge (the
+	// default, DefaultMaxAge, applies).
+	MaxAge time.Duration
+	// Tiers are the tiers accepted; empty writes none (production only).
+	Tiers []string
+}
+
+// ExportTrust writes e as a trust file, and parses the result back with
+// ParseTrust, so that what it returns is a trust file custody accepts
+// (keys that parse, names that are unique) or an error.
+func ExportTrust(e Export) ([]byte, error) {
+	f := trustFile{APIVersion: "custody.dev/v1alpha1", Kind: "Trust", Tiers: e.Tiers}
+	for _, k := range e.Runners {
+		f.Runners = append(f.Runners, keyFile{Name: k.Name, PublicKeyPEM: k.PEM})
+	}
+	for _, k := range e.Issuers {
+		f.Issuers = append(f.Issuers, keyFile{Name: k.Name, PublicKeyPEM: k.PEM})
+	}
+	if e.MaxAge != 0 {
+		d := quantity.Duration(e.MaxAge)
+		f.MaxAge = &d
+	}
+	out, err := yaml.Marshal(&f)
+	if err != nil {
+		return nil, fmt.Errorf("trust: export: %w", err)
+	}
+	if _, err := ParseTrust(out, ""); err != nil {
+		return nil, fmt.Errorf("trust: export: the file would not parse: %w", err)
+	}
+	return out, nil
+}
