@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -368,8 +367,8 @@ func checkPackStatement(r *PackReceipt, subjects []cdsse.Subject) (*PackReceipt,
 		return nil, nil, fmt.Errorf("predicate: %v", err)
 	}
 	want := packSubjectsOf(r)
-	if !slices.EqualFunc(subjects, want, equalSubject) {
-		return nil, nil, fmt.Errorf("subjects are not those of predicate.pack and predicate.planDigest (%d subjects, want %d)", len(subjects), len(want))
+	if err := subjectsMatch(subjects, want, "predicate.pack and predicate.planDigest"); err != nil {
+		return nil, nil, err
 	}
 	return r, want, nil
 }

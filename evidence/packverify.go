@@ -156,8 +156,8 @@ func (v *Verifier) VerifyPack(ctx context.Context, env, compose []byte, opts ...
 		add(CheckIssuerTrust, notEvaluated+"no trusted runner key signed the receipt")
 		add(CheckKeyRevocation, notEvaluated+"no trusted runner key signed the receipt")
 	case r == nil:
-		add(CheckIssuerTrust, notEvaluated+"the statement does not decode, so the signing time is unknown")
-		add(CheckKeyRevocation, notEvaluated+"the statement does not decode, so the signing time is unknown")
+		add(CheckIssuerTrust, notEvaluated+"the statement failed its check, so the signing time is unknown")
+		add(CheckKeyRevocation, notEvaluated+"the statement failed its check, so the signing time is unknown")
 	default:
 		add(CheckIssuerTrust, signer.validAt(r.Finished))
 		add(CheckKeyRevocation, signer.revokedAt(r.Finished, v.trust.AcceptBeforeRevocation))
@@ -173,7 +173,7 @@ func (v *Verifier) VerifyPack(ctx context.Context, env, compose []byte, opts ...
 
 	if r == nil {
 		for _, name := range []string{CheckGrant, CheckCompose, CheckFreshness, CheckCleanup} {
-			add(name, notEvaluated+"the statement does not decode")
+			add(name, notEvaluated+"the statement failed its check")
 		}
 	} else {
 		reason, err := v.checkPackGrant(ctx, r)

@@ -499,8 +499,8 @@ func decodeReceiptStatement(payload []byte) (*Receipt, []Subject, error) {
 			return nil, nil, fmt.Errorf("predicate: %v", err)
 		}
 		want := subjectsOf(&typed.Predicate.Output)
-		if !slices.EqualFunc(typed.Subject, want, equalSubject) {
-			return nil, nil, fmt.Errorf("subjects are not those of predicate.output (%d subjects, want %d)", len(typed.Subject), len(want))
+		if err := subjectsMatch(typed.Subject, want, "predicate.output"); err != nil {
+			return nil, nil, err
 		}
 		return &typed.Predicate, want, nil
 	}
@@ -545,8 +545,8 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("predicate: %v", err)
 	}
 	want := subjectsOf(&r.Output)
-	if !slices.EqualFunc(st.Subject, want, equalSubject) {
-		return nil, nil, fmt.Errorf("subjects are not those of predicate.output (%d subjects, want %d)", len(st.Subject), len(want))
+	if err := subjectsMatch(st.Subject, want, "predicate.output"); err != nil {
+		return nil, nil, err
 	}
 	// want equals the decoded subjects.
 	return &r, want, nil
@@ -556,6 +556,38 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 // verifies.
 func knownReceiptType(t string) bool {
 	return t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+}
+
+// subjectsMatch says, when got is not exactly want (the subjects derived
+// from the predicate part named from), which subject differs and how, so
+// that a tampered digest is named rather than counted.
+func subjectsMatch(got []cdsse.Subject, want []Subject, from string) error {
+	if slices.EqualFunc(got, want, equalSubject) {
+		return nil
+	}
+	for i := range min(len(got), len(want)) {
+		g, w := got[i], want[i]
+		switch {
+		case equalSubject(g, w):
+		case g.Name != w.Name:
+			return fmt.Errorf("subject %d is named %q, where %s derives %q", i, cdsse.Clip(g.Name), from, cdsse.Clip(w.Name))
+		default:
+			return fmt.Errorf("subject %q has digest %s, where %s derives %s", cdsse.Clip(g.Name), digestText(g.Digest), from, digestText(w.Digest))
+		}
+	}
+	if len(got) > len(want) {
+		return fmt.Errorf("subject %q is not derived from %s (%d subjects, want %d)", cdsse.Clip(got[len(want)].Name), from, len(got), len(want))
+	}
+	return fmt.Errorf("subject %q, derived from %s, is missing (%d subjects, want %d)", cdsse.Clip(want[len(got)].Name), from, len(got), len(want))
+}
+
+// digestText prints a subject's digest set in a stable order.
+func digestText(d map[string]string) string {
+	parts := make([]string, 0, len(d))
+	for _, k := range slices.Sorted(maps.Keys(d)) {
+		parts = append(parts, cdsse.Clip(k)+":"+cdsse.Clip(d[k]))
+	}
+	return strings.Join(parts, ",")
 }
 
 func equalSubject(a cdsse.Subject, b Subject) bool {

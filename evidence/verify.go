@@ -325,7 +325,7 @@ func passed(name, note string) Check { return Check{Name: name, OK: true, Reason
 
 // notDecoded is a check that cannot be evaluated without the statement.
 func notDecoded(name string) Check {
-	return verdict(name, notEvaluated+"the statement does not decode")
+	return verdict(name, notEvaluated+"the statement failed its check")
 }
 
 func (x *verification) envelope(env []byte) Check {
@@ -387,7 +387,7 @@ func (x *verification) signingTimeUnknown() string {
 	case x.signer == nil:
 		return notEvaluated + "no trusted runner key signed the receipt"
 	case x.receipt == nil:
-		return notEvaluated + "the statement does not decode, so the signing time is unknown"
+		return notEvaluated + "the statement failed its check, so the signing time is unknown"
 	}
 	return ""
 }

@@ -597,7 +597,7 @@ func TestNotEvaluated(t *testing.T) {
 	res = f.verify(t, f.trust(t, "", ""), env)
 	wantCheck(t, res, "signature", true)
 	wantCheck(t, res, "statement", false, "predicateType")
-	wantCheck(t, res, "issuer-trust", false, "not evaluated: the statement does not decode")
+	wantCheck(t, res, "issuer-trust", false, "not evaluated: the statement failed its check")
 	if res.OK {
 		t.Fatal("not a receipt, but OK")
 	}
@@ -615,7 +615,7 @@ func TestStatementStrict(t *testing.T) {
 		{"unknown field", `"runId":`, `"extra":1,"runId":`, "unknown field"},
 		{"non-canonical whitespace", `"runId":`, `"runId": `, "canonical"},
 		{"non-UTC time", `"finished":"2026-03-01T10:03:00Z"`, `"finished":"2026-03-01T11:03:00+01:00"`, "not in UTC"},
-		{"subject removed", `{"name":"out/empty"`, `{"name":"out/emptz"`, "subjects are not those of predicate.output"},
+		{"subject removed", `{"name":"out/empty"`, `{"name":"out/emptz"`, `subject 2 is named "out/emptz", where predicate.output derives "out/empty"`},
 		{"status contradicts code", `"code":0`, `"code":1`, "contradicts"},
 		{"wrong predicate type", predicate.Receipt, predicate.Grant, "predicateType"},
 		// A v1 receipt has no streams or backend: v2 or v3 content cannot
@@ -807,5 +807,33 @@ func TestUnobservedRun(t *testing.T) {
 	r.Exit = evidence.Exit{Status: evidence.StatusOK, Signal: "SIGKILL"}
 	if _, err := evidence.SignReceipt(context.Background(), f.runner, r); err == nil || !strings.Contains(err.Error(), "exit.status") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A statement whose subject digest was changed (and then signed by a
+// trusted key) is refused naming the subject and both digests, not by
+// counting subjects; the checks that need the statement say it failed its
+// check, not that it does not decode.
+func TestTamperedSubjectIsNamed(t *testing.T) {
+	f := newFixture(t)
+	payload := payloadOf(t, f.env)
+	var st struct {
+		Subject []struct {
+			Name   string            `json:"name"`
+			Digest map[string]string `json:"digest"`
+		} `json:"subject"`
+	}
+	if err := json.Unmarshal(payload, &st); err != nil || len(st.Subject) == 0 {
+		t.Fatalf("payload: %v", err)
+	}
+	first := st.Subject[0]
+	zeros := strings.Repeat("0", 64)
+	tampered := bytes.Replace(payload, []byte(first.Digest["sha256"]), []byte(zeros), 1)
+	res := f.verify(t, f.trust(t, "", ""), signPayload(t, tampered, f.runner))
+	wantCheck(t, res, "signature", true)
+	wantCheck(t, res, "statement", false, fmt.Sprintf("subject %q has digest sha256:%s, where predicate.output derives sha256:%s", first.Name, zeros, first.Digest["sha256"]))
+	wantCheck(t, res, "grant", false, "not evaluated: the statement failed its check")
+	if res.OK {
+		t.Fatal("a tampered subject verified")
 	}
 }
