@@ -3,6 +3,7 @@ package evidence
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	bundlepb "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
@@ -10,6 +11,8 @@ import (
 	dssepb "github.com/sigstore/protobuf-specs/gen/pb-go/dsse"
 	rekorpb "github.com/sigstore/protobuf-specs/gen/pb-go/rekor/v1"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	cdsse "github.com/custody-dev/custody/internal/dsse"
 )
 
 // BundleMediaType is the media type of the bundles Bundle writes.
@@ -82,3 +85,101 @@ func Bundle(env []byte, keyHint string) ([]byte, error) {
 	out.WriteByte('\n')
 	return out.Bytes(), nil
 }
+
+// ErrBundleMismatch is returned when a Sigstore bundle does not hold the
+// envelope it is checked against.
+var ErrBundleMismatch = errors.New("the Sigstore bundle does not hold this envelope")
+
+// IsBundle says whether data looks like a Sigstore bundle (a JSON object
+// with a mediaType member) rather than a DSSE envelope. It decides which
+// reader to use, never whether anything verifies.
+func IsBundle(data []byte) bool {
+	var probe struct {
+		MediaType *string `json:"mediaType"`
+	}
+	return json.Unmarshal(data, &probe) == nil && probe.MediaType != nil
+}
+
+// EnvelopeOfBundle returns the DSSE envelope a bundle written by Bundle
+// holds, in the canonical form custody writes envelopes in, with the
+// signature's keyid taken from the verification material's hint (Bundle
+// moves it there). The bundle is decoded strictly: media type v0.3, a DSSE
+// envelope with one signature, a public-key hint, no other content. The
+// envelope's signature is not checked here; Verify checks it.
+func EnvelopeOfBundle(bundle []byte) ([]byte, error) {
+	if len(bundle) > MaxEnvelopeSize+bundleSlack {
+		return nil, fmt.Errorf("evidence: bundle is %d bytes, more than the limit of %d", len(bundle), MaxEnvelopeSize+bundleSlack)
+	}
+	var b bundlepb.Bundle
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(bundle, &b); err != nil {
+		return nil, fmt.Errorf("evidence: bundle: %w", err)
+	}
+	if b.GetMediaType() != BundleMediaType {
+		return nil, fmt.Errorf("evidence: bundle: media type %q is not %q", cdsse.Clip(b.GetMediaType()), BundleMediaType)
+	}
+	hint := b.GetVerificationMaterial().GetPublicKey().GetHint()
+	d := b.GetDsseEnvelope()
+	switch {
+	case hint == "":
+		return nil, errors.New("evidence: bundle: no public-key hint names the signing key")
+	case d == nil:
+		return nil, errors.New("evidence: bundle: it holds no DSSE envelope")
+	case len(d.GetSignatures()) != 1:
+		return nil, fmt.Errorf("evidence: bundle: %d signatures; a bundle carries exactly one", len(d.GetSignatures()))
+	}
+	env := struct {
+		PayloadType string `json:"payloadType"`
+		Payload     []byte `json:"payload"`
+		Signatures  []struct {
+			KeyID string `json:"keyid"`
+			Sig   []byte `json:"sig"`
+		} `json:"signatures"`
+	}{PayloadType: d.GetPayloadType(), Payload: d.GetPayload()}
+	env.Signatures = append(env.Signatures, struct {
+		KeyID string `json:"keyid"`
+		Sig   []byte `json:"sig"`
+	}{hint, d.GetSignatures()[0].GetSig()})
+	out, err := json.Marshal(&env)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: bundle: %w", err)
+	}
+	if _, err := decodeEnvelope(out); err != nil {
+		return nil, fmt.Errorf("evidence: bundle: envelope: %w", err)
+	}
+	return out, nil
+}
+
+// MatchBundle checks that bundle holds exactly the envelope env: the same
+// payload type, payload and signature, and the signature's keyid as the
+// key hint. It returns an error wrapping ErrBundleMismatch naming the
+// first part that differs.
+func MatchBundle(env, bundle []byte) error {
+	got, err := EnvelopeOfBundle(bundle)
+	if err != nil {
+		return err
+	}
+	a, err := decodeEnvelope(env)
+	if err != nil {
+		return fmt.Errorf("evidence: envelope: %w", err)
+	}
+	b, err := decodeEnvelope(got)
+	if err != nil {
+		return fmt.Errorf("evidence: bundle: envelope: %w", err)
+	}
+	switch {
+	case a.PayloadType != b.PayloadType:
+		return fmt.Errorf("%w: payload type %q, the envelope's is %q", ErrBundleMismatch, cdsse.Clip(b.PayloadType), cdsse.Clip(a.PayloadType))
+	case !bytes.Equal(a.Payload, b.Payload):
+		return fmt.Errorf("%w: its payload (the signed statement) differs", ErrBundleMismatch)
+	case len(a.Signatures) != 1:
+		return fmt.Errorf("%w: the envelope has %d signatures, a bundle one", ErrBundleMismatch, len(a.Signatures))
+	case !bytes.Equal(a.Signatures[0].Sig, b.Signatures[0].Sig):
+		return fmt.Errorf("%w: its signature differs", ErrBundleMismatch)
+	case a.Signatures[0].KeyID != b.Signatures[0].KeyID:
+		return fmt.Errorf("%w: its key hint %q is not the envelope's keyid %q", ErrBundleMismatch, cdsse.Clip(b.Signatures[0].KeyID), cdsse.Clip(a.Signatures[0].KeyID))
+	}
+	return nil
+}
+
+// bundleSlack is what a bundle adds around an envelope's bytes.
+const bundleSlack = 64 << 10

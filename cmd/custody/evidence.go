@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -159,6 +160,9 @@ func (a *app) verifyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if env, err = a.checkBundle(args[0], env, asJSON); err != nil {
+				return err
+			}
 			// Dispatch on the claimed predicate type; the verifier it picks
 			// checks the claim with everything else.
 			if evidence.IsPackReceipt(env) {
@@ -185,6 +189,52 @@ func (a *app) verifyCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print every check as JSON")
 	_ = cmd.MarkFlagRequired("trust")
 	return cmd
+}
+
+// checkBundle reads the Sigstore bundle form beside a receipt: given a
+// bundle (receipt.sigstore.json), it returns the envelope the bundle holds;
+// given an envelope, it returns it as it is. Either way, when the other
+// form sits beside it, the two must hold the same signed envelope, or the
+// receipt is refused as unauthentic before anything else is checked: a
+// reviewer handed both must never see them disagree.
+func (a *app) checkBundle(path string, env []byte, asJSON bool) ([]byte, error) {
+	unauthentic := func(err error) error { return &exitError{verifyUnauthentic, err} }
+	bundle, envelopePath, bundleFile := []byte(nil), path, bundlePath(path)
+	if evidence.IsBundle(env) {
+		bundle, bundleFile = env, path
+		envelopePath = strings.TrimSuffix(path, ".sigstore.json") + ".json"
+		e, err := evidence.EnvelopeOfBundle(bundle)
+		if err != nil {
+			return nil, unauthentic(err)
+		}
+		env = e
+		if envelopePath == path {
+			return env, nil // no sibling name to look for
+		}
+	}
+	other := bundleFile
+	if bundle != nil {
+		other = envelopePath
+	}
+	sibling, err := readFile("receipt", other, evidence.MaxEnvelopeSize+envelopeSlack)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return env, nil
+	case err != nil:
+		return nil, unauthentic(err)
+	}
+	if bundle == nil {
+		bundle = sibling
+	} else {
+		env = bytes.TrimSpace(sibling)
+	}
+	if err := evidence.MatchBundle(env, bundle); err != nil {
+		return nil, unauthentic(fmt.Errorf("%s and %s: %w", envelopePath, bundleFile, err))
+	}
+	if !asJSON {
+		fmt.Fprintf(a.stdout, "bundle   %s holds the same signed envelope as %s\n", quote.String(bundleFile), quote.String(envelopePath))
+	}
+	return env, nil
 }
 
 // printRan prints what an authentic receipt says ran, as its grant

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -136,5 +137,55 @@ func TestDigestReproducesTheReceipt(t *testing.T) {
 	}
 	if code, out, errs := e.custody("digest", filepath.Join(e.dir, "absent")); code != exitRefused || out != "" {
 		t.Fatalf("digest of a missing path: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// TestVerifyReadsTheBundle: verify takes the Sigstore bundle form as well
+// as the envelope, and when both sit side by side they must hold the same
+// signed envelope: a bundle of another receipt beside it is refused as
+// unauthentic before anything else.
+func TestVerifyReadsTheBundle(t *testing.T) {
+	golden := filepath.Join(testenv.ModuleRoot(t), "evidence", "testdata")
+	trust := filepath.Join(golden, "trust.yaml")
+	v3, err := os.ReadFile(filepath.Join(golden, "receipt-v3.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := os.ReadFile(filepath.Join(golden, "receipt-v2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	receipt, bundle := filepath.Join(dir, "receipt.json"), filepath.Join(dir, "receipt.sigstore.json")
+	b, err := evidence.Bundle(v3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bundle, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The bundle alone verifies.
+	if code, out, errs := custodyCLI("verify", bundle, "--trust", trust, "--no-outputs-unsafe"); code == verifyUnauthentic || !strings.Contains(out, "authentic=true") {
+		t.Fatalf("verify the bundle alone: %d\n%s%s", code, out, errs)
+	}
+	// Beside its own envelope, either form verifies and says they match.
+	if err := os.WriteFile(receipt, v3, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{receipt, bundle} {
+		code, out, errs := custodyCLI("verify", p, "--trust", trust, "--no-outputs-unsafe")
+		if code == verifyUnauthentic || !strings.Contains(out, "holds the same signed envelope") {
+			t.Fatalf("verify %s beside its twin: %d\n%s%s", filepath.Base(p), code, out, errs)
+		}
+	}
+	// Beside another receipt's envelope, both are refused.
+	if err := os.WriteFile(receipt, v2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{receipt, bundle} {
+		code, out, errs := custodyCLI("verify", p, "--trust", trust, "--no-outputs-unsafe")
+		if code != verifyUnauthentic || !strings.Contains(errs, "the Sigstore bundle does not hold this envelope") || strings.Contains(out, "authentic=true") {
+			t.Fatalf("verify %s beside a different twin: %d\n%s%s", filepath.Base(p), code, out, errs)
+		}
 	}
 }
