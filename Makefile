@@ -157,6 +157,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeCanonicalRaw$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 	$(GO) test -run='^$$' -fuzz='^FuzzIsCompactJSON$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 	$(GO) test -run='^$$' -fuzz='^FuzzExtract$$' -fuzztime=$(FUZZTIME) ./internal/untar
+	$(GO) test -run='^$$' -fuzz='^FuzzExtractOutput$$' -fuzztime=$(FUZZTIME) ./backend/vm
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStat$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseNetDev$$' -fuzztime=$(FUZZTIME) ./internal/procfs

@@ -93,6 +93,9 @@ func run(ports map[string]*os.File) *guest.Report {
 			return fail(fmt.Errorf("hostname: %w", err))
 		}
 	}
+	if err := loopbackUp(); err != nil {
+		return fail(err)
+	}
 	observe(rep)
 	if err := runWorkload(&cfg, ports, rep); err != nil {
 		return fail(err)
@@ -303,6 +306,28 @@ func minimalDev() error {
 		if err := os.Chmod(filepath.Join(dev, n.name), 0o666); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// loopbackUp brings lo up: the guest has no NIC, so loopback is all the
+// network a workload has, as in a container without egress.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
 	}
 	return nil
 }
