@@ -241,13 +241,15 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	for _, p := range pipes {
 		p.r.Close()
 	}
+	// What the guest reported was read before QEMU's exit was seen.
+	observedAt := time.Now()
 	ex.Finished = time.Now()
 	m.timing.QEMU = ex.Finished.Sub(start)
 	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
 	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
 	if ex.TimedOut || ex.Cancelled {
-		ex.Observation = &backend.Observation{At: time.Now(), Notes: []string{"QEMU killed by the host"}}
+		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host"}}
 		return ex, nil
 	}
 	if m.qemu.err != nil {
@@ -269,14 +271,18 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	ex.Usage = backend.Usage{PeakMemoryBytes: rep.PeakMemory, CPUTimeNanos: rep.CPUUsec * 1000, OOMKills: rep.OOMKills,
 		MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax}
 	m.timing.Workload = time.Duration(rep.Finished - rep.Started)
-	ex.Observation = observation(&rep, m.outputSHA)
+	ex.Observation = observation(&rep, m.outputSHA, observedAt)
 	return ex, nil
 }
 
 // observation is the guest's report as an Observation: what the init says
 // it saw, never authority.
-func observation(rep *guest.Report, hostOutput string) *backend.Observation {
-	ob := &backend.Observation{At: time.Now(), Interfaces: rep.Interfaces,
+func observation(rep *guest.Report, hostOutput string, at time.Time) *backend.Observation {
+	seccomp := rep.Seccomp
+	if seccomp == "" {
+		seccomp = "unobserved"
+	}
+	ob := &backend.Observation{At: at, Interfaces: rep.Interfaces, Seccomp: seccomp, NoNewPrivs: rep.NoNewPrivs,
 		Cgroup: backend.ObservedCgroup{MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax},
 		Notes:  append([]string{"reported by the guest's init (an observation, not authority)"}, rep.Notes...)}
 	if q, p, ok := strings.Cut(rep.CPUMax, " "); ok {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,49 +17,27 @@ import (
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
-// pins are the real artifacts the tests boot: the QEMU on PATH, the guest
-// kernel and modules scripts/vm/deps.sh unpacks ($CUSTODY_VM_KERNEL,
-// $CUSTODY_VM_MODULES) and the init make builds ($CUSTODY_VMINIT).
+// pins are the real artifacts the tests boot (testenv.VM), pinned as
+// they are now.
 func pins(t testing.TB) vm.Options {
 	t.Helper()
-	testenv.Root(t)
-	root := testenv.ModuleRoot(t)
-	env := func(k, def string) string {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		testenv.Missing(t, "qemu-system-x86_64 (make vm-deps)")
-	}
-	kernel := env("CUSTODY_VM_KERNEL", filepath.Join(root, "build", "vm", "vmlinux"))
-	modules := env("CUSTODY_VM_MODULES", "")
-	if modules == "" {
-		if real, err := filepath.EvalSymlinks(kernel); err == nil {
-			kver := strings.TrimPrefix(filepath.Base(real), "vmlinux-")
-			modules = filepath.Join(filepath.Dir(filepath.Dir(real)), "lib", "modules", kver)
-		}
-	}
-	init := env("CUSTODY_VMINIT", filepath.Join(root, "bin", "custody-vminit"))
+	a := testenv.VM(t)
 	opts := vm.Options{}
 	for _, p := range []struct {
 		dst  *vm.Pinned
 		path string
-		what string
-	}{{&opts.QEMU, qemu, "qemu"}, {&opts.Kernel, kernel, "the guest kernel (make vm-deps)"}, {&opts.Init, init, "the guest init (make bin/custody-vminit)"}} {
+	}{{&opts.QEMU, a.QEMU}, {&opts.Kernel, a.Kernel}, {&opts.Init, a.Init}} {
 		sum, err := vm.FileSHA256(p.path)
 		if err != nil {
-			testenv.Missing(t, p.what+" at "+p.path)
+			t.Fatal(err)
 		}
 		*p.dst = vm.Pinned{Path: p.path, SHA256: sum}
 	}
-	sum, err := vm.ModulesDigest(modules)
+	sum, err := vm.ModulesDigest(a.Modules)
 	if err != nil {
-		testenv.Missing(t, "the guest kernel's modules (make vm-deps): "+err.Error())
+		t.Fatal(err)
 	}
-	opts.Modules = vm.Pinned{Path: modules, SHA256: sum}
+	opts.Modules = vm.Pinned{Path: a.Modules, SHA256: sum}
 	return opts
 }
 

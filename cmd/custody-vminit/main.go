@@ -385,8 +385,8 @@ func keyed(p, key string) int64 {
 		return -1
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, _ := strconv.ParseInt(v, 10, 64)
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
 			return n
 		}
 	}
@@ -461,6 +461,7 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	selfStatus(rep)
 	cmd := &exec.Cmd{
 		Path:   cfg.Args[0],
 		Args:   cfg.Args,
@@ -508,6 +509,13 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return keyed(filepath.Join(cgWork, "cgroup.events"), "populated") == 0, nil
 	})
 	return nil
+}
+
+// selfStatus reads the init's seccomp mode and no_new_privs, which the
+// workload inherits.
+func selfStatus(rep *guest.Report) {
+	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[keyed("/proc/self/status", "Seccomp:")]
+	rep.NoNewPrivs = keyed("/proc/self/status", "NoNewPrivs:") == 1
 }
 
 func usage(rep *guest.Report) {

@@ -35,7 +35,13 @@ func startDaemon(t *testing.T) *env {
 // startDaemonWith is startDaemon with the image imported from source.
 func startDaemonWith(t *testing.T, source string) *env {
 	t.Helper()
-	d := daemontest.New(t, daemontest.Options{})
+	return startDaemonOpts(t, source, daemontest.Options{})
+}
+
+// startDaemonOpts is startDaemonWith with the daemon's options.
+func startDaemonOpts(t *testing.T, source string, opts daemontest.Options) *env {
+	t.Helper()
+	d := daemontest.New(t, opts)
 	d.Start()
 	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket}
 	if code, out, errs := e.custody("status"); code != 0 {

@@ -74,6 +74,10 @@ type Report struct {
 	// Mounts of the workload's root, read back before it ran.
 	Mounts     []Mount  `json:"mounts"`
 	Interfaces []string `json:"interfaces"`
+	// Seccomp ("disabled", "strict", "filter") and NoNewPrivs are the
+	// init's own as the workload inherits them, read before it starts.
+	Seccomp    string   `json:"seccomp,omitempty"`
+	NoNewPrivs bool     `json:"noNewPrivs"`
 	Notes      []string `json:"notes,omitempty"`
 	// OutputSHA256 is the init's own digest of the stream it wrote.
 	OutputSHA256 string `json:"outputSha256"`
