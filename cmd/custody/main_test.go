@@ -22,6 +22,7 @@ import (
 type env struct {
 	dir, policy, image string
 	control, submit    string
+	daemon             *daemontest.Daemon
 }
 
 // startDaemon starts custodyd through daemontest, then imports the image
@@ -43,7 +44,7 @@ func startDaemonOpts(t *testing.T, source string, opts daemontest.Options) *env 
 	t.Helper()
 	d := daemontest.New(t, opts)
 	d.Start()
-	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket}
+	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket, daemon: d}
 	if code, out, errs := e.custody("status"); code != 0 {
 		t.Fatalf("status: %d %s %s", code, out, errs)
 	}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
@@ -78,5 +80,85 @@ resources:
 	if code, out, errs := plain.custody("admit", phase); code != exitRefused || !strings.Contains(out+errs, `backend "vm" is not configured`) ||
 		!strings.Contains(out+errs, "backends: [oci, vm]") {
 		t.Fatalf("admit on a runner without vm: %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// qemuOf lists the pids of QEMU processes whose command line names dir
+// (the daemon's own state directory).
+func qemuOf(dir string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), "custody-vm-") && strings.Contains(string(cmdline), dir+"/") {
+			if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(st), ") Z ") {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// TestVMRecoveryAfterSIGKILL: custodyd killed while a phase runs in a
+// microVM leaves QEMU running (it dropped to its own uid, which clears a
+// parent-death signal); the restarted daemon recovers the attempt: QEMU
+// killed by its recorded pid and start time, the output unmounted, the
+// bundle removed, the runner not quarantined.
+func TestVMRecoveryAfterSIGKILL(t *testing.T) {
+	e := startVMDaemon(t)
+	d := e.daemon
+	phase := filepath.Join(e.dir, "long.yaml")
+	write(t, phase, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
+kind: Phase
+name: long
+stage: build
+tier: development
+backend: vm
+image: %q
+command: ["/bin/sh", "-c", "echo started; sleep 300"]
+output:
+  path: /out
+resources:
+  memory: 64Mi
+  pids: 64
+  wallTime: 600s
+`, e.image))
+	g := e.grant(t, phase)
+	go e.custody("run", "--grant", g)
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(qemuOf(d.Dir)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no QEMU started")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // past the start: its pid is on record
+	d.Kill()
+	if left := qemuOf(d.Dir); len(left) == 0 {
+		t.Log("QEMU died with custodyd")
+	} else {
+		t.Logf("QEMU %v outlived custodyd, as expected", left)
+	}
+	d.Start()
+	deadline = time.Now().Add(time.Minute)
+	for len(qemuOf(d.Dir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("QEMU %v still runs after recovery", qemuOf(d.Dir))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	q, err := d.Control.Quarantine(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Quarantined {
+		t.Fatalf("quarantined after recovery: %+v", q)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.Dir, "state", "vm")); len(ents) != 0 {
+		t.Errorf("bundles left after recovery: %v", ents)
 	}
 }

@@ -129,6 +129,15 @@ func (d *Daemon) Stop() {
 	}
 }
 
+// Kill sends SIGKILL to the running daemon (by its pid) and waits for it:
+// a runner that dies without cleaning up.
+func (d *Daemon) Kill() {
+	if d.cmd != nil && d.cmd.ProcessState == nil {
+		d.cmd.Process.Kill()
+		d.cmd.Wait()
+	}
+}
+
 // Exited waits up to timeout for the process to exit by itself (a fault
 // killing it) and returns how it ended, or nil if it is still running.
 func (d *Daemon) Exited(timeout time.Duration) *os.ProcessState {
