@@ -12,7 +12,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: all deps docker-deps bench-deps build runc demo test test-race test-short fuzz bench clean qualify-vm
+.PHONY: all deps docker-deps bench-deps vm-deps build runc demo test test-race test-short fuzz bench clean qualify-vm
 
 all: build
 
@@ -39,6 +39,12 @@ docker-deps: deps
 		if [ -n "$$added" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
 	fi
 
+# What the vm backend's tests boot: QEMU and Debian's guest kernel,
+# unpacked (not installed) under build/vm by the script make qualify-vm
+# uses too.
+vm-deps: deps
+	@./scripts/vm/deps.sh >/dev/null
+
 # What make bench needs beyond the build: the isolated engine's packages and
 # Debian's docker-compose (1.29), the pack row's baseline on that engine.
 BENCH_PACKAGES := docker-compose
@@ -58,7 +64,7 @@ bin/runc: tools/runc/go.mod tools/runc/go.sum | deps
 	cd tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o ../../bin/runc github.com/opencontainers/runc
 	@./bin/runc --version | head -1
 
-build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc bin/custody-gate
+build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc bin/custody-gate bin/custody-vminit
 # The gate every container starts with (cmd/custody-gate): static C, so it
 # adds no threads and almost no memory to a workload's budgets. It sits
 # beside runc, where custodyd looks for it by default.
@@ -72,6 +78,10 @@ bin/custody: $(GO_SOURCES)
 bin/custody-probe: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custody-probe ./cmd/custody-probe
+# PID 1 of the vm backend's guests: static, pinned by sha256 like runc.
+bin/custody-vminit: $(GO_SOURCES)
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s -o bin/custody-vminit ./cmd/custody-vminit
 bin/custodyd: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custodyd ./cmd/custodyd
@@ -97,8 +107,8 @@ demo: build bin/cosign $(BUILD)/testimage/rootfs
 	./scripts/demo.sh
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
-test: build bin/cosign docker-deps
-	CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
+test: build bin/cosign docker-deps vm-deps
+	CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
 
 # The whole suite under the race detector: every test binary with -race, and
 # the CLI and daemons the tests start (CUSTODY_BIN, CUSTODYD_BIN,
@@ -116,8 +126,8 @@ bin/custodyd-race: $(GO_SOURCES) | deps
 bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
-test-race: build bin/cosign docker-deps $(RACE_BINS)
-	GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m ./...
+test-race: build bin/cosign docker-deps vm-deps $(RACE_BINS)
+	CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m ./...
 
 # Qualify this platform: the development tier on this host and the
 # production tier inside a real cgroup-v2 guest (QEMU), both signed rows in
@@ -147,6 +157,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeCanonicalRaw$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 	$(GO) test -run='^$$' -fuzz='^FuzzIsCompactJSON$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 	$(GO) test -run='^$$' -fuzz='^FuzzExtract$$' -fuzztime=$(FUZZTIME) ./internal/untar
+	$(GO) test -run='^$$' -fuzz='^FuzzExtractOutput$$' -fuzztime=$(FUZZTIME) ./backend/vm
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStat$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseNetDev$$' -fuzztime=$(FUZZTIME) ./internal/procfs

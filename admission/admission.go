@@ -64,6 +64,9 @@ type Facts struct {
 	// Capabilities are what the backend proved it enforces here; nil
 	// refuses everything.
 	Capabilities *backend.Capabilities
+	// Backends are the names of the backends the runner has configured;
+	// nil means oci alone. A phase naming another is refused.
+	Backends []string
 	// ImagePresent says whether the requested image is in the local store.
 	ImagePresent bool
 	// Image is the requested image as stored, when present: its run
@@ -128,6 +131,8 @@ type Plan struct {
 	CPU         float64         `json:"cpu"`
 	WallTime    time.Duration   `json:"wallTime"`
 	Network     request.Network `json:"network"`
+	// Backend is the backend the phase runs on (request.Phase.BackendName).
+	Backend string `json:"backend,omitempty"`
 	// InputBytes bounds the input snapshot (from policy).
 	InputBytes int64   `json:"inputBytes"`
 	Checks     []Check `json:"checks"`
@@ -169,6 +174,10 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 		OutputPath: req.Output.Path,
 		Network:    req.EffectiveNetwork(), InputBytes: int64(pol.Ceilings.InputBytes),
 	}
+	p.Backend = a.backend(facts.Backends)
+	if p.Backend == request.BackendOCI {
+		p.Backend = "" // the default, as plans have always left it
+	}
 	a.tier(p)
 	a.image(facts.ImagePresent)
 	a.img = facts.Image
@@ -195,6 +204,26 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// backend checks that the phase's backend is configured on this runner.
+func (a *admitter) backend(configured []string) string {
+	name := a.req.BackendName()
+	if configured == nil {
+		configured = []string{request.BackendOCI}
+	}
+	if !slices.Contains(configured, name) {
+		a.add(Check{Requirement: "backend", Verdict: Unsupported, Code: "backend-not-configured",
+			Detail: fmt.Sprintf("backend %q is not configured on this runner (it has %v)", name, configured),
+			Fix:    fmt.Sprintf("add %s to custodyd's config (backends: [%s] with its section), or ask for a configured backend", name, strings.Join(append(slices.Clone(configured), name), ", "))})
+		return name
+	}
+	if name != request.BackendOCI {
+		// (oci, the default, adds no check: plans of phases that name no
+		// backend stay as they were.)
+		a.add(Check{Requirement: "backend", Verdict: Granted, Code: "backend", Detail: name})
+	}
+	return name
 }
 
 // refusedOf is the *RefusedError listing every refused check, or nil.

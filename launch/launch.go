@@ -256,7 +256,11 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	}
 	now := l.cfg.Now().UTC().Truncate(time.Second)
 	prof := l.cfg.Runner.Profile()
-	rt := l.cfg.Runner.Backend().Identity()
+	b, err := l.cfg.Runner.BackendNamed(plan.Backend)
+	if err != nil {
+		return nil, err
+	}
+	rt := b.Identity()
 	p := grant.Predicate{
 		ID: grant.NewID(), Actor: actor, Stage: string(req.Stage),
 		NotBefore: now, Expires: now.Add(ttl),
@@ -330,11 +334,11 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	if err := l.unspent(p.ID); err != nil {
 		return nil, err
 	}
-	if err := l.sameRunner(p, polDig); err != nil {
-		return nil, err
-	}
 	req, err := phaseOf(p)
 	if err != nil {
+		return nil, err
+	}
+	if err := l.sameRunner(p, polDig, req.Backend); err != nil {
 		return nil, err
 	}
 	if err := authorize(pol, req, p.Actor); err != nil {
@@ -376,10 +380,23 @@ func (l *Launcher) unspent(id string) error {
 	return nil
 }
 
+// runtimeLabel names a backend's runtime in refusals: runc for oci (as
+// they always said), the backend's kind otherwise.
+func runtimeLabel(kind string) string {
+	if kind == "" || kind == "oci" {
+		return "runc"
+	}
+	return kind + " runtime"
+}
+
 // sameRunner compares the grant's runner, policy, runtime and target with
 // this runner's.
-func (l *Launcher) sameRunner(p grant.Predicate, polDig string) error {
-	rt := l.cfg.Runner.Backend().Identity()
+func (l *Launcher) sameRunner(p grant.Predicate, polDig, backendName string) error {
+	b, err := l.cfg.Runner.BackendNamed(backendName)
+	if err != nil {
+		return grant.RefuseWith(grant.CodeNotAdmitted, err)
+	}
+	rt := b.Identity()
 	prof := l.cfg.Runner.Profile()
 	switch {
 	case p.Runner.ID != l.cfg.RunnerKey.ID():
@@ -387,7 +404,7 @@ func (l *Launcher) sameRunner(p grant.Predicate, polDig string) error {
 	case p.PolicyDigest != polDig:
 		return grant.Refuse(grant.CodePolicyChanged, "field policyDigest: grant was issued under policy %s, the policy in force is %s; fix: issue a new grant", p.PolicyDigest, polDig)
 	case p.Runtime.Version != rt.Version || p.Runtime.SHA256 != rt.SHA256:
-		return grant.Refuse(grant.CodeRuntimeChanged, "field runtime: grant binds runc %s sha256:%s, this runner pins %s sha256:%s", p.Runtime.Version, p.Runtime.SHA256, rt.Version, rt.SHA256)
+		return grant.Refuse(grant.CodeRuntimeChanged, "field runtime: grant binds %s %s sha256:%s, this runner pins %s sha256:%s", runtimeLabel(rt.Kind), p.Runtime.Version, p.Runtime.SHA256, rt.Version, rt.SHA256)
 	case p.Target.OS != prof.OS || p.Target.Arch != prof.Arch:
 		return grant.Refuse(grant.CodeTargetMismatch, "field target: grant is for %s/%s, this runner is %s/%s", p.Target.OS, p.Target.Arch, prof.OS, prof.Arch)
 	}
@@ -412,7 +429,7 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := runner.NewRunID()
-	if err := r.Consume(runID, p.ID, store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}); err != nil {
+	if err := r.ConsumeFor(runID, p.ID, store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}, plan.Backend); err != nil {
 		switch {
 		case errors.Is(err, store.ErrConsumed):
 			return nil, grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant admits one launch", p.ID)

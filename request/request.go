@@ -56,6 +56,20 @@ func (s Stage) Valid() bool {
 	return false
 }
 
+// The backends a phase may name (Phase.Backend).
+const (
+	BackendOCI = "oci"
+	BackendVM  = "vm"
+)
+
+// BackendName is the backend the phase runs on, "oci" when it names none.
+func (p *Phase) BackendName() string {
+	if p.Backend == "" {
+		return BackendOCI
+	}
+	return p.Backend
+}
+
 // Phase is one phase request (kind: Phase).
 type Phase struct {
 	APIVersion string `yaml:"apiVersion" json:"apiVersion"`
@@ -72,6 +86,10 @@ type Phase struct {
 	// Toolchain is a free-form label of the toolchain the phase expects,
 	// e.g. "go1.26". It is informational and carries no authority.
 	Toolchain string `yaml:"toolchain,omitempty" json:"toolchain,omitempty"`
+	// Backend names the backend the phase runs on: "oci" (runc, the
+	// default when absent) or "vm" (a microVM per phase). The runner must
+	// have it configured; the grant binds it with the backend's identity.
+	Backend string `yaml:"backend,omitempty" json:"backend,omitempty"`
 	// Command is argv; Command[0] is an absolute path inside the image.
 	// Absent, the image's Entrypoint followed by its Cmd is run, as
 	// `docker run IMAGE` would; a phase command replaces both.

@@ -89,6 +89,9 @@ func (p *Phase) Validate() error {
 	if p.Toolchain != "" && !toolchainPattern.MatchString(p.Toolchain) {
 		add("toolchain", fmt.Sprintf("%q is not a valid toolchain label", p.Toolchain), toolchainFix)
 	}
+	if p.Backend != "" && p.Backend != BackendOCI && p.Backend != BackendVM {
+		add("backend", fmt.Sprintf("%q is not a backend", p.Backend), "use oci or vm, or leave it out for oci")
+	}
 
 	if p.Command != nil && len(p.Command) == 0 {
 		add("command", "is empty", "give the program to run, e.g. [\"/bin/sh\", \"-c\", \"...\"], or leave command out to run the image's")

@@ -15,11 +15,16 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 	if p.Plan.Unqualified {
 		tier = evidence.TierDevelopment
 	}
+	backendName, rt := r.backend.Name(), evidence.Runtime{Version: r.cfg.Runtime.Version, SHA256: res.RuntimeSHA256, Path: r.cfg.Runtime.Path}
+	if res.Backend != nil && res.Backend.Kind != backendName {
+		// Another backend: its runtime is the binary its identity pins.
+		backendName, rt = res.Backend.Kind, evidence.Runtime{Version: res.Backend.Version, SHA256: res.Backend.SHA256, Path: res.Backend.Path}
+	}
 	rc := evidence.Receipt{
 		RunID: res.RunID,
 		Profile: evidence.RuntimeProfile{
-			Backend:       r.backend.Name(),
-			Runtime:       evidence.Runtime{Version: r.cfg.Runtime.Version, SHA256: res.RuntimeSHA256, Path: r.cfg.Runtime.Path},
+			Backend:       backendName,
+			Runtime:       rt,
 			Kernel:        prof.Kernel,
 			Arch:          prof.Arch,
 			OS:            prof.OS,

@@ -36,7 +36,7 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 		if err := r.journal.Finish(a.RunID, journal.CleanupPending, "recovering after the runner stopped", ""); err != nil {
 			return nil, err
 		}
-		rep := r.backend.Recover(ctx, ContainerID(a.RunID), backendResources(a.Resources), &recorder{j: r.journal, runID: a.RunID})
+		rep := r.backendOf(a.Resources).Recover(ctx, ContainerID(a.RunID), backendResources(a.Resources), &recorder{j: r.journal, runID: a.RunID})
 		if rep.Verified {
 			if err := r.journal.Finish(a.RunID, journal.Clean, "recovered: every recorded resource verified gone", ""); err != nil {
 				_ = r.residual(a.RunID, err.Error())
@@ -94,8 +94,10 @@ func (r *Runner) foreign() []string {
 		return nil // on a journal error, claim nothing as foreign
 	}
 	var out []string
-	for _, f := range r.backend.Foreign(func(kind, name string) bool { return set[journal.Key(kind, name)] }) {
-		out = append(out, f.Kind+" "+f.Name)
+	for _, name := range r.BackendNames() {
+		for _, f := range r.backends[name].Foreign(func(kind, name string) bool { return set[journal.Key(kind, name)] }) {
+			out = append(out, f.Kind+" "+f.Name)
+		}
 	}
 	return out
 }

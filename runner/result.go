@@ -221,13 +221,23 @@ func cleanup(r backend.CleanupReport) *Cleanup {
 }
 
 func (r *Runner) newResult(p *Prepared) *Result {
+	b, err := r.BackendNamed(p.Plan.Backend)
+	if err != nil {
+		b = r.backend // Launch refuses the plan
+	}
+	rt := r.cfg.Runtime
+	if b != r.backend {
+		// Another backend's runtime is its own pinned binary (e.g. QEMU).
+		id := b.Identity()
+		rt = Runtime{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
+	}
 	res := &Result{
 		RunID:         p.RunID,
 		Name:          p.Plan.Name,
 		Tier:          string(p.Plan.Tier),
 		Unqualified:   p.Plan.Unqualified,
-		Runtime:       r.cfg.Runtime,
-		UserNamespace: r.backend.Capabilities().UserNamespace,
+		Runtime:       rt,
+		UserNamespace: b.Capabilities().UserNamespace,
 		Image:         p.Image.Digest,
 		Inputs:        []admission.Input{},
 		Started:       time.Now().UTC(),

@@ -52,6 +52,9 @@ type Runner struct {
 	inputs  *snapshot.Store
 	outputs *snapshot.Store
 	backend backend.Backend
+	// backends are every configured backend by name, the default
+	// (backend) among them; a plan names the one it runs on.
+	backends map[string]backend.Backend
 
 	// profile is the evidenced platform profile; a profile with a failed
 	// host fact is probed again (see Profile), since the cause may have
@@ -73,9 +76,10 @@ const reprobeEvery = 5 * time.Second
 type BackendFactory func(profile func() *platform.Profile) (backend.Backend, error)
 
 // New opens the runner's content stores, probes the platform and makes the
-// backend with newBackend. db is the runner's store (owned by the caller,
-// who closes it).
-func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactory, log *slog.Logger) (*Runner, error) {
+// default backend with newBackend and any further ones with more (each
+// under its own Name). db is the runner's store (owned by the caller, who
+// closes it).
+func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactory, log *slog.Logger, more ...BackendFactory) (*Runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -113,7 +117,64 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if r.backend, err = newBackend(r.Profile); err != nil {
 		return nil, err
 	}
+	r.backends = map[string]backend.Backend{r.backend.Name(): r.backend}
+	for _, f := range more {
+		b, err := f(r.Profile)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := r.backends[b.Name()]; dup {
+			return nil, fmt.Errorf("backend %s configured twice", b.Name())
+		}
+		r.backends[b.Name()] = b
+	}
 	return r, nil
+}
+
+// ErrBackendNotConfigured is returned for a plan that names a backend the
+// runner does not have.
+var ErrBackendNotConfigured = errors.New("backend not configured")
+
+// BackendNamed is the configured backend of that name; "" is the default.
+func (r *Runner) BackendNamed(name string) (backend.Backend, error) {
+	if name == "" {
+		return r.backend, nil
+	}
+	if b, ok := r.backends[name]; ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("%w: %q; fix: add it to custodyd's config (backends: [...] and its section)", ErrBackendNotConfigured, name)
+}
+
+// BackendNames are the configured backends' names, sorted.
+func (r *Runner) BackendNames() []string { return slices.Sorted(maps.Keys(r.backends)) }
+
+// backendOf is the backend whose resource kinds cover an attempt's
+// recorded resources: recovery needs the backend that made them, and the
+// journal keeps resources, not a backend name.
+func (r *Runner) backendOf(recorded []journal.Resource) backend.Backend {
+	if len(r.backends) == 1 || len(recorded) == 0 {
+		return r.backend
+	}
+	for _, name := range r.BackendNames() {
+		b := r.backends[name]
+		es, err := b.Intents("custody-kinds")
+		if err != nil {
+			continue
+		}
+		kinds := map[string]bool{}
+		for _, e := range es {
+			kinds[e.Kind] = true
+		}
+		all := true
+		for _, res := range recorded {
+			all = all && kinds[res.Kind]
+		}
+		if all {
+			return b
+		}
+	}
+	return r.backend
 }
 
 // StorePath is where a runner's store lives under its state dir.
@@ -205,8 +266,12 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	if imgErr != nil && !errors.Is(imgErr, image.ErrNotFound) {
 		return nil, imgErr
 	}
-	caps := r.backend.Capabilities()
-	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil}
+	b, err := r.BackendNamed(req.BackendName())
+	if err != nil {
+		b = r.backend // admission refuses the name, with its fix
+	}
+	caps := b.Capabilities()
+	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames()}
 	if img != nil {
 		facts.Image = &admission.ImageFacts{Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
 	}
@@ -345,6 +410,14 @@ func (r *Runner) checkQuarantine() error {
 // daemon's stream queues or drops instead).
 func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*Result, error) {
 	res := r.newResult(p)
+	b, err := r.BackendNamed(p.Plan.Backend)
+	if err != nil {
+		Refuse(res, err)
+		if p.Begun {
+			r.Abandon(res.RunID, "refused before launch: "+err.Error())
+		}
+		return res, err
+	}
 	if err := r.checkQuarantine(); err != nil {
 		Refuse(res, err)
 		if p.Begun {
@@ -366,7 +439,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	if !p.Begun {
 		// Not consumed with its intents (a launch without a grant): the
 		// intents open the attempt here, before anything is created.
-		es, err := r.backend.Intents(id)
+		es, err := b.Intents(id)
 		if err == nil {
 			err = rec.Intent(es...)
 		}
@@ -376,7 +449,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 			return res, err
 		}
 	}
-	c, err := r.backend.Prepare(ctx, id, r.spec(p), rec)
+	c, err := b.Prepare(ctx, id, r.spec(p), rec)
 	if err != nil {
 		Refuse(res, err)
 		if c == nil {
@@ -392,11 +465,14 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		return res, err
 	}
 	ev := c.Evidence()
-	res.Backend = identityRecord(r.backend.Identity())
+	res.Backend = identityRecord(b.Identity())
 	res.Evidence = maps.Clone(ev)
 	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
 	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})
+	// Digests a backend takes while the workload runs (the vm backend's
+	// output stream, as the host received it) join those of the launch.
+	maps.Copy(res.Evidence, c.Evidence())
 	sp.record(res)
 	// Custody and cleanup finish even when the caller has gone: a
 	// cancelled run still gets its outputs recorded and its tree verified.
@@ -508,7 +584,17 @@ func (r *Runner) residual(runID, reason string, removed ...journal.Resource) err
 // Abandon closes the attempt. store.ErrConsumed and store.ErrRevoked say
 // the grant cannot be used.
 func (r *Runner) Consume(runID, grantID string, use store.GrantUse) error {
-	es, err := r.backend.Intents(ContainerID(runID))
+	return r.ConsumeFor(runID, grantID, use, "")
+}
+
+// ConsumeFor is Consume for a launch on the named backend ("" is the
+// default): the intents journalled are that backend's.
+func (r *Runner) ConsumeFor(runID, grantID string, use store.GrantUse, backendName string) error {
+	b, err := r.BackendNamed(backendName)
+	if err != nil {
+		return err
+	}
+	es, err := b.Intents(ContainerID(runID))
 	if err != nil {
 		return err
 	}
@@ -524,7 +610,7 @@ func (r *Runner) Abandon(runID, reason string) error {
 	if err != nil {
 		return err
 	}
-	if rep := r.backend.VerifyAbsent(ContainerID(runID), backendResources(a.Resources)); !rep.Verified {
+	if rep := r.backendOf(a.Resources).VerifyAbsent(ContainerID(runID), backendResources(a.Resources)); !rep.Verified {
 		return r.residual(runID, fmt.Sprintf("%s; and its intents are not verified gone: %v", reason, rep.Steps))
 	}
 	if err := r.journal.Finish(runID, journal.Clean, reason+"; nothing was created", "", a.Resources...); err != nil {

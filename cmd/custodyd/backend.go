@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"path/filepath"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/runner"
 )
@@ -35,6 +37,18 @@ func ociBackend(cfg runner.Config, log *slog.Logger) runner.BackendFactory {
 			// that the spool sees when the workload wrote past the cap.
 			MaxLogBytes: runner.StreamCap + 1,
 			Profile:     profile,
+		})
+	}
+}
+
+// vmBackend wires the microVM backend: bundles beside the oci ones, each
+// artifact pinned by the vm section of the config.
+func vmBackend(ctx context.Context, cfg runner.Config, v *VMConfig, log *slog.Logger) runner.BackendFactory {
+	return func(func() *platform.Profile) (backend.Backend, error) {
+		return vm.New(ctx, vm.Options{
+			QEMU: v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init,
+			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.UID,
+			Logger: log, MaxLogBytes: runner.StreamCap + 1,
 		})
 	}
 }

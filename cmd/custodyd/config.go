@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/runner"
 )
 
@@ -35,6 +37,45 @@ type Config struct {
 	// Docker enables packs (compose scenarios on a local Docker engine);
 	// without it every pack endpoint refuses, naming this section.
 	Docker *DockerConfig `yaml:"docker,omitempty"`
+	// Backends are the phase backends the runner has: oci (runc, always
+	// first and the default) and optionally vm (a microVM per phase,
+	// configured in VM). Absent means [oci].
+	Backends []string `yaml:"backends,omitempty"`
+	// VM pins the vm backend's QEMU, guest kernel, kernel modules and init.
+	VM *VMConfig `yaml:"vm,omitempty"`
+}
+
+// VMConfig is the vm backend: each artifact by path and sha256 (the
+// modules' digest is vm.ModulesDigest of their directory), re-checked at
+// every launch.
+type VMConfig struct {
+	QEMU    vm.Pinned `yaml:"qemu"`
+	Kernel  vm.Pinned `yaml:"kernel"`
+	Modules vm.Pinned `yaml:"modules"`
+	Init    vm.Pinned `yaml:"init"`
+	// Accel is auto (KVM if a probe guest boots under it, else TCG), kvm
+	// or tcg; default auto.
+	Accel string `yaml:"accel,omitempty"`
+	// UID is the unprivileged host uid (and gid) QEMU runs as; default
+	// vm.DefaultUID.
+	UID uint32 `yaml:"uid,omitempty"`
+}
+
+func (v *VMConfig) validate() error {
+	for name, p := range map[string]vm.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init} {
+		if !filepath.IsAbs(p.Path) {
+			return fmt.Errorf("vm.%s.path %q must be an absolute path", name, p.Path)
+		}
+		if len(p.SHA256) != 64 || strings.Trim(p.SHA256, "0123456789abcdef") != "" {
+			return fmt.Errorf("vm.%s.sha256 %q must be 64 lowercase hex digits", name, p.SHA256)
+		}
+	}
+	switch v.Accel {
+	case "", "auto", "kvm", "tcg":
+	default:
+		return fmt.Errorf("vm.accel %q: want auto, kvm or tcg", v.Accel)
+	}
+	return nil
 }
 
 // Retention is the keep-for policy of run records and outputs.
@@ -79,8 +120,36 @@ func (c *Config) validate() error {
 	if len(c.Operators) == 0 {
 		return fmt.Errorf("operators: name at least one uid allowed on the control socket")
 	}
+	if err := c.validateBackends(); err != nil {
+		return err
+	}
 	if c.Docker != nil {
 		return c.Docker.validate()
+	}
+	return nil
+}
+
+func (c *Config) validateBackends() error {
+	if len(c.Backends) > 0 && c.Backends[0] != "oci" {
+		return fmt.Errorf("backends %v: oci comes first (it is the default backend)", c.Backends)
+	}
+	seen := map[string]bool{}
+	for _, b := range c.Backends {
+		switch {
+		case seen[b]:
+			return fmt.Errorf("backends %v: %s is listed twice", c.Backends, b)
+		case b == "vm" && c.VM == nil:
+			return fmt.Errorf("backends lists vm but there is no vm section; fix: add vm: {qemu, kernel, modules, init} each with path and sha256")
+		case b != "oci" && b != "vm":
+			return fmt.Errorf("backends %v: %q is not a backend (oci, vm)", c.Backends, b)
+		}
+		seen[b] = true
+	}
+	if c.VM != nil {
+		if !seen["vm"] {
+			return fmt.Errorf("a vm section is configured but backends does not list vm; fix: backends: [oci, vm]")
+		}
+		return c.VM.validate()
 	}
 	return nil
 }

@@ -116,7 +116,11 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	}
 	s.faults = faultHook()
 	cfg.Runner.Faults = s.faults
-	if s.r, err = runner.New(ctx, cfg.Runner, s.db, ociBackend(cfg.Runner, log), log); err != nil {
+	var more []runner.BackendFactory
+	if cfg.VM != nil {
+		more = append(more, vmBackend(ctx, cfg.Runner, cfg.VM, log))
+	}
+	if s.r, err = runner.New(ctx, cfg.Runner, s.db, ociBackend(cfg.Runner, log), log, more...); err != nil {
 		s.db.Close()
 		return nil, err
 	}

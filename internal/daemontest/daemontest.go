@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -28,6 +29,9 @@ type Options struct {
 	Fault bool
 	// LogLevel is custodyd's --log-level; "warn" if empty.
 	LogLevel string
+	// Config is YAML appended to the generated custodyd.yaml, e.g. a
+	// backends list and its sections.
+	Config string
 }
 
 // Daemon is one custodyd configuration on a temporary directory, and the
@@ -86,7 +90,7 @@ policy: %[5]s
 controlSocket: %[6]s
 submitSocket: %[7]s
 operators: [0]
-`, dir, path, version, sha, d.Policy, d.ControlSocket, d.SubmitSocket))
+`, dir, path, version, sha, d.Policy, d.ControlSocket, d.SubmitSocket)+opts.Config)
 	Write(t, d.Policy, "not yet: written once the image is imported\n")
 	t.Cleanup(func() {
 		d.Stop()
@@ -122,6 +126,15 @@ func (d *Daemon) Stop() {
 	if d.cmd != nil && d.cmd.ProcessState == nil {
 		d.cmd.Process.Signal(syscall.SIGTERM)
 		testenv.NoRace(d.t, "custodyd", d.cmd.Wait(), d.Logs.String())
+	}
+}
+
+// Kill sends SIGKILL to the running daemon (by its pid) and waits for it:
+// a runner that dies without cleaning up.
+func (d *Daemon) Kill() {
+	if d.cmd != nil && d.cmd.ProcessState == nil {
+		d.cmd.Process.Kill()
+		d.cmd.Wait()
 	}
 }
 
@@ -186,4 +199,30 @@ func Write(t testing.TB, path, data string) {
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// VMConfig is custodyd configuration YAML that adds the vm backend on the
+// artifacts of testenv.VM, each pinned as it is now, with accel (auto, kvm, tcg).
+func VMConfig(t testing.TB, accel string) string {
+	t.Helper()
+	a := testenv.VM(t)
+	sum := func(p string) string {
+		s, err := vm.FileSHA256(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	mods, err := vm.ModulesDigest(a.Modules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`backends: [oci, vm]
+vm:
+  qemu: {path: %s, sha256: %s}
+  kernel: {path: %s, sha256: %s}
+  modules: {path: %s, sha256: %s}
+  init: {path: %s, sha256: %s}
+  accel: %s
+`, a.QEMU, sum(a.QEMU), a.Kernel, sum(a.Kernel), a.Modules, mods, a.Init, sum(a.Init), accel)
 }

@@ -80,15 +80,21 @@ var banned = map[string]map[string]string{
 		"launch":         "",
 		"api":            "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
+	"backend/vm": {
+		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "backend/oci": "",
+	},
+	"backend/vm/guest": {"backend": "the guest protocol is standard library only: the init is a small static binary", "backend/vm": ""},
 	"backend/docker": {
 		"admission": "backends import no domain package", "policy": "", "store": "", "runner": "", "launch": "", "workspace": "",
 	},
 	"launch": {
 		"backend/oci": "the launch pipeline drives backend.Backend; only cmd/custodyd wires a concrete backend",
+		"backend/vm":  "",
 		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
 	"runner": {
 		"backend/oci": "the runner drives backend.Backend; only cmd/custodyd wires a concrete backend",
+		"backend/vm":  "",
 		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
 	"cmd/custody": {

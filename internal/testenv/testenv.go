@@ -130,3 +130,43 @@ func BusyboxRootfs(t testing.TB) string {
 	}
 	return dir
 }
+
+// VMArtifacts are what a vm-backend test boots: QEMU, the guest kernel and
+// its modules directory as scripts/vm/deps.sh unpacks them (make vm-deps;
+// or $CUSTODY_VM_KERNEL and $CUSTODY_VM_MODULES) and custody's guest init
+// (make bin/custody-vminit; or $CUSTODY_VMINIT).
+type VMArtifacts struct{ QEMU, Kernel, Modules, Init string }
+
+// VM returns the vm backend's artifacts, skipping (or failing under CI)
+// when one is missing.
+func VM(t testing.TB) VMArtifacts {
+	t.Helper()
+	Root(t)
+	root := ModuleRoot(t)
+	env := func(k, def string) string {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	var a VMArtifacts
+	var err error
+	if a.QEMU, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+		Missing(t, "qemu-system-x86_64 (make vm-deps)")
+	}
+	a.Kernel = env("CUSTODY_VM_KERNEL", filepath.Join(root, "build", "vm", "vmlinux"))
+	if a.Modules = os.Getenv("CUSTODY_VM_MODULES"); a.Modules == "" {
+		if real, err := filepath.EvalSymlinks(a.Kernel); err == nil {
+			kver := strings.TrimPrefix(filepath.Base(real), "vmlinux-")
+			a.Modules = filepath.Join(filepath.Dir(filepath.Dir(real)), "lib", "modules", kver)
+		}
+	}
+	a.Init = env("CUSTODY_VMINIT", filepath.Join(root, "bin", "custody-vminit"))
+	for what, p := range map[string]string{"the guest kernel (make vm-deps)": a.Kernel,
+		"the guest kernel's modules (make vm-deps)": a.Modules, "the guest init (make bin/custody-vminit)": a.Init} {
+		if _, err := os.Stat(p); p == "" || err != nil {
+			Missing(t, what+" at "+p)
+		}
+	}
+	return a
+}

@@ -1,0 +1,137 @@
+package vm_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// lines parses "key=value" lines.
+func lines(data []byte) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// TestIsolationControls runs one guest that checks, each with a
+// legitimate case beside the refusal: the input is readable but not
+// writable and the host's copy is unchanged; the rootfs is read-only while
+// /tmp and the output are writable; the environment holds the declared
+// variables only (a canary in the host's environment is absent); the only
+// interface is loopback, which works, and a connect out fails.
+func TestIsolationControls(t *testing.T) {
+	opts := pins(t)
+	b := newBackend(t, opts)
+	rootfs := testenv.BusyboxRootfs(t)
+	in := t.TempDir()
+	if err := os.WriteFile(filepath.Join(in, "data"), []byte("input bytes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CUSTODY_HOST_CANARY", "leaked")
+	s := spec(t, rootfs, "/bin/sh", "-c", `
+r=/out/r
+ok() { if "$@" >/dev/null 2>&1; then echo "$name=ok" >> $r; else echo "$name=refused" >> $r; fi; }
+name=input-read ok cat /in/data
+name=input-write ok sh -c 'echo x > /in/data'
+name=input-create ok touch /in/new
+name=rootfs-write ok touch /bin/new
+name=tmp-write ok sh -c 'echo x > /tmp/x'
+name=out-write ok sh -c 'echo x > /out/x'
+env > /out/env
+sed -n 's/^ *\([a-z0-9]*\):.*/\1/p' /proc/net/dev > /out/net
+(nc -l -p 7000 127.0.0.1 > /out/lo & sleep 1; echo hello | nc 127.0.0.1 7000; wait) 2>/dev/null
+name=egress ok sh -c 'echo x | nc -w 2 10.0.2.2 80'
+name=egress-public ok sh -c 'echo x | nc -w 2 1.1.1.1 53'
+`)
+	s.Inputs = []backend.Mount{{Source: in, Target: "/in"}}
+	s.Env = []string{"DECLARED=yes", "PATH=/bin"}
+	ex, _, stderr, files := run(t, b, s, 2*time.Minute)
+	if ex.Code != 0 {
+		t.Fatalf("exit %+v stderr %s", ex, stderr)
+	}
+	r := lines(files["r"])
+	for k, want := range map[string]string{
+		"input-read": "ok", "input-write": "refused", "input-create": "refused", "rootfs-write": "refused",
+		"tmp-write": "ok", "out-write": "ok", "egress": "refused", "egress-public": "refused",
+	} {
+		if r[k] != want {
+			t.Errorf("%s: %q, want %s (all: %v)", k, r[k], want, r)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(in, "data")); string(data) != "input bytes\n" {
+		t.Errorf("the host's input changed: %q", data)
+	}
+	env := lines(files["env"])
+	if env["DECLARED"] != "yes" {
+		t.Errorf("declared variable missing: %v", env)
+	}
+	for k := range env {
+		if k == "CUSTODY_HOST_CANARY" || !map[string]bool{"DECLARED": true, "PATH": true, "PWD": true, "SHLVL": true, "r": true, "name": true, "_": true}[k] {
+			t.Errorf("undeclared variable %s in the guest", k)
+		}
+	}
+	if got := strings.Fields(string(files["net"])); len(got) != 1 || got[0] != "lo" {
+		t.Errorf("interfaces %v, want only lo (no NIC)", got)
+	}
+	if string(files["lo"]) != "hello\n" {
+		t.Errorf("loopback: %q, want hello", files["lo"])
+	}
+	if ex.Observation == nil || len(ex.Observation.Interfaces) != 1 {
+		t.Errorf("observation %+v", ex.Observation)
+	}
+}
+
+// TestBudgets runs one guest that checks the output bound (within it a
+// write succeeds, past it ENOSPC), the memory bound (a small allocation
+// succeeds, a hog is OOM-killed by the guest's cgroup), the pids bound
+// (a few processes start, a fork past pids.max fails) and the file size
+// limit; the host reads back what the guest's cgroup enforced.
+func TestBudgets(t *testing.T) {
+	opts := pins(t)
+	b := newBackend(t, opts)
+	rootfs := testenv.BusyboxRootfs(t)
+	s := spec(t, rootfs, "/bin/sh", "-c", `
+r=/tmp/r
+ok() { if "$@" >/dev/null 2>&1; then echo "$name=ok" >> $r; else echo "$name=refused" >> $r; fi; }
+name=out-small ok dd if=/dev/zero of=/out/small bs=1k count=512
+name=out-past ok dd if=/dev/zero of=/out/past bs=1M count=8
+rm -f /out/past
+name=mem-small ok dd if=/dev/zero of=/dev/null bs=8M count=1
+name=mem-hog ok dd if=/dev/zero of=/dev/null bs=100M count=1
+name=pids-few ok sh -c 'for i in 1 2 3; do sleep 1 & done; wait'
+name=pids-many ok sh -c 'for i in $(seq 40); do sleep 3 & done; wait'
+name=fsize-small ok dd if=/dev/zero of=/tmp/f bs=1k count=64
+name=fsize-past ok dd if=/dev/zero of=/tmp/f bs=1M count=6
+cp $r /out/r
+`)
+	s.OutputBytes, s.Pids, s.Memory, s.FileSize = 2<<20, 16, 64<<20, 4<<20
+	s.TmpBytes = 16 << 20
+	ex, _, stderr, files := run(t, b, s, 3*time.Minute)
+	if ex.Code != 0 {
+		t.Fatalf("exit %+v stderr %s", ex, stderr)
+	}
+	r := lines(files["r"])
+	for k, want := range map[string]string{
+		"out-small": "ok", "out-past": "refused", "mem-small": "ok", "mem-hog": "refused",
+		"pids-few": "ok", "pids-many": "refused", "fsize-small": "ok", "fsize-past": "refused",
+	} {
+		if r[k] != want {
+			t.Errorf("%s: %q, want %s (all: %v)", k, r[k], want, r)
+		}
+	}
+	if !ex.OOMKilled || ex.Usage.OOMKills == 0 {
+		t.Errorf("the hog was not reported OOM-killed: %+v", ex.Usage)
+	}
+	if ex.Usage.MemoryLimitBytes != 64<<20 || ex.Usage.PidsLimit != 16 {
+		t.Errorf("limits read back %+v, want memory 64 MiB, pids 16", ex.Usage)
+	}
+}

@@ -1,0 +1,94 @@
+// Package guest is the protocol between the vm backend on the host and
+// custody's init inside the guest (cmd/custody-vminit): the launch
+// configuration the host puts in the initramfs, the names of the
+// virtio-serial ports and block devices, and the report the init sends
+// back. It imports only the standard library, because the init is a small
+// static binary. Everything the init reports is an observation (R3): the
+// host asserts only what it saw itself.
+package guest
+
+// ConfigPath is where the launch configuration sits in the initramfs.
+const ConfigPath = "/custody/config.json"
+
+// ModulesDir is where the kernel modules the init loads sit in the
+// initramfs.
+const ModulesDir = "/custody/modules"
+
+// Port names of the virtio-serial ports, guest to host.
+const (
+	PortControl = "custody.ctl"
+	PortStdout  = "custody.stdout"
+	PortStderr  = "custody.stderr"
+	PortOutput  = "custody.out"
+)
+
+// SerialRootfs is the virtio-blk serial of the rootfs image; inputs are
+// SerialInput followed by their index.
+const (
+	SerialRootfs = "rootfs"
+	SerialInput  = "input"
+)
+
+// MaxReportBytes bounds what the host reads of the control port.
+const MaxReportBytes = 64 << 10
+
+// Config is one launch, in the guest's terms.
+type Config struct {
+	// Modules are file names under ModulesDir, in load order.
+	Modules  []string `json:"modules"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env"`
+	Cwd      string   `json:"cwd"`
+	Hostname string   `json:"hostname"`
+	UID      uint32   `json:"uid"`
+	GID      uint32   `json:"gid"`
+	// Inputs are mounted read-only; input i is the disk with serial
+	// SerialInput+i.
+	Inputs      []string `json:"inputs"`
+	OutputPath  string   `json:"outputPath"`
+	OutputBytes int64    `json:"outputBytes"`
+	OutputFiles int64    `json:"outputFiles"`
+	TmpBytes    int64    `json:"tmpBytes"`
+	Memory      int64    `json:"memory"`
+	Pids        int64    `json:"pids"`
+	CPU         float64  `json:"cpu"`
+	FileSize    int64    `json:"fileSize"`
+}
+
+// Report is what the init sends on PortControl once the workload is gone
+// and the output stream is written: one JSON object and a newline.
+type Report struct {
+	// Error is set when the init could not set the launch up; the workload
+	// then never ran.
+	Error  string `json:"error,omitempty"`
+	Code   int    `json:"code"`
+	Signal string `json:"signal,omitempty"`
+	// Usage as the guest's cgroup accounted it.
+	PeakMemory int64 `json:"peakMemory"`
+	CPUUsec    int64 `json:"cpuUsec"`
+	OOMKills   int64 `json:"oomKills"`
+	// Limits read back from the guest's cgroup before the workload ran.
+	MemoryMax int64  `json:"memoryMax"`
+	PidsMax   int64  `json:"pidsMax"`
+	CPUMax    string `json:"cpuMax"`
+	// Mounts of the workload's root, read back before it ran.
+	Mounts     []Mount  `json:"mounts"`
+	Interfaces []string `json:"interfaces"`
+	// Seccomp ("disabled", "strict", "filter") and NoNewPrivs are the
+	// init's own as the workload inherits them, read before it starts.
+	Seccomp    string   `json:"seccomp,omitempty"`
+	NoNewPrivs bool     `json:"noNewPrivs"`
+	Notes      []string `json:"notes,omitempty"`
+	// OutputSHA256 is the init's own digest of the stream it wrote.
+	OutputSHA256 string `json:"outputSha256"`
+	// Started and Finished are the guest's clock, Unix nanoseconds.
+	Started  int64 `json:"started"`
+	Finished int64 `json:"finished"`
+}
+
+// Mount is one mount the workload sees.
+type Mount struct {
+	Target   string `json:"target"`
+	FSType   string `json:"fstype"`
+	ReadOnly bool   `json:"readOnly"`
+}

@@ -1,0 +1,407 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm/guest"
+	"github.com/custody-dev/custody/internal/outputfs"
+	"github.com/custody-dev/custody/internal/procfs"
+	"github.com/custody-dev/custody/internal/untar"
+	"github.com/custody-dev/custody/snapshot"
+)
+
+type machineState int
+
+const (
+	stateNew machineState = iota
+	statePrepared
+	stateRan
+	stateCleaned
+)
+
+// Machine is one prepared microVM launch.
+type Machine struct {
+	b        *Backend
+	id       string
+	dir      string
+	spec     backend.Spec
+	rec      backend.Recorder
+	state    machineState
+	bundleID map[string]string
+	made     struct{ bundle, output bool }
+	qemu     *process
+	// digests for the receipt
+	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
+	timing                                                Timing
+	console                                               *tailBuffer
+}
+
+// Timing is where a launch's time went, for the bench and the report.
+type Timing struct {
+	// images is the rootfs and input images; prepare all of Prepare.
+	images, prepare time.Duration
+	// QEMU is from QEMU's start to its exit; Workload the guest's own
+	// clock from the workload's start to its end (an observation).
+	QEMU, Workload time.Duration
+}
+
+// Timing reports where the launch's time went.
+func (m *Machine) Timing() Timing { return m.timing }
+
+// process is a QEMU this backend started: its pid and start time.
+type process struct {
+	cmd   *exec.Cmd
+	pid   int
+	start string
+	done  chan struct{}
+	err   error
+}
+
+var _ backend.Sandbox = (*Machine)(nil)
+
+// Output is the bounded output filesystem on the host, which only the
+// host's extractor writes.
+func (m *Machine) Output() backend.Output { return output{filepath.Join(m.dir, "out")} }
+
+type output struct{ dir string }
+
+func (o output) Dir() string          { return o.dir }
+func (o output) Used() (int64, error) { return outputfs.Used(o.dir) }
+
+// Evidence names the launch's digests: the pinned kernel, init and
+// modules, the initramfs and launch config that booted, and the host's
+// own digests of the output stream and of stdout and stderr as received.
+func (m *Machine) Evidence() map[string]string {
+	ev := map[string]string{"kernel": m.b.opts.Kernel.SHA256, "init": m.b.opts.Init.SHA256,
+		"modules": m.b.opts.Modules.SHA256, "qemu": m.b.opts.QEMU.SHA256}
+	for k, v := range map[string]string{"initrd": m.initrdSHA, "config": m.configSHA, "output-stream": m.outputSHA,
+		"stdout": m.stdoutSHA, "stderr": m.stderrSHA} {
+		if v != "" {
+			ev[k] = v
+		}
+	}
+	return ev
+}
+
+func (b *Backend) qemuArgs(m *Machine, accel string) []string {
+	mem := (m.spec.Memory + GuestOverheadBytes + (1<<20 - 1)) >> 20
+	cpu := "max"
+	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
+	if accel == "kvm" {
+		cpu = "host"
+	} else if b.tscKHz > 0 {
+		appendLine += " tsc_early_khz=" + strconv.FormatInt(b.tscKHz, 10)
+	}
+	// fds 3.. in the child: console, kernel, then the four ports.
+	args := []string{
+		"-M", "microvm", "-accel", accel, "-cpu", cpu, "-m", strconv.FormatInt(mem, 10), "-smp", "1",
+		"-nodefaults", "-no-user-config", "-nographic", "-monitor", "none", "-no-reboot",
+		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
+		"-chroot", filepath.Join(m.dir, "jail"),
+		"-runas", fmt.Sprintf("%d:%d", b.opts.UID, b.opts.GID),
+		"-name", qemuName(m.id),
+		"-serial", "file:/proc/self/fd/3",
+		"-kernel", "/proc/self/fd/4",
+		"-initrd", filepath.Join(m.dir, "initrd.cpio"),
+		"-append", appendLine,
+		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file=" + filepath.Join(m.dir, "rootfs.img"),
+		"-device", "virtio-blk-device,drive=rootfs,serial=" + guest.SerialRootfs,
+	}
+	for i := range m.spec.Inputs {
+		n := strconv.Itoa(i)
+		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),
+			"-device", "virtio-blk-device,drive=input"+n+",serial="+guest.SerialInput+n)
+	}
+	args = append(args, "-device", "virtio-serial-device")
+	for i, port := range []string{guest.PortControl, guest.PortStdout, guest.PortStderr, guest.PortOutput} {
+		args = append(args, "-chardev", fmt.Sprintf("file,id=p%d,path=/proc/self/fd/%d", i, 5+i),
+			"-device", fmt.Sprintf("virtserialport,chardev=p%d,name=%s", i, port))
+	}
+	return args
+}
+
+// Run boots the guest and waits for QEMU to exit, killing it when the wall
+// time passes or ctx ends. The exit code is the init's report (an
+// observation); the host asserts QEMU's exit and the streams' digests.
+func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.IO) (*backend.Exit, error) {
+	if wall <= 0 {
+		return nil, fmt.Errorf("vm: a wall time is required")
+	}
+	if m.state != statePrepared {
+		return nil, fmt.Errorf("vm %s: run of a machine that is not prepared", m.id)
+	}
+	m.state = stateRan
+	kernel, err := os.Open(m.b.opts.Kernel.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer kernel.Close()
+	// The kernel QEMU reads is the file opened here: a rename after the
+	// check does not swap it. Its bytes are checked again on this fd.
+	if err := verifyFD(kernel, m.b.opts.Kernel.SHA256, m.b); err != nil {
+		return nil, err
+	}
+	pipes := make([]struct{ r, w *os.File }, 5) // console, ctl, stdout, stderr, out
+	closeAll := func() {
+		for _, p := range pipes {
+			if p.r != nil {
+				p.r.Close()
+			}
+			if p.w != nil {
+				p.w.Close()
+			}
+		}
+	}
+	for i := range pipes {
+		if pipes[i].r, pipes[i].w, err = os.Pipe(); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+	cmd := exec.Command(m.b.opts.QEMU.Path, m.b.qemuArgs(m, m.b.accel)...)
+	cmd.Dir = m.dir
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{pipes[0].w, kernel, pipes[1].w, pipes[2].w, pipes[3].w, pipes[4].w}
+	var qemuLog tailBuffer
+	cmd.Stdout, cmd.Stderr = &qemuLog, &qemuLog
+	// A mount namespace of its own: nothing QEMU could mount is seen by
+	// the host; -chroot then confines it to the empty jail dir.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+	for _, p := range pipes {
+		p.w.Close()
+	}
+	st, _ := procfs.ReadStat(cmd.Process.Pid)
+	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: make(chan struct{})}
+	go func() { m.qemu.err = cmd.Wait(); close(m.qemu.done) }()
+	if err := m.rec.Created(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id),
+		Identity: map[string]string{"pid": strconv.Itoa(m.qemu.pid), "startTime": m.qemu.start}}); err != nil {
+		m.kill()
+		closeAll()
+		return nil, err
+	}
+
+	var wg sync.WaitGroup
+	m.console = &tailBuffer{}
+	var report []byte
+	var outErr error
+	var stdoutH, stderrH, outH = sha256.New(), sha256.New(), sha256.New()
+	wg.Add(5)
+	go func() { defer wg.Done(); _, _ = copyBounded(m.console, pipes[0].r, -1) }()
+	go func() { defer wg.Done(); report, _ = readBounded(pipes[1].r, guest.MaxReportBytes) }()
+	go func() {
+		defer wg.Done()
+		_, _ = copyBounded(teeTo(streams.Stdout, stdoutH), pipes[2].r, m.b.opts.MaxLogBytes)
+	}()
+	go func() {
+		defer wg.Done()
+		_, _ = copyBounded(teeTo(streams.Stderr, stderrH), pipes[3].r, m.b.opts.MaxLogBytes)
+	}()
+	go func() {
+		defer wg.Done()
+		outErr = ExtractOutput(ctx, pipes[4].r, outH, m.Output().Dir(), m.spec.OutputBytes, m.spec.OutputFiles)
+	}()
+
+	ex := &backend.Exit{Started: start}
+	timer := time.NewTimer(wall)
+	defer timer.Stop()
+	select {
+	case <-m.qemu.done:
+	case <-timer.C:
+		ex.TimedOut = true
+	case <-ctx.Done():
+		ex.Cancelled = true
+	}
+	if ex.TimedOut || ex.Cancelled {
+		m.kill()
+		ex.Signal, ex.Code = "SIGKILL", 128+int(syscall.SIGKILL)
+	}
+	<-m.qemu.done
+	wg.Wait()
+	for _, p := range pipes {
+		p.r.Close()
+	}
+	// What the guest reported was read before QEMU's exit was seen.
+	observedAt := time.Now()
+	ex.Finished = time.Now()
+	m.timing.QEMU = ex.Finished.Sub(start)
+	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
+	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
+	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
+	if ex.TimedOut || ex.Cancelled {
+		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host"}}
+		return ex, nil
+	}
+	if m.qemu.err != nil {
+		return nil, fmt.Errorf("vm %s: qemu ended with %v: %s; guest console: %s", m.id, m.qemu.err, qemuLog.String(), m.console.String())
+	}
+	var rep guest.Report
+	line, _, _ := strings.Cut(string(report), "\n")
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		return nil, fmt.Errorf("vm %s: the guest sent no report (%v); guest console: %s", m.id, err, m.console.String())
+	}
+	if rep.Error != "" {
+		return nil, fmt.Errorf("vm %s: the guest init could not set the launch up: %s", m.id, rep.Error)
+	}
+	if outErr != nil {
+		return nil, fmt.Errorf("vm %s: %w", m.id, outErr)
+	}
+	ex.Code, ex.Signal = rep.Code, rep.Signal
+	ex.OOMKilled = rep.OOMKills > 0
+	ex.Usage = backend.Usage{PeakMemoryBytes: rep.PeakMemory, CPUTimeNanos: rep.CPUUsec * 1000, OOMKills: rep.OOMKills,
+		MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax}
+	m.timing.Workload = time.Duration(rep.Finished - rep.Started)
+	ex.Observation = observation(&rep, m.outputSHA, observedAt)
+	return ex, nil
+}
+
+// observation is the guest's report as an Observation: what the init says
+// it saw, never authority.
+func observation(rep *guest.Report, hostOutput string, at time.Time) *backend.Observation {
+	seccomp := rep.Seccomp
+	if seccomp == "" {
+		seccomp = "unobserved"
+	}
+	ob := &backend.Observation{At: at, Interfaces: rep.Interfaces, Seccomp: seccomp, NoNewPrivs: rep.NoNewPrivs,
+		Cgroup: backend.ObservedCgroup{MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax},
+		Notes:  append([]string{"reported by the guest's init (an observation, not authority)"}, rep.Notes...)}
+	if q, p, ok := strings.Cut(rep.CPUMax, " "); ok {
+		ob.Cgroup.CPUQuotaMicros, _ = strconv.ParseInt(q, 10, 64)
+		ob.Cgroup.CPUPeriodMicros, _ = strconv.ParseInt(p, 10, 64)
+	}
+	for _, mt := range rep.Mounts {
+		ob.Mounts = append(ob.Mounts, backend.ObservedMount{Target: mt.Target, FSType: mt.FSType, ReadOnly: mt.ReadOnly})
+	}
+	if rep.OutputSHA256 != hostOutput {
+		ob.Notes = append(ob.Notes, "the guest's digest of its output stream differs from the host's: "+rep.OutputSHA256)
+	}
+	return ob
+}
+
+// ExtractOutput reads the guest's output stream, a tar, into dir through
+// the one hostile-tar extractor, with the output bounds enforced while
+// reading; sum gets every byte read. Whatever follows the archive is
+// drained, so QEMU never blocks on a full pipe. The error wraps
+// ErrHostileOutput.
+func ExtractOutput(ctx context.Context, r io.Reader, sum io.Writer, dir string, maxBytes, maxFiles int64) error {
+	tr := io.TeeReader(r, sum)
+	w, err := snapshot.NewWriter(dir)
+	if err != nil {
+		_, _ = io.Copy(io.Discard, tr)
+		return fmt.Errorf("%w: %v", ErrHostileOutput, err)
+	}
+	err = untar.Extract(ctx, bufio.NewReader(tr), w, untar.Options{MaxEntries: int(maxFiles), MaxBytes: maxBytes, Symlinks: true})
+	if cerr := w.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	_, _ = io.Copy(io.Discard, tr)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrHostileOutput, err)
+	}
+	return nil
+}
+
+func verifyFD(f *os.File, want string, b *Backend) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	b.pins.mu.Lock()
+	ok := b.pins.seen[b.opts.Kernel.Path] == statKey(fi)
+	b.pins.mu.Unlock()
+	if ok {
+		return nil
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("guest kernel has sha256 %s, pinned %s: %w", got, want, ErrTampered)
+	}
+	return nil
+}
+
+// kill ends QEMU by its pid (it is this process's child).
+func (m *Machine) kill() {
+	if m.qemu != nil {
+		_ = m.qemu.cmd.Process.Kill()
+	}
+}
+
+func teeTo(w io.Writer, h io.Writer) io.Writer {
+	if w == nil {
+		return h
+	}
+	return io.MultiWriter(h, w)
+}
+
+// copyBounded copies r to w, up to limit bytes (-1: no limit), and drains
+// the rest so the writer in the guest never blocks.
+func copyBounded(w io.Writer, r io.Reader, limit int64) (int64, error) {
+	var n int64
+	var err error
+	if limit < 0 {
+		n, err = io.Copy(w, r)
+	} else {
+		n, err = io.Copy(w, io.LimitReader(r, limit))
+	}
+	_, _ = io.Copy(io.Discard, r)
+	return n, err
+}
+
+func readBounded(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit))
+	_, _ = io.Copy(io.Discard, r)
+	return data, err
+}
+
+// tailBuffer keeps the last 64 KiB written: the guest console and QEMU's
+// own output, for diagnostics, bounded whatever the guest prints.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailMax = 64 << 10
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > tailMax {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailMax:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}
+
+var errNotOwned = errors.New("not owned")

@@ -1,0 +1,237 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm/guest"
+	"github.com/custody-dev/custody/internal/outputfs"
+)
+
+// backend.Resource kinds the backend records.
+const (
+	KindBundle      = "vm-bundle"
+	KindOutputMount = "vm-output-mount"
+	KindQEMU        = "qemu-process"
+)
+
+// Intents lists everything a launch with this id may create: its bundle
+// dir, the bounded output mount in it and the QEMU process.
+func (b *Backend) Intents(id string) ([]backend.Resource, error) {
+	if !idPattern.MatchString(id) {
+		return nil, fmt.Errorf("vm launch id %q is invalid", id)
+	}
+	dir := b.bundle(id)
+	return []backend.Resource{{Kind: KindBundle, Name: dir}, {Kind: KindOutputMount, Name: filepath.Join(dir, "out")},
+		{Kind: KindQEMU, Name: qemuName(id)}}, nil
+}
+
+func (b *Backend) bundle(id string) string { return filepath.Join(b.opts.RuntimeDir, id) }
+
+// qemuName is the -name QEMU runs under: how recovery finds a QEMU whose
+// pid was never recorded (together with its bundle's verified identity).
+func qemuName(id string) string { return "custody-vm-" + id }
+
+func checkSpec(s backend.Spec) error {
+	for _, b := range []struct {
+		name string
+		v    int64
+	}{{"output bytes", s.OutputBytes}, {"output files", s.OutputFiles}, {"tmp bytes", s.TmpBytes},
+		{"memory", s.Memory}, {"pids", s.Pids}, {"file size", s.FileSize}} {
+		if b.v <= 0 {
+			return fmt.Errorf("vm: the %s budget is missing: every budget is finite and required", b.name)
+		}
+	}
+	if s.CPU <= 0 {
+		return fmt.Errorf("vm: the cpu budget is missing: every budget is finite and required")
+	}
+	if len(s.Args) == 0 || !path.IsAbs(s.Args[0]) {
+		return fmt.Errorf("vm: argv[0] must be an absolute path in the image, got %q", s.Args)
+	}
+	for _, p := range append([]string{s.OutputPath}, inputTargets(s)...) {
+		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
+			return fmt.Errorf("vm: mount target %q must be a clean absolute path below /", p)
+		}
+	}
+	if s.Rootfs == "" {
+		return fmt.Errorf("vm: no rootfs")
+	}
+	return nil
+}
+
+func inputTargets(s backend.Spec) []string {
+	var ts []string
+	for _, in := range s.Inputs {
+		ts = append(ts, in.Target)
+	}
+	return ts
+}
+
+// Prepare verifies the pins, then makes the bundle: the bounded output
+// mount, read-only ext4 images of the rootfs and inputs, and the
+// initramfs (the verified init and modules plus the launch's config).
+// Nothing is created before the pins and the Spec are checked.
+func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
+	if !idPattern.MatchString(id) {
+		return nil, fmt.Errorf("vm launch id %q is invalid", id)
+	}
+	if err := checkSpec(s); err != nil {
+		return nil, err
+	}
+	files, err := b.checkPins()
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{b: b, id: id, dir: b.bundle(id), spec: s, rec: rec}
+	if err := m.prepare(ctx, files); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
+	t0 := time.Now()
+	if err := os.Mkdir(m.dir, 0o700); err != nil {
+		return fmt.Errorf("vm bundle: %w", err)
+	}
+	idn, err := outputfs.PathIdentity(m.dir)
+	if err != nil {
+		return err
+	}
+	m.bundleID = idn
+	if err := m.rec.Created(backend.Resource{Kind: KindBundle, Name: m.dir, Identity: idn}); err != nil {
+		return err
+	}
+	m.made.bundle = true
+	out := filepath.Join(m.dir, "out")
+	if err := os.Mkdir(out, 0o700); err != nil {
+		return err
+	}
+	if err := outputfs.Mount(out, m.spec.OutputBytes, m.spec.OutputFiles, nil); err != nil {
+		return err
+	}
+	m.made.output = true
+	mid, err := outputfs.MountIdentity(out)
+	if err != nil {
+		return err
+	}
+	if err := m.rec.Created(backend.Resource{Kind: KindOutputMount, Name: out, Identity: mid}); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(m.dir, "jail"), 0o755); err != nil {
+		return err
+	}
+	if err := makeImage(ctx, m.spec.Rootfs, filepath.Join(m.dir, "rootfs.img")); err != nil {
+		return fmt.Errorf("rootfs image: %w", err)
+	}
+	for i, in := range m.spec.Inputs {
+		if err := makeImage(ctx, in.Source, filepath.Join(m.dir, "input"+strconv.Itoa(i)+".img")); err != nil {
+			return fmt.Errorf("input %s image: %w", in.Target, err)
+		}
+	}
+	m.timing.images = time.Since(t0)
+	cfg := guest.Config{
+		Args: m.spec.Args, Env: m.spec.Env, Cwd: m.spec.Cwd, Hostname: m.spec.Hostname,
+		UID: m.spec.UID, GID: m.spec.GID, Inputs: inputTargets(m.spec), OutputPath: m.spec.OutputPath,
+		OutputBytes: m.spec.OutputBytes, OutputFiles: m.spec.OutputFiles, TmpBytes: m.spec.TmpBytes,
+		Memory: m.spec.Memory, Pids: m.spec.Pids, CPU: m.spec.CPU, FileSize: m.spec.FileSize,
+	}
+	for _, mod := range Modules {
+		cfg.Modules = append(cfg.Modules, path.Base(mod))
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	cw := newCpio(&buf)
+	for _, d := range []string{"dev", "proc", "sys", "custody", "custody/modules"} {
+		cw.dir(d)
+	}
+	cw.char("dev/console", 5, 1)
+	cw.file("init", 0o755, files.init)
+	cw.file(guest.ConfigPath[1:], 0o644, cfgJSON)
+	for i, mod := range Modules {
+		cw.file(path.Join(guest.ModulesDir[1:], path.Base(mod)), 0o644, files.modules[i])
+	}
+	if err := cw.close(); err != nil {
+		return err
+	}
+	m.initrdSHA = sha256Hex(buf.Bytes())
+	m.configSHA = sha256Hex(cfgJSON)
+	if err := os.WriteFile(filepath.Join(m.dir, "initrd.cpio"), buf.Bytes(), 0o600); err != nil {
+		return err
+	}
+	m.timing.prepare = time.Since(t0)
+	m.state = statePrepared
+	return nil
+}
+
+// makeImage writes src as a journal-less ext4 image that the guest mounts
+// read-only from a read-only drive: the guest never writes the host's
+// tree, and the host never mounts the image.
+func makeImage(ctx context.Context, src, img string) error {
+	var size, inodes int64
+	err := filepath.WalkDir(src, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		inodes++
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			size += (info.Size() + 4095) &^ 4095
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Room for metadata: block groups, inode tables, directories.
+	total := size + size/4 + inodes*4096 + 8<<20
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(total); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode",
+		"-b", "4096", "-N", strconv.FormatInt(inodes+64, 10), "-d", src, img)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4 -d %s: %w: %s", src, err, bytesTail(out, 400))
+	}
+	return nil
+}
+
+// unmountOutput unmounts the output mount if the one mounted is the one
+// recorded.
+func unmountOutput(dir string, want map[string]string) error {
+	got, err := outputfs.MountIdentity(dir)
+	if err != nil {
+		return nil // nothing mounted
+	}
+	if want != nil && (got["mountId"] != want["mountId"]) {
+		return fmt.Errorf("%s holds mount %s, the journal recorded %s: %w", dir, got["mountId"], want["mountId"], errNotOwned)
+	}
+	if err := unix.Unmount(dir, 0); err != nil {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,372 @@
+// Package vm is the microVM backend: each launch runs in its own Linux
+// guest under a pinned `qemu-system-x86_64 -M microvm`, with a pinned guest
+// kernel, pinned kernel modules and custody's own static init
+// (cmd/custody-vminit), each recorded by path and sha256 and re-checked at
+// Prepare. The guest has no NIC; the rootfs and inputs reach it as
+// read-only virtio-blk ext4 images; stdout, stderr, the output tree (a tar)
+// and the init's report come back on virtio-serial ports that the host
+// reads in user space, the output through the one hostile-tar extractor
+// (internal/untar) into a bounded output filesystem. The host never mounts
+// anything the guest wrote. QEMU runs with its seccomp sandbox, chrooted
+// into an empty directory, as an unprivileged uid, in a mount namespace
+// of its own; wall time is enforced on the host by killing it.
+package vm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+)
+
+// Name is the vm backend's name in receipts and qualification rows.
+const Name = "vm"
+
+// DefaultUID is the host uid QEMU drops to: dedicated to custody's guests,
+// owning no file on the host (above every range custody maps for user
+// namespaces).
+const DefaultUID = 2100000000
+
+// GuestOverheadBytes is guest RAM beyond Spec.Memory: the kernel, the
+// initramfs (held twice while it unpacks) and the init. The workload's own
+// bound is Spec.Memory, set as memory.max of its cgroup in the guest.
+const GuestOverheadBytes = 128 << 20
+
+// Modules are the kernel modules the init loads, in dependency order:
+// Debian's kernel builds virtio, virtio-blk, virtio-console, ext4 and
+// overlay as modules.
+var Modules = []string{
+	"kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
+	"kernel/drivers/virtio/virtio_mmio.ko", "kernel/drivers/block/virtio_blk.ko",
+	"kernel/drivers/char/virtio_console.ko", "kernel/lib/crc16.ko",
+	"kernel/crypto/crc32c_generic.ko", "kernel/fs/mbcache.ko", "kernel/fs/jbd2/jbd2.ko",
+	"kernel/fs/ext4/ext4.ko", "kernel/fs/overlayfs/overlay.ko",
+}
+
+// Pinned is one pinned artifact: its path and the lowercase hex sha256 its
+// bytes must have. For the modules, Path is the kernel's modules directory
+// and SHA256 the digest of the manifest ModulesDigest computes.
+type Pinned struct {
+	Path   string `json:"path" yaml:"path"`
+	SHA256 string `json:"sha256" yaml:"sha256"`
+}
+
+// Options configure a Backend.
+type Options struct {
+	QEMU    Pinned
+	Kernel  Pinned
+	Modules Pinned
+	Init    Pinned
+	// RuntimeDir holds the per-launch bundles. Private, 0700.
+	RuntimeDir string
+	// Accel is "auto" (KVM only if a probe guest boots under it in time,
+	// else TCG), "kvm" or "tcg".
+	Accel string
+	// UID and GID QEMU runs as; 0 means DefaultUID.
+	UID, GID uint32
+	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
+	MaxLogBytes int64
+	Logger      *slog.Logger
+}
+
+// ErrTampered is returned when a pinned artifact's bytes do not have their
+// pinned digest: the launch is refused before anything is created.
+var ErrTampered = errors.New("pinned artifact does not match its sha256")
+
+// ErrHostileOutput is returned by Run when the guest's output stream is
+// refused: a name outside the tree, a link out, a bound passed, a
+// truncated or malformed archive.
+var ErrHostileOutput = errors.New("guest output stream refused")
+
+// Backend runs launches in microVMs.
+type Backend struct {
+	opts    Options
+	log     *slog.Logger
+	version string // QEMU's version line
+	accel   string // what the probe chose
+	tscKHz  int64
+	pins    *pinCache
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
+
+// New checks the pinned artifacts once, reads QEMU's version and decides
+// the accelerator: KVM only if a probe guest reaches its reset under it
+// within a timeout (nested KVM here hangs or aborts), else TCG.
+func New(ctx context.Context, opts Options) (*Backend, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxLogBytes == 0 {
+		opts.MaxLogBytes = 16 << 20
+	}
+	if opts.UID == 0 {
+		opts.UID, opts.GID = DefaultUID, DefaultUID
+	}
+	if opts.Accel == "" {
+		opts.Accel = "auto"
+	}
+	if err := os.MkdirAll(opts.RuntimeDir, 0o700); err != nil {
+		return nil, fmt.Errorf("vm runtime dir: %w", err)
+	}
+	if err := os.Chmod(opts.RuntimeDir, 0o700); err != nil {
+		return nil, fmt.Errorf("vm runtime dir: %w", err)
+	}
+	b := &Backend{opts: opts, log: opts.Logger, pins: &pinCache{}, tscKHz: hostTSCKHz()}
+	if _, err := b.checkPins(); err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, opts.QEMU.Path, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("qemu --version: %w", err)
+	}
+	b.version, _, _ = strings.Cut(string(out), "\n")
+	b.version = strings.TrimPrefix(strings.TrimSpace(b.version), "QEMU emulator version ")
+	switch opts.Accel {
+	case "tcg":
+		b.accel = "tcg"
+	case "kvm", "auto":
+		b.accel = "tcg"
+		if err := b.probeKVM(ctx); err == nil {
+			b.accel = "kvm"
+		} else if opts.Accel == "kvm" {
+			return nil, fmt.Errorf("accel kvm required but the probe guest failed: %w; fix: use accel auto or tcg", err)
+		} else {
+			b.log.Info("vm: KVM unusable, using TCG", "reason", err)
+		}
+	default:
+		return nil, fmt.Errorf("vm accel %q: want auto, kvm or tcg", opts.Accel)
+	}
+	return b, nil
+}
+
+// Accel is the accelerator launches use: "kvm" or "tcg".
+func (b *Backend) Accel() string { return b.accel }
+
+// KVMProbeTimeout bounds the probe guest: a working KVM reaches the
+// kernel's panic-and-reset in well under a second.
+const KVMProbeTimeout = 10 * time.Second
+
+// probeKVM boots the pinned kernel under KVM without an initramfs: it
+// panics for want of a root and resets, which ends QEMU (-no-reboot). An
+// exit 0 within the timeout proves KVM runs this guest; a hang is killed.
+func (b *Backend) probeKVM(ctx context.Context) error {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("/dev/kvm: %w", err)
+	}
+	f.Close()
+	ctx, cancel := context.WithTimeout(ctx, KVMProbeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, "-M", "microvm", "-accel", "kvm", "-cpu", "host",
+		"-m", "128", "-smp", "1", "-nodefaults", "-no-user-config", "-nographic", "-monitor", "none",
+		"-no-reboot", "-serial", "none", "-kernel", b.opts.Kernel.Path,
+		"-append", "panic=-1 reboot=t quiet")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		return fmt.Errorf("the KVM probe guest did not finish in %s (nested KVM hangs)", KVMProbeTimeout)
+	}
+	if err != nil {
+		return fmt.Errorf("the KVM probe guest failed: %v: %s", err, bytesTail(out, 300))
+	}
+	return nil
+}
+
+func bytesTail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// hostTSCKHz is the host's TSC rate: under TCG the guest's TSC runs at it,
+// and microvm has no timer to calibrate against, so the kernel is told
+// (tsc_early_khz); without it a TCG boot on a busy host can hang.
+func hostTSCKHz() int64 {
+	if data, err := os.ReadFile("/sys/devices/system/cpu/cpu0/tsc_freq_khz"); err == nil {
+		var k int64
+		if _, err := fmt.Sscan(string(data), &k); err == nil {
+			return k
+		}
+	}
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil || !strings.Contains(string(data), " constant_tsc") {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "cpu MHz" {
+			var mhz float64
+			if _, err := fmt.Sscan(strings.TrimSpace(v), &mhz); err == nil {
+				return int64(mhz * 1000)
+			}
+		}
+	}
+	return 0
+}
+
+// pinCache remembers a verified file by its stat identity: a rewrite
+// changes its ctime, so only an unchanged file skips the rehash.
+type pinCache struct {
+	mu   sync.Mutex
+	seen map[string]string // path -> stat key of the verified bytes
+}
+
+func statKey(fi os.FileInfo) string {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+}
+
+// verifyFile checks a pinned file's digest, from the cache when the file
+// is unchanged since it was last verified.
+func (c *pinCache) verifyFile(what string, p Pinned) error {
+	fi, err := os.Stat(p.Path)
+	if err != nil {
+		return fmt.Errorf("pinned %s: %w", what, err)
+	}
+	key := statKey(fi)
+	c.mu.Lock()
+	ok := key != "" && c.seen[p.Path] == key
+	c.mu.Unlock()
+	if ok {
+		return nil
+	}
+	f, err := os.Open(p.Path)
+	if err != nil {
+		return fmt.Errorf("pinned %s: %w", what, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("pinned %s: %w", what, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != p.SHA256 {
+		return fmt.Errorf("%s %s has sha256 %s, pinned %s: %w; fix: restore the pinned file or re-pin it in the vm backend config after review",
+			what, p.Path, got, p.SHA256, ErrTampered)
+	}
+	c.mu.Lock()
+	if c.seen == nil {
+		c.seen = map[string]string{}
+	}
+	c.seen[p.Path] = key
+	c.mu.Unlock()
+	return nil
+}
+
+// FileSHA256 is the lowercase hex digest of a file.
+func FileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// guestFiles are the bytes that go into every initramfs, read once per
+// launch and checked against their pins, so what boots is what was
+// verified.
+type guestFiles struct {
+	init    []byte
+	modules [][]byte
+}
+
+// ModulesDigest is the sha256 of the modules manifest: one line
+// "<sha256>  <path>" per module of Modules, in load order.
+func ModulesDigest(dir string) (string, error) {
+	_, sum, err := readModules(dir)
+	return sum, err
+}
+
+func readModules(dir string) ([][]byte, string, error) {
+	var manifest strings.Builder
+	var mods [][]byte
+	for _, m := range Modules {
+		data, err := os.ReadFile(filepath.Join(dir, m))
+		if err != nil {
+			return nil, "", fmt.Errorf("kernel module %s: %w", m, err)
+		}
+		sum := sha256.Sum256(data)
+		fmt.Fprintf(&manifest, "%x  %s\n", sum, m)
+		mods = append(mods, data)
+	}
+	sum := sha256.Sum256([]byte(manifest.String()))
+	return mods, hex.EncodeToString(sum[:]), nil
+}
+
+// checkPins verifies QEMU, the kernel, the init and the modules, and
+// returns the init and module bytes it verified.
+func (b *Backend) checkPins() (*guestFiles, error) {
+	if err := b.pins.verifyFile("qemu", b.opts.QEMU); err != nil {
+		return nil, err
+	}
+	if err := b.pins.verifyFile("guest kernel", b.opts.Kernel); err != nil {
+		return nil, err
+	}
+	init, err := os.ReadFile(b.opts.Init.Path)
+	if err != nil {
+		return nil, fmt.Errorf("pinned guest init: %w", err)
+	}
+	if got := fmt.Sprintf("%x", sha256.Sum256(init)); got != b.opts.Init.SHA256 {
+		return nil, fmt.Errorf("guest init %s has sha256 %s, pinned %s: %w; fix: restore the pinned init (make bin/custody-vminit) or re-pin it after review",
+			b.opts.Init.Path, got, b.opts.Init.SHA256, ErrTampered)
+	}
+	mods, sum, err := readModules(b.opts.Modules.Path)
+	if err != nil {
+		return nil, err
+	}
+	if sum != b.opts.Modules.SHA256 {
+		return nil, fmt.Errorf("guest kernel modules under %s have manifest sha256 %s, pinned %s: %w; fix: restore the pinned kernel package or re-pin it after review",
+			b.opts.Modules.Path, sum, b.opts.Modules.SHA256, ErrTampered)
+	}
+	return &guestFiles{init: init, modules: mods}, nil
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Name is "vm".
+func (b *Backend) Name() string { return Name }
+
+// Identity is the pinned QEMU; Version also names the machine, the
+// accelerator and the vCPUs, which a grant binds with it. The kernel,
+// init and modules digests are in every launch's Evidence.
+func (b *Backend) Identity() backend.Identity {
+	return backend.Identity{Kind: Name, Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu", b.version, b.accel),
+		Path: b.opts.QEMU.Path, SHA256: b.opts.QEMU.SHA256}
+}
+
+// Capabilities: the guest's own cgroup v2 enforces memory, pids and cpu
+// (Debian's kernel has every controller), its tmpfs mounts the output and
+// tmp bounds, and the host the wall time. What the backend does not give
+// QEMU itself is a gap of the production tier: a host cgroup with limits
+// on the QEMU process (this is a cgroup v1 hybrid host, where custody
+// never mounts hierarchies, and the backend does not yet create one on a
+// unified host either).
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{Tiers: map[string][]backend.Gap{
+		"production": {{Requirement: "R5", Code: "vm-host-cgroup",
+			Detail: "QEMU runs in no host cgroup with limits of its own: guest RAM bounds the workload, not QEMU's own overhead",
+			Fix:    "run the vm backend where it can put QEMU in a delegated cgroup v2 leaf (not implemented yet), or use the development tier"}},
+		"development": {},
+	}}
+}

@@ -1,0 +1,179 @@
+package vm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/backendtest"
+	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// pins are the real artifacts the tests boot (testenv.VM), pinned as
+// they are now.
+func pins(t testing.TB) vm.Options {
+	t.Helper()
+	a := testenv.VM(t)
+	opts := vm.Options{}
+	for _, p := range []struct {
+		dst  *vm.Pinned
+		path string
+	}{{&opts.QEMU, a.QEMU}, {&opts.Kernel, a.Kernel}, {&opts.Init, a.Init}} {
+		sum, err := vm.FileSHA256(p.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*p.dst = vm.Pinned{Path: p.path, SHA256: sum}
+	}
+	sum, err := vm.ModulesDigest(a.Modules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Modules = vm.Pinned{Path: a.Modules, SHA256: sum}
+	return opts
+}
+
+var accel struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+// newBackend makes a backend on private directories; the accelerator is
+// probed once per test binary.
+func newBackend(t testing.TB, opts vm.Options) *vm.Backend {
+	t.Helper()
+	accel.once.Do(func() {
+		probe := opts
+		probe.RuntimeDir = filepath.Join(os.TempDir(), "custody-vm-probe")
+		b, err := vm.New(context.Background(), probe)
+		if err != nil {
+			accel.err = err
+			return
+		}
+		accel.name = b.Accel()
+		os.RemoveAll(probe.RuntimeDir)
+	})
+	if accel.err != nil {
+		t.Fatal(accel.err)
+	}
+	opts.Accel = accel.name
+	opts.RuntimeDir = filepath.Join(t.TempDir(), "vm")
+	b, err := vm.New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func spec(t testing.TB, rootfs string, args ...string) backend.Spec {
+	return backend.Spec{
+		Rootfs: rootfs, Args: args, Env: []string{"PATH=/bin"}, Cwd: "/", Hostname: "guest",
+		OutputPath: "/out", OutputBytes: 4 << 20, OutputFiles: 64, TmpBytes: 8 << 20,
+		Memory: 64 << 20, Pids: 64, CPU: 1, FileSize: 4 << 20,
+	}
+}
+
+// TestBackendContract runs the one suite of the backend contract against
+// real QEMU guests.
+func TestBackendContract(t *testing.T) {
+	opts := pins(t)
+	rootfs := testenv.BusyboxRootfs(t)
+	backendtest.Suite(t, func(t *testing.T) backendtest.Fixture {
+		b := newBackend(t, opts)
+		return backendtest.Fixture{Backend: b, Spec: func(args ...string) backend.Spec { return spec(t, rootfs, args...) }}
+	})
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Intent(...backend.Resource) error  { return nil }
+func (nopRecorder) Created(...backend.Resource) error { return nil }
+func (nopRecorder) Removed(...backend.Resource) error { return nil }
+
+// run prepares and runs one launch and cleans it up, verified.
+func run(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (*backend.Exit, string, string, map[string][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	id := "t-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(id) > 60 {
+		id = id[len(id)-60:]
+		id = "t" + strings.TrimLeft(id, "-")
+	}
+	sb, err := b.Prepare(ctx, id, s, nopRecorder{})
+	if err != nil {
+		if sb != nil {
+			sb.Cleanup(ctx)
+		}
+		t.Fatalf("prepare: %v", err)
+	}
+	defer func() {
+		if rep := sb.Cleanup(ctx); !rep.Verified {
+			t.Errorf("cleanup not verified: %+v", rep.Steps)
+		}
+	}()
+	var stdout, stderr bytes.Buffer
+	ex, err := sb.Run(ctx, wall, backend.IO{Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	files := map[string][]byte{}
+	_ = filepath.Walk(sb.Output().Dir(), func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			rel, _ := filepath.Rel(sb.Output().Dir(), p)
+			files[rel], _ = os.ReadFile(p)
+		}
+		return nil
+	})
+	if m, ok := sb.(*vm.Machine); ok {
+		t.Logf("timing %+v", m.Timing())
+	}
+	return ex, stdout.String(), stderr.String(), files
+}
+
+// TestTamperedArtifactsRefused: a kernel or init whose bytes changed since
+// they were pinned is refused at Prepare, before anything is created; the
+// untouched pins launch.
+func TestTamperedArtifactsRefused(t *testing.T) {
+	opts := pins(t)
+	rootfs := testenv.BusyboxRootfs(t)
+	for _, which := range []string{"kernel", "init"} {
+		t.Run(which, func(t *testing.T) {
+			o := opts
+			copyTo := filepath.Join(t.TempDir(), which)
+			src := map[string]*vm.Pinned{"kernel": &o.Kernel, "init": &o.Init}[which]
+			data, err := os.ReadFile(src.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(copyTo, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			src.Path = copyTo
+			b := newBackend(t, o)
+			// Tamper after the backend was made: Prepare re-checks.
+			data[len(data)/2] ^= 0xff
+			if err := os.WriteFile(copyTo, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sb, err := b.Prepare(context.Background(), "tamper-"+which, spec(t, rootfs, "/bin/true"), nopRecorder{})
+			if !errors.Is(err, vm.ErrTampered) {
+				t.Fatalf("prepare with a tampered %s: %v, want ErrTampered", which, err)
+			}
+			if sb != nil {
+				t.Error("a refused prepare returned a sandbox")
+			}
+			if rep := b.VerifyAbsent("tamper-"+which, nil); !rep.Verified {
+				t.Errorf("something was created before the refusal: %+v", rep.Steps)
+			}
+		})
+	}
+}

@@ -1,0 +1,590 @@
+// Command custody-vminit is PID 1 of every vm-backend guest: a small static
+// init that loads the pinned kernel modules, mounts the read-only rootfs
+// (an overlay whose upper layer only holds mount points, then remounted
+// read-only) and inputs, a bounded /tmp and output tmpfs, puts the
+// workload in a cgroup-v2 leaf with its memory, pids and cpu limits, drops
+// every capability from the bounding set, runs it with stdout and stderr
+// on their own virtio-serial ports, streams the output tree as a tar on a
+// third and reports on a fourth, then resets the machine (QEMU exits). The
+// host treats all of it as observation (R3).
+package main
+
+import (
+	"archive/tar"
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/backend/vm/guest"
+)
+
+const (
+	newRoot = "/newroot"
+	cgWork  = "/sys/fs/cgroup/work"
+)
+
+func main() {
+	ports := map[string]*os.File{}
+	rep := run(ports)
+	if ctl := ports[guest.PortControl]; ctl != nil {
+		data, _ := json.Marshal(rep)
+		_, _ = ctl.Write(append(data, '\n'))
+	} else {
+		fmt.Fprintf(os.Stderr, "custody-vminit: no control port: %s\n", rep.Error)
+	}
+	for _, f := range ports {
+		_ = f.Sync()
+	}
+	unix.Sync()
+	// The kernel runs with reboot=t and QEMU with -no-reboot: a restart
+	// ends QEMU. Should it return, exiting PID 1 panics the kernel, which
+	// (panic=-1) restarts too.
+	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+	os.Exit(1)
+}
+
+func run(ports map[string]*os.File) *guest.Report {
+	rep := &guest.Report{}
+	fail := func(err error) *guest.Report {
+		rep.Error = err.Error()
+		return rep
+	}
+	if err := earlyMounts(); err != nil {
+		return fail(err)
+	}
+	var cfg guest.Config
+	data, err := os.ReadFile(guest.ConfigPath)
+	if err != nil {
+		return fail(err)
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fail(fmt.Errorf("config: %w", err))
+	}
+	for _, m := range cfg.Modules {
+		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
+			return fail(err)
+		}
+	}
+	if err := openPorts(ports); err != nil {
+		return fail(err)
+	}
+	if err := buildRoot(&cfg); err != nil {
+		return fail(err)
+	}
+	if err := setupCgroup(&cfg); err != nil {
+		return fail(err)
+	}
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			return fail(fmt.Errorf("hostname: %w", err))
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		return fail(err)
+	}
+	observe(rep)
+	if err := runWorkload(&cfg, ports, rep); err != nil {
+		return fail(err)
+	}
+	usage(rep)
+	sum, err := streamOutput(ports[guest.PortOutput], filepath.Join(newRoot, cfg.OutputPath))
+	if err != nil {
+		return fail(fmt.Errorf("output stream: %w", err))
+	}
+	rep.OutputSHA256 = sum
+	return rep
+}
+
+func earlyMounts() error {
+	for _, m := range []struct{ src, dst, typ string }{
+		{"devtmpfs", "/dev", "devtmpfs"}, {"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"},
+	} {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, m.dst, m.typ, unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	return nil
+}
+
+func loadModule(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("load module %s: %w", filepath.Base(p), err)
+	}
+	return nil
+}
+
+// waitFor polls until find succeeds: devices appear asynchronously after
+// their driver loads.
+func waitFor(what string, find func() (bool, error)) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := find()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func openPorts(ports map[string]*os.File) error {
+	want := []string{guest.PortControl, guest.PortStdout, guest.PortStderr, guest.PortOutput}
+	err := waitFor("virtio-serial ports", func() (bool, error) {
+		ents, _ := os.ReadDir("/sys/class/virtio-ports")
+		for _, e := range ents {
+			name, err := os.ReadFile(filepath.Join("/sys/class/virtio-ports", e.Name(), "name"))
+			if err != nil {
+				continue
+			}
+			n := strings.TrimSpace(string(name))
+			if _, done := ports[n]; done || !contains(want, n) {
+				continue
+			}
+			f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_WRONLY, 0)
+			if err != nil {
+				continue // the node may not exist yet
+			}
+			ports[n] = f
+		}
+		return len(ports) == len(want), nil
+	})
+	return err
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// disk finds the virtio-blk device with a serial.
+func disk(serial string) (string, error) {
+	var dev string
+	err := waitFor("disk "+serial, func() (bool, error) {
+		ents, _ := os.ReadDir("/sys/block")
+		for _, e := range ents {
+			s, err := os.ReadFile(filepath.Join("/sys/block", e.Name(), "serial"))
+			if err == nil && strings.TrimSpace(string(s)) == serial {
+				dev = filepath.Join("/dev", e.Name())
+				_, err := os.Stat(dev)
+				return err == nil, nil
+			}
+		}
+		return false, nil
+	})
+	return dev, err
+}
+
+func mountDisk(serial, target string) error {
+	dev, err := disk(serial)
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount(dev, target, "ext4", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, "noload"); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", serial, target, err)
+	}
+	return nil
+}
+
+func buildRoot(cfg *guest.Config) error {
+	for _, d := range []string{"/lower", "/upper", newRoot} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mountDisk(guest.SerialRootfs, "/lower"); err != nil {
+		return err
+	}
+	// The upper layer holds only the mount points made below: the root is
+	// remounted read-only before the workload starts.
+	if err := unix.Mount("tmpfs", "/upper", "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
+		return fmt.Errorf("upper tmpfs: %w", err)
+	}
+	for _, d := range []string{"/upper/u", "/upper/w"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("overlay", newRoot, "overlay", unix.MS_NODEV|unix.MS_NOSUID, "lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w"); err != nil {
+		return fmt.Errorf("root overlay: %w", err)
+	}
+	mkdir := func(p string) (string, error) {
+		full := filepath.Join(newRoot, p)
+		return full, os.MkdirAll(full, 0o755)
+	}
+	for i, target := range cfg.Inputs {
+		full, err := mkdir(target)
+		if err != nil {
+			return err
+		}
+		if err := mountDisk(guest.SerialInput+strconv.Itoa(i), full); err != nil {
+			return err
+		}
+	}
+	tmp, err := mkdir("/tmp")
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, fmt.Sprintf("size=%d,mode=1777", cfg.TmpBytes)); err != nil {
+		return fmt.Errorf("tmp: %w", err)
+	}
+	out, err := mkdir(cfg.OutputPath)
+	if err != nil {
+		return err
+	}
+	outOpts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", cfg.OutputBytes, cfg.UID, cfg.GID)
+	if cfg.OutputFiles > 0 {
+		outOpts += fmt.Sprintf(",nr_inodes=%d", cfg.OutputFiles+1)
+	}
+	if err := unix.Mount("tmpfs", out, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, outOpts); err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	proc, err := mkdir("/proc")
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("proc: %w", err)
+	}
+	if err := minimalDev(); err != nil {
+		return err
+	}
+	// The root itself read-only: writes go to /tmp and the output only.
+	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("read-only root: %w", err)
+	}
+	return nil
+}
+
+// minimalDev is a /dev with the harmless nodes only: never the guest's
+// devtmpfs, which holds the control ports and disks.
+func minimalDev() error {
+	dev := filepath.Join(newRoot, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	for _, n := range []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
+		if err := unix.Mknod(filepath.Join(dev, n.name), unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
+			return fmt.Errorf("dev %s: %w", n.name, err)
+		}
+		if err := os.Chmod(filepath.Join(dev, n.name), 0o666); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopbackUp brings lo up: the guest has no NIC, so loopback is all the
+// network a workload has, as in a container without egress.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}
+
+func write(p, v string) error {
+	if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+		return fmt.Errorf("cgroup %s=%q: %w", filepath.Base(p), v, err)
+	}
+	return nil
+}
+
+func setupCgroup(cfg *guest.Config) error {
+	if err := unix.Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("cgroup2: %w", err)
+	}
+	if err := write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu +memory +pids"); err != nil {
+		return err
+	}
+	if err := os.Mkdir(cgWork, 0o755); err != nil {
+		return err
+	}
+	period := int64(100000)
+	for _, kv := range [][2]string{
+		{"memory.max", strconv.FormatInt(cfg.Memory, 10)},
+		{"memory.swap.max", "0"},
+		{"pids.max", strconv.FormatInt(cfg.Pids, 10)},
+		{"cpu.max", fmt.Sprintf("%d %d", int64(cfg.CPU*float64(period)), period)},
+	} {
+		if err := write(filepath.Join(cgWork, kv[0]), kv[1]); err != nil && kv[0] != "memory.swap.max" {
+			return err
+		}
+	}
+	return nil
+}
+
+func readInt(p string) int64 {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return -1
+	}
+	s := strings.TrimSpace(string(data))
+	if s == "max" {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+func keyed(p, key string) int64 {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+func observe(rep *guest.Report) {
+	rep.MemoryMax = readInt(filepath.Join(cgWork, "memory.max"))
+	rep.PidsMax = readInt(filepath.Join(cgWork, "pids.max"))
+	if data, err := os.ReadFile(filepath.Join(cgWork, "cpu.max")); err == nil {
+		rep.CPUMax = strings.TrimSpace(string(data))
+	}
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 10 {
+				continue
+			}
+			target := fields[4]
+			if target != newRoot && !strings.HasPrefix(target, newRoot+"/") {
+				continue
+			}
+			sep := 6
+			for sep < len(fields) && fields[sep] != "-" {
+				sep++
+			}
+			if sep+1 >= len(fields) {
+				continue
+			}
+			rel := strings.TrimPrefix(target, newRoot)
+			if rel == "" {
+				rel = "/"
+			}
+			ro := false
+			for _, o := range strings.Split(fields[5], ",") {
+				ro = ro || o == "ro"
+			}
+			rep.Mounts = append(rep.Mounts, guest.Mount{Target: rel, FSType: fields[sep+1], ReadOnly: ro})
+		}
+		f.Close()
+	}
+	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
+		for _, e := range ents {
+			rep.Interfaces = append(rep.Interfaces, e.Name())
+		}
+	}
+}
+
+func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report) error {
+	if len(cfg.Args) == 0 {
+		return errors.New("no command")
+	}
+	cg, err := os.Open(cgWork)
+	if err != nil {
+		return err
+	}
+	defer cg.Close()
+	if cfg.FileSize > 0 {
+		lim := &unix.Rlimit{Cur: uint64(cfg.FileSize), Max: uint64(cfg.FileSize)}
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, lim); err != nil {
+			return fmt.Errorf("file size limit: %w", err)
+		}
+	}
+	// Nothing the workload execs gets a capability back, whatever its uid:
+	// it cannot escape the chroot, mount, or make device nodes.
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	selfStatus(rep)
+	cmd := &exec.Cmd{
+		Path:   cfg.Args[0],
+		Args:   cfg.Args,
+		Env:    cfg.Env,
+		Dir:    cfg.Cwd,
+		Stdout: ports[guest.PortStdout],
+		Stderr: ports[guest.PortStderr],
+		SysProcAttr: &syscall.SysProcAttr{
+			Chroot:      newRoot,
+			Credential:  &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
+			Setsid:      true,
+			UseCgroupFD: true,
+			CgroupFD:    int(cg.Fd()),
+		},
+	}
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	rep.Started = time.Now().UnixNano()
+	if err := cmd.Start(); err != nil {
+		rep.Code = 127
+		rep.Notes = append(rep.Notes, "start: "+err.Error())
+		rep.Finished = time.Now().UnixNano()
+		return nil
+	}
+	err = cmd.Wait()
+	rep.Finished = time.Now().UnixNano()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			rep.Signal = unix.SignalName(ws.Signal())
+			rep.Code = 128 + int(ws.Signal())
+		} else {
+			rep.Code = ws.ExitStatus()
+		}
+	default:
+		return fmt.Errorf("wait: %w", err)
+	}
+	// The workload's tree ends with its first process, as in a container.
+	_ = write(filepath.Join(cgWork, "cgroup.kill"), "1")
+	_ = waitFor("an empty workload cgroup", func() (bool, error) {
+		return keyed(filepath.Join(cgWork, "cgroup.events"), "populated") == 0, nil
+	})
+	return nil
+}
+
+// selfStatus reads the init's seccomp mode and no_new_privs, which the
+// workload inherits.
+func selfStatus(rep *guest.Report) {
+	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[keyed("/proc/self/status", "Seccomp:")]
+	rep.NoNewPrivs = keyed("/proc/self/status", "NoNewPrivs:") == 1
+}
+
+func usage(rep *guest.Report) {
+	rep.PeakMemory = readInt(filepath.Join(cgWork, "memory.peak"))
+	rep.OOMKills = keyed(filepath.Join(cgWork, "memory.events"), "oom_kill")
+	rep.CPUUsec = keyed(filepath.Join(cgWork, "cpu.stat"), "usage_usec")
+}
+
+// streamOutput writes the output tree as a tar: directories, regular
+// files and symlinks (others are left out; the host refuses what it does
+// not accept anyway).
+func streamOutput(port *os.File, dir string) (string, error) {
+	h := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(port, h), 256<<10)
+	tw := tar.NewWriter(bw)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case d.IsDir(), d.Type().IsRegular():
+		default:
+			return nil
+		}
+		hdr, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if d.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uname, hdr.Gname = "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := io.Copy(tw, f); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	if err := bw.Flush(); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

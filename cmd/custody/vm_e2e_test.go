@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/internal/daemontest"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// startVMDaemon is startDaemon with the vm backend configured beside oci.
+func startVMDaemon(t *testing.T) *env {
+	t.Helper()
+	return startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{Config: daemontest.VMConfig(t, "auto")})
+}
+
+// TestVMPhaseThroughCustodyd: a phase with backend: vm runs through
+// custodyd in a microVM and returns a receipt that verifies, naming the
+// vm backend with its kernel, init and QEMU digests; a runner without the
+// vm backend refuses such a phase at admission, naming the config fix.
+func TestVMPhaseThroughCustodyd(t *testing.T) {
+	e := startVMDaemon(t)
+	trust := e.trust(t, "trust-dev.yaml", "development")
+	// The wall time covers the guest's boot too: generous under TCG.
+	phase := filepath.Join(e.dir, "invm.yaml")
+	write(t, phase, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
+kind: Phase
+name: invm
+stage: build
+tier: development
+backend: vm
+image: %q
+command: ["/bin/sh", "-c", "uname -r > /out/kernel; echo built > /out/artifact"]
+output:
+  path: /out
+resources:
+  memory: 64Mi
+  pids: 64
+  wallTime: 120s
+`, e.image))
+	if code, out, errs := e.custody("admit", phase); code != exitOK {
+		t.Fatalf("admit: %d\n%s\n%s", code, out, errs)
+	}
+	g := e.grant(t, phase)
+	out := filepath.Join(e.dir, "vmout")
+	code, stdout, errs := e.custody("run", "--grant", g, "--json", "--receipt", filepath.Join(out, "receipt.json"))
+	if code != exitOK {
+		t.Fatalf("run: %d %s %s", code, stdout, errs)
+	}
+	var res struct {
+		Status  string
+		Runtime struct{ Version, SHA256 string }
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("result: %v\n%s", err, stdout)
+	}
+	if res.Status != "ok" || !strings.Contains(res.Runtime.Version, "microvm") {
+		t.Fatalf("result %+v", res)
+	}
+	kernel, err := os.ReadFile(filepath.Join(out, "outputs", "kernel"))
+	if err != nil || strings.TrimSpace(string(kernel)) == "" {
+		t.Fatalf("the guest kernel's release: %q %v", kernel, err)
+	}
+	code, vout, verrs := e.custody("verify", filepath.Join(out, "receipt.json"), "--trust", trust, "--outputs", filepath.Join(out, "outputs"))
+	if code != verifyPromotable {
+		t.Fatalf("verify: %d\n%s%s", code, vout, verrs)
+	}
+	wantBackendLines(t, vout, "vm", "kernel", "init", "modules", "qemu", "output-stream")
+	t.Logf("guest kernel %s; verify:\n%s", strings.TrimSpace(string(kernel)), vout)
+
+	// A runner without the vm backend refuses the phase before anything.
+	plain := startDaemon(t)
+	phase = plain.phase(t, "novm", "true", "backend: vm\n")
+	if code, out, errs := plain.custody("admit", phase); code != exitRefused || !strings.Contains(out+errs, `backend "vm" is not configured`) ||
+		!strings.Contains(out+errs, "backends: [oci, vm]") {
+		t.Fatalf("admit on a runner without vm: %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// qemuOf lists the pids of QEMU processes whose command line names dir
+// (the daemon's own state directory).
+func qemuOf(dir string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), "custody-vm-") && strings.Contains(string(cmdline), dir+"/") {
+			if st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && !strings.Contains(string(st), ") Z ") {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// TestVMRecoveryAfterSIGKILL: custodyd killed while a phase runs in a
+// microVM leaves QEMU running (it dropped to its own uid, which clears a
+// parent-death signal); the restarted daemon recovers the attempt: QEMU
+// killed by its recorded pid and start time, the output unmounted, the
+// bundle removed, the runner not quarantined.
+func TestVMRecoveryAfterSIGKILL(t *testing.T) {
+	e := startVMDaemon(t)
+	d := e.daemon
+	phase := filepath.Join(e.dir, "long.yaml")
+	write(t, phase, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
+kind: Phase
+name: long
+stage: build
+tier: development
+backend: vm
+image: %q
+command: ["/bin/sh", "-c", "echo started; sleep 300"]
+output:
+  path: /out
+resources:
+  memory: 64Mi
+  pids: 64
+  wallTime: 600s
+`, e.image))
+	g := e.grant(t, phase)
+	go e.custody("run", "--grant", g)
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(qemuOf(d.Dir)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no QEMU started")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // past the start: its pid is on record
+	d.Kill()
+	if left := qemuOf(d.Dir); len(left) == 0 {
+		t.Log("QEMU died with custodyd")
+	} else {
+		t.Logf("QEMU %v outlived custodyd, as expected", left)
+	}
+	d.Start()
+	deadline = time.Now().Add(time.Minute)
+	for len(qemuOf(d.Dir)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("QEMU %v still runs after recovery", qemuOf(d.Dir))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	q, err := d.Control.Quarantine(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Quarantined {
+		t.Fatalf("quarantined after recovery: %+v", q)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.Dir, "state", "vm")); len(ents) != 0 {
+		t.Errorf("bundles left after recovery: %v", ents)
+	}
+}
