@@ -12,9 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
@@ -35,8 +38,8 @@ const (
 	FaultNetworks = "networks"  // networks created
 	FaultVolumes  = "volumes"   // volumes created
 	FaultSecrets  = "secrets"   // credential files written
-	FaultCreated  = "created"   // one container created (per container)
-	FaultStarted  = "started"   // one container started (per container)
+	FaultCreated  = "created"   // "created:<service>": that service's container created
+	FaultStarted  = "started"   // "started:<service>": that service's container started
 	FaultRealized = "realized"  // everything up, before the receipt
 	FaultStopped  = "stopped"   // down: containers stopped, nothing removed
 	FaultTornDown = "torn-down" // down: removed, before the receipt
@@ -331,25 +334,56 @@ func startOrder(services []admission.PlanService) []admission.PlanService {
 	return out
 }
 
+// maxParallel bounds how many engine calls of one up are in flight at
+// once: independent objects are created and started side by side, as
+// compose does, without queueing the whole pack on the engine at once.
+const maxParallel = 4
+
+// parallel runs f(i) for i in [0, n), at most maxParallel at a time, and
+// joins their errors. Each object's own journal order (intent, create,
+// identity) is kept by f; only independent objects overlap.
+func parallel(n int, f func(i int) error) error {
+	var g errgroup.Group
+	g.SetLimit(maxParallel)
+	errs := make([]error, n)
+	for i := range n {
+		g.Go(func() error { errs[i] = f(i); return nil })
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
+
 func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds map[string][]byte, started time.Time) ([]byte, error) {
 	netIDs := map[string]string{}
-	var rNets []evidence.PackNetwork
-	for _, n := range plan.Networks {
+	rNets := make([]evidence.PackNetwork, len(plan.Networks))
+	var mu sync.Mutex
+	err := parallel(len(plan.Networks), func(i int) error {
+		n := plan.Networks[i]
 		r, err := m.cfg.Engine.CreateNetwork(ctx, o, jr, backend.PackNetwork{Name: n.Name, Internal: n.Internal, Subnet: n.Subnet})
 		if err != nil {
-			return nil, err
+			return err
 		}
+		mu.Lock()
 		netIDs[n.Name] = r.Identity["id"]
-		rNets = append(rNets, evidence.PackNetwork{Name: r.Name, ID: r.Identity["id"], Internal: n.Internal})
+		mu.Unlock()
+		rNets[i] = evidence.PackNetwork{Name: r.Name, ID: r.Identity["id"], Internal: n.Internal}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	m.fault(FaultNetworks)
-	var rVols []evidence.PackVolume
-	for _, v := range plan.Volumes {
-		r, err := m.cfg.Engine.CreateVolume(ctx, o, jr, v.Name)
+	rVols := make([]evidence.PackVolume, len(plan.Volumes))
+	err = parallel(len(plan.Volumes), func(i int) error {
+		r, err := m.cfg.Engine.CreateVolume(ctx, o, jr, plan.Volumes[i].Name)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		rVols = append(rVols, evidence.PackVolume{Name: r.Identity["id"]})
+		rVols[i] = evidence.PackVolume{Name: r.Identity["id"]}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	m.fault(FaultVolumes)
 	secretMounts, err := m.writeSecrets(rec, plan, creds)
@@ -357,38 +391,46 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		return nil, err
 	}
 	m.fault(FaultSecrets)
-	var made []backend.Resource
+	// Every container is created before any starts: an up whose create
+	// fails (a conflict, an engine warning) never ran any of its services.
 	order := startOrder(plan.Services)
-	for _, s := range order {
-		c := containerOf(s, netIDs, secretMounts[s.Name])
-		r, err := m.cfg.Engine.CreateContainer(ctx, o, jr, c)
+	made := make([]backend.Resource, len(order))
+	err = parallel(len(order), func(i int) error {
+		s := order[i]
+		r, err := m.cfg.Engine.CreateContainer(ctx, o, jr, containerOf(s, netIDs, secretMounts[s.Name]))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		made = append(made, r)
-		m.fault(FaultCreated)
+		made[i] = r
+		m.fault(FaultCreated + ":" + s.Name)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	for _, r := range made {
-		if err := m.cfg.Engine.Start(ctx, o, jr, r); err != nil {
-			return nil, fmt.Errorf("start %s: %w", r.Name, err)
-		}
-		m.fault(FaultStarted)
+	if err := m.startAll(ctx, o, jr, order, made); err != nil {
+		return nil, err
 	}
 	m.fault(FaultRealized)
-	var rCons []evidence.PackContainer
-	for i, r := range made {
+	rCons := make([]evidence.PackContainer, len(made))
+	err = parallel(len(made), func(i int) error {
+		r := made[i]
 		obj, err := m.cfg.Engine.Inspect(ctx, o, jr, r)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if obj.HostConfig == nil {
-			return nil, fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
+			return fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
 		}
 		if err := checkHostConfig(containerOf(order[i], netIDs, secretMounts[order[i].Name]), obj.HostConfig); err != nil {
-			return nil, fmt.Errorf("container %s: %w", r.Name, err)
+			return fmt.Errorf("container %s: %w", r.Name, err)
 		}
-		rCons = append(rCons, evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
-			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)})
+		rCons[i] = evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
+			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(rCons, func(a, b evidence.PackContainer) int { return cmpStr(a.ID, b.ID) })
 	slices.SortFunc(rNets, func(a, b evidence.PackNetwork) int { return cmpStr(a.ID, b.ID) })
@@ -402,6 +444,56 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		Containers: rCons, Networks: rNets, Volumes: rVols, Choices: append(choices(plan), names(order, made)...),
 		Started: started, Finished: m.now(),
 	})
+}
+
+// startAll starts the created containers, each once every service it
+// depends on has started, independent ones side by side. After a failure
+// nothing more is started; what is running is the caller's to tear down.
+func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr *recorder, order []admission.PlanService, made []backend.Resource) error {
+	idx := make(map[string]int, len(order))
+	for i, s := range order {
+		idx[s.Name] = i
+	}
+	done := make([]chan struct{}, len(order)) // closed once i started or gave up
+	ok := make([]bool, len(order))            // written before done[i] closes
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	var failed atomic.Bool
+	sem := make(chan struct{}, maxParallel)
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, s := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done[i])
+			for _, d := range s.DependsOn {
+				j, known := idx[d]
+				if !known {
+					continue
+				}
+				<-done[j]
+				if !ok[j] {
+					return // its dependency did not start; that failure is reported
+				}
+			}
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if failed.Load() {
+				return
+			}
+			if err := m.cfg.Engine.Start(ctx, o, jr, made[i]); err != nil {
+				failed.Store(true)
+				errs[i] = fmt.Errorf("start %s: %w", made[i].Name, err)
+				return
+			}
+			ok[i] = true
+			m.fault(FaultStarted + ":" + s.Name)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func cmpStr(a, b string) int {

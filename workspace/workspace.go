@@ -90,7 +90,7 @@ type Config struct {
 	Log      *slog.Logger
 	Now      func() time.Time
 	// Fault, if set, is called at named stages of up and down (tests kill
-	// the process there).
+	// the process there), one call at a time.
 	Fault func(stage string)
 }
 
@@ -104,6 +104,7 @@ type Manager struct {
 	mu         sync.Mutex
 	inProgress map[string]bool
 	issuing    sync.Mutex
+	faultMu    sync.Mutex // an up's stages are reached from several goroutines
 }
 
 // Peer is the local process that submitted a request (SO_PEERCRED);
@@ -224,6 +225,8 @@ func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
 
 func (m *Manager) fault(stage string) {
 	if m.cfg.Fault != nil {
+		m.faultMu.Lock()
+		defer m.faultMu.Unlock()
 		m.cfg.Fault(stage)
 	}
 }
