@@ -57,7 +57,7 @@ func TestStartAllRespectsDependsOn(t *testing.T) {
 	e := &startEngine{}
 	m := &Manager{cfg: Config{Engine: e}}
 	services, made := startFixture()
-	if err := m.startAll(context.Background(), backend.PackOwner{}, nil, services, made); err != nil {
+	if err := m.startAll(context.Background(), backend.PackOwner{}, nil, services, made, noCheck); err != nil {
 		t.Fatal(err)
 	}
 	pos := func(n string) int { return slices.Index(e.order, n) }
@@ -75,7 +75,7 @@ func TestStartAllStopsAfterFailure(t *testing.T) {
 	e := &startEngine{failName: "db"}
 	m := &Manager{cfg: Config{Engine: e}}
 	services, made := startFixture()
-	err := m.startAll(context.Background(), backend.PackOwner{}, nil, services, made)
+	err := m.startAll(context.Background(), backend.PackOwner{}, nil, services, made, noCheck)
 	if err == nil {
 		t.Fatal("a failed start was not reported")
 	}
@@ -83,3 +83,5 @@ func TestStartAllStopsAfterFailure(t *testing.T) {
 		t.Errorf("started %v although their dependency db failed", e.order)
 	}
 }
+
+func noCheck(int) error { return nil }

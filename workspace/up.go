@@ -70,7 +70,8 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	if plan.Digest() != g.SubjectDigest {
 		return nil, grant.Refuse(grant.CodeTampered, "the grant's plan digests to %s, not its subject %s", plan.Digest(), g.SubjectDigest)
 	}
-	if err := m.recheck(&plan); err != nil {
+	binds, err := m.recheck(&plan)
+	if err != nil {
 		return nil, err
 	}
 	if err := m.subnetsFree(ctx, &plan); err != nil {
@@ -114,7 +115,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	}
 	m.fault(FaultConsumed)
 	jr := &recorder{j: m.journal, runID: rec.Attempt}
-	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, started)
+	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, binds, started)
 	if err != nil {
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
 		// The teardown outlives a cancelled up: what was made must go.
@@ -217,18 +218,21 @@ func (m *Manager) verifyGrant(ctx context.Context, env []byte, peer Peer, now ti
 // issue and up: every bind source still resolves beneath its root with no
 // symlink and the same socket facts, and every host port is still free.
 // Host ports are tried in custodyd's network namespace, which is the
-// engine's own on a native host (the test daemon has its own).
-func (m *Manager) recheck(plan *admission.PackPlan) error {
+// engine's own on a native host (the test daemon has its own). It returns
+// the facts of every bind source, by source: the engine resolves the path
+// again at start, and up compares what it mounted with these.
+func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, error) {
+	binds := map[string]pack.BindFact{}
 	for _, s := range plan.Services {
 		if s.Build != nil {
-			return grant.Refuse(grant.CodeNotAdmitted, "service %s has a build: section; up realizes images only (builds are not implemented); build the image and pin it in the policy", s.Name)
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s has a build: section; up realizes images only (builds are not implemented); build the image and pin it in the policy", s.Name)
 		}
 		if s.NetworkMode != "" && s.NetworkMode != "none" {
-			return grant.Refuse(grant.CodeNotAdmitted, "service %s: network_mode %s is not realized by up yet; use pack networks", s.Name, s.NetworkMode)
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: network_mode %s is not realized by up yet; use pack networks", s.Name, s.NetworkMode)
 		}
 		for _, sec := range s.Secrets {
 			if sec.Credential == "" {
-				return grant.Refuse(grant.CodeNotAdmitted, "service %s: fixture secret %s: the grant carries its digest, not its content, so up cannot write it; use an operator credential", s.Name, sec.Name)
+				return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: fixture secret %s: the grant carries its digest, not its content, so up cannot write it; use an operator credential", s.Name, sec.Name)
 			}
 		}
 		for _, mt := range s.Mounts {
@@ -254,16 +258,17 @@ func (m *Manager) recheck(plan *admission.PackPlan) error {
 				bad = "it now is or holds a socket"
 			}
 			if bad != "" {
-				return grant.Refuse(grant.CodeInputsChanged, "service %s: bind source %s changed since the grant: %s; restore it or issue a new grant", s.Name, mt.Source, bad)
+				return nil, grant.Refuse(grant.CodeInputsChanged, "service %s: bind source %s changed since the grant: %s; restore it or issue a new grant", s.Name, mt.Source, bad)
 			}
+			binds[mt.Source] = f
 		}
 		for _, pt := range s.Ports {
 			if err := portFree(pt.Protocol, net.JoinHostPort(pt.HostIP, strconv.Itoa(int(pt.HostPort)))); err != nil {
-				return grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d/%s is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, pt.Protocol, err)
+				return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d/%s is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, pt.Protocol, err)
 			}
 		}
 	}
-	return nil
+	return binds, nil
 }
 
 func kindOf(dir bool) string {
@@ -353,7 +358,7 @@ func parallel(n int, f func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds map[string][]byte, started time.Time) ([]byte, error) {
+func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds map[string][]byte, binds map[string]pack.BindFact, started time.Time) ([]byte, error) {
 	netIDs := map[string]string{}
 	rNets := make([]evidence.PackNetwork, len(plan.Networks))
 	var mu sync.Mutex
@@ -408,7 +413,8 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 	if err != nil {
 		return nil, err
 	}
-	if err := m.startAll(ctx, o, jr, order, made); err != nil {
+	checkBinds := func(i int) error { return m.checkBinds(ctx, o, jr, order[i], made[i], binds) }
+	if err := m.startAll(ctx, o, jr, order, made, checkBinds); err != nil {
 		return nil, err
 	}
 	m.fault(FaultRealized)
@@ -447,9 +453,10 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 }
 
 // startAll starts the created containers, each once every service it
-// depends on has started, independent ones side by side. After a failure
-// nothing more is started; what is running is the caller's to tear down.
-func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr *recorder, order []admission.PlanService, made []backend.Resource) error {
+// depends on has started and passed check, independent ones side by side.
+// After a failure nothing more is started; what is running is the
+// caller's to tear down.
+func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr *recorder, order []admission.PlanService, made []backend.Resource, check func(i int) error) error {
 	idx := make(map[string]int, len(order))
 	for i, s := range order {
 		idx[s.Name] = i
@@ -488,12 +495,42 @@ func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr *recorde
 				errs[i] = fmt.Errorf("start %s: %w", made[i].Name, err)
 				return
 			}
+			if err := check(i); err != nil {
+				failed.Store(true)
+				errs[i] = err
+				return
+			}
 			ok[i] = true
 			m.fault(FaultStarted + ":" + s.Name)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// checkBinds compares what the started container has mounted at each
+// bind target with the source up checked: the engine resolves the source
+// path again at start, so a directory swapped for a link (to a socket
+// directory, say) in between would otherwise be mounted unseen.
+func (m *Manager) checkBinds(ctx context.Context, o backend.PackOwner, jr *recorder, s admission.PlanService, r backend.Resource, binds map[string]pack.BindFact) error {
+	for _, mt := range s.Mounts {
+		if mt.Type != pack.Bind {
+			continue
+		}
+		f, ok := binds[mt.Source]
+		if !ok {
+			return fmt.Errorf("service %s: bind source %s: %w: up holds no check of it", s.Name, mt.Source, ErrBindChanged)
+		}
+		dev, ino, err := m.cfg.Engine.MountedAt(ctx, o, jr, r, mt.Target)
+		if err != nil {
+			return fmt.Errorf("service %s: what is mounted at %s cannot be read, so the bind of %s is unverified: %w", s.Name, mt.Target, mt.Source, err)
+		}
+		if dev != f.Dev || ino != f.Ino {
+			return fmt.Errorf("service %s: %s: %w: the container has device %d inode %d mounted, up checked device %d inode %d at %s; the up is torn down: restore the source and issue a new grant",
+				s.Name, mt.Target, ErrBindChanged, dev, ino, f.Dev, f.Ino, mt.Source)
+		}
+	}
+	return nil
 }
 
 func cmpStr(a, b string) int {

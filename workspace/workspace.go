@@ -56,6 +56,9 @@ type Engine interface {
 	CreateVolume(ctx context.Context, o backend.PackOwner, rec backend.Recorder, name string) (backend.Resource, error)
 	CreateContainer(ctx context.Context, o backend.PackOwner, rec backend.Recorder, c backend.PackContainer) (backend.Resource, error)
 	Start(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) error
+	// MountedAt is the device and inode of what the running container r
+	// has mounted at target, as its own mount namespace sees it.
+	MountedAt(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, target string) (dev, ino uint64, err error)
 	Stop(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, signal string, grace time.Duration) error
 	Inspect(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) (backend.PackObject, error)
 	// Resolve finds what an intent-only record created, by its nonce.
@@ -168,6 +171,10 @@ var (
 	ErrExists = errors.New("workspace exists")
 	// ErrCredential: an operator credential source is refused.
 	ErrCredential = errors.New("credential source refused")
+	// ErrBindChanged: a started container has something other than the
+	// bind source up checked mounted (the path was swapped between the
+	// check and the engine's start); the up fails and is torn down.
+	ErrBindChanged = errors.New("bind source changed between check and start")
 )
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)

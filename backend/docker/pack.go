@@ -262,6 +262,16 @@ func (p *Packs) Start(ctx context.Context, o backend.PackOwner, rec backend.Reco
 	return w.Start(ctx, r)
 }
 
+// MountedAt reports the device and inode of what the running recorded
+// container has mounted at target, read in its own root (Workspace.MountedAt).
+func (p *Packs) MountedAt(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, target string) (dev, ino uint64, err error) {
+	w, err := p.owned(o, rec)
+	if err != nil {
+		return 0, 0, err
+	}
+	return w.MountedAt(ctx, r, target)
+}
+
 // Stop sends a recorded container its stop signal, by verified ID, and
 // kills it after grace. A container already gone is not an error here:
 // the teardown after it confirms by ID.
