@@ -268,9 +268,14 @@ func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) 
 		return nil, nil, nil, "", fmt.Errorf("subnet reservations: %w", err)
 	}
 	subnets = append(subnets, held...)
+	var pa *policy.PackActor
+	if pol != nil {
+		pa, _ = pol.PackActor(actor)
+	}
 	facts := admission.PackFacts{
 		Engine: eng, EngineSocket: m.cfg.EngineSocket, SubnetPool: m.cfg.SubnetPool,
 		SubnetsInUse: subnets, Binds: bindFacts(p, pol, actor, m.cfg.EngineSocket),
+		PortsInUse: portsInUse(p, pa),
 	}
 	plan, err := admission.AdmitPack(p, pol, actor, facts)
 	if err != nil {
