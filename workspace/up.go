@@ -77,6 +77,10 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	if err := m.subnetsFree(ctx, &plan); err != nil {
 		return nil, err
 	}
+	// After the digest check: from here the plan runs the engine's IDs.
+	if err := m.pinImages(ctx, &plan); err != nil {
+		return nil, err
+	}
 	creds, err := m.readCredentials(&plan)
 	if err != nil {
 		return nil, err
@@ -271,6 +275,27 @@ func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, e
 	return binds, nil
 }
 
+// pinImages resolves every pinned image of the plan to the engine's
+// native image ID before anything is spent, refusing a digest the engine
+// has no image for, and makes the plan run that ID: the pinned content,
+// not whatever the reference names now, and not a digest string the
+// engine would resolve again at create.
+func (m *Manager) pinImages(ctx context.Context, plan *admission.PackPlan) error {
+	for i := range plan.Services {
+		s := &plan.Services[i]
+		if s.ImageDigest == "" {
+			continue
+		}
+		id, err := m.cfg.Engine.PinnedImage(ctx, s.Image, s.ImageDigest)
+		if err != nil {
+			return grant.Refuse(grant.CodeImageChanged, "service %s: image %s is pinned to %s and the engine does not hold that content (%v); load the pinned image or issue a grant for the image it holds",
+				s.Name, s.Image, s.ImageDigest, err)
+		}
+		s.ImageDigest = id
+	}
+	return nil
+}
+
 func kindOf(dir bool) string {
 	if dir {
 		return "a directory"
@@ -430,6 +455,9 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		}
 		if err := checkHostConfig(containerOf(order[i], netIDs, secretMounts[order[i].Name]), obj.HostConfig); err != nil {
 			return fmt.Errorf("container %s: %w", r.Name, err)
+		}
+		if pinned := order[i].ImageDigest; pinned != "" && obj.ImageID != pinned {
+			return fmt.Errorf("container %s runs image %s, not the pinned %s", r.Name, obj.ImageID, pinned)
 		}
 		rCons[i] = evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
 			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)}

@@ -56,6 +56,9 @@ type Engine interface {
 	CreateVolume(ctx context.Context, o backend.PackOwner, rec backend.Recorder, name string) (backend.Resource, error)
 	CreateContainer(ctx context.Context, o backend.PackOwner, rec backend.Recorder, c backend.PackContainer) (backend.Resource, error)
 	Start(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) error
+	// PinnedImage is the engine's native ID of the image ref pinned to
+	// digest; an error when no image there has that content.
+	PinnedImage(ctx context.Context, ref, digest string) (string, error)
 	// MountedAt is the device and inode of what the running container r
 	// has mounted at target, as its own mount namespace sees it.
 	MountedAt(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, target string) (dev, ino uint64, err error)
