@@ -45,6 +45,10 @@ type BindFact struct {
 	// Err says why the source could not be inspected; admission refuses
 	// a source with an Err.
 	Err string `json:"err,omitempty"`
+	// Dev and Ino identify what was inspected (not followed when it is a
+	// link), so that what the engine later mounts can be compared with it.
+	Dev uint64 `json:"-"`
+	Ino uint64 `json:"-"`
 }
 
 // InspectBind reports the facts about the bind source, resolved beneath
@@ -64,7 +68,7 @@ func InspectBind(source, root, engineSocket string) BindFact {
 		// Outside every root: lstat only, to say what it is.
 		var st unix.Stat_t
 		if err := unix.Lstat(source, &st); err == nil {
-			f.Exists = true
+			f.Exists, f.Dev, f.Ino = true, st.Dev, st.Ino
 			f.describe(st.Mode)
 		}
 		return f
@@ -107,6 +111,7 @@ func InspectBind(source, root, engineSocket string) BindFact {
 		f.Err = fmt.Sprintf("fstat: %v", err)
 		return f
 	}
+	f.Dev, f.Ino = st.Dev, st.Ino
 	f.describe(st.Mode)
 	if f.Dir {
 		f.SocketsInside, err = socketsIn(fd)

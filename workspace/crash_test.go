@@ -24,7 +24,7 @@ import (
 )
 
 // The crash child: the test binary run again with crashEnv set to a fault
-// stage ("created#2": the second time it is reached). It brings the pack up
+// stage ("created:db"; "realized#2": the second time it is reached). It brings the pack up
 // and SIGKILLs itself at that stage, as a custodyd dying mid-up would.
 const (
 	crashEnv      = "CUSTODY_WORKSPACE_CRASH"
@@ -84,10 +84,14 @@ func crashChild() int {
 func TestCrashMidUpOrDownRecovers(t *testing.T) {
 	dt := dockertest.Shared(t)
 	stages := []string{workspace.FaultClaimed, workspace.FaultConsumed, workspace.FaultNetworks, workspace.FaultVolumes,
-		workspace.FaultSecrets, workspace.FaultCreated + "#1", workspace.FaultCreated + "#4", workspace.FaultStarted + "#2", workspace.FaultRealized,
+		// Containers are created (then started) side by side, so a stage
+		// names the object: after it, the others may or may not be made.
+		// web depends on db and cache: it is started last.
+		workspace.FaultSecrets, workspace.FaultCreated + ":cache", workspace.FaultCreated + ":web", workspace.FaultStarted + ":db",
+		workspace.FaultStarted + ":web", workspace.FaultRealized,
 		// A crash between a container's create and the record of its ID:
 		// the journal holds its intent (with its nonce label) only.
-		workspace.FaultCreated + "#2" + lostID,
+		workspace.FaultCreated + ":db" + lostID,
 		// A crash mid-down: stopped, and removed but not yet receipted.
 		workspace.FaultStopped, workspace.FaultTornDown}
 	for i, stage := range stages {

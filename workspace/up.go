@@ -12,9 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
@@ -35,8 +38,8 @@ const (
 	FaultNetworks = "networks"  // networks created
 	FaultVolumes  = "volumes"   // volumes created
 	FaultSecrets  = "secrets"   // credential files written
-	FaultCreated  = "created"   // one container created (per container)
-	FaultStarted  = "started"   // one container started (per container)
+	FaultCreated  = "created"   // "created:<service>": that service's container created
+	FaultStarted  = "started"   // "started:<service>": that service's container started
 	FaultRealized = "realized"  // everything up, before the receipt
 	FaultStopped  = "stopped"   // down: containers stopped, nothing removed
 	FaultTornDown = "torn-down" // down: removed, before the receipt
@@ -67,10 +70,15 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	if plan.Digest() != g.SubjectDigest {
 		return nil, grant.Refuse(grant.CodeTampered, "the grant's plan digests to %s, not its subject %s", plan.Digest(), g.SubjectDigest)
 	}
-	if err := m.recheck(&plan); err != nil {
+	binds, err := m.recheck(&plan)
+	if err != nil {
 		return nil, err
 	}
 	if err := m.subnetsFree(ctx, &plan); err != nil {
+		return nil, err
+	}
+	// After the digest check: from here the plan runs the engine's IDs.
+	if err := m.pinImages(ctx, &plan); err != nil {
 		return nil, err
 	}
 	creds, err := m.readCredentials(&plan)
@@ -111,7 +119,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	}
 	m.fault(FaultConsumed)
 	jr := &recorder{j: m.journal, runID: rec.Attempt}
-	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, started)
+	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, binds, started)
 	if err != nil {
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
 		// The teardown outlives a cancelled up: what was made must go.
@@ -214,18 +222,21 @@ func (m *Manager) verifyGrant(ctx context.Context, env []byte, peer Peer, now ti
 // issue and up: every bind source still resolves beneath its root with no
 // symlink and the same socket facts, and every host port is still free.
 // Host ports are tried in custodyd's network namespace, which is the
-// engine's own on a native host (the test daemon has its own).
-func (m *Manager) recheck(plan *admission.PackPlan) error {
+// engine's own on a native host (the test daemon has its own). It returns
+// the facts of every bind source, by source: the engine resolves the path
+// again at start, and up compares what it mounted with these.
+func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, error) {
+	binds := map[string]pack.BindFact{}
 	for _, s := range plan.Services {
 		if s.Build != nil {
-			return grant.Refuse(grant.CodeNotAdmitted, "service %s has a build: section; up realizes images only (builds are not implemented); build the image and pin it in the policy", s.Name)
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s has a build: section; up realizes images only (builds are not implemented); build the image and pin it in the policy", s.Name)
 		}
 		if s.NetworkMode != "" && s.NetworkMode != "none" {
-			return grant.Refuse(grant.CodeNotAdmitted, "service %s: network_mode %s is not realized by up yet; use pack networks", s.Name, s.NetworkMode)
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: network_mode %s is not realized by up yet; use pack networks", s.Name, s.NetworkMode)
 		}
 		for _, sec := range s.Secrets {
 			if sec.Credential == "" {
-				return grant.Refuse(grant.CodeNotAdmitted, "service %s: fixture secret %s: the grant carries its digest, not its content, so up cannot write it; use an operator credential", s.Name, sec.Name)
+				return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: fixture secret %s: the grant carries its digest, not its content, so up cannot write it; use an operator credential", s.Name, sec.Name)
 			}
 		}
 		for _, mt := range s.Mounts {
@@ -251,14 +262,36 @@ func (m *Manager) recheck(plan *admission.PackPlan) error {
 				bad = "it now is or holds a socket"
 			}
 			if bad != "" {
-				return grant.Refuse(grant.CodeInputsChanged, "service %s: bind source %s changed since the grant: %s; restore it or issue a new grant", s.Name, mt.Source, bad)
+				return nil, grant.Refuse(grant.CodeInputsChanged, "service %s: bind source %s changed since the grant: %s; restore it or issue a new grant", s.Name, mt.Source, bad)
 			}
+			binds[mt.Source] = f
 		}
 		for _, pt := range s.Ports {
 			if err := portFree(pt.Protocol, net.JoinHostPort(pt.HostIP, strconv.Itoa(int(pt.HostPort)))); err != nil {
-				return grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d/%s is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, pt.Protocol, err)
+				return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: host port %s:%d/%s is no longer free (%v); free it or issue a new grant", s.Name, pt.HostIP, pt.HostPort, pt.Protocol, err)
 			}
 		}
+	}
+	return binds, nil
+}
+
+// pinImages resolves every pinned image of the plan to the engine's
+// native image ID before anything is spent, refusing a digest the engine
+// has no image for, and makes the plan run that ID: the pinned content,
+// not whatever the reference names now, and not a digest string the
+// engine would resolve again at create.
+func (m *Manager) pinImages(ctx context.Context, plan *admission.PackPlan) error {
+	for i := range plan.Services {
+		s := &plan.Services[i]
+		if s.ImageDigest == "" {
+			continue
+		}
+		id, err := m.cfg.Engine.PinnedImage(ctx, s.Image, s.ImageDigest)
+		if err != nil {
+			return grant.Refuse(grant.CodeImageChanged, "service %s: image %s is pinned to %s and the engine does not hold that content (%v); load the pinned image or issue a grant for the image it holds",
+				s.Name, s.Image, s.ImageDigest, err)
+		}
+		s.ImageDigest = id
 	}
 	return nil
 }
@@ -331,25 +364,56 @@ func startOrder(services []admission.PlanService) []admission.PlanService {
 	return out
 }
 
-func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds map[string][]byte, started time.Time) ([]byte, error) {
+// maxParallel bounds how many engine calls of one up are in flight at
+// once: independent objects are created and started side by side, as
+// compose does, without queueing the whole pack on the engine at once.
+const maxParallel = 4
+
+// parallel runs f(i) for i in [0, n), at most maxParallel at a time, and
+// joins their errors. Each object's own journal order (intent, create,
+// identity) is kept by f; only independent objects overlap.
+func parallel(n int, f func(i int) error) error {
+	var g errgroup.Group
+	g.SetLimit(maxParallel)
+	errs := make([]error, n)
+	for i := range n {
+		g.Go(func() error { errs[i] = f(i); return nil })
+	}
+	_ = g.Wait()
+	return errors.Join(errs...)
+}
+
+func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds map[string][]byte, binds map[string]pack.BindFact, started time.Time) ([]byte, error) {
 	netIDs := map[string]string{}
-	var rNets []evidence.PackNetwork
-	for _, n := range plan.Networks {
+	rNets := make([]evidence.PackNetwork, len(plan.Networks))
+	var mu sync.Mutex
+	err := parallel(len(plan.Networks), func(i int) error {
+		n := plan.Networks[i]
 		r, err := m.cfg.Engine.CreateNetwork(ctx, o, jr, backend.PackNetwork{Name: n.Name, Internal: n.Internal, Subnet: n.Subnet})
 		if err != nil {
-			return nil, err
+			return err
 		}
+		mu.Lock()
 		netIDs[n.Name] = r.Identity["id"]
-		rNets = append(rNets, evidence.PackNetwork{Name: r.Name, ID: r.Identity["id"], Internal: n.Internal})
+		mu.Unlock()
+		rNets[i] = evidence.PackNetwork{Name: r.Name, ID: r.Identity["id"], Internal: n.Internal}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	m.fault(FaultNetworks)
-	var rVols []evidence.PackVolume
-	for _, v := range plan.Volumes {
-		r, err := m.cfg.Engine.CreateVolume(ctx, o, jr, v.Name)
+	rVols := make([]evidence.PackVolume, len(plan.Volumes))
+	err = parallel(len(plan.Volumes), func(i int) error {
+		r, err := m.cfg.Engine.CreateVolume(ctx, o, jr, plan.Volumes[i].Name)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		rVols = append(rVols, evidence.PackVolume{Name: r.Identity["id"]})
+		rVols[i] = evidence.PackVolume{Name: r.Identity["id"]}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	m.fault(FaultVolumes)
 	secretMounts, err := m.writeSecrets(rec, plan, creds)
@@ -357,38 +421,50 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		return nil, err
 	}
 	m.fault(FaultSecrets)
-	var made []backend.Resource
+	// Every container is created before any starts: an up whose create
+	// fails (a conflict, an engine warning) never ran any of its services.
 	order := startOrder(plan.Services)
-	for _, s := range order {
-		c := containerOf(s, netIDs, secretMounts[s.Name])
-		r, err := m.cfg.Engine.CreateContainer(ctx, o, jr, c)
+	made := make([]backend.Resource, len(order))
+	err = parallel(len(order), func(i int) error {
+		s := order[i]
+		r, err := m.cfg.Engine.CreateContainer(ctx, o, jr, containerOf(s, netIDs, secretMounts[s.Name]))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		made = append(made, r)
-		m.fault(FaultCreated)
+		made[i] = r
+		m.fault(FaultCreated + ":" + s.Name)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	for _, r := range made {
-		if err := m.cfg.Engine.Start(ctx, o, jr, r); err != nil {
-			return nil, fmt.Errorf("start %s: %w", r.Name, err)
-		}
-		m.fault(FaultStarted)
+	checkBinds := func(i int) error { return m.checkBinds(ctx, o, jr, order[i], made[i], binds) }
+	if err := m.startAll(ctx, o, jr, order, made, checkBinds); err != nil {
+		return nil, err
 	}
 	m.fault(FaultRealized)
-	var rCons []evidence.PackContainer
-	for i, r := range made {
+	rCons := make([]evidence.PackContainer, len(made))
+	err = parallel(len(made), func(i int) error {
+		r := made[i]
 		obj, err := m.cfg.Engine.Inspect(ctx, o, jr, r)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if obj.HostConfig == nil {
-			return nil, fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
+			return fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
 		}
 		if err := checkHostConfig(containerOf(order[i], netIDs, secretMounts[order[i].Name]), obj.HostConfig); err != nil {
-			return nil, fmt.Errorf("container %s: %w", r.Name, err)
+			return fmt.Errorf("container %s: %w", r.Name, err)
 		}
-		rCons = append(rCons, evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
-			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)})
+		if pinned := order[i].ImageDigest; pinned != "" && obj.ImageID != pinned {
+			return fmt.Errorf("container %s runs image %s, not the pinned %s", r.Name, obj.ImageID, pinned)
+		}
+		rCons[i] = evidence.PackContainer{Service: order[i].Name, ID: obj.ID, Name: obj.Name, ImageID: obj.ImageID,
+			HostConfigSHA256: obj.HostConfigSHA256, HostConfig: hostConfigEvidence(obj.HostConfig)}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(rCons, func(a, b evidence.PackContainer) int { return cmpStr(a.ID, b.ID) })
 	slices.SortFunc(rNets, func(a, b evidence.PackNetwork) int { return cmpStr(a.ID, b.ID) })
@@ -402,6 +478,87 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		Containers: rCons, Networks: rNets, Volumes: rVols, Choices: append(choices(plan), names(order, made)...),
 		Started: started, Finished: m.now(),
 	})
+}
+
+// startAll starts the created containers, each once every service it
+// depends on has started and passed check, independent ones side by side.
+// After a failure nothing more is started; what is running is the
+// caller's to tear down.
+func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr *recorder, order []admission.PlanService, made []backend.Resource, check func(i int) error) error {
+	idx := make(map[string]int, len(order))
+	for i, s := range order {
+		idx[s.Name] = i
+	}
+	done := make([]chan struct{}, len(order)) // closed once i started or gave up
+	ok := make([]bool, len(order))            // written before done[i] closes
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	var failed atomic.Bool
+	sem := make(chan struct{}, maxParallel)
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, s := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done[i])
+			for _, d := range s.DependsOn {
+				j, known := idx[d]
+				if !known {
+					continue
+				}
+				<-done[j]
+				if !ok[j] {
+					return // its dependency did not start; that failure is reported
+				}
+			}
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if failed.Load() {
+				return
+			}
+			if err := m.cfg.Engine.Start(ctx, o, jr, made[i]); err != nil {
+				failed.Store(true)
+				errs[i] = fmt.Errorf("start %s: %w", made[i].Name, err)
+				return
+			}
+			if err := check(i); err != nil {
+				failed.Store(true)
+				errs[i] = err
+				return
+			}
+			ok[i] = true
+			m.fault(FaultStarted + ":" + s.Name)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// checkBinds compares what the started container has mounted at each
+// bind target with the source up checked: the engine resolves the source
+// path again at start, so a directory swapped for a link (to a socket
+// directory, say) in between would otherwise be mounted unseen.
+func (m *Manager) checkBinds(ctx context.Context, o backend.PackOwner, jr *recorder, s admission.PlanService, r backend.Resource, binds map[string]pack.BindFact) error {
+	for _, mt := range s.Mounts {
+		if mt.Type != pack.Bind {
+			continue
+		}
+		f, ok := binds[mt.Source]
+		if !ok {
+			return fmt.Errorf("service %s: bind source %s: %w: up holds no check of it", s.Name, mt.Source, ErrBindChanged)
+		}
+		dev, ino, err := m.cfg.Engine.MountedAt(ctx, o, jr, r, mt.Target)
+		if err != nil {
+			return fmt.Errorf("service %s: what is mounted at %s cannot be read, so the bind of %s is unverified: %w", s.Name, mt.Target, mt.Source, err)
+		}
+		if dev != f.Dev || ino != f.Ino {
+			return fmt.Errorf("service %s: %s: %w: the container has device %d inode %d mounted, up checked device %d inode %d at %s; the up is torn down: restore the source and issue a new grant",
+				s.Name, mt.Target, ErrBindChanged, dev, ino, f.Dev, f.Ino, mt.Source)
+		}
+	}
+	return nil
 }
 
 func cmpStr(a, b string) int {

@@ -56,6 +56,12 @@ type Engine interface {
 	CreateVolume(ctx context.Context, o backend.PackOwner, rec backend.Recorder, name string) (backend.Resource, error)
 	CreateContainer(ctx context.Context, o backend.PackOwner, rec backend.Recorder, c backend.PackContainer) (backend.Resource, error)
 	Start(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) error
+	// PinnedImage is the engine's native ID of the image ref pinned to
+	// digest; an error when no image there has that content.
+	PinnedImage(ctx context.Context, ref, digest string) (string, error)
+	// MountedAt is the device and inode of what the running container r
+	// has mounted at target, as its own mount namespace sees it.
+	MountedAt(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, target string) (dev, ino uint64, err error)
 	Stop(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, signal string, grace time.Duration) error
 	Inspect(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) (backend.PackObject, error)
 	// Resolve finds what an intent-only record created, by its nonce.
@@ -90,7 +96,7 @@ type Config struct {
 	Log      *slog.Logger
 	Now      func() time.Time
 	// Fault, if set, is called at named stages of up and down (tests kill
-	// the process there).
+	// the process there), one call at a time.
 	Fault func(stage string)
 }
 
@@ -104,6 +110,7 @@ type Manager struct {
 	mu         sync.Mutex
 	inProgress map[string]bool
 	issuing    sync.Mutex
+	faultMu    sync.Mutex // an up's stages are reached from several goroutines
 }
 
 // Peer is the local process that submitted a request (SO_PEERCRED);
@@ -167,6 +174,10 @@ var (
 	ErrExists = errors.New("workspace exists")
 	// ErrCredential: an operator credential source is refused.
 	ErrCredential = errors.New("credential source refused")
+	// ErrBindChanged: a started container has something other than the
+	// bind source up checked mounted (the path was swapped between the
+	// check and the engine's start); the up fails and is torn down.
+	ErrBindChanged = errors.New("bind source changed between check and start")
 )
 
 var nameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
@@ -224,6 +235,8 @@ func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
 
 func (m *Manager) fault(stage string) {
 	if m.cfg.Fault != nil {
+		m.faultMu.Lock()
+		defer m.faultMu.Unlock()
 		m.cfg.Fault(stage)
 	}
 }
@@ -258,9 +271,14 @@ func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) 
 		return nil, nil, nil, "", fmt.Errorf("subnet reservations: %w", err)
 	}
 	subnets = append(subnets, held...)
+	var pa *policy.PackActor
+	if pol != nil {
+		pa, _ = pol.PackActor(actor)
+	}
 	facts := admission.PackFacts{
 		Engine: eng, EngineSocket: m.cfg.EngineSocket, SubnetPool: m.cfg.SubnetPool,
 		SubnetsInUse: subnets, Binds: bindFacts(p, pol, actor, m.cfg.EngineSocket),
+		PortsInUse: portsInUse(p, pa),
 	}
 	plan, err := admission.AdmitPack(p, pol, actor, facts)
 	if err != nil {

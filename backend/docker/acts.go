@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
 )
@@ -79,4 +82,69 @@ func (w *Workspace) Exec(ctx context.Context, r backend.Resource, opts container
 		return types.HijackedResponse{}, fmt.Errorf("exec in %s (%s): %w", r.Name, id, err)
 	}
 	return w.d.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+}
+
+// MountedAt reports the device and inode of what the running container r
+// has mounted at target: resolved inside the container's own root (no
+// link leads out of it) through /proc/<pid>/root of its first process, so
+// it is what the engine really mounted when it resolved the source at
+// start, not the path it was given. The container must still be running
+// as the same process after the read, or nothing is reported.
+func (w *Workspace) MountedAt(ctx context.Context, r backend.Resource, target string) (dev, ino uint64, err error) {
+	id, err := w.verifiedContainer(ctx, r)
+	if err != nil {
+		return 0, 0, err
+	}
+	pid, started, err := w.runningPid(ctx, id)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !filepath.IsAbs(target) || filepath.Clean(target) != target {
+		return 0, 0, fmt.Errorf("mount target %q is not a clean absolute path", target)
+	}
+	proc, err := unix.Open(fmt.Sprintf("/proc/%d", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("container %s: open its process %d: %w", id, pid, err)
+	}
+	defer unix.Close(proc)
+	// The pid is the container's only if it still runs the same process
+	// now that /proc/<pid> is held open.
+	if again, at, err := w.runningPid(ctx, id); err != nil || again != pid || at != started {
+		return 0, 0, fmt.Errorf("container %s: its process %d changed while its mounts were read (%v)", id, pid, err)
+	}
+	root, err := unix.Openat(proc, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("container %s: open its root: %w", id, err)
+	}
+	defer unix.Close(root)
+	rel := strings.TrimPrefix(target, "/")
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("container %s: open %s in its root: %w", id, target, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, 0, fmt.Errorf("container %s: stat %s: %w", id, target, err)
+	}
+	return st.Dev, st.Ino, nil
+}
+
+// runningPid is the pid of a running container's first process and when
+// it started; a container that is not running has none.
+func (w *Workspace) runningPid(ctx context.Context, id string) (int, string, error) {
+	c, err := w.d.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return 0, "", fmt.Errorf("inspect container %s: %w", id, err)
+	}
+	if c.State == nil || !c.State.Running || c.State.Pid <= 0 {
+		return 0, "", fmt.Errorf("container %s is not running: its mounts cannot be read", id)
+	}
+	return c.State.Pid, c.State.StartedAt, nil
 }

@@ -23,11 +23,14 @@
 // its bridge holds the gateway address and the daemon's host answers on it
 // (TCP "connection refused", ping replies), so every service listening on
 // the host's wildcard address is reachable from inside; the probe reports
-// that as a failure of the proof (TestPlainInternalReachesTheHost). The
-// proof is TCP only: DNS forwarding by the embedded resolver (the
-// CVE-2024-29018 channel; dockerd 20.10.24's Debian changelog does not name
-// the fix) is not proved either way, since busybox nc has no UDP mode to
-// stand in for a world DNS server, and the probe says so in its notes. One
+// that as a failure of the proof (TestPlainInternalReachesTheHost). UDP/53
+// is proved too: custody runs a DNS witness in the engine's own network
+// namespace at the host's address (and the internal gateway's, where the
+// bridge carries it); the world container's query must reach it and the
+// internal prober's must not (dnsproof.go). DNS forwarding by the embedded
+// resolver (the CVE-2024-29018 channel; dockerd 20.10.24's Debian
+// changelog does not name the fix) is not proved either way, and the
+// probe says so in its notes. One
 // probe took 5.9–12 s here (two networks, three containers, nc timeouts of
 // 2 s run in parallel; the spread is the shared machine's load), so callers
 // probe once per daemon and keep the profile, not once per pack.

@@ -213,13 +213,13 @@ func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
 	if p.Peer != Reached {
 		t.Errorf("peer %s: the in-network control failed (%q)", p.Peer, p.Raw["peer"])
 	}
-	for name, r := range map[string]Reach{"world": p.World, "gateway": p.Gateway, "host": p.Host} {
+	for name, r := range map[string]Reach{"world": p.World, "gateway": p.Gateway, "host": p.Host, "dns": p.DNS} {
 		if r != Blocked {
 			t.Errorf("%s %s (%q), want blocked", name, r, p.Raw[name])
 		}
 	}
-	if !p.Blocks() {
-		t.Error("Blocks() false")
+	if !p.Blocks() || !p.BlocksDNS() {
+		t.Error("Blocks() or BlocksDNS() false")
 	}
 }
 
@@ -238,6 +238,11 @@ func TestPlainInternalReachesTheHost(t *testing.T) {
 	}
 	if p.Gateway == Reached && p.Blocks() {
 		t.Error("Blocks() true although the gateway answered")
+	}
+	// The same gateway answers UDP/53 from a resolver on the host: the
+	// DNS part must see that query, or it proves nothing either.
+	if p.Gateway == Reached && (p.DNS != Reached || p.BlocksDNS()) {
+		t.Errorf("dns %s (%q) although the gateway is reachable: want reached", p.DNS, p.Raw["dns"])
 	}
 	if p.Gateway != Reached {
 		t.Logf("NOTE: this daemon does not answer at a plain internal network's gateway (%s): newer engines isolate it", p.Gateway)

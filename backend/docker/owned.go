@@ -77,6 +77,8 @@ var (
 	ErrUncertain = errors.New("ownership uncertain")
 	// ErrStillThere: the delete was answered but the object remains.
 	ErrStillThere = errors.New("still exists after delete")
+	// ErrImageNotPinned: no image on the engine has the pinned digest.
+	ErrImageNotPinned = errors.New("no image with the pinned digest")
 )
 
 // Owner is who a workspace's objects belong to.

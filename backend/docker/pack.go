@@ -17,6 +17,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
@@ -260,6 +261,42 @@ func (p *Packs) Start(ctx context.Context, o backend.PackOwner, rec backend.Reco
 		return err
 	}
 	return w.Start(ctx, r)
+}
+
+// PinnedImage resolves an image the policy pins to digest into the
+// engine's native image ID: the image whose ID is digest (what a local
+// import or build has), or whose repo digests hold ref's name@digest (what
+// a pull records). The engine has nothing else that proves the content, so
+// any other answer is ErrImageNotPinned; up runs the returned ID.
+func (p *Packs) PinnedImage(ctx context.Context, ref, digest string) (string, error) {
+	img, err := p.d.cli.ImageInspect(ctx, digest)
+	switch {
+	case err == nil && img.ID == digest:
+		return img.ID, nil
+	case err != nil && !cerrdefs.IsNotFound(err):
+		return "", fmt.Errorf("inspect image %s: %w", digest, err)
+	}
+	if named, err := reference.ParseNormalizedNamed(ref); err == nil {
+		want := reference.FamiliarName(named) + "@" + digest
+		img, err := p.d.cli.ImageInspect(ctx, want)
+		switch {
+		case err == nil && slices.Contains(img.RepoDigests, want):
+			return img.ID, nil
+		case err != nil && !cerrdefs.IsNotFound(err):
+			return "", fmt.Errorf("inspect image %s: %w", want, err)
+		}
+	}
+	return "", fmt.Errorf("image %s pinned to %s: %w: no image on the engine has that ID or repo digest", ref, digest, ErrImageNotPinned)
+}
+
+// MountedAt reports the device and inode of what the running recorded
+// container has mounted at target, read in its own root (Workspace.MountedAt).
+func (p *Packs) MountedAt(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource, target string) (dev, ino uint64, err error) {
+	w, err := p.owned(o, rec)
+	if err != nil {
+		return 0, 0, err
+	}
+	return w.MountedAt(ctx, r, target)
 }
 
 // Stop sends a recorded container its stop signal, by verified ID, and

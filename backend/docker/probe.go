@@ -120,7 +120,7 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, 
 	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions())
 	settled = err == nil && proof != nil && proof.Peer == Reached
 	if proof != nil {
-		e.InternalBlocksEgress = proof.Blocks()
+		e.InternalBlocksEgress = proof.Blocks() && proof.BlocksDNS()
 		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version))
 	}
 	if err != nil {
@@ -240,7 +240,7 @@ func peerPid(ctx context.Context, path string) (int, error) {
 // UDP mode, so the probe cannot stand up a world DNS server to prove it
 // either way.
 func dnsNote(version string) string {
-	n := "egress proof covers TCP only: DNS forwarding by the engine's embedded resolver from internal networks is not proved blocked"
+	n := "egress proof covers TCP and UDP/53 to addresses outside the network: DNS forwarding by the engine's embedded resolver from internal networks is not proved blocked"
 	if major, _, _ := strings.Cut(version, "."); len(major) == 2 && major < "23" {
 		n += "; engine " + version + " predates the upstream fix for CVE-2024-29018 (forwarded from the host's namespace) unless its packager backported it"
 	}
@@ -273,9 +273,17 @@ type EgressProof struct {
 	// the world outside; Gateway is the internal network's gateway address;
 	// Host is the other network's gateway, an address of the daemon's host.
 	World, Gateway, Host Reach
+	// DNS is UDP/53 from the internal network to a resolver at the host's
+	// address (a witness custody runs in the engine's network namespace):
+	// Blocked only when the witness saw the control's query from the other
+	// network and nothing from the internal one.
+	DNS Reach
 	// Raw is what the prober printed for each target.
 	Raw map[string]string
 }
+
+// BlocksDNS says the DNS part of the proof holds.
+func (p *EgressProof) BlocksDNS() bool { return p.DNS == Blocked }
 
 // Blocks says the proof holds: the peer answered and nothing else did.
 func (p *EgressProof) Blocks() bool {
@@ -290,7 +298,7 @@ func (p *EgressProof) String() string {
 	case !p.Blocks():
 		verdict = "internal networks do NOT block egress"
 	}
-	return fmt.Sprintf("egress proof: %s (peer %s; world %s; gateway %s; host %s)", verdict, p.Peer, p.World, p.Gateway, p.Host)
+	return fmt.Sprintf("egress proof: %s (peer %s; world %s; gateway %s; host %s; udp/53 to the host's address %s)", verdict, p.Peer, p.World, p.Gateway, p.Host, p.DNS)
 }
 
 func classify(out, token string) Reach {
@@ -349,10 +357,8 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 		return in.NetworkSettings.Networks[net.Name].IPAddress, nil
 	}
 	gateway := func(net network.Inspect) (string, error) {
-		for _, c := range net.IPAM.Config {
-			if ip := net4(c.Gateway); ip != "" {
-				return ip, nil
-			}
+		if ip := gw4(net); ip != "" {
+			return ip, nil
 		}
 		return "", fmt.Errorf("network %s has no IPv4 gateway", net.Name)
 	}
@@ -365,6 +371,28 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 		return nil, err
 	}
 	listen := []string{"nc", "-ll", "-p", "8080", "-e", "echo", token}
+	hostIP, err := gateway(world)
+	if err != nil {
+		return nil, err
+	}
+	// The DNS witness: a resolver at the host's address, in the engine's
+	// own namespace. The world container asks it first (the control).
+	// The internal prober asks for h-<dnsInt> at the host's address and
+	// g-<dnsInt> at its own network's gateway.
+	dnsCtl, dnsInt := "ctl-"+token+".probe.invalid", "int-"+token+".probe.invalid"
+	var witness *dnsWitness
+	dnsWhy := ""
+	if path, ok := unixPath(d.host); !ok {
+		dnsWhy = "the engine is not a local socket: its network namespace is not reachable"
+	} else if pid, err := peerPid(ctx, path); err != nil {
+		dnsWhy = err.Error()
+	} else if witness, err = listenDNSWitness(pid, hostIP, gw4(internal)); err != nil {
+		dnsWhy = err.Error()
+	} else {
+		defer witness.Close()
+		listen = []string{"sh", "-c", `timeout 5 nslookup "$1" "$2" >/dev/null 2>&1 & shift 2; exec "$@"`, "sh", dnsCtl, hostIP}
+		listen = append(listen, "nc", "-ll", "-p", "8080", "-e", "echo", token)
+	}
 	worldID, err := run("world", world, listen...)
 	if err != nil {
 		return nil, err
@@ -385,19 +413,16 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 	if err != nil {
 		return nil, err
 	}
-	hostIP, err := gateway(world)
-	if err != nil {
-		return nil, err
-	}
 	// The control first, retried while the listener comes up; then the
 	// three targets that must not answer, in parallel (each bounded by -w).
 	script := `try() { nc -w 2 "$1" 8080 </dev/null 2>&1 | tr '\n' ' '; }
 i=0; while [ $i -lt 25 ]; do out=$(try "$PEER"); case "$out" in *"$TOKEN"*) break;; esac; i=$((i+1)); sleep 0.2; done
 echo "peer=$out"
 (echo "world=$(try "$WORLD")") & (echo "gateway=$(try "$GW")") & (echo "host=$(try "$HOSTIP")") &
+(timeout 3 nslookup "h-$DNSNAME" "$HOSTIP" >/dev/null 2>&1) & (timeout 3 nslookup "g-$DNSNAME" "$GW" >/dev/null 2>&1) &
 wait`
 	resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, Labels: labels,
-		Env: []string{"PEER=" + peerIP, "WORLD=" + worldIP, "GW=" + gw, "HOSTIP=" + hostIP, "TOKEN=" + token}},
+		Env: []string{"PEER=" + peerIP, "WORLD=" + worldIP, "GW=" + gw, "HOSTIP=" + hostIP, "TOKEN=" + token, "DNSNAME=" + dnsInt}},
 		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name)}, nil, nil, "custody-probe-"+nonce+"-prober")
 	if err != nil {
 		return nil, fmt.Errorf("create prober: %w", err)
@@ -427,7 +452,18 @@ wait`
 	if _, err := ipOn(worldID, world); err != nil {
 		return nil, fmt.Errorf("world listener: %w", err)
 	}
-	return parseProof(out.String(), token), nil
+	p := parseProof(out.String(), token)
+	switch {
+	case witness == nil:
+		p.DNS, p.Raw["dns"] = Unknown, "no witness: "+dnsWhy
+	case witness.seenPrefix("h-"+dnsInt), witness.seenPrefix("g-"+dnsInt):
+		p.DNS, p.Raw["dns"] = Reached, "the witness in the engine's namespace received the internal network's query"
+	case !witness.waitFor(dnsCtl, 3*time.Second):
+		p.DNS, p.Raw["dns"] = Unknown, "the witness at "+hostIP+":53 never received the control's query from the other network"
+	default:
+		p.DNS, p.Raw["dns"] = Blocked, "the witness at "+hostIP+":53 received the control's query and nothing from the internal network"
+	}
+	return p, nil
 }
 
 // parseProof reads the prober's "target=output" lines. The output comes
@@ -463,6 +499,16 @@ func parseProof(out, token string) *EgressProof {
 		}
 	}
 	return p
+}
+
+// gw4 is the network's first IPv4 gateway, "" when it has none.
+func gw4(n network.Inspect) string {
+	for _, c := range n.IPAM.Config {
+		if ip := net4(c.Gateway); ip != "" {
+			return ip
+		}
+	}
+	return ""
 }
 
 func net4(s string) string {
