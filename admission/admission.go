@@ -79,7 +79,11 @@ type Facts struct {
 // ids, the command's path, the working directory) is a function of the
 // request and the image alone.
 type ImageFacts struct {
-	Config ImageConfig
+	// Manifest and ConfigDigest are the digests the image was imported
+	// by (empty for a rootfs import); the plan carries them, so the grant
+	// binds them beside the tree digest.
+	Manifest, ConfigDigest string
+	Config                 ImageConfig
 	// Tree is the image's rootfs, read-only, with symlinks resolved within
 	// it (an os.Root's FS); paths are relative, as io/fs names them.
 	Tree fs.FS
@@ -131,6 +135,11 @@ type Plan struct {
 	// InputBytes bounds the input snapshot (from policy).
 	InputBytes int64   `json:"inputBytes"`
 	Checks     []Check `json:"checks"`
+
+	// ImageManifest and ImageConfig are the image's manifest and config
+	// digests, when it was imported from an image (not a rootfs).
+	ImageManifest string `json:"imageManifest,omitempty"`
+	ImageConfig   string `json:"imageConfig,omitempty"`
 }
 
 // Input is one input of a phase as admission, the runner and launch carry
@@ -172,6 +181,9 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	a.tier(p)
 	a.image(facts.ImagePresent)
 	a.img = facts.Image
+	if a.img != nil {
+		p.ImageManifest, p.ImageConfig = a.img.Manifest, a.img.ConfigDigest
+	}
 	p.Env = a.env()
 	p.Command = a.command(p.Env["PATH"])
 	p.Workdir = a.workdir()

@@ -11,6 +11,7 @@
 //	<dir>/<hex>/image.json             the Image record
 //	<dir>/layers/<diff id hex>/tree    an image layer, unpacked once
 //	<dir>/manifests/<hex>/image.json   the Image an import of that manifest made
+//	<dir>/configs/<hex>/config.json    an image's config blob, by its digest
 //
 // Because the digest is that of the unpacked tree, a directory and a tar of
 // the same content have the same digest, and an image is unpacked once and
@@ -57,7 +58,9 @@
 // An image is bound by its manifest digest (none for a classic docker-save
 // archive, which has no manifest: its config digest, docker's image id,
 // binds it), its config digest and its tree digest; Binding finds the tree
-// from either. The record also carries the image's Config (Env,
+// from either. The config blob itself is kept too, so Verify can
+// re-derive the record's Config from the bytes its digest names. The
+// record also carries the image's Config (Env,
 // WorkingDir, User, Entrypoint, Cmd, StopSignal) for callers to use as
 // defaults (admission does; TreeFS reads the tree as a container sees
 // it, for the names it resolves). Records written before these
@@ -322,6 +325,9 @@ func (s *Store) importImage(ctx context.Context, src Source, fi fs.FileInfo) (*I
 		}
 		skipped = append(skipped, infos[i].Skipped...)
 		diffIDs = append(diffIDs, ref.diffID)
+	}
+	if err := s.keepConfig(res.config, res.raw); err != nil {
+		return nil, fmt.Errorf("keeping config %s: %w", res.config, err)
 	}
 	img := &Image{Source: src.String(), Manifest: res.manifest, ConfigDigest: res.config, Config: configOf(res.cfg),
 		Platform: res.platform, Layers: diffIDs, Owners: OwnersRecorded, Skipped: skipped}

@@ -32,10 +32,15 @@ type verified struct {
 // which no caller can set back, and a replaced file has another inode. So
 // while every entry's path, type, mode, size, inode and change time are
 // what they were when the content last hashed to digest, so is the content.
-// The walk costs lstat per entry instead of a read of every byte.
+// The walk costs lstat per entry instead of a read of every byte. The
+// record's Config is re-derived from the kept config blob every time
+// (ErrConfigChanged when it differs): it is small.
 func (s *Store) Verify(ctx context.Context, digest string) (*Image, error) {
 	img, err := s.Get(digest)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.verifyConfig(img); err != nil {
 		return nil, err
 	}
 	before, err := fingerprint(img.Rootfs)

@@ -208,7 +208,8 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	caps := r.backend.Capabilities()
 	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil}
 	if img != nil {
-		facts.Image = &admission.ImageFacts{Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
+		facts.Image = &admission.ImageFacts{Manifest: img.Manifest, ConfigDigest: img.ConfigDigest,
+			Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
 	}
 	return admission.Admit(req, pol, facts)
 }
