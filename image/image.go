@@ -66,15 +66,15 @@
 // it, for the names it resolves). Records written before these
 // fields existed decode as before.
 //
-// Owners are recorded, not applied: every entry on disk is 0:0, and
-// Image.IDs lists the image's entries owned by anyone else, with their
-// uid:gid. Writing the image's ids on disk as host ids would do harm today:
-// the runner maps container ids to an unprivileged host range, so they
-// would not be the ids a workload sees, and a host user with the same uid
-// would own the files of every running container's rootfs (the launch
-// directory is traversable). The runner change that maps them (an idmapped
-// lower layer, or a copy shifted into the container's range) can apply
-// Image.IDs.
+// Owners are applied: an image import gives each entry of the rootfs the
+// uid:gid its layer gave it, and Image.IDs lists those not 0:0. The store
+// is root's alone (0700), so no host user reaches a file by those ids; the
+// runner mounts the tree through an idmapped mount that shifts them into
+// the container's id range, so container root owns what image root owns
+// and uid 1000 what uid 1000 owns. A rootfs import is all 0:0. The tree
+// digest does not cover owners (a rootfs and an image of one tree have one
+// digest); Verify checks the owners on disk against Image.IDs. Images
+// imported before owners were applied are 0:0 on disk.
 package image
 
 import (
@@ -150,8 +150,8 @@ type Image struct {
 	Layers []string `json:"layers,omitempty"`
 	// Owners is OwnersRecorded when the rootfs keeps the image's modes
 	// (sticky bits included) and mtimes, and IDs holds its owners; empty
-	// when every entry has its permission bits masked and a fresh mtime,
-	// as for a rootfs import. Either way every entry on disk is 0:0.
+	// when every entry has its permission bits masked, a fresh mtime and
+	// 0:0, as for a rootfs import.
 	Owners string `json:"owners,omitempty"`
 	// IDs are the image's entries that the image does not give to 0:0,
 	// with the owners it gives them, sorted by path.

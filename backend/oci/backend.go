@@ -77,6 +77,10 @@ type Backend struct {
 	// deviceOwners are who the device nodes belong to as a container sees
 	// them (Config.DeviceOwners), read once from the host's nodes.
 	deviceOwners map[string]Owner
+	// userns is the user namespace the image's idmapped mounts use (see
+	// idmapUserns), made at the first launch that needs it.
+	usernsMu sync.Mutex
+	userns   *os.File
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -346,7 +350,7 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	if cfg.Files, err = c.writeEtc(cfg.Hostname); err != nil {
 		return c, err
 	}
-	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
+	if err := c.mountRootfs(ctx, l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
 	if err := c.mountOutput(l.OutputBytes, l.OutputFiles, cfg.UID, cfg.GID); err != nil {
@@ -409,7 +413,7 @@ func (c *Container) writeEtc(hostname string) ([]Mount, error) {
 
 // mountRootfs makes an overlay whose upper layer already holds every mount
 // point, so runc never needs to create anything in the image.
-func (c *Container) mountRootfs(image string, cfg Config) error {
+func (c *Container) mountRootfs(ctx context.Context, image string, cfg Config) error {
 	upper := filepath.Join(c.dir, "upper")
 	work := filepath.Join(c.dir, "work")
 	for _, d := range []string{upper, work, c.rootfs} {
@@ -449,6 +453,21 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 		}
 		defer unix.Close(fd)
 		layers[i] = fd
+	}
+	if m := c.b.opts.UserNS; m != nil {
+		if err := ownMountPoints(upper, image, *m); err != nil {
+			return fmt.Errorf("mount points: %w", err)
+		}
+		ns, err := c.b.idmapUserns(ctx)
+		if err != nil {
+			return err
+		}
+		fd, err := idmappedImage(image, ns)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		layers[0] = fd
 	}
 	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", layers[0], layers[1], layers[2])
 	c.mounted = append(c.mounted, c.rootfs)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
@@ -141,4 +142,75 @@ func grantPredicate(t *testing.T, env []byte) grant.Predicate {
 		t.Fatal(err)
 	}
 	return st.Predicate
+}
+
+// ownersLayer is a layer tar of entries with the given owners: name,
+// uid, gid, mode, and content (a directory when it ends in "/").
+func ownersLayer(t *testing.T, entries ...ownedEntry) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Uid: e.uid, Gid: e.gid, Mode: e.mode, Typeflag: tar.TypeReg, Size: int64(len(e.data))}
+		if strings.HasSuffix(e.name, "/") {
+			h.Typeflag, h.Size = tar.TypeDir, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+type ownedEntry struct {
+	name     string
+	uid, gid int
+	mode     int64
+	data     string
+}
+
+// TestImageOwnersInside runs phases on an image whose layer gives files to
+// uid 1000 and to root: inside, each is owned by the id the image gives it
+// (container root owns image root's files through the user namespace), a
+// user: 1000 phase reads its own private file but neither reads nor writes
+// root's, and root (without capabilities) reads its own but not uid 1000's.
+func TestImageOwnersInside(t *testing.T) {
+	root := testenv.BusyboxRootfs(t)
+	var base bytes.Buffer
+	if err := snapshot.WriteTar(&base, root); err != nil {
+		t.Fatal(err)
+	}
+	owned := ownersLayer(t,
+		ownedEntry{"home/", 0, 0, 0o755, ""},
+		ownedEntry{"home/u/", 1000, 1000, 0o755, ""},
+		ownedEntry{"home/u/mine", 1000, 1000, 0o600, "mine\n"},
+		ownedEntry{"secret", 0, 0, 0o600, "secret\n"},
+		ownedEntry{"rootfile", 0, 0, 0o644, "root's\n"},
+	)
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, base.Bytes(), owned)
+	e := startDaemonWith(t, "oci:"+imagetest.Layout(t, img, "v1")+":v1")
+	run := func(name, user, script string) (int, string, string) {
+		extra := ""
+		if user != "" {
+			extra = "user: \"" + user + "\"\n"
+		}
+		return e.custody("run", "--grant", e.grant(t, e.phase(t, name, script, extra)))
+	}
+	code, out, errs := run("owners", "", `stat -c '%n %u:%g' /home/u /home/u/mine /secret /rootfile /bin/sh; cat /secret; cat /home/u/mine && echo READ-MINE; true`)
+	for _, want := range []string{"/home/u 1000:1000", "/home/u/mine 1000:1000", "/secret 0:0", "/rootfile 0:0", "/bin/sh 0:0", "secret"} {
+		if code != exitOK || !strings.Contains(out, want) || strings.Contains(out, "READ-MINE") {
+			t.Fatalf("owners as root: want %q; exit %d\n%s\n%s", want, code, out, errs)
+		}
+	}
+	code, out, errs = run("as-1000", "1000", `cat /home/u/mine; cat /secret && echo READ-SECRET; echo x >> /rootfile && echo WROTE-ROOTFILE; id -u`)
+	if code != exitOK || !strings.Contains(out, "mine") || !strings.Contains(out, "1000") ||
+		strings.Contains(out, "READ-SECRET") || strings.Contains(out, "WROTE-ROOTFILE") || !strings.Contains(out+errs, "Permission denied") {
+		t.Fatalf("user 1000: exit %d\n%s\n%s", code, out, errs)
+	}
 }
