@@ -173,6 +173,9 @@ type Process struct {
 	Workdir string            `json:"workdir"`
 	UID     uint32            `json:"uid"`
 	GID     uint32            `json:"gid"`
+	// StopSignal is the signal a timeout or cancellation sends first
+	// (e.g. "SIGTERM"); empty: SIGKILL alone.
+	StopSignal string `json:"stopSignal,omitempty"`
 }
 
 // Target is an operating system and architecture, as GOOS and GOARCH.

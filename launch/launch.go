@@ -293,7 +293,7 @@ func imageRef(p *admission.Plan) *grant.ImageRef {
 
 // process is what the plan runs, as a grant binds it.
 func process(p *admission.Plan) *grant.Process {
-	pr := &grant.Process{Command: p.Command, Env: p.Env, Workdir: p.Workdir}
+	pr := &grant.Process{Command: p.Command, Env: p.Env, Workdir: p.Workdir, StopSignal: p.StopSignal}
 	if pr.Env == nil {
 		pr.Env = map[string]string{}
 	}
@@ -521,6 +521,7 @@ func sameImage(p grant.Predicate, plan *admission.Plan) error {
 		{"process.workdir", got.Workdir == bound.Workdir, got.Workdir, bound.Workdir},
 		{"process.uid", got.UID == bound.UID, got.UID, bound.UID},
 		{"process.gid", got.GID == bound.GID, got.GID, bound.GID},
+		{"process.stopSignal", got.StopSignal == bound.StopSignal, got.StopSignal, bound.StopSignal},
 	} {
 		if !f.same {
 			return grant.Refuse(grant.CodeImageChanged, "field %s: grant binds %q, admission now resolves %q (the phase or the image's config changed); fix: issue a new grant",

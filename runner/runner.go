@@ -219,7 +219,7 @@ func imageConfig(c *image.Config) admission.ImageConfig {
 	if c == nil {
 		return admission.ImageConfig{}
 	}
-	return admission.ImageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
+	return admission.ImageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd, StopSignal: c.StopSignal}
 }
 
 // Prepare admits req under pol and snapshots its inputs.
@@ -249,8 +249,8 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 			return nil, inputRefusal(i, err)
 		}
 		budget -= snap.Tree.Bytes
-		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest})
-		p.mounts = append(p.mounts, backend.Mount{Source: snap.Path, Target: in.Target})
+		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest, Writable: in.Writable})
+		p.mounts = append(p.mounts, backend.Mount{Source: snap.Path, Target: in.Target, Writable: in.Writable})
 	}
 	return p, nil
 }
@@ -613,6 +613,9 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 	}
 	if u := p.Plan.User; u != nil {
 		s.UID, s.GID = u.UID, u.GID
+	}
+	if p.Plan.StopSignal != "" {
+		s.StopSignal = unix.SignalNum(p.Plan.StopSignal)
 	}
 	s.Inputs = slices.Clone(p.mounts)
 	return s

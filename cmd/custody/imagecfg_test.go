@@ -38,12 +38,7 @@ func TestImageDefaultsThroughGrant(t *testing.T) {
 		Cmd: []string{"sh", "-c", `echo "uid=$(id -u) pwd=$(pwd) foo=$FOO"; echo done > /out/x`}}, layer.Bytes())
 	e := startDaemonWith(t, "oci:"+imagetest.Layout(t, img, "v1")+":v1")
 
-	phase := func(name, extra string) string {
-		p := filepath.Join(e.dir, name+".yaml")
-		write(t, p, fmt.Sprintf("apiVersion: custody.dev/v1alpha1\nkind: Phase\nname: %s\nstage: build\ntier: development\nimage: %q\n"+
-			"output:\n  path: /out\nresources:\n  memory: 64Mi\n  pids: 64\n  wallTime: 20s\n%s", name, e.image, extra))
-		return p
-	}
+	phase := func(name, extra string) string { return e.barePhase(t, name, "20s", extra) }
 	ok := phase("defaults", "")
 	code, out, errs := e.custody("run", "--grant", e.grant(t, ok))
 	if code != exitOK || !strings.Contains(out, "uid=1000 pwd=/work foo=image") {
@@ -77,9 +72,7 @@ func TestGrantBindsImageConfig(t *testing.T) {
 	images := filepath.Join(e.dir, "state", "images")
 	record := filepath.Join(images, strings.TrimPrefix(e.image, "sha256:"), "image.json")
 	blob := filepath.Join(images, "configs", cfgDigest.Hex, "config.json")
-	p := filepath.Join(e.dir, "defaults.yaml")
-	write(t, p, fmt.Sprintf("apiVersion: custody.dev/v1alpha1\nkind: Phase\nname: defaults\nstage: build\ntier: development\nimage: %q\n"+
-		"output:\n  path: /out\nresources:\n  memory: 64Mi\n  pids: 64\n  wallTime: 20s\n", e.image))
+	p := e.barePhase(t, "defaults", "20s", "")
 
 	alter := func(path, from, to string) func() {
 		orig, err := os.ReadFile(path)
@@ -213,4 +206,39 @@ func TestImageOwnersInside(t *testing.T) {
 		strings.Contains(out, "READ-SECRET") || strings.Contains(out, "WROTE-ROOTFILE") || !strings.Contains(out+errs, "Permission denied") {
 		t.Fatalf("user 1000: exit %d\n%s\n%s", code, out, errs)
 	}
+}
+
+// TestImageStopSignal: an image whose config names StopSignal SIGTERM gets
+// it first when its phase times out, so a workload that traps it ends
+// cleanly (and writes its last output); one that ignores it is killed after
+// the grace period all the same.
+func TestImageStopSignal(t *testing.T) {
+	root := testenv.BusyboxRootfs(t)
+	var layer bytes.Buffer
+	if err := snapshot.WriteTar(&layer, root); err != nil {
+		t.Fatal(err)
+	}
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}, StopSignal: "SIGTERM"}, layer.Bytes())
+	e := startDaemonWith(t, "oci:"+imagetest.Layout(t, img, "v1")+":v1")
+	phase := func(name, script string) string {
+		return e.barePhase(t, name, "1s", fmt.Sprintf("command: [\"/bin/sh\", \"-c\", %q]\n", script))
+	}
+	code, out, errs := e.custody("run", "--grant", e.grant(t, phase("traps", `trap 'echo stopped > /out/term; exit 3' TERM; sleep 30 & wait`)), "--json")
+	if !strings.Contains(out, `"status": "timeout"`) && !strings.Contains(out, `"status":"timeout"`) || !strings.Contains(out, `"term"`) || !strings.Contains(out, "SIGTERM") {
+		t.Fatalf("a workload that traps the image's StopSignal: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = e.custody("run", "--grant", e.grant(t, phase("ignores", `trap '' TERM; sleep 30 & wait; sleep 30`)), "--json")
+	if !strings.Contains(out, `"timeout"`) || !strings.Contains(out, "SIGKILL") {
+		t.Fatalf("a workload that ignores the image's StopSignal: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// barePhase writes a phase that declares only its image, output, budgets
+// (wallTime wall) and extra, leaving the rest to the image's config.
+func (e *env) barePhase(t *testing.T, name, wall, extra string) string {
+	t.Helper()
+	p := filepath.Join(e.dir, name+".yaml")
+	write(t, p, fmt.Sprintf("apiVersion: custody.dev/v1alpha1\nkind: Phase\nname: %s\nstage: build\ntier: development\nimage: %q\n"+
+		"output:\n  path: /out\nresources:\n  memory: 64Mi\n  pids: 64\n  wallTime: %s\n%s", name, e.image, wall, extra))
+	return p
 }
