@@ -10,8 +10,12 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/policy"
@@ -82,7 +86,11 @@ type Facts struct {
 // ids, the command's path, the working directory) is a function of the
 // request and the image alone.
 type ImageFacts struct {
-	Config ImageConfig
+	// Manifest and ConfigDigest are the digests the image was imported
+	// by (empty for a rootfs import); the plan carries them, so the grant
+	// binds them beside the tree digest.
+	Manifest, ConfigDigest string
+	Config                 ImageConfig
 	// Tree is the image's rootfs, read-only, with symlinks resolved within
 	// it (an os.Root's FS); paths are relative, as io/fs names them.
 	Tree fs.FS
@@ -96,6 +104,7 @@ type ImageConfig struct {
 	User       string
 	Entrypoint []string
 	Cmd        []string
+	StopSignal string
 }
 
 // User is the user a workload runs as, as ids inside its sandbox.
@@ -136,6 +145,14 @@ type Plan struct {
 	// InputBytes bounds the input snapshot (from policy).
 	InputBytes int64   `json:"inputBytes"`
 	Checks     []Check `json:"checks"`
+
+	// ImageManifest and ImageConfig are the image's manifest and config
+	// digests, when it was imported from an image (not a rootfs).
+	ImageManifest string `json:"imageManifest,omitempty"`
+	ImageConfig   string `json:"imageConfig,omitempty"`
+	// StopSignal is the signal a timeout or cancellation sends first, from
+	// the image's config (e.g. "SIGTERM"); empty sends SIGKILL alone.
+	StopSignal string `json:"stopSignal,omitempty"`
 }
 
 // Input is one input of a phase as admission, the runner and launch carry
@@ -148,6 +165,9 @@ type Input struct {
 	Source string `json:"source"`
 	Target string `json:"target"`
 	Root   string `json:"root,omitempty"`
+	// Writable says the sandbox gets a writable copy (an overlay over the
+	// read-only snapshot), not the snapshot itself.
+	Writable bool `json:"writable,omitempty"`
 	// Digest is the input's tree digest, "sha256:<hex>", once it is read.
 	Digest string `json:"digest,omitempty"`
 }
@@ -181,10 +201,14 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	a.tier(p)
 	a.image(facts.ImagePresent)
 	a.img = facts.Image
+	if a.img != nil {
+		p.ImageManifest, p.ImageConfig = a.img.Manifest, a.img.ConfigDigest
+	}
 	p.Env = a.env()
 	p.Command = a.command(p.Env["PATH"])
 	p.Workdir = a.workdir()
 	p.User = a.user()
+	p.StopSignal = a.stopSignal()
 	a.network()
 	p.Memory = a.exactBytes("resources.memory", int64(req.Resources.Memory), int64(pol.Ceilings.Memory))
 	p.Pids = a.exactInt("resources.pids", req.Resources.Pids, pol.Ceilings.Pids)
@@ -197,7 +221,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	}
 	p.TmpBytes = a.tmp(tmp, p.Memory)
 	p.OutputFiles = a.outputFiles()
-	p.Inputs = a.mounts()
+	p.Inputs = a.mounts(p.TmpBytes, p.Memory)
 
 	p.Checks = a.checks
 	if err := refusedOf(a.checks); err != nil {
@@ -400,8 +424,9 @@ func (a *admitter) outputFiles() int64 {
 // mounts admits each input under the operator's input roots. The check
 // here is lexical; the snapshot then walks the source from its root
 // without following any symlink, so the plan's root is binding.
-func (a *admitter) mounts() []Input {
+func (a *admitter) mounts(tmp, memory int64) []Input {
 	var ins []Input
+	writable := false
 	for i, in := range a.req.Inputs {
 		req := fmt.Sprintf("inputs[%d].source", i)
 		root, ok := a.pol.InputRoot(in.Source)
@@ -414,11 +439,26 @@ func (a *admitter) mounts() []Input {
 			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "input-outside-roots",
 				Detail: fmt.Sprintf("%s is outside the policy's inputRoots (%s)", in.Source, strings.Join(a.pol.InputRoots, ", ")),
 				Fix:    "move the input under an allowed root, or an operator may add a root in policy inputRoots"})
+		case in.Writable && !a.caps.WritableInputs:
+			a.add(Check{Requirement: fmt.Sprintf("inputs[%d].writable", i), Verdict: Unsupported, Code: "writable-input-unsupported",
+				Detail: "this backend cannot give a bounded writable copy of an input",
+				Fix:    "drop writable and copy the input into /tmp in the command, or run on the oci backend"})
+		case in.Writable:
+			writable = true
+			a.add(Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: Granted, Code: "input-writable-copy",
+				Detail: fmt.Sprintf("%s (beneath root %s, no symlinks followed) snapshotted; a writable copy at %s, an overlay over the read-only snapshot whose writes share a tmpfs of tmp.maxBytes (%d bytes, charged to resources.memory) with the other writable inputs and are discarded", in.Source, root, in.Target, tmp)})
 		default:
 			a.add(Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: Granted, Code: "input-readonly",
 				Detail: fmt.Sprintf("%s (beneath root %s, no symlinks followed) snapshotted and mounted read-only at %s", in.Source, root, in.Target)})
 		}
-		ins = append(ins, Input{Source: in.Source, Target: in.Target, Root: root})
+		ins = append(ins, Input{Source: in.Source, Target: in.Target, Root: root, Writable: in.Writable})
+	}
+	// Writable copies get a tmpfs of their own, as large as /tmp and
+	// /dev/shm together: memory must hold both.
+	if writable && memory > 0 && 2*tmp > memory {
+		a.add(Check{Requirement: "tmp.maxBytes", Verdict: NotGranted, Code: "tmp-exceeds-memory",
+			Detail: fmt.Sprintf("writable inputs get a tmpfs of tmp.maxBytes (%d bytes) beside /tmp and /dev/shm's, and the two (%d bytes) exceed resources.memory (%d bytes), which both are charged to", tmp, 2*tmp, memory),
+			Fix:    "ask for tmp.maxBytes at most half of resources.memory, or for more memory"})
 	}
 	a.add(Check{Requirement: "output", Verdict: Granted, Code: "output-bounded",
 		Detail: fmt.Sprintf("fresh size-bounded filesystem at %s", a.req.Output.Path)})
@@ -778,4 +818,39 @@ func ParseColonFile(data []byte) [][]string {
 		out = append(out, strings.Split(line, ":"))
 	}
 	return out
+}
+
+// stopSignal resolves the image's StopSignal ("SIGTERM", "TERM" or a
+// number) to its name, or "" when the image names none.
+func (a *admitter) stopSignal() string {
+	if a.img == nil || a.img.Config.StopSignal == "" {
+		return ""
+	}
+	name, ok := SignalName(a.img.Config.StopSignal)
+	if !ok {
+		a.add(Check{Requirement: "stopSignal", Verdict: Unsupported, Code: "image-stop-signal-invalid",
+			Detail: fmt.Sprintf("the image's StopSignal %q is not a signal", a.img.Config.StopSignal),
+			Fix:    "fix the image's StopSignal, or use another image"})
+		return ""
+	}
+	a.add(Check{Requirement: "stopSignal", Verdict: Chosen, Code: "image-stop-signal",
+		Detail: fmt.Sprintf("a timeout or cancellation sends %s first (the image's StopSignal), then SIGKILL after a grace period", name)})
+	return name
+}
+
+// SignalName is the name ("SIGTERM") of a signal given as a name, with or
+// without "SIG", or as a number.
+func SignalName(s string) (string, bool) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n >= 65 {
+			return "", false
+		}
+		name := unix.SignalName(syscall.Signal(n))
+		return name, name != ""
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	return name, unix.SignalNum(name) != 0
 }

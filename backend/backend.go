@@ -10,6 +10,7 @@ package backend
 import (
 	"context"
 	"io"
+	"syscall"
 	"time"
 )
 
@@ -80,6 +81,11 @@ type IO struct {
 type Mount struct {
 	Source string // host path
 	Target string // absolute path in the sandbox
+	// Writable asks for a writable copy over the read-only Source, its
+	// writes bounded by the Spec's TmpBytes (in a filesystem of their own)
+	// and discarded; only a backend whose Capabilities say WritableInputs
+	// is given one.
+	Writable bool
 }
 
 // Spec is the reviewed profile of one launch in neutral terms. Every budget
@@ -96,6 +102,10 @@ type Spec struct {
 	// UID and GID are the ids the workload runs as inside its sandbox;
 	// 0:0 is the sandbox's root.
 	UID, GID uint32
+	// StopSignal, if not 0, is sent to the workload first when it is
+	// stopped (timeout, cancellation); SIGKILL follows after a grace
+	// period.
+	StopSignal syscall.Signal
 	// Inputs are bound read-only.
 	Inputs []Mount
 	// OutputPath is where the fresh, bounded output filesystem appears.
@@ -201,6 +211,9 @@ type Capabilities struct {
 	// UserNamespace says sandboxes run in a user namespace that maps their
 	// root to an unprivileged host range.
 	UserNamespace bool
+	// WritableInputs says the backend can give an input as a writable
+	// copy (Mount.Writable) whose writes are bounded by the tmp budget.
+	WritableInputs bool
 	// Tiers lists, per tier the backend knows ("production",
 	// "development"), what it cannot enforce for that tier here; an empty
 	// list means it enforces the tier. A tier that is absent is unknown.

@@ -112,6 +112,15 @@ type Predicate struct {
 	Runtime Runtime `json:"runtime"`
 	// Image is the image content digest, "sha256:<hex>".
 	Image string `json:"image"`
+	// ImageRef binds the manifest and config digests the image was
+	// imported by, beside its tree digest; nil for a rootfs import, which
+	// has neither.
+	ImageRef *ImageRef `json:"imageRef,omitempty"`
+	// Process binds what runs: the command, environment, working
+	// directory and user as admission resolved them from the phase and the
+	// image's config. Grants issued before it existed omit it and no
+	// longer admit a launch.
+	Process *Process `json:"process,omitempty"`
 	// Target is the platform the phase runs on.
 	Target Target `json:"target"`
 	// Toolchain is the informational toolchain label of the phase.
@@ -145,6 +154,28 @@ type Runtime struct {
 	// SHA256 is the lowercase hex SHA-256 of the runtime binary (64 hex
 	// digits, no "sha256:" prefix, as in the runner configuration).
 	SHA256 string `json:"sha256"`
+}
+
+// ImageRef is how an image imported from an OCI layout or archive is
+// named by its own digests.
+type ImageRef struct {
+	// Manifest is the manifest's digest; empty for a classic docker-save
+	// archive, which has none (Config binds it).
+	Manifest string `json:"manifest,omitempty"`
+	// Config is the config blob's digest.
+	Config string `json:"config"`
+}
+
+// Process is the workload's process as the launch runs it.
+type Process struct {
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env"`
+	Workdir string            `json:"workdir"`
+	UID     uint32            `json:"uid"`
+	GID     uint32            `json:"gid"`
+	// StopSignal is the signal a timeout or cancellation sends first
+	// (e.g. "SIGTERM"); empty: SIGKILL alone.
+	StopSignal string `json:"stopSignal,omitempty"`
 }
 
 // Target is an operating system and architecture, as GOOS and GOARCH.

@@ -458,6 +458,13 @@ func TestMintValidates(t *testing.T) {
 		"phase    ":                func(p *grant.Predicate) { p.Phase = json.RawMessage(`["name"]`) },
 		"phase     ":               func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"a","name":"b"}`) },
 		"phase      ":              func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"a"`) },
+		"imageRef.config":          func(p *grant.Predicate) { p.ImageRef = &grant.ImageRef{Manifest: p.Image} },
+		"imageRef.manifest":        func(p *grant.Predicate) { p.ImageRef = &grant.ImageRef{Manifest: "latest", Config: p.Image} },
+		"process.command":          func(p *grant.Predicate) { p.Process = &grant.Process{Workdir: "/"} },
+		"process.workdir":          func(p *grant.Predicate) { p.Process = &grant.Process{Command: []string{"/bin/true"}, Workdir: "src"} },
+		"process.env": func(p *grant.Predicate) {
+			p.Process = &grant.Process{Command: []string{"/bin/true"}, Workdir: "/", Env: map[string]string{"A=B": "c"}}
+		},
 	}
 	for field, mutate := range cases {
 		field := strings.TrimRight(field, " \x00")

@@ -53,6 +53,8 @@ func testPredicate(runner string) grant.Predicate {
 		Runner:       grant.Runner{ID: runner},
 		Runtime:      grant.Runtime{Version: "1.5.3", SHA256: digestOf("runc")[len("sha256:"):]},
 		Image:        "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+		ImageRef:     &grant.ImageRef{Manifest: digestOf("manifest"), Config: digestOf("config")},
+		Process:      &grant.Process{Command: []string{"/bin/sh", "-c", "make\ntest"}, Env: map[string]string{"PATH": "/bin"}, Workdir: "/src", UID: 1000, GID: 1000},
 		Target:       grant.Target{OS: "linux", Arch: "amd64"},
 		Toolchain:    "go1.26",
 		Inputs:       grant.Inputs{ClosureDigest: grant.ClosureDigest(entries), Entries: entries},

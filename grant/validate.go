@@ -30,6 +30,25 @@ func validate(p *Predicate) (phaseName string, err error) {
 		add("runtime.sha256", "%q is not 64 lowercase hex digits", p.Runtime.SHA256)
 	}
 	digest("image", p.Image)
+	if r := p.ImageRef; r != nil {
+		digest("imageRef.config", r.Config)
+		if r.Manifest != "" {
+			digest("imageRef.manifest", r.Manifest)
+		}
+	}
+	if pr := p.Process; pr != nil {
+		if len(pr.Command) == 0 {
+			add("process.command", "is empty")
+		}
+		if !strings.HasPrefix(pr.Workdir, "/") {
+			add("process.workdir", "%q is not an absolute path", pr.Workdir)
+		}
+		for k := range pr.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				add("process.env", "%q is not a variable name", k)
+			}
+		}
+	}
 	text("target.os", p.Target.OS)
 	text("target.arch", p.Target.Arch)
 	if p.Toolchain != "" {

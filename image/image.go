@@ -11,6 +11,7 @@
 //	<dir>/<hex>/image.json             the Image record
 //	<dir>/layers/<diff id hex>/tree    an image layer, unpacked once
 //	<dir>/manifests/<hex>/image.json   the Image an import of that manifest made
+//	<dir>/configs/<hex>/config.json    an image's config blob, by its digest
 //
 // Because the digest is that of the unpacked tree, a directory and a tar of
 // the same content have the same digest, and an image is unpacked once and
@@ -57,21 +58,23 @@
 // An image is bound by its manifest digest (none for a classic docker-save
 // archive, which has no manifest: its config digest, docker's image id,
 // binds it), its config digest and its tree digest; Binding finds the tree
-// from either. The record also carries the image's Config (Env,
+// from either. The config blob itself is kept too, so Verify can
+// re-derive the record's Config from the bytes its digest names. The
+// record also carries the image's Config (Env,
 // WorkingDir, User, Entrypoint, Cmd, StopSignal) for callers to use as
 // defaults (admission does; TreeFS reads the tree as a container sees
 // it, for the names it resolves). Records written before these
 // fields existed decode as before.
 //
-// Owners are recorded, not applied: every entry on disk is 0:0, and
-// Image.IDs lists the image's entries owned by anyone else, with their
-// uid:gid. Writing the image's ids on disk as host ids would do harm today:
-// the runner maps container ids to an unprivileged host range, so they
-// would not be the ids a workload sees, and a host user with the same uid
-// would own the files of every running container's rootfs (the launch
-// directory is traversable). The runner change that maps them (an idmapped
-// lower layer, or a copy shifted into the container's range) can apply
-// Image.IDs.
+// Owners are applied: an image import gives each entry of the rootfs the
+// uid:gid its layer gave it, and Image.IDs lists those not 0:0. The store
+// is root's alone (0700), so no host user reaches a file by those ids; the
+// runner mounts the tree through an idmapped mount that shifts them into
+// the container's id range, so container root owns what image root owns
+// and uid 1000 what uid 1000 owns. A rootfs import is all 0:0. The tree
+// digest does not cover owners (a rootfs and an image of one tree have one
+// digest); Verify checks the owners on disk against Image.IDs. Images
+// imported before owners were applied are 0:0 on disk.
 package image
 
 import (
@@ -147,8 +150,8 @@ type Image struct {
 	Layers []string `json:"layers,omitempty"`
 	// Owners is OwnersRecorded when the rootfs keeps the image's modes
 	// (sticky bits included) and mtimes, and IDs holds its owners; empty
-	// when every entry has its permission bits masked and a fresh mtime,
-	// as for a rootfs import. Either way every entry on disk is 0:0.
+	// when every entry has its permission bits masked, a fresh mtime and
+	// 0:0, as for a rootfs import.
 	Owners string `json:"owners,omitempty"`
 	// IDs are the image's entries that the image does not give to 0:0,
 	// with the owners it gives them, sorted by path.
@@ -322,6 +325,9 @@ func (s *Store) importImage(ctx context.Context, src Source, fi fs.FileInfo) (*I
 		}
 		skipped = append(skipped, infos[i].Skipped...)
 		diffIDs = append(diffIDs, ref.diffID)
+	}
+	if err := s.keepConfig(res.config, res.raw); err != nil {
+		return nil, fmt.Errorf("keeping config %s: %w", res.config, err)
 	}
 	img := &Image{Source: src.String(), Manifest: res.manifest, ConfigDigest: res.config, Config: configOf(res.cfg),
 		Platform: res.platform, Layers: diffIDs, Owners: OwnersRecorded, Skipped: skipped}

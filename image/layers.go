@@ -33,8 +33,8 @@ const (
 	whiteoutPrefix = ".wh."
 	opaqueWhiteout = ".wh..wh..opq"
 	// OwnersRecorded is Image.Owners when the image's owners are in
-	// Image.IDs (the rootfs on disk is 0:0) and its modes and mtimes are
-	// kept.
+	// Image.IDs (and, for images imported since owners are applied, on
+	// disk) and its modes and mtimes are kept.
 	OwnersRecorded = "recorded"
 )
 
@@ -53,7 +53,8 @@ type layerInfo struct {
 	Dirs    []string `json:"dirs"`
 	Skipped []string `json:"skipped,omitempty"`
 	// Owners are the layer's entries not owned by 0:0 (paths relative to
-	// the layer's root); on disk every entry is 0:0.
+	// the layer's root); the layer tree is 0:0 until an image assembled
+	// from it gives its files their owners.
 	Owners []Owner `json:"owners,omitempty"`
 }
 
@@ -212,8 +213,8 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 
 // restoreAttrs gives each written entry its mode (sticky bit included) and
 // mtime (a hard link shares its target's). It runs after the Writer closed,
-// so no later entry moves a directory's mtime again. Owners stay 0:0 (see
-// the package doc).
+// so no later entry moves a directory's mtime again. Owners are given
+// when an image is assembled (see the package doc).
 func restoreAttrs(dir string, written []attrs) error {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
@@ -474,5 +475,13 @@ func (s *Store) assemble(ctx context.Context, staging string, trees []string, in
 		owners = append(owners, o)
 	}
 	slices.SortFunc(owners, func(x, y Owner) int { return strings.Compare(x.Path, y.Path) })
+	// The owners are the image's, on disk: the tree digest does not cover
+	// them (a rootfs import of the same tree has the same digest), and the
+	// store is root's alone, so no host user reaches them by these ids.
+	for _, o := range owners {
+		if err := os.Lchown(filepath.Join(rootfs, filepath.FromSlash(o.Path)), o.UID, o.GID); err != nil {
+			return nil, nil, fmt.Errorf("owner of %s: %w", o.Path, err)
+		}
+	}
 	return tree, owners, nil
 }

@@ -41,6 +41,7 @@ type resolved struct {
 	// archive, which has none.
 	manifest string
 	config   string // the config blob's digest
+	raw      []byte // the config blob, verified against config
 	cfg      *v1.ConfigFile
 	platform string
 	layers   []layerRef
@@ -277,7 +278,7 @@ func resolveConfig(data []byte, digest string) (*resolved, error) {
 			return nil, fmt.Errorf("config %s: diff id %s: only sha256 is supported", digest, d)
 		}
 	}
-	return &resolved{config: digest, cfg: cf, platform: platformString(p)}, nil
+	return &resolved{config: digest, raw: data, cfg: cf, platform: platformString(p)}, nil
 }
 
 // resolveDockerArchive chooses the image of an unpacked docker-save archive.

@@ -32,10 +32,15 @@ type verified struct {
 // which no caller can set back, and a replaced file has another inode. So
 // while every entry's path, type, mode, size, inode and change time are
 // what they were when the content last hashed to digest, so is the content.
-// The walk costs lstat per entry instead of a read of every byte.
+// The walk costs lstat per entry instead of a read of every byte. The
+// record's Config is re-derived from the kept config blob every time
+// (ErrConfigChanged when it differs): it is small.
 func (s *Store) Verify(ctx context.Context, digest string) (*Image, error) {
 	img, err := s.Get(digest)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.verifyConfig(img); err != nil {
 		return nil, err
 	}
 	before, err := fingerprint(img.Rootfs)
@@ -54,6 +59,9 @@ func (s *Store) Verify(ctx context.Context, digest string) (*Image, error) {
 	}
 	if tree.Digest != digest {
 		return nil, fmt.Errorf("image %s: stored rootfs now hashes to %s", digest, tree.Digest)
+	}
+	if err := checkOwners(img); err != nil {
+		return nil, fmt.Errorf("image %s: %w", digest, err)
 	}
 	// Only a fingerprint that held across the hash vouches for it.
 	if after, err := fingerprint(img.Rootfs); err == nil && after == before {
@@ -139,4 +147,34 @@ func record(h hash.Hash, rel string, st *unix.Stat_t) {
 		binary.LittleEndian.PutUint64(rec[i*8:], v)
 	}
 	h.Write(rec[:])
+}
+
+// checkOwners checks the owners on disk, which the tree digest does not
+// cover: each entry is the owner img.IDs gives it, or 0:0 (the owner of
+// every entry of an image imported before owners were applied).
+func checkOwners(img *Image) error {
+	want := make(map[string]Owner, len(img.IDs))
+	for _, o := range img.IDs {
+		want[o.Path] = o
+	}
+	return filepath.WalkDir(img.Rootfs, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Uid == 0 && st.Gid == 0 {
+			return nil
+		}
+		rel, err := filepath.Rel(img.Rootfs, p)
+		if err != nil {
+			return err
+		}
+		if o, ok := want[filepath.ToSlash(rel)]; !ok || uint32(o.UID) != st.Uid || uint32(o.GID) != st.Gid {
+			return fmt.Errorf("%s is owned by %d:%d on disk, which the image does not give it; fix: remove the image and import it again", rel, st.Uid, st.Gid)
+		}
+		return nil
+	})
 }

@@ -115,3 +115,55 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	})
 }
+
+// TestVerifyOwnersAndConfig: an image keeps its owners on disk and its
+// config blob; Verify passes on both as imported, and refuses an entry
+// given an owner the image does not give it, a config blob altered, and a
+// record whose run defaults are not the blob's.
+func TestVerifyOwnersAndConfig(t *testing.T) {
+	ctx := context.Background()
+	cases := map[string]func(t *testing.T, s *Store, img *Image){
+		"owner changed on disk": func(t *testing.T, s *Store, img *Image) {
+			if err := os.Lchown(filepath.Join(img.Rootfs, "etc/os-release"), 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"config blob altered": func(t *testing.T, s *Store, img *Image) {
+			hx, _ := treehash.ParseDigest(img.ConfigDigest)
+			p := filepath.Join(s.dir, configsName, hx, configBlobName)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, append(b, ' '), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"record's defaults altered": func(t *testing.T, s *Store, img *Image) {
+			stored, err := s.Get(img.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored.Config.Cmd = []string{"/bin/evil"}
+			if err := writeRecord(filepath.Join(filepath.Dir(stored.Rootfs), recordName), stored); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			s, _ := newStore(t)
+			img, err := s.Import(ctx, "oci:"+writeLayout(t, imageOf(t, buildTar(t, sampleEntries)), "v1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Verify(ctx, img.Digest); err != nil {
+				t.Fatalf("verify as imported: %v", err)
+			}
+			change(t, s, img)
+			if _, err := s.Verify(ctx, img.Digest); err == nil {
+				t.Fatal("verify passed")
+			}
+		})
+	}
+}

@@ -20,8 +20,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -268,6 +271,8 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 		Runner:       grant.Runner{ID: l.cfg.RunnerKey.ID()},
 		Runtime:      grant.Runtime{Version: rt.Version, SHA256: rt.SHA256},
 		Image:        plan.Image,
+		ImageRef:     imageRef(plan),
+		Process:      process(plan),
 		Target:       grant.Target{OS: prof.OS, Arch: prof.Arch},
 		Toolchain:    req.Toolchain,
 		Inputs:       grant.Inputs{Entries: grantInputs(inputs)},
@@ -279,6 +284,27 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	}
 	p.Inputs.ClosureDigest = grant.ClosureDigest(p.Inputs.Entries)
 	return grant.Mint(ctx, l.cfg.IssuerKey, p)
+}
+
+// imageRef is the plan's image manifest and config digests as a grant
+// binds them; nil for a rootfs import.
+func imageRef(p *admission.Plan) *grant.ImageRef {
+	if p.ImageConfig == "" {
+		return nil
+	}
+	return &grant.ImageRef{Manifest: p.ImageManifest, Config: p.ImageConfig}
+}
+
+// process is what the plan runs, as a grant binds it.
+func process(p *admission.Plan) *grant.Process {
+	pr := &grant.Process{Command: p.Command, Env: p.Env, Workdir: p.Workdir, StopSignal: p.StopSignal}
+	if pr.Env == nil {
+		pr.Env = map[string]string{}
+	}
+	if p.User != nil {
+		pr.UID, pr.GID = p.User.UID, p.User.GID
+	}
+	return pr
 }
 
 func grantInputs(in []admission.Input) []grant.Input {
@@ -344,15 +370,17 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	if err := authorize(pol, req, p.Actor); err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
 	}
+	// The image first: admission re-derives the process from its stored
+	// config, which this checks against the config blob's digest.
+	if err := r.VerifyImage(ctx, p.Image); err != nil {
+		return nil, grant.Refuse(grant.CodeImageChanged, "field image: %v", err)
+	}
 	plan, err := r.Admit(req, pol)
 	if err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
 	}
 	if err := samePlan(p, plan); err != nil {
 		return nil, err
-	}
-	if err := r.VerifyImage(ctx, p.Image); err != nil {
-		return nil, grant.Refuse(grant.CodeImageChanged, "field image: %v", err)
 	}
 	hashed, err := r.HashInputs(ctx, plan)
 	if err != nil {
@@ -480,7 +508,46 @@ func samePlan(p grant.Predicate, plan *admission.Plan) error {
 			return grant.Refuse(grant.CodeNotAdmitted, "field %s: grant binds %v, admission now gives %v", f.field, f.bound, f.got)
 		}
 	}
+	return sameImage(p, plan)
+}
+
+// sameImage compares the image's manifest and config digests and the
+// resolved process with what the grant bound: a stored config that changed
+// after issue changes what would run, and is refused.
+func sameImage(p grant.Predicate, plan *admission.Plan) error {
+	if got, bound := imageRef(plan), p.ImageRef; !reflect.DeepEqual(got, bound) {
+		return grant.Refuse(grant.CodeImageChanged, "field imageRef: grant binds %s, the stored image is now %s; fix: issue a new grant",
+			refString(bound), refString(got))
+	}
+	if p.Process == nil {
+		return grant.Refuse(grant.CodeNotAdmitted, "field process: the grant binds no resolved process (issued before grants did); fix: issue a new grant")
+	}
+	got, bound := process(plan), p.Process
+	for _, f := range []struct {
+		field string
+		same  bool
+		g, b  any
+	}{
+		{"process.command", slices.Equal(got.Command, bound.Command), got.Command, bound.Command},
+		{"process.env", maps.Equal(got.Env, bound.Env), got.Env, bound.Env},
+		{"process.workdir", got.Workdir == bound.Workdir, got.Workdir, bound.Workdir},
+		{"process.uid", got.UID == bound.UID, got.UID, bound.UID},
+		{"process.gid", got.GID == bound.GID, got.GID, bound.GID},
+		{"process.stopSignal", got.StopSignal == bound.StopSignal, got.StopSignal, bound.StopSignal},
+	} {
+		if !f.same {
+			return grant.Refuse(grant.CodeImageChanged, "field %s: grant binds %q, admission now resolves %q (the phase or the image's config changed); fix: issue a new grant",
+				f.field, fmt.Sprint(f.b), fmt.Sprint(f.g))
+		}
+	}
 	return nil
+}
+
+func refString(r *grant.ImageRef) string {
+	if r == nil {
+		return "a rootfs import (no manifest or config)"
+	}
+	return fmt.Sprintf("manifest %q config %s", r.Manifest, r.Config)
 }
 
 func sameInputs(bound grant.Inputs, now []grant.Input) error {

@@ -133,6 +133,10 @@ type Input struct {
 	Source string `yaml:"source" json:"source"`
 	// Target is an absolute path inside the container.
 	Target string `yaml:"target" json:"target"`
+	// Writable asks for a writable copy: an overlay over the read-only
+	// snapshot, whose writes are bounded and discarded; the snapshot
+	// itself stays immutable.
+	Writable bool `yaml:"writable,omitempty" json:"writable,omitempty"`
 }
 
 // Output is the writable output directory.

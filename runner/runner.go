@@ -273,7 +273,8 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	caps := b.Capabilities()
 	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames()}
 	if img != nil {
-		facts.Image = &admission.ImageFacts{Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
+		facts.Image = &admission.ImageFacts{Manifest: img.Manifest, ConfigDigest: img.ConfigDigest,
+			Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
 	}
 	return admission.Admit(req, pol, facts)
 }
@@ -283,7 +284,7 @@ func imageConfig(c *image.Config) admission.ImageConfig {
 	if c == nil {
 		return admission.ImageConfig{}
 	}
-	return admission.ImageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd}
+	return admission.ImageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd, StopSignal: c.StopSignal}
 }
 
 // Prepare admits req under pol and snapshots its inputs.
@@ -313,8 +314,8 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 			return nil, inputRefusal(i, err)
 		}
 		budget -= snap.Tree.Bytes
-		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest})
-		p.mounts = append(p.mounts, backend.Mount{Source: snap.Path, Target: in.Target})
+		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest, Writable: in.Writable})
+		p.mounts = append(p.mounts, backend.Mount{Source: snap.Path, Target: in.Target, Writable: in.Writable})
 	}
 	return p, nil
 }
@@ -698,6 +699,9 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 	}
 	if u := p.Plan.User; u != nil {
 		s.UID, s.GID = u.UID, u.GID
+	}
+	if p.Plan.StopSignal != "" {
+		s.StopSignal = unix.SignalNum(p.Plan.StopSignal)
 	}
 	s.Inputs = slices.Clone(p.mounts)
 	return s

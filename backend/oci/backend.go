@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -77,6 +78,10 @@ type Backend struct {
 	// deviceOwners are who the device nodes belong to as a container sees
 	// them (Config.DeviceOwners), read once from the host's nodes.
 	deviceOwners map[string]Owner
+	// userns is the user namespace the image's idmapped mounts use (see
+	// idmapUserns), made at the first launch that needs it.
+	usernsMu sync.Mutex
+	userns   map[[3]uint32]*os.File
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -230,6 +235,9 @@ type Container struct {
 	removed []backend.Resource // verified gone, journalled at the end of Cleanup
 	pidfd   int                // of the gated init while it runs; 0: none
 	faults  func(stage string)
+
+	// stopSignal is sent before SIGKILL when the workload is stopped.
+	stopSignal syscall.Signal
 }
 
 // ID is the container id.
@@ -314,6 +322,7 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 		idents:  map[string]map[string]string{},
 		cgroups: cgroups,
 	}
+	c.stopSignal = l.Config.StopSignal
 	// Identities are recorded together once the launch's files exist: Run
 	// writes them with runc's while runc starts. A failure on the way
 	// records what was made here.
@@ -346,7 +355,10 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	if cfg.Files, err = c.writeEtc(cfg.Hostname); err != nil {
 		return c, err
 	}
-	if err := c.mountRootfs(l.ImageRootfs, cfg); err != nil {
+	if err := c.mountWritable(ctx, &cfg); err != nil {
+		return c, err
+	}
+	if err := c.mountRootfs(ctx, l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
 	if err := c.mountOutput(l.OutputBytes, l.OutputFiles, cfg.UID, cfg.GID); err != nil {
@@ -409,7 +421,7 @@ func (c *Container) writeEtc(hostname string) ([]Mount, error) {
 
 // mountRootfs makes an overlay whose upper layer already holds every mount
 // point, so runc never needs to create anything in the image.
-func (c *Container) mountRootfs(image string, cfg Config) error {
+func (c *Container) mountRootfs(ctx context.Context, image string, cfg Config) error {
 	upper := filepath.Join(c.dir, "upper")
 	work := filepath.Join(c.dir, "work")
 	for _, d := range []string{upper, work, c.rootfs} {
@@ -449,6 +461,21 @@ func (c *Container) mountRootfs(image string, cfg Config) error {
 		}
 		defer unix.Close(fd)
 		layers[i] = fd
+	}
+	if m := c.b.opts.UserNS; m != nil {
+		if err := ownMountPoints(upper, image, *m); err != nil {
+			return fmt.Errorf("mount points: %w", err)
+		}
+		ns, err := c.b.idmapUserns(ctx)
+		if err != nil {
+			return err
+		}
+		fd, err := idmappedImage(image, ns)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		layers[0] = fd
 	}
 	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", layers[0], layers[1], layers[2])
 	c.mounted = append(c.mounted, c.rootfs)
@@ -745,8 +772,13 @@ func (g *gated) goAhead() error {
 	return nil
 }
 
+// StopGrace is how long a workload stopped by its StopSignal has to end
+// before SIGKILL.
+const StopGrace = 2 * time.Second
+
 // wait waits for runc run to end: with the workload, or killed with its
-// tree when the wall time passes or ctx ends. It returns runc's result,
+// tree when the wall time passes or ctx ends (after the image's StopSignal
+// and StopGrace, when it names one). It returns runc's result,
 // and an error only when the container could not be stopped.
 func (g *gated) wait(ctx context.Context, pid int, ex *backend.Exit) (runErr, err error) {
 	select {
@@ -757,6 +789,16 @@ func (g *gated) wait(ctx context.Context, pid int, ex *backend.Exit) (runErr, er
 		ex.Cancelled = true
 	}
 	if ex.TimedOut || ex.Cancelled {
+		if g.c.stopSignal != 0 && g.c.pidfd > 0 && unix.PidfdSendSignal(g.c.pidfd, g.c.stopSignal, nil, 0) == nil {
+			// The image's StopSignal first: a workload that handles it
+			// may end cleanly within the grace period.
+			select {
+			case runErr = <-g.exited:
+				ex.Signal, ex.Code = unix.SignalName(g.c.stopSignal), 128+int(g.c.stopSignal)
+				return runErr, nil
+			case <-time.After(StopGrace):
+			}
+		}
 		g.c.kill(pid)
 		select {
 		case runErr = <-g.exited:
@@ -1077,11 +1119,15 @@ func (c *Container) unmountAll(recovery bool) error {
 	for i := len(c.mounted) - 1; i >= 0; i-- {
 		p := c.mounted[i]
 		kind := KindOutputMount
-		switch p {
-		case c.rootfs:
+		switch {
+		case p == c.rootfs:
 			kind = KindRootfsMount
-		case c.dir:
+		case p == c.dir:
 			kind = KindLaunchMount
+		case p == c.scratchDir():
+			kind = KindScratchMount
+		case filepath.Dir(p) == c.scratchDir():
+			kind = KindInputMount
 		}
 		want := c.idents[kind+"\x00"+p]
 		got, err := mountIdentity(p)

@@ -34,7 +34,7 @@ func (b *Backend) Identity() backend.Identity {
 // filter, bounded tmpfs mounts and overlay rootfs, each as the probe
 // proved them. Without a profile it claims nothing.
 func (b *Backend) Capabilities() backend.Capabilities {
-	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil}
+	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, WritableInputs: true}
 	if b.opts.Profile == nil {
 		return caps
 	}
@@ -60,9 +60,10 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		Args: s.Args, Env: s.Env, Cwd: s.Cwd, Hostname: s.Hostname, UID: s.UID, GID: s.GID,
 		Output:   Mount{Target: s.OutputPath},
 		TmpBytes: s.TmpBytes, Memory: s.Memory, Pids: s.Pids, CPU: s.CPU, FileSize: s.FileSize,
+		StopSignal: s.StopSignal,
 	}
 	for _, in := range s.Inputs {
-		cfg.Inputs = append(cfg.Inputs, Mount{Source: in.Source, Target: in.Target})
+		cfg.Inputs = append(cfg.Inputs, Mount{Source: in.Source, Target: in.Target, Writable: in.Writable})
 	}
 	c, err := b.prepare(ctx, Launch{
 		ID: id, ImageRootfs: s.Rootfs, Config: cfg,

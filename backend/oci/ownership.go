@@ -25,6 +25,11 @@ const (
 	KindOutputMount = "output-mount"
 	KindContainer   = "container"
 	KindCgroup      = "cgroup"
+
+	// KindScratchMount is the tmpfs that holds the writable inputs' upper
+	// layers; KindInputMount one writable input's overlay.
+	KindScratchMount = "scratch-mount"
+	KindInputMount   = "input-mount"
 )
 
 type nopRecorder struct{}
@@ -95,7 +100,7 @@ func (b *Backend) recoverLaunch(ctx context.Context, id string, resources []back
 		}
 		c.idents[r.Kind+"\x00"+r.Name] = r.Identity
 		switch r.Kind {
-		case KindLaunchMount, KindRootfsMount, KindOutputMount:
+		case KindLaunchMount, KindRootfsMount, KindOutputMount, KindScratchMount, KindInputMount:
 			c.mounted = append(c.mounted, r.Name)
 		case KindCgroup:
 			// The recorded directories, not a fresh resolution: this

@@ -12,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -21,6 +22,9 @@ import (
 type Mount struct {
 	Source string // absolute host path
 	Target string // absolute container path
+	// Writable binds it read-write: an input's writable copy, whose
+	// Source is the overlay the backend made over the snapshot.
+	Writable bool
 }
 
 // IDMap maps container ids 0..Size-1 to host ids HostID..HostID+Size-1.
@@ -37,6 +41,9 @@ type Config struct {
 	Env      []string // KEY=value, declared variables only
 	Cwd      string
 	Hostname string
+	// StopSignal, if not 0, is sent to the workload before SIGKILL when
+	// it is stopped (it is not part of the OCI config).
+	StopSignal syscall.Signal
 	// UID and GID are the workload's ids inside the container; within a
 	// user namespace they must be mapped.
 	UID, GID uint32
@@ -314,9 +321,13 @@ func baseMounts(c Config) []specs.Mount {
 	// mount more to journal per input) would hide it. It names no key and
 	// not the store; the digest is the grant's own.
 	for _, in := range c.Inputs {
+		rw := "ro"
+		if in.Writable {
+			rw = "rw"
+		}
 		ms = append(ms, specs.Mount{
 			Destination: in.Target, Type: "bind", Source: in.Source,
-			Options: []string{"rbind", "ro", "nosuid", "nodev"},
+			Options: []string{"rbind", rw, "nosuid", "nodev"},
 		})
 	}
 	for _, f := range c.Files {
