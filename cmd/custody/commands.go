@@ -361,21 +361,6 @@ func (a *app) cancelCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) resultCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "result RUN-ID",
-		Short: "Fetch the recorded result of one of your runs",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := a.submit().GetRun(cmd.Context(), args[0])
-			if err != nil {
-				return a.fail(cmd, err)
-			}
-			return writeJSON(a.stdout, res)
-		},
-	}
-}
-
 func (a *app) statusCmd() *cobra.Command {
 	var operator bool
 	cmd := &cobra.Command{
@@ -567,6 +552,7 @@ func printResult(w io.Writer, r *api.Result) {
 		}
 	}
 	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
+	printLimits(w, r.Usage)
 	if r.Streams != nil {
 		for _, st := range []struct {
 			name string
@@ -588,4 +574,21 @@ func printResult(w io.Writer, r *api.Result) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error    %s\n", quote.Message(r.Error))
 	}
+}
+
+// printLimits prints the limits the kernel enforced (read from the live
+// sandbox) and what hitting them did, so a run stopped by its pids budget
+// says so instead of showing only the workload's exit code.
+func printLimits(w io.Writer, u api.Usage) {
+	if u.MemoryLimitBytes <= 0 && u.PidsLimit <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "  limits   memory %d bytes (%d OOM kills), pids %d", u.MemoryLimitBytes, u.OOMKills, u.PidsLimit)
+	switch {
+	case u.PidsLimitHits > 0:
+		fmt.Fprintf(w, " (reached: %d forks refused)", u.PidsLimitHits)
+	case u.PidsLimitHits < 0:
+		fmt.Fprint(w, " (not watched)")
+	}
+	fmt.Fprintln(w)
 }

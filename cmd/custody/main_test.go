@@ -205,7 +205,7 @@ func TestInterruptKillsTree(t *testing.T) {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		code, out, _ := e.custody("result", runID)
+		code, out, _ := e.custody("result", runID, "--json")
 		if code == 0 {
 			if !strings.Contains(out, `"status": "cancelled"`) || !strings.Contains(out, `"verified": true`) {
 				t.Fatalf("result after Ctrl-C:\n%s", out)

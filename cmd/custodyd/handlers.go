@@ -36,6 +36,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(true))
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
 	s.packRoutes(mux, true)
+	s.opsRoutes(mux, true)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := peerOf(r)
 		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
@@ -68,6 +69,7 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
 	s.packRoutes(mux, false)
+	s.opsRoutes(mux, false)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
 			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "peer credentials unavailable"})
