@@ -22,6 +22,7 @@ import (
 type env struct {
 	dir, policy, image string
 	control, submit    string
+	d                  *daemontest.Daemon
 }
 
 // startDaemon starts custodyd through daemontest, then imports the image
@@ -35,9 +36,15 @@ func startDaemon(t *testing.T) *env {
 // startDaemonWith is startDaemon with the image imported from source.
 func startDaemonWith(t *testing.T, source string) *env {
 	t.Helper()
-	d := daemontest.New(t, daemontest.Options{})
+	return startDaemonOpts(t, source, daemontest.Options{})
+}
+
+// startDaemonOpts is startDaemonWith with custodyd's options.
+func startDaemonOpts(t *testing.T, source string, opts daemontest.Options) *env {
+	t.Helper()
+	d := daemontest.New(t, opts)
 	d.Start()
-	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket}
+	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket, d: d}
 	if code, out, errs := e.custody("status"); code != 0 {
 		t.Fatalf("status: %d %s %s", code, out, errs)
 	}

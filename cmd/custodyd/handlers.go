@@ -180,9 +180,12 @@ func (s *server) handleImport(w http.ResponseWriter, r *http.Request) {
 	}
 	img, err := s.r.Images().Import(r.Context(), req.Source)
 	if err != nil {
+		s.log.Warn("image import refused", "source", req.Source, logUID, peerOf(r).UID, logVerdict, "refused", "err", err)
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: err.Error()})
 		return
 	}
+	s.log.Info("image imported", "source", req.Source, logImage, img.Digest, "files", img.Files, "bytes", img.Bytes,
+		logUID, peerOf(r).UID, logVerdict, "imported")
 	writeJSON(w, img)
 }
 
@@ -200,7 +203,7 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.log.Info("grant revoked", "grant", req.ID, "uid", peerOf(r).UID)
+	s.log.Info("grant revoked", logGrant, req.ID, logUID, peerOf(r).UID, logVerdict, "revoked")
 	writeJSON(w, map[string]string{"revoked": req.ID})
 }
 

@@ -18,6 +18,7 @@ import (
 func main() {
 	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	flag.Parse()
 	var lvl slog.Level
@@ -25,7 +26,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-level:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	log, err := newLogger(os.Stderr, *logFormat, lvl)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "custodyd: bad --log-format:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *cpuProfile != "" {

@@ -272,12 +272,14 @@ loop:
 			}
 		}
 	}
+	s.logStopping(err)
 	s.cancelAll()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, srv := range servers {
 		_ = srv.Shutdown(sctx)
 	}
+	s.log.Info("custodyd stopped serving")
 	os.Remove(s.cfg.ControlSocket)
 	os.Remove(s.cfg.SubmitSocket)
 	if errors.Is(err, http.ErrServerClosed) {
