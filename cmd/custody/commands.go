@@ -16,7 +16,6 @@ import (
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/regfile"
-	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
 )
@@ -79,30 +78,6 @@ func readPhase(path string) (api.PhaseSource, error) {
 		return api.PhaseSource{}, err
 	}
 	return api.PhaseSource{YAML: data, BaseDir: filepath.Dir(abs)}, nil
-}
-
-func (a *app) doctorCmd() *cobra.Command {
-	var asJSON bool
-	var runtimePath string
-	cmd := &cobra.Command{
-		Use:   "doctor",
-		Short: "Probe this host and print its evidenced capability profile",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			prof, err := platform.Probe(cmd.Context(), platform.Options{RuntimePath: runtimePath})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(a.stdout, prof)
-			}
-			printProfile(a.stdout, prof)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().StringVar(&runtimePath, "runtime", "", "runtime binary to probe (version and digest)")
-	return cmd
 }
 
 func (a *app) imageCmd() *cobra.Command {
@@ -497,29 +472,6 @@ func (a *app) quarantineCmd() *cobra.Command {
 		},
 	})
 	return cmd
-}
-
-func printProfile(w io.Writer, p *platform.Profile) {
-	fmt.Fprintf(w, "kernel        %s (%s/%s) %s\n", quote.String(p.Kernel), p.OS, p.Arch, quote.Message(p.Distro))
-	fmt.Fprintf(w, "cgroup mode   %s\n", p.Cgroup.Mode)
-	fmt.Fprintf(w, "cgroup v2     delegated: %s\n", strings.Join(p.Cgroup.V2Delegated, " "))
-	for c, why := range p.Cgroup.V2Missing {
-		fmt.Fprintf(w, "              missing %s: %s\n", quote.String(c), quote.Message(why))
-	}
-	fmt.Fprintf(w, "cgroup v1     usable: %s\n", strings.Join(p.Cgroup.V1Usable, " "))
-	for _, f := range []struct {
-		name string
-		f    platform.Fact
-	}{{"seccomp", p.Seccomp}, {"userns", p.UserNS}, {"tmpfs", p.Tmpfs}, {"overlay", p.Overlay}} {
-		state := "ok"
-		if !f.f.OK {
-			state = "NO (" + quote.Message(f.f.Detail) + ")"
-		}
-		fmt.Fprintf(w, "%-13s %s — %s\n", f.name, state, quote.Message(f.f.How))
-	}
-	if p.Runtime != nil {
-		fmt.Fprintf(w, "runtime       %s %s sha256:%s\n", quote.String(p.Runtime.Path), quote.String(p.Runtime.Version), p.Runtime.SHA256)
-	}
 }
 
 // printResult prints a run's result for a person. Every string in it came
