@@ -156,7 +156,7 @@ func (a *app) admitCmd() *cobra.Command {
 		Use:   "admit PHASE.yaml",
 		Short: "Dry run: the plan, or every refused requirement (grants nothing)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, args []string) error {
 			src, err := readPhase(args[0])
 			if err != nil {
 				return err
@@ -176,7 +176,7 @@ func (a *app) admitCmd() *cobra.Command {
 				return &exitError{exitRefused, errors.New("admit: refused (the requirements above)")}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -197,11 +197,12 @@ func printChecks(w io.Writer, width int, checks []api.Check) {
 func (a *app) grantCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "grant", Short: "Issue and revoke single-use grants (operator, control socket)"}
 	var actor, ttl string
+	var issueJSON bool
 	issue := &cobra.Command{
 		Use:   "issue PHASE.yaml --actor NAME --ttl 15m",
 		Short: "Mint a signed grant for one launch of the phase; prints the DSSE envelope",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: a.jsonRunE(&issueJSON, func(cmd *cobra.Command, args []string) error {
 			src, err := readPhase(args[0])
 			if err != nil {
 				return err
@@ -212,8 +213,9 @@ func (a *app) grantCmd() *cobra.Command {
 			}
 			_, err = a.stdout.Write(append(env, '\n'))
 			return err
-		},
+		}),
 	}
+	issue.Flags().BoolVar(&issueJSON, "json", false, "on a refusal print it as JSON on stdout (the grant is JSON either way)")
 	issue.Flags().StringVar(&actor, "actor", "", "who the grant is for (must be allowed the phase's stage in policy)")
 	issue.Flags().StringVar(&ttl, "ttl", "15m", "how long the grant is valid")
 	_ = issue.MarkFlagRequired("actor")
@@ -242,7 +244,7 @@ func (a *app) runCmd() *cobra.Command {
 		Use:   "run --grant GRANT.json [--receipt out/receipt.json]",
 		Short: "Submit a grant to custodyd and stream the run",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, _ []string) error {
 			if receiptPath != "" && outputsDir == "" {
 				outputsDir = filepath.Join(filepath.Dir(receiptPath), "outputs")
 			}
@@ -286,7 +288,7 @@ func (a *app) runCmd() *cobra.Command {
 				return &exitError{exitFailed, fmt.Errorf("run %s: %s", quote.String(res.RunID), quote.String(string(res.Status)))}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&grantPath, "grant", "", "grant envelope from `custody grant issue` (required)")
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed receipt here (and its Sigstore bundle beside it as *.sigstore.json); refused before the run if either exists")
@@ -430,10 +432,10 @@ func (a *app) policyCmd() *cobra.Command {
 
 func (a *app) schemaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:       "schema request|policy",
-		Short:     "Print the JSON Schema of phase requests or operator policy",
+		Use:       "schema request|policy|" + strings.Join(outputSchemas(), "|"),
+		Short:     "Print the JSON Schema of phase requests, operator policy, or a --json output",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"request", "policy"},
+		ValidArgs: append([]string{"request", "policy"}, outputSchemas()...),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
 			case "request":
@@ -443,7 +445,11 @@ func (a *app) schemaCmd() *cobra.Command {
 				_, err := a.stdout.Write(policy.Schema())
 				return err
 			}
-			return usageError("schema: unknown schema %s (want request or policy)", quote.String(args[0]))
+			if b, ok := outputSchema(args[0]); ok {
+				_, err := a.stdout.Write(b)
+				return err
+			}
+			return usageError("schema: unknown schema %s (want request, policy or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
 		},
 	}
 }

@@ -51,7 +51,7 @@ func (a *app) doctorCmd() *cobra.Command {
 		Use:   "doctor [--config custodyd.yaml] [--runtime PATH]",
 		Short: "Probe this host: every fact custody depends on, with a verdict and a fix; exit 1 if one fails",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, _ []string) error {
 			var want platform.Expect
 			if configPath != "" {
 				data, err := readFile("custodyd configuration", configPath, maxConfigSize)
@@ -89,7 +89,7 @@ func (a *app) doctorCmd() *cobra.Command {
 				return &exitError{exitFailed, fmt.Errorf("doctor: this host cannot run custody as configured (the failed checks above say why)")}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&runtimePath, "runtime", "", "runtime binary to probe (version and digest); default: the one --config pins")

@@ -23,7 +23,7 @@ func (a *app) resultCmd() *cobra.Command {
 		Use:   "result RUN-ID [--receipt out/receipt.json [--outputs DIR]]",
 		Short: "Fetch the recorded result of one of your runs, and with --receipt its receipt and outputs",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, args []string) error {
 			if outputsDir != "" && receiptPath == "" {
 				return &exitError{exitUsage, fmt.Errorf("--outputs needs --receipt: outputs are only saved beside the receipt that binds them")}
 			}
@@ -56,7 +56,7 @@ func (a *app) resultCmd() *cobra.Command {
 			}
 			printResult(a.stdout, res)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "also write the run's signed receipt here (and its Sigstore bundle as *.sigstore.json); refused if either exists")
 	cmd.Flags().StringVar(&outputsDir, "outputs", "", "with --receipt: fetch the retained outputs into this new directory (default: outputs/ beside the receipt)")
