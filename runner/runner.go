@@ -105,7 +105,13 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if err := os.MkdirAll(r.logDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("logs dir: %w", err)
 	}
-	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir}
+	// The cgroup the runs are placed under is this process's at start:
+	// custodyd may move itself into a leaf of it afterwards.
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("read own cgroup: %w", err)
+	}
+	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir, OwnCgroup: own}
 	r.reprobeEvery = reprobeEvery
 	prof, err := platform.Probe(ctx, r.probeOpts)
 	if err != nil {

@@ -71,7 +71,9 @@ func (s *server) logStopping(err error) {
 	s.mu.RUnlock()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.log.Error("custodyd stopping: a socket failed", "cancelling", n, "err", err)
+		s.stopping()
 		return
 	}
 	s.log.Info("custodyd stopping", "cancelling", n)
+	s.stopping()
 }

@@ -40,6 +40,9 @@ type server struct {
 	now       func() time.Time
 	faults    func(stage string)
 	retention retention.Policy
+	// svc is the service manager's side: readiness (Type=notify) and
+	// the leaf cgroup (service.go); the zero value does nothing.
+	svc service
 	// stall is how long a run's client may stop reading after the run
 	// before its stream is dropped.
 	stall time.Duration
@@ -257,6 +260,7 @@ func (s *server) serve(ctx context.Context) error {
 	}()
 	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
 		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
+	s.ready()
 	tick := time.NewTicker(time.Hour)
 	defer tick.Stop()
 loop:
