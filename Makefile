@@ -12,7 +12,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: all deps docker-deps bench-deps vm-deps build runc demo test test-race test-short fuzz bench clean qualify-vm
+.PHONY: all deps docker-deps bench-deps vm-deps build runc demo test test-race test-short fuzz bench clean qualify-vm install
 
 all: build
 
@@ -171,6 +171,28 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPackStatement$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzResolveLayout$$' -fuzztime=$(FUZZTIME) ./image
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSource$$' -fuzztime=$(FUZZTIME) ./image
+
+# Install (as root, or into DESTDIR for packaging): custody and custodyd in
+# PREFIX/bin, the pinned runc and custody-gate in PREFIX/lib/custody, the
+# systemd unit in UNITDIR, and a custodyd.yaml pinning that runc's digest
+# and an example policy in SYSCONFDIR/custody unless they exist already.
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR ?= /lib/systemd/system
+DESTDIR ?=
+install: build
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/custody $(DESTDIR)$(UNITDIR)
+	install -d -m 0700 $(DESTDIR)$(SYSCONFDIR)/custody
+	install -m 0755 bin/custody bin/custodyd $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 bin/runc bin/custody-gate $(DESTDIR)$(PREFIX)/lib/custody/
+	sed 's|/usr/local/bin/custodyd|$(PREFIX)/bin/custodyd|; s|/etc/custody/|$(SYSCONFDIR)/custody/|' dist/custodyd.service > $(DESTDIR)$(UNITDIR)/custodyd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/custodyd.service
+	@cfg=$(DESTDIR)$(SYSCONFDIR)/custody/custodyd.yaml; if [ -e $$cfg ]; then echo "kept $$cfg"; else \
+		sed -e 's|@LIBDIR@|$(PREFIX)/lib/custody|' -e "s|@RUNC_VERSION@|$$(bin/runc --version | sed -n 's/^runc version //p')|" \
+		    -e "s|@RUNC_SHA256@|$$(sha256sum bin/runc | cut -d' ' -f1)|" -e 's|/etc/custody/|$(SYSCONFDIR)/custody/|' \
+		    dist/custodyd.yaml.in > $$cfg && chmod 0600 $$cfg && echo "wrote $$cfg"; fi
+	@pol=$(DESTDIR)$(SYSCONFDIR)/custody/policy.yaml; if [ -e $$pol ]; then echo "kept $$pol"; else \
+		install -m 0600 examples/policy.yaml $$pol && echo "wrote $$pol (the example: edit its images and inputRoots)"; fi
 
 clean:
 	rm -rf bin $(BUILD)

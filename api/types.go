@@ -200,10 +200,13 @@ const (
 type RunStatus string
 
 const (
-	StatusOK        RunStatus = "ok"
-	StatusFailed    RunStatus = "failed"
-	StatusTimeout   RunStatus = "timeout"
-	StatusOOM       RunStatus = "oom"
+	StatusOK      RunStatus = "ok"
+	StatusFailed  RunStatus = "failed"
+	StatusTimeout RunStatus = "timeout"
+	StatusOOM     RunStatus = "oom"
+	// StatusPidsLimit: the workload failed after the pids limit refused
+	// it a fork (usage.pidsLimitHits counts them).
+	StatusPidsLimit RunStatus = "pids-limit"
 	StatusRefused   RunStatus = "refused"
 	StatusCancelled RunStatus = "cancelled"
 	// StatusFailedToStart: the sandbox failed before the workload started
@@ -300,6 +303,9 @@ type Usage struct {
 	OOMKills         int64 `json:"oomKills"`
 	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
 	PidsLimit        int64 `json:"pidsLimit"`
+	// PidsLimitHits counts forks the pids limit refused (-1: not watched;
+	// absent: none, which keeps records from before it byte for byte).
+	PidsLimitHits int64 `json:"pidsLimitHits,omitempty"`
 }
 
 // Cleanup says what cleanup did and whether every part was verified.

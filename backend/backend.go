@@ -162,6 +162,9 @@ type Usage struct {
 	// what was enforced, not what was asked.
 	MemoryLimitBytes int64
 	PidsLimit        int64
+	// PidsLimitHits counts the forks the pids limit refused: 0 when none
+	// was seen or the backend does not watch, -1 when its watch failed.
+	PidsLimitHits int64
 }
 
 // Observation is what a backend read back from the live sandbox.

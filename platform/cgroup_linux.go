@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -20,10 +21,13 @@ import (
 // named children: cgroups it did not create (this process's own, its
 // siblings and parents) belong to whoever supervises the host and are only
 // read.
-func probeCgroups(mounts []mountInfo, cgroupRoot string) Cgroup {
+func probeCgroups(mounts []mountInfo, cgroupRoot string, ownCgroup []byte) Cgroup {
 	l := classifyCgroups(mounts, cgroupRoot)
 	cg := Cgroup{Mode: l.Mode, V2Delegated: []string{}, V1Usable: []string{}}
 	own, ownErr := readProcCgroup(procSelfCgroup)
+	if ownCgroup != nil {
+		own, ownErr = parseProcCgroup(bytes.NewReader(ownCgroup))
+	}
 
 	// cgroup v1: every hierarchy that binds controllers.
 	v1Err := make(map[string]error)

@@ -23,6 +23,10 @@ type Options struct {
 	// default os.TempDir(). It must be on a filesystem that can hold an
 	// overlay upper layer (an overlay mount itself cannot).
 	ScratchDir string
+	// OwnCgroup is this process's /proc/self/cgroup as it was when its
+	// runtime's cgroups were placed (custodyd reads it before it moves
+	// itself into a leaf cgroup); nil reads it at each probe.
+	OwnCgroup []byte
 }
 
 // withDefaults fills in defaults and makes ScratchDir absolute and free of

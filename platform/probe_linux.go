@@ -36,7 +36,7 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 		Arch:   runtime.GOARCH,
 		OS:     runtime.GOOS,
 		Distro: readDistro(),
-		Cgroup: probeCgroups(mounts, opts.CgroupRoot),
+		Cgroup: probeCgroups(mounts, opts.CgroupRoot, opts.OwnCgroup),
 	}
 	p.Seccomp = probeSeccomp()
 	p.UserNS = probeUserNS(ctx)

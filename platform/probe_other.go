@@ -12,3 +12,8 @@ import (
 func Probe(ctx context.Context, opts Options) (*Profile, error) {
 	return nil, errors.New("probe: only linux hosts can run containers")
 }
+
+// ProbeOpenat2 reports openat2 missing: it is a Linux system call.
+func ProbeOpenat2() Fact {
+	return Fact{How: "openat2", Detail: "not a Linux host"}
+}

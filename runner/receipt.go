@@ -113,7 +113,9 @@ func receiptStreams(s *Streams) *evidence.Streams {
 // with exit code -1 (a receipt's "failed" goes with any exit), so the
 // predicate's meaning does not change.
 func receiptStatus(s Status) string {
-	if s == StatusFailedToStart {
+	// The receipt format keeps its five statuses: these are failures (the
+	// receipt's exit and the result say which kind).
+	if s == StatusFailedToStart || s == StatusPidsLimit {
 		return string(StatusFailed)
 	}
 	return string(s)

@@ -17,10 +17,13 @@ type Status string
 
 // Run statuses.
 const (
-	StatusOK        Status = "ok"
-	StatusFailed    Status = "failed"
-	StatusTimeout   Status = "timeout"
-	StatusOOM       Status = "oom"
+	StatusOK      Status = "ok"
+	StatusFailed  Status = "failed"
+	StatusTimeout Status = "timeout"
+	StatusOOM     Status = "oom"
+	// StatusPidsLimit is a run that failed after the pids limit refused
+	// it a fork (the receipt records it as failed, with the count).
+	StatusPidsLimit Status = "pids-limit"
 	StatusRefused   Status = "refused"
 	StatusCancelled Status = "cancelled"
 	// StatusFailedToStart is a run whose workload never started: the
@@ -143,6 +146,7 @@ type usageRecord struct {
 	OOMKills         int64 `json:"oomKills"`
 	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
 	PidsLimit        int64 `json:"pidsLimit"`
+	PidsLimitHits    int64 `json:"pidsLimitHits,omitempty"`
 }
 
 // CPUTimeMillis is the CPU time in whole milliseconds, as records keep it.
@@ -151,7 +155,8 @@ func (u Usage) CPUTimeMillis() int64 { return u.CPUTimeNanos / 1e6 }
 // MarshalJSON writes the run record's shape.
 func (u Usage) MarshalJSON() ([]byte, error) {
 	return json.Marshal(usageRecord{PeakMemoryBytes: u.PeakMemoryBytes, CPUTimeMillis: u.CPUTimeMillis(),
-		WallMillis: u.Wall.Milliseconds(), OOMKills: u.OOMKills, MemoryLimitBytes: u.MemoryLimitBytes, PidsLimit: u.PidsLimit})
+		WallMillis: u.Wall.Milliseconds(), OOMKills: u.OOMKills, MemoryLimitBytes: u.MemoryLimitBytes, PidsLimit: u.PidsLimit,
+		PidsLimitHits: u.PidsLimitHits})
 }
 
 // UnmarshalJSON reads the run record's shape.
@@ -161,7 +166,8 @@ func (u *Usage) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*u = Usage{Usage: backend.Usage{PeakMemoryBytes: r.PeakMemoryBytes, CPUTimeNanos: r.CPUTimeMillis * 1e6,
-		OOMKills: r.OOMKills, MemoryLimitBytes: r.MemoryLimitBytes, PidsLimit: r.PidsLimit},
+		OOMKills: r.OOMKills, MemoryLimitBytes: r.MemoryLimitBytes, PidsLimit: r.PidsLimit,
+		PidsLimitHits: r.PidsLimitHits},
 		Wall: time.Duration(r.WallMillis) * time.Millisecond}
 	return nil
 }
@@ -279,6 +285,10 @@ func setExit(res *Result, ex *backend.Exit) {
 		res.Status = StatusTimeout
 	case ex.OOMKilled:
 		res.Status = StatusOOM
+	case ex.Usage.PidsLimitHits > 0 && (ex.Code != 0 || ex.Signal != ""):
+		// A workload that handled a refused fork and exited 0 succeeded;
+		// one that failed after one failed at its pids budget.
+		res.Status = StatusPidsLimit
 	case ex.Code != 0:
 		res.Status = StatusFailed
 	default:

@@ -106,7 +106,16 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if r.outputs, err = snapshot.New(filepath.Join(cfg.StateDir, "outputs")); err != nil {
 		return nil, err
 	}
-	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir}
+	if err := os.MkdirAll(r.logDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("logs dir: %w", err)
+	}
+	// The cgroup the runs are placed under is this process's at start:
+	// custodyd may move itself into a leaf of it afterwards.
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("read own cgroup: %w", err)
+	}
+	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir, OwnCgroup: own}
 	r.reprobeEvery = reprobeEvery
 	prof, err := platform.Probe(ctx, r.probeOpts)
 	if err != nil {
@@ -426,10 +435,6 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		}
 		return res, err
 	}
-	// The workload's output goes through spools that never block, never
-	// straight to a caller that may stop reading: a full pipe would hold
-	// the workload, and a killed one, until cleanup cannot be verified.
-	sp := openSpools(stdout, stderr)
 	// The snapshots need no second read here: Snapshot hashed exactly the
 	// bytes it wrote, and re-hashed any stored copy it reused.
 	// The attempt is journalled with the backend's first record, the intent
@@ -470,6 +475,12 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	res.Evidence = maps.Clone(ev)
 	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
 	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
+	// The workload's output goes through spools that never block, never
+	// straight to a caller that may stop reading: a full pipe would hold
+	// the workload, and a killed one, until cleanup cannot be verified.
+	// They keep the streams in the logs dir, opened only for a sandbox
+	// that will run.
+	sp := openSpools(stdout, stderr, r.logDir(), res.RunID, r.log)
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})
 	// Digests a backend takes while the workload runs (the vm backend's
 	// output stream, as the host received it) join those of the launch.

@@ -3,9 +3,15 @@ package runner
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -17,8 +23,10 @@ const StreamCap = 16 << 20
 // spool is one output stream of a run: it digests and counts up to
 // StreamCap bytes and passes each kept chunk to the caller's live writer.
 // A write always takes all it is given, so the workload's pipe is drained
-// whatever happens; the live writer must not block (see Launch). Nothing
-// is kept on disk: the digest is what a receipt binds.
+// whatever happens; the live writer must not block (see Launch). The kept
+// bytes also go to a file in the runner's logs dir (custody logs), so its
+// sha256 is the one the receipt binds; a file that cannot be written is
+// removed rather than kept short (the digest still covers every kept byte).
 type spool struct {
 	mu        sync.Mutex
 	name      string
@@ -26,6 +34,7 @@ type spool struct {
 	n         int64
 	truncated bool
 	live      io.Writer
+	file      *os.File // nil when not kept (or no longer: a write failed)
 }
 
 func newSpool(name string, live io.Writer) *spool {
@@ -48,6 +57,11 @@ func (s *spool) Write(p []byte) (int, error) {
 	}
 	s.h.Write(keep)
 	s.n += int64(len(keep))
+	if s.file != nil {
+		if _, err := s.file.Write(keep); err != nil {
+			s.drop()
+		}
+	}
 	if s.live != nil {
 		_, _ = s.live.Write(keep)
 	}
@@ -62,14 +76,102 @@ func (s *spool) digest() Stream {
 	return Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
 }
 
+// drop stops keeping the stream on disk and removes what was kept: a log
+// file is either the whole kept stream or absent. s.mu is held.
+func (s *spool) drop() {
+	name := s.file.Name()
+	s.file.Close()
+	s.file = nil
+	_ = os.Remove(name)
+}
+
+// keep opens the stream's log file, created new and private (0600).
+func (s *spool) keep(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("keep %s: %w", s.name, err)
+	}
+	s.file = f
+	return nil
+}
+
+// close syncs and closes the log file; one that cannot be synced is
+// removed.
+func (s *spool) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.file == nil {
+		return
+	}
+	if err := s.file.Sync(); err != nil {
+		s.drop()
+		return
+	}
+	if err := s.file.Close(); err != nil {
+		_ = os.Remove(s.file.Name())
+	}
+	s.file = nil
+}
+
 // spools are a run's stdout and stderr.
 type spools struct{ stdout, stderr *spool }
 
-func openSpools(stdout, stderr io.Writer) *spools {
-	return &spools{stdout: newSpool("stdout", stdout), stderr: newSpool("stderr", stderr)}
+// openSpools makes a run's spools; with logDir set each also keeps its
+// stream in LogPath(logDir, runID, name). A log file that cannot be
+// created is logged and the run goes on without it.
+func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger) *spools {
+	sp := &spools{stdout: newSpool("stdout", stdout), stderr: newSpool("stderr", stderr)}
+	if logDir == "" {
+		return sp
+	}
+	for _, s := range []*spool{sp.stdout, sp.stderr} {
+		if err := s.keep(LogPath(logDir, runID, s.name)); err != nil {
+			log.Warn("run log not kept", "run", runID, "stream", s.name, "err", err)
+		}
+	}
+	return sp
 }
 
-// record records both streams on res.
+// record records both streams on res and closes their log files.
 func (s *spools) record(res *Result) {
+	s.stdout.close()
+	s.stderr.close()
 	res.Streams = &Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
 }
+
+// Streams a run's log holds.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
+
+// ErrNoLog is a stream the runner did not keep (or no longer keeps).
+var ErrNoLog = errors.New("no log kept")
+
+// LogPath is where a run's stream is kept under logDir.
+func LogPath(logDir, runID, stream string) string {
+	return filepath.Join(logDir, runID+"."+stream)
+}
+
+// OpenLog opens a run's kept stream (stdout or stderr). runID must be a
+// run id (the caller read its record); the stream name is checked here.
+func (r *Runner) OpenLog(runID, stream string) (*os.File, error) {
+	if stream != StreamStdout && stream != StreamStderr {
+		return nil, fmt.Errorf("stream %q: %w (streams are stdout and stderr)", stream, ErrNoLog)
+	}
+	if runID == "" || strings.ContainsAny(runID, "/.\x00") {
+		return nil, fmt.Errorf("run %q: %w", runID, ErrNoLog)
+	}
+	f, err := os.Open(LogPath(r.logDir(), runID, stream))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("run %s %s: %w", runID, stream, ErrNoLog)
+	}
+	return f, err
+}
+
+// logDir holds the runs' kept streams.
+func (r *Runner) logDir() string { return LogDir(r.cfg) }
+
+// LogDir is where a runner under cfg keeps its runs' streams (retention
+// removes them with their records).
+func LogDir(cfg Config) string { return filepath.Join(cfg.StateDir, "logs") }

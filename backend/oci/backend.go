@@ -753,7 +753,7 @@ func (g *gated) joinIdentities() (int, *backend.Observation, error) {
 	if err := g.join(); err != nil {
 		return 0, nil, err
 	}
-	watchErr := c.cgroups.watchOOM()
+	watchErr := errors.Join(c.cgroups.watchOOM(), c.cgroups.watchPids(pid))
 	observed := c.observe(pid)
 	if watchErr != nil {
 		return 0, nil, watchErr
@@ -831,6 +831,7 @@ func (c *Container) exitStatus(ex *backend.Exit, runErr error) error {
 func (c *Container) collectUsage(ex *backend.Exit) {
 	ex.Usage = c.cgroups.usage()
 	ex.Usage.OOMKills = max(ex.Usage.OOMKills, c.cgroups.oomNotified())
+	ex.Usage.PidsLimitHits = c.cgroups.pidsNotified()
 	// The leaf is gone with its limits; they were read from it live.
 	observed := ex.Observation
 	ex.Usage.MemoryLimitBytes, ex.Usage.PidsLimit = observed.Cgroup.MemoryLimitBytes, observed.Cgroup.PidsLimit
@@ -986,6 +987,7 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	c.fault("mid-cleanup")
 	if c.cgroups != nil {
 		c.cgroups.oomNotified() // closes the eventfd if a failed run left it
+		c.cgroups.pidsNotified()
 		err := c.removeCgroups()
 		if err == nil {
 			// The kernel refuses to remove a cgroup that holds a process

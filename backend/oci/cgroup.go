@@ -37,6 +37,8 @@ type cgroupDirs struct {
 	oomEvents *os.File
 	oomDone   chan struct{}
 	ooms      atomic.Int64
+	// pids is the leaf's pids limit watch while it is armed.
+	pids *pidsWatch
 }
 
 // resolveLaunchCgroups resolves a launch's parent cgroup (rel) and the

@@ -16,7 +16,6 @@ import (
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/regfile"
-	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
 )
@@ -79,30 +78,6 @@ func readPhase(path string) (api.PhaseSource, error) {
 		return api.PhaseSource{}, err
 	}
 	return api.PhaseSource{YAML: data, BaseDir: filepath.Dir(abs)}, nil
-}
-
-func (a *app) doctorCmd() *cobra.Command {
-	var asJSON bool
-	var runtimePath string
-	cmd := &cobra.Command{
-		Use:   "doctor",
-		Short: "Probe this host and print its evidenced capability profile",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			prof, err := platform.Probe(cmd.Context(), platform.Options{RuntimePath: runtimePath})
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(a.stdout, prof)
-			}
-			printProfile(a.stdout, prof)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().StringVar(&runtimePath, "runtime", "", "runtime binary to probe (version and digest)")
-	return cmd
 }
 
 func (a *app) imageCmd() *cobra.Command {
@@ -181,7 +156,7 @@ func (a *app) admitCmd() *cobra.Command {
 		Use:   "admit PHASE.yaml",
 		Short: "Dry run: the plan, or every refused requirement (grants nothing)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, args []string) error {
 			src, err := readPhase(args[0])
 			if err != nil {
 				return err
@@ -201,7 +176,7 @@ func (a *app) admitCmd() *cobra.Command {
 				return &exitError{exitRefused, errors.New("admit: refused (the requirements above)")}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -222,11 +197,12 @@ func printChecks(w io.Writer, width int, checks []api.Check) {
 func (a *app) grantCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "grant", Short: "Issue and revoke single-use grants (operator, control socket)"}
 	var actor, ttl string
+	var issueJSON bool
 	issue := &cobra.Command{
 		Use:   "issue PHASE.yaml --actor NAME --ttl 15m",
 		Short: "Mint a signed grant for one launch of the phase; prints the DSSE envelope",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: a.jsonRunE(&issueJSON, func(cmd *cobra.Command, args []string) error {
 			src, err := readPhase(args[0])
 			if err != nil {
 				return err
@@ -237,8 +213,9 @@ func (a *app) grantCmd() *cobra.Command {
 			}
 			_, err = a.stdout.Write(append(env, '\n'))
 			return err
-		},
+		}),
 	}
+	issue.Flags().BoolVar(&issueJSON, "json", false, "on a refusal print it as JSON on stdout (the grant is JSON either way)")
 	issue.Flags().StringVar(&actor, "actor", "", "who the grant is for (must be allowed the phase's stage in policy)")
 	issue.Flags().StringVar(&ttl, "ttl", "15m", "how long the grant is valid")
 	_ = issue.MarkFlagRequired("actor")
@@ -267,7 +244,7 @@ func (a *app) runCmd() *cobra.Command {
 		Use:   "run --grant GRANT.json [--receipt out/receipt.json]",
 		Short: "Submit a grant to custodyd and stream the run",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, _ []string) error {
 			if receiptPath != "" && outputsDir == "" {
 				outputsDir = filepath.Join(filepath.Dir(receiptPath), "outputs")
 			}
@@ -311,7 +288,7 @@ func (a *app) runCmd() *cobra.Command {
 				return &exitError{exitFailed, fmt.Errorf("run %s: %s", quote.String(res.RunID), quote.String(string(res.Status)))}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&grantPath, "grant", "", "grant envelope from `custody grant issue` (required)")
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed receipt here (and its Sigstore bundle beside it as *.sigstore.json); refused before the run if either exists")
@@ -359,21 +336,6 @@ func (a *app) cancelCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&operator, "operator", false, "use the control socket")
 	return cmd
-}
-
-func (a *app) resultCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "result RUN-ID",
-		Short: "Fetch the recorded result of one of your runs",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := a.submit().GetRun(cmd.Context(), args[0])
-			if err != nil {
-				return a.fail(cmd, err)
-			}
-			return writeJSON(a.stdout, res)
-		},
-	}
 }
 
 func (a *app) statusCmd() *cobra.Command {
@@ -470,10 +432,10 @@ func (a *app) policyCmd() *cobra.Command {
 
 func (a *app) schemaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:       "schema request|policy",
-		Short:     "Print the JSON Schema of phase requests or operator policy",
+		Use:       "schema request|policy|" + strings.Join(outputSchemas(), "|"),
+		Short:     "Print the JSON Schema of phase requests, operator policy, or a --json output",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"request", "policy"},
+		ValidArgs: append([]string{"request", "policy"}, outputSchemas()...),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
 			case "request":
@@ -483,7 +445,11 @@ func (a *app) schemaCmd() *cobra.Command {
 				_, err := a.stdout.Write(policy.Schema())
 				return err
 			}
-			return usageError("schema: unknown schema %s (want request or policy)", quote.String(args[0]))
+			if b, ok := outputSchema(args[0]); ok {
+				_, err := a.stdout.Write(b)
+				return err
+			}
+			return usageError("schema: unknown schema %s (want request, policy or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
 		},
 	}
 }
@@ -512,29 +478,6 @@ func (a *app) quarantineCmd() *cobra.Command {
 		},
 	})
 	return cmd
-}
-
-func printProfile(w io.Writer, p *platform.Profile) {
-	fmt.Fprintf(w, "kernel        %s (%s/%s) %s\n", quote.String(p.Kernel), p.OS, p.Arch, quote.Message(p.Distro))
-	fmt.Fprintf(w, "cgroup mode   %s\n", p.Cgroup.Mode)
-	fmt.Fprintf(w, "cgroup v2     delegated: %s\n", strings.Join(p.Cgroup.V2Delegated, " "))
-	for c, why := range p.Cgroup.V2Missing {
-		fmt.Fprintf(w, "              missing %s: %s\n", quote.String(c), quote.Message(why))
-	}
-	fmt.Fprintf(w, "cgroup v1     usable: %s\n", strings.Join(p.Cgroup.V1Usable, " "))
-	for _, f := range []struct {
-		name string
-		f    platform.Fact
-	}{{"seccomp", p.Seccomp}, {"userns", p.UserNS}, {"tmpfs", p.Tmpfs}, {"overlay", p.Overlay}} {
-		state := "ok"
-		if !f.f.OK {
-			state = "NO (" + quote.Message(f.f.Detail) + ")"
-		}
-		fmt.Fprintf(w, "%-13s %s — %s\n", f.name, state, quote.Message(f.f.How))
-	}
-	if p.Runtime != nil {
-		fmt.Fprintf(w, "runtime       %s %s sha256:%s\n", quote.String(p.Runtime.Path), quote.String(p.Runtime.Version), p.Runtime.SHA256)
-	}
 }
 
 // printResult prints a run's result for a person. Every string in it came
@@ -567,6 +510,7 @@ func printResult(w io.Writer, r *api.Result) {
 		}
 	}
 	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
+	printLimits(w, r.Usage)
 	if r.Streams != nil {
 		for _, st := range []struct {
 			name string
@@ -588,4 +532,21 @@ func printResult(w io.Writer, r *api.Result) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error    %s\n", quote.Message(r.Error))
 	}
+}
+
+// printLimits prints the limits the kernel enforced (read from the live
+// sandbox) and what hitting them did, so a run stopped by its pids budget
+// says so instead of showing only the workload's exit code.
+func printLimits(w io.Writer, u api.Usage) {
+	if u.MemoryLimitBytes <= 0 && u.PidsLimit <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "  limits   memory %d bytes (%d OOM kills), pids %d", u.MemoryLimitBytes, u.OOMKills, u.PidsLimit)
+	switch {
+	case u.PidsLimitHits > 0:
+		fmt.Fprintf(w, " (reached: %d forks refused)", u.PidsLimitHits)
+	case u.PidsLimitHits < 0:
+		fmt.Fprint(w, " (not watched)")
+	}
+	fmt.Fprintln(w)
 }

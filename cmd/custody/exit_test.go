@@ -53,7 +53,7 @@ func TestUsageExits64(t *testing.T) {
 		[]string{"admit"},
 		[]string{"admit", phase, phase},
 		[]string{"grant", "issue", phase},
-		[]string{"grant", "issue", phase, "--actor", "ci-bot", "--ttl", "5m", "--json"},
+		[]string{"grant", "issue", phase, "--actor", "ci-bot", "--ttl", "5m", "--json=maybe"},
 		[]string{"verify", phase},
 		[]string{"verify", phase, "--trust", phase},
 		[]string{"promote", phase, "--trust", phase, "--outputs", dir},

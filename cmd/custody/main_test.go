@@ -22,7 +22,7 @@ import (
 type env struct {
 	dir, policy, image string
 	control, submit    string
-	daemon             *daemontest.Daemon
+	d                  *daemontest.Daemon
 }
 
 // startDaemon starts custodyd through daemontest, then imports the image
@@ -39,12 +39,12 @@ func startDaemonWith(t *testing.T, source string) *env {
 	return startDaemonOpts(t, source, daemontest.Options{})
 }
 
-// startDaemonOpts is startDaemonWith with the daemon's options.
+// startDaemonOpts is startDaemonWith with custodyd's options.
 func startDaemonOpts(t *testing.T, source string, opts daemontest.Options) *env {
 	t.Helper()
 	d := daemontest.New(t, opts)
 	d.Start()
-	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket, daemon: d}
+	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket, d: d}
 	if code, out, errs := e.custody("status"); code != 0 {
 		t.Fatalf("status: %d %s %s", code, out, errs)
 	}
@@ -212,7 +212,7 @@ func TestInterruptKillsTree(t *testing.T) {
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		code, out, _ := e.custody("result", runID)
+		code, out, _ := e.custody("result", runID, "--json")
 		if code == 0 {
 			if !strings.Contains(out, `"status": "cancelled"`) || !strings.Contains(out, `"verified": true`) {
 				t.Fatalf("result after Ctrl-C:\n%s", out)

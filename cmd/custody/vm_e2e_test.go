@@ -110,7 +110,7 @@ func qemuOf(dir string) []int {
 // bundle removed, the runner not quarantined.
 func TestVMRecoveryAfterSIGKILL(t *testing.T) {
 	e := startVMDaemon(t)
-	d := e.daemon
+	d := e.d
 	phase := filepath.Join(e.dir, "long.yaml")
 	write(t, phase, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
 kind: Phase

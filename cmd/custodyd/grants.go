@@ -63,7 +63,7 @@ func (s *server) handleIssue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.log.Info("grant issued", "actor", in.Actor, "uid", peerOf(r).UID)
+	s.log.Info("grant issued", logActor, in.Actor, logStage, req.Stage, logUID, peerOf(r).UID, logVerdict, "issued")
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(env)
 }
@@ -86,7 +86,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	pr := peerOf(r)
 	run, err := s.l.Admit(ctx, in.Grant, launch.Peer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
 	if err != nil {
-		s.log.Warn("run refused", "uid", owner, "err", err)
+		s.log.Warn("run refused", logUID, owner, logVerdict, "refused", "err", err)
 		writeError(w, err)
 		return
 	}
@@ -102,10 +102,13 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 
+	s.logAdmitted(run, owner)
 	st := newStream(w, s.stall)
 	st.send(api.Event{Type: api.EventStarted, RunID: runID})
+	began := time.Now()
 	out := run.Execute(runCtx, owner, st.writer(api.EventStdout), st.writer(api.EventStderr))
 	res, err := out.Result, out.Err
+	s.logFinished(res, owner, time.Since(began), err)
 	wire := wireResult(res)
 	if rcpt := out.Receipt; rcpt != nil {
 		st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,
@@ -117,7 +120,6 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	final := api.Event{Type: api.EventResult, RunID: runID, Result: wire}
 	if err != nil {
-		s.log.Error("run failed in the runner", "run", runID, "err", err)
 		// The runner could not run it or finish it cleanly: the client must
 		// not read the result as a clean run. A cancellation before the
 		// workload started is the client's doing, and its result says so.

@@ -36,6 +36,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(true))
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
 	s.packRoutes(mux, true)
+	s.opsRoutes(mux, true)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := peerOf(r)
 		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
@@ -68,6 +69,7 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
 	s.packRoutes(mux, false)
+	s.opsRoutes(mux, false)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
 			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "peer credentials unavailable"})
@@ -178,9 +180,12 @@ func (s *server) handleImport(w http.ResponseWriter, r *http.Request) {
 	}
 	img, err := s.r.Images().Import(r.Context(), req.Source)
 	if err != nil {
+		s.log.Warn("image import refused", "source", req.Source, logUID, peerOf(r).UID, logVerdict, "refused", "err", err)
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: err.Error()})
 		return
 	}
+	s.log.Info("image imported", "source", req.Source, logImage, img.Digest, "files", img.Files, "bytes", img.Bytes,
+		logUID, peerOf(r).UID, logVerdict, "imported")
 	writeJSON(w, img)
 }
 
@@ -198,7 +203,7 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.log.Info("grant revoked", "grant", req.ID, "uid", peerOf(r).UID)
+	s.log.Info("grant revoked", logGrant, req.ID, logUID, peerOf(r).UID, logVerdict, "revoked")
 	writeJSON(w, map[string]string{"revoked": req.ID})
 }
 

@@ -18,6 +18,8 @@ import (
 func main() {
 	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
+	cgroupLeaf := flag.String("cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started: on, off, or auto (on under systemd on a cgroup v2 host)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	flag.Parse()
 	var lvl slog.Level
@@ -25,7 +27,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-level:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	log, err := newLogger(os.Stderr, *logFormat, lvl)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "custodyd: bad --log-format:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *cpuProfile != "" {
@@ -42,7 +48,13 @@ func main() {
 			f.Close()
 		}()
 	}
-	if err := run(ctx, *configPath, log); err != nil {
+	// Taken from the environment before anything starts a child.
+	svc, err := newService(*cgroupLeaf)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "custodyd:", err)
+		os.Exit(2)
+	}
+	if err := run(ctx, *configPath, log, svc); err != nil {
 		log.Error("custodyd stopped", "err", err)
 		stop()
 		pprof.StopCPUProfile()
@@ -50,7 +62,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, configPath string, log *slog.Logger) error {
+func run(ctx context.Context, configPath string, log *slog.Logger, svc service) error {
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return err
@@ -60,5 +72,9 @@ func run(ctx context.Context, configPath string, log *slog.Logger) error {
 		return err
 	}
 	defer s.close()
+	s.svc = svc
+	if err := s.enterLeaf(); err != nil {
+		return err
+	}
 	return s.serve(ctx)
 }

@@ -40,6 +40,9 @@ type server struct {
 	now       func() time.Time
 	faults    func(stage string)
 	retention retention.Policy
+	// svc is the service manager's side: readiness (Type=notify) and
+	// the leaf cgroup (service.go); the zero value does nothing.
+	svc service
 	// stall is how long a run's client may stop reading after the run
 	// before its stream is dropped.
 	stall time.Duration
@@ -261,6 +264,7 @@ func (s *server) serve(ctx context.Context) error {
 	}()
 	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
 		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
+	s.ready()
 	tick := time.NewTicker(time.Hour)
 	defer tick.Stop()
 loop:
@@ -276,12 +280,14 @@ loop:
 			}
 		}
 	}
+	s.logStopping(err)
 	s.cancelAll()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, srv := range servers {
 		_ = srv.Shutdown(sctx)
 	}
+	s.log.Info("custodyd stopped serving")
 	os.Remove(s.cfg.ControlSocket)
 	os.Remove(s.cfg.SubmitSocket)
 	if errors.Is(err, http.ErrServerClosed) {

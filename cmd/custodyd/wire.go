@@ -28,6 +28,7 @@ func wireResult(r *runner.Result) *api.Result {
 			PeakMemoryBytes: r.Usage.PeakMemoryBytes, CPUTimeMillis: r.Usage.CPUTimeMillis(),
 			WallMillis: r.Usage.Wall.Milliseconds(), OOMKills: r.Usage.OOMKills,
 			MemoryLimitBytes: r.Usage.MemoryLimitBytes, PidsLimit: r.Usage.PidsLimit,
+			PidsLimitHits: r.Usage.PidsLimitHits,
 		},
 		Refusal: wireChecks(r.Refusal), Error: r.Error,
 		Started: r.Started, Finished: r.Finished,

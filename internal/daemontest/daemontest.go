@@ -32,6 +32,8 @@ type Options struct {
 	// Config is YAML appended to the generated custodyd.yaml, e.g. a
 	// backends list and its sections.
 	Config string
+	// LogFormat is custodyd's --log-format; its default if empty.
+	LogFormat string
 }
 
 // Daemon is one custodyd configuration on a temporary directory, and the
@@ -47,10 +49,11 @@ type Daemon struct {
 	// Logs are the running (or last) process's stdout and stderr.
 	Logs testenv.Buffer
 
-	t        testing.TB
-	bin      string
-	logLevel string
-	cmd      *exec.Cmd
+	t         testing.TB
+	bin       string
+	logLevel  string
+	logFormat string
+	cmd       *exec.Cmd
 }
 
 // New writes the configuration of a daemon on a fresh temporary directory
@@ -77,7 +80,7 @@ func New(t testing.TB, opts Options) *Daemon {
 	}
 	d := &Daemon{Dir: dir, Config: filepath.Join(dir, "custodyd.yaml"), Policy: filepath.Join(dir, "policy.yaml"),
 		ControlSocket: filepath.Join(dir, "control.sock"), SubmitSocket: filepath.Join(dir, "submit.sock"),
-		t: t, bin: bin, logLevel: opts.LogLevel}
+		t: t, bin: bin, logLevel: opts.LogLevel, logFormat: opts.LogFormat}
 	if d.logLevel == "" {
 		d.logLevel = "warn"
 	}
@@ -106,7 +109,11 @@ operators: [0]
 func (d *Daemon) Start(env ...string) {
 	d.t.Helper()
 	d.Logs.Reset()
-	d.cmd = exec.Command(d.bin, "--config", d.Config, "--log-level", d.logLevel)
+	args := []string{"--config", d.Config, "--log-level", d.logLevel}
+	if d.logFormat != "" {
+		args = append(args, "--log-format", d.logFormat)
+	}
+	d.cmd = exec.Command(d.bin, args...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = &d.Logs, &d.Logs
 	if err := d.cmd.Start(); err != nil {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/platform"
+)
+
+func doctor(t *testing.T, args ...string) (int, doctorJSON, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"doctor", "--json"}, args...), &out, &errb)
+	var rep doctorJSON
+	if code == exitOK || code == exitFailed {
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("doctor %v: %v\n%s", args, err, out.String())
+		}
+	}
+	return code, rep, errb.String()
+}
+
+type doctorJSON struct {
+	Kernel string
+	Checks []platform.Check
+	OK     bool
+}
+
+func (r doctorJSON) check(t *testing.T, name string) platform.Check {
+	t.Helper()
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no %s check in %+v", name, r.Checks)
+	return platform.Check{}
+}
+
+// TestDoctorOnThisHost runs custody doctor against the real host: with
+// custodyd.yaml pinning the real runc every fact gets a verdict in the same
+// order every time, a tier this host can run is named, and it exits 0; a
+// runtime that differs from the pin, a missing runtime, or an engine that
+// does not answer is reported with its fix (exit 1 for the first two), and
+// an unreadable config or a bad flag is refused or a usage error.
+func TestDoctorOnThisHost(t *testing.T) {
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	dir := t.TempDir()
+	cfg := func(name, sha, docker string) string {
+		p := filepath.Join(dir, name)
+		write(t, p, fmt.Sprintf("runner:\n  stateDir: /var/lib/custody\n  runtime: {path: %s, version: %q, sha256: %s}\n%s", path, version, sha, docker))
+		return p
+	}
+	good := cfg("good.yaml", sha, "")
+	code, rep, errs := doctor(t, "--config", good)
+	if code != exitOK || !rep.OK || rep.Kernel == "" {
+		t.Fatalf("doctor --config good: %d %s %+v", code, errs, rep)
+	}
+	if c := rep.check(t, "runtime"); c.Verdict != platform.VerdictOK || !bytes.Contains([]byte(c.Detail), []byte("the pinned digest")) {
+		t.Fatalf("runtime check %+v", c)
+	}
+	var names []string
+	runnable := false
+	for _, c := range rep.Checks {
+		names = append(names, c.Name)
+		if c.Verdict == "" || c.Detail == "" || (c.Verdict != platform.VerdictOK && c.Fix == "") {
+			t.Fatalf("check without verdict, detail or fix: %+v", c)
+		}
+		runnable = runnable || (len(c.Name) > 5 && c.Name[:5] == "tier." && c.Verdict == platform.VerdictOK)
+	}
+	if !runnable {
+		t.Fatalf("no tier runnable on a host that runs the suite: %+v", rep.Checks)
+	}
+	want := []string{"runtime", "seccomp", "tmpfs", "overlay", "userns", "openat2", "cgroup.mode", "cgroup.v2.delegated",
+		"cgroup.v1.usable", "tier.production", "tier.development", "docker.engine"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("checks %v, want %v", names, want)
+	}
+	for range 2 { // the same order every run
+		if _, again, _ := doctor(t, "--config", good); !slices.EqualFunc(again.Checks, rep.Checks, func(a, b platform.Check) bool { return a.Name == b.Name }) {
+			t.Fatalf("order changed: %+v", again.Checks)
+		}
+	}
+
+	// A runtime that is not the pinned one fails, naming both digests.
+	code, rep, _ = doctor(t, "--config", cfg("moved.yaml", "0000000000000000000000000000000000000000000000000000000000000000", ""))
+	if c := rep.check(t, "runtime"); code != exitFailed || rep.OK || c.Verdict != platform.VerdictFail || c.Fix == "" {
+		t.Fatalf("pin mismatch: %d %+v", code, c)
+	}
+	code, rep, _ = doctor(t, "--runtime", filepath.Join(dir, "nonexistent"))
+	if c := rep.check(t, "runtime"); code != exitFailed || c.Verdict != platform.VerdictFail {
+		t.Fatalf("--runtime nonexistent: %d %+v", code, c)
+	}
+	// A configured engine that does not answer: packs are refused, phases run.
+	code, rep, _ = doctor(t, "--config", cfg("docker.yaml", sha, "docker:\n  host: unix://"+filepath.Join(dir, "none.sock")+"\n"))
+	if c := rep.check(t, "docker.engine"); code != exitOK || c.Verdict != platform.VerdictWarn || c.Fix == "" {
+		t.Fatalf("engine down: %d %+v", code, c)
+	}
+	if code, _, _ := doctor(t, "--config", dir); code != exitRefused {
+		t.Fatalf("--config DIR: %d, want %d", code, exitRefused)
+	}
+	if code, _, _ := doctor(t, "--bogus"); code != exitUsage {
+		t.Fatalf("--bogus: %d, want %d", code, exitUsage)
+	}
+}
