@@ -10,6 +10,7 @@ package backend
 import (
 	"context"
 	"io"
+	"net"
 	"time"
 )
 
@@ -107,6 +108,28 @@ type Spec struct {
 	Pids        int64
 	CPU         float64
 	FileSize    int64
+	// Egress, when set, gives the sandbox restricted egress: a network
+	// namespace of its own with loopback only, whose sole way out is the
+	// listeners Attach opens in it. Nil is denied egress (loopback only).
+	// A backend whose Capabilities lack RestrictedEgress never gets one.
+	Egress *Egress
+}
+
+// Egress is a launch's restricted egress in neutral terms. The proxy and
+// the broker are the caller's (they run outside the sandbox); the backend
+// makes the namespace, records it as a resource, lets Attach open sockets
+// inside it, and removes it in Cleanup.
+type Egress struct {
+	// Allow are the host:port destinations granted, for the record.
+	Allow []string
+	// Credentials are the brokered credentials' names, for the record.
+	Credentials []string
+	// Attach is called once the sandbox's namespace exists and before the
+	// workload starts. listen opens a TCP listener inside the namespace
+	// (e.g. on "127.0.0.1:0"); Attach serves what it opens until ctx
+	// ends and returns the variables (KEY=VALUE) to add to the workload's
+	// environment. An error stops the launch.
+	Attach func(ctx context.Context, listen func(addr string) (net.Listener, error)) (env []string, err error)
 }
 
 // Resource is one native resource a launch records: its kind, its name
@@ -208,6 +231,10 @@ type Capabilities struct {
 	// Controls lists the prerequisites of the backend's reviewed profile
 	// that it could not prove on this host; empty when all hold.
 	Controls []Gap
+	// RestrictedEgress says the backend can run a Spec with Egress: the
+	// sandbox reaches the attached listeners and nothing else. False
+	// refuses every egress and credential request as unsupported.
+	RestrictedEgress bool
 }
 
 // Gap is one thing a backend cannot prove it enforces: the requirement,

@@ -451,13 +451,30 @@ func TestMintValidates(t *testing.T) {
 		"egress.mode":              func(p *grant.Predicate) { p.Egress.Mode = "" },
 		"egress.destinations":      func(p *grant.Predicate) { p.Egress.Destinations = []string{"example.com:443"} },
 		"credentials[1]":           func(p *grant.Predicate) { p.Credentials = []string{"a", "a"} },
-		"phase":                    func(p *grant.Predicate) { p.Phase = nil },
-		"phase ":                   func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name": "x"}`) },
-		"phase  ":                  func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"kind":"Phase"}`) },
-		"phase   ":                 func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"Bad Name"}`) },
-		"phase    ":                func(p *grant.Predicate) { p.Phase = json.RawMessage(`["name"]`) },
-		"phase     ":               func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"a","name":"b"}`) },
-		"phase      ":              func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"a"`) },
+		"egress.destinations ": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{}}
+		},
+		"egress.destinations[0]": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{"*.example.com:443"}}
+		},
+		"egress.destinations[1]": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{"a.example:1", "a.example:1"}}
+		},
+		"brokered": func(p *grant.Predicate) {
+			p.Credentials = []string{"a", "b"}
+			p.Brokered = []grant.Brokered{{Name: "a", Destination: "a.example:443"}}
+		},
+		"brokered[0].destination": func(p *grant.Predicate) {
+			p.Credentials = []string{"a"}
+			p.Brokered = []grant.Brokered{{Name: "a", Destination: "10.0.0.1:443"}}
+		},
+		"phase":       func(p *grant.Predicate) { p.Phase = nil },
+		"phase ":      func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name": "x"}`) },
+		"phase  ":     func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"kind":"Phase"}`) },
+		"phase   ":    func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"Bad Name"}`) },
+		"phase    ":   func(p *grant.Predicate) { p.Phase = json.RawMessage(`["name"]`) },
+		"phase     ":  func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"a","name":"b"}`) },
+		"phase      ": func(p *grant.Predicate) { p.Phase = json.RawMessage(`{"name":"a"`) },
 	}
 	for field, mutate := range cases {
 		field := strings.TrimRight(field, " \x00")
@@ -471,6 +488,13 @@ func TestMintValidates(t *testing.T) {
 		if !strings.Contains(err.Error(), field+":") {
 			t.Errorf("%s: error %q does not name the field", field, err)
 		}
+	}
+	restricted := testPredicate(runner)
+	restricted.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{"proxy.golang.org:443"}}
+	restricted.Credentials = []string{"provider"}
+	restricted.Brokered = []grant.Brokered{{Name: "provider", Destination: "api.provider.example:443"}}
+	if _, err := grant.Mint(ctx, issuer, restricted); err != nil {
+		t.Errorf("restricted egress with a brokered credential: %v", err)
 	}
 	if _, err := grant.Mint(ctx, nil, testPredicate(runner)); err == nil {
 		t.Error("nil issuer accepted")
