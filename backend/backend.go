@@ -117,19 +117,24 @@ type Spec struct {
 
 // Egress is a launch's restricted egress in neutral terms. The proxy and
 // the broker are the caller's (they run outside the sandbox); the backend
-// makes the namespace, records it as a resource, lets Attach open sockets
-// inside it, and removes it in Cleanup.
+// gives the sandbox a network namespace of its own with loopback only, lets
+// Attach open listeners inside it before the workload starts, and closes
+// them in Cleanup. Nothing else in the namespace leads anywhere.
 type Egress struct {
 	// Allow are the host:port destinations granted, for the record.
 	Allow []string
 	// Credentials are the brokered credentials' names, for the record.
 	Credentials []string
-	// Attach is called once the sandbox's namespace exists and before the
-	// workload starts. listen opens a TCP listener inside the namespace
-	// (e.g. on "127.0.0.1:0"); Attach serves what it opens until ctx
-	// ends and returns the variables (KEY=VALUE) to add to the workload's
-	// environment. An error stops the launch.
-	Attach func(ctx context.Context, listen func(addr string) (net.Listener, error)) (env []string, err error)
+	// Env is added to the workload's environment (KEY=VALUE), replacing a
+	// declared variable of the same name: where Attach's listeners will
+	// be. Their addresses are fixed loopback ones, free in a namespace
+	// that is the sandbox's alone, so they are known before it starts.
+	Env []string
+	// Attach is called while the sandbox is held before its workload
+	// starts. listen opens a TCP listener inside the sandbox's network
+	// namespace; Attach starts serving what it opens and returns. An error
+	// stops the launch before the workload runs.
+	Attach func(ctx context.Context, listen func(addr string) (net.Listener, error)) error
 }
 
 // Resource is one native resource a launch records: its kind, its name

@@ -110,7 +110,7 @@ func (p *Proxy) ServeGateway(ctx context.Context, ln net.Listener, name string) 
 	})
 	defer stop()
 	err := srv.Serve(netutil.LimitListener(ln, p.cfg.Limits.Conns))
-	if errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return fmt.Errorf("egress: gateway %s: %w", name, err)

@@ -56,6 +56,17 @@ func onThread(f func() (clean bool)) {
 // then returns the thread to its own. Sockets f creates stay in path's
 // namespace for their whole life.
 func inNetns(path string, f func() error) error {
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %w", ErrNetns, path, err)
+	}
+	defer unix.Close(target)
+	return inNetnsOf(target, f)
+}
+
+// inNetnsOf is inNetns for the namespace of target: a namespace file or a
+// pidfd.
+func inNetnsOf(target int, f func() error) error {
 	var err error
 	onThread(func() bool {
 		own, oerr := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -64,19 +75,13 @@ func inNetns(path string, f func() error) error {
 			return true
 		}
 		defer unix.Close(own)
-		target, oerr := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-		if oerr != nil {
-			err = fmt.Errorf("%w: open %s: %w", ErrNetns, path, oerr)
-			return true
-		}
-		defer unix.Close(target)
 		if serr := unix.Setns(target, unix.CLONE_NEWNET); serr != nil {
-			err = fmt.Errorf("%w: enter %s: %w", ErrNetns, path, serr)
+			err = fmt.Errorf("%w: enter: %w", ErrNetns, serr)
 			return true
 		}
 		err = f()
 		if serr := unix.Setns(own, unix.CLONE_NEWNET); serr != nil {
-			err = errors.Join(err, fmt.Errorf("%w: return from %s: %w", ErrNetns, path, serr))
+			err = errors.Join(err, fmt.Errorf("%w: return: %w", ErrNetns, serr))
 			return false
 		}
 		return true
@@ -211,4 +216,23 @@ func RemoveNetns(path string, want NetnsID) error {
 		return fmt.Errorf("%w: %s still exists after removal", ErrNetns, path)
 	}
 	return nil
+}
+
+// ListenInPidfd opens a TCP listener on addr inside the network namespace
+// of the process pidfd refers to: a pidfd names exactly one process, so a
+// recycled pid cannot redirect the listener into another namespace.
+func ListenInPidfd(pidfd int, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := inNetnsOf(pidfd, func() error {
+		var lerr error
+		ln, lerr = net.Listen("tcp", addr)
+		return lerr
+	})
+	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("egress: listen on %s in the sandbox: %w", addr, err)
+	}
+	return ln, nil
 }

@@ -136,10 +136,15 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, sem: make(chan struct{}, l.Conns)}
 	p.rep.Allow = cfg.Allow.Entries()
+	envs := map[string]string{}
 	for _, g := range cfg.Gateways {
 		if err := g.check(); err != nil {
 			return nil, err
 		}
+		if other, dup := envs[EnvName(g.Name)]; dup {
+			return nil, fmt.Errorf("egress: credentials %q and %q have the same variable name %s; rename one", other, g.Name, EnvName(g.Name))
+		}
+		envs[EnvName(g.Name)] = g.Name
 		p.rep.Gateways = append(p.rep.Gateways, g.Name)
 	}
 	return p, nil
@@ -194,7 +199,8 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() != nil {
+			// The backend closes the listeners in its cleanup.
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			return fmt.Errorf("egress: accept: %w", err)

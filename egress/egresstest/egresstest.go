@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -258,4 +259,19 @@ func (w *World) CAPEM(t testing.TB, dir string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Client builds the static test client (testdata/client) into dir and
+// returns its path.
+func Client(t testing.TB, dir string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	out := filepath.Join(dir, "client")
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/client")
+	cmd.Dir = filepath.Dir(file)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the egress test client: %v\n%s", err, b)
+	}
+	return out
 }
