@@ -142,6 +142,9 @@ type Plan struct {
 	Network     request.Network `json:"network"`
 	// Backend is the backend the phase runs on (request.Phase.BackendName).
 	Backend string `json:"backend,omitempty"`
+	// Egress are the granted host:port destinations when Network is
+	// egress.
+	Egress []string `json:"egress,omitempty"`
 	// InputBytes bounds the input snapshot (from policy).
 	InputBytes int64   `json:"inputBytes"`
 	Checks     []Check `json:"checks"`
@@ -209,7 +212,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	p.Workdir = a.workdir()
 	p.User = a.user()
 	p.StopSignal = a.stopSignal()
-	a.network()
+	p.Egress = a.network()
 	p.Memory = a.exactBytes("resources.memory", int64(req.Resources.Memory), int64(pol.Ceilings.Memory))
 	p.Pids = a.exactInt("resources.pids", req.Resources.Pids, pol.Ceilings.Pids)
 	p.WallTime = time.Duration(a.exactInt("resources.wallTime", int64(req.Resources.WallTime), int64(pol.Ceilings.WallTime)))
@@ -337,15 +340,39 @@ func (a *admitter) image(present bool) {
 	}
 }
 
-func (a *admitter) network() {
-	if a.req.EffectiveNetwork() != request.NetworkDeny {
+func (a *admitter) network() []string {
+	switch a.req.EffectiveNetwork() {
+	case request.NetworkDeny:
+		a.add(Check{Requirement: "network", Verdict: Granted, Code: "network-deny",
+			Detail: "fresh network namespace with loopback only"})
+		return nil
+	case request.NetworkEgress:
+	default:
 		a.add(Check{Requirement: "network", Verdict: Unsupported, Code: "network-unsupported",
-			Detail: fmt.Sprintf("network %q is not supported; only deny (loopback only)", a.req.Network),
-			Fix:    "ask for network: deny"})
-		return
+			Detail: fmt.Sprintf("network %q is not supported; only deny (loopback only) or restricted egress", a.req.Network.Mode),
+			Fix:    "ask for network: deny, or network: {egress: [host:port, ...]}"})
+		return nil
 	}
-	a.add(Check{Requirement: "network", Verdict: Granted, Code: "network-deny",
-		Detail: "fresh network namespace with loopback only"})
+	if !a.caps.RestrictedEgress {
+		a.add(Check{Requirement: "network.egress", Verdict: Unsupported, Code: "egress-unsupported",
+			Detail: "this backend cannot prove that a sandbox reaches only its egress proxy",
+			Fix:    "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or ask for network: deny"})
+	}
+	stage := string(a.req.Stage)
+	var granted []string
+	for i, d := range a.req.EgressAsked() {
+		req := fmt.Sprintf("network.egress[%d]", i)
+		if !a.pol.EgressAllowed(stage, d) {
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "egress-not-granted",
+				Detail: fmt.Sprintf("%s is not in policy egress.stages.%s", d, stage),
+				Fix:    fmt.Sprintf("an operator may add %s to policy egress.stages.%s, or drop it from the request", d, stage)})
+			continue
+		}
+		a.add(Check{Requirement: req, Verdict: Granted, Code: "egress-granted",
+			Detail: d + " through the run's egress proxy, resolved and checked by it"})
+		granted = append(granted, d)
+	}
+	return granted
 }
 
 func (a *admitter) exactInt(req string, asked, ceiling int64) int64 {

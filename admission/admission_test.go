@@ -172,7 +172,9 @@ func TestRefusals(t *testing.T) {
 		{"no v1 memory", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
 			prof.Cgroup.V1Usable = []string{"cpu", "cpuacct", "pids"}
 		}, "tier.development.cgroup.memory=cgroup-controller-missing", Unsupported},
-		{"network", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) { r.Network = "open" }, "network=network-unsupported", Unsupported},
+		{"network", func(r *request.Phase, p *policy.Policy, f *Facts, prof *platform.Profile) {
+			r.Network = request.NetworkRequest{Mode: "open"}
+		}, "network=network-unsupported", Unsupported},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

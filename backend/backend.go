@@ -10,6 +10,7 @@ package backend
 import (
 	"context"
 	"io"
+	"net"
 	"syscall"
 	"time"
 )
@@ -117,6 +118,33 @@ type Spec struct {
 	Pids        int64
 	CPU         float64
 	FileSize    int64
+	// Egress, when set, gives the sandbox restricted egress: a network
+	// namespace of its own with loopback only, whose sole way out is the
+	// listeners Attach opens in it. Nil is denied egress (loopback only).
+	// A backend whose Capabilities lack RestrictedEgress never gets one.
+	Egress *Egress
+}
+
+// Egress is a launch's restricted egress in neutral terms. The proxy and
+// the broker are the caller's (they run outside the sandbox); the backend
+// gives the sandbox a network namespace of its own with loopback only, lets
+// Attach open listeners inside it before the workload starts, and closes
+// them in Cleanup. Nothing else in the namespace leads anywhere.
+type Egress struct {
+	// Allow are the host:port destinations granted, for the record.
+	Allow []string
+	// Credentials are the brokered credentials' names, for the record.
+	Credentials []string
+	// Env is added to the workload's environment (KEY=VALUE), replacing a
+	// declared variable of the same name: where Attach's listeners will
+	// be. Their addresses are fixed loopback ones, free in a namespace
+	// that is the sandbox's alone, so they are known before it starts.
+	Env []string
+	// Attach is called while the sandbox is held before its workload
+	// starts. listen opens a TCP listener inside the sandbox's network
+	// namespace; Attach starts serving what it opens and returns. An error
+	// stops the launch before the workload runs.
+	Attach func(ctx context.Context, listen func(addr string) (net.Listener, error)) error
 }
 
 // Resource is one native resource a launch records: its kind, its name
@@ -224,6 +252,10 @@ type Capabilities struct {
 	// Controls lists the prerequisites of the backend's reviewed profile
 	// that it could not prove on this host; empty when all hold.
 	Controls []Gap
+	// RestrictedEgress says the backend can run a Spec with Egress: the
+	// sandbox reaches the attached listeners and nothing else. False
+	// refuses every egress and credential request as unsupported.
+	RestrictedEgress bool
 }
 
 // Gap is one thing a backend cannot prove it enforces: the requirement,

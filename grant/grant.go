@@ -87,8 +87,13 @@ import (
 	"github.com/custody-dev/custody/internal/randid"
 )
 
-// EgressDeny is the only egress mode: no network beyond loopback.
-const EgressDeny = "deny"
+// Egress modes.
+const (
+	// EgressDeny is no network beyond loopback.
+	EgressDeny = "deny"
+	// EgressRestricted is the run's egress proxy to Destinations only.
+	EgressRestricted = "egress"
+)
 
 // Predicate is the body of a grant. It binds everything the runner
 // re-derives at launch.
@@ -135,6 +140,9 @@ type Predicate struct {
 	Egress Egress `json:"egress"`
 	// Credentials names the credentials granted; names only, never secrets.
 	Credentials []string `json:"credentials"`
+	// Brokered binds each granted credential's destination; absent in
+	// grants without credentials.
+	Brokered []Brokered `json:"brokered,omitempty"`
 	// Phase is the canonical phase request JSON the grant authorizes: a
 	// compact JSON object (no insignificant whitespace) with a "name"
 	// member. Its SHA-256 is the statement's subject digest.
@@ -232,10 +240,18 @@ type Resources struct {
 
 // Egress is the network a phase gets.
 type Egress struct {
-	// Mode is [EgressDeny].
+	// Mode is [EgressDeny] or [EgressRestricted].
 	Mode string `json:"mode"`
-	// Destinations must be empty when Mode is [EgressDeny].
+	// Destinations are the exact host:port destinations of
+	// [EgressRestricted]; empty when Mode is [EgressDeny].
 	Destinations []string `json:"destinations"`
+}
+
+// Brokered is one credential the grant lets the broker use: its name and
+// the one destination the operator bound it to. Never its value.
+type Brokered struct {
+	Name        string `json:"name"`
+	Destination string `json:"destination"`
 }
 
 // Grant is a verified grant.

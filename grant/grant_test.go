@@ -465,6 +465,23 @@ func TestMintValidates(t *testing.T) {
 		"process.env": func(p *grant.Predicate) {
 			p.Process = &grant.Process{Command: []string{"/bin/true"}, Workdir: "/", Env: map[string]string{"A=B": "c"}}
 		},
+		"egress.destinations ": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{}}
+		},
+		"egress.destinations[0]": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{"*.example.com:443"}}
+		},
+		"egress.destinations[1]": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{"a.example:1", "a.example:1"}}
+		},
+		"brokered": func(p *grant.Predicate) {
+			p.Credentials = []string{"a", "b"}
+			p.Brokered = []grant.Brokered{{Name: "a", Destination: "a.example:443"}}
+		},
+		"brokered[0].destination": func(p *grant.Predicate) {
+			p.Credentials = []string{"a"}
+			p.Brokered = []grant.Brokered{{Name: "a", Destination: "10.0.0.1:443"}}
+		},
 	}
 	for field, mutate := range cases {
 		field := strings.TrimRight(field, " \x00")
@@ -478,6 +495,13 @@ func TestMintValidates(t *testing.T) {
 		if !strings.Contains(err.Error(), field+":") {
 			t.Errorf("%s: error %q does not name the field", field, err)
 		}
+	}
+	restricted := testPredicate(runner)
+	restricted.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{"proxy.golang.org:443"}}
+	restricted.Credentials = []string{"provider"}
+	restricted.Brokered = []grant.Brokered{{Name: "provider", Destination: "api.provider.example:443"}}
+	if _, err := grant.Mint(ctx, issuer, restricted); err != nil {
+		t.Errorf("restricted egress with a brokered credential: %v", err)
 	}
 	if _, err := grant.Mint(ctx, nil, testPredicate(runner)); err == nil {
 		t.Error("nil issuer accepted")

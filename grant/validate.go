@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/egress"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 )
 
@@ -103,11 +104,26 @@ func validate(p *Predicate) (phaseName string, err error) {
 		add("resources.tmpBytes", "%d is negative", r.TmpBytes)
 	}
 
-	switch {
-	case p.Egress.Mode != EgressDeny:
-		add("egress.mode", "%q is not %q", p.Egress.Mode, EgressDeny)
-	case len(p.Egress.Destinations) != 0:
-		add("egress.destinations", "must be empty when egress is %q", EgressDeny)
+	switch p.Egress.Mode {
+	case EgressDeny:
+		if len(p.Egress.Destinations) != 0 {
+			add("egress.destinations", "must be empty when egress is %q", EgressDeny)
+		}
+	case EgressRestricted:
+		if len(p.Egress.Destinations) == 0 {
+			add("egress.destinations", "is empty; restricted egress names its destinations")
+		}
+		dests := map[string]bool{}
+		for i, d := range p.Egress.Destinations {
+			if _, err := egress.ParseDestination(d); err != nil {
+				add(fmt.Sprintf("egress.destinations[%d]", i), "%v", err)
+			} else if dests[d] {
+				add(fmt.Sprintf("egress.destinations[%d]", i), "%q appears twice", d)
+			}
+			dests[d] = true
+		}
+	default:
+		add("egress.mode", "%q is not %q or %q", p.Egress.Mode, EgressDeny, EgressRestricted)
 	}
 
 	creds := make(map[string]bool, len(p.Credentials))
@@ -118,6 +134,19 @@ func validate(p *Predicate) (phaseName string, err error) {
 			add(field, "%q appears twice", c)
 		}
 		creds[c] = true
+	}
+
+	if len(p.Brokered) != 0 && len(p.Brokered) != len(p.Credentials) {
+		add("brokered", "binds %d credentials, the grant names %d", len(p.Brokered), len(p.Credentials))
+	}
+	for i, b := range p.Brokered {
+		field := fmt.Sprintf("brokered[%d]", i)
+		if i < len(p.Credentials) && b.Name != p.Credentials[i] {
+			add(field+".name", "%q is not credentials[%d] %q", b.Name, i, p.Credentials[i])
+		}
+		if _, err := egress.ParseDestination(b.Destination); err != nil {
+			add(field+".destination", "%v", err)
+		}
 	}
 
 	phaseName, err = checkPhase(p.Phase)

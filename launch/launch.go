@@ -152,7 +152,7 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 	case err != nil:
 		return nil, nil, err
 	}
-	creds := credentialChecks(pol, req)
+	creds := credentialChecks(pol, req, l.cfg.Runner.Backend().Capabilities().RestrictedEgress)
 	refused = append(refused, refusedOf(creds)...)
 	if plan != nil {
 		plan.Checks = append(plan.Checks, creds...)
@@ -210,27 +210,50 @@ func actorChecks(pol *policy.Policy, req *request.Phase, actor string) []admissi
 	return nil
 }
 
-// credentialChecks gives one check per credential the phase names.
-func credentialChecks(pol *policy.Policy, req *request.Phase) []admission.Check {
+// credentialChecks gives one check per credential the phase names. The
+// broker's gateways live in the sandbox's own namespace, so a backend
+// without restricted egress cannot broker any.
+func credentialChecks(pol *policy.Policy, req *request.Phase, restricted bool) []admission.Check {
 	var checks []admission.Check
 	for _, c := range req.Credentials {
-		if !pol.AllowsCredential(c) {
+		b, ok := pol.CredentialFor(string(req.Stage), c)
+		switch {
+		case !pol.AllowsCredential(c):
 			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.NotGranted,
 				Code: "credential-not-granted", Detail: fmt.Sprintf("credential %q is not in the policy", c),
-				Fix: "an operator may add the name to policy credentials"})
-			continue
+				Fix: "an operator may bind the name in policy credentials"})
+		case !ok:
+			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.NotGranted,
+				Code: "credential-not-granted", Detail: fmt.Sprintf("credential %q is not bound for stage %q", c, req.Stage),
+				Fix: fmt.Sprintf("an operator may add %s to policy credentials.%s.stages", req.Stage, c)})
+		case !restricted:
+			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Unsupported,
+				Code: "no-credential-broker", Detail: "this backend cannot give a sandbox a gateway it alone reaches, so no credential can be brokered",
+				Fix: "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or without credentials"})
+		default:
+			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Granted,
+				Code: "credential-brokered", Detail: fmt.Sprintf("gateway to %s, header %s added by the broker; the workload gets a placeholder", b.Destination, b.Header)})
 		}
-		checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Unsupported,
-			Code: "no-credential-broker", Detail: "this runner has no credential broker yet, so no credential can be brokered",
-			Fix: "run the phase without credentials"})
 	}
 	return checks
 }
 
+// brokered is what a grant binds of the phase's credentials: each name
+// with the destination the operator bound it to.
+func brokered(pol *policy.Policy, req *request.Phase) []grant.Brokered {
+	var out []grant.Brokered
+	for _, c := range req.Credentials {
+		b, _ := pol.CredentialFor(string(req.Stage), c)
+		out = append(out, grant.Brokered{Name: c, Destination: b.Destination})
+	}
+	return out
+}
+
 // authorize is actorChecks and credentialChecks as one refusal, for a
 // launch re-deriving a grant's decision.
-func authorize(pol *policy.Policy, req *request.Phase, actor string) error {
-	if checks := refusedOf(append(actorChecks(pol, req, actor), credentialChecks(pol, req)...)); len(checks) > 0 {
+func (l *Launcher) authorize(pol *policy.Policy, req *request.Phase, actor string) error {
+	restricted := l.cfg.Runner.Backend().Capabilities().RestrictedEgress
+	if checks := refusedOf(append(actorChecks(pol, req, actor), credentialChecks(pol, req, restricted)...)); len(checks) > 0 {
 		return &admission.RefusedError{Checks: checks}
 	}
 	return nil
@@ -278,8 +301,9 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 		Inputs:       grant.Inputs{Entries: grantInputs(inputs)},
 		Output:       grant.Output{Path: plan.OutputPath, MaxBytes: plan.OutputBytes, MaxFiles: plan.OutputFiles},
 		Resources:    resources(plan),
-		Egress:       grant.Egress{Mode: string(plan.Network), Destinations: []string{}},
+		Egress:       grant.Egress{Mode: string(plan.Network), Destinations: append([]string{}, plan.Egress...)},
 		Credentials:  append([]string{}, req.Credentials...),
+		Brokered:     brokered(pol, req),
 		Phase:        phase,
 	}
 	p.Inputs.ClosureDigest = grant.ClosureDigest(p.Inputs.Entries)
@@ -367,7 +391,7 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	if err := l.sameRunner(p, polDig, req.Backend); err != nil {
 		return nil, err
 	}
-	if err := authorize(pol, req, p.Actor); err != nil {
+	if err := l.authorize(pol, req, p.Actor); err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
 	}
 	// The image first: admission re-derives the process from its stored
@@ -381,6 +405,10 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	}
 	if err := samePlan(p, plan); err != nil {
 		return nil, err
+	}
+	if !slices.Equal(p.Egress.Destinations, plan.Egress) || !slices.Equal(p.Brokered, brokered(pol, req)) {
+		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress/brokered: grant binds %v %v, policy now gives %v %v; fix: issue a new grant",
+			p.Egress.Destinations, p.Brokered, plan.Egress, brokered(pol, req))
 	}
 	hashed, err := r.HashInputs(ctx, plan)
 	if err != nil {

@@ -73,9 +73,24 @@ func FuzzParse(f *testing.F) {
 		if p.InputAllowed("/") {
 			t.Fatal(`InputAllowed("/") = true`)
 		}
-		for _, c := range first(p.Credentials) {
-			if !p.AllowsCredential(c) {
-				t.Fatalf("AllowsCredential(%q) = false", c)
+		for name, c := range p.Credentials {
+			if !p.AllowsCredential(name) {
+				t.Fatalf("AllowsCredential(%q) = false", name)
+			}
+			for _, s := range first(c.Stages) {
+				if _, ok := p.CredentialFor(s, name); !ok {
+					t.Fatalf("CredentialFor(%q, %q) = false", s, name)
+				}
+			}
+			if _, ok := p.CredentialFor("", name); ok {
+				t.Fatalf("CredentialFor(\"\", %q) = true", name)
+			}
+		}
+		for s, ds := range p.Egress.Stages {
+			for _, d := range first(ds) {
+				if !p.EgressAllowed(s, d) || p.EgressAllowed(s, d+"0") {
+					t.Fatalf("EgressAllowed is wrong about %s %q", s, d)
+				}
 			}
 		}
 		checkPacks(t, p)

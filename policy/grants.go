@@ -69,8 +69,25 @@ func (p *Policy) ActorHasSubmitters(actor string) bool {
 	return i >= 0 && len(p.Actors[i].Submitters.UIDs)+len(p.Actors[i].Submitters.GIDs) > 0
 }
 
-// AllowsCredential reports whether the operator may grant the credential
-// with this name.
+// AllowsCredential reports whether the operator binds a credential with
+// this name (for some stage).
 func (p *Policy) AllowsCredential(name string) bool {
-	return slices.Contains(p.Credentials, name)
+	_, ok := p.Credentials[name]
+	return ok
+}
+
+// CredentialFor returns the binding of credential name if stage may use
+// it.
+func (p *Policy) CredentialFor(stage, name string) (Credential, bool) {
+	c, ok := p.Credentials[name]
+	if !ok || !slices.Contains(c.Stages, stage) {
+		return Credential{}, false
+	}
+	return c, true
+}
+
+// EgressAllowed reports whether a phase of stage may be granted the
+// destination host:port, exactly as listed.
+func (p *Policy) EgressAllowed(stage, destination string) bool {
+	return slices.Contains(p.Egress.Stages[stage], destination)
 }

@@ -30,12 +30,13 @@ type Policy struct {
 	// configured root is ever read. An input is reached from its root
 	// without following any symlink (see InputRoot).
 	InputRoots []string `yaml:"inputRoots,omitempty" json:"inputRoots,omitempty"`
-	// Egress is the network the operator would allow out. There is no
-	// runtime support yet; it is policy data only.
+	// Egress is the network the operator allows out, per stage.
 	Egress Egress `yaml:"egress,omitempty" json:"egress,omitempty"`
-	// Credentials names the credentials the operator may grant. A name is
-	// metadata only; it never carries a secret.
-	Credentials []string `yaml:"credentials,omitempty" json:"credentials,omitempty"`
+	// Credentials binds the credentials the operator may broker, by name:
+	// where the secret is, the one destination it is sent to and how, and
+	// which stages may use it. A name is metadata only; the secret stays
+	// in its file, which custodyd reads only for a run that uses it.
+	Credentials map[string]Credential `yaml:"credentials,omitempty" json:"credentials,omitempty"`
 	// Packs is the authority granted to scenario packs (see Packs).
 	// Absent, every pack is refused.
 	Packs *Packs `yaml:"packs,omitempty" json:"packs,omitempty"`
@@ -65,8 +66,39 @@ type Submitters struct {
 // Egress lists the destinations phases may reach.
 type Egress struct {
 	// Destinations are "host:port" pairs; host is a DNS name or an IP
-	// address (IPv6 in brackets), port is 1 to 65535.
-	Destinations []string `yaml:"destinations" json:"destinations"`
+	// address (IPv6 in brackets), port is 1 to 65535. They grant nothing
+	// (Stages does); the list is kept so that existing policies parse.
+	Destinations []string `yaml:"destinations,omitempty" json:"destinations,omitempty"`
+	// Stages maps a stage to the exact host:port destinations (lowercase
+	// names, no wildcards, no IP literals) a phase of that stage may be
+	// granted through the egress proxy. A stage absent here gets none:
+	// denied egress is the default for every stage.
+	Stages map[string][]string `yaml:"stages,omitempty" json:"stages,omitempty"`
+}
+
+// Credential is the operator's binding of one brokered credential.
+type Credential struct {
+	// File is the absolute path of the secret: a regular, root-owned
+	// 0600 file, opened without following links.
+	File string `yaml:"file" json:"file"`
+	// Destination is the one exact host:port the secret is sent to, over
+	// verified TLS.
+	Destination string `yaml:"destination" json:"destination"`
+	// Header is the request header that carries it, e.g. Authorization.
+	Header string `yaml:"header" json:"header"`
+	// Format is the header's value with {} where the secret goes, e.g.
+	// "Bearer {}"; absent, the value is the secret alone.
+	Format string `yaml:"format,omitempty" json:"format,omitempty"`
+	// Stages are the stages that may use it; none means no stage.
+	Stages []string `yaml:"stages" json:"stages"`
+}
+
+// EffectiveFormat is Format, or "{}" when unset.
+func (c Credential) EffectiveFormat() string {
+	if c.Format == "" {
+		return "{}"
+	}
+	return c.Format
 }
 
 // Image is one allowed image.

@@ -99,7 +99,11 @@ const withGrants = valid + `actors:
 inputRoots: [/srv/work, /home/ci/src]
 egress:
   destinations: [proxy.example.com:3128, "10.0.0.1:80", "[2001:db8::1]:443"]
-credentials: [registry-token, GH_TOKEN]
+  stages:
+    acquire: [proxy.golang.org:443]
+credentials:
+  registry-token: {file: /etc/custody/registry-token, destination: registry.example.com:443, header: Authorization, format: "Bearer {}", stages: [acquire]}
+  GH_TOKEN: {file: /etc/custody/gh, destination: api.github.com:443, header: Authorization, stages: [generate, acquire]}
 `
 
 func TestParseGrants(t *testing.T) {
@@ -113,15 +117,15 @@ func TestParseGrants(t *testing.T) {
 	}
 	if !slices.Equal(p.InputRoots, []string{"/srv/work", "/home/ci/src"}) ||
 		!slices.Equal(p.Egress.Destinations, []string{"proxy.example.com:3128", "10.0.0.1:80", "[2001:db8::1]:443"}) ||
-		!slices.Equal(p.Credentials, []string{"registry-token", "GH_TOKEN"}) {
-		t.Errorf("inputRoots %q egress %q credentials %q", p.InputRoots, p.Egress.Destinations, p.Credentials)
+		len(p.Credentials) != 2 || p.Credentials["GH_TOKEN"].EffectiveFormat() != "{}" || !p.EgressAllowed("acquire", "proxy.golang.org:443") || p.EgressAllowed("build", "proxy.golang.org:443") {
+		t.Errorf("inputRoots %q egress %+v credentials %+v", p.InputRoots, p.Egress, p.Credentials)
 	}
 }
 
 // An empty actors list is allowed and grants nothing; egress may list no
 // destinations.
 func TestParseEmptyGrants(t *testing.T) {
-	p := mustParse(t, valid+"actors: []\negress: {destinations: []}\ncredentials: []\ninputRoots: []\n")
+	p := mustParse(t, valid+"actors: []\negress: {destinations: []}\ncredentials: {}\ninputRoots: []\n")
 	if p.ActorMayRun("ci-bot", "build") || p.InputAllowed("/x") || p.AllowsCredential("a") {
 		t.Error("empty grant lists grant the wrong things")
 	}
@@ -187,7 +191,6 @@ func TestParseInvalid(t *testing.T) {
 		{"input root with dotdot", valid + "inputRoots: [/srv/../etc]\n", []string{"inputRoots[0]"}},
 		{"input root is /", valid + "inputRoots: [/srv/work, /]\n", []string{"inputRoots[1]"}},
 		{"duplicate input root", valid + "inputRoots: [/srv/work, /srv/work]\n", []string{"inputRoots[1]"}},
-		{"egress without destinations", valid + "egress: {}\n", []string{"/egress/destinations"}},
 		{"egress unknown field", valid + "egress: {destinations: [], allow: all}\n", []string{"/egress/allow"}},
 		{"destination without port", valid + "egress: {destinations: [example.com]}\n", []string{"/egress/destinations/0"}},
 		{"destination port 0", valid + "egress: {destinations: [\"example.com:0\"]}\n", []string{"egress.destinations[0]"}},
@@ -195,9 +198,13 @@ func TestParseInvalid(t *testing.T) {
 		{"destination bad host", valid + "egress: {destinations: [\"exa_mple.com:443\", \"1.2.3.999:80\"]}\n",
 			[]string{"egress.destinations[0]", "egress.destinations[1]"}},
 		{"duplicate destination", valid + "egress: {destinations: [\"[2001:db8::1]:443\", \"[2001:db8:0::1]:443\"]}\n", []string{"egress.destinations[1]"}},
-		{"credentials not a list", valid + "credentials: token\n", []string{"/credentials"}},
-		{"bad credential name", valid + "credentials: [ok, _bad]\n", []string{"/credentials/1"}},
-		{"duplicate credential", valid + "credentials: [a, b, a]\n", []string{"credentials[2]"}},
+		{"credentials not a mapping", valid + "credentials: [token]\n", []string{"/credentials"}},
+		{"bad credential name", valid + "credentials: {_bad: {file: /s, destination: a.example:443, header: X, stages: [build]}}\n", []string{""}},
+		{"credential binding wrong", valid + "credentials: {t: {file: rel, destination: '10.0.0.1:443', header: 'A B', format: Bearer, stages: [deploy]}}\n",
+			[]string{"credentials.t.file", "credentials.t.destination", "credentials.t.header", "credentials.t.format", "credentials.t.stages[0]"}},
+		{"credential binding incomplete", valid + "credentials: {t: {file: /s}}\n", []string{"/credentials/t/destination", "/credentials/t/header", "/credentials/t/stages"}},
+		{"stage egress wrong", valid + "egress: {stages: {build: ['*.example:443', 'a.example:443', 'a.example:443', '[::1]:1'], deploy: []}}\n",
+			[]string{"egress.stages.build[0]", "egress.stages.build[2]", "egress.stages.build[3]", "egress.stages.deploy"}},
 		{"several problems", edit(t, "  cpu: 1\n", "  cpu: 3\n", "tmpBytes: 16Mi", "tmpBytes: 1Gi"),
 			[]string{"defaults.cpu", "defaults.tmpBytes"}},
 	}
@@ -273,12 +280,12 @@ func TestValidate(t *testing.T) {
 			p.Actors = []policy.Actor{{Name: "Bad"}, {Name: "a", Stages: []string{"build", "deploy", "build"}}, {Name: "a", Stages: []string{"run"}}}
 			p.InputRoots = []string{"", "rel", "/a/./b", "/", "/a\x00", "/ok", "/ok"}
 			p.Egress.Destinations = []string{"a:1", "a:01", "a", "[a]:1", "[10.0.0.1]:1", "[fe80::1%eth0]:1", "0.0.0.0:1", "A.example:1", "a-.b:1", "a:1"}
-			p.Credentials = []string{"a", "", "a"}
+			p.Credentials = map[string]policy.Credential{"": {File: "/s", Destination: "a.example:1", Header: "X", Stages: []string{"build"}}}
 		}, []string{"actors[0].name", "actors[0].stages", "actors[1].stages[1]", "actors[1].stages[2]", "actors[2].name",
 			"inputRoots[0]", "inputRoots[1]", "inputRoots[2]", "inputRoots[3]", "inputRoots[4]", "inputRoots[6]",
 			"egress.destinations[1]", "egress.destinations[2]", "egress.destinations[3]", "egress.destinations[4]",
 			"egress.destinations[5]", "egress.destinations[6]", "egress.destinations[7]", "egress.destinations[8]",
-			"egress.destinations[9]", "credentials[1]", "credentials[2]"}},
+			"egress.destinations[9]", "credentials."}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -513,7 +520,7 @@ func TestStagesAndCredentialsMatchRequest(t *testing.T) {
 			t.Errorf("ActorMayRun(a, %q) = false", s)
 		}
 	}
-	polCred := get(pol, "properties", "credentials", "items", "pattern")
+	polCred := get(pol, "properties", "credentials", "propertyNames", "pattern")
 	reqCred := get(req, "properties", "credentials", "items", "pattern")
 	if polCred != reqCred {
 		t.Errorf("credential pattern: policy %v, request %v", polCred, reqCred)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/strictyaml"
 	"github.com/custody-dev/custody/quantity"
 )
@@ -31,6 +33,7 @@ var (
 	destinationPattern = regexp.MustCompile(`^\S+:[0-9]+$`)
 	portPattern        = regexp.MustCompile(`^[1-9][0-9]{0,4}$`)
 	dnsLabelPattern    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	headerPattern      = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
 )
 
 // stages are the stages policy may grant to actors. They are the phase
@@ -44,6 +47,7 @@ const (
 	stageFix       = "use one of acquire, generate, build, test or run"
 	credentialFix  = "name the credential with 1 to 64 letters, digits, '_', '.' or '-', starting with a letter; never write the secret itself"
 	inputRootFix   = "give an absolute host directory that holds work trees, e.g. /srv/work"
+	stageEgressFix = "write an exact lowercase host name and its port, e.g. proxy.golang.org:443; wildcards and IP literals are never granted"
 	destinationFix = "write host:port with a lowercase DNS name or an IP address (IPv6 in brackets) and a port from 1 to 65535, e.g. proxy.example.com:443 or [2001:db8::1]:443"
 )
 
@@ -235,6 +239,17 @@ func (p *Policy) validateEgress(add adder) {
 		key, reason := destination(d)
 		return key, reason, destinationFix
 	})
+	for _, s := range slices.Sorted(maps.Keys(p.Egress.Stages)) {
+		if !slices.Contains(stages, s) {
+			add("egress.stages."+s, fmt.Sprintf("%q is not a stage", s), stageFix)
+		}
+		distinct(add, "egress.stages."+s, "destination", p.Egress.Stages[s], func(d string) (string, string, string) {
+			if _, err := egress.ParseDestination(d); err != nil {
+				return "", err.Error(), stageEgressFix
+			}
+			return d, "", ""
+		})
+	}
 }
 
 // destination parses d as "host:port" and returns the normal form that
@@ -287,10 +302,34 @@ func dnsName(host string) bool {
 }
 
 func (p *Policy) validateCredentials(add adder) {
-	distinct(add, "credentials", "credential", p.Credentials, func(c string) (string, string, string) {
-		if !credentialPattern.MatchString(c) {
-			return "", fmt.Sprintf("%q is not a valid credential name", c), credentialFix
+	for _, name := range slices.Sorted(maps.Keys(p.Credentials)) {
+		c := p.Credentials[name]
+		field := "credentials." + name
+		if !credentialPattern.MatchString(name) {
+			add(field, fmt.Sprintf("%q is not a valid credential name", name), credentialFix)
 		}
-		return c, "", ""
+		if !cleanAbs(c.File) {
+			add(field+".file", fmt.Sprintf("%q is not an absolute, clean path", c.File), "name the root-owned 0600 file that holds the secret, e.g. /etc/custody/credentials/"+name)
+		}
+		if _, err := egress.ParseDestination(c.Destination); err != nil {
+			add(field+".destination", err.Error(), stageEgressFix)
+		}
+		if !headerPattern.MatchString(c.Header) {
+			add(field+".header", fmt.Sprintf("%q is not a header name", c.Header), "name the header that carries the secret, e.g. Authorization")
+		}
+		if f := c.EffectiveFormat(); strings.Count(f, "{}") != 1 || strings.ContainsAny(f, "\r\n\x00") {
+			add(field+".format", fmt.Sprintf("%q does not hold exactly one {} on one line", c.Format), `write the header value with {} where the secret goes, e.g. "Bearer {}"`)
+		}
+		p.validateStageList(add, field+".stages", c.Stages)
+	}
+}
+
+// validateStageList checks a list of stage names.
+func (p *Policy) validateStageList(add adder, list string, ss []string) {
+	distinct(add, list, "stage", ss, func(s string) (string, string, string) {
+		if !slices.Contains(stages, s) {
+			return "", fmt.Sprintf("%q is not a stage", s), stageFix
+		}
+		return s, "", ""
 	})
 }

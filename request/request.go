@@ -24,11 +24,27 @@ const (
 // the development tier, so that it is never read as a qualified one.
 const DevelopmentLabel = "development (unqualified)"
 
-// Network is the network a phase asks for. Only NetworkDeny exists so far.
+// Network is the kind of network a phase asks for.
 type Network string
 
-// NetworkDeny gives the phase a fresh network namespace with loopback only.
-const NetworkDeny Network = "deny"
+const (
+	// NetworkDeny gives the phase a fresh network namespace with loopback
+	// only. It is the default for every stage.
+	NetworkDeny Network = "deny"
+	// NetworkEgress gives the phase a loopback-only namespace whose only
+	// way out is the run's egress proxy, to the listed destinations.
+	NetworkEgress Network = "egress"
+)
+
+// NetworkRequest is the phase's network: in YAML either the string deny
+// or a mapping {egress: ["host:port", ...]} of exact host names with
+// their ports (no wildcards, no IP literals). The zero value is deny.
+type NetworkRequest struct {
+	// Mode is the string form as written ("deny"), empty for the mapping.
+	Mode Network `yaml:"-" json:"-"`
+	// Egress lists the destinations asked for, each at most once.
+	Egress []string `yaml:"egress,omitempty" json:"egress,omitempty"`
+}
 
 // Stage names the part of a pipeline a phase performs. Operator policy
 // grants stages to actors; a request only says which stage it is.
@@ -113,8 +129,8 @@ type Phase struct {
 	Tmp *Tmp `yaml:"tmp,omitempty" json:"tmp,omitempty"`
 	// Resources are the exact budgets the phase asks for.
 	Resources Resources `yaml:"resources" json:"resources"`
-	// Network is the network asked for; empty means deny.
-	Network Network `yaml:"network,omitempty" json:"network,omitempty"`
+	// Network is the network asked for; absent means deny.
+	Network NetworkRequest `yaml:"network,omitempty" json:"network,omitzero"`
 	// Credentials names the credentials the phase asks for. A name is
 	// metadata only: it never carries a secret, and policy decides whether
 	// the credential is granted.

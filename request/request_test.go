@@ -287,7 +287,7 @@ func TestValidate(t *testing.T) {
 		want   []string
 	}{
 		{"everything wrong", func(p *request.Phase) {
-			*p = request.Phase{Tier: "x", Network: "host", Workdir: "w", Toolchain: "-", Credentials: []string{""}, Command: []string{}, User: "a b"}
+			*p = request.Phase{Tier: "x", Network: request.NetworkRequest{Mode: "host"}, Workdir: "w", Toolchain: "-", Credentials: []string{""}, Command: []string{}, User: "a b"}
 		},
 			[]string{"apiVersion", "kind", "name", "stage", "tier", "image", "toolchain", "command", "workdir", "user", "output.path",
 				"resources.memory", "resources.pids", "resources.wallTime", "network", "credentials[0]"}},

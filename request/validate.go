@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/strictyaml"
 )
 
@@ -39,6 +40,7 @@ const maxOutputFiles = 8192
 const (
 	stageFix      = "use one of acquire, generate, build, test or run"
 	toolchainFix  = "use 1 to 64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit, e.g. go1.26, or leave it out"
+	egressFix     = "name an exact lowercase host and its port, e.g. proxy.golang.org:443; wildcards and IP literals are never allowed"
 	credentialFix = "name the credential with 1 to 64 letters, digits, '_', '.' or '-', starting with a letter; never write the secret itself"
 )
 
@@ -50,13 +52,19 @@ func (p *Phase) EffectiveTier() Tier {
 	return p.Tier
 }
 
-// EffectiveNetwork is the network asked for, deny when unset.
+// EffectiveNetwork is the kind of network asked for, deny when unset.
 func (p *Phase) EffectiveNetwork() Network {
-	if p.Network == "" {
+	switch {
+	case p.Network.Egress != nil:
+		return NetworkEgress
+	case p.Network.Mode == "":
 		return NetworkDeny
 	}
-	return p.Network
+	return p.Network.Mode
 }
+
+// EgressAsked is the destinations the phase asks to reach, nil for deny.
+func (p *Phase) EgressAsked() []string { return p.Network.Egress }
 
 // Validate checks the request's values. It returns nil or a
 // *ValidationError listing every problem.
@@ -185,8 +193,24 @@ func (p *Phase) Validate() error {
 	if r.WallTime <= 0 {
 		add("resources.wallTime", "must be greater than zero", "give the time the phase may run, e.g. 30s")
 	}
-	if p.Network != "" && p.Network != NetworkDeny {
-		add("network", fmt.Sprintf("%q is not supported", p.Network), "use deny, or leave it out")
+	switch n := p.Network; {
+	case n.Egress != nil:
+		if len(n.Egress) == 0 {
+			add("network.egress", "is empty", "list the host:port destinations the phase needs, or write network: deny")
+		}
+		seen := map[string]int{}
+		for i, e := range n.Egress {
+			field := fmt.Sprintf("network.egress[%d]", i)
+			if _, err := egress.ParseDestination(e); err != nil {
+				add(field, err.Error(), egressFix)
+			} else if j, dup := seen[e]; dup {
+				add(field, fmt.Sprintf("%q is also network.egress[%d]", e, j), "list each destination once")
+			} else {
+				seen[e] = i
+			}
+		}
+	case n.Mode != "" && n.Mode != NetworkDeny:
+		add("network", fmt.Sprintf("%q is not supported", n.Mode), "use deny, or {egress: [host:port, ...]}, or leave it out")
 	}
 	seen := make(map[string]int, len(p.Credentials))
 	for i, c := range p.Credentials {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/platform"
 )
@@ -50,6 +52,11 @@ type Options struct {
 	// Faults, if set, is called at each stage boundary; tests use it to
 	// kill the runner there. Production leaves it nil.
 	Faults func(stage string)
+	// Egress says the caller serves restricted egress (custodyd's egress
+	// proxy and broker): a Spec with Egress then gets its listeners
+	// opened in the container's own network namespace, while the gate
+	// holds it. False refuses every Spec with Egress.
+	Egress bool
 	// Profile returns the host's evidenced platform profile, probed again
 	// by its owner when a fact failed: what Capabilities are read from.
 	// Nil claims no capability, so admission refuses everything.
@@ -238,6 +245,12 @@ type Container struct {
 
 	// stopSignal is sent before SIGKILL when the workload is stopped.
 	stopSignal syscall.Signal
+	// egress is the launch's restricted egress, nil for denied; lns are
+	// the listeners its Attach opened in the container's namespace,
+	// closed by Cleanup (an open one would keep the namespace alive).
+	egress *backend.Egress
+	lnMu   sync.Mutex
+	lns    []net.Listener
 }
 
 // ID is the container id.
@@ -545,6 +558,9 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 		defer func() { unix.Close(c.pidfd); c.pidfd = 0 }()
 	}
 	ex := &backend.Exit{Started: time.Now(), Observation: observed}
+	if err := c.attachEgress(ctx); err != nil {
+		return nil, &StartError{Stage: StageEgress, Err: g.abort(err)}
+	}
 	if err := g.goAhead(); err != nil {
 		return nil, &StartError{Stage: StageGoAhead, Err: g.abort(err)}
 	}
@@ -570,7 +586,46 @@ const (
 	StageSetup   = "container-setup" // runc's namespaces, mounts, cwd, up to the gate
 	StageObserve = "observe"         // custody's observation of the gated container
 	StageGoAhead = "go-ahead"        // releasing the gate
+	StageEgress  = "egress-attach"   // opening the egress listeners in the container's namespace
 )
+
+// attachEgress lets the launch's Egress open its listeners inside the
+// held container's network namespace, entered through the gate's pidfd
+// (never a pid, which could be recycled). The namespace is the one runc
+// made fresh for this container, loopback only: the listeners are the
+// only things in it that lead anywhere.
+func (c *Container) attachEgress(ctx context.Context) error {
+	if c.egress == nil {
+		return nil
+	}
+	if c.pidfd == 0 {
+		return errors.New("no pidfd for the gated container, so its namespace cannot be entered safely; fix: run on Linux 5.3 or later")
+	}
+	return c.egress.Attach(ctx, func(addr string) (net.Listener, error) {
+		ln, err := egress.ListenInPidfd(c.pidfd, addr)
+		if err != nil {
+			return nil, err
+		}
+		c.lnMu.Lock()
+		defer c.lnMu.Unlock()
+		c.lns = append(c.lns, ln)
+		return ln, nil
+	})
+}
+
+// closeEgress closes every egress listener; nil when there were none.
+func (c *Container) closeEgress() error {
+	c.lnMu.Lock()
+	defer c.lnMu.Unlock()
+	var errs []error
+	for _, ln := range c.lns {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	c.lns = nil
+	return errors.Join(errs...)
+}
 
 // StartError is a run that failed before its workload started: nothing of
 // the workload ran, whatever exit status the runtime had.
@@ -952,6 +1007,9 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	from, _ := c.move(opCleanup) // allowed from every state
 	recovery := from == stateRecovering
 	r := &backend.CleanupReport{}
+	if c.egress != nil {
+		step(r, "egress-listeners-closed", c.closeEgress())
+	}
 	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
 	if c.bin != nil && c.runtimeMayHold(from) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)

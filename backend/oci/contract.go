@@ -2,9 +2,11 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,7 +36,7 @@ func (b *Backend) Identity() backend.Identity {
 // filter, bounded tmpfs mounts and overlay rootfs, each as the probe
 // proved them. Without a profile it claims nothing.
 func (b *Backend) Capabilities() backend.Capabilities {
-	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, WritableInputs: true}
+	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, WritableInputs: true, RestrictedEgress: b.opts.Egress}
 	if b.opts.Profile == nil {
 		return caps
 	}
@@ -56,8 +58,15 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // what it creates. On error the returned Sandbox, if non-nil, still needs
 // Cleanup.
 func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
+	env := s.Env
+	if s.Egress != nil {
+		if !b.opts.Egress || s.Egress.Attach == nil {
+			return nil, errors.New("oci: restricted egress is not served on this runner (Capabilities.RestrictedEgress is false); fix: ask for network: deny and no credentials")
+		}
+		env = withEnv(s.Env, s.Egress.Env)
+	}
 	cfg := Config{
-		Args: s.Args, Env: s.Env, Cwd: s.Cwd, Hostname: s.Hostname, UID: s.UID, GID: s.GID,
+		Args: s.Args, Env: env, Cwd: s.Cwd, Hostname: s.Hostname, UID: s.UID, GID: s.GID,
 		Output:   Mount{Target: s.OutputPath},
 		TmpBytes: s.TmpBytes, Memory: s.Memory, Pids: s.Pids, CPU: s.CPU, FileSize: s.FileSize,
 		StopSignal: s.StopSignal,
@@ -73,7 +82,27 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 	if c == nil {
 		return nil, err // a nil *Container must not become a non-nil Sandbox
 	}
+	c.egress = s.Egress
 	return c, err
+}
+
+// withEnv is env with add's variables replacing any of the same name,
+// sorted as Spec.Env is.
+func withEnv(env, add []string) []string {
+	names := map[string]bool{}
+	for _, kv := range add {
+		k, _, _ := strings.Cut(kv, "=")
+		names[k] = true
+	}
+	var out []string
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !names[k] {
+			out = append(out, kv)
+		}
+	}
+	out = append(out, add...)
+	slices.Sort(out)
+	return out
 }
 
 // VerifyAbsent checks that none of a launch's recorded resources exists,

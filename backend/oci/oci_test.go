@@ -28,7 +28,7 @@ type harness struct {
 	stateDir string
 }
 
-func newHarness(t *testing.T, userns bool) *harness {
+func newHarness(t *testing.T, userns bool, mods ...func(*oci.Options)) *harness {
 	t.Helper()
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
@@ -45,6 +45,9 @@ func newHarness(t *testing.T, userns bool) *harness {
 	}
 	if userns {
 		opts.UserNS = &oci.IDMap{HostID: 1_000_000_000, Size: 65536}
+	}
+	for _, m := range mods {
+		m(&opts)
 	}
 	b, err := oci.New(opts)
 	if err != nil {

@@ -1,0 +1,155 @@
+package oci_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/egress"
+	"github.com/custody-dev/custody/egress/egresstest"
+)
+
+// egressRun runs script in a busybox container under a user namespace
+// with restricted egress to allow and the credential bound to the test
+// provider, and returns its output, the proxy's report and the cleanup.
+func egressRun(t *testing.T, allow []string, canary, script string) (string, egress.Report, []byte) {
+	t.Helper()
+	h := newHarness(t, true, func(o *oci.Options) { o.Egress = true })
+	w := egresstest.NewWorld(t)
+	al, err := egress.NewAllowlist(allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest, _ := egress.ParseDestination(egresstest.Provider + ":443")
+	value, err := egress.FormatSecret("Bearer {}", []byte(canary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: w.Dialer, Limits: egress.DefaultLimits(),
+		Gateways: []egress.Gateway{{Name: "provider", Destination: dest, Header: "Authorization", Value: value, RootCAs: w.CA}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := t.TempDir()
+	os.Chmod(in, 0o755)
+	egresstest.Client(t, in)
+	w.CAPEM(t, in)
+
+	s := h.spec("/bin/sh", "-c", script)
+	s.Env = append(s.Env, "SSL_CERT_FILE=/in/upstream-ca.pem")
+	s.Inputs = []backend.Mount{{Source: in, Target: "/in"}}
+	s.Egress = &backend.Egress{Allow: al.Entries(), Credentials: []string{"provider"}, Env: p.SandboxEnv(), Attach: p.Attach}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := h.prepare(t, "egress-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[len("test"):], s, nil)
+	var out bytes.Buffer
+	_, err = c.Run(ctx, 60*time.Second, backend.IO{Stdout: &out, Stderr: &out})
+	var files []byte
+	filepath.WalkDir(c.Output().Dir(), func(p string, d os.DirEntry, _ error) error {
+		if d != nil && d.Type().IsRegular() {
+			b, _ := os.ReadFile(p)
+			files = append(files, b...)
+		}
+		return nil
+	})
+	rep := c.Cleanup(ctx)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	if !rep.Verified {
+		t.Fatalf("cleanup not verified: %+v", rep)
+	}
+	for _, seen := range w.Seen() {
+		if seen.Host == egresstest.Provider && seen.Headers.Get("Authorization") != "Bearer "+canary {
+			t.Errorf("the provider got Authorization %q, not the brokered credential", seen.Headers.Get("Authorization"))
+		}
+		if seen.Host != egresstest.Provider && seen.Host != egresstest.Allowed {
+			t.Errorf("upstream %s was reached", seen.Host)
+		}
+	}
+	return out.String(), p.Report(), files
+}
+
+// TestEgressThroughTheProxyOnly runs real runc: the allowed host is
+// reachable through the proxy over HTTP and HTTPS and the gateway brokers
+// the credential; every other way out is refused, each by the step that
+// should refuse it.
+func TestEgressThroughTheProxyOnly(t *testing.T) {
+	canary := egresstest.Canary(t)
+	A, O := egresstest.Allowed, egresstest.Other
+	script := strings.Join([]string{
+		"try() { echo \"== $1\"; shift; \"$@\" 2>&1 | head -c 400; echo; }",
+		"try legit-http wget -q -O - http://" + A + "/ok",
+		"try legit-https /in/client get https://" + A + "/ok",
+		"try legit-gateway wget -Y off -q -O - --header 'Authorization: Bearer mine' $CUSTODY_GATEWAY_PROVIDER/v1/complete",
+		"try other-http wget -q -O - http://" + O + "/",
+		"try other-https /in/client get https://" + O + "/",
+		"try connect-other /in/client sni " + O + ":443 " + O,
+		"try sni-mismatch /in/client sni " + A + ":443 " + O,
+		"try host-mismatch wget -q -O - --header 'Host: " + O + "' http://" + A + "/",
+		"try name-to-loopback wget -q -O - http://" + egresstest.Loopback + "/",
+		"try name-to-ten wget -q -O - http://" + egresstest.Private + "/",
+		"try direct-ip /in/client tcp " + egresstest.AllowedAddr + ":80",
+		"try direct-wget wget -q -O - -Y off http://" + egresstest.AllowedAddr + "/",
+		"try ipv6 /in/client tcp [" + egresstest.AllowedV6 + "]:80",
+		"try udp /in/client udp " + egresstest.AllowedAddr + ":53",
+		"try dns-host-resolver /in/client dns " + egresstest.AllowedAddr + ":53 leak.custody.test",
+		"try dns-default nslookup -type=TXT leak.custody.test",
+		"try nc sh -c 'echo x | nc -w 2 " + egresstest.AllowedAddr + " 80 && echo SENT'",
+		"try devtcp sh -c 'echo x > /dev/tcp/" + egresstest.AllowedAddr + "/80 && echo SENT'",
+		"try ping ping -c 1 -W 1 " + egresstest.AllowedAddr,
+		"try ping6 ping6 -c 1 -W 1 " + egresstest.AllowedV6,
+		"env > /out/env; cat /proc/self/environ /proc/1/environ /proc/1/cmdline > /out/proc; ls -laR /etc /in > /out/files",
+	}, "\n")
+	out, rep, files := egressRun(t, []string{A + ":80", A + ":443", egresstest.Loopback + ":80", egresstest.Private + ":80"}, canary, script)
+	sections := map[string]string{}
+	for _, part := range strings.Split(out, "== ")[1:] {
+		name, body, _ := strings.Cut(part, "\n")
+		sections[name] = body
+	}
+	for name, want := range map[string]string{
+		"legit-http": "hello from " + A, "legit-https": "OK hello from " + A, "legit-gateway": "hello from " + egresstest.Provider,
+	} {
+		if !strings.Contains(sections[name], want) {
+			t.Errorf("%s: %q, want %q\n%s", name, sections[name], want, out)
+		}
+	}
+	for _, name := range []string{"other-http", "other-https", "connect-other", "sni-mismatch", "host-mismatch", "name-to-loopback",
+		"name-to-ten", "direct-ip", "direct-wget", "ipv6", "udp", "dns-host-resolver", "dns-default", "nc", "devtcp", "ping", "ping6"} {
+		body, ok := sections[name]
+		if !ok || strings.Contains(body, "hello from") || strings.Contains(body, "OK ") || strings.Contains(body, "SENT") ||
+			strings.Contains(body, "1 packets received") {
+			t.Errorf("%s was not refused: %q", name, body)
+		}
+	}
+	codes := map[string]bool{}
+	for _, d := range rep.Decisions {
+		codes[d.Code] = true
+		if d.Allowed && d.BytesIn == 0 {
+			t.Errorf("allowed decision without bytes: %+v", d)
+		}
+	}
+	for _, c := range []string{egress.CodeAllowed, egress.CodeNotAllowlisted, egress.CodeSNIMismatch, egress.CodeHostMismatch, egress.CodeDeniedAddress} {
+		if !codes[c] {
+			t.Errorf("no %s decision recorded: %+v", c, rep.Decisions)
+		}
+	}
+	// The canary reached the provider (checked in egressRun) and nowhere
+	// the workload or the record can see.
+	js, _ := json.Marshal(rep)
+	if !bytes.Contains(files, []byte("CUSTODY_CREDENTIAL_PROVIDER="+egress.Placeholder)) || !bytes.Contains(files, []byte("HTTPS_PROXY=http://"+egress.ProxyAddr)) {
+		t.Errorf("the workload's env lacks the placeholder or the proxy:\n%s", files)
+	}
+	for where, data := range map[string][]byte{"stdout/stderr": []byte(out), "report": js, "env, /proc and outputs": files} {
+		if leaks := egresstest.Leaks(canary, data); len(leaks) > 0 {
+			t.Errorf("the canary leaked into the %s: %q", where, leaks)
+		}
+	}
+}

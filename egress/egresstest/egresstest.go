@@ -1,0 +1,277 @@
+// Package egresstest gives egress tests their own upstreams: a network
+// namespace the test creates, holding documentation-range addresses
+// (203.0.113.0/24, 2001:db8::/32) on its loopback, TLS and plain-HTTP
+// servers listening there with a test CA, and a resolver that maps test
+// names to those addresses (or, for refusal cases, to inward ones). The
+// proxy under test dials from inside that namespace, so the deny-list it
+// applies is the production one and no real outside address is ever
+// reached.
+package egresstest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/egress"
+)
+
+// Addresses of the test upstreams: documentation ranges, reachable only
+// inside the upstream namespace.
+const (
+	AllowedAddr = "203.0.113.10"
+	OtherAddr   = "203.0.113.11"
+	AllowedV6   = "2001:db8::10"
+)
+
+// Names the Resolver answers.
+const (
+	Allowed  = "allowed.custody.test"  // → AllowedAddr
+	Other    = "other.custody.test"    // → OtherAddr, reachable but not allowlisted
+	Provider = "provider.custody.test" // → AllowedAddr, the broker's bound host
+	Loopback = "loop.custody.test"     // → 127.0.0.1
+	Private  = "ten.custody.test"      // → 10.0.0.5
+	Mixed    = "mixed.custody.test"    // → AllowedAddr and 10.0.0.1 (rebinding)
+	Mapped   = "mapped.custody.test"   // → ::ffff:127.0.0.1
+	Metadata = "meta.custody.test"     // → 169.254.169.254
+)
+
+// Resolver is a fixed name table.
+type Resolver map[string][]netip.Addr
+
+// LookupNetIP answers from the table.
+func (r Resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := r[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func addrs(s ...string) []netip.Addr {
+	out := make([]netip.Addr, len(s))
+	for i, a := range s {
+		out[i] = netip.MustParseAddr(a)
+	}
+	return out
+}
+
+// Request is what an upstream saw.
+type Request struct {
+	Host    string // the TLS SNI or Host
+	Path    string
+	Headers http.Header
+	Body    []byte
+}
+
+// World is the test's upstream namespace and its servers.
+type World struct {
+	Netns    string
+	CA       *x509.CertPool
+	Resolver Resolver
+	Dialer   egress.DialerIn
+
+	caDER []byte
+	mu    sync.Mutex
+	seen  []Request
+}
+
+// Seen returns every request the upstreams received.
+func (w *World) Seen() []Request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Request{}, w.seen...)
+}
+
+// NewWorld creates the upstream namespace with its addresses and starts
+// TLS on :443 and plain HTTP on :80 at AllowedAddr and OtherAddr. Each
+// answers "hello from <host>" and records the request.
+func NewWorld(t testing.TB) *World {
+	t.Helper()
+	ns := netns(t, "upstream-netns")
+	for _, a := range []string{AllowedAddr + "/32", OtherAddr + "/32", AllowedV6 + "/128"} {
+		if out, err := exec.Command("nsenter", "--net="+ns, "ip", "addr", "add", a, "dev", "lo").CombinedOutput(); err != nil {
+			t.Fatalf("add %s in the upstream namespace: %v: %s", a, err, out)
+		}
+	}
+	w := &World{
+		Netns: ns,
+		Resolver: Resolver{
+			Allowed: addrs(AllowedAddr), Other: addrs(OtherAddr), Provider: addrs(AllowedAddr),
+			Loopback: addrs("127.0.0.1"), Private: addrs("10.0.0.5"), Mixed: addrs(AllowedAddr, "10.0.0.1"),
+			Mapped: addrs("::ffff:127.0.0.1"), Metadata: addrs("169.254.169.254"),
+		},
+		Dialer: egress.DialerIn{Path: ns},
+	}
+	pool, caDER, cert := testCA(t, Allowed, Other, Provider)
+	w.CA, w.caDER = pool, caDER
+	h := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		host := r.Host
+		if r.TLS != nil {
+			host = r.TLS.ServerName
+		}
+		w.mu.Lock()
+		w.seen = append(w.seen, Request{Host: host, Path: r.URL.Path, Headers: r.Header.Clone(), Body: body})
+		w.mu.Unlock()
+		fmt.Fprintf(rw, "hello from %s\n", host)
+	})
+	for _, a := range []string{AllowedAddr, OtherAddr} {
+		w.serve(t, net.JoinHostPort(a, "443"), h, &tls.Config{Certificates: []tls.Certificate{cert}})
+		w.serve(t, net.JoinHostPort(a, "80"), h, nil)
+	}
+	return w
+}
+
+func (w *World) serve(t testing.TB, addr string, h http.Handler, tc *tls.Config) {
+	ln, err := egress.ListenIn(w.Netns, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// testCA makes a CA and a leaf for names, valid for an hour.
+func testCA(t testing.TB, names ...string) (*x509.CertPool, []byte, tls.Certificate) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "custody egress test CA"},
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool, caDER, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// Sandbox creates a loopback-only namespace standing in for a sandbox's.
+func Sandbox(t testing.TB) string {
+	t.Helper()
+	return netns(t, "sandbox-netns")
+}
+
+// netns creates a loopback-only namespace removed when the test ends.
+func netns(t testing.TB, name string) string {
+	t.Helper()
+	ns := filepath.Join(t.TempDir(), name)
+	if _, err := egress.CreateNetns(ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := egress.RemoveNetns(ns, egress.NetnsID{}); err != nil {
+			t.Error(err)
+		}
+	})
+	return ns
+}
+
+// Canary returns a fresh secret unique to the test, with characters that
+// URL and JSON encodings change, so each form below differs.
+func Canary(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("cnry-%x/+\"=", b)
+}
+
+// Forms are the encodings a leaked secret would be searched for in: raw,
+// base64 (standard and URL, padded or not), hex, URL-encoded and
+// JSON-escaped.
+func Forms(secret string) []string {
+	b := []byte(secret)
+	js, _ := json.Marshal(secret)
+	return []string{
+		secret,
+		base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+		base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b),
+		hex.EncodeToString(b), strings.ToUpper(hex.EncodeToString(b)),
+		url.QueryEscape(secret), url.PathEscape(secret),
+		strings.Trim(string(js), `"`),
+	}
+}
+
+// Leaks returns the forms of secret found in data, and where.
+func Leaks(secret string, data []byte) []string {
+	var found []string
+	for _, f := range Forms(secret) {
+		if bytes.Contains(data, []byte(f)) {
+			found = append(found, f)
+		}
+	}
+	return found
+}
+
+// CAPEM writes the world's CA as a PEM file under dir, as an operator's
+// CA file for the broker.
+func (w *World) CAPEM(t testing.TB, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "upstream-ca.pem")
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: w.caDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Client builds the static test client (testdata/client) into dir and
+// returns its path.
+func Client(t testing.TB, dir string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	out := filepath.Join(dir, "client")
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/client")
+	cmd.Dir = filepath.Dir(file)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the egress test client: %v\n%s", err, b)
+	}
+	return out
+}

@@ -1,0 +1,5 @@
+package egress_test
+
+import "syscall"
+
+var errNoRoute = syscall.ENETUNREACH

@@ -1,0 +1,190 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/net/netutil"
+)
+
+var headerName = regexp.MustCompile(`^[A-Za-z0-9-]{1,64}$`)
+
+// Gateway is one bound credential: the workload calls the gateway's
+// sandbox-local plain-HTTP endpoint, and the broker forwards each request
+// to Destination over verified TLS with Header set to Value.
+type Gateway struct {
+	// Name is the credential's name: metadata, never authority.
+	Name        string
+	Destination Destination
+	Header      string
+	// Value is the header's whole value, the secret already formatted in;
+	// it is never logged or recorded.
+	Value string
+	// RootCAs verify the destination; nil means the host's roots.
+	RootCAs *x509.CertPool
+}
+
+// FormatSecret puts secret into format at its one "{}" ("Bearer {}"); a
+// trailing newline in the secret file is not part of the secret.
+func FormatSecret(format string, secret []byte) (string, error) {
+	if strings.Count(format, "{}") != 1 {
+		return "", fmt.Errorf("egress: credential format %q must hold exactly one {}", format)
+	}
+	s := strings.TrimRight(string(secret), "\r\n")
+	if s == "" || strings.ContainsAny(s, "\r\n\x00") {
+		return "", errors.New("egress: credential is empty or holds a line break or NUL; store one line")
+	}
+	return strings.Replace(format, "{}", s, 1), nil
+}
+
+func (g Gateway) check() error {
+	switch {
+	case g.Name == "":
+		return errors.New("egress: a gateway needs its credential's name")
+	case !headerName.MatchString(g.Header):
+		return fmt.Errorf("egress: gateway %s: header %q is not a header name", g.Name, g.Header)
+	case g.Value == "" || strings.ContainsAny(g.Value, "\r\n\x00"):
+		return fmt.Errorf("egress: gateway %s: the header value is empty or not one line", g.Name)
+	case g.Destination.Host == "" || g.Destination.Port == 0:
+		return fmt.Errorf("egress: gateway %s has no destination", g.Name)
+	}
+	return nil
+}
+
+// gateway returns the run's gateway named name.
+func (p *Proxy) gateway(name string) (Gateway, bool) {
+	for _, g := range p.cfg.Gateways {
+		if g.Name == name {
+			return g, true
+		}
+	}
+	return Gateway{}, false
+}
+
+// ServeGateway serves the gateway of credential name on ln until ctx ends.
+func (p *Proxy) ServeGateway(ctx context.Context, ln net.Listener, name string) error {
+	g, ok := p.gateway(name)
+	if !ok {
+		ln.Close()
+		return fmt.Errorf("egress: no gateway for credential %q", name)
+	}
+	d := g.Destination
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			// The destination is the binding's, never what the request names.
+			a, dec := p.resolve(ctx, d.Host)
+			if dec != nil {
+				return nil, fmt.Errorf("%w: %s", ErrRefused, dec.Reason)
+			}
+			return p.dial(ctx, netip.AddrPortFrom(a, d.Port))
+		},
+		TLSClientConfig:       &tls.Config{RootCAs: g.RootCAs, ServerName: d.Host, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   p.cfg.Limits.HeadTime,
+		ResponseHeaderTimeout: p.cfg.Limits.ConnTime,
+		MaxIdleConns:          4,
+		IdleConnTimeout:       30 * time.Second,
+	}
+	defer tr.CloseIdleConnections()
+	srv := &http.Server{
+		Handler:           p.gatewayHandler(g, tr),
+		ReadHeaderTimeout: p.cfg.Limits.HeadTime,
+		MaxHeaderBytes:    maxHead,
+		ErrorLog:          nil,
+	}
+	stop := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+	})
+	defer stop()
+	err := srv.Serve(netutil.LimitListener(ln, p.cfg.Limits.Conns))
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("egress: gateway %s: %w", name, err)
+}
+
+func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
+	d := g.Destination
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Limits.ConnTime)
+		defer cancel()
+		dec := Decision{Via: "gateway", Destination: d.String(), Credential: g.Name}
+		host := d.Host
+		if d.Port != 443 {
+			host = d.String()
+		}
+		out, err := http.NewRequestWithContext(ctx, r.Method, "https://"+host+r.URL.RequestURI(), &budgetReader{p: p, r: r.Body, n: &dec.BytesOut})
+		if err != nil {
+			dec.Code, dec.Reason = CodeBadRequest, err.Error()
+			p.record(dec)
+			http.Error(w, "custody gateway: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		out.Header = r.Header.Clone()
+		stripHop(out.Header)
+		// Nothing the workload sends may stand in for the credential.
+		out.Header.Del("Authorization")
+		out.Header.Del(g.Header)
+		out.Header.Set(g.Header, g.Value)
+		out.ContentLength = r.ContentLength
+		resp, err := tr.RoundTrip(out)
+		if err != nil {
+			dec.Code, dec.Reason = CodeDialFailed, scrub(err.Error(), g.Value)
+			if errors.Is(err, ErrRefused) {
+				dec.Code = CodeDeniedAddress
+			}
+			p.record(dec)
+			http.Error(w, "custody gateway: "+dec.Reason, http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		stripHop(resp.Header)
+		for k, vs := range resp.Header {
+			for _, v := range vs {
+				w.Header().Add(k, scrub(v, g.Value))
+			}
+		}
+		w.WriteHeader(resp.StatusCode)
+		dec.BytesIn = p.copy(w, resp.Body)
+		dec.Allowed, dec.Code = true, CodeAllowed
+		dec.Reason = fmt.Sprintf("status %d", resp.StatusCode)
+		p.record(dec)
+	})
+}
+
+// scrub removes the credential from s, should a destination or an error
+// ever echo it.
+func scrub(s, secret string) string {
+	return strings.ReplaceAll(s, secret, "[credential]")
+}
+
+// budgetReader charges a request body to the run's byte budget.
+type budgetReader struct {
+	p *Proxy
+	r io.Reader
+	n *int64
+}
+
+func (b *budgetReader) Read(q []byte) (int, error) {
+	k, err := b.r.Read(q)
+	if k > 0 {
+		*b.n += int64(k)
+		if b.p.bytes.Add(int64(k)) > b.p.cfg.Limits.Bytes {
+			return 0, fmt.Errorf("%w: the run's egress byte budget is spent", ErrRefused)
+		}
+	}
+	return k, err
+}

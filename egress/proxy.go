@@ -1,0 +1,496 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Resolver resolves host names; *net.Resolver is one. The proxy resolves
+// every name itself, so the workload never needs DNS.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Dialer opens the proxy's upstream connections; *net.Dialer is one. It is
+// only ever given an address that passed DenyReason.
+type Dialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Limits bound the proxy's own resources for one run.
+type Limits struct {
+	// Conns is how many client connections may be open at once; one more
+	// is refused (and recorded), not queued.
+	Conns int
+	// Bytes bounds the bytes relayed in both directions over the whole
+	// run; past it every relay is cut.
+	Bytes int64
+	// ConnTime bounds the life of one connection.
+	ConnTime time.Duration
+	// HeadTime bounds reading a request's head or a ClientHello.
+	HeadTime time.Duration
+	// Decisions bounds the decisions kept; later ones are counted only.
+	Decisions int
+}
+
+// DefaultLimits are the bounds custodyd uses unless its configuration
+// says otherwise.
+func DefaultLimits() Limits {
+	return Limits{Conns: 64, Bytes: 1 << 30, ConnTime: 10 * time.Minute, HeadTime: 10 * time.Second, Decisions: 4096}
+}
+
+// Decision codes: "allowed" and the reasons a connection is refused.
+const (
+	CodeAllowed         = "allowed"
+	CodeNotAllowlisted  = "not-allowlisted"
+	CodeDeniedAddress   = "denied-address"
+	CodeResolveFailed   = "resolve-failed"
+	CodeHostMismatch    = "host-mismatch"
+	CodeSNIMismatch     = "sni-mismatch"
+	CodeNotTLS          = "not-tls"
+	CodeDialFailed      = "dial-failed"
+	CodeConnectionLimit = "connection-limit"
+	CodeByteLimit       = "byte-limit"
+	CodeBadRequest      = "bad-request"
+)
+
+// Decision is one allowed or refused connection or request, as the receipt
+// records it. It never holds a credential's value.
+type Decision struct {
+	At time.Time `json:"at"`
+	// Via is "connect", "http" or "gateway".
+	Via string `json:"via"`
+	// Destination is what the client asked for, as host:port.
+	Destination string `json:"destination"`
+	// Address is the IP:port dialled, when one was.
+	Address string `json:"address,omitempty"`
+	Allowed bool   `json:"allowed"`
+	Code    string `json:"code"`
+	Reason  string `json:"reason,omitempty"`
+	// Credential names the brokered credential (gateway only).
+	Credential string `json:"credential,omitempty"`
+	// BytesOut and BytesIn are relayed to and from the destination.
+	BytesOut int64 `json:"bytesOut"`
+	BytesIn  int64 `json:"bytesIn"`
+}
+
+// Report is the proxy's observed control for a receipt.
+type Report struct {
+	Allow     []string   `json:"allow"`
+	Gateways  []string   `json:"gateways,omitempty"`
+	Decisions []Decision `json:"decisions"`
+	// Dropped counts decisions past Limits.Decisions.
+	Dropped int   `json:"dropped,omitempty"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// Config is one run's proxy.
+type Config struct {
+	Allow Allowlist
+	// Gateways are the run's brokered credentials, by name.
+	Gateways []Gateway
+	// Resolver and Dialer default to the host's; tests inject their own.
+	Resolver Resolver
+	Dialer   Dialer
+	Limits   Limits
+	Log      *slog.Logger
+}
+
+// Proxy is one run's egress proxy and gateways.
+type Proxy struct {
+	cfg   Config
+	sem   chan struct{}
+	bytes atomic.Int64
+	mu    sync.Mutex
+	rep   Report
+}
+
+// New checks cfg and makes a proxy; nothing listens yet.
+func New(cfg Config) (*Proxy, error) {
+	l := cfg.Limits
+	if l.Conns <= 0 || l.Bytes <= 0 || l.ConnTime <= 0 || l.HeadTime <= 0 || l.Decisions <= 0 {
+		return nil, fmt.Errorf("egress: every limit must be positive, got %+v", l)
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Dialer == nil {
+		cfg.Dialer = &net.Dialer{Timeout: 10 * time.Second, Control: recheck}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{cfg: cfg, sem: make(chan struct{}, l.Conns)}
+	p.rep.Allow = cfg.Allow.Entries()
+	envs := map[string]string{}
+	for _, g := range cfg.Gateways {
+		if err := g.check(); err != nil {
+			return nil, err
+		}
+		if other, dup := envs[EnvName(g.Name)]; dup {
+			return nil, fmt.Errorf("egress: credentials %q and %q have the same variable name %s; rename one", other, g.Name, EnvName(g.Name))
+		}
+		envs[EnvName(g.Name)] = g.Name
+		p.rep.Gateways = append(p.rep.Gateways, g.Name)
+	}
+	return p, nil
+}
+
+// recheck is the default dialer's last word: the socket is refused at
+// connect time if its address is one DenyReason names.
+func recheck(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("egress: dial %q: %w", address, err)
+	}
+	if why := DenyReason(ap.Addr().Unmap()); why != "" {
+		return fmt.Errorf("egress: dial %s: %s address refused", address, why)
+	}
+	return nil
+}
+
+// Report returns a copy of what the proxy decided so far.
+func (p *Proxy) Report() Report {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.rep
+	r.Allow = append([]string{}, r.Allow...)
+	r.Gateways = append([]string(nil), r.Gateways...)
+	r.Decisions = append([]Decision{}, r.Decisions...)
+	r.Bytes = p.bytes.Load()
+	return r
+}
+
+func (p *Proxy) record(d Decision) {
+	d.At = time.Now().UTC()
+	p.cfg.Log.Info("egress decision", "via", d.Via, "destination", d.Destination, "address", d.Address,
+		"allowed", d.Allowed, "code", d.Code, "reason", d.Reason, "credential", d.Credential,
+		"bytesOut", d.BytesOut, "bytesIn", d.BytesIn)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.rep.Decisions) >= p.cfg.Limits.Decisions {
+		p.rep.Dropped++
+		return
+	}
+	p.rep.Decisions = append(p.rep.Decisions, d)
+}
+
+// Serve accepts proxy clients on ln until ctx ends, then closes ln and
+// waits for every connection to finish.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			// The backend closes the listeners in its cleanup.
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("egress: accept: %w", err)
+		}
+		select {
+		case p.sem <- struct{}{}:
+		default:
+			p.record(Decision{Via: "connect", Code: CodeConnectionLimit,
+				Reason: fmt.Sprintf("more than %d connections at once", p.cfg.Limits.Conns)})
+			c.Close()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-p.sem }()
+			p.handle(ctx, c)
+		})
+	}
+}
+
+// maxHead bounds a request's line and headers.
+const maxHead = 16 << 10
+
+func (p *Proxy) handle(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.ConnTime)
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { c.Close() })()
+
+	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTime))
+	br := bufio.NewReaderSize(c, 4096)
+	head, hosts, err := readHead(br)
+	if err != nil {
+		p.record(Decision{Via: "http", Code: CodeBadRequest, Reason: err.Error()})
+		writeStatus(c, http.StatusBadRequest, err.Error())
+		return
+	}
+	rd := bufio.NewReader(io.MultiReader(bytes.NewReader(head), br))
+	req, err := http.ReadRequest(rd)
+	if err != nil {
+		p.record(Decision{Via: "http", Code: CodeBadRequest, Reason: err.Error()})
+		writeStatus(c, http.StatusBadRequest, "malformed request")
+		return
+	}
+	if req.Method == http.MethodConnect {
+		p.connect(ctx, c, rd, req, hosts)
+		return
+	}
+	p.forward(ctx, c, req, hosts)
+}
+
+// readHead reads the request line and headers, bounded, and returns them
+// with every Host header as sent (net/http drops Host for absolute URLs,
+// and a Host that disagrees with the URL must be refused, not ignored).
+func readHead(br *bufio.Reader) ([]byte, []string, error) {
+	var head []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		head = append(head, line...)
+		if len(head) > maxHead {
+			return nil, nil, fmt.Errorf("request head is larger than %d bytes", maxHead)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read request head: %w", err)
+		}
+		if len(line) <= 2 && strings.TrimRight(string(line), "\r\n") == "" && len(head) > len(line) {
+			break
+		}
+	}
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	if _, err := tp.ReadLine(); err != nil {
+		return nil, nil, fmt.Errorf("read request line: %w", err)
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read request headers: %w", err)
+	}
+	return head, h.Values("Host"), nil
+}
+
+func writeStatus(w io.Writer, code int, why string) {
+	body := why + "\n"
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		code, http.StatusText(code), len(body), body)
+}
+
+// admit checks one destination against the allowlist and the Host headers
+// sent, and resolves it; it returns the address to dial or a refusal.
+func (p *Proxy) admit(ctx context.Context, d Destination, hostsSent []string, asked string) (netip.AddrPort, *Decision) {
+	for _, h := range hostsSent {
+		if h != asked {
+			return netip.AddrPort{}, &Decision{Code: CodeHostMismatch,
+				Reason: fmt.Sprintf("Host header %q is not the destination %q", h, asked)}
+		}
+	}
+	if len(hostsSent) > 1 {
+		return netip.AddrPort{}, &Decision{Code: CodeHostMismatch, Reason: "more than one Host header"}
+	}
+	if !p.cfg.Allow.Allows(d) {
+		return netip.AddrPort{}, &Decision{Code: CodeNotAllowlisted,
+			Reason: fmt.Sprintf("%s is not in the run's egress allowlist", d)}
+	}
+	a, dec := p.resolve(ctx, d.Host)
+	if dec != nil {
+		return netip.AddrPort{}, dec
+	}
+	return netip.AddrPortFrom(a, d.Port), nil
+}
+
+// resolve looks host up and returns its first address, refusing the name
+// when any of its addresses is denied: a name that also points inward is
+// never used, whichever address a later lookup would pick.
+func (p *Proxy) resolve(ctx context.Context, host string) (netip.Addr, *Decision) {
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.HeadTime)
+	defer cancel()
+	addrs, err := p.cfg.Resolver.LookupNetIP(rctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, &Decision{Code: CodeResolveFailed, Reason: fmt.Sprintf("resolve %s: %v", host, err)}
+	}
+	for _, a := range addrs {
+		if why := DenyReason(a); why != "" {
+			return netip.Addr{}, &Decision{Code: CodeDeniedAddress, Address: a.String(),
+				Reason: fmt.Sprintf("%s resolves to %s, a %s address", host, a, why)}
+		}
+	}
+	return addrs[0], nil
+}
+
+func (p *Proxy) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	if why := DenyReason(ap.Addr()); why != "" {
+		return nil, fmt.Errorf("%s is a %s address", ap, why)
+	}
+	dctx, cancel := context.WithTimeout(ctx, p.cfg.Limits.HeadTime)
+	defer cancel()
+	return p.cfg.Dialer.DialContext(dctx, "tcp", ap.String())
+}
+
+func (p *Proxy) connect(ctx context.Context, c net.Conn, rd *bufio.Reader, req *http.Request, hosts []string) {
+	asked := req.RequestURI
+	dec := Decision{Via: "connect", Destination: asked}
+	refuse := func(d *Decision, status int) {
+		dec.Code, dec.Reason, dec.Address = d.Code, d.Reason, d.Address
+		p.record(dec)
+		if status != 0 {
+			writeStatus(c, status, "custody egress: "+d.Reason)
+		}
+	}
+	d, ok := splitTarget(asked, 0)
+	if !ok || strings.HasSuffix(asked, "]") || !strings.Contains(asked, ":") {
+		refuse(&Decision{Code: CodeBadRequest, Reason: fmt.Sprintf("CONNECT target %q is not host:port", asked)}, http.StatusBadRequest)
+		return
+	}
+	ap, bad := p.admit(ctx, d, hosts, asked)
+	if bad != nil {
+		refuse(bad, http.StatusForbidden)
+		return
+	}
+	dec.Address = ap.String()
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// The tunnel must carry TLS for the host it was opened to: the SNI
+	// is checked before anything reaches upstream.
+	c.SetReadDeadline(time.Now().Add(p.cfg.Limits.HeadTime))
+	sni, seen, err := readClientHello(rd)
+	if err != nil {
+		refuse(&Decision{Code: CodeNotTLS, Reason: "the tunnel does not start with a TLS ClientHello", Address: dec.Address}, 0)
+		return
+	}
+	if sni != d.Host {
+		refuse(&Decision{Code: CodeSNIMismatch, Reason: fmt.Sprintf("TLS SNI %q is not the CONNECT host %q", sni, d.Host), Address: dec.Address}, 0)
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	up, err := p.dial(ctx, ap)
+	if err != nil {
+		refuse(&Decision{Code: CodeDialFailed, Reason: err.Error(), Address: dec.Address}, 0)
+		return
+	}
+	defer up.Close()
+	defer context.AfterFunc(ctx, func() { up.Close() })()
+	dec.Allowed, dec.Code = true, CodeAllowed
+	dec.BytesOut, dec.BytesIn = p.relay(up, c, io.MultiReader(bytes.NewReader(seen), rd))
+	if p.bytes.Load() > p.cfg.Limits.Bytes {
+		dec.Code, dec.Reason = CodeByteLimit, fmt.Sprintf("the run relayed more than %d bytes; cut", p.cfg.Limits.Bytes)
+	}
+	p.record(dec)
+}
+
+// hopHeaders are per-connection headers never forwarded.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func stripHop(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, k := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(k))
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, hosts []string) {
+	dec := Decision{Via: "http", Destination: req.URL.Host}
+	refuse := func(d *Decision, status int) {
+		dec.Code, dec.Reason, dec.Address = d.Code, d.Reason, d.Address
+		p.record(dec)
+		writeStatus(c, status, "custody egress: "+d.Reason)
+	}
+	if req.URL.Scheme != "http" || req.URL.Host == "" || req.URL.User != nil {
+		refuse(&Decision{Code: CodeBadRequest, Reason: "a plain-HTTP request through the proxy needs an absolute http:// URL without user info"}, http.StatusBadRequest)
+		return
+	}
+	d, ok := splitTarget(req.URL.Host, 80)
+	if !ok {
+		refuse(&Decision{Code: CodeBadRequest, Reason: fmt.Sprintf("%q is not host[:port]", req.URL.Host)}, http.StatusBadRequest)
+		return
+	}
+	dec.Destination = d.String()
+	ap, bad := p.admit(ctx, d, hosts, req.URL.Host)
+	if bad != nil {
+		refuse(bad, http.StatusForbidden)
+		return
+	}
+	dec.Address = ap.String()
+	up, err := p.dial(ctx, ap)
+	if err != nil {
+		refuse(&Decision{Code: CodeDialFailed, Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
+		return
+	}
+	defer up.Close()
+	defer context.AfterFunc(ctx, func() { up.Close() })()
+	stripHop(req.Header)
+	req.Close = true // one request per connection: every request is decided on its own
+	req.Host = req.URL.Host
+	var out bytes.Buffer
+	if err := req.Write(&out); err != nil {
+		refuse(&Decision{Code: CodeBadRequest, Reason: err.Error(), Address: dec.Address}, http.StatusBadRequest)
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	dec.Allowed, dec.Code = true, CodeAllowed
+	// The request's head is small; its body streams from the client.
+	dec.BytesOut, dec.BytesIn = p.relay(up, c, &out)
+	p.record(dec)
+}
+
+// relay copies from client (what the client sends) to up and from up back
+// to c until both directions end or the run's byte budget is spent, and
+// returns the bytes each way.
+func (p *Proxy) relay(up, c net.Conn, client io.Reader) (out, in int64) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		out = p.copy(up, client)
+		if cw, ok := up.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	})
+	in = p.copy(c, up)
+	// Upstream is done: the client's direction has nothing left to say.
+	c.Close()
+	up.Close()
+	wg.Wait()
+	return out, in
+}
+
+// copy is io.Copy that charges the run's byte budget and stops once it is
+// spent.
+func (p *Proxy) copy(dst io.Writer, src io.Reader) int64 {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if p.bytes.Add(int64(k)) > p.cfg.Limits.Bytes {
+				return n
+			}
+			w, werr := dst.Write(buf[:k])
+			n += int64(w)
+			if werr != nil {
+				return n
+			}
+		}
+		if err != nil {
+			return n
+		}
+	}
+}
+
+// ErrRefused is wrapped by the errors the gateway returns for refused
+// requests.
+var ErrRefused = errors.New("egress refused")
