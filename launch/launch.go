@@ -112,6 +112,9 @@ func ParsePhase(yaml []byte, baseDir string) (*request.Phase, error) {
 		return nil, &RequestError{Refused: true, Err: err}
 	}
 	for i, in := range req.Inputs {
+		if _, ok := in.OutputDigest(); ok {
+			continue // resolved by the runner from its own output store
+		}
 		if filepath.IsAbs(in.Source) {
 			req.Inputs[i].Source = filepath.Clean(in.Source)
 			continue
@@ -182,6 +185,9 @@ func refusedOf(checks []admission.Check) []admission.Check {
 func symlinkSources(plan *admission.Plan) []admission.Check {
 	var out []admission.Check
 	for i, in := range plan.Inputs {
+		if _, ok := in.OutputDigest(); ok {
+			continue
+		}
 		if fi, err := os.Lstat(in.Source); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			out = append(out, admission.Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted,
 				Code: "input-symlink-source", Detail: fmt.Sprintf("%s is a symlink, and custody never follows one to an input", in.Source),
