@@ -344,3 +344,22 @@ type Recovery struct {
 	// nothing was done to them.
 	Foreign []string `json:"foreign,omitempty"`
 }
+
+// PipelineSummaryRequest asks custodyd (control socket) to sign the
+// summary of a pipeline run. It names each stage's run; custodyd reads
+// the receipts from its own records, checks each is its own and that
+// every link holds, and signs only then.
+type PipelineSummaryRequest struct {
+	Pipeline string             `json:"pipeline"`
+	Stages   []PipelineStageRef `json:"stages"`
+}
+
+// PipelineStageRef is one stage of a pipeline run as the client ran it.
+type PipelineStageRef struct {
+	Name     string `json:"name"`
+	RunID    string `json:"runId"`
+	Verifier bool   `json:"verifier"`
+	// From has one entry per input of the stage's phase: the earlier
+	// stage whose output the input is, or "" for a host source.
+	From []string `json:"from"`
+}

@@ -129,7 +129,9 @@ func TestPipelineSummary(t *testing.T) {
 			name string
 			edit func(s []evidence.PipelineStage)
 		}{
-			{"later stage", func(s []evidence.PipelineStage) { s[0].Inputs = []evidence.PipelineInput{{Target: "/x", Digest: s[1].OutputDigest, From: "build"}} }},
+			{"later stage", func(s []evidence.PipelineStage) {
+				s[0].Inputs = []evidence.PipelineInput{{Target: "/x", Digest: s[1].OutputDigest, From: "build"}}
+			}},
 			{"verifier output", func(s []evidence.PipelineStage) { s[0].Verifier = true }},
 		} {
 			s := append([]evidence.PipelineStage{}, stages...)

@@ -61,8 +61,8 @@ var parser = strictyaml.New(strictyaml.Format{
 	Schema:     schemaJSON,
 	SchemaName: "pipeline schema",
 	Patterns: map[string]string{
-		"^/":                          "use an absolute path",
-		"^[a-z0-9][a-z0-9._-]{0,62}$": "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
+		"^/":                                   "use an absolute path",
+		"^[a-z0-9][a-z0-9._-]{0,62}$":          "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
 		"^[a-z0-9][a-z0-9._-]{0,62}\\.output$": "write from: <stage>.output, naming an earlier stage",
 	},
 })
@@ -192,7 +192,9 @@ func stagePhase(sd stageDoc) (*request.Phase, error) {
 	pair := func(k string, v *yaml.Node) {
 		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k}, v)
 	}
-	str := func(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s, Style: yaml.DoubleQuotedStyle} }
+	str := func(s string) *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Value: s, Style: yaml.DoubleQuotedStyle}
+	}
 	pair("apiVersion", str(request.APIVersion))
 	pair("kind", str("Phase"))
 	pair("name", str(sd.Name))
