@@ -13,9 +13,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/regfile"
+	"github.com/custody-dev/custody/pipeline"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
@@ -470,10 +472,10 @@ func (a *app) policyCmd() *cobra.Command {
 
 func (a *app) schemaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:       "schema request|policy",
-		Short:     "Print the JSON Schema of phase requests or operator policy",
+		Use:       "schema request|policy|pipeline|pipeline-summary",
+		Short:     "Print the JSON Schema of phase requests, operator policy, pipelines or pipeline summary statements",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"request", "policy"},
+		ValidArgs: []string{"request", "policy", "pipeline", "pipeline-summary"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
 			case "request":
@@ -482,8 +484,14 @@ func (a *app) schemaCmd() *cobra.Command {
 			case "policy":
 				_, err := a.stdout.Write(policy.Schema())
 				return err
+			case "pipeline":
+				_, err := a.stdout.Write(pipeline.Schema())
+				return err
+			case "pipeline-summary":
+				_, err := a.stdout.Write(evidence.PipelineSummarySchema())
+				return err
 			}
-			return usageError("schema: unknown schema %s (want request or policy)", quote.String(args[0]))
+			return usageError("schema: unknown schema %s (want request, policy, pipeline or pipeline-summary)", quote.String(args[0]))
 		},
 	}
 }

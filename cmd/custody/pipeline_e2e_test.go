@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/request"
 )
 
@@ -176,6 +179,12 @@ func TestPipelineEndToEnd(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(e.dir, "run")); len(ents) != 0 {
 		t.Fatalf("per-launch state left after the pipeline: %v", ents)
 	}
+	// On the host, no stage's output or /tmp filesystem is still mounted.
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(mi), e.dir) {
+		t.Fatalf("a mount below the daemon's directories outlived its stage:\n%s", mi)
+	}
 
 	summary := filepath.Join(run, "pipeline-summary.json")
 	code, out, errs = e.custody("verify", summary, "--trust", trust)
@@ -274,14 +283,19 @@ func TestPipelineStageWithoutGrantDoesNotRun(t *testing.T) {
 			t.Fatalf("%s exists: the ungranted stage left evidence of a run", p)
 		}
 	}
-	// The daemon recorded exactly one run.
-	code, out, _ = e.custody("status", "--operator")
-	if code != exitOK {
-		t.Fatal(out)
+
+	// A failed stage stops the pipeline: the next never gets a grant.
+	failing := "apiVersion: custody.dev/v1alpha1\nkind: Pipeline\nname: failing\nstages:\n" +
+		stageYAML(e, "breaks", "build", `echo partial > /out/p; exit 3`, "") +
+		stageYAML(e, "after", "test", `echo RAN > /out/ran`, "    inputs:\n      - {from: breaks.output, target: /b}\n")
+	run = filepath.Join(e.dir, "failing-run")
+	code, out, errs = e.custody("pipeline", "run", e.file(t, "failing.yaml", failing), "--actor", "ci-bot", "--dir", run)
+	if code != exitFailed || !strings.Contains(errs, "the pipeline stops") {
+		t.Fatalf("pipeline with a failing stage: %d\n%s\n%s", code, out, errs)
 	}
-	var status struct{ Runs []json.RawMessage }
-	if err := json.Unmarshal([]byte(out), &status); err == nil && len(status.Runs) > 1 {
-		t.Fatalf("custodyd recorded %d runs, want 1", len(status.Runs))
+	st = e.pipelineStatus(t, run)
+	if st.Stages[0].State != "failed" || st.Stages[0].ReceiptDigest == "" || st.Stages[1].State != "skipped" || st.Stages[1].GrantID != "" || st.Summary != "" {
+		t.Fatalf("failing pipeline status %+v", st)
 	}
 }
 
@@ -336,5 +350,113 @@ func TestPipelineEgressStages(t *testing.T) {
 	code, out, errs := e.custody("pipeline", "admit", e.file(t, "egress.yaml", string(withEgress)))
 	if code != exitOK {
 		t.Fatalf("admit with an egress stage: %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestInputByOutputDigest: a phase input may name a retained output by
+// digest; custodyd resolves it from its own output store, binds it in the
+// grant by digest and mounts a read-only snapshot. Refused before anything
+// runs: a digest the store does not hold, a malformed one, and a stored
+// output that no longer hashes to its digest.
+func TestInputByOutputDigest(t *testing.T) {
+	e := startDaemon(t)
+	code, out, errs := e.custody("run", "--grant", e.grant(t, e.phase(t, "producer", "echo made > /out/made.txt", "")), "--json")
+	if code != exitOK {
+		t.Fatalf("producer: %d %s %s", code, out, errs)
+	}
+	var res struct{ Output struct{ Digest string } }
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Output.Digest == "" {
+		t.Fatalf("producer result %s (%v)", out, err)
+	}
+	input := func(src string) string { return "inputs:\n  - {source: \"" + src + "\", target: /prev}\n" }
+
+	// Legit: the consumer reads the producer's output, read-only.
+	consumer := e.phase(t, "consumer", "cat /prev/made.txt > /out/seen; touch /prev/x 2>/dev/null || echo ro >> /out/seen", input("output:"+res.Output.Digest))
+	if code, out, errs := e.custody("admit", consumer); code != exitOK || !strings.Contains(out, "retained output "+res.Output.Digest+", from the runner's own output store") {
+		t.Fatalf("admit consumer: %d\n%s\n%s", code, out, errs)
+	}
+	g := e.grant(t, consumer)
+	receipt := filepath.Join(e.dir, "consumer-out", "receipt.json")
+	if code, out, errs := e.custody("run", "--grant", g, "--receipt", receipt); code != exitOK {
+		t.Fatalf("run consumer: %d %s %s", code, out, errs)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.dir, "consumer-out", "outputs", "seen")); string(b) != "made\nro\n" {
+		t.Fatalf("the consumer saw %q", b)
+	}
+	rc, _ := os.ReadFile(receipt)
+	if !bytes.Contains(payloadOfEnvelope(t, rc), []byte(`"source":"output:`+res.Output.Digest+`"`)) {
+		t.Fatal("the receipt does not record the input as the output by digest")
+	}
+
+	// Refused: a digest the store does not hold, and a malformed one.
+	unknown := "sha256:" + strings.Repeat("0", 64)
+	code, out, errs = e.custody("admit", e.phase(t, "unknown", "true", input("output:"+unknown)))
+	if code != exitRefused || !strings.Contains(out+errs, "whose output is still retained") {
+		t.Fatalf("unknown output digest: %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = e.custody("admit", e.phase(t, "malformed", "true", input("output:../../etc")))
+	if code != exitRefused || !strings.Contains(out+errs, "names no output digest") {
+		t.Fatalf("malformed output source: %d\n%s\n%s", code, out, errs)
+	}
+
+	// Refused: the stored copy changed after the grant was issued.
+	g = e.grant(t, consumer)
+	stored := filepath.Join(e.dir, "state", "outputs", strings.TrimPrefix(res.Output.Digest, "sha256:"), "data", "made.txt")
+	if err := os.Chmod(stored, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write(t, stored, "changed\n")
+	code, out, errs = e.custody("run", "--grant", g)
+	if code != exitRefused || !strings.Contains(out+errs, "the stored copy of output "+res.Output.Digest+" hashes to") {
+		t.Fatalf("a changed stored output: %d\n%s\n%s", code, out, errs)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "run")); len(ents) != 0 {
+		t.Fatalf("a refusal created launch state: %v", ents)
+	}
+}
+
+func payloadOfEnvelope(t *testing.T, env []byte) []byte {
+	t.Helper()
+	var e struct{ Payload []byte }
+	if err := json.Unmarshal(env, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.Payload
+}
+
+// TestSummaryEndpointRefusals: custodyd signs a summary only from its own
+// records and only when the links hold, on the control socket only.
+func TestSummaryEndpointRefusals(t *testing.T) {
+	e := startDaemon(t)
+	file := fourStages(t, e, "generate")
+	run := filepath.Join(e.dir, "run-s")
+	if code, out, errs := e.custody("pipeline", "run", file, "--actor", "operator", "--dir", run); code != exitOK {
+		t.Fatalf("pipeline run: %d\n%s\n%s", code, out, errs)
+	}
+	st := e.pipelineStatus(t, run)
+	ref := func(i int, from ...string) api.PipelineStageRef {
+		return api.PipelineStageRef{Name: st.Stages[i].Name, RunID: st.Stages[i].RunID, From: from}
+	}
+	ctx := context.Background()
+	ctl := api.NewClient(e.control)
+	// Legit: the same stages again.
+	good := api.PipelineSummaryRequest{Pipeline: "hello", Stages: []api.PipelineStageRef{ref(0, ""), ref(1, "acquire")}}
+	if _, err := ctl.SignPipelineSummary(ctx, good); err != nil {
+		t.Fatalf("a linked summary: %v", err)
+	}
+	for name, req := range map[string]api.PipelineSummaryRequest{
+		"broken link":        {Pipeline: "hello", Stages: []api.PipelineStageRef{ref(0, ""), ref(2, "acquire")}},
+		"host input as from": {Pipeline: "hello", Stages: []api.PipelineStageRef{ref(0, "acquire")}},
+		"unknown run":        {Pipeline: "hello", Stages: []api.PipelineStageRef{{Name: "x", RunID: "0000000000000000", From: []string{}}}},
+		"verifier output":    {Pipeline: "hello", Stages: []api.PipelineStageRef{{Name: "acquire", RunID: st.Stages[0].RunID, Verifier: true, From: []string{""}}, ref(1, "acquire")}},
+	} {
+		_, err := ctl.SignPipelineSummary(ctx, req)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeRefused {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+	if _, err := api.NewClient(e.submit).SignPipelineSummary(ctx, good); err == nil {
+		t.Fatal("the submit socket signed a summary")
 	}
 }
