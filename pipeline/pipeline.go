@@ -289,22 +289,34 @@ func overlaps(a, b string) bool {
 	return within(a, b) || within(b, a)
 }
 
-// Load reads and parses the pipeline file at path; relative host sources
-// are resolved against its directory, then checked again for overlap.
+// Load reads and parses the pipeline file at path (a bounded regular
+// file); relative host sources are resolved against its directory.
 func Load(path string) (*Pipeline, error) {
 	data, err := parser.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	p, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	dir := filepath.Dir(abs)
+	p, err := ParseIn(data, filepath.Dir(abs))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// ParseIn is Parse with relative host sources resolved against dir (an
+// absolute path), then checked again for a verifier's overlap.
+func ParseIn(data []byte, dir string) (*Pipeline, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("pipeline: base directory %q is not absolute", dir)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
 	for i := range p.Stages {
 		st := &p.Stages[i]
 		for j := range st.Inputs {
@@ -318,7 +330,7 @@ func Load(path string) (*Pipeline, error) {
 		}
 	}
 	if ps := privateInputs(p.Stages); len(ps) > 0 {
-		return nil, fmt.Errorf("%s: %w", path, &ValidationError{Subject: "pipeline", Problems: ps})
+		return nil, &ValidationError{Subject: "pipeline", Problems: ps}
 	}
 	return p, nil
 }

@@ -80,9 +80,14 @@ func loadPipeline(path string) (*pipeline.Pipeline, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := pipeline.Load(path)
+	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, "", &exitError{exitRefused, fmt.Errorf("refused: %w", err)}
+		return nil, "", err
+	}
+	// The bytes parsed are the bytes hashed.
+	p, err := pipeline.ParseIn(data, filepath.Dir(abs))
+	if err != nil {
+		return nil, "", &exitError{exitRefused, fmt.Errorf("refused: %s: %w", path, err)}
 	}
 	sum := sha256.Sum256(data)
 	return p, hex.EncodeToString(sum[:]), nil
