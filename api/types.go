@@ -74,6 +74,12 @@ type Check struct {
 type PhaseSource struct {
 	YAML    []byte `json:"yaml"`
 	BaseDir string `json:"baseDir"`
+	// ResolvedAtRun, for a dry run only, lists the inputs (by index) that
+	// name an earlier pipeline stage's output not produced yet: each must
+	// be an output source ("output:sha256:<hex>", any digest), is admitted
+	// as such and is read only when the stage's grant is issued. A grant
+	// issue with any is refused.
+	ResolvedAtRun []int `json:"resolvedAtRun,omitempty"`
 }
 
 // AdmitResponse is the dry-run verdict.

@@ -371,21 +371,18 @@ func (p *Pipeline) Resolve(i int, outputs map[string]string) (*request.Phase, er
 	return ph, nil
 }
 
-// ForAdmission returns stage i's phase without its from: inputs (they are
-// resolved at run), and the indices of the inputs left out.
+// ForAdmission returns stage i's phase for a dry run, every from: input
+// still a placeholder output source, and the indices of those inputs:
+// they are resolved at run.
 func (p *Pipeline) ForAdmission(i int) (*request.Phase, []int) {
 	st := p.Stages[i]
-	ph := clonePhase(st.Phase)
-	ph.Inputs = nil
 	var later []int
 	for j, in := range st.Inputs {
 		if in.From != "" {
 			later = append(later, j)
-			continue
 		}
-		ph.Inputs = append(ph.Inputs, st.Phase.Inputs[j])
 	}
-	return ph, later
+	return clonePhase(st.Phase), later
 }
 
 func clonePhase(p *request.Phase) *request.Phase {

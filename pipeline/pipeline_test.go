@@ -51,10 +51,13 @@ func TestParseExample(t *testing.T) {
 	if p.Stages[1].Phase.Inputs[0].Source == ph.Inputs[0].Source {
 		t.Fatal("Resolve changed the parsed pipeline")
 	}
-	// For admission, from: inputs are left out and named.
+	// For admission, from: inputs stay placeholders and are named.
 	adm, later := p.ForAdmission(3)
-	if len(adm.Inputs) != 1 || adm.Inputs[0].Target != "/hidden" || len(later) != 1 || later[0] != 0 {
+	if len(adm.Inputs) != 2 || adm.Inputs[1].Target != "/hidden" || len(later) != 1 || later[0] != 0 {
 		t.Fatalf("ForAdmission: %+v %v", adm.Inputs, later)
+	}
+	if _, ok := adm.Inputs[0].OutputDigest(); !ok {
+		t.Fatalf("ForAdmission: the from: input is %q, not an output source", adm.Inputs[0].Source)
 	}
 }
 

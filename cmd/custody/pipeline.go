@@ -138,6 +138,7 @@ func (a *app) pipelineAdmitCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				src.ResolvedAtRun = later
 				resp, err := a.submit().Admit(cmd.Context(), src)
 				if err != nil {
 					return a.fail(cmd, err)
@@ -162,7 +163,7 @@ func (a *app) pipelineAdmitCmd() *cobra.Command {
 					fmt.Fprintf(a.stdout, "stage %s: %s\n", quote.String(sa.Name), verdict)
 					printChecks(a.stdout, 30, sa.Checks)
 					for _, l := range sa.Later {
-						fmt.Fprintf(a.stdout, "%-30s %-12s %s at %s, by digest\n", fmt.Sprintf("inputs[%d]", l.Input), "resolved at run", quote.String(l.From), quote.String(l.Target))
+						fmt.Fprintf(a.stdout, "%-30s from %s\n", fmt.Sprintf("inputs[%d]", l.Input), quote.String(l.From))
 					}
 				}
 			}

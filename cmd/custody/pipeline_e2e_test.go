@@ -63,7 +63,9 @@ grep -q `+acceptanceCanary+` /hidden/run-tests.sh && echo seen > /out/canary-see
 			`touch /src/written 2>/dev/null && echo "input writable" >> /out/probe.txt; `+
 			`[ -e /out/probe.txt ] || echo clean > /out/probe.txt; `+
 			`printf '#!/bin/sh\necho "hello, %s"\n' "$(cat /src/src/name.txt)" > /out/hello.sh`,
-			"    env: {STAGE: generate}\n    inputs:\n      - {from: acquire.output, target: /src}\n") +
+			// Its workdir is inside an input resolved at run: admission
+			// sees the mount though the digest is not known yet.
+			"    env: {STAGE: generate}\n    workdir: /src/src\n    inputs:\n      - {from: acquire.output, target: /src}\n") +
 		stageYAML(e, "build", "build", seen+`cp /gen/hello.sh /out/hello && chmod 0755 /out/hello && sha256sum /out/hello > /out/hello.sha256`,
 			"    env: {STAGE: build}\n    inputs:\n      - {from: generate.output, target: /gen}\n") +
 		stageYAML(e, "test", "test", seen+`sh /hidden/run-tests.sh`,
@@ -415,6 +417,15 @@ func TestInputByOutputDigest(t *testing.T) {
 	}
 }
 
+func readBytes(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func payloadOfEnvelope(t *testing.T, env []byte) []byte {
 	t.Helper()
 	var e struct{ Payload []byte }
@@ -458,5 +469,25 @@ func TestSummaryEndpointRefusals(t *testing.T) {
 	}
 	if _, err := api.NewClient(e.submit).SignPipelineSummary(ctx, good); err == nil {
 		t.Fatal("the submit socket signed a summary")
+	}
+	// "Resolved at run" is for a dry run only: a grant binds digests.
+	src := api.PhaseSource{YAML: readBytes(t, e.phase(t, "later", "true", "inputs:\n  - {source: \"output:sha256:"+strings.Repeat("0", 64)+"\", target: /p}\n")),
+		BaseDir: e.dir, ResolvedAtRun: []int{0}}
+	if resp, err := api.NewClient(e.submit).Admit(ctx, src); err != nil || !resp.Admitted {
+		t.Fatalf("dry run with an input resolved at run: %+v %v", resp, err)
+	}
+	var ae *api.Error
+	host := api.PhaseSource{YAML: readBytes(t, e.phase(t, "host", "true", "inputs:\n  - {source: work/src, target: /p}\n")), BaseDir: e.dir, ResolvedAtRun: []int{0}}
+	for _, bad := range []api.PhaseSource{host, {YAML: src.YAML, BaseDir: e.dir, ResolvedAtRun: []int{1}}} {
+		if _, err := api.NewClient(e.submit).Admit(ctx, bad); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+			t.Fatalf("resolvedAtRun naming a host source or no input: %v", err)
+		}
+	}
+	if _, err := ctl.IssueGrant(ctx, api.IssueRequest{Phase: src, Actor: "operator", TTL: "5m"}); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+		t.Fatalf("grant issue with an input resolved at run: %v", err)
+	}
+	src.ResolvedAtRun = nil
+	if _, err := ctl.IssueGrant(ctx, api.IssueRequest{Phase: src, Actor: "operator", TTL: "5m"}); !errors.As(err, &ae) || ae.Code != api.CodeRefused {
+		t.Fatalf("grant issue naming an unknown output: %v", err)
 	}
 }
