@@ -178,15 +178,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 			t.Fatalf("stage %s: the earlier output at %s is not a read-only mount", stage, target)
 		}
 	}
-	if ents, _ := os.ReadDir(filepath.Join(e.dir, "run")); len(ents) != 0 {
-		t.Fatalf("per-launch state left after the pipeline: %v", ents)
-	}
-	// On the host, no stage's output or /tmp filesystem is still mounted.
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil {
-		t.Fatal(err)
-	} else if strings.Contains(string(mi), e.dir) {
-		t.Fatalf("a mount below the daemon's directories outlived its stage:\n%s", mi)
-	}
+	noStageLeft(t, e)
 
 	summary := filepath.Join(run, "pipeline-summary.json")
 	code, out, errs = e.custody("verify", summary, "--trust", trust)
@@ -371,6 +363,10 @@ func TestInputByOutputDigest(t *testing.T) {
 		t.Fatalf("producer result %s (%v)", out, err)
 	}
 	input := func(src string) string { return "inputs:\n  - {source: \"" + src + "\", target: /prev}\n" }
+	// Before the next phase starts, the producer's writable dirs (its
+	// output filesystem and /tmp) and its launch state are gone from the
+	// host: only the retained, read-only copy in the output store is left.
+	noStageLeft(t, e)
 
 	// Legit: the consumer reads the producer's output, read-only.
 	consumer := e.phase(t, "consumer", "cat /prev/made.txt > /out/seen; touch /prev/x 2>/dev/null || echo ro >> /out/seen", input("output:"+res.Output.Digest))
@@ -414,6 +410,22 @@ func TestInputByOutputDigest(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(e.dir, "run")); len(ents) != 0 {
 		t.Fatalf("a refusal created launch state: %v", ents)
+	}
+}
+
+// noStageLeft fails if any launch state or mount of a finished phase is
+// left below the daemon's directories.
+func noStageLeft(t *testing.T, e *env) {
+	t.Helper()
+	if ents, _ := os.ReadDir(filepath.Join(e.dir, "run")); len(ents) != 0 {
+		t.Fatalf("per-launch state left after the phase: %v", ents)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), e.dir) {
+		t.Fatalf("a mount below the daemon's directories outlived its phase:\n%s", mi)
 	}
 }
 
