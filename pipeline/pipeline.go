@@ -142,6 +142,10 @@ func Parse(data []byte) (*Pipeline, error) {
 		}
 		st := Stage{Name: sd.Name, Verifier: sd.Verifier, Inputs: sd.Inputs}
 		for j, in := range sd.Inputs {
+			if _, isOutput := (request.Input{Source: in.Source}).OutputDigest(); isOutput {
+				add(fmt.Sprintf("%s.inputs[%d].source", field, j), fmt.Sprintf("%q names a retained output: a pipeline links its stages by name", in.Source),
+					"write from: <stage>.output for an earlier stage's output, or run the stage as a phase")
+			}
 			if in.From == "" {
 				continue
 			}

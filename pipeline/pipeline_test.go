@@ -115,6 +115,8 @@ func TestParseRefusals(t *testing.T) {
 			[]string{"stages[2].privileged"}, "privileged"},
 		{"both source and from", strictyaml.Edit(t, ex, "- from: acquire.output\n", "- from: acquire.output\n        source: /x\n"),
 			nil, ""},
+		{"output source in a pipeline", strictyaml.Edit(t, ex, "source: ./src", "source: \"output:sha256:"+strings.Repeat("a", 64)+"\""),
+			[]string{"stages[0].inputs[0].source"}, "links its stages by name"},
 		{"bad from form", strictyaml.Edit(t, ex, "from: acquire.output", "from: acquire"),
 			nil, ""},
 		{"apiVersion in a stage", strictyaml.Edit(t, ex, "  - name: build\n", "  - name: build\n    apiVersion: custody.dev/v1alpha1\n"),
