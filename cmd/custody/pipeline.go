@@ -28,6 +28,7 @@ const (
 	stageNotGranted = "not-granted" // the operator's policy issued no grant: it did not run
 	stageRunning    = "running"
 	stageSkipped    = "skipped" // an earlier stage failed or was not granted
+	stageUnknown    = "unknown" // the run's end was not heard (custody result RUN)
 )
 
 // pipelineRecord is what `custody pipeline run` writes to RUN/pipeline.json
@@ -288,6 +289,10 @@ func (a *app) runPipeline(cmd *cobra.Command, p *pipeline.Pipeline, rec *pipelin
 		}
 		if err != nil {
 			sr.Error = err.Error()
+			if res == nil {
+				// custodyd's record says how it ended: custody result RUN.
+				sr.State = stageUnknown
+			}
 			return stop(i, exitCode(a.fail(cmd, err), exitInternal), fmt.Errorf("stage %s: %w", quote.String(st.Name), err))
 		}
 		if res.Status != api.StatusOK {
