@@ -175,6 +175,12 @@ type Input struct {
 	Digest string `json:"digest,omitempty"`
 }
 
+// OutputDigest reports whether the input is a retained output named by
+// digest (request.OutputSourcePrefix), and that digest.
+func (in Input) OutputDigest() (string, bool) {
+	return request.Input{Source: in.Source}.OutputDigest()
+}
+
 // MaxOutputPathBytes bounds the summed length of an output's entry paths:
 // with Plan.OutputFiles it keeps a receipt that names every output file
 // within the envelope limit by design.
@@ -456,6 +462,15 @@ func (a *admitter) mounts(tmp, memory int64) []Input {
 	writable := false
 	for i, in := range a.req.Inputs {
 		req := fmt.Sprintf("inputs[%d].source", i)
+		if d, isOutput := in.OutputDigest(); isOutput {
+			// The runner's own retained output, by digest: no host path
+			// the caller names is read, so no input root applies. The
+			// runner resolves and re-hashes it at issue and at launch.
+			a.add(Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: Granted, Code: "input-earlier-output",
+				Detail: fmt.Sprintf("retained output %s, from the runner's own output store, snapshotted and mounted read-only at %s", d, in.Target)})
+			ins = append(ins, Input{Source: in.Source, Target: in.Target})
+			continue
+		}
 		root, ok := a.pol.InputRoot(in.Source)
 		switch {
 		case !ok && len(a.pol.InputRoots) == 0:

@@ -242,6 +242,31 @@ func TestInputRoots(t *testing.T) {
 	}
 }
 
+// A retained output named by digest is the runner's own content, not a
+// host path: it is admitted without an input root (the runner resolves it
+// from its output store), while a host input beside it still needs one.
+func TestOutputInputs(t *testing.T) {
+	src := request.OutputSource("sha256:" + strings.Repeat("ab", 32))
+	r := req(request.TierDevelopment)
+	r.Inputs = []request.Input{{Source: src, Target: "/prev"}}
+	plan, err := Admit(r, pol(), Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Inputs) != 1 || plan.Inputs[0] != (Input{Source: src, Target: "/prev"}) {
+		t.Fatalf("plan inputs %+v", plan.Inputs)
+	}
+	if d, ok := plan.Inputs[0].OutputDigest(); !ok || d != strings.TrimPrefix(src, request.OutputSourcePrefix) {
+		t.Fatalf("OutputDigest %q %v", d, ok)
+	}
+	r.Inputs = append(r.Inputs, request.Input{Source: "/srv/in/src", Target: "/in"})
+	if _, err := Admit(r, pol(), Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true}); err == nil {
+		t.Fatal("a host input beside an output was admitted without input roots")
+	} else if cs := refusal(t, err); len(cs) != 1 || cs[0].Requirement != "inputs[1].source" {
+		t.Fatalf("refusal %+v", cs)
+	}
+}
+
 // The output entry bound is an open choice within the policy's ceiling,
 // and request and policy agree on its largest value.
 func TestOutputFiles(t *testing.T) {

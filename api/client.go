@@ -113,6 +113,13 @@ func (c *Client) IssueGrant(ctx context.Context, r IssueRequest) ([]byte, error)
 	return env, c.do(ctx, http.MethodPost, "/v1/grants", r, &env)
 }
 
+// SignPipelineSummary asks custodyd (control socket) to sign a pipeline
+// run's summary and returns its envelope.
+func (c *Client) SignPipelineSummary(ctx context.Context, r PipelineSummaryRequest) ([]byte, error) {
+	var env []byte
+	return env, c.do(ctx, http.MethodPost, "/v1/pipelines/summary", r, &env)
+}
+
 // Revoke revokes a grant (control socket).
 func (c *Client) Revoke(ctx context.Context, r RevokeRequest) error {
 	return c.do(ctx, http.MethodPost, "/v1/grants/revoke", r, nil)

@@ -74,6 +74,12 @@ type Check struct {
 type PhaseSource struct {
 	YAML    []byte `json:"yaml"`
 	BaseDir string `json:"baseDir"`
+	// ResolvedAtRun, for a dry run only, lists the inputs (by index) that
+	// name an earlier pipeline stage's output not produced yet: each must
+	// be an output source ("output:sha256:<hex>", any digest), is admitted
+	// as such and is read only when the stage's grant is issued. A grant
+	// issue with any is refused.
+	ResolvedAtRun []int `json:"resolvedAtRun,omitempty"`
 }
 
 // AdmitResponse is the dry-run verdict.
@@ -349,4 +355,23 @@ type Recovery struct {
 	// Foreign lists things that look like ours but are not journalled;
 	// nothing was done to them.
 	Foreign []string `json:"foreign,omitempty"`
+}
+
+// PipelineSummaryRequest asks custodyd (control socket) to sign the
+// summary of a pipeline run. It names each stage's run; custodyd reads
+// the receipts from its own records, checks each is its own and that
+// every link holds, and signs only then.
+type PipelineSummaryRequest struct {
+	Pipeline string             `json:"pipeline"`
+	Stages   []PipelineStageRef `json:"stages"`
+}
+
+// PipelineStageRef is one stage of a pipeline run as the client ran it.
+type PipelineStageRef struct {
+	Name     string `json:"name"`
+	RunID    string `json:"runId"`
+	Verifier bool   `json:"verifier"`
+	// From has one entry per input of the stage's phase: the earlier
+	// stage whose output the input is, or "" for a host source.
+	From []string `json:"from"`
 }

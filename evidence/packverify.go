@@ -30,7 +30,11 @@ var (
 // rather than [Verifier.Verify]. The claim is read without any check of
 // the signature or of the statement's form and must not be trusted for
 // anything else: the verifier it picks checks both.
-func IsPackReceipt(env []byte) bool {
+func IsPackReceipt(env []byte) bool { return claimsType(env, predicate.PackReceipt) }
+
+// claimsType reports whether env is an envelope whose statement claims
+// predicate type t, read without any check.
+func claimsType(env []byte, t string) bool {
 	e, err := decodeEnvelope(env)
 	if err != nil {
 		return false
@@ -38,7 +42,7 @@ func IsPackReceipt(env []byte) bool {
 	var st struct {
 		PredicateType string `json:"predicateType"`
 	}
-	return json.Unmarshal(e.Payload, &st) == nil && st.PredicateType == predicate.PackReceipt
+	return json.Unmarshal(e.Payload, &st) == nil && st.PredicateType == t
 }
 
 // PackResult is the outcome of verifying one pack receipt.

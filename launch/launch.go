@@ -115,6 +115,9 @@ func ParsePhase(yaml []byte, baseDir string) (*request.Phase, error) {
 		return nil, &RequestError{Refused: true, Err: err}
 	}
 	for i, in := range req.Inputs {
+		if _, ok := in.OutputDigest(); ok {
+			continue // resolved by the runner from its own output store
+		}
 		if filepath.IsAbs(in.Source) {
 			req.Inputs[i].Source = filepath.Clean(in.Source)
 			continue
@@ -132,17 +135,33 @@ func ParsePhase(yaml []byte, baseDir string) (*request.Phase, error) {
 // a launch would read them (without copying), so a dry run can never admit
 // what issue refuses. A refusal is a *admission.RefusedError listing every
 // requirement that stopped it.
-func (l *Launcher) Decide(ctx context.Context, req *request.Phase) (*admission.Plan, []admission.Input, error) {
+//
+// resolvedAtRun, for a pipeline stage's dry run only, names inputs that
+// are an earlier stage's output, not produced yet: each must be an output
+// source; it is admitted as one and left unread (issue reads it, by the
+// digest the stage then names). The inputs returned leave them out.
+func (l *Launcher) Decide(ctx context.Context, req *request.Phase, resolvedAtRun ...int) (*admission.Plan, []admission.Input, error) {
 	pol, _, err := l.cfg.Policy()
 	if err != nil {
 		return nil, nil, err
 	}
-	return l.decide(ctx, pol, req, nil)
+	later := map[int]bool{}
+	for _, i := range resolvedAtRun {
+		if i < 0 || i >= len(req.Inputs) {
+			return nil, nil, malformed("resolvedAtRun: input %d: the phase has %d inputs", i, len(req.Inputs))
+		}
+		if _, ok := req.Inputs[i].OutputDigest(); !ok {
+			return nil, nil, malformed("resolvedAtRun: inputs[%d] is a host source; only an earlier output (output:sha256:<hex>) is resolved at run", i)
+		}
+		later[i] = true
+	}
+	return l.decide(ctx, pol, req, nil, later)
 }
 
 // decide is Decide under pol with the checks the caller made first
-// (Issue's on the actor) counted among its refusals.
-func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check) (*admission.Plan, []admission.Input, error) {
+// (Issue's on the actor) counted among its refusals; the inputs in later
+// are admitted but not read.
+func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check, later map[int]bool) (*admission.Plan, []admission.Input, error) {
 	refused := refusedOf(first)
 	plan, err := l.cfg.Runner.Admit(req, pol)
 	var re *admission.RefusedError
@@ -161,11 +180,37 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 	if len(refused) > 0 {
 		return nil, nil, &admission.RefusedError{Checks: refused}
 	}
-	inputs, err := l.cfg.Runner.HashInputs(ctx, plan)
+	if len(later) == 0 {
+		inputs, err := l.cfg.Runner.HashInputs(ctx, plan)
+		if err != nil {
+			return nil, nil, err
+		}
+		return plan, inputs, nil
+	}
+	read := *plan
+	read.Inputs = nil
+	for i, in := range plan.Inputs {
+		if later[i] {
+			markResolvedAtRun(plan, i)
+			continue
+		}
+		read.Inputs = append(read.Inputs, in)
+	}
+	inputs, err := l.cfg.Runner.HashInputs(ctx, &read)
 	if err != nil {
 		return nil, nil, err
 	}
 	return plan, inputs, nil
+}
+
+// markResolvedAtRun says in input i's check that it is read when the
+// stage's grant is issued, not now.
+func markResolvedAtRun(plan *admission.Plan, i int) {
+	for j, c := range plan.Checks {
+		if c.Requirement == fmt.Sprintf("inputs[%d]", i) {
+			plan.Checks[j].Detail = fmt.Sprintf("resolved at run: an earlier stage's output, named by its digest when the stage's grant is issued, then read from the runner's own output store and mounted read-only at %s", plan.Inputs[i].Target)
+		}
+	}
 }
 
 func refusedOf(checks []admission.Check) []admission.Check {
@@ -185,6 +230,9 @@ func refusedOf(checks []admission.Check) []admission.Check {
 func symlinkSources(plan *admission.Plan) []admission.Check {
 	var out []admission.Check
 	for i, in := range plan.Inputs {
+		if _, ok := in.OutputDigest(); ok {
+			continue
+		}
 		if fi, err := os.Lstat(in.Source); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			out = append(out, admission.Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted,
 				Code: "input-symlink-source", Detail: fmt.Sprintf("%s is a symlink, and custody never follows one to an input", in.Source),
@@ -272,7 +320,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	if err != nil {
 		return nil, err
 	}
-	plan, inputs, err := l.decide(ctx, pol, req, actorChecks(pol, req, actor))
+	plan, inputs, err := l.decide(ctx, pol, req, actorChecks(pol, req, actor), nil)
 	if err != nil {
 		return nil, err
 	}

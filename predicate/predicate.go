@@ -44,6 +44,12 @@ const (
 	// operation (up or down): what was realized on the engine by native ID,
 	// or what teardown left, signed by the runner identity key.
 	PackReceipt = Prefix + "pack-receipt/v1"
+	// PipelineSummary is the predicate type of a runner's summary of a
+	// pipeline run: every stage's receipt by digest, with its input and
+	// output digests, the links between stages checked before signing,
+	// signed by the runner identity key. It lives under Prefix like every
+	// custody predicate type.
+	PipelineSummary = Prefix + "pipeline-summary/v1"
 	// Qualification is reserved for a statement that a host qualified for a
 	// tier. Nothing produces or accepts it yet.
 	Qualification = Prefix + "qualification/v1"

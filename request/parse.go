@@ -78,6 +78,9 @@ func Load(path string) (*Phase, error) {
 	dir := filepath.Dir(abs)
 	for i := range p.Inputs {
 		src := p.Inputs[i].Source
+		if _, ok := p.Inputs[i].OutputDigest(); ok {
+			continue // the runner's own store, never a host path
+		}
 		if !filepath.IsAbs(src) {
 			src = filepath.Join(dir, src)
 		}

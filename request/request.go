@@ -3,7 +3,11 @@
 // errors) and checked against an embedded JSON Schema.
 package request
 
-import "github.com/custody-dev/custody/quantity"
+import (
+	"strings"
+
+	"github.com/custody-dev/custody/quantity"
+)
 
 // APIVersion is the only accepted apiVersion of a phase request.
 const APIVersion = "custody.dev/v1alpha1"
@@ -142,10 +146,14 @@ type Phase struct {
 // that make finds cc.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Input maps a host path (file or directory) to a mount point.
+// Input maps a host path (file or directory), or an earlier run's
+// retained output, to a mount point.
 type Input struct {
 	// Source is a host path; a relative path is resolved against the
-	// directory of the request file.
+	// directory of the request file. "output:sha256:<hex>" names instead
+	// an output the runner retained from an earlier run, by its tree
+	// digest: the runner resolves it from its own output store, never from
+	// a host path the caller names.
 	Source string `yaml:"source" json:"source"`
 	// Target is an absolute path inside the container.
 	Target string `yaml:"target" json:"target"`
@@ -153,6 +161,22 @@ type Input struct {
 	// snapshot, whose writes are bounded and discarded; the snapshot
 	// itself stays immutable.
 	Writable bool `yaml:"writable,omitempty" json:"writable,omitempty"`
+}
+
+// OutputSourcePrefix starts an input source that names a retained output
+// by digest ("output:sha256:<hex>").
+const OutputSourcePrefix = "output:"
+
+// OutputSource is the input source naming the retained output with tree
+// digest d ("sha256:<hex>").
+func OutputSource(d string) string { return OutputSourcePrefix + d }
+
+// OutputDigest reports whether the input names a retained output, and its
+// digest ("sha256:<hex>") when it does. A source with the prefix but no
+// valid digest is reported as one (ok true) so that no caller ever reads
+// it as a host path; Validate refuses it.
+func (in Input) OutputDigest() (digest string, ok bool) {
+	return strings.CutPrefix(in.Source, OutputSourcePrefix)
 }
 
 // Output is the writable output directory.

@@ -530,3 +530,30 @@ func TestValidateImageDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputSource: an input may name a retained output by digest; it is
+// never resolved as a path, and a malformed one is refused.
+func TestOutputSource(t *testing.T) {
+	d := "sha256:" + strings.Repeat("ab", 32)
+	doc := edit(t, "    target: /in/src\n", "    target: /in/src\n  - source: \"output:"+d+"\"\n    target: /prev\n")
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := request.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := p.Inputs[1].OutputDigest(); !ok || got != d || p.Inputs[1].Source != request.OutputSource(d) {
+		t.Fatalf("source %q", p.Inputs[1].Source)
+	}
+	if _, ok := p.Inputs[0].OutputDigest(); ok || !filepath.IsAbs(p.Inputs[0].Source) {
+		t.Fatalf("host source %q", p.Inputs[0].Source)
+	}
+	for _, bad := range []string{"output:", "output:../../etc", "output:sha256:AB", "output:/etc"} {
+		_, err := request.Parse([]byte(edit(t, "source: ./src", "source: \""+bad+"\"")))
+		if fs := strictyaml.Fields(t, "request", err); len(fs) != 1 || fs[0] != "inputs[0].source" {
+			t.Errorf("%s: fields %v", bad, fs)
+		}
+	}
+}

@@ -143,6 +143,10 @@ func (p *Phase) Validate() error {
 	targets := make([]string, len(p.Inputs)) // valid targets; "" where invalid
 	for i, in := range p.Inputs {
 		field := fmt.Sprintf("inputs[%d]", i)
+		if d, ok := in.OutputDigest(); ok && !digestPattern.MatchString(d) {
+			add(field+".source", fmt.Sprintf("%q names no output digest", in.Source),
+				"write output:sha256:<64 lowercase hex>, the tree digest of a retained output")
+		}
 		if in.Source == "" {
 			add(field+".source", "is empty", "give the host path to snapshot")
 		} else if strings.ContainsRune(in.Source, 0) {

@@ -103,7 +103,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if r.inputs, err = snapshot.New(filepath.Join(cfg.StateDir, "snapshots")); err != nil {
 		return nil, err
 	}
-	if r.outputs, err = snapshot.New(filepath.Join(cfg.StateDir, "outputs")); err != nil {
+	if r.outputs, err = snapshot.New(r.outputsDir()); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(r.logDir(), 0o700); err != nil {
@@ -318,9 +318,16 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 	p := &Prepared{Plan: plan, Image: img}
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
-		snap, err := r.inputs.Take(ctx, in.Source, treehash.Options{MaxBytes: budget, Beneath: in.Root})
+		src, root, err := r.inputPath(i, in)
+		if err != nil {
+			return nil, err
+		}
+		snap, err := r.inputs.Take(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root})
 		if err != nil {
 			return nil, inputRefusal(i, err)
+		}
+		if err := sameOutput(i, in, snap.Digest); err != nil {
+			return nil, err
 		}
 		budget -= snap.Tree.Bytes
 		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest, Writable: in.Writable})
@@ -337,9 +344,16 @@ func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]admiss
 	var need diskNeed
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
-		tree, err := snapshot.Digest(ctx, in.Source, treehash.Options{MaxBytes: budget, Beneath: in.Root})
+		src, root, err := r.inputPath(i, in)
+		if err != nil {
+			return nil, err
+		}
+		tree, err := snapshot.Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root})
 		if err != nil {
 			return nil, inputRefusal(i, err)
+		}
+		if err := sameOutput(i, in, tree.Digest); err != nil {
+			return nil, err
 		}
 		budget -= tree.Bytes
 		out = append(out, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: tree.Digest})
@@ -352,6 +366,45 @@ func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]admiss
 		return nil, err
 	}
 	return out, nil
+}
+
+// inputPath is where input i is read from, and the root it is reached
+// beneath: its host source below its policy root, or, for a retained
+// output named by digest, the runner's own stored copy below its output
+// store. Nothing the caller names is a path here.
+func (r *Runner) inputPath(i int, in admission.Input) (src, root string, err error) {
+	d, ok := in.OutputDigest()
+	if !ok {
+		return in.Source, in.Root, nil
+	}
+	snap, err := r.outputs.Get(d)
+	if err != nil {
+		code, fix := "input-output-unreadable", "an operator must check the runner's output store"
+		if errors.Is(err, snapshot.ErrNotFound) {
+			code, fix = "input-output-unknown", "name the output digest of a run on this runner whose output is still retained (custody result RUN), or run that stage again"
+		}
+		return "", "", &admission.RefusedError{Checks: []admission.Check{{
+			Requirement: fmt.Sprintf("inputs[%d].source", i), Verdict: admission.NotGranted, Code: code,
+			Detail: fmt.Sprintf("%s: %v", in.Source, err), Fix: fix,
+		}}}
+	}
+	return snap.Path, r.outputsDir(), nil
+}
+
+// outputsDir is the runner's output store.
+func (r *Runner) outputsDir() string { return filepath.Join(r.cfg.StateDir, "outputs") }
+
+// sameOutput refuses a retained output whose stored copy no longer hashes
+// to the digest that names it.
+func sameOutput(i int, in admission.Input, got string) error {
+	if d, ok := in.OutputDigest(); ok && d != got {
+		return &admission.RefusedError{Checks: []admission.Check{{
+			Requirement: fmt.Sprintf("inputs[%d].source", i), Verdict: admission.NotGranted, Code: "input-output-corrupt",
+			Detail: fmt.Sprintf("the stored copy of output %s hashes to %s", d, got),
+			Fix:    "an operator must check the runner's output store; run the stage that produced it again",
+		}}}
+	}
+	return nil
 }
 
 // diskNeed is what a launch will write into the state dir's filesystem.

@@ -13,9 +13,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/regfile"
+	"github.com/custody-dev/custody/pipeline"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
 )
@@ -432,10 +434,10 @@ func (a *app) policyCmd() *cobra.Command {
 
 func (a *app) schemaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:       "schema request|policy|" + strings.Join(outputSchemas(), "|"),
-		Short:     "Print the JSON Schema of phase requests, operator policy, or a --json output",
+		Use:       "schema request|policy|pipeline|pipeline-summary|" + strings.Join(outputSchemas(), "|"),
+		Short:     "Print the JSON Schema of phase requests, operator policy, pipelines, pipeline summaries, or a --json output",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: append([]string{"request", "policy"}, outputSchemas()...),
+		ValidArgs: append([]string{"request", "policy", "pipeline", "pipeline-summary"}, outputSchemas()...),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
 			case "request":
@@ -444,12 +446,18 @@ func (a *app) schemaCmd() *cobra.Command {
 			case "policy":
 				_, err := a.stdout.Write(policy.Schema())
 				return err
+			case "pipeline":
+				_, err := a.stdout.Write(pipeline.Schema())
+				return err
+			case "pipeline-summary":
+				_, err := a.stdout.Write(evidence.PipelineSummarySchema())
+				return err
 			}
 			if b, ok := outputSchema(args[0]); ok {
 				_, err := a.stdout.Write(b)
 				return err
 			}
-			return usageError("schema: unknown schema %s (want request, policy or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
+			return usageError("schema: unknown schema %s (want request, policy, pipeline, pipeline-summary or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
 		},
 	}
 }

@@ -147,13 +147,15 @@ const (
 )
 
 func (a *app) verifyCmd() *cobra.Command {
-	var trustPath, outputs, composePath string
+	var trustPath, outputs, composePath, receiptsDir string
 	var noOutputs, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "verify RECEIPT.json --trust TRUST.yaml (--outputs DIR | --compose FILE)",
+		Use:   "verify RECEIPT.json --trust TRUST.yaml (--outputs DIR | --compose FILE) | verify pipeline-summary.json --trust TRUST.yaml",
 		Short: "Verify a receipt: signature, issuer trust, revocation, grant, freshness, tier, retained bytes, exit and cleanup",
 		Long: "Verify a phase receipt (with --outputs DIR, its retained output files) or a pack receipt of an up or a down\n" +
-			"(with --compose FILE, the compose file it vouches for), under the same trust file.",
+			"(with --compose FILE, the compose file it vouches for), under the same trust file; or a pipeline summary:\n" +
+			"its signature, every stage receipt it names (from receipts/ beside it, or --receipts DIR; each stage's\n" +
+			"outputs from outputs/<stage> beside it when present) and every link by digest.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			env, err := readReceipt(args[0])
@@ -167,6 +169,9 @@ func (a *app) verifyCmd() *cobra.Command {
 			// checks the claim with everything else.
 			if evidence.IsPackReceipt(env) {
 				return a.verifyPack(cmd.Context(), env, trustPath, outputs, composePath, asJSON)
+			}
+			if evidence.IsPipelineSummary(env) {
+				return a.verifyPipeline(cmd.Context(), env, args[0], trustPath, receiptsDir, asJSON)
 			}
 			if composePath != "" {
 				return &exitError{verifyUnauthentic, errors.New("--compose applies to pack receipts only; this is not one (a phase receipt checks --outputs DIR)")}
@@ -186,6 +191,7 @@ func (a *app) verifyCmd() *cobra.Command {
 	cmd.Flags().StringVar(&outputs, "outputs", "", "directory holding the retained outputs to check byte for byte")
 	cmd.Flags().BoolVar(&noOutputs, "no-outputs-unsafe", false, "skip the retained-bytes check (the receipt is then never promotable by this run)")
 	cmd.Flags().StringVar(&composePath, "compose", "", "for a pack receipt: the compose file to check byte for byte against it")
+	cmd.Flags().StringVar(&receiptsDir, "receipts", "", "for a pipeline summary: the directory of its stage receipts, <stage>.json (default: receipts/ beside it)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print every check as JSON")
 	_ = cmd.MarkFlagRequired("trust")
 	return cmd

@@ -280,7 +280,7 @@ func TestPolicyCheckAndSchema(t *testing.T) {
 	if code := run(context.Background(), []string{"policy", "check", bad}, &out, &errb); code != exitRefused || !strings.Contains(errb.String(), "unknown") {
 		t.Fatalf("policy check of a bad policy: %d %s", code, errb.String())
 	}
-	for _, which := range []string{"request", "policy"} {
+	for _, which := range []string{"request", "policy", "pipeline", "pipeline-summary"} {
 		out.Reset()
 		if code := run(context.Background(), []string{"schema", which}, &out, &errb); code != 0 || !json.Valid(out.Bytes()) {
 			t.Fatalf("schema %s: %d, valid JSON %v", which, code, json.Valid(out.Bytes()))

@@ -27,7 +27,7 @@ func (s *server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	plan, _, err := s.l.Decide(r.Context(), req)
+	plan, _, err := s.l.Decide(r.Context(), req, src.ResolvedAtRun...)
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
 		writeJSON(w, api.AdmitResponse{Admitted: false, Checks: wireChecks(re.Checks)})
@@ -51,6 +51,10 @@ func (s *server) handleIssue(w http.ResponseWriter, r *http.Request) {
 	ttl, err := time.ParseDuration(in.TTL)
 	if err != nil {
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("ttl %q: %v", in.TTL, err)})
+		return
+	}
+	if len(in.Phase.ResolvedAtRun) > 0 {
+		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: "resolvedAtRun is for a dry run only: a grant binds every input by its digest; name each earlier output as output:sha256:<hex>"})
 		return
 	}
 	req, err := launch.ParsePhase(in.Phase.YAML, in.Phase.BaseDir)

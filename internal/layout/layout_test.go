@@ -61,6 +61,7 @@ var banned = map[string]map[string]string{
 		"request": "policy imports no custody domain package", "runner": "", "backend/oci": "", "store": "",
 	},
 	"request":     {"policy": "a request asks; it cannot see what is granted", "runner": "", "backend/oci": ""},
+	"pipeline":    {"policy": "a pipeline asks, stage by stage; it cannot see what is granted", "admission": "", "runner": "", "launch": "", "api": ""},
 	"backend/oci": {"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": ""},
 	"store":       {"runner": "the store imports no custody package", "backend/oci": "", "admission": ""},
 	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": ""},
@@ -212,7 +213,7 @@ func TestExternalImports(t *testing.T) {
 // tools (doctor, qualification, the gate). It never holds the runner's
 // state or launches anything itself.
 var cliImports = []string{
-	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot",
+	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "pipeline",
 	"internal/quote", "internal/regfile", "internal/untar",
 }
 

@@ -1,0 +1,432 @@
+package evidence
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	cdsse "github.com/custody-dev/custody/internal/dsse"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/predicate"
+)
+
+// PipelineSummary is the predicate of a pipeline summary: the runner's
+// statement that the listed stage receipts are its own and that each
+// stage's inputs named as earlier outputs are exactly those outputs, by
+// digest. Its subjects are the stage receipts ("stage/<name>", the SHA-256
+// of each receipt envelope's compact JSON, ReceiptDigest).
+type PipelineSummary struct {
+	// Pipeline is the pipeline's name; it carries no authority.
+	Pipeline string `json:"pipeline"`
+	// Runner is the runner identity key that signed the summary and every
+	// stage receipt.
+	Runner Identity `json:"runner"`
+	// Stages are the stages that ran, in order.
+	Stages []PipelineStage `json:"stages"`
+	// Signed is when the runner signed the summary.
+	Signed time.Time `json:"signed"`
+}
+
+// PipelineStage is one stage as the summary records it, from the stage's
+// receipt.
+type PipelineStage struct {
+	// Name is the stage's name in the pipeline.
+	Name string `json:"name"`
+	// Stage is the phase's stage kind (acquire, generate, build, test, run).
+	Stage string `json:"stage"`
+	// Verifier says the stage held private acceptance material: no other
+	// stage took its output.
+	Verifier bool `json:"verifier"`
+	// RunID is the run the receipt records.
+	RunID string `json:"runId"`
+	// ReceiptDigest is "sha256:<hex>" of the receipt envelope's compact
+	// JSON (ReceiptDigest).
+	ReceiptDigest string `json:"receiptDigest"`
+	// Inputs are the receipt's inputs by target and digest; From names the
+	// earlier stage whose output an input is.
+	Inputs []PipelineInput `json:"inputs"`
+	// OutputDigest is the receipt's output tree digest.
+	OutputDigest string `json:"outputDigest"`
+}
+
+// PipelineInput is one input of a stage.
+type PipelineInput struct {
+	Target string `json:"target"`
+	Digest string `json:"digest"`
+	// From is the earlier stage whose output this is, or "" for an
+	// operator-approved host source.
+	From string `json:"from,omitempty"`
+}
+
+// PipelineSubjectPrefix starts the subject naming a stage receipt.
+const PipelineSubjectPrefix = "stage/"
+
+// maxPipelineStages bounds a summary's stages (the pipeline format's own
+// bound).
+const maxPipelineStages = 32
+
+var stageNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+//go:embed pipeline-summary.schema.json
+var pipelineSchemaJSON []byte
+
+// PipelineSummarySchema returns the JSON Schema of the pipeline summary
+// statement. The caller owns the returned slice.
+func PipelineSummarySchema() []byte { return bytes.Clone(pipelineSchemaJSON) }
+
+// ErrBrokenLink is wrapped by every *LinkError.
+var ErrBrokenLink = errors.New("pipeline link broken")
+
+// LinkError names the stage whose input does not link to the output of
+// the stage it names.
+type LinkError struct {
+	Stage  string
+	Input  int
+	Reason string
+}
+
+func (e *LinkError) Error() string {
+	return fmt.Sprintf("stage %q inputs[%d]: %s", e.Stage, e.Input, e.Reason)
+}
+
+func (e *LinkError) Unwrap() error { return ErrBrokenLink }
+
+// ReceiptDigest is "sha256:<hex>" of env's compact JSON: how a summary
+// names a stage receipt, whatever whitespace a file around it holds.
+func ReceiptDigest(env []byte) (string, error) {
+	var c bytes.Buffer
+	if err := json.Compact(&c, env); err != nil {
+		return "", fmt.Errorf("evidence: receipt digest: %w", err)
+	}
+	sum := sha256.Sum256(c.Bytes())
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// CheckLinks checks that every input a stage takes from an earlier stage
+// has that stage's output digest, that From names an earlier stage only,
+// and that no stage takes a verifier's output. It returns a *LinkError for
+// the first that does not.
+func CheckLinks(stages []PipelineStage) error {
+	at := make(map[string]int, len(stages))
+	for i, s := range stages {
+		for j, in := range s.Inputs {
+			if in.From == "" {
+				continue
+			}
+			k, ok := at[in.From]
+			switch {
+			case !ok:
+				return &LinkError{Stage: s.Name, Input: j, Reason: fmt.Sprintf("names stage %q, which is not an earlier stage", in.From)}
+			case stages[k].Verifier:
+				return &LinkError{Stage: s.Name, Input: j, Reason: fmt.Sprintf("takes the output of verifier stage %q, which no other stage may see", in.From)}
+			case stages[k].OutputDigest == "":
+				return &LinkError{Stage: s.Name, Input: j, Reason: fmt.Sprintf("stage %q kept no output", in.From)}
+			case in.Digest != stages[k].OutputDigest:
+				return &LinkError{Stage: s.Name, Input: j, Reason: fmt.Sprintf("digest %s is not stage %q's output %s", in.Digest, in.From, stages[k].OutputDigest)}
+			}
+		}
+		at[s.Name] = i
+	}
+	return nil
+}
+
+// validatePipeline checks a summary's shape and links.
+func validatePipeline(s *PipelineSummary) error {
+	var ps problems
+	ps.text("pipeline", s.Pipeline)
+	ps.keyID("runner.id", s.Runner.ID)
+	ps.time("signed", s.Signed)
+	if n := len(s.Stages); n == 0 || n > maxPipelineStages {
+		ps.add("stages", "%d stages, want 1 to %d", n, maxPipelineStages)
+	}
+	seen := map[string]bool{}
+	for i, st := range s.Stages {
+		var one problems
+		if !stageNamePattern.MatchString(st.Name) {
+			one.add(".name", "%q is not a stage name", cdsse.Clip(st.Name))
+		}
+		if seen[st.Name] {
+			one.add(".name", "%q appears twice", cdsse.Clip(st.Name))
+		}
+		seen[st.Name] = true
+		one.text(".stage", st.Stage)
+		one.text(".runId", st.RunID)
+		one.digest(".receiptDigest", st.ReceiptDigest)
+		if st.OutputDigest != "" {
+			one.digest(".outputDigest", st.OutputDigest)
+		}
+		if len(st.Inputs) > maxListElements {
+			one.add(".inputs", "%d entries, more than %d", len(st.Inputs), maxListElements)
+		}
+		for j, in := range st.Inputs {
+			var ip problems
+			ip.absPath(".target", in.Target)
+			ip.digest(".digest", in.Digest)
+			ps.element(fmt.Sprintf("stages[%d].inputs", i), j, ip)
+		}
+		ps.element("stages", i, one)
+	}
+	if err := ps.err(); err != nil {
+		return err
+	}
+	return CheckLinks(s.Stages)
+}
+
+func pipelineSubjects(s *PipelineSummary) []Subject {
+	out := make([]Subject, len(s.Stages))
+	for i, st := range s.Stages {
+		out[i] = Subject{Name: PipelineSubjectPrefix + st.Name, Digest: map[string]string{"sha256": st.ReceiptDigest[len("sha256:"):]}}
+	}
+	return out
+}
+
+// SignPipelineSummary validates s (shape and links), builds its statement
+// and signs it with the runner key. The caller must have checked that
+// every stage receipt is this runner's own and that the summary repeats
+// them (custodyd builds it from its own records).
+func SignPipelineSummary(ctx context.Context, runner *keys.Signer, s PipelineSummary) ([]byte, error) {
+	if runner == nil {
+		return nil, errors.New("evidence: sign pipeline summary: nil runner key")
+	}
+	if s.Runner.ID != runner.ID() {
+		return nil, fmt.Errorf("evidence: sign pipeline summary: runner.id %s is not the signing key %s", s.Runner.ID, runner.ID())
+	}
+	payload, err := EncodePipelineStatement(s)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: sign pipeline summary: %w", err)
+	}
+	return signStatement(ctx, runner, payload)
+}
+
+// EncodePipelineStatement validates s (shape and links) and returns the
+// canonical in-toto statement SignPipelineSummary signs.
+func EncodePipelineStatement(s PipelineSummary) ([]byte, error) {
+	s.Signed = s.Signed.UTC()
+	s.Stages = append([]PipelineStage(nil), s.Stages...)
+	for i := range s.Stages {
+		if s.Stages[i].Inputs == nil {
+			s.Stages[i].Inputs = []PipelineInput{}
+		}
+	}
+	if err := validatePipeline(&s); err != nil {
+		return nil, err
+	}
+	payload, err := encodeStatement(predicate.PipelineSummary, pipelineSubjects(&s), &s)
+	if err != nil {
+		return nil, err
+	}
+	frame, err := encodeStatement(predicate.PipelineSummary, pipelineSubjects(&s), struct{}{})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkInToto(frame); err != nil {
+		return nil, err
+	}
+	return payload, nil
+}
+
+// OwnReceipt verifies that env is a receipt signed by the runner key k and
+// returns its predicate: what custodyd checks of each stage receipt before
+// it signs a summary naming it.
+func OwnReceipt(ctx context.Context, k *keys.Verifier, env []byte) (*Receipt, error) {
+	e, err := decodeEnvelope(env)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: receipt: %w", err)
+	}
+	if _, _, err := cdsse.VerifySignatures(ctx, e, func(id string) (cdsse.Key, bool) {
+		return k, id == k.ID()
+	}); err != nil {
+		return nil, fmt.Errorf("evidence: receipt is not signed by runner key %s: %w", k.ID(), err)
+	}
+	r, _, err := decodeReceiptStatement(e.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: receipt: %w", err)
+	}
+	if r.Runner.ID != k.ID() {
+		return nil, fmt.Errorf("evidence: receipt names runner %s, not %s", r.Runner.ID, k.ID())
+	}
+	return r, nil
+}
+
+// IsPipelineSummary reports whether env claims to be a pipeline summary
+// (read without any check; VerifyPipeline checks the claim).
+func IsPipelineSummary(env []byte) bool { return claimsType(env, predicate.PipelineSummary) }
+
+// Checks of a pipeline summary beyond the envelope, signature and
+// statement; each stage adds CheckStagePrefix+name, and CheckLinks the
+// chain.
+const (
+	CheckStagePrefix = "stage/"
+	CheckLinksName   = "links"
+)
+
+// StageEvidence is what the verifier is given of one stage: its receipt
+// envelope and, when set, the directory of its retained outputs to check
+// byte for byte.
+type StageEvidence struct {
+	Receipt []byte
+	Outputs string
+}
+
+// PipelineResult is the outcome of verifying a pipeline summary.
+type PipelineResult struct {
+	Checks []Check `json:"checks"`
+	// Summary is the verified predicate, set only when OK.
+	Summary *PipelineSummary `json:"summary,omitempty"`
+	// Stages are each stage receipt's own verification, by stage name.
+	Stages     map[string]*Result `json:"stages,omitempty"`
+	SignerID   string             `json:"signerId,omitempty"`
+	SignerName string             `json:"signerName,omitempty"`
+	// OK says the summary is authentic, every stage receipt it names is
+	// authentic and is the one given, and every link holds.
+	OK bool `json:"ok"`
+	// Promotable is OK and every stage receipt promotable.
+	Promotable bool `json:"promotable"`
+}
+
+// VerifyPipeline verifies the summary env: its signature by a trusted
+// runner key, its statement, then each stage it names against the
+// evidence stage returns for that name (the receipt must be the one the
+// summary's digest names, must verify as authentic under this trust, and
+// must repeat the summary's run, inputs and output), then every link. A
+// tampered receipt or a broken link fails the check named after its stage.
+// The error is for a cancelled ctx only.
+func (v *Verifier) VerifyPipeline(ctx context.Context, env []byte, stage func(name string) (StageEvidence, error), opts ...PolicyOption) (*PipelineResult, error) {
+	res := &PipelineResult{Stages: map[string]*Result{}}
+	add := func(name, reason string) { res.Checks = append(res.Checks, verdict(name, reason)) }
+	e, err := decodeEnvelope(env)
+	if err != nil {
+		add(CheckEnvelope, err.Error())
+		return res, nil
+	}
+	add(CheckEnvelope, "")
+	signer, reason := v.verifySignature(ctx, e, nil)
+	add(CheckSignature, reason)
+	if signer != nil {
+		res.SignerID, res.SignerName = signer.ID(), signer.Name
+	}
+	s, err := decodePipelineStatement(e.Payload)
+	switch {
+	case err != nil:
+		add(CheckStatement, err.Error())
+		return res, nil
+	case signer != nil && s.Runner.ID != signer.ID():
+		add(CheckStatement, fmt.Sprintf("runner.id %s is not the key that signed the summary (%s)", s.Runner.ID, signer.ID()))
+	default:
+		add(CheckStatement, "")
+	}
+	promotable := true
+	for _, st := range s.Stages {
+		r, reason, err := v.verifyStage(ctx, st, stage, opts)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			res.Stages[st.Name] = r
+			promotable = promotable && r.Promotable
+		}
+		add(CheckStagePrefix+st.Name, reason)
+	}
+	if err := CheckLinks(s.Stages); err != nil {
+		add(CheckLinksName, err.Error())
+	} else {
+		add(CheckLinksName, "")
+	}
+	res.OK = true
+	for _, c := range res.Checks {
+		res.OK = res.OK && c.OK
+	}
+	res.Promotable = res.OK && promotable
+	if res.OK {
+		res.Summary = s
+	}
+	return res, nil
+}
+
+// verifyStage checks one stage's receipt against the summary's record of
+// it, returning the receipt's verification and why the stage fails, or "".
+func (v *Verifier) verifyStage(ctx context.Context, st PipelineStage, stage func(string) (StageEvidence, error), opts []PolicyOption) (*Result, string, error) {
+	ev, err := stage(st.Name)
+	if err != nil {
+		return nil, "no receipt for the stage: " + err.Error(), nil
+	}
+	got, err := ReceiptDigest(ev.Receipt)
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	if got != st.ReceiptDigest {
+		return nil, fmt.Sprintf("the receipt given hashes to %s, not the summary's %s: it is not the stage's receipt (tampered or swapped)", got, st.ReceiptDigest), nil
+	}
+	out := WithoutOutputsUnsafe()
+	if ev.Outputs != "" {
+		out = WithOutputs(ev.Outputs)
+	}
+	pol, err := NewPolicy(out, opts...)
+	if err != nil {
+		return nil, "", err
+	}
+	r, err := v.Verify(ctx, ev.Receipt, pol)
+	if err != nil {
+		return nil, "", err
+	}
+	if !r.OK {
+		var why []string
+		for _, c := range r.Failed() {
+			why = append(why, c.Name+": "+c.Reason)
+		}
+		return r, fmt.Sprintf("the stage receipt is not authentic: %v", why), nil
+	}
+	rc := r.Receipt
+	switch {
+	case rc.RunID != st.RunID:
+		return r, fmt.Sprintf("the receipt is of run %s, the summary names %s", rc.RunID, st.RunID), nil
+	case rc.Output.TreeDigest != st.OutputDigest:
+		return r, fmt.Sprintf("the receipt's output %s is not the summary's %s", rc.Output.TreeDigest, st.OutputDigest), nil
+	case len(rc.Inputs) != len(st.Inputs):
+		return r, fmt.Sprintf("the receipt has %d inputs, the summary %d", len(rc.Inputs), len(st.Inputs)), nil
+	}
+	for i, in := range rc.Inputs {
+		if in.Target != st.Inputs[i].Target || in.Digest != st.Inputs[i].Digest {
+			return r, fmt.Sprintf("inputs[%d]: the receipt has %s at %s, the summary %s at %s", i, in.Digest, in.Target, st.Inputs[i].Digest, st.Inputs[i].Target), nil
+		}
+		if st.Inputs[i].From != "" && in.Source != "output:"+in.Digest {
+			return r, fmt.Sprintf("inputs[%d]: the summary says it is stage %q's output, but the receipt's source is %q", i, st.Inputs[i].From, cdsse.Clip(in.Source)), nil
+		}
+	}
+	return r, "", nil
+}
+
+// decodePipelineStatement decodes a summary statement strictly and checks
+// its predicate and that its subjects are its stage receipts.
+func decodePipelineStatement(payload []byte) (*PipelineSummary, error) {
+	var st cdsse.Statement[PipelineSummary]
+	if err := cdsse.StrictUnmarshal(payload, &st); err != nil {
+		return nil, fmt.Errorf("statement: %v", err)
+	}
+	if st.Type != cdsse.StatementType || st.PredicateType != predicate.PipelineSummary {
+		return nil, fmt.Errorf("statement: type %q, predicateType %q: not a pipeline summary", cdsse.Clip(st.Type), cdsse.Clip(st.PredicateType))
+	}
+	if err := validatePipeline(&st.Predicate); err != nil {
+		var le *LinkError
+		if !errors.As(err, &le) { // links are their own check
+			return nil, fmt.Errorf("predicate: %v", err)
+		}
+	}
+	want := pipelineSubjects(&st.Predicate)
+	if len(st.Subject) != len(want) {
+		return nil, fmt.Errorf("statement: %d subjects, want one per stage (%d)", len(st.Subject), len(want))
+	}
+	for i := range want {
+		if !equalSubject(st.Subject[i], want[i]) {
+			return nil, fmt.Errorf("statement: subject %d is not stage %q's receipt", i, st.Predicate.Stages[i].Name)
+		}
+	}
+	return &st.Predicate, nil
+}
