@@ -213,7 +213,7 @@ func TestExternalImports(t *testing.T) {
 // tools (doctor, qualification, the gate). It never holds the runner's
 // state or launches anything itself.
 var cliImports = []string{
-	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "pipeline",
+	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
 	"internal/quote", "internal/regfile", "internal/untar",
 }
 
