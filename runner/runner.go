@@ -541,6 +541,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	sp.record(res)
 	// Custody and cleanup finish even when the caller has gone: a
 	// cancelled run still gets its outputs recorded and its tree verified.
+	cancelled := ctx.Err() != nil
 	ctx = context.WithoutCancel(ctx)
 	if runErr == nil {
 		setExit(res, ex)
@@ -557,7 +558,12 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		res.Finished = time.Now().UTC()
 		// A failure before the workload started is no workload's exit.
 		var st interface{ StartStage() string }
-		if errors.As(runErr, &st) {
+		switch {
+		case cancelled:
+			// The caller cancelled or went away before the workload began:
+			// that is a cancellation, not a sandbox that failed to start.
+			res.Status, res.ExitCode = StatusCancelled, -1
+		case errors.As(runErr, &st):
 			res.Status, res.ExitCode, res.FailedStage = StatusFailedToStart, -1, st.StartStage()
 		}
 	}
