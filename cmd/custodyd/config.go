@@ -35,6 +35,9 @@ type Config struct {
 	// Docker enables packs (compose scenarios on a local Docker engine);
 	// without it every pack endpoint refuses, naming this section.
 	Docker *DockerConfig `yaml:"docker,omitempty"`
+	// Egress enables restricted egress and the credential broker for
+	// phases (see EgressConfig); absent, both are refused.
+	Egress *EgressConfig `yaml:"egress,omitempty"`
 }
 
 // Retention is the keep-for policy of run records and outputs.
@@ -78,6 +81,11 @@ func (c *Config) validate() error {
 	}
 	if len(c.Operators) == 0 {
 		return fmt.Errorf("operators: name at least one uid allowed on the control socket")
+	}
+	if c.Egress != nil {
+		if err := c.Egress.validate(); err != nil {
+			return err
+		}
 	}
 	if c.Docker != nil {
 		return c.Docker.validate()

@@ -275,3 +275,15 @@ func Client(t testing.TB, dir string) string {
 	}
 	return out
 }
+
+// Hosts is the Resolver's table as strings, as custodyd's
+// egress.testUpstreams.hosts takes it.
+func (w *World) Hosts() map[string][]string {
+	out := map[string][]string{}
+	for name, as := range w.Resolver {
+		for _, a := range as {
+			out[name] = append(out[name], a.String())
+		}
+	}
+	return out
+}
