@@ -437,16 +437,42 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 	stripHop(req.Header)
 	req.Close = true // one request per connection: every request is decided on its own
 	req.Host = req.URL.Host
-	var out bytes.Buffer
-	if err := req.Write(&out); err != nil {
-		refuse(&Decision{Code: CodeBadRequest, Reason: err.Error(), Address: dec.Address}, http.StatusBadRequest)
+	c.SetReadDeadline(time.Time{})
+	// The body streams from the client to upstream, charged to the run's
+	// byte budget as it goes; nothing is buffered whole.
+	if req.Body != nil {
+		req.Body = io.NopCloser(&budgetReader{p: p, r: req.Body, n: new(int64)})
+	}
+	w := &countWriter{w: up}
+	if err := req.Write(w); err != nil {
+		dec.BytesOut = w.n
+		code := CodeBadRequest
+		if errors.Is(err, ErrRefused) {
+			code = CodeByteLimit
+		}
+		refuse(&Decision{Code: code, Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
 		return
 	}
-	c.SetReadDeadline(time.Time{})
 	dec.Allowed, dec.Code = true, CodeAllowed
-	// The request's head is small; its body streams from the client.
-	dec.BytesOut, dec.BytesIn = p.relay(up, c, &out)
+	dec.BytesOut = w.n
+	dec.BytesIn = p.copy(c, up)
+	if p.bytes.Load() > p.cfg.Limits.Bytes {
+		dec.Code, dec.Reason = CodeByteLimit, fmt.Sprintf("the run relayed more than %d bytes; cut", p.cfg.Limits.Bytes)
+	}
 	p.record(dec)
+}
+
+// countWriter counts what it writes (the request body it carries is
+// charged to the budget by its budgetReader).
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (b *countWriter) Write(q []byte) (int, error) {
+	k, err := b.w.Write(q)
+	b.n += int64(k)
+	return k, err
 }
 
 // relay copies from client (what the client sends) to up and from up back
