@@ -176,6 +176,8 @@ type budgetReader struct {
 	p *Proxy
 	r io.Reader
 	n *int64
+	// spent says the budget ran out while reading.
+	spent bool
 }
 
 func (b *budgetReader) Read(q []byte) (int, error) {
@@ -183,6 +185,7 @@ func (b *budgetReader) Read(q []byte) (int, error) {
 	if k > 0 {
 		*b.n += int64(k)
 		if b.p.bytes.Add(int64(k)) > b.p.cfg.Limits.Bytes {
+			b.spent = true
 			return 0, fmt.Errorf("%w: the run's egress byte budget is spent", ErrRefused)
 		}
 	}

@@ -440,14 +440,15 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 	c.SetReadDeadline(time.Time{})
 	// The body streams from the client to upstream, charged to the run's
 	// byte budget as it goes; nothing is buffered whole.
+	body := &budgetReader{p: p, r: req.Body, n: new(int64)}
 	if req.Body != nil {
-		req.Body = io.NopCloser(&budgetReader{p: p, r: req.Body, n: new(int64)})
+		req.Body = io.NopCloser(body)
 	}
 	w := &countWriter{w: up}
 	if err := req.Write(w); err != nil {
 		dec.BytesOut = w.n
 		code := CodeBadRequest
-		if errors.Is(err, ErrRefused) {
+		if body.spent {
 			code = CodeByteLimit
 		}
 		refuse(&Decision{Code: code, Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
