@@ -113,8 +113,8 @@ func NewWorld(t testing.TB) *World {
 	t.Helper()
 	ns := netns(t, "upstream-netns")
 	for _, a := range []string{AllowedAddr + "/32", OtherAddr + "/32", AllowedV6 + "/128"} {
-		if out, err := exec.Command("nsenter", "--net="+ns, "ip", "addr", "add", a, "dev", "lo").CombinedOutput(); err != nil {
-			t.Fatalf("add %s in the upstream namespace: %v: %s", a, err, out)
+		if err := egress.AddLoopbackAddress(ns, netip.MustParsePrefix(a)); err != nil {
+			t.Fatalf("add %s in the upstream namespace: %v", a, err)
 		}
 	}
 	w := &World{
