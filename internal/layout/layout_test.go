@@ -80,6 +80,10 @@ var banned = map[string]map[string]string{
 		"launch":         "",
 		"api":            "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
+	"egress": {
+		"request": "the proxy is a leaf: it gets its allowlist and gateways as values", "policy": "", "admission": "",
+		"grant": "", "runner": "", "launch": "", "store": "", "journal": "", "evidence": "", "backend": "", "backend/oci": "",
+	},
 	"backend/docker": {
 		"admission": "backends import no domain package", "policy": "", "store": "", "runner": "", "launch": "", "workspace": "",
 	},
