@@ -119,6 +119,8 @@ func (p *Proxy) ServeGateway(ctx context.Context, ln net.Listener, name string) 
 func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
 	d := g.Destination
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.inflight.Add(1)
+		defer p.inflight.Done()
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Limits.ConnTime)
 		defer cancel()
 		dec := Decision{Via: "gateway", Destination: d.String(), Credential: g.Name}

@@ -117,6 +117,27 @@ type Proxy struct {
 	bytes atomic.Int64
 	mu    sync.Mutex
 	rep   Report
+	// inflight counts the connections and gateway requests not yet
+	// decided, so that a receipt can wait for the last decisions.
+	inflight sync.WaitGroup
+}
+
+// Settle waits, at most timeout, until every connection and gateway
+// request in flight has been decided and recorded; it reports whether
+// they all were. Called after the sandbox is gone, it lets the receipt
+// carry the decisions of connections that were still closing.
+func (p *Proxy) Settle(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		p.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // New checks cfg and makes a proxy; nothing listens yet.
@@ -213,7 +234,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			c.Close()
 			continue
 		}
+		p.inflight.Add(1)
 		wg.Go(func() {
+			defer p.inflight.Done()
 			defer func() { <-p.sem }()
 			p.handle(ctx, c)
 		})

@@ -1007,6 +1007,9 @@ type Egress struct {
 	Dropped int `json:"dropped,omitempty"`
 	// Bytes is what was relayed in both directions.
 	Bytes int64 `json:"bytes"`
+	// Unsettled says connections were still open when the receipt was
+	// taken, so their decisions are missing from Decisions.
+	Unsettled bool `json:"unsettled,omitempty"`
 }
 
 // BrokeredCredential is one credential's name and bound destination.

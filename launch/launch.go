@@ -461,8 +461,13 @@ func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admis
 	return &runner.Egress{
 		Spec: &backend.Egress{Allow: allow.Entries(), Credentials: slices.Clone(req.Credentials), Env: p.SandboxEnv(), Attach: p.Attach},
 		Report: func() *evidence.Egress {
+			// The sandbox is gone; its last connections are closing.
+			settled := p.Settle(2 * time.Second)
 			rep := p.Report()
 			out := &evidence.Egress{Allow: rep.Allow, Brokered: bound, Dropped: rep.Dropped, Bytes: rep.Bytes, Decisions: []evidence.EgressDecision{}}
+			if !settled {
+				out.Unsettled = true
+			}
 			for _, d := range rep.Decisions {
 				out.Decisions = append(out.Decisions, evidence.EgressDecision(d))
 			}
