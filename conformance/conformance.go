@@ -39,7 +39,7 @@ import (
 
 // SuiteVersion changes whenever a check is added, removed or judged
 // differently; rows record it.
-const SuiteVersion = "2"
+const SuiteVersion = "3"
 
 // Case says whether a check is legitimate work or an attempt that must be
 // refused.
@@ -101,6 +101,24 @@ type Env struct {
 	Progress func(Check)
 	// Only, if set, selects the checks to run by family and name.
 	Only func(family, name string) bool
+	// Egress, if set, adds the restricted-egress checks to the egress
+	// family; without it a row covers denied egress only.
+	Egress *EgressTarget
+}
+
+// EgressTarget is what the restricted-egress checks need: a destination
+// the policy grants the suite's stage, served over plain HTTP by an
+// upstream the qualifier controls (never a real outside host), and one
+// the proxy can resolve but the stage is not granted.
+type EgressTarget struct {
+	// Allowed is the granted host:port; its answer holds Expect.
+	Allowed string
+	Expect  string
+	// AllowedAddr is the allowed host's address, which the sandbox must
+	// not reach directly.
+	AllowedAddr string
+	// Other is a host:port the policy does not grant the stage.
+	Other string
 }
 
 // Check is one check's outcome.
@@ -186,7 +204,11 @@ func Run(ctx context.Context, env Env) Report {
 	rep := Report{SuiteVersion: SuiteVersion, Tier: env.Tier, Image: env.Image, Started: time.Now().UTC()}
 	s := newSuite(env)
 	var todo []spec
-	for _, sp := range specs() {
+	all := specs()
+	if env.Egress != nil {
+		all = append(all, restrictedEgressSpecs()...)
+	}
+	for _, sp := range all {
 		if env.Only == nil || env.Only(sp.family, sp.name) {
 			todo = append(todo, sp)
 		}

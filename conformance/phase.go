@@ -57,6 +57,9 @@ type phase struct {
 	// onLine is called with each line the workload writes to stdout,
 	// while it runs.
 	onLine func(line string)
+	// egress, when set, asks for restricted egress to these host:port
+	// destinations instead of network: deny.
+	egress []string
 }
 
 type input struct {
@@ -105,7 +108,11 @@ func (s *suite) yaml(p phase) []byte {
 	if p.cpu > 0 {
 		fmt.Fprintf(&b, ", cpu: %s", strconv.FormatFloat(p.cpu, 'g', -1, 64))
 	}
-	b.WriteString("}\nnetwork: deny\n")
+	if len(p.egress) > 0 {
+		fmt.Fprintf(&b, "}\nnetwork: {egress: %s}\n", js(p.egress))
+	} else {
+		b.WriteString("}\nnetwork: deny\n")
+	}
 	return []byte(b.String())
 }
 

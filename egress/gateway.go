@@ -119,6 +119,8 @@ func (p *Proxy) ServeGateway(ctx context.Context, ln net.Listener, name string) 
 func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
 	d := g.Destination
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.inflight.Add(1)
+		defer p.inflight.Done()
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Limits.ConnTime)
 		defer cancel()
 		dec := Decision{Via: "gateway", Destination: d.String(), Credential: g.Name}
@@ -176,6 +178,8 @@ type budgetReader struct {
 	p *Proxy
 	r io.Reader
 	n *int64
+	// spent says the budget ran out while reading.
+	spent bool
 }
 
 func (b *budgetReader) Read(q []byte) (int, error) {
@@ -183,6 +187,7 @@ func (b *budgetReader) Read(q []byte) (int, error) {
 	if k > 0 {
 		*b.n += int64(k)
 		if b.p.bytes.Add(int64(k)) > b.p.cfg.Limits.Bytes {
+			b.spent = true
 			return 0, fmt.Errorf("%w: the run's egress byte budget is spent", ErrRefused)
 		}
 	}

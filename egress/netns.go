@@ -2,12 +2,16 @@ package egress
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -235,4 +239,70 @@ func ListenInPidfd(pidfd int, addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("egress: listen on %s in the sandbox: %w", addr, err)
 	}
 	return ln, nil
+}
+
+// AddLoopbackAddress adds prefix (a single address, e.g. 203.0.113.10/32)
+// to lo in the network namespace at path, over rtnetlink: for namespaces
+// that hold test upstreams at documentation-range addresses.
+func AddLoopbackAddress(path string, prefix netip.Prefix) error {
+	return inNetns(path, func() error {
+		lo, err := net.InterfaceByName("lo")
+		if err != nil {
+			return err
+		}
+		return addAddress(lo.Index, prefix)
+	})
+}
+
+// addAddress sends one RTM_NEWADDR for prefix on interface index and waits
+// for the kernel's acknowledgement.
+func addAddress(index int, prefix netip.Prefix) error {
+	a := prefix.Addr()
+	family := unix.AF_INET6
+	if a.Is4() {
+		family = unix.AF_INET
+	}
+	raw := a.AsSlice()
+	attr := func(typ uint16, data []byte) []byte {
+		b := make([]byte, unix.SizeofRtAttr+len(data), (unix.SizeofRtAttr+len(data)+3)&^3)
+		*(*unix.RtAttr)(unsafe.Pointer(&b[0])) = unix.RtAttr{Len: uint16(len(b)), Type: typ}
+		copy(b[unix.SizeofRtAttr:], data)
+		return b[:cap(b)]
+	}
+	body := make([]byte, unix.SizeofIfAddrmsg)
+	*(*unix.IfAddrmsg)(unsafe.Pointer(&body[0])) = unix.IfAddrmsg{Family: uint8(family), Prefixlen: uint8(prefix.Bits()),
+		Scope: unix.RT_SCOPE_UNIVERSE, Index: uint32(index)}
+	body = append(body, attr(unix.IFA_LOCAL, raw)...)
+	body = append(body, attr(unix.IFA_ADDRESS, raw)...)
+	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
+	*(*unix.NlMsghdr)(unsafe.Pointer(&msg[0])) = unix.NlMsghdr{Len: uint32(unix.SizeofNlMsghdr + len(body)), Type: unix.RTM_NEWADDR,
+		Flags: unix.NLM_F_REQUEST | unix.NLM_F_ACK | unix.NLM_F_CREATE | unix.NLM_F_EXCL, Seq: 1}
+	msg = append(msg, body...)
+
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("netlink send: %w", err)
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return fmt.Errorf("netlink receive: %w", err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil {
+		return fmt.Errorf("netlink answer: %w", err)
+	}
+	for _, m := range msgs {
+		if m.Header.Type == unix.NLMSG_ERROR && len(m.Data) >= 4 {
+			if errno := int32(binary.NativeEndian.Uint32(m.Data[:4])); errno != 0 {
+				return fmt.Errorf("add %s: %w", prefix, syscall.Errno(-errno))
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("add %s: no acknowledgement", prefix)
 }

@@ -117,6 +117,27 @@ type Proxy struct {
 	bytes atomic.Int64
 	mu    sync.Mutex
 	rep   Report
+	// inflight counts the connections and gateway requests not yet
+	// decided, so that a receipt can wait for the last decisions.
+	inflight sync.WaitGroup
+}
+
+// Settle waits, at most timeout, until every connection and gateway
+// request in flight has been decided and recorded; it reports whether
+// they all were. Called after the sandbox is gone, it lets the receipt
+// carry the decisions of connections that were still closing.
+func (p *Proxy) Settle(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		p.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // New checks cfg and makes a proxy; nothing listens yet.
@@ -213,7 +234,9 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			c.Close()
 			continue
 		}
+		p.inflight.Add(1)
 		wg.Go(func() {
+			defer p.inflight.Done()
 			defer func() { <-p.sem }()
 			p.handle(ctx, c)
 		})
@@ -437,16 +460,43 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 	stripHop(req.Header)
 	req.Close = true // one request per connection: every request is decided on its own
 	req.Host = req.URL.Host
-	var out bytes.Buffer
-	if err := req.Write(&out); err != nil {
-		refuse(&Decision{Code: CodeBadRequest, Reason: err.Error(), Address: dec.Address}, http.StatusBadRequest)
+	c.SetReadDeadline(time.Time{})
+	// The body streams from the client to upstream, charged to the run's
+	// byte budget as it goes; nothing is buffered whole.
+	body := &budgetReader{p: p, r: req.Body, n: new(int64)}
+	if req.Body != nil {
+		req.Body = io.NopCloser(body)
+	}
+	w := &countWriter{w: up}
+	if err := req.Write(w); err != nil {
+		dec.BytesOut = w.n
+		code := CodeBadRequest
+		if body.spent {
+			code = CodeByteLimit
+		}
+		refuse(&Decision{Code: code, Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
 		return
 	}
-	c.SetReadDeadline(time.Time{})
 	dec.Allowed, dec.Code = true, CodeAllowed
-	// The request's head is small; its body streams from the client.
-	dec.BytesOut, dec.BytesIn = p.relay(up, c, &out)
+	dec.BytesOut = w.n
+	dec.BytesIn = p.copy(c, up)
+	if p.bytes.Load() > p.cfg.Limits.Bytes {
+		dec.Code, dec.Reason = CodeByteLimit, fmt.Sprintf("the run relayed more than %d bytes; cut", p.cfg.Limits.Bytes)
+	}
 	p.record(dec)
+}
+
+// countWriter counts what it writes (the request body it carries is
+// charged to the budget by its budgetReader).
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (b *countWriter) Write(q []byte) (int, error) {
+	k, err := b.w.Write(q)
+	b.n += int64(k)
+	return k, err
 }
 
 // relay copies from client (what the client sends) to up and from up back

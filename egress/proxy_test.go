@@ -33,6 +33,13 @@ type rig struct {
 
 func newRig(t *testing.T, allow []string, gws ...egress.Gateway) *rig {
 	t.Helper()
+	lim := egress.DefaultLimits()
+	lim.Conns = 8
+	return newRigLimits(t, lim, allow, gws...)
+}
+
+func newRigLimits(t *testing.T, lim egress.Limits, allow []string, gws ...egress.Gateway) *rig {
+	t.Helper()
 	testenv.Root(t)
 	w := egresstest.NewWorld(t)
 	sb := egresstest.Sandbox(t)
@@ -43,8 +50,6 @@ func newRig(t *testing.T, allow []string, gws ...egress.Gateway) *rig {
 	for i := range gws {
 		gws[i].RootCAs = w.CA
 	}
-	lim := egress.DefaultLimits()
-	lim.Conns = 8
 	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: w.Dialer, Limits: lim, Gateways: gws})
 	if err != nil {
 		t.Fatal(err)
@@ -320,5 +325,29 @@ func TestProxyConnectionLimit(t *testing.T) {
 	}
 	if !slices.ContainsFunc(r.proxy.Report().Decisions, func(d egress.Decision) bool { return d.Code == egress.CodeConnectionLimit }) {
 		t.Fatalf("no connection-limit decision: %+v", r.proxy.Report().Decisions)
+	}
+}
+
+// TestProxyByteBudget: a request body past the run's byte budget is cut
+// on its way, never buffered, and the upstream gets less than was sent.
+func TestProxyByteBudget(t *testing.T) {
+	lim := egress.DefaultLimits()
+	lim.Bytes = 4096
+	r := newRigLimits(t, lim, []string{egresstest.Allowed + ":80"})
+	body := strings.Repeat("x", 256<<10)
+	resp, err := r.client().Post("http://"+egresstest.Allowed+"/up", "text/plain", strings.NewReader(body))
+	if err == nil {
+		resp.Body.Close()
+	}
+	for _, s := range r.world.Seen() {
+		if len(s.Body) >= len(body) {
+			t.Fatalf("the upstream got all %d bytes past a budget of %d", len(s.Body), lim.Bytes)
+		}
+	}
+	if got := r.proxy.Report().Bytes; got > lim.Bytes+64<<10 {
+		t.Fatalf("the proxy relayed %d bytes on a budget of %d", got, lim.Bytes)
+	}
+	if d := r.lastDecision(t); d.Code != egress.CodeByteLimit {
+		t.Fatalf("decision %+v, want the cut recorded", d)
 	}
 }

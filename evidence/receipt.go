@@ -92,6 +92,10 @@ type Receipt struct {
 	Inputs []Input `json:"inputs"`
 	// Observed is what was read back from the live container.
 	Observed Observed `json:"observed"`
+	// Egress is the restricted egress the run had and every decision its
+	// proxy and broker made, as an observed control; absent for a run
+	// whose egress was denied. It never holds a credential's value.
+	Egress *Egress `json:"egress,omitempty"`
 	// Exit is how the phase ended.
 	Exit Exit `json:"exit"`
 	// Usage is what the kernel accounted to the run.
@@ -1020,4 +1024,42 @@ func checkRelPath(p string) error {
 		return errors.New("is not a clean path inside the output")
 	}
 	return nil
+}
+
+// Egress is a run's restricted egress as its receipt records it.
+type Egress struct {
+	// Allow are the granted host:port destinations.
+	Allow []string `json:"allow"`
+	// Brokered are the credentials the broker used, by name and bound
+	// destination.
+	Brokered []BrokeredCredential `json:"brokered,omitempty"`
+	// Decisions are what the proxy and the gateways decided, in order.
+	Decisions []EgressDecision `json:"decisions"`
+	// Dropped counts decisions past the proxy's bound, not listed.
+	Dropped int `json:"dropped,omitempty"`
+	// Bytes is what was relayed in both directions.
+	Bytes int64 `json:"bytes"`
+	// Unsettled says connections were still open when the receipt was
+	// taken, so their decisions are missing from Decisions.
+	Unsettled bool `json:"unsettled,omitempty"`
+}
+
+// BrokeredCredential is one credential's name and bound destination.
+type BrokeredCredential struct {
+	Name        string `json:"name"`
+	Destination string `json:"destination"`
+}
+
+// EgressDecision is one allowed or refused connection or request.
+type EgressDecision struct {
+	At          time.Time `json:"at"`
+	Via         string    `json:"via"`
+	Destination string    `json:"destination"`
+	Address     string    `json:"address,omitempty"`
+	Allowed     bool      `json:"allowed"`
+	Code        string    `json:"code"`
+	Reason      string    `json:"reason,omitempty"`
+	Credential  string    `json:"credential,omitempty"`
+	BytesOut    int64     `json:"bytesOut"`
+	BytesIn     int64     `json:"bytesIn"`
 }

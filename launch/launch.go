@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,8 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/keys"
@@ -76,6 +79,21 @@ type Config struct {
 	// daemon there. Production leaves it nil.
 	Faults func(stage string)
 	Log    *slog.Logger
+	// Egress is how restricted egress and brokered credentials are
+	// served; nil serves none (the backend then claims no
+	// RestrictedEgress, and admission refuses them).
+	Egress *EgressConfig
+}
+
+// EgressConfig is how the runner's egress proxy and broker reach out.
+type EgressConfig struct {
+	// Resolver and Dialer default to the host's; the proxy's address
+	// checks apply whatever they are.
+	Resolver egress.Resolver
+	Dialer   egress.Dialer
+	// RootCAs verify brokered destinations; nil means the host's roots.
+	RootCAs *x509.CertPool
+	Limits  egress.Limits
 }
 
 // Launcher runs the launch pipeline.
@@ -465,7 +483,76 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	if err := sameInputs(p.Inputs, grantInputs(hashed)); err != nil {
 		return nil, err
 	}
-	return l.spend(ctx, g, plan, env)
+	eg, err := l.egressFor(pol, req, plan)
+	if err != nil {
+		return nil, err
+	}
+	return l.spend(ctx, g, plan, env, eg)
+}
+
+// egressFor makes the run's egress proxy and gateways, reading each bound
+// credential's secret now, before the grant is spent: a secret that cannot
+// be read refuses the launch before anything is created. Nil for a run
+// with denied egress and no credentials.
+func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admission.Plan) (*runner.Egress, error) {
+	if plan.Network != request.NetworkEgress && len(req.Credentials) == 0 {
+		return nil, nil
+	}
+	ec := l.cfg.Egress
+	if ec == nil {
+		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress: this runner serves no restricted egress; fix: ask for network: deny and no credentials")
+	}
+	allow, err := egress.NewAllowlist(plan.Egress)
+	if err != nil {
+		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress.destinations: %v", err)
+	}
+	var gws []egress.Gateway
+	var bound []evidence.BrokeredCredential
+	for _, name := range req.Credentials {
+		b, ok := pol.CredentialFor(string(req.Stage), name)
+		if !ok {
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "field credentials: %q is not bound for stage %q", name, req.Stage)
+		}
+		dest, err := egress.ParseDestination(b.Destination)
+		if err != nil {
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "field credentials: %s: %v", name, err)
+		}
+		secret, err := egress.ReadSecret(b.File)
+		if err != nil {
+			return nil, grant.RefuseWith(grant.CodeNotAdmitted, fmt.Errorf("credential %s: %w", name, err))
+		}
+		value, err := egress.FormatSecret(b.EffectiveFormat(), secret)
+		clear(secret)
+		if err != nil {
+			return nil, grant.RefuseWith(grant.CodeNotAdmitted, fmt.Errorf("credential %s: %w", name, err))
+		}
+		gws = append(gws, egress.Gateway{Name: name, Destination: dest, Header: b.Header, Value: value, RootCAs: ec.RootCAs})
+		bound = append(bound, evidence.BrokeredCredential{Name: name, Destination: b.Destination})
+	}
+	lim := ec.Limits
+	if lim == (egress.Limits{}) {
+		lim = egress.DefaultLimits()
+	}
+	p, err := egress.New(egress.Config{Allow: allow, Gateways: gws, Resolver: ec.Resolver, Dialer: ec.Dialer, Limits: lim, Log: l.cfg.Log})
+	if err != nil {
+		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
+	}
+	return &runner.Egress{
+		Spec: &backend.Egress{Allow: allow.Entries(), Credentials: slices.Clone(req.Credentials), Env: p.SandboxEnv(), Attach: p.Attach},
+		Report: func() *evidence.Egress {
+			// The sandbox is gone; its last connections are closing.
+			settled := p.Settle(2 * time.Second)
+			rep := p.Report()
+			out := &evidence.Egress{Allow: rep.Allow, Brokered: bound, Dropped: rep.Dropped, Bytes: rep.Bytes, Decisions: []evidence.EgressDecision{}}
+			if !settled {
+				out.Unsettled = true
+			}
+			for _, d := range rep.Decisions {
+				out.Decisions = append(out.Decisions, evidence.EgressDecision(d))
+			}
+			return out
+		},
+	}, nil
 }
 
 // unspent refuses a revoked or used grant (the spend checks again, in its
@@ -530,7 +617,7 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 // spend consumes the grant in one durable transaction, before any
 // mutation, that also opens the run's journal attempt with everything it
 // may create; then it snapshots the inputs and checks them once more.
-func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte) (*Run, error) {
+func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *runner.Egress) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := runner.NewRunID()
 	if err := r.ConsumeFor(runID, p.ID, store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}, plan.Backend); err != nil {
@@ -558,7 +645,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	if err := sameInputs(p.Inputs, grantInputs(prep.Inputs)); err != nil {
 		return abandon(err)
 	}
-	prep.RunID, prep.GrantID, prep.Begun = runID, p.ID, true
+	prep.RunID, prep.GrantID, prep.Begun, prep.Egress = runID, p.ID, true, eg
 	return &Run{l: l, prep: prep, grant: g, env: env}, nil
 }
 

@@ -120,6 +120,7 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 	env := conformance.Env{
 		Control: d.control, Submit: d.submit, Image: image, Scratch: d.scratch, Tier: o.Tier,
 		AmbientVar: AmbientVar, Parallel: o.Parallel,
+		Egress: d.egressTarget(),
 		Progress: func(c conformance.Check) {
 			state := "pass"
 			if !c.Passed {
@@ -199,6 +200,9 @@ type privateDaemon struct {
 	controlSocket   string
 	runnerKey       *keys.Verifier
 	keep            bool
+	// egress is the upstream world of the restricted-egress checks; nil
+	// when it could not be made (the row then covers denied egress only).
+	egress *egressWorld
 }
 
 func startPrivateDaemon(ctx context.Context, o Options, logf func(string, ...any)) (*privateDaemon, error) {
@@ -232,6 +236,17 @@ submitSocket: %q
 operators: [%d]
 `, filepath.Join(dir, "state"), filepath.Join(dir, "run"), rt.Path, rt.Version, rt.SHA256,
 		filepath.Join(dir, "policy.yaml"), d.controlSocket, submitSocket, os.Geteuid())
+	if w, err := startEgressWorld(dir); err != nil {
+		logf("restricted egress not qualified: its upstream namespace could not be made: %v", err)
+		if w != nil {
+			if err := w.stop(); err != nil {
+				logf("remove the upstream namespace: %v", err)
+			}
+		}
+	} else {
+		d.egress = w
+		cfg += w.config()
+	}
 	if err := os.WriteFile(filepath.Join(dir, "custodyd.yaml"), []byte(cfg), 0o600); err != nil {
 		return d, err
 	}
@@ -344,6 +359,9 @@ actors:
     submitters: {uids: [0]}
 inputRoots: [%q]
 `, img.Digest, o.Tier == conformance.TierDevelopment, d.scratch)
+	if d.egress != nil {
+		pol += d.egress.policy()
+	}
 	if err := os.WriteFile(filepath.Join(d.dir, "policy.yaml"), []byte(pol), 0o600); err != nil {
 		return "", err
 	}
@@ -381,6 +399,11 @@ func (d *privateDaemon) stop(logf func(string, ...any)) {
 	}
 	if d.log != nil {
 		d.log.Close()
+	}
+	if d.egress != nil {
+		if err := d.egress.stop(); err != nil {
+			logf("remove the egress upstream namespace: %v", err)
+		}
 	}
 	if d.keep {
 		logf("kept %s (--keep)", d.dir)
@@ -423,4 +446,12 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// egressTarget is the suite's restricted-egress target, nil without one.
+func (d *privateDaemon) egressTarget() *conformance.EgressTarget {
+	if d.egress == nil {
+		return nil
+	}
+	return d.egress.target()
 }

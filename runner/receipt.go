@@ -51,6 +51,9 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 	for _, in := range res.Inputs {
 		rc.Inputs = append(rc.Inputs, evidence.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
 	}
+	if p.Egress != nil && p.Egress.Report != nil {
+		rc.Egress = p.Egress.Report()
+	}
 	if res.Cleanup != nil {
 		rc.Cleanup.Verified = res.Cleanup.Verified
 		for _, s := range res.Cleanup.Steps {

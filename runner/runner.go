@@ -24,6 +24,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/journal"
@@ -264,6 +265,16 @@ type Prepared struct {
 	// Begun says Consume opened the run's attempt with its intents; the
 	// launch then records them no second time.
 	Begun bool
+	// Egress is the run's restricted egress; nil is denied.
+	Egress *Egress
+}
+
+// Egress is a run's restricted egress: what the sandbox gets, and what
+// its receipt records once it has run.
+type Egress struct {
+	Spec *backend.Egress
+	// Report returns what the proxy and broker decided so far.
+	Report func() *evidence.Egress
 }
 
 // Admit checks quarantine and computes the plan without mutating anything.
@@ -774,6 +785,9 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 		s.StopSignal = unix.SignalNum(p.Plan.StopSignal)
 	}
 	s.Inputs = slices.Clone(p.mounts)
+	if p.Egress != nil {
+		s.Egress = p.Egress.Spec
+	}
 	return s
 }
 

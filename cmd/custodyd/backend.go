@@ -15,8 +15,9 @@ import (
 // ociBackend wires the pinned runc as the runner's backend: custodyd is
 // the only place that names a concrete backend. Containers run in a user
 // namespace mapping root to the operator's range, or to a default one
-// where the probe proved user namespaces work.
-func ociBackend(cfg runner.Config, log *slog.Logger) runner.BackendFactory {
+// where the probe proved user namespaces work. With egress, sandboxes may
+// be given custodyd's egress proxy and broker (and nothing else).
+func ociBackend(cfg runner.Config, egress bool, log *slog.Logger) runner.BackendFactory {
 	return func(profile func() *platform.Profile) (backend.Backend, error) {
 		var userNS *oci.IDMap
 		switch {
@@ -37,6 +38,7 @@ func ociBackend(cfg runner.Config, log *slog.Logger) runner.BackendFactory {
 			// that the spool sees when the workload wrote past the cap.
 			MaxLogBytes: runner.StreamCap + 1,
 			Profile:     profile,
+			Egress:      egress,
 		})
 	}
 }

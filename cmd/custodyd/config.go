@@ -37,6 +37,9 @@ type Config struct {
 	// Docker enables packs (compose scenarios on a local Docker engine);
 	// without it every pack endpoint refuses, naming this section.
 	Docker *DockerConfig `yaml:"docker,omitempty"`
+	// Egress enables restricted egress and the credential broker for
+	// phases (see EgressConfig); absent, both are refused.
+	Egress *EgressConfig `yaml:"egress,omitempty"`
 	// Backends are the phase backends the runner has: oci (runc, always
 	// first and the default) and optionally vm (a microVM per phase,
 	// configured in VM). Absent means [oci].
@@ -122,6 +125,11 @@ func (c *Config) validate() error {
 	}
 	if err := c.validateBackends(); err != nil {
 		return err
+	}
+	if c.Egress != nil {
+		if err := c.Egress.validate(); err != nil {
+			return err
+		}
 	}
 	if c.Docker != nil {
 		return c.Docker.validate()

@@ -55,6 +55,13 @@ tiers: {development: true}
 
 func startDaemon(t *testing.T, operators ...uint32) *daemon {
 	t.Helper()
+	return startDaemonWith(t, nil, nil, operators...)
+}
+
+// startDaemonWith is startDaemon with mod applied to the configuration
+// and, if logs is set, custodyd's log written there too.
+func startDaemonWith(t *testing.T, mod func(*Config), logs io.Writer, operators ...uint32) *daemon {
+	t.Helper()
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
 	dir := t.TempDir()
@@ -80,10 +87,17 @@ func startDaemon(t *testing.T, operators ...uint32) *daemon {
 	// The image digest is only known after import; start with a policy
 	// that allows nothing, then write the real one and reload.
 	writeFile(t, cfg.Policy, fmt.Sprintf(testPolicy, "sha256:"+strings.Repeat("0", 64), dir))
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if mod != nil {
+		mod(&cfg)
 	}
+	var logTo io.Writer = io.Discard
+	if testing.Verbose() {
+		logTo = os.Stderr
+	}
+	if logs != nil {
+		logTo = io.MultiWriter(logTo, logs)
+	}
+	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := newServer(ctx, cfg, log)
 	if err != nil {

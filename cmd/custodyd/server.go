@@ -119,18 +119,23 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	}
 	s.faults = faultHook()
 	cfg.Runner.Faults = s.faults
+	eg, err := cfg.Egress.launchEgress()
+	if err != nil {
+		s.db.Close()
+		return nil, err
+	}
 	var more []runner.BackendFactory
 	if cfg.VM != nil {
 		more = append(more, vmBackend(ctx, cfg.Runner, cfg.VM, log))
 	}
-	if s.r, err = runner.New(ctx, cfg.Runner, s.db, ociBackend(cfg.Runner, log), log, more...); err != nil {
+	if s.r, err = runner.New(ctx, cfg.Runner, s.db, ociBackend(cfg.Runner, eg != nil, log), log, more...); err != nil {
 		s.db.Close()
 		return nil, err
 	}
 	if s.l, err = launch.New(launch.Config{
 		Runner: s.r, Store: s.db, Verifier: s.verifier, RunnerKey: s.runnerID, IssuerKey: s.issuer,
 		Policy: s.currentPolicy, Now: func() time.Time { return s.now() }, MaxTTL: maxTTL,
-		Faults: s.faults, Log: log,
+		Faults: s.faults, Log: log, Egress: eg,
 	}); err != nil {
 		s.db.Close()
 		return nil, err

@@ -113,8 +113,8 @@ func NewWorld(t testing.TB) *World {
 	t.Helper()
 	ns := netns(t, "upstream-netns")
 	for _, a := range []string{AllowedAddr + "/32", OtherAddr + "/32", AllowedV6 + "/128"} {
-		if out, err := exec.Command("nsenter", "--net="+ns, "ip", "addr", "add", a, "dev", "lo").CombinedOutput(); err != nil {
-			t.Fatalf("add %s in the upstream namespace: %v: %s", a, err, out)
+		if err := egress.AddLoopbackAddress(ns, netip.MustParsePrefix(a)); err != nil {
+			t.Fatalf("add %s in the upstream namespace: %v", a, err)
 		}
 	}
 	w := &World{
@@ -272,6 +272,18 @@ func Client(t testing.TB, dir string) string {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the egress test client: %v\n%s", err, b)
+	}
+	return out
+}
+
+// Hosts is the Resolver's table as strings, as custodyd's
+// egress.testUpstreams.hosts takes it.
+func (w *World) Hosts() map[string][]string {
+	out := map[string][]string{}
+	for name, as := range w.Resolver {
+		for _, a := range as {
+			out[name] = append(out[name], a.String())
+		}
 	}
 	return out
 }

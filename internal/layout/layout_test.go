@@ -85,6 +85,10 @@ var banned = map[string]map[string]string{
 		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "backend/oci": "",
 	},
 	"backend/vm/guest": {"backend": "the guest protocol is standard library only: the init is a small static binary", "backend/vm": ""},
+	"egress": {
+		"request": "the proxy is a leaf: it gets its allowlist and gateways as values", "policy": "", "admission": "",
+		"grant": "", "runner": "", "launch": "", "store": "", "journal": "", "evidence": "", "backend": "", "backend/oci": "",
+	},
 	"backend/docker": {
 		"admission": "backends import no domain package", "policy": "", "store": "", "runner": "", "launch": "", "workspace": "",
 	},

@@ -1,0 +1,83 @@
+package qualification
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/egress"
+)
+
+// The qualification's own upstreams for the restricted-egress checks:
+// documentation-range addresses in a network namespace qualify makes, so
+// the private daemon's proxy reaches them and nothing real.
+const (
+	egressAllowed     = "allowed.qualify.custody.test"
+	egressOther       = "other.qualify.custody.test"
+	egressAllowedAddr = "203.0.113.10"
+	egressOtherAddr   = "203.0.113.11"
+)
+
+// egressWorld is that namespace and its plain-HTTP servers.
+type egressWorld struct {
+	netns   string
+	id      egress.NetnsID
+	servers []*http.Server
+}
+
+// startEgressWorld makes the namespace under dir and serves "custody
+// qualify upstream <host>" at each address on port 80.
+func startEgressWorld(dir string) (*egressWorld, error) {
+	w := &egressWorld{netns: filepath.Join(dir, "upstream-netns")}
+	id, err := egress.CreateNetns(w.netns)
+	if err != nil {
+		return nil, err
+	}
+	w.id = id
+	for _, a := range []string{egressAllowedAddr, egressOtherAddr} {
+		if err := egress.AddLoopbackAddress(w.netns, netip.MustParsePrefix(a+"/32")); err != nil {
+			return w, err
+		}
+		ln, err := egress.ListenIn(w.netns, a+":80")
+		if err != nil {
+			return w, err
+		}
+		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(rw, "custody qualify upstream %s\n", r.Host)
+		})}
+		w.servers = append(w.servers, srv)
+		go srv.Serve(ln)
+	}
+	return w, nil
+}
+
+// config is the private daemon's egress section.
+func (w *egressWorld) config() string {
+	return fmt.Sprintf("egress:\n  testUpstreams:\n    netns: %q\n    hosts: {%q: [%q], %q: [%q]}\n",
+		w.netns, egressAllowed, egressAllowedAddr, egressOther, egressOtherAddr)
+}
+
+// policy grants the suite's stage the allowed upstream.
+func (w *egressWorld) policy() string {
+	return fmt.Sprintf("egress:\n  stages:\n    test: [%q]\n", egressAllowed+":80")
+}
+
+// target is what the suite's restricted-egress checks aim at.
+func (w *egressWorld) target() *conformance.EgressTarget {
+	return &conformance.EgressTarget{Allowed: egressAllowed + ":80", Expect: "custody qualify upstream " + egressAllowed,
+		AllowedAddr: egressAllowedAddr, Other: egressOther + ":80"}
+}
+
+// stop closes the servers and removes the namespace.
+func (w *egressWorld) stop() error {
+	var errs []error
+	for _, s := range w.servers {
+		errs = append(errs, s.Close())
+	}
+	errs = append(errs, egress.RemoveNetns(w.netns, w.id))
+	return errors.Join(errs...)
+}
