@@ -20,6 +20,7 @@ func main() {
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
 	metricsListen := flag.String("metrics-listen", "", "also serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9464); the control socket always serves /v1/metrics")
+	rotate := flag.String("rotate-key", "", "with custodyd stopped: replace the runner or issuer key, keep the old public key and a hand-over record it signed in stateDir/keys/retired, print the record, and exit")
 	cgroupLeaf := flag.String("cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started: on, off, or auto (on under systemd on a cgroup v2 host)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	flag.Parse()
@@ -48,6 +49,13 @@ func main() {
 			pprof.StopCPUProfile()
 			f.Close()
 		}()
+	}
+	if *rotate != "" {
+		if err := runRotate(ctx, *configPath, *rotate); err != nil {
+			fmt.Fprintln(os.Stderr, "custodyd:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	// Taken from the environment before anything starts a child.
 	svc, err := newService(*cgroupLeaf)
