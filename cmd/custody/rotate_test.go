@@ -69,6 +69,22 @@ func TestRunnerKeyRotation(t *testing.T) {
 			t.Fatalf("verify %s across the rotation: %d\n%s%s", r, code, stdout, errs)
 		}
 	}
+	// custody trust export writes the same overlap from the runner's own
+	// record of its rotations.
+	code, exported, errs := e.custody("trust", "export", "--tiers", "development", "--max-age", "1h")
+	if code != exitOK || strings.Count(exported, "publicKeyPEM") != 3 || !strings.Contains(exported, "notAfter: \""+at) && !strings.Contains(exported, "notAfter: "+at) {
+		t.Fatalf("trust export: %d %s\n%s", code, errs, exported)
+	}
+	exportedPath := filepath.Join(e.dir, "exported.yaml")
+	write(t, exportedPath, exported)
+	for _, r := range []string{before, after} {
+		if code, stdout, errs := e.custody("verify", r, "--trust", exportedPath, "--outputs", filepath.Join(filepath.Dir(r), "outputs")); code != verifyPromotable {
+			t.Fatalf("verify %s with the exported trust: %d\n%s%s", r, code, stdout, errs)
+		}
+	}
+	if code, _, _ := e.custody("trust", "export", "--tiers", "staging"); code != exitUsage {
+		t.Fatalf("trust export --tiers staging: %d", code)
+	}
 	onlyNew := trust("new.yaml", "[{name: new, publicKey: runner-new.pub}]")
 	// Not authentic (2): no trusted key signed it.
 	if code, _, _ := e.custody("verify", before, "--trust", onlyNew, "--outputs", filepath.Join(e.dir, "before", "outputs")); code != 2 {

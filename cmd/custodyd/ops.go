@@ -22,6 +22,7 @@ import (
 func (s *server) opsRoutes(mux *http.ServeMux, operator bool) {
 	mux.HandleFunc("GET /v1/runs/{id}/logs/{stream}", s.handleGetLog(operator))
 	mux.HandleFunc("GET /v1/metrics", s.handleMetrics(operator))
+	mux.HandleFunc("GET /v1/keys", s.handleKeys)
 }
 
 // handleGetLog streams a recorded run's kept stdout or stderr. The bytes
