@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // MaxLogBytes bounds a stream the client reads back: the runner keeps at
@@ -29,4 +30,29 @@ func (c *Client) GetLog(ctx context.Context, runID, stream string, w io.Writer) 
 		return n, fmt.Errorf("run %s %s: the daemon sent more than the %d bytes a run keeps", runID, stream, MaxLogBytes)
 	}
 	return n, nil
+}
+
+// Keys are the runner's public keys, current and retired, with the window
+// in which each signed (GET /v1/keys on either socket: public keys are
+// public).
+type Keys struct {
+	Runners []PublicKey `json:"runners"`
+	Issuers []PublicKey `json:"issuers"`
+}
+
+// PublicKey is one key and its signing window: from the rotation that made
+// it (none for a first key) to the rotation that retired it (none for the
+// current key).
+type PublicKey struct {
+	ID        string     `json:"id"`
+	PEM       string     `json:"pem"`
+	Current   bool       `json:"current"`
+	NotBefore *time.Time `json:"notBefore,omitempty"`
+	NotAfter  *time.Time `json:"notAfter,omitempty"`
+}
+
+// Keys fetches the runner's public keys and their windows.
+func (c *Client) Keys(ctx context.Context) (*Keys, error) {
+	var k Keys
+	return &k, c.do(ctx, http.MethodGet, "/v1/keys", nil, &k)
 }

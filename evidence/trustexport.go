@@ -14,6 +14,9 @@ import (
 type ExportKey struct {
 	Name string
 	PEM  string
+	// NotBefore and NotAfter, when set, are the window the key signed in
+	// (from its rotations).
+	NotBefore, NotAfter time.Time
 }
 
 // Export is what a trust file written by ExportTrust says.
@@ -31,12 +34,7 @@ type Export struct {
 // (keys that parse, names that are unique) or an error.
 func ExportTrust(e Export) ([]byte, error) {
 	f := trustFile{APIVersion: "custody.dev/v1alpha1", Kind: "Trust", Tiers: e.Tiers}
-	for _, k := range e.Runners {
-		f.Runners = append(f.Runners, keyFile{Name: k.Name, PublicKeyPEM: k.PEM})
-	}
-	for _, k := range e.Issuers {
-		f.Issuers = append(f.Issuers, keyFile{Name: k.Name, PublicKeyPEM: k.PEM})
-	}
+	f.Runners, f.Issuers = exportKeys(e.Runners), exportKeys(e.Issuers)
 	if e.MaxAge != 0 {
 		d := quantity.Duration(e.MaxAge)
 		f.MaxAge = &d
@@ -49,4 +47,19 @@ func ExportTrust(e Export) ([]byte, error) {
 		return nil, fmt.Errorf("trust: export: the file would not parse: %w", err)
 	}
 	return out, nil
+}
+
+func exportKeys(ks []ExportKey) []keyFile {
+	out := make([]keyFile, 0, len(ks))
+	for _, k := range ks {
+		kf := keyFile{Name: k.Name, PublicKeyPEM: k.PEM}
+		if !k.NotBefore.IsZero() {
+			kf.NotBefore = k.NotBefore.UTC().Format(time.RFC3339Nano)
+		}
+		if !k.NotAfter.IsZero() {
+			kf.NotAfter = k.NotAfter.UTC().Format(time.RFC3339Nano)
+		}
+		out = append(out, kf)
+	}
+	return out
 }

@@ -59,8 +59,8 @@ echo "== run with the grant (client, submit socket); keep the signed receipt and
 custody run --grant "$DEMO/grant.json" --receipt "$DEMO/out/receipt.json"
 echo "== verify the receipt as a reviewer would (trust file with the runner and issuer keys)"
 # This host can only run the unqualified development tier; a production
-# trust file (the default, --tier production) would reject the receipt.
-custody trust export --runner-name demo-runner --issuer-name demo-issuer --max-age 1h --tier development > "$DEMO/trust.yaml"
+# trust file (the default, --tiers production) would reject the receipt.
+custody trust export --max-age 1h --tiers development > "$DEMO/trust.yaml"
 custody trust export --runner-pem > "$DEMO/runner.pub"
 custody verify "$DEMO/out/receipt.json" --trust "$DEMO/trust.yaml" --outputs "$DEMO/out/outputs"
 echo "== promote: a signed SLSA VSA, only because verification passed"

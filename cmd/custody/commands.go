@@ -93,7 +93,7 @@ archive (docker-archive:TAR), an OCI image layout (oci:DIR[:TAG]) or an OCI
 archive (oci-archive:TAR) as a content-addressed image, and print its digest.
 Device nodes and fifos are skipped and listed on stderr.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, args []string) error {
 			src, err := absSource(args[0])
 			if err != nil {
 				return err
@@ -103,7 +103,8 @@ Device nodes and fifos are skipped and listed on stderr.`,
 				return a.fail(cmd, err)
 			}
 			if asJSON {
-				_, err := a.stdout.Write(raw)
+				// One JSON document per line, as every --json output.
+				_, err := a.stdout.Write(append(bytes.TrimRight(raw, "\n"), '\n'))
 				return err
 			}
 			var img struct {
@@ -121,7 +122,7 @@ Device nodes and fifos are skipped and listed on stderr.`,
 				}
 			}
 			return nil
-		},
+		}),
 	}
 	imp.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(imp)
@@ -367,6 +368,8 @@ func (a *app) statusCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&operator, "operator", false, "use the control socket and list attempts")
+	// The status is JSON either way; --json is accepted like every command's.
+	cmd.Flags().Bool("json", true, "print JSON (always)")
 	return cmd
 }
 

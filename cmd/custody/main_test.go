@@ -323,7 +323,16 @@ func (e *env) trust(t *testing.T, name string, tiers string) string {
 		t.Fatalf("trust export --runner-pem: %d %s%s", code, out, errs)
 	}
 	write(t, filepath.Join(e.dir, "runner.pub"), out) // for cosign
-	code, out, errs = e.custody("trust", "export", "--max-age", "1h", "--tier", tiers)
+	code, out, errs = e.custody("status")
+	if code != 0 {
+		t.Fatalf("status: %s", errs)
+	}
+	var st struct{ Status struct{ IssuerPublicKey string } }
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(e.dir, "issuer.pub"), st.Status.IssuerPublicKey) // for hand-written trust files
+	code, out, errs = e.custody("trust", "export", "--max-age", "1h", "--tiers", tiers)
 	if code != 0 {
 		t.Fatalf("trust export: %d %s", code, errs)
 	}

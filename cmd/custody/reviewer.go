@@ -2,13 +2,10 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
@@ -43,48 +40,5 @@ func (a *app) digestCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "the input's mount point in the sandbox, for its closure digest")
-	return cmd
-}
-
-// trustCmd writes trust files for reviewers.
-func (a *app) trustCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "trust", Short: "Trust files for reviewers"}
-	var runnerName, issuerName string
-	var maxAge time.Duration
-	var tiers []string
-	var runnerPEM bool
-	export := &cobra.Command{
-		Use:   "export [--max-age 1h] [--tier development]",
-		Short: "Print a trust file holding this runner's receipt key and grant-issuer key (inline PEM), read from custodyd",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := a.submit().Status(cmd.Context())
-			if err != nil {
-				return a.fail(cmd, err)
-			}
-			if runnerPEM {
-				// For standard tools (cosign verify-blob-attestation --key).
-				_, err := io.WriteString(a.stdout, st.RunnerPublicKey)
-				return err
-			}
-			out, err := evidence.ExportTrust(evidence.Export{
-				Runners: []evidence.ExportKey{{Name: runnerName, PEM: st.RunnerPublicKey}},
-				Issuers: []evidence.ExportKey{{Name: issuerName, PEM: st.IssuerPublicKey}},
-				MaxAge:  maxAge,
-				Tiers:   tiers,
-			})
-			if err != nil {
-				return &exitError{exitInternal, err}
-			}
-			_, err = a.stdout.Write(out)
-			return err
-		},
-	}
-	export.Flags().BoolVar(&runnerPEM, "runner-pem", false, "print only the runner's receipt key, as a PEM public key (for cosign and other standard tools)")
-	export.Flags().StringVar(&runnerName, "runner-name", "runner", "name of the runner key in the trust file")
-	export.Flags().StringVar(&issuerName, "issuer-name", "issuer", "name of the issuer key in the trust file")
-	export.Flags().DurationVar(&maxAge, "max-age", 0, "how old a receipt may be (default: the trust file default)")
-	export.Flags().StringSliceVar(&tiers, "tier", nil, "tiers accepted: production, development (default: production only)")
-	cmd.AddCommand(export)
 	return cmd
 }

@@ -69,6 +69,14 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 		t.Fatalf("admit with no daemon: %d %s", code, out)
 	}
 
+	// image import --json is one JSON line; status takes --json.
+	if code, out, errs := e.custody("image", "import", testenv.BusyboxRootfs(t), "--json"); code != exitOK || !strings.HasSuffix(out, "}\n") || strings.Count(out, "\n") != 1 {
+		t.Fatalf("image import --json: %d %q %s", code, out, errs)
+	}
+	if code, out, _ := e.custody("status", "--json"); code != exitOK || !strings.HasPrefix(out, "{") {
+		t.Fatalf("status --json: %d %q", code, out)
+	}
+
 	// Every schema is served, and an unknown field fails its document.
 	for _, name := range outputSchemas() {
 		if code, out, _ := e.custody("schema", name); code != exitOK || !strings.Contains(out, `"$schema"`) {

@@ -64,6 +64,7 @@ func (s *server) handleIssue(w http.ResponseWriter, r *http.Request) {
 	}
 	env, err := s.l.Issue(r.Context(), req, in.Actor, ttl)
 	if err != nil {
+		s.metrics.refused(err)
 		writeError(w, err)
 		return
 	}
@@ -91,6 +92,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	run, err := s.l.Admit(ctx, in.Grant, launch.Peer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
 	if err != nil {
 		s.log.Warn("run refused", logUID, owner, logVerdict, "refused", "err", err)
+		s.metrics.refused(err)
 		writeError(w, err)
 		return
 	}
@@ -112,7 +114,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
 	out := run.Execute(runCtx, owner, st.writer(api.EventStdout), st.writer(api.EventStderr))
 	res, err := out.Result, out.Err
-	s.logFinished(res, owner, time.Since(began), err)
+	s.logFinished(res, owner, began, err)
 	wire := wireResult(res)
 	if rcpt := out.Receipt; rcpt != nil {
 		st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,

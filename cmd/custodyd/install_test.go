@@ -42,7 +42,7 @@ func TestMakeInstall(t *testing.T) {
 		"opt/custody/bin/custody": 0o755, "opt/custody/bin/custodyd": 0o755,
 		"opt/custody/lib/custody/runc": 0o755, "opt/custody/lib/custody/custody-gate": 0o755,
 		"lib/systemd/system/custodyd.service": 0o644,
-		"etc/custody": 0o700 | os.ModeDir, "etc/custody/custodyd.yaml": 0o600, "etc/custody/policy.yaml": 0o600,
+		"etc/custody":                         0o700 | os.ModeDir, "etc/custody/custodyd.yaml": 0o600, "etc/custody/policy.yaml": 0o600,
 	} {
 		fi, err := os.Stat(filepath.Join(dest, path))
 		if err != nil || fi.Mode()&(os.ModePerm|os.ModeDir) != mode {

@@ -44,15 +44,19 @@ func newLogger(w io.Writer, format string, lvl slog.Level) (*slog.Logger, error)
 // logAdmitted is the line of a run whose grant was verified and spent.
 func (s *server) logAdmitted(run *launch.Run, uid uint32) {
 	p := run.Grant().Predicate
+	s.metrics.admitted()
 	s.log.Info("run admitted", logRun, run.ID(), logGrant, p.ID, logActor, p.Actor, logStage, p.Stage,
 		logImage, p.Image, logUID, uid, logVerdict, "admitted")
 }
 
 // logFinished is the line of a run that ended (whatever its status).
-func (s *server) logFinished(res *runner.Result, uid uint32, took time.Duration, err error) {
+// began is when the request arrived (the launch latency runs from there).
+func (s *server) logFinished(res *runner.Result, uid uint32, began time.Time, err error) {
 	if res == nil {
 		return
 	}
+	s.metrics.finished(res, began)
+	took := time.Since(began)
 	attrs := []any{logRun, res.RunID, logGrant, res.GrantID, logActor, res.Actor, logStage, res.Stage,
 		logImage, res.Image, logUID, uid, logVerdict, string(res.Status), logExit, res.ExitCode,
 		logTier, res.Tier, logDuration, took.Milliseconds()}

@@ -19,6 +19,8 @@ func main() {
 	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
+	metricsListen := flag.String("metrics-listen", "", "also serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9464); the control socket always serves /v1/metrics")
+	rotate := flag.String("rotate-key", "", "with custodyd stopped: replace the runner or issuer key, keep the old public key and a hand-over record it signed in stateDir/keys/retired, print the record, and exit")
 	cgroupLeaf := flag.String("cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started: on, off, or auto (on under systemd on a cgroup v2 host)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	flag.Parse()
@@ -48,12 +50,23 @@ func main() {
 			f.Close()
 		}()
 	}
+	if *rotate != "" {
+		if err := runRotate(ctx, *configPath, *rotate); err != nil {
+			fmt.Fprintln(os.Stderr, "custodyd:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	// Taken from the environment before anything starts a child.
 	svc, err := newService(*cgroupLeaf)
+	if err == nil && *metricsListen != "" {
+		err = loopbackOnly(*metricsListen)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd:", err)
 		os.Exit(2)
 	}
+	svc.metricsListen = *metricsListen
 	if err := run(ctx, *configPath, log, svc); err != nil {
 		log.Error("custodyd stopped", "err", err)
 		stop()
@@ -74,6 +87,9 @@ func run(ctx context.Context, configPath string, log *slog.Logger, svc service) 
 	defer s.close()
 	s.svc = svc
 	if err := s.enterLeaf(); err != nil {
+		return err
+	}
+	if err := s.serveMetrics(ctx, svc.metricsListen); err != nil {
 		return err
 	}
 	return s.serve(ctx)

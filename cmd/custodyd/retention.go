@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"path/filepath"
 	"time"
 
@@ -10,5 +11,7 @@ import (
 // prune applies the configured retention to the runner's state.
 func (s *server) prune(now time.Time) (runs, outputs int, err error) {
 	done, err := retention.Apply(s.db, filepath.Join(s.cfg.Runner.StateDir, "outputs"), s.retention, now, s.log)
-	return done.Runs, done.Outputs, err
+	// A run's kept stdout and stderr go with its record.
+	_, lerr := s.sweepLogs()
+	return done.Runs, done.Outputs, errors.Join(err, lerr)
 }

@@ -43,6 +43,8 @@ type server struct {
 	// svc is the service manager's side: readiness (Type=notify) and
 	// the leaf cgroup (service.go); the zero value does nothing.
 	svc service
+	// metrics are the operator's Prometheus series (metrics.go).
+	metrics *metrics
 	// stall is how long a run's client may stop reading after the run
 	// before its stream is dropped.
 	stall time.Duration
@@ -159,6 +161,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	} else if runs+outs > 0 {
 		s.log.Info("retention applied", "runs", runs, "outputs", outs)
 	}
+	s.metrics = newMetrics(s)
 	return s, nil
 }
 

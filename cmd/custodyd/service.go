@@ -21,6 +21,8 @@ import (
 type service struct {
 	notify *sdnotify.Notifier
 	leaf   string // on | off | auto
+	// metricsListen is the opt-in loopback metrics address ("" for none).
+	metricsListen string
 }
 
 // leafName is custodyd's own leaf under its service cgroup; the runs'

@@ -34,6 +34,8 @@ type Options struct {
 	Config string
 	// LogFormat is custodyd's --log-format; its default if empty.
 	LogFormat string
+	// Args are more custodyd flags.
+	Args []string
 }
 
 // Daemon is one custodyd configuration on a temporary directory, and the
@@ -53,6 +55,7 @@ type Daemon struct {
 	bin       string
 	logLevel  string
 	logFormat string
+	args      []string
 	cmd       *exec.Cmd
 }
 
@@ -80,7 +83,7 @@ func New(t testing.TB, opts Options) *Daemon {
 	}
 	d := &Daemon{Dir: dir, Config: filepath.Join(dir, "custodyd.yaml"), Policy: filepath.Join(dir, "policy.yaml"),
 		ControlSocket: filepath.Join(dir, "control.sock"), SubmitSocket: filepath.Join(dir, "submit.sock"),
-		t: t, bin: bin, logLevel: opts.LogLevel, logFormat: opts.LogFormat}
+		t: t, bin: bin, logLevel: opts.LogLevel, logFormat: opts.LogFormat, args: opts.Args}
 	if d.logLevel == "" {
 		d.logLevel = "warn"
 	}
@@ -113,6 +116,7 @@ func (d *Daemon) Start(env ...string) {
 	if d.logFormat != "" {
 		args = append(args, "--log-format", d.logFormat)
 	}
+	args = append(args, d.args...)
 	d.cmd = exec.Command(d.bin, args...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = &d.Logs, &d.Logs

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/regfile"
+	"github.com/custody-dev/custody/keys"
+)
+
+// maxRotationRecord bounds a hand-over record as custodyd reads it back.
+const maxRotationRecord = 64 << 10
+
+// keySet lists key name's current key and the keys rotations retired,
+// each with its window, from stateDir/keys/retired.
+func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, error) {
+	dir := filepath.Join(s.cfg.Runner.StateDir, "keys", "retired")
+	paths, err := filepath.Glob(filepath.Join(dir, name+"-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var recs []Rotation
+	for _, p := range paths {
+		b, err := regfile.ReadFile(p, maxRotationRecord)
+		if err != nil {
+			return nil, fmt.Errorf("rotation record: %w", err)
+		}
+		var r Rotation
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("rotation record %s: %w", p, err)
+		}
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].At.Before(recs[j].At) })
+	// A key's window opens at the rotation that made it and closes at the
+	// one that retired it.
+	from := map[string]time.Time{}
+	for _, r := range recs {
+		from[r.Successor] = r.At
+	}
+	window := func(k *api.PublicKey, until time.Time) {
+		if t, ok := from[k.ID]; ok {
+			k.NotBefore = &t
+		}
+		if !until.IsZero() {
+			k.NotAfter = &until
+		}
+	}
+	var out []api.PublicKey
+	for _, r := range recs {
+		pub, err := keys.LoadPublic(filepath.Join(dir, name+"-"+r.Retired+".pub"))
+		if err != nil {
+			return nil, fmt.Errorf("retired %s key %s: %w", name, r.Retired, err)
+		}
+		if pub.ID() != r.Retired {
+			return nil, fmt.Errorf("retired %s key file holds %s, its record names %s", name, pub.ID(), r.Retired)
+		}
+		k := api.PublicKey{ID: r.Retired, PEM: string(pub.PublicPEM())}
+		window(&k, r.At)
+		out = append(out, k)
+	}
+	cur := api.PublicKey{ID: current.ID(), PEM: string(current.PublicPEM()), Current: true}
+	window(&cur, time.Time{})
+	return append(out, cur), nil
+}
+
+// handleKeys serves the runner's public keys and their windows (custody
+// trust export).
+func (s *server) handleKeys(w http.ResponseWriter, _ *http.Request) {
+	var ks api.Keys
+	var err error
+	if ks.Runners, err = s.keySet("runner", s.runnerID); err == nil {
+		ks.Issuers, err = s.keySet("issuer", s.issuer)
+	}
+	if err != nil {
+		writeError(w, &api.Error{Code: api.CodeInternal, Message: strings.TrimSpace(err.Error())})
+		return
+	}
+	writeJSON(w, ks)
+}
