@@ -354,10 +354,14 @@ const maxEvidence = 32
 // v2 receipt recorded as configSha256, gateSha256 and seccompSha256.
 var ociEvidence = []string{"config", "gate", "seccomp"}
 
-// PredicateType is the receipt version r has the shape of: v3 when its
+// PredicateType is the receipt version r has the shape of: v4 when it
+// records restricted egress, v3 when its
 // profile records the backend's identity or evidence, v2 when it records
 // its streams and backend, v1 otherwise.
 func (r *Receipt) PredicateType() string {
+	if r.Egress != nil {
+		return predicate.ReceiptV4
+	}
 	if r.Profile.Identity != nil || r.Profile.Evidence != nil {
 		return predicate.ReceiptV3
 	}
@@ -419,7 +423,13 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	normalize(&r)
 	// Custody signs the current version only; v1 receipts are verified,
 	// never made.
-	if err := validateReceipt(&r, predicate.Receipt); err != nil {
+	// A run with restricted egress is receipt v4; every other run keeps
+	// the v3 shape it always had.
+	ptype := predicate.Receipt
+	if r.Egress != nil {
+		ptype = predicate.ReceiptV4
+	}
+	if err := validateReceipt(&r, ptype); err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: invalid receipt: %w", err)
 	}
 	if r.Runner.ID != runner.ID() {
@@ -428,7 +438,7 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	// A validated receipt encodes to the canonical form the verifier
 	// decodes; TestSignVerifyRoundTrip and the receipt tests hold that for
 	// every shape a receipt takes, so it is not decoded again here.
-	payload, err := encodeStatement(predicate.Receipt, subjectsOf(&r.Output), &r)
+	payload, err := encodeStatement(ptype, subjectsOf(&r.Output), &r)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: %w", err)
 	}
@@ -437,7 +447,7 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	// encoding/json always writes one it parses, so the frame is checked
 	// around an empty predicate: parsing the whole receipt into a protobuf
 	// Struct cost a quarter of the signing time.
-	frame, err := encodeStatement(predicate.Receipt, subjectsOf(&r.Output), struct{}{})
+	frame, err := encodeStatement(ptype, subjectsOf(&r.Output), struct{}{})
 	if err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: %w", err)
 	}
@@ -526,7 +536,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if !knownReceiptType(st.PredicateType) {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -559,7 +569,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 // knownReceiptType reports whether t is a receipt predicate type custody
 // verifies.
 func knownReceiptType(t string) bool {
-	return t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+	return t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
 }
 
 // subjectsMatch says, when got is not exactly want (the subjects derived
@@ -729,7 +739,7 @@ func validateReceipt(r *Receipt, predicateType string) error {
 	if p.Unqualified != (p.Tier == TierDevelopment) {
 		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, cdsse.Clip(p.Tier))
 	}
-	if predicateType != predicate.ReceiptV3 {
+	if !v3Profile(predicateType) {
 		checkFlatDigests(&ps, p, predicateType)
 	}
 
@@ -805,9 +815,18 @@ func checkFlatDigests(ps *problems, p *RuntimeProfile, predicateType string) {
 // records the backend's identity and evidence map instead of the flat
 // digests; a v1 receipt has neither backend nor streams. So no receipt can
 // carry another version's content unchecked.
+// v3Profile says the receipt version records the backend's identity and
+// evidence map in its profile (v3, and v4 which extends it).
+func v3Profile(predicateType string) bool {
+	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4
+}
+
 func checkVersion(ps *problems, r *Receipt, predicateType string) {
 	p := &r.Profile
-	if predicateType != predicate.ReceiptV3 && (p.Identity != nil || p.Evidence != nil) {
+	if predicateType != predicate.ReceiptV4 && r.Egress != nil {
+		ps.add("predicateType", "%s has no egress (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV4)
+	}
+	if !v3Profile(predicateType) && (p.Identity != nil || p.Evidence != nil) {
 		ps.add("predicateType", "%s has no profile.identity or profile.evidence (they are %s's); this receipt has them", cdsse.Clip(predicateType), predicate.ReceiptV3)
 	}
 	switch predicateType {
@@ -815,12 +834,15 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 		if r.Profile.Backend != "" || r.Streams != nil {
 			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
 		}
-	case predicate.ReceiptV2, predicate.ReceiptV3:
+	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4:
 		if !backendPattern.MatchString(r.Profile.Backend) {
 			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
 		}
-		if predicateType == predicate.ReceiptV3 {
+		if v3Profile(predicateType) {
 			checkV3Profile(ps, p)
+		}
+		if predicateType == predicate.ReceiptV4 && r.Egress == nil {
+			ps.add("egress", "missing (a %s receipt records the run's restricted egress)", predicate.ReceiptV4)
 		}
 		if r.Streams == nil {
 			ps.add("streams", "missing")

@@ -35,6 +35,12 @@ const (
 	// are not written; for the oci backend they are the evidence map's
 	// "config", "gate" and "seccomp", which an oci v3 receipt must carry.
 	ReceiptV3 = Prefix + "receipt/v3"
+	// ReceiptV4 is ReceiptV3 with the run's restricted egress (egress: the
+	// destinations it had and every decision its proxy and broker made).
+	// Custody signs it for a run that had restricted egress, and v3 for
+	// every other run, whose shape is unchanged; no earlier version may
+	// carry egress.
+	ReceiptV4 = Prefix + "receipt/v4"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,
