@@ -144,12 +144,13 @@ credentials:
 // netProbe tries each way out named and writes one line per try to
 // /out/net.txt: "refused NAME" when it failed, "REACHED NAME" when it
 // got through. It also lists the interfaces the stage has and the
-// network variables custody gave it.
+// network variables custody gave it. No wget here takes -T: the test
+// image's busybox wget segfaults with it.
 const netProbe = `try() { n=$1; shift; if "$@" >/dev/null 2>&1; then echo "REACHED $n"; else echo "refused $n"; fi; } ; ` +
-	`{ try other-host wget -q -T 5 -O - http://` + egresstest.Other + `:8080/src.tar.gz; ` +
-	`try other-port wget -q -T 5 -O - http://` + egresstest.Allowed + `/; ` +
-	`try provider-direct wget -q -T 5 -O - --header "Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER" https://` + providerHost + `/v1/generate; ` +
-	`try direct-ip wget -q -T 5 -Y off -O - http://` + egresstest.AllowedAddr + `:8080/src.tar.gz; ` +
+	`{ try other-host wget -q -O - http://` + egresstest.Other + `:8080/src.tar.gz; ` +
+	`try other-port wget -q -O - http://` + egresstest.Allowed + `/; ` +
+	`try provider-direct wget -q -O - --header "Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER" https://` + providerHost + `/v1/generate; ` +
+	`try direct-ip wget -q -Y off -O - http://` + egresstest.AllowedAddr + `:8080/src.tar.gz; ` +
 	`try nc sh -c 'echo x | nc -w 2 ` + egresstest.AllowedAddr + ` 8080'; ` +
 	`try devtcp sh -c 'echo x > /dev/tcp/` + egresstest.AllowedAddr + `/8080'; ` +
 	`try ping ping -c 1 -W 1 ` + egresstest.AllowedAddr + `; ` +
@@ -174,14 +175,14 @@ func egressStages(t *testing.T, e *env, srcDigest string) string {
 got=$(/under-test/bin/hello)
 if [ "$got" = "hello, pipeline" ]; then echo PASS > /out/result.txt; else echo "FAIL: $got" > /out/result.txt; fi
 `)
-	acquire := netProbe + `set -e; wget -q -T 10 -O /tmp/src.tar.gz http://` + sourceHost + `/src.tar.gz; ` +
+	acquire := netProbe + `set -e; wget -q -O /tmp/src.tar.gz http://` + sourceHost + `/src.tar.gz; ` +
 		`[ "$(sha256sum /tmp/src.tar.gz | cut -d' ' -f1)" = "$SRC_SHA256" ]; ` +
 		`mkdir /out/src; tar -xzf /tmp/src.tar.gz -C /out/src; cp /tmp/src.tar.gz /out/`
 	generate := netProbe +
 		// The placeholder opens nothing on a host the stage may reach.
-		`wget -q -T 5 -O /out/private.txt --header "Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER" http://` + sourceHost + `/private || echo refused > /out/private.txt; ` +
+		`wget -q -O /out/private.txt --header "Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER" http://` + sourceHost + `/private || echo refused > /out/private.txt; ` +
 		`[ -e /hidden ] && echo "hidden mounted" > /out/hidden.txt; ` +
-		`set -e; wget -q -T 10 -Y off -O /out/greet.sh --header "Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER" ` +
+		`set -e; wget -q -Y off -O /out/greet.sh --header "Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER" ` +
 		`"$CUSTODY_GATEWAY_PROVIDER/v1/generate?name=$(cat /src/src/name.txt)"`
 	build := netProbe + `set -e; mkdir /out/bin; ` +
 		`{ echo '#!/bin/sh'; cat /gen/greet.sh; echo "greet \"$(cat /src/src/name.txt)\""; } > /out/bin/hello; ` +
@@ -212,7 +213,9 @@ type receiptEgress struct {
 func stageEgress(t *testing.T, run, stage string) (*receiptEgress, []byte) {
 	t.Helper()
 	payload := payloadOfEnvelope(t, readBytes(t, filepath.Join(run, "receipts", stage+".json")))
-	var st struct{ Predicate struct{ Egress *receiptEgress } }
+	var st struct {
+		Predicate struct{ Egress *receiptEgress }
+	}
 	if err := json.Unmarshal(payload, &st); err != nil {
 		t.Fatalf("stage %s receipt: %v", stage, err)
 	}
@@ -250,10 +253,16 @@ func TestPipelineEgressStages(t *testing.T) {
 	}
 	run := filepath.Join(e.dir, "egress-run")
 	code, runOut, runErrs := e.custody("pipeline", "run", file, "--actor", "operator", "--dir", run)
+	st := e.pipelineStatus(t, run)
 	if code != exitOK {
+		for _, s := range st.Stages {
+			if s.RunID != "" {
+				_, out, errs := e.custody("logs", s.RunID)
+				t.Logf("stage %s output:\n%s%s", s.Name, out, errs)
+			}
+		}
 		t.Fatalf("pipeline run: %d\n%s\n%s", code, runOut, runErrs)
 	}
-	st := e.pipelineStatus(t, run)
 	grants := map[string]bool{}
 	for _, s := range st.Stages {
 		if s.State != "ok" || s.GrantID == "" || !strings.HasPrefix(s.ReceiptDigest, "sha256:") {
@@ -293,7 +302,11 @@ func TestPipelineEgressStages(t *testing.T) {
 
 	// Refused: every other way out of every stage.
 	for _, stage := range []string{"acquire", "generate", "build", "test"} {
-		for _, line := range strings.Split(strings.TrimSpace(readOut(t, run, stage, "net.txt")), "\n") {
+		lines := strings.Split(strings.TrimSpace(readOut(t, run, stage, "net.txt")), "\n")
+		if len(lines) != strings.Count(netProbe, "try ") {
+			t.Errorf("stage %s tried %d ways out, want each of netProbe's: %q", stage, len(lines), lines)
+		}
+		for _, line := range lines {
 			if !strings.HasPrefix(line, "refused ") {
 				t.Errorf("stage %s: %s", stage, line)
 			}
@@ -326,7 +339,10 @@ func TestPipelineEgressStages(t *testing.T) {
 		t.Errorf("the placeholder on another host: got %q, the host saw %q", got, sourceAuth)
 	}
 	// Nor does it open the provider to anyone calling it directly.
-	client := &http.Client{Transport: &http.Transport{DialContext: w.Dialer.DialContext, TLSClientConfig: &tls.Config{RootCAs: w.CA}}}
+	dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return w.Dialer.DialContext(ctx, network, net.JoinHostPort(egresstest.AllowedAddr, "8443"))
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{RootCAs: w.CA}}}
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "https://"+providerHost+"/v1/generate", nil)
 	req.Header.Set("Authorization", "Bearer "+egress.Placeholder)
 	if resp, err := client.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
@@ -383,8 +399,13 @@ func TestPipelineEgressStages(t *testing.T) {
 		}
 		return nil
 	})
-	if _, ok := places["file /egress-run/outputs/generate/environ.txt"]; !ok {
-		t.Fatal("the walk missed the stages' outputs")
+	// The journal is a bucket of the store's database, below state/.
+	var state bool
+	for where := range places {
+		state = state || where == "file /state/custody.db"
+	}
+	if _, ok := places["file /egress-run/outputs/generate/environ.txt"]; !ok || !state {
+		t.Fatalf("the walk missed the stages' outputs (%v) or the store and journal (%v)", ok, state)
 	}
 	for where, data := range places {
 		if leaks := egresstest.Leaks(canary, data); len(leaks) > 0 {
