@@ -95,6 +95,7 @@ type World struct {
 	Dialer   egress.DialerIn
 
 	caDER []byte
+	cert  tls.Certificate
 	mu    sync.Mutex
 	seen  []Request
 }
@@ -127,7 +128,7 @@ func NewWorld(t testing.TB) *World {
 		Dialer: egress.DialerIn{Path: ns},
 	}
 	pool, caDER, cert := testCA(t, Allowed, Other, Provider)
-	w.CA, w.caDER = pool, caDER
+	w.CA, w.caDER, w.cert = pool, caDER, cert
 	h := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		host := r.Host
@@ -157,6 +158,20 @@ func (w *World) serve(t testing.TB, addr string, h http.Handler, tc *tls.Config)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+}
+
+// Serve serves h at addr (one of the world's addresses, any port) in the
+// upstream namespace until the test ends: over TLS with the world's
+// certificate (valid for Allowed, Other and Provider) if useTLS is set, else
+// plain HTTP. Tests whose upstream must answer more than "hello" (a file
+// server, a fake provider) bring their own handler this way.
+func (w *World) Serve(t testing.TB, addr string, h http.Handler, useTLS bool) {
+	t.Helper()
+	var tc *tls.Config
+	if useTLS {
+		tc = &tls.Config{Certificates: []tls.Certificate{w.cert}}
+	}
+	w.serve(t, addr, h, tc)
 }
 
 // testCA makes a CA and a leaf for names, valid for an hour.
