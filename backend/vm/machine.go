@@ -54,11 +54,15 @@ type Machine struct {
 
 // Timing is where a launch's time went, for the bench and the report.
 type Timing struct {
-	// images is the rootfs and input images; prepare all of Prepare.
-	images, prepare time.Duration
-	// QEMU is from QEMU's start to its exit; Workload the guest's own
-	// clock from the workload's start to its end (an observation).
-	QEMU, Workload time.Duration
+	// Images is making the rootfs and input images; Prepare all of
+	// Prepare (images, initramfs, output mount).
+	Images, Prepare time.Duration
+	// QEMU is from QEMU's start to its exit, on the host's clock.
+	QEMU time.Duration
+	// Kernel (guest uptime when the init started), Setup (the init until
+	// the workload starts: modules, mounts, cgroup) and Workload are the
+	// guest's own clock: observations, for the breakdown only.
+	Kernel, Setup, Workload time.Duration
 }
 
 // Timing reports where the launch's time went.
@@ -99,8 +103,10 @@ func (m *Machine) Evidence() map[string]string {
 	return ev
 }
 
-func (b *Backend) qemuArgs(m *Machine, accel string) []string {
-	mem := (m.spec.Memory + GuestOverheadBytes + (1<<20 - 1)) >> 20
+// baseArgs are the QEMU flags every guest gets: the machine, the jail and
+// the sandbox, the console on fd 3, the kernel on fd 4 and initrd.
+func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string) []string {
+	mem := (memBytes + (1<<20 - 1)) >> 20
 	cpu := "max"
 	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
 	if accel == "kvm" {
@@ -108,21 +114,26 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 	} else if b.tscKHz > 0 {
 		appendLine += " tsc_early_khz=" + strconv.FormatInt(b.tscKHz, 10)
 	}
-	// fds 3.. in the child: console, kernel, then the four ports.
-	args := []string{
+	return []string{
 		"-M", "microvm", "-accel", accel, "-cpu", cpu, "-m", strconv.FormatInt(mem, 10), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-nographic", "-monitor", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
-		"-chroot", filepath.Join(m.dir, "jail"),
+		"-chroot", filepath.Join(dir, "jail"),
 		"-runas", fmt.Sprintf("%d:%d", b.opts.UID, b.opts.GID),
-		"-name", qemuName(m.id),
+		"-name", name,
 		"-serial", "file:/proc/self/fd/3",
 		"-kernel", "/proc/self/fd/4",
-		"-initrd", filepath.Join(m.dir, "initrd.cpio"),
+		"-initrd", initrd,
 		"-append", appendLine,
-		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file=" + filepath.Join(m.dir, "rootfs.img"),
-		"-device", "virtio-blk-device,drive=rootfs,serial=" + guest.SerialRootfs,
 	}
+}
+
+func (b *Backend) qemuArgs(m *Machine, accel string) []string {
+	// fds 3.. in the child: console, kernel, then the four ports.
+	args := append(b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio")),
+		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
+		"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs,
+	)
 	for i := range m.spec.Inputs {
 		n := strconv.Itoa(i)
 		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),
@@ -271,6 +282,8 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	ex.Usage = backend.Usage{PeakMemoryBytes: rep.PeakMemory, CPUTimeNanos: rep.CPUUsec * 1000, OOMKills: rep.OOMKills,
 		MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax}
 	m.timing.Workload = time.Duration(rep.Finished - rep.Started)
+	m.timing.Kernel = time.Duration(rep.InitUptime * float64(time.Second))
+	m.timing.Setup = time.Duration((rep.ReadyUptime - rep.InitUptime) * float64(time.Second))
 	ex.Observation = observation(&rep, m.outputSHA, observedAt)
 	return ex, nil
 }

@@ -141,7 +141,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 			return fmt.Errorf("input %s image: %w", in.Target, err)
 		}
 	}
-	m.timing.images = time.Since(t0)
+	m.timing.Images = time.Since(t0)
 	cfg := guest.Config{
 		Args: m.spec.Args, Env: m.spec.Env, Cwd: m.spec.Cwd, Hostname: m.spec.Hostname,
 		UID: m.spec.UID, GID: m.spec.GID, Inputs: inputTargets(m.spec), OutputPath: m.spec.OutputPath,
@@ -174,7 +174,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if err := os.WriteFile(filepath.Join(m.dir, "initrd.cpio"), buf.Bytes(), 0o600); err != nil {
 		return err
 	}
-	m.timing.prepare = time.Since(t0)
+	m.timing.Prepare = time.Since(t0)
 	m.state = statePrepared
 	return nil
 }
