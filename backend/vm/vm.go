@@ -347,11 +347,14 @@ var _ backend.Backend = (*Backend)(nil)
 // Name is "vm".
 func (b *Backend) Name() string { return Name }
 
-// Identity is the pinned QEMU; Version also names the machine, the
-// accelerator and the vCPUs, which a grant binds with it. The kernel,
-// init and modules digests are in every launch's Evidence.
+// Identity is the pinned QEMU (path, sha256); Version names its version,
+// the machine, the accelerator, the vCPUs and the pinned kernel, modules
+// and init digests, so that a grant, which binds the version and digest,
+// binds the whole guest: re-pinning any part refuses grants issued before.
 func (b *Backend) Identity() backend.Identity {
-	return backend.Identity{Kind: Name, Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu", b.version, b.accel),
+	return backend.Identity{Kind: Name,
+		Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu; kernel %s; modules %s; init %s",
+			b.version, b.accel, b.opts.Kernel.SHA256, b.opts.Modules.SHA256, b.opts.Init.SHA256),
 		Path: b.opts.QEMU.Path, SHA256: b.opts.QEMU.SHA256}
 }
 
