@@ -8,19 +8,24 @@ import (
 	"testing"
 )
 
-// TestBackendsConfig: backends lists oci first and vm only with a vm
-// section pinning each artifact by absolute path and sha256; anything else
-// is refused at load, naming the fix.
-func TestBackendsConfig(t *testing.T) {
+// configLoader loads a minimal valid config with extra YAML appended.
+func configLoader(t *testing.T) func(extra string) (*Config, error) {
 	dir := t.TempDir()
 	base := fmt.Sprintf("policy: %[1]s/p.yaml\ncontrolSocket: %[1]s/c.sock\nsubmitSocket: %[1]s/s.sock\noperators: [0]\nrunner: {stateDir: %[1]s/state}\n", dir)
-	load := func(extra string) (*Config, error) {
+	return func(extra string) (*Config, error) {
 		p := filepath.Join(dir, "custodyd.yaml")
 		if err := os.WriteFile(p, []byte(base+extra), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		return loadConfig(p)
 	}
+}
+
+// TestBackendsConfig: backends lists oci first and vm only with a vm
+// section pinning each artifact by absolute path and sha256; anything else
+// is refused at load, naming the fix.
+func TestBackendsConfig(t *testing.T) {
+	load := configLoader(t)
 	sum := strings.Repeat("a", 64)
 	pin := func(p string) string { return fmt.Sprintf("{path: %s, sha256: %s}", p, sum) }
 	vmSection := fmt.Sprintf("vm: {qemu: %s, kernel: %s, modules: %s, init: %s}\n", pin("/usr/bin/qemu-system-x86_64"), pin("/k/vmlinux"), pin("/k/modules"), pin("/bin/custody-vminit"))
