@@ -45,6 +45,9 @@ type Machine struct {
 	state    machineState
 	bundleID map[string]string
 	made     struct{ bundle, output bool }
+	// cgroups are the host cgroup dirs made for QEMU, with identities.
+	cgroups   []string
+	cgroupIDs []map[string]string
 	qemu     *process
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
@@ -59,6 +62,8 @@ type Timing struct {
 	Images, Prepare time.Duration
 	// QEMU is from QEMU's start to its exit, on the host's clock.
 	QEMU time.Duration
+	// HostPeakMemory is QEMU's peak as its host cgroup accounted it.
+	HostPeakMemory int64
 	// Kernel (guest uptime when the init started), Setup (the init until
 	// the workload starts: modules, mounts, cgroup) and Workload are the
 	// guest's own clock: observations, for the breakdown only.
@@ -202,6 +207,12 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	for _, p := range pipes {
 		p.w.Close()
 	}
+	if err := m.joinCgroups(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		closeAll()
+		return nil, err
+	}
 	st, _ := procfs.ReadStat(cmd.Process.Pid)
 	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: make(chan struct{})}
 	go func() { m.qemu.err = cmd.Wait(); close(m.qemu.done) }()
@@ -219,7 +230,11 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	var stdoutH, stderrH, outH = sha256.New(), sha256.New(), sha256.New()
 	wg.Add(5)
 	go func() { defer wg.Done(); _, _ = copyBounded(m.console, pipes[0].r, -1) }()
-	go func() { defer wg.Done(); report, _ = readBounded(pipes[1].r, guest.MaxReportBytes) }()
+	startedCh := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		report, _ = readControl(pipes[1].r, startedCh)
+	}()
 	go func() {
 		defer wg.Done()
 		_, _ = copyBounded(teeTo(streams.Stdout, stdoutH), pipes[2].r, m.b.opts.MaxLogBytes)
@@ -234,14 +249,44 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}()
 
 	ex := &backend.Exit{Started: start}
-	timer := time.NewTimer(wall)
-	defer timer.Stop()
-	select {
-	case <-m.qemu.done:
-	case <-timer.C:
-		ex.TimedOut = true
-	case <-ctx.Done():
-		ex.Cancelled = true
+	// The wall time runs from the guest's start signal; the boot before
+	// it has a bound of its own, so a guest that never signals is killed
+	// too (BootTimeout + wall bounds the whole).
+	boot := time.NewTimer(BootTimeout)
+	defer boot.Stop()
+	var wallC <-chan time.Time
+	bootTimedOut := false
+wait:
+	for {
+		select {
+		case <-m.qemu.done:
+			break wait
+		case <-startedCh:
+			startedCh = nil
+			boot.Stop()
+			timer := time.NewTimer(wall)
+			defer timer.Stop()
+			wallC = timer.C
+		case <-boot.C:
+			bootTimedOut = true
+			break wait
+		case <-wallC:
+			ex.TimedOut = true
+			break wait
+		case <-ctx.Done():
+			ex.Cancelled = true
+			break wait
+		}
+	}
+	if bootTimedOut {
+		m.kill()
+		<-m.qemu.done
+		wg.Wait()
+		for _, p := range pipes {
+			p.r.Close()
+		}
+		m.timing.QEMU = time.Since(start)
+		return nil, fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())
 	}
 	if ex.TimedOut || ex.Cancelled {
 		m.kill()
@@ -256,6 +301,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	observedAt := time.Now()
 	ex.Finished = time.Now()
 	m.timing.QEMU = ex.Finished.Sub(start)
+	m.timing.HostPeakMemory = m.hostPeakMemory()
 	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
 	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
@@ -386,10 +432,21 @@ func copyBounded(w io.Writer, r io.Reader, limit int64) (int64, error) {
 	return n, err
 }
 
-func readBounded(r io.Reader, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, limit))
+// readControl reads the control port: the start signal (closing
+// started), then the report; at most guest.MaxReportBytes are kept.
+func readControl(r io.Reader, started chan<- struct{}) ([]byte, error) {
+	br := bufio.NewReader(io.LimitReader(r, guest.MaxReportBytes))
+	first, err := br.ReadString('\n')
+	if first == guest.StartedLine {
+		close(started)
+		first = ""
+	}
+	rest, rerr := io.ReadAll(br)
 	_, _ = io.Copy(io.Discard, r)
-	return data, err
+	if err == nil {
+		err = rerr
+	}
+	return append([]byte(first), rest...), err
 }
 
 // tailBuffer keeps the last 64 KiB written: the guest console and QEMU's

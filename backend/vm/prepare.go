@@ -34,8 +34,13 @@ func (b *Backend) Intents(id string) ([]backend.Resource, error) {
 		return nil, fmt.Errorf("vm launch id %q is invalid", id)
 	}
 	dir := b.bundle(id)
-	return []backend.Resource{{Kind: KindBundle, Name: dir}, {Kind: KindOutputMount, Name: filepath.Join(dir, "out")},
-		{Kind: KindQEMU, Name: qemuName(id)}}, nil
+	rs := []backend.Resource{{Kind: KindBundle, Name: dir}, {Kind: KindOutputMount, Name: filepath.Join(dir, "out")},
+		{Kind: KindQEMU, Name: qemuName(id)}}
+	dirs := b.cgroupDirs(id)
+	for _, ctl := range sortedCtls(dirs) {
+		rs = append(rs, backend.Resource{Kind: KindCgroup, Name: dirs[ctl]})
+	}
+	return rs, nil
 }
 
 func (b *Backend) bundle(id string) string { return filepath.Join(b.opts.RuntimeDir, id) }
@@ -128,6 +133,9 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		return err
 	}
 	if err := m.rec.Created(backend.Resource{Kind: KindOutputMount, Name: out, Identity: mid}); err != nil {
+		return err
+	}
+	if err := m.makeCgroups(); err != nil {
 		return err
 	}
 	if err := os.Mkdir(filepath.Join(m.dir, "jail"), 0o755); err != nil {

@@ -134,7 +134,14 @@ func run(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (*back
 		return nil
 	})
 	if m, ok := sb.(*vm.Machine); ok {
-		t.Logf("timing %+v", m.Timing())
+		tm := m.Timing()
+		t.Logf("timing %+v", tm)
+		// Where the host has the hierarchies, QEMU ran in its own host
+		// cgroup, within its limit.
+		limit := s.Memory + vm.GuestOverheadBytes + vm.QEMUOverheadBytes
+		if len(b.Capabilities().Tiers["development"]) == 0 && (tm.HostPeakMemory <= 0 || tm.HostPeakMemory > limit) {
+			t.Errorf("QEMU's host cgroup peak %d, want within (0, %d]", tm.HostPeakMemory, limit)
+		}
 	}
 	return ex, stdout.String(), stderr.String(), files
 }

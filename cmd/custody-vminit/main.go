@@ -489,6 +489,9 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		rep.Finished = time.Now().UnixNano()
 		return nil
 	}
+	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
+		return fmt.Errorf("control port: %w", err)
+	}
 	err = cmd.Wait()
 	rep.Finished = time.Now().UnixNano()
 	var ee *exec.ExitError

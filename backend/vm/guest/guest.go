@@ -29,6 +29,10 @@ const (
 	SerialInput  = "input"
 )
 
+// StartedLine is what the init writes on PortControl once the workload
+// has started, before its Report: the host's wall time runs from it.
+const StartedLine = "started\n"
+
 // MaxReportBytes bounds what the host reads of the control port.
 const MaxReportBytes = 64 << 10
 
