@@ -45,6 +45,9 @@ type Machine struct {
 	state    machineState
 	bundleID map[string]string
 	made     struct{ bundle, output bool }
+	// cgroups are the host cgroup dirs made for QEMU, with identities.
+	cgroups   []string
+	cgroupIDs []map[string]string
 	qemu     *process
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
@@ -54,11 +57,17 @@ type Machine struct {
 
 // Timing is where a launch's time went, for the bench and the report.
 type Timing struct {
-	// images is the rootfs and input images; prepare all of Prepare.
-	images, prepare time.Duration
-	// QEMU is from QEMU's start to its exit; Workload the guest's own
-	// clock from the workload's start to its end (an observation).
-	QEMU, Workload time.Duration
+	// Images is making the rootfs and input images; Prepare all of
+	// Prepare (images, initramfs, output mount).
+	Images, Prepare time.Duration
+	// QEMU is from QEMU's start to its exit, on the host's clock.
+	QEMU time.Duration
+	// HostPeakMemory is QEMU's peak as its host cgroup accounted it.
+	HostPeakMemory int64
+	// Kernel (guest uptime when the init started), Setup (the init until
+	// the workload starts: modules, mounts, cgroup) and Workload are the
+	// guest's own clock: observations, for the breakdown only.
+	Kernel, Setup, Workload time.Duration
 }
 
 // Timing reports where the launch's time went.
@@ -99,8 +108,10 @@ func (m *Machine) Evidence() map[string]string {
 	return ev
 }
 
-func (b *Backend) qemuArgs(m *Machine, accel string) []string {
-	mem := (m.spec.Memory + GuestOverheadBytes + (1<<20 - 1)) >> 20
+// baseArgs are the QEMU flags every guest gets: the machine, the jail and
+// the sandbox, the console on fd 3, the kernel on fd 4 and initrd.
+func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string) []string {
+	mem := (memBytes + (1<<20 - 1)) >> 20
 	cpu := "max"
 	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
 	if accel == "kvm" {
@@ -108,21 +119,26 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 	} else if b.tscKHz > 0 {
 		appendLine += " tsc_early_khz=" + strconv.FormatInt(b.tscKHz, 10)
 	}
-	// fds 3.. in the child: console, kernel, then the four ports.
-	args := []string{
+	return []string{
 		"-M", "microvm", "-accel", accel, "-cpu", cpu, "-m", strconv.FormatInt(mem, 10), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-nographic", "-monitor", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
-		"-chroot", filepath.Join(m.dir, "jail"),
+		"-chroot", filepath.Join(dir, "jail"),
 		"-runas", fmt.Sprintf("%d:%d", b.opts.UID, b.opts.GID),
-		"-name", qemuName(m.id),
+		"-name", name,
 		"-serial", "file:/proc/self/fd/3",
 		"-kernel", "/proc/self/fd/4",
-		"-initrd", filepath.Join(m.dir, "initrd.cpio"),
+		"-initrd", initrd,
 		"-append", appendLine,
-		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file=" + filepath.Join(m.dir, "rootfs.img"),
-		"-device", "virtio-blk-device,drive=rootfs,serial=" + guest.SerialRootfs,
 	}
+}
+
+func (b *Backend) qemuArgs(m *Machine, accel string) []string {
+	// fds 3.. in the child: console, kernel, then the four ports.
+	args := append(b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio")),
+		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
+		"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs,
+	)
 	for i := range m.spec.Inputs {
 		n := strconv.Itoa(i)
 		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),
@@ -191,6 +207,12 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	for _, p := range pipes {
 		p.w.Close()
 	}
+	if err := m.joinCgroups(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		closeAll()
+		return nil, err
+	}
 	st, _ := procfs.ReadStat(cmd.Process.Pid)
 	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: make(chan struct{})}
 	go func() { m.qemu.err = cmd.Wait(); close(m.qemu.done) }()
@@ -208,7 +230,11 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	var stdoutH, stderrH, outH = sha256.New(), sha256.New(), sha256.New()
 	wg.Add(5)
 	go func() { defer wg.Done(); _, _ = copyBounded(m.console, pipes[0].r, -1) }()
-	go func() { defer wg.Done(); report, _ = readBounded(pipes[1].r, guest.MaxReportBytes) }()
+	startedCh := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		report, _ = readControl(pipes[1].r, startedCh)
+	}()
 	go func() {
 		defer wg.Done()
 		_, _ = copyBounded(teeTo(streams.Stdout, stdoutH), pipes[2].r, m.b.opts.MaxLogBytes)
@@ -223,14 +249,44 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}()
 
 	ex := &backend.Exit{Started: start}
-	timer := time.NewTimer(wall)
-	defer timer.Stop()
-	select {
-	case <-m.qemu.done:
-	case <-timer.C:
-		ex.TimedOut = true
-	case <-ctx.Done():
-		ex.Cancelled = true
+	// The wall time runs from the guest's start signal; the boot before
+	// it has a bound of its own, so a guest that never signals is killed
+	// too (BootTimeout + wall bounds the whole).
+	boot := time.NewTimer(BootTimeout)
+	defer boot.Stop()
+	var wallC <-chan time.Time
+	bootTimedOut := false
+wait:
+	for {
+		select {
+		case <-m.qemu.done:
+			break wait
+		case <-startedCh:
+			startedCh = nil
+			boot.Stop()
+			timer := time.NewTimer(wall)
+			defer timer.Stop()
+			wallC = timer.C
+		case <-boot.C:
+			bootTimedOut = true
+			break wait
+		case <-wallC:
+			ex.TimedOut = true
+			break wait
+		case <-ctx.Done():
+			ex.Cancelled = true
+			break wait
+		}
+	}
+	if bootTimedOut {
+		m.kill()
+		<-m.qemu.done
+		wg.Wait()
+		for _, p := range pipes {
+			p.r.Close()
+		}
+		m.timing.QEMU = time.Since(start)
+		return nil, fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())
 	}
 	if ex.TimedOut || ex.Cancelled {
 		m.kill()
@@ -245,6 +301,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	observedAt := time.Now()
 	ex.Finished = time.Now()
 	m.timing.QEMU = ex.Finished.Sub(start)
+	m.timing.HostPeakMemory = m.hostPeakMemory()
 	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
 	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
@@ -271,6 +328,8 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	ex.Usage = backend.Usage{PeakMemoryBytes: rep.PeakMemory, CPUTimeNanos: rep.CPUUsec * 1000, OOMKills: rep.OOMKills,
 		MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax}
 	m.timing.Workload = time.Duration(rep.Finished - rep.Started)
+	m.timing.Kernel = time.Duration(rep.InitUptime * float64(time.Second))
+	m.timing.Setup = time.Duration((rep.ReadyUptime - rep.InitUptime) * float64(time.Second))
 	ex.Observation = observation(&rep, m.outputSHA, observedAt)
 	return ex, nil
 }
@@ -373,10 +432,21 @@ func copyBounded(w io.Writer, r io.Reader, limit int64) (int64, error) {
 	return n, err
 }
 
-func readBounded(r io.Reader, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, limit))
+// readControl reads the control port: the start signal (closing
+// started), then the report; at most guest.MaxReportBytes are kept.
+func readControl(r io.Reader, started chan<- struct{}) ([]byte, error) {
+	br := bufio.NewReader(io.LimitReader(r, guest.MaxReportBytes))
+	first, err := br.ReadString('\n')
+	if first == guest.StartedLine {
+		close(started)
+		first = ""
+	}
+	rest, rerr := io.ReadAll(br)
 	_, _ = io.Copy(io.Discard, r)
-	return data, err
+	if err == nil {
+		err = rerr
+	}
+	return append([]byte(first), rest...), err
 }
 
 // tailBuffer keeps the last 64 KiB written: the guest console and QEMU's

@@ -34,8 +34,13 @@ func (b *Backend) Intents(id string) ([]backend.Resource, error) {
 		return nil, fmt.Errorf("vm launch id %q is invalid", id)
 	}
 	dir := b.bundle(id)
-	return []backend.Resource{{Kind: KindBundle, Name: dir}, {Kind: KindOutputMount, Name: filepath.Join(dir, "out")},
-		{Kind: KindQEMU, Name: qemuName(id)}}, nil
+	rs := []backend.Resource{{Kind: KindBundle, Name: dir}, {Kind: KindOutputMount, Name: filepath.Join(dir, "out")},
+		{Kind: KindQEMU, Name: qemuName(id)}}
+	dirs := b.cgroupDirs(id)
+	for _, ctl := range sortedCtls(dirs) {
+		rs = append(rs, backend.Resource{Kind: KindCgroup, Name: dirs[ctl]})
+	}
+	return rs, nil
 }
 
 func (b *Backend) bundle(id string) string { return filepath.Join(b.opts.RuntimeDir, id) }
@@ -130,6 +135,9 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if err := m.rec.Created(backend.Resource{Kind: KindOutputMount, Name: out, Identity: mid}); err != nil {
 		return err
 	}
+	if err := m.makeCgroups(); err != nil {
+		return err
+	}
 	if err := os.Mkdir(filepath.Join(m.dir, "jail"), 0o755); err != nil {
 		return err
 	}
@@ -141,7 +149,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 			return fmt.Errorf("input %s image: %w", in.Target, err)
 		}
 	}
-	m.timing.images = time.Since(t0)
+	m.timing.Images = time.Since(t0)
 	cfg := guest.Config{
 		Args: m.spec.Args, Env: m.spec.Env, Cwd: m.spec.Cwd, Hostname: m.spec.Hostname,
 		UID: m.spec.UID, GID: m.spec.GID, Inputs: inputTargets(m.spec), OutputPath: m.spec.OutputPath,
@@ -174,7 +182,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if err := os.WriteFile(filepath.Join(m.dir, "initrd.cpio"), buf.Bytes(), 0o600); err != nil {
 		return err
 	}
-	m.timing.prepare = time.Since(t0)
+	m.timing.Prepare = time.Since(t0)
 	m.state = statePrepared
 	return nil
 }

@@ -43,6 +43,14 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 		}
 		step("output unmounted", err)
 	}
+	for i, dir := range m.cgroups {
+		err := removeCgroup(dir, m.cgroupIDs[i])
+		if err == nil {
+			_ = m.rec.Removed(backend.Resource{Kind: KindCgroup, Name: dir})
+		}
+		step("host cgroup removed", err)
+	}
+	m.cgroups, m.cgroupIDs = nil, nil
 	if m.made.bundle && rep.Verified {
 		err := removeBundle(m.dir, m.bundleID)
 		if err == nil {
@@ -186,6 +194,26 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 		}
 		step("qemu gone", err)
 	}
+	for _, r := range recorded {
+		if r.Kind != KindCgroup || r.State == "removed" || !rep.Verified {
+			continue
+		}
+		var err error
+		switch {
+		case len(r.Identity) > 0:
+			err = removeCgroup(r.Name, r.Identity)
+		case bundleOK:
+			err = removeCgroup(r.Name, nil) // made with our own bundle
+		default:
+			if _, serr := os.Lstat(r.Name); serr == nil {
+				err = fmt.Errorf("%s exists but neither it nor its bundle is on record: %w", r.Name, errNotOwned)
+			}
+		}
+		if err == nil {
+			_ = rec.Removed(backend.Resource{Kind: KindCgroup, Name: r.Name})
+		}
+		step("host cgroup removed", err)
+	}
 	if r, ok := byKind[KindOutputMount]; ok && r.State != "removed" {
 		var err error
 		switch {
@@ -238,6 +266,13 @@ func (b *Backend) VerifyAbsent(id string, recorded []backend.Resource) backend.C
 	}
 	check("no bundle", err)
 	err = nil
+	for _, dir := range b.cgroupDirs(id) {
+		if _, serr := os.Lstat(dir); serr == nil {
+			err = fmt.Errorf("host cgroup %s exists", dir)
+		}
+	}
+	check("no host cgroup", err)
+	err = nil
 	if pids := b.findQEMU(id); len(pids) > 0 {
 		err = fmt.Errorf("qemu %v runs for launch %s", pids, id)
 	}
@@ -263,6 +298,15 @@ func (b *Backend) Foreign(known func(kind, name string) bool) []backend.Resource
 		for _, e := range ents {
 			if p := filepath.Join(b.opts.RuntimeDir, e.Name()); !known(KindBundle, p) {
 				out = append(out, backend.Resource{Kind: KindBundle, Name: p})
+			}
+		}
+	}
+	for _, parent := range b.cgroupParents {
+		if ents, err := os.ReadDir(parent); err == nil {
+			for _, e := range ents {
+				if p := filepath.Join(parent, e.Name()); e.IsDir() && strings.HasPrefix(e.Name(), "custody-vm-") && !known(KindCgroup, p) {
+					out = append(out, backend.Resource{Kind: KindCgroup, Name: p})
+				}
 			}
 		}
 	}

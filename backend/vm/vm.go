@@ -86,6 +86,14 @@ type Options struct {
 // pinned digest: the launch is refused before anything is created.
 var ErrTampered = errors.New("pinned artifact does not match its sha256")
 
+// BootTimeout bounds a guest's boot, from QEMU's start to the init's
+// start signal; the wall time runs from that signal.
+const BootTimeout = 3 * time.Minute
+
+// ErrBootTimeout is returned by Run when the guest did not start its
+// workload within BootTimeout: QEMU was killed.
+var ErrBootTimeout = errors.New("guest boot timed out")
+
 // ErrHostileOutput is returned by Run when the guest's output stream is
 // refused: a name outside the tree, a link out, a bound passed, a
 // truncated or malformed archive.
@@ -99,6 +107,8 @@ type Backend struct {
 	accel   string // what the probe chose
 	tscKHz  int64
 	pins    *pinCache
+	// cgroupParents are where QEMU's host cgroups go, per controller.
+	cgroupParents map[string]string
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -125,7 +135,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err := os.Chmod(opts.RuntimeDir, 0o700); err != nil {
 		return nil, fmt.Errorf("vm runtime dir: %w", err)
 	}
-	b := &Backend{opts: opts, log: opts.Logger, pins: &pinCache{}, tscKHz: hostTSCKHz()}
+	b := &Backend{opts: opts, log: opts.Logger, pins: &pinCache{}, tscKHz: hostTSCKHz(), cgroupParents: hostCgroupParents()}
 	if _, err := b.checkPins(); err != nil {
 		return nil, err
 	}
@@ -347,26 +357,34 @@ var _ backend.Backend = (*Backend)(nil)
 // Name is "vm".
 func (b *Backend) Name() string { return Name }
 
-// Identity is the pinned QEMU; Version also names the machine, the
-// accelerator and the vCPUs, which a grant binds with it. The kernel,
-// init and modules digests are in every launch's Evidence.
+// Identity is the pinned QEMU (path, sha256); Version names its version,
+// the machine, the accelerator, the vCPUs and the pinned kernel, modules
+// and init digests, so that a grant, which binds the version and digest,
+// binds the whole guest: re-pinning any part refuses grants issued before.
 func (b *Backend) Identity() backend.Identity {
-	return backend.Identity{Kind: Name, Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu", b.version, b.accel),
+	return backend.Identity{Kind: Name,
+		Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu; kernel %s; modules %s; init %s",
+			b.version, b.accel, b.opts.Kernel.SHA256, b.opts.Modules.SHA256, b.opts.Init.SHA256),
 		Path: b.opts.QEMU.Path, SHA256: b.opts.QEMU.SHA256}
 }
 
 // Capabilities: the guest's own cgroup v2 enforces memory, pids and cpu
 // (Debian's kernel has every controller), its tmpfs mounts the output and
-// tmp bounds, and the host the wall time. What the backend does not give
-// QEMU itself is a gap of the production tier: a host cgroup with limits
-// on the QEMU process (this is a cgroup v1 hybrid host, where custody
-// never mounts hierarchies, and the backend does not yet create one on a
-// unified host either).
+// tmp bounds, and the host the wall time; QEMU itself is held by a host
+// cgroup v1 memory and pids limit. That is the development tier; the
+// production tier needs QEMU in a cgroup v2 leaf, which the backend does
+// not make yet: a gap.
 func (b *Backend) Capabilities() backend.Capabilities {
+	dev := []backend.Gap{}
+	if b.cgroupParents["memory"] == "" || b.cgroupParents["pids"] == "" {
+		dev = append(dev, backend.Gap{Requirement: "R5", Code: "vm-host-cgroup",
+			Detail: "no cgroup v1 memory and pids hierarchy to put QEMU in",
+			Fix:    "mount the cgroup v1 memory and pids hierarchies (the host's init does), or run on a host the vm backend supports"})
+	}
 	return backend.Capabilities{Tiers: map[string][]backend.Gap{
-		"production": {{Requirement: "R5", Code: "vm-host-cgroup",
-			Detail: "QEMU runs in no host cgroup with limits of its own: guest RAM bounds the workload, not QEMU's own overhead",
-			Fix:    "run the vm backend where it can put QEMU in a delegated cgroup v2 leaf (not implemented yet), or use the development tier"}},
-		"development": {},
+		"production": {{Requirement: "R5", Code: "vm-host-cgroup-v2",
+			Detail: "QEMU's host cgroup is a cgroup v1 one (memory, pids): production needs a delegated cgroup v2 leaf, which the vm backend does not make yet",
+			Fix:    "use the development tier for vm phases on this host"}},
+		"development": dev,
 	}}
 }

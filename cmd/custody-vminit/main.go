@@ -66,6 +66,7 @@ func run(ports map[string]*os.File) *guest.Report {
 	if err := earlyMounts(); err != nil {
 		return fail(err)
 	}
+	rep.InitUptime = uptime()
 	var cfg guest.Config
 	data, err := os.ReadFile(guest.ConfigPath)
 	if err != nil {
@@ -462,6 +463,7 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	selfStatus(rep)
+	rep.ReadyUptime = uptime()
 	cmd := &exec.Cmd{
 		Path:   cfg.Args[0],
 		Args:   cfg.Args,
@@ -487,6 +489,9 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		rep.Finished = time.Now().UnixNano()
 		return nil
 	}
+	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
+		return fmt.Errorf("control port: %w", err)
+	}
 	err = cmd.Wait()
 	rep.Finished = time.Now().UnixNano()
 	var ee *exec.ExitError
@@ -509,6 +514,17 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return keyed(filepath.Join(cgWork, "cgroup.events"), "populated") == 0, nil
 	})
 	return nil
+}
+
+// uptime is the guest's /proc/uptime, in seconds.
+func uptime() float64 {
+	data, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0
+	}
+	var up float64
+	_, _ = fmt.Sscan(string(data), &up)
+	return up
 }
 
 // selfStatus reads the init's seccomp mode and no_new_privs, which the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -20,6 +21,30 @@ func startVMDaemon(t *testing.T) *env {
 	return startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{Config: daemontest.VMConfig(t, "auto")})
 }
 
+// vmPhase writes a development-tier phase on backend vm running command
+// (a JSON list); its wall time covers the guest's boot too, so it is
+// generous under TCG.
+func (e *env) vmPhase(t *testing.T, name, command, wall string) string {
+	t.Helper()
+	p := filepath.Join(e.dir, name+".yaml")
+	write(t, p, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
+kind: Phase
+name: %s
+stage: build
+tier: development
+backend: vm
+image: %q
+command: %s
+output:
+  path: /out
+resources:
+  memory: 64Mi
+  pids: 64
+  wallTime: %s
+`, name, e.image, command, wall))
+	return p
+}
+
 // TestVMPhaseThroughCustodyd: a phase with backend: vm runs through
 // custodyd in a microVM and returns a receipt that verifies, naming the
 // vm backend with its kernel, init and QEMU digests; a runner without the
@@ -27,23 +52,7 @@ func startVMDaemon(t *testing.T) *env {
 func TestVMPhaseThroughCustodyd(t *testing.T) {
 	e := startVMDaemon(t)
 	trust := e.trust(t, "trust-dev.yaml", "development")
-	// The wall time covers the guest's boot too: generous under TCG.
-	phase := filepath.Join(e.dir, "invm.yaml")
-	write(t, phase, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
-kind: Phase
-name: invm
-stage: build
-tier: development
-backend: vm
-image: %q
-command: ["/bin/sh", "-c", "uname -r > /out/kernel; echo built > /out/artifact"]
-output:
-  path: /out
-resources:
-  memory: 64Mi
-  pids: 64
-  wallTime: 120s
-`, e.image))
+	phase := e.vmPhase(t, "invm", `["/bin/sh", "-c", "uname -r > /out/kernel; echo built > /out/artifact"]`, "120s")
 	if code, out, errs := e.custody("admit", phase); code != exitOK {
 		t.Fatalf("admit: %d\n%s\n%s", code, out, errs)
 	}
@@ -111,22 +120,7 @@ func qemuOf(dir string) []int {
 func TestVMRecoveryAfterSIGKILL(t *testing.T) {
 	e := startVMDaemon(t)
 	d := e.d
-	phase := filepath.Join(e.dir, "long.yaml")
-	write(t, phase, fmt.Sprintf(`apiVersion: custody.dev/v1alpha1
-kind: Phase
-name: long
-stage: build
-tier: development
-backend: vm
-image: %q
-command: ["/bin/sh", "-c", "echo started; sleep 300"]
-output:
-  path: /out
-resources:
-  memory: 64Mi
-  pids: 64
-  wallTime: 600s
-`, e.image))
+	phase := e.vmPhase(t, "long", `["/bin/sh", "-c", "echo started; sleep 300"]`, "600s")
 	g := e.grant(t, phase)
 	go e.custody("run", "--grant", g)
 	deadline := time.Now().Add(2 * time.Minute)
@@ -160,5 +154,45 @@ resources:
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.Dir, "state", "vm")); len(ents) != 0 {
 		t.Errorf("bundles left after recovery: %v", ents)
+	}
+}
+
+// TestVMGrantBindsGuest: a grant for a vm phase binds the backend's
+// identity, the pinned kernel, modules and init among it; re-pinning the
+// init after issue refuses the grant before anything runs, while a grant
+// issued under the new pins runs.
+func TestVMGrantBindsGuest(t *testing.T) {
+	e := startVMDaemon(t)
+	d := e.d
+	phase := e.vmPhase(t, "bound", `["/bin/true"]`, "120s")
+	old := e.grant(t, phase)
+	// Re-pin the init: a copy with one more byte (an ELF ignores it).
+	a := testenv.VM(t)
+	data, err := os.ReadFile(a.Init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newInit := filepath.Join(e.dir, "custody-vminit")
+	if err := os.WriteFile(newInit, append(data, 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	oldSum, newSum := fmt.Sprintf("%x", sha256.Sum256(data)), fmt.Sprintf("%x", sha256.Sum256(append(data, 0)))
+	cfg, err := os.ReadFile(d.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repinned := strings.Replace(string(cfg), "init: {path: "+a.Init+", sha256: "+oldSum+"}", "init: {path: "+newInit+", sha256: "+newSum+"}", 1)
+	if repinned == string(cfg) {
+		t.Fatalf("the init pin is not in the config:\n%s", cfg)
+	}
+	write(t, d.Config, repinned)
+	d.Stop()
+	d.Start()
+	code, out, errs := e.custody("run", "--grant", old)
+	if code != exitRefused || !strings.Contains(errs, "runtime") {
+		t.Fatalf("a grant issued before the init was re-pinned: %d %s %s", code, out, errs)
+	}
+	if code, out, errs := e.custody("run", "--grant", e.grant(t, phase)); code != exitOK {
+		t.Fatalf("a grant issued under the new pins: %d %s %s", code, out, errs)
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -330,15 +328,7 @@ func TestPackBodyLimit(t *testing.T) {
 // named in the file, never DOCKER_HOST — with a default subnet pool.
 func TestDockerConfig(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "tcp://192.0.2.1:2375")
-	dir := t.TempDir()
-	base := fmt.Sprintf("policy: %[1]s/p.yaml\ncontrolSocket: %[1]s/c.sock\nsubmitSocket: %[1]s/s.sock\noperators: [0]\nrunner: {stateDir: %[1]s/state}\n", dir)
-	load := func(extra string) (*Config, error) {
-		p := filepath.Join(dir, "custodyd.yaml")
-		if err := os.WriteFile(p, []byte(base+extra), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return loadConfig(p)
-	}
+	load := configLoader(t)
 	c, err := load("")
 	if err != nil || c.Docker != nil {
 		t.Fatalf("no docker section: %+v %v (DOCKER_HOST must not enable packs)", c, err)

@@ -29,6 +29,10 @@ const (
 	SerialInput  = "input"
 )
 
+// StartedLine is what the init writes on PortControl once the workload
+// has started, before its Report: the host's wall time runs from it.
+const StartedLine = "started\n"
+
 // MaxReportBytes bounds what the host reads of the control port.
 const MaxReportBytes = 64 << 10
 
@@ -81,6 +85,11 @@ type Report struct {
 	Notes      []string `json:"notes,omitempty"`
 	// OutputSHA256 is the init's own digest of the stream it wrote.
 	OutputSHA256 string `json:"outputSha256"`
+	// InitUptime and ReadyUptime are the guest's uptime (seconds) when the
+	// init started and when the workload was about to start: the kernel's
+	// boot and the init's setup, for the boot-time breakdown.
+	InitUptime  float64 `json:"initUptime"`
+	ReadyUptime float64 `json:"readyUptime"`
 	// Started and Finished are the guest's clock, Unix nanoseconds.
 	Started  int64 `json:"started"`
 	Finished int64 `json:"finished"`

@@ -1,0 +1,67 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// BareBoot is the bench's baseline: the pinned kernel booted by the same
+// QEMU with the same machine, jail and sandbox flags, and an initramfs of
+// the same init and modules but no launch config and no devices, so the
+// init resets the machine at once. It returns QEMU's wall time, start to
+// exit.
+func (b *Backend) BareBoot(ctx context.Context, dir string) (time.Duration, error) {
+	files, err := b.checkPins()
+	if err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "jail"), 0o755); err != nil {
+		return 0, err
+	}
+	var buf bytes.Buffer
+	cw := newCpio(&buf)
+	for _, d := range []string{"dev", "proc", "sys", "custody", "custody/modules"} {
+		cw.dir(d)
+	}
+	cw.char("dev/console", 5, 1)
+	cw.file("init", 0o755, files.init)
+	for i, mod := range Modules {
+		cw.file(path.Join("custody/modules", path.Base(mod)), 0o644, files.modules[i])
+	}
+	if err := cw.close(); err != nil {
+		return 0, err
+	}
+	initrd := filepath.Join(dir, "initrd.cpio")
+	if err := os.WriteFile(initrd, buf.Bytes(), 0o600); err != nil {
+		return 0, err
+	}
+	kernel, err := os.Open(b.opts.Kernel.Path)
+	if err != nil {
+		return 0, err
+	}
+	defer kernel.Close()
+	console, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer console.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, b.baseArgs(b.accel, GuestOverheadBytes, dir, "custody-vm-bare", initrd)...)
+	cmd.ExtraFiles = []*os.File{console, kernel}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true, Pdeathsig: syscall.SIGKILL}
+	var out tailBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("bare boot: %w: %s", err, out.String())
+	}
+	return time.Since(start), nil
+}

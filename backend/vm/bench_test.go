@@ -1,0 +1,60 @@
+package vm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// BenchmarkBootToExit is the make bench row of the vm backend: a trivial
+// phase (/bin/true) from Prepare to verified Cleanup, against a bare boot
+// of the same kernel and init by the same QEMU to its reset, alternated in
+// one run. It reports both medians, the ratio (target ≤ 1.2) and the
+// phase's breakdown.
+func BenchmarkBootToExit(b *testing.B) {
+	opts := pins(b)
+	be := newBackend(b, opts)
+	rootfs := testenv.BusyboxRootfs(b)
+	ctx := context.Background()
+	var phases, bares []time.Duration
+	var last vm.Timing
+	for i := 0; b.Loop(); i++ {
+		dir := filepath.Join(b.TempDir(), "bare")
+		d, err := be.BareBoot(ctx, dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bares = append(bares, d)
+		t0 := time.Now()
+		sb, err := be.Prepare(ctx, fmt.Sprintf("bench-%d-%d", os.Getpid(), i), spec(b, rootfs, "/bin/true"), nopRecorder{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ex, err := sb.Run(ctx, 5*time.Minute, backend.IO{})
+		rep := sb.Cleanup(ctx)
+		if err != nil || ex.Code != 0 || !rep.Verified {
+			b.Fatalf("phase: %+v %v %+v", ex, err, rep.Steps)
+		}
+		phases = append(phases, time.Since(t0))
+		last = sb.(*vm.Machine).Timing()
+	}
+	p, q := median(phases), median(bares)
+	b.ReportMetric(p.Seconds(), "phase-s")
+	b.ReportMetric(q.Seconds(), "bare-s")
+	b.ReportMetric(p.Seconds()/q.Seconds(), "ratio")
+	b.Logf("accel %s; phase p50 %s, bare boot p50 %s; last phase: prepare %s (images %s), qemu %s (kernel %s, init setup %s, workload %s)",
+		be.Accel(), p, q, last.Prepare, last.Images, last.QEMU, last.Kernel, last.Setup, last.Workload)
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Sorted(slices.Values(ds))
+	return s[len(s)/2]
+}

@@ -1,0 +1,161 @@
+package vm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/outputfs"
+	"github.com/custody-dev/custody/internal/procfs"
+)
+
+// KindCgroup is a host cgroup dir the backend puts QEMU in.
+const KindCgroup = "vm-cgroup"
+
+// QEMUOverheadBytes is what QEMU itself may use beyond guest RAM (its
+// code, TCG's translation cache, device state): the host cgroup's memory
+// limit is guest RAM plus this.
+const QEMUOverheadBytes = 384 << 20
+
+// QEMUPids bounds QEMU's threads in its host cgroup.
+const QEMUPids = 64
+
+// hostCgroupParents are, per cgroup v1 controller custody limits QEMU
+// with (memory, pids), the dir of this process's own cgroup in that
+// hierarchy: QEMU's cgroups go under the one custodyd started in, as the
+// oci backend's do. Custody never mounts a hierarchy; where one is not
+// mounted (a unified host), that controller is left out and the
+// capability says so.
+func hostCgroupParents() map[string]string {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, ctl := range []string{"memory", "pids"} {
+		var mnt string
+		for _, m := range mounts {
+			if slices.Contains(strings.Split(m.VFSOptions, ","), ctl) {
+				mnt = m.Mountpoint
+			}
+		}
+		if mnt == "" {
+			continue
+		}
+		for _, c := range procfs.ParseCgroup(own) {
+			if slices.Contains(strings.Split(c.Controllers, ","), ctl) {
+				out[ctl] = filepath.Join(mnt, c.Path)
+			}
+		}
+	}
+	return out
+}
+
+// cgroupDirs are the launch's host cgroup dirs, by controller.
+func (b *Backend) cgroupDirs(id string) map[string]string {
+	out := map[string]string{}
+	for ctl, parent := range b.cgroupParents {
+		out[ctl] = filepath.Join(parent, "custody-vm-"+id)
+	}
+	return out
+}
+
+func sortedCtls(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// makeCgroups creates the launch's host cgroups with QEMU's limits.
+func (m *Machine) makeCgroups() error {
+	dirs := m.b.cgroupDirs(m.id)
+	for _, ctl := range sortedCtls(dirs) {
+		dir := dirs[ctl]
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("host cgroup %s: %w", dir, err)
+		}
+		m.cgroups = append(m.cgroups, dir)
+		idn, err := outputfs.PathIdentity(dir)
+		if err != nil {
+			return err
+		}
+		m.cgroupIDs = append(m.cgroupIDs, idn)
+		if err := m.rec.Created(backend.Resource{Kind: KindCgroup, Name: dir, Identity: idn}); err != nil {
+			return err
+		}
+		var file, value string
+		switch ctl {
+		case "memory":
+			file, value = "memory.limit_in_bytes", strconv.FormatInt(m.spec.Memory+GuestOverheadBytes+QEMUOverheadBytes, 10)
+		case "pids":
+			file, value = "pids.max", strconv.Itoa(QEMUPids)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
+			return fmt.Errorf("host cgroup %s: %s=%s: %w", dir, file, value, err)
+		}
+	}
+	return nil
+}
+
+// joinCgroups moves QEMU into its host cgroups (right after its start,
+// before it has mapped guest RAM or started a vCPU thread).
+func (m *Machine) joinCgroups(pid int) error {
+	for _, dir := range m.cgroups {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("put qemu %d into %s: %w", pid, dir, err)
+		}
+	}
+	return nil
+}
+
+// hostPeakMemory is QEMU's peak memory as its host cgroup accounted it.
+func (m *Machine) hostPeakMemory() int64 {
+	for _, dir := range m.cgroups {
+		if data, err := os.ReadFile(filepath.Join(dir, "memory.max_usage_in_bytes")); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+			return n
+		}
+	}
+	return -1
+}
+
+// removeCgroup removes a host cgroup dir once it holds no process; a dir
+// whose identity is not the recorded one is not touched.
+func removeCgroup(dir string, want map[string]string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if want != nil && !pathMatches(dir, want) {
+		return fmt.Errorf("%s is not the cgroup the journal recorded: %w", dir, errNotOwned)
+	}
+	// A killed QEMU that another process must still reap keeps its
+	// cgroup busy for a moment: retry for a while.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := os.Remove(dir)
+		switch {
+		case err == nil || errors.Is(err, os.ErrNotExist):
+			return nil
+		case errors.Is(err, syscall.EBUSY) && time.Now().Before(deadline):
+			time.Sleep(20 * time.Millisecond)
+		default:
+			return fmt.Errorf("remove host cgroup %s: %w", dir, err)
+		}
+	}
+}
