@@ -250,6 +250,11 @@ func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, e
 				bad = fmt.Sprintf("it now passes through a symlink at %s", f.SymlinkAt)
 			case f.Err != "":
 				bad = f.Err
+			case mt.Root == "" && mt.DaemonSocket:
+				// The engine's own socket, granted outside every bind root.
+				if !f.Exists || !f.Socket || !f.EngineSocket || mt.Source != m.cfg.EngineSocket {
+					bad = "it no longer is the engine's socket"
+				}
 			case !f.Resolved || !f.Exists:
 				bad = "it no longer resolves beneath " + mt.Root
 			case f.Device:
