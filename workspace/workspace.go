@@ -348,7 +348,7 @@ func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, 
 	}
 	now := m.now()
 	id := grant.NewID()
-	if err := m.reserve(id, plan, now.Add(ttl)); err != nil {
+	if err := m.reserve(id, plan, p, now.Add(ttl)); err != nil {
 		return nil, fmt.Errorf("reserve the chosen subnets: %w", err)
 	}
 	m.fault(FaultReserved)
