@@ -66,7 +66,9 @@ func main() {
 	}
 	var me struct {
 		Config          struct{ Image string }
-		NetworkSettings struct{ Networks map[string]struct{ NetworkID string } }
+		NetworkSettings struct {
+			Networks map[string]struct{ NetworkID string }
+		}
 	}
 	if err := call("GET", "/containers/"+string(m[1])+"/json", nil, &me); err != nil {
 		fmt.Fprintln(os.Stderr, err)
