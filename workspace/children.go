@@ -50,8 +50,9 @@ func (m *Manager) upWindow(rec *record) (time.Time, time.Time) {
 }
 
 // children finds the workspace's socket holders' children and judges
-// each. A workspace without a socket holder has none.
-func (m *Manager) children(ctx context.Context, rec *record) ([]child, error) {
+// each. A workspace without a socket holder has none. A teardown asks
+// with now: its holders had until their stop to create more.
+func (m *Manager) children(ctx context.Context, rec *record, now bool) ([]child, error) {
 	plan, err := rec.plan()
 	if err != nil {
 		return nil, err
@@ -65,6 +66,9 @@ func (m *Manager) children(ctx context.Context, rec *record) ([]child, error) {
 		return nil, err
 	}
 	since, until := m.upWindow(rec)
+	if now {
+		until = m.now()
+	}
 	rs, err := m.cfg.Engine.Unjournalled(ctx, since, until, func(kind, id string) bool { return known[kind+"\x00"+id] })
 	if err != nil {
 		return nil, fmt.Errorf("children of the socket holders of %s: %w", rec.Name, err)

@@ -145,7 +145,7 @@ func (m *Manager) status(ctx context.Context, rec *record) (*Report, error) {
 		return nil, err
 	}
 	rep.Foreign = f
-	cs, err := m.children(ctx, rec)
+	cs, err := m.children(ctx, rec, false)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	// ones go before the networks they sit on.
 	var childRes []evidence.PackCleanupResource
 	var childrenLeft []string
-	cs, cerr := m.children(ctx, rec)
+	cs, cerr := m.children(ctx, rec, true)
 	if cerr == nil {
 		childRes, childrenLeft = m.removeChildren(ctx, cs)
 	}
