@@ -42,6 +42,9 @@ const (
 	KindContainer = "container"
 	KindNetwork   = "network"
 	KindVolume    = "volume"
+	// KindChildContainer is a container custody did not create that a
+	// daemon-socket holder of the workspace is taken to have made (P3).
+	KindChildContainer = "child-container"
 )
 
 // Subject name prefixes of a pack receipt's statement.
@@ -58,7 +61,7 @@ const (
 var (
 	packOperations   = []string{PackUp, PackDown}
 	cleanupResults   = []string{CleanupGone, CleanupKept, CleanupResidual}
-	packKinds        = []string{KindContainer, KindNetwork, KindVolume}
+	packKinds        = []string{KindContainer, KindNetwork, KindVolume, KindChildContainer}
 	mountTypes       = []string{"bind", "volume", "tmpfs"}
 	choiceKind       = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	containerPort    = regexp.MustCompile(`^[0-9]{1,5}/(tcp|udp|sctp)$`)

@@ -72,11 +72,11 @@ func readSource(path string) ([]byte, error) {
 	return v, nil
 }
 
-// writeSecrets writes each service's credential files into the
-// workspace's state dir, each created 0400 (or the plan's mode) from its
+// writeSecrets writes each service's credential and fixture files into
+// the workspace's state dir, each created 0400 (or the plan's mode) from its
 // first byte and owned by the service's user, and returns the read-only
 // binds that deliver them. Nothing is written that exists already.
-func (m *Manager) writeSecrets(rec *record, plan *admission.PackPlan, creds map[string][]byte) (map[string][]backend.PackMount, error) {
+func (m *Manager) writeSecrets(rec *record, plan *admission.PackPlan, creds, fixtures map[string][]byte) (map[string][]backend.PackMount, error) {
 	out := map[string][]backend.PackMount{}
 	for _, s := range plan.Services {
 		if len(s.Secrets) == 0 {
@@ -89,8 +89,11 @@ func (m *Manager) writeSecrets(rec *record, plan *admission.PackPlan, creds map[
 		uid, gid := userOf(s.User)
 		for _, sec := range s.Secrets {
 			v, ok := creds[sec.Credential]
+			if sec.Credential == "" {
+				v, ok = fixtures[sec.FixtureSHA256]
+			}
 			if !ok {
-				return nil, fmt.Errorf("service %s: credential %s was not read", s.Name, sec.Credential)
+				return nil, fmt.Errorf("service %s: secret %s: neither a credential read nor fixture content matching its digest", s.Name, sec.Name)
 			}
 			u, g := uid, gid
 			if n, err := strconv.Atoi(sec.UID); err == nil {

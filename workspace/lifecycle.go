@@ -145,6 +145,13 @@ func (m *Manager) status(ctx context.Context, rec *record) (*Report, error) {
 		return nil, err
 	}
 	rep.Foreign = f
+	cs, err := m.children(ctx, rec, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		rep.Children = append(rep.Children, c.status())
+	}
 	return rep, nil
 }
 
@@ -169,7 +176,9 @@ type foreignObj struct {
 	workspace string
 }
 
-func (m *Manager) foreignAll(ctx context.Context) ([]foreignObj, error) {
+// knownIDs are the kind and native ID of every object any journal
+// attempt holds.
+func (m *Manager) knownIDs() (map[string]bool, error) {
 	attempts, err := m.journal.List()
 	if err != nil {
 		return nil, err
@@ -181,6 +190,14 @@ func (m *Manager) foreignAll(ctx context.Context) ([]foreignObj, error) {
 				known[r.Kind+"\x00"+id] = true
 			}
 		}
+	}
+	return known, nil
+}
+
+func (m *Manager) foreignAll(ctx context.Context) ([]foreignObj, error) {
+	known, err := m.knownIDs()
+	if err != nil {
+		return nil, err
 	}
 	fs, err := m.cfg.Engine.Foreign(ctx, func(kind, id string) bool { return known[kind+"\x00"+id] })
 	if err != nil {
@@ -321,6 +338,14 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	}
 	wg.Wait()
 	m.fault(FaultStopped)
+	// With every socket holder stopped, no more children come: the proven
+	// ones go before the networks they sit on.
+	var childRes []evidence.PackCleanupResource
+	var childrenLeft []string
+	cs, cerr := m.children(ctx, rec, true)
+	if cerr == nil {
+		childRes, childrenLeft = m.removeChildren(ctx, cs)
+	}
 	cr := m.cfg.Engine.Teardown(ctx, o, jr, records, volumes)
 	secretsErr := error(nil)
 	if cr.Verified {
@@ -339,6 +364,12 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	case !cr.Verified || secretsErr != nil:
 		state, retry = journal.Residual, fmt.Sprintf("custody pack down --workspace %s (or custody pack recover)", rec.Name)
 		detail = "teardown incomplete: " + failed(cr, secretsErr)
+	case cerr != nil:
+		state, retry = journal.Residual, "custody pack recover"
+		detail = "the socket holders' children could not be listed: " + cerr.Error()
+	case len(childrenLeft) > 0:
+		state, retry = journal.Residual, "remove them yourself (docker rm -f <id>), then custody pack recover"
+		detail = fmt.Sprintf("%d child container(s) of the engine-socket holders remain, ownership not proven: %s", len(childrenLeft), strings.Join(childrenLeft, ", "))
 	case len(left) > 0 && onlyKept && !volumes:
 		state, detail = journal.CleanupPending, fmt.Sprintf("down done; %d volume(s) kept: custody pack down --workspace %s --volumes removes them", len(left), rec.Name)
 		rec.VolumesKept = true
@@ -352,7 +383,7 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	if err := m.journal.Finish(attempt, state, detail, retry); err != nil {
 		return fail(err)
 	}
-	receipt, rerr := m.downReceipt(ctx, rec, a, cr, volumes, started)
+	receipt, rerr := m.downReceipt(ctx, rec, a, cr, childRes, volumes, started)
 	if rerr != nil {
 		m.log.Error("down receipt", "workspace", rec.Name, "err", rerr)
 	}
@@ -401,7 +432,7 @@ func (m *Manager) stopSignal(plan *admission.PackPlan, o backend.PackOwner, r ba
 
 // downReceipt signs what the teardown did to every object that was ever
 // created (an object never created has no native ID to name).
-func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attempt, cr backend.CleanupReport, volumes bool, started time.Time) ([]byte, error) {
+func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attempt, cr backend.CleanupReport, children []evidence.PackCleanupResource, volumes bool, started time.Time) ([]byte, error) {
 	steps := map[string]backend.CleanupStep{}
 	for _, s := range cr.Steps {
 		steps[s.Name] = s
@@ -431,6 +462,10 @@ func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attem
 		if kind == "volume" {
 			res.Name = id
 		}
+		c.Resources = append(c.Resources, res)
+	}
+	for _, res := range children {
+		c.Verified = c.Verified && res.Result != evidence.CleanupResidual
 		c.Resources = append(c.Resources, res)
 	}
 	slices.SortFunc(c.Resources, func(x, y evidence.PackCleanupResource) int { return cmpStr(x.Kind+x.ID, y.Kind+y.ID) })

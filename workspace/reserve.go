@@ -2,6 +2,8 @@ package workspace
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -20,10 +23,15 @@ import (
 // grant issued before the first is spent (two workspaces of one pack, say)
 // chooses other subnets instead of failing at up.
 
-// reservation is the subnets one issued grant chose, until it expires.
+// reservation is the subnets one issued grant chose, until it expires,
+// and the fixture content of its pack: the plan binds a fixture by digest
+// only (pack content, but not for every reader of a grant or receipt), so
+// the runner that issued the grant keeps the bytes for its up.
 type reservation struct {
 	Subnets []string  `json:"subnets"`
 	Expires time.Time `json:"expires"`
+	// Fixtures maps a fixture's sha256 (hex) to its content.
+	Fixtures map[string]string `json:"fixtures,omitempty"`
 }
 
 // reserved lists the subnets of issued grants that are neither spent nor
@@ -75,11 +83,21 @@ func (m *Manager) reserved(now time.Time) ([]netip.Prefix, error) {
 	})
 }
 
-// reserve records the subnets plan chose for grant id until expires.
-func (m *Manager) reserve(id string, plan *admission.PackPlan, expires time.Time) error {
+// reserve records the subnets plan chose for grant id until expires, and
+// the pack's fixture content by digest.
+func (m *Manager) reserve(id string, plan *admission.PackPlan, p *pack.Pack, expires time.Time) error {
 	r := reservation{Expires: expires}
 	for _, n := range plan.Networks {
 		r.Subnets = append(r.Subnets, n.Subnet)
+	}
+	for _, sec := range p.Secrets {
+		if sec.Content != "" {
+			sum := sha256.Sum256([]byte(sec.Content))
+			if r.Fixtures == nil {
+				r.Fixtures = map[string]string{}
+			}
+			r.Fixtures[hex.EncodeToString(sum[:])] = sec.Content
+		}
 	}
 	v, err := json.Marshal(r)
 	if err != nil {
@@ -107,4 +125,43 @@ func (m *Manager) subnetsFree(ctx context.Context, plan *admission.PackPlan) err
 		}
 	}
 	return nil
+}
+
+// fixtures returns the content of every fixture the plan delivers, by
+// digest, from the reservation of the grant that issued it. A grant this
+// runner did not issue, or whose reservation is gone (expired), has none:
+// refused before anything is spent.
+func (m *Manager) fixtures(grantID string, plan *admission.PackPlan) (map[string][]byte, error) {
+	var want []string
+	for _, s := range plan.Services {
+		for _, sec := range s.Secrets {
+			if sec.Credential == "" && sec.FixtureSHA256 != "" {
+				want = append(want, sec.FixtureSHA256)
+			}
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	var r reservation
+	err := m.cfg.DB.View(store.PackReservations, func(b *bolt.Bucket) error {
+		v := b.Get([]byte(grantID))
+		if v == nil {
+			return nil
+		}
+		return json.Unmarshal(v, &r)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fixture content of grant %s: %w", grantID, err)
+	}
+	out := map[string][]byte{}
+	for _, d := range want {
+		c, ok := r.Fixtures[d]
+		sum := sha256.Sum256([]byte(c))
+		if !ok || hex.EncodeToString(sum[:]) != d {
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "fixture content sha256:%s is not held for grant %s (issued by another runner, or expired); issue a new grant here", d, grantID)
+		}
+		out[d] = []byte(c)
+	}
+	return out, nil
 }

@@ -85,6 +85,10 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	if err != nil {
 		return nil, err
 	}
+	fixtures, err := m.fixtures(g.Predicate.ID, &plan)
+	if err != nil {
+		return nil, err
+	}
 	rec := &record{
 		Name: name, ID: m.cfg.Engine.NewWorkspaceID(), Project: plan.Project, Attempt: randid.New(16),
 		GrantID: g.Predicate.ID, GrantEnvelope: compactJSON(grantEnvelope), IssuerID: g.IssuerKeyID,
@@ -119,7 +123,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	}
 	m.fault(FaultConsumed)
 	jr := &recorder{j: m.journal, runID: rec.Attempt}
-	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, binds, started)
+	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, fixtures, binds, started)
 	if err != nil {
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
 		// The teardown outlives a cancelled up: what was made must go.
@@ -234,11 +238,6 @@ func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, e
 		if s.NetworkMode != "" && s.NetworkMode != "none" {
 			return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: network_mode %s is not realized by up yet; use pack networks", s.Name, s.NetworkMode)
 		}
-		for _, sec := range s.Secrets {
-			if sec.Credential == "" {
-				return nil, grant.Refuse(grant.CodeNotAdmitted, "service %s: fixture secret %s: the grant carries its digest, not its content, so up cannot write it; use an operator credential", s.Name, sec.Name)
-			}
-		}
 		for _, mt := range s.Mounts {
 			if mt.Type != pack.Bind {
 				continue
@@ -250,6 +249,11 @@ func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, e
 				bad = fmt.Sprintf("it now passes through a symlink at %s", f.SymlinkAt)
 			case f.Err != "":
 				bad = f.Err
+			case mt.Root == "" && mt.DaemonSocket:
+				// The engine's own socket, granted outside every bind root.
+				if !f.Exists || !f.Socket || !f.EngineSocket || mt.Source != m.cfg.EngineSocket {
+					bad = "it no longer is the engine's socket"
+				}
 			case !f.Resolved || !f.Exists:
 				bad = "it no longer resolves beneath " + mt.Root
 			case f.Device:
@@ -383,7 +387,7 @@ func parallel(n int, f func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds map[string][]byte, binds map[string]pack.BindFact, started time.Time) ([]byte, error) {
+func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds, fixtures map[string][]byte, binds map[string]pack.BindFact, started time.Time) ([]byte, error) {
 	netIDs := map[string]string{}
 	rNets := make([]evidence.PackNetwork, len(plan.Networks))
 	var mu sync.Mutex
@@ -416,7 +420,7 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		return nil, err
 	}
 	m.fault(FaultVolumes)
-	secretMounts, err := m.writeSecrets(rec, plan, creds)
+	secretMounts, err := m.writeSecrets(rec, plan, creds, fixtures)
 	if err != nil {
 		return nil, err
 	}

@@ -68,6 +68,13 @@ type Engine interface {
 	Resolve(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) (backend.Resource, bool, error)
 	Teardown(ctx context.Context, o backend.PackOwner, rec backend.Recorder, recorded []backend.Resource, volumes bool) backend.CleanupReport
 	Foreign(ctx context.Context, known func(kind, id string) bool) ([]backend.Resource, error)
+	// Unjournalled are the containers created between since and until
+	// that known does not hold (with their creation time and the IDs of
+	// their networks), and those created then and already gone.
+	Unjournalled(ctx context.Context, since, until time.Time, known func(kind, id string) bool) ([]backend.Resource, error)
+	// RemoveChild removes such a container by native ID, if it is still
+	// the one judged, and confirms it gone.
+	RemoveChild(ctx context.Context, r backend.Resource) error
 }
 
 // Config is what a Manager needs.
@@ -153,6 +160,10 @@ type Report struct {
 	// Foreign are objects with custody's labels or names that no journal
 	// record holds: reported, never touched.
 	Foreign []ResourceStatus `json:"foreign,omitempty"`
+	// Children are containers a daemon-socket holder of the workspace is
+	// taken to have created (P3); down removes only those whose ownership
+	// is proven, and reports the others residual.
+	Children []ResourceStatus `json:"children,omitempty"`
 }
 
 // ResourceStatus is one native object of a workspace.
@@ -337,7 +348,7 @@ func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, 
 	}
 	now := m.now()
 	id := grant.NewID()
-	if err := m.reserve(id, plan, now.Add(ttl)); err != nil {
+	if err := m.reserve(id, plan, p, now.Add(ttl)); err != nil {
 		return nil, fmt.Errorf("reserve the chosen subnets: %w", err)
 	}
 	m.fault(FaultReserved)

@@ -291,24 +291,7 @@ func containerOf(t *testing.T, rep *workspace.Report, service string) string {
 
 func execIn(ctx context.Context, t *testing.T, cli *client.Client, id string, cmd ...string) (string, int) {
 	t.Helper()
-	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
-	if err != nil {
-		t.Fatalf("exec %v: %v", cmd, err)
-	}
-	h, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	var out bytes.Buffer
-	if _, err := stdcopy.StdCopy(&out, &out, h.Reader); err != nil {
-		t.Fatal(err)
-	}
-	in, err := cli.ContainerExecInspect(ctx, ex.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), in.ExitCode
+	return execAs(ctx, t, cli, id, "", cmd...)
 }
 
 // objects lists the engine's objects that carry the workspace's id.

@@ -456,7 +456,7 @@ wait`
 	switch {
 	case witness == nil:
 		p.DNS, p.Raw["dns"] = Unknown, "no witness: "+dnsWhy
-	case witness.seenPrefix("h-"+dnsInt), witness.seenPrefix("g-"+dnsInt):
+	case witness.seenPrefix("h-" + dnsInt), witness.seenPrefix("g-" + dnsInt):
 		p.DNS, p.Raw["dns"] = Reached, "the witness in the engine's namespace received the internal network's query"
 	case !witness.waitFor(dnsCtl, 3*time.Second):
 		p.DNS, p.Raw["dns"] = Unknown, "the witness at "+hostIP+":53 never received the control's query from the other network"

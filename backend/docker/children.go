@@ -1,0 +1,140 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/custody-dev/custody/backend"
+)
+
+// Identity keys of an unjournalled container (Unjournalled).
+const (
+	// IdentityNetworks are the native IDs of the networks it is attached
+	// to, sorted and comma-separated.
+	IdentityNetworks = "networks"
+	// IdentitySeen says how it was found: "events", "inspect" or both.
+	IdentitySeen = "seen"
+)
+
+// Unjournalled lists the containers created on the engine between since
+// and until that known (the journals: kind and native ID) does not hold: the
+// candidates for a daemon-socket holder's children (P3). They are found
+// twice over: from the engine's create events since then (which also name
+// those already gone: State "gone") and from every container that exists
+// now with a later creation time. The engine does not record who asked for
+// a create, so this says nothing about ownership; the caller decides.
+// The capability probe's own throwaway containers are left out.
+func (p *Packs) Unjournalled(ctx context.Context, since, until time.Time, known func(kind, id string) bool) ([]backend.Resource, error) {
+	seen := map[string][]string{}
+	msgs, errs := p.d.cli.Events(ctx, events.ListOptions{
+		Since: unixNano(since), Until: unixNano(until),
+		Filters: filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionCreate))),
+	})
+read:
+	for {
+		select {
+		case m := <-msgs:
+			if m.Actor.ID != "" {
+				seen[m.Actor.ID] = append(seen[m.Actor.ID], "events")
+			}
+		case err := <-errs:
+			if err != nil && !errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("engine events since %s: %w", since.Format(time.RFC3339Nano), err)
+			}
+			break read
+		}
+	}
+	cs, err := p.d.cli.ContainerList(ctx, container.ListOptions{All: true})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	for _, c := range cs {
+		// The list's creation time has whole seconds: inspect decides.
+		if c.Created >= since.Unix() && c.Created <= until.Unix() {
+			seen[c.ID] = append(seen[c.ID], "inspect")
+		}
+	}
+	var out []backend.Resource
+	for _, id := range slices.Sorted(maps.Keys(seen)) {
+		if known(KindContainer, id) {
+			continue
+		}
+		r := backend.Resource{Kind: KindContainer, Identity: map[string]string{IdentityID: id, IdentitySeen: strings.Join(seen[id], ",")}}
+		c, err := p.d.cli.ContainerInspect(ctx, id)
+		switch {
+		case cerrdefs.IsNotFound(err):
+			r.State = "gone"
+			out = append(out, r)
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("inspect container %s: %w", id, err)
+		}
+		created, _ := time.Parse(time.RFC3339Nano, c.Created)
+		if created.Before(since) || created.After(until) {
+			continue
+		}
+		if c.Config != nil && c.Config.Labels[LabelProbe] != "" && strings.HasPrefix(c.Name, "/custody-probe-") {
+			continue
+		}
+		r.Name = strings.TrimPrefix(c.Name, "/")
+		r.Identity[IdentityCreated] = created.UTC().Format(time.RFC3339Nano)
+		if c.State != nil {
+			r.State = c.State.Status
+		}
+		var nets []string
+		if c.NetworkSettings != nil {
+			for _, n := range c.NetworkSettings.Networks {
+				if n != nil && n.NetworkID != "" {
+					nets = append(nets, n.NetworkID)
+				}
+			}
+		}
+		slices.Sort(nets)
+		r.Identity[IdentityNetworks] = strings.Join(nets, ",")
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// RemoveChild removes a container custody did not create, by native ID,
+// only if it is still the object that was judged (same creation time), and
+// confirms it gone. It is for a socket holder's child whose ownership the
+// caller proved; nothing else.
+func (p *Packs) RemoveChild(ctx context.Context, r backend.Resource) error {
+	id, created := r.Identity[IdentityID], r.Identity[IdentityCreated]
+	c, err := p.d.cli.ContainerInspect(ctx, id)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspect child container %s: %w", id, err)
+	}
+	if t, _ := time.Parse(time.RFC3339Nano, c.Created); c.ID != id || t.UTC().Format(time.RFC3339Nano) != created {
+		return fmt.Errorf("child container %s: %w: it is not the container that was judged (created %s, judged %s)", id, ErrNotOwned, c.Created, created)
+	}
+	if err := p.d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove child container %s: %w", id, err)
+	}
+	if _, err := p.d.cli.ContainerInspect(ctx, id); err == nil {
+		return fmt.Errorf("child container %s: %w", id, ErrStillThere)
+	} else if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("confirm child container %s gone: %w", id, err)
+	}
+	return nil
+}
+
+func unixNano(t time.Time) string {
+	return strconv.FormatInt(t.Unix(), 10) + "." + fmt.Sprintf("%09d", t.Nanosecond())
+}
