@@ -195,6 +195,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	if a.img != nil {
 		p.ImageManifest, p.ImageConfig = a.img.Manifest, a.img.ConfigDigest
 	}
+	a.overrides()
 	p.Env = a.env()
 	p.Command = a.command(p.Env["PATH"])
 	p.Workdir = a.workdir()
@@ -824,4 +825,18 @@ func SignalName(s string) (string, bool) {
 		name = "SIG" + name
 	}
 	return name, unix.SignalNum(name) != 0
+}
+
+// overrides refuses a phase field the operator pinned to the image's
+// config (policy imageOverrides.forbid).
+func (a *admitter) overrides() {
+	set := map[string]bool{"command": len(a.req.Command) > 0, "env": len(a.req.Env) > 0,
+		"workdir": a.req.Workdir != "", "user": a.req.User != ""}
+	for _, f := range policy.OverrideFields {
+		if set[f] && a.pol.ForbidsOverride(f) {
+			a.add(Check{Requirement: f, Verdict: NotGranted, Code: "image-override-forbidden",
+				Detail: fmt.Sprintf("the operator policy pins the image's %s (imageOverrides.forbid), and the phase sets it", f),
+				Fix:    fmt.Sprintf("leave %s out of the phase, so the image's config gives it, or an operator may drop it from policy imageOverrides.forbid", f)})
+		}
+	}
 }

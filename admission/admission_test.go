@@ -436,3 +436,33 @@ func FuzzImageUser(f *testing.F) {
 		}
 	})
 }
+
+// A policy that pins the image's run defaults refuses a phase that sets
+// one, naming the field, and admits a phase that leaves it to the image.
+// An image's StopSignal is resolved to its name; a bad one is refused.
+func TestImageOverridesAndStopSignal(t *testing.T) {
+	pinned := pol()
+	pinned.ImageOverrides.Forbid = []string{"command", "user"}
+	cfg := ImageConfig{Env: []string{"PATH=/usr/bin:/bin"}, Cmd: []string{"make"}, User: "builder", StopSignal: "TERM"}
+	r := req(request.TierDevelopment)
+	r.Command, r.User = []string{"/bin/sh"}, "root"
+	cs := refusal(t, func() error { _, err := Admit(r, pinned, imageFacts(cfg)); return err }())
+	if got := codes(cs); !strings.Contains(got, "command=image-override-forbidden") || !strings.Contains(got, "user=image-override-forbidden") {
+		t.Fatalf("refusal %s", got)
+	}
+	r.Command, r.User = nil, ""
+	p, err := Admit(r, pinned, imageFacts(cfg))
+	if err != nil || p.Command[0] != "/usr/bin/make" || p.User.UID != 1000 || p.StopSignal != "SIGTERM" {
+		t.Fatalf("a phase on the pinned defaults: %+v, %v", p, err)
+	}
+	cfg.StopSignal = "SIGNOPE"
+	cs = refusal(t, func() error { _, err := Admit(r, pinned, imageFacts(cfg)); return err }())
+	if !strings.Contains(codes(cs), "stopSignal=image-stop-signal-invalid") {
+		t.Fatalf("refusal %s", codes(cs))
+	}
+	for in, want := range map[string]string{"SIGTERM": "SIGTERM", "term": "SIGTERM", "15": "SIGTERM", "0": "", "99": ""} {
+		if got, _ := SignalName(in); got != want {
+			t.Errorf("SignalName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

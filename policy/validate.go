@@ -52,6 +52,11 @@ func (p *Policy) AllowsImage(digest string) bool {
 	return slices.ContainsFunc(p.Images, func(im Image) bool { return im.Digest == digest })
 }
 
+// ForbidsOverride reports whether the policy pins the image's field.
+func (p *Policy) ForbidsOverride(field string) bool {
+	return slices.Contains(p.ImageOverrides.Forbid, field)
+}
+
 // Validate checks the policy's values. It returns nil or a *ValidationError
 // listing every problem.
 func (p *Policy) Validate() error {
@@ -63,6 +68,16 @@ func (p *Policy) Validate() error {
 	}
 	if p.Kind != "Policy" {
 		add("kind", fmt.Sprintf("%q is not a policy", p.Kind), "set kind: Policy")
+	}
+
+	for i, f := range p.ImageOverrides.Forbid {
+		field := fmt.Sprintf("imageOverrides.forbid[%d]", i)
+		switch {
+		case !slices.Contains(OverrideFields, f):
+			add(field, fmt.Sprintf("%q is not a phase field an image's config gives", f), "name command, env, workdir or user")
+		case slices.Index(p.ImageOverrides.Forbid, f) != i:
+			add(field, fmt.Sprintf("%q is listed twice", f), "list each field once")
+		}
 	}
 
 	seen := firsts{}
