@@ -214,6 +214,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	p.TmpBytes = a.tmp(tmp, p.Memory)
 	p.OutputFiles = a.outputFiles()
 	p.Inputs = a.mounts(p.TmpBytes, p.Memory)
+	a.memoryBacked(p)
 
 	p.Checks = a.checks
 	if err := refusedOf(a.checks); err != nil {
@@ -839,4 +840,23 @@ func (a *admitter) overrides() {
 				Fix:    fmt.Sprintf("leave %s out of the phase, so the image's config gives it, or an operator may drop it from policy imageOverrides.forbid", f)})
 		}
 	}
+}
+
+// memoryBacked says in the plan what the memory budget means for the
+// scratch and output bounds: each is a tmpfs whose pages are charged to
+// the memory cgroup, so together with the workload's own memory they can
+// never hold more than resources.memory, whatever each bound says.
+func (a *admitter) memoryBacked(p *Plan) {
+	total := p.TmpBytes + p.OutputBytes
+	for _, in := range p.Inputs {
+		if in.Writable {
+			total += p.TmpBytes // the writable copies' tmpfs
+			break
+		}
+	}
+	if p.Memory <= 0 || total <= p.Memory {
+		return
+	}
+	a.add(Check{Requirement: "resources.memory", Verdict: Chosen, Code: "memory-backed-bounds",
+		Detail: fmt.Sprintf("/tmp, /dev/shm, the output and any writable input copies are memory-backed tmpfs bounded at %d bytes together, but they are charged to resources.memory (%d bytes) with the workload's own memory: filling them past what memory holds ends the run out of memory, not with ENOSPC", total, p.Memory)})
 }

@@ -466,3 +466,17 @@ func TestImageOverridesAndStopSignal(t *testing.T) {
 		}
 	}
 }
+
+// A plan whose memory-backed bounds exceed the memory budget says so.
+func TestMemoryBackedBoundsTold(t *testing.T) {
+	r := req(request.TierDevelopment)
+	r.Resources.Memory, r.Tmp, r.Output.MaxBytes = 32<<20, &request.Tmp{MaxBytes: 16 << 20}, 32<<20
+	p, err := Admit(r, pol(), imageFacts(ImageConfig{}))
+	if err != nil || !strings.Contains(codes(p.Checks), "resources.memory=memory-backed-bounds") {
+		t.Fatalf("plan %v, %v", p, err)
+	}
+	r.Output.MaxBytes = 8 << 20
+	if p, err := Admit(r, pol(), imageFacts(ImageConfig{})); err != nil || strings.Contains(codes(p.Checks), "memory-backed-bounds") {
+		t.Fatalf("bounds within memory: %v, %v", p, err)
+	}
+}
