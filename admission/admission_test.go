@@ -14,6 +14,8 @@ import (
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
+
+	"golang.org/x/sys/unix"
 )
 
 const img = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -479,4 +481,18 @@ func TestMemoryBackedBoundsTold(t *testing.T) {
 	if p, err := Admit(r, pol(), imageFacts(ImageConfig{})); err != nil || strings.Contains(codes(p.Checks), "memory-backed-bounds") {
 		t.Fatalf("bounds within memory: %v, %v", p, err)
 	}
+}
+
+// An image's StopSignal is untrusted: whatever it says, SignalName neither
+// panics nor names a signal the kernel does not have.
+func FuzzSignalName(f *testing.F) {
+	for _, s := range []string{"SIGTERM", "term", "15", "SIGRTMIN+3", "0", "-1", "SIG", "", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		name, ok := SignalName(s)
+		if ok && (!strings.HasPrefix(name, "SIG") || unix.SignalNum(name) == 0) {
+			t.Fatalf("SignalName(%q) = %q, not a signal", s, name)
+		}
+	})
 }
