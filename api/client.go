@@ -141,6 +141,19 @@ func (c *Client) ImportImage(ctx context.Context, source string) (json.RawMessag
 	return img, c.do(ctx, http.MethodPost, "/v1/images/import", ImportRequest{Source: source}, &img)
 }
 
+// Images lists the runner's stored images (control socket): the image
+// store's records, as JSON.
+func (c *Client) Images(ctx context.Context) (json.RawMessage, error) {
+	var imgs json.RawMessage
+	return imgs, c.do(ctx, http.MethodGet, "/v1/images", nil, &imgs)
+}
+
+// InspectImage returns one stored image's record (control socket).
+func (c *Client) InspectImage(ctx context.Context, digest string) (json.RawMessage, error) {
+	var img json.RawMessage
+	return img, c.do(ctx, http.MethodGet, "/v1/images/"+url.PathEscape(digest), nil, &img)
+}
+
 // Recover retries owned cleanup of unfinished attempts (control socket).
 func (c *Client) Recover(ctx context.Context) (*Recovery, error) {
 	var r Recovery

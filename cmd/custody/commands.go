@@ -147,7 +147,70 @@ Device nodes and fifos are skipped and listed on stderr.`,
 		},
 	}
 	imp.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(imp)
+	cmd.AddCommand(imp, a.imageListCmd(), a.imageInspectCmd())
+	return cmd
+}
+
+// imageListCmd lists the stored images: digest, source, files and bytes,
+// and the manifest and config digests an image import bound.
+func (a *app) imageListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the runner's stored images (operator)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := a.control().Images(cmd.Context())
+			if err != nil {
+				return a.fail(cmd, err)
+			}
+			if asJSON {
+				_, err := a.stdout.Write(append(raw, '\n'))
+				return err
+			}
+			var imgs []struct {
+				Digest, Source, Manifest, ConfigDigest string
+				Files                                  int
+				Bytes                                  int64
+			}
+			if err := json.Unmarshal(raw, &imgs); err != nil {
+				return err
+			}
+			for _, img := range imgs {
+				fmt.Fprintf(a.stdout, "%s  %d files  %d bytes  %s\n", quote.String(img.Digest), img.Files, img.Bytes, quote.String(img.Source))
+				if img.ConfigDigest != "" {
+					fmt.Fprintf(a.stdout, "  manifest %s  config %s\n", quote.String(img.Manifest), quote.String(img.ConfigDigest))
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// imageInspectCmd prints one stored image's record, found by its tree
+// digest or the manifest (or config) digest it was imported by.
+func (a *app) imageInspectCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "inspect DIGEST",
+		Short: "Print a stored image's record as JSON: config, layers, owners, skipped entries (operator)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := a.control().InspectImage(cmd.Context(), args[0])
+			if err != nil {
+				return a.fail(cmd, err)
+			}
+			var out bytes.Buffer
+			if err := json.Indent(&out, raw, "", "  "); err != nil {
+				return err
+			}
+			out.WriteByte('\n')
+			_, err = a.stdout.Write(out.Bytes())
+			return err
+		},
+	}
+	cmd.Flags().Bool("json", true, "print JSON (the only form)")
 	return cmd
 }
 

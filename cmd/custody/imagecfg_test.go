@@ -242,3 +242,42 @@ func (e *env) barePhase(t *testing.T, name, wall, extra string) string {
 		"output:\n  path: /out\nresources:\n  memory: 64Mi\n  pids: 64\n  wallTime: %s\n%s", name, e.image, wall, extra))
 	return p
 }
+
+// TestImageListInspect lists and inspects a stored OCI image on the
+// control socket: by tree digest and by the manifest digest it was
+// imported by; an unknown digest is not found; the submit socket may not
+// list images.
+func TestImageListInspect(t *testing.T) {
+	root := testenv.BusyboxRootfs(t)
+	var layer bytes.Buffer
+	if err := snapshot.WriteTar(&layer, root); err != nil {
+		t.Fatal(err)
+	}
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}, Cmd: []string{"/bin/true"}}, layer.Bytes())
+	e := startDaemonWith(t, "oci:"+imagetest.Layout(t, img, "v1")+":v1")
+	manifest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := e.custody("image", "list")
+	if code != exitOK || !strings.Contains(out, e.image) || !strings.Contains(out, "manifest "+manifest.String()) {
+		t.Fatalf("image list: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = e.custody("image", "list", "--json")
+	var imgs []struct{ Digest, Manifest string }
+	if code != exitOK || json.Unmarshal([]byte(out), &imgs) != nil || len(imgs) != 1 || imgs[0].Digest != e.image {
+		t.Fatalf("image list --json: exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, ref := range []string{e.image, manifest.String()} {
+		code, out, errs = e.custody("image", "inspect", ref)
+		if code != exitOK || !strings.Contains(out, `"/bin/true"`) || !strings.Contains(out, e.image) {
+			t.Fatalf("image inspect %s: exit %d\n%s\n%s", ref, code, out, errs)
+		}
+	}
+	if code, out, errs = e.custody("image", "inspect", "sha256:"+strings.Repeat("0", 64)); code == exitOK || !strings.Contains(out+errs, "not found") {
+		t.Fatalf("image inspect of an unknown digest: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, errs = e.custody("--control", e.submit, "image", "list"); code == exitOK {
+		t.Fatalf("image list on the submit socket: exit %d\n%s\n%s", code, out, errs)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
@@ -28,6 +30,8 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/quarantine/release", s.handleRelease)
 	mux.HandleFunc("POST /v1/images/import", s.handleImport)
+	mux.HandleFunc("GET /v1/images", s.handleImages)
+	mux.HandleFunc("GET /v1/images/{digest}", s.handleInspectImage)
 	mux.HandleFunc("POST /v1/recover", s.handleRecover)
 	mux.HandleFunc("GET /v1/attempts", s.handleAttempts)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(true))
@@ -52,7 +56,7 @@ func (s *server) controlMux() http.Handler {
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
 	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-		"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}, packControlOnly()...)
+		"/v1/images/import", "/v1/images", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}, packControlOnly()...)
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
@@ -178,6 +182,36 @@ func (s *server) handleImport(w http.ResponseWriter, r *http.Request) {
 	}
 	img, err := s.r.Images().Import(r.Context(), req.Source)
 	if err != nil {
+		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: err.Error()})
+		return
+	}
+	writeJSON(w, img)
+}
+
+// handleImages lists the stored images, with their config and owners as
+// recorded (operator).
+func (s *server) handleImages(w http.ResponseWriter, r *http.Request) {
+	imgs, err := s.r.Images().List()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, imgs)
+}
+
+// handleInspectImage answers one stored image's record, by tree digest or
+// by the manifest (or config) digest it was imported by.
+func (s *server) handleInspectImage(w http.ResponseWriter, r *http.Request) {
+	digest := r.PathValue("digest")
+	img, err := s.r.Images().Get(digest)
+	if errors.Is(err, image.ErrNotFound) {
+		img, err = s.r.Images().Binding(digest)
+	}
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		writeError(w, &api.Error{Code: api.CodeNotFound, Message: err.Error()})
+		return
+	case err != nil:
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: err.Error()})
 		return
 	}
