@@ -154,6 +154,19 @@ func (c *Client) InspectImage(ctx context.Context, digest string) (json.RawMessa
 	return img, c.do(ctx, http.MethodGet, "/v1/images/"+url.PathEscape(digest), nil, &img)
 }
 
+// RemoveImage removes a stored image (control socket); the runner refuses
+// an image a live grant binds, naming the grant.
+func (c *Client) RemoveImage(ctx context.Context, digest string) error {
+	return c.do(ctx, http.MethodPost, "/v1/images/remove", RemoveImageRequest{Digest: digest}, nil)
+}
+
+// PruneImages removes the images no live grant binds and the layers and
+// config blobs no remaining image references (control socket).
+func (c *Client) PruneImages(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	return out, c.do(ctx, http.MethodPost, "/v1/images/prune", nil, &out)
+}
+
 // Recover retries owned cleanup of unfinished attempts (control socket).
 func (c *Client) Recover(ctx context.Context) (*Recovery, error) {
 	var r Recovery

@@ -147,7 +147,7 @@ Device nodes and fifos are skipped and listed on stderr.`,
 		},
 	}
 	imp.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(imp, a.imageListCmd(), a.imageInspectCmd())
+	cmd.AddCommand(imp, a.imageListCmd(), a.imageInspectCmd(), a.imageRmCmd(), a.imagePruneCmd())
 	return cmd
 }
 
@@ -651,4 +651,62 @@ func printResult(w io.Writer, r *api.Result) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error    %s\n", quote.Message(r.Error))
 	}
+}
+
+// imageRmCmd removes a stored image; the runner refuses one a live grant
+// binds, naming the grant.
+func (a *app) imageRmCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rm DIGEST",
+		Short: "Remove a stored image no live grant binds (operator)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.control().RemoveImage(cmd.Context(), args[0]); err != nil {
+				return a.fail(cmd, err)
+			}
+			if asJSON {
+				return json.NewEncoder(a.stdout).Encode(map[string]string{"removed": args[0]})
+			}
+			fmt.Fprintln(a.stdout, "removed "+quote.String(args[0]))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// imagePruneCmd removes the images no live grant binds and the layers and
+// config blobs nothing references.
+func (a *app) imagePruneCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove every image no live grant binds, and unreferenced layers (operator)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := a.control().PruneImages(cmd.Context())
+			if err != nil {
+				return a.fail(cmd, err)
+			}
+			if asJSON {
+				_, err := a.stdout.Write(append(raw, '\n'))
+				return err
+			}
+			var p struct {
+				Images          []string
+				Layers, Configs int
+			}
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return err
+			}
+			for _, d := range p.Images {
+				fmt.Fprintln(a.stdout, "removed "+quote.String(d))
+			}
+			fmt.Fprintf(a.stdout, "removed %d images, %d layers, %d config blobs\n", len(p.Images), p.Layers, p.Configs)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

@@ -32,6 +32,8 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/images/import", s.handleImport)
 	mux.HandleFunc("GET /v1/images", s.handleImages)
 	mux.HandleFunc("GET /v1/images/{digest}", s.handleInspectImage)
+	mux.HandleFunc("POST /v1/images/remove", s.handleRemoveImage)
+	mux.HandleFunc("POST /v1/images/prune", s.handlePruneImages)
 	mux.HandleFunc("POST /v1/recover", s.handleRecover)
 	mux.HandleFunc("GET /v1/attempts", s.handleAttempts)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(true))
@@ -56,7 +58,7 @@ func (s *server) controlMux() http.Handler {
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
 	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-		"/v1/images/import", "/v1/images", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}, packControlOnly()...)
+		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}, packControlOnly()...)
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
@@ -216,6 +218,51 @@ func (s *server) handleInspectImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, img)
+}
+
+// handleRemoveImage removes a stored image unless a live grant binds it.
+func (s *server) handleRemoveImage(w http.ResponseWriter, r *http.Request) {
+	var req api.RemoveImageRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	live, err := s.l.LiveGrants(req.Digest)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(live) > 0 {
+		writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf(
+			"image %s is bound by live grant(s) %s; fix: wait until they expire (and their runs end), or revoke them, then remove it", req.Digest, strings.Join(live, ", "))})
+		return
+	}
+	err = s.r.Images().Remove(r.Context(), req.Digest)
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		writeError(w, &api.Error{Code: api.CodeNotFound, Message: err.Error()})
+		return
+	case err != nil:
+		writeError(w, err)
+		return
+	}
+	s.log.Info("image removed", "image", req.Digest, "uid", peerOf(r).UID)
+	writeJSON(w, map[string]string{"removed": req.Digest})
+}
+
+// handlePruneImages removes every image no live grant binds, then the
+// layers and config blobs nothing references.
+func (s *server) handlePruneImages(w http.ResponseWriter, r *http.Request) {
+	out, err := s.r.Images().Prune(r.Context(), func(digest string) (bool, error) {
+		live, err := s.l.LiveGrants(digest)
+		return len(live) > 0, err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("images pruned", "images", out.Images, "layers", out.Layers, "configs", out.Configs, "uid", peerOf(r).UID)
+	writeJSON(w, out)
 }
 
 func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
