@@ -145,6 +145,8 @@ type Plan struct {
 	// digests, when it was imported from an image (not a rootfs).
 	ImageManifest string `json:"imageManifest,omitempty"`
 	ImageConfig   string `json:"imageConfig,omitempty"`
+	// Nofile is the open-file limit (RLIMIT_NOFILE).
+	Nofile int64 `json:"nofile,omitempty"`
 	// StopSignal is the signal a timeout or cancellation sends first, from
 	// the image's config (e.g. "SIGTERM"); empty sends SIGKILL alone.
 	StopSignal string `json:"stopSignal,omitempty"`
@@ -206,6 +208,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	p.Pids = a.exactInt("resources.pids", req.Resources.Pids, pol.Ceilings.Pids)
 	p.WallTime = time.Duration(a.exactInt("resources.wallTime", int64(req.Resources.WallTime), int64(pol.Ceilings.WallTime)))
 	p.CPU = a.cpu()
+	p.Nofile = a.nofile()
 	p.OutputBytes = a.openBytes("output.maxBytes", int64(req.Output.MaxBytes), int64(pol.Defaults.OutputBytes), int64(pol.Ceilings.OutputBytes))
 	var tmp int64
 	if req.Tmp != nil {
@@ -859,4 +862,29 @@ func (a *admitter) memoryBacked(p *Plan) {
 	}
 	a.add(Check{Requirement: "resources.memory", Verdict: Chosen, Code: "memory-backed-bounds",
 		Detail: fmt.Sprintf("/tmp, /dev/shm, the output and any writable input copies are memory-backed tmpfs bounded at %d bytes together, but they are charged to resources.memory (%d bytes) with the workload's own memory: filling them past what memory holds ends the run out of memory, not with ENOSPC", total, p.Memory)})
+}
+
+// DefaultNofile is the open-file limit of a phase that asks for none, and
+// the ceiling of a policy that sets none.
+const DefaultNofile = 1024
+
+// nofile admits the open-file limit: the request's within the policy's
+// ceilings.nofile (DefaultNofile when the policy sets none), else
+// DefaultNofile.
+func (a *admitter) nofile() int64 {
+	asked, ceiling := a.req.Resources.Nofile, a.pol.Ceilings.Nofile
+	if ceiling == 0 {
+		ceiling = DefaultNofile
+	}
+	switch {
+	case asked == 0:
+		return DefaultNofile
+	case asked > ceiling:
+		a.add(Check{Requirement: "resources.nofile", Verdict: NotGranted, Code: "ceiling-exceeded",
+			Detail: fmt.Sprintf("asked an open-file limit of %d, the policy ceiling is %d", asked, ceiling),
+			Fix:    fmt.Sprintf("ask for at most %d, or an operator may raise policy ceilings.nofile", ceiling)})
+	default:
+		a.add(Check{Requirement: "resources.nofile", Verdict: Granted, Code: "within-ceiling", Detail: fmt.Sprintf("%d open files", asked)})
+	}
+	return asked
 }

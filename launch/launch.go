@@ -376,7 +376,7 @@ func grantInputs(in []admission.Input) []grant.Input {
 
 func resources(p *admission.Plan) grant.Resources {
 	return grant.Resources{Memory: p.Memory, Pids: p.Pids, CPU: p.CPU,
-		WallTimeMillis: p.WallTime.Milliseconds(), TmpBytes: p.TmpBytes}
+		WallTimeMillis: p.WallTime.Milliseconds(), TmpBytes: p.TmpBytes, Nofile: p.Nofile}
 }
 
 // Peer is the process that submitted a grant, as the kernel reports it on
@@ -553,6 +553,7 @@ func samePlan(p grant.Predicate, plan *admission.Plan) error {
 		{"resources.cpu", want.CPU, p.Resources.CPU},
 		{"resources.wallTime", want.WallTimeMillis, p.Resources.WallTimeMillis},
 		{"resources.tmpBytes", want.TmpBytes, p.Resources.TmpBytes},
+		{"resources.nofile", want.Nofile, p.Resources.Nofile},
 		{"egress", string(plan.Network), p.Egress.Mode},
 	} {
 		if f.got != f.bound {

@@ -93,6 +93,9 @@ type Ceilings struct {
 	// DefaultOutputFiles. It is from 1 to MaxOutputFiles, so that a
 	// receipt listing every output stays within the envelope limit.
 	OutputFiles *int64 `yaml:"outputFiles,omitempty" json:"outputFiles,omitempty"`
+	// Nofile bounds the open-file limit a phase may ask for. Optional:
+	// absent allows only the default of 1024.
+	Nofile int64 `yaml:"nofile,omitempty" json:"nofile,omitempty"`
 }
 
 // Output entry bounds: a receipt names every retained output file twice

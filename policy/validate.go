@@ -70,6 +70,9 @@ func (p *Policy) Validate() error {
 		add("kind", fmt.Sprintf("%q is not a policy", p.Kind), "set kind: Policy")
 	}
 
+	if n := p.Ceilings.Nofile; n != 0 && (n < 64 || n > 1<<20) {
+		add("ceilings.nofile", fmt.Sprintf("%d is not from 64 to %d (the kernel's default fs.nr_open)", n, 1<<20), "set an open-file ceiling from 64 to 1048576, or leave it out for 1024")
+	}
 	for i, f := range p.ImageOverrides.Forbid {
 		field := fmt.Sprintf("imageOverrides.forbid[%d]", i)
 		switch {
