@@ -153,6 +153,8 @@ type Plan struct {
 	// digests, when it was imported from an image (not a rootfs).
 	ImageManifest string `json:"imageManifest,omitempty"`
 	ImageConfig   string `json:"imageConfig,omitempty"`
+	// Nofile is the open-file limit (RLIMIT_NOFILE).
+	Nofile int64 `json:"nofile,omitempty"`
 	// StopSignal is the signal a timeout or cancellation sends first, from
 	// the image's config (e.g. "SIGTERM"); empty sends SIGKILL alone.
 	StopSignal string `json:"stopSignal,omitempty"`
@@ -213,6 +215,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	if a.img != nil {
 		p.ImageManifest, p.ImageConfig = a.img.Manifest, a.img.ConfigDigest
 	}
+	a.overrides()
 	p.Env = a.env()
 	p.Command = a.command(p.Env["PATH"])
 	p.Workdir = a.workdir()
@@ -223,6 +226,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	p.Pids = a.exactInt("resources.pids", req.Resources.Pids, pol.Ceilings.Pids)
 	p.WallTime = time.Duration(a.exactInt("resources.wallTime", int64(req.Resources.WallTime), int64(pol.Ceilings.WallTime)))
 	p.CPU = a.cpu()
+	p.Nofile = a.nofile()
 	p.OutputBytes = a.openBytes("output.maxBytes", int64(req.Output.MaxBytes), int64(pol.Defaults.OutputBytes), int64(pol.Ceilings.OutputBytes))
 	var tmp int64
 	if req.Tmp != nil {
@@ -231,6 +235,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	p.TmpBytes = a.tmp(tmp, p.Memory)
 	p.OutputFiles = a.outputFiles()
 	p.Inputs = a.mounts(p.TmpBytes, p.Memory)
+	a.memoryBacked(p)
 
 	p.Checks = a.checks
 	if err := refusedOf(a.checks); err != nil {
@@ -895,4 +900,62 @@ func SignalName(s string) (string, bool) {
 		name = "SIG" + name
 	}
 	return name, unix.SignalNum(name) != 0
+}
+
+// overrides refuses a phase field the operator pinned to the image's
+// config (policy imageOverrides.forbid).
+func (a *admitter) overrides() {
+	set := map[string]bool{"command": len(a.req.Command) > 0, "env": len(a.req.Env) > 0,
+		"workdir": a.req.Workdir != "", "user": a.req.User != ""}
+	for _, f := range policy.OverrideFields {
+		if set[f] && a.pol.ForbidsOverride(f) {
+			a.add(Check{Requirement: f, Verdict: NotGranted, Code: "image-override-forbidden",
+				Detail: fmt.Sprintf("the operator policy pins the image's %s (imageOverrides.forbid), and the phase sets it", f),
+				Fix:    fmt.Sprintf("leave %s out of the phase, so the image's config gives it, or an operator may drop it from policy imageOverrides.forbid", f)})
+		}
+	}
+}
+
+// memoryBacked says in the plan what the memory budget means for the
+// scratch and output bounds: each is a tmpfs whose pages are charged to
+// the memory cgroup, so together with the workload's own memory they can
+// never hold more than resources.memory, whatever each bound says.
+func (a *admitter) memoryBacked(p *Plan) {
+	total := p.TmpBytes + p.OutputBytes
+	for _, in := range p.Inputs {
+		if in.Writable {
+			total += p.TmpBytes // the writable copies' tmpfs
+			break
+		}
+	}
+	if p.Memory <= 0 || total <= p.Memory {
+		return
+	}
+	a.add(Check{Requirement: "resources.memory", Verdict: Chosen, Code: "memory-backed-bounds",
+		Detail: fmt.Sprintf("/tmp, /dev/shm, the output and any writable input copies are memory-backed tmpfs bounded at %d bytes together, but they are charged to resources.memory (%d bytes) with the workload's own memory: filling them past what memory holds ends the run out of memory, not with ENOSPC", total, p.Memory)})
+}
+
+// DefaultNofile is the open-file limit of a phase that asks for none, and
+// the ceiling of a policy that sets none.
+const DefaultNofile = 1024
+
+// nofile admits the open-file limit: the request's within the policy's
+// ceilings.nofile (DefaultNofile when the policy sets none), else
+// DefaultNofile.
+func (a *admitter) nofile() int64 {
+	asked, ceiling := a.req.Resources.Nofile, a.pol.Ceilings.Nofile
+	if ceiling == 0 {
+		ceiling = DefaultNofile
+	}
+	switch {
+	case asked == 0:
+		return DefaultNofile
+	case asked > ceiling:
+		a.add(Check{Requirement: "resources.nofile", Verdict: NotGranted, Code: "ceiling-exceeded",
+			Detail: fmt.Sprintf("asked an open-file limit of %d, the policy ceiling is %d", asked, ceiling),
+			Fix:    fmt.Sprintf("ask for at most %d, or an operator may raise policy ceilings.nofile", ceiling)})
+	default:
+		a.add(Check{Requirement: "resources.nofile", Verdict: Granted, Code: "within-ceiling", Detail: fmt.Sprintf("%d open files", asked)})
+	}
+	return asked
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
+
+	"golang.org/x/sys/unix"
 )
 
 const img = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -460,6 +462,64 @@ func FuzzImageUser(f *testing.F) {
 			Image: &ImageFacts{Config: ImageConfig{User: user}, Tree: tr}})
 		if err == nil && (p.User == nil || p.User.UID > MaxID || p.User.GID > MaxID) {
 			t.Fatalf("user %q resolved to %+v", user, p.User)
+		}
+	})
+}
+
+// A policy that pins the image's run defaults refuses a phase that sets
+// one, naming the field, and admits a phase that leaves it to the image.
+// An image's StopSignal is resolved to its name; a bad one is refused.
+func TestImageOverridesAndStopSignal(t *testing.T) {
+	pinned := pol()
+	pinned.ImageOverrides.Forbid = []string{"command", "user"}
+	cfg := ImageConfig{Env: []string{"PATH=/usr/bin:/bin"}, Cmd: []string{"make"}, User: "builder", StopSignal: "TERM"}
+	r := req(request.TierDevelopment)
+	r.Command, r.User = []string{"/bin/sh"}, "root"
+	cs := refusal(t, func() error { _, err := Admit(r, pinned, imageFacts(cfg)); return err }())
+	if got := codes(cs); !strings.Contains(got, "command=image-override-forbidden") || !strings.Contains(got, "user=image-override-forbidden") {
+		t.Fatalf("refusal %s", got)
+	}
+	r.Command, r.User = nil, ""
+	p, err := Admit(r, pinned, imageFacts(cfg))
+	if err != nil || p.Command[0] != "/usr/bin/make" || p.User.UID != 1000 || p.StopSignal != "SIGTERM" {
+		t.Fatalf("a phase on the pinned defaults: %+v, %v", p, err)
+	}
+	cfg.StopSignal = "SIGNOPE"
+	cs = refusal(t, func() error { _, err := Admit(r, pinned, imageFacts(cfg)); return err }())
+	if !strings.Contains(codes(cs), "stopSignal=image-stop-signal-invalid") {
+		t.Fatalf("refusal %s", codes(cs))
+	}
+	for in, want := range map[string]string{"SIGTERM": "SIGTERM", "term": "SIGTERM", "15": "SIGTERM", "0": "", "99": ""} {
+		if got, _ := SignalName(in); got != want {
+			t.Errorf("SignalName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A plan whose memory-backed bounds exceed the memory budget says so.
+func TestMemoryBackedBoundsTold(t *testing.T) {
+	r := req(request.TierDevelopment)
+	r.Resources.Memory, r.Tmp, r.Output.MaxBytes = 32<<20, &request.Tmp{MaxBytes: 16 << 20}, 32<<20
+	p, err := Admit(r, pol(), imageFacts(ImageConfig{}))
+	if err != nil || !strings.Contains(codes(p.Checks), "resources.memory=memory-backed-bounds") {
+		t.Fatalf("plan %v, %v", p, err)
+	}
+	r.Output.MaxBytes = 8 << 20
+	if p, err := Admit(r, pol(), imageFacts(ImageConfig{})); err != nil || strings.Contains(codes(p.Checks), "memory-backed-bounds") {
+		t.Fatalf("bounds within memory: %v, %v", p, err)
+	}
+}
+
+// An image's StopSignal is untrusted: whatever it says, SignalName neither
+// panics nor names a signal the kernel does not have.
+func FuzzSignalName(f *testing.F) {
+	for _, s := range []string{"SIGTERM", "term", "15", "SIGRTMIN+3", "0", "-1", "SIG", "", "99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		name, ok := SignalName(s)
+		if ok && (!strings.HasPrefix(name, "SIG") || unix.SignalNum(name) == 0) {
+			t.Fatalf("SignalName(%q) = %q, not a signal", s, name)
 		}
 	})
 }

@@ -148,6 +148,32 @@ func (c *Client) ImportImage(ctx context.Context, source string) (json.RawMessag
 	return img, c.do(ctx, http.MethodPost, "/v1/images/import", ImportRequest{Source: source}, &img)
 }
 
+// Images lists the runner's stored images (control socket): the image
+// store's records, as JSON.
+func (c *Client) Images(ctx context.Context) (json.RawMessage, error) {
+	var imgs json.RawMessage
+	return imgs, c.do(ctx, http.MethodGet, "/v1/images", nil, &imgs)
+}
+
+// InspectImage returns one stored image's record (control socket).
+func (c *Client) InspectImage(ctx context.Context, digest string) (json.RawMessage, error) {
+	var img json.RawMessage
+	return img, c.do(ctx, http.MethodGet, "/v1/images/"+url.PathEscape(digest), nil, &img)
+}
+
+// RemoveImage removes a stored image (control socket); the runner refuses
+// an image a live grant binds, naming the grant.
+func (c *Client) RemoveImage(ctx context.Context, digest string) error {
+	return c.do(ctx, http.MethodPost, "/v1/images/remove", RemoveImageRequest{Digest: digest}, nil)
+}
+
+// PruneImages removes the images no live grant binds and the layers and
+// config blobs no remaining image references (control socket).
+func (c *Client) PruneImages(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	return out, c.do(ctx, http.MethodPost, "/v1/images/prune", nil, &out)
+}
+
 // Recover retries owned cleanup of unfinished attempts (control socket).
 func (c *Client) Recover(ctx context.Context) (*Recovery, error) {
 	var r Recovery

@@ -103,6 +103,11 @@ type RevokeRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// RemoveImageRequest removes a stored image by its tree digest.
+type RemoveImageRequest struct {
+	Digest string `json:"digest"`
+}
+
 // ImportRequest imports an image from a host path the daemon can read.
 type ImportRequest struct {
 	// Source is an absolute path to a rootfs directory or tar, or one

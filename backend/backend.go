@@ -103,6 +103,9 @@ type Spec struct {
 	// UID and GID are the ids the workload runs as inside its sandbox;
 	// 0:0 is the sandbox's root.
 	UID, GID uint32
+	// Nofile is the open-file limit (RLIMIT_NOFILE); 0 means the
+	// backend's default.
+	Nofile int64
 	// StopSignal, if not 0, is sent to the workload first when it is
 	// stopped (timeout, cancellation); SIGKILL follows after a grace
 	// period.

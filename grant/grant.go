@@ -236,6 +236,9 @@ type Resources struct {
 	WallTimeMillis int64 `json:"wallTimeMillis"`
 	// TmpBytes is the size bound of /tmp in bytes.
 	TmpBytes int64 `json:"tmpBytes"`
+	// Nofile is the open-file limit; grants issued before it existed
+	// omit it and no longer admit a launch.
+	Nofile int64 `json:"nofile,omitempty"`
 }
 
 // Egress is the network a phase gets.

@@ -87,6 +87,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"syscall"
 
 	"github.com/custody-dev/custody/internal/untar"
@@ -117,6 +118,9 @@ type Store struct {
 	dir    string
 	limits treehash.Options
 	seen   verified
+	// mu keeps Remove and Prune apart from imports in this process (an
+	// import links the layers a prune would delete).
+	mu sync.RWMutex
 }
 
 // Image is a stored root filesystem.
@@ -188,6 +192,8 @@ func NewWithLimits(dir string, limits treehash.Options) (*Store, error) {
 // A file or directory named by src must not be a symlink; symlinks inside it
 // are kept as symlinks.
 func (s *Store) Import(ctx context.Context, src string) (*Image, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	source, err := ParseSource(src)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)

@@ -29,6 +29,8 @@ import (
 	"strings"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/egress"
@@ -373,7 +375,68 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 		Phase:        phase,
 	}
 	p.Inputs.ClosureDigest = grant.ClosureDigest(p.Inputs.Entries)
-	return grant.Mint(ctx, l.cfg.IssuerKey, p)
+	env, err := grant.Mint(ctx, l.cfg.IssuerKey, p)
+	if err != nil {
+		return nil, err
+	}
+	// Recorded before it is handed out: the image store keeps what a live
+	// grant binds.
+	rec, err := json.Marshal(issued{Image: p.Image, Expires: p.Expires})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.cfg.Store.Update(store.Issued, func(b *bolt.Bucket) error { return b.Put([]byte(p.ID), rec) }); err != nil {
+		return nil, fmt.Errorf("record the issued grant: %w", err)
+	}
+	return env, nil
+}
+
+// issued is what the store keeps of an issued grant.
+type issued struct {
+	Image   string    `json:"image"`
+	Expires time.Time `json:"expires"`
+}
+
+// LiveGrants returns the ids of the grants that bind image and may still
+// launch or be running: unexpired, or expired less than the policy's
+// wall-time ceiling ago (a grant spent at its last moment runs that long).
+// A revoked grant never spent is not live. Sorted.
+func (l *Launcher) LiveGrants(image string) ([]string, error) {
+	pol, _, err := l.cfg.Policy()
+	if err != nil {
+		return nil, err
+	}
+	horizon := l.cfg.Now().Add(-time.Duration(pol.Ceilings.WallTime) - time.Minute)
+	var ids []string
+	err = l.cfg.Store.View(store.Issued, func(b *bolt.Bucket) error {
+		return b.ForEach(func(k, v []byte) error {
+			var g issued
+			if err := json.Unmarshal(v, &g); err != nil {
+				return fmt.Errorf("issued grant %s: %w", k, err)
+			}
+			if g.Image == image && g.Expires.After(horizon) {
+				ids = append(ids, string(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	live := ids[:0]
+	for _, id := range ids {
+		revoked, err := l.cfg.Store.Revoked(id)
+		if err != nil {
+			return nil, err
+		}
+		_, usedErr := l.cfg.Store.GrantUsed(id)
+		if revoked && errors.Is(usedErr, store.ErrNotFound) {
+			continue
+		}
+		live = append(live, id)
+	}
+	slices.Sort(live)
+	return live, nil
 }
 
 // imageRef is the plan's image manifest and config digests as a grant
@@ -407,7 +470,7 @@ func grantInputs(in []admission.Input) []grant.Input {
 
 func resources(p *admission.Plan) grant.Resources {
 	return grant.Resources{Memory: p.Memory, Pids: p.Pids, CPU: p.CPU,
-		WallTimeMillis: p.WallTime.Milliseconds(), TmpBytes: p.TmpBytes}
+		WallTimeMillis: p.WallTime.Milliseconds(), TmpBytes: p.TmpBytes, Nofile: p.Nofile}
 }
 
 // Peer is the process that submitted a grant, as the kernel reports it on
@@ -665,6 +728,7 @@ func samePlan(p grant.Predicate, plan *admission.Plan) error {
 		{"resources.cpu", want.CPU, p.Resources.CPU},
 		{"resources.wallTime", want.WallTimeMillis, p.Resources.WallTimeMillis},
 		{"resources.tmpBytes", want.TmpBytes, p.Resources.TmpBytes},
+		{"resources.nofile", want.Nofile, p.Resources.Nofile},
 		{"egress", string(plan.Network), p.Egress.Mode},
 	} {
 		if f.got != f.bound {

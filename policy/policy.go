@@ -22,6 +22,8 @@ type Policy struct {
 	Tiers Tiers `yaml:"tiers" json:"tiers"`
 	// Users says which users inside the sandbox a phase may run as.
 	Users Users `yaml:"users,omitempty" json:"users,omitempty"`
+	// ImageOverrides pins image run defaults a phase may not override.
+	ImageOverrides ImageOverrides `yaml:"imageOverrides,omitempty" json:"imageOverrides,omitempty"`
 	// Actors says who may run which stages. A policy without actors grants
 	// no actor anything.
 	Actors []Actor `yaml:"actors" json:"actors"`
@@ -123,6 +125,9 @@ type Ceilings struct {
 	// DefaultOutputFiles. It is from 1 to MaxOutputFiles, so that a
 	// receipt listing every output stays within the envelope limit.
 	OutputFiles *int64 `yaml:"outputFiles,omitempty" json:"outputFiles,omitempty"`
+	// Nofile bounds the open-file limit a phase may ask for. Optional:
+	// absent allows only the default of 1024.
+	Nofile int64 `yaml:"nofile,omitempty" json:"nofile,omitempty"`
 }
 
 // Output entry bounds: a receipt names every retained output file twice
@@ -159,6 +164,16 @@ type Users struct {
 	// ForbidRoot refuses a phase whose resolved user is uid 0.
 	ForbidRoot bool `yaml:"forbidRoot,omitempty" json:"forbidRoot,omitempty"`
 }
+
+// ImageOverrides pins an image's run defaults: Forbid names the phase
+// fields (command, env, workdir, user) a phase may not set, so that what
+// runs is what the image's config says. The zero value pins nothing.
+type ImageOverrides struct {
+	Forbid []string `yaml:"forbid,omitempty" json:"forbid,omitempty"`
+}
+
+// OverrideFields are the phase fields ImageOverrides.Forbid may name.
+var OverrideFields = []string{"command", "env", "workdir", "user"}
 
 // Tiers enables tiers. Production is always allowed by policy (the platform
 // must still prove it); development is off unless enabled here.

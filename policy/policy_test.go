@@ -140,6 +140,20 @@ func TestParseUsers(t *testing.T) {
 	}
 }
 
+func TestParseImageOverrides(t *testing.T) {
+	if p := mustParse(t, valid); p.ForbidsOverride("command") {
+		t.Error("a policy without imageOverrides pins the command")
+	}
+	if p := mustParse(t, valid+"imageOverrides:\n  forbid: [command, user]\n"); !p.ForbidsOverride("command") || !p.ForbidsOverride("user") || p.ForbidsOverride("env") {
+		t.Errorf("imageOverrides.forbid [command, user]: %+v", p.ImageOverrides)
+	}
+	for _, bad := range []string{"imageOverrides:\n  forbid: [image]\n", "imageOverrides:\n  forbid: [env, env]\n"} {
+		if _, err := policy.Parse([]byte(valid + bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
 func TestParseEmptyImages(t *testing.T) {
 	p, err := policy.Parse([]byte(edit(t, "images:\n  - digest: "+digest+"\n", "images: []\n")))
 	if err != nil {

@@ -56,6 +56,11 @@ func (p *Policy) AllowsImage(digest string) bool {
 	return slices.ContainsFunc(p.Images, func(im Image) bool { return im.Digest == digest })
 }
 
+// ForbidsOverride reports whether the policy pins the image's field.
+func (p *Policy) ForbidsOverride(field string) bool {
+	return slices.Contains(p.ImageOverrides.Forbid, field)
+}
+
 // Validate checks the policy's values. It returns nil or a *ValidationError
 // listing every problem.
 func (p *Policy) Validate() error {
@@ -67,6 +72,19 @@ func (p *Policy) Validate() error {
 	}
 	if p.Kind != "Policy" {
 		add("kind", fmt.Sprintf("%q is not a policy", p.Kind), "set kind: Policy")
+	}
+
+	if n := p.Ceilings.Nofile; n != 0 && (n < 64 || n > 1<<20) {
+		add("ceilings.nofile", fmt.Sprintf("%d is not from 64 to %d (the kernel's default fs.nr_open)", n, 1<<20), "set an open-file ceiling from 64 to 1048576, or leave it out for 1024")
+	}
+	for i, f := range p.ImageOverrides.Forbid {
+		field := fmt.Sprintf("imageOverrides.forbid[%d]", i)
+		switch {
+		case !slices.Contains(OverrideFields, f):
+			add(field, fmt.Sprintf("%q is not a phase field an image's config gives", f), "name command, env, workdir or user")
+		case slices.Index(p.ImageOverrides.Forbid, f) != i:
+			add(field, fmt.Sprintf("%q is listed twice", f), "list each field once")
+		}
 	}
 
 	seen := firsts{}

@@ -203,4 +203,7 @@ type Resources struct {
 	Pids     int64             `yaml:"pids" json:"pids"`
 	CPU      float64           `yaml:"cpu,omitempty" json:"cpu,omitempty"` // cores, e.g. 0.5
 	WallTime quantity.Duration `yaml:"wallTime" json:"wallTime"`
+	// Nofile is the open-file limit (RLIMIT_NOFILE); absent means the
+	// runner's default, DefaultNofile in admission.
+	Nofile int64 `yaml:"nofile,omitempty" json:"nofile,omitempty"`
 }

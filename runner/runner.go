@@ -781,6 +781,7 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 	if u := p.Plan.User; u != nil {
 		s.UID, s.GID = u.UID, u.GID
 	}
+	s.Nofile = p.Plan.Nofile
 	if p.Plan.StopSignal != "" {
 		s.StopSignal = unix.SignalNum(p.Plan.StopSignal)
 	}

@@ -46,6 +46,7 @@ var (
 	bucketWorksp = []byte("workspaces")
 	bucketPackJ  = []byte("pack-journal")
 	bucketPackR  = []byte("pack-reservations")
+	bucketIssued = []byte(Issued)
 	keySchema    = []byte("schema")
 	keyQuarant   = []byte("quarantine")
 )
@@ -79,7 +80,7 @@ func Open(path string) (*DB, error) {
 		if err != nil {
 			return err
 		}
-		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn, bucketWorksp, bucketPackJ, bucketPackR} {
+		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn, bucketWorksp, bucketPackJ, bucketPackR, bucketIssued} {
 			if _, err := root.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -277,6 +278,11 @@ const Workspaces = "workspaces"
 
 // PackJournal is the bucket of pack workspaces' journal attempts.
 const PackJournal = "pack-journal"
+
+// Issued is the bucket of issued phase grants (id → what the grant binds
+// that the image store needs: its image and expiry), so an image a live
+// grant binds is never removed.
+const Issued = "issued-grants"
 
 // PackReservations is the bucket of the subnets issued pack grants chose,
 // keyed by grant id, so that a second grant issued before the first is

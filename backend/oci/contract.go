@@ -69,7 +69,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		Args: s.Args, Env: env, Cwd: s.Cwd, Hostname: s.Hostname, UID: s.UID, GID: s.GID,
 		Output:   Mount{Target: s.OutputPath},
 		TmpBytes: s.TmpBytes, Memory: s.Memory, Pids: s.Pids, CPU: s.CPU, FileSize: s.FileSize,
-		StopSignal: s.StopSignal,
+		StopSignal: s.StopSignal, Nofile: s.Nofile,
 	}
 	for _, in := range s.Inputs {
 		cfg.Inputs = append(cfg.Inputs, Mount{Source: in.Source, Target: in.Target, Writable: in.Writable})

@@ -41,6 +41,8 @@ type Config struct {
 	Env      []string // KEY=value, declared variables only
 	Cwd      string
 	Hostname string
+	// Nofile is the open-file limit; 0 means 1024.
+	Nofile int64
 	// StopSignal, if not 0, is sent to the workload before SIGKILL when
 	// it is stopped (it is not part of the OCI config).
 	StopSignal syscall.Signal
@@ -193,6 +195,9 @@ func Spec(c Config) (*specs.Spec, error) {
 	}
 
 	nofile := uint64(1024)
+	if c.Nofile > 0 {
+		nofile = uint64(c.Nofile)
+	}
 	s := &specs.Spec{
 		Version:  specs.Version,
 		Hostname: c.Hostname,

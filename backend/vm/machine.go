@@ -48,7 +48,7 @@ type Machine struct {
 	// cgroups are the host cgroup dirs made for QEMU, with identities.
 	cgroups   []string
 	cgroupIDs []map[string]string
-	qemu     *process
+	qemu      *process
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
 	timing                                                Timing

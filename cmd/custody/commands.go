@@ -125,7 +125,70 @@ Device nodes and fifos are skipped and listed on stderr.`,
 		}),
 	}
 	imp.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(imp)
+	cmd.AddCommand(imp, a.imageListCmd(), a.imageInspectCmd(), a.imageRmCmd(), a.imagePruneCmd())
+	return cmd
+}
+
+// imageListCmd lists the stored images: digest, source, files and bytes,
+// and the manifest and config digests an image import bound.
+func (a *app) imageListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the runner's stored images (operator)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := a.control().Images(cmd.Context())
+			if err != nil {
+				return a.fail(cmd, err)
+			}
+			if asJSON {
+				_, err := a.stdout.Write(append(raw, '\n'))
+				return err
+			}
+			var imgs []struct {
+				Digest, Source, Manifest, ConfigDigest string
+				Files                                  int
+				Bytes                                  int64
+			}
+			if err := json.Unmarshal(raw, &imgs); err != nil {
+				return err
+			}
+			for _, img := range imgs {
+				fmt.Fprintf(a.stdout, "%s  %d files  %d bytes  %s\n", quote.String(img.Digest), img.Files, img.Bytes, quote.String(img.Source))
+				if img.ConfigDigest != "" {
+					fmt.Fprintf(a.stdout, "  manifest %s  config %s\n", quote.String(img.Manifest), quote.String(img.ConfigDigest))
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// imageInspectCmd prints one stored image's record, found by its tree
+// digest or the manifest (or config) digest it was imported by.
+func (a *app) imageInspectCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "inspect DIGEST",
+		Short: "Print a stored image's record as JSON: config, layers, owners, skipped entries (operator)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := a.control().InspectImage(cmd.Context(), args[0])
+			if err != nil {
+				return a.fail(cmd, err)
+			}
+			var out bytes.Buffer
+			if err := json.Indent(&out, raw, "", "  "); err != nil {
+				return err
+			}
+			out.WriteByte('\n')
+			_, err = a.stdout.Write(out.Bytes())
+			return err
+		},
+	}
+	cmd.Flags().Bool("json", true, "print JSON (the only form)")
 	return cmd
 }
 
@@ -545,6 +608,7 @@ func printResult(w io.Writer, r *api.Result) {
 	}
 }
 
+<<<<<<< HEAD
 // printLimits prints the limits the kernel enforced (read from the live
 // sandbox) and what hitting them did, so a run stopped by its pids budget
 // says so instead of showing only the workload's exit code.
@@ -560,4 +624,62 @@ func printLimits(w io.Writer, u api.Usage) {
 		fmt.Fprint(w, " (not watched)")
 	}
 	fmt.Fprintln(w)
+=======
+// imageRmCmd removes a stored image; the runner refuses one a live grant
+// binds, naming the grant.
+func (a *app) imageRmCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rm DIGEST",
+		Short: "Remove a stored image no live grant binds (operator)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.control().RemoveImage(cmd.Context(), args[0]); err != nil {
+				return a.fail(cmd, err)
+			}
+			if asJSON {
+				return json.NewEncoder(a.stdout).Encode(map[string]string{"removed": args[0]})
+			}
+			fmt.Fprintln(a.stdout, "removed "+quote.String(args[0]))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// imagePruneCmd removes the images no live grant binds and the layers and
+// config blobs nothing references.
+func (a *app) imagePruneCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove every image no live grant binds, and unreferenced layers (operator)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := a.control().PruneImages(cmd.Context())
+			if err != nil {
+				return a.fail(cmd, err)
+			}
+			if asJSON {
+				_, err := a.stdout.Write(append(raw, '\n'))
+				return err
+			}
+			var p struct {
+				Images          []string
+				Layers, Configs int
+			}
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return err
+			}
+			for _, d := range p.Images {
+				fmt.Fprintln(a.stdout, "removed "+quote.String(d))
+			}
+			fmt.Fprintf(a.stdout, "removed %d images, %d layers, %d config blobs\n", len(p.Images), p.Layers, p.Configs)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+>>>>>>> h-image
 }

@@ -242,3 +242,91 @@ func (e *env) barePhase(t *testing.T, name, wall, extra string) string {
 		"output:\n  path: /out\nresources:\n  memory: 64Mi\n  pids: 64\n  wallTime: %s\n%s", name, e.image, wall, extra))
 	return p
 }
+
+// TestImageListInspect lists and inspects a stored OCI image on the
+// control socket: by tree digest and by the manifest digest it was
+// imported by; an unknown digest is not found; the submit socket may not
+// list images.
+func TestImageListInspect(t *testing.T) {
+	root := testenv.BusyboxRootfs(t)
+	var layer bytes.Buffer
+	if err := snapshot.WriteTar(&layer, root); err != nil {
+		t.Fatal(err)
+	}
+	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}, Cmd: []string{"/bin/true"}}, layer.Bytes())
+	e := startDaemonWith(t, "oci:"+imagetest.Layout(t, img, "v1")+":v1")
+	manifest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := e.custody("image", "list")
+	if code != exitOK || !strings.Contains(out, e.image) || !strings.Contains(out, "manifest "+manifest.String()) {
+		t.Fatalf("image list: exit %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs = e.custody("image", "list", "--json")
+	var imgs []struct{ Digest, Manifest string }
+	if code != exitOK || json.Unmarshal([]byte(out), &imgs) != nil || len(imgs) != 1 || imgs[0].Digest != e.image {
+		t.Fatalf("image list --json: exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, ref := range []string{e.image, manifest.String()} {
+		code, out, errs = e.custody("image", "inspect", ref)
+		if code != exitOK || !strings.Contains(out, `"/bin/true"`) || !strings.Contains(out, e.image) {
+			t.Fatalf("image inspect %s: exit %d\n%s\n%s", ref, code, out, errs)
+		}
+	}
+	if code, out, errs = e.custody("image", "inspect", "sha256:"+strings.Repeat("0", 64)); code == exitOK || !strings.Contains(out+errs, "not found") {
+		t.Fatalf("image inspect of an unknown digest: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, errs = e.custody("--control", e.submit, "image", "list"); code == exitOK {
+		t.Fatalf("image list on the submit socket: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestImageRmPrune: rm refuses an image a live grant binds, naming the
+// grant, and removes one no grant binds; prune keeps the bound image and
+// removes the layer only the removed image used; once the grant is
+// revoked (never spent), prune removes the image too.
+func TestImageRmPrune(t *testing.T) {
+	root := testenv.BusyboxRootfs(t)
+	var layer bytes.Buffer
+	if err := snapshot.WriteTar(&layer, root); err != nil {
+		t.Fatal(err)
+	}
+	cfg := v1.Config{Env: []string{"PATH=/bin"}, Cmd: []string{"/bin/true"}}
+	e := startDaemonWith(t, "oci:"+imagetest.Layout(t, imagetest.Image(t, cfg, layer.Bytes()), "v1")+":v1")
+	extra := ownersLayer(t, ownedEntry{"opt/", 0, 0, 0o755, ""}, ownedEntry{"opt/v2", 0, 0, 0o644, "2\n"})
+	code, out, errs := e.custody("image", "import", "oci:"+imagetest.Layout(t, imagetest.Image(t, cfg, layer.Bytes(), extra), "v2")+":v2")
+	if code != exitOK {
+		t.Fatalf("import v2: exit %d\n%s", code, errs)
+	}
+	second := strings.TrimSpace(out)
+	g, err := os.ReadFile(e.grant(t, e.barePhase(t, "bound", "20s", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := grantPredicate(t, g).ID
+	code, out, errs = e.custody("image", "rm", e.image)
+	if code != exitRefused || !strings.Contains(out+errs, id) {
+		t.Fatalf("rm of an image a live grant binds: exit %d\n%s\n%s", code, out, errs)
+	}
+	layers := filepath.Join(e.dir, "state", "images", "layers")
+	before, _ := os.ReadDir(layers)
+	if code, out, errs = e.custody("image", "rm", second); code != exitOK {
+		t.Fatalf("rm of an unbound image: exit %d\n%s\n%s", code, out, errs)
+	}
+	if code, out, _ = e.custody("image", "list"); strings.Contains(out, second) || !strings.Contains(out, e.image) {
+		t.Fatalf("list after rm:\n%s", out)
+	}
+	code, out, errs = e.custody("image", "prune", "--json")
+	after, _ := os.ReadDir(layers)
+	if code != exitOK || !strings.Contains(out, `"images":[]`) || !strings.Contains(out, `"layers":1`) || len(after) != len(before)-1 {
+		t.Fatalf("prune with a live grant: exit %d (layers %d -> %d)\n%s\n%s", code, len(before), len(after), out, errs)
+	}
+	if code, out, errs = e.custody("grant", "revoke", id); code != exitOK {
+		t.Fatalf("revoke: %d %s %s", code, out, errs)
+	}
+	code, out, errs = e.custody("image", "prune")
+	if code != exitOK || !strings.Contains(out, e.image) || !strings.Contains(out, "removed 1 images, 1 layers") {
+		t.Fatalf("prune once the grant is revoked: exit %d\n%s\n%s", code, out, errs)
+	}
+}

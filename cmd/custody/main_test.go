@@ -327,7 +327,9 @@ func (e *env) trust(t *testing.T, name string, tiers string) string {
 	if code != 0 {
 		t.Fatalf("status: %s", errs)
 	}
-	var st struct{ Status struct{ IssuerPublicKey string } }
+	var st struct {
+		Status struct{ IssuerPublicKey string }
+	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatal(err)
 	}

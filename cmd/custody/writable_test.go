@@ -62,3 +62,41 @@ dd if=/dev/zero of=big bs=64k count=64; echo "dd=$?"; id -u`
 		t.Fatalf("writable copies memory cannot hold: exit %d\n%s\n%s", code, out, errs)
 	}
 }
+
+// TestNofileWithinCeiling: a phase's open-file limit is what it asks,
+// within the policy's ceilings.nofile (the workload sees it as its
+// RLIMIT_NOFILE), 1024 when it asks none; above the ceiling it is refused
+// before a grant, naming the ceiling.
+func TestNofileWithinCeiling(t *testing.T) {
+	e := startDaemon(t)
+	pol, err := os.ReadFile(e.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, e.policy, strings.Replace(string(pol), "ceilings:\n", "ceilings:\n  nofile: 8192\n", 1))
+	if code, out, errs := e.custody("policy", "reload"); code != 0 {
+		t.Fatalf("policy reload: %s %s", out, errs)
+	}
+	for ask, want := range map[string]string{"": "nofile=1024", "resources:\n  nofile: 4096\n": "nofile=4096"} {
+		extra := strings.Replace(ask, "resources:\n", "", 1)
+		name := "nofile-default"
+		if ask != "" {
+			name = "nofile-4096"
+		}
+		p := e.phase(t, name, `echo "nofile=$(ulimit -n)"`, "")
+		if extra != "" {
+			body, _ := os.ReadFile(p)
+			write(t, p, strings.Replace(string(body), "  wallTime: 20s\n", "  wallTime: 20s\n"+extra, 1))
+		}
+		code, out, errs := e.custody("run", "--grant", e.grant(t, p))
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Fatalf("%s: exit %d\n%s\n%s", name, code, out, errs)
+		}
+	}
+	p := e.phase(t, "nofile-big", "true", "")
+	body, _ := os.ReadFile(p)
+	write(t, p, strings.Replace(string(body), "  wallTime: 20s\n", "  wallTime: 20s\n  nofile: 100000\n", 1))
+	if code, out, errs := e.custody("admit", p); code != exitRefused || !strings.Contains(out+errs, "the policy ceiling is 8192") {
+		t.Fatalf("nofile above the ceiling: exit %d\n%s\n%s", code, out, errs)
+	}
+}

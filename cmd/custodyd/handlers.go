@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
@@ -28,6 +30,10 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/quarantine/release", s.handleRelease)
 	mux.HandleFunc("POST /v1/images/import", s.handleImport)
+	mux.HandleFunc("GET /v1/images", s.handleImages)
+	mux.HandleFunc("GET /v1/images/{digest}", s.handleInspectImage)
+	mux.HandleFunc("POST /v1/images/remove", s.handleRemoveImage)
+	mux.HandleFunc("POST /v1/images/prune", s.handlePruneImages)
 	mux.HandleFunc("POST /v1/recover", s.handleRecover)
 	mux.HandleFunc("GET /v1/attempts", s.handleAttempts)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(true))
@@ -54,7 +60,11 @@ func (s *server) controlMux() http.Handler {
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
 	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
+<<<<<<< HEAD
 		"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/pipelines/summary"}, packControlOnly()...)
+=======
+		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}, packControlOnly()...)
+>>>>>>> h-image
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
@@ -188,6 +198,81 @@ func (s *server) handleImport(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("image imported", "source", req.Source, logImage, img.Digest, "files", img.Files, "bytes", img.Bytes,
 		logUID, peerOf(r).UID, logVerdict, "imported")
 	writeJSON(w, img)
+}
+
+// handleImages lists the stored images, with their config and owners as
+// recorded (operator).
+func (s *server) handleImages(w http.ResponseWriter, r *http.Request) {
+	imgs, err := s.r.Images().List()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, imgs)
+}
+
+// handleInspectImage answers one stored image's record, by tree digest or
+// by the manifest (or config) digest it was imported by.
+func (s *server) handleInspectImage(w http.ResponseWriter, r *http.Request) {
+	digest := r.PathValue("digest")
+	img, err := s.r.Images().Get(digest)
+	if errors.Is(err, image.ErrNotFound) {
+		img, err = s.r.Images().Binding(digest)
+	}
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		writeError(w, &api.Error{Code: api.CodeNotFound, Message: err.Error()})
+		return
+	case err != nil:
+		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: err.Error()})
+		return
+	}
+	writeJSON(w, img)
+}
+
+// handleRemoveImage removes a stored image unless a live grant binds it.
+func (s *server) handleRemoveImage(w http.ResponseWriter, r *http.Request) {
+	var req api.RemoveImageRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	live, err := s.l.LiveGrants(req.Digest)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(live) > 0 {
+		writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf(
+			"image %s is bound by live grant(s) %s; fix: wait until they expire (and their runs end), or revoke them, then remove it", req.Digest, strings.Join(live, ", "))})
+		return
+	}
+	err = s.r.Images().Remove(r.Context(), req.Digest)
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		writeError(w, &api.Error{Code: api.CodeNotFound, Message: err.Error()})
+		return
+	case err != nil:
+		writeError(w, err)
+		return
+	}
+	s.log.Info("image removed", "image", req.Digest, "uid", peerOf(r).UID)
+	writeJSON(w, map[string]string{"removed": req.Digest})
+}
+
+// handlePruneImages removes every image no live grant binds, then the
+// layers and config blobs nothing references.
+func (s *server) handlePruneImages(w http.ResponseWriter, r *http.Request) {
+	out, err := s.r.Images().Prune(r.Context(), func(digest string) (bool, error) {
+		live, err := s.l.LiveGrants(digest)
+		return len(live) > 0, err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.log.Info("images pruned", "images", out.Images, "layers", out.Layers, "configs", out.Configs, "uid", peerOf(r).UID)
+	writeJSON(w, out)
 }
 
 func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
