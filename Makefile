@@ -12,11 +12,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-<<<<<<< HEAD
-.PHONY: all deps docker-deps bench-deps vm-deps build runc demo test test-race test-short fuzz bench clean qualify-vm install
-=======
-.PHONY: all deps docker-deps bench-deps build runc demo test test-images test-race test-short fuzz bench clean qualify-vm
->>>>>>> h-image
+.PHONY: all deps docker-deps bench-deps vm-deps build runc demo test test-images test-race test-short fuzz bench clean qualify-vm install
 
 all: build
 

@@ -608,7 +608,6 @@ func printResult(w io.Writer, r *api.Result) {
 	}
 }
 
-<<<<<<< HEAD
 // printLimits prints the limits the kernel enforced (read from the live
 // sandbox) and what hitting them did, so a run stopped by its pids budget
 // says so instead of showing only the workload's exit code.
@@ -624,7 +623,8 @@ func printLimits(w io.Writer, u api.Usage) {
 		fmt.Fprint(w, " (not watched)")
 	}
 	fmt.Fprintln(w)
-=======
+}
+
 // imageRmCmd removes a stored image; the runner refuses one a live grant
 // binds, naming the grant.
 func (a *app) imageRmCmd() *cobra.Command {
@@ -681,5 +681,4 @@ func (a *app) imagePruneCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
->>>>>>> h-image
 }

@@ -60,11 +60,7 @@ func (s *server) controlMux() http.Handler {
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
 	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-<<<<<<< HEAD
-		"/v1/images/import", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/pipelines/summary"}, packControlOnly()...)
-=======
-		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification"}, packControlOnly()...)
->>>>>>> h-image
+		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/pipelines/summary"}, packControlOnly()...)
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
