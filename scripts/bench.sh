@@ -11,6 +11,10 @@
 #      verification once package evidence lands
 #   5. pack up/down of a 5-service pack (the workspace manager in-process)
 #      vs docker-compose up -d / down -v of the same file, interleaved
+#   6. the egress proxy's added latency per request (HTTP, HTTPS) vs the
+#      same request made directly (Go benchmarks in bench/)
+#   7. a trivial phase on the vm backend vs a bare microvm boot of the same
+#      kernel and init (BenchmarkBootToExit in backend/vm)
 #
 # Builds what it needs; custody-bench starts the one isolated dockerd
 # (internal/dockertest, as the tests do) for the docker baseline and the
@@ -48,6 +52,19 @@ GOBENCH=$OUT/gobench.txt
 if ! go test -run '^$' -bench . -benchmem -count 1 ./bench/... >"$GOBENCH" 2>&1; then
 	echo "bench: !!! go test -bench failed; its output:" >&2
 	tail -30 "$GOBENCH" >&2
+fi
+
+# The vm row: a trivial phase on the vm backend against a bare boot of the
+# same kernel and init (BenchmarkBootToExit), appended to the Go benchmarks.
+echo "bench: vm boot-to-exit (go test -bench BootToExit ./backend/vm/)" >&2
+VMBENCH=$OUT/vmbench.txt
+if make --no-print-directory vm-deps >&2 &&
+	CUSTODY_VMINIT=$ROOT/bin/custody-vminit CUSTODY_VM_KERNEL=$ROOT/build/vm/vmlinux \
+		go test -run '^$' -bench BootToExit -benchtime "${VM_BENCH_RUNS:-5}x" -count 1 -v ./backend/vm/ >"$VMBENCH" 2>&1; then
+	cat "$VMBENCH" >>"$GOBENCH"
+else
+	echo "bench: !!! the vm benchmark failed; its output:" >&2
+	tail -30 "$VMBENCH" >&2
 fi
 
 args=(-bin "$ROOT/bin" -rootfs "$ROOT/build/testimage/rootfs" -data "$OUT/data" -gobench "$GOBENCH")
