@@ -1,15 +1,20 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -30,6 +35,10 @@ type Gateway struct {
 	// Value is the header's whole value, the secret already formatted in;
 	// it is never logged or recorded.
 	Value string
+	// Secret is the raw secret inside Value, scrubbed (with its common
+	// encodings) from whatever the destination sends back, so that an echo
+	// endpoint cannot hand it to the workload.
+	Secret string
 	// RootCAs verify the destination; nil means the host's roots.
 	RootCAs *x509.CertPool
 }
@@ -128,7 +137,26 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
 		if d.Port != 443 {
 			host = d.String()
 		}
-		out, err := http.NewRequestWithContext(ctx, r.Method, "https://"+host+r.URL.RequestURI(), &budgetReader{p: p, r: r.Body, n: &dec.BytesOut})
+		// Only a path and query in origin form are forwarded: an absolute or
+		// opaque request-target ("GET a:@other.example/") would let the
+		// workload choose the Host the credential is sent with. TRACE and
+		// TRACK echo the request, credential included, and CONNECT would
+		// tunnel past the gateway.
+		var err error
+		switch {
+		case r.URL.Opaque != "" || r.URL.Scheme != "" || r.URL.Host != "" || !strings.HasPrefix(r.URL.Path, "/"):
+			err = fmt.Errorf("request-target %q is not an origin-form path; fix: request a path such as /v1/x", clipTarget(r.RequestURI))
+		case r.Method == http.MethodTrace || r.Method == "TRACK" || r.Method == http.MethodConnect:
+			err = fmt.Errorf("method %s is not forwarded by a credential gateway", r.Method)
+		}
+		if err != nil {
+			dec.Code, dec.Reason = CodeBadRequest, err.Error()
+			p.record(dec)
+			http.Error(w, "custody gateway: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		target := &url.URL{Scheme: "https", Host: host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+		out, err := http.NewRequestWithContext(ctx, r.Method, target.String(), &budgetReader{p: p, r: r.Body, n: &dec.BytesOut})
 		if err != nil {
 			dec.Code, dec.Reason = CodeBadRequest, err.Error()
 			p.record(dec)
@@ -137,14 +165,18 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
 		}
 		out.Header = r.Header.Clone()
 		stripHop(out.Header)
-		// Nothing the workload sends may stand in for the credential.
+		// Nothing the workload sends may stand in for the credential. The
+		// transport negotiates compression itself (and decompresses), so
+		// the answer is scrubbed as plain bytes.
+		out.Header.Del("Accept-Encoding")
 		out.Header.Del("Authorization")
 		out.Header.Del(g.Header)
 		out.Header.Set(g.Header, g.Value)
+		out.Host = host
 		out.ContentLength = r.ContentLength
 		resp, err := tr.RoundTrip(out)
 		if err != nil {
-			dec.Code, dec.Reason = CodeDialFailed, scrub(err.Error(), g.Value)
+			dec.Code, dec.Reason = CodeDialFailed, g.scrub(err.Error())
 			if errors.Is(err, ErrRefused) {
 				dec.Code = CodeDeniedAddress
 			}
@@ -156,11 +188,24 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
 		stripHop(resp.Header)
 		for k, vs := range resp.Header {
 			for _, v := range vs {
-				w.Header().Add(k, scrub(v, g.Value))
+				w.Header().Add(k, g.scrub(v))
 			}
 		}
+		// The body may be compressed or the secret split across reads, so
+		// it is scrubbed whole: a gateway answer is held in memory up to
+		// the run's byte budget, never streamed past the scrub.
+		var body bytes.Buffer
+		got := p.copy(&body, io.LimitReader(resp.Body, maxGatewayBody+1))
+		if got > maxGatewayBody {
+			dec.Code, dec.Reason = CodeByteLimit, fmt.Sprintf("the answer is larger than %d bytes, which a gateway does not pass on", maxGatewayBody)
+			p.record(dec)
+			http.Error(w, "custody gateway: "+dec.Reason, http.StatusBadGateway)
+			return
+		}
+		w.Header().Del("Content-Length")
 		w.WriteHeader(resp.StatusCode)
-		dec.BytesIn = p.copy(w, resp.Body)
+		n, _ := io.WriteString(w, g.scrub(body.String()))
+		dec.BytesIn = int64(n)
 		dec.Allowed, dec.Code = true, CodeAllowed
 		dec.Reason = fmt.Sprintf("status %d", resp.StatusCode)
 		p.record(dec)
@@ -168,9 +213,40 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
 }
 
 // scrub removes the credential from s, should a destination or an error
-// ever echo it.
-func scrub(s, secret string) string {
-	return strings.ReplaceAll(s, secret, "[credential]")
+// ever echo it: the header value, and the raw secret as it is and in the
+// encodings an echo would use (base64, hex, URL and JSON escaping).
+func (g Gateway) scrub(s string) string {
+	for _, v := range g.forms() {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, "[credential]")
+		}
+	}
+	return s
+}
+
+func (g Gateway) forms() []string {
+	fs := []string{g.Value}
+	for _, sec := range []string{g.Secret, g.Value} {
+		if sec == "" {
+			continue
+		}
+		j, _ := json.Marshal(sec)
+		fs = append(fs, sec, base64.StdEncoding.EncodeToString([]byte(sec)), base64.RawStdEncoding.EncodeToString([]byte(sec)),
+			base64.URLEncoding.EncodeToString([]byte(sec)), hex.EncodeToString([]byte(sec)), url.QueryEscape(sec), url.PathEscape(sec),
+			strings.Trim(string(j), `"`))
+	}
+	return fs
+}
+
+// maxGatewayBody bounds one answer a gateway passes on: it is held whole
+// to be scrubbed.
+const maxGatewayBody = 32 << 20
+
+func clipTarget(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // budgetReader charges a request body to the run's byte budget.

@@ -1,6 +1,8 @@
 package egress_test
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -84,5 +86,59 @@ func TestFormatSecretRefusesBadFormats(t *testing.T) {
 	}
 	if v, err := egress.FormatSecret("token={}", []byte("s3\r\n")); err != nil || v != "token=s3" {
 		t.Fatalf("FormatSecret: %q, %v", v, err)
+	}
+}
+
+// TestGatewayPinsTheRequest: the workload cannot choose the Host the
+// credential goes with (an absolute or opaque request-target), cannot have
+// the request echoed back (TRACE), and an upstream that echoes the
+// credential, raw or encoded, hands the workload only "[credential]".
+func TestGatewayPinsTheRequest(t *testing.T) {
+	canary := egresstest.Canary(t)
+	value, err := egress.FormatSecret("Bearer {}", []byte(canary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest, _ := egress.ParseDestination(egresstest.Provider + ":443")
+	r := newRig(t, nil, egress.Gateway{Name: "provider", Destination: dest, Header: "Authorization", Value: value, Secret: canary})
+	c := gatewayClient(r)
+
+	// Legit: an echo comes back scrubbed, in the body and the headers.
+	resp, err := c.Get("http://" + r.gws["provider"] + "/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "auth=[credential]") || !strings.Contains(string(body), "raw=[credential]") {
+		t.Fatalf("echo through the gateway: %d %q", resp.StatusCode, body)
+	}
+	hdr, _ := json.Marshal(resp.Header)
+	if leaks := egresstest.Leaks(canary, append(hdr, body...)); len(leaks) > 0 {
+		t.Fatalf("the upstream's echo reached the workload: %q in %s %s", leaks, hdr, body)
+	}
+	before := len(r.world.Seen())
+
+	// Refused: request-targets that name another host, and TRACE.
+	for _, raw := range []string{
+		"GET a:@" + egresstest.Other + "/ HTTP/1.1\r\nHost: x\r\n\r\n",
+		"GET http://" + egresstest.Other + "/ HTTP/1.1\r\nHost: " + egresstest.Other + "\r\n\r\n",
+		"TRACE / HTTP/1.1\r\nHost: x\r\n\r\n",
+	} {
+		conn, err := egress.DialerIn{Path: r.sb}.DialContext(context.Background(), "tcp", r.gws["provider"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, raw); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil || resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%q: %v %v, want 400", raw, resp, err)
+		}
+	}
+	if got := len(r.world.Seen()); got != before {
+		t.Fatalf("a refused gateway request reached an upstream: %+v", r.world.Seen()[before:])
 	}
 }

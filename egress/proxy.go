@@ -50,7 +50,7 @@ type Limits struct {
 // DefaultLimits are the bounds custodyd uses unless its configuration
 // says otherwise.
 func DefaultLimits() Limits {
-	return Limits{Conns: 64, Bytes: 1 << 30, ConnTime: 10 * time.Minute, HeadTime: 10 * time.Second, Decisions: 4096}
+	return Limits{Conns: 64, Bytes: 1 << 30, ConnTime: 10 * time.Minute, HeadTime: 10 * time.Second, Decisions: 1024}
 }
 
 // Decision codes: "allowed" and the reasons a connection is refused.
@@ -196,17 +196,32 @@ func (p *Proxy) Report() Report {
 	return r
 }
 
+// maxDecisionText bounds each workload-chosen string a decision keeps (a
+// Host header or CONNECT target may be kilobytes): the decisions must fit
+// the signed receipt whatever the workload sends.
+const maxDecisionText = 256
+
+func clipText(s string) string {
+	if len(s) <= maxDecisionText {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxDecisionText], "") + "..."
+}
+
 func (p *Proxy) record(d Decision) {
 	d.At = time.Now().UTC()
-	p.cfg.Log.Info("egress decision", "via", d.Via, "destination", d.Destination, "address", d.Address,
-		"allowed", d.Allowed, "code", d.Code, "reason", d.Reason, "credential", d.Credential,
-		"bytesOut", d.BytesOut, "bytesIn", d.BytesIn)
+	d.Destination, d.Address, d.Reason = clipText(d.Destination), clipText(d.Address), clipText(d.Reason)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.rep.Decisions) >= p.cfg.Limits.Decisions {
+		// Counted, not kept or logged: past the cap a flood of requests
+		// must cost neither memory nor the daemon's log.
 		p.rep.Dropped++
 		return
 	}
+	p.cfg.Log.Info("egress decision", "via", d.Via, "destination", d.Destination, "address", d.Address,
+		"allowed", d.Allowed, "code", d.Code, "reason", d.Reason, "credential", d.Credential,
+		"bytesOut", d.BytesOut, "bytesIn", d.BytesIn)
 	p.rep.Decisions = append(p.rep.Decisions, d)
 }
 

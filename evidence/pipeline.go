@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
@@ -146,9 +147,15 @@ func validatePipeline(s *PipelineSummary) error {
 	if n := len(s.Stages); n == 0 || n > maxPipelineStages {
 		ps.add("stages", "%d stages, want 1 to %d", n, maxPipelineStages)
 	}
-	seen := map[string]bool{}
+	seen, runs := map[string]bool{}, map[string]bool{}
 	for i, st := range s.Stages {
 		var one problems
+		if runs[st.RunID] {
+			// One run is one stage: a run named twice would let one
+			// receipt stand for two stages.
+			one.add(".runId", "%q is another stage's run too", cdsse.Clip(st.RunID))
+		}
+		runs[st.RunID] = true
 		if !stageNamePattern.MatchString(st.Name) {
 			one.add(".name", "%q is not a stage name", cdsse.Clip(st.Name))
 		}
@@ -398,6 +405,9 @@ func (v *Verifier) verifyStage(ctx context.Context, st PipelineStage, stage func
 		}
 		if st.Inputs[i].From != "" && in.Source != "output:"+in.Digest {
 			return r, fmt.Sprintf("inputs[%d]: the summary says it is stage %q's output, but the receipt's source is %q", i, st.Inputs[i].From, cdsse.Clip(in.Source)), nil
+		}
+		if st.Inputs[i].From == "" && strings.HasPrefix(in.Source, "output:") {
+			return r, fmt.Sprintf("inputs[%d]: the receipt read it from the output store (%q), but the summary names no stage it came from", i, cdsse.Clip(in.Source)), nil
 		}
 	}
 	return r, "", nil

@@ -160,6 +160,27 @@ func TestPipelineSummary(t *testing.T) {
 		}
 	})
 
+	t.Run("an earlier output passed off as a host source", func(t *testing.T) {
+		s := append([]evidence.PipelineStage{}, stages...)
+		s[1].Inputs = []evidence.PipelineInput{{Target: s[1].Inputs[0].Target, Digest: s[1].Inputs[0].Digest}}
+		env, err := evidence.SignPipelineSummary(context.Background(), f.runner, summaryOf(f, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := verifyPipeline(t, f, env, receipts)
+		if res.OK || !strings.Contains(failedChecks(res), "stage/build:") || !strings.Contains(failedChecks(res), "names no stage it came from") {
+			t.Fatalf("an unnamed output input verified: ok=%t\n%s", res.OK, failedChecks(res))
+		}
+	})
+
+	t.Run("one run named for two stages", func(t *testing.T) {
+		s := append([]evidence.PipelineStage{}, stages...)
+		s[1].RunID = s[0].RunID
+		if _, err := evidence.SignPipelineSummary(context.Background(), f.runner, summaryOf(f, s)); err == nil || !strings.Contains(err.Error(), "another stage's run too") {
+			t.Fatalf("sign with a run named twice: %v", err)
+		}
+	})
+
 	t.Run("untrusted signer", func(t *testing.T) {
 		other := newKey(t)
 		s := summaryOf(f, stages)

@@ -191,7 +191,7 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 	case err != nil:
 		return nil, nil, err
 	}
-	creds := credentialChecks(pol, req, l.cfg.Runner.Backend().Capabilities().RestrictedEgress)
+	creds := credentialChecks(pol, req, l.restrictedEgress(req))
 	refused = append(refused, refusedOf(creds)...)
 	if plan != nil {
 		plan.Checks = append(plan.Checks, creds...)
@@ -221,6 +221,62 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 		return nil, nil, err
 	}
 	return plan, inputs, nil
+}
+
+// outputChecks holds each input that names a retained output to who made
+// it: only outputs of the same actor's runs may be named, and never a
+// test stage's output as an input of generation (acceptance material and
+// its results never reach the generator). The store is the runner's own
+// record, so a digest learnt from another actor's receipt opens nothing.
+func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage request.Stage) ([]admission.Check, error) {
+	var refused []admission.Check
+	for i, in := range plan.Inputs {
+		d, ok := in.OutputDigest()
+		if !ok {
+			continue
+		}
+		ps, err := l.outputProducers(d)
+		if err != nil {
+			return nil, err
+		}
+		own, fromTest := false, false
+		for _, p := range ps {
+			if p.actor == actor {
+				own = true
+				fromTest = fromTest || p.stage == string(request.StageTest)
+			}
+		}
+		req := fmt.Sprintf("inputs[%d].source", i)
+		switch {
+		case !own:
+			refused = append(refused, admission.Check{Requirement: req, Verdict: admission.NotGranted, Code: "input-output-foreign",
+				Detail: fmt.Sprintf("%s is not the output of a recorded run of actor %q", in.Source, actor),
+				Fix:    "name an output of one of your own runs, or run the stage that produces it"})
+		case fromTest && stage == request.StageGenerate:
+			refused = append(refused, admission.Check{Requirement: req, Verdict: admission.NotGranted, Code: "input-output-verifier",
+				Detail: fmt.Sprintf("%s is a test stage's output; generation never sees acceptance material or its results", in.Source),
+				Fix:    "give generate only earlier acquire or generate outputs"})
+		}
+	}
+	return refused, nil
+}
+
+// producer is a recorded run whose retained output is a given tree.
+type producer struct{ actor, stage string }
+
+// outputProducers lists the recorded runs (launch's own Records) whose
+// output is digest.
+func (l *Launcher) outputProducers(digest string) ([]producer, error) {
+	var out []producer
+	err := l.cfg.Store.Runs(func(id string, raw []byte) error {
+		var rec Record
+		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil || rec.Result.Output == nil || rec.Result.Output.Digest != digest {
+			return nil
+		}
+		out = append(out, producer{actor: rec.Result.Actor, stage: rec.Result.Stage})
+		return nil
+	})
+	return out, err
 }
 
 // markResolvedAtRun says in input i's check that it is read when the
@@ -317,10 +373,18 @@ func brokered(pol *policy.Policy, req *request.Phase) []grant.Brokered {
 	return out
 }
 
+// restrictedEgress says whether the backend the phase runs on (not the
+// runner's default) enforces restricted egress; an unconfigured backend
+// does not (admission refuses it on its own).
+func (l *Launcher) restrictedEgress(req *request.Phase) bool {
+	b, err := l.cfg.Runner.BackendNamed(req.BackendName())
+	return err == nil && b.Capabilities().RestrictedEgress
+}
+
 // authorize is actorChecks and credentialChecks as one refusal, for a
 // launch re-deriving a grant's decision.
 func (l *Launcher) authorize(pol *policy.Policy, req *request.Phase, actor string) error {
-	restricted := l.cfg.Runner.Backend().Capabilities().RestrictedEgress
+	restricted := l.restrictedEgress(req)
 	if checks := refusedOf(append(actorChecks(pol, req, actor), credentialChecks(pol, req, restricted)...)); len(checks) > 0 {
 		return &admission.RefusedError{Checks: checks}
 	}
@@ -343,6 +407,11 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	plan, inputs, err := l.decide(ctx, pol, req, actorChecks(pol, req, actor), nil)
 	if err != nil {
 		return nil, err
+	}
+	if refused, err := l.outputChecks(plan, actor, req.Stage); err != nil {
+		return nil, err
+	} else if len(refused) > 0 {
+		return nil, &admission.RefusedError{Checks: refused}
 	}
 	phase, err := req.Canonical()
 	if err != nil {
@@ -539,6 +608,11 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress/brokered: grant binds %v %v, policy now gives %v %v; fix: issue a new grant",
 			p.Egress.Destinations, p.Brokered, plan.Egress, brokered(pol, req))
 	}
+	if refused, err := l.outputChecks(plan, p.Actor, req.Stage); err != nil {
+		return nil, err
+	} else if len(refused) > 0 {
+		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
+	}
 	hashed, err := r.HashInputs(ctx, plan)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
@@ -585,11 +659,12 @@ func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admis
 			return nil, grant.RefuseWith(grant.CodeNotAdmitted, fmt.Errorf("credential %s: %w", name, err))
 		}
 		value, err := egress.FormatSecret(b.EffectiveFormat(), secret)
+		raw := strings.TrimRight(string(secret), "\r\n")
 		clear(secret)
 		if err != nil {
 			return nil, grant.RefuseWith(grant.CodeNotAdmitted, fmt.Errorf("credential %s: %w", name, err))
 		}
-		gws = append(gws, egress.Gateway{Name: name, Destination: dest, Header: b.Header, Value: value, RootCAs: ec.RootCAs})
+		gws = append(gws, egress.Gateway{Name: name, Destination: dest, Header: b.Header, Value: value, Secret: raw, RootCAs: ec.RootCAs})
 		bound = append(bound, evidence.BrokeredCredential{Name: name, Destination: b.Destination})
 	}
 	lim := ec.Limits

@@ -339,6 +339,14 @@ func (p *Policy) validateCredentials(add adder) {
 			add(field+".format", fmt.Sprintf("%q does not hold exactly one {} on one line", c.Format), `write the header value with {} where the secret goes, e.g. "Bearer {}"`)
 		}
 		p.validateStageList(add, field+".stages", c.Stages)
+		// R8: build, test and run get no provider or release credentials;
+		// only acquisition and generation are brokered.
+		for i, st := range c.Stages {
+			if st == "build" || st == "test" || st == "run" {
+				add(fmt.Sprintf("%s.stages[%d]", field, i), fmt.Sprintf("%q may not hold a brokered credential (R8: build, test and run get no provider or release credentials)", st),
+					"bind the credential to acquire or generate only")
+			}
+		}
 	}
 }
 

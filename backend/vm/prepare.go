@@ -62,6 +62,11 @@ func checkSpec(s backend.Spec) error {
 	if s.CPU <= 0 {
 		return fmt.Errorf("vm: the cpu budget is missing: every budget is finite and required")
 	}
+	if s.Egress != nil {
+		// The guest has no NIC; a gateway or proxy given here would be
+		// claimed in the receipt and never exist.
+		return fmt.Errorf("vm: restricted egress is not served by the vm backend (it claims no RestrictedEgress); fix: ask for network: deny and no credentials")
+	}
 	if len(s.Args) == 0 || !path.IsAbs(s.Args[0]) {
 		return fmt.Errorf("vm: argv[0] must be an absolute path in the image, got %q", s.Args)
 	}

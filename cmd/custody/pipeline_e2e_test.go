@@ -361,6 +361,12 @@ func TestInputByOutputDigest(t *testing.T) {
 		t.Fatal("the receipt does not record the input as the output by digest")
 	}
 
+	// Refused: another actor names ci-bot's output (a digest read off a
+	// receipt opens nothing), before a grant exists.
+	if code, out, errs := e.custody("grant", "issue", consumer, "--actor", "operator", "--ttl", "5m"); code != exitRefused || !strings.Contains(out+errs, `is not the output of a recorded run of actor "operator"`) {
+		t.Fatalf("another actor's grant for ci-bot's output: %d\nout=%s\nerr=%s", code, out, errs)
+	}
+
 	// Refused: a digest the store does not hold, and a malformed one.
 	unknown := "sha256:" + strings.Repeat("0", 64)
 	code, out, errs = e.custody("admit", e.phase(t, "unknown", "true", input("output:"+unknown)))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
@@ -82,6 +83,13 @@ func (s *server) summaryStage(r *http.Request, ref api.PipelineStageRef) (eviden
 		// the receipt is the output store's, by that digest.
 		if ref.From[i] != "" && in.Source != request.OutputSource(in.Digest) {
 			return refuse("inputs[%d] at %s is named as stage %q's output, but was read from %q", i, in.Target, ref.From[i], in.Source)
+		}
+		// And an input read from the output store is named for the stage
+		// it came from: unnamed, it would pass for an operator's host
+		// source and escape the links' checks (a verifier's output among
+		// them).
+		if ref.From[i] == "" && strings.HasPrefix(in.Source, request.OutputSourcePrefix) {
+			return refuse("inputs[%d] at %s was read from the output store (%s) but names no earlier stage; fix: name the stage it came from", i, in.Target, in.Source)
 		}
 		st.Inputs = append(st.Inputs, evidence.PipelineInput{Target: in.Target, Digest: in.Digest, From: ref.From[i]})
 	}

@@ -138,6 +138,15 @@ func NewWorld(t testing.TB) *World {
 		w.mu.Lock()
 		w.seen = append(w.seen, Request{Host: host, Path: r.URL.Path, Headers: r.Header.Clone(), Body: body})
 		w.mu.Unlock()
+		if r.URL.Path == "/echo" {
+			// An echo endpoint, as debug and error pages are: it hands
+			// back the credential it was sent, raw and encoded.
+			auth := r.Header.Get("Authorization")
+			raw := strings.TrimPrefix(auth, "Bearer ")
+			rw.Header().Set("X-Echo", auth)
+			fmt.Fprintf(rw, "auth=%s raw=%s b64=%s hex=%x\n", auth, raw, base64.StdEncoding.EncodeToString([]byte(raw)), raw)
+			return
+		}
 		fmt.Fprintf(rw, "hello from %s\n", host)
 	})
 	for _, a := range []string{AllowedAddr, OtherAddr} {
