@@ -132,6 +132,13 @@ func TestEgressInterceptEndToEnd(t *testing.T) {
 	}
 	places := map[string][]byte{"stdout/stderr": out.Bytes(), "receipt": payload, "grant": grantPayload,
 		"custodyd log": []byte(logs.String()), "outputs (env, /proc, CA)": files}
+	noCanary(t, d, canary, places)
+}
+
+// noCanary fails t if any form of canary is in places or in any file
+// under the daemon's directory (state, journal, store, inputs).
+func noCanary(t *testing.T, d *daemon, canary string, places map[string][]byte) {
+	t.Helper()
 	filepath.WalkDir(d.dir, func(p string, e os.DirEntry, _ error) error {
 		if e != nil && e.Type().IsRegular() {
 			b, _ := os.ReadFile(p)
