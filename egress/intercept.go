@@ -49,8 +49,10 @@ func (p *Proxy) intercept(ctx context.Context, c net.Conn, client io.Reader, g G
 	srv := &http.Server{
 		Handler:           p.gatewayHandler(g, tr, "intercept"),
 		ReadHeaderTimeout: p.cfg.Limits.HeadTime,
-		MaxHeaderBytes:    maxHead,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// An idle kept-alive tunnel is closed, not held for ConnTime.
+		IdleTimeout:    p.cfg.Limits.HeadTime,
+		MaxHeaderBytes: maxHead,
+		BaseContext:    func(net.Listener) context.Context { return ctx },
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateClosed || s == http.StateHijacked {
 				ln.Close()
