@@ -143,12 +143,19 @@ type Egress struct {
 	// be. Their addresses are fixed loopback ones, free in a namespace
 	// that is the sandbox's alone, so they are known before it starts.
 	Env []string
+	// CACert, when set, is a PEM certificate (public) the sandbox must
+	// trust: the caller's per-run interception CA. The backend binds it
+	// read-only at EgressCAPath; Env points TLS stacks at it.
+	CACert []byte
 	// Attach is called while the sandbox is held before its workload
 	// starts. listen opens a TCP listener inside the sandbox's network
 	// namespace; Attach starts serving what it opens and returns. An error
 	// stops the launch before the workload runs.
 	Attach func(ctx context.Context, listen func(addr string) (net.Listener, error)) error
 }
+
+// EgressCAPath is where a sandbox finds Egress.CACert.
+const EgressCAPath = "/etc/custody/egress-ca.pem"
 
 // Resource is one native resource a launch records: its kind, its name
 // and, once it exists, the identity that proves it is the one custody made

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 )
 
@@ -30,25 +31,39 @@ func gatewayAddr(i int) string { return fmt.Sprintf("127.0.0.1:%d", firstGateway
 
 // SandboxEnv is what custody adds to the workload's environment: the proxy
 // in both spellings that tools read (curl reads only the lower-case
-// http_proxy; most others the upper case), NO_PROXY for the sandbox's own
-// loopback when there are gateways, and per credential its gateway's base
-// URL and the placeholder. Nothing else is added.
+// http_proxy; most others the upper case) when there are destinations or
+// intercepted credentials, NO_PROXY for the sandbox's own loopback when
+// there are gateways, CAEnv pointing at CAPath when a credential is
+// intercepted, and per credential the placeholder and, for the gateway
+// form, its gateway's base URL. Nothing else is added.
 func (p *Proxy) SandboxEnv() []string {
 	var env []string
-	if len(p.cfg.Allow.ds) > 0 {
+	if p.proxied() {
 		u := "http://" + ProxyAddr
 		env = append(env, "HTTP_PROXY="+u, "HTTPS_PROXY="+u, "http_proxy="+u, "https_proxy="+u)
 	}
-	if len(p.cfg.Gateways) > 0 {
+	if slices.ContainsFunc(p.cfg.Gateways, func(g Gateway) bool { return g.form() == FormGateway }) {
 		// The gateways are called directly, never through the proxy.
 		env = append(env, "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
 	}
+	if p.ca != nil {
+		for _, k := range CAEnv {
+			env = append(env, k+"="+CAPath)
+		}
+	}
 	for i, g := range p.cfg.Gateways {
 		n := EnvName(g.Name)
-		env = append(env, "CUSTODY_GATEWAY_"+n+"=http://"+gatewayAddr(i), "CUSTODY_CREDENTIAL_"+n+"="+Placeholder)
+		if g.form() == FormGateway {
+			env = append(env, "CUSTODY_GATEWAY_"+n+"=http://"+gatewayAddr(i))
+		}
+		env = append(env, "CUSTODY_CREDENTIAL_"+n+"="+Placeholder)
 	}
 	return env
 }
+
+// proxied says the proxy listens: there are destinations, or a credential
+// whose bound host it intercepts.
+func (p *Proxy) proxied() bool { return len(p.cfg.Allow.ds) > 0 || p.ca != nil }
 
 // Attach opens the proxy's and the gateways' listeners with listen (inside
 // the sandbox's namespace) and serves them until ctx ends or the listeners
@@ -66,7 +81,7 @@ func (p *Proxy) Attach(ctx context.Context, listen func(addr string) (net.Listen
 		}
 		return err
 	}
-	if len(p.cfg.Allow.ds) > 0 {
+	if p.proxied() {
 		ln, err := listen(ProxyAddr)
 		if err != nil {
 			return fail(err)
@@ -74,6 +89,9 @@ func (p *Proxy) Attach(ctx context.Context, listen func(addr string) (net.Listen
 		todo = append(todo, served{ln, func(ln net.Listener) error { return p.Serve(ctx, ln) }})
 	}
 	for i, g := range p.cfg.Gateways {
+		if g.form() != FormGateway {
+			continue // served by the proxy itself
+		}
 		ln, err := listen(gatewayAddr(i))
 		if err != nil {
 			return fail(err)

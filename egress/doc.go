@@ -1,5 +1,6 @@
 // Package egress is custody's restricted egress: a per-run proxy that runs
-// in custodyd, outside the sandbox, and a credential broker (gateway form).
+// in custodyd, outside the sandbox, and a credential broker (gateway and
+// interception forms).
 //
 // The sandbox's network namespace holds only loopback. custodyd opens the
 // proxy's and the gateways' listening sockets inside that namespace
@@ -18,6 +19,10 @@
 //
 // A gateway is a sandbox-local plain-HTTP endpoint for one bound
 // credential: it forwards each request to the bound destination over
-// verified TLS, adding the credential's header. The secret never enters the
-// sandbox, and decisions name the credential, never its value.
+// verified TLS, adding the credential's header. A credential in the
+// interception form has no gateway: a CONNECT to its bound host alone is
+// TLS-terminated by the proxy with a leaf of the run's CA (RunCA), whose
+// certificate the sandbox trusts and whose key never leaves custodyd, and
+// its requests are forwarded the same way. The secret never enters the
+// sandbox, and decisions name the credential and its form, never its value.
 package egress

@@ -41,6 +41,23 @@ type Gateway struct {
 	Secret string
 	// RootCAs verify the destination; nil means the host's roots.
 	RootCAs *x509.CertPool
+	// Form is [FormGateway] (also when empty) or [FormIntercept].
+	Form string
+}
+
+// Credential forms: a sandbox-local gateway, or TLS interception of the
+// bound destination in the proxy.
+const (
+	FormGateway   = "gateway"
+	FormIntercept = "intercept"
+)
+
+// form is g.Form with the default filled in.
+func (g Gateway) form() string {
+	if g.Form == "" {
+		return FormGateway
+	}
+	return g.Form
 }
 
 // FormatSecret puts secret into format at its one "{}" ("Bearer {}"); a
@@ -66,6 +83,8 @@ func (g Gateway) check() error {
 		return fmt.Errorf("egress: gateway %s: the header value is empty or not one line", g.Name)
 	case g.Destination.Host == "" || g.Destination.Port == 0:
 		return fmt.Errorf("egress: gateway %s has no destination", g.Name)
+	case g.form() != FormGateway && g.form() != FormIntercept:
+		return fmt.Errorf("egress: gateway %s: form %q is neither %s nor %s", g.Name, g.Form, FormGateway, FormIntercept)
 	}
 	return nil
 }
@@ -83,29 +102,14 @@ func (p *Proxy) gateway(name string) (Gateway, bool) {
 // ServeGateway serves the gateway of credential name on ln until ctx ends.
 func (p *Proxy) ServeGateway(ctx context.Context, ln net.Listener, name string) error {
 	g, ok := p.gateway(name)
-	if !ok {
+	if !ok || g.form() != FormGateway {
 		ln.Close()
 		return fmt.Errorf("egress: no gateway for credential %q", name)
 	}
-	d := g.Destination
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			// The destination is the binding's, never what the request names.
-			a, dec := p.resolve(ctx, d.Host)
-			if dec != nil {
-				return nil, fmt.Errorf("%w: %s", ErrRefused, dec.Reason)
-			}
-			return p.dial(ctx, netip.AddrPortFrom(a, d.Port))
-		},
-		TLSClientConfig:       &tls.Config{RootCAs: g.RootCAs, ServerName: d.Host, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   p.cfg.Limits.HeadTime,
-		ResponseHeaderTimeout: p.cfg.Limits.ConnTime,
-		MaxIdleConns:          4,
-		IdleConnTimeout:       30 * time.Second,
-	}
+	tr := p.upstream(g)
 	defer tr.CloseIdleConnections()
 	srv := &http.Server{
-		Handler:           p.gatewayHandler(g, tr),
+		Handler:           p.gatewayHandler(g, tr, "gateway"),
 		ReadHeaderTimeout: p.cfg.Limits.HeadTime,
 		MaxHeaderBytes:    maxHead,
 		ErrorLog:          nil,
@@ -125,17 +129,47 @@ func (p *Proxy) ServeGateway(ctx context.Context, ln net.Listener, name string) 
 	return fmt.Errorf("egress: gateway %s: %w", name, err)
 }
 
-func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper) http.Handler {
+// upstream is the transport to g's bound destination, over TLS verified
+// against g.RootCAs, whatever host a request names.
+func (p *Proxy) upstream(g Gateway) *http.Transport {
+	d := g.Destination
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			// The destination is the binding's, never what the request names.
+			a, dec := p.resolve(ctx, d.Host)
+			if dec != nil {
+				return nil, fmt.Errorf("%w: %s", ErrRefused, dec.Reason)
+			}
+			return p.dial(ctx, netip.AddrPortFrom(a, d.Port))
+		},
+		TLSClientConfig:       &tls.Config{RootCAs: g.RootCAs, ServerName: d.Host, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   p.cfg.Limits.HeadTime,
+		ResponseHeaderTimeout: p.cfg.Limits.ConnTime,
+		MaxIdleConns:          4,
+		IdleConnTimeout:       30 * time.Second,
+	}
+}
+
+// gatewayHandler forwards each request to g's destination with the
+// credential set; via is "gateway" or "intercept" (a request read from an
+// intercepted tunnel, whose Host must name the bound host).
+func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper, via string) http.Handler {
 	d := g.Destination
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.inflight.Add(1)
 		defer p.inflight.Done()
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Limits.ConnTime)
 		defer cancel()
-		dec := Decision{Via: "gateway", Destination: d.String(), Credential: g.Name}
+		dec := Decision{Via: via, Destination: d.String(), Credential: g.Name, Form: g.form()}
 		host := d.Host
 		if d.Port != 443 {
 			host = d.String()
+		}
+		if via == "intercept" && r.Host != d.Host && r.Host != d.String() {
+			dec.Code, dec.Reason = CodeHostMismatch, fmt.Sprintf("Host header %q is not the intercepted destination %q", r.Host, d)
+			p.record(dec)
+			http.Error(w, "custody egress: "+dec.Reason, http.StatusMisdirectedRequest)
+			return
 		}
 		// Only a path and query in origin form are forwarded: an absolute or
 		// opaque request-target ("GET a:@other.example/") would let the

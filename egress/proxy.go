@@ -72,7 +72,8 @@ const (
 // records it. It never holds a credential's value.
 type Decision struct {
 	At time.Time `json:"at"`
-	// Via is "connect", "http" or "gateway".
+	// Via is "connect", "http", "gateway" or "intercept" (a request in a
+	// tunnel whose TLS the broker terminated).
 	Via string `json:"via"`
 	// Destination is what the client asked for, as host:port.
 	Destination string `json:"destination"`
@@ -81,8 +82,12 @@ type Decision struct {
 	Allowed bool   `json:"allowed"`
 	Code    string `json:"code"`
 	Reason  string `json:"reason,omitempty"`
-	// Credential names the brokered credential (gateway only).
+	// Credential names the brokered credential (gateway, intercept, and
+	// the CONNECT of an intercepted tunnel).
 	Credential string `json:"credential,omitempty"`
+	// Form is the credential's form, "gateway" or "intercept", when
+	// Credential is set.
+	Form string `json:"form,omitempty"`
 	// BytesOut and BytesIn are relayed to and from the destination.
 	BytesOut int64 `json:"bytesOut"`
 	BytesIn  int64 `json:"bytesIn"`
@@ -108,11 +113,17 @@ type Config struct {
 	Dialer   Dialer
 	Limits   Limits
 	Log      *slog.Logger
+	// CAValidity is how long the run's interception CA is valid, when a
+	// gateway has the intercept form; zero means one hour.
+	CAValidity time.Duration
 }
 
 // Proxy is one run's egress proxy and gateways.
 type Proxy struct {
-	cfg   Config
+	cfg Config
+	// ca is the run's interception CA, nil without intercept-form
+	// credentials.
+	ca    *RunCA
 	sem   chan struct{}
 	bytes atomic.Int64
 	mu    sync.Mutex
@@ -158,9 +169,18 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, sem: make(chan struct{}, l.Conns)}
 	p.rep.Allow = cfg.Allow.Entries()
 	envs := map[string]string{}
+	intercepted := map[Destination]string{}
+	var hosts []string
 	for _, g := range cfg.Gateways {
 		if err := g.check(); err != nil {
 			return nil, err
+		}
+		if g.form() == FormIntercept {
+			if other, dup := intercepted[g.Destination]; dup {
+				return nil, fmt.Errorf("egress: credentials %q and %q both intercept %s; bind one of them to another destination or the gateway form", other, g.Name, g.Destination)
+			}
+			intercepted[g.Destination] = g.Name
+			hosts = append(hosts, g.Destination.Host)
 		}
 		if other, dup := envs[EnvName(g.Name)]; dup {
 			return nil, fmt.Errorf("egress: credentials %q and %q have the same variable name %s; rename one", other, g.Name, EnvName(g.Name))
@@ -168,7 +188,37 @@ func New(cfg Config) (*Proxy, error) {
 		envs[EnvName(g.Name)] = g.Name
 		p.rep.Gateways = append(p.rep.Gateways, g.Name)
 	}
+	if len(hosts) > 0 {
+		v := cfg.CAValidity
+		if v == 0 {
+			v = time.Hour
+		}
+		ca, err := NewRunCA(hosts, v)
+		if err != nil {
+			return nil, err
+		}
+		p.ca = ca
+	}
 	return p, nil
+}
+
+// CACert is the PEM certificate of the run's interception CA, which the
+// sandbox must trust (bound at CAPath); nil when nothing is intercepted.
+func (p *Proxy) CACert() []byte {
+	if p.ca == nil {
+		return nil
+	}
+	return p.ca.CertPEM()
+}
+
+// interceptFor is the intercept-form credential bound to d, if any.
+func (p *Proxy) interceptFor(d Destination) (Gateway, bool) {
+	for _, g := range p.cfg.Gateways {
+		if g.form() == FormIntercept && g.Destination == d {
+			return g, true
+		}
+	}
+	return Gateway{}, false
 }
 
 // recheck is the default dialer's last word: the socket is refused at
@@ -326,7 +376,9 @@ func writeStatus(w io.Writer, code int, why string) {
 
 // admit checks one destination against the allowlist and the Host headers
 // sent, and resolves it; it returns the address to dial or a refusal.
-func (p *Proxy) admit(ctx context.Context, d Destination, hostsSent []string, asked string) (netip.AddrPort, *Decision) {
+// An intercepted destination (a CONNECT to an intercept credential's bound
+// host) is allowed by its binding, as a gateway's is.
+func (p *Proxy) admit(ctx context.Context, d Destination, hostsSent []string, asked string, intercepted bool) (netip.AddrPort, *Decision) {
 	for _, h := range hostsSent {
 		if h != asked {
 			return netip.AddrPort{}, &Decision{Code: CodeHostMismatch,
@@ -336,7 +388,7 @@ func (p *Proxy) admit(ctx context.Context, d Destination, hostsSent []string, as
 	if len(hostsSent) > 1 {
 		return netip.AddrPort{}, &Decision{Code: CodeHostMismatch, Reason: "more than one Host header"}
 	}
-	if !p.cfg.Allow.Allows(d) {
+	if !p.cfg.Allow.Allows(d) && !intercepted {
 		return netip.AddrPort{}, &Decision{Code: CodeNotAllowlisted,
 			Reason: fmt.Sprintf("%s is not in the run's egress allowlist", d)}
 	}
@@ -390,7 +442,8 @@ func (p *Proxy) connect(ctx context.Context, c net.Conn, rd *bufio.Reader, req *
 		refuse(&Decision{Code: CodeBadRequest, Reason: fmt.Sprintf("CONNECT target %q is not host:port", asked)}, http.StatusBadRequest)
 		return
 	}
-	ap, bad := p.admit(ctx, d, hosts, asked)
+	ig, intercept := p.interceptFor(d)
+	ap, bad := p.admit(ctx, d, hosts, asked, intercept)
 	if bad != nil {
 		refuse(bad, http.StatusForbidden)
 		return
@@ -412,6 +465,13 @@ func (p *Proxy) connect(ctx context.Context, c net.Conn, rd *bufio.Reader, req *
 		return
 	}
 	c.SetReadDeadline(time.Time{})
+	if intercept {
+		// Only here, for the bound host of an intercept-form credential,
+		// is TLS terminated; every other tunnel stays blind.
+		dec.Credential, dec.Form = ig.Name, FormIntercept
+		p.intercept(ctx, c, io.MultiReader(bytes.NewReader(seen), rd), ig, &dec)
+		return
+	}
 	up, err := p.dial(ctx, ap)
 	if err != nil {
 		refuse(&Decision{Code: CodeDialFailed, Reason: err.Error(), Address: dec.Address}, 0)
@@ -459,7 +519,7 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 		return
 	}
 	dec.Destination = d.String()
-	ap, bad := p.admit(ctx, d, hosts, req.URL.Host)
+	ap, bad := p.admit(ctx, d, hosts, req.URL.Host, false)
 	if bad != nil {
 		refuse(bad, http.StatusForbidden)
 		return

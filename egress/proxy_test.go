@@ -62,7 +62,12 @@ func newRigLimits(t *testing.T, lim egress.Limits, allow []string, gws ...egress
 	done := make(chan error, 1+len(gws))
 	go func() { done <- p.Serve(ctx, ln) }()
 	r := &rig{world: w, sb: sb, proxy: p, addr: ln.Addr().String(), gws: map[string]string{}}
+	served := 1
 	for _, g := range gws {
+		if g.Form == egress.FormIntercept {
+			continue // the proxy serves it
+		}
+		served++
 		gl, err := egress.ListenIn(sb, "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +77,7 @@ func newRigLimits(t *testing.T, lim egress.Limits, allow []string, gws ...egress
 	}
 	t.Cleanup(func() {
 		cancel()
-		for range 1 + len(gws) {
+		for range served {
 			if err := <-done; err != nil {
 				t.Error(err)
 			}

@@ -1066,10 +1066,12 @@ type Egress struct {
 	Unsettled bool `json:"unsettled,omitempty"`
 }
 
-// BrokeredCredential is one credential's name and bound destination.
+// BrokeredCredential is one credential's name, bound destination and
+// form ("gateway" or "intercept").
 type BrokeredCredential struct {
 	Name        string `json:"name"`
 	Destination string `json:"destination"`
+	Form        string `json:"form,omitempty"`
 }
 
 // EgressDecision is one allowed or refused connection or request.
@@ -1082,6 +1084,7 @@ type EgressDecision struct {
 	Code        string    `json:"code"`
 	Reason      string    `json:"reason,omitempty"`
 	Credential  string    `json:"credential,omitempty"`
+	Form        string    `json:"form,omitempty"`
 	BytesOut    int64     `json:"bytesOut"`
 	BytesIn     int64     `json:"bytesIn"`
 }

@@ -250,11 +250,14 @@ type Egress struct {
 	Destinations []string `json:"destinations"`
 }
 
-// Brokered is one credential the grant lets the broker use: its name and
-// the one destination the operator bound it to. Never its value.
+// Brokered is one credential the grant lets the broker use: its name, the
+// one destination the operator bound it to and its form. Never its value.
 type Brokered struct {
 	Name        string `json:"name"`
 	Destination string `json:"destination"`
+	// Form is "intercept" for the interception form; empty (as in grants
+	// issued before forms existed) is the gateway form.
+	Form string `json:"form,omitempty"`
 }
 
 // Grant is a verified grant.

@@ -482,6 +482,10 @@ func TestMintValidates(t *testing.T) {
 			p.Credentials = []string{"a"}
 			p.Brokered = []grant.Brokered{{Name: "a", Destination: "10.0.0.1:443"}}
 		},
+		"brokered[0].form": func(p *grant.Predicate) {
+			p.Credentials = []string{"a"}
+			p.Brokered = []grant.Brokered{{Name: "a", Destination: "a.example:443", Form: "gateway"}}
+		},
 	}
 	for field, mutate := range cases {
 		field := strings.TrimRight(field, " \x00")
@@ -502,6 +506,10 @@ func TestMintValidates(t *testing.T) {
 	restricted.Brokered = []grant.Brokered{{Name: "provider", Destination: "api.provider.example:443"}}
 	if _, err := grant.Mint(ctx, issuer, restricted); err != nil {
 		t.Errorf("restricted egress with a brokered credential: %v", err)
+	}
+	restricted.Brokered[0].Form = "intercept"
+	if _, err := grant.Mint(ctx, issuer, restricted); err != nil {
+		t.Errorf("restricted egress with an intercepted credential: %v", err)
 	}
 	if _, err := grant.Mint(ctx, nil, testPredicate(runner)); err == nil {
 		t.Error("nil issuer accepted")

@@ -147,6 +147,9 @@ func validate(p *Predicate) (phaseName string, err error) {
 		if _, err := egress.ParseDestination(b.Destination); err != nil {
 			add(field+".destination", "%v", err)
 		}
+		if b.Form != "" && b.Form != egress.FormIntercept {
+			add(field+".form", "%q is not a credential form (omit it for the gateway form, or %q)", b.Form, egress.FormIntercept)
+		}
 	}
 
 	phaseName, err = checkPhase(p.Phase)

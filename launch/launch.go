@@ -354,6 +354,9 @@ func credentialChecks(pol *policy.Policy, req *request.Phase, restricted bool) [
 			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Unsupported,
 				Code: "no-credential-broker", Detail: "this backend cannot give a sandbox a gateway it alone reaches, so no credential can be brokered",
 				Fix: "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or without credentials"})
+		case b.EffectiveForm() == egress.FormIntercept:
+			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Granted,
+				Code: "credential-brokered", Detail: fmt.Sprintf("intercept: TLS to %s terminated by the broker with a per-run CA the sandbox trusts (%s), header %s added; the workload gets a placeholder", b.Destination, egress.CAPath, b.Header)})
 		default:
 			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Granted,
 				Code: "credential-brokered", Detail: fmt.Sprintf("gateway to %s, header %s added by the broker; the workload gets a placeholder", b.Destination, b.Header)})
@@ -363,12 +366,18 @@ func credentialChecks(pol *policy.Policy, req *request.Phase, restricted bool) [
 }
 
 // brokered is what a grant binds of the phase's credentials: each name
-// with the destination the operator bound it to.
+// with the destination the operator bound it to and, for the interception
+// form, the form (a grant without one means the gateway form, as grants
+// issued before forms existed do).
 func brokered(pol *policy.Policy, req *request.Phase) []grant.Brokered {
 	var out []grant.Brokered
 	for _, c := range req.Credentials {
 		b, _ := pol.CredentialFor(string(req.Stage), c)
-		out = append(out, grant.Brokered{Name: c, Destination: b.Destination})
+		gb := grant.Brokered{Name: c, Destination: b.Destination}
+		if b.EffectiveForm() == egress.FormIntercept {
+			gb.Form = egress.FormIntercept
+		}
+		out = append(out, gb)
 	}
 	return out
 }
@@ -664,19 +673,22 @@ func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admis
 		if err != nil {
 			return nil, grant.RefuseWith(grant.CodeNotAdmitted, fmt.Errorf("credential %s: %w", name, err))
 		}
-		gws = append(gws, egress.Gateway{Name: name, Destination: dest, Header: b.Header, Value: value, Secret: raw, RootCAs: ec.RootCAs})
-		bound = append(bound, evidence.BrokeredCredential{Name: name, Destination: b.Destination})
+		gws = append(gws, egress.Gateway{Name: name, Destination: dest, Header: b.Header, Value: value, Secret: raw, RootCAs: ec.RootCAs, Form: b.EffectiveForm()})
+		bound = append(bound, evidence.BrokeredCredential{Name: name, Destination: b.Destination, Form: b.EffectiveForm()})
 	}
 	lim := ec.Limits
 	if lim == (egress.Limits{}) {
 		lim = egress.DefaultLimits()
 	}
-	p, err := egress.New(egress.Config{Allow: allow, Gateways: gws, Resolver: ec.Resolver, Dialer: ec.Dialer, Limits: lim, Log: l.cfg.Log})
+	// The interception CA (if any) outlives the run's wall time only by
+	// the time to start it.
+	p, err := egress.New(egress.Config{Allow: allow, Gateways: gws, Resolver: ec.Resolver, Dialer: ec.Dialer, Limits: lim, Log: l.cfg.Log,
+		CAValidity: min(plan.WallTime+10*time.Minute, 48*time.Hour)})
 	if err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
 	}
 	return &runner.Egress{
-		Spec: &backend.Egress{Allow: allow.Entries(), Credentials: slices.Clone(req.Credentials), Env: p.SandboxEnv(), Attach: p.Attach},
+		Spec: &backend.Egress{Allow: allow.Entries(), Credentials: slices.Clone(req.Credentials), Env: p.SandboxEnv(), CACert: p.CACert(), Attach: p.Attach},
 		Report: func() *evidence.Egress {
 			// The sandbox is gone; its last connections are closing.
 			settled := p.Settle(2 * time.Second)

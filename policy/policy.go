@@ -3,7 +3,10 @@
 // must refuse every request when Load returns an error.
 package policy
 
-import "github.com/custody-dev/custody/quantity"
+import (
+	"github.com/custody-dev/custody/egress"
+	"github.com/custody-dev/custody/quantity"
+)
 
 // APIVersion is the only accepted apiVersion of a policy file.
 const APIVersion = "custody.dev/v1alpha1"
@@ -93,6 +96,20 @@ type Credential struct {
 	Format string `yaml:"format,omitempty" json:"format,omitempty"`
 	// Stages are the stages that may use it; none means no stage.
 	Stages []string `yaml:"stages" json:"stages"`
+	// Form is how the workload reaches the destination: "gateway" (the
+	// default: a sandbox-local plain-HTTP endpoint, no CA in the
+	// sandbox) or "intercept" (for tools with a hard-coded host: the
+	// proxy terminates TLS for the destination alone with a per-run CA
+	// the sandbox trusts).
+	Form string `yaml:"form,omitempty" json:"form,omitempty"`
+}
+
+// EffectiveForm is Form, or "gateway" when unset.
+func (c Credential) EffectiveForm() string {
+	if c.Form == "" {
+		return egress.FormGateway
+	}
+	return c.Form
 }
 
 // EffectiveFormat is Format, or "{}" when unset.

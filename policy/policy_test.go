@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/strictyaml"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
@@ -104,6 +105,7 @@ egress:
 credentials:
   registry-token: {file: /etc/custody/registry-token, destination: registry.example.com:443, header: Authorization, format: "Bearer {}", stages: [acquire]}
   GH_TOKEN: {file: /etc/custody/gh, destination: api.github.com:443, header: Authorization, stages: [generate, acquire]}
+  provider: {file: /etc/custody/provider, destination: api.provider.example:443, header: X-Api-Key, stages: [generate], form: intercept}
 `
 
 func TestParseGrants(t *testing.T) {
@@ -117,7 +119,8 @@ func TestParseGrants(t *testing.T) {
 	}
 	if !slices.Equal(p.InputRoots, []string{"/srv/work", "/home/ci/src"}) ||
 		!slices.Equal(p.Egress.Destinations, []string{"proxy.example.com:3128", "10.0.0.1:80", "[2001:db8::1]:443"}) ||
-		len(p.Credentials) != 2 || p.Credentials["GH_TOKEN"].EffectiveFormat() != "{}" || !p.EgressAllowed("acquire", "proxy.golang.org:443") || p.EgressAllowed("build", "proxy.golang.org:443") {
+		len(p.Credentials) != 3 || p.Credentials["GH_TOKEN"].EffectiveFormat() != "{}" ||
+		p.Credentials["GH_TOKEN"].EffectiveForm() != egress.FormGateway || p.Credentials["provider"].EffectiveForm() != egress.FormIntercept || !p.EgressAllowed("acquire", "proxy.golang.org:443") || p.EgressAllowed("build", "proxy.golang.org:443") {
 		t.Errorf("inputRoots %q egress %+v credentials %+v", p.InputRoots, p.Egress, p.Credentials)
 	}
 }
@@ -218,6 +221,8 @@ func TestParseInvalid(t *testing.T) {
 			[]string{"credentials.t.stages[1]", "credentials.t.stages[2]", "credentials.t.stages[3]"}},
 		{"credential binding wrong", valid + "credentials: {t: {file: rel, destination: '10.0.0.1:443', header: 'A B', format: Bearer, stages: [deploy]}}\n",
 			[]string{"credentials.t.file", "credentials.t.destination", "credentials.t.header", "credentials.t.format", "credentials.t.stages[0]"}},
+		{"credential form unknown", valid + "credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [build], form: mitm}}\n",
+			[]string{"/credentials/t/form"}},
 		{"credential binding incomplete", valid + "credentials: {t: {file: /s}}\n", []string{"/credentials/t/destination", "/credentials/t/header", "/credentials/t/stages"}},
 		{"stage egress wrong", valid + "egress: {stages: {build: ['*.example:443', 'a.example:443', 'a.example:443', '[::1]:1'], deploy: []}}\n",
 			[]string{"egress.stages.build[0]", "egress.stages.build[2]", "egress.stages.build[3]", "egress.stages.deploy"}},

@@ -338,6 +338,9 @@ func (p *Policy) validateCredentials(add adder) {
 		if f := c.EffectiveFormat(); strings.Count(f, "{}") != 1 || strings.ContainsAny(f, "\r\n\x00") {
 			add(field+".format", fmt.Sprintf("%q does not hold exactly one {} on one line", c.Format), `write the header value with {} where the secret goes, e.g. "Bearer {}"`)
 		}
+		if f := c.EffectiveForm(); f != egress.FormGateway && f != egress.FormIntercept {
+			add(field+".form", fmt.Sprintf("%q is not a credential form", c.Form), "write form: gateway (preferred) or form: intercept (only for tools that cannot take a base URL)")
+		}
 		p.validateStageList(add, field+".stages", c.Stages)
 		// R8: build, test and run get no provider or release credentials;
 		// only acquisition and generation are brokered.

@@ -215,6 +215,9 @@ type Launch struct {
 	// Journalled says the caller has already recorded Intents(ID) durably,
 	// so Prepare does not record them again.
 	Journalled bool
+	// EgressCA is the restricted egress's interception CA (PEM), bound
+	// read-only at backend.EgressCAPath; nil for none.
+	EgressCA []byte
 }
 
 // Container is one launch's native resources. Whatever happened, the
@@ -365,7 +368,7 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	cfg.DeviceOwners = b.deviceOwners
 	cfg.NoSwap = c.cgroups.swapAccounted()
 	cfg.CgroupV1 = !c.cgroups.unified
-	if cfg.Files, err = c.writeEtc(cfg.Hostname); err != nil {
+	if cfg.Files, err = c.writeEtc(cfg.Hostname, l.EgressCA); err != nil {
 		return c, err
 	}
 	if err := c.mountWritable(ctx, &cfg); err != nil {
@@ -411,12 +414,16 @@ func (c *Container) mountLaunchDir() error {
 // dir, to be bound read-only over the image's: /etc/hosts naming localhost
 // and the sandbox's hostname on loopback, /etc/hostname matching the UTS
 // name, and an empty /etc/resolv.conf, since egress is denied and there is
-// no resolver to name. The image tree is never modified.
-func (c *Container) writeEtc(hostname string) ([]Mount, error) {
+// no resolver to name; and the egress interception CA, when there is one,
+// at backend.EgressCAPath. The image tree is never modified.
+func (c *Container) writeEtc(hostname string, egressCA []byte) ([]Mount, error) {
 	files := []struct{ target, data string }{
 		{"/etc/hosts", fmt.Sprintf("127.0.0.1\tlocalhost %[1]s\n::1\tlocalhost ip6-localhost ip6-loopback %[1]s\n", hostname)},
 		{"/etc/hostname", hostname + "\n"},
 		{"/etc/resolv.conf", ""},
+	}
+	if len(egressCA) > 0 {
+		files = append(files, struct{ target, data string }{backend.EgressCAPath, string(egressCA)})
 	}
 	var ms []Mount
 	for _, f := range files {

@@ -59,7 +59,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 // Cleanup.
 func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
 	env := s.Env
+	var ca []byte
 	if s.Egress != nil {
+		ca = s.Egress.CACert
 		if !b.opts.Egress || s.Egress.Attach == nil {
 			return nil, errors.New("oci: restricted egress is not served on this runner (Capabilities.RestrictedEgress is false); fix: ask for network: deny and no credentials")
 		}
@@ -77,7 +79,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 	c, err := b.prepare(ctx, Launch{
 		ID: id, ImageRootfs: s.Rootfs, Config: cfg,
 		OutputBytes: s.OutputBytes, OutputFiles: s.OutputFiles,
-		Recorder: rec, Journalled: true,
+		Recorder: rec, Journalled: true, EgressCA: ca,
 	})
 	if c == nil {
 		return nil, err // a nil *Container must not become a non-nil Sandbox

@@ -21,6 +21,13 @@ import (
 // provider, and returns its output, the proxy's report and the cleanup.
 func egressRun(t *testing.T, allow []string, canary, script string) (string, egress.Report, []byte) {
 	t.Helper()
+	return egressRunForm(t, allow, canary, egress.FormGateway, script, nil)
+}
+
+// egressRunForm is egressRun with the credential in form; inputs, if set,
+// adds files to the sandbox's /in before it starts.
+func egressRunForm(t *testing.T, allow []string, canary, form, script string, inputs func(in string)) (string, egress.Report, []byte) {
+	t.Helper()
 	h := newHarness(t, true, func(o *oci.Options) { o.Egress = true })
 	w := egresstest.NewWorld(t)
 	al, err := egress.NewAllowlist(allow)
@@ -33,7 +40,7 @@ func egressRun(t *testing.T, allow []string, canary, script string) (string, egr
 		t.Fatal(err)
 	}
 	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: w.Dialer, Limits: egress.DefaultLimits(),
-		Gateways: []egress.Gateway{{Name: "provider", Destination: dest, Header: "Authorization", Value: value, RootCAs: w.CA}}})
+		Gateways: []egress.Gateway{{Name: "provider", Destination: dest, Header: "Authorization", Value: value, RootCAs: w.CA, Form: form}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +48,14 @@ func egressRun(t *testing.T, allow []string, canary, script string) (string, egr
 	os.Chmod(in, 0o755)
 	egresstest.Client(t, in)
 	w.CAPEM(t, in)
+	if inputs != nil {
+		inputs(in)
+	}
 
 	s := h.spec("/bin/sh", "-c", script)
 	s.Env = append(s.Env, "SSL_CERT_FILE=/in/upstream-ca.pem")
 	s.Inputs = []backend.Mount{{Source: in, Target: "/in"}}
-	s.Egress = &backend.Egress{Allow: al.Entries(), Credentials: []string{"provider"}, Env: p.SandboxEnv(), Attach: p.Attach}
+	s.Egress = &backend.Egress{Allow: al.Entries(), Credentials: []string{"provider"}, Env: p.SandboxEnv(), CACert: p.CACert(), Attach: p.Attach}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := h.prepare(t, "egress-"+strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[len("test"):], s, nil)

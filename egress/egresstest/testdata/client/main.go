@@ -4,6 +4,7 @@
 //
 //	client get URL               GET through HTTP(S)_PROXY, CAs from SSL_CERT_FILE
 //	client sni HOST:PORT NAME    CONNECT to HOST:PORT, then TLS with SNI NAME
+//	client cert HOST:PORT        CONNECT, then TLS without verifying: prints the server certificate's issuer
 //	client tcp ADDR              a direct TCP connection
 //	client udp ADDR              a UDP datagram
 //	client dns SERVER NAME       a TXT lookup of NAME at SERVER (UDP and TCP)
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string) (string, error) {
 			return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
 		}
 		return string(b), nil
-	case "sni":
+	case "sni", "cert":
 		pu, err := url.Parse(os.Getenv("HTTPS_PROXY"))
 		if err != nil || pu.Host == "" {
 			return "", fmt.Errorf("no HTTPS_PROXY: %v", err)
@@ -66,6 +67,15 @@ func run(ctx context.Context, args []string) (string, error) {
 		}
 		if resp.StatusCode != 200 {
 			return "", fmt.Errorf("CONNECT status %d", resp.StatusCode)
+		}
+		if args[0] == "cert" {
+			host, _, _ := net.SplitHostPort(args[1])
+			// Not verified on purpose: the test looks at who issued it.
+			tc := tls.Client(conn, &tls.Config{ServerName: host, InsecureSkipVerify: true})
+			if err := tc.Handshake(); err != nil {
+				return "", err
+			}
+			return "issuer=" + tc.ConnectionState().PeerCertificates[0].Issuer.CommonName, nil
 		}
 		tc := tls.Client(conn, &tls.Config{ServerName: args[2]})
 		if err := tc.Handshake(); err != nil {
