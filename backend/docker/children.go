@@ -35,7 +35,11 @@ const (
 // those already gone: State "gone") and from every container that exists
 // now with a later creation time. The engine does not record who asked for
 // a create, so this says nothing about ownership; the caller decides.
-// The capability probe's own throwaway containers are left out.
+// Only the containers this client's capability probe created, by the
+// native IDs it recorded, are left out: never by label or name, which any
+// holder of the engine's socket sets as it likes. A probe of another
+// process (or of this one before a restart) is not recorded here, so its
+// containers are reported: a wrong report, never a hidden child.
 func (p *Packs) Unjournalled(ctx context.Context, since, until time.Time, known func(kind, id string) bool) ([]backend.Resource, error) {
 	seen := map[string][]string{}
 	msgs, errs := p.d.cli.Events(ctx, events.ListOptions{
@@ -68,7 +72,7 @@ read:
 	}
 	var out []backend.Resource
 	for _, id := range slices.Sorted(maps.Keys(seen)) {
-		if known(KindContainer, id) {
+		if known(KindContainer, id) || p.d.byProbe(id) {
 			continue
 		}
 		r := backend.Resource{Kind: KindContainer, Identity: map[string]string{IdentityID: id, IdentitySeen: strings.Join(seen[id], ",")}}
@@ -85,27 +89,30 @@ read:
 		if created.Before(since) || created.After(until) {
 			continue
 		}
-		if c.Config != nil && c.Config.Labels[LabelProbe] != "" && strings.HasPrefix(c.Name, "/custody-probe-") {
-			continue
-		}
-		r.Name = strings.TrimPrefix(c.Name, "/")
-		r.Identity[IdentityCreated] = created.UTC().Format(time.RFC3339Nano)
-		if c.State != nil {
-			r.State = c.State.Status
-		}
-		var nets []string
-		if c.NetworkSettings != nil {
-			for _, n := range c.NetworkSettings.Networks {
-				if n != nil && n.NetworkID != "" {
-					nets = append(nets, n.NetworkID)
-				}
-			}
-		}
-		slices.Sort(nets)
-		r.Identity[IdentityNetworks] = strings.Join(nets, ",")
+		describeChild(c, created, &r)
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// describeChild fills r's name, state, creation time and networks from
+// the engine's inspect of the container.
+func describeChild(c container.InspectResponse, created time.Time, r *backend.Resource) {
+	r.Name = strings.TrimPrefix(c.Name, "/")
+	r.Identity[IdentityCreated] = created.UTC().Format(time.RFC3339Nano)
+	if c.State != nil {
+		r.State = c.State.Status
+	}
+	var nets []string
+	if c.NetworkSettings != nil {
+		for _, n := range c.NetworkSettings.Networks {
+			if n != nil && n.NetworkID != "" {
+				nets = append(nets, n.NetworkID)
+			}
+		}
+	}
+	slices.Sort(nets)
+	r.Identity[IdentityNetworks] = strings.Join(nets, ",")
 }
 
 // RemoveChild removes a container custody did not create, by native ID,
