@@ -116,11 +116,14 @@ func describeChild(c container.InspectResponse, created time.Time, r *backend.Re
 }
 
 // RemoveChild removes a container custody did not create, by native ID,
-// only if it is still the object that was judged (same creation time), and
-// confirms it gone. It is for a socket holder's child whose ownership the
-// caller proved; nothing else.
-func (p *Packs) RemoveChild(ctx context.Context, r backend.Resource) error {
-	id, created := r.Identity[IdentityID], r.Identity[IdentityCreated]
+// only if it is still the object that was judged (same ID and creation
+// time) and judge still admits it as the engine describes it now (its
+// networks and creation time read fresh), and confirms it gone. It is for
+// a socket holder's child an operator asked to remove; nothing else. The
+// engine has no conditional delete: a network attached between this
+// inspect and the delete is not seen.
+func (p *Packs) RemoveChild(ctx context.Context, r backend.Resource, judge func(now backend.Resource) error) error {
+	id, judged := r.Identity[IdentityID], r.Identity[IdentityCreated]
 	c, err := p.d.cli.ContainerInspect(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return nil
@@ -128,8 +131,14 @@ func (p *Packs) RemoveChild(ctx context.Context, r backend.Resource) error {
 	if err != nil {
 		return fmt.Errorf("inspect child container %s: %w", id, err)
 	}
-	if t, _ := time.Parse(time.RFC3339Nano, c.Created); c.ID != id || t.UTC().Format(time.RFC3339Nano) != created {
-		return fmt.Errorf("child container %s: %w: it is not the container that was judged (created %s, judged %s)", id, ErrNotOwned, c.Created, created)
+	created, _ := time.Parse(time.RFC3339Nano, c.Created)
+	now := backend.Resource{Kind: KindContainer, Identity: map[string]string{IdentityID: c.ID}}
+	describeChild(c, created, &now)
+	if c.ID != id || now.Identity[IdentityCreated] != judged {
+		return fmt.Errorf("child container %s: %w: it is not the container that was judged (created %s, judged %s)", id, ErrNotOwned, c.Created, judged)
+	}
+	if err := judge(now); err != nil {
+		return fmt.Errorf("child container %s, re-checked before removal: %w", id, err)
 	}
 	if err := p.d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("remove child container %s: %w", id, err)

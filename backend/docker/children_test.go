@@ -1,14 +1,18 @@
 package docker
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/randid"
 )
 
@@ -79,5 +83,75 @@ read:
 	}
 	if !impostor {
 		t.Errorf("a container with the probe's label and name prefix is hidden from the children: %+v", rs)
+	}
+}
+
+// RemoveChild re-reads the child before it removes it and hands the fresh
+// description to the caller's judge: a child attached to another network
+// since it was judged is refused and left running; once it is back on the
+// judged network only, it is removed and confirmed gone.
+func TestRemoveChildRejudges(t *testing.T) {
+	d, dt := open(t)
+	ctx := testCtx(t)
+	cli := dt.TestClient(t)
+	p := NewPacks(d, ProbeOptions{})
+	mk := func(suffix string) string {
+		n, err := cli.NetworkCreate(ctx, "child-test-"+suffix+"-"+randid.New(4), network.CreateOptions{Driver: "bridge", Internal: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.NetworkRemove(ctx, n.ID) })
+		return n.ID
+	}
+	own, other := mk("own"), mk("other")
+	since := time.Now()
+	made, err := cli.ContainerCreate(ctx, &container.Config{Image: dt.Image, Cmd: []string{"sleep", "60"}},
+		&container.HostConfig{NetworkMode: container.NetworkMode(own)}, nil, nil, "child-test-"+randid.New(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.ContainerRemove(ctx, made.ID, container.RemoveOptions{Force: true}) })
+	if err := cli.ContainerStart(ctx, made.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := p.Unjournalled(ctx, since, time.Now(), func(string, string) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var judged backend.Resource
+	for _, r := range rs {
+		if r.Identity[IdentityID] == made.ID {
+			judged = r
+		}
+	}
+	if judged.Identity[IdentityNetworks] != own {
+		t.Fatalf("the child as listed: %+v", judged)
+	}
+	errMoved := errors.New("not only on the judged network")
+	judge := func(now backend.Resource) error {
+		if now.Identity[IdentityNetworks] != own || now.Identity[IdentityCreated] != judged.Identity[IdentityCreated] {
+			return errMoved
+		}
+		return nil
+	}
+
+	if err := cli.NetworkConnect(ctx, other, made.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RemoveChild(ctx, judged, judge); !errors.Is(err, errMoved) {
+		t.Fatalf("RemoveChild of a child moved onto another network = %v, want the judge's refusal", err)
+	}
+	if c, err := cli.ContainerInspect(ctx, made.ID); err != nil || !c.State.Running {
+		t.Fatalf("the refused child was touched: %v", err)
+	}
+
+	if err := cli.NetworkDisconnect(ctx, other, made.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RemoveChild(ctx, judged, judge); err != nil {
+		t.Fatalf("RemoveChild of the child as judged: %v", err)
+	}
+	if _, err := cli.ContainerInspect(ctx, made.ID); !cerrdefs.IsNotFound(err) {
+		t.Errorf("the child is still there: %v", err)
 	}
 }
