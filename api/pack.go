@@ -72,8 +72,12 @@ type PackUpRequest struct {
 }
 
 // PackDownRequest tears a workspace down; volumes only when asked.
+// Children (control socket only) also removes the engine-socket holders'
+// children attached only to the workspace's networks: the operator's
+// word, since custody cannot prove it owns them.
 type PackDownRequest struct {
-	Volumes bool `json:"volumes"`
+	Volumes  bool `json:"volumes"`
+	Children bool `json:"children,omitempty"`
 }
 
 // PackReport is one workspace as the runner found it: its state, each
@@ -165,8 +169,13 @@ func (c *Client) PackList(ctx context.Context) (*PackList, error) {
 // PackDown tears a workspace down (idempotent). As with PackUp, a report
 // with Error set comes back with that error.
 func (c *Client) PackDown(ctx context.Context, workspace string, volumes bool) (*PackReport, error) {
+	return c.PackDownWith(ctx, workspace, PackDownRequest{Volumes: volumes})
+}
+
+// PackDownWith is PackDown with the request spelled out.
+func (c *Client) PackDownWith(ctx context.Context, workspace string, in PackDownRequest) (*PackReport, error) {
 	var out PackReport
-	if err := c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(workspace)+"/down", PackDownRequest{Volumes: volumes}, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/workspaces/"+url.PathEscape(workspace)+"/down", in, &out); err != nil {
 		return nil, err
 	}
 	return &out, reportError(&out)

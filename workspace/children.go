@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,19 +16,55 @@ import (
 // A service granted the engine's socket can create containers itself
 // (P3). Custody cannot see who asked the engine for a create, so a socket
 // holder's children are found by elimination: containers created while
-// the workspace was up that no journal holds. Ownership is proven only
-// when the child lives entirely in this workspace's world (attached to at
-// least one network and only to networks this workspace's journal holds)
-// and no other workspace holding an engine socket was up when it was
-// created; only then does down remove it. Any other child is reported and
-// left: residual, for the operator.
+// the workspace was up that no journal holds. Elimination is not
+// ownership: such a child carries no journal record and none of custody's
+// labels, and an operator's or another tool's container attached to the
+// workspace's network during up looks the same (P4). So every child is
+// reported and left by default: the workspace stays residual, and each
+// child's detail names how to remove it. Only an operator's explicit
+// opt-in for one teardown (DownOptions.Children, `custody pack down
+// --children` on the control socket) removes a child, and only one that is
+// eligible: attached to at least one network and only to networks this
+// workspace's journal holds, and created while no other workspace holding
+// an engine socket was up. Eligibility is judged again, from a fresh
+// inspect, just before the removal.
 
 // child is one container a socket holder of the workspace is taken to
 // have created.
 type child struct {
-	r      backend.Resource
-	proven bool
-	why    string
+	r        backend.Resource
+	eligible bool // removable on the operator's opt-in
+	why      string
+}
+
+// childJudge decides whether a child is eligible for removal on the
+// operator's opt-in, from the engine's description of it.
+type childJudge struct {
+	by           string // the socket holders
+	workspace    string
+	since, until time.Time
+	own          map[string]bool // this workspace's network IDs
+	others       [][2]time.Time  // other socket-holding workspaces' up windows
+}
+
+// judge says whether r is eligible and why (the why names the fix).
+func (j *childJudge) judge(r backend.Resource) (bool, string) {
+	made := "created through the engine while " + j.by + " held its socket"
+	leave := "; left alone, also with --children: check it and remove it yourself (docker rm -f " + r.Identity["id"] + "), then custody pack recover"
+	created, _ := time.Parse(time.RFC3339Nano, r.Identity["created"])
+	nets := strings.Split(r.Identity["networks"], ",")
+	switch {
+	case r.State == "gone":
+		return false, made + "; already gone"
+	case created.IsZero() || created.Before(j.since) || created.After(j.until):
+		return false, made + "? its creation time " + r.Identity["created"] + " is outside this workspace's up window" + leave
+	case r.Identity["networks"] == "" || slices.ContainsFunc(nets, func(n string) bool { return !j.own[n] }):
+		return false, made + "; it is attached to no network, or to one this workspace does not own" + leave
+	case slices.ContainsFunc(j.others, func(w [2]time.Time) bool { return !created.Before(w[0]) && !created.After(w[1]) }):
+		return false, made + ", while another workspace's socket holder was up too" + leave
+	}
+	return true, made + ", attached only to this workspace's networks; custody cannot prove it owns it (no journal record, none of custody's labels: it may be an operator's), so down leaves it; " +
+		"fix: check it, then `custody pack down --workspace " + j.workspace + " --children --operator` removes it (or docker rm -f " + r.Identity["id"] + ")"
 }
 
 func socketHolders(plan *admission.PackPlan) []string {
@@ -52,59 +89,45 @@ func (m *Manager) upWindow(rec *record) (time.Time, time.Time) {
 // children finds the workspace's socket holders' children and judges
 // each. A workspace without a socket holder has none. A teardown asks
 // with now: its holders had until their stop to create more.
-func (m *Manager) children(ctx context.Context, rec *record, now bool) ([]child, error) {
+func (m *Manager) children(ctx context.Context, rec *record, now bool) ([]child, *childJudge, error) {
 	plan, err := rec.plan()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	holders := socketHolders(plan)
 	if len(holders) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	known, err := m.knownIDs()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	since, until := m.upWindow(rec)
+	j := &childJudge{by: strings.Join(holders, ", "), workspace: rec.Name, own: map[string]bool{}}
+	j.since, j.until = m.upWindow(rec)
 	if now {
-		until = m.now()
+		j.until = m.now()
 	}
-	rs, err := m.cfg.Engine.Unjournalled(ctx, since, until, func(kind, id string) bool { return known[kind+"\x00"+id] })
+	rs, err := m.cfg.Engine.Unjournalled(ctx, j.since, j.until, func(kind, id string) bool { return known[kind+"\x00"+id] })
 	if err != nil {
-		return nil, fmt.Errorf("children of the socket holders of %s: %w", rec.Name, err)
+		return nil, nil, fmt.Errorf("children of the socket holders of %s: %w", rec.Name, err)
 	}
-	own := map[string]bool{}
 	if a, err := m.attempt(rec); err == nil && a != nil {
 		for _, r := range a.Resources {
 			if strings.HasSuffix(r.Kind, "network") && r.Identity["id"] != "" {
-				own[r.Identity["id"]] = true
+				j.own[r.Identity["id"]] = true
 			}
 		}
 	}
-	others, err := m.otherSocketWindows(rec)
-	if err != nil {
-		return nil, err
+	if j.others, err = m.otherSocketWindows(rec); err != nil {
+		return nil, nil, err
 	}
-	by := strings.Join(holders, ", ")
 	var out []child
 	for _, r := range rs {
 		c := child{r: r}
-		created, _ := time.Parse(time.RFC3339Nano, r.Identity["created"])
-		nets := strings.Split(r.Identity["networks"], ",")
-		switch {
-		case r.State == "gone":
-			c.why = "created through the engine while " + by + " held its socket; already gone"
-		case r.Identity["networks"] == "" || slices.ContainsFunc(nets, func(n string) bool { return !own[n] }):
-			c.why = "created through the engine while " + by + " held its socket; ownership not proven: it is attached to no network, or to one this workspace does not own; left alone, remove it yourself"
-		case slices.ContainsFunc(others, func(w [2]time.Time) bool { return !created.Before(w[0]) && !created.After(w[1]) }):
-			c.why = "created through the engine while " + by + " and another workspace's socket holder were up; ownership not proven; left alone, remove it yourself"
-		default:
-			c.proven = true
-			c.why = "created through the engine while " + by + " held its socket, attached only to this workspace's networks: owned, removed with the workspace"
-		}
+		c.eligible, c.why = j.judge(r)
 		out = append(out, c)
 	}
-	return out, nil
+	return out, j, nil
 }
 
 // otherSocketWindows are the up windows of every other workspace record
@@ -134,9 +157,14 @@ func (c child) status() ResourceStatus {
 	return ResourceStatus{Kind: evidence.KindChildContainer, Name: c.r.Name, ID: c.r.Identity["id"], State: c.r.State, Detail: c.why}
 }
 
-// removeChildren removes the proven children and returns one cleanup
-// resource per child; the unproven ones that remain are residual.
-func (m *Manager) removeChildren(ctx context.Context, cs []child) ([]evidence.PackCleanupResource, []string) {
+// errNoLongerEligible: a child judged eligible no longer is when
+// inspected again just before its removal.
+var errNoLongerEligible = errors.New("no longer eligible for removal")
+
+// removeChildren returns one cleanup resource per child. With the
+// operator's opt-in it removes the eligible ones, each re-judged from a
+// fresh inspect; every other child that remains is residual.
+func (m *Manager) removeChildren(ctx context.Context, cs []child, j *childJudge, optIn bool) ([]evidence.PackCleanupResource, []string) {
 	var out []evidence.PackCleanupResource
 	var left []string
 	for _, c := range cs {
@@ -148,11 +176,17 @@ func (m *Manager) removeChildren(ctx context.Context, cs []child) ([]evidence.Pa
 		res := evidence.PackCleanupResource{Kind: evidence.KindChildContainer, ID: id, Name: name, Result: evidence.CleanupGone}
 		switch {
 		case c.r.State == "gone":
-		case !c.proven:
+		case !c.eligible || !optIn:
 			res.Result, res.Reason = evidence.CleanupResidual, c.why
 			left = append(left, id)
 		default:
-			if err := m.cfg.Engine.RemoveChild(ctx, c.r); err != nil {
+			err := m.cfg.Engine.RemoveChild(ctx, c.r, func(now backend.Resource) error {
+				if ok, why := j.judge(now); !ok {
+					return fmt.Errorf("%w: %s", errNoLongerEligible, why)
+				}
+				return nil
+			})
+			if err != nil {
 				res.Result, res.Reason = evidence.CleanupResidual, err.Error()
 				left = append(left, id)
 			}

@@ -1,6 +1,7 @@
 package workspace_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -50,12 +51,15 @@ func buildChildmaker(t *testing.T, out string) {
 	}
 }
 
-// A service granted the engine's socket creates two containers through it:
-// one on the pack's own network, one with none. Status reports both as
-// the socket holder's children; down removes the one whose ownership is
-// proven (it lives only on this workspace's network) and leaves the other
-// untouched, residual, in the state and the down receipt. Once the
-// operator removes it, recover finishes clean.
+// A service granted the engine's socket creates three containers through
+// it: one on the pack's own network, one with none, and one with none that
+// copies the capability probe's label and name prefix. Status reports all
+// three as the socket holder's children (a label and a name hide nothing).
+// None is custody's by proof, so a plain down leaves all three, untouched,
+// and the workspace residual, in the state and the down receipt. With the
+// operator's opt-in (DownOptions.Children) the child living only on this
+// workspace's network is removed and the other two are left. Once the
+// operator removes those, recover finishes clean.
 func TestSocketHolderChildren(t *testing.T) {
 	ctx := testCtx(t)
 	dt := dockertest.Shared(t)
@@ -75,58 +79,97 @@ func TestSocketHolderChildren(t *testing.T) {
 		if st, err = e.m.Status(ctx, "ws-sock"); err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Children) >= 2 || time.Now().After(end) {
+		if len(st.Children) >= 3 || time.Now().After(end) {
 			break
 		}
 	}
-	var inWorld, outside workspace.ResourceStatus
+	var inWorld, outside, impostor workspace.ResourceStatus
 	for _, c := range st.Children {
 		switch {
 		case strings.HasPrefix(c.Name, "child-in-world-"):
 			inWorld = c
 		case strings.HasPrefix(c.Name, "child-outside-"):
 			outside = c
+		case strings.HasPrefix(c.Name, "custody-probe-"):
+			impostor = c
 		}
 	}
-	if len(st.Children) != 2 || inWorld.ID == "" || outside.ID == "" || inWorld.Kind != evidence.KindChildContainer {
-		t.Fatalf("children in status: %+v", st.Children)
+	if len(st.Children) != 3 || inWorld.ID == "" || outside.ID == "" || impostor.ID == "" || inWorld.Kind != evidence.KindChildContainer {
+		t.Fatalf("children in status (the probe-like one must be reported too): %+v", st.Children)
 	}
-	if !strings.Contains(inWorld.Detail, "owned") || !strings.Contains(outside.Detail, "not proven") {
-		t.Errorf("ownership judged wrong: %+v / %+v", inWorld, outside)
+	t.Cleanup(func() {
+		for _, c := range []workspace.ResourceStatus{inWorld, outside, impostor} {
+			_ = e.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+		}
+	})
+	if !strings.Contains(inWorld.Detail, "--children") || strings.Contains(inWorld.Detail, "also with --children") ||
+		!strings.Contains(outside.Detail, "also with --children") || !strings.Contains(impostor.Detail, "also with --children") {
+		t.Errorf("children judged wrong: %+v / %+v / %+v", inWorld, outside, impostor)
+	}
+	running := func(id string) bool {
+		c, err := e.cli.ContainerInspect(ctx, id)
+		return err == nil && c.State.Running
+	}
+	childResults := func(d *workspace.Report) (map[string]string, bool) {
+		var stmt struct {
+			Predicate evidence.PackReceipt `json:"predicate"`
+		}
+		must(t, json.Unmarshal(payload(t, d.Receipt), &stmt))
+		results := map[string]string{}
+		for _, r := range stmt.Predicate.Cleanup.Resources {
+			if r.Kind == evidence.KindChildContainer {
+				results[r.ID] = r.Result
+			}
+		}
+		if res := e.verify(ctx, d.Receipt, compose); !res.OK {
+			t.Errorf("the down receipt does not verify: %+v", res.Checks)
+		}
+		return results, stmt.Predicate.Cleanup.Verified
 	}
 
+	// Without the opt-in every child is left.
 	d, err := e.m.Down(ctx, "ws-sock", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.State != workspace.StateResidual || !strings.Contains(d.Detail, outside.ID) {
-		t.Errorf("down with an unproven child: %s %s", d.State, d.Detail)
+	if d.State != workspace.StateResidual || !strings.Contains(d.Detail, inWorld.ID) || !strings.Contains(d.Detail, outside.ID) ||
+		!strings.Contains(d.Detail, impostor.ID) || !strings.Contains(d.Retry, "--children") {
+		t.Errorf("down without --children: %s %s (retry %s)", d.State, d.Detail, d.Retry)
 	}
-	if _, err := e.cli.ContainerInspect(ctx, inWorld.ID); err == nil {
-		t.Error("the proven child is still there")
-	}
-	if c, err := e.cli.ContainerInspect(ctx, outside.ID); err != nil || !c.State.Running {
-		t.Errorf("the unproven child was touched: %v", err)
-	}
-	var stmt struct {
-		Predicate evidence.PackReceipt `json:"predicate"`
-	}
-	must(t, json.Unmarshal(payload(t, d.Receipt), &stmt))
-	results := map[string]string{}
-	for _, r := range stmt.Predicate.Cleanup.Resources {
-		if r.Kind == evidence.KindChildContainer {
-			results[r.ID] = r.Result
+	for _, c := range []workspace.ResourceStatus{inWorld, outside, impostor} {
+		if !running(c.ID) {
+			t.Errorf("child %s was touched by a down without --children", c.Name)
 		}
 	}
-	if results[inWorld.ID] != evidence.CleanupGone || results[outside.ID] != evidence.CleanupResidual || stmt.Predicate.Cleanup.Verified {
-		t.Errorf("down receipt's children: %v (verified %v)", results, stmt.Predicate.Cleanup.Verified)
-	}
-	if res := e.verify(ctx, d.Receipt, compose); !res.OK {
-		t.Errorf("the down receipt does not verify: %+v", res.Checks)
+	results, verified := childResults(d)
+	if results[inWorld.ID] != evidence.CleanupResidual || results[outside.ID] != evidence.CleanupResidual ||
+		results[impostor.ID] != evidence.CleanupResidual || verified {
+		t.Errorf("down receipt's children without --children: %v (verified %v)", results, verified)
 	}
 
-	// The operator removes the unproven child; recovery then ends clean.
+	// With it, only the child on this workspace's network goes.
+	d, err = e.m.DownWith(ctx, "ws-sock", workspace.DownOptions{Volumes: true, Children: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != workspace.StateResidual || strings.Contains(d.Detail, inWorld.ID) || !strings.Contains(d.Detail, outside.ID) || !strings.Contains(d.Detail, impostor.ID) {
+		t.Errorf("down --children: %s %s", d.State, d.Detail)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, inWorld.ID); err == nil {
+		t.Error("the on-network child is still there after down --children")
+	}
+	if !running(outside.ID) || !running(impostor.ID) {
+		t.Error("a child off the workspace's networks was touched by down --children")
+	}
+	results, verified = childResults(d)
+	if results[inWorld.ID] != evidence.CleanupGone || results[outside.ID] != evidence.CleanupResidual ||
+		results[impostor.ID] != evidence.CleanupResidual || verified {
+		t.Errorf("down receipt's children with --children: %v (verified %v)", results, verified)
+	}
+
+	// The operator removes the others; recovery then ends clean.
 	must(t, e.cli.ContainerRemove(ctx, outside.ID, container.RemoveOptions{Force: true}))
+	must(t, e.cli.ContainerRemove(ctx, impostor.ID, container.RemoveOptions{Force: true}))
 	if _, err := e.m.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func (m *Manager) status(ctx context.Context, rec *record) (*Report, error) {
 		return nil, err
 	}
 	rep.Foreign = f
-	cs, err := m.children(ctx, rec, false)
+	cs, _, err := m.children(ctx, rec, false)
 	if err != nil {
 		return nil, err
 	}
@@ -234,10 +234,30 @@ func (m *Manager) List(ctx context.Context) ([]Report, error) {
 	return out, nil
 }
 
+// DownOptions say what a down covers beyond the workspace's containers
+// and networks.
+type DownOptions struct {
+	// Volumes removes the workspace's volumes too (their data is lost).
+	Volumes bool
+	// Children removes the engine-socket holders' children that are
+	// eligible (attached only to this workspace's networks, created while
+	// no other socket holder was up), each re-checked from a fresh inspect
+	// first. It is the operator's word, not proof of ownership: custody
+	// never removes a child without it.
+	Children bool
+}
+
 // Down tears the workspace down: containers (stop signal, then removal),
 // networks, and volumes only when asked, each by verified native ID. It is
-// idempotent: a clean workspace reports clean and nothing changes.
+// idempotent: a clean workspace reports clean and nothing changes. It
+// leaves every child of an engine-socket holder (see DownWith).
 func (m *Manager) Down(ctx context.Context, name string, volumes bool) (*Report, error) {
+	return m.DownWith(ctx, name, DownOptions{Volumes: volumes})
+}
+
+// DownWith is Down with the options spelled out.
+func (m *Manager) DownWith(ctx context.Context, name string, opts DownOptions) (*Report, error) {
+	volumes := opts.Volumes
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
@@ -264,7 +284,7 @@ func (m *Manager) Down(ctx context.Context, name string, volumes bool) (*Report,
 		rep.Detail = "already down: nothing to do"
 		return rep, nil
 	}
-	return m.teardown(ctx, rec, rec.Attempt, volumes), nil
+	return m.teardown(ctx, rec, rec.Attempt, volumes, opts.Children), nil
 }
 
 func outstanding(a *journal.Attempt) []journal.Resource {
@@ -283,8 +303,9 @@ func covered(volumes bool) []string {
 
 // teardown removes the attempt's outstanding objects and signs a down
 // receipt of what happened to each. A failure is in the report (residual),
-// never reported as success.
-func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, volumes bool) *Report {
+// never reported as success. Socket holders' children go only with
+// children (the operator's opt-in); otherwise they are left, residual.
+func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, volumes, children bool) *Report {
 	started := m.now()
 	rec.DownVolumes = volumes
 	fail := func(err error) *Report {
@@ -338,13 +359,13 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	}
 	wg.Wait()
 	m.fault(FaultStopped)
-	// With every socket holder stopped, no more children come: the proven
-	// ones go before the networks they sit on.
+	// With every socket holder stopped, no more children come: those the
+	// operator opted to remove go before the networks they sit on.
 	var childRes []evidence.PackCleanupResource
 	var childrenLeft []string
-	cs, cerr := m.children(ctx, rec, true)
+	cs, judge, cerr := m.children(ctx, rec, true)
 	if cerr == nil {
-		childRes, childrenLeft = m.removeChildren(ctx, cs)
+		childRes, childrenLeft = m.removeChildren(ctx, cs, judge, children)
 	}
 	cr := m.cfg.Engine.Teardown(ctx, o, jr, records, volumes)
 	secretsErr := error(nil)
@@ -360,16 +381,24 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	left := a.Outstanding()
 	onlyKept := !slices.ContainsFunc(left, func(r journal.Resource) bool { return !isVolume(r.Kind) })
 	state, detail, retry := journal.Clean, "every object is verified gone", ""
+	var childDetail, childRetry string
+	if len(childrenLeft) > 0 {
+		childDetail = fmt.Sprintf("%d child container(s) of the engine-socket holders left, custody's ownership not proven: %s", len(childrenLeft), strings.Join(childrenLeft, ", "))
+		childRetry = fmt.Sprintf("check the children (custody pack status --workspace %s); `custody pack down --workspace %s --children --operator` removes those attached only to this workspace's networks; remove any other yourself (docker rm -f <id>), then custody pack recover", rec.Name, rec.Name)
+	}
 	switch {
 	case !cr.Verified || secretsErr != nil:
 		state, retry = journal.Residual, fmt.Sprintf("custody pack down --workspace %s (or custody pack recover)", rec.Name)
 		detail = "teardown incomplete: " + failed(cr, secretsErr)
+		if childDetail != "" {
+			// A network a left child sits on cannot go before the child.
+			detail, retry = detail+"; "+childDetail, childRetry
+		}
 	case cerr != nil:
 		state, retry = journal.Residual, "custody pack recover"
 		detail = "the socket holders' children could not be listed: " + cerr.Error()
 	case len(childrenLeft) > 0:
-		state, retry = journal.Residual, "remove them yourself (docker rm -f <id>), then custody pack recover"
-		detail = fmt.Sprintf("%d child container(s) of the engine-socket holders remain, ownership not proven: %s", len(childrenLeft), strings.Join(childrenLeft, ", "))
+		state, retry, detail = journal.Residual, childRetry, childDetail
 	case len(left) > 0 && onlyKept && !volumes:
 		state, detail = journal.CleanupPending, fmt.Sprintf("down done; %d volume(s) kept: custody pack down --workspace %s --volumes removes them", len(left), rec.Name)
 		rec.VolumesKept = true
@@ -482,7 +511,9 @@ func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attem
 
 // Recover gives every workspace left cleanup-pending or residual (an up
 // interrupted by a crash included) an owned retry of its teardown. Kept
-// volumes stay kept; unknown cleanup is never reported as success.
+// volumes stay kept; unknown cleanup is never reported as success. It
+// never removes a socket holder's child: that takes the operator's
+// DownOptions.Children.
 func (m *Manager) Recover(ctx context.Context) ([]Report, error) {
 	recs, err := m.all()
 	if err != nil {
@@ -501,7 +532,7 @@ func (m *Manager) Recover(ctx context.Context) ([]Report, error) {
 		}
 		// An interrupted up made its volumes for nothing; after a down,
 		// the operator's choice of volumes holds.
-		rep := m.teardown(ctx, rec, rec.Attempt, !rec.Down || rec.DownVolumes)
+		rep := m.teardown(ctx, rec, rec.Attempt, !rec.Down || rec.DownVolumes, false)
 		release()
 		m.log.Info("recovered workspace", "workspace", rec.Name, "id", rec.ID, "state", rep.State)
 		out = append(out, *rep)

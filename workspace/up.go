@@ -128,7 +128,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
 		// The teardown outlives a cancelled up: what was made must go.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		rep := m.teardown(tctx, rec, rec.Attempt, true)
+		rep := m.teardown(tctx, rec, rec.Attempt, true, false)
 		cancel()
 		rep.Detail = fmt.Sprintf("up failed: %v; %s", err, rep.Detail)
 		return rep, fmt.Errorf("pack up %s: %w", name, err)

@@ -73,8 +73,9 @@ type Engine interface {
 	// their networks), and those created then and already gone.
 	Unjournalled(ctx context.Context, since, until time.Time, known func(kind, id string) bool) ([]backend.Resource, error)
 	// RemoveChild removes such a container by native ID, if it is still
-	// the one judged, and confirms it gone.
-	RemoveChild(ctx context.Context, r backend.Resource) error
+	// the one judged and judge admits it as inspected afresh (networks,
+	// creation time), and confirms it gone.
+	RemoveChild(ctx context.Context, r backend.Resource, judge func(now backend.Resource) error) error
 }
 
 // Config is what a Manager needs.

@@ -35,7 +35,11 @@ const (
 // those already gone: State "gone") and from every container that exists
 // now with a later creation time. The engine does not record who asked for
 // a create, so this says nothing about ownership; the caller decides.
-// The capability probe's own throwaway containers are left out.
+// Only the containers this client's capability probe created, by the
+// native IDs it recorded, are left out: never by label or name, which any
+// holder of the engine's socket sets as it likes. A probe of another
+// process (or of this one before a restart) is not recorded here, so its
+// containers are reported: a wrong report, never a hidden child.
 func (p *Packs) Unjournalled(ctx context.Context, since, until time.Time, known func(kind, id string) bool) ([]backend.Resource, error) {
 	seen := map[string][]string{}
 	msgs, errs := p.d.cli.Events(ctx, events.ListOptions{
@@ -68,7 +72,7 @@ read:
 	}
 	var out []backend.Resource
 	for _, id := range slices.Sorted(maps.Keys(seen)) {
-		if known(KindContainer, id) {
+		if known(KindContainer, id) || p.d.byProbe(id) {
 			continue
 		}
 		r := backend.Resource{Kind: KindContainer, Identity: map[string]string{IdentityID: id, IdentitySeen: strings.Join(seen[id], ",")}}
@@ -85,35 +89,41 @@ read:
 		if created.Before(since) || created.After(until) {
 			continue
 		}
-		if c.Config != nil && c.Config.Labels[LabelProbe] != "" && strings.HasPrefix(c.Name, "/custody-probe-") {
-			continue
-		}
-		r.Name = strings.TrimPrefix(c.Name, "/")
-		r.Identity[IdentityCreated] = created.UTC().Format(time.RFC3339Nano)
-		if c.State != nil {
-			r.State = c.State.Status
-		}
-		var nets []string
-		if c.NetworkSettings != nil {
-			for _, n := range c.NetworkSettings.Networks {
-				if n != nil && n.NetworkID != "" {
-					nets = append(nets, n.NetworkID)
-				}
-			}
-		}
-		slices.Sort(nets)
-		r.Identity[IdentityNetworks] = strings.Join(nets, ",")
+		describeChild(c, created, &r)
 		out = append(out, r)
 	}
 	return out, nil
 }
 
+// describeChild fills r's name, state, creation time and networks from
+// the engine's inspect of the container.
+func describeChild(c container.InspectResponse, created time.Time, r *backend.Resource) {
+	r.Name = strings.TrimPrefix(c.Name, "/")
+	r.Identity[IdentityCreated] = created.UTC().Format(time.RFC3339Nano)
+	if c.State != nil {
+		r.State = c.State.Status
+	}
+	var nets []string
+	if c.NetworkSettings != nil {
+		for _, n := range c.NetworkSettings.Networks {
+			if n != nil && n.NetworkID != "" {
+				nets = append(nets, n.NetworkID)
+			}
+		}
+	}
+	slices.Sort(nets)
+	r.Identity[IdentityNetworks] = strings.Join(nets, ",")
+}
+
 // RemoveChild removes a container custody did not create, by native ID,
-// only if it is still the object that was judged (same creation time), and
-// confirms it gone. It is for a socket holder's child whose ownership the
-// caller proved; nothing else.
-func (p *Packs) RemoveChild(ctx context.Context, r backend.Resource) error {
-	id, created := r.Identity[IdentityID], r.Identity[IdentityCreated]
+// only if it is still the object that was judged (same ID and creation
+// time) and judge still admits it as the engine describes it now (its
+// networks and creation time read fresh), and confirms it gone. It is for
+// a socket holder's child an operator asked to remove; nothing else. The
+// engine has no conditional delete: a network attached between this
+// inspect and the delete is not seen.
+func (p *Packs) RemoveChild(ctx context.Context, r backend.Resource, judge func(now backend.Resource) error) error {
+	id, judged := r.Identity[IdentityID], r.Identity[IdentityCreated]
 	c, err := p.d.cli.ContainerInspect(ctx, id)
 	if cerrdefs.IsNotFound(err) {
 		return nil
@@ -121,8 +131,14 @@ func (p *Packs) RemoveChild(ctx context.Context, r backend.Resource) error {
 	if err != nil {
 		return fmt.Errorf("inspect child container %s: %w", id, err)
 	}
-	if t, _ := time.Parse(time.RFC3339Nano, c.Created); c.ID != id || t.UTC().Format(time.RFC3339Nano) != created {
-		return fmt.Errorf("child container %s: %w: it is not the container that was judged (created %s, judged %s)", id, ErrNotOwned, c.Created, created)
+	created, _ := time.Parse(time.RFC3339Nano, c.Created)
+	now := backend.Resource{Kind: KindContainer, Identity: map[string]string{IdentityID: c.ID}}
+	describeChild(c, created, &now)
+	if c.ID != id || now.Identity[IdentityCreated] != judged {
+		return fmt.Errorf("child container %s: %w: it is not the container that was judged (created %s, judged %s)", id, ErrNotOwned, c.Created, judged)
+	}
+	if err := judge(now); err != nil {
+		return fmt.Errorf("child container %s, re-checked before removal: %w", id, err)
 	}
 	if err := p.d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("remove child container %s: %w", id, err)

@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/docker/docker/client"
 )
@@ -58,6 +59,30 @@ type Docker struct {
 	cli  *client.Client
 	host string
 	log  *slog.Logger
+
+	// probeMu guards probeIDs: the native IDs of the containers this
+	// client's capability probe created. Only these are left out of a
+	// socket holder's children (Unjournalled); a label or a name proves
+	// nothing, since anyone holding the engine's socket sets both.
+	probeMu  sync.Mutex
+	probeIDs map[string]bool
+}
+
+// probeCreated records that the probe created container id.
+func (d *Docker) probeCreated(id string) {
+	d.probeMu.Lock()
+	defer d.probeMu.Unlock()
+	if d.probeIDs == nil {
+		d.probeIDs = map[string]bool{}
+	}
+	d.probeIDs[id] = true
+}
+
+// byProbe says whether this client's probe created container id.
+func (d *Docker) byProbe(id string) bool {
+	d.probeMu.Lock()
+	defer d.probeMu.Unlock()
+	return d.probeIDs[id]
 }
 
 // ErrEndpoint means the engine endpoint is missing or does not answer.

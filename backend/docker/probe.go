@@ -314,7 +314,8 @@ func classify(out, token string) Reach {
 
 // proveInternal runs the egress proof on a fresh internal network made with
 // netOpts. Every object is named custody-probe-<nonce>-*, and every object it creates carries LabelProbe and is removed by ID
-// before it returns, also when ctx has ended.
+// before it returns, also when ctx has ended. The containers' IDs are
+// recorded (probeCreated) as soon as the engine returns them.
 func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts map[string]string) (_ *EgressProof, err error) {
 	token := "custody-probe-" + randid.New(8)
 	labels := map[string]string{LabelProbe: nonce}
@@ -340,6 +341,7 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 			return "", fmt.Errorf("create %s container: %w", suffix, err)
 		}
 		containers = append(containers, resp.ID)
+		d.probeCreated(resp.ID)
 		if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 			return "", fmt.Errorf("start %s container: %w", suffix, err)
 		}
@@ -428,6 +430,7 @@ wait`
 		return nil, fmt.Errorf("create prober: %w", err)
 	}
 	containers = append(containers, resp.ID)
+	d.probeCreated(resp.ID)
 	waitC, errC := d.cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
 	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return nil, fmt.Errorf("start prober: %w", err)

@@ -262,9 +262,9 @@ func (a *app) packUpCmd() *cobra.Command {
 
 func (a *app) packDownCmd() *cobra.Command {
 	var workspace, receiptPath string
-	var asJSON, operator, volumes bool
+	var asJSON, operator, volumes, children bool
 	cmd := &cobra.Command{
-		Use:   "down --workspace NAME [--volumes] [--receipt out/down.json] [--json]",
+		Use:   "down --workspace NAME [--volumes] [--children --operator] [--receipt out/down.json] [--json]",
 		Short: "Tear a workspace down (idempotent): its containers and networks, and its volumes only with --volumes",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -274,7 +274,7 @@ func (a *app) packDownCmd() *cobra.Command {
 			if err := freshReceipt(receiptPath); err != nil {
 				return err
 			}
-			rep, err := a.client(operator).PackDown(cmd.Context(), workspace, volumes)
+			rep, err := a.client(operator).PackDownWith(cmd.Context(), workspace, api.PackDownRequest{Volumes: volumes, Children: children})
 			kept := ""
 			if !volumes {
 				kept = "volumes kept (pass --volumes to remove them too)"
@@ -284,6 +284,8 @@ func (a *app) packDownCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&workspace, "workspace", "", "the workspace to tear down (required)")
 	cmd.Flags().BoolVar(&volumes, "volumes", false, "also remove the workspace's volumes (their data is lost)")
+	cmd.Flags().BoolVar(&children, "children", false, "operators: also remove the engine-socket holders' children attached only to this workspace's networks "+
+		"(custody cannot prove it owns them: check `custody pack status` first); without it they are left and the workspace stays residual")
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed down receipt here (and its Sigstore bundle beside it); refused if either exists")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace report as JSON")
 	socketFlag(cmd.Flags(), &operator)

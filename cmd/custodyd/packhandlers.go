@@ -206,7 +206,10 @@ func (s *server) handlePackList(operator bool) http.HandlerFunc {
 }
 
 // handlePackDown tears a workspace down. A client's down first checks,
-// under the workspace's lock, that the workspace is the client's own.
+// under the workspace's lock, that the workspace is the client's own. The
+// removal of socket holders' children is an operator's decision (P4: no
+// proof custody owns them), so a client asking for it is refused before
+// anything is touched.
 func (s *server) handlePackDown(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var in api.PackDownRequest
@@ -216,6 +219,12 @@ func (s *server) handlePackDown(operator bool) http.HandlerFunc {
 			return
 		}
 		name, uid := r.PathValue("name"), peerOf(r).UID
+		if in.Children && !operator {
+			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "P4: removing an engine-socket holder's children is refused on the submit socket: " +
+				"custody cannot prove it owns them (no journal record, none of its labels), so only an operator may decide; " +
+				"fix: an operator runs custody pack down --workspace " + name + " --children --operator"})
+			return
+		}
 		unlock := s.wsLocks.lock(name)
 		defer unlock()
 		if !operator {
@@ -228,7 +237,7 @@ func (s *server) handlePackDown(operator bool) http.HandlerFunc {
 				return
 			}
 		}
-		rep, err := p.Down(r.Context(), name, in.Volumes)
+		rep, err := p.Down(r.Context(), name, in.Volumes, in.Children)
 		s.writeReport(w, "down", name, uid, rep, err)
 	}
 }

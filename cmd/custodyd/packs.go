@@ -93,7 +93,9 @@ type packs interface {
 	Up(ctx context.Context, grant []byte, workspace string, peer packPeer) (*packReport, error)
 	Status(ctx context.Context, workspace string) (*packReport, error)
 	List(ctx context.Context) ([]packReport, error)
-	Down(ctx context.Context, workspace string, volumes bool) (*packReport, error)
+	// Down's children removes the engine-socket holders' eligible
+	// children (the operator's opt-in; control socket only).
+	Down(ctx context.Context, workspace string, volumes, children bool) (*packReport, error)
 	Recover(ctx context.Context) ([]packReport, error)
 }
 
@@ -177,8 +179,8 @@ func (w workspacePacks) List(ctx context.Context) ([]packReport, error) {
 	return fromWorkspaces(reps), packError(err)
 }
 
-func (w workspacePacks) Down(ctx context.Context, name string, volumes bool) (*packReport, error) {
-	rep, err := w.m.Down(ctx, name, volumes)
+func (w workspacePacks) Down(ctx context.Context, name string, volumes, children bool) (*packReport, error) {
+	rep, err := w.m.DownWith(ctx, name, workspace.DownOptions{Volumes: volumes, Children: children})
 	return fromWorkspace(rep), packError(err)
 }
 

@@ -79,8 +79,12 @@ func (f *fakePacks) List(context.Context) ([]packReport, error) {
 	return out, nil
 }
 
-func (f *fakePacks) Down(_ context.Context, ws string, volumes bool) (*packReport, error) {
-	f.called(fmt.Sprintf("down %s volumes=%t", ws, volumes))
+func (f *fakePacks) Down(_ context.Context, ws string, volumes, children bool) (*packReport, error) {
+	if children {
+		f.called(fmt.Sprintf("down %s volumes=%t children", ws, volumes))
+	} else {
+		f.called(fmt.Sprintf("down %s volumes=%t", ws, volumes))
+	}
 	return &packReport{Workspace: ws, State: "clean", Covered: []string{"containers", "networks"}}, nil
 }
 
@@ -232,6 +236,37 @@ func TestPackOwnerOnly(t *testing.T) {
 	}
 	if downs != 2 {
 		t.Errorf("downs reached the lifecycle %d times, want 2: %v", downs, f.calls)
+	}
+}
+
+// TestPackDownChildrenOperatorOnly: removing a socket holder's children
+// is the operator's word (P4), so a client asking for it, even for its own
+// workspace, is refused with the fix and its down never reaches the
+// lifecycle; the operator's reaches it with the opt-in, and a plain down
+// over submit still works. Unit logic: the removal itself is tested on a
+// real engine (workspace.TestSocketHolderChildren).
+func TestPackDownChildrenOperatorOnly(t *testing.T) {
+	f := newFakePacks()
+	s := packServer(f)
+	control, submit := s.controlMux(), s.submitMux()
+	rec, raw := call(t, submit, 1000, "POST", "/v1/workspaces/ws1/down", api.PackDownRequest{Children: true})
+	if e := wireErr(t, raw); rec.Code != http.StatusForbidden || e.Code != api.CodeForbidden || !strings.Contains(e.Message, "--children --operator") {
+		t.Errorf("client down --children: %d %s, want forbidden naming the fix", rec.Code, raw)
+	}
+	if rec, raw := call(t, submit, 1000, "POST", "/v1/workspaces/ws1/down", api.PackDownRequest{}); rec.Code != 200 {
+		t.Errorf("client down: %d %s", rec.Code, raw)
+	}
+	if rec, raw := call(t, control, 0, "POST", "/v1/workspaces/ws1/down", api.PackDownRequest{Children: true}); rec.Code != 200 {
+		t.Errorf("operator down --children: %d %s", rec.Code, raw)
+	}
+	var downs []string
+	for _, c := range f.calls {
+		if strings.HasPrefix(c, "down ") {
+			downs = append(downs, c)
+		}
+	}
+	if want := "down ws1 volumes=false,down ws1 volumes=false children"; strings.Join(downs, ",") != want {
+		t.Errorf("downs reaching the lifecycle: %v, want %s", downs, want)
 	}
 }
 

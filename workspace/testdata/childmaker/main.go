@@ -1,7 +1,9 @@
 // Command childmaker is a socket holder's stand-in for the children test:
 // a static client of the engine's API on /var/run/docker.sock. It finds its
-// own container, creates and starts one child on its own (pack) network and
-// one with no network, then waits for its stop signal.
+// own container, creates and starts one child on its own (pack) network,
+// one with no network, and one with no network that copies the capability
+// probe's label and name prefix (anyone holding the socket can), then waits
+// for its stop signal.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"os/signal"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -79,9 +82,13 @@ func main() {
 		netID = n.NetworkID
 	}
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
-	for name, mode := range map[string]string{"child-in-world-" + suffix: netID, "child-outside-" + suffix: "none"} {
+	probeLike := map[string]string{"dev.custody.probe": "1"}
+	for name, mode := range map[string]string{"child-in-world-" + suffix: netID, "child-outside-" + suffix: "none", "custody-probe-" + suffix: "none"} {
 		var made struct{ Id string }
 		spec := map[string]any{"Image": me.Config.Image, "Cmd": []string{"sleep", "600"}, "HostConfig": map[string]any{"NetworkMode": mode}}
+		if strings.HasPrefix(name, "custody-probe-") {
+			spec["Labels"] = probeLike
+		}
 		if err := call("POST", "/containers/create?name="+name, spec, &made); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
