@@ -91,6 +91,9 @@ type ImageFacts struct {
 	// binds them beside the tree digest.
 	Manifest, ConfigDigest string
 	Config                 ImageConfig
+	// Owned says the image gives some entries owners other than 0:0 (an
+	// image import keeps its layers' owners; a rootfs import is all 0:0).
+	Owned bool
 	// Tree is the image's rootfs, read-only, with symlinks resolved within
 	// it (an os.Root's FS); paths are relative, as io/fs names them.
 	Tree fs.FS
@@ -215,6 +218,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 	if a.img != nil {
 		p.ImageManifest, p.ImageConfig = a.img.Manifest, a.img.ConfigDigest
 	}
+	a.imageOwners()
 	a.overrides()
 	p.Env = a.env()
 	p.Command = a.command(p.Env["PATH"])
@@ -349,6 +353,18 @@ func (a *admitter) image(present bool) {
 	default:
 		a.add(Check{Requirement: "image", Verdict: Granted, Code: "image-allowed", Detail: a.req.Image})
 	}
+}
+
+// imageOwners refuses an image whose entries belong to ids other than 0:0
+// on a backend that would show them as host ids: a file of the image's uid
+// 1000 would be host uid 1000's.
+func (a *admitter) imageOwners() {
+	if a.img == nil || !a.img.Owned || !a.caps.HostImageOwners {
+		return
+	}
+	a.add(Check{Requirement: "image.owners", Verdict: Unsupported, Code: "image-owners-unmapped",
+		Detail: fmt.Sprintf("image %s gives files to ids other than 0:0, and this backend runs without a user namespace, so they would belong to the host's users of those ids", a.req.Image),
+		Fix:    "set runner.userNamespace in custodyd.yaml (the image's ids then map into the container's range), or import the image's root filesystem as a plain rootfs (every entry 0:0)"})
 }
 
 func (a *admitter) network() []string {

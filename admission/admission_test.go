@@ -523,3 +523,41 @@ func FuzzSignalName(f *testing.F) {
 		}
 	})
 }
+
+// An image that gives entries to ids other than 0:0 is refused, naming
+// the fix, on a backend that would show them as host ids (no user
+// namespace); the same image is admitted where they are shifted, and an
+// all-0:0 image is admitted on either.
+func TestImageOwnersNeedShiftedIDs(t *testing.T) {
+	for _, c := range []struct {
+		name                      string
+		owned, unshifted, refused bool
+	}{
+		{"owned-unshifted", true, true, true},
+		{"owned-shifted", true, false, false},
+		{"root-owned-unshifted", false, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := imageFacts(ImageConfig{})
+			f.Capabilities.HostImageOwners = c.unshifted
+			f.Image.Owned = c.owned
+			_, err := Admit(req(request.TierDevelopment), pol(), f)
+			var re *RefusedError
+			if !c.refused {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.As(err, &re) {
+				t.Fatalf("admitted, want refused: %v", err)
+			}
+			for _, ch := range re.Checks {
+				if ch.Refused() && ch.Requirement == "image.owners" && ch.Code == "image-owners-unmapped" && strings.Contains(ch.Fix, "userNamespace") {
+					return
+				}
+			}
+			t.Fatalf("no image.owners refusal naming the fix: %+v", re.Checks)
+		})
+	}
+}

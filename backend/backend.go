@@ -252,6 +252,12 @@ type Capabilities struct {
 	// UserNamespace says sandboxes run in a user namespace that maps their
 	// root to an unprivileged host range.
 	UserNamespace bool
+	// HostImageOwners says the sandbox sees an image's owners as host ids
+	// (no user namespace shifts them): an image that gives entries to ids
+	// other than 0:0 would give them to the host users of those ids, so
+	// admission refuses such an image. A backend whose sandboxes have ids
+	// of their own (a user namespace, a VM guest) leaves it false.
+	HostImageOwners bool
 	// WritableInputs says the backend can give an input as a writable
 	// copy (Mount.Writable) whose writes are bounded by the tmp budget.
 	WritableInputs bool

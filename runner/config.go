@@ -14,7 +14,8 @@ type Config struct {
 	// StateDir is private (0700): images, snapshots, outputs, the store
 	// and the runtime's container state.
 	StateDir string `yaml:"stateDir"`
-	// RuntimeDir holds per-launch bundles (0711, nothing secret).
+	// RuntimeDir holds per-launch bundles (0711; each launch dir is closed
+	// to every host user but root and the container's mapped root).
 	RuntimeDir string `yaml:"runtimeDir"`
 	// Runtime is the pinned OCI runtime; its sha256 is checked at every launch.
 	Runtime Runtime `yaml:"runtime"`

@@ -294,7 +294,7 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames()}
 	if img != nil {
 		facts.Image = &admission.ImageFacts{Manifest: img.Manifest, ConfigDigest: img.ConfigDigest,
-			Config: imageConfig(img.Config), Tree: image.TreeFS(img.Rootfs)}
+			Config: imageConfig(img.Config), Owned: len(img.IDs) > 0, Tree: image.TreeFS(img.Rootfs)}
 	}
 	return admission.Admit(req, pol, facts)
 }

@@ -164,7 +164,14 @@ func (h *harness) noLeftovers() {
 
 // ociBackend is the pinned runc as custodyd wires it (cmd/custodyd's
 // ociBackend): a user namespace where the host allows one.
-func ociBackend(cfg runner.Config) runner.BackendFactory {
+func ociBackend(cfg runner.Config) runner.BackendFactory { return ociBackendWith(cfg, nil) }
+
+// ociBackendWith is ociBackend with a user namespace or without one as
+// userns says; nil is where the host allows one.
+func ociBackendWith(cfg runner.Config, userns func(profile *platform.Profile) bool) runner.BackendFactory {
+	if userns == nil {
+		userns = func(p *platform.Profile) bool { return p.UserNS.OK }
+	}
 	return func(profile func() *platform.Profile) (backend.Backend, error) {
 		o := oci.Options{
 			Runtime:    oci.Pinned{Path: cfg.Runtime.Path, Version: cfg.Runtime.Version, SHA256: cfg.Runtime.SHA256},
@@ -173,7 +180,7 @@ func ociBackend(cfg runner.Config) runner.BackendFactory {
 			RuntimeDir: cfg.RuntimeDir, MaxLogBytes: runner.StreamCap + 1,
 			Profile: profile,
 		}
-		if profile().UserNS.OK {
+		if userns(profile()) {
 			o.UserNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
 		}
 		return oci.New(o)
@@ -184,6 +191,12 @@ func ociBackend(cfg runner.Config) runner.BackendFactory {
 // the end of the test.
 func openRunner(t testing.TB, cfg runner.Config) (*runner.Runner, *store.DB) {
 	t.Helper()
+	return openRunnerWith(t, cfg, ociBackend(cfg))
+}
+
+// openRunnerWith is openRunner on the backend factory.
+func openRunnerWith(t testing.TB, cfg runner.Config, factory runner.BackendFactory) (*runner.Runner, *store.DB) {
+	t.Helper()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +205,7 @@ func openRunner(t testing.TB, cfg runner.Config) (*runner.Runner, *store.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	r, err := runner.New(context.Background(), cfg, db, ociBackend(cfg), nil)
+	r, err := runner.New(context.Background(), cfg, db, factory, nil)
 	if err != nil {
 		t.Fatalf("runner.New: %v", err)
 	}

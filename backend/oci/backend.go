@@ -35,9 +35,9 @@ type Options struct {
 	Runtime Pinned
 	// StateDir holds runc's container state (runc --root). Private, 0700.
 	StateDir string
-	// RuntimeDir holds per-launch bundles. It must be traversable (0711) so
-	// that a remapped container root can reach its rootfs; nothing secret
-	// is kept there.
+	// RuntimeDir holds per-launch bundles. It is traversable (0711) so
+	// that a remapped container root can reach its launch dir; each launch
+	// dir is closed to every other host user (see launchDirAccess).
 	RuntimeDir string
 	// UserNS maps container root to an unprivileged host range; nil runs
 	// without a user namespace (the profile then says so).
@@ -326,7 +326,8 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 			return nil, fmt.Errorf("journal launch: %w", err)
 		}
 	}
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	mode, gid := b.launchDirAccess()
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		bin.Close()
 		return nil, fmt.Errorf("launch dir: %w", err)
 	}
@@ -348,13 +349,16 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 			_ = c.flushCreated()
 		}
 	}()
-	if err := os.Chmod(dir, 0o711); err != nil { // whatever the umask
+	if err := os.Chown(dir, 0, int(gid)); err != nil {
+		return c, fmt.Errorf("launch dir: %w", err)
+	}
+	if err := os.Chmod(dir, mode); err != nil { // whatever the umask
 		return c, fmt.Errorf("launch dir: %w", err)
 	}
 	if err := c.identify(KindLaunchDir, dir, pathIdentity); err != nil {
 		return c, err
 	}
-	if err := c.mountLaunchDir(); err != nil {
+	if err := c.mountLaunchDir(mode, gid); err != nil {
 		return c, err
 	}
 	cfg := l.Config
@@ -398,13 +402,30 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	return c, nil
 }
 
-// mountLaunchDir mounts a small tmpfs over the launch dir: the overlay's
-// upper and work dirs, config.json and runc's log live in memory, so the
-// end of a launch needs no sync of a disk filesystem (unmounting an overlay
-// syncs its upper layer) and no removal of files from one.
-func (c *Container) mountLaunchDir() error {
+// launchDirAccess is the mode and group of a launch dir: root's alone
+// (0700) without a user namespace, where container root is host root; with
+// one, traversable (0710) by the group container root maps to as well, so
+// runc's setup inside the namespace reaches the rootfs and the mount
+// sources. No other host user can stat or write the merged rootfs, the
+// overlay's upper layer or the output: the image's owners are real ids
+// (1000 is somebody's on the host) and its world-writable directories
+// stay world-writable.
+func (b *Backend) launchDirAccess() (fs.FileMode, uint32) {
+	if m := b.opts.UserNS; m != nil {
+		return 0o710, m.HostID
+	}
+	return 0o700, 0
+}
+
+// mountLaunchDir mounts a small tmpfs over the launch dir, with the launch
+// dir's mode and group: the overlay's upper and work dirs, config.json and
+// runc's log live in memory, so the end of a launch needs no sync of a disk
+// filesystem (unmounting an overlay syncs its upper layer) and no removal
+// of files from one.
+func (c *Container) mountLaunchDir(mode fs.FileMode, gid uint32) error {
 	c.mounted = append(c.mounted, c.dir)
-	if err := unix.Mount("tmpfs", c.dir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=32m,nr_inodes=4096,mode=0711"); err != nil {
+	opts := fmt.Sprintf("size=32m,nr_inodes=4096,mode=%04o,uid=0,gid=%d", uint32(mode.Perm()), gid)
+	if err := unix.Mount("tmpfs", c.dir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("launch dir tmpfs: %w", err)
 	}
 	return c.identify(KindLaunchMount, c.dir, mountIdentity)

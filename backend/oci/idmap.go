@@ -20,7 +20,10 @@ import (
 // only root can enter). With a user namespace, the rootfs overlay's lower
 // layer is an idmapped mount of the image that shifts them into the
 // container's host range, so container root owns what image root owns and
-// uid 1000 owns what uid 1000 owns; without one they are host ids already.
+// uid 1000 owns what uid 1000 owns. Without one they would be host ids
+// (the image's uid 1000 is the host's), so Capabilities says
+// HostImageOwners and admission refuses an image whose entries are not all
+// 0:0.
 
 // idmapUserns returns a user namespace whose mapping is the containers',
 // for idmapped mounts.

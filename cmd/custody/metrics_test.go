@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -81,11 +83,19 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 // replayed grant and a refused issue: runs by status and tier, the launch
 // latency histogram, grants spent, refusals by requirement, the quarantine
 // and the journal's attempts, on the control socket and on the opt-in
-// loopback listener. The submit socket refuses them, and a listener that
-// is not loopback stops custodyd before it starts.
+// metrics socket, which an operator's uid scrapes and any other uid is
+// refused (403, by its kernel-reported uid). The submit socket refuses
+// them, and a TCP listen address stops custodyd before it starts.
 func TestMetricsAfterARealRun(t *testing.T) {
+	sockDir := t.TempDir()
+	for _, d := range []string{filepath.Dir(sockDir), sockDir} {
+		if err := os.Chmod(d, 0o711); err != nil { // another uid must reach the socket to be refused by it
+			t.Fatal(err)
+		}
+	}
+	metricsSock := filepath.Join(sockDir, "metrics.sock")
 	e := startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{LogLevel: "info", LogFormat: "json",
-		Args: []string{"--metrics-listen", "127.0.0.1:0"}})
+		Args: []string{"--metrics-listen", metricsSock}})
 	phase := e.phase(t, "metrics", "echo x > /out/x", "")
 	if code, res := e.runJSON(t, phase); code != exitOK || res.Status != "ok" {
 		t.Fatalf("run: %d %+v", code, res)
@@ -130,24 +140,51 @@ func TestMetricsAfterARealRun(t *testing.T) {
 		t.Fatalf("no tier.production refusal counted: %v", fams["custody_admission_refusals_total"])
 	}
 
-	// The loopback listener serves the same registry.
-	addr := ""
+	// The metrics socket serves the same registry to an operator (root).
+	sock := ""
 	sc := bufio.NewScanner(strings.NewReader(e.d.Logs.String()))
 	for sc.Scan() {
-		var l struct{ Msg, Addr string }
+		var l struct{ Msg, Socket string }
 		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == "metrics listening" {
-			addr = l.Addr
+			sock = l.Socket
 		}
 	}
-	if code, fams := scrape(t, "", "http://"+addr+"/metrics"); code != http.StatusOK || value(t, fams, "custody_grants_spent_total", nil) != 2 {
-		t.Fatalf("loopback listener %q: HTTP %d", addr, code)
+	if sock != metricsSock {
+		t.Fatalf("metrics socket logged as %q, want %q", sock, metricsSock)
 	}
-	// Refusals: the submit socket, and a listener beyond loopback.
+	if code, fams := scrape(t, sock, "http://custodyd/metrics"); code != http.StatusOK || value(t, fams, "custody_grants_spent_total", nil) != 2 {
+		t.Fatalf("metrics socket %q: HTTP %d", sock, code)
+	}
+	// Refusals: another uid on the metrics socket, the submit socket, and
+	// a TCP listen address.
+	if code := scrapeAs(t, 65534, sock); code != "403" {
+		t.Fatalf("uid 65534 on the metrics socket: HTTP %s, want 403", code)
+	}
 	if code, _ := scrape(t, e.submit, "http://custodyd/v1/metrics"); code != http.StatusForbidden {
 		t.Fatalf("submit /v1/metrics: HTTP %d, want 403", code)
 	}
-	out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--metrics-listen", "0.0.0.0:9464").CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "loopback") {
-		t.Fatalf("--metrics-listen 0.0.0.0: %v %s", err, out)
+	for _, addr := range []string{"127.0.0.1:9464", "0.0.0.0:9464"} {
+		out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--metrics-listen", addr).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unix socket") {
+			t.Fatalf("--metrics-listen %s: %v %s", addr, err, out)
+		}
 	}
+}
+
+// scrapeAs GETs /metrics on the unix socket sock as host uid (and gid)
+// uid with the host's curl, and returns the HTTP status it got.
+func scrapeAs(t *testing.T, uid uint32, sock string) string {
+	t.Helper()
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		testenv.Missing(t, "curl (Debian's curl), to scrape as another uid")
+	}
+	cmd := exec.Command(curl, "-s", "-o", "/dev/null", "-w", "%{http_code}", "--unix-socket", sock, "http://custodyd/metrics")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("curl as uid %d: %v %s", uid, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }

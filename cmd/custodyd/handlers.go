@@ -44,15 +44,21 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/pipelines/summary", s.handlePipelineSummary)
 	s.packRoutes(mux, true)
 	s.opsRoutes(mux, true)
+	return s.operatorsOnly("control socket", mux)
+}
+
+// operatorsOnly serves h only to a peer whose kernel-reported uid is in
+// operators; socket names the socket in the refusal and the log.
+func (s *server) operatorsOnly(socket string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := peerOf(r)
 		if !p.ok || !slices.Contains(s.cfg.Operators, p.UID) {
-			s.log.Warn("control socket: refused a non-operator", "uid", p.UID, "pid", p.PID, "path", r.URL.Path)
+			s.log.Warn(socket+": refused a non-operator", "uid", p.UID, "pid", p.PID, "path", r.URL.Path)
 			writeError(w, &api.Error{Code: api.CodeForbidden,
-				Message: "the control socket is for operators only; this uid is not in custodyd's operators list"})
+				Message: "the " + socket + " is for operators only; this uid is not in custodyd's operators list"})
 			return
 		}
-		mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
 }
 

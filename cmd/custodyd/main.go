@@ -19,7 +19,7 @@ func main() {
 	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
-	metricsListen := flag.String("metrics-listen", "", "also serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9464); the control socket always serves /v1/metrics")
+	metricsListen := flag.String("metrics-listen", "", "also serve Prometheus metrics at GET /metrics on a unix socket at this absolute path, to operators' uids only (e.g. /run/custody/metrics.sock); the control socket always serves /v1/metrics")
 	rotate := flag.String("rotate-key", "", "with custodyd stopped: replace the runner or issuer key, keep the old public key and a hand-over record it signed in stateDir/keys/retired, print the record, and exit")
 	cgroupLeaf := flag.String("cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started: on, off, or auto (on under systemd on a cgroup v2 host)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
@@ -60,7 +60,7 @@ func main() {
 	// Taken from the environment before anything starts a child.
 	svc, err := newService(*cgroupLeaf)
 	if err == nil && *metricsListen != "" {
-		err = loopbackOnly(*metricsListen)
+		err = metricsSocketOnly(*metricsListen)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd:", err)

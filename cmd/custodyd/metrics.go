@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,8 @@ import (
 
 // metrics are custodyd's Prometheus series, on a registry of its own (no
 // global state), served to operators only: GET /v1/metrics on the control
-// socket, or an opt-in loopback listener (--metrics-listen).
+// socket, or GET /metrics on an opt-in unix socket (--metrics-listen) that
+// checks the peer's uid as the control socket does.
 type metrics struct {
 	reg       *prometheus.Registry
 	runs      *prometheus.CounterVec
@@ -137,49 +139,49 @@ func (m *metrics) handler() http.Handler {
 func (s *server) handleMetrics(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !operator {
-			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "metrics are for operators: scrape the control socket or custodyd's --metrics-listen"})
+			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "metrics are for operators: scrape the control socket or custodyd's --metrics-listen socket"})
 			return
 		}
 		s.metrics.handler().ServeHTTP(w, r)
 	}
 }
 
-// serveMetrics serves the series on addr, which must be a loopback address
-// (the opt-in listener for a local Prometheus); "" serves nothing. It
-// stops when ctx ends.
-func (s *server) serveMetrics(ctx context.Context, addr string) error {
-	if addr == "" {
+// serveMetrics serves the series at GET /metrics on a unix socket at path
+// ("" serves nothing), to operators only: the kernel-reported peer uid must
+// be in operators, as on the control socket. The socket is 0666 so that a
+// scraper running as a non-root operator uid can connect; the peer check,
+// not the mode, keeps everyone else out. It stops when ctx ends.
+func (s *server) serveMetrics(ctx context.Context, path string) error {
+	if path == "" {
 		return nil
 	}
-	if err := loopbackOnly(addr); err != nil {
+	if err := metricsSocketOnly(path); err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", addr)
+	l, err := listen(path, 0o666)
 	if err != nil {
 		return fmt.Errorf("--metrics-listen: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.metrics.handler())
-	srv := httpServer(mux)
+	srv := httpServer(s.operatorsOnly("metrics socket", mux))
 	go func() {
 		<-ctx.Done()
 		srv.Close()
+		os.Remove(path)
 	}()
 	go func() { _ = srv.Serve(l) }()
-	s.log.Info("metrics listening", "addr", l.Addr().String())
+	s.log.Info("metrics listening", "socket", path)
 	return nil
 }
 
-// loopbackOnly refuses a listen address that is not a loopback IP: the
-// series name runs, actors' refusals and the quarantine, which are the
-// operator's.
-func loopbackOnly(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("--metrics-listen %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("--metrics-listen %q: only a loopback IP (127.0.0.1 or ::1) may serve metrics; fix: listen on loopback, or scrape the control socket's /v1/metrics", addr)
+// metricsSocketOnly refuses a listen address that is not an absolute unix
+// socket path: the series name runs, actors' refusals and the quarantine,
+// which are the operator's, and a TCP port cannot tell which local uid
+// connects.
+func metricsSocketOnly(addr string) error {
+	if !filepath.IsAbs(addr) {
+		return fmt.Errorf("--metrics-listen %q: metrics are served only on a unix socket that checks the peer's uid against operators (a TCP port would serve any local uid); fix: give an absolute socket path such as /run/custody/metrics.sock, or scrape the control socket's /v1/metrics", addr)
 	}
 	return nil
 }

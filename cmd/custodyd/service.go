@@ -21,7 +21,7 @@ import (
 type service struct {
 	notify *sdnotify.Notifier
 	leaf   string // on | off | auto
-	// metricsListen is the opt-in loopback metrics address ("" for none).
+	// metricsListen is the opt-in metrics socket's path ("" for none).
 	metricsListen string
 }
 
