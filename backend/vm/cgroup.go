@@ -30,11 +30,12 @@ const QEMUOverheadBytes = 384 << 20
 const QEMUPids = 64
 
 // hostCgroupParents are, per cgroup v1 controller custody limits QEMU
-// with (memory, pids), the dir of this process's own cgroup in that
-// hierarchy: QEMU's cgroups go under the one custodyd started in, as the
-// oci backend's do. Custody never mounts a hierarchy; where one is not
-// mounted (a unified host), that controller is left out and the
-// capability says so.
+// with (memory, pids) or accounts it by (cpuacct), the dir of this
+// process's own cgroup in that hierarchy: QEMU's cgroups go under the one
+// custodyd started in, as the oci backend's do. Custody never mounts a
+// hierarchy; where one is not mounted (a unified host), that controller is
+// left out and the capability says so (cpuacct: the usage has no CPU
+// time).
 func hostCgroupParents() map[string]string {
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -45,7 +46,7 @@ func hostCgroupParents() map[string]string {
 		return nil
 	}
 	out := map[string]string{}
-	for _, ctl := range []string{"memory", "pids"} {
+	for _, ctl := range []string{"memory", "pids", "cpuacct"} {
 		var mnt string
 		for _, m := range mounts {
 			if slices.Contains(strings.Split(m.VFSOptions, ","), ctl) {
@@ -105,6 +106,8 @@ func (m *Machine) makeCgroups() error {
 			file, value = "memory.limit_in_bytes", strconv.FormatInt(m.spec.Memory+GuestOverheadBytes+QEMUOverheadBytes, 10)
 		case "pids":
 			file, value = "pids.max", strconv.Itoa(QEMUPids)
+		default: // cpuacct accounts only
+			continue
 		}
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
 			return fmt.Errorf("host cgroup %s: %s=%s: %w", dir, file, value, err)
@@ -124,15 +127,52 @@ func (m *Machine) joinCgroups(pid int) error {
 	return nil
 }
 
-// hostPeakMemory is QEMU's peak memory as its host cgroup accounted it.
-func (m *Machine) hostPeakMemory() int64 {
-	for _, dir := range m.cgroups {
-		if data, err := os.ReadFile(filepath.Join(dir, "memory.max_usage_in_bytes")); err == nil {
-			n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-			return n
+// hostUsage is what the host kernel accounted to QEMU's cgroups once it
+// has exited: its peak memory, CPU time and the OOM kills in its memory
+// cgroup, and how often that cgroup hit its limit (failcnt). These, not
+// the guest's report, are what the receipt asserts (R3). A figure whose
+// controller is not there is -1 (CPU time: 0).
+func (m *Machine) hostUsage() (u backend.Usage, failcnt int64) {
+	dirs := m.b.cgroupDirs(m.id)
+	made := func(ctl string) string {
+		if d := dirs[ctl]; slices.Contains(m.cgroups, d) {
+			return d
+		}
+		return ""
+	}
+	u.PeakMemoryBytes, u.OOMKills, failcnt = -1, -1, -1
+	if d := made("memory"); d != "" {
+		u.PeakMemoryBytes = cgroupValue(d, "memory.max_usage_in_bytes", "")
+		u.OOMKills = cgroupValue(d, "memory.oom_control", "oom_kill")
+		failcnt = cgroupValue(d, "memory.failcnt", "")
+	}
+	if d := made("cpuacct"); d != "" {
+		u.CPUTimeNanos = max(cgroupValue(d, "cpuacct.usage", ""), 0)
+	}
+	return u, failcnt
+}
+
+// cgroupValue reads a cgroup v1 file: a number, or with key the number on
+// the line "key N"; -1 when it cannot be read.
+func cgroupValue(dir, file, key string) int64 {
+	data, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return -1
+	}
+	v := strings.TrimSpace(string(data))
+	if key != "" {
+		v = ""
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, n, ok := strings.Cut(line, " "); ok && k == key {
+				v = n
+			}
 		}
 	}
-	return -1
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // removeCgroup removes a host cgroup dir once it holds no process; a dir

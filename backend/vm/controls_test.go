@@ -27,7 +27,11 @@ func lines(data []byte) map[string]string {
 // writable and the host's copy is unchanged; the rootfs is read-only while
 // /tmp and the output are writable; the environment holds the declared
 // variables only (a canary in the host's environment is absent); the only
-// interface is loopback, which works, and a connect out fails.
+// interface is loopback, which works, and a connect out fails; the root
+// workload reads /proc/self/status and /proc/sys, but its writes to
+// kernel.core_pattern and /proc/sysrq-trigger fail and core_pattern, read
+// back through the output, is unchanged, and /proc/kcore and
+// /proc/timer_list are masked.
 func TestIsolationControls(t *testing.T) {
 	opts := pins(t)
 	b := newBackend(t, opts)
@@ -51,6 +55,13 @@ sed -n 's/^ *\([a-z0-9]*\):.*/\1/p' /proc/net/dev > /out/net
 (nc -l -p 7000 127.0.0.1 > /out/lo & sleep 1; echo hello | nc 127.0.0.1 7000; wait) 2>/dev/null
 name=egress ok sh -c 'echo x | nc -w 2 10.0.2.2 80'
 name=egress-public ok sh -c 'echo x | nc -w 2 1.1.1.1 53'
+grep '^Uid:' /proc/self/status > /out/status
+cat /proc/sys/kernel/core_pattern > /out/core_pattern.before
+name=sysctl-write ok sh -c 'echo "|/bin/false" > /proc/sys/kernel/core_pattern'
+name=sysrq-write ok sh -c 'echo h > /proc/sysrq-trigger'
+cat /proc/sys/kernel/core_pattern > /out/core_pattern
+name=kcore-masked ok test -c /proc/kcore
+head -c 64 /proc/timer_list | wc -c > /out/timer_list
 `)
 	s.Inputs = []backend.Mount{{Source: in, Target: "/in"}}
 	s.Env = []string{"DECLARED=yes", "PATH=/bin"}
@@ -62,6 +73,7 @@ name=egress-public ok sh -c 'echo x | nc -w 2 1.1.1.1 53'
 	for k, want := range map[string]string{
 		"input-read": "ok", "input-write": "refused", "input-create": "refused", "rootfs-write": "refused",
 		"tmp-write": "ok", "out-write": "ok", "egress": "refused", "egress-public": "refused",
+		"sysctl-write": "refused", "sysrq-write": "refused", "kcore-masked": "ok",
 	} {
 		if r[k] != want {
 			t.Errorf("%s: %q, want %s (all: %v)", k, r[k], want, r)
@@ -87,6 +99,25 @@ name=egress-public ok sh -c 'echo x | nc -w 2 1.1.1.1 53'
 	}
 	if ex.Observation == nil || len(ex.Observation.Interfaces) != 1 {
 		t.Errorf("observation %+v", ex.Observation)
+	}
+	if f := strings.Fields(string(files["status"])); len(f) < 2 || f[1] != "0" {
+		t.Errorf("/proc/self/status: %q, want the root workload's Uid line", files["status"])
+	}
+	before, after := string(files["core_pattern.before"]), string(files["core_pattern"])
+	if before == "" || after != before || strings.Contains(after, "/bin/false") {
+		t.Errorf("kernel.core_pattern %q before the write, %q after: want it read and unchanged", before, after)
+	}
+	if got := strings.TrimSpace(string(files["timer_list"])); got != "0" {
+		t.Errorf("/proc/timer_list gave %s bytes, want it masked (0)", got)
+	}
+	ro := map[string]bool{}
+	for _, m := range ex.Observation.Mounts {
+		ro[m.Target] = m.ReadOnly
+	}
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger"} {
+		if !ro[p] {
+			t.Errorf("the guest does not report %s mounted read-only: %+v", p, ex.Observation.Mounts)
+		}
 	}
 }
 
@@ -128,8 +159,14 @@ cp $r /out/r
 			t.Errorf("%s: %q, want %s (all: %v)", k, r[k], want, r)
 		}
 	}
-	if !ex.OOMKilled || ex.Usage.OOMKills == 0 {
-		t.Errorf("the hog was not reported OOM-killed: %+v", ex.Usage)
+	// The guest's cgroup killed the hog; the host's held QEMU, and the
+	// usage is the host's: no OOM kill there, the guest's claim of one
+	// only in the observation.
+	if _, _, oom := guestUsage(t, ex); oom == 0 {
+		t.Errorf("the guest did not report the hog OOM-killed: %+v", ex.Observation.Notes)
+	}
+	if ex.OOMKilled || ex.Usage.OOMKills != 0 {
+		t.Errorf("QEMU's host cgroup had an OOM kill: %+v", ex.Usage)
 	}
 	if ex.Usage.MemoryLimitBytes != 64<<20 || ex.Usage.PidsLimit != 16 {
 		t.Errorf("limits read back %+v, want memory 64 MiB, pids 16", ex.Usage)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -88,6 +89,9 @@ func hostileStreams(t testing.TB) map[string][]byte {
 			{name: "d", typ: tar.TypeReg}, {name: "e", typ: tar.TypeReg}}),
 		"too-big": tarOf(t, []entry{{name: "f", typ: tar.TypeReg, body: strings.Repeat("y", 8192)}}),
 		"device":  tarOf(t, []entry{{name: "null", typ: tar.TypeChar}}),
+		// One entry whose parents the reader would make: more entries on
+		// disk than the file bound (4 here, 64 in the fuzz target).
+		"implicit-parents": tarOf(t, []entry{{name: strings.Repeat("d/", 70) + "f", typ: tar.TypeReg, body: "deep"}}),
 	}
 }
 
@@ -143,9 +147,11 @@ func TestHostileOutputStreamRefused(t *testing.T) {
 }
 
 // FuzzExtractOutput: whatever the guest sends, the host's reader writes
-// nothing outside the output dir, reads the stream to its end and hashes
-// every byte it read.
+// nothing outside the output dir, leaves in it no more bytes and entries
+// than its bounds, refuses only with ErrHostileOutput, reads the stream to
+// its end and hashes every byte it read.
 func FuzzExtractOutput(f *testing.F) {
+	const maxBytes, maxFiles = 1 << 16, 64
 	for _, s := range hostileStreams(f) {
 		f.Add(s)
 	}
@@ -158,7 +164,13 @@ func FuzzExtractOutput(f *testing.F) {
 		}
 		h := sha256.New()
 		r := bytes.NewReader(data)
-		_ = vm.ExtractOutput(context.Background(), r, h, out, 1<<16, 64)
+		err := vm.ExtractOutput(context.Background(), r, h, out, maxBytes, maxFiles)
+		if err != nil && !errors.Is(err, vm.ErrHostileOutput) {
+			t.Errorf("err %v, want ErrHostileOutput", err)
+		}
+		if size, entries := treeSize(t, out); size > maxBytes || entries > maxFiles {
+			t.Errorf("the output dir holds %d bytes in %d entries, bounds %d and %d (err %v)", size, entries, maxBytes, maxFiles, err)
+		}
 		if n, _ := io.Copy(io.Discard, r); n != 0 {
 			t.Errorf("%d bytes left unread: the guest could block", n)
 		}
@@ -170,4 +182,28 @@ func FuzzExtractOutput(f *testing.F) {
 			t.Errorf("entries beside the output dir: %v", ents)
 		}
 	})
+}
+
+// treeSize is the bytes of the regular files under dir and the number of
+// entries of any kind under it (dir itself not counted).
+func treeSize(t *testing.T, dir string) (size, entries int64) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		entries++
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			size += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return size, entries
 }

@@ -301,16 +301,20 @@ wait:
 	observedAt := time.Now()
 	ex.Finished = time.Now()
 	m.timing.QEMU = ex.Finished.Sub(start)
-	m.timing.HostPeakMemory = m.hostPeakMemory()
+	usage, failcnt := m.hostUsage()
+	m.timing.HostPeakMemory = usage.PeakMemoryBytes
 	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
 	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
+	// Usage and OOMKilled are the host's: QEMU's cgroups (R3).
+	ex.Usage, ex.OOMKilled = usage, usage.OOMKills > 0
+	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt)", failcnt)
 	if ex.TimedOut || ex.Cancelled {
-		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host"}}
+		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil
 	}
 	if m.qemu.err != nil {
-		return nil, fmt.Errorf("vm %s: qemu ended with %v: %s; guest console: %s", m.id, m.qemu.err, qemuLog.String(), m.console.String())
+		return nil, fmt.Errorf("vm %s: qemu ended with %v (%d OOM kill(s) in its host cgroup): %s; guest console: %s", m.id, m.qemu.err, usage.OOMKills, qemuLog.String(), m.console.String())
 	}
 	var rep guest.Report
 	line, _, _ := strings.Cut(string(report), "\n")
@@ -324,15 +328,22 @@ wait:
 		return nil, fmt.Errorf("vm %s: %w", m.id, outErr)
 	}
 	ex.Code, ex.Signal = rep.Code, rep.Signal
-	ex.OOMKilled = rep.OOMKills > 0
-	ex.Usage = backend.Usage{PeakMemoryBytes: rep.PeakMemory, CPUTimeNanos: rep.CPUUsec * 1000, OOMKills: rep.OOMKills,
-		MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax}
+	// The limits are the workload's, which only the guest's cgroup holds:
+	// read back from the sandbox, as the field says, and in the
+	// observation too; the host's own bound on QEMU is its cgroup's.
+	ex.Usage.MemoryLimitBytes, ex.Usage.PidsLimit = rep.MemoryMax, rep.PidsMax
 	m.timing.Workload = time.Duration(rep.Finished - rep.Started)
 	m.timing.Kernel = time.Duration(rep.InitUptime * float64(time.Second))
 	m.timing.Setup = time.Duration((rep.ReadyUptime - rep.InitUptime) * float64(time.Second))
 	ex.Observation = observation(&rep, m.outputSHA, observedAt)
+	ex.Observation.Notes = append(ex.Observation.Notes, hostNote)
 	return ex, nil
 }
+
+// GuestUsageNote is the observation's note of what the guest's cgroup
+// says the workload used (peak memory bytes, CPU µs, OOM kills): its
+// claim, kept beside the host's usage, never in it.
+const GuestUsageNote = "the guest's cgroup reports peak memory %d bytes, CPU %d µs, %d OOM kill(s) (its claim; the usage is QEMU's host cgroup's)"
 
 // observation is the guest's report as an Observation: what the init says
 // it saw, never authority.
@@ -343,7 +354,8 @@ func observation(rep *guest.Report, hostOutput string, at time.Time) *backend.Ob
 	}
 	ob := &backend.Observation{At: at, Interfaces: rep.Interfaces, Seccomp: seccomp, NoNewPrivs: rep.NoNewPrivs,
 		Cgroup: backend.ObservedCgroup{MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax},
-		Notes:  append([]string{"reported by the guest's init (an observation, not authority)"}, rep.Notes...)}
+		Notes: append([]string{"reported by the guest's init (an observation, not authority)",
+			fmt.Sprintf(GuestUsageNote, rep.PeakMemory, rep.CPUUsec, rep.OOMKills)}, rep.Notes...)}
 	if q, p, ok := strings.Cut(rep.CPUMax, " "); ok {
 		ob.Cgroup.CPUQuotaMicros, _ = strconv.ParseInt(q, 10, 64)
 		ob.Cgroup.CPUPeriodMicros, _ = strconv.ParseInt(p, 10, 64)

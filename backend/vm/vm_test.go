@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -134,16 +136,73 @@ func run(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (*back
 		return nil
 	})
 	if m, ok := sb.(*vm.Machine); ok {
-		tm := m.Timing()
-		t.Logf("timing %+v", tm)
-		// Where the host has the hierarchies, QEMU ran in its own host
-		// cgroup, within its limit.
-		limit := s.Memory + vm.GuestOverheadBytes + vm.QEMUOverheadBytes
-		if len(b.Capabilities().Tiers["development"]) == 0 && (tm.HostPeakMemory <= 0 || tm.HostPeakMemory > limit) {
-			t.Errorf("QEMU's host cgroup peak %d, want within (0, %d]", tm.HostPeakMemory, limit)
+		t.Logf("timing %+v", m.Timing())
+	}
+	checkHostUsage(t, b, id, s, ex)
+	return ex, stdout.String(), stderr.String(), files
+}
+
+// checkHostUsage: where the host has the hierarchies, QEMU ran in its own
+// host cgroups, within their limit, and the usage the receipt asserts is
+// exactly what those cgroups accounted, read here before cleanup removes
+// them; the guest's own figures are only a note in the observation.
+func checkHostUsage(t *testing.T, b *vm.Backend, id string, s backend.Spec, ex *backend.Exit) {
+	t.Helper()
+	if len(b.Capabilities().Tiers["development"]) != 0 {
+		t.Logf("no host cgroup hierarchies for QEMU: usage %+v", ex.Usage)
+		return
+	}
+	rs, err := b.Intents(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return ""
+		}
+		return string(data)
+	}
+	peak, oom, cpu := "", "", ""
+	for _, r := range rs {
+		if r.Kind != vm.KindCgroup {
+			continue
+		}
+		if v := read(filepath.Join(r.Name, "memory.max_usage_in_bytes")); v != "" {
+			peak = strings.TrimSpace(v)
+			oom = lines([]byte(strings.ReplaceAll(read(filepath.Join(r.Name, "memory.oom_control")), " ", "=")))["oom_kill"]
+		}
+		if v := read(filepath.Join(r.Name, "cpuacct.usage")); v != "" {
+			cpu = strings.TrimSpace(v)
 		}
 	}
-	return ex, stdout.String(), stderr.String(), files
+	limit := s.Memory + vm.GuestOverheadBytes + vm.QEMUOverheadBytes
+	u := ex.Usage
+	t.Logf("host cgroup: peak %s, oom_kill %s, cpuacct.usage %s; usage %+v", peak, oom, cpu, u)
+	if strconv.FormatInt(u.PeakMemoryBytes, 10) != peak || u.PeakMemoryBytes <= 0 || u.PeakMemoryBytes > limit {
+		t.Errorf("usage peak memory %d, QEMU's host cgroup %q: want equal and within (0, %d]", u.PeakMemoryBytes, peak, limit)
+	}
+	if strconv.FormatInt(u.OOMKills, 10) != oom || ex.OOMKilled != (u.OOMKills > 0) {
+		t.Errorf("usage OOM kills %d (OOMKilled %v), QEMU's host cgroup %q", u.OOMKills, ex.OOMKilled, oom)
+	}
+	if cpu != "" && (strconv.FormatInt(u.CPUTimeNanos, 10) != cpu || u.CPUTimeNanos <= 0) {
+		t.Errorf("usage CPU %d ns, QEMU's host cgroup %q ns", u.CPUTimeNanos, cpu)
+	}
+}
+
+// guestUsage is the guest's claim of what the workload used, from the
+// observation's note: peak memory bytes, CPU µs, OOM kills.
+func guestUsage(t *testing.T, ex *backend.Exit) (peak, cpu, oom int64) {
+	t.Helper()
+	if ex.Observation != nil {
+		for _, n := range ex.Observation.Notes {
+			if _, err := fmt.Sscanf(n, vm.GuestUsageNote, &peak, &cpu, &oom); err == nil {
+				return peak, cpu, oom
+			}
+		}
+	}
+	t.Fatalf("no note of the guest's usage in the observation %+v", ex.Observation)
+	return 0, 0, 0
 }
 
 // TestTamperedArtifactsRefused: a kernel or init whose bytes changed since

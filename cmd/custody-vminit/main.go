@@ -280,9 +280,63 @@ func buildRoot(cfg *guest.Config) error {
 	if err := minimalDev(); err != nil {
 		return err
 	}
+	if err := guardProc(proc); err != nil {
+		return err
+	}
 	// The root itself read-only: writes go to /tmp and the output only.
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
 		return fmt.Errorf("read-only root: %w", err)
+	}
+	return nil
+}
+
+// The workload's procfs is the guest kernel's own (no pid or user
+// namespace, no seccomp): a uid 0 workload without capabilities still
+// passes the DAC checks of /proc/sys (kernel.core_pattern and
+// kernel.modprobe run a helper as full root outside the chroot and its
+// cgroup) and of /proc/sysrq-trigger. As runc's default profile (and the
+// oci backend) does, these are bound read-only and these masked.
+var (
+	procReadonly = []string{"bus", "fs", "irq", "sys", "sysrq-trigger"}
+	procMasked   = []string{"acpi", "asound", "interrupts", "kallsyms", "kcore", "keys", "latency_stats",
+		"sched_debug", "scsi", "timer_list", "timer_stats"}
+)
+
+// guardProc makes procReadonly read-only and masks procMasked in the
+// workload's proc (files with the workload's /dev/null, directories with
+// an empty read-only tmpfs); paths this kernel does not have are skipped.
+// The workload has no CAP_SYS_ADMIN, so it cannot unmount them.
+func guardProc(proc string) error {
+	for _, name := range procReadonly {
+		p := filepath.Join(proc, name)
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("read-only /proc/%s: %w", name, err)
+		}
+		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("read-only /proc/%s: %w", name, err)
+		}
+	}
+	null := filepath.Join(newRoot, "dev", "null")
+	for _, name := range procMasked {
+		p := filepath.Join(proc, name)
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("mask /proc/%s: %w", name, err)
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555")
+		} else {
+			err = unix.Mount(null, p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask /proc/%s: %w", name, err)
+		}
 	}
 	return nil
 }

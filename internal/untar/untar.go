@@ -32,7 +32,9 @@ type Options struct {
 	// root maps to; empty for the Writer's directory itself. The caller
 	// creates it.
 	Under string
-	// MaxEntries bounds the number of entries; 0 is no bound.
+	// MaxEntries bounds the number of entries, counting the parent
+	// directories the Writer makes for entries whose parents no earlier
+	// entry named; 0 is no bound.
 	MaxEntries int
 	// MaxBytes bounds the total declared size of regular files; 0 is no
 	// bound.
@@ -67,6 +69,7 @@ func Extract(ctx context.Context, r io.Reader, w *snapshot.Writer, opts Options)
 	buf := make([]byte, 1<<20)
 	var entries int
 	var total int64
+	dirs := map[string]bool{} // the directories named or implied so far
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -79,6 +82,9 @@ func Extract(ctx context.Context, r io.Reader, w *snapshot.Writer, opts Options)
 			return fmt.Errorf("reading tar: %w", err)
 		}
 		entries++
+		if opts.MaxEntries > 0 && entries <= opts.MaxEntries {
+			entries += impliedDirs(dirs, hdr.Name, hdr.Typeflag == tar.TypeDir, opts.MaxEntries-entries)
+		}
 		if opts.MaxEntries > 0 && entries > opts.MaxEntries {
 			return fmt.Errorf("tar entry %q: more than %d entries: %w", hdr.Name, opts.MaxEntries, treehash.ErrTooLarge)
 		}
@@ -92,6 +98,33 @@ func Extract(ctx context.Context, r io.Reader, w *snapshot.Writer, opts Options)
 			return fmt.Errorf("tar entry %q: %w", hdr.Name, err)
 		}
 	}
+}
+
+// impliedDirs counts the parents of a tar name that no earlier entry named
+// or implied (the Writer creates them: "a/b/c/f" alone is four entries on
+// disk) and marks them, and a directory entry itself, as seen. It stops
+// counting past budget, so a name of many components costs no more than
+// the bound allows.
+func impliedDirs(seen map[string]bool, name string, isDir bool, budget int) int {
+	parts := strings.Split(name, "/")
+	clean := parts[:0]
+	for _, p := range parts {
+		if p != "" && p != "." {
+			clean = append(clean, p)
+		}
+	}
+	full := strings.Join(clean, "/")
+	n := 0
+	for i := 0; i < len(full) && n <= budget; i++ {
+		if full[i] == '/' && !seen[full[:i]] {
+			seen[full[:i]] = true
+			n++
+		}
+	}
+	if isDir && full != "" {
+		seen[full] = true
+	}
+	return n
 }
 
 // extractEntry writes one entry.

@@ -159,6 +159,20 @@ func TestExtractOptions(t *testing.T) {
 	if _, _, err := extractTo(t, many, Options{MaxEntries: 2}); !errors.Is(err, treehash.ErrTooLarge) {
 		t.Errorf("3 entries over MaxEntries 2: err = %v, want ErrTooLarge", err)
 	}
+	// Parents the Writer makes count: one entry, four on disk.
+	deep := buildTar(t, []entry{{name: "a/b/c/f", typ: tar.TypeReg, body: "x"}})
+	if _, _, err := extractTo(t, deep, Options{MaxEntries: 3}); !errors.Is(err, treehash.ErrTooLarge) {
+		t.Errorf("a/b/c/f (4 entries on disk) over MaxEntries 3: err = %v, want ErrTooLarge", err)
+	}
+	// Within the bound, parents named or implied earlier count once.
+	shared := buildTar(t, []entry{{name: "a/", typ: tar.TypeDir}, {name: "a/b/f", typ: tar.TypeReg, body: "x"},
+		{name: "a/b/g", typ: tar.TypeReg, body: "y"}})
+	if _, _, err := extractTo(t, shared, Options{MaxEntries: 4}); err != nil {
+		t.Errorf("a/, a/b/f, a/b/g (4 entries on disk) under MaxEntries 4: %v", err)
+	}
+	if _, _, err := extractTo(t, deep, Options{MaxEntries: 4}); err != nil {
+		t.Errorf("a/b/c/f under MaxEntries 4: %v", err)
+	}
 	_, dir, err := extractTo(t, buildTar(t, []entry{{name: "d/", typ: tar.TypeDir, mode: 0o500}}), Options{DirMode: 0o755, Under: ""})
 	if fi, serr := os.Stat(filepath.Join(dir, "d")); err != nil || serr != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("DirMode: %v, %v, %v", fi, err, serr)
