@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,6 +90,12 @@ type Backend struct {
 	// idmapUserns), made at the first launch that needs it.
 	usernsMu sync.Mutex
 	userns   map[[3]uint32]*os.File
+	// noIdmap is set once the kernel refused to idmap the image store's
+	// filesystem (tmpfs before Linux 6.3, for one): the image is then the
+	// overlay's plain lower layer, its owners unmapped (they show as the
+	// overflow id), and Capabilities says HostImageOwners so that
+	// admission refuses images whose entries are not all 0:0.
+	noIdmap atomic.Bool
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -511,12 +518,19 @@ func (c *Container) mountRootfs(ctx context.Context, image string, cfg Config) e
 		if err != nil {
 			return err
 		}
-		fd, err := idmappedImage(image, ns)
-		if err != nil {
-			return err
+		if !c.b.noIdmap.Load() {
+			fd, err := idmappedImage(image, ns)
+			switch {
+			case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS):
+				c.b.noIdmap.Store(true)
+				c.b.log.Warn("the kernel cannot idmap the image store's filesystem: images are mounted unmapped, and images with non-root owners are refused", "err", err)
+			case err != nil:
+				return err
+			default:
+				defer unix.Close(fd)
+				layers[0] = fd
+			}
 		}
-		defer unix.Close(fd)
-		layers[0] = fd
 	}
 	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", layers[0], layers[1], layers[2])
 	c.mounted = append(c.mounted, c.rootfs)

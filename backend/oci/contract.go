@@ -36,7 +36,7 @@ func (b *Backend) Identity() backend.Identity {
 // filter, bounded tmpfs mounts and overlay rootfs, each as the probe
 // proved them. Without a profile it claims nothing.
 func (b *Backend) Capabilities() backend.Capabilities {
-	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, HostImageOwners: b.opts.UserNS == nil,
+	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, HostImageOwners: b.opts.UserNS == nil || b.noIdmap.Load(),
 		WritableInputs: true, RestrictedEgress: b.opts.Egress}
 	if b.opts.Profile == nil {
 		return caps
