@@ -83,6 +83,11 @@ type Env struct {
 	Scratch string
 	// Tier is the tier every phase asks for: production or development.
 	Tier string
+	// Backend is the backend every phase asks for (the phase's backend:
+	// field); empty or "oci" is the OCI suite. "vm" runs the checks that
+	// apply to a microVM, judged at the VM boundary, and lists the rest as
+	// not applicable (Report.NotApplicable), never as passed.
+	Backend string
 	// Actor is who the grants are issued to; policy must grant it the
 	// stage. Default "qualify".
 	Actor string
@@ -142,6 +147,18 @@ type Report struct {
 	Started      time.Time `json:"started"`
 	Finished     time.Time `json:"finished"`
 	Checks       []Check   `json:"checks"`
+	// Backend is the backend the suite ran on ("" is the default, oci).
+	Backend string `json:"backend,omitempty"`
+	// NotApplicable are the checks that were not run because they do not
+	// apply to the backend, each with why.
+	NotApplicable []NotApplicable `json:"notApplicable,omitempty"`
+}
+
+// NotApplicable is a check of the suite that does not apply to a backend.
+type NotApplicable struct {
+	Family string `json:"family"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // Passed says whether every check passed (and there was one).
@@ -201,12 +218,15 @@ func Run(ctx context.Context, env Env) Report {
 	if env.Parallel <= 0 {
 		env.Parallel = 1
 	}
-	rep := Report{SuiteVersion: SuiteVersion, Tier: env.Tier, Image: env.Image, Started: time.Now().UTC()}
+	rep := Report{SuiteVersion: SuiteVersion, Tier: env.Tier, Image: env.Image, Started: time.Now().UTC(), Backend: env.Backend}
 	s := newSuite(env)
 	var todo []spec
 	all := specs()
 	if env.Egress != nil {
 		all = append(all, restrictedEgressSpecs()...)
+	}
+	if env.Backend == BackendVM {
+		all, rep.NotApplicable = vmSpecs(), vmNotApplicable()
 	}
 	for _, sp := range all {
 		if env.Only == nil || env.Only(sp.family, sp.name) {

@@ -22,9 +22,12 @@ import (
 	"github.com/custody-dev/custody/qualification"
 )
 
+// maxVMConfigSize bounds --vm-config: a vm section is a few pinned paths.
+const maxVMConfigSize = 64 << 10
+
 type qualifyOptions struct {
 	asJSON                   bool
-	tier                     string
+	tier, backend, vmConfig  string
 	custodyd, runtime, probe string
 	busybox, out, matrixDir  string
 	keep                     bool
@@ -60,6 +63,8 @@ not run.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.asJSON, "json", false, "stdout is exactly the signed row (the table goes to stderr)")
 	f.StringVar(&o.tier, "tier", "", "tier to qualify: production or development")
+	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend to qualify: oci (the pinned runc) or vm (the microVM backend; needs --vm-config)")
+	f.StringVar(&o.vmConfig, "vm-config", "", "for --backend vm: a YAML file holding custodyd's vm section (vm: qemu, kernel, modules, init by path and sha256; accel)")
 	f.StringVar(&o.custodyd, "custodyd", "", "custodyd binary to run privately (default: custodyd next to this binary)")
 	f.StringVar(&o.runtime, "runtime", "", "pinned runc binary (default: runc next to this binary)")
 	f.StringVar(&o.probe, "probe", "", "static custody-probe binary (default: custody-probe next to this binary)")
@@ -91,6 +96,20 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 	if o.tier != conformance.TierProduction && o.tier != conformance.TierDevelopment {
 		return usageError("--tier %q: want production or development", o.tier)
 	}
+	var vmConfig []byte
+	switch o.backend {
+	case matrix.BackendOCI:
+	case conformance.BackendVM:
+		if o.vmConfig == "" {
+			return usageError("--backend vm needs --vm-config FILE: the vm section of custodyd's config")
+		}
+		var err error
+		if vmConfig, err = readFile("vm configuration", o.vmConfig, maxVMConfigSize); err != nil {
+			return err
+		}
+	default:
+		return usageError("--backend %q: want oci or vm", o.backend)
+	}
 	if o.custodyd == "" {
 		o.custodyd = besideSelf("custodyd")
 	}
@@ -107,7 +126,7 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 		fmt.Fprintf(a.stderr, "custody qualify: "+format+"\n", args...)
 	}
 	res, err := qualification.Qualify(ctx, qualification.Options{
-		Tier: o.tier, Custodyd: o.custodyd, Runtime: o.runtime, Probe: o.probe, Busybox: o.busybox,
+		Tier: o.tier, Backend: o.backend, VM: vmConfig, Custodyd: o.custodyd, Runtime: o.runtime, Probe: o.probe, Busybox: o.busybox,
 		Keep: o.keep, Parallel: o.parallel, Only: o.only, Logf: logf,
 	})
 	var be *qualification.BinaryError

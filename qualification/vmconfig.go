@@ -1,0 +1,43 @@
+package qualification
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// maxVMConfig bounds the vm section qualify reads (a few pinned paths).
+const maxVMConfig = 64 << 10
+
+// vmSection checks that data is a YAML document holding only custodyd's
+// vm section (vm: {qemu, kernel, modules, init, accel, uid}) and returns
+// it re-encoded, to be appended to the private daemon's config; the
+// daemon decodes it strictly and re-checks every pinned digest.
+func vmSection(data []byte) (string, error) {
+	if len(data) > maxVMConfig {
+		return "", fmt.Errorf("the vm configuration is %d bytes; at most %d", len(data), maxVMConfig)
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		return "", fmt.Errorf("the vm configuration: %w", err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return "", errors.New("the vm configuration holds more than one YAML document")
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return "", errors.New("the vm configuration is empty")
+	}
+	m := doc.Content[0]
+	if m.Kind != yaml.MappingNode || len(m.Content) != 2 || m.Content[0].Value != "vm" || m.Content[1].Kind != yaml.MappingNode {
+		return "", errors.New("the vm configuration must hold exactly one key, vm: a mapping (qemu, kernel, modules, init by path and sha256; accel), as in custodyd's config")
+	}
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("the vm configuration: %w", err)
+	}
+	return string(out), nil
+}
