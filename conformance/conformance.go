@@ -18,6 +18,13 @@
 // authentication, and privilege isolation (capabilities, seccomp,
 // namespaces, privileged syscalls).
 //
+// On the vm backend (Env.Backend "vm") every phase runs in a microVM and
+// the families are judged at the VM boundary: the probe's checks that hold
+// in a guest run as they are, the rest are reformulated on host-side facts
+// (QEMU's process and host cgroup, the cleanup steps, the guest's own
+// kernel), and the checks that only mean something for a container are
+// listed in Report.NotApplicable with a reason, never passed.
+//
 // The suite runs on the daemon's host, as root: besides the daemon's
 // sockets it looks at the host's processes (/proc), namespaces and files,
 // and opens short-lived TCP listeners on 127.0.0.1 and on a non-loopback
@@ -172,6 +179,16 @@ func (r *Report) Passed() bool {
 		}
 	}
 	return true
+}
+
+// Launched says whether any check launched a run.
+func (r *Report) Launched() bool {
+	for _, c := range r.Checks {
+		if len(c.Runs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Failed returns the checks that did not pass.

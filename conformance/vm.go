@@ -66,18 +66,21 @@ func vmNotApplicable() []NotApplicable {
 	na := func(family, name, reason string) NotApplicable {
 		return NotApplicable{Family: family, Name: name, Reason: reason}
 	}
+	const noRestricted = "the vm backend offers no restricted egress: a guest has no NIC, so a vm row covers denied egress only"
 	const ownKernel = "the boundary is the guest kernel under QEMU, not a container on the host kernel"
 	return []NotApplicable{
 		na(FamilyEnvironment, "minimal-devices-work", ownKernel+": the guest's /dev holds its own kernel's nodes, and the host's devices are not in the guest at all"),
 		na(FamilyEnvironment, "host-devices-absent", ownKernel+": a device node the guest's root makes names a device of the guest kernel; isolation/own-kernel-host-unseen covers the boundary"),
 		na(FamilyEgress, "host-listener-unreachable", "replaced by egress/no-nic-connect-fails: the same host listeners, judged with the guest having no NIC"),
-		na(FamilyEgress, "restricted-egress", "the vm backend offers no restricted egress: a guest has no NIC, so a vm row covers denied egress only"),
+		na(FamilyEgress, "restricted-allowed-host-reachable", noRestricted),
+		na(FamilyEgress, "restricted-everything-else-refused", noRestricted),
 		na(FamilyBudgets, "cpu-quota-applied", "the guest has one vCPU; its cpu quota is applied by the guest's own cgroup, which the host cannot observe independently"),
 		na(FamilyBudgets, "cpu-burn-throttled", "the guest has one vCPU; its cpu quota is applied by the guest's own cgroup, which the host cannot observe independently"),
 		na(FamilyBudgets, "tmp-within-budget", "covered by the backend's own tests (backend/vm); not yet part of the vm suite"),
 		na(FamilyBudgets, "tmp-bound-enforced", "covered by the backend's own tests (backend/vm); not yet part of the vm suite"),
 		na(FamilyBudgets, "scratch-within-budget", "the guest's writable mounts are tmpfs in guest RAM, bounded by the memory budget; not yet part of the vm suite"),
 		na(FamilyBudgets, "writable-mounts-bounded", "the guest's writable mounts are tmpfs in guest RAM, bounded by the memory budget; not yet part of the vm suite"),
+		na(FamilyBudgets, "wall-time-exceeded-killed", "replaced by budgets/wall-time-exceeded-qemu-killed: the guest's boot is not wall time, so the kill is judged from the workload's start, and QEMU must be gone"),
 		na(FamilyCleanup, "detached-child-runs", "replaced by cleanup/qemu-runs-during-phase: a guest's processes are not host processes; QEMU is what the host must see go"),
 		na(FamilyCleanup, "detached-child-gone-after-exit", "replaced by cleanup/qemu-gone-after-exit"),
 		na(FamilyCleanup, "detached-child-gone-after-timeout", "replaced by budgets/wall-time-exceeded-qemu-killed, which requires QEMU gone after the kill"),
@@ -218,7 +221,7 @@ var vmCleanupSteps = []string{"qemu gone", "output unmounted", "host cgroup remo
 func checkVMMemoryOK(ctx context.Context, s *suite, j *judge) {
 	limit := 64 * mib
 	o, q, _ := s.vmLaunch(ctx, j, phase{name: "q-vm-memory-ok",
-		command: []string{"/bin/sh", "-c", "echo started; sleep 1; exec " + s.env.Probe + " -alloc 16Mi"}, memory: limit})
+		command: []string{"/bin/sh", "-c", "echo started; sleep 1; exec " + s.env.Probe + " -alloc 16Mi"}, memory: limit, wall: time.Minute})
 	if !s.ran(j, o, api.StatusOK) {
 		return
 	}
@@ -248,7 +251,10 @@ func hostHolds(j *judge, q *qemuSeen, budget int64) {
 func checkVMMemoryHog(ctx context.Context, s *suite, j *judge) {
 	limit := 32 * mib
 	o, q, _ := s.vmLaunch(ctx, j, phase{name: "q-vm-memory-hog",
-		command: []string{"/bin/sh", "-c", "echo started; sleep 1; exec " + s.env.Probe + " -alloc 256Mi"}, memory: limit})
+		command: []string{"/bin/sh", "-c", "echo started; sleep 1; exec " + s.env.Probe + " -alloc 256Mi"}, memory: limit,
+		// Reclaim before the guest's OOM kill is slow under TCG; the wall
+		// time is not what this check judges.
+		wall: time.Minute})
 	if !s.ran(j, o, api.StatusOOM) {
 		return
 	}

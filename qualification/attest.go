@@ -159,21 +159,33 @@ func (a *Attester) platform() (matrix.Platform, error) {
 	if sum != pinned.SHA256 {
 		return matrix.Platform{}, refuse("the runtime at %s now hashes to %s, not the pinned %s; nothing it ran qualifies", pinned.Path, sum, pinned.SHA256)
 	}
-	plat, err := matrix.PlatformOf(a.Profile(), a.Backend)
+	plat, err := BackendPlatform(a.Profile(), a.Backend, pinned)
 	if err != nil {
 		return matrix.Platform{}, refuse("%v", err)
 	}
 	if a.Backend != matrix.BackendOCI {
-		// The profile probed runc; what runs this backend's work is its
-		// own pinned identity.
-		plat.Runtime = matrix.PlatformRuntime{Version: pinned.Version, SHA256: pinned.SHA256}
-		return plat, plat.Validate()
+		return plat, nil
 	}
 	if plat.Runtime.SHA256 != pinned.SHA256 || plat.Runtime.Version != pinned.Version {
 		return matrix.Platform{}, refuse("the probed runtime (%s sha256:%s) is not the pinned one (%s sha256:%s)",
 			plat.Runtime.Version, plat.Runtime.SHA256, pinned.Version, pinned.SHA256)
 	}
 	return plat, nil
+}
+
+// BackendPlatform describes the platform of a probed profile as backend
+// runs on it, with rt its pinned runtime: for oci the profile's runc as
+// probed; for another backend rt, its own identity (the profile probed
+// runc, which runs none of that backend's work). The attester and
+// custody gate --platform this both describe a platform with it, so that
+// the same host and pins give the same digest.
+func BackendPlatform(prof *platform.Profile, backend string, rt Pinned) (matrix.Platform, error) {
+	plat, err := matrix.PlatformOf(prof, backend)
+	if err != nil || backend == matrix.BackendOCI {
+		return plat, err
+	}
+	plat.Runtime = matrix.PlatformRuntime{Version: rt.Version, SHA256: rt.SHA256}
+	return plat, plat.Validate()
 }
 
 // checks are the request's verdicts with each run as the runner recorded

@@ -163,6 +163,12 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 	for _, n := range rep.NotApplicable {
 		logf("n/a  %s/%s: %s", n.Family, n.Name, n.Reason)
 	}
+	if f := rep.Failed(); len(f) > 0 && len(f) == len(rep.Checks) && !rep.Launched() {
+		// Typically a tier the backend does not support on this host: say
+		// so loudly, with the runner's own words.
+		logf("NOTHING RAN: every check was refused before launch; the %s backend does not qualify for %s here: %s",
+			o.Backend, o.Tier, f[0].Detail)
+	}
 	row, err := d.sign(ctx, rep)
 	if err != nil {
 		return nil, fmt.Errorf("sign the qualification row: %w", err)

@@ -277,7 +277,7 @@ func renderMatrix(ctx context.Context, dir, htmlPath string, trusted []*keys.Ver
 
 type gateOptions struct {
 	matrixDir, platform, tier, runtime, html string
-	backend                                  string
+	backend, vmConfig                        string
 	trustRunner                              []string
 	maxAge                                   time.Duration
 	asJSON, printPlatform                    bool
@@ -309,6 +309,7 @@ Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not
 	f.StringVar(&o.platform, "platform", "", `"this" to probe this host, or a platform description file`)
 	f.StringVar(&o.tier, "tier", matrix.TierProduction, "tier the release needs")
 	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend the release runs on")
+	f.StringVar(&o.vmConfig, "vm-config", "", "for --platform this --backend vm: a YAML file holding custodyd's vm section; the vm runtime is probed with it as custodyd probes it")
 	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "trusted runner public key (PEM); repeatable")
 	f.StringVar(&o.runtime, "runtime", "", "the pinned runtime binary, for --platform this (default: runc next to this binary)")
 	f.DurationVar(&o.maxAge, "max-age", matrix.DefaultMaxAge, "how old a row may be")
@@ -339,7 +340,10 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 		return usageError("gate: --platform this|FILE is required to gate (or --html to render only)")
 	}
 	this, err := a.gatePlatform(ctx, o)
-	if err != nil {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err // a usage error or a refused file keeps its exit status
+	} else if err != nil {
 		return &exitError{exitInternal, err}
 	}
 	if o.printPlatform {
@@ -409,9 +413,22 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 	if rt == "" {
 		rt = besideSelf("runc")
 	}
+	var vmConfig []byte
+	if o.backend == conformance.BackendVM {
+		if o.vmConfig == "" {
+			return matrix.Platform{}, usageError("gate: --platform this --backend vm needs --vm-config FILE (custodyd's vm section), to probe the vm runtime")
+		}
+		var err error
+		if vmConfig, err = readFile("vm configuration", o.vmConfig, maxVMConfigSize); err != nil {
+			return matrix.Platform{}, err
+		}
+	}
 	prof, err := platform.Probe(ctx, platform.Options{RuntimePath: rt})
 	if err != nil {
 		return matrix.Platform{}, err
+	}
+	if o.backend == conformance.BackendVM {
+		return qualification.VMPlatform(ctx, prof, vmConfig)
 	}
 	return matrix.PlatformOf(prof, o.backend)
 }
