@@ -18,6 +18,13 @@
 // authentication, and privilege isolation (capabilities, seccomp,
 // namespaces, privileged syscalls).
 //
+// On the vm backend (Env.Backend "vm") every phase runs in a microVM and
+// the families are judged at the VM boundary: the probe's checks that hold
+// in a guest run as they are, the rest are reformulated on host-side facts
+// (QEMU's process and host cgroup, the cleanup steps, the guest's own
+// kernel), and the checks that only mean something for a container are
+// listed in Report.NotApplicable with a reason, never passed.
+//
 // The suite runs on the daemon's host, as root: besides the daemon's
 // sockets it looks at the host's processes (/proc), namespaces and files,
 // and opens short-lived TCP listeners on 127.0.0.1 and on a non-loopback
@@ -83,6 +90,11 @@ type Env struct {
 	Scratch string
 	// Tier is the tier every phase asks for: production or development.
 	Tier string
+	// Backend is the backend every phase asks for (the phase's backend:
+	// field); empty or "oci" is the OCI suite. "vm" runs the checks that
+	// apply to a microVM, judged at the VM boundary, and lists the rest as
+	// not applicable (Report.NotApplicable), never as passed.
+	Backend string
 	// Actor is who the grants are issued to; policy must grant it the
 	// stage. Default "qualify".
 	Actor string
@@ -142,6 +154,18 @@ type Report struct {
 	Started      time.Time `json:"started"`
 	Finished     time.Time `json:"finished"`
 	Checks       []Check   `json:"checks"`
+	// Backend is the backend the suite ran on ("" is the default, oci).
+	Backend string `json:"backend,omitempty"`
+	// NotApplicable are the checks that were not run because they do not
+	// apply to the backend, each with why.
+	NotApplicable []NotApplicable `json:"notApplicable,omitempty"`
+}
+
+// NotApplicable is a check of the suite that does not apply to a backend.
+type NotApplicable struct {
+	Family string `json:"family"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // Passed says whether every check passed (and there was one).
@@ -155,6 +179,16 @@ func (r *Report) Passed() bool {
 		}
 	}
 	return true
+}
+
+// Launched says whether any check launched a run.
+func (r *Report) Launched() bool {
+	for _, c := range r.Checks {
+		if len(c.Runs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Failed returns the checks that did not pass.
@@ -201,12 +235,15 @@ func Run(ctx context.Context, env Env) Report {
 	if env.Parallel <= 0 {
 		env.Parallel = 1
 	}
-	rep := Report{SuiteVersion: SuiteVersion, Tier: env.Tier, Image: env.Image, Started: time.Now().UTC()}
+	rep := Report{SuiteVersion: SuiteVersion, Tier: env.Tier, Image: env.Image, Started: time.Now().UTC(), Backend: env.Backend}
 	s := newSuite(env)
 	var todo []spec
 	all := specs()
 	if env.Egress != nil {
 		all = append(all, restrictedEgressSpecs()...)
+	}
+	if env.Backend == BackendVM {
+		all, rep.NotApplicable = vmSpecs(), vmNotApplicable()
 	}
 	for _, sp := range all {
 		if env.Only == nil || env.Only(sp.family, sp.name) {

@@ -171,3 +171,45 @@ func TestJudgeMountFills(t *testing.T) {
 		}
 	}
 }
+
+// TestVMSuiteShape: the vm suite covers every family with a legitimate and
+// a refusal case, and every check of the oci suite is either run on vm
+// (under its name) or listed as not applicable with a reason — none is
+// dropped silently, none is both.
+func TestVMSuiteShape(t *testing.T) {
+	run, cases := map[string]bool{}, map[string]map[Case]bool{}
+	for _, s := range vmSpecs() {
+		run[s.family+"/"+s.name] = true
+		if cases[s.family] == nil {
+			cases[s.family] = map[Case]bool{}
+		}
+		cases[s.family][s.kase] = true
+	}
+	for _, f := range matrix.RequiredFamilies {
+		if !cases[f][Legitimate] || !cases[f][Refusal] {
+			t.Errorf("vm: family %s lacks a legitimate or a refusal case: %v", f, cases[f])
+		}
+	}
+	oci := map[string]bool{}
+	for _, s := range append(specs(), restrictedEgressSpecs()...) {
+		oci[s.family+"/"+s.name] = true
+	}
+	na := map[string]bool{}
+	for _, n := range vmNotApplicable() {
+		name := n.Family + "/" + n.Name
+		if !oci[name] || run[name] || na[name] || n.Reason == "" {
+			t.Errorf("not applicable %s: an oci check %t, also run %t, twice %t, reason %q", name, oci[name], run[name], na[name], n.Reason)
+		}
+		na[name] = true
+	}
+	for name := range oci {
+		if !run[name] && !na[name] {
+			t.Errorf("%s is neither run on vm nor listed as not applicable", name)
+		}
+	}
+	s := newSuite(Env{Image: "sha256:" + strings.Repeat("1", 64), Tier: TierDevelopment, Stage: "test", Backend: BackendVM})
+	p, err := request.Parse(s.yaml(phase{name: "q-vm", command: []string{"/bin/true"}}))
+	if err != nil || p.BackendName() != request.BackendVM {
+		t.Fatalf("a vm suite phase: %v, backend %q", err, p.BackendName())
+	}
+}

@@ -89,6 +89,9 @@ func (s *suite) yaml(p phase) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "apiVersion: custody.dev/v1alpha1\nkind: Phase\nname: %s\nstage: %s\ntier: %s\nimage: %s\n",
 		js(p.name), js(s.env.Stage), js(s.env.Tier), js(s.env.Image))
+	if s.env.Backend != "" {
+		fmt.Fprintf(&b, "backend: %s\n", js(s.env.Backend))
+	}
 	fmt.Fprintf(&b, "command: %s\n", js(p.command))
 	if len(p.env) > 0 {
 		fmt.Fprintf(&b, "env: %s\n", js(p.env))
@@ -126,6 +129,9 @@ type outcome struct {
 	stdout   bytes.Buffer
 	stderr   bytes.Buffer
 	elapsed  time.Duration
+	// sinceStarted is how long after the workload announced its start the
+	// result came (vm checks; zero elsewhere).
+	sinceStarted time.Duration
 	// report is the probe's report parsed from stdout, if there was one.
 	report    *probe.Report
 	reportErr error

@@ -96,6 +96,11 @@ func WriteHTML(w io.Writer, entries []Entry, opts HTMLOptions) error {
 			for _, c := range q.Checks {
 				cols[c.TestName()] = htmlColumn{Family: c.Family, Name: c.Name, Case: c.Case}
 			}
+			for _, n := range q.NotApplicable {
+				if _, ok := cols[n.Family+"/"+n.Name]; !ok {
+					cols[n.Family+"/"+n.Name] = htmlColumn{Family: n.Family, Name: n.Name}
+				}
+			}
 		}
 	}
 	famIndex := func(f string) int {
@@ -156,6 +161,10 @@ func htmlRowOf(e Entry, cols []htmlColumn, opts HTMLOptions) htmlRow {
 	r.Cgroup = fmt.Sprintf("%s v2[%s] v1[%s]", pl.Cgroup.Mode, strings.Join(pl.Cgroup.V2Delegated, " "), strings.Join(pl.Cgroup.V1Usable, " "))
 	r.Facts = fmt.Sprintf("seccomp=%t userns=%t tmpfs=%t overlay=%t", pl.Facts.Seccomp, pl.Facts.UserNS, pl.Facts.Tmpfs, pl.Facts.Overlay)
 	r.Runtime, r.RuntimeSHA = "runc "+pl.Runtime.Version, pl.Runtime.SHA256
+	if pl.Backend != BackendOCI {
+		// Another backend's runtime is its own identity, never runc.
+		r.Runtime = pl.Runtime.Version
+	}
 	r.Tier, r.Custody, r.Suite = q.Tier, q.CustodyVersion, q.SuiteVersion
 	r.Qualified, r.Result, r.PlatformDigest = q.QualifiedAt.Format(time.RFC3339), q.Result, pl.Digest()
 	r.Missing = strings.Join(q.Missing, ", ")
@@ -178,9 +187,16 @@ func htmlRowOf(e Entry, cols []htmlColumn, opts HTMLOptions) htmlRow {
 	for _, c := range q.Checks {
 		byName[c.TestName()] = c
 	}
+	notApplicable := map[string]string{}
+	for _, n := range q.NotApplicable {
+		notApplicable[n.Family+"/"+n.Name] = n.Reason
+	}
 	for _, col := range cols {
 		c, ok := byName[col.Family+"/"+col.Name]
+		why, na := notApplicable[col.Family+"/"+col.Name]
 		switch {
+		case !ok && na:
+			r.Cells = append(r.Cells, htmlCell{Text: "n/a", Class: "none", Title: "not applicable: " + why})
 		case !ok:
 			r.Cells = append(r.Cells, htmlCell{Text: "—", Class: "none", Title: "not run"})
 		case c.Passed:

@@ -438,3 +438,54 @@ func TestOldRowGatesOCI(t *testing.T) {
 		t.Fatalf("the old oci row admitted another backend: %s", d.Reason)
 	}
 }
+
+// TestNotApplicableRow: a vm row lists the checks that do not apply with
+// their reasons; it verifies, passes with every family covered, shows them
+// as n/a (not pass) in the HTML matrix with its own runtime (not runc), and
+// a row without the list encodes no such field.
+func TestNotApplicableRow(t *testing.T) {
+	ctx := context.Background()
+	k := newKey(t)
+	vm := testPlatform()
+	vm.Backend, vm.Runtime.Version = "vm", "qemu 7.2; microvm; accel tcg"
+	q, err := NewQualification(vm, Info{Tier: TierDevelopment, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(),
+		QualifiedAt: time.Now().UTC().Truncate(time.Second), Checks: fullChecks(true),
+		NotApplicable: []NotApplicable{{Family: "isolation", Name: "own-namespaces", Reason: "the guest kernel is the boundary"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := Sign(ctx, k, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := row.Verify(ctx, []*keys.Verifier{k.Verifier()})
+	if err != nil || !v.AllPassed() || len(v.NotApplicable) != 1 || slices.Contains(v.Passed, "isolation/own-namespaces") {
+		t.Fatalf("vm row: %v %+v", err, v)
+	}
+	var html bytes.Buffer
+	if err := WriteHTML(&html, []Entry{{Path: "vm.json", Verified: v}}, HTMLOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(html.String(), ">n/a<") || !strings.Contains(html.String(), "the guest kernel is the boundary") || strings.Contains(html.String(), "runc qemu") {
+		t.Fatalf("the HTML matrix does not show the check as not applicable:\n%s", html.String())
+	}
+	for _, bad := range [][]NotApplicable{
+		{{Family: "isolation", Name: "own-namespaces"}},                                                // no reason
+		{{Family: "isolation", Name: "works", Reason: "x"}},                                            // also run
+		{{Family: "seccomp", Name: "x", Reason: "x"}},                                                  // no such family
+		{{Family: "isolation", Name: "a", Reason: "x"}, {Family: "isolation", Name: "a", Reason: "y"}}, // twice
+	} {
+		if _, err := NewQualification(vm, Info{Tier: TierDevelopment, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(),
+			QualifiedAt: time.Now(), Checks: fullChecks(true), NotApplicable: bad}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("not applicable %+v: %v, want ErrMalformed", bad, err)
+		}
+	}
+	plain, err := NewQualification(testPlatform(), Info{Tier: TierDevelopment, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(),
+		QualifiedAt: time.Now(), Checks: fullChecks(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := plain.Statement(); err != nil || bytes.Contains(st, []byte("notApplicable")) {
+		t.Fatalf("a row without checks not applicable encodes the field: %v", err)
+	}
+}

@@ -109,6 +109,18 @@ type Info struct {
 	// Missing lists "family/case" pairs the suite did not cover.
 	Missing []string `json:"missing"`
 	Checks  []Check  `json:"checks"`
+	// NotApplicable lists the suite's checks that do not apply to the
+	// qualified backend (an oci-specific control on a VM), each with the
+	// reason: they were not run and are not counted as passed. Absent in
+	// rows that have none, so older rows encode exactly as they were signed.
+	NotApplicable []NotApplicable `json:"notApplicable,omitempty"`
+}
+
+// NotApplicable is a check the suite did not run on a backend, and why.
+type NotApplicable struct {
+	Family string `json:"family"`
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // Qualification is the content of a row.
@@ -236,6 +248,24 @@ func validateInfo(info *Info) error {
 				bad("%s.runs[%d]: status or tier is not plain text", at, j)
 			}
 		}
+	}
+	for i, n := range info.NotApplicable {
+		at := fmt.Sprintf("notApplicable[%d]", i)
+		if !slices.Contains(RequiredFamilies, n.Family) || !namePattern.MatchString(n.Name) {
+			bad("%s %q/%q is not a known family and a check name", at, cdsse.Clip(n.Family), cdsse.Clip(n.Name))
+		}
+		if seen[n.Family+"/"+n.Name] {
+			bad("%s: %s/%s is both run and not applicable, or listed twice", at, n.Family, n.Name)
+		}
+		seen[n.Family+"/"+n.Name] = true
+		if n.Reason == "" {
+			bad("%s: a check not applicable says why", at)
+		} else if err := CheckDetail(n.Reason); err != nil {
+			bad("%s.reason: %v", at, err)
+		}
+	}
+	if len(info.NotApplicable) > MaxChecks {
+		bad("%d checks not applicable; at most %d", len(info.NotApplicable), MaxChecks)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrMalformed, errors.Join(errs...))

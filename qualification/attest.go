@@ -67,6 +67,8 @@ type RecordedRun struct {
 	// HasResult is false for a run that has no recorded result yet.
 	HasResult    bool
 	Status, Tier string
+	// Backend is the name of the backend the run launched on.
+	Backend string
 	// Receipt is the run's signed receipt envelope; nil when it has none.
 	Receipt []byte
 }
@@ -89,10 +91,14 @@ type Records interface {
 type Attester struct {
 	// Key is the runner identity key; rows name and are signed by it.
 	Key *keys.Signer
-	// Runtime is the pinned runtime, re-hashed for every row.
+	// Runtime is the pinned runtime of Backend, re-hashed for every row:
+	// runc for oci; for another backend, its identity (for vm the pinned
+	// QEMU, with a version naming the machine, accel, kernel, modules and
+	// init digests), which then stands for the runtime in the platform.
 	Runtime Pinned
-	// Backend is the name of the backend the runner launches on
-	// (backend.Backend.Name); the row qualifies that backend only.
+	// Backend is the name of the backend the suite ran on
+	// (backend.Backend.Name); the row qualifies that backend only, and
+	// every run it names must have run on it.
 	Backend string
 	// Profile is the runner's evidenced platform profile.
 	Profile func() *platform.Profile
@@ -119,6 +125,9 @@ func (a *Attester) Attest(ctx context.Context, req matrix.SignRequest) (*matrix.
 	if err != nil {
 		return nil, nil, err
 	}
+	if req.Backend != "" && req.Backend != a.Backend {
+		return nil, nil, refuse("the request is for backend %q but this attester signs for %q", req.Backend, a.Backend)
+	}
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
@@ -126,6 +135,7 @@ func (a *Attester) Attest(ctx context.Context, req matrix.SignRequest) (*matrix.
 	q, err := matrix.NewQualification(plat, matrix.Info{
 		Tier: req.Tier, CustodyVersion: matrix.Version, SuiteVersion: req.SuiteVersion,
 		RunnerID: a.Key.ID(), QualifiedAt: now().UTC().Truncate(time.Second), Checks: checks,
+		NotApplicable: req.NotApplicable,
 	})
 	if err != nil {
 		// The platform was validated above: what is malformed is the request.
@@ -149,15 +159,33 @@ func (a *Attester) platform() (matrix.Platform, error) {
 	if sum != pinned.SHA256 {
 		return matrix.Platform{}, refuse("the runtime at %s now hashes to %s, not the pinned %s; nothing it ran qualifies", pinned.Path, sum, pinned.SHA256)
 	}
-	plat, err := matrix.PlatformOf(a.Profile(), a.Backend)
+	plat, err := BackendPlatform(a.Profile(), a.Backend, pinned)
 	if err != nil {
 		return matrix.Platform{}, refuse("%v", err)
+	}
+	if a.Backend != matrix.BackendOCI {
+		return plat, nil
 	}
 	if plat.Runtime.SHA256 != pinned.SHA256 || plat.Runtime.Version != pinned.Version {
 		return matrix.Platform{}, refuse("the probed runtime (%s sha256:%s) is not the pinned one (%s sha256:%s)",
 			plat.Runtime.Version, plat.Runtime.SHA256, pinned.Version, pinned.SHA256)
 	}
 	return plat, nil
+}
+
+// BackendPlatform describes the platform of a probed profile as backend
+// runs on it, with rt its pinned runtime: for oci the profile's runc as
+// probed; for another backend rt, its own identity (the profile probed
+// runc, which runs none of that backend's work). The attester and
+// custody gate --platform this both describe a platform with it, so that
+// the same host and pins give the same digest.
+func BackendPlatform(prof *platform.Profile, backend string, rt Pinned) (matrix.Platform, error) {
+	plat, err := matrix.PlatformOf(prof, backend)
+	if err != nil || backend == matrix.BackendOCI {
+		return plat, err
+	}
+	plat.Runtime = matrix.PlatformRuntime{Version: rt.Version, SHA256: rt.SHA256}
+	return plat, plat.Validate()
 }
 
 // checks are the request's verdicts with each run as the runner recorded
@@ -187,6 +215,9 @@ func (a *Attester) checks(req matrix.SignRequest) ([]matrix.Check, error) {
 			}
 			if !rec.HasResult {
 				return nil, refuse("checks[%d]: run %s has no recorded result", i, id)
+			}
+			if rec.Backend != a.Backend {
+				return nil, refuse("checks[%d] (%s/%s): run %s ran on backend %q; the row is for %q", i, c.Family, c.Name, id, rec.Backend, a.Backend)
 			}
 			if rec.Tier != wantTier {
 				return nil, refuse("checks[%d] (%s/%s): run %s ran at tier %q; the row is for %q", i, c.Family, c.Name, id, rec.Tier, wantTier)

@@ -52,8 +52,9 @@ func testAttester(t *testing.T, backend string) (*Attester, *fakeRecords) {
 	prof := &platform.Profile{OS: "linux", Arch: "amd64", Kernel: "6.1", Cgroup: platform.Cgroup{Mode: platform.CgroupV2},
 		Runtime: &platform.Runtime{Path: rt, Version: pinned.Version, SHA256: pinned.SHA256}}
 	recs := &fakeRecords{runs: map[string]RecordedRun{
-		"0123456789abcdef": {HasResult: true, Status: "ok", Tier: "development (unqualified)", Receipt: []byte(`{"x":1}`)},
-		"00000000000000aa": {HasResult: true, Status: "ok", Tier: "production"},
+		"0123456789abcdef": {HasResult: true, Status: "ok", Tier: "development (unqualified)", Backend: backend, Receipt: []byte(`{"x":1}`)},
+		"00000000000000aa": {HasResult: true, Status: "ok", Tier: "production", Backend: backend},
+		"00000000000000cc": {HasResult: true, Status: "ok", Tier: "production", Backend: "another"},
 		"00000000000000bb": {},
 	}}
 	return &Attester{Key: k, Runtime: pinned, Backend: backend, Profile: func() *platform.Profile { return prof }, Records: recs,
@@ -123,6 +124,13 @@ func TestAttestRefuses(t *testing.T) {
 		{"not a backend name", func(a *Attester, _ *fakeRecords) { a.Backend = "OCI/1" },
 			matrix.SignRequest{Tier: "production", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "00000000000000aa")}},
 			ErrRefused, "not a backend name"},
+		{"run on another backend", nil, matrix.SignRequest{Tier: "production", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "00000000000000cc")}},
+			ErrRefused, `ran on backend "another"; the row is for "oci"`},
+		{"request for another backend", nil, matrix.SignRequest{Tier: "production", Backend: "vm", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "00000000000000aa")}},
+			ErrRefused, `the request is for backend "vm"`},
+		{"not applicable without a reason", nil, matrix.SignRequest{Tier: "production", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "00000000000000aa")},
+			NotApplicable: []matrix.NotApplicable{{Family: "isolation", Name: "own-namespaces"}}},
+			ErrBadRequest, "says why"},
 		{"unknown tier", nil, matrix.SignRequest{Tier: "staging", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(false)}},
 			ErrBadRequest, `tier "staging"`},
 		{"no checks", nil, matrix.SignRequest{Tier: "development", SuiteVersion: "1"}, ErrBadRequest, "0 checks"},
@@ -145,5 +153,43 @@ func TestAttestRefuses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAttestVMRow: a row for a backend other than oci carries that
+// backend's pinned identity as its runtime (not the runc the profile
+// probed) and the checks the suite listed as not applicable, with their
+// reasons; an old row without any still verifies byte for byte.
+func TestAttestVMRow(t *testing.T) {
+	ctx := context.Background()
+	a, _ := testAttester(t, "vm")
+	a.Runtime.Version = "qemu 7.2; microvm; accel tcg; 1 vcpu; kernel ab; modules cd; init ef"
+	na := []matrix.NotApplicable{{Family: "isolation", Name: "own-namespaces", Reason: "the guest kernel is the boundary"}}
+	row, _, err := a.Attest(ctx, matrix.SignRequest{Tier: "development", Backend: "vm", SuiteVersion: "1",
+		Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}, NotApplicable: na})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := row.Verify(ctx, []*keys.Verifier{a.Key.Verifier()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Platform.Backend != "vm" || v.Platform.Runtime.Version != a.Runtime.Version || v.Platform.Runtime.SHA256 != a.Runtime.SHA256 ||
+		len(v.NotApplicable) != 1 || v.NotApplicable[0] != na[0] {
+		t.Fatalf("vm row: platform %+v, not applicable %+v", v.Platform, v.NotApplicable)
+	}
+	for _, n := range v.Passed {
+		if n == "isolation/own-namespaces" {
+			t.Fatal("a check not applicable is listed as passed")
+		}
+	}
+	// The same request without the list makes a row with no such field.
+	a2, _ := testAttester(t, "oci")
+	_, q2, err := a2.Attest(ctx, matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q2.Statement(); err != nil || strings.Contains(string(st), "notApplicable") {
+		t.Fatal("a row without checks not applicable encodes the field")
 	}
 }

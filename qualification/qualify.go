@@ -51,6 +51,14 @@ func (e *BinaryError) Unwrap() []error { return []error{ErrPrecondition, e.Err} 
 type Options struct {
 	// Tier is conformance.TierProduction or conformance.TierDevelopment.
 	Tier string
+	// Backend is the backend to qualify: "" or "oci" (runc), or "vm"
+	// (the microVM backend, configured by VM). The row is for it alone.
+	Backend string
+	// VM is the vm section of custodyd's config (YAML: qemu, kernel,
+	// modules, init, accel, each artifact by path and sha256), required
+	// for Backend "vm"; the private daemon is given it with backends
+	// [oci, vm].
+	VM []byte
 	// Custodyd is run privately; Runtime is the pinned runc it is given.
 	Custodyd, Runtime string
 	// Probe (custody-probe) and Busybox are static binaries copied into the
@@ -90,6 +98,16 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 	if o.Tier != conformance.TierProduction && o.Tier != conformance.TierDevelopment {
 		return nil, &classed{class: ErrPrecondition, err: fmt.Errorf("tier %q: want production or development", o.Tier)}
 	}
+	switch o.Backend {
+	case "", matrix.BackendOCI:
+		o.Backend = matrix.BackendOCI
+	case conformance.BackendVM:
+		if len(o.VM) == 0 {
+			return nil, &classed{class: ErrPrecondition, err: errors.New("backend vm: no vm configuration; pass the vm section of custodyd's config (qemu, kernel, modules, init by path and sha256)")}
+		}
+	default:
+		return nil, &classed{class: ErrPrecondition, err: fmt.Errorf("backend %q: want oci or vm", o.Backend)}
+	}
 	if os.Geteuid() != 0 {
 		return nil, &classed{class: ErrPrecondition, err: errors.New("qualify must run as root: it starts custodyd, which mounts, makes cgroups and runs runc")}
 	}
@@ -118,7 +136,7 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 	logf("private custodyd up, conformance image %s imported (%s)", image, time.Since(start).Round(time.Millisecond))
 
 	env := conformance.Env{
-		Control: d.control, Submit: d.submit, Image: image, Scratch: d.scratch, Tier: o.Tier,
+		Control: d.control, Submit: d.submit, Image: image, Scratch: d.scratch, Tier: o.Tier, Backend: suiteBackend(o.Backend),
 		AmbientVar: AmbientVar, Parallel: o.Parallel,
 		Egress: d.egressTarget(),
 		Progress: func(c conformance.Check) {
@@ -142,6 +160,15 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 	rep := conformance.Run(ctx, env)
 	logf("suite: %d checks, %d failed, in %s", len(rep.Checks), len(rep.Failed()), rep.Finished.Sub(rep.Started).Round(time.Millisecond))
 
+	for _, n := range rep.NotApplicable {
+		logf("n/a  %s/%s: %s", n.Family, n.Name, n.Reason)
+	}
+	if f := rep.Failed(); len(f) > 0 && len(f) == len(rep.Checks) && !rep.Launched() {
+		// Typically a tier the backend does not support on this host: say
+		// so loudly, with the runner's own words.
+		logf("NOTHING RAN: every check was refused before launch; the %s backend does not qualify for %s here: %s",
+			o.Backend, o.Tier, f[0].Detail)
+	}
 	row, err := d.sign(ctx, rep)
 	if err != nil {
 		return nil, fmt.Errorf("sign the qualification row: %w", err)
@@ -153,10 +180,22 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 	return &Result{Report: rep, Row: row, Verified: ver, RunnerKey: d.runnerKey}, nil
 }
 
+// suiteBackend is what the suite's phases name: nothing for oci, so that
+// an oci qualification asks for exactly what it asked before backends.
+func suiteBackend(name string) string {
+	if name == matrix.BackendOCI {
+		return ""
+	}
+	return name
+}
+
 // SignRequestOf is what a suite's report asks a runner to sign: each
 // check's verdict, its detail made row-safe, and the runs it launched.
 func SignRequestOf(rep conformance.Report) matrix.SignRequest {
-	req := matrix.SignRequest{Tier: rep.Tier, SuiteVersion: rep.SuiteVersion}
+	req := matrix.SignRequest{Tier: rep.Tier, SuiteVersion: rep.SuiteVersion, Backend: suiteBackend(rep.Backend)}
+	for _, n := range rep.NotApplicable {
+		req.NotApplicable = append(req.NotApplicable, matrix.NotApplicable{Family: n.Family, Name: n.Name, Reason: matrix.SanitizeDetail(n.Reason)})
+	}
 	for _, c := range rep.Checks {
 		req.Checks = append(req.Checks, matrix.RequestCheck{
 			Family: c.Family, Name: c.Name, Case: string(c.Case), Passed: c.Passed,
@@ -236,7 +275,16 @@ submitSocket: %q
 operators: [%d]
 `, filepath.Join(dir, "state"), filepath.Join(dir, "run"), rt.Path, rt.Version, rt.SHA256,
 		filepath.Join(dir, "policy.yaml"), d.controlSocket, submitSocket, os.Geteuid())
-	if w, err := startEgressWorld(dir); err != nil {
+	if o.Backend == conformance.BackendVM {
+		vm, err := vmSection(o.VM)
+		if err != nil {
+			return d, &classed{class: ErrPrecondition, err: err}
+		}
+		cfg += "backends: [oci, vm]\n" + vm
+	}
+	if o.Backend != matrix.BackendOCI {
+		// No NIC reaches a guest: a vm row covers denied egress only.
+	} else if w, err := startEgressWorld(dir); err != nil {
 		logf("restricted egress not qualified: its upstream namespace could not be made: %v", err)
 		if w != nil {
 			if err := w.stop(); err != nil {

@@ -64,6 +64,23 @@ type Pinned struct {
 	SHA256 string `json:"sha256" yaml:"sha256"`
 }
 
+// Config is the vm section of custodyd's config: each artifact by path
+// and sha256 (the modules' digest is ModulesDigest of their directory),
+// the accelerator and QEMU's uid. custody gate reads the same section to
+// probe the vm runtime as custodyd does.
+type Config struct {
+	QEMU    Pinned `yaml:"qemu"`
+	Kernel  Pinned `yaml:"kernel"`
+	Modules Pinned `yaml:"modules"`
+	Init    Pinned `yaml:"init"`
+	// Accel is auto (KVM if a probe guest boots under it, else TCG), kvm
+	// or tcg; default auto.
+	Accel string `yaml:"accel,omitempty"`
+	// UID is the unprivileged host uid (and gid) QEMU runs as; default
+	// DefaultUID.
+	UID uint32 `yaml:"uid,omitempty"`
+}
+
 // Options configure a Backend.
 type Options struct {
 	QEMU    Pinned

@@ -22,9 +22,12 @@ import (
 	"github.com/custody-dev/custody/qualification"
 )
 
+// maxVMConfigSize bounds --vm-config: a vm section is a few pinned paths.
+const maxVMConfigSize = 64 << 10
+
 type qualifyOptions struct {
 	asJSON                   bool
-	tier                     string
+	tier, backend, vmConfig  string
 	custodyd, runtime, probe string
 	busybox, out, matrixDir  string
 	keep                     bool
@@ -60,6 +63,8 @@ not run.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.asJSON, "json", false, "stdout is exactly the signed row (the table goes to stderr)")
 	f.StringVar(&o.tier, "tier", "", "tier to qualify: production or development")
+	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend to qualify: oci (the pinned runc) or vm (the microVM backend; needs --vm-config)")
+	f.StringVar(&o.vmConfig, "vm-config", "", "for --backend vm: a YAML file holding custodyd's vm section (vm: qemu, kernel, modules, init by path and sha256; accel)")
 	f.StringVar(&o.custodyd, "custodyd", "", "custodyd binary to run privately (default: custodyd next to this binary)")
 	f.StringVar(&o.runtime, "runtime", "", "pinned runc binary (default: runc next to this binary)")
 	f.StringVar(&o.probe, "probe", "", "static custody-probe binary (default: custody-probe next to this binary)")
@@ -91,6 +96,20 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 	if o.tier != conformance.TierProduction && o.tier != conformance.TierDevelopment {
 		return usageError("--tier %q: want production or development", o.tier)
 	}
+	var vmConfig []byte
+	switch o.backend {
+	case matrix.BackendOCI:
+	case conformance.BackendVM:
+		if o.vmConfig == "" {
+			return usageError("--backend vm needs --vm-config FILE: the vm section of custodyd's config")
+		}
+		var err error
+		if vmConfig, err = readFile("vm configuration", o.vmConfig, maxVMConfigSize); err != nil {
+			return err
+		}
+	default:
+		return usageError("--backend %q: want oci or vm", o.backend)
+	}
 	if o.custodyd == "" {
 		o.custodyd = besideSelf("custodyd")
 	}
@@ -107,7 +126,7 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 		fmt.Fprintf(a.stderr, "custody qualify: "+format+"\n", args...)
 	}
 	res, err := qualification.Qualify(ctx, qualification.Options{
-		Tier: o.tier, Custodyd: o.custodyd, Runtime: o.runtime, Probe: o.probe, Busybox: o.busybox,
+		Tier: o.tier, Backend: o.backend, VM: vmConfig, Custodyd: o.custodyd, Runtime: o.runtime, Probe: o.probe, Busybox: o.busybox,
 		Keep: o.keep, Parallel: o.parallel, Only: o.only, Logf: logf,
 	})
 	var be *qualification.BinaryError
@@ -258,7 +277,7 @@ func renderMatrix(ctx context.Context, dir, htmlPath string, trusted []*keys.Ver
 
 type gateOptions struct {
 	matrixDir, platform, tier, runtime, html string
-	backend                                  string
+	backend, vmConfig                        string
 	trustRunner                              []string
 	maxAge                                   time.Duration
 	asJSON, printPlatform                    bool
@@ -290,6 +309,7 @@ Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not
 	f.StringVar(&o.platform, "platform", "", `"this" to probe this host, or a platform description file`)
 	f.StringVar(&o.tier, "tier", matrix.TierProduction, "tier the release needs")
 	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend the release runs on")
+	f.StringVar(&o.vmConfig, "vm-config", "", "for --platform this --backend vm: a YAML file holding custodyd's vm section; the vm runtime is probed with it as custodyd probes it")
 	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "trusted runner public key (PEM); repeatable")
 	f.StringVar(&o.runtime, "runtime", "", "the pinned runtime binary, for --platform this (default: runc next to this binary)")
 	f.DurationVar(&o.maxAge, "max-age", matrix.DefaultMaxAge, "how old a row may be")
@@ -320,7 +340,10 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 		return usageError("gate: --platform this|FILE is required to gate (or --html to render only)")
 	}
 	this, err := a.gatePlatform(ctx, o)
-	if err != nil {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err // a usage error or a refused file keeps its exit status
+	} else if err != nil {
 		return &exitError{exitInternal, err}
 	}
 	if o.printPlatform {
@@ -390,9 +413,22 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 	if rt == "" {
 		rt = besideSelf("runc")
 	}
+	var vmConfig []byte
+	if o.backend == conformance.BackendVM {
+		if o.vmConfig == "" {
+			return matrix.Platform{}, usageError("gate: --platform this --backend vm needs --vm-config FILE (custodyd's vm section), to probe the vm runtime")
+		}
+		var err error
+		if vmConfig, err = readFile("vm configuration", o.vmConfig, maxVMConfigSize); err != nil {
+			return matrix.Platform{}, err
+		}
+	}
 	prof, err := platform.Probe(ctx, platform.Options{RuntimePath: rt})
 	if err != nil {
 		return matrix.Platform{}, err
+	}
+	if o.backend == conformance.BackendVM {
+		return qualification.VMPlatform(ctx, prof, vmConfig)
 	}
 	return matrix.PlatformOf(prof, o.backend)
 }

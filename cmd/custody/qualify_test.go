@@ -283,6 +283,7 @@ func TestAttestQualificationRefuses(t *testing.T) {
 		{"unknown run", matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "00000000deadbeef")}}, "refused"},
 		{"run at another tier", matrix.SignRequest{Tier: "production", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}, "refused"},
 		{"no checks", matrix.SignRequest{Tier: "development", SuiteVersion: "1"}, "bad-request"},
+		{"backend not configured", matrix.SignRequest{Tier: "development", Backend: "vm", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}, "refused"},
 	} {
 		var row matrix.Row
 		err := api.NewClient(e.control).SignQualification(ctx, c.req, &row)

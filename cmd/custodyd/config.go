@@ -52,16 +52,8 @@ type Config struct {
 // modules' digest is vm.ModulesDigest of their directory), re-checked at
 // every launch.
 type VMConfig struct {
-	QEMU    vm.Pinned `yaml:"qemu"`
-	Kernel  vm.Pinned `yaml:"kernel"`
-	Modules vm.Pinned `yaml:"modules"`
-	Init    vm.Pinned `yaml:"init"`
-	// Accel is auto (KVM if a probe guest boots under it, else TCG), kvm
-	// or tcg; default auto.
-	Accel string `yaml:"accel,omitempty"`
-	// UID is the unprivileged host uid (and gid) QEMU runs as; default
-	// vm.DefaultUID.
-	UID uint32 `yaml:"uid,omitempty"`
+	// The section's fields are vm.Config's, which custody gate reads too.
+	vm.Config `yaml:",inline"`
 }
 
 func (v *VMConfig) validate() error {

@@ -45,6 +45,7 @@ func TestBackendsConfig(t *testing.T) {
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, "/k/vmlinux", "k/vmlinux", 1): "absolute",
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, sum, "abc", 1):                "64 lowercase hex",
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", accel: fast}\n", 1): "accel",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", extra: 1}\n", 1):    "extra",
 	} {
 		if _, err := load(bad); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want a refusal saying %q", bad, err, want)

@@ -21,7 +21,12 @@ func (s *server) handleAttestQualification(w http.ResponseWriter, r *http.Reques
 		writeError(w, err)
 		return
 	}
-	row, q, err := s.attester().Attest(r.Context(), req)
+	a, err := s.attester(req.Backend)
+	if err != nil {
+		writeError(w, qualificationError(err))
+		return
+	}
+	row, q, err := a.Attest(r.Context(), req)
 	if err != nil {
 		writeError(w, qualificationError(err))
 		return
@@ -31,16 +36,27 @@ func (s *server) handleAttestQualification(w http.ResponseWriter, r *http.Reques
 	writeJSON(w, row)
 }
 
-func (s *server) attester() *qualification.Attester {
-	pinned := s.cfg.Runner.Runtime
+// attester signs for the named backend ("" is the default one). The oci
+// backend's runtime is the pinned runc; another backend's is its own
+// pinned identity (for vm: QEMU, with the guest's digests in its version).
+func (s *server) attester(name string) (*qualification.Attester, error) {
+	b, err := s.r.BackendNamed(name)
+	if err != nil {
+		return nil, &api.Error{Code: api.CodeRefused, Message: "qualification row: " + err.Error()}
+	}
+	pinned := qualification.Pinned{Path: s.cfg.Runner.Runtime.Path, Version: s.cfg.Runner.Runtime.Version, SHA256: s.cfg.Runner.Runtime.SHA256}
+	if b.Name() != matrix.BackendOCI {
+		id := b.Identity()
+		pinned = qualification.Pinned{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
+	}
 	return &qualification.Attester{
 		Key:     s.runnerID,
-		Runtime: qualification.Pinned{Path: pinned.Path, Version: pinned.Version, SHA256: pinned.SHA256},
-		Backend: s.r.Backend().Name(),
+		Runtime: pinned,
+		Backend: b.Name(),
 		Profile: s.r.Profile,
 		Records: qualificationRecords{s},
 		Now:     s.now,
-	}
+	}, nil
 }
 
 // qualificationError gives an attester's refusal its wire code.
@@ -81,6 +97,12 @@ func (q qualificationRecords) Run(id string) (qualification.RecordedRun, error) 
 	out := qualification.RecordedRun{HasResult: rec.Result != nil}
 	if rec.Result != nil {
 		out.Status, out.Tier = string(rec.Result.Status), rec.Result.Tier
+		// A record from before runs named their backend ran on oci, the
+		// only backend there was.
+		out.Backend = matrix.BackendOCI
+		if rec.Result.Backend != nil {
+			out.Backend = rec.Result.Backend.Kind
+		}
 	}
 	if rec.Receipt != nil {
 		out.Receipt = append([]byte{}, rec.Receipt.Envelope...)

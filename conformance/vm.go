@@ -1,0 +1,362 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/randid"
+)
+
+// BackendVM is the microVM backend's name, as a phase and a row name it.
+const BackendVM = "vm"
+
+// vmSpecs is the suite on the vm backend: every family, judged at the VM
+// boundary. Checks that read the sandbox through the probe and hold in a
+// guest run as they are; those that relied on what only a container shows
+// (its cgroup files, host-visible processes, namespaces) are reformulated
+// here on host-side facts: QEMU's process and host cgroup, the result's
+// cleanup steps, the guest's own kernel.
+func vmSpecs() []spec {
+	return []spec{
+		{FamilyInput, "read-input", Legitimate, checkReadInput},
+		{FamilyInput, "write-input-refused", Refusal, checkWriteInput},
+		{FamilyInput, "changed-after-issue-refused", Refusal, checkInputChanged},
+		{FamilyInput, "rootfs-read-only", Refusal, checkRootfsReadOnly},
+
+		{FamilyOutput, "output-kept-by-digest", Legitimate, checkOutputKept},
+		{FamilyOutput, "output-bound-enforced", Refusal, checkOutputBound},
+
+		{FamilyEnvironment, "declared-variable-visible", Legitimate, checkDeclaredEnv},
+		{FamilyEnvironment, "ambient-variables-absent", Refusal, checkAmbientEnv},
+
+		{FamilyEgress, "loopback-works", Legitimate, checkLoopback},
+		{FamilyEgress, "no-nic-connect-fails", Refusal, checkEgressDenied},
+
+		{FamilyBudgets, "memory-within-budget", Legitimate, checkVMMemoryOK},
+		{FamilyBudgets, "memory-hog-oom-killed", Refusal, checkVMMemoryHog},
+		{FamilyBudgets, "pids-within-budget", Legitimate, checkPidsOK},
+		{FamilyBudgets, "fork-bomb-capped", Refusal, checkVMForkBomb},
+		{FamilyBudgets, "wall-time-within-budget", Legitimate, checkWallOK},
+		{FamilyBudgets, "wall-time-exceeded-qemu-killed", Refusal, checkVMWallTimeout},
+
+		{FamilyCleanup, "qemu-runs-during-phase", Legitimate, checkVMQEMURuns},
+		{FamilyCleanup, "qemu-gone-after-exit", Refusal, checkVMGoneAfterExit},
+
+		{FamilyEvidence, "genuine-receipt-verifies", Legitimate, checkGenuineReceipt},
+		{FamilyEvidence, "tampered-receipt-rejected", Refusal, checkTamperedReceipt},
+
+		{FamilyIsolation, "ordinary-operations-work", Legitimate, checkOrdinary},
+		{FamilyIsolation, "own-kernel-host-unseen", Refusal, checkVMOwnKernel},
+	}
+}
+
+// vmNotApplicable are the oci suite's checks that do not apply to a
+// microVM, with why. They are listed in the row, never counted as passed.
+func vmNotApplicable() []NotApplicable {
+	na := func(family, name, reason string) NotApplicable {
+		return NotApplicable{Family: family, Name: name, Reason: reason}
+	}
+	const noRestricted = "the vm backend offers no restricted egress: a guest has no NIC, so a vm row covers denied egress only"
+	const ownKernel = "the boundary is the guest kernel under QEMU, not a container on the host kernel"
+	return []NotApplicable{
+		na(FamilyEnvironment, "minimal-devices-work", ownKernel+": the guest's /dev holds its own kernel's nodes, and the host's devices are not in the guest at all"),
+		na(FamilyEnvironment, "host-devices-absent", ownKernel+": a device node the guest's root makes names a device of the guest kernel; isolation/own-kernel-host-unseen covers the boundary"),
+		na(FamilyEgress, "host-listener-unreachable", "replaced by egress/no-nic-connect-fails: the same host listeners, judged with the guest having no NIC"),
+		na(FamilyEgress, "restricted-allowed-host-reachable", noRestricted),
+		na(FamilyEgress, "restricted-everything-else-refused", noRestricted),
+		na(FamilyBudgets, "cpu-quota-applied", "the guest has one vCPU; its cpu quota is applied by the guest's own cgroup, which the host cannot observe independently"),
+		na(FamilyBudgets, "cpu-burn-throttled", "the guest has one vCPU; its cpu quota is applied by the guest's own cgroup, which the host cannot observe independently"),
+		na(FamilyBudgets, "tmp-within-budget", "covered by the backend's own tests (backend/vm); not yet part of the vm suite"),
+		na(FamilyBudgets, "tmp-bound-enforced", "covered by the backend's own tests (backend/vm); not yet part of the vm suite"),
+		na(FamilyBudgets, "scratch-within-budget", "the guest's writable mounts are tmpfs in guest RAM, bounded by the memory budget; not yet part of the vm suite"),
+		na(FamilyBudgets, "writable-mounts-bounded", "the guest's writable mounts are tmpfs in guest RAM, bounded by the memory budget; not yet part of the vm suite"),
+		na(FamilyBudgets, "wall-time-exceeded-killed", "replaced by budgets/wall-time-exceeded-qemu-killed: the guest's boot is not wall time, so the kill is judged from the workload's start, and QEMU must be gone"),
+		na(FamilyCleanup, "detached-child-runs", "replaced by cleanup/qemu-runs-during-phase: a guest's processes are not host processes; QEMU is what the host must see go"),
+		na(FamilyCleanup, "detached-child-gone-after-exit", "replaced by cleanup/qemu-gone-after-exit"),
+		na(FamilyCleanup, "detached-child-gone-after-timeout", "replaced by budgets/wall-time-exceeded-qemu-killed, which requires QEMU gone after the kill"),
+		na(FamilyIsolation, "privileged-syscalls-refused", ownKernel+": the workload is root of its own guest; there is no seccomp filter to test"),
+		na(FamilyIsolation, "no-capabilities", ownKernel+": capabilities in the guest are the guest kernel's; QEMU on the host runs as an unprivileged uid under its own seccomp sandbox"),
+		na(FamilyIsolation, "own-namespaces", ownKernel+": replaced by isolation/own-kernel-host-unseen"),
+	}
+}
+
+// qemuSeen is a QEMU process of the vm backend, as the host saw it.
+type qemuSeen struct {
+	pid     int
+	cmdline string
+	// memLimit is the memory limit of its host cgroup, "" if none was read.
+	memLimit, memWhere string
+}
+
+// watchQEMU returns the vm backend's QEMU processes now on the host (its
+// -name is custody-vm-ID), with their host cgroup memory limits.
+func watchQEMU() []qemuSeen {
+	var out []qemuSeen
+	for _, pid := range findProcs("custody-vm-") {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err != nil || !bytes.Contains(b, []byte("qemu")) {
+			continue
+		}
+		q := qemuSeen{pid: pid, cmdline: string(bytes.ReplaceAll(b, []byte{0}, []byte{' '}))}
+		q.memWhere, q.memLimit = hostMemoryLimit(pid)
+		out = append(out, q)
+	}
+	return out
+}
+
+// hostMemoryLimit reads the memory limit of pid's host cgroup: cgroup v1
+// memory.limit_in_bytes, else cgroup v2 memory.max.
+func hostMemoryLimit(pid int) (where, limit string) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return "", ""
+	}
+	defer f.Close()
+	var v2 string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			p := filepath.Join("/sys/fs/cgroup/memory", parts[2], "memory.limit_in_bytes")
+			if b, err := os.ReadFile(p); err == nil {
+				return p, strings.TrimSpace(string(b))
+			}
+		case parts[0] == "0" && parts[1] == "":
+			v2 = parts[2]
+		}
+	}
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		p := filepath.Join(root, v2, "memory.max")
+		if b, err := os.ReadFile(p); v2 != "" && err == nil {
+			return p, strings.TrimSpace(string(b))
+		}
+	}
+	return "", ""
+}
+
+// qemuOfRun picks, from what was seen, the QEMU of run id.
+func qemuOfRun(seen []qemuSeen, runID string) *qemuSeen {
+	for i := range seen {
+		if strings.Contains(seen[i].cmdline, "custody-vm-") && strings.Contains(seen[i].cmdline, runID) {
+			return &seen[i]
+		}
+	}
+	return nil
+}
+
+// vmLaunch runs p, recording the QEMU processes on the host when the
+// workload prints "started"; once the result is in it returns the run's
+// QEMU as seen then (nil if it was not seen) and whether it is gone now.
+// o.sinceStarted is how long the result took after "started": the guest's
+// boot is not part of its wall time.
+func (s *suite) vmLaunch(ctx context.Context, j *judge, p phase) (o *outcome, q *qemuSeen, gone bool) {
+	var seen []qemuSeen
+	var startedAt time.Time
+	p.onLine = func(line string) {
+		if strings.TrimSpace(line) == "started" && seen == nil {
+			startedAt = time.Now()
+			seen = watchQEMU()
+		}
+	}
+	o = s.launch(ctx, j, p)
+	if !startedAt.IsZero() {
+		o.sinceStarted = time.Since(startedAt)
+	}
+	if o.res == nil || o.res.RunID == "" {
+		return o, nil, false
+	}
+	q = qemuOfRun(seen, o.res.RunID)
+	gone = true
+	if q != nil {
+		if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(q.pid), "cmdline")); err == nil && strings.Contains(string(b), o.res.RunID) {
+			gone = false
+		}
+	}
+	return o, q, gone
+}
+
+// cleanupSteps requires the result's cleanup to hold each named step, OK.
+func cleanupSteps(j *judge, o *outcome, names ...string) {
+	if o.res == nil || o.res.Cleanup == nil {
+		j.fail("no cleanup record")
+		return
+	}
+	for _, n := range names {
+		found := false
+		for _, st := range o.res.Cleanup.Steps {
+			if st.Name == n {
+				found = true
+				j.require(st.OK, "cleanup step %q failed: %s", n, st.Detail)
+			}
+		}
+		j.require(found, "the cleanup record has no step %q (steps: %s)", n, stepNames(o.res.Cleanup))
+	}
+}
+
+func stepNames(c *api.Cleanup) string {
+	var out []string
+	for _, st := range c.Steps {
+		out = append(out, st.Name)
+	}
+	return strings.Join(out, ", ")
+}
+
+// vmCleanupSteps are the host-side steps the vm backend's cleanup verifies.
+var vmCleanupSteps = []string{"qemu gone", "output unmounted", "host cgroup removed", "bundle removed"}
+
+func checkVMMemoryOK(ctx context.Context, s *suite, j *judge) {
+	limit := 64 * mib
+	o, q, _ := s.vmLaunch(ctx, j, phase{name: "q-vm-memory-ok",
+		command: []string{"/bin/sh", "-c", "echo started; sleep 1; exec " + s.env.Probe + " -alloc 16Mi"}, memory: limit, wall: time.Minute})
+	if !s.ran(j, o, api.StatusOK) {
+		return
+	}
+	j.require(o.res.Usage.MemoryLimitBytes == limit, "the guest's cgroup held a memory limit of %d, want %d", o.res.Usage.MemoryLimitBytes, limit)
+	if rep := j.reported(o); rep != nil {
+		j.require(rep.Alloc != nil && rep.Alloc.Touched == 16*mib, "the 16Mi allocation did not complete: %+v", rep.Alloc)
+	}
+	hostHolds(j, q, limit)
+	j.note("16Mi allocated and touched in a guest whose workload cgroup holds %d bytes; peak %d", limit, o.res.Usage.PeakMemoryBytes)
+}
+
+// hostHolds requires that the run's QEMU was seen on the host in a host
+// cgroup whose memory limit is finite and at least the workload's budget
+// (the guest's RAM is the budget plus the guest's overhead).
+func hostHolds(j *judge, q *qemuSeen, budget int64) {
+	if !j.require(q != nil, "the run's QEMU was not seen on the host during the run") {
+		return
+	}
+	n, err := strconv.ParseInt(q.memLimit, 10, 64)
+	if !j.require(err == nil && n >= budget && n < 1<<50, "QEMU (pid %d) is in a host cgroup with memory limit %q (%s), want a finite limit of at least %d",
+		q.pid, q.memLimit, q.memWhere, budget) {
+		return
+	}
+	j.note("QEMU (pid %d) held by its host cgroup at %d bytes (%s)", q.pid, n, q.memWhere)
+}
+
+func checkVMMemoryHog(ctx context.Context, s *suite, j *judge) {
+	limit := 32 * mib
+	o, q, _ := s.vmLaunch(ctx, j, phase{name: "q-vm-memory-hog",
+		command: []string{"/bin/sh", "-c", "echo started; sleep 1; exec " + s.env.Probe + " -alloc 256Mi"}, memory: limit,
+		// Reclaim before the guest's OOM kill is slow under TCG; the wall
+		// time is not what this check judges.
+		wall: time.Minute})
+	if !s.ran(j, o, api.StatusOOM) {
+		return
+	}
+	u := o.res.Usage
+	j.require(u.OOMKills > 0, "the result reports no OOM kill")
+	j.require(u.PeakMemoryBytes <= limit+mib, "peak memory %d exceeded the %d-byte limit", u.PeakMemoryBytes, limit)
+	j.require(o.report == nil || o.report.Alloc == nil || o.report.Alloc.Touched < 256*mib, "the probe touched all 256Mi")
+	hostHolds(j, q, limit)
+	cleanupSteps(j, o, vmCleanupSteps...)
+	j.note("a 256Mi allocation under a %d-byte budget was OOM-killed in the guest (status oom, %d kill(s), peak %d); QEMU itself ended cleanly", limit, u.OOMKills, u.PeakMemoryBytes)
+}
+
+func checkVMForkBomb(ctx context.Context, s *suite, j *judge) {
+	const budget = 16
+	o := s.launch(ctx, j, phase{name: "q-vm-fork-bomb", command: []string{s.env.Probe, "-spawn", "256", "-spawn-cmd", "/bin/sleep 30"}, pids: budget})
+	if !s.ran(j, o, api.StatusOK) {
+		return
+	}
+	j.require(o.res.Usage.PidsLimit == budget, "the guest's cgroup held a pids limit of %d, want %d", o.res.Usage.PidsLimit, budget)
+	rep := j.reported(o)
+	if rep == nil || !j.require(rep.Spawn != nil, "the probe did not spawn") {
+		return
+	}
+	j.require(rep.Spawn.Started < budget, "%d processes started under a budget of %d", rep.Spawn.Started, budget)
+	j.require(rep.Spawn.Errno == "EAGAIN", "spawning stopped with %s (%s), not EAGAIN", orNone(rep.Spawn.Errno), rep.Spawn.Error)
+	j.note("of 256 processes asked, %d started before fork failed with %s (guest cgroup pids.max %d)", rep.Spawn.Started, rep.Spawn.Errno, budget)
+}
+
+func checkVMWallTimeout(ctx context.Context, s *suite, j *judge) {
+	wall := 3 * time.Second
+	o, q, gone := s.vmLaunch(ctx, j, phase{name: "q-vm-wall-timeout", command: []string{"/bin/sh", "-c", "echo started; sleep 120"}, wall: wall})
+	if !s.ran(j, o, api.StatusTimeout) {
+		return
+	}
+	// The guest's boot (seconds under TCG) is not wall time: the budget
+	// runs from the workload's start, which it announced.
+	if j.require(q != nil, "the run's QEMU was not seen on the host during the run, so its kill proves nothing") {
+		j.require(gone, "QEMU (pid %d) still runs after the timeout", q.pid)
+		j.require(o.sinceStarted < wall+15*time.Second, "the result came %s after the workload started, under a %s budget", o.sinceStarted.Round(time.Millisecond), wall)
+	}
+	cleanupSteps(j, o, vmCleanupSteps...)
+	j.note("a 120 s sleep was stopped %s after it started (budget %s; %d ms with the boot), status timeout; QEMU killed and gone, cleanup verified",
+		o.sinceStarted.Round(time.Millisecond), wall, o.res.Usage.WallMillis)
+}
+
+func checkVMQEMURuns(ctx context.Context, s *suite, j *judge) {
+	o, q, _ := s.vmLaunch(ctx, j, phase{name: "q-vm-qemu-runs", command: []string{"/bin/sh", "-c", "(sleep 300 &); echo started; sleep 1"}})
+	if !s.ran(j, o, api.StatusOK) {
+		return
+	}
+	if j.require(q != nil, "the run's QEMU was not seen on the host while the workload ran") {
+		j.require(!strings.Contains(q.cmdline, "-netdev") && !strings.Contains(q.cmdline, "-nic "), "QEMU was given a network device: %s", q.cmdline)
+		j.note("QEMU (pid %d) ran the phase with no network device; a detached child in the guest did not hold the run", q.pid)
+	}
+}
+
+func checkVMGoneAfterExit(ctx context.Context, s *suite, j *judge) {
+	o, q, gone := s.vmLaunch(ctx, j, phase{name: "q-vm-gone-after-exit", command: []string{"/bin/sh", "-c", "(setsid sleep 300 </dev/null >/dev/null 2>&1 &); echo started; sleep 1"}})
+	if !s.ran(j, o, api.StatusOK) {
+		return
+	}
+	if j.require(q != nil, "the run's QEMU was not seen on the host during the run, so its absence proves nothing") {
+		j.require(gone, "QEMU (pid %d) still runs after the phase's exit", q.pid)
+	}
+	cleanupSteps(j, o, vmCleanupSteps...)
+	j.note("with a detached child still sleeping in the guest, QEMU was gone once the phase exited; cleanup verified: %s", stepNames(o.res.Cleanup))
+}
+
+// checkVMOwnKernel: the workload, root of its guest, sees a kernel of its
+// own (another boot id than the host's) and none of the host's processes
+// (a marker process the suite runs on the host is not among them).
+func checkVMOwnKernel(ctx context.Context, s *suite, j *judge) {
+	hostBoot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if !j.require(err == nil, "read the host's boot id: %v", err) {
+		return
+	}
+	marker := "custody-qualify-host-" + randid.New(8)
+	cmd := exec.Command("sleep", "300")
+	cmd.Args[0] = marker
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		j.fail("start the host marker process: %v", err)
+		return
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// The marker comes in the environment, so that no command line in the
+	// guest holds it but a host process's would.
+	script := `cat /proc/sys/kernel/random/boot_id; n=0; for f in /proc/[0-9]*/cmdline; do n=$((n+1)); c=$(tr '\0' ' ' < "$f" 2>/dev/null); case "$c" in *"$QUALIFY_MARKER"*) echo HOST-PROCESS-SEEN;; esac; done; echo "procs=$n"`
+	o := s.launch(ctx, j, phase{name: "q-vm-own-kernel", command: []string{"/bin/sh", "-c", script}, env: map[string]string{"QUALIFY_MARKER": marker}})
+	if !s.ran(j, o, api.StatusOK) {
+		return
+	}
+	out := o.stdout.String()
+	lines := strings.Fields(out)
+	guestBoot := ""
+	if len(lines) > 0 {
+		guestBoot = lines[0]
+	}
+	host := strings.TrimSpace(string(hostBoot))
+	j.require(len(guestBoot) == 36 && guestBoot != host, "the workload's boot id %q is not its own (the host's is %s)", guestBoot, host)
+	j.require(!strings.Contains(out, "HOST-PROCESS-SEEN"), "the workload saw the suite's host process %s", marker)
+	j.require(strings.Contains(out, "procs="), "the workload did not list its processes: %q", out)
+	j.note("the workload ran on its own kernel (boot id %s, the host's %s) and saw none of the host's processes (%s)",
+		guestBoot, host, strings.TrimSpace(out[strings.LastIndex(out, "procs="):]))
+}
