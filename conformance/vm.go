@@ -255,16 +255,23 @@ func checkVMMemoryHog(ctx context.Context, s *suite, j *judge) {
 		// Reclaim before the guest's OOM kill is slow under TCG; the wall
 		// time is not what this check judges.
 		wall: time.Minute})
-	if !s.ran(j, o, api.StatusOOM) {
+	// The receipt asserts host facts only (R3): the guest's OOM kill is its
+	// own claim (an observation note), so the host sees a workload killed
+	// by SIGKILL inside a guest whose QEMU stayed within its host cgroup.
+	if !s.ran(j, o, api.StatusFailed) {
 		return
 	}
 	u := o.res.Usage
-	j.require(u.OOMKills > 0, "the result reports no OOM kill")
-	j.require(u.PeakMemoryBytes <= limit+mib, "peak memory %d exceeded the %d-byte limit", u.PeakMemoryBytes, limit)
+	j.require(o.res.Signal == "SIGKILL", "the hog ended by %q, want SIGKILL (the guest's OOM kill)", o.res.Signal)
 	j.require(o.report == nil || o.report.Alloc == nil || o.report.Alloc.Touched < 256*mib, "the probe touched all 256Mi")
 	hostHolds(j, q, limit)
+	if q != nil {
+		if n, err := strconv.ParseInt(q.memLimit, 10, 64); err == nil {
+			j.require(u.PeakMemoryBytes > 0 && u.PeakMemoryBytes <= n, "QEMU's host peak %d is not within its host cgroup limit %d", u.PeakMemoryBytes, n)
+		}
+	}
 	cleanupSteps(j, o, vmCleanupSteps...)
-	j.note("a 256Mi allocation under a %d-byte budget was OOM-killed in the guest (status oom, %d kill(s), peak %d); QEMU itself ended cleanly", limit, u.OOMKills, u.PeakMemoryBytes)
+	j.note("a 256Mi allocation under a %d-byte budget was killed in the guest (SIGKILL; the guest reports the OOM kill as its claim); QEMU's host peak %d stayed within its host cgroup", limit, u.PeakMemoryBytes)
 }
 
 func checkVMForkBomb(ctx context.Context, s *suite, j *judge) {
