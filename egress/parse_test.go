@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/custody-dev/custody/internal/testenv"
 )
 
 func TestParseDestination(t *testing.T) {
@@ -43,9 +45,7 @@ func TestDenyReason(t *testing.T) {
 }
 
 func TestReadSecretRefusals(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("NOT TESTED: needs root to own the secret files")
-	}
+	testenv.Root(t) // the secret files must be root's
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	os.WriteFile(good, []byte("s3cret\n"), 0o600)
