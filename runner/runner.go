@@ -583,6 +583,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		}
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
+	sp.wait()
 	rec.steps.mark("cleanup")
 	err = r.afterCleanup(p, res, rec)
 	rec.steps.log(r.log, res.RunID)
