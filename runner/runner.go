@@ -523,6 +523,12 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	rec.steps.mark("prepare")
 	if err != nil {
 		Refuse(res, err)
+		// A backend that made part of the sandbox and says at which stage
+		// it failed: the grant was spent on a run that failed to start.
+		var st interface{ StartStage() string }
+		if c != nil && errors.As(err, &st) {
+			res.Status, res.FailedStage = StatusFailedToStart, st.StartStage()
+		}
 		if c == nil {
 			// Refused before the backend made anything; the intents on
 			// record are checked gone like a recovery's.
@@ -532,7 +538,11 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		if c != nil {
 			res.Cleanup = cleanup(c.Cleanup(ctx))
 		}
-		r.afterCleanup(p, res, rec)
+		// An unverified cleanup's quarantine is the error the caller
+		// must see, as after a run.
+		if qerr := r.afterCleanup(p, res, rec); qerr != nil {
+			return res, qerr
+		}
 		return res, err
 	}
 	ev := c.Evidence()
