@@ -46,3 +46,19 @@ func TestMarkNoisy(t *testing.T) {
 		t.Errorf("missed row's note = %q", n)
 	}
 }
+
+// The daemon's stage timings are read back from its text log by run id;
+// other lines are ignored.
+func TestParseSteps(t *testing.T) {
+	log := `time=2026-12-01T17:30:33.003Z level=INFO msg="run ended" run=aa
+time=2026-12-01T17:30:33.003Z level=DEBUG msg="launch steps" run=195baac4d28df4f8 prepare=6.973957ms exec=178.429679ms streams=1.884424ms output=316.533µs
+`
+	got := ParseSteps(log)
+	s, ok := got["195baac4d28df4f8"]
+	if len(got) != 1 || !ok {
+		t.Fatalf("steps = %v", got)
+	}
+	if s["prepare"] != 6973957*time.Nanosecond || s["output"] != 316533*time.Nanosecond || len(s) != 4 {
+		t.Fatalf("steps of the run = %v", s)
+	}
+}

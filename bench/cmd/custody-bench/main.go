@@ -83,7 +83,7 @@ func main() {
 	flag.StringVar(&o.gobench, "gobench", "", "output of `go test -bench . -benchmem ./bench/` for the grant rows")
 	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
 	flag.StringVar(&only, "only", "launch,throughput,digest,grant,packs", "which measurements to run")
-	flag.StringVar(&o.logLevel, "log-level", "warn", "custodyd --log-level")
+	flag.StringVar(&o.logLevel, "log-level", "debug", "custodyd --log-level (debug: the launch rows split the daemon's own stages too)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process (the digest and receipt measurements run in it) to this file")
@@ -435,13 +435,18 @@ func (b *bencher) launch(ctx context.Context) {
 	dockerRun, dockerWhy := b.docker(ctx)
 	var custody, raw, docker []time.Duration
 	var admit, create, life, after []time.Duration
-	custodyOne := func() (time.Duration, bench.Timing, error) {
+	var runIDs []string // the measured launches'
+	custodyOne := func() (time.Duration, bench.Timing, string, error) {
 		g, err := b.d.Issue(ctx) // not measured
 		if err != nil {
-			return 0, bench.Timing{}, fmt.Errorf("issue: %w", err)
+			return 0, bench.Timing{}, "", fmt.Errorf("issue: %w", err)
 		}
-		t, _, err := b.d.Run(ctx, g)
-		return t.Total, t, err
+		t, res, err := b.d.Run(ctx, g)
+		id := ""
+		if res != nil {
+			id = res.RunID
+		}
+		return t.Total, t, id, err
 	}
 	progress("launch latency: %d warm-up + %d measured runs each of custody, raw runc%s, interleaved",
 		b.o.warmup, b.o.runs, map[bool]string{true: ", docker", false: ""}[dockerRun != nil])
@@ -458,7 +463,7 @@ func (b *bencher) launch(ctx context.Context) {
 		}
 		measured := i >= b.o.warmup
 		if cFails < maxFails {
-			d, t, err := custodyOne()
+			d, t, id, err := custodyOne()
 			if err != nil {
 				cFails++
 				if cErr == nil {
@@ -466,6 +471,7 @@ func (b *bencher) launch(ctx context.Context) {
 				}
 			} else if measured {
 				custody = append(custody, d)
+				runIDs = append(runIDs, id)
 				admit, create, life, after = append(admit, t.Admit), append(create, t.Create), append(life, t.Run), append(after, t.After)
 			}
 		}
@@ -560,6 +566,35 @@ func (b *bencher) launch(ctx context.Context) {
 		b.rep.Add(bench.Row{ID: "1", Metric: part.name, Unit: "ms", Value: ms(p),
 			Baseline: "custody launch p50", BaselineValue: ms(c.P50), Ratio: bench.F(ratio(p, c.P50)),
 			RatioText: fmt.Sprintf("%.0f%% of launch", 100*ratio(p, c.P50)), Verdict: bench.VerdictInfo})
+	}
+	b.daemonSteps(runIDs, c.P50)
+}
+
+// daemonSteps adds the p50 of each stage custodyd timed in the measured
+// launches (its "launch steps" at debug level): the part of the launch
+// inside the runner, from Prepare to the journal's last record.
+func (b *bencher) daemonSteps(runIDs []string, launch time.Duration) {
+	all, err := b.d.Steps()
+	if err != nil {
+		progress("daemon steps: %v", err)
+		return
+	}
+	order := []string{"prepare", "exec", "streams", "output", "cleanup", "receipt", "journal"}
+	for _, name := range order {
+		var d []time.Duration
+		for _, id := range runIDs {
+			if v, ok := all[id][name]; ok {
+				d = append(d, v)
+			}
+		}
+		if len(d) == 0 {
+			continue
+		}
+		p := bench.Median(d)
+		b.rep.Add(bench.Row{ID: "1", Metric: "  daemon step: " + name, Unit: "ms", Value: bench.F(bench.Ms(p)),
+			Baseline: "custody launch p50", BaselineValue: bench.F(bench.Ms(launch)), Ratio: bench.F(float64(p) / float64(launch)),
+			RatioText: fmt.Sprintf("%.0f%% of launch", 100*float64(p)/float64(launch)), Verdict: bench.VerdictInfo, N: len(d),
+			Note: "custodyd's own timing (--log-level debug): prepare is the launch dir, mounts and config; exec is runc run from start to exit, the gate included"})
 	}
 }
 
