@@ -848,19 +848,22 @@ func (g *gated) awaitReady(ctx context.Context) error {
 	}
 }
 
-// joinIdentities finds the gated init, waits for runc's identity to be on
-// record, arms the OOM watch and observes the container from outside.
+// joinIdentities finds the gated init, arms the OOM watch, observes the
+// container from outside, and waits for runc's identity to be on record.
+// The watches and the observation make nothing durable and need no record,
+// so they overlap the journal's write (which a loaded disk makes slow);
+// the go-ahead still waits for both.
 func (g *gated) joinIdentities() (int, *backend.Observation, error) {
 	c := g.c
 	pid, err := c.gatedPid()
 	if err != nil {
 		return 0, nil, err
 	}
+	watchErr := errors.Join(c.cgroups.watchOOM(), c.cgroups.watchPids(pid))
+	observed := c.observe(pid)
 	if err := g.join(); err != nil {
 		return 0, nil, err
 	}
-	watchErr := errors.Join(c.cgroups.watchOOM(), c.cgroups.watchPids(pid))
-	observed := c.observe(pid)
 	if watchErr != nil {
 		return 0, nil, watchErr
 	}
