@@ -387,3 +387,48 @@ func (d *Daemon) Stop() error {
 	}
 	return err
 }
+
+// Steps reads, from custodyd's log since setup, the stage timings each
+// launch logged at debug level ("launch steps"), by run id. A custodyd at
+// a higher level logs none.
+func (d *Daemon) Steps() (map[string]map[string]time.Duration, error) {
+	b, err := os.ReadFile(d.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) >= d.logStart {
+		b = b[d.logStart:]
+	}
+	return ParseSteps(string(b)), nil
+}
+
+// ParseSteps reads the "launch steps" lines of a custodyd text log: run=ID
+// then one name=duration per stage.
+func ParseSteps(log string) map[string]map[string]time.Duration {
+	out := map[string]map[string]time.Duration{}
+	for _, line := range strings.Split(log, "\n") {
+		_, rest, ok := strings.Cut(line, `msg="launch steps" `)
+		if !ok {
+			continue
+		}
+		var id string
+		steps := map[string]time.Duration{}
+		for _, f := range strings.Fields(rest) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				continue
+			}
+			if k == "run" {
+				id = v
+				continue
+			}
+			if d, err := time.ParseDuration(v); err == nil {
+				steps[k] = d
+			}
+		}
+		if id != "" {
+			out[id] = steps
+		}
+	}
+	return out
+}

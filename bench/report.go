@@ -62,6 +62,20 @@ type Report struct {
 // Add appends rows.
 func (r *Report) Add(rows ...Row) { r.Rows = append(r.Rows, rows...) }
 
+// MarkNoisy turns the verdict of every row judged against its target (met
+// or missed) into noisy: figures taken while other work loaded the machine
+// never count. The note keeps what the verdict would have been.
+func (r *Report) MarkNoisy(why string) {
+	for i := range r.Rows {
+		x := &r.Rows[i]
+		if x.Verdict != VerdictMet && x.Verdict != VerdictMissed {
+			continue
+		}
+		x.Note = strings.TrimPrefix(x.Note+"; ", "; ") + fmt.Sprintf("noisy (%s): on these figures it would read %s", why, x.Verdict)
+		x.Verdict = VerdictNoisy
+	}
+}
+
 // WriteJSON writes the report to path.
 func (r *Report) WriteJSON(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")

@@ -1,8 +1,12 @@
 package bench
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -52,3 +56,51 @@ func Median(d []time.Duration) time.Duration {
 
 // Ms is d in milliseconds.
 func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// NoisyLoad is the share of the machine's CPU, busy with other work, above
+// which a measurement is noisy: its figures are reported and never count
+// as met.
+const NoisyLoad = 0.10
+
+// CPUTimes are the all-CPU counters of /proc/stat at one instant, in
+// USER_HZ ticks: those spent busy (everything but idle and iowait) and all
+// of them.
+type CPUTimes struct{ Busy, Total uint64 }
+
+// ReadCPUTimes reads the machine's CPU counters.
+func ReadCPUTimes() (CPUTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return CPUTimes{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return CPUTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var t CPUTimes
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return CPUTimes{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		t.Total += v
+		if i != 3 && i != 4 { // idle, iowait
+			t.Busy += v
+		}
+	}
+	return t, nil
+}
+
+// OtherLoad is the share of the machine's CPU capacity between a and b
+// that was busy with work other than own, the CPU time the measurement's
+// own processes used in that interval (0 when nothing else ran).
+func OtherLoad(a, b CPUTimes, own time.Duration) float64 {
+	if b.Total <= a.Total {
+		return 0
+	}
+	const tick = time.Second / 100 // USER_HZ, fixed for /proc on Linux
+	busy := time.Duration(b.Busy-a.Busy) * tick
+	total := time.Duration(b.Total-a.Total) * tick
+	return max(float64(busy-own)/float64(total), 0)
+}

@@ -504,7 +504,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	// The attempt is journalled with the backend's first record, the intent
 	// of everything it may create, before anything is created. The verified
 	// removals are journalled with the attempt's final state.
-	rec := &recorder{j: r.journal, runID: res.RunID, grantID: p.GrantID, begin: !p.Begun, deferRemovals: true}
+	rec := &recorder{j: r.journal, runID: res.RunID, grantID: p.GrantID, begin: !p.Begun, deferRemovals: true, steps: newSteps()}
 	id := ContainerID(res.RunID)
 	if !p.Begun {
 		// Not consumed with its intents (a launch without a grant): the
@@ -520,8 +520,15 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		}
 	}
 	c, err := b.Prepare(ctx, id, r.spec(p), rec)
+	rec.steps.mark("prepare")
 	if err != nil {
 		Refuse(res, err)
+		// A backend that made part of the sandbox and says at which stage
+		// it failed: the grant was spent on a run that failed to start.
+		var st interface{ StartStage() string }
+		if c != nil && errors.As(err, &st) {
+			res.Status, res.FailedStage = StatusFailedToStart, st.StartStage()
+		}
 		if c == nil {
 			// Refused before the backend made anything; the intents on
 			// record are checked gone like a recovery's.
@@ -531,7 +538,11 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		if c != nil {
 			res.Cleanup = cleanup(c.Cleanup(ctx))
 		}
-		r.afterCleanup(p, res, rec)
+		// An unverified cleanup's quarantine is the error the caller
+		// must see, as after a run.
+		if qerr := r.afterCleanup(p, res, rec); qerr != nil {
+			return res, qerr
+		}
 		return res, err
 	}
 	ev := c.Evidence()
@@ -546,10 +557,12 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	// that will run.
 	sp := openSpools(stdout, stderr, r.logDir(), res.RunID, r.log)
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})
+	rec.steps.mark("exec")
 	// Digests a backend takes while the workload runs (the vm backend's
 	// output stream, as the host received it) join those of the launch.
 	maps.Copy(res.Evidence, c.Evidence())
 	sp.record(res)
+	rec.steps.mark("streams")
 	// Custody and cleanup finish even when the caller has gone: a
 	// cancelled run still gets its outputs recorded and its tree verified.
 	cancelled := ctx.Err() != nil
@@ -563,6 +576,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		} else {
 			res.Output = newOutput(out)
 		}
+		rec.steps.mark("output")
 	} else {
 		res.Status = StatusFailed
 		res.Error = runErr.Error()
@@ -579,7 +593,11 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		}
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))
-	if err := r.afterCleanup(p, res, rec); err != nil {
+	sp.wait()
+	rec.steps.mark("cleanup")
+	err = r.afterCleanup(p, res, rec)
+	rec.steps.log(r.log, res.RunID)
+	if err != nil {
 		return res, err
 	}
 	return res, runErr
@@ -624,13 +642,16 @@ func (r *Runner) afterCleanup(p *Prepared, res *Result, rec *recorder) error {
 		var runs []store.RunRecord
 		if p.Record != nil {
 			v, err := p.Record(res)
+			rec.steps.mark("receipt")
 			if err != nil {
 				r.log.Error("run record", "run", res.RunID, "err", err)
 			} else {
 				runs = append(runs, store.RunRecord{ID: res.RunID, Value: v})
 			}
 		}
-		if err := r.journal.FinishRecording(res.RunID, runs, journal.Clean, "", "", removed...); err != nil {
+		err := r.journal.FinishRecording(res.RunID, runs, journal.Clean, "", "", removed...)
+		rec.steps.mark("journal")
+		if err != nil {
 			return r.residual(res.RunID, fmt.Sprintf("cleanup looked verified but the journal disagrees: %v", err), removed...)
 		}
 		p.Recorded = len(runs) > 0
@@ -715,6 +736,7 @@ type recorder struct {
 	grantID       string
 	deferRemovals bool
 	removed       []journal.Resource
+	steps         *steps // the launch's stage timings (nil: not timed)
 }
 
 func (r *recorder) Intent(es ...backend.Resource) error {

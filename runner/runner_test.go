@@ -69,6 +69,12 @@ func launchBase(t testing.TB) string {
 // newHarnessIn is newHarnessWith on the directory base.
 func newHarnessIn(t testing.TB, base string, rt runner.Runtime) *harness {
 	t.Helper()
+	return newHarnessFaults(t, base, rt, nil)
+}
+
+// newHarnessFaults is newHarnessIn with the oci backend's fault hook.
+func newHarnessFaults(t testing.TB, base string, rt runner.Runtime, faults func(stage string)) *harness {
+	t.Helper()
 	cfg := runner.Config{
 		StateDir:   filepath.Join(base, "state"),
 		RuntimeDir: filepath.Join(base, "run"),
@@ -76,7 +82,7 @@ func newHarnessIn(t testing.TB, base string, rt runner.Runtime) *harness {
 		Gate:       testenv.Gate(t),
 	}
 	ctx := context.Background()
-	r, db := openRunner(t, cfg)
+	r, db := openRunnerWith(t, cfg, ociBackendFaults(cfg, nil, faults))
 	img, err := r.Images().Import(ctx, testenv.BusyboxRootfs(t))
 	if err != nil {
 		t.Fatalf("import image: %v", err)
@@ -169,6 +175,11 @@ func ociBackend(cfg runner.Config) runner.BackendFactory { return ociBackendWith
 // ociBackendWith is ociBackend with a user namespace or without one as
 // userns says; nil is where the host allows one.
 func ociBackendWith(cfg runner.Config, userns func(profile *platform.Profile) bool) runner.BackendFactory {
+	return ociBackendFaults(cfg, userns, nil)
+}
+
+// ociBackendFaults is ociBackendWith with the backend's fault hook.
+func ociBackendFaults(cfg runner.Config, userns func(profile *platform.Profile) bool, faults func(stage string)) runner.BackendFactory {
 	if userns == nil {
 		userns = func(p *platform.Profile) bool { return p.UserNS.OK }
 	}
@@ -178,7 +189,7 @@ func ociBackendWith(cfg runner.Config, userns func(profile *platform.Profile) bo
 			Gate:       cfg.Gate,
 			StateDir:   filepath.Join(cfg.StateDir, "runc"),
 			RuntimeDir: cfg.RuntimeDir, MaxLogBytes: runner.StreamCap + 1,
-			Profile: profile,
+			Profile: profile, Faults: faults,
 		}
 		if userns(profile()) {
 			o.UserNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}

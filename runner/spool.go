@@ -95,26 +95,34 @@ func (s *spool) keep(path string) error {
 	return nil
 }
 
-// close syncs and closes the log file; one that cannot be synced is
-// removed.
-func (s *spool) close() {
+// detach stops writing the log file and hands it over (nil when none is
+// kept): what it holds is final.
+func (s *spool) detach() *os.File {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.file == nil {
-		return
-	}
-	if err := s.file.Sync(); err != nil {
-		s.drop()
-		return
-	}
-	if err := s.file.Close(); err != nil {
-		_ = os.Remove(s.file.Name())
-	}
+	f := s.file
 	s.file = nil
+	return f
+}
+
+// finish syncs and closes a detached log file; one that cannot be synced
+// is removed.
+func finish(f *os.File) {
+	if err := f.Sync(); err != nil {
+		f.Close()
+		_ = os.Remove(f.Name())
+		return
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(f.Name())
+	}
 }
 
 // spools are a run's stdout and stderr.
-type spools struct{ stdout, stderr *spool }
+type spools struct {
+	stdout, stderr *spool
+	synced         sync.WaitGroup // the log files' syncs (see record)
+}
 
 // openSpools makes a run's spools; with logDir set each also keeps its
 // stream in LogPath(logDir, runID, name). A log file that cannot be
@@ -132,12 +140,22 @@ func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger
 	return sp
 }
 
-// record records both streams on res and closes their log files.
+// record records both streams on res and starts syncing and closing
+// their log files, both at once and beside the output custody and cleanup
+// that follow (each fsync is a journal commit of its own, a millisecond or
+// more); wait joins them, before the run's record lands.
 func (s *spools) record(res *Result) {
-	s.stdout.close()
-	s.stderr.close()
+	files := []*os.File{s.stdout.detach(), s.stderr.detach()}
 	res.Streams = &Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
+	for _, f := range files {
+		if f != nil {
+			s.synced.Go(func() { finish(f) })
+		}
+	}
 }
+
+// wait returns once the log files record started are synced (or removed).
+func (s *spools) wait() { s.synced.Wait() }
 
 // Streams a run's log holds.
 const (

@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -261,6 +262,11 @@ type Container struct {
 	egress *backend.Egress
 	lnMu   sync.Mutex
 	lns    []net.Listener
+
+	// mountIntents are the mounts on record as intents for this launch,
+	// made or not: a Prepare that fails part way leaves some never made,
+	// and cleanup must account for each (see unmountAll).
+	mountIntents []backend.Resource
 }
 
 // ID is the container id.
@@ -347,6 +353,7 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 		cgroups: cgroups,
 	}
 	c.stopSignal = l.Config.StopSignal
+	c.intendMounts(intents(dir, l.ID, cgroups)...)
 	// Identities are recorded together once the launch's files exist: Run
 	// writes them with runc's while runc starts. A failure on the way
 	// records what was made here.
@@ -385,6 +392,7 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	if err := c.mountWritable(ctx, &cfg); err != nil {
 		return c, err
 	}
+	c.fault("mid-prepare")
 	if err := c.mountRootfs(ctx, l.ImageRootfs, cfg); err != nil {
 		return c, err
 	}
@@ -623,6 +631,7 @@ func (c *Container) run(ctx context.Context, wall time.Duration, stdout, stderr 
 // The stages of a run before its workload starts, as a StartError names
 // them.
 const (
+	StagePrepare = "prepare"         // the launch dir, mounts and config, before runc
 	StageStreams = "streams"         // the stdout and stderr pipes
 	StageRuntime = "runtime-start"   // starting runc
 	StageSetup   = "container-setup" // runc's namespaces, mounts, cwd, up to the gate
@@ -839,19 +848,22 @@ func (g *gated) awaitReady(ctx context.Context) error {
 	}
 }
 
-// joinIdentities finds the gated init, waits for runc's identity to be on
-// record, arms the OOM watch and observes the container from outside.
+// joinIdentities finds the gated init, arms the OOM watch, observes the
+// container from outside, and waits for runc's identity to be on record.
+// The watches and the observation make nothing durable and need no record,
+// so they overlap the journal's write (which a loaded disk makes slow);
+// the go-ahead still waits for both.
 func (g *gated) joinIdentities() (int, *backend.Observation, error) {
 	c := g.c
 	pid, err := c.gatedPid()
 	if err != nil {
 		return 0, nil, err
 	}
+	watchErr := errors.Join(c.cgroups.watchOOM(), c.cgroups.watchPids(pid))
+	observed := c.observe(pid)
 	if err := g.join(); err != nil {
 		return 0, nil, err
 	}
-	watchErr := errors.Join(c.cgroups.watchOOM(), c.cgroups.watchPids(pid))
-	observed := c.observe(pid)
 	if watchErr != nil {
 		return 0, nil, watchErr
 	}
@@ -1263,6 +1275,16 @@ func (c *Container) unmountAll(recovery bool) error {
 		for _, m := range ms {
 			errs = append(errs, fmt.Errorf("still mounted: %s", m.Mountpoint))
 		}
+		if len(ms) == 0 {
+			// The mount table holds nothing at or under the launch dir, so
+			// every mount this launch intended is verified absent, the ones
+			// a failed Prepare never made included.
+			for _, m := range c.mountIntents {
+				if !slices.ContainsFunc(c.removed, func(r backend.Resource) bool { return r.Kind == m.Kind && r.Name == m.Name }) {
+					c.removed = append(c.removed, backend.Resource{Kind: m.Kind, Name: m.Name})
+				}
+			}
+		}
 	}
 	c.mounted = left
 	return errors.Join(errs...)
@@ -1320,6 +1342,17 @@ func (c *Container) identify(kind, name string, ident func(string) (map[string]s
 	c.idents[kind+"\x00"+name] = id
 	c.pending = append(c.pending, backend.Resource{Kind: kind, Name: name, Identity: id})
 	return nil
+}
+
+// intendMounts notes the mounts among es, intents on record, for cleanup
+// to account for.
+func (c *Container) intendMounts(es ...backend.Resource) {
+	for _, e := range es {
+		switch e.Kind {
+		case KindLaunchMount, KindRootfsMount, KindOutputMount, KindScratchMount, KindInputMount:
+			c.mountIntents = append(c.mountIntents, e)
+		}
+	}
 }
 
 // flushCreated records the identities gathered since the last flush in one

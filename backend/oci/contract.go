@@ -86,7 +86,12 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		return nil, err // a nil *Container must not become a non-nil Sandbox
 	}
 	c.egress = s.Egress
-	return c, err
+	if err != nil {
+		// Part of the sandbox was made: the run failed to start, in
+		// preparation, and its cleanup follows.
+		return c, &StartError{Stage: StagePrepare, Err: err}
+	}
+	return c, nil
 }
 
 // withEnv is env with add's variables replacing any of the same name,

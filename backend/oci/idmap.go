@@ -184,6 +184,7 @@ func (c *Container) mountWritable(ctx context.Context, cfg *Config) error {
 	if err := c.rec.Intent(intents...); err != nil {
 		return fmt.Errorf("journal writable inputs: %w", err)
 	}
+	c.intendMounts(intents...)
 	if err := os.Mkdir(scratch, 0o700); err != nil {
 		return fmt.Errorf("writable inputs: %w", err)
 	}

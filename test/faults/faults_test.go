@@ -46,7 +46,7 @@ func (d *daemon) start(fault string) {
 func (d *daemon) stop() { d.Stop() }
 
 func TestCrashAtEachStageRecovers(t *testing.T) {
-	stages := []string{"after-consume", "after-snapshot", "after-create", "after-start", "mid-run", "after-exit", "mid-cleanup"}
+	stages := []string{"after-consume", "after-snapshot", "mid-prepare", "after-create", "after-start", "mid-run", "after-exit", "mid-cleanup"}
 	d := setup(t)
 	defer d.stop()
 	// Import the image and write the policy once, with a clean daemon.
