@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -401,5 +402,44 @@ func TestRootfsTarOwnersInside(t *testing.T) {
 	code, stdout, errs = run("tar-as-1000", "1000", `cat /home/u/mine; cat /secret && echo READ-SECRET; id -u`)
 	if code != exitOK || !strings.Contains(stdout, "mine") || strings.Contains(stdout, "READ-SECRET") || !strings.Contains(stdout+errs, "Permission denied") {
 		t.Fatalf("user 1000 on a rootfs tar: exit %d\n%s\n%s", code, stdout, errs)
+	}
+}
+
+// TestImageRmWhileRunLive: rm judges liveness from the journal. While a
+// run that spent its grant on the image is running, rm is refused naming
+// the grant and the run; once the run ended (its attempt clean), the spent
+// grant binds nothing, though it has not expired, and rm removes the image.
+func TestImageRmWhileRunLive(t *testing.T) {
+	e := startDaemon(t)
+	g := e.grant(t, e.phase(t, "sleeper", "sleep 6", ""))
+	done := make(chan string, 1)
+	go func() {
+		code, out, errs := e.custody("run", "--grant", g)
+		done <- fmt.Sprintf("exit %d\n%s\n%s", code, out, errs)
+	}()
+	var refusal string
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		code, out, errs := e.custody("image", "rm", e.image)
+		if code == exitOK {
+			t.Fatalf("rm while the run is live removed the image\n%s", out)
+		}
+		if strings.Contains(out+errs, "is running in the journal") {
+			refusal = out + errs
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if refusal == "" || !strings.Contains(refusal, "run-") && !strings.Contains(refusal, "run ") {
+		t.Fatalf("rm while the run is live: no refusal naming the running run: %q", refusal)
+	}
+	if r := <-done; !strings.HasPrefix(r, "exit 0") {
+		t.Fatalf("the run: %s", r)
+	}
+	if code, out, errs := e.custody("image", "rm", e.image); code != exitOK {
+		t.Fatalf("rm after the run ended (its grant spent, unexpired): exit %d\n%s\n%s", code, out, errs)
+	}
+	if _, out, _ := e.custody("image", "list"); strings.Contains(out, e.image) {
+		t.Fatalf("list after rm:\n%s", out)
 	}
 }
