@@ -179,7 +179,9 @@ func runExpansion(ctx context.Context, t *testing.T, cli *client.Client) (*conta
 	}
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: systemdImage, Cmd: []string{"/sbin/init"}, Tty: true, StopSignal: admission.SystemdStopSignal}, hc, nil, nil, "")
 	must(t, err)
-	defer func() { _ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true}) }()
+	defer func() {
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	}()
 	waitC, errC := cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
 	must(t, cli.ContainerStart(ctx, resp.ID, container.StartOptions{}))
 	select {
