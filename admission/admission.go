@@ -362,9 +362,15 @@ func (a *admitter) imageOwners() {
 	if a.img == nil || !a.img.Owned || !a.caps.HostImageOwners {
 		return
 	}
+	why := "this backend runs without a user namespace"
+	fix := "set runner.userNamespace in custodyd.yaml (the image's ids then map into the container's range)"
+	if a.caps.UserNamespace {
+		why = "the kernel cannot idmap the image store's filesystem (custody doctor's idmap check), so the image is mounted unmapped"
+		fix = "keep custodyd's stateDir on a filesystem the kernel can idmap (ext4, xfs or btrfs; tmpfs from Linux 6.3)"
+	}
 	a.add(Check{Requirement: "image.owners", Verdict: Unsupported, Code: "image-owners-unmapped",
-		Detail: fmt.Sprintf("image %s gives files to ids other than 0:0, and this backend runs without a user namespace, so they would belong to the host's users of those ids", a.req.Image),
-		Fix:    "set runner.userNamespace in custodyd.yaml (the image's ids then map into the container's range), or import the image's root filesystem as a plain rootfs (every entry 0:0)"})
+		Detail: fmt.Sprintf("image %s gives files to ids other than 0:0, and %s, so they would belong to the host's users of those ids", a.req.Image, why),
+		Fix:    fix + ", or import the image's root filesystem as a directory (every entry 0:0)"})
 }
 
 func (a *admitter) network() []string {

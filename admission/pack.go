@@ -868,6 +868,18 @@ func (a *packAdmitter) systemd(w string, s *pack.Service, ps *PlanService) {
 			Detail: "the systemd-in-container authority is not granted", Fix: "remove it, or " + a.grantFix("systemd: true")})
 		return
 	}
+	// Measured (workspace TestSystemdInContainer): on a cgroup v1 or
+	// hybrid engine the minimal set leaves systemd a read-only cgroup
+	// mount, and systemd 252 exits ("Failed to allocate manager object:
+	// Read-only file system"); it boots only with the host's cgroup
+	// hierarchies bound writable, which is host authority custody never
+	// grants. So the authority is for cgroup v2 engines only.
+	if v := a.facts.Engine.CgroupVersion; v != "2" {
+		a.add(Check{Requirement: req, Verdict: Unsupported, Code: "systemd-unsupported",
+			Detail: fmt.Sprintf("the engine reports cgroup version %q: systemd cannot create its cgroups on the read-only cgroup mount of the minimal set (measured: it exits with \"Failed to allocate manager object: Read-only file system\"), and a writable host cgroup hierarchy is never granted", v),
+			Fix:    "run the pack on an engine whose host uses cgroup v2 (the unified hierarchy), or run the service without systemd as PID 1"})
+		return
+	}
 	conflict := func(detail string) {
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "systemd-conflict", Detail: detail,
 			Fix: "leave stop_signal, cgroup and the mounts at /run, /run/lock and /tmp to the systemd authority"})

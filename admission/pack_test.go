@@ -41,7 +41,7 @@ func grants(p *policy.Policy) *policy.PackActor { return &p.Packs.Actors[0] }
 
 func engine() *pack.Engine {
 	return &pack.Engine{Name: "docker", Version: "26.1.5", APIVersion: "1.45", OS: "linux", Kernel: "6.1.0",
-		Boundary: "native-linux", Seccomp: true, InternalBlocksEgress: true}
+		Boundary: "native-linux", CgroupVersion: "2", Seccomp: true, InternalBlocksEgress: true}
 }
 
 // basePack is two services on one internal network.
@@ -464,7 +464,18 @@ func TestAdmitPackSystemd(t *testing.T) {
 	service(p, "web").Systemd = true
 	pl := packPolicy()
 	grants(pl).Systemd = true
-	plan := mustAdmit(t, p, pl, packFacts())
+	// Granted on an engine whose cgroups systemd cannot create (v1, or
+	// unknown): refused as unsupported, naming the fix.
+	for _, v := range []string{"1", ""} {
+		f := packFacts()
+		f.Engine.CgroupVersion = v
+		if _, err := AdmitPack(p, pl, packActor, f); !slices.Equal(refusedCodes(t, err), []string{"systemd-unsupported"}) {
+			t.Errorf("systemd on cgroup version %q: %v", v, err)
+		}
+	}
+	v2 := packFacts()
+	v2.Engine.CgroupVersion = "2"
+	plan := mustAdmit(t, p, pl, v2)
 	web := plan.Services[1]
 	var tmpfs []string
 	for _, m := range web.Mounts {
@@ -479,7 +490,7 @@ func TestAdmitPackSystemd(t *testing.T) {
 	// What conflicts with the minimal set is refused, not overridden.
 	service(p, "web").StopSignal = "SIGTERM"
 	service(p, "web").Mounts = []pack.Mount{{Type: pack.Named, Target: "/run"}}
-	if _, err := AdmitPack(p, pl, packActor, packFacts()); !slices.Equal(refusedCodes(t, err), []string{"systemd-conflict", "systemd-conflict"}) {
+	if _, err := AdmitPack(p, pl, packActor, v2); !slices.Equal(refusedCodes(t, err), []string{"systemd-conflict", "systemd-conflict"}) {
 		t.Errorf("conflicts: %v", err)
 	}
 }

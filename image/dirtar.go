@@ -21,7 +21,7 @@ func (s *Store) copySkipping(ctx context.Context, src, staging string) (*treehas
 	var sk skipped
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeDirTar(ctx, pw, src, sk.add(""))) }()
-	tree, list, err := s.extractRootfs(ctx, pr, staging, &sk, func() error {
+	tree, list, err := s.extractRootfs(ctx, pr, staging, &sk, nil, func() error {
 		_, err := io.Copy(io.Discard, pr) // the writer's error, if any
 		return err
 	})

@@ -30,10 +30,13 @@
 // its mode is not part of the digest. The rootfs is not made read-only: it
 // is mounted read-only, under an overlay, by the runner.
 //
-// A rootfs import keeps today's ownership: entries are owned by 0:0 (when the
-// store runs as root), keep their permission bits masked with 0o777 and get
-// fresh mtimes. A directory or tar that is really an image layout or a
-// docker-save archive is refused, naming the prefix that imports it.
+// A rootfs tar keeps what its headers say, as an image layer does: each
+// entry's owner (when the store runs as root), mode (the sticky bit kept,
+// setuid and setgid dropped) and mtime; Image.Owners is then
+// OwnersRecorded. A rootfs directory is copied with its entries owned by
+// 0:0, their permission bits masked with 0o777 and fresh mtimes. A
+// directory or tar that is really an image layout or a docker-save archive
+// is refused, naming the prefix that imports it.
 //
 // An image import verifies every blob it reads against its digest (the
 // index entry, manifest, config and each layer blob, and each layer's
@@ -66,15 +69,20 @@
 // it, for the names it resolves). Records written before these
 // fields existed decode as before.
 //
-// Owners are applied: an image import gives each entry of the rootfs the
-// uid:gid its layer gave it, and Image.IDs lists those not 0:0. The store
-// is root's alone (0700), so no host user reaches a file by those ids; the
-// runner mounts the tree through an idmapped mount that shifts them into
-// the container's id range, so container root owns what image root owns
-// and uid 1000 what uid 1000 owns. A rootfs import is all 0:0. The tree
-// digest does not cover owners (a rootfs and an image of one tree have one
-// digest); Verify checks the owners on disk against Image.IDs. Images
-// imported before owners were applied are 0:0 on disk.
+// Owners are applied: an image or rootfs tar import gives each entry of the
+// rootfs the uid:gid its layer or header gave it, and Image.IDs lists those
+// not 0:0, as they are on disk. The store is root's alone (0700), so no
+// host user reaches a file by those ids; the runner mounts the tree through
+// an idmapped mount that shifts them into the container's id range, so
+// container root owns what image root owns and uid 1000 what uid 1000
+// owns. A rootfs directory import is all 0:0. The image digest covers the
+// owners (imageDigest: the tree digest when all is root's, the tree's
+// manifest followed by the owners otherwise), so one tree with two sets of
+// owners is two images, and a rootfs tar, a docker-save archive and an OCI
+// layout of one tree with the same owners are one. Verify re-derives it
+// from the owners on disk. Images imported before owners were applied
+// are 0:0 on disk; records written before the digest covered owners keep
+// their tree digest, and Verify checks their owners against Image.IDs.
 package image
 
 import (
@@ -125,7 +133,8 @@ type Store struct {
 
 // Image is a stored root filesystem.
 type Image struct {
-	// Digest is the treehash digest of the rootfs.
+	// Digest is the image digest of the rootfs: its treehash digest,
+	// covering its owners when they are not all 0:0 (see the package doc).
 	Digest string `json:"digest"`
 	// Rootfs is the directory holding the unpacked root filesystem.
 	Rootfs string `json:"rootfs"`
@@ -138,7 +147,8 @@ type Image struct {
 	Source string `json:"source"`
 
 	// The fields below are absent from records of images imported before
-	// they existed, and from plain rootfs imports (but Skipped).
+	// they existed, and from plain rootfs imports (but Skipped, and for a
+	// tar Owners and IDs).
 
 	// Manifest is the digest of the image manifest an OCI layout or
 	// archive gave; empty for a classic docker-save archive, which has no
@@ -155,7 +165,7 @@ type Image struct {
 	// Owners is OwnersRecorded when the rootfs keeps the image's modes
 	// (sticky bits included) and mtimes, and IDs holds its owners; empty
 	// when every entry has its permission bits masked, a fresh mtime and
-	// 0:0, as for a rootfs import.
+	// 0:0, as for a rootfs directory import.
 	Owners string `json:"owners,omitempty"`
 	// IDs are the image's entries that the image does not give to 0:0,
 	// with the owners it gives them, sorted by path.
@@ -251,12 +261,21 @@ func (s *Store) Import(ctx context.Context, src string) (*Image, error) {
 		if err := os.Chmod(filepath.Join(staging, rootfsName), rootMode); err != nil {
 			return "", err
 		}
-		hex, err := treehash.ParseDigest(tree.Digest)
+		img = &Image{Files: tree.Files, Bytes: tree.Bytes, Source: abs, Skipped: skipped}
+		if !fi.IsDir() {
+			// A tar keeps its owners, modes and mtimes (extractRootfs).
+			if img.IDs, err = ownersOf(filepath.Join(staging, rootfsName)); err != nil {
+				return "", err
+			}
+			img.Owners = OwnersRecorded
+		}
+		img.Digest = imageDigest(tree, img.IDs)
+		hex, err := treehash.ParseDigest(img.Digest)
 		if err != nil {
 			return "", err
 		}
-		img = &Image{Digest: tree.Digest, Rootfs: filepath.Join(s.dir, hex, rootfsName), Files: tree.Files, Bytes: tree.Bytes, Source: abs, Skipped: skipped}
-		return tree.Digest, writeRecord(filepath.Join(staging, recordName), img)
+		img.Rootfs = filepath.Join(s.dir, hex, rootfsName)
+		return img.Digest, writeRecord(filepath.Join(staging, recordName), img)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("image: importing %s: %w", abs, err)
@@ -343,20 +362,20 @@ func (s *Store) importImage(ctx context.Context, src Source, fi fs.FileInfo) (*I
 			return "", err
 		}
 		img.IDs = ids
-		hex, err := treehash.ParseDigest(tree.Digest)
+		digest := imageDigest(tree, ids)
+		hex, err := treehash.ParseDigest(digest)
 		if err != nil {
 			return "", err
 		}
-		img.Digest, img.Rootfs, img.Files, img.Bytes = tree.Digest, filepath.Join(s.dir, hex, rootfsName), tree.Files, tree.Bytes
-		return tree.Digest, writeRecord(filepath.Join(staging, recordName), img)
+		img.Digest, img.Rootfs, img.Files, img.Bytes = digest, filepath.Join(s.dir, hex, rootfsName), tree.Files, tree.Bytes
+		return digest, writeRecord(filepath.Join(staging, recordName), img)
 	})
 	if err != nil {
 		return nil, err
 	}
 	if existed {
-		// The same tree is stored already, maybe from another manifest or
-		// as a plain rootfs: it is what runs, so its owners are the ones
-		// reported.
+		// The same tree with the same owners is stored already, maybe
+		// from another manifest or as a rootfs tar: it is what runs.
 		stored, err := s.Get(img.Digest)
 		if err != nil {
 			return nil, err

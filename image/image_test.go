@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -46,10 +47,16 @@ var sampleEntries = []entry{
 
 func buildTar(t *testing.T, entries []entry) []byte {
 	t.Helper()
+	return buildTarOwned(t, entries, 1000, 1000)
+}
+
+// buildTarOwned is buildTar with every entry owned by uid:gid.
+func buildTarOwned(t *testing.T, entries []entry, uid, gid int) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
-		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.linkname, Uid: 1000, Gid: 1000, Uname: "someone"}
+		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.linkname, Uid: uid, Gid: gid, Uname: "someone"}
 		if e.typ == tar.TypeXGlobalHeader {
 			hdr = &tar.Header{Name: e.name, Typeflag: e.typ, PAXRecords: map[string]string{"comment": e.body}}
 		}
@@ -178,7 +185,7 @@ func TestDirAndTarSameDigest(t *testing.T) {
 	// its own mode.
 	withHeader := append([]entry{{name: "pax_global_header", typ: tar.TypeXGlobalHeader, body: "commit"}}, sampleEntries...)
 	withHeader[1].mode = 0o700
-	tarPath := writeFile(t, t.TempDir(), "rootfs.tar", buildTar(t, withHeader))
+	tarPath := writeFile(t, t.TempDir(), "rootfs.tar", buildTarOwned(t, withHeader, 0, 0))
 	fromTar, err := s.Import(ctx, tarPath)
 	if err != nil {
 		t.Fatal(err)
@@ -342,27 +349,81 @@ func TestHardLinkInside(t *testing.T) {
 	}
 }
 
-func TestOwnershipAndModesNormalised(t *testing.T) {
+// TestRootfsTarKeepsOwnersAndModes: a rootfs tar keeps its entries'
+// owners, sticky bits and mtimes, as an image layer does (setuid is
+// dropped), and the image digest covers the owners: the same tree owned by
+// 1000 is another image than owned by root, and an owner changed on disk
+// fails Verify.
+func TestRootfsTarKeepsOwnersAndModes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("owners are applied only by a root store") // the daemon's store is root's
+	}
+	mtime := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
 	entries := []entry{
 		{name: "suid", typ: tar.TypeReg, mode: 0o4755, body: "x"},
 		{name: "sticky/", typ: tar.TypeDir, mode: 0o1777},
+		{name: "again", typ: tar.TypeLink, linkname: "suid"},
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Linkname: e.linkname, Uid: 1000, Gid: 100, ModTime: mtime, Size: int64(len(e.body))}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
 	}
 	s, _ := newStore(t)
-	img, err := s.Import(context.Background(), writeFile(t, t.TempDir(), "m.tar", buildTar(t, entries)))
+	ctx := context.Background()
+	img, err := s.Import(ctx, writeFile(t, t.TempDir(), "m.tar", buf.Bytes()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p, want := range map[string]os.FileMode{"suid": 0o755, "sticky": 0o777 | os.ModeDir} {
+	for p, want := range map[string]os.FileMode{"suid": 0o755, "again": 0o755, "sticky": 0o777 | os.ModeDir | os.ModeSticky} {
 		fi, err := os.Lstat(filepath.Join(img.Rootfs, p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Mode() != want {
-			t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
+		if fi.Mode() != want || !fi.ModTime().Equal(mtime) {
+			t.Errorf("%s: mode %v mtime %v, want %v %v", p, fi.Mode(), fi.ModTime(), want, mtime)
 		}
-		if st := fi.Sys().(*syscall.Stat_t); os.Geteuid() == 0 && (st.Uid != 0 || st.Gid != 0) {
-			t.Errorf("%s: owner %d:%d, want 0:0", p, st.Uid, st.Gid)
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 100 {
+			t.Errorf("%s: owner %d:%d, want 1000:100", p, st.Uid, st.Gid)
 		}
+	}
+	want := []Owner{{"again", 1000, 100}, {"sticky", 1000, 100}, {"suid", 1000, 100}}
+	if img.Owners != OwnersRecorded || !reflect.DeepEqual(img.IDs, want) {
+		t.Fatalf("owners %q ids %+v, want %+v", img.Owners, img.IDs, want)
+	}
+	tree, err := treehash.Dir(ctx, img.Rootfs, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Digest == tree.Digest {
+		t.Fatalf("the image digest %s is the tree's: it does not cover the owners", img.Digest)
+	}
+	if _, err := s.Verify(ctx, img.Digest); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	// The same tree owned by root is another image, with its tree's digest.
+	rootOwned, err := s.Import(ctx, writeFile(t, t.TempDir(), "r.tar", buildTarOwned(t, entries, 0, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rootOwned.Digest != tree.Digest || rootOwned.Rootfs == img.Rootfs || len(rootOwned.IDs) != 0 {
+		t.Fatalf("root-owned import %+v shares the uid 1000 image %s", rootOwned, img.Digest)
+	}
+	// An owner changed on disk fails Verify, naming the fix.
+	if err := os.Lchown(filepath.Join(img.Rootfs, "sticky"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Verify(ctx, img.Digest); err == nil || !strings.Contains(err.Error(), "import it again") {
+		t.Fatalf("verify after a chown: %v", err)
 	}
 }
 

@@ -161,22 +161,13 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 		return nil, err
 	}
 	var sk skipped
-	var written []attrs
+	var hl headerLog
 	info := &layerInfo{DiffID: ref.diffID, Dirs: []string{}}
 	err = w.Mkdir(layerTreeName, 0o755)
 	if err == nil {
 		err = untar.Extract(ctx, tr, w, untar.Options{Under: layerTreeName,
 			MaxEntries: s.limits.MaxEntries, MaxBytes: s.limits.MaxBytes, Symlinks: true, HardLinks: true,
-			Skip: sk.add(layerTreeName),
-			Written: func(name string, hdr *tar.Header) {
-				written = append(written, attrs{name: name, typ: hdr.Typeflag, mode: modeOf(hdr.Mode), mtime: hdr.ModTime})
-				if hdr.Uid != 0 || hdr.Gid != 0 {
-					info.Owners = append(info.Owners, Owner{Path: strings.TrimPrefix(name, layerTreeName+"/"), UID: hdr.Uid, GID: hdr.Gid})
-				}
-				if hdr.Typeflag == tar.TypeDir {
-					info.Dirs = append(info.Dirs, strings.TrimPrefix(name, layerTreeName+"/"))
-				}
-			}})
+			Skip: sk.add(layerTreeName), Written: hl.record(layerTreeName)})
 	}
 	if err == nil {
 		err = drain(tr)
@@ -207,8 +198,54 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 	if err := checkSum(tarSum, ref.diffID, "uncompressed layer"); err != nil {
 		return nil, err
 	}
-	info.Skipped = sk.list
-	return info, restoreAttrs(staging, written)
+	info.Skipped, info.Owners = sk.list, hl.owners
+	info.Dirs = append(info.Dirs, hl.dirs...)
+	return info, restoreAttrs(staging, hl.written)
+}
+
+// headerLog keeps what an extraction's tar headers say that a Writer does
+// not apply: modes beyond 0o777, mtimes and owners.
+type headerLog struct {
+	written []attrs
+	// owners are the entries not owned by 0:0, and dirs the directories
+	// the tar names, both relative to the extraction's root.
+	owners []Owner
+	dirs   []string
+}
+
+// record returns an untar.Options.Written for an extraction under the
+// Writer directory under.
+func (l *headerLog) record(under string) func(string, *tar.Header) {
+	return func(name string, hdr *tar.Header) {
+		rel := strings.TrimPrefix(name, under+"/")
+		l.written = append(l.written, attrs{name: name, typ: hdr.Typeflag, mode: modeOf(hdr.Mode), mtime: hdr.ModTime})
+		if hdr.Uid != 0 || hdr.Gid != 0 {
+			l.owners = append(l.owners, Owner{Path: rel, UID: hdr.Uid, GID: hdr.Gid})
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			l.dirs = append(l.dirs, rel)
+		}
+	}
+}
+
+// apply gives the entries extracted under dir/under their modes, mtimes and
+// owners, once the Writer closed.
+func (l *headerLog) apply(dir, under string) error {
+	if err := restoreAttrs(dir, l.written); err != nil {
+		return err
+	}
+	return chownAll(filepath.Join(dir, under), l.owners)
+}
+
+// chownAll gives each of owners (relative to root) its uid and gid. The
+// store is root's alone, so no host user reaches a file by these ids.
+func chownAll(root string, owners []Owner) error {
+	for _, o := range owners {
+		if err := os.Lchown(filepath.Join(root, filepath.FromSlash(o.Path)), o.UID, o.GID); err != nil {
+			return fmt.Errorf("owner of %s: %w", o.Path, err)
+		}
+	}
+	return nil
 }
 
 // restoreAttrs gives each written entry its mode (sticky bit included) and
@@ -475,13 +512,11 @@ func (s *Store) assemble(ctx context.Context, staging string, trees []string, in
 		owners = append(owners, o)
 	}
 	slices.SortFunc(owners, func(x, y Owner) int { return strings.Compare(x.Path, y.Path) })
-	// The owners are the image's, on disk: the tree digest does not cover
-	// them (a rootfs import of the same tree has the same digest), and the
-	// store is root's alone, so no host user reaches them by these ids.
-	for _, o := range owners {
-		if err := os.Lchown(filepath.Join(rootfs, filepath.FromSlash(o.Path)), o.UID, o.GID); err != nil {
-			return nil, nil, fmt.Errorf("owner of %s: %w", o.Path, err)
-		}
+	// The owners are the image's, on disk, and the image digest covers
+	// them (see imageDigest).
+	if err := chownAll(rootfs, owners); err != nil {
+		return nil, nil, err
 	}
-	return tree, owners, nil
+	onDisk, err := ownersOf(rootfs)
+	return tree, onDisk, err
 }

@@ -43,28 +43,38 @@ func (s *Store) unpack(ctx context.Context, path, staging string) (*treehash.Tre
 	}
 
 	var sk skipped
-	return s.extractRootfs(ctx, r, staging, &sk, func() error { return drain(r) })
+	return s.extractRootfs(ctx, r, staging, &sk, &headerLog{}, func() error { return drain(r) })
 }
 
 // extractRootfs extracts the tar stream r into staging/rootfs, calls finish
 // once the archive ended, and returns the tree of what was written and the
-// special files sk collected.
-func (s *Store) extractRootfs(ctx context.Context, r io.Reader, staging string, sk *skipped, finish func() error) (*treehash.Tree, []string, error) {
+// special files sk collected. With a headerLog, every entry then gets the
+// mode (sticky bit included), mtime and owner its header gives it, as an
+// image layer's do; without one (a directory copied through a tar) modes
+// are masked with 0o777, mtimes fresh and owners 0:0.
+func (s *Store) extractRootfs(ctx context.Context, r io.Reader, staging string, sk *skipped, hl *headerLog, finish func() error) (*treehash.Tree, []string, error) {
 	w, err := snapshot.NewWriter(staging)
 	if err != nil {
 		return nil, nil, err
 	}
+	opts := untar.Options{Under: rootfsName,
+		MaxEntries: s.limits.MaxEntries, MaxBytes: s.limits.MaxBytes, Symlinks: true, HardLinks: true,
+		Skip: sk.add(rootfsName)}
+	if hl != nil {
+		opts.Written = hl.record(rootfsName)
+	}
 	err = w.Mkdir(rootfsName, rootMode)
 	if err == nil {
-		err = untar.Extract(ctx, r, w, untar.Options{Under: rootfsName,
-			MaxEntries: s.limits.MaxEntries, MaxBytes: s.limits.MaxBytes, Symlinks: true, HardLinks: true,
-			Skip: sk.add(rootfsName)})
+		err = untar.Extract(ctx, r, w, opts)
 	}
 	if err == nil {
 		err = finish()
 	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && hl != nil {
+		err = hl.apply(staging, rootfsName)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -57,10 +57,7 @@ func (s *Store) Verify(ctx context.Context, digest string) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verify image %s: %w", digest, err)
 	}
-	if tree.Digest != digest {
-		return nil, fmt.Errorf("image %s: stored rootfs now hashes to %s", digest, tree.Digest)
-	}
-	if err := checkOwners(img); err != nil {
+	if err := checkDigest(img, tree); err != nil {
 		return nil, fmt.Errorf("image %s: %w", digest, err)
 	}
 	// Only a fingerprint that held across the hash vouches for it.
@@ -149,9 +146,31 @@ func record(h hash.Hash, rel string, st *unix.Stat_t) {
 	h.Write(rec[:])
 }
 
-// checkOwners checks the owners on disk, which the tree digest does not
-// cover: each entry is the owner img.IDs gives it, or 0:0 (the owner of
-// every entry of an image imported before owners were applied).
+// checkDigest checks that the rootfs of img, whose tree hashed to tree,
+// with its owners on disk, still has the image's digest (imageDigest) and the
+// owners its record lists. A record written before the image digest
+// covered owners has its tree's digest whatever its owners; its owners
+// are checked as they were then (checkOwners).
+func checkDigest(img *Image, tree *treehash.Tree) error {
+	if img.Digest == tree.Digest && len(img.IDs) > 0 {
+		return checkOwners(img)
+	}
+	owners, err := ownersOf(img.Rootfs)
+	if err != nil {
+		return err
+	}
+	if got := imageDigest(tree, owners); got != img.Digest {
+		return fmt.Errorf("stored rootfs now hashes to %s with its owners on disk; fix: remove the image and import it again", got)
+	}
+	if !slices.Equal(owners, sortedOwners(img.IDs)) {
+		return fmt.Errorf("the record lists other owners than the rootfs has; fix: remove the image and import it again")
+	}
+	return nil
+}
+
+// checkOwners checks the owners on disk of an image whose digest does not
+// cover them: each entry is the owner img.IDs gives it, or 0:0 (the owner
+// of every entry of an image imported before owners were applied).
 func checkOwners(img *Image) error {
 	want := make(map[string]Owner, len(img.IDs))
 	for _, o := range img.IDs {

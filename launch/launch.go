@@ -36,6 +36,7 @@ import (
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
@@ -475,25 +476,32 @@ type issued struct {
 	Expires time.Time `json:"expires"`
 }
 
-// LiveGrants returns the ids of the grants that bind image and may still
-// launch or be running: unexpired, or expired less than the policy's
-// wall-time ceiling ago (a grant spent at its last moment runs that long).
-// A revoked grant never spent is not live. Sorted.
+// spendGrace is how long after its expiry an unspent grant still binds
+// its image: one verified just before it expired may be in the middle of
+// being spent.
+const spendGrace = time.Minute
+
+// LiveGrants lists the grants that bind image, each as "ID (why)", sorted:
+// an issued grant that is neither spent nor revoked and has not expired
+// (spendGrace aside), which may still launch; and a spent grant whose run's
+// journal attempt is not clean (running, cleanup-pending or residual: its
+// sandbox may still hold the image). A spent grant whose attempt the
+// journal lacks binds too: nothing says its run ended.
 func (l *Launcher) LiveGrants(image string) ([]string, error) {
-	pol, _, err := l.cfg.Policy()
-	if err != nil {
-		return nil, err
+	now := l.cfg.Now()
+	type bound struct {
+		id string
+		issued
 	}
-	horizon := l.cfg.Now().Add(-time.Duration(pol.Ceilings.WallTime) - time.Minute)
-	var ids []string
-	err = l.cfg.Store.View(store.Issued, func(b *bolt.Bucket) error {
+	var cands []bound
+	err := l.cfg.Store.View(store.Issued, func(b *bolt.Bucket) error {
 		return b.ForEach(func(k, v []byte) error {
 			var g issued
 			if err := json.Unmarshal(v, &g); err != nil {
 				return fmt.Errorf("issued grant %s: %w", k, err)
 			}
-			if g.Image == image && g.Expires.After(horizon) {
-				ids = append(ids, string(k))
+			if g.Image == image {
+				cands = append(cands, bound{string(k), g})
 			}
 			return nil
 		})
@@ -501,20 +509,45 @@ func (l *Launcher) LiveGrants(image string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	live := ids[:0]
-	for _, id := range ids {
-		revoked, err := l.cfg.Store.Revoked(id)
+	var live []string
+	for _, c := range cands {
+		why, err := l.binds(c.id, c.Expires, now)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("grant %s: %w", c.id, err)
 		}
-		_, usedErr := l.cfg.Store.GrantUsed(id)
-		if revoked && errors.Is(usedErr, store.ErrNotFound) {
-			continue
+		if why != "" {
+			live = append(live, c.id+" ("+why+")")
 		}
-		live = append(live, id)
 	}
 	slices.Sort(live)
 	return live, nil
+}
+
+// binds says why grant id, expiring at expires, binds its image at now,
+// or "" when it does not.
+func (l *Launcher) binds(id string, expires, now time.Time) (string, error) {
+	use, err := l.cfg.Store.GrantUsed(id)
+	if errors.Is(err, store.ErrNotFound) {
+		revoked, err := l.cfg.Store.Revoked(id)
+		if err != nil || revoked || !now.Before(expires.Add(spendGrace)) {
+			return "", err
+		}
+		return "issued and unspent until " + expires.UTC().Format(time.RFC3339), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	a, err := l.cfg.Runner.Attempt(use.RunID)
+	if errors.Is(err, journal.ErrNotFound) {
+		return "spent by run " + use.RunID + ", which the journal does not record as ended", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if a.State != journal.Clean {
+		return "run " + use.RunID + " is " + string(a.State) + " in the journal", nil
+	}
+	return "", nil
 }
 
 // imageRef is the plan's image manifest and config digests as a grant

@@ -17,3 +17,8 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 func ProbeOpenat2() Fact {
 	return Fact{How: "openat2", Detail: "not a Linux host"}
 }
+
+// ProbeIdmap reports idmapped mounts missing: they are a Linux feature.
+func ProbeIdmap(ctx context.Context, dir string) Fact {
+	return Fact{How: "idmap " + dir, Detail: "not a Linux host"}
+}

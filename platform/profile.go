@@ -32,6 +32,12 @@ type Profile struct {
 	Tmpfs Fact `json:"tmpfs"`
 	// Overlay is true when an overlay mount was made and removed.
 	Overlay Fact `json:"overlay"`
+	// Idmap is true when the kernel idmapped a detached mount of the
+	// scratch dir's filesystem (the state dir's, where images are stored),
+	// as the oci backend does to show an image's owners in a user
+	// namespace. Absent (How empty) from profiles made before it was
+	// probed.
+	Idmap Fact `json:"idmap,omitzero"`
 
 	// Runtime is the pinned OCI runtime, when a path was given to probe.
 	Runtime *Runtime `json:"runtime,omitempty"`

@@ -12,6 +12,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/platform"
@@ -29,24 +30,7 @@ func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
 	rt := runner.Runtime{Path: path, Version: version, SHA256: sha}
-	root := testenv.BusyboxRootfs(t)
-	var base, owned bytes.Buffer
-	if err := snapshot.WriteTar(&base, root); err != nil {
-		t.Fatal(err)
-	}
-	tw := tar.NewWriter(&owned)
-	for _, h := range []*tar.Header{
-		{Name: "home/", Typeflag: tar.TypeDir, Mode: 0o755},
-		{Name: "home/u/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: 1000, Gid: 1000},
-	} {
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	layout := imagetest.Layout(t, imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, base.Bytes(), owned.Bytes()), "v1")
+	layout := ownedLayout(t)
 
 	for _, userns := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
@@ -86,6 +70,29 @@ func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 	}
 }
 
+// ownedLayout is an OCI layout (tag v1) of the busybox rootfs and a layer
+// that gives /home/u to 1000:1000.
+func ownedLayout(t *testing.T) string {
+	t.Helper()
+	var base, owned bytes.Buffer
+	if err := snapshot.WriteTar(&base, testenv.BusyboxRootfs(t)); err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(&owned)
+	for _, h := range []*tar.Header{
+		{Name: "home/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "home/u/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: 1000, Gid: 1000},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return imagetest.Layout(t, imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, base.Bytes(), owned.Bytes()), "v1")
+}
+
 // ownersHarness is a runner on the real runc with a user namespace or
 // without one, whichever the test asks (ociBackend takes one where the
 // host allows it).
@@ -108,4 +115,82 @@ func ownersHarness(t *testing.T, rt runner.Runtime, userns bool) *harness {
 	pol := *std.policy
 	pol.Images = []policy.Image{{Digest: img.Digest, Name: "busybox"}}
 	return &harness{t: t, r: r, db: db, cfg: cfg, image: img.Digest, policy: &pol}
+}
+
+// TestIdmapProbedAtStart: with a user namespace, a runner whose start
+// probe found that the kernel cannot idmap the image store's filesystem
+// (forced here: the fact is the real probe's on /proc, which no kernel
+// idmaps) refuses an image with non-root owners at admission, before any
+// launch tried the mount, naming the stateDir fix; the all-0:0 image still
+// runs. With the probe's own fact (this host idmaps its state dir) the
+// owned image is admitted.
+func TestIdmapProbedAtStart(t *testing.T) {
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	rt := runner.Runtime{Path: path, Version: version, SHA256: sha}
+	layout := ownedLayout(t)
+	unmappable := platform.ProbeIdmap(context.Background(), "/proc")
+	if unmappable.OK {
+		t.Fatalf("the kernel idmapped /proc: %+v", unmappable)
+	}
+	for _, forced := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idmap-works", true: "idmap-refused"}[forced], func(t *testing.T) {
+			base := launchBase(t)
+			cfg := runner.Config{StateDir: filepath.Join(base, "state"), RuntimeDir: filepath.Join(base, "run"), Runtime: rt, Gate: testenv.Gate(t)}
+			factory := ociBackendWith(cfg, func(p *platform.Profile) bool {
+				if !p.UserNS.OK {
+					testenv.Missing(t, "user namespaces on this host")
+				}
+				return true
+			})
+			r, db := openRunnerWith(t, cfg, func(profile func() *platform.Profile) (backend.Backend, error) {
+				if !forced {
+					if f := profile().Idmap; !f.OK {
+						testenv.Missing(t, "a kernel that idmaps the state dir's filesystem: "+f.Detail)
+					}
+					return factory(profile)
+				}
+				return factory(func() *platform.Profile {
+					p := *profile()
+					p.Idmap = unmappable
+					return &p
+				})
+			})
+			std := newHarnessWith(t, rt)
+			ctx := context.Background()
+			plain, err := r.Images().Import(ctx, testenv.BusyboxRootfs(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := r.Images().Import(ctx, "oci:"+layout+":v1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pol := *std.policy
+			pol.Images = []policy.Image{{Digest: plain.Digest, Name: "busybox"}, {Digest: img.Digest, Name: "owned"}}
+			h := &harness{t: t, r: r, db: db, cfg: cfg, image: plain.Digest, policy: &pol}
+			req := h.phase(`stat -c '%u:%g' /home/u`)
+			req.Image = img.Digest
+			_, err = r.Admit(req, h.policy)
+			if !forced {
+				if err != nil {
+					t.Fatalf("admit where the kernel idmaps: %v", err)
+				}
+				return
+			}
+			var re *admission.RefusedError
+			if !errors.As(err, &re) {
+				t.Fatalf("admitted though the probe said the kernel cannot idmap: %v", err)
+			}
+			found := false
+			for _, c := range re.Checks {
+				found = found || (c.Refused() && c.Requirement == "image.owners" && strings.Contains(c.Fix, "stateDir") && strings.Contains(c.Detail, "idmap"))
+			}
+			if !found {
+				t.Fatalf("no image.owners refusal naming the stateDir fix: %v", err)
+			}
+			res, _ := h.run(h.phase("echo ran"))
+			want(t, res, runner.StatusOK, "ran")
+		})
+	}
 }

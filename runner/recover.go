@@ -86,6 +86,10 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 // Attempts returns every journalled attempt.
 func (r *Runner) Attempts() ([]journal.Attempt, error) { return r.journal.List() }
 
+// Attempt returns the journalled attempt of run runID (journal.ErrNotFound
+// when there is none).
+func (r *Runner) Attempt(runID string) (*journal.Attempt, error) { return r.journal.Get(runID) }
+
 // foreign lists what carries the backend's naming but that no journalled
 // attempt recorded.
 func (r *Runner) foreign() []string {

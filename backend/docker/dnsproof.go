@@ -28,7 +28,8 @@ type dnsWitness struct {
 // namespace of the process pid (the engine's daemon). The first address
 // must bind; a later one that is not an address there (an internal
 // network's gateway, which the bridge does not carry) is skipped, since
-// nothing there can answer. The binds happen on a thread that enters that
+// nothing there can answer. Of the loopback addresses, only the first
+// that is free is bound. The binds happen on a thread that enters that
 // namespace and returns; a thread that cannot return is never reused.
 func listenDNSWitness(pid int, ips ...string) (*dnsWitness, error) {
 	type result struct {
@@ -58,18 +59,27 @@ func listenDNSWitness(pid int, ips ...string) (*dnsWitness, error) {
 			return
 		}
 		var r result
+		loBound := false
 		for i, ip := range ips {
 			if ip == "" && i > 0 {
 				continue // never the wildcard: that would answer for any address
 			}
+			lo := strings.HasPrefix(ip, "127.")
+			if lo && loBound {
+				continue // one loopback stand-in is enough
+			}
 			pc, err := net.ListenPacket("udp4", net.JoinHostPort(ip, "53"))
 			if err != nil {
-				if i == 0 || !errors.Is(err, unix.EADDRNOTAVAIL) {
+				// A loopback address some local resolver holds is
+				// skipped too: the next candidate stands in for it.
+				inUse := errors.Is(err, unix.EADDRINUSE) && lo
+				if i == 0 || !errors.Is(err, unix.EADDRNOTAVAIL) && !inUse {
 					r.err = errors.Join(r.err, err)
 				}
 				continue
 			}
 			r.pcs = append(r.pcs, pc)
+			loBound = loBound || lo
 		}
 		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
 			// Stay locked: the thread ends with this goroutine.
@@ -93,6 +103,25 @@ func listenDNSWitness(pid int, ips ...string) (*dnsWitness, error) {
 		go w.serve(pc)
 	}
 	return w, nil
+}
+
+// loopbackUpstreams are where the witness stands in for a resolver on
+// the daemon's loopback (systemd-resolved's 127.0.0.53 is the common one),
+// the first one free: the engine's embedded resolver forwards to such an
+// upstream from the daemon's namespace, not the container's.
+var loopbackUpstreams = []string{"127.0.0.53", "127.53.83.53", "127.53.83.54", "127.53.83.55"}
+
+// loopback returns the first loopback address the witness answers at, or
+// "".
+func (w *dnsWitness) loopback() string {
+	for _, ip := range loopbackUpstreams {
+		for _, pc := range w.pcs {
+			if a, ok := pc.LocalAddr().(*net.UDPAddr); ok && a.IP.String() == ip {
+				return ip
+			}
+		}
+	}
+	return ""
 }
 
 // serve answers every A query with 192.0.2.1 (TEST-NET-1), so the asker

@@ -200,8 +200,12 @@ func noProbeResidue(t *testing.T, d *Docker, notes []string) {
 	}
 }
 
-// Legit: the peer on the internal network answers. Refusal: the world
-// container, the gateway and the host's other address do not.
+// Legit: the peer on the internal network answers, and the other
+// network's control query reaches the witness through the embedded
+// resolver. Refusal: the world container, the gateway and the host's
+// other address do not answer, and no query from the internal network
+// reaches the witness, directly or forwarded by the embedded resolver
+// (127.0.0.11) to its loopback upstream.
 func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
 	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
@@ -213,7 +217,7 @@ func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
 	if p.Peer != Reached {
 		t.Errorf("peer %s: the in-network control failed (%q)", p.Peer, p.Raw["peer"])
 	}
-	for name, r := range map[string]Reach{"world": p.World, "gateway": p.Gateway, "host": p.Host, "dns": p.DNS} {
+	for name, r := range map[string]Reach{"world": p.World, "gateway": p.Gateway, "host": p.Host, "dns": p.DNS, "resolver": p.Resolver} {
 		if r != Blocked {
 			t.Errorf("%s %s (%q), want blocked", name, r, p.Raw[name])
 		}
@@ -243,6 +247,12 @@ func TestPlainInternalReachesTheHost(t *testing.T) {
 	// DNS part must see that query, or it proves nothing either.
 	if p.Gateway == Reached && (p.DNS != Reached || p.BlocksDNS()) {
 		t.Errorf("dns %s (%q) although the gateway is reachable: want reached", p.DNS, p.Raw["dns"])
+	}
+	// And the engine's embedded resolver, which forwards from the
+	// container's namespace here, reaches the witness through it too: the
+	// resolver part must see that, or it proves nothing.
+	if p.Gateway == Reached && p.Resolver != Reached {
+		t.Errorf("resolver %s (%q) although the gateway is reachable: want reached", p.Resolver, p.Raw["resolver"])
 	}
 	if p.Gateway != Reached {
 		t.Logf("NOTE: this daemon does not answer at a plain internal network's gateway (%s): newer engines isolate it", p.Gateway)

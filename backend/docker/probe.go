@@ -121,7 +121,7 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, 
 	settled = err == nil && proof != nil && proof.Peer == Reached
 	if proof != nil {
 		e.InternalBlocksEgress = proof.Blocks() && proof.BlocksDNS()
-		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version))
+		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version, proof))
 	}
 	if err != nil {
 		e.InternalBlocksEgress = false
@@ -233,15 +233,17 @@ func peerPid(ctx context.Context, path string) (int, error) {
 	return int(cred.Pid), nil
 }
 
-// dnsNote says what the proof does not cover. The embedded resolver
-// forwards names from internal networks to upstream servers from the
-// daemon's host namespace on engines without the fix for CVE-2024-29018
-// (23.0.11, 25.0.5, 26.0.0): a DNS channel out. Debian's busybox nc has no
-// UDP mode, so the probe cannot stand up a world DNS server to prove it
-// either way.
-func dnsNote(version string) string {
-	n := "egress proof covers TCP and UDP/53 to addresses outside the network: DNS forwarding by the engine's embedded resolver from internal networks is not proved blocked"
-	if major, _, _ := strings.Cut(version, "."); len(major) == 2 && major < "23" {
+// dnsNote says what the DNS part of the proof covers. The embedded
+// resolver (127.0.0.11 in a user-defined network) forwards the names it
+// does not know to its upstream servers, and an upstream on a loopback
+// address (systemd-resolved's 127.0.0.53, say) from the daemon's own
+// namespace, not the container's: on engines without the fix for
+// CVE-2024-29018 (23.0.11, 25.0.5, 26.0.0) that is a DNS channel out of an
+// internal network. The proof asks 127.0.0.11 from the internal network
+// with the witness as its loopback upstream, the worst case.
+func dnsNote(version string, p *EgressProof) string {
+	n := "egress proof covers TCP and UDP/53 to addresses outside the network, and names asked of the engine's embedded resolver (127.0.0.11) with a loopback upstream in the daemon's namespace: " + p.Raw["resolver"]
+	if major, _, _ := strings.Cut(version, "."); len(major) == 2 && major < "23" && p.Resolver != Blocked {
 		n += "; engine " + version + " predates the upstream fix for CVE-2024-29018 (forwarded from the host's namespace) unless its packager backported it"
 	}
 	return n
@@ -278,12 +280,21 @@ type EgressProof struct {
 	// Blocked only when the witness saw the control's query from the other
 	// network and nothing from the internal one.
 	DNS Reach
+	// Resolver is a name asked of the engine's embedded resolver
+	// (127.0.0.11) from the internal network, with the witness as the
+	// container's upstream on the daemon's loopback, which the resolver
+	// forwards to from the daemon's namespace: Blocked only when the
+	// witness saw the same question forwarded for the other network's
+	// container and nothing for the internal one.
+	Resolver Reach
 	// Raw is what the prober printed for each target.
 	Raw map[string]string
 }
 
-// BlocksDNS says the DNS part of the proof holds.
-func (p *EgressProof) BlocksDNS() bool { return p.DNS == Blocked }
+// BlocksDNS says the DNS part of the proof holds: no query from the
+// internal network reached a resolver outside it, directly or through the
+// engine's embedded resolver.
+func (p *EgressProof) BlocksDNS() bool { return p.DNS == Blocked && p.Resolver == Blocked }
 
 // Blocks says the proof holds: the peer answered and nothing else did.
 func (p *EgressProof) Blocks() bool {
@@ -298,7 +309,8 @@ func (p *EgressProof) String() string {
 	case !p.Blocks():
 		verdict = "internal networks do NOT block egress"
 	}
-	return fmt.Sprintf("egress proof: %s (peer %s; world %s; gateway %s; host %s; udp/53 to the host's address %s)", verdict, p.Peer, p.World, p.Gateway, p.Host, p.DNS)
+	return fmt.Sprintf("egress proof: %s (peer %s; world %s; gateway %s; host %s; udp/53 to the host's address %s; the embedded resolver's forwarding %s)",
+		verdict, p.Peer, p.World, p.Gateway, p.Host, p.DNS, p.Resolver)
 }
 
 func classify(out, token string) Reach {
@@ -334,9 +346,12 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 		networks = append(networks, resp.ID)
 		return d.cli.NetworkInspect(ctx, resp.ID, network.InspectOptions{})
 	}
+	// Every container's upstream resolvers are the witness's addresses,
+	// so that what the embedded resolver forwards lands there.
+	var upstream []string
 	run := func(suffix string, net network.Inspect, cmd ...string) (string, error) {
 		resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: cmd, Labels: labels},
-			&container.HostConfig{NetworkMode: container.NetworkMode(net.Name)}, nil, nil, "custody-probe-"+nonce+"-"+suffix)
+			&container.HostConfig{NetworkMode: container.NetworkMode(net.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-"+suffix)
 		if err != nil {
 			return "", fmt.Errorf("create %s container: %w", suffix, err)
 		}
@@ -381,18 +396,30 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 	// own namespace. The world container asks it first (the control).
 	// The internal prober asks for h-<dnsInt> at the host's address and
 	// g-<dnsInt> at its own network's gateway.
+	// The embedded resolver's part: the world container asks 127.0.0.11
+	// for rc-<token> (the control: forwarded to the witness), the prober
+	// asks it for r-<dnsInt>.
 	dnsCtl, dnsInt := "ctl-"+token+".probe.invalid", "int-"+token+".probe.invalid"
+	resCtl := "rc-" + token + ".probe.invalid"
 	var witness *dnsWitness
 	dnsWhy := ""
 	if path, ok := unixPath(d.host); !ok {
 		dnsWhy = "the engine is not a local socket: its network namespace is not reachable"
 	} else if pid, err := peerPid(ctx, path); err != nil {
 		dnsWhy = err.Error()
-	} else if witness, err = listenDNSWitness(pid, hostIP, gw4(internal)); err != nil {
+	} else if witness, err = listenDNSWitness(pid, append([]string{hostIP, gw4(internal)}, loopbackUpstreams...)...); err != nil {
 		dnsWhy = err.Error()
 	} else {
 		defer witness.Close()
-		listen = []string{"sh", "-c", `timeout 5 nslookup "$1" "$2" >/dev/null 2>&1 & shift 2; exec "$@"`, "sh", dnsCtl, hostIP}
+		// The host's address first (a resolver forwarding from the
+		// container's namespace), then the loopback stand-in (one
+		// forwarding loopback upstreams from the daemon's).
+		upstream = []string{hostIP}
+		if lo := witness.loopback(); lo != "" {
+			upstream = append(upstream, lo)
+		}
+		listen = []string{"sh", "-c", `timeout 5 nslookup "$1" "$2" >/dev/null 2>&1 & timeout 5 nslookup "$3" 127.0.0.11 >/dev/null 2>&1 & shift 3; exec "$@"`,
+			"sh", dnsCtl, hostIP, resCtl}
 		listen = append(listen, "nc", "-ll", "-p", "8080", "-e", "echo", token)
 	}
 	worldID, err := run("world", world, listen...)
@@ -422,10 +449,11 @@ i=0; while [ $i -lt 25 ]; do out=$(try "$PEER"); case "$out" in *"$TOKEN"*) brea
 echo "peer=$out"
 (echo "world=$(try "$WORLD")") & (echo "gateway=$(try "$GW")") & (echo "host=$(try "$HOSTIP")") &
 (timeout 3 nslookup "h-$DNSNAME" "$HOSTIP" >/dev/null 2>&1) & (timeout 3 nslookup "g-$DNSNAME" "$GW" >/dev/null 2>&1) &
+(timeout 3 nslookup "r-$DNSNAME" 127.0.0.11 >/dev/null 2>&1) &
 wait`
 	resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, Labels: labels,
 		Env: []string{"PEER=" + peerIP, "WORLD=" + worldIP, "GW=" + gw, "HOSTIP=" + hostIP, "TOKEN=" + token, "DNSNAME=" + dnsInt}},
-		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name)}, nil, nil, "custody-probe-"+nonce+"-prober")
+		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-prober")
 	if err != nil {
 		return nil, fmt.Errorf("create prober: %w", err)
 	}
@@ -465,6 +493,18 @@ wait`
 		p.DNS, p.Raw["dns"] = Unknown, "the witness at "+hostIP+":53 never received the control's query from the other network"
 	default:
 		p.DNS, p.Raw["dns"] = Blocked, "the witness at "+hostIP+":53 received the control's query and nothing from the internal network"
+	}
+	switch {
+	case witness == nil:
+		p.Resolver, p.Raw["resolver"] = Unknown, "no witness: "+dnsWhy
+	case witness.seenPrefix("r-" + dnsInt):
+		p.Resolver, p.Raw["resolver"] = Reached, "the embedded resolver forwarded the internal network's query to an upstream outside it (the witness received it)"
+	case !witness.waitFor(resCtl, 3*time.Second):
+		p.Resolver, p.Raw["resolver"] = Unknown, "the embedded resolver never forwarded the other network's control query to the witness (upstreams "+strings.Join(upstream, ", ")+")"
+	case len(upstream) < 2:
+		p.Resolver, p.Raw["resolver"] = Unknown, "no witness on the daemon's loopback (none of "+strings.Join(loopbackUpstreams, ", ")+" port 53 was free): a loopback upstream's forwarding is not covered"
+	default:
+		p.Resolver, p.Raw["resolver"] = Blocked, "the embedded resolver forwarded the other network's control query to the witness (upstreams "+strings.Join(upstream, ", ")+") and nothing from the internal network"
 	}
 	return p, nil
 }

@@ -50,6 +50,12 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		platform.TierDevelopment: prof.TierGaps(platform.TierDevelopment),
 	}
 	caps.Controls = prof.FactGaps("seccomp", "tmpfs", "overlay")
+	// The probe at start says whether the image store's filesystem can be
+	// idmapped, so admission refuses images with non-root owners before
+	// any launch tries it (a launch that finds out sets noIdmap too).
+	if prof.Idmap.How != "" && !prof.Idmap.OK {
+		caps.HostImageOwners = true
+	}
 	return caps
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -24,7 +25,8 @@ const maxConfigSize = 1 << 20
 // doctor only looks.
 type doctorConfig struct {
 	Runner struct {
-		Runtime struct {
+		StateDir string `yaml:"stateDir"`
+		Runtime  struct {
 			Path    string `yaml:"path"`
 			Version string `yaml:"version"`
 			SHA256  string `yaml:"sha256"`
@@ -53,6 +55,7 @@ func (a *app) doctorCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, _ []string) error {
 			var want platform.Expect
+			var scratch string
 			if configPath != "" {
 				data, err := readFile("custodyd configuration", configPath, maxConfigSize)
 				if err != nil {
@@ -67,12 +70,17 @@ func (a *app) doctorCmd() *cobra.Command {
 					runtimePath = rt.Path
 				}
 				want.RuntimeVersion, want.RuntimeSHA256 = rt.Version, rt.SHA256
+				// The mount facts (tmpfs, overlay, idmap) are the state
+				// dir's filesystem's, where custodyd mounts images.
+				if fi, err := os.Stat(cfg.Runner.StateDir); cfg.Runner.StateDir != "" && err == nil && fi.IsDir() {
+					scratch = cfg.Runner.StateDir
+				}
 				if cfg.Docker != nil {
 					c := engineCheck(cmd.Context(), cfg.Docker.Host)
 					want.Engine = &c
 				}
 			}
-			prof, err := platform.Probe(cmd.Context(), platform.Options{RuntimePath: runtimePath})
+			prof, err := platform.Probe(cmd.Context(), platform.Options{RuntimePath: runtimePath, ScratchDir: scratch})
 			if err != nil {
 				return &exitError{exitInternal, err}
 			}

@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -328,5 +331,115 @@ func TestImageRmPrune(t *testing.T) {
 	code, out, errs = e.custody("image", "prune")
 	if code != exitOK || !strings.Contains(out, e.image) || !strings.Contains(out, "removed 1 images, 1 layers") {
 		t.Fatalf("prune once the grant is revoked: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// TestRootfsTarOwnersInside: a plain rootfs tar (no image config) that
+// gives files to uid 1000 keeps them: inside a launched container they are
+// 1000's, a user: 1000 phase reads its own 0600 file and not root's, and
+// root's files stay root's.
+func TestRootfsTarOwnersInside(t *testing.T) {
+	var base bytes.Buffer
+	if err := snapshot.WriteTar(&base, testenv.BusyboxRootfs(t)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	tr := tar.NewReader(&base)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []ownedEntry{
+		{"home/", 0, 0, 0o755, ""},
+		{"home/u/", 1000, 1000, 0o755, ""},
+		{"home/u/mine", 1000, 1000, 0o600, "mine\n"},
+		{"secret", 0, 0, 0o600, "secret\n"},
+	} {
+		h := &tar.Header{Name: e.name, Uid: e.uid, Gid: e.gid, Mode: e.mode, Typeflag: tar.TypeReg, Size: int64(len(e.data))}
+		if strings.HasSuffix(e.name, "/") {
+			h.Typeflag, h.Size = tar.TypeDir, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(t.TempDir(), "rootfs.tar")
+	if err := os.WriteFile(tarPath, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := startDaemonWith(t, tarPath)
+	run := func(name, user, script string) (int, string, string) {
+		extra := ""
+		if user != "" {
+			extra = "user: \"" + user + "\"\n"
+		}
+		return e.custody("run", "--grant", e.grant(t, e.phase(t, name, script, extra)))
+	}
+	code, stdout, errs := run("tar-owners", "", `stat -c '%n %u:%g' /home/u /home/u/mine /secret /bin/sh; cat /secret`)
+	for _, want := range []string{"/home/u 1000:1000", "/home/u/mine 1000:1000", "/secret 0:0", "/bin/sh 0:0", "secret"} {
+		if code != exitOK || !strings.Contains(stdout, want) {
+			t.Fatalf("a rootfs tar's owners inside: want %q; exit %d\n%s\n%s", want, code, stdout, errs)
+		}
+	}
+	code, stdout, errs = run("tar-as-1000", "1000", `cat /home/u/mine; cat /secret && echo READ-SECRET; id -u`)
+	if code != exitOK || !strings.Contains(stdout, "mine") || strings.Contains(stdout, "READ-SECRET") || !strings.Contains(stdout+errs, "Permission denied") {
+		t.Fatalf("user 1000 on a rootfs tar: exit %d\n%s\n%s", code, stdout, errs)
+	}
+}
+
+// TestImageRmWhileRunLive: rm judges liveness from the journal. While a
+// run that spent its grant on the image is running, rm is refused naming
+// the grant and the run; once the run ended (its attempt clean), the spent
+// grant binds nothing, though it has not expired, and rm removes the image.
+func TestImageRmWhileRunLive(t *testing.T) {
+	e := startDaemon(t)
+	g := e.grant(t, e.phase(t, "sleeper", "sleep 6", ""))
+	done := make(chan string, 1)
+	go func() {
+		code, out, errs := e.custody("run", "--grant", g)
+		done <- fmt.Sprintf("exit %d\n%s\n%s", code, out, errs)
+	}()
+	var refusal string
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		code, out, errs := e.custody("image", "rm", e.image)
+		if code == exitOK {
+			t.Fatalf("rm while the run is live removed the image\n%s", out)
+		}
+		if strings.Contains(out+errs, "is running in the journal") {
+			refusal = out + errs
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if refusal == "" || !strings.Contains(refusal, "run-") && !strings.Contains(refusal, "run ") {
+		t.Fatalf("rm while the run is live: no refusal naming the running run: %q", refusal)
+	}
+	if r := <-done; !strings.HasPrefix(r, "exit 0") {
+		t.Fatalf("the run: %s", r)
+	}
+	if code, out, errs := e.custody("image", "rm", e.image); code != exitOK {
+		t.Fatalf("rm after the run ended (its grant spent, unexpired): exit %d\n%s\n%s", code, out, errs)
+	}
+	if _, out, _ := e.custody("image", "list"); strings.Contains(out, e.image) {
+		t.Fatalf("list after rm:\n%s", out)
 	}
 }

@@ -246,7 +246,7 @@ func (s *server) handleRemoveImage(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(live) > 0 {
 		writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf(
-			"image %s is bound by live grant(s) %s; fix: wait until they expire (and their runs end), or revoke them, then remove it", req.Digest, strings.Join(live, ", "))})
+			"image %s is bound by live grant(s) %s; fix: revoke an unspent grant or wait until it expires, wait until a run ends (custody cancel RUN-ID --operator ends it, custody recover cleans up a residual one), then remove it", req.Digest, strings.Join(live, ", "))})
 		return
 	}
 	err = s.r.Images().Remove(r.Context(), req.Digest)
