@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
@@ -355,9 +356,7 @@ func TestHardLinkInside(t *testing.T) {
 // 1000 is another image than owned by root, and an owner changed on disk
 // fails Verify.
 func TestRootfsTarKeepsOwnersAndModes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("owners are applied only by a root store") // the daemon's store is root's
-	}
+	testenv.Root(t) // owners are applied only by a root store, as the daemon's is
 	mtime := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
 	entries := []entry{
 		{name: "suid", typ: tar.TypeReg, mode: 0o4755, body: "x"},
