@@ -22,27 +22,40 @@ const (
 	egressOtherAddr   = "203.0.113.11"
 )
 
-// egressWorld is that namespace and its plain-HTTP servers.
+// egressWorld is that namespace, the one the daemon's proxy dials from
+// (joined to it by a veth, so the upstreams are not the dialler's own
+// addresses, which the proxy refuses), and its plain-HTTP servers.
 type egressWorld struct {
-	netns   string
+	netns   string // the proxy dials from here
 	id      egress.NetnsID
+	far     string // the upstreams listen here
+	farID   egress.NetnsID
 	servers []*http.Server
 }
 
-// startEgressWorld makes the namespace under dir and serves "custody
+// startEgressWorld makes the namespaces under dir and serves "custody
 // qualify upstream <host>" at each address on port 80.
 func startEgressWorld(dir string) (*egressWorld, error) {
-	w := &egressWorld{netns: filepath.Join(dir, "upstream-netns")}
+	w := &egressWorld{netns: filepath.Join(dir, "dial-netns"), far: filepath.Join(dir, "upstream-netns")}
 	id, err := egress.CreateNetns(w.netns)
 	if err != nil {
 		return nil, err
 	}
 	w.id = id
+	farID, err := egress.CreateNetns(w.far)
+	if err != nil {
+		return w, err
+	}
+	w.farID = farID
+	if err := egress.LinkUpstream(w.netns, w.far, netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("198.51.100.2/24"),
+		[]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}); err != nil {
+		return w, err
+	}
 	for _, a := range []string{egressAllowedAddr, egressOtherAddr} {
-		if err := egress.AddLoopbackAddress(w.netns, netip.MustParsePrefix(a+"/32")); err != nil {
+		if err := egress.AddLoopbackAddress(w.far, netip.MustParsePrefix(a+"/32")); err != nil {
 			return w, err
 		}
-		ln, err := egress.ListenIn(w.netns, a+":80")
+		ln, err := egress.ListenIn(w.far, a+":80")
 		if err != nil {
 			return w, err
 		}
@@ -79,5 +92,8 @@ func (w *egressWorld) stop() error {
 		errs = append(errs, s.Close())
 	}
 	errs = append(errs, egress.RemoveNetns(w.netns, w.id))
+	if w.far != "" {
+		errs = append(errs, egress.RemoveNetns(w.far, w.farID))
+	}
 	return errors.Join(errs...)
 }
