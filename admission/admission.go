@@ -381,9 +381,14 @@ func (a *admitter) network() []string {
 		return nil
 	}
 	if !a.caps.RestrictedEgress {
-		a.add(Check{Requirement: "network.egress", Verdict: Unsupported, Code: "egress-unsupported",
+		c := Check{Requirement: "network.egress", Verdict: Unsupported, Code: "egress-unsupported",
 			Detail: "this backend cannot prove that a sandbox reaches only its egress proxy",
-			Fix:    "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or ask for network: deny"})
+			Fix:    "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or ask for network: deny"}
+		for _, g := range a.caps.EgressGaps {
+			c.Detail += fmt.Sprintf("; %s: %s", g.Requirement, g.Detail)
+			c.Fix = g.Fix + ", or ask for network: deny"
+		}
+		a.add(c)
 	}
 	stage := string(a.req.Stage)
 	var granted []string

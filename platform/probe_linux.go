@@ -42,6 +42,7 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 	p.UserNS = probeUserNS(ctx)
 	p.Tmpfs = probeTmpfs(opts.ScratchDir)
 	p.Overlay = probeOverlay(opts.ScratchDir)
+	p.PidfdNetns = probePidfdNetns(ctx, opts.PidfdNetnsFault)
 	if opts.RuntimePath != "" {
 		rt, err := ProbeRuntime(ctx, opts.RuntimePath)
 		if err != nil {

@@ -32,6 +32,10 @@ type Profile struct {
 	Tmpfs Fact `json:"tmpfs"`
 	// Overlay is true when an overlay mount was made and removed.
 	Overlay Fact `json:"overlay"`
+	// PidfdNetns is true when a listener was opened inside a child's fresh
+	// network namespace entered by setns on its pidfd: what restricted
+	// egress needs.
+	PidfdNetns Fact `json:"pidfdNetns"`
 
 	// Runtime is the pinned OCI runtime, when a path was given to probe.
 	Runtime *Runtime `json:"runtime,omitempty"`

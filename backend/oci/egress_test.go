@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/egress/egresstest"
+	"github.com/custody-dev/custody/platform"
 )
 
 // egressRun runs script in a busybox container under a user namespace
@@ -34,7 +36,8 @@ func egressRunForm(t *testing.T, allow []string, canary, form, script string, in
 // egressRunWorld is egressRunForm with the test's own upstream world.
 func egressRunWorld(t *testing.T, w *egresstest.World, allow []string, canary, form, script string, inputs func(in string)) (string, egress.Report, []byte) {
 	t.Helper()
-	h := newHarness(t, true, func(o *oci.Options) { o.Egress = true })
+	prof := probedProfile(t, "")
+	h := newHarness(t, true, func(o *oci.Options) { o.Egress, o.Profile = true, func() *platform.Profile { return prof } })
 	al, err := egress.NewAllowlist(allow)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +93,57 @@ func egressRunWorld(t *testing.T, w *egresstest.World, allow []string, canary, f
 		}
 	}
 	return out.String(), p.Report(), files
+}
+
+// probedProfile is this host's platform profile, as custodyd's start makes it;
+// fault disproves the pidfd-netns fact.
+func probedProfile(t *testing.T, fault string) *platform.Profile {
+	t.Helper()
+	p, err := platform.Probe(context.Background(), platform.Options{ScratchDir: t.TempDir(), PidfdNetnsFault: fault})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fault == "" && !p.PidfdNetns.OK {
+		t.Fatalf("the pidfd-netns probe failed on this host: %+v", p.PidfdNetns)
+	}
+	return p
+}
+
+// TestEgressRefusedWithoutThePidfdProof: on a backend serving egress whose
+// platform probe could not open a listener in a fresh namespace through a
+// pidfd, restricted egress is not claimed and a Spec with Egress is
+// refused by Prepare, naming the requirement, before anything is made;
+// the same backend still runs a network-deny Spec. With the probe proved
+// (every other egress test here), it is claimed.
+func TestEgressRefusedWithoutThePidfdProof(t *testing.T) {
+	prof := probedProfile(t, "forced by the test")
+	h := newHarness(t, true, func(o *oci.Options) { o.Egress, o.Profile = true, func() *platform.Profile { return prof } })
+	caps := h.b.Capabilities()
+	if caps.RestrictedEgress || len(caps.EgressGaps) != 1 || caps.EgressGaps[0].Requirement != "platform.pidfd-netns" {
+		t.Fatalf("capabilities claim egress without the proof: %+v / %+v", caps.RestrictedEgress, caps.EgressGaps)
+	}
+	good := probedProfile(t, "")
+	proved := newHarness(t, true, func(o *oci.Options) { o.Egress, o.Profile = true, func() *platform.Profile { return good } })
+	if c := proved.b.Capabilities(); !c.RestrictedEgress || len(c.EgressGaps) != 0 {
+		t.Fatalf("a proved probe does not claim egress: %+v", c.EgressGaps)
+	}
+
+	s := h.spec("/bin/true")
+	s.Egress = &backend.Egress{Allow: []string{egresstest.Allowed + ":80"}, Attach: func(context.Context, func(string) (net.Listener, error)) error { return nil }}
+	before := treeOf(t, h.stateDir)
+	c, err := h.b.Prepare(context.Background(), "egress-unproved", s, nil)
+	if c != nil {
+		c.Cleanup(context.Background())
+	}
+	if err == nil || !strings.Contains(err.Error(), "platform.pidfd-netns") || !strings.Contains(err.Error(), "fix:") {
+		t.Fatalf("Prepare with egress on an unproved platform: %v, want refused naming platform.pidfd-netns", err)
+	}
+	if after := treeOf(t, h.stateDir); after != before {
+		t.Errorf("the refused Prepare changed the state dir:\n%s\nto\n%s", before, after)
+	}
+	if _, out, rep := h.run(t, "egress-unproved-deny", []string{"/bin/echo", "deny runs"}, nil); !strings.Contains(out, "deny runs") || !rep.Verified {
+		t.Errorf("a network-deny run on the same backend: %q, %+v", out, rep)
+	}
 }
 
 // TestEgressThroughTheProxyOnly runs real runc: the allowed host is
@@ -226,4 +280,15 @@ func TestEgressBypassesRefusedByTheKernel(t *testing.T) {
 			t.Errorf("the proxy saw a bypass: %+v", d)
 		}
 	}
+}
+
+// treeOf lists every path under dir, one a line.
+func treeOf(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error {
+		b.WriteString(p + "\n")
+		return nil
+	})
+	return b.String()
 }
