@@ -31,6 +31,9 @@ type egressWorld struct {
 	far     string // the upstreams listen here
 	farID   egress.NetnsID
 	servers []*http.Server
+	// intercept is the interception-form checks' upstream; nil when it
+	// could not be made (those checks are then not run).
+	intercept *interceptWorld
 }
 
 // startEgressWorld makes the namespaces under dir and serves "custody
@@ -65,24 +68,30 @@ func startEgressWorld(dir string) (*egressWorld, error) {
 		w.servers = append(w.servers, srv)
 		go srv.Serve(ln)
 	}
+	iw, err := startIntercept(dir, w.far)
+	if err != nil {
+		return w, fmt.Errorf("the interception-form upstream: %w", err)
+	}
+	w.intercept = iw
+	w.servers = append(w.servers, iw.srv)
 	return w, nil
 }
 
 // config is the private daemon's egress section.
 func (w *egressWorld) config() string {
-	return fmt.Sprintf("egress:\n  testUpstreams:\n    netns: %q\n    hosts: {%q: [%q], %q: [%q]}\n",
-		w.netns, egressAllowed, egressAllowedAddr, egressOther, egressOtherAddr)
+	return fmt.Sprintf("egress:\n  caFile: %q\n  testUpstreams:\n    netns: %q\n    hosts: {%q: [%q], %q: [%q], %q: [%q]}\n",
+		w.intercept.caFile, w.netns, egressAllowed, egressAllowedAddr, egressOther, egressOtherAddr, egressProvider, egressAllowedAddr)
 }
 
 // policy grants the suite's stage the allowed upstream.
 func (w *egressWorld) policy() string {
-	return fmt.Sprintf("egress:\n  stages:\n    test: [%q]\n", egressAllowed+":80")
+	return fmt.Sprintf("egress:\n  stages:\n    test: [%q]\n", egressAllowed+":80") + w.intercept.policy()
 }
 
 // target is what the suite's restricted-egress checks aim at.
 func (w *egressWorld) target() *conformance.EgressTarget {
 	return &conformance.EgressTarget{Allowed: egressAllowed + ":80", Expect: "custody qualify upstream " + egressAllowed,
-		AllowedAddr: egressAllowedAddr, Other: egressOther + ":80"}
+		AllowedAddr: egressAllowedAddr, Other: egressOther + ":80", Intercept: w.intercept.target()}
 }
 
 // stop closes the servers and removes the namespace.

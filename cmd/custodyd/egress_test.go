@@ -201,8 +201,14 @@ func TestRestrictedEgressConformance(t *testing.T) {
 			AllowedAddr: egresstest.AllowedAddr, Other: egresstest.Other + ":80"},
 		Only: func(family, name string) bool { return strings.HasPrefix(name, "restricted-") },
 	})
-	if len(rep.Checks) != 2 {
-		t.Fatalf("ran %d checks, want the 2 restricted-egress ones", len(rep.Checks))
+	requirePassed(t, rep, 2, "restricted-egress")
+}
+
+// requirePassed requires want checks, every one passed.
+func requirePassed(t *testing.T, rep conformance.Report, want int, what string) {
+	t.Helper()
+	if len(rep.Checks) != want {
+		t.Fatalf("ran %d checks, want the %d %s ones", len(rep.Checks), want, what)
 	}
 	for _, c := range rep.Checks {
 		if !c.Passed {
