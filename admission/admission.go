@@ -387,9 +387,14 @@ func (a *admitter) network() []string {
 		return nil
 	}
 	if !a.caps.RestrictedEgress {
-		a.add(Check{Requirement: "network.egress", Verdict: Unsupported, Code: "egress-unsupported",
+		c := Check{Requirement: "network.egress", Verdict: Unsupported, Code: "egress-unsupported",
 			Detail: "this backend cannot prove that a sandbox reaches only its egress proxy",
-			Fix:    "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or ask for network: deny"})
+			Fix:    "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or ask for network: deny"}
+		for _, g := range a.caps.EgressGaps {
+			c.Detail += fmt.Sprintf("; %s: %s", g.Requirement, g.Detail)
+			c.Fix = g.Fix + ", or ask for network: deny"
+		}
+		a.add(c)
 	}
 	stage := string(a.req.Stage)
 	var granted []string
@@ -499,7 +504,24 @@ func (a *admitter) mounts(tmp, memory int64) []Input {
 			continue
 		}
 		root, ok := a.pol.InputRoot(in.Source)
+		vroot, private := a.pol.VerifierRoot(in.Source)
+		held, holds := a.pol.VerifierRootWithin(in.Source)
 		switch {
+		case (private || holds) && !a.req.Verifier:
+			if !private {
+				vroot = held
+			}
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "input-verifier-only",
+				Detail: fmt.Sprintf("%s reaches policy verifierRoots %s: private acceptance material only a verifier phase may take", in.Source, vroot),
+				Fix:    "take this input in the pipeline's verifier stage (verifier: true) only, or name a path that neither lies under nor holds a verifier root"})
+		case private && in.Writable:
+			a.add(Check{Requirement: fmt.Sprintf("inputs[%d].writable", i), Verdict: NotGranted, Code: "input-verifier-writable",
+				Detail: fmt.Sprintf("%s is acceptance material under verifierRoots %s; it is mounted read-only only", in.Source, vroot),
+				Fix:    "drop writable from this input"})
+		case private:
+			root = vroot
+			a.add(Check{Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: Granted, Code: "input-verifier",
+				Detail: fmt.Sprintf("%s (beneath verifier root %s, no symlinks followed) snapshotted and mounted read-only at %s, for this verifier phase only", in.Source, root, in.Target)})
 		case !ok && len(a.pol.InputRoots) == 0:
 			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "input-outside-roots",
 				Detail: fmt.Sprintf("%s: the operator policy has no inputRoots, so no input is granted", in.Source),

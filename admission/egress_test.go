@@ -2,8 +2,10 @@ package admission
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
 )
@@ -39,6 +41,21 @@ func TestEgress(t *testing.T) {
 
 	r, f = setup(false)
 	wantRefused(t, r, p, f, "network.egress=egress-unsupported", Unsupported)
+
+	// The platform gap behind it is named, with its fix.
+	r, f = setup(false)
+	f.Capabilities.EgressGaps = []backend.Gap{{Requirement: "platform.pidfd-netns", Code: "pidfd-netns-unavailable",
+		Detail: "setns on a pidfd: EINVAL", Fix: "run on a host where custody doctor reports pidfd-netns ok"}}
+	_, err = Admit(r, p, f)
+	found := false
+	for _, ch := range refusal(t, err) {
+		if ch.Code == "egress-unsupported" {
+			found = strings.Contains(ch.Detail, "platform.pidfd-netns: setns on a pidfd") && strings.Contains(ch.Fix, "pidfd-netns ok")
+		}
+	}
+	if !found {
+		t.Errorf("the refusal does not name the platform gap: %v", err)
+	}
 
 	// Deny stays the default and needs no capability.
 	r, f = setup(false)

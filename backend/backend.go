@@ -272,6 +272,10 @@ type Capabilities struct {
 	// sandbox reaches the attached listeners and nothing else. False
 	// refuses every egress and credential request as unsupported.
 	RestrictedEgress bool
+	// EgressGaps says why RestrictedEgress is false on a backend asked to
+	// serve it: the platform facts it stands on that the probe could not
+	// prove.
+	EgressGaps []Gap
 }
 
 // Gap is one thing a backend cannot prove it enforces: the requirement,

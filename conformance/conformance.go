@@ -131,6 +131,21 @@ type EgressTarget struct {
 	AllowedAddr string
 	// Other is a host:port the policy does not grant the stage.
 	Other string
+	// Intercept, if set, adds the interception-form checks.
+	Intercept *InterceptTarget
+}
+
+// InterceptTarget is what the interception-form checks need: a credential
+// the policy binds to Stage in the interception form, for Bound, a TLS
+// host:port whose upstream answers GET / with Expect only when the bound
+// header carries the secret; and Other, a TLS host:port granted to Stage
+// but bound to no credential, whose tunnel must stay blind.
+type InterceptTarget struct {
+	Credential string
+	Stage      string
+	Bound      string
+	Expect     string
+	Other      string
 }
 
 // Check is one check's outcome.
@@ -241,6 +256,9 @@ func Run(ctx context.Context, env Env) Report {
 	all := specs()
 	if env.Egress != nil {
 		all = append(all, restrictedEgressSpecs()...)
+		if env.Egress.Intercept != nil {
+			all = append(all, interceptSpecs()...)
+		}
 	}
 	if env.Backend == BackendVM {
 		all, rep.NotApplicable = vmSpecs(), vmNotApplicable()

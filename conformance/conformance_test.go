@@ -191,7 +191,7 @@ func TestVMSuiteShape(t *testing.T) {
 		}
 	}
 	oci := map[string]bool{}
-	for _, s := range append(specs(), restrictedEgressSpecs()...) {
+	for _, s := range append(append(specs(), restrictedEgressSpecs()...), interceptSpecs()...) {
 		oci[s.family+"/"+s.name] = true
 	}
 	na := map[string]bool{}

@@ -60,6 +60,10 @@ type phase struct {
 	// egress, when set, asks for restricted egress to these host:port
 	// destinations instead of network: deny.
 	egress []string
+	// stage overrides the suite's stage; credentials are the brokered
+	// credentials asked for by name.
+	stage       string
+	credentials []string
 }
 
 type input struct {
@@ -87,8 +91,12 @@ func (s *suite) yaml(p phase) []byte {
 		p.wall = 20 * time.Second
 	}
 	var b strings.Builder
+	stage := s.env.Stage
+	if p.stage != "" {
+		stage = p.stage
+	}
 	fmt.Fprintf(&b, "apiVersion: custody.dev/v1alpha1\nkind: Phase\nname: %s\nstage: %s\ntier: %s\nimage: %s\n",
-		js(p.name), js(s.env.Stage), js(s.env.Tier), js(s.env.Image))
+		js(p.name), js(stage), js(s.env.Tier), js(s.env.Image))
 	if s.env.Backend != "" {
 		fmt.Fprintf(&b, "backend: %s\n", js(s.env.Backend))
 	}
@@ -115,6 +123,9 @@ func (s *suite) yaml(p phase) []byte {
 		fmt.Fprintf(&b, "}\nnetwork: {egress: %s}\n", js(p.egress))
 	} else {
 		b.WriteString("}\nnetwork: deny\n")
+	}
+	if len(p.credentials) > 0 {
+		fmt.Fprintf(&b, "credentials: %s\n", js(p.credentials))
 	}
 	return []byte(b.String())
 }

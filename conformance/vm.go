@@ -74,6 +74,8 @@ func vmNotApplicable() []NotApplicable {
 		na(FamilyEgress, "host-listener-unreachable", "replaced by egress/no-nic-connect-fails: the same host listeners, judged with the guest having no NIC"),
 		na(FamilyEgress, "restricted-allowed-host-reachable", noRestricted),
 		na(FamilyEgress, "restricted-everything-else-refused", noRestricted),
+		na(FamilyEgress, "restricted-intercept-terminated", noRestricted),
+		na(FamilyEgress, "restricted-intercept-confined", noRestricted),
 		na(FamilyBudgets, "cpu-quota-applied", "the guest has one vCPU; its cpu quota is applied by the guest's own cgroup, which the host cannot observe independently"),
 		na(FamilyBudgets, "cpu-burn-throttled", "the guest has one vCPU; its cpu quota is applied by the guest's own cgroup, which the host cannot observe independently"),
 		na(FamilyBudgets, "tmp-within-budget", "covered by the backend's own tests (backend/vm); not yet part of the vm suite"),

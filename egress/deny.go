@@ -1,6 +1,10 @@
 package egress
 
-import "net/netip"
+import (
+	"fmt"
+	"net"
+	"net/netip"
+)
 
 // denied lists the ranges that are never a destination, beyond what
 // netip.Addr's predicates cover: each would reach the host, its network
@@ -25,6 +29,9 @@ var denied = []struct {
 	{netip.MustParsePrefix("2002::/16"), "6to4"},
 	{netip.MustParsePrefix("2001::/32"), "Teredo"},
 	{netip.MustParsePrefix("100::/64"), "discard-only"},
+	// Deprecated (RFC 3879) but still routed by some stacks as a local
+	// scope; Go counts it as global unicast.
+	{netip.MustParsePrefix("fec0::/10"), "site-local"},
 }
 
 // DenyReason says why a is never dialled, or returns "" for an address the
@@ -57,6 +64,35 @@ func DenyReason(a netip.Addr) string {
 		return "broadcast"
 	case !a.IsGlobalUnicast():
 		return "not global unicast"
+	}
+	return ""
+}
+
+// OwnAddrs lists the addresses on every interface of the calling thread's
+// network namespace: a connection to one of them lands on the host itself
+// (or on the test's dial namespace), whatever range it is in.
+func OwnAddrs() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("egress: list the host's own addresses: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(as))
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	return out, nil
+}
+
+// ownReason refuses a when it is one of own, the dialling namespace's
+// addresses, read at decision time so an address added since start counts.
+func ownReason(a netip.Addr, own []netip.Addr) string {
+	a = a.Unmap().WithZone("")
+	for _, o := range own {
+		if o.WithZone("") == a {
+			return "host's own"
+		}
 	}
 	return ""
 }

@@ -108,6 +108,20 @@ func ListenIn(path, addr string) (net.Listener, error) {
 	return ln, nil
 }
 
+// ListenPacketIn is ListenIn for UDP.
+func ListenPacketIn(path, addr string) (net.PacketConn, error) {
+	var pc net.PacketConn
+	err := inNetns(path, func() error {
+		var lerr error
+		pc, lerr = net.ListenPacket("udp", addr)
+		return lerr
+	})
+	if err != nil {
+		return nil, fmt.Errorf("egress: listen on udp %s in %s: %w", addr, path, err)
+	}
+	return pc, nil
+}
+
 // DialerIn dials from inside the network namespace at path.
 type DialerIn struct{ Path string }
 
@@ -121,6 +135,18 @@ func (d DialerIn) DialContext(ctx context.Context, network, address string) (net
 		return derr
 	})
 	return c, err
+}
+
+// OwnAddrs lists the addresses of the namespace d dials from, so the proxy
+// refuses a name resolving to one of them as it would the host's own.
+func (d DialerIn) OwnAddrs() ([]netip.Addr, error) {
+	var own []netip.Addr
+	err := inNetns(d.Path, func() error {
+		var oerr error
+		own, oerr = OwnAddrs()
+		return oerr
+	})
+	return own, err
 }
 
 // CreateNetns makes a fresh network namespace with only loopback, up, and

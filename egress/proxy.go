@@ -222,13 +222,20 @@ func (p *Proxy) interceptFor(d Destination) (Gateway, bool) {
 }
 
 // recheck is the default dialer's last word: the socket is refused at
-// connect time if its address is one DenyReason names.
+// connect time if its address is one DenyReason names or the host's own.
 func recheck(_, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("egress: dial %q: %w", address, err)
 	}
 	if why := DenyReason(ap.Addr().Unmap()); why != "" {
+		return fmt.Errorf("egress: dial %s: %s address refused", address, why)
+	}
+	own, err := OwnAddrs()
+	if err != nil {
+		return fmt.Errorf("egress: dial %s: refused: %w", address, err)
+	}
+	if why := ownReason(ap.Addr(), own); why != "" {
 		return fmt.Errorf("egress: dial %s: %s address refused", address, why)
 	}
 	return nil
@@ -409,13 +416,30 @@ func (p *Proxy) resolve(ctx context.Context, host string) (netip.Addr, *Decision
 	if err != nil || len(addrs) == 0 {
 		return netip.Addr{}, &Decision{Code: CodeResolveFailed, Reason: fmt.Sprintf("resolve %s: %v", host, err)}
 	}
+	own, err := p.ownAddrs()
+	if err != nil {
+		return netip.Addr{}, &Decision{Code: CodeDeniedAddress, Reason: fmt.Sprintf("%s: refused, since the host's own addresses cannot be read: %v", host, err)}
+	}
 	for _, a := range addrs {
-		if why := DenyReason(a); why != "" {
+		why := DenyReason(a)
+		if why == "" {
+			why = ownReason(a, own)
+		}
+		if why != "" {
 			return netip.Addr{}, &Decision{Code: CodeDeniedAddress, Address: a.String(),
 				Reason: fmt.Sprintf("%s resolves to %s, a %s address", host, a, why)}
 		}
 	}
 	return addrs[0], nil
+}
+
+// ownAddrs reads, now, the addresses of the namespace the proxy dials
+// from: the host's, or a test dialer's own namespace's.
+func (p *Proxy) ownAddrs() ([]netip.Addr, error) {
+	if d, ok := p.cfg.Dialer.(interface{ OwnAddrs() ([]netip.Addr, error) }); ok {
+		return d.OwnAddrs()
+	}
+	return OwnAddrs()
 }
 
 func (p *Proxy) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {

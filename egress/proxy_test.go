@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -181,6 +182,46 @@ func TestProxyRefuses(t *testing.T) {
 		if s.Host != egresstest.Allowed {
 			t.Errorf("upstream %s received a request", s.Host)
 		}
+	}
+}
+
+// TestProxyRefusesTheHostsOwnAddresses: a name resolving to a listening,
+// non-loopback address of the namespace the proxy dials from (its "host")
+// is refused after resolution, and so is one added after the proxy
+// started, since the addresses are read at decision time; the allowed
+// host beyond the veth still works.
+func TestProxyRefusesTheHostsOwnAddresses(t *testing.T) {
+	const late, lateName = "198.51.100.9", "late.custody.test"
+	r := newRig(t, []string{egresstest.Allowed + ":80", egresstest.Self + ":80", lateName + ":80"})
+	r.world.Resolver[lateName] = []netip.Addr{netip.MustParseAddr(late)}
+	c := r.client()
+	if body, err := get(t, c, "http://"+egresstest.Allowed+"/"); err != nil || !strings.Contains(body, "hello from "+egresstest.Allowed) {
+		t.Fatalf("the allowed host beyond the veth: %q, %v", body, err)
+	}
+	if d := r.lastDecision(t); !d.Allowed {
+		t.Fatalf("allowed host refused: %+v", d)
+	}
+	// The own address does listen: the refusal is the proxy's, not a
+	// closed port.
+	direct := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: r.world.Dialer.DialContext}}
+	if body, err := get(t, direct, "http://"+egresstest.SelfAddr+"/"); err != nil || !strings.Contains(body, "hello from") {
+		t.Fatalf("the host's own listener is not there: %q, %v", body, err)
+	}
+	before := len(r.world.Seen())
+	if err := egress.AddLoopbackAddress(r.world.Netns, netip.MustParsePrefix(late+"/32")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{egresstest.Self, lateName} {
+		if body, err := get(t, c, "http://"+name+"/"); err == nil {
+			t.Fatalf("GET %s: %q, want refused", name, body)
+		}
+		d := r.lastDecision(t)
+		if d.Allowed || d.Code != egress.CodeDeniedAddress || !strings.Contains(d.Reason, "host's own") {
+			t.Fatalf("%s: decision %+v, want %s as the host's own address", name, d, egress.CodeDeniedAddress)
+		}
+	}
+	if n := len(r.world.Seen()); n != before {
+		t.Errorf("the host's own listener saw %d requests through the proxy", n-before)
 	}
 }
 

@@ -265,11 +265,50 @@ func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage reques
 // producer is a recorded run whose retained output is a given tree.
 type producer struct{ actor, stage string }
 
+// OutputIndex is the run index custodyd keeps beside the output store:
+// each Record with a retained output is found under its output's digest,
+// with the producing run's actor and stage. The store writes it in the
+// same transaction as the record and rebuilds it from the records when it
+// is missing or of another version.
+func OutputIndex() store.RunIndex {
+	return store.RunIndex{Version: "output-producers/v1", Entries: func(raw []byte) []store.IndexEntry {
+		var rec Record
+		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil || rec.Result.Output == nil || rec.Result.Output.Digest == "" {
+			return nil
+		}
+		v, err := json.Marshal(indexedProducer{Actor: rec.Result.Actor, Stage: rec.Result.Stage})
+		if err != nil {
+			return nil
+		}
+		return []store.IndexEntry{{Key: outputKey(rec.Result.Output.Digest), Value: v}}
+	}}
+}
+
+// indexedProducer is an OutputIndex entry's value.
+type indexedProducer struct {
+	Actor string `json:"actor"`
+	Stage string `json:"stage"`
+}
+
+func outputKey(digest string) string { return "output:" + digest }
+
 // outputProducers lists the recorded runs (launch's own Records) whose
-// output is digest.
+// output is digest: from the output index when the store keeps one, else
+// by reading every record.
 func (l *Launcher) outputProducers(digest string) ([]producer, error) {
 	var out []producer
-	err := l.cfg.Store.Runs(func(id string, raw []byte) error {
+	err := l.cfg.Store.Indexed(outputKey(digest), func(id string, v []byte) error {
+		var p indexedProducer
+		if err := json.Unmarshal(v, &p); err != nil {
+			return fmt.Errorf("output index entry of run %s: %w", id, err)
+		}
+		out = append(out, producer{actor: p.Actor, stage: p.Stage})
+		return nil
+	})
+	if !errors.Is(err, store.ErrNoIndex) {
+		return out, err
+	}
+	err = l.cfg.Store.Runs(func(id string, raw []byte) error {
 		var rec Record
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil || rec.Result.Output == nil || rec.Result.Output.Digest != digest {
 			return nil

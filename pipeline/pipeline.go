@@ -167,6 +167,11 @@ func Parse(data []byte) (*Pipeline, error) {
 		if err != nil {
 			ps = append(ps, stageProblems(field, err)...)
 		}
+		if phase != nil {
+			// The flag is the stage's, never the body's: it is what lets
+			// the phase take verifier-only inputs.
+			phase.Verifier = sd.Verifier
+		}
 		st.Phase = phase
 		p.Stages = append(p.Stages, st)
 		if _, dup := at[sd.Name]; !dup {

@@ -36,6 +36,11 @@ func TestParseExample(t *testing.T) {
 	if !p.Stages[3].Verifier || p.Stages[0].Verifier {
 		t.Fatal("verifier flag not kept")
 	}
+	// The stage's flag is its phase's, which the grant binds and the
+	// policy's verifierRoots key on.
+	if !p.Stages[3].Phase.Verifier || p.Stages[0].Phase.Verifier {
+		t.Fatal("the verifier flag did not reach the stages' phases")
+	}
 	// Unresolved, a from: input is refused; resolved, it names the digest.
 	if _, err := p.Resolve(1, nil); !errors.Is(err, pipeline.ErrUnresolved) {
 		t.Fatalf("Resolve without outputs: %v", err)

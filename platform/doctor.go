@@ -49,6 +49,7 @@ func Diagnose(p *Profile, openat2 Fact, want Expect) []Check {
 		{"overlay", VerdictFail, "load the overlay module (modprobe overlay) and keep stateDir on a filesystem overlay accepts as a lower layer", p.Overlay},
 		{"userns", VerdictWarn, "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 or user.max_user_namespaces > 0); without them a run's root is the host's uid 0 inside the other namespaces", p.UserNS},
 		{"idmap", VerdictWarn, "keep stateDir on a filesystem the kernel can idmap (ext4, xfs or btrfs; tmpfs from Linux 6.3); without it images are mounted unmapped and images with non-root owners are refused", p.Idmap},
+		{"pidfd-netns", VerdictWarn, "use Linux 5.8 or later (setns on a pidfd) and run custodyd as root; without it restricted egress and credentials are refused (network: deny still runs)", p.PidfdNetns},
 		{"openat2", VerdictWarn, "use Linux 5.6 or later: packs resolve bind sources with openat2 and are refused without it (phases do not need it)", openat2},
 	} {
 		c := Check{Name: f.name, Verdict: VerdictOK, Detail: f.fact.How}

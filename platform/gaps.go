@@ -59,10 +59,10 @@ func v2Name(c string) string {
 	return c
 }
 
-// FactGaps lists the named facts (seccomp, tmpfs, overlay, userns) the
-// probe could not prove, each with how it tried.
+// FactGaps lists the named facts (seccomp, tmpfs, overlay, userns,
+// pidfd-netns) the probe could not prove, each with how it tried.
 func (p *Profile) FactGaps(names ...string) []backend.Gap {
-	facts := map[string]Fact{"seccomp": p.Seccomp, "tmpfs": p.Tmpfs, "overlay": p.Overlay, "userns": p.UserNS}
+	facts := map[string]Fact{"seccomp": p.Seccomp, "tmpfs": p.Tmpfs, "overlay": p.Overlay, "userns": p.UserNS, "pidfd-netns": p.PidfdNetns}
 	var gaps []backend.Gap
 	for _, n := range names {
 		f, known := facts[n]

@@ -576,3 +576,32 @@ func TestIsMountedSpace(t *testing.T) {
 		t.Errorf("isMounted(%q) = %v, %v; want true", dir, ok, err)
 	}
 }
+
+// TestProbePidfdNetns: on this host (Linux 5.8 or later, as root) the
+// probe opens a listener in a child's fresh namespace through its pidfd;
+// forced to fail, the fact is disproved with the reason, and the doctor
+// warns with the fix.
+func TestProbePidfdNetns(t *testing.T) {
+	testenv.Root(t)
+	if f := probePidfdNetns(context.Background(), ""); !f.OK {
+		t.Fatalf("pidfd-netns probe failed here: %+v", f)
+	}
+	f := probePidfdNetns(context.Background(), "forced")
+	if f.OK || !strings.Contains(f.Detail, "forced") {
+		t.Fatalf("a forced failure reported %+v", f)
+	}
+	p := &Profile{PidfdNetns: f}
+	gaps := p.FactGaps("pidfd-netns")
+	if len(gaps) != 1 || gaps[0].Requirement != "platform.pidfd-netns" {
+		t.Fatalf("gaps %+v", gaps)
+	}
+	for _, c := range Diagnose(p, Fact{OK: true}, Expect{}) {
+		if c.Name == "pidfd-netns" {
+			if c.Verdict != VerdictWarn || !strings.Contains(c.Fix, "5.8") {
+				t.Fatalf("doctor check %+v", c)
+			}
+			return
+		}
+	}
+	t.Fatal("no pidfd-netns check in the doctor's list")
+}

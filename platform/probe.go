@@ -27,6 +27,10 @@ type Options struct {
 	// runtime's cgroups were placed (custodyd reads it before it moves
 	// itself into a leaf cgroup); nil reads it at each probe.
 	OwnCgroup []byte
+	// PidfdNetnsFault, set only by tests and fault-injection builds,
+	// reports the pidfd-netns fact disproved with this detail: it can only
+	// take restricted egress away, never grant it.
+	PidfdNetnsFault string
 }
 
 // withDefaults fills in defaults and makes ScratchDir absolute and free of

@@ -43,6 +43,7 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 	p.Tmpfs = probeTmpfs(opts.ScratchDir)
 	p.Overlay = probeOverlay(opts.ScratchDir)
 	p.Idmap = ProbeIdmap(ctx, opts.ScratchDir)
+	p.PidfdNetns = probePidfdNetns(ctx, opts.PidfdNetnsFault)
 	if opts.RuntimePath != "" {
 		rt, err := ProbeRuntime(ctx, opts.RuntimePath)
 		if err != nil {

@@ -38,6 +38,10 @@ type Profile struct {
 	// namespace. Absent (How empty) from profiles made before it was
 	// probed.
 	Idmap Fact `json:"idmap,omitzero"`
+	// PidfdNetns is true when a listener was opened inside a child's fresh
+	// network namespace entered by setns on its pidfd: what restricted
+	// egress needs.
+	PidfdNetns Fact `json:"pidfdNetns"`
 
 	// Runtime is the pinned OCI runtime, when a path was given to probe.
 	Runtime *Runtime `json:"runtime,omitempty"`

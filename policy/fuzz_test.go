@@ -21,6 +21,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(example)
 	f.Add([]byte(valid))
 	f.Add([]byte(valid + "tiers: {development: false}\n"))
+	f.Add([]byte(valid + "verifierRoots: [/srv/hidden, /srv/hidden, relative, /srv/x/../y]\n"))
 	f.Add([]byte(valid + "x: &a 1\ny: *a\n"))
 	f.Add([]byte(valid + "---\n{}\n"))
 	f.Add([]byte(withGrants))

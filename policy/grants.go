@@ -33,6 +33,30 @@ func (p *Policy) InputRoot(hostPath string) (string, bool) {
 	return rootOf(p.InputRoots, hostPath)
 }
 
+// VerifierRoot returns the verifier root hostPath lies in, and true: an
+// input only a verifier phase may take (see InputRoot for the matching).
+func (p *Policy) VerifierRoot(hostPath string) (string, bool) {
+	return rootOf(p.VerifierRoots, hostPath)
+}
+
+// VerifierRootWithin returns a verifier root that lies at or below
+// hostPath, and true: naming hostPath would take that private material
+// with it.
+func (p *Policy) VerifierRootWithin(hostPath string) (string, bool) {
+	if !cleanAbs(hostPath) {
+		return "", false
+	}
+	for _, root := range p.VerifierRoots {
+		if reason, _ := rootProblem(root); reason != "" {
+			continue
+		}
+		if root == hostPath || strings.HasPrefix(root, strings.TrimSuffix(hostPath, "/")+"/") {
+			return root, true
+		}
+	}
+	return "", false
+}
+
 // rootOf returns the longest valid root of roots that holds hostPath
 // lexically, segment by segment, and true; or false.
 func rootOf(roots []string, hostPath string) (string, bool) {

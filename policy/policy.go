@@ -35,6 +35,12 @@ type Policy struct {
 	// configured root is ever read. An input is reached from its root
 	// without following any symlink (see InputRoot).
 	InputRoots []string `yaml:"inputRoots,omitempty" json:"inputRoots,omitempty"`
+	// VerifierRoots are the absolute, clean host directories holding
+	// private acceptance material (hidden tests, reference answers): only
+	// a verifier phase may take an input at or under one, and no other
+	// phase may name one, a path under one, or a directory holding one.
+	// They are input roots for verifier phases only.
+	VerifierRoots []string `yaml:"verifierRoots,omitempty" json:"verifierRoots,omitempty"`
 	// Egress is the network the operator allows out, per stage.
 	Egress Egress `yaml:"egress,omitempty" json:"egress,omitempty"`
 	// Credentials binds the credentials the operator may broker, by name:

@@ -227,6 +227,10 @@ func (p *Policy) validateInputRoots(add adder) {
 		reason, fix := rootProblem(r)
 		return r, reason, fix
 	})
+	distinct(add, "verifierRoots", "root", p.VerifierRoots, func(r string) (string, string, string) {
+		reason, fix := rootProblem(r)
+		return r, reason, fix
+	})
 }
 
 // rootProblem says why r cannot be an input root, or returns empty strings

@@ -65,6 +65,13 @@ func Collect(ctx context.Context, opts Options) (*Report, error) {
 	for _, f := range opts.Fills {
 		r.Fills = append(r.Fills, fill(f))
 	}
+	for _, t := range opts.TLSViaProxy {
+		r.TLS = append(r.TLS, tlsViaProxy(ctx, t, opts.TLSCA))
+	}
+	if opts.ScanKeys {
+		ks := scanKeys()
+		r.Keys = &ks
+	}
 	if opts.FillMounts > 0 {
 		r.MountFills = r.fillMounts(recs, opts.FillMounts)
 	}

@@ -63,6 +63,10 @@ type Report struct {
 	// MountFills are the attempts to write into every mount point the
 	// probe found in its own mountinfo, one per target, in its order.
 	MountFills []MountFill `json:"mountFills,omitempty"`
+	// TLS are the HTTPS requests made through the sandbox's proxy.
+	TLS []TLSAttempt `json:"tls,omitempty"`
+	// Keys is the search for private key material, when asked.
+	Keys *KeyScan `json:"keys,omitempty"`
 
 	// Problems lists what the probe could not observe (a file it could not
 	// read, say). They are data too.
@@ -261,4 +265,10 @@ type Options struct {
 	FillMounts int64
 	// Self is the probe binary (for fork+exec); default os.Executable.
 	Self string
+	// TLSViaProxy: host:port targets to reach over TLS through
+	// $HTTPS_PROXY, each chain checked against TLSCA.
+	TLSViaProxy []string
+	TLSCA       string
+	// ScanKeys: search the files and environment for private keys.
+	ScanKeys bool
 }

@@ -22,27 +22,43 @@ const (
 	egressOtherAddr   = "203.0.113.11"
 )
 
-// egressWorld is that namespace and its plain-HTTP servers.
+// egressWorld is that namespace, the one the daemon's proxy dials from
+// (joined to it by a veth, so the upstreams are not the dialler's own
+// addresses, which the proxy refuses), and its plain-HTTP servers.
 type egressWorld struct {
-	netns   string
+	netns   string // the proxy dials from here
 	id      egress.NetnsID
+	far     string // the upstreams listen here
+	farID   egress.NetnsID
 	servers []*http.Server
+	// intercept is the interception-form checks' upstream; nil when it
+	// could not be made (those checks are then not run).
+	intercept *interceptWorld
 }
 
-// startEgressWorld makes the namespace under dir and serves "custody
+// startEgressWorld makes the namespaces under dir and serves "custody
 // qualify upstream <host>" at each address on port 80.
 func startEgressWorld(dir string) (*egressWorld, error) {
-	w := &egressWorld{netns: filepath.Join(dir, "upstream-netns")}
+	w := &egressWorld{netns: filepath.Join(dir, "dial-netns"), far: filepath.Join(dir, "upstream-netns")}
 	id, err := egress.CreateNetns(w.netns)
 	if err != nil {
 		return nil, err
 	}
 	w.id = id
+	farID, err := egress.CreateNetns(w.far)
+	if err != nil {
+		return w, err
+	}
+	w.farID = farID
+	if err := egress.LinkUpstream(w.netns, w.far, netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("198.51.100.2/24"),
+		[]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}); err != nil {
+		return w, err
+	}
 	for _, a := range []string{egressAllowedAddr, egressOtherAddr} {
-		if err := egress.AddLoopbackAddress(w.netns, netip.MustParsePrefix(a+"/32")); err != nil {
+		if err := egress.AddLoopbackAddress(w.far, netip.MustParsePrefix(a+"/32")); err != nil {
 			return w, err
 		}
-		ln, err := egress.ListenIn(w.netns, a+":80")
+		ln, err := egress.ListenIn(w.far, a+":80")
 		if err != nil {
 			return w, err
 		}
@@ -52,24 +68,30 @@ func startEgressWorld(dir string) (*egressWorld, error) {
 		w.servers = append(w.servers, srv)
 		go srv.Serve(ln)
 	}
+	iw, err := startIntercept(dir, w.far)
+	if err != nil {
+		return w, fmt.Errorf("the interception-form upstream: %w", err)
+	}
+	w.intercept = iw
+	w.servers = append(w.servers, iw.srv)
 	return w, nil
 }
 
 // config is the private daemon's egress section.
 func (w *egressWorld) config() string {
-	return fmt.Sprintf("egress:\n  testUpstreams:\n    netns: %q\n    hosts: {%q: [%q], %q: [%q]}\n",
-		w.netns, egressAllowed, egressAllowedAddr, egressOther, egressOtherAddr)
+	return fmt.Sprintf("egress:\n  caFile: %q\n  testUpstreams:\n    netns: %q\n    hosts: {%q: [%q], %q: [%q], %q: [%q]}\n",
+		w.intercept.caFile, w.netns, egressAllowed, egressAllowedAddr, egressOther, egressOtherAddr, egressProvider, egressAllowedAddr)
 }
 
 // policy grants the suite's stage the allowed upstream.
 func (w *egressWorld) policy() string {
-	return fmt.Sprintf("egress:\n  stages:\n    test: [%q]\n", egressAllowed+":80")
+	return fmt.Sprintf("egress:\n  stages:\n    test: [%q]\n", egressAllowed+":80") + w.intercept.policy()
 }
 
 // target is what the suite's restricted-egress checks aim at.
 func (w *egressWorld) target() *conformance.EgressTarget {
 	return &conformance.EgressTarget{Allowed: egressAllowed + ":80", Expect: "custody qualify upstream " + egressAllowed,
-		AllowedAddr: egressAllowedAddr, Other: egressOther + ":80"}
+		AllowedAddr: egressAllowedAddr, Other: egressOther + ":80", Intercept: w.intercept.target()}
 }
 
 // stop closes the servers and removes the namespace.
@@ -79,5 +101,8 @@ func (w *egressWorld) stop() error {
 		errs = append(errs, s.Close())
 	}
 	errs = append(errs, egress.RemoveNetns(w.netns, w.id))
+	if w.far != "" {
+		errs = append(errs, egress.RemoveNetns(w.far, w.farID))
+	}
 	return errors.Join(errs...)
 }

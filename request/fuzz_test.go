@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/custody-dev/custody/request"
@@ -26,6 +27,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(valid + "---\n{}\n"))
 	f.Add([]byte(valid + "toolchain: go1.26\ncredentials: [registry-token, GH_TOKEN]\n"))
 	f.Add([]byte(valid + "credentials: [a, a]\n"))
+	f.Add([]byte(strings.Replace(valid, "stage: build", "stage: test", 1) + "verifier: true\n"))
+	f.Add([]byte(valid + "verifier: true\n"))
 	f.Add([]byte(valid + "network: {egress: [proxy.golang.org:443, sum.golang.org:443]}\n"))
 	f.Add([]byte(valid + "network: {egress: ['*.x.y:1', '10.0.0.1:80']}\n"))
 	f.Add([]byte("{apiVersion: custody.dev/v1alpha1, kind: Phase, resources: {cpu: 1e308}}"))

@@ -139,6 +139,10 @@ type Phase struct {
 	// metadata only: it never carries a secret, and policy decides whether
 	// the credential is granted.
 	Credentials []string `yaml:"credentials,omitempty" json:"credentials,omitempty"`
+	// Verifier marks the phase as a pipeline's verifier stage, the only
+	// kind that may take inputs under the policy's verifierRoots (private
+	// acceptance material). The grant binds it like every other field.
+	Verifier bool `yaml:"verifier,omitempty" json:"verifier,omitempty"`
 }
 
 // DefaultPath is the PATH a workload gets when its image's config names

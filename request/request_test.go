@@ -557,3 +557,15 @@ func TestOutputSource(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifierFlag: a test phase may be the verifier; a phase of any other
+// stage may not (acceptance material is judged in the test stage only).
+func TestVerifierFlag(t *testing.T) {
+	if p := mustParse(t, edit(t, "stage: build", "stage: test")+"verifier: true\n"); !p.Verifier {
+		t.Error("verifier: true not parsed")
+	}
+	_, err := request.Parse([]byte(valid + "verifier: true\n"))
+	if err == nil || !strings.Contains(err.Error(), "verifier") {
+		t.Errorf("a build phase as the verifier: %v, want refused on verifier", err)
+	}
+}

@@ -87,6 +87,10 @@ func (p *Phase) Validate() error {
 		add("stage", "is missing", stageFix)
 	case !p.Stage.Valid():
 		add("stage", fmt.Sprintf("%q is not a stage", p.Stage), stageFix)
+	case p.Verifier && p.Stage != StageTest:
+		// Acceptance material is judged in the test stage only (R8):
+		// generation never sees it.
+		add("verifier", fmt.Sprintf("stage %s cannot be a verifier: only a test stage holds acceptance material", p.Stage), "ask for stage: test, or drop verifier")
 	}
 	if p.Tier != "" && p.Tier != TierProduction && p.Tier != TierDevelopment {
 		add("tier", fmt.Sprintf("%q is not a tier", p.Tier), "use production or development, or leave it out for production")

@@ -30,6 +30,10 @@ type Config struct {
 	// Faults, when set (only by fault-injection builds), is called at each
 	// stage boundary of a launch.
 	Faults func(stage string) `yaml:"-"`
+	// PidfdNetnsFault, set only by tests, makes the platform probe report
+	// pidfd-netns disproved with this detail: it can only take restricted
+	// egress away.
+	PidfdNetnsFault string `yaml:"-"`
 }
 
 // Runtime names the runtime binary the operator pinned: where it is, which

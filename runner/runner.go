@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if err != nil {
 		return nil, fmt.Errorf("read own cgroup: %w", err)
 	}
-	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir, OwnCgroup: own}
+	r.probeOpts = platform.Options{RuntimePath: cfg.Runtime.Path, ScratchDir: cfg.StateDir, OwnCgroup: own, PidfdNetnsFault: cfg.PidfdNetnsFault}
 	r.reprobeEvery = reprobeEvery
 	prof, err := platform.Probe(ctx, r.probeOpts)
 	if err != nil {

@@ -63,11 +63,18 @@ var (
 // DB is an open store.
 type DB struct {
 	db *bolt.DB
+	// index, if set, is kept beside the run records (WithRunIndex).
+	index *RunIndex
 }
 
 // Open opens (creating if needed) the store at path with 0600 permissions
-// and checks its schema version.
-func Open(path string) (*DB, error) {
+// and checks its schema version; with a run index, it rebuilds the index
+// from the records when it is not this version's.
+func Open(path string, opts ...Option) (*DB, error) {
+	d := &DB{}
+	for _, o := range opts {
+		o(d)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store dir: %w", err)
 	}
@@ -88,9 +95,14 @@ func Open(path string) (*DB, error) {
 		meta := root.Bucket(bucketMeta)
 		switch v := meta.Get(keySchema); {
 		case v == nil:
-			return meta.Put(keySchema, []byte(schemaVersion))
+			if err := meta.Put(keySchema, []byte(schemaVersion)); err != nil {
+				return err
+			}
 		case string(v) != schemaVersion:
 			return fmt.Errorf("store schema %q, this build reads %q", v, schemaVersion)
+		}
+		if d.index != nil {
+			return d.openIndex(tx)
 		}
 		return nil
 	})
@@ -98,7 +110,8 @@ func Open(path string) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("init store: %w", err)
 	}
-	return &DB{db: db}, nil
+	d.db = db
+	return d, nil
 }
 
 // Close closes the store.
@@ -158,7 +171,7 @@ func (d *DB) PutRun(id string, record any) error {
 		return fmt.Errorf("encode run %s: %w", id, err)
 	}
 	return d.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketV1).Bucket(bucketRuns).Put([]byte(id), v)
+		return d.putRun(tx, []byte(id), v)
 	})
 }
 
@@ -310,7 +323,7 @@ func (d *DB) Update(bucket string, fn func(b *bolt.Bucket) error, runs ...RunRec
 			return err
 		}
 		for _, r := range runs {
-			if err := tx.Bucket(bucketV1).Bucket(bucketRuns).Put([]byte(r.ID), r.Value); err != nil {
+			if err := d.putRun(tx, []byte(r.ID), r.Value); err != nil {
 				return err
 			}
 		}
@@ -357,6 +370,6 @@ func (d *DB) Runs(fn func(id string, raw []byte) error) error {
 // DeleteRun removes a run record.
 func (d *DB) DeleteRun(id string) error {
 	return d.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketV1).Bucket(bucketRuns).Delete([]byte(id))
+		return d.deleteRun(tx, []byte(id))
 	})
 }

@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/regfile"
 )
 
 // maxCredential bounds a credential file custodyd reads.
@@ -43,33 +43,7 @@ func (m *Manager) readCredentials(plan *admission.PackPlan) (map[string][]byte, 
 }
 
 func readSource(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if err != nil {
-		// ELOOP: the last component is a symlink.
-		return nil, fmt.Errorf("open %s without following links: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	case st.Mode&0o7777 != 0o600:
-		return nil, fmt.Errorf("%s has mode %04o, not 0600", path, st.Mode&0o7777)
-	case st.Uid != 0:
-		return nil, fmt.Errorf("%s is owned by uid %d, not root", path, st.Uid)
-	}
-	v, err := io.ReadAll(io.LimitReader(f, maxCredential+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(v) > maxCredential {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxCredential)
-	}
-	return v, nil
+	return regfile.ReadSecret(path, maxCredential)
 }
 
 // writeSecrets writes each service's credential and fixture files into

@@ -34,14 +34,26 @@ func (b *Backend) Identity() backend.Identity {
 // Capabilities are what runc enforces on this host: budgets through the
 // cgroup controllers each tier needs, and the reviewed profile's seccomp
 // filter, bounded tmpfs mounts and overlay rootfs, each as the probe
-// proved them. Without a profile it claims nothing.
+// proved them. Restricted egress is claimed only when the caller serves it
+// and the probe proved the listeners can be opened in a sandbox's
+// namespace through a pidfd. Without a profile it claims nothing.
 func (b *Backend) Capabilities() backend.Capabilities {
 	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, HostImageOwners: b.opts.UserNS == nil || b.noIdmap.Load(),
-		WritableInputs: true, RestrictedEgress: b.opts.Egress}
-	if b.opts.Profile == nil {
-		return caps
+		WritableInputs: true}
+	var prof *platform.Profile
+	if b.opts.Profile != nil {
+		prof = b.opts.Profile()
 	}
-	prof := b.opts.Profile()
+	if b.opts.Egress {
+		if prof == nil {
+			caps.EgressGaps = []backend.Gap{{Requirement: "platform.pidfd-netns", Code: "pidfd-netns-unavailable",
+				Detail: "no platform probe proved that the egress listeners can be opened in a sandbox's network namespace",
+				Fix:    "run under custodyd, which probes the platform at start"}}
+		} else {
+			caps.EgressGaps = prof.FactGaps("pidfd-netns")
+		}
+		caps.RestrictedEgress = len(caps.EgressGaps) == 0
+	}
 	if prof == nil {
 		return caps
 	}
@@ -71,6 +83,10 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		ca = s.Egress.CACert
 		if !b.opts.Egress || s.Egress.Attach == nil {
 			return nil, errors.New("oci: restricted egress is not served on this runner (Capabilities.RestrictedEgress is false); fix: ask for network: deny and no credentials")
+		}
+		if caps := b.Capabilities(); !caps.RestrictedEgress {
+			g := caps.EgressGaps[0]
+			return nil, fmt.Errorf("oci: %s: restricted egress is refused: %s; fix: %s, or ask for network: deny and no credentials", g.Requirement, g.Detail, g.Fix)
 		}
 		env = withEnv(s.Env, s.Egress.Env)
 	}

@@ -10,7 +10,8 @@
 //
 //	custody-probe [-try-write /in/x,/,/bin] [-try-read /dev/zero] [-try-connect 127.0.0.1:PORT]
 //	    [-loopback] [-hash FILE,...] [-ordinary] [-syscalls] [-alloc 64Mi] [-spawn N [-spawn-cmd "/bin/sleep 30"]]
-//	    [-burn 2s] [-fill PATH:SIZE,...] [-fill-mounts SIZE] [-indent]
+//	    [-burn 2s] [-fill PATH:SIZE,...] [-fill-mounts SIZE] [-tls-via-proxy HOST:PORT,... -tls-ca FILE]
+//	    [-scan-keys] [-indent]
 //	custody-probe -hold DURATION [-tag TEXT]   # just sleep (a marker process for cleanup checks)
 //	custody-probe -noop                        # exit 0 at once (used by the probe's own fork tests)
 //
@@ -77,6 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fillMounts := fs.String("fill-mounts", "", "try writing this many bytes into every mount point in /proc/self/mountinfo (e.g. 8Mi)")
 	fs.DurationVar(&hold, "hold", 0, "only sleep this long and exit (a marker process)")
 	fs.StringVar(&tag, "tag", "", "free text carried in argv (to find a -hold process from outside)")
+	var tlsTargets list
+	fs.Var(&tlsTargets, "tls-via-proxy", "host:port targets to GET / over TLS through $HTTPS_PROXY, recording the issuer")
+	fs.StringVar(&opts.TLSCA, "tls-ca", "", "CA file the -tls-via-proxy chains are checked against")
+	fs.BoolVar(&opts.ScanKeys, "scan-keys", false, "search files (not /proc, /sys, /dev) and the environment for private keys")
 	fs.BoolVar(&noop, "noop", false, "exit 0 at once")
 	fs.BoolVar(&indent, "indent", false, "indent the JSON report")
 	if err := fs.Parse(args); err != nil {
@@ -94,6 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	opts.TryWrite, opts.TryRead, opts.TryConnect, opts.Hash = writes, reads, connects, hashes
+	opts.TLSViaProxy = tlsTargets
 	if alloc != "" {
 		n, err := probe.ParseSize(alloc)
 		if err != nil {

@@ -103,7 +103,9 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 	if !v.AllPassed() || v.Tier != "development" || len(v.Checks) < 30 || len(v.Missing) != 0 {
 		t.Fatalf("row: result %s tier %s checks %d failed %v missing %v", v.Result, v.Tier, len(v.Checks), v.Failed, v.Missing)
 	}
+	listed := map[string]bool{}
 	for _, c := range v.Checks {
+		listed[c.TestName()] = true
 		if len(c.Runs) == 0 {
 			t.Errorf("%s passed with no run behind it", c.TestName())
 		}
@@ -111,6 +113,11 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 			if r.Tier != "development (unqualified)" || len(r.ReceiptSHA256) != 64 {
 				t.Errorf("%s: run %+v", c.TestName(), r)
 			}
+		}
+	}
+	for _, name := range []string{"egress/restricted-allowed-host-reachable", "egress/restricted-intercept-terminated", "egress/restricted-intercept-confined"} {
+		if !listed[name] {
+			t.Errorf("the row does not list %s: %v", name, listed)
 		}
 	}
 	_, _, sha := testenv.Runc(t)

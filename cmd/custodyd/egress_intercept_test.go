@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/conformance"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/egress/egresstest"
 	"github.com/custody-dev/custody/internal/testenv"
@@ -151,4 +154,69 @@ func noCanary(t *testing.T, d *daemon, canary string, places map[string][]byte) 
 			t.Errorf("the canary leaked into %s: %q", where, leaks)
 		}
 	}
+}
+
+// TestInterceptConformance runs the conformance suite's interception-form
+// checks through a daemon whose policy binds the provider credential in
+// the interception form to a provider that answers only when it gets the
+// bound header: the bound host is terminated with the run's CA and gets
+// the header; another granted TLS host stays a blind tunnel; no private
+// key is in the sandbox.
+func TestInterceptConformance(t *testing.T) {
+	canary := egresstest.Canary(t)
+	d, w := egressDaemon(t, canary, nil)
+	const port = "8443"
+	w.Serve(t, egresstest.AllowedAddr+":"+port, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+canary {
+			http.Error(rw, "no credential", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(rw, "provider authorized\n")
+	}), true)
+	// The suite's workload is the probe: the busybox image with it added.
+	probeBin := os.Getenv("CUSTODY_PROBE")
+	if probeBin == "" {
+		testenv.Missing(t, "custody-probe ($CUSTODY_PROBE, set by make test)")
+	}
+	rootfs := testenv.BusyboxRootfs(t)
+	bin, err := os.ReadFile(probeBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "bin", "custody-probe"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := d.control.ImportImage(context.Background(), rootfs)
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	var img struct{ Digest string }
+	if err := json.Unmarshal(raw, &img); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := os.ReadFile(d.cfg.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol = bytes.ReplaceAll(pol, []byte(d.image), []byte(img.Digest))
+	edited := bytes.Replace(pol, []byte(egresstest.Provider+`:443", header: Authorization, format: "Bearer {}", stages: [generate]}`),
+		[]byte(egresstest.Provider+":"+port+`", header: Authorization, format: "Bearer {}", stages: [generate], form: intercept}`), 1)
+	edited = bytes.Replace(edited, []byte(`generate: ["`+egresstest.Allowed+`:80"]`), []byte(`generate: ["`+egresstest.Allowed+`:443"]`), 1)
+	if bytes.Equal(edited, pol) {
+		t.Fatal("the egress policy changed shape")
+	}
+	writeFile(t, d.cfg.Policy, string(edited))
+	if st, err := d.control.ReloadPolicy(context.Background()); err != nil || st.Error != "" {
+		t.Fatalf("reload: %v %+v", err, st)
+	}
+	rep := conformance.Run(context.Background(), conformance.Env{
+		Control: d.control, Submit: d.submit, Image: img.Digest, Scratch: filepath.Join(d.dir, "src"), Tier: conformance.TierDevelopment,
+		Actor: "ci-bot", Stage: "build",
+		Egress: &conformance.EgressTarget{Allowed: egresstest.Allowed + ":80", Expect: "hello from " + egresstest.Allowed,
+			AllowedAddr: egresstest.AllowedAddr, Other: egresstest.Other + ":80",
+			Intercept: &conformance.InterceptTarget{Credential: "provider", Stage: "generate", Bound: egresstest.Provider + ":" + port,
+				Expect: "provider authorized", Other: egresstest.Allowed + ":443"}},
+		Only: func(family, name string) bool { return strings.HasPrefix(name, "restricted-intercept-") },
+	})
+	requirePassed(t, rep, 2, "interception-form")
 }

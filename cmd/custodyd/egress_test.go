@@ -201,8 +201,14 @@ func TestRestrictedEgressConformance(t *testing.T) {
 			AllowedAddr: egresstest.AllowedAddr, Other: egresstest.Other + ":80"},
 		Only: func(family, name string) bool { return strings.HasPrefix(name, "restricted-") },
 	})
-	if len(rep.Checks) != 2 {
-		t.Fatalf("ran %d checks, want the 2 restricted-egress ones", len(rep.Checks))
+	requirePassed(t, rep, 2, "restricted-egress")
+}
+
+// requirePassed requires want checks, every one passed.
+func requirePassed(t *testing.T, rep conformance.Report, want int, what string) {
+	t.Helper()
+	if len(rep.Checks) != want {
+		t.Fatalf("ran %d checks, want the %d %s ones", len(rep.Checks), want, what)
 	}
 	for _, c := range rep.Checks {
 		if !c.Passed {
@@ -210,5 +216,56 @@ func TestRestrictedEgressConformance(t *testing.T) {
 		} else {
 			t.Logf("%s/%s (%s): %s", c.Family, c.Name, c.Case, c.Detail)
 		}
+	}
+}
+
+// TestEgressRefusedWhenThePidfdProbeFails runs real custodyd with an
+// egress section on a platform whose pidfd-netns probe is forced to fail:
+// the status profile reports the fact disproved, an egress phase is
+// refused as egress-unsupported naming platform.pidfd-netns and its fix,
+// and a network-deny phase still runs.
+func TestEgressRefusedWhenThePidfdProbeFails(t *testing.T) {
+	testenv.Root(t)
+	w := egresstest.NewWorld(t)
+	d := startDaemonWith(t, func(c *Config) {
+		c.Egress = &EgressConfig{TestUpstreams: &TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
+		c.Runner.PidfdNetnsFault = "forced by the test"
+	}, nil)
+	writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir)+fmt.Sprintf("egress:\n  stages:\n    build: [\"%s:80\"]\n", egresstest.Allowed))
+	ctx := context.Background()
+	if st, err := d.control.ReloadPolicy(ctx); err != nil || st.Error != "" {
+		t.Fatalf("reload: %v %+v", err, st)
+	}
+	st, err := d.control.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prof struct {
+		PidfdNetns struct {
+			OK     bool
+			Detail string
+		} `json:"pidfdNetns"`
+	}
+	if err := json.Unmarshal(st.Profile, &prof); err != nil || prof.PidfdNetns.OK || !strings.Contains(prof.PidfdNetns.Detail, "forced") {
+		t.Fatalf("status profile pidfdNetns = %+v (%v)", prof.PidfdNetns, err)
+	}
+	adm, err := d.submit.Admit(ctx, d.egressPhase("network: {egress: [\""+egresstest.Allowed+":80\"]}\n", "", "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(adm); adm.Admitted || !strings.Contains(got, "egress-unsupported") || !strings.Contains(got, "platform.pidfd-netns") {
+		t.Fatalf("egress on an unproved platform: %s", got)
+	}
+	if _, err := d.control.IssueGrant(ctx, api.IssueRequest{Phase: d.egressPhase("network: {egress: [\""+egresstest.Allowed+":80\"]}\n", "", "true"),
+		Actor: "ci-bot", TTL: "15m"}); err == nil || !strings.Contains(err.Error(), "egress-unsupported") {
+		t.Fatalf("a grant for egress on an unproved platform: %v", err)
+	}
+	env, err := d.control.IssueGrant(ctx, api.IssueRequest{Phase: d.phase("echo denied-runs"), Actor: "ci-bot", TTL: "15m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if res, err := d.submit.Run(ctx, env, &out, &out, nil); err != nil || res.Status != api.StatusOK || !strings.Contains(out.String(), "denied-runs") {
+		t.Fatalf("a network-deny phase: %v %+v %s", err, res, out.String())
 	}
 }

@@ -116,7 +116,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if s.verifier, err = grant.NewVerifier(trusted); err != nil {
 		return nil, err
 	}
-	if s.db, err = store.Open(runner.StorePath(cfg.Runner)); err != nil {
+	if s.db, err = store.Open(runner.StorePath(cfg.Runner), store.WithRunIndex(launch.OutputIndex())); err != nil {
 		return nil, err
 	}
 	s.faults = faultHook()

@@ -3,27 +3,24 @@
 // (203.0.113.0/24, 2001:db8::/32) on its loopback, TLS and plain-HTTP
 // servers listening there with a test CA, and a resolver that maps test
 // names to those addresses (or, for refusal cases, to inward ones). The
-// proxy under test dials from inside that namespace, so the deny-list it
-// applies is the production one and no real outside address is ever
-// reached.
+// proxy under test dials from a second namespace the test makes, joined to
+// the upstreams' by a veth, so the deny-list it applies (including the
+// dialling namespace's own addresses) is the production one and no real
+// outside address is ever reached.
 package egresstest
 
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -46,6 +43,13 @@ const (
 	AllowedAddr = "203.0.113.10"
 	OtherAddr   = "203.0.113.11"
 	AllowedV6   = "2001:db8::10"
+	// SelfAddr is the dial namespace's own end of the veth: a listening,
+	// non-loopback address of the "host" the proxy runs on.
+	SelfAddr = "198.51.100.1"
+	// SelfV6 is an IPv6 address of the dial namespace's own, on its
+	// loopback.
+	SelfV6  = "2001:db8:ff::1"
+	farAddr = "198.51.100.2"
 )
 
 // Names the Resolver answers.
@@ -58,6 +62,7 @@ const (
 	Mixed    = "mixed.custody.test"    // → AllowedAddr and 10.0.0.1 (rebinding)
 	Mapped   = "mapped.custody.test"   // → ::ffff:127.0.0.1
 	Metadata = "meta.custody.test"     // → 169.254.169.254
+	Self     = "self.custody.test"     // → SelfAddr, the dialling host's own address
 )
 
 // Resolver is a fixed name table.
@@ -89,7 +94,10 @@ type Request struct {
 
 // World is the test's upstream namespace and its servers.
 type World struct {
+	// Netns is the namespace the proxy dials from; the upstreams listen
+	// in another, beyond the veth.
 	Netns    string
+	far      string
 	CA       *x509.CertPool
 	Resolver Resolver
 	Dialer   egress.DialerIn
@@ -112,18 +120,25 @@ func (w *World) Seen() []Request {
 // answers "hello from <host>" and records the request.
 func NewWorld(t testing.TB) *World {
 	t.Helper()
-	ns := netns(t, "upstream-netns")
+	ns, far := netns(t, "dial-netns"), netns(t, "upstream-netns")
 	for _, a := range []string{AllowedAddr + "/32", OtherAddr + "/32", AllowedV6 + "/128"} {
-		if err := egress.AddLoopbackAddress(ns, netip.MustParsePrefix(a)); err != nil {
+		if err := egress.AddLoopbackAddress(far, netip.MustParsePrefix(a)); err != nil {
 			t.Fatalf("add %s in the upstream namespace: %v", a, err)
 		}
 	}
+	if err := egress.AddLoopbackAddress(ns, netip.MustParsePrefix(SelfV6+"/128")); err != nil {
+		t.Fatalf("add %s in the dial namespace: %v", SelfV6, err)
+	}
+	if err := egress.LinkUpstream(ns, far, netip.MustParsePrefix(SelfAddr+"/24"), netip.MustParsePrefix(farAddr+"/24"),
+		[]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}); err != nil {
+		t.Fatal(err)
+	}
 	w := &World{
-		Netns: ns,
+		Netns: ns, far: far,
 		Resolver: Resolver{
 			Allowed: addrs(AllowedAddr), Other: addrs(OtherAddr), Provider: addrs(AllowedAddr),
 			Loopback: addrs("127.0.0.1"), Private: addrs("10.0.0.5"), Mixed: addrs(AllowedAddr, "10.0.0.1"),
-			Mapped: addrs("::ffff:127.0.0.1"), Metadata: addrs("169.254.169.254"),
+			Mapped: addrs("::ffff:127.0.0.1"), Metadata: addrs("169.254.169.254"), Self: addrs(SelfAddr),
 		},
 		Dialer: egress.DialerIn{Path: ns},
 	}
@@ -150,14 +165,17 @@ func NewWorld(t testing.TB) *World {
 		fmt.Fprintf(rw, "hello from %s\n", host)
 	})
 	for _, a := range []string{AllowedAddr, OtherAddr} {
-		w.serve(t, net.JoinHostPort(a, "443"), h, &tls.Config{Certificates: []tls.Certificate{cert}})
-		w.serve(t, net.JoinHostPort(a, "80"), h, nil)
+		w.serve(t, w.far, net.JoinHostPort(a, "443"), h, &tls.Config{Certificates: []tls.Certificate{cert}})
+		w.serve(t, w.far, net.JoinHostPort(a, "80"), h, nil)
 	}
+	// The dialling host listens on its own address too, as a host's
+	// services do: the proxy must refuse it, not find it closed.
+	w.serve(t, w.Netns, net.JoinHostPort(SelfAddr, "80"), h, nil)
 	return w
 }
 
-func (w *World) serve(t testing.TB, addr string, h http.Handler, tc *tls.Config) {
-	ln, err := egress.ListenIn(w.Netns, addr)
+func (w *World) serve(t testing.TB, ns, addr string, h http.Handler, tc *tls.Config) {
+	ln, err := egress.ListenIn(ns, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,39 +198,23 @@ func (w *World) Serve(t testing.TB, addr string, h http.Handler, useTLS bool) {
 	if useTLS {
 		tc = &tls.Config{Certificates: []tls.Certificate{w.cert}}
 	}
-	w.serve(t, addr, h, tc)
+	w.serve(t, w.far, addr, h, tc)
 }
 
 // testCA makes a CA and a leaf for names, valid for an hour.
 func testCA(t testing.TB, names ...string) (*x509.CertPool, []byte, tls.Certificate) {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caDER, cert, err := egress.UpstreamCertificate("custody egress test CA", time.Hour, names...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "custody egress test CA"},
-		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &key.PublicKey, caKey)
+	ca, err := x509.ParseCertificate(caDER)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	return pool, caDER, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return pool, caDER, cert
 }
 
 // Sandbox creates a loopback-only namespace standing in for a sandbox's.
@@ -289,13 +291,19 @@ func (w *World) CAPEM(t testing.TB, dir string) string {
 // returns its path.
 func Client(t testing.TB, dir string) string {
 	t.Helper()
+	return buildTool(t, dir, "client")
+}
+
+// buildTool builds the static workload testdata/name into dir.
+func buildTool(t testing.TB, dir, name string) string {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	out := filepath.Join(dir, "client")
-	cmd := exec.Command("go", "build", "-o", out, "./testdata/client")
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/"+name)
 	cmd.Dir = filepath.Dir(file)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the egress test client: %v\n%s", err, b)
+		t.Fatalf("build the egress test workload %s: %v\n%s", name, err, b)
 	}
 	return out
 }
@@ -308,6 +316,99 @@ func (w *World) Hosts() map[string][]string {
 		for _, a := range as {
 			out[name] = append(out[name], a.String())
 		}
+	}
+	return out
+}
+
+// Bypass builds the static raw-syscall workload (testdata/bypass) into
+// dir and returns its path.
+func Bypass(t testing.TB, dir string) string {
+	t.Helper()
+	return buildTool(t, dir, "bypass")
+}
+
+// Sink is a TCP and a UDP listener on one address and port that count
+// what reaches them: the witness that a refused bypass sent nothing.
+type Sink struct {
+	Addr string
+	mu   sync.Mutex
+	hits int
+}
+
+// Hits is how many connections and datagrams arrived.
+func (s *Sink) Hits() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hits
+}
+
+func (s *Sink) hit() {
+	s.mu.Lock()
+	s.hits++
+	s.mu.Unlock()
+}
+
+// Sinks listens at each of addrs (host:port) over TCP and UDP, in the
+// dial namespace for SelfAddr and SelfV6 (the proxy host's own) and
+// in the upstream namespace for the rest, until the test ends. Each sink
+// is checked live from the dial namespace first (a TCP connection and a
+// datagram), and its count starts at zero after that.
+func (w *World) Sinks(t testing.TB, addrs ...string) []*Sink {
+	t.Helper()
+	var out []*Sink
+	for _, addr := range addrs {
+		s := &Sink{Addr: addr}
+		ns := w.far
+		if host, _, _ := net.SplitHostPort(addr); host == SelfAddr || host == SelfV6 {
+			ns = w.Netns
+		}
+		ln, err := egress.ListenIn(ns, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := egress.ListenPacketIn(ns, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close(); pc.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				s.hit()
+				c.Close()
+			}
+		}()
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				if _, _, err := pc.ReadFrom(buf); err != nil {
+					return
+				}
+				s.hit()
+			}
+		}()
+		for _, network := range []string{"tcp", "udp"} {
+			c, err := w.Dialer.DialContext(context.Background(), network, addr)
+			if err != nil {
+				t.Fatalf("sink %s/%s is not reachable from the dial namespace: %v", addr, network, err)
+			}
+			c.Write([]byte("live"))
+			c.Close()
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for s.Hits() < 2 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if s.Hits() != 2 {
+			t.Fatalf("sink %s saw %d of its 2 live checks", addr, s.Hits())
+		}
+		s.mu.Lock()
+		s.hits = 0
+		s.mu.Unlock()
+		out = append(out, s)
 	}
 	return out
 }

@@ -114,3 +114,42 @@ func typeName(m fs.FileMode) string {
 	}
 	return "of mode " + m.String()
 }
+
+// ErrNotSecret: a secret file is not root's alone (mode 0600, owner root).
+var ErrNotSecret = errors.New("not a root-owned 0600 file")
+
+// ReadSecret reads an operator's secret file as custodyd must: opened
+// without following a link in its last component, non-blocking (a FIFO
+// cannot hold the reader), a regular file (ErrNotRegular), mode exactly
+// 0600 and owned by root (ErrNotSecret), at most limit bytes
+// (ErrTooLarge). The checks are made on the opened descriptor, so the file
+// read is the file checked.
+func ReadSecret(path string, limit int64) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		// ELOOP: the last component is a symlink.
+		return nil, fmt.Errorf("open %s without following links: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return nil, fmt.Errorf("%s: %w", path, ErrNotRegular)
+	case st.Mode&0o7777 != 0o600:
+		return nil, fmt.Errorf("%s has mode %04o, not 0600: %w", path, st.Mode&0o7777, ErrNotSecret)
+	case st.Uid != 0:
+		return nil, fmt.Errorf("%s is owned by uid %d, not root: %w", path, st.Uid, ErrNotSecret)
+	}
+	v, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(v)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes: %w", path, limit, ErrTooLarge)
+	}
+	return v, nil
+}

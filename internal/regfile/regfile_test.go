@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/custody-dev/custody/internal/testenv"
 )
 
 func TestReadFile(t *testing.T) {
@@ -56,5 +58,44 @@ func TestReadFile(t *testing.T) {
 	}
 	if _, err := ReadFile(filepath.Join(dir, "none"), 4); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestReadSecret: a root-owned 0600 regular file is read; a link to it, a
+// wider mode, another owner, a FIFO and an oversized file are each refused
+// with their own error, and the FIFO without blocking.
+func TestReadSecret(t *testing.T) {
+	testenv.Root(t) // the secret files must be root's
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ReadSecret(good, 64); err != nil || string(v) != "s3cret" {
+		t.Fatalf("ReadSecret(good) = %q, %v", v, err)
+	}
+	link := filepath.Join(dir, "link")
+	os.Symlink(good, link)
+	wide := filepath.Join(dir, "wide")
+	os.WriteFile(wide, []byte("x"), 0o600)
+	os.Chmod(wide, 0o640)
+	other := filepath.Join(dir, "other")
+	os.WriteFile(other, []byte("x"), 0o600)
+	os.Chown(other, 1000, 1000)
+	fifo := filepath.Join(dir, "fifo")
+	syscall.Mkfifo(fifo, 0o600)
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, make([]byte, 65), 0o600)
+	for path, want := range map[string]error{link: syscall.ELOOP, wide: ErrNotSecret, other: ErrNotSecret, fifo: ErrNotRegular, big: ErrTooLarge} {
+		done := make(chan error, 1)
+		go func() { _, err := ReadSecret(path, 64); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, want) {
+				t.Errorf("ReadSecret(%s) = %v, want %v", filepath.Base(path), err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("ReadSecret(%s) blocked", filepath.Base(path))
+		}
 	}
 }
