@@ -17,6 +17,9 @@ type Pooler interface {
 	// journalled Intents(id) durably). On error the returned Held, if
 	// non-nil, still needs Destroy.
 	PrepareHeld(ctx context.Context, id string, s HeldSpec, rec Recorder) (Held, error)
+	// CheckRuntime verifies the runtime still is the one pinned (its
+	// digest): the pool drains every member when it is not.
+	CheckRuntime(ctx context.Context) error
 }
 
 // HeldSpec is what a pool profile fixes of a sandbox before a grant: every

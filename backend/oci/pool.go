@@ -116,6 +116,16 @@ func (b *Backend) PrepareHeld(ctx context.Context, id string, s backend.HeldSpec
 	return h, nil
 }
 
+// CheckRuntime verifies the pinned runtime's bytes, as every launch does.
+func (b *Backend) CheckRuntime(ctx context.Context) error {
+	bin, err := b.runtime.get(ctx)
+	if err != nil {
+		return err
+	}
+	bin.Close()
+	return nil
+}
+
 // held is one container held at its gate for the pool.
 type held struct {
 	c              *Container
