@@ -36,6 +36,14 @@ type PoolMember struct {
 	PreparedAt time.Time `json:"preparedAt"`
 }
 
+// poolGrantPrefix marks a pool member's attempt in the journal, in the
+// place of the grant a launch's attempt names: "pool:<profile>". No grant
+// id has a colon.
+const poolGrantPrefix = "pool:"
+
+// IsPoolMember says whether a journalled attempt is a pool member's.
+func IsPoolMember(a journal.Attempt) bool { return strings.HasPrefix(a.GrantID, poolGrantPrefix) }
+
 // pool is the runner's warm pool; its zero value holds nothing.
 type pool struct {
 	mu       sync.Mutex
@@ -43,8 +51,21 @@ type pool struct {
 	profiles []policy.PoolProfile
 	pol      *policy.Policy
 	members  map[string][]*member // idle, by profile name
-	busy     int                  // being prepared
+	// kick is signalled when a member is reserved, so the owner's upkeep
+	// loop refills without waiting for its tick.
+	kickOnce sync.Once
+	kick     chan struct{}
 }
+
+// kicks is the pool's refill signal, made once.
+func (p *pool) kicks() chan struct{} {
+	p.kickOnce.Do(func() { p.kick = make(chan struct{}, 1) })
+	return p.kick
+}
+
+// PoolKicks is signalled each time a member is reserved: the caller's
+// upkeep loop then runs FillPool at once.
+func (r *Runner) PoolKicks() <-chan struct{} { return r.pool.kicks() }
 
 // member is one held sandbox and what it was made under.
 type member struct {
@@ -283,7 +304,7 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	if err != nil {
 		return nil, err
 	}
-	if err := r.journal.Begin(runID, "", resources(es)...); err != nil {
+	if err := r.journal.Begin(runID, poolGrantPrefix+p.Name, resources(es)...); err != nil {
 		return nil, fmt.Errorf("pool %s: journal the member: %w", p.Name, err)
 	}
 	rec := &recorder{j: r.journal, runID: runID}
@@ -365,6 +386,10 @@ func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
 			ms = ms[1:]
 			r.pool.members[p.Name] = ms
 			if m.held.Alive() == nil {
+				select {
+				case r.pool.kicks() <- struct{}{}:
+				default:
+				}
 				return &PoolLease{r: r, m: m}
 			}
 			go r.destroyMember(context.Background(), m, "its gate died while it idled")

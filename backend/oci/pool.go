@@ -308,11 +308,21 @@ func makeMountPoint(root, target string, dir bool) error {
 // inMountNS runs fn on a thread of its own that has entered the mount
 // namespace of the process behind pidfd. The thread never returns to the
 // scheduler: it leaves with its goroutine (LockOSThread without Unlock),
-// so no other goroutine ever runs in the container's namespace.
+// so no other goroutine ever runs in the container's namespace (and the
+// main thread, which the runtime parks instead, never enters it).
 func inMountNS(pidfd int, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread is never terminated, only parked, and
+			// /proc/self shows its namespaces: hold it here so that the
+			// work lands on another thread.
+			err := inMountNS(pidfd, fn)
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
 		// setns(CLONE_NEWNS) needs a thread whose fs state is its own.
 		if err := unix.Unshare(unix.CLONE_FS); err != nil {
 			done <- fmt.Errorf("unshare the thread's fs state: %w", err)

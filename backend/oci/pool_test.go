@@ -51,6 +51,14 @@ func TestPooledInputsAreTheirOwn(t *testing.T) {
 		t.Run(map[bool]string{false: "no-userns", true: "userns"}[userns], func(t *testing.T) {
 			h := newHarness(t, userns)
 			ctx := context.Background()
+			ownNS, _ := os.Readlink("/proc/self/ns/mnt")
+			defer func() {
+				// The attach enters the container's namespace on a thread
+				// of its own; the process (its main thread) never does.
+				if now, _ := os.Readlink("/proc/self/ns/mnt"); now != ownNS {
+					t.Errorf("the process's mount namespace is now %s, was %s", now, ownNS)
+				}
+			}()
 			a, b := h.hold(t, "custody-pool-a"), h.hold(t, "custody-pool-b")
 			if a.Alive() != nil || b.Alive() != nil || a.PreparedAt().IsZero() {
 				t.Fatalf("held containers not alive: %v %v", a.Alive(), b.Alive())
