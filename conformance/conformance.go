@@ -38,6 +38,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,6 +117,10 @@ type Env struct {
 	// Egress, if set, adds the restricted-egress checks to the egress
 	// family; without it a row covers denied egress only.
 	Egress *EgressTarget
+	// Pooled judges pooled launches: every run must have taken a warm
+	// pool sandbox (its signed receipt says so), or its check fails.
+	// Without Only, the suite runs PooledChecks.
+	Pooled bool
 }
 
 // EgressTarget is what the restricted-egress checks need: a destination
@@ -244,6 +249,9 @@ func Run(ctx context.Context, env Env) Report {
 	}
 	if env.Backend == BackendVM {
 		all, rep.NotApplicable = vmSpecs(), vmNotApplicable()
+	}
+	if env.Pooled && env.Only == nil {
+		env.Only = func(family, name string) bool { return slices.Contains(PooledChecks, family+"/"+name) }
 	}
 	for _, sp := range all {
 		if env.Only == nil || env.Only(sp.family, sp.name) {

@@ -163,6 +163,9 @@ func (s *suite) submit(ctx context.Context, j *judge, p phase, g []byte) *outcom
 	o.elapsed = time.Since(start)
 	if o.res != nil && o.res.RunID != "" && o.res.Status != api.StatusRefused {
 		j.runs = append(j.runs, o.res.RunID)
+		if s.env.Pooled && (o.receipt == nil || !pooledRun(o.receipt.Envelope)) {
+			j.fail("run %s was launched cold, and a pooled suite judges pooled launches only; fix: declare a pool profile for the phase's budgets, large enough to be full when the check runs", o.res.RunID)
+		}
 	}
 	o.report, o.reportErr = parseReport(o.stdout.Bytes())
 	return o
