@@ -121,6 +121,10 @@ type Env struct {
 	// pool sandbox (its signed receipt says so), or its check fails.
 	// Without Only, the suite runs PooledChecks.
 	Pooled bool
+	// BeforeRun, if set, is called before each run is submitted; an error
+	// fails the check. A pooled qualification waits there until its pool
+	// is full again.
+	BeforeRun func(ctx context.Context) error
 }
 
 // EgressTarget is what the restricted-egress checks need: a destination

@@ -157,6 +157,12 @@ func (s *suite) launch(ctx context.Context, j *judge, p phase) *outcome {
 // submit runs a grant over the submit socket and records the run id.
 func (s *suite) submit(ctx context.Context, j *judge, p phase, g []byte) *outcome {
 	o := &outcome{grant: g}
+	if s.env.BeforeRun != nil {
+		if err := s.env.BeforeRun(ctx); err != nil {
+			o.runErr = err
+			return o
+		}
+	}
 	lines := &lineWriter{buf: &o.stdout, onLine: p.onLine}
 	start := time.Now()
 	o.res, o.receipt, o.runErr = s.env.Submit.RunWithReceipt(ctx, g, lines, &o.stderr, nil)

@@ -8,10 +8,28 @@ import (
 )
 
 // PooledChecks are the checks a pooled suite (Env.Pooled) runs by
-// default: privilege isolation and the limits whose phases ask for the
-// budgets PooledBudgets lists, so that a warm pool of those profiles
-// serves every one of their runs.
+// default: every check whose phases ask for the budgets PooledBudgets
+// lists (privilege isolation and the memory, pids and wall-time limits
+// among them), so that a warm pool of those profiles serves every one of
+// their runs. The output, tmp, scratch and cpu bounds ask for budgets of
+// their own and run cold.
 var PooledChecks = []string{
+	FamilyInput + "/read-input",
+	FamilyInput + "/write-input-refused",
+	FamilyInput + "/changed-after-issue-refused",
+	FamilyInput + "/rootfs-read-only",
+	FamilyOutput + "/output-kept-by-digest",
+	FamilyEnvironment + "/declared-variable-visible",
+	FamilyEnvironment + "/ambient-variables-absent",
+	FamilyEnvironment + "/minimal-devices-work",
+	FamilyEnvironment + "/host-devices-absent",
+	FamilyEgress + "/loopback-works",
+	FamilyEgress + "/host-listener-unreachable",
+	FamilyCleanup + "/detached-child-runs",
+	FamilyCleanup + "/detached-child-gone-after-exit",
+	FamilyCleanup + "/detached-child-gone-after-timeout",
+	FamilyEvidence + "/genuine-receipt-verifies",
+	FamilyEvidence + "/tampered-receipt-rejected",
 	FamilyIsolation + "/ordinary-operations-work",
 	FamilyIsolation + "/privileged-syscalls-refused",
 	FamilyIsolation + "/no-capabilities",

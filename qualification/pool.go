@@ -14,7 +14,7 @@ import (
 // poolSize is how many sandboxes each pooled qualification profile keeps:
 // the suite runs its checks one after another, and the pool refills while
 // a check is judged.
-const poolSize = 4
+const poolSize = 2
 
 // poolPolicy is the pool section of a pooled qualification's policy: one
 // profile per budget set of conformance.PooledBudgets, with the
@@ -32,6 +32,17 @@ func poolPolicy(image, tier string) string {
 `, i, image, tier, poolSize, bg.Memory, bg.Pids)
 	}
 	return b.String()
+}
+
+// beforeRun is the suite's hook before each run: for a pooled
+// qualification, wait until the pool is full again (the suite runs faster
+// than a loaded host refills it, and a run that finds it empty would be
+// launched cold and fail its check); nil otherwise.
+func (d *privateDaemon) beforeRun(o Options) func(context.Context) error {
+	if !o.Pooled {
+		return nil
+	}
+	return d.waitPool
 }
 
 // waitPool waits until the private daemon holds every pooled sandbox (one

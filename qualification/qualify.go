@@ -149,7 +149,7 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 	env := conformance.Env{
 		Control: d.control, Submit: d.submit, Image: image, Scratch: d.scratch, Tier: o.Tier, Backend: suiteBackend(o.Backend),
 		AmbientVar: AmbientVar, Parallel: o.Parallel,
-		Egress: d.egressTarget(), Pooled: o.Pooled,
+		Egress: d.egressTarget(), Pooled: o.Pooled, BeforeRun: d.beforeRun(o),
 		Progress: func(c conformance.Check) {
 			state := "pass"
 			if !c.Passed {

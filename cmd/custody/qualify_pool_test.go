@@ -9,9 +9,11 @@ import (
 	"github.com/custody-dev/custody/conformance"
 )
 
-// TestQualifyPooled runs the isolation and limits checks of the
-// conformance suite on warm-pool launches through a private custodyd
-// (custody qualify --pooled): every run must have taken a pooled sandbox
+// TestQualifyPooled runs the checks of the conformance suite a warm pool
+// can serve (isolation, the memory, pids and wall-time limits, inputs,
+// environment, denied egress, cleanup, evidence) on warm-pool launches
+// through a private custodyd (custody qualify --pooled): every run must
+// have taken a pooled sandbox
 // (its signed receipt says so) and every check passes, legitimate and
 // refusal alike; the row is partial (the other checks are missing), so it
 // cannot pass as a full qualification.
