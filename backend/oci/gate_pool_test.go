@@ -1,0 +1,100 @@
+package oci
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// TestGatePooledGoAhead runs the real custody-gate as a pooled container's
+// init ("--pooled"): the workload it execs is the one the go-ahead
+// carries, with exactly its environment and working directory; a plain
+// go-ahead, a malformed one or none at all ends it without running
+// anything.
+func TestGatePooledGoAhead(t *testing.T) {
+	gate := testenv.Gate(t)
+	compiled, err := CompileFilter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter, err := sealedBytes("test-filter", compiled.Program)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filter.Close()
+	run := func(t *testing.T, msg []byte) (ran string, code int) {
+		dir := t.TempDir()
+		marker := filepath.Join(dir, "ran")
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
+		self, err := os.Open(gate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer self.Close()
+		cmd := exec.Command(gate, "--pooled")
+		cmd.Env = []string{"AMBIENT=leak"}
+		cmd.ExtraFiles = []*os.File{theirs, self, filter}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		theirs.Close()
+		var b [1]byte
+		if n, _ := ours.Read(b[:]); n != 1 || b[0] != 'r' {
+			t.Fatalf("gate not ready: %q", b[:n])
+		}
+		if msg != nil {
+			if _, err := ours.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ours.Close()
+		_ = cmd.Wait() // judged by the code and the marker
+		got, _ := os.ReadFile(marker)
+		return strings.TrimSpace(string(got)), cmd.ProcessState.ExitCode()
+	}
+	t.Run("pooled go-ahead", func(t *testing.T) {
+		dir := t.TempDir()
+		msg, err := encodeGoAhead(backend.Attachment{Args: []string{"/bin/sh", "-c", `echo "$PWD $A ${AMBIENT:-none}" > ran`},
+			Env: []string{"A=given", "PATH=/bin:/usr/bin"}, Cwd: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The marker is relative: it lands in the go-ahead's directory.
+		got, code := runIn(t, run, msg, dir)
+		if code != 0 || got != dir+" given none" {
+			t.Fatalf("workload wrote %q, exit %d; want %q, 0", got, code, dir+" given none")
+		}
+	})
+	for name, msg := range map[string][]byte{
+		"plain go-ahead": {'g'},
+		"no go-ahead":    nil,
+		"empty":          {'p', 0, 0, 0, 0},
+		"torn":           {'p', 9, 0, 0, 0, '/', 0},
+		"relative argv":  append([]byte{'p', 10, 0, 0, 0}, "/\x00sh\x00\x00X=1\x00"...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got, code := run(t, msg); got != "" || code != 125 {
+				t.Fatalf("ran %q with exit %d, want nothing run and 125", got, code)
+			}
+		})
+	}
+}
+
+// runIn runs the gate and reads the marker the workload wrote in dir.
+func runIn(t *testing.T, run func(*testing.T, []byte) (string, int), msg []byte, dir string) (string, int) {
+	t.Helper()
+	_, code := run(t, msg)
+	got, _ := os.ReadFile(filepath.Join(dir, "ran"))
+	return strings.TrimSpace(string(got)), code
+}
