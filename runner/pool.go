@@ -75,6 +75,7 @@ type member struct {
 	backend backend.Backend
 	runtime string // the backend's runtime digest when it was made
 	image   string
+	digest  string // the policy it was made under
 }
 
 // PoolLease is a member reserved for one run: taken out of the pool, so no
@@ -99,8 +100,8 @@ func (l *PoolLease) Release() {
 	l.m = nil
 	l.r.pool.mu.Lock()
 	defer l.r.pool.mu.Unlock()
-	if l.r.pool.members == nil || l.r.pool.digest == "" || !slices.ContainsFunc(l.r.pool.profiles, func(p policy.PoolProfile) bool { return p == m.profile }) {
-		go l.r.destroyMember(context.Background(), m, "its profile is no longer in the policy")
+	if l.r.pool.members == nil || l.r.pool.digest != m.digest || !slices.ContainsFunc(l.r.pool.profiles, func(p policy.PoolProfile) bool { return p == m.profile }) {
+		go l.r.destroyMember(context.Background(), m, "the policy changed")
 		return
 	}
 	l.r.pool.members[m.profile.Name] = append(l.r.pool.members[m.profile.Name], m)
@@ -274,6 +275,7 @@ func (r *Runner) FillPool(ctx context.Context) error {
 			r.destroyMember(ctx, m, "the policy changed while it was prepared")
 			continue
 		}
+		m.digest = digest
 		r.pool.members[p.Name] = append(r.pool.members[p.Name], m)
 		r.pool.mu.Unlock()
 	}
@@ -492,4 +494,25 @@ func (r *Runner) prepareSandbox(ctx context.Context, b backend.Backend, id strin
 		}
 	}
 	return b.Prepare(ctx, id, s, rec)
+}
+
+// PoolUsesImage says whether a pool profile in force, or a member still
+// held, is made from the image: removing or pruning it is refused, since
+// the held sandboxes' rootfs is that tree.
+func (r *Runner) PoolUsesImage(digest string) bool {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	for _, p := range r.pool.profiles {
+		if p.Image == digest {
+			return true
+		}
+	}
+	for _, ms := range r.pool.members {
+		for _, m := range ms {
+			if m.image == digest {
+				return true
+			}
+		}
+	}
+	return false
 }

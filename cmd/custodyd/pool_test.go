@@ -291,7 +291,8 @@ func storeQuarantine(reason string) store.Quarantine {
 
 // TestPoolProfileRefusedAtLoad: a profile whose image this runner does not
 // hold refuses the whole policy at load (the requirement, the reason and
-// the fix), so nothing is granted; a servable one loads.
+// the fix), so nothing is granted; a servable one loads, and its image can
+// then be neither removed nor pruned.
 func TestPoolProfileRefusedAtLoad(t *testing.T) {
 	d := startDaemon(t)
 	unknown := "sha256:" + strings.Repeat("ab", 32)
@@ -310,4 +311,16 @@ func TestPoolProfileRefusedAtLoad(t *testing.T) {
 		t.Fatalf("a refused policy configured a pool: %v", d.s.r.PoolStatus())
 	}
 	d.withPool(1, "10m")
+	// The pooled sandboxes' rootfs is the image: removing or pruning it is
+	// refused while the pool uses it.
+	err = d.control.RemoveImage(context.Background(), d.image)
+	if err == nil || !strings.Contains(err.Error(), "warm pool") {
+		t.Fatalf("remove the pooled image: %v", err)
+	}
+	if _, err := d.control.PruneImages(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.control.InspectImage(context.Background(), d.image); err != nil {
+		t.Fatalf("prune removed the pooled image: %v", err)
+	}
 }
