@@ -51,20 +51,31 @@ type pool struct {
 	profiles []policy.PoolProfile
 	pol      *policy.Policy
 	members  map[string][]*member // idle, by profile name
-	// kick is signalled when a member is reserved, so the owner's upkeep
-	// loop refills without waiting for its tick.
+	// kick is signalled when a member is used up (PoolKicks), so the
+	// owner's upkeep loop refills without waiting for its tick.
 	kickOnce sync.Once
-	kick     chan struct{}
+	kickCh   chan struct{}
 }
 
 // kicks is the pool's refill signal, made once.
 func (p *pool) kicks() chan struct{} {
-	p.kickOnce.Do(func() { p.kick = make(chan struct{}, 1) })
-	return p.kick
+	p.kickOnce.Do(func() { p.kickCh = make(chan struct{}, 1) })
+	return p.kickCh
 }
 
-// PoolKicks is signalled each time a member is reserved: the caller's
-// upkeep loop then runs FillPool at once.
+// kick signals the upkeep loop, without waiting.
+func (p *pool) kick() {
+	select {
+	case p.kicks() <- struct{}{}:
+	default:
+	}
+}
+
+// PoolKicks is signalled when a served member is destroyed, or a profile's
+// last idle member is reserved: the caller's upkeep loop then runs
+// FillPool at once. A refill waits for the run it replaces to end, where
+// it can, so that preparing the next sandbox does not compete with the
+// run for the host's cores.
 func (r *Runner) PoolKicks() <-chan struct{} { return r.pool.kicks() }
 
 // member is one held sandbox and what it was made under.
@@ -388,9 +399,8 @@ func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
 			ms = ms[1:]
 			r.pool.members[p.Name] = ms
 			if m.held.Alive() == nil {
-				select {
-				case r.pool.kicks() <- struct{}{}:
-				default:
+				if len(ms) == 0 {
+					r.pool.kick() // the profile is empty: refill now
 				}
 				return &PoolLease{r: r, m: m}
 			}
@@ -459,6 +469,7 @@ func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 	s.once.Do(func() {
 		s.rep = s.Sandbox.Cleanup(ctx)
 		s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed")
+		s.r.pool.kick()
 	})
 	return s.rep
 }
