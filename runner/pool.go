@@ -46,6 +46,10 @@ func IsPoolMember(a journal.Attempt) bool { return strings.HasPrefix(a.GrantID, 
 
 // pool is the runner's warm pool; its zero value holds nothing.
 type pool struct {
+	// fill is held by a FillPool round and by Recover: recovery never
+	// runs while members are being made, and drains the idle ones first
+	// (they are live attempts, not a dead runner's).
+	fill     sync.Mutex
 	mu       sync.Mutex
 	digest   string // policy digest the profiles come from
 	profiles []policy.PoolProfile
@@ -222,6 +226,8 @@ func (r *Runner) PoolStatus() map[string]int {
 // prepares members until each profile has its size. It returns the first
 // error met preparing one; custodyd calls it on a ticker.
 func (r *Runner) FillPool(ctx context.Context) error {
+	r.pool.fill.Lock()
+	defer r.pool.fill.Unlock()
 	if err := r.checkQuarantine(); err != nil {
 		r.pool.mu.Lock()
 		drained := r.pool.takeAll()
@@ -526,4 +532,12 @@ func (r *Runner) PoolUsesImage(digest string) bool {
 		}
 	}
 	return false
+}
+
+// holdPool drains the pool and keeps it from filling until the returned
+// release is called: what Recover needs before it walks the journal.
+func (r *Runner) holdPool(ctx context.Context) (release func()) {
+	r.pool.fill.Lock()
+	r.DrainPool(ctx, "an operator's recovery")
+	return r.pool.fill.Unlock
 }

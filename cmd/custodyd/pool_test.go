@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,5 +323,35 @@ func TestPoolProfileRefusedAtLoad(t *testing.T) {
 	}
 	if _, err := d.control.InspectImage(context.Background(), d.image); err != nil {
 		t.Fatalf("prune removed the pooled image: %v", err)
+	}
+}
+
+// TestOperatorRecoverWithAFullPool: an operator's recovery while the pool
+// is full destroys the idle members first (they are this runner's live
+// attempts, not a dead one's) and verifies them clean; nothing is
+// quarantined, and the refilled pool serves a grant.
+func TestOperatorRecoverWithAFullPool(t *testing.T) {
+	d := startDaemon(t)
+	d.withPool(2, "10m")
+	before := d.members()
+	if _, err := d.control.Recover(context.Background()); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	for id := range before {
+		a := d.members()[id]
+		if a.State != journal.Clean || !strings.Contains(a.Detail, "recovery") || len(a.Outstanding()) != 0 {
+			t.Errorf("member %s after recovery: %s %q %v", id, a.State, a.Detail, a.Outstanding())
+		}
+	}
+	if q, err := d.control.Quarantine(context.Background()); err != nil || q.Quarantined {
+		t.Fatalf("quarantine after recovery: %+v %v", q, err)
+	}
+	d.waitPool(2)
+	res, rcpt, err := d.submit.RunWithReceipt(context.Background(), d.issue("cat /in/hello.txt"), io.Discard, io.Discard, nil)
+	if err != nil || res.Status != api.StatusOK {
+		t.Fatalf("run after recovery: %v %+v", err, res)
+	}
+	if ptype, _ := pooledOf(t, rcpt); ptype != predicate.ReceiptV5 {
+		t.Fatalf("run after recovery: %s, want pooled", ptype)
 	}
 }
