@@ -38,6 +38,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,6 +117,14 @@ type Env struct {
 	// Egress, if set, adds the restricted-egress checks to the egress
 	// family; without it a row covers denied egress only.
 	Egress *EgressTarget
+	// Pooled judges pooled launches: every run must have taken a warm
+	// pool sandbox (its signed receipt says so), or its check fails.
+	// Without Only, the suite runs PooledChecks.
+	Pooled bool
+	// BeforeRun, if set, is called before each run is submitted; an error
+	// fails the check. A pooled qualification waits there until its pool
+	// is full again.
+	BeforeRun func(ctx context.Context) error
 }
 
 // EgressTarget is what the restricted-egress checks need: a destination
@@ -262,6 +271,9 @@ func Run(ctx context.Context, env Env) Report {
 	}
 	if env.Backend == BackendVM {
 		all, rep.NotApplicable = vmSpecs(), vmNotApplicable()
+	}
+	if env.Pooled && env.Only == nil {
+		env.Only = func(family, name string) bool { return slices.Contains(PooledChecks, family+"/"+name) }
 	}
 	for _, sp := range all {
 		if env.Only == nil || env.Only(sp.family, sp.name) {

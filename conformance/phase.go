@@ -168,12 +168,21 @@ func (s *suite) launch(ctx context.Context, j *judge, p phase) *outcome {
 // submit runs a grant over the submit socket and records the run id.
 func (s *suite) submit(ctx context.Context, j *judge, p phase, g []byte) *outcome {
 	o := &outcome{grant: g}
+	if s.env.BeforeRun != nil {
+		if err := s.env.BeforeRun(ctx); err != nil {
+			o.runErr = err
+			return o
+		}
+	}
 	lines := &lineWriter{buf: &o.stdout, onLine: p.onLine}
 	start := time.Now()
 	o.res, o.receipt, o.runErr = s.env.Submit.RunWithReceipt(ctx, g, lines, &o.stderr, nil)
 	o.elapsed = time.Since(start)
 	if o.res != nil && o.res.RunID != "" && o.res.Status != api.StatusRefused {
 		j.runs = append(j.runs, o.res.RunID)
+		if s.env.Pooled && (o.receipt == nil || !pooledRun(o.receipt.Envelope)) {
+			j.fail("run %s was launched cold, and a pooled suite judges pooled launches only; fix: declare a pool profile for the phase's budgets, large enough to be full when the check runs", o.res.RunID)
+		}
 	}
 	o.report, o.reportErr = parseReport(o.stdout.Bytes())
 	return o

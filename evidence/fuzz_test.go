@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/predicate"
 )
 
 // FuzzVerify checks that Verify never fails outright on any input, always
@@ -70,6 +71,17 @@ func FuzzReceiptStatement(f *testing.F) {
 	_, envs := golden(f)
 	for _, env := range envs {
 		f.Add(payloadOf(f, env))
+	}
+	// A pooled run's receipt (v5), and its pooled record in a v3.
+	fx := newFixture(f)
+	r := fx.receipt
+	r.Pooled = &evidence.Pooled{Profile: "small", Sandbox: "abcd1234", PreparedAt: r.Started.Add(-time.Minute).UTC()}
+	for _, pt := range []string{predicate.ReceiptV5, predicate.ReceiptV3} {
+		pl, err := evidence.EncodeReceiptAs(pt, &r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(pl)
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if err := evidence.DecodePathsAgree(payload); err != nil {

@@ -96,6 +96,10 @@ type Receipt struct {
 	// proxy and broker made, as an observed control; absent for a run
 	// whose egress was denied. It never holds a credential's value.
 	Egress *Egress `json:"egress,omitempty"`
+	// Pooled says the run took a sandbox of the warm pool, prepared up to
+	// its gate before the grant existed (receipt v5 alone); absent for a
+	// cold launch.
+	Pooled *Pooled `json:"pooled,omitempty"`
 	// Exit is how the phase ended.
 	Exit Exit `json:"exit"`
 	// Usage is what the kernel accounted to the run.
@@ -112,6 +116,17 @@ type Receipt struct {
 	// judged at Finished).
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
+}
+
+// Pooled is the warm-pool sandbox a run took.
+type Pooled struct {
+	// Profile is the operator's pool profile.
+	Profile string `json:"profile"`
+	// Sandbox names the pooled sandbox (its own journalled attempt).
+	Sandbox string `json:"sandbox"`
+	// PreparedAt is when the sandbox reached its gate; the observed
+	// controls are still read after the grant's inputs were attached.
+	PreparedAt time.Time `json:"preparedAt"`
 }
 
 // Streams are what the workload wrote to its standard output and error,
@@ -359,6 +374,9 @@ var ociEvidence = []string{"config", "gate", "seccomp"}
 // profile records the backend's identity or evidence, v2 when it records
 // its streams and backend, v1 otherwise.
 func (r *Receipt) PredicateType() string {
+	if r.Pooled != nil {
+		return predicate.ReceiptV5
+	}
 	if r.Egress != nil {
 		return predicate.ReceiptV4
 	}
@@ -429,6 +447,9 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	if r.Egress != nil {
 		ptype = predicate.ReceiptV4
 	}
+	if r.Pooled != nil {
+		ptype = predicate.ReceiptV5
+	}
 	if err := validateReceipt(&r, ptype); err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: invalid receipt: %w", err)
 	}
@@ -477,6 +498,11 @@ func checkInToto(payload []byte) error {
 // signed JSON has the same shape whatever the caller passed.
 func normalize(r *Receipt) {
 	r.Started, r.Finished, r.Observed.At = r.Started.UTC(), r.Finished.UTC(), r.Observed.At.UTC()
+	if r.Pooled != nil {
+		pooled := *r.Pooled
+		pooled.PreparedAt = pooled.PreparedAt.UTC()
+		r.Pooled = &pooled
+	}
 	if r.Inputs == nil {
 		r.Inputs = []Input{}
 	}
@@ -536,7 +562,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if !knownReceiptType(st.PredicateType) {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -569,7 +595,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 // knownReceiptType reports whether t is a receipt predicate type custody
 // verifies.
 func knownReceiptType(t string) bool {
-	return t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+	return t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
 }
 
 // subjectsMatch says, when got is not exactly want (the subjects derived
@@ -818,12 +844,33 @@ func checkFlatDigests(ps *problems, p *RuntimeProfile, predicateType string) {
 // v3Profile says the receipt version records the backend's identity and
 // evidence map in its profile (v3, and v4 which extends it).
 func v3Profile(predicateType string) bool {
-	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4
+	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4 || predicateType == predicate.ReceiptV5
+}
+
+// checkPooled checks a v5 receipt's pooled record: present, named, and
+// prepared before the run started.
+func checkPooled(ps *problems, r *Receipt) {
+	if r.Pooled == nil {
+		ps.add("pooled", "missing (a %s receipt records the pooled sandbox the run took)", predicate.ReceiptV5)
+		return
+	}
+	ps.text("pooled.profile", r.Pooled.Profile)
+	ps.text("pooled.sandbox", r.Pooled.Sandbox)
+	ps.time("pooled.preparedAt", r.Pooled.PreparedAt)
+	if !r.Started.IsZero() && r.Pooled.PreparedAt.After(r.Started) {
+		ps.add("pooled.preparedAt", "%s is after the run started (%s)", r.Pooled.PreparedAt.Format(time.RFC3339Nano), r.Started.Format(time.RFC3339Nano))
+	}
 }
 
 func checkVersion(ps *problems, r *Receipt, predicateType string) {
 	p := &r.Profile
-	if predicateType != predicate.ReceiptV4 && r.Egress != nil {
+	if predicateType != predicate.ReceiptV5 && r.Pooled != nil {
+		ps.add("predicateType", "%s has no pooled (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV5)
+	}
+	if predicateType == predicate.ReceiptV5 {
+		checkPooled(ps, r)
+	}
+	if predicateType != predicate.ReceiptV4 && predicateType != predicate.ReceiptV5 && r.Egress != nil {
 		ps.add("predicateType", "%s has no egress (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV4)
 	}
 	if !v3Profile(predicateType) && (p.Identity != nil || p.Evidence != nil) {
@@ -834,7 +881,7 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 		if r.Profile.Backend != "" || r.Streams != nil {
 			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
 		}
-	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4:
+	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5:
 		if !backendPattern.MatchString(r.Profile.Backend) {
 			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
 		}

@@ -842,7 +842,16 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *runner.Egress) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := runner.NewRunID()
-	if err := r.ConsumeFor(runID, p.ID, store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}, plan.Backend); err != nil {
+	// A plan that matches a pool profile exactly reserves a member before
+	// the grant is spent; the run's attempt then opens with no intents.
+	lease := r.ReservePooled(plan)
+	use := store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}
+	consume := func() error { return r.ConsumeFor(runID, p.ID, use, plan.Backend) }
+	if lease != nil {
+		consume = func() error { return r.ConsumePooled(runID, p.ID, use) }
+	}
+	if err := consume(); err != nil {
+		lease.Release()
 		switch {
 		case errors.Is(err, store.ErrConsumed):
 			return nil, grant.Refuse(grant.CodeReplayed, "grant %s was already used; a grant admits one launch", p.ID)
@@ -854,6 +863,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	l.fault("after-consume")
 	// A refusal from here on closes the attempt Consume opened.
 	abandon := func(err error) (*Run, error) {
+		lease.Release()
 		if aerr := r.Abandon(runID, "refused after the grant was consumed: "+err.Error()); aerr != nil {
 			l.cfg.Log.Error("close the refused attempt", "run", runID, "err", aerr)
 		}
@@ -867,7 +877,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	if err := sameInputs(p.Inputs, grantInputs(prep.Inputs)); err != nil {
 		return abandon(err)
 	}
-	prep.RunID, prep.GrantID, prep.Begun, prep.Egress = runID, p.ID, true, eg
+	prep.RunID, prep.GrantID, prep.Begun, prep.Egress, prep.Pooled = runID, p.ID, true, eg, lease
 	return &Run{l: l, prep: prep, grant: g, env: env}, nil
 }
 

@@ -26,6 +26,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(valid + "---\n{}\n"))
 	f.Add([]byte(withGrants))
 	f.Add([]byte(withPacks))
+	f.Add([]byte(withPool))
 	f.Add([]byte(valid + "inputRoots: [/srv/work, /]\nactors: [{name: a, stages: [build, build]}]\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {

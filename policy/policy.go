@@ -51,6 +51,9 @@ type Policy struct {
 	// Packs is the authority granted to scenario packs (see Packs).
 	// Absent, every pack is refused.
 	Packs *Packs `yaml:"packs,omitempty" json:"packs,omitempty"`
+	// Pool declares warm-pool profiles (see PoolProfile). Absent, every
+	// launch is cold.
+	Pool []PoolProfile `yaml:"pool,omitempty" json:"pool,omitempty"`
 }
 
 // Actor is one principal and the stages it may run.

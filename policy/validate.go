@@ -143,6 +143,7 @@ func (p *Policy) Validate() error {
 	p.validateEgress(add)
 	p.validateCredentials(add)
 	p.validatePacks(add)
+	p.validatePool(add)
 
 	if len(ps) > 0 {
 		return &ValidationError{Subject: "policy", Problems: ps}

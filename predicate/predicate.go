@@ -41,6 +41,11 @@ const (
 	// every other run, whose shape is unchanged; no earlier version may
 	// carry egress.
 	ReceiptV4 = Prefix + "receipt/v4"
+	// ReceiptV5 is ReceiptV4 with the warm pool (pooled: the pool
+	// profile, the pooled sandbox and when it was prepared, before its
+	// grant existed) and egress optional. Custody signs it for a run that
+	// took a pooled sandbox; no earlier version may carry pooled.
+	ReceiptV5 = Prefix + "receipt/v5"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,

@@ -71,6 +71,11 @@ type Options struct {
 	// Only, when set, runs only checks named FAMILY or FAMILY/NAME; such a
 	// row cannot pass.
 	Only []string
+	// Pooled runs the suite on pooled launches: the private daemon keeps
+	// a warm pool for conformance.PooledBudgets, and every run must take
+	// a pooled sandbox. Without Only it runs conformance.PooledChecks, so
+	// its row is partial and cannot pass as a full qualification.
+	Pooled bool
 	// Logf reports progress, a line at a time; nil discards it.
 	Logf func(format string, args ...any)
 }
@@ -134,11 +139,17 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	logf("private custodyd up, conformance image %s imported (%s)", image, time.Since(start).Round(time.Millisecond))
+	if o.Pooled {
+		if err := d.waitPool(ctx); err != nil {
+			return nil, err
+		}
+		logf("warm pool full: the checks run pooled")
+	}
 
 	env := conformance.Env{
 		Control: d.control, Submit: d.submit, Image: image, Scratch: d.scratch, Tier: o.Tier, Backend: suiteBackend(o.Backend),
 		AmbientVar: AmbientVar, Parallel: o.Parallel,
-		Egress: d.egressTarget(),
+		Egress: d.egressTarget(), Pooled: o.Pooled, BeforeRun: d.beforeRun(o),
 		Progress: func(c conformance.Check) {
 			state := "pass"
 			if !c.Passed {
@@ -409,6 +420,9 @@ inputRoots: [%q]
 `, img.Digest, o.Tier == conformance.TierDevelopment, d.scratch)
 	if d.egress != nil {
 		pol += d.egress.policy()
+	}
+	if o.Pooled {
+		pol += poolPolicy(img.Digest, o.Tier)
 	}
 	if err := os.WriteFile(filepath.Join(d.dir, "policy.yaml"), []byte(pol), 0o600); err != nil {
 		return "", err

@@ -51,6 +51,9 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 	for _, in := range res.Inputs {
 		rc.Inputs = append(rc.Inputs, evidence.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
 	}
+	if pm := res.Pooled; pm != nil {
+		rc.Pooled = &evidence.Pooled{Profile: pm.Profile, Sandbox: pm.Sandbox, PreparedAt: pm.PreparedAt.UTC()}
+	}
 	if p.Egress != nil && p.Egress.Report != nil {
 		rc.Egress = p.Egress.Report()
 	}

@@ -26,6 +26,9 @@ type Recovery struct {
 // each attempt clean or residual. A residual attempt quarantines the
 // runner. Nothing is re-run: a consumed grant stays consumed.
 func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
+	// Idle pool members are live attempts of this runner: destroyed first,
+	// and none is made while recovery runs.
+	defer r.holdPool(ctx)()
 	out := &Recovery{}
 	r.removeStaging()
 	unfinished, err := r.journal.Unfinished()

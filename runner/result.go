@@ -85,6 +85,8 @@ type Result struct {
 	// FailedStage is, for StatusFailedToStart, the sandbox's stage that
 	// failed (Error names it too).
 	FailedStage string `json:"failedStage,omitempty"`
+	// Pooled is the warm-pool member the run took; nil for a cold launch.
+	Pooled *PoolMember `json:"pooled,omitempty"`
 }
 
 // BackendIdentity is backend.Identity in the run record (backend's types

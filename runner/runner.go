@@ -65,6 +65,9 @@ type Runner struct {
 	reprobe      sync.Mutex
 	probedAt     time.Time // guarded by reprobe
 	reprobeEvery time.Duration
+
+	// pool is the warm pool (pool.go).
+	pool pool
 }
 
 // reprobeEvery is how often a profile with a failed host fact is probed
@@ -267,6 +270,9 @@ type Prepared struct {
 	Begun bool
 	// Egress is the run's restricted egress; nil is denied.
 	Egress *Egress
+	// Pooled is the warm-pool member reserved for the run (ConsumePooled
+	// opened its attempt with no intents); nil launches cold.
+	Pooled *PoolLease
 }
 
 // Egress is a run's restricted egress: what the sandbox gets, and what
@@ -483,6 +489,7 @@ func (r *Runner) checkQuarantine() error {
 // block: a writer that waits on a client holds the workload's pipe (the
 // daemon's stream queues or drops instead).
 func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*Result, error) {
+	defer p.Pooled.Release() // a member left unattached goes back
 	res := r.newResult(p)
 	b, err := r.BackendNamed(p.Plan.Backend)
 	if err != nil {
@@ -519,7 +526,7 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 			return res, err
 		}
 	}
-	c, err := b.Prepare(ctx, id, r.spec(p), rec)
+	c, err := r.prepareSandbox(ctx, b, id, p, rec, res)
 	rec.steps.mark("prepare")
 	if err != nil {
 		Refuse(res, err)

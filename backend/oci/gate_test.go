@@ -2,12 +2,9 @@ package oci
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -35,25 +32,7 @@ func TestGateHoldsTheWorkload(t *testing.T) {
 	}
 	run := func(t *testing.T, goAhead bool, filter *os.File) outcome {
 		marker := filepath.Join(t.TempDir(), "ran")
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
-		self, err := os.Open(gate)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer self.Close()
-		cmd := exec.Command(gate, "/bin/sh", "-c", "grep ^Seccomp: /proc/self/status > "+marker)
-		cmd.ExtraFiles = []*os.File{theirs, self}
-		if filter != nil {
-			cmd.ExtraFiles = append(cmd.ExtraFiles, filter)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		theirs.Close()
+		cmd, ours := startGate(t, gate, filter, nil, "/bin/sh", "-c", "grep ^Seccomp: /proc/self/status > "+marker)
 		var o outcome
 		var b [1]byte
 		n, _ := ours.Read(b[:])

@@ -76,6 +76,10 @@ type Config struct {
 	// execs Args in its place. The config then carries no seccomp profile
 	// for runc to compile: the filter is the same one, compiled once.
 	Gated bool
+	// Pooled makes a gated container whose workload is not in its config:
+	// the gate runs as "--pooled" and gets the argv, environment and
+	// working directory with its go-ahead (pool.go). Args is then empty.
+	Pooled bool
 	// UserNS, when set, runs the container in a new user namespace with this
 	// mapping for both uids and gids.
 	UserNS *IDMap
@@ -242,6 +246,9 @@ func (c Config) args() []string {
 	if !c.Gated {
 		return c.Args
 	}
+	if c.Pooled {
+		return []string{fmt.Sprintf("/proc/self/fd/%d", GateFD), "--pooled"}
+	}
 	return append([]string{fmt.Sprintf("/proc/self/fd/%d", GateFD)}, c.Args...)
 }
 
@@ -249,7 +256,9 @@ func (c Config) validate() error {
 	switch {
 	case !path.IsAbs(c.Rootfs):
 		return fmt.Errorf("oci: rootfs %q is not absolute", c.Rootfs)
-	case len(c.Args) == 0 || !path.IsAbs(c.Args[0]):
+	case c.Pooled && (!c.Gated || len(c.Args) != 0):
+		return fmt.Errorf("oci: a pooled container is gated and gets its args with the go-ahead, got %q", c.Args)
+	case !c.Pooled && (len(c.Args) == 0 || !path.IsAbs(c.Args[0])):
 		return fmt.Errorf("oci: args must start with an absolute path, got %q", c.Args)
 	case !path.IsAbs(c.Cwd):
 		return fmt.Errorf("oci: cwd %q is not absolute", c.Cwd)

@@ -14,6 +14,13 @@
  * or with anything but the go-ahead (EOF: custodyd went away or refused),
  * the container ends without running the workload.
  *
+ * Pooled (argv[1] is "--pooled"): the container was made for a pool
+ * profile before any grant existed, so its workload is not in its config.
+ * The go-ahead is then 'p', a 4-byte little-endian length and that many
+ * bytes: the working directory, NUL; each argument, NUL; an empty string;
+ * each KEY=VALUE, NUL. The gate changes to the directory and execs exactly
+ * that argv and environment; anything malformed ends the container.
+ *
  * It is C, not Go, so that it adds no threads, no runtime and almost no
  * memory to the budgets the workload is held to.
  */
@@ -31,6 +38,63 @@
 #define FILTER_FD 5
 
 extern char **environ;
+
+#define POOLED_MAX (256 * 1024)
+#define POOLED_SLOTS 8192
+
+static char pooled[POOLED_MAX + 1];
+static char *pooled_argv[POOLED_SLOTS + 1];
+static char *pooled_envp[POOLED_SLOTS + 1];
+
+/* read_full reads exactly n bytes from CONTROL_FD; 0 on success. */
+static int read_full(char *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t m = read(CONTROL_FD, buf + got, n - got);
+		if (m < 0 && errno == EINTR)
+			continue;
+		if (m <= 0)
+			return -1;
+		got += (size_t)m;
+	}
+	return 0;
+}
+
+/* read_pooled reads the pooled go-ahead's workload; it returns the working
+ * directory, or NULL when anything about it is malformed. */
+static const char *read_pooled(void)
+{
+	unsigned char len[4];
+	if (read_full((char *)len, 4) != 0)
+		return NULL;
+	size_t n = (size_t)len[0] | (size_t)len[1] << 8 | (size_t)len[2] << 16 | (size_t)len[3] << 24;
+	if (n == 0 || n > POOLED_MAX || read_full(pooled, n) != 0 || pooled[n - 1] != '\0')
+		return NULL;
+	pooled[n] = '\0';
+	char *p = pooled, *end = pooled + n;
+	const char *cwd = p;
+	p += strlen(p) + 1;
+	size_t argc = 0, envc = 0;
+	while (p < end && *p != '\0') {
+		if (argc == POOLED_SLOTS)
+			return NULL;
+		pooled_argv[argc++] = p;
+		p += strlen(p) + 1;
+	}
+	if (p >= end || argc == 0 || cwd[0] != '/' || pooled_argv[0][0] != '/')
+		return NULL;
+	p++; /* the empty string between argv and the environment */
+	while (p < end) {
+		if (envc == POOLED_SLOTS || strchr(p, '=') == NULL)
+			return NULL;
+		pooled_envp[envc++] = p;
+		p += strlen(p) + 1;
+	}
+	pooled_argv[argc] = NULL;
+	pooled_envp[envc] = NULL;
+	return cwd;
+}
 
 static void say(const char *a, const char *b, const char *c, const char *d)
 {
@@ -80,8 +144,9 @@ int main(int argc, char **argv)
 	char c = 0;
 	ssize_t n;
 
-	if (argc < 2 || argv[1][0] != '/') {
-		say("usage: custody-gate /absolute/workload [args...]", NULL, NULL, NULL);
+	int is_pooled = argc == 2 && strcmp(argv[1], "--pooled") == 0;
+	if (argc < 2 || (argv[1][0] != '/' && !is_pooled)) {
+		say("usage: custody-gate /absolute/workload [args...] | --pooled", NULL, NULL, NULL);
 		return 125;
 	}
 	int err = install_filter();
@@ -97,8 +162,27 @@ int main(int argc, char **argv)
 	do {
 		n = read(CONTROL_FD, &c, 1);
 	} while (n < 0 && errno == EINTR);
-	if (n != 1 || c != 'g')
+	if (n != 1 || c != (is_pooled ? 'p' : 'g'))
 		return 125; /* no go-ahead: the workload never runs */
+	if (is_pooled) {
+		const char *cwd = read_pooled();
+		if (cwd == NULL) {
+			say("malformed pooled go-ahead", NULL, NULL, NULL);
+			return 125;
+		}
+		if (chdir(cwd) != 0) {
+			err = errno;
+			say("chdir ", cwd, ": ", strerror(err));
+			return 126;
+		}
+		close(CONTROL_FD);
+		close(SELF_FD);
+		close(FILTER_FD);
+		execve(pooled_argv[0], pooled_argv, pooled_envp);
+		err = errno;
+		say("exec ", pooled_argv[0], ": ", strerror(err));
+		return (err == ENOENT || err == ENOTDIR) ? 127 : 126;
+	}
 	close(CONTROL_FD);
 	close(SELF_FD);
 	close(FILTER_FD);

@@ -272,6 +272,10 @@ func (a *app) printRan(res *evidence.Result) {
 		}
 	}
 	fmt.Fprintln(w, "image    "+quote.String(r.Image))
+	if pl := r.Pooled; pl != nil {
+		fmt.Fprintf(w, "sandbox  pooled (prepared at %s), profile %s, sandbox %s\n",
+			pl.PreparedAt.UTC().Format(time.RFC3339Nano), quote.String(pl.Profile), quote.String(pl.Sandbox))
+	}
 	for _, in := range r.Inputs {
 		fmt.Fprintf(w, "input    %s %s from %s\n", quote.String(in.Target), quote.String(in.Digest), quote.String(in.Source))
 	}

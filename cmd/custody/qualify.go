@@ -34,6 +34,7 @@ type qualifyOptions struct {
 	parallel                 int
 	timeout                  time.Duration
 	only                     []string
+	pooled                   bool
 	trustRunner              []string
 }
 
@@ -76,6 +77,7 @@ not run.`,
 	f.IntVar(&o.parallel, "parallel", 1, "checks to run at once")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	f.StringArrayVar(&o.only, "only", nil, "run only checks named FAMILY or FAMILY/NAME (debugging; such a row cannot pass)")
+	f.BoolVar(&o.pooled, "pooled", false, "run the checks whose phases a warm pool can serve (isolation, limits, inputs, environment, egress, cleanup, evidence) on pooled launches; every run must be pooled, and the row is partial and cannot pass")
 	_ = cmd.MarkFlagRequired("tier")
 	return cmd
 }
@@ -127,7 +129,7 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 	}
 	res, err := qualification.Qualify(ctx, qualification.Options{
 		Tier: o.tier, Backend: o.backend, VM: vmConfig, Custodyd: o.custodyd, Runtime: o.runtime, Probe: o.probe, Busybox: o.busybox,
-		Keep: o.keep, Parallel: o.parallel, Only: o.only, Logf: logf,
+		Keep: o.keep, Parallel: o.parallel, Only: o.only, Pooled: o.pooled, Logf: logf,
 	})
 	var be *qualification.BinaryError
 	switch {

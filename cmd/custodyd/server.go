@@ -174,8 +174,8 @@ func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
 	}
 	for _, a := range rec.Attempts {
 		var existing launch.Record
-		if s.db.GetRun(a.RunID, &existing) == nil {
-			continue
+		if s.db.GetRun(a.RunID, &existing) == nil || runner.IsPoolMember(a) {
+			continue // a pool member ran no workload: it has no run
 		}
 		res := &runner.Result{RunID: a.RunID, GrantID: a.GrantID, Status: runner.StatusFailed, ExitCode: -1,
 			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
@@ -191,6 +191,10 @@ func (s *server) close() error { return s.db.Close() }
 // policy — never the previous one — and refuses every request with why.
 func (s *server) reloadPolicy() api.PolicyStatus {
 	pol, dig, err := readPolicy(s.cfg.Policy)
+	if err == nil {
+		// A pool profile this runner cannot serve refuses the policy.
+		err = s.r.CheckPool(pol)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pol, s.polDig, s.polErr, s.polAt = pol, dig, err, time.Now().UTC()
@@ -272,6 +276,8 @@ func (s *server) serve(ctx context.Context) error {
 	}()
 	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
 		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
+	stopPool := s.startPool(ctx)
+	defer stopPool()
 	s.ready()
 	tick := time.NewTicker(time.Hour)
 	defer tick.Stop()

@@ -82,7 +82,7 @@ func main() {
 	flag.IntVar(&o.packWarmup, "pack-warmup", 1, "pack up/down: unmeasured runs of each first")
 	flag.StringVar(&o.gobench, "gobench", "", "output of `go test -bench . -benchmem ./bench/` for the grant rows")
 	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
-	flag.StringVar(&only, "only", "launch,throughput,digest,grant,packs", "which measurements to run")
+	flag.StringVar(&only, "only", "launch,throughput,digest,grant,packs,pool", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "debug", "custodyd --log-level (debug: the launch rows split the daemon's own stages too)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
@@ -256,7 +256,7 @@ func (b *bencher) fail(row bench.Row, err error) {
 }
 
 func (b *bencher) all(ctx context.Context) int {
-	needDaemon := b.o.only["launch"] || b.o.only["throughput"]
+	needDaemon := b.o.only["launch"] || b.o.only["throughput"] || b.o.only["pool"]
 	if needDaemon {
 		if err := b.setup(ctx); err != nil {
 			b.fail(bench.Row{ID: "1", Metric: "custodyd and raw runc setup"}, err)
@@ -269,6 +269,10 @@ func (b *bencher) all(ctx context.Context) int {
 			}
 			if b.o.only["grant"] && ctx.Err() == nil {
 				b.receipts(ctx)
+			}
+			// Last: it turns the pool on in the daemon's policy.
+			if b.o.only["pool"] && ctx.Err() == nil {
+				b.pool(ctx)
 			}
 		}
 		b.teardown()

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// poolProfile matches e.phase's plans (64Mi, 64 pids, the example
+// policy's default cpu, tmp and output, /out, development).
+const poolProfile = `
+pool:
+  - name: small
+    image: "@IMAGE@"
+    tier: development
+    size: 3
+    idleTTL: 10m
+    resources: {memory: 64Mi, pids: 64, cpu: 1, tmpBytes: 16Mi, outputPath: /out, outputBytes: 32Mi}
+`
+
+// poolMembers are the launch dirs of the pool's members in the runtime dir.
+func poolMembers(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "run"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestPoolRecoveredAfterSIGKILL: custodyd killed with a full pool (three
+// sandboxes held at their gates) leaves their gates, mounts, cgroups and
+// launch dirs; the restarted custodyd recovers each member's attempt to an
+// explicit state (clean here) and leaves nothing of them: no process, no
+// mount, no cgroup, no dir; the runner is not quarantined, and the pool
+// fills again and serves a grant (its receipt verifies and says pooled).
+func TestPoolRecoveredAfterSIGKILL(t *testing.T) {
+	e := startDaemon(t)
+	d := e.d
+	pol, err := os.ReadFile(d.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.Policy, append(pol, strings.ReplaceAll(poolProfile, "@IMAGE@", e.image)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := e.custody("policy", "reload"); code != 0 {
+		t.Fatalf("policy reload: %s %s", out, errs)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("a full pool", func() bool { return len(poolMembers(t, e.dir)) == 3 })
+	time.Sleep(300 * time.Millisecond) // the last member reaches its gate
+	killed := poolMembers(t, e.dir)
+	d.Kill()
+
+	d.Start()
+	ctx := context.Background()
+	as, err := d.Control.Attempts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, a := range as {
+		states["custody-"+a.RunID] = a.State + " " + a.Detail
+	}
+	for _, id := range killed {
+		st := states[id]
+		if !strings.HasPrefix(st, "clean ") && !strings.HasPrefix(st, "residual ") {
+			t.Errorf("member %s recovered to %q, want clean or residual", id, st)
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "run", id)); !os.IsNotExist(err) {
+			t.Errorf("member %s: launch dir left (%v)", id, err)
+		}
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, id := range killed {
+		if strings.Contains(string(mounts), id) {
+			t.Errorf("member %s: a mount is left", id)
+		}
+		if cg, _ := filepath.Glob("/sys/fs/cgroup/*/custody/" + id); len(cg) > 0 {
+			t.Errorf("member %s: cgroups left: %v", id, cg)
+		}
+		if cg, _ := filepath.Glob("/sys/fs/cgroup/*/*/custody/" + id); len(cg) > 0 {
+			t.Errorf("member %s: cgroups left: %v", id, cg)
+		}
+		for _, p := range procs {
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
+				t.Errorf("member %s: process %s is left", id, filepath.Dir(p))
+			}
+		}
+	}
+	q, err := d.Control.Quarantine(ctx)
+	if err != nil || q.Quarantined {
+		t.Fatalf("quarantine after recovery: %+v %v", q, err)
+	}
+
+	// The pool fills again and serves a grant; its receipt says pooled.
+	waitFor("a full pool again", func() bool { return len(poolMembers(t, e.dir)) == 3 })
+	g := e.grant(t, e.phase(t, "pooled", "echo pooled-ok", ""))
+	runDir := filepath.Join(e.dir, "pooled-run")
+	if err := os.Mkdir(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	receipt := filepath.Join(runDir, "receipt.json")
+	code, out, errs := e.custody("run", "--grant", g, "--receipt", receipt)
+	if code != 0 || !strings.Contains(out, "pooled-ok") {
+		t.Fatalf("pooled run: %d %s %s", code, out, errs)
+	}
+	code, out, errs = e.custody("verify", receipt, "--trust", e.trust(t, "trust.yaml", "development"), "--outputs", filepath.Join(runDir, "outputs"))
+	if code != 0 || !strings.Contains(out, "pooled (prepared at ") {
+		t.Fatalf("verify: %d %s %s", code, out, errs)
+	}
+	t.Log(strings.TrimSpace(out))
+}

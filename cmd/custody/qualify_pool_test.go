@@ -1,0 +1,42 @@
+package main
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/conformance"
+)
+
+// TestQualifyPooled runs the checks of the conformance suite a warm pool
+// can serve (isolation, the memory, pids and wall-time limits, inputs,
+// environment, denied egress, cleanup, evidence) on warm-pool launches
+// through a private custodyd (custody qualify --pooled): every run must
+// have taken a pooled sandbox
+// (its signed receipt says so) and every check passes, legitimate and
+// refusal alike; the row is partial (the other checks are missing), so it
+// cannot pass as a full qualification.
+func TestQualifyPooled(t *testing.T) {
+	custodyd, runc, busybox, probe := qualifyBins(t)
+	rowPath := filepath.Join(t.TempDir(), "row.json")
+	start := time.Now()
+	_, _, stderr := custody("qualify", "--tier", "development", "--pooled", "--json", "--custodyd", custodyd, "--runtime", runc,
+		"--probe", probe, "--busybox", busybox, "--out", rowPath)
+	t.Logf("qualify --pooled took %s", time.Since(start).Round(time.Millisecond))
+	v, _ := readRow(t, rowPath)
+	if len(v.Checks) != len(conformance.PooledChecks) {
+		t.Fatalf("row has %d checks, want the %d pooled ones\n%s", len(v.Checks), len(conformance.PooledChecks), stderr)
+	}
+	for _, c := range v.Checks {
+		if !slices.Contains(conformance.PooledChecks, c.TestName()) {
+			t.Errorf("%s is not a pooled check", c.TestName())
+		}
+		if !c.Passed || len(c.Runs) == 0 {
+			t.Errorf("%s: passed %t with %d runs: %s", c.TestName(), c.Passed, len(c.Runs), c.Detail)
+		}
+	}
+	if v.AllPassed() || len(v.Missing) == 0 {
+		t.Errorf("a pooled (partial) row passes as a full qualification: result %s, missing %v", v.Result, v.Missing)
+	}
+}

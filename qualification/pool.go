@@ -1,0 +1,68 @@
+package qualification
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/conformance"
+)
+
+// poolSize is how many sandboxes each pooled qualification profile keeps:
+// the suite runs its checks one after another, and the pool refills while
+// a check is judged.
+const poolSize = 2
+
+// poolPolicy is the pool section of a pooled qualification's policy: one
+// profile per budget set of conformance.PooledBudgets, with the
+// qualification policy's defaults for every other budget.
+func poolPolicy(image, tier string) string {
+	var b strings.Builder
+	b.WriteString("pool:\n")
+	for i, bg := range conformance.PooledBudgets {
+		fmt.Fprintf(&b, `  - name: qualify-%d
+    image: %q
+    tier: %s
+    size: %d
+    idleTTL: 30m
+    resources: {memory: %d, pids: %d, cpu: 1, tmpBytes: 16Mi, outputPath: /out, outputBytes: 16Mi}
+`, i, image, tier, poolSize, bg.Memory, bg.Pids)
+	}
+	return b.String()
+}
+
+// beforeRun is the suite's hook before each run: for a pooled
+// qualification, wait until the pool is full again (the suite runs faster
+// than a loaded host refills it, and a run that finds it empty would be
+// launched cold and fail its check); nil otherwise.
+func (d *privateDaemon) beforeRun(o Options) func(context.Context) error {
+	if !o.Pooled {
+		return nil
+	}
+	return d.waitPool
+}
+
+// waitPool waits until the private daemon holds every pooled sandbox (one
+// launch dir each) before the suite starts, so that no check's run finds
+// the pool still filling.
+func (d *privateDaemon) waitPool(ctx context.Context) error {
+	want := poolSize * len(conformance.PooledBudgets)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ents, _ := os.ReadDir(filepath.Join(d.dir, "run"))
+		if len(ents) >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the warm pool holds %d of %d sandboxes after a minute", len(ents), want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

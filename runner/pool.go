@@ -1,0 +1,543 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/store"
+)
+
+// The warm pool: sandboxes prepared for the operator's pool profiles
+// before any grant exists, each held at its gate by the backend (a
+// backend.Pooler). Each member is a journalled attempt of its own, opened
+// with the backend's intents before anything is made, so a runner that
+// dies with a full pool recovers every member like any launch (clean or
+// residual). A grant whose plan matches a profile exactly reserves one
+// member before it is spent; the run's own attempt then creates nothing
+// (the member's holds what exists), and the member serves that one run
+// and is destroyed with its cleanup. Members are destroyed, never served,
+// when they idle past their TTL, their gate died, the policy, the image or
+// the runtime changed, or the runner is quarantined.
+
+// PoolMember is a pooled sandbox as a run's result records it.
+type PoolMember struct {
+	Profile    string    `json:"profile"`
+	Sandbox    string    `json:"sandbox"` // the member's attempt (journal run id)
+	PreparedAt time.Time `json:"preparedAt"`
+}
+
+// poolGrantPrefix marks a pool member's attempt in the journal, in the
+// place of the grant a launch's attempt names: "pool:<profile>". No grant
+// id has a colon.
+const poolGrantPrefix = "pool:"
+
+// IsPoolMember says whether a journalled attempt is a pool member's.
+func IsPoolMember(a journal.Attempt) bool { return strings.HasPrefix(a.GrantID, poolGrantPrefix) }
+
+// pool is the runner's warm pool; its zero value holds nothing.
+type pool struct {
+	// fill is held by a FillPool round and by Recover: recovery never
+	// runs while members are being made, and drains the idle ones first
+	// (they are live attempts, not a dead runner's).
+	fill     sync.Mutex
+	mu       sync.Mutex
+	digest   string // policy digest the profiles come from
+	profiles []policy.PoolProfile
+	pol      *policy.Policy
+	members  map[string][]*member // idle, by profile name
+	// kick is signalled when a member is used up (PoolKicks), so the
+	// owner's upkeep loop refills without waiting for its tick.
+	kickOnce sync.Once
+	kickCh   chan struct{}
+}
+
+// kicks is the pool's refill signal, made once.
+func (p *pool) kicks() chan struct{} {
+	p.kickOnce.Do(func() { p.kickCh = make(chan struct{}, 1) })
+	return p.kickCh
+}
+
+// kick signals the upkeep loop, without waiting.
+func (p *pool) kick() {
+	select {
+	case p.kicks() <- struct{}{}:
+	default:
+	}
+}
+
+// PoolKicks is signalled when a served member is destroyed, or a profile's
+// last idle member is reserved: the caller's upkeep loop then runs
+// FillPool at once. A refill waits for the run it replaces to end, where
+// it can, so that preparing the next sandbox does not compete with the
+// run for the host's cores.
+func (r *Runner) PoolKicks() <-chan struct{} { return r.pool.kicks() }
+
+// member is one held sandbox and what it was made under.
+type member struct {
+	runID   string
+	profile policy.PoolProfile
+	held    backend.Held
+	backend backend.Backend
+	runtime string // the backend's runtime digest when it was made
+	image   string
+	digest  string // the policy it was made under
+}
+
+// PoolLease is a member reserved for one run: taken out of the pool, so no
+// other run can have it.
+type PoolLease struct {
+	r *Runner
+	m *member
+}
+
+// Member is what the run's result records of the lease.
+func (l *PoolLease) Member() PoolMember {
+	return PoolMember{Profile: l.m.profile.Name, Sandbox: l.m.runID, PreparedAt: l.m.held.PreparedAt()}
+}
+
+// Release gives back a member no run attached to (the grant was refused
+// before launch): nothing of any grant ever reached it.
+func (l *PoolLease) Release() {
+	if l == nil || l.m == nil {
+		return
+	}
+	m := l.m
+	l.m = nil
+	l.r.pool.mu.Lock()
+	defer l.r.pool.mu.Unlock()
+	if l.r.pool.members == nil || l.r.pool.digest != m.digest || !slices.ContainsFunc(l.r.pool.profiles, func(p policy.PoolProfile) bool { return p == m.profile }) {
+		go l.r.destroyMember(context.Background(), m, "the policy changed")
+		return
+	}
+	l.r.pool.members[m.profile.Name] = append(l.r.pool.members[m.profile.Name], m)
+}
+
+// PoolConfigError refuses a pool section the platform cannot serve: each
+// check names the profile's requirement, the reason and the fix.
+type PoolConfigError struct{ Checks []admission.Check }
+
+func (e *PoolConfigError) Error() string {
+	var parts []string
+	for _, c := range e.Checks {
+		parts = append(parts, fmt.Sprintf("%s: %s; fix: %s", c.Requirement, c.Detail, c.Fix))
+	}
+	return "pool: " + strings.Join(parts, "; ")
+}
+
+// CheckPool checks pol's pool profiles against this runner: each image is
+// stored here, each backend can hold a sandbox before its grant, and each
+// tier is one the backend enforces. custodyd refuses a policy it fails.
+func (r *Runner) CheckPool(pol *policy.Policy) error {
+	var checks []admission.Check
+	for i, p := range pol.Pool {
+		req := fmt.Sprintf("pool[%d]", i)
+		if _, err := r.images.Get(p.Image); err != nil {
+			checks = append(checks, admission.Check{Requirement: req + ".image", Verdict: admission.Unsupported, Code: "pool-image-unknown",
+				Detail: fmt.Sprintf("image %s is not in this runner's image store: %v", p.Image, err), Fix: "import the image (custody image import) before naming it in a pool profile"})
+		}
+		b, err := r.BackendNamed(p.EffectiveBackend())
+		if err != nil {
+			checks = append(checks, admission.Check{Requirement: req + ".backend", Verdict: admission.Unsupported, Code: "pool-backend-unknown",
+				Detail: err.Error(), Fix: "pool on a backend custodyd runs"})
+			continue
+		}
+		if _, ok := b.(backend.Pooler); !ok {
+			checks = append(checks, admission.Check{Requirement: req + ".backend", Verdict: admission.Unsupported, Code: "pool-backend-cannot-hold",
+				Detail: fmt.Sprintf("backend %s cannot prepare a sandbox before its grant", b.Name()), Fix: "pool on oci, or drop the profile"})
+		}
+		gaps, known := b.Capabilities().Tiers[p.Tier]
+		if !known || len(gaps) > 0 {
+			detail := fmt.Sprintf("backend %s does not enforce tier %s here", b.Name(), p.Tier)
+			for _, g := range gaps {
+				detail += "; " + g.Requirement + ": " + g.Detail
+			}
+			checks = append(checks, admission.Check{Requirement: req + ".tier", Verdict: admission.Unsupported, Code: "pool-tier-unenforced",
+				Detail: detail, Fix: "pool at a tier this host enforces (development on a cgroup v1 host), or fix the host"})
+		}
+	}
+	if len(checks) > 0 {
+		return &PoolConfigError{Checks: checks}
+	}
+	return nil
+}
+
+// ConfigurePool sets the pool's profiles from the policy in force (digest
+// names it). A different policy drains every member first: a sandbox is
+// never served under a policy other than the one it was made under.
+func (r *Runner) ConfigurePool(ctx context.Context, pol *policy.Policy, digest string) {
+	r.pool.mu.Lock()
+	var drained []*member
+	if r.pool.digest != digest {
+		drained = r.pool.takeAll()
+		r.pool.digest, r.pool.pol = digest, pol
+		r.pool.profiles = nil
+		if pol != nil {
+			r.pool.profiles = slices.Clone(pol.Pool)
+		}
+	}
+	r.pool.mu.Unlock()
+	r.destroyAll(ctx, drained, "the policy changed")
+}
+
+// DrainPool destroys every idle member and keeps none until the pool is
+// configured again.
+func (r *Runner) DrainPool(ctx context.Context, reason string) {
+	r.pool.mu.Lock()
+	drained := r.pool.takeAll()
+	r.pool.digest, r.pool.profiles, r.pool.pol = "", nil, nil
+	r.pool.mu.Unlock()
+	r.destroyAll(ctx, drained, reason)
+}
+
+// takeAll empties the pool; the caller holds mu.
+func (p *pool) takeAll() []*member {
+	var out []*member
+	for _, ms := range p.members {
+		out = append(out, ms...)
+	}
+	p.members = map[string][]*member{}
+	return out
+}
+
+// PoolStatus counts the idle members per profile.
+func (r *Runner) PoolStatus() map[string]int {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	out := map[string]int{}
+	for _, p := range r.pool.profiles {
+		out[p.Name] = len(r.pool.members[p.Name])
+	}
+	return out
+}
+
+// FillPool is one round of the pool's upkeep: it destroys members that
+// may no longer be served (idle past the TTL, gate gone, runtime or image
+// changed), drains everything while the runner is quarantined, and
+// prepares members until each profile has its size. It returns the first
+// error met preparing one; custodyd calls it on a ticker.
+func (r *Runner) FillPool(ctx context.Context) error {
+	r.pool.fill.Lock()
+	defer r.pool.fill.Unlock()
+	if err := r.checkQuarantine(); err != nil {
+		r.pool.mu.Lock()
+		drained := r.pool.takeAll()
+		r.pool.mu.Unlock()
+		r.destroyAll(ctx, drained, "the runner is quarantined")
+		return nil
+	}
+	now := time.Now()
+	r.pool.mu.Lock()
+	var stale []*member
+	var reasons []string
+	runtimes := map[string]error{}
+	for name, ms := range r.pool.members {
+		keep := ms[:0]
+		for _, m := range ms {
+			reason := ""
+			if _, seen := runtimes[m.backend.Name()]; !seen {
+				runtimes[m.backend.Name()] = m.backend.(backend.Pooler).CheckRuntime(ctx)
+			}
+			switch {
+			case now.Sub(m.held.PreparedAt()) > time.Duration(m.profile.IdleTTL):
+				reason = "it idled past its TTL of " + time.Duration(m.profile.IdleTTL).String()
+			case m.held.Alive() != nil:
+				reason = m.held.Alive().Error()
+			case runtimes[m.backend.Name()] != nil:
+				reason = "the runtime changed: " + runtimes[m.backend.Name()].Error()
+			case m.backend.Identity().SHA256 != m.runtime:
+				reason = "the runtime digest changed"
+			}
+			if reason == "" {
+				if _, err := r.images.Get(m.image); err != nil {
+					reason = "its image is gone: " + err.Error()
+				}
+			}
+			if reason != "" {
+				stale, reasons = append(stale, m), append(reasons, reason)
+				continue
+			}
+			keep = append(keep, m)
+		}
+		r.pool.members[name] = keep
+	}
+	var want []policy.PoolProfile
+	for _, p := range r.pool.profiles {
+		for range p.Size - len(r.pool.members[p.Name]) {
+			want = append(want, p)
+		}
+	}
+	digest := r.pool.digest
+	r.pool.mu.Unlock()
+	for i, m := range stale {
+		r.destroyMember(ctx, m, reasons[i])
+	}
+	for _, p := range want {
+		m, err := r.prepareMember(ctx, p)
+		if err != nil {
+			return err
+		}
+		r.pool.mu.Lock()
+		if r.pool.digest != digest || r.pool.members == nil {
+			r.pool.mu.Unlock()
+			r.destroyMember(ctx, m, "the policy changed while it was prepared")
+			continue
+		}
+		m.digest = digest
+		r.pool.members[p.Name] = append(r.pool.members[p.Name], m)
+		r.pool.mu.Unlock()
+	}
+	return nil
+}
+
+// prepareMember makes one member for profile p, journalled as an attempt
+// of its own before anything is created.
+func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*member, error) {
+	b, err := r.BackendNamed(p.EffectiveBackend())
+	if err != nil {
+		return nil, err
+	}
+	pb, ok := b.(backend.Pooler)
+	if !ok {
+		return nil, fmt.Errorf("pool %s: backend %s cannot hold a sandbox", p.Name, b.Name())
+	}
+	if err := r.VerifyImage(ctx, p.Image); err != nil {
+		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+	}
+	img, err := r.images.Get(p.Image)
+	if err != nil {
+		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+	}
+	runID := NewRunID()
+	id := ContainerID(runID)
+	es, err := b.Intents(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.journal.Begin(runID, poolGrantPrefix+p.Name, resources(es)...); err != nil {
+		return nil, fmt.Errorf("pool %s: journal the member: %w", p.Name, err)
+	}
+	rec := &recorder{j: r.journal, runID: runID}
+	res := p.Resources
+	outFiles := r.pool.outputFiles(res)
+	hs := backend.HeldSpec{Rootfs: img.Rootfs, Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
+		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
+		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
+	h, err := pb.PrepareHeld(ctx, id, hs, rec)
+	m := &member{runID: runID, profile: p, held: h, backend: b, runtime: b.Identity().SHA256, image: p.Image}
+	if err != nil {
+		if h != nil {
+			r.destroyMember(ctx, m, "its preparation failed: "+err.Error())
+		} else if aerr := r.Abandon(runID, "pool member not prepared: "+err.Error()); aerr != nil {
+			r.log.Error("close the pool member's attempt", "run", runID, "err", aerr)
+		}
+		return nil, fmt.Errorf("pool %s: prepare a member: %w", p.Name, err)
+	}
+	r.log.Info("pool member prepared", "profile", p.Name, "run", runID)
+	return m, nil
+}
+
+// outputFiles is a profile's effective output entry bound.
+func (p *pool) outputFiles(res policy.PoolResources) int64 {
+	if p.pol != nil {
+		return p.pol.EffectiveOutputFiles(res)
+	}
+	if res.OutputFiles > 0 {
+		return res.OutputFiles
+	}
+	return policy.DefaultOutputFiles
+}
+
+// destroyMember destroys a member that serves no run and closes its
+// attempt: clean once every part is verified gone, else residual, which
+// quarantines the runner.
+func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
+	rep := m.held.Destroy(context.WithoutCancel(ctx))
+	r.finishMember(m, rep, "pool member destroyed unused: "+reason)
+}
+
+// finishMember closes a member's attempt after its cleanup.
+func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string) {
+	if !rep.Verified {
+		var failed []string
+		for _, s := range rep.Steps {
+			if !s.OK {
+				failed = append(failed, s.Name+": "+s.Detail)
+			}
+		}
+		_ = r.residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
+		return
+	}
+	if err := r.journal.Finish(m.runID, journal.Clean, detail, ""); err != nil {
+		_ = r.residual(m.runID, err.Error())
+		return
+	}
+	r.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
+}
+
+func (r *Runner) destroyAll(ctx context.Context, ms []*member, reason string) {
+	for _, m := range ms {
+		r.destroyMember(ctx, m, reason)
+	}
+}
+
+// ReservePooled takes an idle member whose profile the plan matches
+// exactly, or returns nil: the launch is then cold, as without a pool.
+func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	for _, p := range r.pool.profiles {
+		if !r.pool.matches(p, plan) {
+			continue
+		}
+		ms := r.pool.members[p.Name]
+		for len(ms) > 0 {
+			m := ms[0]
+			ms = ms[1:]
+			r.pool.members[p.Name] = ms
+			if m.held.Alive() == nil {
+				if len(ms) == 0 {
+					r.pool.kick() // the profile is empty: refill now
+				}
+				return &PoolLease{r: r, m: m}
+			}
+			go r.destroyMember(context.Background(), m, "its gate died while it idled")
+		}
+	}
+	return nil
+}
+
+// matches says whether a plan asks for exactly what profile p holds.
+func (p *pool) matches(pr policy.PoolProfile, plan *admission.Plan) bool {
+	res := pr.Resources
+	nofile := plan.Nofile
+	if nofile == 0 {
+		nofile = 1024
+	}
+	var uid, gid uint32
+	if plan.User != nil {
+		uid, gid = plan.User.UID, plan.User.GID
+	}
+	backendName := plan.Backend
+	if backendName == "" {
+		backendName = "oci"
+	}
+	if slices.ContainsFunc(plan.Inputs, func(in admission.Input) bool { return in.Writable }) {
+		return false
+	}
+	return plan.Image == pr.Image && backendName == pr.EffectiveBackend() && string(plan.Tier) == pr.Tier &&
+		plan.Network == request.NetworkDeny && len(plan.Egress) == 0 &&
+		plan.Memory == int64(res.Memory) && plan.Pids == res.Pids && plan.CPU == res.CPU &&
+		plan.TmpBytes == int64(res.TmpBytes) && nofile == res.EffectiveNofile() &&
+		plan.OutputPath == res.OutputPath && plan.OutputBytes == int64(res.OutputBytes) &&
+		plan.OutputFiles == p.outputFiles(res) && uid == pr.UID && gid == pr.GID
+}
+
+// errPoolTake marks a pooled sandbox that could not be taken; the launch
+// then goes cold.
+var errPoolTake = errors.New("pooled sandbox not taken")
+
+// takePooled attaches the run to its reserved member. On failure the
+// member is destroyed (never served again) and the caller launches cold.
+func (r *Runner) takePooled(ctx context.Context, p *Prepared, s backend.Spec) (backend.Sandbox, error) {
+	l := p.Pooled
+	m := l.m
+	l.m = nil
+	sb, err := m.held.Take(ctx, backend.Attachment{Args: s.Args, Env: s.Env, Cwd: s.Cwd, StopSignal: s.StopSignal, Inputs: s.Inputs})
+	if err != nil {
+		r.destroyMember(ctx, m, "it could not be attached: "+err.Error())
+		return nil, fmt.Errorf("%w: %v", errPoolTake, err)
+	}
+	return &pooledSandbox{Sandbox: sb, r: r, m: m, run: p.RunID}, nil
+}
+
+// pooledSandbox is a member serving one run: its cleanup closes the
+// member's attempt too.
+type pooledSandbox struct {
+	backend.Sandbox
+	r    *Runner
+	m    *member
+	run  string
+	once sync.Once
+	rep  backend.CleanupReport
+}
+
+func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
+	s.once.Do(func() {
+		s.rep = s.Sandbox.Cleanup(ctx)
+		s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed")
+		s.r.pool.kick()
+	})
+	return s.rep
+}
+
+// ConsumePooled is Consume for a run that takes a reserved pool member:
+// the run's attempt opens with no intents, since the member's attempt
+// holds everything that exists.
+func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse) error {
+	return r.journal.BeginConsuming(runID, grantID, use)
+}
+
+// prepareSandbox is the run's sandbox: its reserved pool member, taken
+// and attached, or a cold Prepare (also when the member cannot be taken:
+// the cold path is the same containment, made for this run alone).
+func (r *Runner) prepareSandbox(ctx context.Context, b backend.Backend, id string, p *Prepared, rec *recorder, res *Result) (backend.Sandbox, error) {
+	s := r.spec(p)
+	if p.Pooled != nil && p.Pooled.m != nil {
+		pm := p.Pooled.Member()
+		sb, err := r.takePooled(ctx, p, s)
+		if err == nil {
+			res.Pooled = &pm
+			return sb, nil
+		}
+		r.log.Warn("launching cold", "run", p.RunID, "err", err)
+		// The run's attempt was opened without intents; a cold launch
+		// records them before it creates anything.
+		es, err := b.Intents(id)
+		if err == nil {
+			err = rec.Intent(es...)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b.Prepare(ctx, id, s, rec)
+}
+
+// PoolUsesImage says whether a pool profile in force, or a member still
+// held, is made from the image: removing or pruning it is refused, since
+// the held sandboxes' rootfs is that tree.
+func (r *Runner) PoolUsesImage(digest string) bool {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	for _, p := range r.pool.profiles {
+		if p.Image == digest {
+			return true
+		}
+	}
+	for _, ms := range r.pool.members {
+		for _, m := range ms {
+			if m.image == digest {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holdPool drains the pool and keeps it from filling until the returned
+// release is called: what Recover needs before it walks the journal.
+func (r *Runner) holdPool(ctx context.Context) (release func()) {
+	r.pool.fill.Lock()
+	r.DrainPool(ctx, "an operator's recovery")
+	return r.pool.fill.Unlock
+}
