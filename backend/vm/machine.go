@@ -52,6 +52,7 @@ type Machine struct {
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
 	timing                                                Timing
+	t0                                                    time.Time
 	console                                               *tailBuffer
 }
 
@@ -68,6 +69,41 @@ type Timing struct {
 	// the workload starts: modules, mounts, cgroup) and Workload are the
 	// guest's own clock: observations, for the breakdown only.
 	Kernel, Setup, Workload time.Duration
+	// Guest is the init's own steps (guest uptime at each).
+	Guest []guest.Step
+	// Marks are the host's clock at each step of the launch, from the
+	// start of Prepare: where the time outside QEMU goes.
+	Marks []Mark
+}
+
+// Mark is one step of a launch and when it ended, since Prepare began.
+type Mark struct {
+	Step string
+	At   time.Duration
+}
+
+func (t Timing) String() string {
+	var b strings.Builder
+	var prev time.Duration
+	for _, m := range t.Marks {
+		fmt.Fprintf(&b, " %s +%s", m.Step, (m.At - prev).Round(time.Millisecond))
+		prev = m.At
+	}
+	b.WriteString("; guest:")
+	up := t.Kernel.Seconds()
+	fmt.Fprintf(&b, " kernel %.3fs", up)
+	for _, s := range t.Guest {
+		fmt.Fprintf(&b, " %s +%.3fs", s.Name, s.Uptime-up)
+		up = s.Uptime
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// mark records that step ended now.
+func (m *Machine) mark(step string) { m.markAt(step, time.Now()) }
+
+func (m *Machine) markAt(step string, t time.Time) {
+	m.timing.Marks = append(m.timing.Marks, Mark{Step: step, At: t.Sub(m.t0)})
 }
 
 // Timing reports where the launch's time went.
@@ -80,6 +116,7 @@ type process struct {
 	start string
 	done  chan struct{}
 	err   error
+	ended time.Time // when Wait returned
 }
 
 var _ backend.Sandbox = (*Machine)(nil)
@@ -163,6 +200,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		return nil, fmt.Errorf("vm %s: run of a machine that is not prepared", m.id)
 	}
 	m.state = stateRan
+	m.mark("run")
 	kernel, err := os.Open(m.b.opts.Kernel.Path)
 	if err != nil {
 		return nil, err
@@ -204,6 +242,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		closeAll()
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
+	m.markAt("qemu-start", start)
 	for _, p := range pipes {
 		p.w.Close()
 	}
@@ -215,7 +254,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}
 	st, _ := procfs.ReadStat(cmd.Process.Pid)
 	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: make(chan struct{})}
-	go func() { m.qemu.err = cmd.Wait(); close(m.qemu.done) }()
+	go func() { m.qemu.err = cmd.Wait(); m.qemu.ended = time.Now(); close(m.qemu.done) }()
 	if err := m.rec.Created(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id),
 		Identity: map[string]string{"pid": strconv.Itoa(m.qemu.pid), "startTime": m.qemu.start}}); err != nil {
 		m.kill()
@@ -223,6 +262,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		return nil, err
 	}
 
+	m.mark("qemu-recorded")
 	var wg sync.WaitGroup
 	m.console = &tailBuffer{}
 	var report []byte
@@ -262,6 +302,7 @@ wait:
 		case <-m.qemu.done:
 			break wait
 		case <-startedCh:
+			m.mark("guest-started")
 			startedCh = nil
 			boot.Stop()
 			timer := time.NewTimer(wall)
@@ -293,7 +334,9 @@ wait:
 		ex.Signal, ex.Code = "SIGKILL", 128+int(syscall.SIGKILL)
 	}
 	<-m.qemu.done
+	m.markAt("qemu-exit", m.qemu.ended)
 	wg.Wait()
+	m.mark("streams-drained")
 	for _, p := range pipes {
 		p.r.Close()
 	}
@@ -303,6 +346,7 @@ wait:
 	m.timing.QEMU = ex.Finished.Sub(start)
 	usage, failcnt := m.hostUsage()
 	m.timing.HostPeakMemory = usage.PeakMemoryBytes
+	m.mark("host-usage")
 	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
 	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
@@ -335,6 +379,7 @@ wait:
 	m.timing.Workload = time.Duration(rep.Finished - rep.Started)
 	m.timing.Kernel = time.Duration(rep.InitUptime * float64(time.Second))
 	m.timing.Setup = time.Duration((rep.ReadyUptime - rep.InitUptime) * float64(time.Second))
+	m.timing.Guest = rep.Steps
 	ex.Observation = observation(&rep, m.outputSHA, observedAt)
 	ex.Observation.Notes = append(ex.Observation.Notes, hostNote)
 	return ex, nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -90,7 +89,7 @@ func inputTargets(s backend.Spec) []string {
 }
 
 // Prepare verifies the pins, then makes the bundle: the bounded output
-// mount, read-only ext4 images of the rootfs and inputs, and the
+// mount, read-only erofs images of the rootfs and inputs, and the
 // initramfs (the verified init and modules plus the launch's config).
 // Nothing is created before the pins and the Spec are checked.
 func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
@@ -113,6 +112,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 
 func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	t0 := time.Now()
+	m.t0 = t0
 	if err := os.Mkdir(m.dir, 0o700); err != nil {
 		return fmt.Errorf("vm bundle: %w", err)
 	}
@@ -155,6 +155,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		}
 	}
 	m.timing.Images = time.Since(t0)
+	m.mark("images")
 	cfg := guest.Config{
 		Args: m.spec.Args, Env: m.spec.Env, Cwd: m.spec.Cwd, Hostname: m.spec.Hostname,
 		UID: m.spec.UID, GID: m.spec.GID, Inputs: inputTargets(m.spec), OutputPath: m.spec.OutputPath,
@@ -188,47 +189,18 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		return err
 	}
 	m.timing.Prepare = time.Since(t0)
+	m.mark("initrd")
 	m.state = statePrepared
 	return nil
 }
 
-// makeImage writes src as a journal-less ext4 image that the guest mounts
-// read-only from a read-only drive: the guest never writes the host's
-// tree, and the host never mounts the image.
+// makeImage writes src as an erofs image that the guest mounts from a
+// read-only drive: erofs has no write path at all, so the guest never
+// writes the host's tree, and the host never mounts the image.
 func makeImage(ctx context.Context, src, img string) error {
-	var size, inodes int64
-	err := filepath.WalkDir(src, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		inodes++
-		if d.Type().IsRegular() {
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			size += (info.Size() + 4095) &^ 4095
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	// Room for metadata: block groups, inode tables, directories.
-	total := size + size/4 + inodes*4096 + 8<<20
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(total); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
-	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode",
-		"-b", "4096", "-N", strconv.FormatInt(inodes+64, 10), "-d", src, img)
+	cmd := exec.CommandContext(ctx, "mkfs.erofs", "--quiet", img, src)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs.ext4 -d %s: %w: %s", src, err, bytesTail(out, 400))
+		return fmt.Errorf("mkfs.erofs %s: %w: %s", src, err, bytesTail(out, 400))
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 		if rep.Verified {
 			_ = m.rec.Removed(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id)})
 		}
+		m.mark("qemu-gone")
 	}
 	out := filepath.Join(m.dir, "out")
 	if m.made.output {
@@ -42,6 +43,7 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 			m.made.output = false
 		}
 		step("output unmounted", err)
+		m.mark("unmounted")
 	}
 	for i, dir := range m.cgroups {
 		err := removeCgroup(dir, m.cgroupIDs[i])
@@ -51,6 +53,7 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 		step("host cgroup removed", err)
 	}
 	m.cgroups, m.cgroupIDs = nil, nil
+	m.mark("cgroups-removed")
 	if m.made.bundle && rep.Verified {
 		err := removeBundle(m.dir, m.bundleID)
 		if err == nil {
@@ -58,8 +61,10 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 			m.made.bundle = false
 		}
 		step("bundle removed", err)
+		m.mark("bundle-removed")
 	}
 	abs := m.b.VerifyAbsent(m.id, nil)
+	m.mark("verified-absent")
 	rep.Steps = append(rep.Steps, abs.Steps...)
 	rep.Verified = rep.Verified && abs.Verified
 	m.state = stateCleaned

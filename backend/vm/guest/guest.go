@@ -90,6 +90,9 @@ type Report struct {
 	// boot and the init's setup, for the boot-time breakdown.
 	InitUptime  float64 `json:"initUptime"`
 	ReadyUptime float64 `json:"readyUptime"`
+	// Steps are the guest's uptime (seconds) as each step of the init's
+	// setup ended: the boot-time breakdown, an observation.
+	Steps []Step `json:"steps,omitempty"`
 	// Started and Finished are the guest's clock, Unix nanoseconds.
 	Started  int64 `json:"started"`
 	Finished int64 `json:"finished"`
@@ -100,4 +103,10 @@ type Mount struct {
 	Target   string `json:"target"`
 	FSType   string `json:"fstype"`
 	ReadOnly bool   `json:"readOnly"`
+}
+
+// Step is one step of the init and the guest's uptime when it ended.
+type Step struct {
+	Name   string  `json:"name"`
+	Uptime float64 `json:"uptime"`
 }
