@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/outputfs"
@@ -116,12 +120,53 @@ func (m *Machine) makeCgroups() error {
 	return nil
 }
 
-// joinCgroups moves QEMU into its host cgroups (right after its start,
-// before it has mapped guest RAM or started a vCPU thread).
-func (m *Machine) joinCgroups(pid int) error {
-	for _, dir := range m.cgroups {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-			return fmt.Errorf("put qemu %d into %s: %w", pid, dir, err)
+// ErrCgroupJoin is returned by Run when QEMU could not be started inside
+// its host cgroups: it was never started (R5).
+var ErrCgroupJoin = errors.New("qemu cannot start inside its host cgroup")
+
+// startInCgroups starts cmd from a thread that has first joined the
+// launch's host cgroups, so that QEMU is born inside them: a cgroup v1
+// hierarchy places a thread by its tid (the tasks file), and a forked
+// child starts in its parent thread's cgroups. This host's cgroups are v1,
+// where clone3's CLONE_INTO_CGROUP does not apply. The thread is locked
+// and never unlocked, so the Go runtime ends it with the goroutine; no
+// other goroutine ever runs in QEMU's cgroups. If a join fails, nothing is
+// started.
+func (m *Machine) startInCgroups(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread ends here
+		tid := strconv.Itoa(unix.Gettid())
+		for _, dir := range m.cgroups {
+			if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(tid), 0o644); err != nil {
+				errc <- fmt.Errorf("%w: R5: join %s: %v; fix: check that custodyd may write the cgroup v1 hierarchies it started in", ErrCgroupJoin, dir, err)
+				return
+			}
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
+}
+
+// checkCgroups confirms the started QEMU sits in every one of its host
+// cgroups: what the host asserts about its limits and usage rests on it.
+func (m *Machine) checkCgroups(pid int) error {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return fmt.Errorf("%w: R5: read qemu %d's cgroups: %v", ErrCgroupJoin, pid, err)
+	}
+	for ctl, dir := range m.b.cgroupDirs(m.id) {
+		if !slices.Contains(m.cgroups, dir) {
+			continue
+		}
+		found := false // the launch's cgroup name is unique to it
+		for _, c := range procfs.ParseCgroup(data) {
+			if slices.Contains(strings.Split(c.Controllers, ","), ctl) && path.Base(c.Path) == filepath.Base(dir) {
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: R5: qemu %d is not in its %s cgroup %s", ErrCgroupJoin, pid, ctl, dir)
 		}
 	}
 	return nil

@@ -235,10 +235,12 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	var qemuLog tailBuffer
 	cmd.Stdout, cmd.Stderr = &qemuLog, &qemuLog
 	// A mount namespace of its own: nothing QEMU could mount is seen by
-	// the host; -chroot then confines it to the empty jail dir.
+	// the host; -chroot then confines it to the empty jail dir. No
+	// Pdeathsig: it follows the forking thread, which startInCgroups ends
+	// right after the start.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := m.startInCgroups(cmd); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
@@ -246,7 +248,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	for _, p := range pipes {
 		p.w.Close()
 	}
-	if err := m.joinCgroups(cmd.Process.Pid); err != nil {
+	if err := m.checkCgroups(cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		closeAll()
