@@ -49,6 +49,9 @@ type Machine struct {
 	cgroups   []string
 	cgroupIDs []map[string]string
 	qemu      *process
+	// uid and gid QEMU runs as: this launch's own while held.
+	uid, gid uint32
+	heldUID  bool
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
 	timing                                                Timing
@@ -147,7 +150,7 @@ func (m *Machine) Evidence() map[string]string {
 
 // baseArgs are the QEMU flags every guest gets: the machine, the jail and
 // the sandbox, the console on fd 3, the kernel on fd 4 and initrd.
-func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string) []string {
+func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string, uid, gid uint32) []string {
 	mem := (memBytes + (1<<20 - 1)) >> 20
 	cpu := "max"
 	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
@@ -161,7 +164,7 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd strin
 		"-nodefaults", "-no-user-config", "-nographic", "-monitor", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
 		"-chroot", filepath.Join(dir, "jail"),
-		"-runas", fmt.Sprintf("%d:%d", b.opts.UID, b.opts.GID),
+		"-runas", fmt.Sprintf("%d:%d", uid, gid),
 		"-name", name,
 		"-serial", "file:/proc/self/fd/3",
 		"-kernel", "/proc/self/fd/4",
@@ -172,7 +175,7 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd strin
 
 func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 	// fds 3.. in the child: console, kernel, then the four ports.
-	args := append(b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio")),
+	args := append(b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), m.uid, m.gid),
 		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
 		"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs,
 	)

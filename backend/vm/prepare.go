@@ -34,7 +34,7 @@ func (b *Backend) Intents(id string) ([]backend.Resource, error) {
 	}
 	dir := b.bundle(id)
 	rs := []backend.Resource{{Kind: KindBundle, Name: dir}, {Kind: KindOutputMount, Name: filepath.Join(dir, "out")},
-		{Kind: KindQEMU, Name: qemuName(id)}}
+		{Kind: KindUID, Name: qemuName(id)}, {Kind: KindQEMU, Name: qemuName(id)}}
 	dirs := b.cgroupDirs(id)
 	for _, ctl := range sortedCtls(dirs) {
 		rs = append(rs, backend.Resource{Kind: KindCgroup, Name: dirs[ctl]})
@@ -113,6 +113,16 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	t0 := time.Now()
 	m.t0 = t0
+	// The uid first: with the range exhausted, nothing is made.
+	var err error
+	if m.uid, m.gid, err = m.b.allocateUID(m.id); err != nil {
+		return err
+	}
+	m.heldUID = true
+	if err := m.rec.Created(backend.Resource{Kind: KindUID, Name: qemuName(m.id),
+		Identity: map[string]string{"uid": strconv.FormatUint(uint64(m.uid), 10), "gid": strconv.FormatUint(uint64(m.gid), 10)}}); err != nil {
+		return err
+	}
 	if err := os.Mkdir(m.dir, 0o700); err != nil {
 		return fmt.Errorf("vm bundle: %w", err)
 	}

@@ -35,6 +35,12 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 		}
 		m.mark("qemu-gone")
 	}
+	// The uid is free again only once no QEMU of this launch can run.
+	if m.heldUID && rep.Verified {
+		m.b.releaseUID(m.uid)
+		m.heldUID = false
+		_ = m.rec.Removed(backend.Resource{Kind: KindUID, Name: qemuName(m.id)})
+	}
 	out := filepath.Join(m.dir, "out")
 	if m.made.output {
 		err := unmountOutput(out, nil)
@@ -198,6 +204,23 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 			_ = rec.Removed(backend.Resource{Kind: KindQEMU, Name: r.Name})
 		}
 		step("qemu gone", err)
+	}
+	if r, ok := byKind[KindUID]; ok && r.State != "removed" && rep.Verified {
+		// Free once no process runs as it: a QEMU not on record that
+		// still runs as this launch's uid keeps the launch residual.
+		var err error
+		if v, ok := r.Identity["uid"]; ok {
+			uid, perr := strconv.ParseUint(v, 10, 32)
+			if perr != nil {
+				err = fmt.Errorf("vm uid %q on record is unreadable: %w", v, errNotOwned)
+			} else {
+				err = uidGone(uint32(uid))
+			}
+		}
+		if err == nil {
+			_ = rec.Removed(backend.Resource{Kind: KindUID, Name: r.Name})
+		}
+		step("vm uid free", err)
 	}
 	for _, r := range recorded {
 		if r.Kind != KindCgroup || r.State == "removed" || !rep.Verified {

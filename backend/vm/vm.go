@@ -35,9 +35,9 @@ import (
 // Name is the vm backend's name in receipts and qualification rows.
 const Name = "vm"
 
-// DefaultUID is the host uid QEMU drops to: dedicated to custody's guests,
-// owning no file on the host (above every range custody maps for user
-// namespaces).
+// DefaultUID is the first host uid (and gid) QEMU drops to, one per live
+// launch from there: dedicated to custody's guests, owning no file on the
+// host (above every range custody maps for user namespaces).
 const DefaultUID = 2100000000
 
 // GuestOverheadBytes is guest RAM beyond Spec.Memory: the kernel, the
@@ -80,9 +80,15 @@ type Config struct {
 	// Accel is auto (KVM if a probe guest boots under it, else TCG), kvm
 	// or tcg; default auto.
 	Accel string `yaml:"accel,omitempty"`
-	// UID is the unprivileged host uid (and gid) QEMU runs as; default
-	// DefaultUID.
+	// UID and GID are the first of the unprivileged host uids and gids
+	// QEMU runs as, one pair per live launch (UID+k, GID+k); default
+	// DefaultUID for both. One set without the other is refused: gid 0
+	// is root's group.
 	UID uint32 `yaml:"uid,omitempty"`
+	GID uint32 `yaml:"gid,omitempty"`
+	// UIDs is how many pairs the range holds: the most launches live at
+	// once; default DefaultUIDs.
+	UIDs uint32 `yaml:"uids,omitempty"`
 }
 
 // Options configure a Backend.
@@ -96,8 +102,10 @@ type Options struct {
 	// Accel is "auto" (KVM only if a probe guest boots under it in time,
 	// else TCG), "kvm" or "tcg".
 	Accel string
-	// UID and GID QEMU runs as; 0 means DefaultUID.
-	UID, GID uint32
+	// UID and GID are the first of the range QEMU runs as, one pair per
+	// live launch, and UIDs its size; 0 means DefaultUID and DefaultUIDs.
+	// A UID without a GID is refused (it would mean gid 0).
+	UID, GID, UIDs uint32
 	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
 	MaxLogBytes int64
 	Logger      *slog.Logger
@@ -128,8 +136,10 @@ type Backend struct {
 	accel   string // what the probe chose
 	tscKHz  int64
 	pins    *pinCache
+	uids    *uidPool
 	// cgroupParents are where QEMU's host cgroups go, per controller.
 	cgroupParents map[string]string
+	cgroupMounts  map[string]string // each controller's mount point
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -144,8 +154,14 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.MaxLogBytes == 0 {
 		opts.MaxLogBytes = 16 << 20
 	}
+	if err := checkIDs(opts.UID, opts.GID, opts.UIDs); err != nil {
+		return nil, err
+	}
 	if opts.UID == 0 {
 		opts.UID, opts.GID = DefaultUID, DefaultUID
+	}
+	if opts.UIDs == 0 {
+		opts.UIDs = DefaultUIDs
 	}
 	if opts.Accel == "" {
 		opts.Accel = "auto"
@@ -156,7 +172,8 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if err := os.Chmod(opts.RuntimeDir, 0o700); err != nil {
 		return nil, fmt.Errorf("vm runtime dir: %w", err)
 	}
-	b := &Backend{opts: opts, log: opts.Logger, pins: &pinCache{}, tscKHz: hostTSCKHz(), cgroupParents: hostCgroupParents()}
+	b := &Backend{opts: opts, log: opts.Logger, pins: &pinCache{}, uids: &uidPool{}, tscKHz: hostTSCKHz()}
+	b.cgroupParents, b.cgroupMounts = hostCgroupParents()
 	if _, err := b.checkPins(); err != nil {
 		return nil, err
 	}

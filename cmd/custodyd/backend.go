@@ -49,7 +49,7 @@ func vmBackend(ctx context.Context, cfg runner.Config, v *VMConfig, log *slog.Lo
 	return func(func() *platform.Profile) (backend.Backend, error) {
 		return vm.New(ctx, vm.Options{
 			QEMU: v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init,
-			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.UID,
+			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs,
 			Logger: log, MaxLogBytes: runner.StreamCap + 1,
 		})
 	}
