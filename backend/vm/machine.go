@@ -139,6 +139,9 @@ func (o output) Used() (int64, error) { return outputfs.Used(o.dir) }
 func (m *Machine) Evidence() map[string]string {
 	ev := map[string]string{"kernel": m.b.opts.Kernel.SHA256, "init": m.b.opts.Init.SHA256,
 		"modules": m.b.opts.Modules.SHA256, "qemu": m.b.opts.QEMU.SHA256}
+	if len(m.b.opts.SeccompFilter) > 0 {
+		ev["seccomp"] = sha256Hex(m.b.opts.SeccompFilter)
+	}
 	for k, v := range map[string]string{"initrd": m.initrdSHA, "config": m.configSHA, "output-stream": m.outputSHA,
 		"stdout": m.stdoutSHA, "stderr": m.stderrSHA} {
 		if v != "" {

@@ -171,6 +171,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		UID: m.spec.UID, GID: m.spec.GID, Inputs: inputTargets(m.spec), OutputPath: m.spec.OutputPath,
 		OutputBytes: m.spec.OutputBytes, OutputFiles: m.spec.OutputFiles, TmpBytes: m.spec.TmpBytes,
 		Memory: m.spec.Memory, Pids: m.spec.Pids, CPU: m.spec.CPU, FileSize: m.spec.FileSize,
+		Seccomp: len(m.b.opts.SeccompFilter) > 0,
 	}
 	for _, mod := range Modules {
 		cfg.Modules = append(cfg.Modules, path.Base(mod))
@@ -187,6 +188,9 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	cw.char("dev/console", 5, 1)
 	cw.file("init", 0o755, files.init)
 	cw.file(guest.ConfigPath[1:], 0o644, cfgJSON)
+	if cfg.Seccomp {
+		cw.file(guest.SeccompPath[1:], 0o644, m.b.opts.SeccompFilter)
+	}
 	for i, mod := range Modules {
 		cw.file(path.Join(guest.ModulesDir[1:], path.Base(mod)), 0o644, files.modules[i])
 	}

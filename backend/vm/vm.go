@@ -106,6 +106,13 @@ type Options struct {
 	// live launch, and UIDs its size; 0 means DefaultUID and DefaultUIDs.
 	// A UID without a GID is refused (it would mean gid 0).
 	UID, GID, UIDs uint32
+	// SeccompFilter is the classic BPF program (struct sock_filter
+	// entries, host byte order) the guest's init installs on the workload
+	// just before its exec: custodyd passes the oci profile's
+	// (oci.CompileFilter), so a workload meets the same allowlist in a
+	// guest as in a container. Empty: no filter, which the receipt's
+	// observation says.
+	SeccompFilter []byte
 	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
 	MaxLogBytes int64
 	Logger      *slog.Logger
@@ -156,6 +163,9 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	if err := checkIDs(opts.UID, opts.GID, opts.UIDs); err != nil {
 		return nil, err
+	}
+	if n := len(opts.SeccompFilter); n%8 != 0 || n > 4096*8 {
+		return nil, fmt.Errorf("%w: the seccomp filter is %d bytes, not a classic BPF program of at most 4096 instructions", ErrConfig, n)
 	}
 	if opts.UID == 0 {
 		opts.UID, opts.GID = DefaultUID, DefaultUID

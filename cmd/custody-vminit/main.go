@@ -38,6 +38,9 @@ const (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == workloadArg {
+		workload()
+	}
 	ports := map[string]*os.File{}
 	rep := run(ports)
 	if ctl := ports[guest.PortControl]; ctl != nil {
@@ -299,17 +302,12 @@ func buildRoot(cfg *guest.Config) error {
 	if err := unix.Mount("tmpfs", out, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, outOpts); err != nil {
 		return fmt.Errorf("output: %w", err)
 	}
-	proc, err := mkdir("/proc")
-	if err != nil {
+	// The workload's /proc is mounted by the workload stage, inside its
+	// own pid namespace: here only its mount point.
+	if _, err := mkdir("/proc"); err != nil {
 		return err
-	}
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("proc: %w", err)
 	}
 	if err := minimalDev(); err != nil {
-		return err
-	}
-	if err := guardProc(proc); err != nil {
 		return err
 	}
 	// The root itself read-only: writes go to /tmp and the output only.
@@ -319,8 +317,7 @@ func buildRoot(cfg *guest.Config) error {
 	return nil
 }
 
-// The workload's procfs is the guest kernel's own (no pid or user
-// namespace, no seccomp): a uid 0 workload without capabilities still
+// The workload's procfs is its own pid namespace's, but a uid 0 workload without capabilities still
 // passes the DAC checks of /proc/sys (kernel.core_pattern and
 // kernel.modprobe run a helper as full root outside the chroot and its
 // cgroup) and of /proc/sysrq-trigger. As runc's default profile (and the
@@ -468,13 +465,7 @@ func keyed(p, key string) int64 {
 	if err != nil {
 		return -1
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return -1
+	return keyedIn(data, key)
 }
 
 func observe(rep *guest.Report) {
@@ -535,43 +526,49 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 			return fmt.Errorf("file size limit: %w", err)
 		}
 	}
-	// Nothing the workload execs gets a capability back, whatever its uid:
-	// it cannot escape the chroot, mount, or make device nodes.
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("drop capability %d: %w", c, err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	selfStatus(rep)
 	rep.ReadyUptime = uptime()
+	// The workload stage is this binary again, as PID 1 of a new pid
+	// namespace with a mount namespace of its own: it mounts the
+	// workload's /proc there (so init and the guest's other processes are
+	// not in it), drops every capability, changes root and credentials,
+	// installs the seccomp filter and execs the workload in its place.
+	// Fd 3 tells init what it installed; its close-on-exec end says the
+	// workload runs.
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer statusR.Close()
 	cmd := &exec.Cmd{
-		Path:   cfg.Args[0],
-		Args:   cfg.Args,
-		Env:    cfg.Env,
-		Dir:    cfg.Cwd,
-		Stdout: ports[guest.PortStdout],
-		Stderr: ports[guest.PortStderr],
+		Path:       "/init",
+		Args:       []string{"/init", workloadArg},
+		Env:        []string{},
+		Dir:        "/",
+		Stdout:     ports[guest.PortStdout],
+		Stderr:     ports[guest.PortStderr],
+		ExtraFiles: []*os.File{statusW},
 		SysProcAttr: &syscall.SysProcAttr{
-			Chroot:      newRoot,
-			Credential:  &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
+			Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 			Setsid:      true,
 			UseCgroupFD: true,
 			CgroupFD:    int(cg.Fd()),
 		},
 	}
-	if cmd.Dir == "" {
-		cmd.Dir = "/"
-	}
 	rep.Started = time.Now().UnixNano()
 	if err := cmd.Start(); err != nil {
+		statusW.Close()
+		return fmt.Errorf("workload stage: %w", err)
+	}
+	statusW.Close()
+	status, _ := io.ReadAll(io.LimitReader(statusR, 4096))
+	if i := strings.Index(string(status), "error "); i >= 0 {
+		_ = cmd.Wait()
 		rep.Code = 127
-		rep.Notes = append(rep.Notes, "start: "+err.Error())
+		rep.Notes = append(rep.Notes, "start: "+strings.TrimSpace(string(status[i+len("error "):])))
 		rep.Finished = time.Now().UnixNano()
 		return nil
 	}
+	workloadStatus(rep, string(status))
 	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
 		return fmt.Errorf("control port: %w", err)
 	}
@@ -610,11 +607,19 @@ func uptime() float64 {
 	return up
 }
 
-// selfStatus reads the init's seccomp mode and no_new_privs, which the
-// workload inherits.
-func selfStatus(rep *guest.Report) {
-	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[keyed("/proc/self/status", "Seccomp:")]
-	rep.NoNewPrivs = keyed("/proc/self/status", "NoNewPrivs:") == 1
+// workloadStatus reads what the workload stage saw of itself just
+// before its exec (its /proc/self/status Seccomp and NoNewPrivs), which
+// the workload keeps across it.
+func workloadStatus(rep *guest.Report, status string) {
+	for _, f := range strings.Split(strings.TrimSpace(status), ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
+		switch k {
+		case "seccomp":
+			rep.Seccomp = map[string]string{"0": "disabled", "1": "strict", "2": "filter"}[v]
+		case "nnp":
+			rep.NoNewPrivs = v == "1"
+		}
+	}
 }
 
 func usage(rep *guest.Report) {

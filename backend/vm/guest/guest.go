@@ -10,6 +10,11 @@ package guest
 // ConfigPath is where the launch configuration sits in the initramfs.
 const ConfigPath = "/custody/config.json"
 
+// SeccompPath is where the seccomp filter the workload runs under sits in
+// the initramfs, when the host gives one: a classic BPF program, raw
+// struct sock_filter entries in host byte order.
+const SeccompPath = "/custody/seccomp.bpf"
+
 // ModulesDir is where the kernel modules the init loads sit in the
 // initramfs.
 const ModulesDir = "/custody/modules"
@@ -57,6 +62,8 @@ type Config struct {
 	Pids        int64    `json:"pids"`
 	CPU         float64  `json:"cpu"`
 	FileSize    int64    `json:"fileSize"`
+	// Seccomp says the filter at SeccompPath is to be installed.
+	Seccomp bool `json:"seccomp,omitempty"`
 }
 
 // Report is what the init sends on PortControl once the workload is gone
