@@ -12,6 +12,7 @@ package main
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,14 +81,24 @@ func run(ports map[string]*os.File) *guest.Report {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
+	// The ports are looked for while the modules load: QEMU announces
+	// them to the virtio-console driver from its own thread, so the wait
+	// overlaps the loading of the filesystem modules instead of following
+	// it. ports is filled only once the search is over.
+	found := map[string]*os.File{}
+	portsDone := make(chan error, 1)
+	go func() { portsDone <- openPorts(found) }()
 	for _, m := range cfg.Modules {
 		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
+			<-portsDone
 			return fail(err)
 		}
 		step(m)
 	}
 	step("modules")
-	if err := openPorts(ports); err != nil {
+	err = <-portsDone
+	maps.Copy(ports, found)
+	if err != nil {
 		return fail(err)
 	}
 	step("ports")
@@ -171,7 +183,7 @@ func unsigned(mod []byte) []byte {
 // waitFor polls until find succeeds: devices appear asynchronously after
 // their driver loads.
 func waitFor(what string, find func() (bool, error)) error {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ok, err := find()
 		if err != nil {
@@ -474,41 +486,52 @@ func observe(rep *guest.Report) {
 	if data, err := os.ReadFile(filepath.Join(cgWork, "cpu.max")); err == nil {
 		rep.CPUMax = strings.TrimSpace(string(data))
 	}
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 10 {
-				continue
-			}
-			target := fields[4]
-			if target != newRoot && !strings.HasPrefix(target, newRoot+"/") {
-				continue
-			}
-			sep := 6
-			for sep < len(fields) && fields[sep] != "-" {
-				sep++
-			}
-			if sep+1 >= len(fields) {
-				continue
-			}
-			rel := strings.TrimPrefix(target, newRoot)
-			if rel == "" {
-				rel = "/"
-			}
-			ro := false
-			for _, o := range strings.Split(fields[5], ",") {
-				ro = ro || o == "ro"
-			}
-			rep.Mounts = append(rep.Mounts, guest.Mount{Target: rel, FSType: fields[sep+1], ReadOnly: ro})
-		}
-		f.Close()
-	}
+	// The mounts are the workload stage's, in its own mount namespace
+	// (workloadStatus).
 	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
 		for _, e := range ents {
 			rep.Interfaces = append(rep.Interfaces, e.Name())
 		}
 	}
+}
+
+// rootMounts are the mounts of the workload's root as this process's
+// mount namespace has them, relative to that root.
+func rootMounts() []guest.Mount {
+	var out []guest.Mount
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 10 {
+			continue
+		}
+		target := fields[4]
+		if target != newRoot && !strings.HasPrefix(target, newRoot+"/") {
+			continue
+		}
+		sep := 6
+		for sep < len(fields) && fields[sep] != "-" {
+			sep++
+		}
+		if sep+1 >= len(fields) {
+			continue
+		}
+		rel := strings.TrimPrefix(target, newRoot)
+		if rel == "" {
+			rel = "/"
+		}
+		ro := false
+		for _, o := range strings.Split(fields[5], ",") {
+			ro = ro || o == "ro"
+		}
+		out = append(out, guest.Mount{Target: rel, FSType: fields[sep+1], ReadOnly: ro})
+	}
+	return out
 }
 
 func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report) error {
@@ -560,15 +583,23 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return fmt.Errorf("workload stage: %w", err)
 	}
 	statusW.Close()
-	status, _ := io.ReadAll(io.LimitReader(statusR, 4096))
-	if i := strings.Index(string(status), "error "); i >= 0 {
-		_ = cmd.Wait()
-		rep.Code = 127
-		rep.Notes = append(rep.Notes, "start: "+strings.TrimSpace(string(status[i+len("error "):])))
-		rep.Finished = time.Now().UnixNano()
-		return nil
+	status, _ := io.ReadAll(io.LimitReader(statusR, guest.MaxReportBytes))
+	// A failure is a line of its own (JSON escapes newlines): the status
+	// line may come before it when the exec itself failed.
+	for _, line := range bytes.Split(status, []byte("\n")) {
+		if msg, failed := bytes.CutPrefix(line, []byte("error ")); failed {
+			_ = cmd.Wait()
+			rep.Code = 127
+			rep.Notes = append(rep.Notes, "start: "+strings.TrimSpace(string(msg)))
+			rep.Finished = time.Now().UnixNano()
+			return nil
+		}
 	}
-	workloadStatus(rep, string(status))
+	if err := workloadStatus(rep, status); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
+	}
 	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
 		return fmt.Errorf("control port: %w", err)
 	}
@@ -607,19 +638,24 @@ func uptime() float64 {
 	return up
 }
 
-// workloadStatus reads what the workload stage saw of itself just
-// before its exec (its /proc/self/status Seccomp and NoNewPrivs), which
-// the workload keeps across it.
-func workloadStatus(rep *guest.Report, status string) {
-	for _, f := range strings.Split(strings.TrimSpace(status), ";") {
-		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
-		switch k {
-		case "seccomp":
-			rep.Seccomp = map[string]string{"0": "disabled", "1": "strict", "2": "filter"}[v]
-		case "nnp":
-			rep.NoNewPrivs = v == "1"
-		}
+// stageStatus is what the workload stage saw of itself just before its
+// exec, which the workload keeps across it: its seccomp mode and
+// no_new_privs (/proc/self/status) and its root's mounts.
+type stageStatus struct {
+	Seccomp    int64         `json:"seccomp"`
+	NoNewPrivs int64         `json:"nnp"`
+	Mounts     []guest.Mount `json:"mounts"`
+}
+
+func workloadStatus(rep *guest.Report, status []byte) error {
+	var st stageStatus
+	if err := json.Unmarshal(status, &st); err != nil {
+		return fmt.Errorf("the workload stage's status: %w", err)
 	}
+	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[st.Seccomp]
+	rep.NoNewPrivs = st.NoNewPrivs == 1
+	rep.Mounts = st.Mounts
+	return nil
 }
 
 func usage(rep *guest.Report) {

@@ -53,6 +53,7 @@ func enterWorkload(status *os.File) error {
 	if err := guardProc(proc); err != nil {
 		return err
 	}
+	mounts := rootMounts()
 	var filter []byte
 	if cfg.Seccomp {
 		if filter, err = os.ReadFile(guest.SeccompPath); err != nil {
@@ -94,7 +95,13 @@ func enterWorkload(status *os.File) error {
 		}
 	}
 	self, _ := os.ReadFile("/proc/self/status")
-	fmt.Fprintf(status, "seccomp=%d;nnp=%d\n", keyedIn(self, "Seccomp:"), keyedIn(self, "NoNewPrivs:"))
+	st, err := json.Marshal(stageStatus{Seccomp: keyedIn(self, "Seccomp:"), NoNewPrivs: keyedIn(self, "NoNewPrivs:"), Mounts: mounts})
+	if err != nil {
+		return err
+	}
+	if _, err := status.Write(append(st, '\n')); err != nil {
+		return err
+	}
 	return fmt.Errorf("exec %s: %w", cfg.Args[0], unix.Exec(cfg.Args[0], cfg.Args, cfg.Env))
 }
 
