@@ -206,15 +206,18 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 		step("qemu gone", err)
 	}
 	if r, ok := byKind[KindUID]; ok && r.State != "removed" && rep.Verified {
-		// Free once no process runs as it: a QEMU not on record that
-		// still runs as this launch's uid keeps the launch residual.
+		// The launch's QEMU is verified gone above, so its hold on the
+		// uid ends. Any other process still running as it (another
+		// daemon's QEMU on an overlapping range, say) is no part of this
+		// launch; it keeps the uid from being handed out, since every
+		// allocation skips uids in use on the host.
 		var err error
 		if v, ok := r.Identity["uid"]; ok {
 			uid, perr := strconv.ParseUint(v, 10, 32)
 			if perr != nil {
 				err = fmt.Errorf("vm uid %q on record is unreadable: %w", v, errNotOwned)
-			} else {
-				err = uidGone(uint32(uid))
+			} else if gerr := uidGone(uint32(uid)); gerr != nil {
+				b.log.Warn("vm: a recovered launch's uid is still in use on the host; it is not handed out while it is", "launch", id, "uid", uid, "detail", gerr)
 			}
 		}
 		if err == nil {

@@ -94,9 +94,10 @@ func (b *Backend) releaseUID(uid uint32) {
 
 type ids struct{ uids, gids map[uint32]bool }
 
-// idsInUse are the uids and gids of every process on the host, from the
-// Uid and Gid lines of /proc/<pid>/status (a QEMU that dropped to its uid
-// is not dumpable, so its /proc dir is root's and says nothing).
+// idsInUse are the uids and gids of every live process on the host, from
+// the Uid and Gid lines of /proc/<pid>/status (a QEMU that dropped to its
+// uid is not dumpable, so its /proc dir is root's and says nothing). A
+// zombie runs nothing and can signal nobody: it is left out.
 func idsInUse() (ids, error) {
 	out := ids{uids: map[uint32]bool{}, gids: map[uint32]bool{}}
 	ents, err := os.ReadDir("/proc")
@@ -110,6 +111,9 @@ func idsInUse() (ids, error) {
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
 		if err != nil {
 			continue // gone
+		}
+		if bytes.Contains(data, []byte("\nState:\tZ")) {
+			continue
 		}
 		sc := bufio.NewScanner(bytes.NewReader(data))
 		for sc.Scan() {
@@ -128,8 +132,7 @@ func idsInUse() (ids, error) {
 	return out, nil
 }
 
-// uidGone says whether no process on the host runs as uid: recovery
-// marks a crashed launch's uid free only then.
+// uidGone says whether no live process on the host runs as uid.
 func uidGone(uid uint32) error {
 	busy, err := idsInUse()
 	if err != nil {
