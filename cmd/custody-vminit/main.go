@@ -595,6 +595,7 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 			return nil
 		}
 	}
+	rep.Steps = append(rep.Steps, guest.Step{Name: "workload-stage", Uptime: uptime()})
 	if err := workloadStatus(rep, status); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
