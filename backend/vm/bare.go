@@ -54,7 +54,12 @@ func (b *Backend) BareBoot(ctx context.Context, dir string) (time.Duration, erro
 	defer console.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, b.baseArgs(b.accel, GuestOverheadBytes, dir, "custody-vm-bare", initrd)...)
+	uid, gid, err := b.allocateUID("bare")
+	if err != nil {
+		return 0, err
+	}
+	defer b.releaseUID(uid)
+	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, b.baseArgs(b.accel, GuestOverheadBytes, dir, "custody-vm-bare", initrd, uid, gid)...)
 	cmd.ExtraFiles = []*os.File{console, kernel}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	var out tailBuffer

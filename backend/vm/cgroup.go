@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/outputfs"
@@ -36,16 +40,17 @@ const QEMUPids = 64
 // hierarchy; where one is not mounted (a unified host), that controller is
 // left out and the capability says so (cpuacct: the usage has no CPU
 // time).
-func hostCgroupParents() map[string]string {
+// The second map is each controller's mount point.
+func hostCgroupParents() (map[string]string, map[string]string) {
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	out := map[string]string{}
+	out, mnts := map[string]string{}, map[string]string{}
 	for _, ctl := range []string{"memory", "pids", "cpuacct"} {
 		var mnt string
 		for _, m := range mounts {
@@ -56,13 +61,14 @@ func hostCgroupParents() map[string]string {
 		if mnt == "" {
 			continue
 		}
+		mnts[ctl] = mnt
 		for _, c := range procfs.ParseCgroup(own) {
 			if slices.Contains(strings.Split(c.Controllers, ","), ctl) {
 				out[ctl] = filepath.Join(mnt, c.Path)
 			}
 		}
 	}
-	return out
+	return out, mnts
 }
 
 // cgroupDirs are the launch's host cgroup dirs, by controller.
@@ -116,12 +122,78 @@ func (m *Machine) makeCgroups() error {
 	return nil
 }
 
-// joinCgroups moves QEMU into its host cgroups (right after its start,
-// before it has mapped guest RAM or started a vCPU thread).
-func (m *Machine) joinCgroups(pid int) error {
+// ErrCgroupJoin is returned by Run when QEMU could not be started inside
+// its host cgroups: it was never started (R5).
+var ErrCgroupJoin = errors.New("qemu cannot start inside its host cgroup")
+
+// startInCgroups starts cmd from a thread that has first joined the
+// launch's host cgroups, so that QEMU is born inside them: a cgroup v1
+// hierarchy places a thread by its tid (the tasks file), and a forked
+// child starts in its parent thread's cgroups. This host's cgroups are v1,
+// where clone3's CLONE_INTO_CGROUP does not apply. The thread is locked
+// for the while, so no other goroutine runs in QEMU's cgroups, and goes
+// back to where it was before it is unlocked; should that fail it stays
+// locked (the runtime ends or parks it), and the cgroup, still busy, is
+// not verified removed at cleanup. If a join fails, nothing is started.
+func (m *Machine) startInCgroups(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	tid := strconv.Itoa(unix.Gettid())
+	own, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("%w: R5: this thread's cgroups: %v", ErrCgroupJoin, err)
+	}
+	var back []string
+	for ctl := range m.b.cgroupDirs(m.id) {
+		for _, c := range procfs.ParseCgroup(own) {
+			if slices.Contains(strings.Split(c.Controllers, ","), ctl) {
+				back = append(back, filepath.Join(m.b.cgroupMounts[ctl], c.Path))
+			}
+		}
+	}
+	goBack := func() error {
+		for _, dir := range back {
+			if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(tid), 0o644); err != nil {
+				return err // still locked: see above
+			}
+		}
+		runtime.UnlockOSThread()
+		return nil
+	}
 	for _, dir := range m.cgroups {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-			return fmt.Errorf("put qemu %d into %s: %w", pid, dir, err)
+		if err := os.WriteFile(filepath.Join(dir, "tasks"), []byte(tid), 0o644); err != nil {
+			if berr := goBack(); berr != nil {
+				return fmt.Errorf("%w: R5: join %s: %v; and back: %v", ErrCgroupJoin, dir, err, berr)
+			}
+			return fmt.Errorf("%w: R5: join %s: %v; fix: check that custodyd may write the cgroup v1 hierarchies it started in", ErrCgroupJoin, dir, err)
+		}
+	}
+	err = cmd.Start()
+	if berr := goBack(); berr != nil {
+		m.b.log.Error("vm: a thread could not leave QEMU's cgroup; it stays locked", "launch", m.id, "err", berr)
+	}
+	return err
+}
+
+// checkCgroups confirms the started QEMU sits in every one of its host
+// cgroups: what the host asserts about its limits and usage rests on it.
+func (m *Machine) checkCgroups(pid int) error {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return fmt.Errorf("%w: R5: read qemu %d's cgroups: %v", ErrCgroupJoin, pid, err)
+	}
+	for ctl, dir := range m.b.cgroupDirs(m.id) {
+		if !slices.Contains(m.cgroups, dir) {
+			continue
+		}
+		found := false // the launch's cgroup name is unique to it
+		for _, c := range procfs.ParseCgroup(data) {
+			if slices.Contains(strings.Split(c.Controllers, ","), ctl) && path.Base(c.Path) == filepath.Base(dir) {
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: R5: qemu %d is not in its %s cgroup %s", ErrCgroupJoin, pid, ctl, dir)
 		}
 	}
 	return nil

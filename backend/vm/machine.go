@@ -49,9 +49,13 @@ type Machine struct {
 	cgroups   []string
 	cgroupIDs []map[string]string
 	qemu      *process
+	// uid and gid QEMU runs as: this launch's own while held.
+	uid, gid uint32
+	heldUID  bool
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
 	timing                                                Timing
+	t0                                                    time.Time
 	console                                               *tailBuffer
 }
 
@@ -68,6 +72,41 @@ type Timing struct {
 	// the workload starts: modules, mounts, cgroup) and Workload are the
 	// guest's own clock: observations, for the breakdown only.
 	Kernel, Setup, Workload time.Duration
+	// Guest is the init's own steps (guest uptime at each).
+	Guest []guest.Step
+	// Marks are the host's clock at each step of the launch, from the
+	// start of Prepare: where the time outside QEMU goes.
+	Marks []Mark
+}
+
+// Mark is one step of a launch and when it ended, since Prepare began.
+type Mark struct {
+	Step string
+	At   time.Duration
+}
+
+func (t Timing) String() string {
+	var b strings.Builder
+	var prev time.Duration
+	for _, m := range t.Marks {
+		fmt.Fprintf(&b, " %s +%s", m.Step, (m.At - prev).Round(time.Millisecond))
+		prev = m.At
+	}
+	b.WriteString("; guest:")
+	up := t.Kernel.Seconds()
+	fmt.Fprintf(&b, " kernel %.3fs", up)
+	for _, s := range t.Guest {
+		fmt.Fprintf(&b, " %s +%.3fs", s.Name, s.Uptime-up)
+		up = s.Uptime
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// mark records that step ended now.
+func (m *Machine) mark(step string) { m.markAt(step, time.Now()) }
+
+func (m *Machine) markAt(step string, t time.Time) {
+	m.timing.Marks = append(m.timing.Marks, Mark{Step: step, At: t.Sub(m.t0)})
 }
 
 // Timing reports where the launch's time went.
@@ -80,6 +119,7 @@ type process struct {
 	start string
 	done  chan struct{}
 	err   error
+	ended time.Time // when Wait returned
 }
 
 var _ backend.Sandbox = (*Machine)(nil)
@@ -99,6 +139,9 @@ func (o output) Used() (int64, error) { return outputfs.Used(o.dir) }
 func (m *Machine) Evidence() map[string]string {
 	ev := map[string]string{"kernel": m.b.opts.Kernel.SHA256, "init": m.b.opts.Init.SHA256,
 		"modules": m.b.opts.Modules.SHA256, "qemu": m.b.opts.QEMU.SHA256}
+	if len(m.b.opts.SeccompFilter) > 0 {
+		ev["seccomp"] = sha256Hex(m.b.opts.SeccompFilter)
+	}
 	for k, v := range map[string]string{"initrd": m.initrdSHA, "config": m.configSHA, "output-stream": m.outputSHA,
 		"stdout": m.stdoutSHA, "stderr": m.stderrSHA} {
 		if v != "" {
@@ -110,7 +153,7 @@ func (m *Machine) Evidence() map[string]string {
 
 // baseArgs are the QEMU flags every guest gets: the machine, the jail and
 // the sandbox, the console on fd 3, the kernel on fd 4 and initrd.
-func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string) []string {
+func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string, uid, gid uint32) []string {
 	mem := (memBytes + (1<<20 - 1)) >> 20
 	cpu := "max"
 	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
@@ -124,7 +167,7 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd strin
 		"-nodefaults", "-no-user-config", "-nographic", "-monitor", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
 		"-chroot", filepath.Join(dir, "jail"),
-		"-runas", fmt.Sprintf("%d:%d", b.opts.UID, b.opts.GID),
+		"-runas", fmt.Sprintf("%d:%d", uid, gid),
 		"-name", name,
 		"-serial", "file:/proc/self/fd/3",
 		"-kernel", "/proc/self/fd/4",
@@ -135,7 +178,7 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd strin
 
 func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 	// fds 3.. in the child: console, kernel, then the four ports.
-	args := append(b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio")),
+	args := append(b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), m.uid, m.gid),
 		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
 		"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs,
 	)
@@ -163,6 +206,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		return nil, fmt.Errorf("vm %s: run of a machine that is not prepared", m.id)
 	}
 	m.state = stateRan
+	m.mark("run")
 	kernel, err := os.Open(m.b.opts.Kernel.Path)
 	if err != nil {
 		return nil, err
@@ -197,17 +241,20 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	var qemuLog tailBuffer
 	cmd.Stdout, cmd.Stderr = &qemuLog, &qemuLog
 	// A mount namespace of its own: nothing QEMU could mount is seen by
-	// the host; -chroot then confines it to the empty jail dir.
+	// the host; -chroot then confines it to the empty jail dir. No
+	// Pdeathsig: it follows the forking thread, which startInCgroups ends
+	// right after the start.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := m.startInCgroups(cmd); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
+	m.markAt("qemu-start", start)
 	for _, p := range pipes {
 		p.w.Close()
 	}
-	if err := m.joinCgroups(cmd.Process.Pid); err != nil {
+	if err := m.checkCgroups(cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		closeAll()
@@ -215,7 +262,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}
 	st, _ := procfs.ReadStat(cmd.Process.Pid)
 	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: make(chan struct{})}
-	go func() { m.qemu.err = cmd.Wait(); close(m.qemu.done) }()
+	go func() { m.qemu.err = cmd.Wait(); m.qemu.ended = time.Now(); close(m.qemu.done) }()
 	if err := m.rec.Created(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id),
 		Identity: map[string]string{"pid": strconv.Itoa(m.qemu.pid), "startTime": m.qemu.start}}); err != nil {
 		m.kill()
@@ -223,6 +270,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		return nil, err
 	}
 
+	m.mark("qemu-recorded")
 	var wg sync.WaitGroup
 	m.console = &tailBuffer{}
 	var report []byte
@@ -262,6 +310,7 @@ wait:
 		case <-m.qemu.done:
 			break wait
 		case <-startedCh:
+			m.mark("guest-started")
 			startedCh = nil
 			boot.Stop()
 			timer := time.NewTimer(wall)
@@ -293,7 +342,9 @@ wait:
 		ex.Signal, ex.Code = "SIGKILL", 128+int(syscall.SIGKILL)
 	}
 	<-m.qemu.done
+	m.markAt("qemu-exit", m.qemu.ended)
 	wg.Wait()
+	m.mark("streams-drained")
 	for _, p := range pipes {
 		p.r.Close()
 	}
@@ -303,6 +354,7 @@ wait:
 	m.timing.QEMU = ex.Finished.Sub(start)
 	usage, failcnt := m.hostUsage()
 	m.timing.HostPeakMemory = usage.PeakMemoryBytes
+	m.mark("host-usage")
 	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
 	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
@@ -335,6 +387,7 @@ wait:
 	m.timing.Workload = time.Duration(rep.Finished - rep.Started)
 	m.timing.Kernel = time.Duration(rep.InitUptime * float64(time.Second))
 	m.timing.Setup = time.Duration((rep.ReadyUptime - rep.InitUptime) * float64(time.Second))
+	m.timing.Guest = rep.Steps
 	ex.Observation = observation(&rep, m.outputSHA, observedAt)
 	ex.Observation.Notes = append(ex.Observation.Notes, hostNote)
 	return ex, nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -35,7 +34,7 @@ func (b *Backend) Intents(id string) ([]backend.Resource, error) {
 	}
 	dir := b.bundle(id)
 	rs := []backend.Resource{{Kind: KindBundle, Name: dir}, {Kind: KindOutputMount, Name: filepath.Join(dir, "out")},
-		{Kind: KindQEMU, Name: qemuName(id)}}
+		{Kind: KindUID, Name: qemuName(id)}, {Kind: KindQEMU, Name: qemuName(id)}}
 	dirs := b.cgroupDirs(id)
 	for _, ctl := range sortedCtls(dirs) {
 		rs = append(rs, backend.Resource{Kind: KindCgroup, Name: dirs[ctl]})
@@ -90,7 +89,7 @@ func inputTargets(s backend.Spec) []string {
 }
 
 // Prepare verifies the pins, then makes the bundle: the bounded output
-// mount, read-only ext4 images of the rootfs and inputs, and the
+// mount, read-only erofs images of the rootfs and inputs, and the
 // initramfs (the verified init and modules plus the launch's config).
 // Nothing is created before the pins and the Spec are checked.
 func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
@@ -113,6 +112,17 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 
 func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	t0 := time.Now()
+	m.t0 = t0
+	// The uid first: with the range exhausted, nothing is made.
+	var err error
+	if m.uid, m.gid, err = m.b.allocateUID(m.id); err != nil {
+		return err
+	}
+	m.heldUID = true
+	if err := m.rec.Created(backend.Resource{Kind: KindUID, Name: qemuName(m.id),
+		Identity: map[string]string{"uid": strconv.FormatUint(uint64(m.uid), 10), "gid": strconv.FormatUint(uint64(m.gid), 10)}}); err != nil {
+		return err
+	}
 	if err := os.Mkdir(m.dir, 0o700); err != nil {
 		return fmt.Errorf("vm bundle: %w", err)
 	}
@@ -155,11 +165,13 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		}
 	}
 	m.timing.Images = time.Since(t0)
+	m.mark("images")
 	cfg := guest.Config{
 		Args: m.spec.Args, Env: m.spec.Env, Cwd: m.spec.Cwd, Hostname: m.spec.Hostname,
 		UID: m.spec.UID, GID: m.spec.GID, Inputs: inputTargets(m.spec), OutputPath: m.spec.OutputPath,
 		OutputBytes: m.spec.OutputBytes, OutputFiles: m.spec.OutputFiles, TmpBytes: m.spec.TmpBytes,
 		Memory: m.spec.Memory, Pids: m.spec.Pids, CPU: m.spec.CPU, FileSize: m.spec.FileSize,
+		Seccomp: len(m.b.opts.SeccompFilter) > 0,
 	}
 	for _, mod := range Modules {
 		cfg.Modules = append(cfg.Modules, path.Base(mod))
@@ -176,6 +188,9 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	cw.char("dev/console", 5, 1)
 	cw.file("init", 0o755, files.init)
 	cw.file(guest.ConfigPath[1:], 0o644, cfgJSON)
+	if cfg.Seccomp {
+		cw.file(guest.SeccompPath[1:], 0o644, m.b.opts.SeccompFilter)
+	}
 	for i, mod := range Modules {
 		cw.file(path.Join(guest.ModulesDir[1:], path.Base(mod)), 0o644, files.modules[i])
 	}
@@ -188,47 +203,18 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		return err
 	}
 	m.timing.Prepare = time.Since(t0)
+	m.mark("initrd")
 	m.state = statePrepared
 	return nil
 }
 
-// makeImage writes src as a journal-less ext4 image that the guest mounts
-// read-only from a read-only drive: the guest never writes the host's
-// tree, and the host never mounts the image.
+// makeImage writes src as an erofs image that the guest mounts from a
+// read-only drive: erofs has no write path at all, so the guest never
+// writes the host's tree, and the host never mounts the image.
 func makeImage(ctx context.Context, src, img string) error {
-	var size, inodes int64
-	err := filepath.WalkDir(src, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		inodes++
-		if d.Type().IsRegular() {
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			size += (info.Size() + 4095) &^ 4095
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	// Room for metadata: block groups, inode tables, directories.
-	total := size + size/4 + inodes*4096 + 8<<20
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(total); err != nil {
-		f.Close()
-		return err
-	}
-	f.Close()
-	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-O", "^has_journal,^resize_inode",
-		"-b", "4096", "-N", strconv.FormatInt(inodes+64, 10), "-d", src, img)
+	cmd := exec.CommandContext(ctx, "mkfs.erofs", "--quiet", img, src)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs.ext4 -d %s: %w: %s", src, err, bytesTail(out, 400))
+		return fmt.Errorf("mkfs.erofs %s: %w: %s", src, err, bytesTail(out, 400))
 	}
 	return nil
 }

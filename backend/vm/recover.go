@@ -33,6 +33,13 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 		if rep.Verified {
 			_ = m.rec.Removed(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id)})
 		}
+		m.mark("qemu-gone")
+	}
+	// The uid is free again only once no QEMU of this launch can run.
+	if m.heldUID && rep.Verified {
+		m.b.releaseUID(m.uid)
+		m.heldUID = false
+		_ = m.rec.Removed(backend.Resource{Kind: KindUID, Name: qemuName(m.id)})
 	}
 	out := filepath.Join(m.dir, "out")
 	if m.made.output {
@@ -42,6 +49,7 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 			m.made.output = false
 		}
 		step("output unmounted", err)
+		m.mark("unmounted")
 	}
 	for i, dir := range m.cgroups {
 		err := removeCgroup(dir, m.cgroupIDs[i])
@@ -51,6 +59,7 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 		step("host cgroup removed", err)
 	}
 	m.cgroups, m.cgroupIDs = nil, nil
+	m.mark("cgroups-removed")
 	if m.made.bundle && rep.Verified {
 		err := removeBundle(m.dir, m.bundleID)
 		if err == nil {
@@ -58,8 +67,10 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 			m.made.bundle = false
 		}
 		step("bundle removed", err)
+		m.mark("bundle-removed")
 	}
 	abs := m.b.VerifyAbsent(m.id, nil)
+	m.mark("verified-absent")
 	rep.Steps = append(rep.Steps, abs.Steps...)
 	rep.Verified = rep.Verified && abs.Verified
 	m.state = stateCleaned
@@ -193,6 +204,26 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 			_ = rec.Removed(backend.Resource{Kind: KindQEMU, Name: r.Name})
 		}
 		step("qemu gone", err)
+	}
+	if r, ok := byKind[KindUID]; ok && r.State != "removed" && rep.Verified {
+		// The launch's QEMU is verified gone above, so its hold on the
+		// uid ends. Any other process still running as it (another
+		// daemon's QEMU on an overlapping range, say) is no part of this
+		// launch; it keeps the uid from being handed out, since every
+		// allocation skips uids in use on the host.
+		var err error
+		if v, ok := r.Identity["uid"]; ok {
+			uid, perr := strconv.ParseUint(v, 10, 32)
+			if perr != nil {
+				err = fmt.Errorf("vm uid %q on record is unreadable: %w", v, errNotOwned)
+			} else if gerr := uidGone(uint32(uid)); gerr != nil {
+				b.log.Warn("vm: a recovered launch's uid is still in use on the host; it is not handed out while it is", "launch", id, "uid", uid, "detail", gerr)
+			}
+		}
+		if err == nil {
+			_ = rec.Removed(backend.Resource{Kind: KindUID, Name: r.Name})
+		}
+		step("vm uid free", err)
 	}
 	for _, r := range recorded {
 		if r.Kind != KindCgroup || r.State == "removed" || !rep.Verified {

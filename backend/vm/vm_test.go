@@ -15,6 +15,7 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/backendtest"
+	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -40,6 +41,12 @@ func pins(t testing.TB) vm.Options {
 		t.Fatal(err)
 	}
 	opts.Modules = vm.Pinned{Path: a.Modules, SHA256: sum}
+	// The workload's filter is the oci profile's, as custodyd wires it.
+	filter, err := oci.CompileFilter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.SeccompFilter = filter.Program
 	return opts
 }
 

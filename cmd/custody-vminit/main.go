@@ -12,6 +12,7 @@ package main
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +40,9 @@ const (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == workloadArg {
+		workload()
+	}
 	ports := map[string]*os.File{}
 	rep := run(ports)
 	if ctl := ports[guest.PortControl]; ctl != nil {
@@ -67,6 +72,7 @@ func run(ports map[string]*os.File) *guest.Report {
 		return fail(err)
 	}
 	rep.InitUptime = uptime()
+	step := func(name string) { rep.Steps = append(rep.Steps, guest.Step{Name: name, Uptime: uptime()}) }
 	var cfg guest.Config
 	data, err := os.ReadFile(guest.ConfigPath)
 	if err != nil {
@@ -75,20 +81,35 @@ func run(ports map[string]*os.File) *guest.Report {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
+	// The ports are looked for while the modules load: QEMU announces
+	// them to the virtio-console driver from its own thread, so the wait
+	// overlaps the loading of the filesystem modules instead of following
+	// it. ports is filled only once the search is over.
+	found := map[string]*os.File{}
+	portsDone := make(chan error, 1)
+	go func() { portsDone <- openPorts(found) }()
 	for _, m := range cfg.Modules {
 		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
+			<-portsDone
 			return fail(err)
 		}
+		step(m)
 	}
-	if err := openPorts(ports); err != nil {
+	step("modules")
+	err = <-portsDone
+	maps.Copy(ports, found)
+	if err != nil {
 		return fail(err)
 	}
+	step("ports")
 	if err := buildRoot(&cfg); err != nil {
 		return fail(err)
 	}
+	step("root")
 	if err := setupCgroup(&cfg); err != nil {
 		return fail(err)
 	}
+	step("cgroup")
 	if cfg.Hostname != "" {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 			return fail(fmt.Errorf("hostname: %w", err))
@@ -101,12 +122,14 @@ func run(ports map[string]*os.File) *guest.Report {
 	if err := runWorkload(&cfg, ports, rep); err != nil {
 		return fail(err)
 	}
+	step("workload")
 	usage(rep)
 	sum, err := streamOutput(ports[guest.PortOutput], filepath.Join(newRoot, cfg.OutputPath))
 	if err != nil {
 		return fail(fmt.Errorf("output stream: %w", err))
 	}
 	rep.OutputSHA256 = sum
+	step("output")
 	return rep
 }
 
@@ -125,21 +148,42 @@ func earlyMounts() error {
 }
 
 func loadModule(p string) error {
-	f, err := os.Open(p)
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	if err := unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := unix.InitModule(unsigned(data), ""); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("load module %s: %w", filepath.Base(p), err)
 	}
 	return nil
 }
 
+// moduleSigMagic ends a module with an appended signature; before it sit
+// the signature and its 12-byte descriptor (sig_len, big endian, last).
+const moduleSigMagic = "~Module signature appended~\n"
+
+// unsigned is a module without its appended signature. The host checked
+// every module's bytes against their pin before it built the initramfs,
+// which binds more than Debian's signing key does; this kernel does not
+// enforce signatures, and verifying each one under TCG was a good part of
+// the init's setup time. A module without a signature is returned whole.
+func unsigned(mod []byte) []byte {
+	n := len(mod) - len(moduleSigMagic)
+	if n < 12 || string(mod[n:]) != moduleSigMagic {
+		return mod
+	}
+	sigLen := int(mod[n-4])<<24 | int(mod[n-3])<<16 | int(mod[n-2])<<8 | int(mod[n-1])
+	end := n - 12 - sigLen
+	if sigLen <= 0 || end <= 0 {
+		return mod
+	}
+	return mod[:end]
+}
+
 // waitFor polls until find succeeds: devices appear asynchronously after
 // their driver loads.
 func waitFor(what string, find func() (bool, error)) error {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ok, err := find()
 		if err != nil {
@@ -211,7 +255,7 @@ func mountDisk(serial, target string) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Mount(dev, target, "ext4", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, "noload"); err != nil {
+	if err := unix.Mount(dev, target, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", serial, target, err)
 	}
 	return nil
@@ -270,17 +314,12 @@ func buildRoot(cfg *guest.Config) error {
 	if err := unix.Mount("tmpfs", out, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, outOpts); err != nil {
 		return fmt.Errorf("output: %w", err)
 	}
-	proc, err := mkdir("/proc")
-	if err != nil {
+	// The workload's /proc is mounted by the workload stage, inside its
+	// own pid namespace: here only its mount point.
+	if _, err := mkdir("/proc"); err != nil {
 		return err
-	}
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("proc: %w", err)
 	}
 	if err := minimalDev(); err != nil {
-		return err
-	}
-	if err := guardProc(proc); err != nil {
 		return err
 	}
 	// The root itself read-only: writes go to /tmp and the output only.
@@ -290,8 +329,7 @@ func buildRoot(cfg *guest.Config) error {
 	return nil
 }
 
-// The workload's procfs is the guest kernel's own (no pid or user
-// namespace, no seccomp): a uid 0 workload without capabilities still
+// The workload's procfs is its own pid namespace's, but a uid 0 workload without capabilities still
 // passes the DAC checks of /proc/sys (kernel.core_pattern and
 // kernel.modprobe run a helper as full root outside the chroot and its
 // cgroup) and of /proc/sysrq-trigger. As runc's default profile (and the
@@ -439,13 +477,7 @@ func keyed(p, key string) int64 {
 	if err != nil {
 		return -1
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return -1
+	return keyedIn(data, key)
 }
 
 func observe(rep *guest.Report) {
@@ -454,41 +486,52 @@ func observe(rep *guest.Report) {
 	if data, err := os.ReadFile(filepath.Join(cgWork, "cpu.max")); err == nil {
 		rep.CPUMax = strings.TrimSpace(string(data))
 	}
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 10 {
-				continue
-			}
-			target := fields[4]
-			if target != newRoot && !strings.HasPrefix(target, newRoot+"/") {
-				continue
-			}
-			sep := 6
-			for sep < len(fields) && fields[sep] != "-" {
-				sep++
-			}
-			if sep+1 >= len(fields) {
-				continue
-			}
-			rel := strings.TrimPrefix(target, newRoot)
-			if rel == "" {
-				rel = "/"
-			}
-			ro := false
-			for _, o := range strings.Split(fields[5], ",") {
-				ro = ro || o == "ro"
-			}
-			rep.Mounts = append(rep.Mounts, guest.Mount{Target: rel, FSType: fields[sep+1], ReadOnly: ro})
-		}
-		f.Close()
-	}
+	// The mounts are the workload stage's, in its own mount namespace
+	// (workloadStatus).
 	if ents, err := os.ReadDir("/sys/class/net"); err == nil {
 		for _, e := range ents {
 			rep.Interfaces = append(rep.Interfaces, e.Name())
 		}
 	}
+}
+
+// rootMounts are the mounts of the workload's root as this process's
+// mount namespace has them, relative to that root.
+func rootMounts() []guest.Mount {
+	var out []guest.Mount
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 10 {
+			continue
+		}
+		target := fields[4]
+		if target != newRoot && !strings.HasPrefix(target, newRoot+"/") {
+			continue
+		}
+		sep := 6
+		for sep < len(fields) && fields[sep] != "-" {
+			sep++
+		}
+		if sep+1 >= len(fields) {
+			continue
+		}
+		rel := strings.TrimPrefix(target, newRoot)
+		if rel == "" {
+			rel = "/"
+		}
+		ro := false
+		for _, o := range strings.Split(fields[5], ",") {
+			ro = ro || o == "ro"
+		}
+		out = append(out, guest.Mount{Target: rel, FSType: fields[sep+1], ReadOnly: ro})
+	}
+	return out
 }
 
 func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report) error {
@@ -506,42 +549,57 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 			return fmt.Errorf("file size limit: %w", err)
 		}
 	}
-	// Nothing the workload execs gets a capability back, whatever its uid:
-	// it cannot escape the chroot, mount, or make device nodes.
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("drop capability %d: %w", c, err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	selfStatus(rep)
 	rep.ReadyUptime = uptime()
+	// The workload stage is this binary again, as PID 1 of a new pid
+	// namespace with a mount namespace of its own: it mounts the
+	// workload's /proc there (so init and the guest's other processes are
+	// not in it), drops every capability, changes root and credentials,
+	// installs the seccomp filter and execs the workload in its place.
+	// Fd 3 tells init what it installed; its close-on-exec end says the
+	// workload runs.
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer statusR.Close()
 	cmd := &exec.Cmd{
-		Path:   cfg.Args[0],
-		Args:   cfg.Args,
-		Env:    cfg.Env,
-		Dir:    cfg.Cwd,
-		Stdout: ports[guest.PortStdout],
-		Stderr: ports[guest.PortStderr],
+		Path:       "/init",
+		Args:       []string{"/init", workloadArg},
+		Env:        []string{},
+		Dir:        "/",
+		Stdout:     ports[guest.PortStdout],
+		Stderr:     ports[guest.PortStderr],
+		ExtraFiles: []*os.File{statusW},
 		SysProcAttr: &syscall.SysProcAttr{
-			Chroot:      newRoot,
-			Credential:  &syscall.Credential{Uid: cfg.UID, Gid: cfg.GID, Groups: []uint32{}},
+			Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 			Setsid:      true,
 			UseCgroupFD: true,
 			CgroupFD:    int(cg.Fd()),
 		},
 	}
-	if cmd.Dir == "" {
-		cmd.Dir = "/"
-	}
 	rep.Started = time.Now().UnixNano()
 	if err := cmd.Start(); err != nil {
-		rep.Code = 127
-		rep.Notes = append(rep.Notes, "start: "+err.Error())
-		rep.Finished = time.Now().UnixNano()
-		return nil
+		statusW.Close()
+		return fmt.Errorf("workload stage: %w", err)
+	}
+	statusW.Close()
+	status, _ := io.ReadAll(io.LimitReader(statusR, guest.MaxReportBytes))
+	// A failure is a line of its own (JSON escapes newlines): the status
+	// line may come before it when the exec itself failed.
+	for _, line := range bytes.Split(status, []byte("\n")) {
+		if msg, failed := bytes.CutPrefix(line, []byte("error ")); failed {
+			_ = cmd.Wait()
+			rep.Code = 127
+			rep.Notes = append(rep.Notes, "start: "+strings.TrimSpace(string(msg)))
+			rep.Finished = time.Now().UnixNano()
+			return nil
+		}
+	}
+	rep.Steps = append(rep.Steps, guest.Step{Name: "workload-stage", Uptime: uptime()})
+	if err := workloadStatus(rep, status); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
 	}
 	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
 		return fmt.Errorf("control port: %w", err)
@@ -581,11 +639,24 @@ func uptime() float64 {
 	return up
 }
 
-// selfStatus reads the init's seccomp mode and no_new_privs, which the
-// workload inherits.
-func selfStatus(rep *guest.Report) {
-	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[keyed("/proc/self/status", "Seccomp:")]
-	rep.NoNewPrivs = keyed("/proc/self/status", "NoNewPrivs:") == 1
+// stageStatus is what the workload stage saw of itself just before its
+// exec, which the workload keeps across it: its seccomp mode and
+// no_new_privs (/proc/self/status) and its root's mounts.
+type stageStatus struct {
+	Seccomp    int64         `json:"seccomp"`
+	NoNewPrivs int64         `json:"nnp"`
+	Mounts     []guest.Mount `json:"mounts"`
+}
+
+func workloadStatus(rep *guest.Report, status []byte) error {
+	var st stageStatus
+	if err := json.Unmarshal(status, &st); err != nil {
+		return fmt.Errorf("the workload stage's status: %w", err)
+	}
+	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[st.Seccomp]
+	rep.NoNewPrivs = st.NoNewPrivs == 1
+	rep.Mounts = st.Mounts
+	return nil
 }
 
 func usage(rep *guest.Report) {

@@ -47,9 +47,15 @@ func ociBackend(cfg runner.Config, egress bool, log *slog.Logger) runner.Backend
 // artifact pinned by the vm section of the config.
 func vmBackend(ctx context.Context, cfg runner.Config, v *VMConfig, log *slog.Logger) runner.BackendFactory {
 	return func(func() *platform.Profile) (backend.Backend, error) {
+		// The guest's workload runs under the oci profile's filter.
+		filter, err := oci.CompileFilter()
+		if err != nil {
+			return nil, err
+		}
 		return vm.New(ctx, vm.Options{
-			QEMU: v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init,
-			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.UID,
+			SeccompFilter: filter.Program,
+			QEMU:          v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init,
+			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs,
 			Logger: log, MaxLogBytes: runner.StreamCap + 1,
 		})
 	}

@@ -70,7 +70,7 @@ func (v *VMConfig) validate() error {
 	default:
 		return fmt.Errorf("vm.accel %q: want auto, kvm or tcg", v.Accel)
 	}
-	return nil
+	return v.CheckIDs()
 }
 
 // Retention is the keep-for policy of run records and outputs.

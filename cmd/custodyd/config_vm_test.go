@@ -29,7 +29,8 @@ func TestBackendsConfig(t *testing.T) {
 	sum := strings.Repeat("a", 64)
 	pin := func(p string) string { return fmt.Sprintf("{path: %s, sha256: %s}", p, sum) }
 	vmSection := fmt.Sprintf("vm: {qemu: %s, kernel: %s, modules: %s, init: %s}\n", pin("/usr/bin/qemu-system-x86_64"), pin("/k/vmlinux"), pin("/k/modules"), pin("/bin/custody-vminit"))
-	for _, ok := range []string{"", "backends: [oci]\n", "backends: [oci, vm]\n" + vmSection} {
+	withIDs := "backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", uid: 3000000, gid: 3000000, uids: 16}\n", 1)
+	for _, ok := range []string{"", "backends: [oci]\n", "backends: [oci, vm]\n" + vmSection, withIDs} {
 		if c, err := load(ok); err != nil {
 			t.Errorf("refused %q: %v", ok, err)
 		} else if strings.Contains(ok, "vm:") && (c.VM == nil || c.VM.Init.Path != "/bin/custody-vminit") {
@@ -46,6 +47,9 @@ func TestBackendsConfig(t *testing.T) {
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, sum, "abc", 1):                "64 lowercase hex",
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", accel: fast}\n", 1): "accel",
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", extra: 1}\n", 1):    "extra",
+		// A uid alone would run QEMU in root's group (gid 0).
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", uid: 3000000}\n", 1):     "vm.gid",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", uid: 10, gid: 10}\n", 1): "range",
 	} {
 		if _, err := load(bad); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want a refusal saying %q", bad, err, want)

@@ -2,7 +2,7 @@
 # Idempotently install what scripts/vm/run.sh needs to boot a cgroup-v2 guest.
 #
 #   - qemu-system-x86 (Debian bookworm's package; it ships qemu-system-x86_64),
-#     busybox-static, cpio, xz-utils, zstd, procps, jq: installed with apt-get
+#     busybox-static, cpio, xz-utils, zstd, procps, jq, erofs-utils: installed with apt-get
 #     (--no-install-recommends), only those missing.
 #   - Debian's guest kernel (linux-image-amd64 -> linux-image-<abi>-amd64) is NOT
 #     installed into this host: `apt-get install linux-image-amd64` here would pull
@@ -30,6 +30,7 @@ command -v xz >/dev/null 2>&1 || need_apt+=(xz-utils)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
 command -v pkill >/dev/null 2>&1 || need_apt+=(procps)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)   # smoke.sh edits runc's config.json
+command -v mkfs.erofs >/dev/null 2>&1 || need_apt+=(erofs-utils)   # the vm backend's read-only images
 
 apt_updated=0
 apt_update() {

@@ -10,6 +10,11 @@ package guest
 // ConfigPath is where the launch configuration sits in the initramfs.
 const ConfigPath = "/custody/config.json"
 
+// SeccompPath is where the seccomp filter the workload runs under sits in
+// the initramfs, when the host gives one: a classic BPF program, raw
+// struct sock_filter entries in host byte order.
+const SeccompPath = "/custody/seccomp.bpf"
+
 // ModulesDir is where the kernel modules the init loads sit in the
 // initramfs.
 const ModulesDir = "/custody/modules"
@@ -57,6 +62,8 @@ type Config struct {
 	Pids        int64    `json:"pids"`
 	CPU         float64  `json:"cpu"`
 	FileSize    int64    `json:"fileSize"`
+	// Seccomp says the filter at SeccompPath is to be installed.
+	Seccomp bool `json:"seccomp,omitempty"`
 }
 
 // Report is what the init sends on PortControl once the workload is gone
@@ -90,6 +97,9 @@ type Report struct {
 	// boot and the init's setup, for the boot-time breakdown.
 	InitUptime  float64 `json:"initUptime"`
 	ReadyUptime float64 `json:"readyUptime"`
+	// Steps are the guest's uptime (seconds) as each step of the init's
+	// setup ended: the boot-time breakdown, an observation.
+	Steps []Step `json:"steps,omitempty"`
 	// Started and Finished are the guest's clock, Unix nanoseconds.
 	Started  int64 `json:"started"`
 	Finished int64 `json:"finished"`
@@ -100,4 +110,10 @@ type Mount struct {
 	Target   string `json:"target"`
 	FSType   string `json:"fstype"`
 	ReadOnly bool   `json:"readOnly"`
+}
+
+// Step is one step of the init and the guest's uptime when it ended.
+type Step struct {
+	Name   string  `json:"name"`
+	Uptime float64 `json:"uptime"`
 }

@@ -1,0 +1,119 @@
+package vm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/internal/procfs"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// recordingQEMU pins, as the backend's QEMU, a script that writes the
+// cgroups it starts in to a file and then execs the real QEMU: what the
+// exec'd program sees first, before any of its own code runs.
+func recordingQEMU(t *testing.T, opts vm.Options) (vm.Options, string) {
+	t.Helper()
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "first-cgroup")
+	script := filepath.Join(dir, "qemu")
+	body := fmt.Sprintf("#!/bin/sh\n[ \"$1\" = --version ] || cat /proc/self/cgroup > %s\nexec %s \"$@\"\n", seen, opts.QEMU.Path)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := vm.FileSHA256(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.QEMU = vm.Pinned{Path: script, SHA256: sum}
+	return opts, seen
+}
+
+// TestQEMUStartsInItsCgroup: QEMU's first observed cgroups are the
+// launch's own (memory and pids), not custodyd's; and where a cgroup
+// cannot be joined, QEMU is never started and Run names R5.
+func TestQEMUStartsInItsCgroup(t *testing.T) {
+	opts, seen := recordingQEMU(t, pins(t))
+	b := newBackend(t, opts)
+	if len(b.Capabilities().Tiers["development"]) != 0 {
+		testenv.Missing(t, "cgroup v1 memory and pids hierarchies for QEMU")
+	}
+	rootfs := testenv.BusyboxRootfs(t)
+	ctx := context.Background()
+	t.Run("legit", func(t *testing.T) {
+		id := "t-cgroup-first"
+		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/true"), nopRecorder{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := sb.Run(ctx, time.Minute, backend.IO{})
+		if rep := sb.Cleanup(ctx); !rep.Verified {
+			t.Errorf("cleanup: %+v", rep.Steps)
+		}
+		if err != nil || ex.Code != 0 {
+			t.Fatalf("run: %+v %v", ex, err)
+		}
+		data, err := os.ReadFile(seen)
+		if err != nil {
+			t.Fatalf("the recording QEMU did not run: %v", err)
+		}
+		want := "custody-vm-" + id
+		for _, ctl := range []string{"memory", "pids"} {
+			found := false
+			for _, c := range procfs.ParseCgroup(data) {
+				if strings.Contains(","+c.Controllers+",", ","+ctl+",") {
+					found = path.Base(c.Path) == want
+				}
+			}
+			if !found {
+				t.Errorf("QEMU's first %s cgroup is not %s:\n%s", ctl, want, data)
+			}
+		}
+		_ = os.Remove(seen)
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		id := "t-cgroup-gone"
+		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/true"), nopRecorder{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if rep := sb.Cleanup(ctx); !rep.Verified {
+				t.Errorf("cleanup: %+v", rep.Steps)
+			}
+		}()
+		// The launch's memory cgroup vanishes between Prepare and Run.
+		rs, err := b.Intents(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mem string
+		for _, r := range rs {
+			if _, err := os.Stat(filepath.Join(r.Name, "memory.limit_in_bytes")); r.Kind == vm.KindCgroup && err == nil {
+				mem = r.Name
+			}
+		}
+		if mem == "" {
+			t.Fatal("no memory cgroup among the intents")
+		}
+		if err := os.Remove(mem); err != nil {
+			t.Fatal(err)
+		}
+		_, err = sb.Run(ctx, time.Minute, backend.IO{})
+		if !errors.Is(err, vm.ErrCgroupJoin) || !strings.Contains(err.Error(), "R5") {
+			t.Fatalf("run without its memory cgroup: %v, want ErrCgroupJoin naming R5", err)
+		}
+		if _, err := os.Stat(seen); err == nil {
+			t.Fatal("QEMU was started although its cgroup could not be joined")
+		}
+	})
+}
