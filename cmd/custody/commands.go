@@ -425,6 +425,9 @@ func (a *app) statusCmd() *cobra.Command {
 				if err != nil {
 					return a.fail(cmd, err)
 				}
+				if as == nil {
+					as = []api.Attempt{} // an empty list is [], never null
+				}
 				out["attempts"] = as
 			}
 			return writeJSON(a.stdout, out)
@@ -500,10 +503,10 @@ func (a *app) policyCmd() *cobra.Command {
 
 func (a *app) schemaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:       "schema request|policy|pipeline|pipeline-summary|" + strings.Join(outputSchemas(), "|"),
-		Short:     "Print the JSON Schema of phase requests, operator policy, pipelines, pipeline summaries, or a --json output",
+		Use:       "schema request|policy|pipeline|pipeline-summary|receipt|trust|" + strings.Join(outputSchemas(), "|"),
+		Short:     "Print the JSON Schema of phase requests, operator policy, pipelines, pipeline summaries, receipts, trust files, or a --json output",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: append([]string{"request", "policy", "pipeline", "pipeline-summary"}, outputSchemas()...),
+		ValidArgs: append([]string{"request", "policy", "pipeline", "pipeline-summary", "receipt", "trust"}, outputSchemas()...),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
 			case "request":
@@ -518,12 +521,18 @@ func (a *app) schemaCmd() *cobra.Command {
 			case "pipeline-summary":
 				_, err := a.stdout.Write(evidence.PipelineSummarySchema())
 				return err
+			case "receipt":
+				_, err := a.stdout.Write(evidence.ReceiptSchema())
+				return err
+			case "trust":
+				_, err := a.stdout.Write(evidence.TrustSchema())
+				return err
 			}
 			if b, ok := outputSchema(args[0]); ok {
 				_, err := a.stdout.Write(b)
 				return err
 			}
-			return usageError("schema: unknown schema %s (want request, policy, pipeline, pipeline-summary or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
+			return usageError("schema: unknown schema %s (want request, policy, pipeline, pipeline-summary, receipt, trust or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
 		},
 	}
 }
