@@ -17,7 +17,13 @@ import (
 // A Verifier is safe for concurrent use.
 type Verifier struct {
 	trusted map[string]*keys.Verifier // by keys.KeyID
+	retired map[string]retiredKey     // by keys.KeyID; also in trusted
 	skew    time.Duration
+}
+
+// retiredKey is a rotated-out issuer key's overlap window.
+type retiredKey struct {
+	at, until time.Time
 }
 
 // Option configures a [Verifier].
@@ -28,6 +34,25 @@ type Option func(*Verifier)
 // an error in [NewVerifier].
 func WithClockSkew(d time.Duration) Option {
 	return func(v *Verifier) { v.skew = d }
+}
+
+// WithRetired also accepts grants signed by k, an issuer key a rotation
+// retired at retiredAt, during the overlap window: only grants whose
+// validity began before the rotation, and only until retiredAt+window (the
+// longest a grant issued just before it may live). Anything else k signed
+// is refused as CodeWrongIssuer, so a retired key that leaks cannot mint
+// grants for later.
+func WithRetired(k *keys.Verifier, retiredAt time.Time, window time.Duration) Option {
+	return func(v *Verifier) {
+		if k == nil {
+			return
+		}
+		if v.retired == nil {
+			v.retired = map[string]retiredKey{}
+		}
+		v.trusted[k.ID()] = k
+		v.retired[k.ID()] = retiredKey{at: retiredAt, until: retiredAt.Add(window)}
+	}
 }
 
 // NewVerifier returns a verifier that accepts grants signed by any of the
@@ -78,6 +103,9 @@ func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (
 	if err := v.checkWindow(p.ID, p.NotBefore, p.Expires, now); err != nil {
 		return nil, err
 	}
+	if err := v.checkRetired(p.ID, issuer, p.NotBefore, now); err != nil {
+		return nil, err
+	}
 	return &Grant{
 		Predicate:      *p,
 		SubjectName:    sub.Name,
@@ -116,6 +144,24 @@ func (v *Verifier) checkWindow(id string, notBefore, expires, now time.Time) err
 	}
 	if !now.Add(-v.skew).Before(expires) {
 		return Refuse(CodeExpired, "grant %s expired at %s, now is %s", id, expires.Format(timeFormat), now.Format(timeFormat))
+	}
+	return nil
+}
+
+// checkRetired refuses grant id if issuer is a retired key and the grant
+// began at or after its retirement, or, with a non-zero now, if the key's
+// overlap window has closed.
+func (v *Verifier) checkRetired(id, issuer string, notBefore, now time.Time) error {
+	r, ok := v.retired[issuer]
+	switch {
+	case !ok:
+		return nil
+	case !notBefore.Before(r.at):
+		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, and valid only from %s: a retired key verifies only grants issued before its retirement",
+			id, issuer, r.at.Format(timeFormat), notBefore.Format(timeFormat))
+	case !now.IsZero() && !now.Before(r.until):
+		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, whose overlap window closed at %s",
+			id, issuer, r.at.Format(timeFormat), r.until.Format(timeFormat))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,6 +17,35 @@ import (
 
 // maxRotationRecord bounds a hand-over record as custodyd reads it back.
 const maxRotationRecord = 64 << 10
+
+// retiredKey is a key a rotation retired, and when.
+type retiredKey struct {
+	key *keys.Verifier
+	at  time.Time
+}
+
+// retiredKeys lists name's keys that rotations retired, from
+// stateDir/keys/retired, each record verified with the key it retires.
+func retiredKeys(ctx context.Context, stateDir, name string) ([]retiredKey, error) {
+	dir := filepath.Join(stateDir, "keys", "retired")
+	paths, err := filepath.Glob(filepath.Join(dir, name+"-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []retiredKey
+	for _, p := range paths {
+		pub, err := keys.LoadPublic(strings.TrimSuffix(p, ".json") + ".pub")
+		if err != nil {
+			return nil, fmt.Errorf("retired %s key: %w", name, err)
+		}
+		rec, err := readRotation(ctx, p, pub)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, retiredKey{key: pub, at: rec.At})
+	}
+	return out, nil
+}
 
 // keySet lists key name's current key and the keys rotations retired,
 // each with its window, from stateDir/keys/retired.

@@ -36,6 +36,9 @@ type server struct {
 	runnerID *keys.Signer // runner identity
 	issuer   *keys.Signer // grant issuer
 	verifier *grant.Verifier
+	// retiredRunners are runner keys rotations retired: receipts they
+	// signed before their rotation are still this runner's own.
+	retiredRunners []retiredKey
 	// now is the clock grants are checked against (tests move it).
 	now       func() time.Time
 	faults    func(stage string)
@@ -113,8 +116,21 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 		}
 		trusted = append(trusted, v)
 	}
-	if s.verifier, err = grant.NewVerifier(trusted); err != nil {
+	// A grant the previous issuer key signed just before a rotation keeps
+	// verifying for as long as such a grant can live (maxGrantTTL).
+	var overlap []grant.Option
+	retiredIssuers, err := retiredKeys(ctx, cfg.Runner.StateDir, "issuer")
+	if err != nil {
+		return nil, fmt.Errorf("retired issuer keys: %w", err)
+	}
+	for _, r := range retiredIssuers {
+		overlap = append(overlap, grant.WithRetired(r.key, r.at, maxTTL))
+	}
+	if s.verifier, err = grant.NewVerifier(trusted, overlap...); err != nil {
 		return nil, err
+	}
+	if s.retiredRunners, err = retiredKeys(ctx, cfg.Runner.StateDir, "runner"); err != nil {
+		return nil, fmt.Errorf("retired runner keys: %w", err)
 	}
 	if s.db, err = store.Open(runner.StorePath(cfg.Runner)); err != nil {
 		return nil, err
