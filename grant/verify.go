@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
@@ -19,7 +20,14 @@ type Verifier struct {
 	trusted map[string]*keys.Verifier // by keys.KeyID
 	retired map[string]retiredKey     // by keys.KeyID; also in trusted
 	skew    time.Duration
+	// distrusted are keys revoked since the verifier was made: they
+	// verify nothing any more.
+	distrusted sync.Map
 }
+
+// Distrust makes the verifier refuse every grant signed by key id from now
+// on (a revoked issuer key), as signed by an untrusted key.
+func (v *Verifier) Distrust(id string) { v.distrusted.Store(id, true) }
 
 // retiredKey is a rotated-out issuer key's overlap window.
 type retiredKey struct {
@@ -178,6 +186,9 @@ func envelopeDigest(envelope []byte) string {
 // one must (else CodeWrongIssuer). Signatures by other keys are ignored.
 func (v *Verifier) verifySignatures(ctx context.Context, env *cdsse.Envelope) (string, error) {
 	signed, _, err := cdsse.VerifySignatures(ctx, env, func(id string) (cdsse.Key, bool) {
+		if _, gone := v.distrusted.Load(id); gone {
+			return nil, false
+		}
 		k, ok := v.trusted[id]
 		return k, ok
 	})

@@ -291,11 +291,7 @@ func (a *app) grantCmd() *cobra.Command {
 		Short: "Revoke a grant so that it can never launch",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.control().Revoke(cmd.Context(), api.RevokeRequest{ID: args[0], Reason: reason}); err != nil {
-				return a.fail(cmd, err)
-			}
-			fmt.Fprintln(a.stdout, "revoked", quote.String(args[0]))
-			return nil
+			return a.revokeGrant(cmd, args[0], reason, "revoked")
 		},
 	}
 	revoke.Flags().StringVar(&reason, "reason", "", "why (recorded)")

@@ -22,6 +22,9 @@ const maxRotationRecord = 64 << 10
 type retiredKey struct {
 	key *keys.Verifier
 	at  time.Time
+	// revokedAt, once the key is revoked: nothing it signed from then on
+	// is trusted.
+	revokedAt time.Time
 }
 
 // retiredKeys lists name's keys that rotations retired, from

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,10 +58,16 @@ func (s *server) ownReceipt(ctx context.Context, env []byte) (*evidence.Receipt,
 	if err == nil {
 		return rc, nil
 	}
-	for _, k := range s.retiredRunners {
+	s.keysMu.Lock()
+	retired := slices.Clone(s.retiredRunners)
+	s.keysMu.Unlock()
+	for _, k := range retired {
 		if old, oerr := evidence.OwnReceipt(ctx, k.key, env); oerr == nil {
 			if !old.Finished.Before(k.at) {
 				return nil, fmt.Errorf("the receipt is signed by runner key %s, retired at %s, but finished at %s, after its retirement", k.key.ID(), k.at.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
+			}
+			if !k.revokedAt.IsZero() && !old.Finished.Before(k.revokedAt) {
+				return nil, fmt.Errorf("the receipt is signed by runner key %s, revoked from %s, and finished at %s", k.key.ID(), k.revokedAt.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
 			}
 			return old, nil
 		}
