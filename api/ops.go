@@ -49,6 +49,8 @@ type PublicKey struct {
 	Current   bool       `json:"current"`
 	NotBefore *time.Time `json:"notBefore,omitempty"`
 	NotAfter  *time.Time `json:"notAfter,omitempty"`
+	// RevokedAt is set once the key was revoked (custody revoke key).
+	RevokedAt *time.Time `json:"revokedAt,omitempty"`
 }
 
 // Keys fetches the runner's public keys and their windows.

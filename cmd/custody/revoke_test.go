@@ -27,7 +27,8 @@ func grantIDOf(t *testing.T, path string) string {
 // grant it signed before the rotation, which would still launch, is
 // refused. Refusals: revoking the current key (rotate first), an unknown
 // key, a non-operator, and a log with a line changed, which custody oplog
-// refuses naming the line.
+// refuses naming the line. custody trust export marks the revoked key with
+// its revokedAt.
 func TestRevokeAndOpLog(t *testing.T) {
 	e := startDaemon(t)
 	phase := e.phase(t, "revoke", "true", "")
@@ -103,6 +104,9 @@ func TestRevokeAndOpLog(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("trust export: %d %s", code, errs)
 	}
+	if strings.Count(trust, "revokedAt:") != 1 {
+		t.Fatalf("trust export does not mark the revoked issuer key:\n%s", trust)
+	}
 	trustPath := filepath.Join(e.dir, "exported-trust.yaml")
 	write(t, trustPath, trust)
 	if code, out, errs := e.custody("oplog", "--trust", trustPath); code != exitOK || !strings.Contains(out, "key-revoked") || !strings.Contains(errs, "signed and chained") {
@@ -115,8 +119,12 @@ func TestRevokeAndOpLog(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Replace(string(data), "laptop stolen", "laptop found", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errs := e.custody("oplog"); code != exitRefused || !strings.Contains(errs, "line 2") {
+	if code, _, errs := e.custody("oplog", "--trust", trustPath); code != exitRefused || !strings.Contains(errs, "line 2") {
 		t.Fatalf("oplog of a changed log: %d %s", code, errs)
+	}
+	// custodyd itself no longer vouches for its keys on a broken log.
+	if code, _, errs := e.custody("trust", "export"); code == exitOK || !strings.Contains(errs, "line 2") {
+		t.Fatalf("trust export on a changed log: %d %s", code, errs)
 	}
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)

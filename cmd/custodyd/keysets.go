@@ -53,6 +53,10 @@ func retiredKeys(ctx context.Context, stateDir, name string) ([]retiredKey, erro
 // keySet lists key name's current key and the keys rotations retired,
 // each with its window, from stateDir/keys/retired.
 func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, error) {
+	revoked, err := s.revokedAt()
+	if err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(s.cfg.Runner.StateDir, "keys", "retired")
 	paths, err := filepath.Glob(filepath.Join(dir, name+"-*.json"))
 	if err != nil {
@@ -96,6 +100,9 @@ func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, err
 		}
 		k := api.PublicKey{ID: r.Retired, PEM: string(pub.PublicPEM())}
 		window(&k, r.At)
+		if at, ok := revoked[r.Retired]; ok {
+			k.RevokedAt = &at
+		}
 		out = append(out, k)
 	}
 	cur := api.PublicKey{ID: current.ID(), PEM: string(current.PublicPEM()), Current: true}

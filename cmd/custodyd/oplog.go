@@ -130,3 +130,23 @@ func (s *server) recordGrantRevocation(ctx context.Context, id, reason string, u
 	_, err := s.oplog.Append(ctx, evidence.OpEntry{At: s.now(), Kind: evidence.OpGrantRevoked, UID: &uid, Grant: id, Reason: strings.TrimSpace(reason)})
 	return err
 }
+
+// revokedAt lists the keys the operations log says were revoked, with
+// from when, for custody trust export.
+func (s *server) revokedAt() (map[string]time.Time, error) {
+	trusted := []*keys.Verifier{s.runnerID.Verifier()}
+	s.keysMu.Lock()
+	for _, r := range s.retiredRunners {
+		trusted = append(trusted, r.key)
+	}
+	s.keysMu.Unlock()
+	revoked, err := revokedKeys(s.cfg.Runner.StateDir, trusted)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for id, k := range revoked {
+		out[id] = k.RevokedAt
+	}
+	return out, nil
+}
