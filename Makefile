@@ -188,6 +188,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPackStatement$$' -fuzztime=$(FUZZTIME) ./grant
 	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPack$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzPackStatement$$' -fuzztime=$(FUZZTIME) ./evidence
+	$(GO) test -run='^$$' -fuzz='^FuzzVerifyOpLog$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzResolveLayout$$' -fuzztime=$(FUZZTIME) ./image
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSource$$' -fuzztime=$(FUZZTIME) ./image
 
