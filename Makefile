@@ -12,7 +12,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: all deps docker-deps bench-deps vm-deps image-deps build runc demo test test-images test-race test-short fuzz bench clean qualify-vm install
+.PHONY: all deps docker-deps bench-deps vm-deps image-deps browser-deps build runc demo test test-images test-race test-short fuzz bench clean qualify-vm install
 
 all: build
 
@@ -51,6 +51,16 @@ image-deps: deps
 # uses too.
 vm-deps: deps
 	@./scripts/vm/deps.sh >/dev/null
+
+# Headless Chromium, which the matrix page's screenshot test drives
+# (internal/testenv.Chromium; under CI=true a missing browser fails it).
+# Its own target, not deps: a build does not need a browser.
+BROWSER_PACKAGES := chromium
+browser-deps: deps
+	@if ! command -v chromium >/dev/null; then \
+		echo "installing: $(BROWSER_PACKAGES)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES) >/dev/null; \
+	fi
 
 # What make bench needs beyond the build: the isolated engine's packages and
 # Debian's docker-compose (1.29), the pack row's baseline on that engine.
@@ -114,7 +124,7 @@ demo: build bin/cosign $(BUILD)/testimage/rootfs
 	./scripts/demo.sh
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
-test: build bin/cosign docker-deps vm-deps image-deps
+test: build bin/cosign docker-deps vm-deps image-deps browser-deps
 	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m ./...
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
@@ -142,8 +152,8 @@ bin/custodyd-race: $(GO_SOURCES) | deps
 bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
-test-race: build bin/cosign docker-deps vm-deps $(RACE_BINS)
-	CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m ./...
+test-race: build bin/cosign docker-deps vm-deps image-deps browser-deps $(RACE_BINS)
+	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m ./...
 
 # Qualify this platform: the development tier on this host and the
 # production tier inside a real cgroup-v2 guest (QEMU), both signed rows in
@@ -185,6 +195,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPackStatement$$' -fuzztime=$(FUZZTIME) ./grant
 	$(GO) test -run='^$$' -fuzz='^FuzzVerifyPack$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzPackStatement$$' -fuzztime=$(FUZZTIME) ./evidence
+	$(GO) test -run='^$$' -fuzz='^FuzzVerifyOpLog$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzResolveLayout$$' -fuzztime=$(FUZZTIME) ./image
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSource$$' -fuzztime=$(FUZZTIME) ./image
 

@@ -141,7 +141,7 @@ type Plan struct {
 	Memory      int64           `json:"memory"`
 	Pids        int64           `json:"pids"`
 	CPU         float64         `json:"cpu"`
-	WallTime    time.Duration   `json:"wallTime"`
+	WallTime    time.Duration   `json:"-"` // written as wallTimeMillis (MarshalJSON)
 	Network     request.Network `json:"network"`
 	// Backend is the backend the phase runs on (request.Phase.BackendName).
 	Backend string `json:"backend,omitempty"`

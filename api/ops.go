@@ -49,10 +49,35 @@ type PublicKey struct {
 	Current   bool       `json:"current"`
 	NotBefore *time.Time `json:"notBefore,omitempty"`
 	NotAfter  *time.Time `json:"notAfter,omitempty"`
+	// RevokedAt is set once the key was revoked (custody revoke key).
+	RevokedAt *time.Time `json:"revokedAt,omitempty"`
 }
 
 // Keys fetches the runner's public keys and their windows.
 func (c *Client) Keys(ctx context.Context) (*Keys, error) {
 	var k Keys
 	return &k, c.do(ctx, http.MethodGet, "/v1/keys", nil, &k)
+}
+
+// RevokeKeyRequest revokes one of the runner's retired keys (control
+// socket): Name is runner or issuer, RevokedAt when it may first have
+// leaked (default: now), from when nothing it signed is trusted.
+type RevokeKeyRequest struct {
+	Name      string     `json:"name"`
+	ID        string     `json:"id"`
+	RevokedAt *time.Time `json:"revokedAt,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+}
+
+// RevokeKey revokes a retired runner or issuer key; the revocation is
+// recorded in the operations log.
+func (c *Client) RevokeKey(ctx context.Context, r RevokeKeyRequest) error {
+	return c.do(ctx, http.MethodPost, "/v1/keys/revoke", r, nil)
+}
+
+// OpLog fetches the runner's operations log as written (JSON lines, each
+// signed by the runner key; evidence.VerifyOpLog checks it).
+func (c *Client) OpLog(ctx context.Context) ([]byte, error) {
+	var raw []byte
+	return raw, c.do(ctx, http.MethodGet, "/v1/oplog", nil, &raw)
 }

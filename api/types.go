@@ -123,13 +123,13 @@ type PolicyStatus struct {
 	// Error is set when the policy failed to load; then every request is
 	// refused with it.
 	Error    string    `json:"error,omitempty"`
-	LoadedAt time.Time `json:"loadedAt"`
+	LoadedAt time.Time `json:"loadedAt,omitzero"`
 }
 
 // Quarantine says whether the runner is quarantined.
 type Quarantine struct {
 	Quarantined bool      `json:"quarantined"`
-	Since       time.Time `json:"since,omitempty"`
+	Since       time.Time `json:"since,omitzero"` // absent when not quarantined
 	Reason      string    `json:"reason,omitempty"`
 	RunID       string    `json:"runId,omitempty"`
 }

@@ -17,6 +17,8 @@ type ExportKey struct {
 	// NotBefore and NotAfter, when set, are the window the key signed in
 	// (from its rotations).
 	NotBefore, NotAfter time.Time
+	// RevokedAt, when set, is when the key was revoked.
+	RevokedAt time.Time
 }
 
 // Export is what a trust file written by ExportTrust says.
@@ -58,6 +60,9 @@ func exportKeys(ks []ExportKey) []keyFile {
 		}
 		if !k.NotAfter.IsZero() {
 			kf.NotAfter = k.NotAfter.UTC().Format(time.RFC3339Nano)
+		}
+		if !k.RevokedAt.IsZero() {
+			kf.RevokedAt = k.RevokedAt.UTC().Format(time.RFC3339Nano)
 		}
 		out = append(out, kf)
 	}

@@ -120,6 +120,9 @@ func (v *Verifier) VerifyPack(ctx context.Context, envelope []byte, now time.Tim
 	if err := v.checkWindow(g.Predicate.ID, g.Predicate.NotBefore, g.Predicate.Expires, now); err != nil {
 		return nil, err
 	}
+	if err := v.checkRetired(g.Predicate.ID, g.IssuerKeyID, g.Predicate.NotBefore, now); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -146,6 +149,9 @@ func (v *Verifier) verifyPack(ctx context.Context, envelope []byte) (*PackGrant,
 	}
 	if want := PackSubjectPrefix + p.Pack.Project; sub.Name != want {
 		return nil, Refuse(CodeMalformed, "subject name %q is not %q", sub.Name, want)
+	}
+	if err := v.checkRetired(p.ID, issuer, p.NotBefore, time.Time{}); err != nil {
+		return nil, err
 	}
 	return &PackGrant{
 		Predicate:      *p,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
@@ -17,7 +18,20 @@ import (
 // A Verifier is safe for concurrent use.
 type Verifier struct {
 	trusted map[string]*keys.Verifier // by keys.KeyID
+	retired map[string]retiredKey     // by keys.KeyID; also in trusted
 	skew    time.Duration
+	// distrusted are keys revoked since the verifier was made: they
+	// verify nothing any more.
+	distrusted sync.Map
+}
+
+// Distrust makes the verifier refuse every grant signed by key id from now
+// on (a revoked issuer key), as signed by an untrusted key.
+func (v *Verifier) Distrust(id string) { v.distrusted.Store(id, true) }
+
+// retiredKey is a rotated-out issuer key's overlap window.
+type retiredKey struct {
+	at, until time.Time
 }
 
 // Option configures a [Verifier].
@@ -28,6 +42,25 @@ type Option func(*Verifier)
 // an error in [NewVerifier].
 func WithClockSkew(d time.Duration) Option {
 	return func(v *Verifier) { v.skew = d }
+}
+
+// WithRetired also accepts grants signed by k, an issuer key a rotation
+// retired at retiredAt, during the overlap window: only grants whose
+// validity began before the rotation, and only until retiredAt+window (the
+// longest a grant issued just before it may live). Anything else k signed
+// is refused as CodeWrongIssuer, so a retired key that leaks cannot mint
+// grants for later.
+func WithRetired(k *keys.Verifier, retiredAt time.Time, window time.Duration) Option {
+	return func(v *Verifier) {
+		if k == nil {
+			return
+		}
+		if v.retired == nil {
+			v.retired = map[string]retiredKey{}
+		}
+		v.trusted[k.ID()] = k
+		v.retired[k.ID()] = retiredKey{at: retiredAt, until: retiredAt.Add(window)}
+	}
 }
 
 // NewVerifier returns a verifier that accepts grants signed by any of the
@@ -78,6 +111,9 @@ func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (
 	if err := v.checkWindow(p.ID, p.NotBefore, p.Expires, now); err != nil {
 		return nil, err
 	}
+	if err := v.checkRetired(p.ID, issuer, p.NotBefore, now); err != nil {
+		return nil, err
+	}
 	return &Grant{
 		Predicate:      *p,
 		SubjectName:    sub.Name,
@@ -120,6 +156,24 @@ func (v *Verifier) checkWindow(id string, notBefore, expires, now time.Time) err
 	return nil
 }
 
+// checkRetired refuses grant id if issuer is a retired key and the grant
+// began at or after its retirement, or, with a non-zero now, if the key's
+// overlap window has closed.
+func (v *Verifier) checkRetired(id, issuer string, notBefore, now time.Time) error {
+	r, ok := v.retired[issuer]
+	switch {
+	case !ok:
+		return nil
+	case !notBefore.Before(r.at):
+		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, and valid only from %s: a retired key verifies only grants issued before its retirement",
+			id, issuer, r.at.Format(timeFormat), notBefore.Format(timeFormat))
+	case !now.IsZero() && !now.Before(r.until):
+		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, whose overlap window closed at %s",
+			id, issuer, r.at.Format(timeFormat), r.until.Format(timeFormat))
+	}
+	return nil
+}
+
 // envelopeDigest is "sha256:<hex>" of the raw envelope bytes.
 func envelopeDigest(envelope []byte) string {
 	sum := sha256.Sum256(envelope)
@@ -132,6 +186,9 @@ func envelopeDigest(envelope []byte) string {
 // one must (else CodeWrongIssuer). Signatures by other keys are ignored.
 func (v *Verifier) verifySignatures(ctx context.Context, env *cdsse.Envelope) (string, error) {
 	signed, _, err := cdsse.VerifySignatures(ctx, env, func(id string) (cdsse.Key, bool) {
+		if _, gone := v.distrusted.Load(id); gone {
+			return nil, false
+		}
 		k, ok := v.trusted[id]
 		return k, ok
 	})

@@ -43,7 +43,12 @@ func fullChecks(passed bool) []Check {
 
 func signRow(t *testing.T, k *keys.Signer, p Platform, tier string, at time.Time, checks []Check) *Row {
 	t.Helper()
-	q, err := NewQualification(p, Info{Tier: tier, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(), QualifiedAt: at, Checks: checks})
+	return signInfo(t, k, p, Info{Tier: tier, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(), QualifiedAt: at, Checks: checks})
+}
+
+func signInfo(t *testing.T, k *keys.Signer, p Platform, info Info) *Row {
+	t.Helper()
+	q, err := NewQualification(p, info)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,6 +349,12 @@ func gateDir(t *testing.T, trusted []*keys.Verifier, rows map[string]*Row, disab
 			t.Fatal(err)
 		}
 	}
+	return loadGateDir(t, dir, trusted)
+}
+
+// loadGateDir loads a directory's rows and disabled list as a gate does.
+func loadGateDir(t *testing.T, dir string, trusted []*keys.Verifier) ([]Entry, *Disabled) {
+	t.Helper()
 	entries, err := LoadDir(context.Background(), dir, trusted)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/store"
 )
@@ -72,9 +73,18 @@ type Applied struct {
 // run in progress) may own an output tree nobody can name, so while any
 // exists the output sweep is skipped: only records are dropped.
 func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.Logger) (Applied, error) {
+	return ApplyRecorded(db, outputsDir, p, now, log, nil)
+}
+
+// ApplyRecorded is Apply that first hands record everything it is about to
+// delete (each run with its receipt's digest and finish time, each output
+// tree, and the rule that applied); if record fails nothing is deleted, so
+// nothing goes unrecorded (R12). A nil record records nothing.
+func ApplyRecorded(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.Logger, record func([]evidence.OpDeleted) error) (Applied, error) {
 	var done Applied
 	keep := map[string]bool{}
 	var drop, unsure []string
+	var plan []evidence.OpDeleted
 	err := db.Runs(func(id string, raw []byte) error {
 		var rec launch.Record
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil {
@@ -83,6 +93,12 @@ func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.L
 		}
 		if !rec.Result.Finished.IsZero() && now.Sub(rec.Result.Finished) > p.Receipts {
 			drop = append(drop, id)
+			fin := rec.Result.Finished.UTC()
+			d := evidence.OpDeleted{Run: id, Finished: &fin, Why: "receipts " + p.Receipts.String()}
+			if rec.Receipt != nil {
+				d.Receipt, _ = evidence.ReceiptDigest(rec.Receipt.Envelope)
+			}
+			plan = append(plan, d)
 			return nil
 		}
 		if rec.Result.Output != nil {
@@ -93,33 +109,28 @@ func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.L
 	if err != nil {
 		return done, err
 	}
+	var outputs []string
+	if len(unsure) > 0 {
+		log.Warn("retention: output sweep skipped: records unreadable or unfinished, their outputs cannot be told apart",
+			"records", unsure, "fix", "let the runs finish, or inspect and remove the unreadable records")
+	} else if outputs, err = expiredOutputs(outputsDir, keep, p, now); err != nil {
+		return done, err
+	}
+	for _, o := range outputs {
+		plan = append(plan, evidence.OpDeleted{Output: filepath.Base(o), Why: "outputs " + p.Outputs.String()})
+	}
+	if len(plan) > 0 && record != nil {
+		if err := record(plan); err != nil {
+			return done, fmt.Errorf("retention: nothing deleted, the deletions could not be recorded: %w", err)
+		}
+	}
 	for _, id := range drop {
 		if err := db.DeleteRun(id); err != nil {
 			return done, err
 		}
 		done.Runs++
 	}
-	if len(unsure) > 0 {
-		log.Warn("retention: output sweep skipped: records unreadable or unfinished, their outputs cannot be told apart",
-			"records", unsure, "fix", "let the runs finish, or inspect and remove the unreadable records")
-		return done, nil
-	}
-	ents, err := os.ReadDir(outputsDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return done, nil // no output store yet
-	}
-	if err != nil {
-		return done, fmt.Errorf("retention: read output store: %w", err)
-	}
-	for _, e := range ents {
-		path := filepath.Join(outputsDir, e.Name())
-		if strings.HasPrefix(e.Name(), ".") || keep[path] {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil || now.Sub(info.ModTime()) <= p.Outputs {
-			continue
-		}
+	for _, path := range outputs {
 		_ = filepath.WalkDir(path, func(q string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				_ = os.Chmod(q, 0o700) // stored trees are read-only
@@ -133,4 +144,29 @@ func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.L
 		done.Outputs++
 	}
 	return done, nil
+}
+
+// expiredOutputs lists the output trees under outputsDir that no kept
+// record references and that are older than p.Outputs.
+func expiredOutputs(outputsDir string, keep map[string]bool, p Policy, now time.Time) ([]string, error) {
+	ents, err := os.ReadDir(outputsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no output store yet
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retention: read output store: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		path := filepath.Join(outputsDir, e.Name())
+		if strings.HasPrefix(e.Name(), ".") || keep[path] {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || now.Sub(info.ModTime()) <= p.Outputs {
+			continue
+		}
+		out = append(out, path)
+	}
+	return out, nil
 }

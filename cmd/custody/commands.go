@@ -291,11 +291,7 @@ func (a *app) grantCmd() *cobra.Command {
 		Short: "Revoke a grant so that it can never launch",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := a.control().Revoke(cmd.Context(), api.RevokeRequest{ID: args[0], Reason: reason}); err != nil {
-				return a.fail(cmd, err)
-			}
-			fmt.Fprintln(a.stdout, "revoked", quote.String(args[0]))
-			return nil
+			return a.revokeGrant(cmd, args[0], reason, "revoked")
 		},
 	}
 	revoke.Flags().StringVar(&reason, "reason", "", "why (recorded)")
@@ -425,6 +421,9 @@ func (a *app) statusCmd() *cobra.Command {
 				if err != nil {
 					return a.fail(cmd, err)
 				}
+				if as == nil {
+					as = []api.Attempt{} // an empty list is [], never null
+				}
 				out["attempts"] = as
 			}
 			return writeJSON(a.stdout, out)
@@ -500,10 +499,10 @@ func (a *app) policyCmd() *cobra.Command {
 
 func (a *app) schemaCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:       "schema request|policy|pipeline|pipeline-summary|" + strings.Join(outputSchemas(), "|"),
-		Short:     "Print the JSON Schema of phase requests, operator policy, pipelines, pipeline summaries, or a --json output",
+		Use:       "schema request|policy|pipeline|pipeline-summary|receipt|trust|" + strings.Join(outputSchemas(), "|"),
+		Short:     "Print the JSON Schema of phase requests, operator policy, pipelines, pipeline summaries, receipts, trust files, or a --json output",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: append([]string{"request", "policy", "pipeline", "pipeline-summary"}, outputSchemas()...),
+		ValidArgs: append([]string{"request", "policy", "pipeline", "pipeline-summary", "receipt", "trust"}, outputSchemas()...),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
 			case "request":
@@ -518,12 +517,18 @@ func (a *app) schemaCmd() *cobra.Command {
 			case "pipeline-summary":
 				_, err := a.stdout.Write(evidence.PipelineSummarySchema())
 				return err
+			case "receipt":
+				_, err := a.stdout.Write(evidence.ReceiptSchema())
+				return err
+			case "trust":
+				_, err := a.stdout.Write(evidence.TrustSchema())
+				return err
 			}
 			if b, ok := outputSchema(args[0]); ok {
 				_, err := a.stdout.Write(b)
 				return err
 			}
-			return usageError("schema: unknown schema %s (want request, policy, pipeline, pipeline-summary or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
+			return usageError("schema: unknown schema %s (want request, policy, pipeline, pipeline-summary, receipt, trust or %s)", quote.String(args[0]), strings.Join(outputSchemas(), ", "))
 		},
 	}
 }

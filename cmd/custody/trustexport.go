@@ -79,6 +79,9 @@ func trustKeys(role string, ks []api.PublicKey) []evidence.ExportKey {
 		if k.NotAfter != nil {
 			e.NotAfter = *k.NotAfter
 		}
+		if k.RevokedAt != nil {
+			e.RevokedAt = *k.RevokedAt
+		}
 		out = append(out, e)
 	}
 	return out

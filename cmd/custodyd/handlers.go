@@ -26,6 +26,8 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
 	mux.HandleFunc("POST /v1/grants", s.handleIssue)
 	mux.HandleFunc("POST /v1/grants/revoke", s.handleRevoke)
+	mux.HandleFunc("POST /v1/keys/revoke", s.handleRevokeKey)
+	mux.HandleFunc("GET /v1/oplog", s.handleOpLog)
 	mux.HandleFunc("POST /v1/policy/reload", s.handleReload)
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/quarantine/release", s.handleRelease)
@@ -294,6 +296,10 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.db.Revoke(req.ID, store.Revocation{At: time.Now().UTC(), Reason: req.Reason}); err != nil {
 		writeError(w, err)
+		return
+	}
+	if err := s.recordGrantRevocation(r.Context(), req.ID, req.Reason, peerOf(r).UID); err != nil {
+		writeError(w, &api.Error{Code: api.CodeInternal, Message: "grant " + req.ID + " is revoked, but the revocation could not be recorded in the operations log: " + err.Error()})
 		return
 	}
 	s.log.Info("grant revoked", logGrant, req.ID, logUID, peerOf(r).UID, logVerdict, "revoked")

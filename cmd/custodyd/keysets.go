@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,9 +18,45 @@ import (
 // maxRotationRecord bounds a hand-over record as custodyd reads it back.
 const maxRotationRecord = 64 << 10
 
+// retiredKey is a key a rotation retired, and when.
+type retiredKey struct {
+	key *keys.Verifier
+	at  time.Time
+	// revokedAt, once the key is revoked: nothing it signed from then on
+	// is trusted.
+	revokedAt time.Time
+}
+
+// retiredKeys lists name's keys that rotations retired, from
+// stateDir/keys/retired, each record verified with the key it retires.
+func retiredKeys(ctx context.Context, stateDir, name string) ([]retiredKey, error) {
+	dir := filepath.Join(stateDir, "keys", "retired")
+	paths, err := filepath.Glob(filepath.Join(dir, name+"-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []retiredKey
+	for _, p := range paths {
+		pub, err := keys.LoadPublic(strings.TrimSuffix(p, ".json") + ".pub")
+		if err != nil {
+			return nil, fmt.Errorf("retired %s key: %w", name, err)
+		}
+		rec, err := readRotation(ctx, p, pub)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, retiredKey{key: pub, at: rec.At})
+	}
+	return out, nil
+}
+
 // keySet lists key name's current key and the keys rotations retired,
 // each with its window, from stateDir/keys/retired.
 func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, error) {
+	revoked, err := s.revokedAt()
+	if err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(s.cfg.Runner.StateDir, "keys", "retired")
 	paths, err := filepath.Glob(filepath.Join(dir, name+"-*.json"))
 	if err != nil {
@@ -63,6 +100,9 @@ func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, err
 		}
 		k := api.PublicKey{ID: r.Retired, PEM: string(pub.PublicPEM())}
 		window(&k, r.At)
+		if at, ok := revoked[r.Retired]; ok {
+			k.RevokedAt = &at
+		}
 		out = append(out, k)
 	}
 	cur := api.PublicKey{ID: current.ID(), PEM: string(current.PublicPEM()), Current: true}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
@@ -46,6 +49,32 @@ func (s *server) handlePipelineSummary(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(env)
 }
 
+// ownReceipt verifies a receipt this runner signed: with its current key,
+// or with a key a rotation retired, for a receipt finished before that
+// rotation (the overlap: a pipeline started before a rotation can still
+// be summed up after it).
+func (s *server) ownReceipt(ctx context.Context, env []byte) (*evidence.Receipt, error) {
+	rc, err := evidence.OwnReceipt(ctx, s.runnerID.Verifier(), env)
+	if err == nil {
+		return rc, nil
+	}
+	s.keysMu.Lock()
+	retired := slices.Clone(s.retiredRunners)
+	s.keysMu.Unlock()
+	for _, k := range retired {
+		if old, oerr := evidence.OwnReceipt(ctx, k.key, env); oerr == nil {
+			if !old.Finished.Before(k.at) {
+				return nil, fmt.Errorf("the receipt is signed by runner key %s, retired at %s, but finished at %s, after its retirement", k.key.ID(), k.at.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
+			}
+			if !k.revokedAt.IsZero() && !old.Finished.Before(k.revokedAt) {
+				return nil, fmt.Errorf("the receipt is signed by runner key %s, revoked from %s, and finished at %s", k.key.ID(), k.revokedAt.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
+			}
+			return old, nil
+		}
+	}
+	return nil, err
+}
+
 // summaryStage is one stage as the summary records it, from the run's
 // record and its verified receipt.
 func (s *server) summaryStage(r *http.Request, ref api.PipelineStageRef) (evidence.PipelineStage, error) {
@@ -60,7 +89,7 @@ func (s *server) summaryStage(r *http.Request, ref api.PipelineStageRef) (eviden
 	if rec.Receipt == nil {
 		return refuse("the run has no receipt: %s", noReceipt(&rec))
 	}
-	rc, err := evidence.OwnReceipt(r.Context(), s.runnerID.Verifier(), rec.Receipt.Envelope)
+	rc, err := s.ownReceipt(r.Context(), rec.Receipt.Envelope)
 	if err != nil {
 		return refuse("%v", err)
 	}

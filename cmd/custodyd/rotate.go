@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
@@ -53,16 +55,43 @@ func VerifyRotation(ctx context.Context, r Rotation, retired *keys.Verifier) err
 	return retired.Verify(ctx, p, sig)
 }
 
+// Rotation steps, in order; a rotation interrupted after any of them is
+// finished by running custodyd --rotate-key again.
+const (
+	stepNextKey    = "next-key"    // NAME-next.{key,pub} made
+	stepRetiredPub = "retired-pub" // retired/NAME-OLD.pub written
+	stepRecord     = "record"      // retired/NAME-OLD.json written (signed by the old key)
+	stepPublic     = "public"      // NAME-next.pub renamed over NAME.pub
+	stepPrivate    = "private"     // NAME-next.key renamed over NAME.key
+)
+
 // rotateKey replaces custodyd's runner or issuer key while custodyd is
 // stopped (it refuses while the store is held): a new key is made, the old
 // one signs the hand-over record, its public key is kept in keys/retired,
 // and the new key takes the old one's file names (the private key last, by
-// rename, so the old private bytes are gone). A crash part way leaves a
-// public key that does not match the private one, which custodyd refuses
-// to start with (keys.ErrKeyMismatch) rather than sign with either.
+// rename, so the old private bytes are gone).
+//
+// It is resumable: every step either finds its result already in place
+// (the staged key, the retired public key, a record the old key signed
+// naming that successor) and keeps it, or makes it, so running it again
+// after a crash at any step finishes that rotation instead of refusing or
+// starting another. Until it is finished custodyd refuses to start
+// (keys.ErrKeyMismatch, or a staged key it will not sign with).
 func rotateKey(ctx context.Context, cfg Config, name string, now time.Time) (*Rotation, error) {
+	return rotateKeySteps(ctx, cfg, name, now, nil)
+}
+
+// rotateKeySteps is rotateKey with after called once each step is durable;
+// an error from it stops the rotation there (the tests' crash).
+func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time, after func(step string) error) (*Rotation, error) {
 	if name != "runner" && name != "issuer" {
 		return nil, fmt.Errorf("--rotate-key %q: the keys are runner and issuer", name)
+	}
+	step := func(s string) error {
+		if after == nil {
+			return nil
+		}
+		return after(s)
 	}
 	// The store's lock says custodyd is not running: it must not sign with
 	// a key whose files change under it.
@@ -72,6 +101,14 @@ func rotateKey(ctx context.Context, cfg Config, name string, now time.Time) (*Ro
 	}
 	defer db.Close()
 	keyDir := filepath.Join(cfg.Runner.StateDir, "keys")
+	retired := filepath.Join(keyDir, "retired")
+	stagedKey := filepath.Join(keyDir, name+"-next.key")
+	stagedPub := filepath.Join(keyDir, name+"-next.pub")
+	if exists(stagedKey) && !exists(stagedPub) {
+		// Interrupted between the two renames: NAME.pub is already the
+		// successor's and the record is written; install the private key.
+		return finishInstall(ctx, keyDir, retired, name, stagedKey, step)
+	}
 	old, created, err := keys.LoadOrCreate(keyDir, name)
 	if err != nil {
 		return nil, fmt.Errorf("rotate %s key: %w", name, err)
@@ -83,7 +120,104 @@ func rotateKey(ctx context.Context, cfg Config, name string, now time.Time) (*Ro
 	if err != nil {
 		return nil, fmt.Errorf("rotate %s key: %w", name, err)
 	}
-	rec := Rotation{Key: name, Retired: old.ID(), Successor: next.ID(), At: now.UTC()}
+	if err := step(stepNextKey); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(retired, 0o700); err != nil {
+		return nil, err
+	}
+	base := filepath.Join(retired, name+"-"+old.ID())
+	if err := writeSynced(base+".pub", old.PublicPEM()); err != nil {
+		return nil, fmt.Errorf("rotate %s key: %w", name, err)
+	}
+	if err := step(stepRetiredPub); err != nil {
+		return nil, err
+	}
+	rec, err := readRotation(ctx, base+".json", old.Verifier())
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if rec, err = signRotation(ctx, old, name, next.ID(), now); err != nil {
+			return nil, err
+		}
+		body, err := json.MarshalIndent(rec, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := writeSynced(base+".json", append(body, '\n')); err != nil {
+			return nil, fmt.Errorf("rotate %s key: %w", name, err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("rotate %s key: %w", name, err)
+	case rec.Successor != next.ID():
+		return nil, fmt.Errorf("rotate %s key: %s hands %s over to %s, but the staged key is %s; move the staged %s-next.{key,pub} aside and retry", name, base+".json", old.ID(), rec.Successor, next.ID(), name)
+	}
+	if err := step(stepRecord); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(stagedPub, filepath.Join(keyDir, name+".pub")); err != nil {
+		return nil, fmt.Errorf("rotate %s key: install the new public key: %w", name, err)
+	}
+	if err := syncDir(keyDir); err != nil {
+		return nil, err
+	}
+	if err := step(stepPublic); err != nil {
+		return nil, err
+	}
+	return finishInstall(ctx, keyDir, retired, name, stagedKey, step)
+}
+
+// finishInstall renames the staged private key over NAME.key, once NAME.pub
+// is already the successor's, and returns the record that hands over to it.
+func finishInstall(ctx context.Context, keyDir, retired, name, stagedKey string, step func(string) error) (*Rotation, error) {
+	pub, err := keys.LoadPublic(filepath.Join(keyDir, name+".pub"))
+	if err != nil {
+		return nil, fmt.Errorf("rotate %s key: %w", name, err)
+	}
+	rec, err := handOverTo(ctx, retired, name, pub.ID())
+	if err != nil {
+		return nil, fmt.Errorf("rotate %s key: %s is staged and %s.pub is its public key, but %w", name, stagedKey, name, err)
+	}
+	if err := os.Rename(stagedKey, filepath.Join(keyDir, name+".key")); err != nil {
+		return nil, fmt.Errorf("rotate %s key: install the new key: %w", name, err)
+	}
+	if err := syncDir(keyDir); err != nil {
+		return nil, err
+	}
+	if err := step(stepPrivate); err != nil {
+		return nil, err
+	}
+	// The installed pair must be the successor's, whole.
+	now, _, err := keys.LoadOrCreate(keyDir, name)
+	if err != nil || now.ID() != rec.Successor {
+		return nil, fmt.Errorf("rotate %s key: the installed key is not the successor %s: %v", name, rec.Successor, err)
+	}
+	return rec, nil
+}
+
+// handOverTo finds the verified record in retired that hands name over to
+// the key successor.
+func handOverTo(ctx context.Context, retired, name, successor string) (*Rotation, error) {
+	paths, err := filepath.Glob(filepath.Join(retired, name+"-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), name+"-"), ".json")
+		pub, err := keys.LoadPublic(filepath.Join(retired, name+"-"+id+".pub"))
+		if err != nil {
+			continue
+		}
+		rec, err := readRotation(ctx, p, pub)
+		if err == nil && rec.Successor == successor {
+			return rec, nil
+		}
+	}
+	return nil, fmt.Errorf("no record in %s that a retired key signed hands over to %s", retired, successor)
+}
+
+// signRotation is the hand-over record from old to successor, signed by old.
+func signRotation(ctx context.Context, old *keys.Signer, name, successor string, now time.Time) (*Rotation, error) {
+	rec := &Rotation{Key: name, Retired: old.ID(), Successor: successor, At: now.UTC()}
 	p, err := rec.payload()
 	if err != nil {
 		return nil, err
@@ -93,38 +227,46 @@ func rotateKey(ctx context.Context, cfg Config, name string, now time.Time) (*Ro
 		return nil, fmt.Errorf("rotate %s key: sign the hand-over: %w", name, err)
 	}
 	rec.Signature = base64.StdEncoding.EncodeToString(sig)
-	retired := filepath.Join(keyDir, "retired")
-	if err := os.MkdirAll(retired, 0o700); err != nil {
-		return nil, err
-	}
-	body, err := json.MarshalIndent(rec, "", "  ")
+	return rec, nil
+}
+
+// readRotation reads a hand-over record and verifies it with the key it
+// says it retires.
+func readRotation(ctx context.Context, path string, retired *keys.Verifier) (*Rotation, error) {
+	b, err := regfile.ReadFile(path, maxRotationRecord)
 	if err != nil {
 		return nil, err
 	}
-	base := filepath.Join(retired, name+"-"+old.ID())
-	for _, f := range []struct {
-		path string
-		data []byte
-	}{{base + ".pub", old.PublicPEM()}, {base + ".json", append(body, '\n')}} {
-		if err := writeSynced(f.path, f.data); err != nil {
-			return nil, fmt.Errorf("rotate %s key: %w", name, err)
-		}
+	var r Rotation
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("rotation record %s: %w", path, err)
 	}
-	for _, ext := range []string{".pub", ".key"} {
-		if err := os.Rename(filepath.Join(keyDir, name+"-next"+ext), filepath.Join(keyDir, name+ext)); err != nil {
-			return nil, fmt.Errorf("rotate %s key: install the new key: %w", name, err)
-		}
+	if err := VerifyRotation(ctx, r, retired); err != nil {
+		return nil, fmt.Errorf("rotation record %s: %w", path, err)
 	}
-	if err := syncDir(keyDir); err != nil {
-		return nil, err
-	}
-	return &rec, nil
+	return &r, nil
 }
 
-// writeSynced creates path new (0644: public material) and syncs it and
-// its directory.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// writeSynced writes path (0644: public material) whole or not at all: a
+// staging file, synced, renamed over path, and the directory synced. A
+// path already holding exactly data is left as it is (a retried step); one
+// holding anything else is refused.
 func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if have, err := regfile.ReadFile(path, int64(len(data))+1); err == nil {
+		if bytes.Equal(have, data) {
+			return nil
+		}
+		return fmt.Errorf("%s exists and holds something else; move it aside", path)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	tmp := path + ".partial"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return err
 	}
@@ -135,8 +277,11 @@ func writeSynced(path string, data []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
 	if err != nil {
-		return errors.Join(err, os.Remove(path))
+		return errors.Join(err, os.Remove(tmp))
 	}
 	return syncDir(filepath.Dir(path))
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +83,130 @@ func TestRotateKey(t *testing.T) {
 	}
 	if after, _, _ := keys.LoadOrCreate(keyDir, "runner"); after.ID() != now.ID() {
 		t.Fatal("a refused rotation changed the key")
+	}
+}
+
+// errCrash stands for custodyd --rotate-key dying at a step.
+var errCrash = errors.New("crashed here")
+
+// TestRotateKeyResumes: a rotation interrupted after each of its steps
+// (after the last one it is complete, and a rerun rotates anew) leaves custodyd unable to start on a half-rotated key (the legitimate
+// start refuses rather than sign with either key), and running the
+// rotation again finishes that same rotation: the successor staged before
+// the crash is installed, the record the old key signed hands over to it,
+// nothing is staged afterwards, and a further rotation works as usual.
+func TestRotateKeyResumes(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, crashAt := range []string{stepNextKey, stepRetiredPub, stepRecord, stepPublic, stepPrivate} {
+		t.Run(crashAt, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := Config{Runner: runner.Config{StateDir: dir}}
+			keyDir := filepath.Join(dir, "keys")
+			if err := os.MkdirAll(keyDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			old, _, err := keys.LoadOrCreate(keyDir, "issuer")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var staged string
+			_, err = rotateKeySteps(ctx, cfg, "issuer", at, func(step string) error {
+				if step == stepNextKey {
+					p, err := keys.LoadPublic(filepath.Join(keyDir, "issuer-next.pub"))
+					if err != nil {
+						t.Fatal(err)
+					}
+					staged = p.ID()
+				}
+				if step == crashAt {
+					return errCrash
+				}
+				return nil
+			})
+			if !errors.Is(err, errCrash) {
+				t.Fatalf("the rotation did not stop at %s: %v", crashAt, err)
+			}
+			if crashAt == stepPublic {
+				// Half installed: the key files disagree, and custodyd's
+				// key loading refuses them.
+				if _, _, err := keys.LoadOrCreate(keyDir, "issuer"); !errors.Is(err, keys.ErrKeyMismatch) {
+					t.Fatalf("a half-installed key loads: %v", err)
+				}
+			}
+			if crashAt == stepPrivate {
+				// Every file was in place: the rotation is complete, and
+				// running it again is another rotation (checked below).
+				if now, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil || now.ID() != staged {
+					t.Fatalf("a crash after the last step left key %v: %v", now, err)
+				}
+			}
+			rec, err := rotateKey(ctx, cfg, "issuer", at.Add(time.Minute))
+			if crashAt == stepPrivate {
+				if err != nil || rec.Retired != staged {
+					t.Fatalf("a rotation after a complete one: %v %+v", err, rec)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the retry after a crash at %s: %v", crashAt, err)
+			}
+			now, created, err := keys.LoadOrCreate(keyDir, "issuer")
+			if err != nil || created || now.ID() != staged || rec.Successor != staged || rec.Retired != old.ID() {
+				t.Fatalf("after the retry: %v created=%v key %s staged %s record %+v", err, created, now.ID(), staged, rec)
+			}
+			pub, err := keys.LoadPublic(filepath.Join(keyDir, "retired", "issuer-"+old.ID()+".pub"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			onDisk, err := readRotation(ctx, filepath.Join(keyDir, "retired", "issuer-"+old.ID()+".json"), pub)
+			if err != nil || onDisk.Successor != staged {
+				t.Fatalf("the record on disk: %v %+v", err, onDisk)
+			}
+			for _, left := range []string{"issuer-next.key", "issuer-next.pub"} {
+				if exists(filepath.Join(keyDir, left)) {
+					t.Fatalf("%s is left staged", left)
+				}
+			}
+			if matches, _ := filepath.Glob(filepath.Join(keyDir, "retired", "*.partial")); len(matches) > 0 {
+				t.Fatalf("staging files left: %v", matches)
+			}
+			again, err := rotateKey(ctx, cfg, "issuer", at.Add(time.Hour))
+			if err != nil || again.Retired != staged {
+				t.Fatalf("the next rotation: %v %+v", err, again)
+			}
+		})
+	}
+}
+
+// TestRotateKeyRefusesForeignRecord: a record for the old key that hands
+// over to another key than the staged one (files mixed up by hand) stops
+// the rotation with the fix, and changes no key.
+func TestRotateKeyRefusesForeignRecord(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := Config{Runner: runner.Config{StateDir: dir}}
+	keyDir := filepath.Join(dir, "keys")
+	if err := os.MkdirAll(filepath.Join(keyDir, "retired"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old, _, err := keys.LoadOrCreate(keyDir, "runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := keys.Generate()
+	rec, err := signRotation(ctx, old, "runner", other.ID(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(rec)
+	if err := os.WriteFile(filepath.Join(keyDir, "retired", "runner-"+old.ID()+".json"), body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rotateKey(ctx, cfg, "runner", time.Now()); err == nil || !strings.Contains(err.Error(), "move the staged") {
+		t.Fatalf("a record naming another successor: %v", err)
+	}
+	if now, _, err := keys.LoadOrCreate(keyDir, "runner"); err != nil || now.ID() != old.ID() {
+		t.Fatalf("the refused rotation changed the key: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/launch"
@@ -36,6 +37,12 @@ type server struct {
 	runnerID *keys.Signer // runner identity
 	issuer   *keys.Signer // grant issuer
 	verifier *grant.Verifier
+	// retiredRunners are runner keys rotations retired: receipts they
+	// signed before their rotation are still this runner's own.
+	retiredRunners []retiredKey
+	keysMu         sync.Mutex // guards retiredRunners' revocations
+	// oplog records revocations and retention deletions.
+	oplog *evidence.OpLog
 	// now is the clock grants are checked against (tests move it).
 	now       func() time.Time
 	faults    func(stage string)
@@ -113,7 +120,42 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 		}
 		trusted = append(trusted, v)
 	}
-	if s.verifier, err = grant.NewVerifier(trusted); err != nil {
+	// A grant the previous issuer key signed just before a rotation keeps
+	// verifying for as long as such a grant can live (maxGrantTTL), unless
+	// the operations log says that key was revoked.
+	retiredIssuers, err := retiredKeys(ctx, cfg.Runner.StateDir, "issuer")
+	if err != nil {
+		return nil, fmt.Errorf("retired issuer keys: %w", err)
+	}
+	if s.retiredRunners, err = retiredKeys(ctx, cfg.Runner.StateDir, "runner"); err != nil {
+		return nil, fmt.Errorf("retired runner keys: %w", err)
+	}
+	runnerKeys := []*keys.Verifier{s.runnerID.Verifier()}
+	for _, r := range s.retiredRunners {
+		runnerKeys = append(runnerKeys, r.key)
+	}
+	revoked, err := revokedKeys(cfg.Runner.StateDir, runnerKeys)
+	if err != nil {
+		return nil, fmt.Errorf("operations log: %w; fix: restore it from a backup, or move it aside to start a new one (its lines are evidence: keep them)", err)
+	}
+	var overlap []grant.Option
+	for _, r := range retiredIssuers {
+		if _, gone := revoked[r.key.ID()]; !gone {
+			overlap = append(overlap, grant.WithRetired(r.key, r.at, maxTTL))
+		}
+	}
+	for i, r := range s.retiredRunners {
+		if k, gone := revoked[r.key.ID()]; gone {
+			s.retiredRunners[i].revokedAt = k.RevokedAt
+		}
+	}
+	if s.verifier, err = grant.NewVerifier(trusted, overlap...); err != nil {
+		return nil, err
+	}
+	for id := range revoked {
+		s.verifier.Distrust(id) // also a revoked key listed in trustedIssuers
+	}
+	if s.oplog, err = evidence.OpenOpLog(opLogPath(cfg.Runner.StateDir), s.runnerID); err != nil {
 		return nil, err
 	}
 	if s.db, err = store.Open(runner.StorePath(cfg.Runner), store.WithRunIndex(launch.OutputIndex())); err != nil {

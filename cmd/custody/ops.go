@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/internal/quote"
+	"github.com/custody-dev/custody/keys"
+)
+
+// revokeCmd is the one revocation command (operator, control socket): a
+// grant, or a key a rotation retired. custodyd records either in its
+// signed operations log (custody oplog) before answering.
+func (a *app) revokeCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "revoke", Short: "Revoke a grant or a retired key; recorded in the operations log (operator)"}
+	var reason, at string
+	grantCmd := &cobra.Command{
+		Use:   "grant GRANT-ID [--reason WHY]",
+		Short: "Revoke a grant so that it can never launch (as custody grant revoke)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.revokeGrant(cmd, args[0], reason, "revoked grant")
+		},
+	}
+	keyCmd := &cobra.Command{
+		Use:   "key runner|issuer KEY-ID [--at RFC3339] [--reason WHY]",
+		Short: "Revoke a retired key: nothing it signed from --at (default now) on is trusted; rotate a current key first",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := api.RevokeKeyRequest{Name: args[0], ID: args[1], Reason: reason}
+			if at != "" {
+				t, err := time.Parse(time.RFC3339, at)
+				if err != nil {
+					return usageError("revoke key: --at %s: want an RFC 3339 time such as 2026-12-01T10:00:00Z", quote.String(at))
+				}
+				req.RevokedAt = &t
+			}
+			if err := a.control().RevokeKey(cmd.Context(), req); err != nil {
+				return a.fail(cmd, err)
+			}
+			fmt.Fprintln(a.stdout, "revoked", quote.String(args[0]), "key", quote.String(args[1]))
+			return nil
+		},
+	}
+	keyCmd.Flags().StringVar(&at, "at", "", "when the key may first have leaked (RFC 3339; default now)")
+	for _, c := range []*cobra.Command{grantCmd, keyCmd} {
+		c.Flags().StringVar(&reason, "reason", "", "why (recorded)")
+	}
+	cmd.AddCommand(grantCmd, keyCmd)
+	return cmd
+}
+
+// revokeGrant revokes grant id (custody revoke grant, custody grant
+// revoke) and prints what, then the id.
+func (a *app) revokeGrant(cmd *cobra.Command, id, reason, what string) error {
+	if err := a.control().Revoke(cmd.Context(), api.RevokeRequest{ID: id, Reason: reason}); err != nil {
+		return a.fail(cmd, err)
+	}
+	fmt.Fprintln(a.stdout, what, quote.String(id))
+	return nil
+}
+
+// oplogCmd prints the runner's operations log after checking every line's
+// signature and chain, against a trust file's runner keys (--trust) or
+// the runner keys custodyd reports.
+func (a *app) oplogCmd() *cobra.Command {
+	var trustPath string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "oplog [--trust trust.yaml] [--json]",
+		Short: "Print the runner's signed operations log (revocations, retention deletions), checked line by line (operator)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c := a.control()
+			data, err := c.OpLog(cmd.Context())
+			if err != nil {
+				return a.fail(cmd, err)
+			}
+			var trusted []*keys.Verifier
+			source := "the runner keys custodyd reports (give --trust to check against yours)"
+			if trustPath != "" {
+				t, err := evidence.LoadTrust(trustPath)
+				if err != nil {
+					return &exitError{exitRefused, err}
+				}
+				for _, k := range t.Runners {
+					trusted = append(trusted, k.Key)
+				}
+				source = "the runner keys of " + trustPath
+			} else {
+				ks, err := c.Keys(cmd.Context())
+				if err != nil {
+					return a.fail(cmd, err)
+				}
+				for _, k := range ks.Runners {
+					v, err := keys.ParsePublic([]byte(k.PEM))
+					if err != nil {
+						return fmt.Errorf("runner key %s: %w", k.ID, err)
+					}
+					trusted = append(trusted, v)
+				}
+			}
+			entries, err := evidence.VerifyOpLog(cmd.Context(), data, trusted)
+			if err != nil {
+				return &exitError{exitRefused, fmt.Errorf("%w (checked against %s)", err, source)}
+			}
+			if asJSON {
+				if entries == nil {
+					entries = []evidence.OpEntry{}
+				}
+				return writeJSON(a.stdout, map[string]any{"entries": entries})
+			}
+			for _, e := range entries {
+				fmt.Fprintf(a.stdout, "%d %s %s", e.Seq, e.At.Format(time.RFC3339), e.Kind)
+				if e.UID != nil {
+					fmt.Fprintf(a.stdout, " uid=%d", *e.UID)
+				}
+				switch {
+				case e.Grant != "":
+					fmt.Fprintf(a.stdout, " grant=%s", quote.String(e.Grant))
+				case e.Key != nil:
+					fmt.Fprintf(a.stdout, " %s key=%s revokedAt=%s", e.Key.Name, e.Key.ID, e.Key.RevokedAt.Format(time.RFC3339))
+				}
+				if e.Reason != "" {
+					fmt.Fprintf(a.stdout, " reason=%s", quote.String(e.Reason))
+				}
+				fmt.Fprintln(a.stdout)
+				for _, d := range e.Deleted {
+					if d.Run != "" {
+						fmt.Fprintf(a.stdout, "  run %s receipt %s finished %s (%s)\n", quote.String(d.Run), d.Receipt, d.Finished.Format(time.RFC3339), d.Why)
+					} else {
+						fmt.Fprintf(a.stdout, "  output %s (%s)\n", quote.String(d.Output), d.Why)
+					}
+				}
+			}
+			fmt.Fprintf(a.stderr, "custody: %d entries, every line signed and chained (checked against %s)\n", len(entries), source)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&trustPath, "trust", "", "check against this trust file's runner keys")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

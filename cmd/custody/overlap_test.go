@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/keys"
+)
+
+// TestOverlapAfterRotation: custodyd's own verifiers keep the overlap
+// window after a rotation of each key. A grant issued just before the
+// issuer rotation still launches after it (the grant verifier accepts the
+// retired issuer key for grants issued before its retirement, within
+// maxGrantTTL), and a pipeline run before the runner rotation is still
+// summed up after it (the summary's receipt check accepts the retired
+// runner key for receipts finished before its retirement). Refusal: a
+// grant the retired issuer key signs with a validity starting after its
+// retirement (a leaked retired key minting anew) is refused by the real
+// daemon, naming the retirement.
+func TestOverlapAfterRotation(t *testing.T) {
+	e := startDaemon(t)
+	phase := e.phase(t, "overlap", "echo x > /out/x", "")
+	early := e.grant(t, phase)
+	file := fourStages(t, e, "generate")
+	run := filepath.Join(e.dir, "run-before")
+	if code, out, errs := e.custody("pipeline", "run", file, "--actor", "operator", "--dir", run); code != exitOK {
+		t.Fatalf("pipeline run: %d\n%s\n%s", code, out, errs)
+	}
+	st := e.pipelineStatus(t, run)
+
+	// The retired issuer's private key, kept aside as a thief would.
+	keyDir := filepath.Join(e.dir, "state", "keys")
+	stolenDir := filepath.Join(e.dir, "stolen")
+	if err := os.Mkdir(stolenDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"issuer.key", "issuer.pub"} {
+		b, err := os.ReadFile(filepath.Join(keyDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(stolenDir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stolen, _, err := keys.LoadOrCreate(stolenDir, "issuer")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rotate := func(k string) {
+		t.Helper()
+		e.d.Stop()
+		if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--rotate-key", k).CombinedOutput(); err != nil {
+			t.Fatalf("rotate %s: %v %s", k, err, out)
+		}
+		e.d.Start()
+	}
+	rotate("issuer")
+	if code, _, errs := e.custody("run", "--grant", early, "--receipt", filepath.Join(e.dir, "early", "receipt.json")); code != exitOK {
+		t.Fatalf("a grant issued just before the issuer rotation, run after it: %d %s", code, errs)
+	}
+	// A grant binds the runner's identity, so grants do not outlive a
+	// runner rotation; receipts do.
+	rotate("runner")
+	ctx := context.Background()
+	ctl := api.NewClient(e.control)
+	sum := api.PipelineSummaryRequest{Pipeline: "hello", Stages: []api.PipelineStageRef{
+		{Name: st.Stages[0].Name, RunID: st.Stages[0].RunID, From: []string{""}},
+		{Name: st.Stages[1].Name, RunID: st.Stages[1].RunID, From: []string{"acquire"}}}}
+	if _, err := ctl.SignPipelineSummary(ctx, sum); err != nil {
+		t.Fatalf("a summary of stages run before the runner rotation: %v", err)
+	}
+	if code, _, errs := e.custody("run", "--grant", e.grant(t, phase), "--receipt", filepath.Join(e.dir, "late", "receipt.json")); code != exitOK {
+		t.Fatalf("a grant of the new issuer key: %d %s", code, errs)
+	}
+
+	// The retired key mints a grant valid from now: refused, and not spent.
+	env, err := os.ReadFile(e.grant(t, phase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := payloadOfEnvelope(t, env)
+	var stmt struct{ Predicate grant.Predicate }
+	if err := json.Unmarshal(raw, &stmt); err != nil {
+		t.Fatal(err)
+	}
+	p := stmt.Predicate
+	p.ID = strings.Repeat("f", 32)
+	p.NotBefore = time.Now().UTC().Truncate(time.Second)
+	p.Expires = p.NotBefore.Add(5 * time.Minute)
+	forged, err := grant.Mint(ctx, stolen, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedPath := filepath.Join(e.dir, "forged.json")
+	write(t, forgedPath, string(forged))
+	code, _, errs := e.custody("run", "--grant", forgedPath)
+	if code != exitRefused || !strings.Contains(errs, "retired at") {
+		t.Fatalf("a grant the retired issuer key minted after its retirement: exit %d %s", code, errs)
+	}
+	var ae *api.Error
+	if _, err := ctl.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: "hello", Stages: []api.PipelineStageRef{{Name: "x", RunID: "0000000000000000", From: []string{}}}}); !errors.As(err, &ae) || ae.Code != api.CodeRefused {
+		t.Fatalf("a summary of an unknown run after the rotation: %v", err)
+	}
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// grantIDOf reads a grant file's id.
+func grantIDOf(t *testing.T, path string) string {
+	t.Helper()
+	var st struct{ Predicate struct{ ID string } }
+	if err := json.Unmarshal(payloadOfEnvelope(t, readBytes(t, path)), &st); err != nil || st.Predicate.ID == "" {
+		t.Fatalf("grant %s: %v", path, err)
+	}
+	return st.Predicate.ID
+}
+
+// TestRevokeAndOpLog: custody revoke grant and custody revoke key are the
+// one revocation command, each recorded in the runner's signed operations
+// log, which custody oplog prints after checking every line (against the
+// runner's keys, and against an exported trust file). A revoked grant
+// never launches; a revoked retired issuer key ends its overlap, so a
+// grant it signed before the rotation, which would still launch, is
+// refused. Refusals: revoking the current key (rotate first), an unknown
+// key, a non-operator, and a log with a line changed, which custody oplog
+// refuses naming the line. custody trust export marks the revoked key with
+// its revokedAt.
+func TestRevokeAndOpLog(t *testing.T) {
+	e := startDaemon(t)
+	phase := e.phase(t, "revoke", "true", "")
+	g := e.grant(t, phase)
+	gid := grantIDOf(t, g)
+	if code, out, errs := e.custody("revoke", "grant", gid, "--reason", "sent to the wrong agent"); code != exitOK || !strings.Contains(out, "revoked grant") {
+		t.Fatalf("revoke grant: %d %s %s", code, out, errs)
+	}
+	if code, _, errs := e.custody("run", "--grant", g); code != exitRefused || !strings.Contains(errs, "revoked") {
+		t.Fatalf("a revoked grant ran: %d %s", code, errs)
+	}
+
+	// A grant of the issuer key about to be retired; then the rotation.
+	early := filepath.Join(e.dir, "early.grant.json")
+	if err := os.Rename(e.grant(t, phase), early); err != nil {
+		t.Fatal(err)
+	}
+	status := func() map[string]any {
+		t.Helper()
+		code, out, _ := e.custody("status", "--json")
+		var st struct{ Status map[string]any }
+		if code != exitOK || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("status: %d %s", code, out)
+		}
+		return st.Status
+	}
+	oldIssuer := status()["issuerId"].(string)
+	e.d.Stop()
+	if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--rotate-key", "issuer").CombinedOutput(); err != nil {
+		t.Fatalf("rotate: %v %s", err, out)
+	}
+	e.d.Start()
+	newIssuer := status()["issuerId"].(string)
+	if code, _, errs := e.custody("revoke", "key", "issuer", newIssuer); code != exitRefused || !strings.Contains(errs, "--rotate-key issuer") {
+		t.Fatalf("revoking the current key: %d %s", code, errs)
+	}
+	if code, _, errs := e.custody("revoke", "key", "issuer", "sha256:"+strings.Repeat("0", 64)); code == exitOK {
+		t.Fatalf("revoking an unknown key: %d %s", code, errs)
+	}
+	if code, _, errs := e.custody("revoke", "key", "issuer", oldIssuer, "--at", "yesterday"); code != exitUsage {
+		t.Fatalf("--at yesterday: %d %s", code, errs)
+	}
+	if code, out, errs := e.custody("revoke", "key", "issuer", oldIssuer, "--reason", "laptop stolen"); code != exitOK {
+		t.Fatalf("revoke the retired issuer key: %d %s %s", code, out, errs)
+	}
+	if code, _, errs := e.custody("run", "--grant", early); code != exitRefused || !strings.Contains(errs, "not by a trusted issuer") {
+		t.Fatalf("a grant of the revoked retired issuer key: %d %s", code, errs)
+	}
+	// The revocation holds across a restart (read back from the log).
+	e.d.Stop()
+	e.d.Start()
+	if code, _, errs := e.custody("run", "--grant", early); code != exitRefused {
+		t.Fatalf("after a restart, a grant of the revoked key: %d %s", code, errs)
+	}
+
+	code, out, errs := e.custody("oplog", "--json")
+	var log struct {
+		Entries []struct {
+			Seq    int
+			Kind   string
+			Grant  string
+			Reason string
+			Key    *struct{ Name, ID string }
+		}
+	}
+	jerr := json.Unmarshal([]byte(out), &log)
+	if code != exitOK || jerr != nil || len(log.Entries) != 2 ||
+		log.Entries[0].Kind != "grant-revoked" || log.Entries[0].Grant != gid || log.Entries[0].Reason != "sent to the wrong agent" ||
+		log.Entries[1].Kind != "key-revoked" || log.Entries[1].Key == nil || log.Entries[1].Key.ID != oldIssuer {
+		t.Fatalf("oplog --json: %d %v %s %s", code, jerr, out, errs)
+	}
+	code, trust, errs := e.custody("trust", "export")
+	if code != exitOK {
+		t.Fatalf("trust export: %d %s", code, errs)
+	}
+	if strings.Count(trust, "revokedAt:") != 1 {
+		t.Fatalf("trust export does not mark the revoked issuer key:\n%s", trust)
+	}
+	trustPath := filepath.Join(e.dir, "exported-trust.yaml")
+	write(t, trustPath, trust)
+	if code, out, errs := e.custody("oplog", "--trust", trustPath); code != exitOK || !strings.Contains(out, "key-revoked") || !strings.Contains(errs, "signed and chained") {
+		t.Fatalf("oplog --trust: %d %s %s", code, out, errs)
+	}
+
+	// Refusals: a changed line; the submit socket.
+	path := filepath.Join(e.dir, "state", "oplog.jsonl")
+	data := readBytes(t, path)
+	if err := os.WriteFile(path, []byte(strings.Replace(string(data), "laptop stolen", "laptop found", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := e.custody("oplog", "--trust", trustPath); code != exitRefused || !strings.Contains(errs, "line 2") {
+		t.Fatalf("oplog of a changed log: %d %s", code, errs)
+	}
+	// custodyd itself no longer vouches for its keys on a broken log.
+	if code, _, errs := e.custody("trust", "export"); code == exitOK || !strings.Contains(errs, "line 2") {
+		t.Fatalf("trust export on a changed log: %d %s", code, errs)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := e.custody("--control", e.submit, "oplog"); code == exitOK {
+		t.Fatal("the submit socket served the operations log")
+	}
+}

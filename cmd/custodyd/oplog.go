@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/keys"
+)
+
+// opLogPath is where custodyd keeps its operations log: revocations and
+// retention deletions, signed and chained (evidence.OpLog).
+func opLogPath(stateDir string) string { return filepath.Join(stateDir, "oplog.jsonl") }
+
+// revokedKeys reads the key revocations the operations log records, by key
+// id. custodyd trusts its own log as written: it made every line.
+func revokedKeys(stateDir string, trusted []*keys.Verifier) (map[string]evidence.OpKey, error) {
+	data, err := os.ReadFile(opLogPath(stateDir))
+	if os.IsNotExist(err) {
+		return map[string]evidence.OpKey{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	entries, err := evidence.VerifyOpLog(context.Background(), data, trusted)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]evidence.OpKey{}
+	for _, e := range entries {
+		if e.Kind == evidence.OpKeyRevoked && e.Key != nil {
+			out[e.Key.ID] = *e.Key
+		}
+	}
+	return out, nil
+}
+
+// recordRetention records what retention is about to delete.
+func (s *server) recordRetention(deleted []evidence.OpDeleted) error {
+	_, err := s.oplog.Append(context.Background(), evidence.OpEntry{At: s.now(), Kind: evidence.OpRetentionDeleted, Deleted: deleted})
+	return err
+}
+
+// handleOpLog serves the operations log as written (control socket).
+func (s *server) handleOpLog(w http.ResponseWriter, _ *http.Request) {
+	data, err := os.ReadFile(opLogPath(s.cfg.Runner.StateDir))
+	if err != nil {
+		writeError(w, &api.Error{Code: api.CodeInternal, Message: "operations log: " + err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/jsonl")
+	_, _ = w.Write(data)
+}
+
+// handleRevokeKey revokes a key a rotation retired: an issuer key verifies
+// no grant from now on (the overlap ends), a runner key no receipt
+// finished from its revokedAt on, and the revocation is recorded before it
+// takes effect. The current key is refused: rotate it first.
+func (s *server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
+	var req api.RevokeKeyRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	var current *keys.Signer
+	switch req.Name {
+	case "runner":
+		current = s.runnerID
+	case "issuer":
+		current = s.issuer
+	default:
+		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("key %q: the keys are runner and issuer", req.Name)})
+		return
+	}
+	if req.ID == current.ID() {
+		writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("%s key %s is the current one; fix: stop custodyd, rotate it (custodyd --rotate-key %s), start custodyd, then revoke the retired key", req.Name, req.ID, req.Name)})
+		return
+	}
+	retired, err := retiredKeys(r.Context(), s.cfg.Runner.StateDir, req.Name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	known := false
+	for _, k := range retired {
+		known = known || k.key.ID() == req.ID
+	}
+	if !known {
+		writeError(w, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no retired %s key %s on this runner (custody trust export lists them)", req.Name, req.ID)})
+		return
+	}
+	at := s.now().UTC()
+	if req.RevokedAt != nil {
+		at = req.RevokedAt.UTC()
+	}
+	uid := peerOf(r).UID
+	if _, err := s.oplog.Append(r.Context(), evidence.OpEntry{At: s.now(), Kind: evidence.OpKeyRevoked, UID: &uid, Reason: req.Reason,
+		Key: &evidence.OpKey{Name: req.Name, ID: req.ID, RevokedAt: at}}); err != nil {
+		writeError(w, &api.Error{Code: api.CodeInternal, Message: "key not revoked: the revocation could not be recorded: " + err.Error()})
+		return
+	}
+	s.applyKeyRevocation(req.Name, req.ID, at)
+	s.log.Info("key revoked", "key", req.Name, "id", req.ID, "revokedAt", at, logUID, uid, logVerdict, "revoked")
+	writeJSON(w, map[string]string{"revoked": req.ID})
+}
+
+// applyKeyRevocation makes a revocation hold in this process.
+func (s *server) applyKeyRevocation(name, id string, at time.Time) {
+	if name == "issuer" {
+		s.verifier.Distrust(id)
+		return
+	}
+	s.keysMu.Lock()
+	defer s.keysMu.Unlock()
+	for i := range s.retiredRunners {
+		if s.retiredRunners[i].key.ID() == id {
+			s.retiredRunners[i].revokedAt = at
+		}
+	}
+}
+
+// recordGrantRevocation records a revoked grant.
+func (s *server) recordGrantRevocation(ctx context.Context, id, reason string, uid uint32) error {
+	_, err := s.oplog.Append(ctx, evidence.OpEntry{At: s.now(), Kind: evidence.OpGrantRevoked, UID: &uid, Grant: id, Reason: strings.TrimSpace(reason)})
+	return err
+}
+
+// revokedAt lists the keys the operations log says were revoked, with
+// from when, for custody trust export.
+func (s *server) revokedAt() (map[string]time.Time, error) {
+	trusted := []*keys.Verifier{s.runnerID.Verifier()}
+	s.keysMu.Lock()
+	for _, r := range s.retiredRunners {
+		trusted = append(trusted, r.key)
+	}
+	s.keysMu.Unlock()
+	revoked, err := revokedKeys(s.cfg.Runner.StateDir, trusted)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for id, k := range revoked {
+		out[id] = k.RevokedAt
+	}
+	return out, nil
+}

@@ -1,0 +1,249 @@
+package evidence
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	cdsse "github.com/custody-dev/custody/internal/dsse"
+	"github.com/custody-dev/custody/keys"
+)
+
+// The operations log (R12) is the runner's own record of what its operator
+// revoked and what its retention deleted: one JSON line per event, each
+// signed by the runner key and naming the SHA-256 of the line before it,
+// so a reviewer holding the runner's public keys can prove every event
+// and that none was taken out of the middle or altered.
+//
+// A line is {"entry": ENTRY, "sig": BASE64}: the signature is over the
+// entry's bytes exactly as written, so no re-encoding is ever needed to
+// check it.
+
+// Kinds of operations-log entries.
+const (
+	OpGrantRevoked     = "grant-revoked"
+	OpKeyRevoked       = "key-revoked"
+	OpRetentionDeleted = "retention-deleted"
+)
+
+// MaxOpLogLine bounds one line as a reader accepts it.
+const MaxOpLogLine = 1 << 20
+
+// OpEntry is one event of the operations log.
+type OpEntry struct {
+	// Seq counts entries from 1, without gaps.
+	Seq int64 `json:"seq"`
+	// At is when the event was recorded (before the deletion it records).
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
+	// UID is the operator's kernel-reported uid, when an operator asked.
+	UID *uint32 `json:"uid,omitempty"`
+	// Reason is the operator's, when given.
+	Reason string `json:"reason,omitempty"`
+	// Grant is the revoked grant's id (grant-revoked).
+	Grant string `json:"grant,omitempty"`
+	// Key is the revoked key (key-revoked).
+	Key *OpKey `json:"key,omitempty"`
+	// Deleted is what retention removed (retention-deleted), recorded
+	// before it was removed.
+	Deleted []OpDeleted `json:"deleted,omitempty"`
+	// Prev is the hex SHA-256 of the previous line (without its newline);
+	// empty for the first entry.
+	Prev string `json:"prev"`
+	// Signer is the runner key that signed this line.
+	Signer string `json:"signer"`
+}
+
+// OpKey names a revoked key: which of the runner's keys, its id, and from
+// when nothing it signed is to be trusted.
+type OpKey struct {
+	Name      string    `json:"name"` // runner | issuer
+	ID        string    `json:"id"`
+	RevokedAt time.Time `json:"revokedAt"`
+}
+
+// OpDeleted is one thing retention removed: a run's record with its
+// receipt (by the receipt's digest, as ReceiptDigest computes it), or a
+// stored output tree (by name).
+type OpDeleted struct {
+	Run      string     `json:"run,omitempty"`
+	Receipt  string     `json:"receipt,omitempty"`
+	Finished *time.Time `json:"finished,omitempty"`
+	Output   string     `json:"output,omitempty"`
+	// Why is the retention rule that applied, e.g. "receipts 720h0m0s".
+	Why string `json:"why"`
+}
+
+type opLine struct {
+	Entry json.RawMessage `json:"entry"`
+	Sig   string          `json:"sig"`
+}
+
+// OpLog appends to a runner's operations log file. It is safe for
+// concurrent use.
+type OpLog struct {
+	mu     sync.Mutex
+	path   string
+	signer *keys.Signer
+	seq    int64
+	prev   string
+}
+
+// OpenOpLog opens (creating, 0600) the operations log at path for signer
+// to append to. The existing lines must chain (any key may have signed
+// them: rotations leave earlier lines to earlier keys); a log that does
+// not is refused, so nothing is appended to a log already broken.
+func OpenOpLog(path string, signer *keys.Signer) (*OpLog, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("operations log: %w", err)
+	}
+	defer f.Close()
+	l := &OpLog{path: path, signer: signer}
+	err = scanOpLog(f, func(n int, raw []byte, e *OpEntry, _ opLine) error {
+		l.seq, l.prev = e.Seq, lineDigest(raw)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("operations log %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// Append records e (Seq, Prev and Signer are filled in), synced before it
+// returns, and returns it as written.
+func (l *OpLog) Append(ctx context.Context, e OpEntry) (OpEntry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.Seq, e.Prev, e.Signer = l.seq+1, l.prev, l.signer.ID()
+	e.At = e.At.UTC()
+	entry, err := json.Marshal(e)
+	if err != nil {
+		return e, err
+	}
+	sig, err := l.signer.Sign(ctx, entry)
+	if err != nil {
+		return e, fmt.Errorf("operations log: sign: %w", err)
+	}
+	line, err := json.Marshal(opLine{Entry: entry, Sig: base64.StdEncoding.EncodeToString(sig)})
+	if err != nil {
+		return e, err
+	}
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return e, fmt.Errorf("operations log: %w", err)
+	}
+	_, err = f.Write(append(line, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return e, fmt.Errorf("operations log: append: %w", err)
+	}
+	l.seq, l.prev = e.Seq, lineDigest(line)
+	return e, nil
+}
+
+// ErrOpLog reports an operations log that does not verify.
+var ErrOpLog = errors.New("operations log does not verify")
+
+// VerifyOpLog checks an operations log line by line, in order: each line
+// decodes strictly, its seq follows the previous one, its prev is the
+// previous line's digest, and it is signed by one of trusted (the runner's
+// keys, current and retired). It returns the entries, or an error wrapping
+// ErrOpLog that names the first line that fails. A log cut short at the
+// end still verifies: compare its last seq with the runner's status.
+func VerifyOpLog(ctx context.Context, data []byte, trusted []*keys.Verifier) ([]OpEntry, error) {
+	byID := map[string]*keys.Verifier{}
+	for _, k := range trusted {
+		byID[k.ID()] = k
+	}
+	var out []OpEntry
+	err := scanOpLog(bytes.NewReader(data), func(n int, raw []byte, e *OpEntry, line opLine) error {
+		k, ok := byID[e.Signer]
+		if !ok {
+			return fmt.Errorf("line %d: signed by %q, not a trusted runner key", n, cdsse.Clip(e.Signer))
+		}
+		sig, err := base64.StdEncoding.DecodeString(line.Sig)
+		if err != nil {
+			return fmt.Errorf("line %d: signature: %v", n, err)
+		}
+		if err := k.Verify(ctx, line.Entry, sig); err != nil {
+			return fmt.Errorf("line %d: the signature by %s does not verify", n, e.Signer)
+		}
+		out = append(out, *e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOpLog, err)
+	}
+	return out, nil
+}
+
+// scanOpLog reads lines, checking their form and chain, and calls fn for
+// each.
+func scanOpLog(r io.Reader, fn func(n int, raw []byte, e *OpEntry, line opLine) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxOpLogLine)
+	var seq int64
+	prev := ""
+	for n := 1; sc.Scan(); n++ {
+		raw := sc.Bytes()
+		var line opLine
+		if err := strictJSON(raw, &line); err != nil || line.Entry == nil {
+			return fmt.Errorf("line %d: not an operations-log line: %v", n, err)
+		}
+		var e OpEntry
+		if err := strictJSON(line.Entry, &e); err != nil {
+			return fmt.Errorf("line %d: entry: %v", n, err)
+		}
+		switch {
+		case e.Seq != seq+1:
+			return fmt.Errorf("line %d: seq %d, want %d (an entry is missing or out of order)", n, e.Seq, seq+1)
+		case e.Prev != prev:
+			return fmt.Errorf("line %d: prev %q is not the digest of line %d (%s): a line before it was changed or removed", n, cdsse.Clip(e.Prev), n-1, prev)
+		case e.Kind != OpGrantRevoked && e.Kind != OpKeyRevoked && e.Kind != OpRetentionDeleted:
+			return fmt.Errorf("line %d: kind %q is not %s, %s or %s", n, cdsse.Clip(e.Kind), OpGrantRevoked, OpKeyRevoked, OpRetentionDeleted)
+		}
+		if err := fn(n, raw, &e, line); err != nil {
+			return err
+		}
+		seq, prev = e.Seq, lineDigest(raw)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	return nil
+}
+
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+func lineDigest(line []byte) string {
+	sum := sha256.Sum256(line)
+	return hex.EncodeToString(sum[:])
+}
