@@ -63,6 +63,10 @@ func TestReceiptSchema(t *testing.T) {
 		"egress on v3": func(st map[string]any) {
 			st["predicate"].(map[string]any)["egress"] = map[string]any{"allow": []any{}, "decisions": []any{}, "bytes": 0}
 		},
+		"pooled on v3": func(st map[string]any) {
+			st["predicate"].(map[string]any)["pooled"] = map[string]any{"profile": "p", "sandbox": "s", "preparedAt": "2026-01-01T00:00:00Z"}
+		},
+		"v5 without pooled":  func(st map[string]any) { st["predicateType"] = "https://custody.dev/attestation/receipt/v5" },
 		"no exit":            func(st map[string]any) { delete(st["predicate"].(map[string]any), "exit") },
 		"image not a digest": func(st map[string]any) { st["predicate"].(map[string]any)["image"] = "busybox:latest" },
 		"unknown version":    func(st map[string]any) { st["predicateType"] = "https://custody.dev/attestation/receipt/v9" },

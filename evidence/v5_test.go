@@ -18,9 +18,13 @@ func TestPooledReceiptIsV5(t *testing.T) {
 	t.Run("signed and verified", func(t *testing.T) {
 		r := f.receipt
 		r.Pooled = pooled
-		res := f.verify(t, tr, sign(t, f.runner, r))
+		env := sign(t, f.runner, r)
+		res := f.verify(t, tr, env)
 		if !res.OK {
 			t.Fatalf("a pooled receipt is refused:%s", describe(res))
+		}
+		if err := evidence.CheckReceiptSchema(env); err != nil {
+			t.Fatalf("a pooled receipt fails custody schema receipt: %v", err)
 		}
 		if res.Receipt.PredicateType() != predicate.ReceiptV5 || res.Receipt.Pooled == nil || !res.Receipt.Pooled.PreparedAt.Equal(pooled.PreparedAt) {
 			t.Fatalf("decoded as %s with pooled %+v", res.Receipt.PredicateType(), res.Receipt.Pooled)
