@@ -2,12 +2,9 @@ package image
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -38,10 +35,11 @@ import (
 // from it, never from the record alone: at import, the mounted file's tree
 // must hash to the image digest, carry the image's owners and have the
 // rootfs's modes and mtimes; after a restart, the first VerifySealed
-// re-hashes the mounted tree again (as Verify re-hashes the directory).
-// Only then is the file's identity kept, in memory, for the cheap checks;
-// the record's identity is only compared, so a changed file is refused
-// before any hash.
+// re-hashes the mounted tree again (as Verify re-hashes the directory),
+// and so does the first after the file's identity moved. Only then is the
+// file's identity kept, in memory, for the cheap checks; the record's
+// identity and sha256 say what was sealed, for an operator, and vouch for
+// nothing.
 //
 // mkfs.erofs (erofs-utils) makes the file. Its superblock carries the
 // build time: erofs-utils 1.5's fixed timestamp (-T) would also overwrite
@@ -118,10 +116,15 @@ func (s *Store) sealedOf(img *Image) *Sealed {
 }
 
 // VerifySealed re-derives that the image of digest is still its content,
-// by its sealed file when it has one: the file's identity is checked in
-// constant time (after the first, full check in this process), and the
-// returned Image's Sealed names the file for the backend to mount. An
-// image without a seal is verified by Verify's walk, and its Sealed is nil.
+// by its sealed file when it has one, and the returned Image's Sealed
+// names the file for the backend to mount. While the file's identity is
+// the one this process last verified, that is all it checks: an open, an
+// fstat and an ioctl, whatever the file count. The first time, and
+// whenever the identity moved, the tree mounted from the file is hashed
+// again, as Verify re-hashes a tree whose metadata moved: a file whose
+// tree still hashes to the digest is trusted under its new identity; any
+// other is refused (ErrSealChanged). An image without a seal is verified
+// by Verify's walk, and its Sealed is nil.
 func (s *Store) VerifySealed(ctx context.Context, digest string) (*Image, error) {
 	img, err := s.Get(digest)
 	if err != nil {
@@ -138,21 +141,26 @@ func (s *Store) VerifySealed(ctx context.Context, digest string) (*Image, error)
 	if err := s.verifyConfig(img); err != nil {
 		return nil, err
 	}
-	recID, err := sealed.Parse(rec.Identity)
-	if err != nil || rec.Digest != digest || rec.File != sealName {
+	if rec.Digest != digest || rec.File != sealName {
 		return nil, fmt.Errorf("image %s: %w: the seal record does not describe this image; fix: remove the image and import it again", digest, ErrSealChanged)
 	}
 	file := filepath.Join(dir, sealName)
 	if id, ok := s.sealIDs.get(digest); ok {
 		f, err := sealed.Open(file, id)
-		if err != nil {
+		if err == nil {
+			f.Close()
+			img.Sealed = &Sealed{File: file, Identity: id.String()}
+			return img, nil
+		}
+		if !errors.Is(err, sealed.ErrChanged) {
 			return nil, fmt.Errorf("image %s: %w", digest, err)
 		}
-		f.Close()
-		img.Sealed = &Sealed{File: file, Identity: id.String()}
-		return img, nil
 	}
-	if err := s.checkSeal(ctx, img, file, recID, false); err != nil {
+	id, err := sealed.Current(file)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", digest, err)
+	}
+	if err := s.checkSeal(ctx, img, file, id, false); err != nil {
 		return nil, err
 	}
 	img.Sealed = s.sealedOf(img)
@@ -171,7 +179,9 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 	defer f.Close()
 	mfd, err := sealed.Mount(f, nil)
 	if err != nil {
-		return fmt.Errorf("image %s: %w", img.Digest, err)
+		// erofs checks its superblock and metadata: a file changed there
+		// does not mount at all.
+		return fmt.Errorf("image %s: %w: the sealed file does not mount: %w", img.Digest, ErrSealChanged, err)
 	}
 	defer unix.Close(mfd)
 	// Attached for the walk, at a private name in the store that readers
@@ -226,9 +236,12 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 		if _, ok := s.sealIDs.get(img.Digest); ok {
 			return nil
 		}
-		id, err := sealed.Parse(rec.Identity)
+		if rec.Digest != img.Digest {
+			return fmt.Errorf("image %s: %w: the seal record names %s", img.Digest, ErrSealChanged, rec.Digest)
+		}
+		id, err := sealed.Current(file)
 		if err != nil {
-			return fmt.Errorf("image %s: seal record: %w", img.Digest, err)
+			return fmt.Errorf("image %s: %w", img.Digest, err)
 		}
 		return s.checkSeal(ctx, img, file, id, false)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -258,11 +271,7 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 		os.Remove(tmp)
 		return fmt.Errorf("mkfs.erofs: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	sum, err := fileSHA256(tmp)
-	if err == nil {
-		err = os.Rename(tmp, file)
-	}
-	if err != nil {
+	if err := os.Rename(tmp, file); err != nil {
 		os.Remove(tmp)
 		return err
 	}
@@ -270,7 +279,7 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 		_ = os.Remove(file)
 		return err
 	}
-	id, err := sealed.Seal(file)
+	id, sum, err := sealed.Seal(file)
 	if err != nil {
 		return fail(err)
 	}
@@ -284,19 +293,6 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 		return fail(err)
 	}
 	return nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func readSealRecord(dir string) (*sealRecord, error) {

@@ -193,10 +193,18 @@ func StorePath(cfg Config) string { return filepath.Join(cfg.StateDir, "custody.
 // Config returns the runner's configuration.
 func (r *Runner) Config() Config { return r.cfg }
 
-// VerifyImage re-derives that an image's rootfs still has the digest it is
-// stored under (image.Store.Verify: a re-hash, or a metadata walk while
-// nothing in the tree changed), and refuses if not.
-func (r *Runner) VerifyImage(ctx context.Context, digest string) error {
+// VerifyImage re-derives that an image still has the digest it is stored
+// under, as the named backend will launch it, and refuses if not. A
+// backend that mounts sealed images has the sealed file checked
+// (image.Store.VerifySealed: its identity, in constant time); any other
+// has the tree checked (image.Store.Verify: a re-hash, or a metadata walk
+// while nothing in the tree changed). An unknown backend gets the walk;
+// admission refuses it.
+func (r *Runner) VerifyImage(ctx context.Context, digest, backendName string) error {
+	if b, err := r.BackendNamed(backendName); err == nil && b.Capabilities().SealedImages {
+		_, err := r.images.VerifySealed(ctx, digest)
+		return err
+	}
 	_, err := r.images.Verify(ctx, digest)
 	return err
 }
@@ -756,6 +764,15 @@ func backendResources(rs []journal.Resource) []backend.Resource {
 	return out
 }
 
+// sealedSpec is an image's sealed file as the backend contract names it;
+// nil for an image this process has not verified sealed.
+func sealedSpec(s *image.Sealed) *backend.SealedImage {
+	if s == nil {
+		return nil
+	}
+	return &backend.SealedImage{File: s.File, Identity: s.Identity}
+}
+
 // spec is the neutral launch spec of a prepared phase.
 func (r *Runner) spec(p *Prepared) backend.Spec {
 	env := make([]string, 0, len(p.Plan.Env))
@@ -765,6 +782,7 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 	slices.Sort(env)
 	s := backend.Spec{
 		Rootfs:      p.Image.Rootfs,
+		Sealed:      sealedSpec(p.Image.Sealed),
 		Args:        p.Plan.Command,
 		Env:         env,
 		Cwd:         p.Plan.Workdir,

@@ -37,7 +37,7 @@ func (b *Backend) Identity() backend.Identity {
 // proved them. Without a profile it claims nothing.
 func (b *Backend) Capabilities() backend.Capabilities {
 	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, HostImageOwners: b.opts.UserNS == nil || b.noIdmap.Load(),
-		WritableInputs: true, RestrictedEgress: b.opts.Egress}
+		WritableInputs: true, RestrictedEgress: b.opts.Egress, SealedImages: true}
 	if b.opts.Profile == nil {
 		return caps
 	}
@@ -78,7 +78,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		cfg.Inputs = append(cfg.Inputs, Mount{Source: in.Source, Target: in.Target, Writable: in.Writable})
 	}
 	c, err := b.prepare(ctx, Launch{
-		ID: id, ImageRootfs: s.Rootfs, Config: cfg,
+		ID: id, ImageRootfs: s.Rootfs, ImageSealed: s.Sealed, Config: cfg,
 		OutputBytes: s.OutputBytes, OutputFiles: s.OutputFiles,
 		Recorder: rec, Journalled: true, EgressCA: ca,
 	})

@@ -29,8 +29,11 @@
 package sealed
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -86,20 +89,26 @@ func Parse(s string) (Identity, error) {
 }
 
 // Seal makes the regular file at path sealed: mode 0400 and its bytes
-// synced to disk. It returns the sealed Identity.
-func Seal(path string) (Identity, error) {
+// synced to disk. It returns the sealed Identity and the hex SHA-256 of
+// the file's bytes.
+func Seal(path string) (Identity, string, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Identity{}, fmt.Errorf("seal %s: %w", path, err)
+		return Identity{}, "", fmt.Errorf("seal %s: %w", path, err)
 	}
 	defer f.Close()
-	if err := f.Chmod(0o400); err != nil {
-		return Identity{}, fmt.Errorf("seal %s: %w", path, err)
+	if err := f.Chmod(0o400); err == nil {
+		err = f.Sync() // the bytes, and the ctime the chmod moved
 	}
-	if err := f.Sync(); err != nil { // the bytes, and the ctime the chmod moved
-		return Identity{}, fmt.Errorf("seal %s: %w", path, err)
+	if err != nil {
+		return Identity{}, "", fmt.Errorf("seal %s: %w", path, err)
 	}
-	return identify(f)
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return Identity{}, "", fmt.Errorf("seal %s: %w", path, err)
+	}
+	id, err := identify(f)
+	return id, hex.EncodeToString(h.Sum(nil)), err
 }
 
 // Open opens the sealed file at path (never through a symlink) and checks
@@ -115,6 +124,17 @@ func Open(path string, want Identity) (*os.File, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, nil
+}
+
+// Current is the Identity of the sealed file at path as it is now; it
+// refuses a file that is not a regular, root-owned, unwritable one.
+func Current(path string) (Identity, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Identity{}, fmt.Errorf("open sealed image %s: %w", path, err)
+	}
+	defer f.Close()
+	return identify(f)
 }
 
 // Check checks the open file f against want (see Open).
