@@ -82,6 +82,8 @@ type sealRecord struct {
 type seals struct {
 	mu sync.Mutex
 	id map[string]sealed.Identity
+	// making keeps two imports of one tree from making its seal at once.
+	making sync.Mutex
 }
 
 func (s *seals) get(digest string) (sealed.Identity, bool) {
@@ -230,6 +232,8 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 // its seal is checked. An error says why the image stays unsealed; the
 // image itself is stored either way.
 func (s *Store) seal(ctx context.Context, img *Image) error {
+	s.sealIDs.making.Lock()
+	defer s.sealIDs.making.Unlock()
 	dir := filepath.Dir(img.Rootfs)
 	file := filepath.Join(dir, sealName)
 	if rec, err := readSealRecord(dir); err == nil {

@@ -26,9 +26,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/internal/sealed"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/outputfs"
+	"github.com/custody-dev/custody/internal/sealed"
 	"github.com/custody-dev/custody/platform"
 )
 
