@@ -12,10 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/custody-dev/custody/internal/sealed"
-	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
 
@@ -185,23 +182,12 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 		// does not mount at all.
 		return fmt.Errorf("image %s: %w: the sealed file does not mount: %w", img.Digest, ErrSealChanged, err)
 	}
-	defer unix.Close(mfd)
-	// Attached for the walk, at a private name in the store that readers
-	// skip: treehash walks a path, and never through the magic link of a
-	// detached mount's descriptor.
-	root, err := os.MkdirTemp(s.dir, snapshot.StagingPrefix+"seal-*")
+	defer closeMount(mfd)
+	root, detach, err := attach(mfd, s.dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("image %s: %w", img.Digest, err)
 	}
-	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, root, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		os.Remove(root)
-		return fmt.Errorf("image %s: attach the sealed tree: %w", img.Digest, err)
-	}
-	defer func() {
-		if unix.Unmount(root, unix.MNT_DETACH) == nil {
-			os.Remove(root)
-		}
-	}()
+	defer detach()
 	tree, err := treehash.Dir(ctx, root, treehash.Options{})
 	if err != nil {
 		return fmt.Errorf("image %s: hash the sealed tree: %w", img.Digest, err)
@@ -344,51 +330,4 @@ func writeSealRecord(dir string, rec *sealRecord) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-// sameMetadata checks that every entry of the tree b has the type, mode
-// (sticky bit included), owner and mtime of the same entry of a, and the
-// size for files and symlinks, and that both have the same entries.
-func sameMetadata(a, b string) error {
-	n := 0
-	err := filepath.WalkDir(a, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(a, p)
-		if err != nil {
-			return err
-		}
-		var sa, sb unix.Stat_t
-		if err := unix.Lstat(p, &sa); err != nil {
-			return err
-		}
-		if err := unix.Lstat(filepath.Join(b, rel), &sb); err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
-		}
-		n++
-		sized := sa.Mode&unix.S_IFMT != unix.S_IFDIR
-		switch {
-		case rel == ".":
-			return nil // the root's own metadata is not the image's
-		case sa.Mode != sb.Mode, sa.Uid != sb.Uid, sa.Gid != sb.Gid:
-			return fmt.Errorf("%s: mode %#o owner %d:%d, sealed as %#o %d:%d", rel, sa.Mode, sa.Uid, sa.Gid, sb.Mode, sb.Uid, sb.Gid)
-		case sa.Mtim != sb.Mtim:
-			return fmt.Errorf("%s: mtime %d.%09d, sealed as %d.%09d", rel, sa.Mtim.Sec, sa.Mtim.Nsec, sb.Mtim.Sec, sb.Mtim.Nsec)
-		case sized && sa.Size != sb.Size:
-			return fmt.Errorf("%s: size %d, sealed as %d", rel, sa.Size, sb.Size)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	m := 0
-	if err := filepath.WalkDir(b, func(_ string, _ fs.DirEntry, err error) error { m++; return err }); err != nil {
-		return err
-	}
-	if m != n {
-		return fmt.Errorf("%d entries, sealed as %d", n, m)
-	}
-	return nil
 }
