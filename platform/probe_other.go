@@ -17,3 +17,8 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 func ProbeOpenat2() Fact {
 	return Fact{How: "openat2", Detail: "not a Linux host"}
 }
+
+// SealedImagesCheck warns: sealed images need Linux.
+func SealedImagesCheck(ctx context.Context) Check {
+	return Check{Name: "images.sealed", Verdict: VerdictWarn, Detail: "not a Linux host", Fix: "run custodyd on Linux"}
+}
