@@ -166,6 +166,31 @@ func (s *Store) VerifySealed(ctx context.Context, digest string) (*Image, error)
 	return img, nil
 }
 
+// Tree is img's tree as a container sees it (TreeFS), for the names
+// admission resolves in it: the tree mounted from its sealed file when
+// sealed is true (the backend mounts sealed images) and this process
+// verified the seal, so that what admission reads is what runs; else the
+// rootfs directory. The caller calls done once it has read what it needs.
+func (s *Store) Tree(img *Image, sealedOK bool) (tree fs.FS, done func(), err error) {
+	if !sealedOK || img.Sealed == nil {
+		return TreeFS(img.Rootfs), func() {}, nil
+	}
+	id, err := sealed.Parse(img.Sealed.Identity)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	f, err := sealed.Open(img.Sealed.File, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	defer f.Close() // the mount keeps the file
+	mfd, err := sealed.Mount(f, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	return TreeFS(fmt.Sprintf("/proc/self/fd/%d", mfd)), func() { closeMount(mfd) }, nil
+}
+
 // checkSeal mounts the sealed file of img, which must have identity id,
 // and checks the tree the kernel serves from it: it hashes to the image
 // digest and has the image's owners; with againstDir, it also has the

@@ -301,8 +301,15 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	caps := b.Capabilities()
 	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames()}
 	if img != nil {
+		// What admission reads in the tree (users, the workdir) is read
+		// from what the backend will mount.
+		tree, done, err := r.images.Tree(img, caps.SealedImages)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
 		facts.Image = &admission.ImageFacts{Manifest: img.Manifest, ConfigDigest: img.ConfigDigest,
-			Config: imageConfig(img.Config), Owned: len(img.IDs) > 0, Tree: image.TreeFS(img.Rootfs)}
+			Config: imageConfig(img.Config), Owned: len(img.IDs) > 0, Tree: tree}
 	}
 	return admission.Admit(req, pol, facts)
 }
