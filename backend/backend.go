@@ -89,12 +89,25 @@ type Mount struct {
 	Writable bool
 }
 
+// SealedImage is an image as one sealed erofs file: its path, and the
+// identity (device, inode, generation, size, mtime, ctime, in the form
+// internal/sealed writes) the runner verified it by.
+type SealedImage struct {
+	File     string
+	Identity string
+}
+
 // Spec is the reviewed profile of one launch in neutral terms. Every budget
 // is finite and required; what a backend cannot enforce, admission refuses
 // from its Capabilities before a Spec is made.
 type Spec struct {
 	// Rootfs is the read-only image tree; it is never written.
 	Rootfs string
+	// Sealed, when not nil, is the same tree as one sealed erofs file,
+	// which a backend whose Capabilities say SealedImages mounts instead
+	// of Rootfs (after checking the file's identity on the descriptor it
+	// mounts); other backends use Rootfs.
+	Sealed *SealedImage
 	Args   []string
 	// Env is exactly the declared variables, KEY=VALUE, sorted.
 	Env      []string
@@ -268,6 +281,10 @@ type Capabilities struct {
 	// Controls lists the prerequisites of the backend's reviewed profile
 	// that it could not prove on this host; empty when all hold.
 	Controls []Gap
+	// SealedImages says the backend mounts Spec.Sealed, when given, as
+	// the image: the runner then verifies the image by its sealed file's
+	// identity, not by a walk of the tree, since the tree is not what runs.
+	SealedImages bool
 	// RestrictedEgress says the backend can run a Spec with Egress: the
 	// sandbox reaches the attached listeners and nothing else. False
 	// refuses every egress and credential request as unsupported.

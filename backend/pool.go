@@ -27,7 +27,10 @@ type Pooler interface {
 // What a grant brings (its inputs, argv, environment, working directory
 // and stop signal) is attached at Take.
 type HeldSpec struct {
-	Rootfs      string
+	Rootfs string
+	// Sealed, when not nil, is the image's sealed file, mounted instead of
+	// Rootfs by a backend that mounts seals (as Spec.Sealed).
+	Sealed      *SealedImage
 	Hostname    string
 	UID, GID    uint32
 	Nofile      int64

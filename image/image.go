@@ -126,6 +126,8 @@ type Store struct {
 	dir    string
 	limits treehash.Options
 	seen   verified
+	// sealIDs are the sealed files' identities this process verified.
+	sealIDs seals
 	// mu keeps Remove and Prune apart from imports in this process (an
 	// import links the layers a prune would delete).
 	mu sync.RWMutex
@@ -173,6 +175,13 @@ type Image struct {
 	// Skipped lists the device nodes and fifos the import left out, as
 	// "path (kind)".
 	Skipped []string `json:"skipped,omitempty"`
+
+	// Sealed names the image's sealed file once this process has verified
+	// it (see seal.go); nil for an unsealed image. Never stored.
+	Sealed *Sealed `json:"-"`
+	// Unsealed, on an Import's result, says why the image could not be
+	// sealed; its launches then re-derive it by walking every entry.
+	Unsealed string `json:"unsealed,omitempty"`
 }
 
 // New opens the image store in dir with the default limits
@@ -286,9 +295,20 @@ func (s *Store) Import(ctx context.Context, src string) (*Image, error) {
 			return nil, err
 		}
 		stored.Skipped = img.Skipped
-		return stored, nil
+		img = stored
 	}
+	s.sealOrSay(ctx, img)
 	return img, nil
+}
+
+// sealOrSay seals img, or records in img.Unsealed why not: an unsealed
+// image still launches, by the walk.
+func (s *Store) sealOrSay(ctx context.Context, img *Image) {
+	img.Unsealed = ""
+	if err := s.seal(ctx, img); err != nil {
+		img.Unsealed = err.Error()
+	}
+	img.Sealed = s.sealedOf(img)
 }
 
 // checkDir refuses a rootfs directory (unpacked from the tar source when
@@ -382,7 +402,11 @@ func (s *Store) importImage(ctx context.Context, src Source, fi fs.FileInfo) (*I
 		}
 		img.Rootfs, img.Files, img.Bytes, img.Owners = stored.Rootfs, stored.Files, stored.Bytes, stored.Owners
 	}
-	return img, s.bind(img)
+	if err := s.bind(img); err != nil {
+		return nil, err
+	}
+	s.sealOrSay(ctx, img)
+	return img, nil
 }
 
 // bind records img under its manifest digest (its config digest for a
@@ -478,6 +502,8 @@ func (s *Store) Get(digest string) (*Image, error) {
 	}
 	// The store may have moved since the record was written.
 	img.Rootfs = filepath.Join(final, rootfsName)
+	img.Unsealed = ""
+	img.Sealed = s.sealedOf(&img)
 	return &img, nil
 }
 

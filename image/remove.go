@@ -39,6 +39,7 @@ func (s *Store) remove(ctx context.Context, digest string) error {
 	}); err != nil {
 		return err
 	}
+	s.sealIDs.drop(digest)
 	if err := discard(s.dir, hex); err != nil {
 		return fmt.Errorf("image %s: %w", digest, err)
 	}

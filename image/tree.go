@@ -42,5 +42,10 @@ func (t treeFS) Stat(name string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p == string(t) {
+		// The root itself, which may be named by a mount's descriptor
+		// (/proc/self/fd/N, a link to it): never a link of the tree.
+		return os.Stat(p)
+	}
 	return os.Lstat(p) // SecureJoin resolved every link: a link left is a loop or dangling
 }

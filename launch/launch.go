@@ -675,7 +675,7 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	}
 	// The image first: admission re-derives the process from its stored
 	// config, which this checks against the config blob's digest.
-	if err := r.VerifyImage(ctx, p.Image); err != nil {
+	if err := r.VerifyImage(ctx, p.Image, req.BackendName()); err != nil {
 		return nil, grant.Refuse(grant.CodeImageChanged, "field image: %v", err)
 	}
 	plan, err := r.Admit(req, pol)

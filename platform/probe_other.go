@@ -22,3 +22,8 @@ func ProbeOpenat2() Fact {
 func ProbeIdmap(ctx context.Context, dir string) Fact {
 	return Fact{How: "idmap " + dir, Detail: "not a Linux host"}
 }
+
+// SealedImagesCheck warns: sealed images need Linux.
+func SealedImagesCheck(ctx context.Context) Check {
+	return Check{Name: "images.sealed", Verdict: VerdictWarn, Detail: "not a Linux host", Fix: "run custodyd on Linux"}
+}

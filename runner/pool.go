@@ -310,10 +310,13 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	if !ok {
 		return nil, fmt.Errorf("pool %s: backend %s cannot hold a sandbox", p.Name, b.Name())
 	}
-	if err := r.VerifyImage(ctx, p.Image); err != nil {
-		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+	// The member mounts what this check vouched for: the sealed file on a
+	// backend that mounts seals, else the walked tree.
+	verify := r.images.Verify
+	if b.Capabilities().SealedImages {
+		verify = r.images.VerifySealed
 	}
-	img, err := r.images.Get(p.Image)
+	img, err := verify(ctx, p.Image)
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
 	}
@@ -329,7 +332,7 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	rec := &recorder{j: r.journal, runID: runID}
 	res := p.Resources
 	outFiles := r.pool.outputFiles(res)
-	hs := backend.HeldSpec{Rootfs: img.Rootfs, Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
+	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: sealedSpec(img.Sealed), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
 		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
 		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
 	h, err := pb.PrepareHeld(ctx, id, hs, rec)

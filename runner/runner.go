@@ -196,10 +196,18 @@ func StorePath(cfg Config) string { return filepath.Join(cfg.StateDir, "custody.
 // Config returns the runner's configuration.
 func (r *Runner) Config() Config { return r.cfg }
 
-// VerifyImage re-derives that an image's rootfs still has the digest it is
-// stored under (image.Store.Verify: a re-hash, or a metadata walk while
-// nothing in the tree changed), and refuses if not.
-func (r *Runner) VerifyImage(ctx context.Context, digest string) error {
+// VerifyImage re-derives that an image still has the digest it is stored
+// under, as the named backend will launch it, and refuses if not. A
+// backend that mounts sealed images has the sealed file checked
+// (image.Store.VerifySealed: its identity, in constant time); any other
+// has the tree checked (image.Store.Verify: a re-hash, or a metadata walk
+// while nothing in the tree changed). An unknown backend gets the walk;
+// admission refuses it.
+func (r *Runner) VerifyImage(ctx context.Context, digest, backendName string) error {
+	if b, err := r.BackendNamed(backendName); err == nil && b.Capabilities().SealedImages {
+		_, err := r.images.VerifySealed(ctx, digest)
+		return err
+	}
 	_, err := r.images.Verify(ctx, digest)
 	return err
 }
@@ -299,8 +307,15 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 	caps := b.Capabilities()
 	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames()}
 	if img != nil {
+		// What admission reads in the tree (users, the workdir) is read
+		// from what the backend will mount.
+		tree, done, err := r.images.Tree(img, caps.SealedImages)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
 		facts.Image = &admission.ImageFacts{Manifest: img.Manifest, ConfigDigest: img.ConfigDigest,
-			Config: imageConfig(img.Config), Owned: len(img.IDs) > 0, Tree: image.TreeFS(img.Rootfs)}
+			Config: imageConfig(img.Config), Owned: len(img.IDs) > 0, Tree: tree}
 	}
 	return admission.Admit(req, pol, facts)
 }
@@ -785,6 +800,15 @@ func backendResources(rs []journal.Resource) []backend.Resource {
 	return out
 }
 
+// sealedSpec is an image's sealed file as the backend contract names it;
+// nil for an image this process has not verified sealed.
+func sealedSpec(s *image.Sealed) *backend.SealedImage {
+	if s == nil {
+		return nil
+	}
+	return &backend.SealedImage{File: s.File, Identity: s.Identity}
+}
+
 // spec is the neutral launch spec of a prepared phase.
 func (r *Runner) spec(p *Prepared) backend.Spec {
 	env := make([]string, 0, len(p.Plan.Env))
@@ -794,6 +818,7 @@ func (r *Runner) spec(p *Prepared) backend.Spec {
 	slices.Sort(env)
 	s := backend.Spec{
 		Rootfs:      p.Image.Rootfs,
+		Sealed:      sealedSpec(p.Image.Sealed),
 		Args:        p.Plan.Command,
 		Env:         env,
 		Cwd:         p.Plan.Workdir,

@@ -29,6 +29,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/outputfs"
+	"github.com/custody-dev/custody/internal/sealed"
 	"github.com/custody-dev/custody/platform"
 )
 
@@ -210,6 +211,10 @@ type Launch struct {
 	// ImageRootfs is the read-only image tree; it is never written: the
 	// container's rootfs is an overlay with a runner-owned upper layer.
 	ImageRootfs string
+	// ImageSealed, if not nil, is the image as a sealed erofs file, which
+	// is mounted instead of ImageRootfs once its identity is checked on
+	// the descriptor mounted.
+	ImageSealed *backend.SealedImage
 	// Config is the reviewed profile; Rootfs, Output.Source and CgroupsPath
 	// are filled in by the backend.
 	Config Config
@@ -393,7 +398,7 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 		return c, err
 	}
 	c.fault("mid-prepare")
-	if err := c.mountRootfs(ctx, l.ImageRootfs, cfg); err != nil {
+	if err := c.mountRootfs(ctx, l.ImageRootfs, l.ImageSealed, cfg); err != nil {
 		return c, err
 	}
 	if err := c.mountOutput(l.OutputBytes, l.OutputFiles, cfg.UID, cfg.GID); err != nil {
@@ -476,8 +481,10 @@ func (c *Container) writeEtc(hostname string, egressCA []byte) ([]Mount, error) 
 }
 
 // mountRootfs makes an overlay whose upper layer already holds every mount
-// point, so runc never needs to create anything in the image.
-func (c *Container) mountRootfs(ctx context.Context, image string, cfg Config) error {
+// point, so runc never needs to create anything in the image. The image
+// is the sealed erofs file when there is one (see sealedImage), else the
+// tree.
+func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend.SealedImage, cfg Config) error {
 	upper := filepath.Join(c.dir, "upper")
 	work := filepath.Join(c.dir, "work")
 	for _, d := range []string{upper, work, c.rootfs} {
@@ -510,7 +517,20 @@ func (c *Container) mountRootfs(ctx context.Context, image string, cfg Config) e
 	// as given in every mountinfo, the workload's included, and the
 	// paths would name the image store and the launch dir.
 	var layers [3]int
+	if seal != nil {
+		fd, err := sealedImage(seal)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		layers[0] = fd
+		// The tree as the host sees it, for ownMountPoints and the idmap.
+		image = fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
 	for i, d := range []string{image, upper, work} {
+		if i == 0 && seal != nil {
+			continue
+		}
 		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("rootfs layer %s: %w", d, err)
@@ -546,6 +566,26 @@ func (c *Container) mountRootfs(ctx context.Context, image string, cfg Config) e
 		return fmt.Errorf("mount overlay rootfs: %w", err)
 	}
 	return c.identify(KindRootfsMount, c.rootfs, mountIdentity)
+}
+
+// sealedImage mounts the sealed image file (a detached, read-only erofs
+// mount) from the descriptor whose identity it checked against the one
+// the runner verified, so a file replaced since is refused, not mounted.
+func sealedImage(seal *backend.SealedImage) (int, error) {
+	want, err := sealed.Parse(seal.Identity)
+	if err != nil {
+		return -1, fmt.Errorf("sealed image: %w", err)
+	}
+	f, err := sealed.Open(seal.File, want)
+	if err != nil {
+		return -1, fmt.Errorf("sealed image: %w", err)
+	}
+	defer f.Close() // the mount keeps the file
+	fd, err := sealed.Mount(f, nil)
+	if err != nil {
+		return -1, fmt.Errorf("sealed image: %w", err)
+	}
+	return fd, nil
 }
 
 // mountOutput mounts a tmpfs with a hard size bound and an inode bound:

@@ -108,8 +108,9 @@ Device nodes and fifos are skipped and listed on stderr.`,
 				return err
 			}
 			var img struct {
-				Digest  string
-				Skipped []string
+				Digest   string
+				Skipped  []string
+				Unsealed string
 			}
 			if err := json.Unmarshal(raw, &img); err != nil {
 				return err
@@ -120,6 +121,9 @@ Device nodes and fifos are skipped and listed on stderr.`,
 				for _, sk := range img.Skipped {
 					fmt.Fprintln(a.stderr, "  "+quote.String(sk))
 				}
+			}
+			if img.Unsealed != "" {
+				fmt.Fprintln(a.stderr, "not sealed (each launch walks every entry of the image): "+quote.String(img.Unsealed))
 			}
 			return nil
 		}),

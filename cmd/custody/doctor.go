@@ -84,7 +84,7 @@ func (a *app) doctorCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{exitInternal, err}
 			}
-			checks := platform.Diagnose(prof, platform.ProbeOpenat2(), want)
+			checks := append(platform.Diagnose(prof, platform.ProbeOpenat2(), want), platform.SealedImagesCheck(cmd.Context()))
 			failed := platform.Failed(checks)
 			if asJSON {
 				if err := writeJSON(a.stdout, doctorReport{Profile: prof, Checks: checks, OK: !failed}); err != nil {

@@ -79,7 +79,7 @@ func TestDoctorOnThisHost(t *testing.T) {
 		t.Fatalf("no tier runnable on a host that runs the suite: %+v", rep.Checks)
 	}
 	want := []string{"runtime", "seccomp", "tmpfs", "overlay", "userns", "idmap", "pidfd-netns", "openat2", "cgroup.mode", "cgroup.v2.delegated",
-		"cgroup.v1.usable", "tier.production", "tier.development", "docker.engine"}
+		"cgroup.v1.usable", "tier.production", "tier.development", "docker.engine", "images.sealed"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("checks %v, want %v", names, want)
 	}

@@ -352,8 +352,22 @@ func TestImageChangedAfterIssue(t *testing.T) {
 	d := startDaemon(t)
 	env := d.issue("echo SHOULD-NOT-RUN")
 	hex := strings.TrimPrefix(d.image, "sha256:")
-	passwd := filepath.Join(d.cfg.Runner.StateDir, "images", hex, "rootfs", "etc", "passwd")
-	if err := os.WriteFile(passwd, []byte("root:x:0:0::/:/bin/sh\nintruder:x:0:0::/:/bin/sh\n"), 0o644); err != nil {
+	dir := filepath.Join(d.cfg.Runner.StateDir, "images", hex)
+	passwd := filepath.Join(dir, "rootfs", "etc", "passwd")
+	// A sealed image runs from its sealed file, not the directory: the
+	// sealed file's copy of /etc/passwd is what is changed then.
+	if sealedFile := filepath.Join(dir, "rootfs.erofs"); exists(sealedFile) {
+		passwd = sealedFile
+	}
+	b, err := os.ReadFile(passwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := bytes.Replace(b, []byte("nobody:x:65534"), []byte("intrdr:x:00000"), 1)
+	if bytes.Equal(changed, b) {
+		t.Fatalf("%s has no nobody entry", passwd)
+	}
+	if err := os.WriteFile(passwd, changed, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, out, err := d.run(env)
@@ -362,6 +376,8 @@ func TestImageChangedAfterIssue(t *testing.T) {
 		t.Fatal("ran")
 	}
 }
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func TestActorAndIssueRefusals(t *testing.T) {
 	d := startDaemon(t)

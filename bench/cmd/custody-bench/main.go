@@ -43,6 +43,7 @@ import (
 
 type options struct {
 	bin, rootfs, data       string
+	bigImage                string
 	runs, warmup            int
 	tputPhases, tputRounds  int
 	concurrency             []int
@@ -67,6 +68,7 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "bin", "directory holding custodyd and runc")
 	flag.StringVar(&o.rootfs, "rootfs", "build/testimage/rootfs", "the busybox test image rootfs")
 	flag.StringVar(&o.data, "data", "build/bench/data", "where the digest data sets are made once and reused")
+	flag.StringVar(&o.bigImage, "bigimage", "build/bench/bigimage", "where the ~1 GB, ~30k-file image of the bigimage rows is made once and reused")
 	flag.IntVar(&o.runs, "runs", 100, "launch latency: measured runs of each of custody, raw runc and docker (interleaved)")
 	flag.IntVar(&o.warmup, "warmup", 5, "launch latency: unmeasured runs of each first")
 	flag.IntVar(&o.tputPhases, "tput-phases", 60, "throughput: phases per round")
@@ -82,7 +84,7 @@ func main() {
 	flag.IntVar(&o.packWarmup, "pack-warmup", 1, "pack up/down: unmeasured runs of each first")
 	flag.StringVar(&o.gobench, "gobench", "", "output of `go test -bench . -benchmem ./bench/` for the grant rows")
 	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
-	flag.StringVar(&only, "only", "launch,throughput,digest,grant,packs,pool", "which measurements to run")
+	flag.StringVar(&only, "only", "launch,throughput,digest,grant,bigimage,packs,pool", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "debug", "custodyd --log-level (debug: the launch rows split the daemon's own stages too)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
@@ -123,6 +125,7 @@ func run(ctx context.Context, o options) int {
 	abs(&o.bin)
 	abs(&o.rootfs)
 	abs(&o.data)
+	abs(&o.bigImage)
 	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
 		if err != nil {
@@ -277,6 +280,9 @@ func (b *bencher) all(ctx context.Context) int {
 		}
 		b.teardown()
 	}
+	if b.o.only["bigimage"] && ctx.Err() == nil {
+		b.bigImage(ctx)
+	}
 	if b.o.only["digest"] && ctx.Err() == nil {
 		b.digest(ctx)
 	}
@@ -327,16 +333,7 @@ func (b *bencher) setup(ctx context.Context) error {
 		return fmt.Errorf("first custody launch: %w\n%s", err, b.d.LogTail(20))
 	}
 	b.userNS = res.UserNamespace
-	rc := bench.RawConfig{
-		Args: []string{"/bin/true"}, Memory: bench.TrivialMemory, Pids: bench.TrivialPids, CPU: bench.TrivialCPU,
-		TmpBytes: bench.TrivialTmpBytes, FileSize: max(int64(bench.TrivialOutputBytes), bench.TrivialTmpBytes),
-		NoSwap: swapAccounted(),
-	}
-	if b.userNS {
-		// custodyd's default mapping where the host proves user
-		// namespaces work.
-		rc.UserNS = &oci.IDMap{HostID: 1_000_000_000, Size: 65536}
-	}
+	rc := rawConfig(b.userNS)
 	maxConc := 1
 	for _, c := range b.o.concurrency {
 		maxConc = max(maxConc, c)
@@ -349,6 +346,22 @@ func (b *bencher) setup(ctx context.Context) error {
 		return fmt.Errorf("first raw runc run: %w", err)
 	}
 	return nil
+}
+
+// rawConfig is the raw runc bundle's config: the trivial phase's budgets,
+// in a user namespace where custodyd ran the phase in one.
+func rawConfig(userNS bool) bench.RawConfig {
+	rc := bench.RawConfig{
+		Args: []string{"/bin/true"}, Memory: bench.TrivialMemory, Pids: bench.TrivialPids, CPU: bench.TrivialCPU,
+		TmpBytes: bench.TrivialTmpBytes, FileSize: max(int64(bench.TrivialOutputBytes), bench.TrivialTmpBytes),
+		NoSwap: swapAccounted(),
+	}
+	if userNS {
+		// custodyd's default mapping where the host proves user
+		// namespaces work.
+		rc.UserNS = &oci.IDMap{HostID: 1_000_000_000, Size: 65536}
+	}
+	return rc
 }
 
 // swapAccounted mirrors the backend: memory+swap is limited where the host

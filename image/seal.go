@@ -1,0 +1,358 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/custody-dev/custody/internal/sealed"
+	"github.com/custody-dev/custody/treehash"
+)
+
+// An image is sealed at import: its verified rootfs is written once more
+// as an erofs filesystem in one file,
+//
+//	<dir>/<hex>/rootfs.erofs   the sealed image (root's, 0400)
+//	<dir>/<hex>/seal.json      its sealRecord
+//
+// and a backend that can (Capabilities.SealedImages) mounts that file as
+// the image instead of the directory. VerifySealed then re-derives the
+// image by the file's identity (internal/sealed): an open, an fstat and
+// two ioctls, whatever the file count, where Verify walks every entry.
+// Why that is as strong as the walk is said in internal/sealed.
+//
+// Trust in a sealed file comes from re-hashing the tree the kernel serves
+// from it, never from the record alone: at import, the mounted file's tree
+// must hash to the image digest, carry the image's owners and have the
+// rootfs's modes and mtimes; after a restart, the first VerifySealed
+// re-hashes the mounted tree again (as Verify re-hashes the directory),
+// and so does the first after the file's identity moved. Only then is the
+// file's identity kept, in memory, for the cheap checks; the record's
+// identity and sha256 say what was sealed, for an operator, and vouch for
+// nothing.
+//
+// mkfs.erofs (erofs-utils) makes the file. Its superblock carries the
+// build time: erofs-utils 1.5's fixed timestamp (-T) would also overwrite
+// every mtime, so the file is not bitwise reproducible; its tree is, and
+// the tree is what is checked. Xattrs are left out (-x-1): the tree digest
+// does not cover them and the container needs none.
+//
+// When a seal cannot be made (no mkfs.erofs, or a kernel that cannot mount
+// erofs from a file, such as Debian's 6.1 without a loop device), the image
+// stays unsealed, Image.Unsealed says why, and VerifySealed falls back to
+// Verify's walk. A sealed image whose file changed is refused, never
+// walked instead.
+
+const (
+	sealName       = "rootfs.erofs"
+	sealRecordName = "seal.json"
+)
+
+// ErrSealChanged is returned (wrapped) when a sealed image's file is not the
+// file that was sealed, or its tree no longer hashes to the image digest.
+var ErrSealChanged = sealed.ErrChanged
+
+// Sealed is a sealed image's file as this process verified it: what a
+// backend mounts, and the identity it checks on the descriptor it mounts.
+type Sealed struct {
+	File     string `json:"file"`
+	Identity string `json:"identity"`
+}
+
+// sealRecord is seal.json.
+type sealRecord struct {
+	Digest   string `json:"digest"`
+	File     string `json:"file"`
+	SHA256   string `json:"sha256"`
+	Identity string `json:"identity"`
+}
+
+// seals remembers, per image digest, the identity of its sealed file as it
+// was when the tree mounted from it last hashed to the digest.
+type seals struct {
+	mu sync.Mutex
+	id map[string]sealed.Identity
+	// making keeps two imports of one tree from making its seal at once.
+	making sync.Mutex
+}
+
+func (s *seals) get(digest string) (sealed.Identity, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.id[digest]
+	return id, ok
+}
+
+func (s *seals) put(digest string, id sealed.Identity) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id == nil {
+		s.id = map[string]sealed.Identity{}
+	}
+	s.id[digest] = id
+}
+
+func (s *seals) drop(digest string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.id, digest)
+}
+
+// sealedOf is img's Sealed if this process verified its seal, else nil.
+func (s *Store) sealedOf(img *Image) *Sealed {
+	id, ok := s.sealIDs.get(img.Digest)
+	if !ok {
+		return nil
+	}
+	return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealName), Identity: id.String()}
+}
+
+// VerifySealed re-derives that the image of digest is still its content,
+// by its sealed file when it has one, and the returned Image's Sealed
+// names the file for the backend to mount. While the file's identity is
+// the one this process last verified, that is all it checks: an open, an
+// fstat and an ioctl, whatever the file count. The first time, and
+// whenever the identity moved, the tree mounted from the file is hashed
+// again, as Verify re-hashes a tree whose metadata moved: a file whose
+// tree still hashes to the digest is trusted under its new identity; any
+// other is refused (ErrSealChanged). An image without a seal is verified
+// by Verify's walk, and its Sealed is nil.
+func (s *Store) VerifySealed(ctx context.Context, digest string) (*Image, error) {
+	img, err := s.Get(digest)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(img.Rootfs)
+	rec, err := readSealRecord(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s.Verify(ctx, digest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", digest, err)
+	}
+	if err := s.verifyConfig(img); err != nil {
+		return nil, err
+	}
+	if rec.Digest != digest || rec.File != sealName {
+		return nil, fmt.Errorf("image %s: %w: the seal record does not describe this image; fix: remove the image and import it again", digest, ErrSealChanged)
+	}
+	file := filepath.Join(dir, sealName)
+	if id, ok := s.sealIDs.get(digest); ok {
+		f, err := sealed.Open(file, id)
+		if err == nil {
+			f.Close()
+			img.Sealed = &Sealed{File: file, Identity: id.String()}
+			return img, nil
+		}
+		if !errors.Is(err, sealed.ErrChanged) {
+			return nil, fmt.Errorf("image %s: %w", digest, err)
+		}
+	}
+	id, err := sealed.Current(file)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", digest, err)
+	}
+	if err := s.checkSeal(ctx, img, file, id, false); err != nil {
+		return nil, err
+	}
+	img.Sealed = s.sealedOf(img)
+	return img, nil
+}
+
+// Tree is img's tree as a container sees it (TreeFS), for the names
+// admission resolves in it: the tree mounted from its sealed file when
+// sealed is true (the backend mounts sealed images) and this process
+// verified the seal, so that what admission reads is what runs; else the
+// rootfs directory. The caller calls done once it has read what it needs.
+func (s *Store) Tree(img *Image, sealedOK bool) (tree fs.FS, done func(), err error) {
+	if !sealedOK || img.Sealed == nil {
+		return TreeFS(img.Rootfs), func() {}, nil
+	}
+	id, err := sealed.Parse(img.Sealed.Identity)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	f, err := sealed.Open(img.Sealed.File, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	defer f.Close() // the mount keeps the file
+	mfd, err := sealed.Mount(f, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	return TreeFS(fmt.Sprintf("/proc/self/fd/%d", mfd)), func() { closeMount(mfd) }, nil
+}
+
+// checkSeal mounts the sealed file of img, which must have identity id,
+// and checks the tree the kernel serves from it: it hashes to the image
+// digest and has the image's owners; with againstDir, it also has the
+// rootfs directory's modes and mtimes. Then it trusts id.
+func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id sealed.Identity, againstDir bool) error {
+	f, err := sealed.Open(file, id)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	defer f.Close()
+	mfd, err := sealed.Mount(f, nil)
+	if err != nil {
+		// erofs checks its superblock and metadata: a file changed there
+		// does not mount at all.
+		return fmt.Errorf("image %s: %w: the sealed file does not mount: %w", img.Digest, ErrSealChanged, err)
+	}
+	defer closeMount(mfd)
+	root, detach, err := attach(mfd, s.dir)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	defer detach()
+	tree, err := treehash.Dir(ctx, root, treehash.Options{})
+	if err != nil {
+		return fmt.Errorf("image %s: hash the sealed tree: %w", img.Digest, err)
+	}
+	if tree.Digest != img.Digest {
+		return fmt.Errorf("image %s: %w: the sealed tree hashes to %s; fix: remove the image and import it again", img.Digest, ErrSealChanged, tree.Digest)
+	}
+	mounted := *img
+	mounted.Rootfs = root
+	if err := checkOwners(&mounted); err != nil {
+		return fmt.Errorf("image %s: sealed tree: %w", img.Digest, err)
+	}
+	if againstDir {
+		if err := sameMetadata(img.Rootfs, root); err != nil {
+			return fmt.Errorf("image %s: the sealed tree differs from the rootfs: %w", img.Digest, err)
+		}
+	}
+	// The file may have been changed while it was hashed: only an
+	// identity that held across the hash vouches for it.
+	if err := sealed.Check(f, id); err != nil {
+		return fmt.Errorf("image %s: %w", img.Digest, err)
+	}
+	s.sealIDs.put(img.Digest, id)
+	return nil
+}
+
+// seal seals img (see above) unless it is sealed already, in which case
+// its seal is checked. An error says why the image stays unsealed; the
+// image itself is stored either way.
+func (s *Store) seal(ctx context.Context, img *Image) error {
+	s.sealIDs.making.Lock()
+	defer s.sealIDs.making.Unlock()
+	dir := filepath.Dir(img.Rootfs)
+	file := filepath.Join(dir, sealName)
+	if rec, err := readSealRecord(dir); err == nil {
+		if _, ok := s.sealIDs.get(img.Digest); ok {
+			return nil
+		}
+		if rec.Digest != img.Digest {
+			return fmt.Errorf("image %s: %w: the seal record names %s", img.Digest, ErrSealChanged, rec.Digest)
+		}
+		id, err := sealed.Current(file)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", img.Digest, err)
+		}
+		return s.checkSeal(ctx, img, file, id, false)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	mkfs, err := exec.LookPath("mkfs.erofs")
+	if err != nil {
+		return fmt.Errorf("no mkfs.erofs (Debian package erofs-utils): %w", err)
+	}
+	// A seal left by an interrupted import is made again.
+	tmp := file + ".tmp"
+	for _, p := range []string{file, tmp} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	hexd, err := treehash.ParseDigest(img.Digest)
+	if err != nil {
+		return err
+	}
+	// The filesystem UUID is the digest's first 16 bytes, so that it says
+	// which tree the file holds.
+	uuid := hexd[0:8] + "-" + hexd[8:12] + "-" + hexd[12:16] + "-" + hexd[16:20] + "-" + hexd[20:32]
+	cmd := exec.CommandContext(ctx, mkfs, "--quiet", "-x-1", "--preserve-mtime", "-U"+uuid, tmp, img.Rootfs)
+	cmd.Env = []string{}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("mkfs.erofs: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	fail := func(err error) error {
+		_ = os.Remove(file)
+		return err
+	}
+	id, sum, err := sealed.Seal(file)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.checkSeal(ctx, img, file, id, true); err != nil {
+		s.sealIDs.drop(img.Digest)
+		return fail(err)
+	}
+	rec := sealRecord{Digest: img.Digest, File: sealName, SHA256: "sha256:" + sum, Identity: id.String()}
+	if err := writeSealRecord(dir, &rec); err != nil {
+		s.sealIDs.drop(img.Digest)
+		return fail(err)
+	}
+	return nil
+}
+
+func readSealRecord(dir string) (*sealRecord, error) {
+	js, err := os.ReadFile(filepath.Join(dir, sealRecordName))
+	if err != nil {
+		return nil, err
+	}
+	var rec sealRecord
+	if err := json.Unmarshal(js, &rec); err != nil {
+		return nil, fmt.Errorf("seal record: %w", err)
+	}
+	return &rec, nil
+}
+
+// writeSealRecord writes seal.json durably: a reader sees the whole
+// record or none.
+func writeSealRecord(dir string, rec *sealRecord) error {
+	js, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+sealRecordName+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(js, '\n')); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, sealRecordName)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

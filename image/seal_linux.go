@@ -1,0 +1,83 @@
+//go:build linux
+
+package image
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/snapshot"
+)
+
+// attach attaches the detached mount mfd at a private name in the store
+// (dir) that readers skip, for the walk: treehash walks a path, and never
+// through the magic link of a detached mount's descriptor. detach
+// unmounts and removes it.
+func attach(mfd int, dir string) (root string, detach func(), err error) {
+	root, err = os.MkdirTemp(dir, snapshot.StagingPrefix+"seal-*")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, root, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		os.Remove(root)
+		return "", nil, fmt.Errorf("attach the sealed tree: %w", err)
+	}
+	return root, func() {
+		if unix.Unmount(root, unix.MNT_DETACH) == nil {
+			os.Remove(root)
+		}
+	}, nil
+}
+
+func closeMount(mfd int) { unix.Close(mfd) }
+
+// sameMetadata checks that every entry of the tree b has the type, mode
+// (sticky bit included), owner and mtime of the same entry of a, and the
+// size for files and symlinks, and that both have the same entries.
+func sameMetadata(a, b string) error {
+	n := 0
+	err := filepath.WalkDir(a, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(a, p)
+		if err != nil {
+			return err
+		}
+		var sa, sb unix.Stat_t
+		if err := unix.Lstat(p, &sa); err != nil {
+			return err
+		}
+		if err := unix.Lstat(filepath.Join(b, rel), &sb); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		n++
+		sized := sa.Mode&unix.S_IFMT != unix.S_IFDIR
+		switch {
+		case rel == ".":
+			return nil // the root's own metadata is not the image's
+		case sa.Mode != sb.Mode, sa.Uid != sb.Uid, sa.Gid != sb.Gid:
+			return fmt.Errorf("%s: mode %#o owner %d:%d, sealed as %#o %d:%d", rel, sa.Mode, sa.Uid, sa.Gid, sb.Mode, sb.Uid, sb.Gid)
+		case sa.Mtim != sb.Mtim:
+			return fmt.Errorf("%s: mtime %d.%09d, sealed as %d.%09d", rel, sa.Mtim.Sec, sa.Mtim.Nsec, sb.Mtim.Sec, sb.Mtim.Nsec)
+		case sized && sa.Size != sb.Size:
+			return fmt.Errorf("%s: size %d, sealed as %d", rel, sa.Size, sb.Size)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m := 0
+	if err := filepath.WalkDir(b, func(_ string, _ fs.DirEntry, err error) error { m++; return err }); err != nil {
+		return err
+	}
+	if m != n {
+		return fmt.Errorf("%d entries, sealed as %d", n, m)
+	}
+	return nil
+}

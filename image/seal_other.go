@@ -1,0 +1,15 @@
+//go:build !linux
+
+package image
+
+import "errors"
+
+// Sealing needs Linux: these are never reached, since sealed.Mount fails
+// first.
+func attach(int, string) (string, func(), error) {
+	return "", nil, errors.New("sealed images need Linux")
+}
+
+func closeMount(int) {}
+
+func sameMetadata(a, b string) error { return errors.New("sealed images need Linux") }

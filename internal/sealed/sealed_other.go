@@ -1,0 +1,16 @@
+//go:build !linux
+
+package sealed
+
+import (
+	"errors"
+	"os"
+)
+
+// errNotLinux: sealed images need Linux (erofs, mounted from a file).
+var errNotLinux = errors.New("sealed images need Linux")
+
+func identify(*os.File) (Identity, error) { return Identity{}, errNotLinux }
+
+// Mount fails: erofs is a Linux filesystem.
+func Mount(*os.File, *os.File) (int, error) { return -1, errNotLinux }
