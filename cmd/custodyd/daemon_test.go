@@ -377,7 +377,6 @@ func TestImageChangedAfterIssue(t *testing.T) {
 	}
 }
 
-func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func TestActorAndIssueRefusals(t *testing.T) {
 	d := startDaemon(t)
