@@ -377,7 +377,6 @@ func TestImageChangedAfterIssue(t *testing.T) {
 	}
 }
 
-
 func TestActorAndIssueRefusals(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
