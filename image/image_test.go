@@ -279,7 +279,7 @@ func TestReimportReused(t *testing.T) {
 	checkStored(t, s, dir, 1)
 	got, err := s.Get(first.Digest)
 	if err != nil || !reflect.DeepEqual(got, first) {
-		t.Fatalf("Get = %+v, %v", got, err)
+		t.Fatalf("Get = %+v, %v\nfirst %+v", got, err, first)
 	}
 	list, err := s.List()
 	if err != nil || len(list) != 1 || !reflect.DeepEqual(&list[0], first) {

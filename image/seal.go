@@ -217,13 +217,12 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 	if err != nil {
 		return fmt.Errorf("image %s: hash the sealed tree: %w", img.Digest, err)
 	}
-	if tree.Digest != img.Digest {
-		return fmt.Errorf("image %s: %w: the sealed tree hashes to %s; fix: remove the image and import it again", img.Digest, ErrSealChanged, tree.Digest)
-	}
+	// The same check as Verify's walk: the tree with the owners the
+	// kernel serves hashes to the image digest (which covers owners).
 	mounted := *img
 	mounted.Rootfs = root
-	if err := checkOwners(&mounted); err != nil {
-		return fmt.Errorf("image %s: sealed tree: %w", img.Digest, err)
+	if err := checkDigest(&mounted, tree); err != nil {
+		return fmt.Errorf("image %s: %w: the sealed tree: %w", img.Digest, ErrSealChanged, err)
 	}
 	if againstDir {
 		if err := sameMetadata(img.Rootfs, root); err != nil {

@@ -55,6 +55,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		}
 		img := *prep.Image
 		img.Rootfs = filepath.Join(t.TempDir(), "gone")
+		img.Sealed = nil // the backend mounts the (gone) directory, not the seal
 		prep.Image = &img
 		return prep
 	}
