@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
@@ -37,6 +38,18 @@ func ownNamespaces() map[string]string {
 func (c *Container) observe(pid int) *backend.Observation {
 	o := &backend.Observation{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
 	proc := fmt.Sprintf("/proc/%d", pid)
+	// The three files are read relative to one descriptor of the process's
+	// directory: its path is walked once, not per file.
+	dir, dirErr := procfs.OpenDir(proc)
+	if dirErr == nil {
+		defer syscall.Close(dir)
+	}
+	read := func(name string, sizeHint int) ([]byte, error) {
+		if dirErr != nil {
+			return nil, dirErr
+		}
+		return procfs.ReadFileAt(dir, name, sizeHint)
+	}
 	for _, ns := range namespaceKinds {
 		theirs, err := os.Readlink(filepath.Join(proc, "ns", ns))
 		ours, known := c.b.ownNS[ns]
@@ -47,7 +60,7 @@ func (c *Container) observe(pid int) *backend.Observation {
 			o.Namespaces = append(o.Namespaces, ns)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+	if b, err := read("status", 4096); err == nil {
 		st := procfs.ParseStatus(b)
 		o.Capabilities = st.Caps
 		o.NoNewPrivs = st.NoNewPrivs == 1
@@ -62,12 +75,12 @@ func (c *Container) observe(pid int) *backend.Observation {
 	} else {
 		o.Notes = append(o.Notes, "status unreadable: "+err.Error())
 	}
-	if mi, err := os.ReadFile(filepath.Join(proc, "mountinfo")); err == nil {
+	if mi, err := read("mountinfo", 16<<10); err == nil {
 		o.Mounts = parseMounts(mi)
 	} else {
 		o.Notes = append(o.Notes, "mountinfo unreadable: "+err.Error())
 	}
-	if nd, err := os.ReadFile(filepath.Join(proc, "net", "dev")); err == nil {
+	if nd, err := read("net/dev", 4096); err == nil {
 		o.Interfaces = procfs.ParseNetDev(nd)
 	}
 	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = c.cgroups.limits()
