@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/procfs"
@@ -38,11 +38,12 @@ func ownNamespaces() map[string]string {
 func (c *Container) observe(pid int) *backend.Observation {
 	o := &backend.Observation{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
 	proc := fmt.Sprintf("/proc/%d", pid)
-	// The three files are read relative to one descriptor of the process's
-	// directory: its path is walked once, not per file.
+	// The namespace links and the three files are read relative to one
+	// descriptor of the process's directory: its path is walked once, not
+	// per read.
 	dir, dirErr := procfs.OpenDir(proc)
 	if dirErr == nil {
-		defer syscall.Close(dir)
+		defer unix.Close(dir)
 	}
 	read := func(name string, sizeHint int) ([]byte, error) {
 		if dirErr != nil {
@@ -50,13 +51,17 @@ func (c *Container) observe(pid int) *backend.Observation {
 		}
 		return procfs.ReadFileAt(dir, name, sizeHint)
 	}
+	var link [256]byte
 	for _, ns := range namespaceKinds {
-		theirs, err := os.Readlink(filepath.Join(proc, "ns", ns))
+		if dirErr != nil {
+			break // each link would be unreadable: none is compared, as before
+		}
+		n, err := unix.Readlinkat(dir, "ns/"+ns, link[:])
 		ours, known := c.b.ownNS[ns]
-		if err != nil || !known {
+		if err != nil || !known || n >= len(link) {
 			continue
 		}
-		if theirs != ours {
+		if string(link[:n]) != ours {
 			o.Namespaces = append(o.Namespaces, ns)
 		}
 	}
