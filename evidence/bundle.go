@@ -42,6 +42,39 @@ const BundleMediaType = "application/vnd.dev.sigstore.bundle.v0.3+json"
 //	cosign verify-blob-attestation --key runner.pub --bundle receipt.sigstore.json \
 //	  --type https://custody.dev/attestation/receipt/v3 --insecure-ignore-tlog <output file>
 func Bundle(env []byte, keyHint string) ([]byte, error) {
+	pj, err := bundleJSON(env, keyHint)
+	if err != nil {
+		return nil, err
+	}
+	// protojson's output is deliberately unstable; re-indent it so the
+	// same envelope always gives the same bytes. json.Indent drops the
+	// whitespace between tokens and writes its own, so it needs no
+	// compaction first.
+	var out bytes.Buffer
+	if err := json.Indent(&out, pj, "", "  "); err != nil {
+		return nil, fmt.Errorf("evidence: bundle: %w", err)
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
+}
+
+// BundleCompact is Bundle's bundle compacted: the bytes a JSON document
+// that embeds the bundle (a run record, a stream event) carries, made once
+// here so the embedding need not re-format them.
+func BundleCompact(env []byte, keyHint string) ([]byte, error) {
+	pj, err := bundleJSON(env, keyHint)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, pj); err != nil {
+		return nil, fmt.Errorf("evidence: bundle: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// bundleJSON is the bundle of env as protojson writes it.
+func bundleJSON(env []byte, keyHint string) ([]byte, error) {
 	e, err := decodeEnvelope(env)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: bundle: envelope: %w", err)
@@ -73,17 +106,7 @@ func Bundle(env []byte, keyHint string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evidence: bundle: %w", err)
 	}
-	// protojson's output is deliberately unstable; re-indent it so the
-	// same envelope always gives the same bytes.
-	var compact, out bytes.Buffer
-	if err := json.Compact(&compact, pj); err != nil {
-		return nil, fmt.Errorf("evidence: bundle: %w", err)
-	}
-	if err := json.Indent(&out, compact.Bytes(), "", "  "); err != nil {
-		return nil, fmt.Errorf("evidence: bundle: %w", err)
-	}
-	out.WriteByte('\n')
-	return out.Bytes(), nil
+	return pj, nil
 }
 
 // ErrBundleMismatch is returned when a Sigstore bundle does not hold the

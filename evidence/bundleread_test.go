@@ -2,6 +2,7 @@ package evidence_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -79,4 +80,38 @@ func FuzzEnvelopeOfBundle(f *testing.F) {
 			t.Fatalf("an accepted bundle does not match its own envelope: %v", err)
 		}
 	})
+}
+
+// BundleCompact is Bundle's bytes compacted, and Bundle is the same
+// indented form it always was (compact first, then indent); a broken
+// envelope is refused by both.
+func TestBundleCompactIsBundleCompacted(t *testing.T) {
+	f := newFixture(t)
+	for _, hint := range []string{"", "sha256:" + strings.Repeat("cd", 32)} {
+		b, err := evidence.Bundle(f.env, hint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := evidence.BundleCompact(f.env, hint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want, again bytes.Buffer
+		if err := json.Compact(&want, b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(c, want.Bytes()) {
+			t.Fatalf("BundleCompact is not the bundle compacted:\n got %s\nwant %s", c, want.Bytes())
+		}
+		if err := json.Indent(&again, c, "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		again.WriteByte('\n')
+		if !bytes.Equal(b, again.Bytes()) {
+			t.Fatalf("Bundle is not the compact bundle indented:\n got %s\nwant %s", b, again.Bytes())
+		}
+	}
+	if _, err := evidence.BundleCompact([]byte("{"), ""); err == nil {
+		t.Fatal("BundleCompact of a broken envelope did not refuse")
+	}
 }

@@ -95,11 +95,11 @@ func MintPack(ctx context.Context, issuer cdsse.Signer, p PackPredicate) ([]byte
 	if err := validatePack(&p); err != nil {
 		return nil, fmt.Errorf("grant: mint: invalid pack predicate: %w", err)
 	}
-	payload, err := encodeStatementOf(&p, predicate.PackGrant, PackSubjectPrefix+p.Pack.Project, p.Plan)
+	payload, frame, err := encodeStatementOf(&p, predicate.PackGrant, PackSubjectPrefix+p.Pack.Project, p.Plan)
 	if err != nil {
 		return nil, fmt.Errorf("grant: mint: %w", err)
 	}
-	return signStatement(ctx, issuer, payload, func(b []byte) error {
+	return signStatement(ctx, issuer, payload, frame, func(b []byte) error {
 		_, _, err := decodePackStatement(b)
 		return err
 	})

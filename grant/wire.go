@@ -47,17 +47,19 @@ type statement = cdsse.Statement[json.RawMessage]
 type subject = cdsse.Subject
 
 // encodeStatement returns the canonical statement of p about the phase
-// named name.
-func encodeStatement(p *Predicate, name string) ([]byte, error) {
+// named name, and its frame (see encodeStatementOf).
+func encodeStatement(p *Predicate, name string) (payload, frame []byte, err error) {
 	return encodeStatementOf(p, predicate.Grant, "phase/"+name, p.Phase)
 }
 
 // encodeStatementOf returns the canonical statement of type predicateType
-// of pred with one subject: subjectName and the SHA-256 of content.
-func encodeStatementOf(pred any, predicateType, subjectName string, content []byte) ([]byte, error) {
+// of pred with one subject: subjectName and the SHA-256 of content; and
+// the same statement around an empty predicate, its frame, which is what
+// in-toto's parser checks (see signStatement).
+func encodeStatementOf(pred any, predicateType, subjectName string, content []byte) (payload, frame []byte, err error) {
 	raw, err := cdsse.CanonicalJSON(pred)
 	if err != nil {
-		return nil, fmt.Errorf("encode predicate: %w", err)
+		return nil, nil, fmt.Errorf("encode predicate: %w", err)
 	}
 	sum := sha256.Sum256(content)
 	st := statement{
@@ -71,9 +73,13 @@ func encodeStatementOf(pred any, predicateType, subjectName string, content []by
 	}
 	out, err := cdsse.CanonicalJSON(&st)
 	if err != nil {
-		return nil, fmt.Errorf("encode statement: %w", err)
+		return nil, nil, fmt.Errorf("encode statement: %w", err)
 	}
-	return out, nil
+	st.Predicate = json.RawMessage(`{}`)
+	if frame, err = cdsse.CanonicalJSON(&st); err != nil {
+		return nil, nil, fmt.Errorf("encode statement: %w", err)
+	}
+	return out, frame, nil
 }
 
 // decodeStatement decodes a grant statement strictly and checks that its

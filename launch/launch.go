@@ -978,8 +978,8 @@ func (r *Run) ID() string { return r.prep.RunID }
 func (r *Run) Grant() *grant.Grant { return r.grant }
 
 // Receipt is a signed receipt: the DSSE envelope, the same as a Sigstore
-// bundle, and the runner key (PEM) that signed it. The JSON names are the
-// run record's.
+// bundle (compact: every document that carries it compacts it anyway), and
+// the runner key (PEM) that signed it. The JSON names are the run record's.
 type Receipt struct {
 	Envelope        json.RawMessage `json:"envelope"`
 	Bundle          json.RawMessage `json:"bundle"`
@@ -1035,7 +1035,7 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 	}
 	prep.Record = func(res *runner.Result) ([]byte, error) {
 		finalize(res)
-		return json.Marshal(record(res))
+		return record(res).encode()
 	}
 	res, err := l.cfg.Runner.Launch(ctx, prep, stdout, stderr)
 	if res != nil {
@@ -1066,7 +1066,7 @@ func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error)
 	if err != nil {
 		return nil, err
 	}
-	bundle, err := evidence.Bundle(signed, key.ID())
+	bundle, err := evidence.BundleCompact(signed, key.ID())
 	if err != nil {
 		return nil, err
 	}

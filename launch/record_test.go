@@ -78,3 +78,42 @@ func TestRecordDecodesToDomainValues(t *testing.T) {
 		t.Errorf("refusal = %+v", r.Refusal)
 	}
 }
+
+// encode writes what json.Marshal writes, for every golden record and for
+// records with and without a receipt, a receipt error, an empty bundle,
+// and a key and an error needing escapes.
+func TestRecordEncodeIsMarshal(t *testing.T) {
+	var recs []Record
+	for _, name := range []string{"launched", "refused", "failed", "recovered"} {
+		golden, err := os.ReadFile(filepath.Join("testdata", "record-"+name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec Record
+		if err := json.Unmarshal(golden, &rec); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	res := recs[0].Result
+	recs = append(recs,
+		Record{Owner: 4294967295, Result: res, Receipt: &Receipt{Envelope: []byte(`{"payload":"eA=="}`),
+			Bundle: []byte(`{"mediaType":"m"}`), RunnerPublicKey: "-----BEGIN PUBLIC KEY-----\n<&>\"\n"}},
+		Record{Result: res, Receipt: &Receipt{RunnerPublicKey: "k"}},
+		Record{Owner: 7, Result: res, ReceiptError: "signing failed: <bad> & \"quoted\"\n\u2028"},
+		Record{Owner: 7},
+	)
+	for i, rec := range recs {
+		want, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rec.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("record %d: encode differs from json.Marshal:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}

@@ -245,7 +245,7 @@ func (cg *cgroupDirs) procs() ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
 	for _, d := range cg.all() {
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		b, err := procfs.ReadFile(filepath.Join(d, "cgroup.procs"), 512)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -270,7 +270,7 @@ func (cg *cgroupDirs) leafProcs(c string) ([]int, error) {
 	if d == "" {
 		return cg.procs()
 	}
-	b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	b, err := procfs.ReadFile(filepath.Join(d, "cgroup.procs"), 512)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", d, err)
 	}
@@ -321,8 +321,11 @@ func (cg *cgroupDirs) limits() (memory, pids int64) {
 	return memory, pids
 }
 
+// readInt and readKeyed read a cgroup file of a few lines, several per
+// launch: procfs.ReadFile does it with no stat, poller registration or
+// finalizer, in one read and the read that says end of file.
 func readInt(p string) int64 {
-	b, err := os.ReadFile(p)
+	b, err := procfs.ReadFile(p, 64)
 	if err != nil {
 		return -1
 	}
@@ -334,7 +337,7 @@ func readInt(p string) int64 {
 }
 
 func readKeyed(p, key string) int64 {
-	b, err := os.ReadFile(p)
+	b, err := procfs.ReadFile(p, 1024)
 	if err != nil {
 		return -1
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/procfs"
@@ -37,17 +38,34 @@ func ownNamespaces() map[string]string {
 func (c *Container) observe(pid int) *backend.Observation {
 	o := &backend.Observation{At: time.Now().UTC(), Capabilities: map[string]string{}, Seccomp: "unobserved"}
 	proc := fmt.Sprintf("/proc/%d", pid)
+	// The namespace links and the three files are read relative to one
+	// descriptor of the process's directory: its path is walked once, not
+	// per read.
+	dir, dirErr := procfs.OpenDir(proc)
+	if dirErr == nil {
+		defer unix.Close(dir)
+	}
+	read := func(name string, sizeHint int) ([]byte, error) {
+		if dirErr != nil {
+			return nil, dirErr
+		}
+		return procfs.ReadFileAt(dir, name, sizeHint)
+	}
+	var link [256]byte
 	for _, ns := range namespaceKinds {
-		theirs, err := os.Readlink(filepath.Join(proc, "ns", ns))
+		if dirErr != nil {
+			break // each link would be unreadable: none is compared, as before
+		}
+		n, err := unix.Readlinkat(dir, "ns/"+ns, link[:])
 		ours, known := c.b.ownNS[ns]
-		if err != nil || !known {
+		if err != nil || !known || n >= len(link) {
 			continue
 		}
-		if theirs != ours {
+		if string(link[:n]) != ours {
 			o.Namespaces = append(o.Namespaces, ns)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(proc, "status")); err == nil {
+	if b, err := read("status", 4096); err == nil {
 		st := procfs.ParseStatus(b)
 		o.Capabilities = st.Caps
 		o.NoNewPrivs = st.NoNewPrivs == 1
@@ -62,12 +80,12 @@ func (c *Container) observe(pid int) *backend.Observation {
 	} else {
 		o.Notes = append(o.Notes, "status unreadable: "+err.Error())
 	}
-	if mi, err := os.ReadFile(filepath.Join(proc, "mountinfo")); err == nil {
+	if mi, err := read("mountinfo", 16<<10); err == nil {
 		o.Mounts = parseMounts(mi)
 	} else {
 		o.Notes = append(o.Notes, "mountinfo unreadable: "+err.Error())
 	}
-	if nd, err := os.ReadFile(filepath.Join(proc, "net", "dev")); err == nil {
+	if nd, err := read("net/dev", 4096); err == nil {
 		o.Interfaces = procfs.ParseNetDev(nd)
 	}
 	o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit = c.cgroups.limits()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/internal/procfs"
 )
 
 // pidsWatch counts the forks the pids limit refused in the runtime's leaf.
@@ -85,7 +86,7 @@ func (w *pidsWatch) loop(events string) {
 		if fds[2].Revents != 0 {
 			fds[2].Fd = -1 // the init exited: read now, then only poll
 		}
-		if b, err := os.ReadFile(events); err == nil {
+		if b, err := procfs.ReadFile(events, 256); err == nil {
 			w.hits.Store(max(w.hits.Load(), pidsMax(b)))
 		}
 		// Read whatever is queued (all of it when stopping).
@@ -113,7 +114,7 @@ func (w *pidsWatch) count(buf []byte, events string) {
 		// At least one refused fork; the file says how many while the
 		// leaf is there.
 		seen := max(w.hits.Load(), 1)
-		if b, err := os.ReadFile(events); err == nil {
+		if b, err := procfs.ReadFile(events, 256); err == nil {
 			seen = max(seen, pidsMax(b))
 		}
 		w.hits.Store(seen)

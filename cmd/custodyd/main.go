@@ -34,6 +34,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-format:", err)
 		os.Exit(2)
 	}
+	tuneGC(log, os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *cpuProfile != "" {

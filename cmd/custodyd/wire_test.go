@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
@@ -95,4 +96,33 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// A stream event encodes as json.Marshal encodes it: receipt events with
+// and without either raw part, and the events encodeEvent leaves to
+// encoding/json.
+func TestEncodeEventIsMarshal(t *testing.T) {
+	env, bundle := []byte(`{"payloadType":"t","payload":"eA==","signatures":[{"keyid":"k","sig":"cw=="}]}`),
+		[]byte(`{"mediaType":"application/vnd.dev.sigstore.bundle.v0.3+json","dsseEnvelope":{"payload":"eA=="}}`)
+	for i, ev := range []api.Event{
+		{Type: api.EventReceipt, RunID: "run-1", Receipt: env, Bundle: bundle, Data: []byte("-----BEGIN PUBLIC KEY-----\n<&>\n")},
+		{Type: api.EventReceipt, Receipt: env},
+		{Type: api.EventReceipt, Bundle: bundle},
+		{Type: api.EventReceipt},
+		{Type: api.EventReceipt, RunID: "r", Receipt: env, Dropped: &api.Dropped{Stdout: 1}},
+		{Type: api.EventStdout, RunID: "r", Data: []byte("out")},
+		{Type: api.EventResult, RunID: "r", Result: &api.Result{}, Quarantine: &api.Quarantine{Quarantined: true}},
+	} {
+		want, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeEvent(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("event %d: encodeEvent differs from json.Marshal:\n got %s\nwant %s", i, got, want)
+		}
+	}
 }
