@@ -172,11 +172,16 @@ func checkInterceptConfined(ctx context.Context, s *suite, j *judge) {
 		"%s was not a blind tunnel: issuer %q (the run CA's is %q), verified against the run's CA %t: %s", t.Other, o.Issuer, b.Issuer, o.Verified, o.Error)
 	j.require(len(r.Keys.Files) == 0 && len(r.Keys.Env) == 0 && r.Keys.Scanned > 0,
 		"private key material in the sandbox: files %q, env %q (%d files read)", r.Keys.Files, r.Keys.Env, r.Keys.Scanned)
+	tunnelled := false
 	for _, d := range eg.Decisions {
 		if d.Destination == t.Other {
 			j.require(d.Via == "connect" && d.Credential == "", "the tunnel to %s was brokered: %+v", t.Other, d)
+			tunnelled = tunnelled || (d.Via == "connect" && d.Allowed && d.Credential == "")
 		}
 	}
+	// A receipt with no decision for the other host would pass the loop
+	// above without having shown anything.
+	j.require(tunnelled, "the receipt records no allowed blind tunnel to %s: %+v", t.Other, eg.Decisions)
 	j.note("%s stayed a blind tunnel (its own issuer %q); no private key among %d files or the environment", t.Other, o.Issuer, r.Keys.Scanned)
 }
 
