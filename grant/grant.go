@@ -115,11 +115,14 @@ type Predicate struct {
 	Runner Runner `json:"runner"`
 	// Runtime is the pinned container runtime.
 	Runtime Runtime `json:"runtime"`
-	// Image is the image content digest, "sha256:<hex>".
+	// Image is the image content digest, "sha256:<hex>": the tree digest
+	// (treehash) of an image all of whose files are root's, and otherwise
+	// the digest of that tree's manifest followed by its owners (see
+	// package image, imageDigest), so that the grant binds the owners too.
 	Image string `json:"image"`
 	// ImageRef binds the manifest and config digests the image was
-	// imported by, beside its tree digest; nil for a rootfs import, which
-	// has neither.
+	// imported by, beside its content digest; nil for a rootfs import,
+	// which has neither.
 	ImageRef *ImageRef `json:"imageRef,omitempty"`
 	// Process binds what runs: the command, environment, working
 	// directory and user as admission resolved them from the phase and the
