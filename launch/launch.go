@@ -225,9 +225,10 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 }
 
 // outputChecks holds each input that names a retained output to who made
-// it: only outputs of the same actor's runs may be named, and never a
-// test stage's output as an input of generation (acceptance material and
-// its results never reach the generator). The store is the runner's own
+// it: only outputs of the same actor's runs may be named, and a test
+// stage's output only as an input of another test stage (acceptance
+// material and its results never reach the generator, directly or through
+// an intermediate stage's output). The store is the runner's own
 // record, so a digest learnt from another actor's receipt opens nothing.
 func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage request.Stage) ([]admission.Check, error) {
 	var refused []admission.Check
@@ -253,10 +254,13 @@ func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage reques
 			refused = append(refused, admission.Check{Requirement: req, Verdict: admission.NotGranted, Code: "input-output-foreign",
 				Detail: fmt.Sprintf("%s is not the output of a recorded run of actor %q", in.Source, actor),
 				Fix:    "name an output of one of your own runs, or run the stage that produces it"})
-		case fromTest && stage == request.StageGenerate:
+		case fromTest && stage != request.StageTest:
+			// Not only generate: a build or run that took it could pass it
+			// on in its own output, laundering acceptance material (which a
+			// verifier's workload may copy into /out) into generation.
 			refused = append(refused, admission.Check{Requirement: req, Verdict: admission.NotGranted, Code: "input-output-verifier",
-				Detail: fmt.Sprintf("%s is a test stage's output; generation never sees acceptance material or its results", in.Source),
-				Fix:    "give generate only earlier acquire or generate outputs"})
+				Detail: fmt.Sprintf("%s is a test stage's output; it may carry acceptance material, which only test stages see (generation never, not even through a later stage's output)", in.Source),
+				Fix:    "give this stage only acquire, generate or build outputs; a test stage's output may feed only another test stage"})
 		}
 	}
 	return refused, nil

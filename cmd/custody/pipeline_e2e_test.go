@@ -367,6 +367,27 @@ func TestInputByOutputDigest(t *testing.T) {
 		t.Fatalf("another actor's grant for ci-bot's output: %d\nout=%s\nerr=%s", code, out, errs)
 	}
 
+	// A test stage's output feeds only another test stage: a build that
+	// took it could carry acceptance material on into generation.
+	tester := e.phase(t, "tester", "echo verdict > /out/v.txt", "")
+	body, _ := os.ReadFile(tester)
+	write(t, tester, strings.Replace(string(body), "stage: build", "stage: test", 1))
+	code, out, errs = e.custody("run", "--grant", e.grant(t, tester), "--json")
+	var tres struct{ Output struct{ Digest string } }
+	if code != exitOK || json.Unmarshal([]byte(out), &tres) != nil || tres.Output.Digest == "" {
+		t.Fatalf("test-stage producer: %d %s %s", code, out, errs)
+	}
+	launder := e.phase(t, "launder", "cp -r /prev /out/", input("output:"+tres.Output.Digest))
+	if code, out, errs := e.custody("grant", "issue", launder, "--actor", "ci-bot", "--ttl", "5m"); code != exitRefused || !strings.Contains(out+errs, "is a test stage's output") {
+		t.Fatalf("a build taking a test stage's output: %d\nout=%s\nerr=%s", code, out, errs)
+	}
+	retest := e.phase(t, "retest", "cat /prev/v.txt", input("output:"+tres.Output.Digest))
+	body, _ = os.ReadFile(retest)
+	write(t, retest, strings.Replace(string(body), "stage: build", "stage: test", 1))
+	if code, out, errs := e.custody("admit", retest); code != exitOK {
+		t.Fatalf("a test stage taking a test stage's output: %d\n%s\n%s", code, out, errs)
+	}
+
 	// Refused: a digest the store does not hold, and a malformed one.
 	unknown := "sha256:" + strings.Repeat("0", 64)
 	code, out, errs = e.custody("admit", e.phase(t, "unknown", "true", input("output:"+unknown)))
