@@ -73,6 +73,11 @@ type Facts struct {
 	Backends []string
 	// ImagePresent says whether the requested image is in the local store.
 	ImagePresent bool
+	// Resolve, when set, is the host's own path resolution
+	// (filepath.EvalSymlinks): verifier roots are then matched on the
+	// resolved paths too, so a root spelled through a symlinked prefix is
+	// still recognised. Nil matches the policy's spelling alone.
+	Resolve func(path string) (string, error)
 	// Image is the requested image as stored, when present: its run
 	// defaults and its tree. Nil leaves the defaults to the request and
 	// skips the checks that read the tree.
@@ -202,7 +207,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 			Fix:    "load a valid policy (custody policy check) and let the runner probe the host",
 		}}}
 	}
-	a := &admitter{req: req, pol: pol, caps: facts.Capabilities}
+	a := &admitter{req: req, pol: pol, caps: facts.Capabilities, resolve: facts.Resolve}
 	p := &Plan{
 		Name: req.Name, Tier: req.EffectiveTier(), Image: req.Image,
 		OutputPath: req.Output.Path,
@@ -283,14 +288,42 @@ func refusedOf(checks []Check) error {
 }
 
 type admitter struct {
-	req    *request.Phase
-	pol    *policy.Policy
-	caps   *backend.Capabilities
-	img    *ImageFacts
-	checks []Check
+	req     *request.Phase
+	pol     *policy.Policy
+	caps    *backend.Capabilities
+	img     *ImageFacts
+	resolve func(string) (string, error)
+	checks  []Check
 }
 
 func (a *admitter) add(c Check) { a.checks = append(a.checks, c) }
+
+// reachesVerifierRoot matches src against the verifier roots on the
+// host's resolved paths: a source that resolves into a verifier root, or
+// to a directory holding one, reaches it however either is spelled. The
+// snapshot walks beneath its input root without following links, but the
+// root's own prefix is resolved by the kernel, which is what this mirrors.
+// A path that does not resolve is left to the lexical match (the snapshot
+// of a missing source fails anyway).
+func (a *admitter) reachesVerifierRoot(src string) (string, bool) {
+	if a.resolve == nil || len(a.pol.VerifierRoots) == 0 {
+		return "", false
+	}
+	rs, err := a.resolve(src)
+	if err != nil {
+		return "", false
+	}
+	for _, root := range a.pol.VerifierRoots {
+		rr, err := a.resolve(root)
+		if err != nil {
+			continue
+		}
+		if rr == rs || strings.HasPrefix(rr, strings.TrimSuffix(rs, "/")+"/") || strings.HasPrefix(rs, strings.TrimSuffix(rr, "/")+"/") {
+			return root, true
+		}
+	}
+	return "", false
+}
 
 func (a *admitter) tier(p *Plan) {
 	gaps, known := a.caps.Tiers[string(p.Tier)]
@@ -506,6 +539,9 @@ func (a *admitter) mounts(tmp, memory int64) []Input {
 		root, ok := a.pol.InputRoot(in.Source)
 		vroot, private := a.pol.VerifierRoot(in.Source)
 		held, holds := a.pol.VerifierRootWithin(in.Source)
+		if !private && !holds {
+			held, holds = a.reachesVerifierRoot(in.Source)
+		}
 		switch {
 		case (private || holds) && !a.req.Verifier:
 			if !private {

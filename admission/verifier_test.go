@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -60,5 +62,49 @@ func TestVerifierRoots(t *testing.T) {
 			}
 			t.Errorf("refused without %s: %v", tc.want, err)
 		})
+	}
+}
+
+// TestVerifierRootsResolved: a verifier root spelled through a symlinked
+// prefix is still recognised when admission has the host's resolution:
+// a build naming the work tree by its other spelling is refused, as is one
+// naming the material itself; a sibling source is granted; without the
+// resolver (a dry run elsewhere) only the lexical match applies.
+func TestVerifierRootsResolved(t *testing.T) {
+	d := t.TempDir()
+	for _, dir := range []string{"srv/ci/work/hidden", "srv/ci/work/src", "home"} {
+		if err := os.MkdirAll(filepath.Join(d, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(d, "srv", "ci"), filepath.Join(d, "home", "ci")); err != nil {
+		t.Fatal(err)
+	}
+	p := pol()
+	p.InputRoots = []string{filepath.Join(d, "home/ci/work")}
+	p.VerifierRoots = []string{filepath.Join(d, "srv/ci/work/hidden")}
+	f := Facts{ImagePresent: true, Capabilities: capsOf(hybridProfile()), Resolve: filepath.EvalSymlinks}
+	build := func(src string) *request.Phase {
+		r := req(request.TierDevelopment)
+		r.Stage = request.StageBuild
+		r.Inputs = []request.Input{{Source: src, Target: "/in"}}
+		return r
+	}
+	if _, err := Admit(build(filepath.Join(d, "home/ci/work/src")), p, f); err != nil {
+		t.Fatalf("a sibling of the verifier root was refused: %v", err)
+	}
+	for _, src := range []string{filepath.Join(d, "home/ci/work"), filepath.Join(d, "home/ci/work/hidden")} {
+		_, err := Admit(build(src), p, f)
+		found := false
+		for _, c := range refusal(t, err) {
+			found = found || (c.Code == "input-verifier-only" && c.Verdict == NotGranted)
+		}
+		if !found {
+			t.Errorf("%s (the verifier root through a symlinked prefix) was not refused as input-verifier-only: %v", src, err)
+		}
+	}
+	f.Resolve = nil
+	if _, err := Admit(build(filepath.Join(d, "home/ci/work")), p, f); err != nil {
+		t.Fatalf("without a resolver the lexical match alone refused: %v", err)
 	}
 }

@@ -305,7 +305,7 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 		b = r.backend // admission refuses the name, with its fix
 	}
 	caps := b.Capabilities()
-	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames()}
+	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames(), Resolve: filepath.EvalSymlinks}
 	if img != nil {
 		// What admission reads in the tree (users, the workdir) is read
 		// from what the backend will mount.
