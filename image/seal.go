@@ -188,6 +188,12 @@ func (s *Store) Tree(img *Image, sealedOK bool) (tree fs.FS, done func(), err er
 	if err != nil {
 		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
 	}
+	// As in checkSeal: only an identity that held across the mount
+	// vouches for the tree admission reads.
+	if err := sealed.Check(f, id); err != nil {
+		closeMount(mfd)
+		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
 	return TreeFS(fmt.Sprintf("/proc/self/fd/%d", mfd)), func() { closeMount(mfd) }, nil
 }
 

@@ -2,10 +2,15 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/snapshot"
@@ -122,6 +127,9 @@ func (r *Runner) removeStaging() {
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), snapshot.StagingPrefix) {
 				p := filepath.Join(dir, e.Name())
+				if err := unmountUnder(p); err != nil {
+					r.log.Warn("unmount staging", "path", p, "err", err)
+				}
 				_ = chmodTree(p)
 				if err := os.RemoveAll(p); err != nil {
 					r.log.Warn("remove staging", "path", p, "err", err)
@@ -129,6 +137,57 @@ func (r *Runner) removeStaging() {
 			}
 		}
 	}
+}
+
+// unmountUnder detaches every mount at or under p, deepest first: a seal
+// check attaches the sealed tree at a staging name while it hashes it, and
+// a crash then leaves that mount, which RemoveAll cannot remove (and would
+// otherwise walk into).
+func unmountUnder(p string) error {
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read mountinfo: %w", err)
+	}
+	var points []string
+	for line := range strings.Lines(string(raw)) {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp == p || strings.HasPrefix(mp, p+"/") {
+			points = append(points, mp)
+		}
+	}
+	// Deepest first; a point listed twice (stacked mounts) is detached as
+	// often as it is listed.
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	var errs error
+	for _, mp := range points {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = errors.Join(errs, fmt.Errorf("unmount %s: %w", mp, err))
+		}
+	}
+	return errs
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // chmodTree makes a read-only staging tree removable.

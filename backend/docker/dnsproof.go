@@ -106,10 +106,14 @@ func listenDNSWitness(pid int, ips ...string) (*dnsWitness, error) {
 }
 
 // loopbackUpstreams are where the witness stands in for a resolver on
-// the daemon's loopback (systemd-resolved's 127.0.0.53 is the common one),
-// the first one free: the engine's embedded resolver forwards to such an
-// upstream from the daemon's namespace, not the container's.
-var loopbackUpstreams = []string{"127.0.0.53", "127.53.83.53", "127.53.83.54", "127.53.83.55"}
+// the daemon's loopback (like systemd-resolved's 127.0.0.53), the first
+// one free: the engine's embedded resolver forwards to such an upstream
+// from the daemon's namespace, not the container's. Never 127.0.0.53
+// itself: the daemon's namespace is often the host's, whose own lookups
+// through a stub resolv.conf would get the witness's test answers while a
+// probe runs; the probe names its upstream explicitly, so any loopback
+// address proves the same forwarding.
+var loopbackUpstreams = []string{"127.53.83.53", "127.53.83.54", "127.53.83.55"}
 
 // loopback returns the first loopback address the witness answers at, or
 // "".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -224,6 +225,25 @@ func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
 	}
 	if !p.Blocks() || !p.BlocksDNS() {
 		t.Error("Blocks() or BlocksDNS() false")
+	}
+}
+
+// The witness stands in for a loopback upstream, never at the stub
+// resolver's 127.0.0.53: the daemon's namespace is often the host's, whose
+// own lookups would get test answers during a probe. Legit: every stand-in
+// is a loopback address the proof above uses.
+func TestWitnessNeverTakesTheStubResolversAddress(t *testing.T) {
+	if len(loopbackUpstreams) == 0 {
+		t.Fatal("no loopback stand-ins: the resolver forwarding is never proved")
+	}
+	for _, ip := range loopbackUpstreams {
+		a := net.ParseIP(ip)
+		if a == nil || !a.IsLoopback() {
+			t.Errorf("stand-in %q is not a loopback address", ip)
+		}
+		if ip == "127.0.0.53" {
+			t.Errorf("stand-in %s is the stub resolver's address", ip)
+		}
 	}
 }
 

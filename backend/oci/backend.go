@@ -585,6 +585,12 @@ func sealedImage(seal *backend.SealedImage) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("sealed image: %w", err)
 	}
+	// The file may have been replaced in place between the open check and
+	// the mount: only an identity that held across the mount vouches for it.
+	if err := sealed.Check(f, want); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("sealed image: %w", err)
+	}
 	return fd, nil
 }
 

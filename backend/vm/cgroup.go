@@ -130,12 +130,35 @@ var ErrCgroupJoin = errors.New("qemu cannot start inside its host cgroup")
 // launch's host cgroups, so that QEMU is born inside them: a cgroup v1
 // hierarchy places a thread by its tid (the tasks file), and a forked
 // child starts in its parent thread's cgroups. This host's cgroups are v1,
-// where clone3's CLONE_INTO_CGROUP does not apply. The thread is locked
-// for the while, so no other goroutine runs in QEMU's cgroups, and goes
-// back to where it was before it is unlocked; should that fail it stays
-// locked (the runtime ends or parks it), and the cgroup, still busy, is
-// not verified removed at cleanup. If a join fails, nothing is started.
-func (m *Machine) startInCgroups(cmd *exec.Cmd) error {
+// where clone3's CLONE_INTO_CGROUP does not apply. The join and the start
+// run on a goroutine of their own whose thread is locked for the while, so
+// no other goroutine runs in QEMU's cgroups, and goes back to where it was
+// before it is unlocked. Should going back fail, the goroutine exits still
+// locked, so the Go runtime ends the thread and no daemon code ever runs
+// in QEMU's cgroups; a QEMU started from it is killed and waited for
+// (ErrCgroupJoin). If a join fails, nothing is started. After a start,
+// the thread, back in its own cgroups, stays locked until exited closes
+// (the caller closes it once QEMU is waited for): QEMU's Pdeathsig follows
+// the thread that forked it, and a thread handed back to the scheduler
+// could be ended by any goroutine that exits locked on it (the oci
+// backend's namespace threads do), killing a running guest.
+func (m *Machine) startInCgroups(cmd *exec.Cmd, exited <-chan struct{}) error {
+	errc := make(chan error, 1)
+	go func() {
+		err := m.joinAndStart(cmd)
+		errc <- err
+		if err == nil {
+			<-exited
+			runtime.UnlockOSThread()
+		}
+	}()
+	return <-errc
+}
+
+// joinAndStart is startInCgroups on its own goroutine. It returns nil with
+// the thread still locked and back in its own cgroups; an error with the
+// thread unlocked only if it is back there.
+func (m *Machine) joinAndStart(cmd *exec.Cmd) error {
 	runtime.LockOSThread()
 	tid := strconv.Itoa(unix.Gettid())
 	own, err := os.ReadFile("/proc/thread-self/cgroup")
@@ -157,7 +180,6 @@ func (m *Machine) startInCgroups(cmd *exec.Cmd) error {
 				return err // still locked: see above
 			}
 		}
-		runtime.UnlockOSThread()
 		return nil
 	}
 	for _, dir := range m.cgroups {
@@ -165,14 +187,26 @@ func (m *Machine) startInCgroups(cmd *exec.Cmd) error {
 			if berr := goBack(); berr != nil {
 				return fmt.Errorf("%w: R5: join %s: %v; and back: %v", ErrCgroupJoin, dir, err, berr)
 			}
+			runtime.UnlockOSThread()
 			return fmt.Errorf("%w: R5: join %s: %v; fix: check that custodyd may write the cgroup v1 hierarchies it started in", ErrCgroupJoin, dir, err)
 		}
 	}
-	err = cmd.Start()
-	if berr := goBack(); berr != nil {
-		m.b.log.Error("vm: a thread could not leave QEMU's cgroup; it stays locked", "launch", m.id, "err", berr)
+	if err := cmd.Start(); err != nil {
+		if berr := goBack(); berr != nil {
+			return fmt.Errorf("%w: R5: start qemu: %v; and leave its cgroups: %v", ErrCgroupJoin, err, berr)
+		}
+		runtime.UnlockOSThread()
+		return err
 	}
-	return err
+	if berr := goBack(); berr != nil {
+		// The thread ends with this goroutine (still locked); QEMU, its
+		// child, must not outlive a launch that failed.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		m.b.log.Error("vm: a thread could not leave QEMU's cgroups; it ends and QEMU is killed", "launch", m.id, "err", berr)
+		return fmt.Errorf("%w: R5: the starting thread cannot leave QEMU's cgroups: %v; fix: check that custodyd may write the cgroup v1 hierarchies it started in", ErrCgroupJoin, berr)
+	}
+	return nil
 }
 
 // checkCgroups confirms the started QEMU sits in every one of its host

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,42 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 			if !found {
 				t.Errorf("QEMU's first %s cgroup is not %s:\n%s", ctl, want, data)
 			}
+		}
+		_ = os.Remove(seen)
+	})
+
+	// QEMU dies with the thread that forked it (Pdeathsig): threads
+	// other goroutines end while it runs (by exiting locked, as namespace
+	// helpers do) must never include that one.
+	t.Run("threads-ending", func(t *testing.T) {
+		id := "t-cgroup-threads"
+		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/sh", "-c", "sleep 2"), nopRecorder{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				done := make(chan struct{})
+				go func() { runtime.LockOSThread(); close(done) }() // exits locked: the thread ends
+				<-done
+			}
+		}()
+		ex, err := sb.Run(ctx, time.Minute, backend.IO{})
+		close(stop)
+		<-ended
+		if rep := sb.Cleanup(ctx); !rep.Verified {
+			t.Errorf("cleanup: %+v", rep.Steps)
+		}
+		if err != nil || ex.Code != 0 {
+			t.Fatalf("run while threads end: %+v %v", ex, err)
 		}
 		_ = os.Remove(seen)
 	})

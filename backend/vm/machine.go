@@ -241,12 +241,15 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	var qemuLog tailBuffer
 	cmd.Stdout, cmd.Stderr = &qemuLog, &qemuLog
 	// A mount namespace of its own: nothing QEMU could mount is seen by
-	// the host; -chroot then confines it to the empty jail dir. No
-	// Pdeathsig: it follows the forking thread, which startInCgroups ends
-	// right after the start.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true}
+	// the host; -chroot then confines it to the empty jail dir. Pdeathsig
+	// follows the forking thread: startInCgroups holds that thread locked
+	// until exited closes (QEMU waited for) or ends it only when QEMU must
+	// die anyway, so SIGKILL at its death only keeps a guest from
+	// outliving a crashed custodyd.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true, Pdeathsig: syscall.SIGKILL}
+	exited := make(chan struct{})
 	start := time.Now()
-	if err := m.startInCgroups(cmd); err != nil {
+	if err := m.startInCgroups(cmd, exited); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
@@ -257,11 +260,12 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	if err := m.checkCgroups(cmd.Process.Pid); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		close(exited)
 		closeAll()
 		return nil, err
 	}
 	st, _ := procfs.ReadStat(cmd.Process.Pid)
-	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: make(chan struct{})}
+	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: exited}
 	go func() { m.qemu.err = cmd.Wait(); m.qemu.ended = time.Now(); close(m.qemu.done) }()
 	if err := m.rec.Created(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id),
 		Identity: map[string]string{"pid": strconv.Itoa(m.qemu.pid), "startTime": m.qemu.start}}); err != nil {

@@ -584,15 +584,27 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 	}
 	statusW.Close()
 	status, _ := io.ReadAll(io.LimitReader(statusR, guest.MaxReportBytes))
-	// A failure is a line of its own (JSON escapes newlines): the status
-	// line may come before it when the exec itself failed.
+	// A failure is a line of its own (JSON escapes newlines). The stage
+	// writes its status line just before the exec: a failure after it is
+	// the exec's (the workload's exit 127, as a shell reports it); one
+	// before it is the containment's setup (proc, chroot, capabilities,
+	// credentials, seccomp), which fails the launch rather than pass for
+	// the workload's own exit.
+	execing := false
 	for _, line := range bytes.Split(status, []byte("\n")) {
-		if msg, failed := bytes.CutPrefix(line, []byte("error ")); failed {
+		msg, failed := bytes.CutPrefix(line, []byte("error "))
+		switch {
+		case failed && !execing:
+			_ = cmd.Wait()
+			return fmt.Errorf("workload stage setup: %s", strings.TrimSpace(string(msg)))
+		case failed:
 			_ = cmd.Wait()
 			rep.Code = 127
 			rep.Notes = append(rep.Notes, "start: "+strings.TrimSpace(string(msg)))
 			rep.Finished = time.Now().UnixNano()
 			return nil
+		case len(bytes.TrimSpace(line)) > 0:
+			execing = true
 		}
 	}
 	rep.Steps = append(rep.Steps, guest.Step{Name: "workload-stage", Uptime: uptime()})

@@ -22,7 +22,8 @@ const workloadArg = "custody-workload"
 // workload is the workload stage: PID 1 of the workload's pid namespace,
 // still the guest's root with every capability, in a mount namespace of
 // its own. It never returns: it execs the workload, or reports why not on
-// fd 3 and exits 127.
+// fd 3 and exits 127 (the init tells a setup failure, reported before the
+// status line, from the exec's, reported after it).
 func workload() {
 	// The filter and the credentials must be this thread's when it execs.
 	runtime.LockOSThread()

@@ -1,0 +1,49 @@
+package vm_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/internal/testenv"
+)
+
+// Only the final exec's failure is the workload's exit 127. Legit: a
+// command that does not exist exits 127. Refusal: a containment setup
+// step failing (here the chdir to a missing cwd, after proc and before
+// the chroot's credentials) fails the launch instead of passing for the
+// workload's own exit.
+func TestWorkloadSetupFailureIsNotExit127(t *testing.T) {
+	b := newBackend(t, pins(t))
+	rootfs := testenv.BusyboxRootfs(t)
+	ctx := context.Background()
+	run := func(t *testing.T, id string, s backend.Spec) (*backend.Exit, error) {
+		t.Helper()
+		sb, err := b.Prepare(ctx, id, s, nopRecorder{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if rep := sb.Cleanup(ctx); !rep.Verified {
+				t.Errorf("cleanup: %+v", rep.Steps)
+			}
+		}()
+		return sb.Run(ctx, time.Minute, backend.IO{})
+	}
+	t.Run("exec", func(t *testing.T) {
+		ex, err := run(t, "t-exec-missing", spec(t, rootfs, "/bin/no-such-command"))
+		if err != nil || ex == nil || ex.Code != 127 {
+			t.Fatalf("missing command: %+v %v, want exit 127", ex, err)
+		}
+	})
+	t.Run("setup", func(t *testing.T) {
+		s := spec(t, rootfs, "/bin/true")
+		s.Cwd = "/no/such/dir"
+		ex, err := run(t, "t-setup-fails", s)
+		if err == nil || !strings.Contains(err.Error(), "setup") {
+			t.Fatalf("missing cwd: %+v %v, want the launch failed as a setup failure", ex, err)
+		}
+	})
+}
