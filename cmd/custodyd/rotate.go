@@ -173,6 +173,19 @@ func finishInstall(ctx context.Context, keyDir, retired, name, stagedKey string,
 	if err != nil {
 		return nil, fmt.Errorf("rotate %s key: %w", name, err)
 	}
+	// The staged private key itself must be the successor NAME.pub and the
+	// record name: a crash between writing NAME-next.key and NAME-next.pub
+	// also leaves the key staged without its public key, while NAME.pub is
+	// still the current key's (which an earlier rotation's record hands
+	// over to), and that new key must not replace the current one.
+	staged, err := keys.LoadPrivate(keyDir, name+"-next")
+	if err != nil || staged.ID() != pub.ID() {
+		id := "unreadable"
+		if err == nil {
+			id = staged.ID()
+		}
+		return nil, fmt.Errorf("rotate %s key: %s is staged without its public key and is %s, not %s, the key %s.pub holds (%v): it is a staged key that was never finished, nothing was handed over to it; fix: remove the partial staged key %s-next.* and retry", name, stagedKey, id, pub.ID(), name, err, name)
+	}
 	rec, err := handOverTo(ctx, retired, name, pub.ID())
 	if err != nil {
 		return nil, fmt.Errorf("rotate %s key: %s is staged and %s.pub is its public key, but %w", name, stagedKey, name, err)

@@ -210,3 +210,46 @@ func TestRotateKeyRefusesForeignRecord(t *testing.T) {
 		t.Fatalf("the refused rotation changed the key: %v", err)
 	}
 }
+
+// TestRotateKeyRefusesPartialStagedKey: a crash while the staged key was
+// being made (NAME-next.key written, NAME-next.pub not) after an earlier
+// rotation, whose record hands over to the current key, is refused with
+// the fix, and the current key stays; once the partial key is removed the
+// rotation goes ahead.
+func TestRotateKeyRefusesPartialStagedKey(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := Config{Runner: runner.Config{StateDir: dir}}
+	keyDir := filepath.Join(dir, "keys")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	current, _, err := keys.LoadOrCreate(keyDir, "issuer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keys.LoadOrCreate(keyDir, "issuer-next"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(keyDir, "issuer-next.pub")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err == nil || !strings.Contains(err.Error(), "remove the partial staged key issuer-next.*") {
+		t.Fatalf("a partial staged key: %v", err)
+	}
+	if now, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil || now.ID() != current.ID() {
+		t.Fatalf("the refused rotation changed the current key: %v", err)
+	}
+	if err := os.Remove(filepath.Join(keyDir, "issuer-next.key")); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil || rec.Retired != current.ID() {
+		t.Fatalf("the rotation once the partial key is gone: %v %+v", err, rec)
+	}
+}
