@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -99,18 +100,28 @@ type OpLog struct {
 	signer *keys.Signer
 	seq    int64
 	prev   string
+	// failed is set when a failed append could not be undone: the file
+	// may end in a torn line, so nothing more is appended to it.
+	failed error
 }
+
+// ErrOpLogFailed reports an operations log that refuses appends because a
+// failed one could not be cut back off the file.
+var ErrOpLogFailed = errors.New("operations log failed")
 
 // OpenOpLog opens (creating, 0600) the operations log at path for signer
 // to append to. The existing lines must chain (any key may have signed
 // them: rotations leave earlier lines to earlier keys); a log that does
 // not is refused, so nothing is appended to a log already broken.
 func OpenOpLog(path string, signer *keys.Signer) (*OpLog, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("operations log: %w", err)
 	}
 	defer f.Close()
+	if err := cutTornLine(f, path); err != nil {
+		return nil, fmt.Errorf("operations log %s: %w", path, err)
+	}
 	l := &OpLog{path: path, signer: signer}
 	err = scanOpLog(f, func(n int, raw []byte, e *OpEntry, _ opLine) error {
 		l.seq, l.prev = e.Seq, lineDigest(raw)
@@ -127,6 +138,9 @@ func OpenOpLog(path string, signer *keys.Signer) (*OpLog, error) {
 func (l *OpLog) Append(ctx context.Context, e OpEntry) (OpEntry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.failed != nil {
+		return e, l.failed
+	}
 	e.Seq, e.Prev, e.Signer = l.seq+1, l.prev, l.signer.ID()
 	e.At = e.At.UTC()
 	entry, err := json.Marshal(e)
@@ -141,7 +155,17 @@ func (l *OpLog) Append(ctx context.Context, e OpEntry) (OpEntry, error) {
 	if err != nil {
 		return e, err
 	}
+	// A line the reader would refuse would leave the log unreadable (and
+	// custodyd unable to start): refuse it before writing.
+	if len(line)+1 > MaxOpLogLine {
+		return e, fmt.Errorf("operations log: a %s entry of %d bytes is over the %d-byte line limit; split it into smaller entries", e.Kind, len(line)+1, MaxOpLogLine)
+	}
 	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return e, fmt.Errorf("operations log: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return e, fmt.Errorf("operations log: %w", err)
 	}
@@ -149,14 +173,57 @@ func (l *OpLog) Append(ctx context.Context, e OpEntry) (OpEntry, error) {
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
+		// Seq and prev do not advance, so the bytes must not stay either:
+		// cut the file back to where it was, or the chain breaks for good.
+		if terr := f.Truncate(fi.Size()); terr != nil {
+			l.failed = fmt.Errorf("%w: a failed append could not be cut off (%v); fix: stop custodyd, cut %s back to its last whole line, and restart", ErrOpLogFailed, terr, l.path)
+			return e, fmt.Errorf("operations log: append: %w; %w", err, l.failed)
+		}
+		if serr := f.Sync(); serr != nil {
+			l.failed = fmt.Errorf("%w: sync after cutting off a failed append: %v; fix: restart custodyd (it cuts a torn last line)", ErrOpLogFailed, serr)
+		}
 		return e, fmt.Errorf("operations log: append: %w", err)
 	}
 	l.seq, l.prev = e.Seq, lineDigest(line)
 	return e, nil
+}
+
+// cutTornLine cuts an unterminated last line off f. Append syncs a whole
+// line before it returns, so such a line was never acknowledged: it is a
+// write a crash or failure interrupted.
+func cutTornLine(f *os.File, path string) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	end := fi.Size()
+	if end == 0 {
+		return nil
+	}
+	buf := make([]byte, 64<<10)
+	keep := int64(0)
+	for off := end; off > 0 && keep == 0; {
+		n := int64(len(buf))
+		if off < n {
+			n = off
+		}
+		off -= n
+		if _, err := f.ReadAt(buf[:n], off); err != nil {
+			return err
+		}
+		if off+n == end && buf[n-1] == '\n' {
+			return nil
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			keep = off + int64(i) + 1
+		}
+	}
+	slog.Warn("operations log: cutting off an unterminated last line (a write that never completed)", "path", path, "bytes", end-keep)
+	if err := f.Truncate(keep); err != nil {
+		return fmt.Errorf("cut the unterminated last line: %w", err)
+	}
+	return f.Sync()
 }
 
 // ErrOpLog reports an operations log that does not verify.

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/keys"
@@ -97,4 +100,110 @@ func FuzzVerifyOpLog(f *testing.F) {
 			t.Fatalf("verified a log starting at seq %d", entries[0].Seq)
 		}
 	})
+}
+
+// TestOpLogTornLine: an unterminated last line (a write a crash cut short,
+// never acknowledged) is cut off on open and the chain continues; whole
+// lines are kept as they are.
+func TestOpLogTornLine(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oplog.jsonl")
+	k, _ := keys.Generate()
+	l, err := evidence.OpenOpLog(path, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"g1", "g2"} {
+		if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: g}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole, _ := os.ReadFile(path)
+	if _, err := evidence.OpenOpLog(path, k); err != nil { // whole lines: kept
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, whole) {
+		t.Fatal("opening a whole log changed it")
+	}
+	if err := os.WriteFile(path, append(append([]byte{}, whole...), `{"entry":{"seq":3`...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err = evidence.OpenOpLog(path, k)
+	if err != nil {
+		t.Fatalf("open with a torn last line: %v", err)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, whole) {
+		t.Fatalf("torn line not cut off: %q", now[len(whole):])
+	}
+	if e, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g3"}); err != nil || e.Seq != 3 {
+		t.Fatalf("append after the cut: %v %+v", err, e)
+	}
+	data, _ := os.ReadFile(path)
+	if _, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{k.Verifier()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpLogLineLimit: an entry the reader would refuse is refused before
+// anything is written; one under the limit is appended.
+func TestOpLogLineLimit(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oplog.jsonl")
+	k, _ := keys.Generate()
+	l, err := evidence.OpenOpLog(path, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Reason: strings.Repeat("x", evidence.MaxOpLogLine)}); err == nil {
+		t.Fatal("an over-long line was appended")
+	}
+	if fi, _ := os.Stat(path); fi.Size() != 0 {
+		t.Fatalf("refused line left %d bytes", fi.Size())
+	}
+	if e, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Reason: strings.Repeat("x", evidence.MaxOpLogLine/4)}); err != nil || e.Seq != 1 {
+		t.Fatalf("a line under the limit: %v", err)
+	}
+}
+
+// TestOpLogFailedAppend: a write that fails part way (a full filesystem)
+// is cut back off, so once there is room the next append continues the
+// chain and the log verifies.
+func TestOpLogFailedAppend(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	path := filepath.Join(dir, "oplog.jsonl")
+	k, _ := keys.Generate()
+	l, err := evidence.OpenOpLog(path, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	filler := filepath.Join(dir, "filler")
+	_ = os.WriteFile(filler, make([]byte, 200<<10), 0o600)
+	if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Reason: strings.Repeat("x", 200<<10)}); err == nil {
+		t.Fatal("append to a full filesystem succeeded")
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, before) {
+		t.Fatalf("failed append left %d bytes", len(now)-len(before))
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g2"}); err != nil || e.Seq != 2 {
+		t.Fatalf("append once there is room: %v %+v", err, e)
+	}
+	data, _ := os.ReadFile(path)
+	if _, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{k.Verifier()}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -75,6 +75,21 @@ func LoadOrCreate(dir, name string) (s *Signer, created bool, err error) {
 	return s, created, nil
 }
 
+// LoadPrivate loads an existing <name>.key from dir with the checks
+// LoadOrCreate makes, and writes nothing (no key, no public key file). A
+// missing key wraps fs.ErrNotExist.
+func LoadPrivate(dir, name string) (*Signer, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return loadPrivate(d, name)
+}
+
 // LoadPublic reads a P-256 public key from a PKIX PEM file, which must be a
 // regular file (regfile.Open: a FIFO or device is refused, not read).
 func LoadPublic(path string) (*Verifier, error) {

@@ -447,3 +447,36 @@ func TestDSSERoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLoadPrivate: an existing key loads and nothing is written (no public
+// key file appears); a missing one wraps fs.ErrNotExist and is not made;
+// an exposed one is refused.
+func TestLoadPrivate(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := keys.LoadOrCreate(dir, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "k.pub")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := keys.LoadPrivate(dir, "k")
+	if err != nil || got.ID() != s.ID() {
+		t.Fatalf("load: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "k.pub")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("LoadPrivate wrote the public key: %v", err)
+	}
+	if _, err := keys.LoadPrivate(dir, "none"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing key: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "none.key")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("LoadPrivate made a key: %v", err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "k.key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.LoadPrivate(dir, "k"); !errors.Is(err, keys.ErrInsecureFile) {
+		t.Fatalf("exposed key: %v", err)
+	}
+}

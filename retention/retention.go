@@ -76,10 +76,14 @@ func Apply(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.L
 	return ApplyRecorded(db, outputsDir, p, now, log, nil)
 }
 
+// RecordBatch is the most deletions ApplyRecorded hands record at once.
+const RecordBatch = 1000
+
 // ApplyRecorded is Apply that first hands record everything it is about to
-// delete (each run with its receipt's digest and finish time, each output
-// tree, and the rule that applied); if record fails nothing is deleted, so
-// nothing goes unrecorded (R12). A nil record records nothing.
+// delete, RecordBatch items at a time (each run with its receipt's digest
+// and finish time, each output tree, and the rule that applied); if record
+// fails nothing is deleted, so nothing goes unrecorded (R12). A nil record
+// records nothing.
 func ApplyRecorded(db *store.DB, outputsDir string, p Policy, now time.Time, log *slog.Logger, record func([]evidence.OpDeleted) error) (Applied, error) {
 	var done Applied
 	keep := map[string]bool{}
@@ -119,8 +123,14 @@ func ApplyRecorded(db *store.DB, outputsDir string, p Policy, now time.Time, log
 	for _, o := range outputs {
 		plan = append(plan, evidence.OpDeleted{Output: filepath.Base(o), Why: "outputs " + p.Outputs.String()})
 	}
-	if len(plan) > 0 && record != nil {
-		if err := record(plan); err != nil {
+	// The plan goes to record in batches: one entry per batch keeps each
+	// operations-log line well under evidence.MaxOpLogLine (an item is a
+	// few hundred bytes at most), so a large first prune cannot write a
+	// line the log's reader refuses. If a batch fails, nothing is deleted
+	// (the batches recorded before it name deletions the next pass makes).
+	for start := 0; record != nil && start < len(plan); start += RecordBatch {
+		end := min(start+RecordBatch, len(plan))
+		if err := record(plan[start:end]); err != nil {
 			return done, fmt.Errorf("retention: nothing deleted, the deletions could not be recorded: %w", err)
 		}
 	}

@@ -1,13 +1,19 @@
 package retention_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/retention"
 	"github.com/custody-dev/custody/runner"
@@ -174,4 +180,61 @@ func openDB(t *testing.T, dir string) *store.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// TestApplyRecordedBatches: a prune too large for one operations-log line
+// is recorded in entries the log accepts and reopens, and all of it is
+// deleted; an operations log that refuses an entry stops the deletions.
+func TestApplyRecordedBatches(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db := openDB(t, dir)
+	outputs := filepath.Join(dir, "outputs")
+	now := time.Now().UTC()
+	const n = 4*retention.RecordBatch + 500
+	long := strings.Repeat("o", 245) // 4500 items of ~290 bytes: over MaxOpLogLine as one entry
+	for i := range n {
+		p := filepath.Join(outputs, fmt.Sprintf("%s-%04d", long, i))
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, now.Add(-2*time.Hour), now.Add(-2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, _ := keys.Generate()
+	logPath := filepath.Join(dir, "oplog.jsonl")
+	l, err := evidence.OpenOpLog(logPath, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := retention.Policy{Receipts: 10 * time.Hour, Outputs: time.Hour}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	refuse := func([]evidence.OpDeleted) error { return errors.New("log refused") }
+	if _, err := retention.ApplyRecorded(db, outputs, p, now, quiet, refuse); err == nil {
+		t.Fatal("deletions went ahead unrecorded")
+	}
+	if ents, _ := os.ReadDir(outputs); len(ents) != n {
+		t.Fatalf("refused record: %d of %d outputs left", len(ents), n)
+	}
+	record := func(d []evidence.OpDeleted) error {
+		_, err := l.Append(ctx, evidence.OpEntry{At: now, Kind: evidence.OpRetentionDeleted, Deleted: d})
+		return err
+	}
+	done, err := retention.ApplyRecorded(db, outputs, p, now, quiet, record)
+	if err != nil || done.Outputs != n {
+		t.Fatalf("applied %+v: %v", done, err)
+	}
+	if _, err := evidence.OpenOpLog(logPath, k); err != nil {
+		t.Fatalf("the log no longer opens: %v", err)
+	}
+	data, _ := os.ReadFile(logPath)
+	entries, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{k.Verifier()})
+	total := 0
+	for _, e := range entries {
+		total += len(e.Deleted)
+	}
+	if err != nil || len(entries) != 5 || total != n || len(data) <= evidence.MaxOpLogLine {
+		t.Fatalf("log: %d entries, %d deletions, %v", len(entries), total, err)
+	}
 }

@@ -299,12 +299,15 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: "grant id is required"})
 		return
 	}
-	if err := s.db.Revoke(req.ID, store.Revocation{At: time.Now().UTC(), Reason: req.Reason}); err != nil {
-		writeError(w, err)
+	// Recorded first, as a key revocation is: a revocation in effect is
+	// always in the log. A crash between the two leaves a recorded
+	// revocation not yet applied; revoking again applies it (idempotent).
+	if err := s.recordGrantRevocation(r.Context(), req.ID, req.Reason, peerOf(r).UID); err != nil {
+		writeError(w, &api.Error{Code: api.CodeInternal, Message: "grant " + req.ID + " not revoked: the revocation could not be recorded in the operations log: " + err.Error()})
 		return
 	}
-	if err := s.recordGrantRevocation(r.Context(), req.ID, req.Reason, peerOf(r).UID); err != nil {
-		writeError(w, &api.Error{Code: api.CodeInternal, Message: "grant " + req.ID + " is revoked, but the revocation could not be recorded in the operations log: " + err.Error()})
+	if err := s.db.Revoke(req.ID, store.Revocation{At: time.Now().UTC(), Reason: req.Reason}); err != nil {
+		writeError(w, fmt.Errorf("grant %s: the revocation is recorded in the operations log but not applied (fix: revoke it again): %w", req.ID, err))
 		return
 	}
 	s.log.Info("grant revoked", logGrant, req.ID, logUID, peerOf(r).UID, logVerdict, "revoked")

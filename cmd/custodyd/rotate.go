@@ -166,12 +166,60 @@ func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time,
 	return finishInstall(ctx, keyDir, retired, name, stagedKey, step)
 }
 
+// errRotationUnfinished reports a key rotation custodyd --rotate-key began
+// and did not finish: custodyd does not start on it.
+var errRotationUnfinished = errors.New("key rotation unfinished")
+
+// unfinishedRotation refuses to start on a rotation of key name that
+// stopped part way: a staged NAME-next key (whose files custodyd must not
+// sign with or replace), or a hand-over record that retires the current
+// key (NAME.pub) while no successor is installed. It only reads, so a
+// refused start changes nothing.
+func unfinishedRotation(ctx context.Context, stateDir, name string) error {
+	keyDir := filepath.Join(stateDir, "keys")
+	for _, f := range []string{name + "-next.key", name + "-next.pub"} {
+		if exists(filepath.Join(keyDir, f)) {
+			return fmt.Errorf("%w: %s key: %s is staged; fix: finish with custodyd --rotate-key %s", errRotationUnfinished, name, f, name)
+		}
+	}
+	current, err := keys.LoadPublic(filepath.Join(keyDir, name+".pub"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a first start: no key yet
+	}
+	if err != nil {
+		return fmt.Errorf("%s key: %w", name, err)
+	}
+	retired, err := retiredKeys(ctx, stateDir, name)
+	if err != nil {
+		return fmt.Errorf("retired %s keys: %w", name, err)
+	}
+	for _, r := range retired {
+		if r.key.ID() == current.ID() {
+			return fmt.Errorf("%w: %s key %s is the current key, but a rotation record in keys/retired retires it; fix: finish with custodyd --rotate-key %s", errRotationUnfinished, name, current.ID(), name)
+		}
+	}
+	return nil
+}
+
 // finishInstall renames the staged private key over NAME.key, once NAME.pub
 // is already the successor's, and returns the record that hands over to it.
 func finishInstall(ctx context.Context, keyDir, retired, name, stagedKey string, step func(string) error) (*Rotation, error) {
 	pub, err := keys.LoadPublic(filepath.Join(keyDir, name+".pub"))
 	if err != nil {
 		return nil, fmt.Errorf("rotate %s key: %w", name, err)
+	}
+	// The staged private key itself must be the successor NAME.pub and the
+	// record name: a crash between writing NAME-next.key and NAME-next.pub
+	// also leaves the key staged without its public key, while NAME.pub is
+	// still the current key's (which an earlier rotation's record hands
+	// over to), and that new key must not replace the current one.
+	staged, err := keys.LoadPrivate(keyDir, name+"-next")
+	if err != nil || staged.ID() != pub.ID() {
+		id := "unreadable"
+		if err == nil {
+			id = staged.ID()
+		}
+		return nil, fmt.Errorf("rotate %s key: %s is staged without its public key and is %s, not %s, the key %s.pub holds (%v): it is a staged key that was never finished, nothing was handed over to it; fix: remove the partial staged key %s-next.* and retry", name, stagedKey, id, pub.ID(), name, err, name)
 	}
 	rec, err := handOverTo(ctx, retired, name, pub.ID())
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,4 +211,118 @@ func TestRotateKeyRefusesForeignRecord(t *testing.T) {
 	if now, _, err := keys.LoadOrCreate(keyDir, "runner"); err != nil || now.ID() != old.ID() {
 		t.Fatalf("the refused rotation changed the key: %v", err)
 	}
+}
+
+// TestRotateKeyRefusesPartialStagedKey: a crash while the staged key was
+// being made (NAME-next.key written, NAME-next.pub not) after an earlier
+// rotation, whose record hands over to the current key, is refused with
+// the fix, and the current key stays; once the partial key is removed the
+// rotation goes ahead.
+func TestRotateKeyRefusesPartialStagedKey(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := Config{Runner: runner.Config{StateDir: dir}}
+	keyDir := filepath.Join(dir, "keys")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	current, _, err := keys.LoadOrCreate(keyDir, "issuer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keys.LoadOrCreate(keyDir, "issuer-next"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(keyDir, "issuer-next.pub")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err == nil || !strings.Contains(err.Error(), "remove the partial staged key issuer-next.*") {
+		t.Fatalf("a partial staged key: %v", err)
+	}
+	if now, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil || now.ID() != current.ID() {
+		t.Fatalf("the refused rotation changed the current key: %v", err)
+	}
+	if err := os.Remove(filepath.Join(keyDir, "issuer-next.key")); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil || rec.Retired != current.ID() {
+		t.Fatalf("the rotation once the partial key is gone: %v %+v", err, rec)
+	}
+}
+
+// TestStartRefusesUnfinishedRotation: custodyd does not start on a
+// rotation stopped part way (a staged key, or a record retiring the
+// current key), naming the fix, and creates no key; a finished rotation
+// starts.
+func TestStartRefusesUnfinishedRotation(t *testing.T) {
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, crashAt := range []string{stepNextKey, stepRecord, stepPublic, "retired-only"} {
+		t.Run(crashAt, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := Config{Runner: runner.Config{StateDir: dir}, MaxGrantTTL: "24h"}
+			keyDir := filepath.Join(dir, "keys")
+			if err := os.MkdirAll(keyDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := keys.LoadOrCreate(keyDir, "runner"); err != nil {
+				t.Fatal(err)
+			}
+			stop := crashAt
+			if crashAt == "retired-only" {
+				stop = stepRecord
+			}
+			_, err := rotateKeySteps(ctx, cfg, "runner", time.Now(), func(step string) error {
+				if step == stop {
+					return errCrash
+				}
+				return nil
+			})
+			if !errors.Is(err, errCrash) {
+				t.Fatal(err)
+			}
+			if crashAt == "retired-only" { // staged files removed by hand
+				for _, f := range []string{"runner-next.key", "runner-next.pub"} {
+					if err := os.Remove(filepath.Join(keyDir, f)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			s, err := newServer(ctx, cfg, quiet)
+			if err == nil {
+				s.close()
+			}
+			if !errors.Is(err, errRotationUnfinished) || !strings.Contains(err.Error(), "finish with custodyd --rotate-key runner") {
+				t.Fatalf("start on an unfinished rotation: %v", err)
+			}
+			if exists(filepath.Join(keyDir, "issuer.key")) {
+				t.Fatal("the refused start made a key")
+			}
+		})
+	}
+	t.Run("finished", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := Config{Runner: runner.Config{StateDir: dir}, MaxGrantTTL: "24h"}
+		keyDir := filepath.Join(dir, "keys")
+		if err := os.MkdirAll(keyDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := keys.LoadOrCreate(keyDir, "runner"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rotateKey(ctx, cfg, "runner", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"runner", "issuer"} {
+			if err := unfinishedRotation(ctx, dir, name); err != nil {
+				t.Fatalf("a finished rotation (%s): %v", name, err)
+			}
+		}
+	})
 }

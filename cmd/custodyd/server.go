@@ -101,6 +101,11 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 		return nil, err
 	}
 	s := &server{cfg: cfg, log: log, retention: ret, now: time.Now, stall: stallTimeout, active: map[string]*activeRun{}}
+	for _, name := range []string{"runner", "issuer"} {
+		if err := unfinishedRotation(ctx, cfg.Runner.StateDir, name); err != nil {
+			return nil, err
+		}
+	}
 	var created bool
 	if s.runnerID, created, err = keys.LoadOrCreate(keyDir, "runner"); err != nil {
 		return nil, fmt.Errorf("runner identity key: %w", err)
