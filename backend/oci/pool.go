@@ -59,6 +59,11 @@ const holdWall = 24 * time.Hour
 // (cmd/custody-gate: POOLED_MAX).
 const maxPooledGoAhead = 256 << 10
 
+// maxPooledSlots is the gate's limit on the go-ahead's arguments, and on
+// its variables, each (cmd/custody-gate: POOLED_SLOTS): the gate exits 125
+// past it, so the go-ahead is refused here, before it is sent.
+const maxPooledSlots = 8192
+
 // ErrPoolTaken is returned for a held container that was already taken.
 var ErrPoolTaken = errors.New("the pooled container was already taken: one pooled container serves exactly one grant")
 
@@ -341,6 +346,9 @@ func inMountNS(pidfd int, fn func() error) error {
 // length, then the working directory, each argument and each variable,
 // NUL-terminated, with an empty string between arguments and variables.
 func encodeGoAhead(a backend.Attachment) ([]byte, error) {
+	if len(a.Args) > maxPooledSlots || len(a.Env) > maxPooledSlots {
+		return nil, fmt.Errorf("pooled go-ahead: %d arguments and %d variables, the gate takes at most %d of each", len(a.Args), len(a.Env), maxPooledSlots)
+	}
 	var body []byte
 	nul := func(s string) error {
 		if strings.IndexByte(s, 0) >= 0 {
