@@ -29,6 +29,7 @@ package oci
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -450,8 +451,19 @@ func (p *pooled) Run(ctx context.Context, wall time.Duration, out backend.IO) (*
 	return ex, nil
 }
 
-func (p *pooled) Output() backend.Output                            { return p.h.c.Output() }
-func (p *pooled) Evidence() map[string]string                       { return p.h.c.Evidence() }
+func (p *pooled) Output() backend.Output { return p.h.c.Output() }
+
+// Evidence is the container's, and the digest of the go-ahead: the
+// command, environment and directory the gate ran are not in the
+// container's config.json (made before the grant), so the receipt binds
+// them here. The go-ahead is the encoding of the attachment Run sends.
+func (p *pooled) Evidence() map[string]string {
+	ev := p.h.c.Evidence()
+	if msg, err := encodeGoAhead(p.h.att); err == nil {
+		ev["goahead"] = fmt.Sprintf("%x", sha256.Sum256(msg))
+	}
+	return ev
+}
 func (p *pooled) Cleanup(ctx context.Context) backend.CleanupReport { return p.h.Destroy(ctx) }
 
 // switchWriter passes writes to the writer set last; before one is set
