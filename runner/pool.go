@@ -449,6 +449,16 @@ func (p *pool) matches(pr policy.PoolProfile, plan *admission.Plan) bool {
 // then goes cold.
 var errPoolTake = errors.New("pooled sandbox not taken")
 
+// poolTakeError is a reserved member not taken, with the runner then
+// quarantined (its teardown was not verified): no cold launch follows.
+type poolTakeError struct{ take, quarantine error }
+
+func (e *poolTakeError) Error() string {
+	return fmt.Sprintf("%v; no cold launch: %v", e.take, e.quarantine)
+}
+func (e *poolTakeError) Unwrap() []error    { return []error{e.take, e.quarantine} }
+func (e *poolTakeError) StartStage() string { return "pool-take" }
+
 // takePooled attaches the run to its reserved member. On failure the
 // member is destroyed (never served again) and the caller launches cold.
 func (r *Runner) takePooled(ctx context.Context, p *Prepared, s backend.Spec) (backend.Sandbox, error) {
@@ -501,6 +511,12 @@ func (r *Runner) prepareSandbox(ctx context.Context, b backend.Backend, id strin
 		if err == nil {
 			res.Pooled = &pm
 			return sb, nil
+		}
+		// A member whose teardown was not verified quarantined the
+		// runner: the cold launch is refused as any launch then is, and
+		// the grant, spent on the member, ends failed to start.
+		if qerr := r.checkQuarantine(); qerr != nil {
+			return nil, &poolTakeError{take: err, quarantine: qerr}
 		}
 		r.log.Warn("launching cold", "run", p.RunID, "err", err)
 		// The run's attempt was opened without intents; a cold launch

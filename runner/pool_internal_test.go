@@ -1,0 +1,102 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/store"
+)
+
+// These tests drive the pool's bookkeeping with a stand-in for the held
+// sandbox (unit logic only: the containment itself is tested against the
+// real runtime in backend/oci and cmd/custodyd).
+
+// fakeHeld is a held sandbox whose Take fails with take (if set) and
+// whose Destroy is verified or not.
+type fakeHeld struct {
+	take      error
+	verified  bool
+	destroyed atomic.Int32
+}
+
+func (h *fakeHeld) ID() string            { return "fake" }
+func (h *fakeHeld) PreparedAt() time.Time { return time.Now() }
+func (h *fakeHeld) Alive() error          { return nil }
+func (h *fakeHeld) Take(context.Context, backend.Attachment) (backend.Sandbox, error) {
+	return nil, h.take
+}
+func (h *fakeHeld) Destroy(context.Context) backend.CleanupReport {
+	h.destroyed.Add(1)
+	return backend.CleanupReport{Verified: h.verified, Steps: []backend.CleanupStep{{Name: "fake", OK: h.verified}}}
+}
+
+// coldBackend records whether a cold Prepare was asked of it.
+type coldBackend struct {
+	backend.Backend
+	prepared bool
+}
+
+func (b *coldBackend) Intents(string) ([]backend.Resource, error) { return nil, nil }
+func (b *coldBackend) Prepare(context.Context, string, backend.Spec, backend.Recorder) (backend.Sandbox, error) {
+	b.prepared = true
+	return nil, errors.New("cold prepare (test)")
+}
+
+func poolRunner(t *testing.T) *Runner {
+	t.Helper()
+	db, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &Runner{log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, journal: journal.New(db)}
+}
+
+// member journals a member's attempt and returns it, held by h.
+func poolMember(t *testing.T, r *Runner, p policy.PoolProfile, h backend.Held) *member {
+	t.Helper()
+	m := &member{runID: NewRunID(), profile: p, held: h, digest: "policy", image: p.Image}
+	if err := r.journal.Begin(m.runID, poolGrantPrefix+p.Name); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A member that cannot be taken sends the run cold; but when its
+// teardown was not verified (the runner is quarantined), no cold launch
+// follows and the run fails to start with the quarantine error.
+func TestFailedTakeOnAQuarantinedRunner(t *testing.T) {
+	for _, verified := range []bool{true, false} {
+		r := poolRunner(t)
+		p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
+		h := &fakeHeld{take: errors.New("attach failed (test)"), verified: verified}
+		prep := &Prepared{RunID: NewRunID(), Plan: &admission.Plan{}, Image: &image.Image{}, Pooled: &PoolLease{r: r, m: poolMember(t, r, p, h)}}
+		b := &coldBackend{}
+		rec := &recorder{j: r.journal, runID: prep.RunID, grantID: "grant", begin: true}
+		_, err := r.prepareSandbox(context.Background(), b, ContainerID(prep.RunID), prep, rec, &Result{})
+		if h.destroyed.Load() != 1 {
+			t.Fatalf("verified=%v: the member was destroyed %d times, want once", verified, h.destroyed.Load())
+		}
+		if verified {
+			if !b.prepared {
+				t.Fatalf("verified teardown: no cold launch (%v)", err)
+			}
+			continue
+		}
+		var pt *poolTakeError
+		if b.prepared || !errors.Is(err, ErrQuarantined) || !errors.As(err, &pt) {
+			t.Fatalf("unverified teardown: cold prepare %v, err %v; want no cold launch and the quarantine error", b.prepared, err)
+		}
+	}
+}
