@@ -59,6 +59,11 @@ type pool struct {
 	// owner's upkeep loop refills without waiting for its tick.
 	kickOnce sync.Once
 	kickCh   chan struct{}
+
+	// destroying counts member teardowns under way, those started in the
+	// background included: Recover waits for them (holdPool), so it never
+	// walks the journal while a member's attempt is still being closed.
+	destroying sync.WaitGroup
 }
 
 // kicks is the pool's refill signal, made once.
@@ -116,7 +121,7 @@ func (l *PoolLease) Release() {
 	l.r.pool.mu.Lock()
 	defer l.r.pool.mu.Unlock()
 	if l.r.pool.members == nil || l.r.pool.digest != m.digest || !slices.ContainsFunc(l.r.pool.profiles, func(p policy.PoolProfile) bool { return p == m.profile }) {
-		go l.r.destroyMember(context.Background(), m, "the policy changed")
+		l.r.destroyLater(m, "the policy changed")
 		return
 	}
 	l.r.pool.members[m.profile.Name] = append(l.r.pool.members[m.profile.Name], m)
@@ -364,8 +369,20 @@ func (p *pool) outputFiles(res policy.PoolResources) int64 {
 // attempt: clean once every part is verified gone, else residual, which
 // quarantines the runner.
 func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
+	r.pool.destroying.Add(1)
+	defer r.pool.destroying.Done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
 	r.finishMember(m, rep, "pool member destroyed unused: "+reason)
+}
+
+// destroyLater destroys a member in the background, counted in
+// pool.destroying from before it starts (the caller may hold pool.mu).
+func (r *Runner) destroyLater(m *member, reason string) {
+	r.pool.destroying.Add(1)
+	go func() {
+		defer r.pool.destroying.Done()
+		r.destroyMember(context.Background(), m, reason)
+	}()
 }
 
 // finishMember closes a member's attempt after its cleanup.
@@ -413,7 +430,7 @@ func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
 				}
 				return &PoolLease{r: r, m: m}
 			}
-			go r.destroyMember(context.Background(), m, "its gate died while it idled")
+			r.destroyLater(m, "its gate died while it idled")
 		}
 	}
 	return nil
@@ -558,5 +575,6 @@ func (r *Runner) PoolUsesImage(digest string) bool {
 func (r *Runner) holdPool(ctx context.Context) (release func()) {
 	r.pool.fill.Lock()
 	r.DrainPool(ctx, "an operator's recovery")
+	r.pool.destroying.Wait() // teardowns started before the drain
 	return r.pool.fill.Unlock
 }
