@@ -124,6 +124,17 @@ func (l *PoolLease) Release() {
 		l.r.destroyLater(m, "the policy changed")
 		return
 	}
+	// FillPool may have refilled the profile while the member was out
+	// (concurrent grants of one plan each reserve one): the pool never
+	// holds more than its sizes.
+	total := 0
+	for _, ms := range l.r.pool.members {
+		total += len(ms)
+	}
+	if len(l.r.pool.members[m.profile.Name]) >= m.profile.Size || total >= policy.MaxPooled {
+		l.r.destroyLater(m, "its profile was refilled while it was reserved")
+		return
+	}
 	l.r.pool.members[m.profile.Name] = append(l.r.pool.members[m.profile.Name], m)
 }
 

@@ -73,6 +73,31 @@ func poolMember(t *testing.T, r *Runner, p policy.PoolProfile, h backend.Held) *
 	return m
 }
 
+// A released member goes back to a profile short of its size, and is
+// destroyed when FillPool refilled the profile while it was reserved.
+func TestReleaseKeepsThePoolToItsSize(t *testing.T) {
+	r := poolRunner(t)
+	p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
+	r.pool.digest, r.pool.profiles, r.pool.members = "policy", []policy.PoolProfile{p}, map[string][]*member{}
+
+	back := &fakeHeld{verified: true}
+	(&PoolLease{r: r, m: poolMember(t, r, p, back)}).Release()
+	if n := len(r.pool.members["small"]); n != 1 || back.destroyed.Load() != 0 {
+		t.Fatalf("release into an empty profile: %d members, destroyed %d; want 1 kept", n, back.destroyed.Load())
+	}
+
+	extra := &fakeHeld{verified: true}
+	m := poolMember(t, r, p, extra)
+	(&PoolLease{r: r, m: m}).Release()
+	r.pool.destroying.Wait()
+	if n := len(r.pool.members["small"]); n != 1 || extra.destroyed.Load() != 1 {
+		t.Fatalf("release into a full profile: %d members, destroyed %d; want 1 member and the released one destroyed", n, extra.destroyed.Load())
+	}
+	if a, err := r.journal.Get(m.runID); err != nil || a.State != journal.Clean {
+		t.Fatalf("the destroyed member's attempt: %+v, %v; want clean", a, err)
+	}
+}
+
 // A member that cannot be taken sends the run cold; but when its
 // teardown was not verified (the runner is quarantined), no cold launch
 // follows and the run fails to start with the quarantine error.
