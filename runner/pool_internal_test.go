@@ -28,6 +28,7 @@ type fakeHeld struct {
 	take      error
 	verified  bool
 	destroyed atomic.Int32
+	block     chan struct{} // Destroy waits for it to close, if set
 }
 
 func (h *fakeHeld) ID() string            { return "fake" }
@@ -37,6 +38,9 @@ func (h *fakeHeld) Take(context.Context, backend.Attachment) (backend.Sandbox, e
 	return nil, h.take
 }
 func (h *fakeHeld) Destroy(context.Context) backend.CleanupReport {
+	if h.block != nil {
+		<-h.block
+	}
 	h.destroyed.Add(1)
 	return backend.CleanupReport{Verified: h.verified, Steps: []backend.CleanupStep{{Name: "fake", OK: h.verified}}}
 }
@@ -123,5 +127,34 @@ func TestFailedTakeOnAQuarantinedRunner(t *testing.T) {
 		if b.prepared || !errors.Is(err, ErrQuarantined) || !errors.As(err, &pt) {
 			t.Fatalf("unverified teardown: cold prepare %v, err %v; want no cold launch and the quarantine error", b.prepared, err)
 		}
+	}
+}
+
+// Recover's hold on the pool waits for a member teardown started in the
+// background (a released or dead member's) before it walks the journal.
+func TestHoldPoolWaitsForTeardowns(t *testing.T) {
+	r := poolRunner(t)
+	p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
+	h := &fakeHeld{verified: true, block: make(chan struct{})}
+	m := poolMember(t, r, p, h)
+	r.destroyLater(m, "test")
+	held := make(chan func())
+	go func() { held <- r.holdPool(context.Background()) }()
+	select {
+	case release := <-held:
+		release()
+		close(h.block)
+		t.Fatal("holdPool returned while a member's teardown was under way")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(h.block)
+	select {
+	case release := <-held:
+		release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("holdPool did not return after the teardown ended")
+	}
+	if a, err := r.journal.Get(m.runID); err != nil || a.State != journal.Clean {
+		t.Fatalf("the member's attempt when the hold was taken: %+v, %v; want clean", a, err)
 	}
 }
