@@ -263,11 +263,13 @@ func (r *Runner) FillPool(ctx context.Context) error {
 			if _, seen := runtimes[m.backend.Name()]; !seen {
 				runtimes[m.backend.Name()] = m.backend.(backend.Pooler).CheckRuntime(ctx)
 			}
+			// Alive is asked once: a second answer may differ (nil).
+			alive := m.held.Alive()
 			switch {
 			case now.Sub(m.held.PreparedAt()) > time.Duration(m.profile.IdleTTL):
 				reason = "it idled past its TTL of " + time.Duration(m.profile.IdleTTL).String()
-			case m.held.Alive() != nil:
-				reason = m.held.Alive().Error()
+			case alive != nil:
+				reason = alive.Error()
 			case runtimes[m.backend.Name()] != nil:
 				reason = "the runtime changed: " + runtimes[m.backend.Name()].Error()
 			case m.backend.Identity().SHA256 != m.runtime:

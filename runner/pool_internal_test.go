@@ -15,6 +15,7 @@ import (
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -156,5 +157,46 @@ func TestHoldPoolWaitsForTeardowns(t *testing.T) {
 	}
 	if a, err := r.journal.Get(m.runID); err != nil || a.State != journal.Clean {
 		t.Fatalf("the member's attempt when the hold was taken: %+v, %v; want clean", a, err)
+	}
+}
+
+// flakyHeld's gate answers dead once, then alive (as a poll interrupted
+// once may).
+type flakyHeld struct {
+	fakeHeld
+	asked atomic.Int32
+}
+
+func (h *flakyHeld) Alive() error {
+	if h.asked.Add(1) == 1 {
+		return errors.New("gate gone (test)")
+	}
+	return nil
+}
+
+// poolBackend is a Pooler whose runtime never changes.
+type poolBackend struct{ backend.Backend }
+
+func (poolBackend) Name() string                       { return "oci" }
+func (poolBackend) Identity() backend.Identity         { return backend.Identity{} }
+func (poolBackend) CheckRuntime(context.Context) error { return nil }
+func (poolBackend) PrepareHeld(context.Context, string, backend.HeldSpec, backend.Recorder) (backend.Held, error) {
+	return nil, errors.New("not in this test")
+}
+
+// FillPool destroys a member whose gate was found dead by the one answer
+// it asked for (it once asked twice, and a second nil answer crashed it).
+func TestFillPoolAsksAliveOnce(t *testing.T) {
+	r := poolRunner(t)
+	p := policy.PoolProfile{Name: "small", Image: "img", Size: 1, IdleTTL: quantity.Duration(time.Hour)}
+	h := &flakyHeld{fakeHeld: fakeHeld{verified: true}}
+	m := poolMember(t, r, p, h)
+	m.backend = poolBackend{}
+	r.pool.digest, r.pool.members = "policy", map[string][]*member{"small": {m}}
+	if err := r.FillPool(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.pool.members["small"]); n != 0 || h.destroyed.Load() != 1 {
+		t.Fatalf("a member found dead: %d kept, destroyed %d; want it destroyed", n, h.destroyed.Load())
 	}
 }
