@@ -63,7 +63,46 @@ type pool struct {
 	// destroying counts member teardowns under way, those started in the
 	// background included: Recover waits for them (holdPool), so it never
 	// walks the journal while a member's attempt is still being closed.
-	destroying sync.WaitGroup
+	destroying teardowns
+}
+
+// teardowns counts member teardowns under way. Unlike a sync.WaitGroup it
+// may gain a teardown while wait is blocked (a launch releases a member as
+// Recover waits) without misuse.
+type teardowns struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to zero; made by wait
+}
+
+func (t *teardowns) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *teardowns) done() {
+	t.mu.Lock()
+	if t.n--; t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// wait returns once no teardown is under way.
+func (t *teardowns) wait() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	<-idle
 }
 
 // kicks is the pool's refill signal, made once.
@@ -382,8 +421,8 @@ func (p *pool) outputFiles(res policy.PoolResources) int64 {
 // attempt: clean once every part is verified gone, else residual, which
 // quarantines the runner.
 func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
-	r.pool.destroying.Add(1)
-	defer r.pool.destroying.Done()
+	r.pool.destroying.add()
+	defer r.pool.destroying.done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
 	r.finishMember(m, rep, "pool member destroyed unused: "+reason)
 }
@@ -391,9 +430,9 @@ func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
 // destroyLater destroys a member in the background, counted in
 // pool.destroying from before it starts (the caller may hold pool.mu).
 func (r *Runner) destroyLater(m *member, reason string) {
-	r.pool.destroying.Add(1)
+	r.pool.destroying.add()
 	go func() {
-		defer r.pool.destroying.Done()
+		defer r.pool.destroying.done()
 		r.destroyMember(context.Background(), m, reason)
 	}()
 }
@@ -588,6 +627,6 @@ func (r *Runner) PoolUsesImage(digest string) bool {
 func (r *Runner) holdPool(ctx context.Context) (release func()) {
 	r.pool.fill.Lock()
 	r.DrainPool(ctx, "an operator's recovery")
-	r.pool.destroying.Wait() // teardowns started before the drain
+	r.pool.destroying.wait() // teardowns started before the drain
 	return r.pool.fill.Unlock
 }

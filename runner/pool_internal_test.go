@@ -94,7 +94,7 @@ func TestReleaseKeepsThePoolToItsSize(t *testing.T) {
 	extra := &fakeHeld{verified: true}
 	m := poolMember(t, r, p, extra)
 	(&PoolLease{r: r, m: m}).Release()
-	r.pool.destroying.Wait()
+	r.pool.destroying.wait()
 	if n := len(r.pool.members["small"]); n != 1 || extra.destroyed.Load() != 1 {
 		t.Fatalf("release into a full profile: %d members, destroyed %d; want 1 member and the released one destroyed", n, extra.destroyed.Load())
 	}
@@ -199,4 +199,30 @@ func TestFillPoolAsksAliveOnce(t *testing.T) {
 	if n := len(r.pool.members["small"]); n != 0 || h.destroyed.Load() != 1 {
 		t.Fatalf("a member found dead: %d kept, destroyed %d; want it destroyed", n, h.destroyed.Load())
 	}
+}
+
+// A teardown may start while wait blocks: wait returns once all are done,
+// not before (a sync.WaitGroup would be misused here and could panic).
+func TestTeardownsGainWhileWaiting(t *testing.T) {
+	var td teardowns
+	td.wait() // none under way: returns at once
+	td.add()
+	returned := make(chan struct{})
+	go func() { td.wait(); close(returned) }()
+	td.add()
+	td.done()
+	select {
+	case <-returned:
+		t.Fatal("wait returned with a teardown under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	td.done()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait did not return once every teardown was done")
+	}
+	td.add() // reused after a wait
+	td.done()
+	td.wait()
 }
