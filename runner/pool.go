@@ -59,6 +59,50 @@ type pool struct {
 	// owner's upkeep loop refills without waiting for its tick.
 	kickOnce sync.Once
 	kickCh   chan struct{}
+
+	// destroying counts member teardowns under way, those started in the
+	// background included: Recover waits for them (holdPool), so it never
+	// walks the journal while a member's attempt is still being closed.
+	destroying teardowns
+}
+
+// teardowns counts member teardowns under way. Unlike a sync.WaitGroup it
+// may gain a teardown while wait is blocked (a launch releases a member as
+// Recover waits) without misuse.
+type teardowns struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to zero; made by wait
+}
+
+func (t *teardowns) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *teardowns) done() {
+	t.mu.Lock()
+	if t.n--; t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// wait returns once no teardown is under way.
+func (t *teardowns) wait() {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	<-idle
 }
 
 // kicks is the pool's refill signal, made once.
@@ -116,7 +160,18 @@ func (l *PoolLease) Release() {
 	l.r.pool.mu.Lock()
 	defer l.r.pool.mu.Unlock()
 	if l.r.pool.members == nil || l.r.pool.digest != m.digest || !slices.ContainsFunc(l.r.pool.profiles, func(p policy.PoolProfile) bool { return p == m.profile }) {
-		go l.r.destroyMember(context.Background(), m, "the policy changed")
+		l.r.destroyLater(m, "the policy changed")
+		return
+	}
+	// FillPool may have refilled the profile while the member was out
+	// (concurrent grants of one plan each reserve one): the pool never
+	// holds more than its sizes.
+	total := 0
+	for _, ms := range l.r.pool.members {
+		total += len(ms)
+	}
+	if len(l.r.pool.members[m.profile.Name]) >= m.profile.Size || total >= policy.MaxPooled {
+		l.r.destroyLater(m, "its profile was refilled while it was reserved")
 		return
 	}
 	l.r.pool.members[m.profile.Name] = append(l.r.pool.members[m.profile.Name], m)
@@ -247,11 +302,13 @@ func (r *Runner) FillPool(ctx context.Context) error {
 			if _, seen := runtimes[m.backend.Name()]; !seen {
 				runtimes[m.backend.Name()] = m.backend.(backend.Pooler).CheckRuntime(ctx)
 			}
+			// Alive is asked once: a second answer may differ (nil).
+			alive := m.held.Alive()
 			switch {
 			case now.Sub(m.held.PreparedAt()) > time.Duration(m.profile.IdleTTL):
 				reason = "it idled past its TTL of " + time.Duration(m.profile.IdleTTL).String()
-			case m.held.Alive() != nil:
-				reason = m.held.Alive().Error()
+			case alive != nil:
+				reason = alive.Error()
 			case runtimes[m.backend.Name()] != nil:
 				reason = "the runtime changed: " + runtimes[m.backend.Name()].Error()
 			case m.backend.Identity().SHA256 != m.runtime:
@@ -364,8 +421,20 @@ func (p *pool) outputFiles(res policy.PoolResources) int64 {
 // attempt: clean once every part is verified gone, else residual, which
 // quarantines the runner.
 func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
+	r.pool.destroying.add()
+	defer r.pool.destroying.done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
 	r.finishMember(m, rep, "pool member destroyed unused: "+reason)
+}
+
+// destroyLater destroys a member in the background, counted in
+// pool.destroying from before it starts (the caller may hold pool.mu).
+func (r *Runner) destroyLater(m *member, reason string) {
+	r.pool.destroying.add()
+	go func() {
+		defer r.pool.destroying.done()
+		r.destroyMember(context.Background(), m, reason)
+	}()
 }
 
 // finishMember closes a member's attempt after its cleanup.
@@ -413,7 +482,7 @@ func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
 				}
 				return &PoolLease{r: r, m: m}
 			}
-			go r.destroyMember(context.Background(), m, "its gate died while it idled")
+			r.destroyLater(m, "its gate died while it idled")
 		}
 	}
 	return nil
@@ -448,6 +517,16 @@ func (p *pool) matches(pr policy.PoolProfile, plan *admission.Plan) bool {
 // errPoolTake marks a pooled sandbox that could not be taken; the launch
 // then goes cold.
 var errPoolTake = errors.New("pooled sandbox not taken")
+
+// poolTakeError is a reserved member not taken, with the runner then
+// quarantined (its teardown was not verified): no cold launch follows.
+type poolTakeError struct{ take, quarantine error }
+
+func (e *poolTakeError) Error() string {
+	return fmt.Sprintf("%v; no cold launch: %v", e.take, e.quarantine)
+}
+func (e *poolTakeError) Unwrap() []error    { return []error{e.take, e.quarantine} }
+func (e *poolTakeError) StartStage() string { return "pool-take" }
 
 // takePooled attaches the run to its reserved member. On failure the
 // member is destroyed (never served again) and the caller launches cold.
@@ -502,6 +581,12 @@ func (r *Runner) prepareSandbox(ctx context.Context, b backend.Backend, id strin
 			res.Pooled = &pm
 			return sb, nil
 		}
+		// A member whose teardown was not verified quarantined the
+		// runner: the cold launch is refused as any launch then is, and
+		// the grant, spent on the member, ends failed to start.
+		if qerr := r.checkQuarantine(); qerr != nil {
+			return nil, &poolTakeError{take: err, quarantine: qerr}
+		}
 		r.log.Warn("launching cold", "run", p.RunID, "err", err)
 		// The run's attempt was opened without intents; a cold launch
 		// records them before it creates anything.
@@ -542,5 +627,6 @@ func (r *Runner) PoolUsesImage(digest string) bool {
 func (r *Runner) holdPool(ctx context.Context) (release func()) {
 	r.pool.fill.Lock()
 	r.DrainPool(ctx, "an operator's recovery")
+	r.pool.destroying.wait() // teardowns started before the drain
 	return r.pool.fill.Unlock
 }

@@ -551,6 +551,12 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 		if c != nil && errors.As(err, &st) {
 			res.Status, res.FailedStage = StatusFailedToStart, st.StartStage()
 		}
+		// A reserved member destroyed unverified: nothing of the run's is
+		// left, but its grant was spent on the member.
+		var pt *poolTakeError
+		if c == nil && errors.As(err, &pt) {
+			res.Status, res.FailedStage = StatusFailedToStart, pt.StartStage()
+		}
 		if c == nil {
 			// Refused before the backend made anything; the intents on
 			// record are checked gone like a recovery's.

@@ -113,3 +113,28 @@ func TestGatePooledGoAhead(t *testing.T) {
 		})
 	}
 }
+
+// The go-ahead is refused before it is sent past the gate's slot limit
+// (POOLED_SLOTS), which the gate would answer with exit 125.
+func TestGoAheadSlotLimit(t *testing.T) {
+	args := func(n int) []string {
+		out := []string{"/bin/true"}
+		for len(out) < n {
+			out = append(out, "a")
+		}
+		return out
+	}
+	if _, err := encodeGoAhead(backend.Attachment{Args: args(maxPooledSlots), Env: []string{"A=1"}, Cwd: "/"}); err != nil {
+		t.Fatalf("%d arguments refused: %v", maxPooledSlots, err)
+	}
+	if _, err := encodeGoAhead(backend.Attachment{Args: args(9000), Cwd: "/"}); err == nil {
+		t.Fatal("9000 arguments accepted")
+	}
+	env := make([]string, 9000)
+	for i := range env {
+		env[i] = "A=1"
+	}
+	if _, err := encodeGoAhead(backend.Attachment{Args: args(1), Env: env, Cwd: "/"}); err == nil {
+		t.Fatal("9000 variables accepted")
+	}
+}

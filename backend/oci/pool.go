@@ -29,6 +29,7 @@ package oci
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -58,6 +59,11 @@ const holdWall = 24 * time.Hour
 // maxPooledGoAhead is the gate's limit on the pooled go-ahead's workload
 // (cmd/custody-gate: POOLED_MAX).
 const maxPooledGoAhead = 256 << 10
+
+// maxPooledSlots is the gate's limit on the go-ahead's arguments, and on
+// its variables, each (cmd/custody-gate: POOLED_SLOTS): the gate exits 125
+// past it, so the go-ahead is refused here, before it is sent.
+const maxPooledSlots = 8192
 
 // ErrPoolTaken is returned for a held container that was already taken.
 var ErrPoolTaken = errors.New("the pooled container was already taken: one pooled container serves exactly one grant")
@@ -341,6 +347,9 @@ func inMountNS(pidfd int, fn func() error) error {
 // length, then the working directory, each argument and each variable,
 // NUL-terminated, with an empty string between arguments and variables.
 func encodeGoAhead(a backend.Attachment) ([]byte, error) {
+	if len(a.Args) > maxPooledSlots || len(a.Env) > maxPooledSlots {
+		return nil, fmt.Errorf("pooled go-ahead: %d arguments and %d variables, the gate takes at most %d of each", len(a.Args), len(a.Env), maxPooledSlots)
+	}
 	var body []byte
 	nul := func(s string) error {
 		if strings.IndexByte(s, 0) >= 0 {
@@ -442,8 +451,19 @@ func (p *pooled) Run(ctx context.Context, wall time.Duration, out backend.IO) (*
 	return ex, nil
 }
 
-func (p *pooled) Output() backend.Output                            { return p.h.c.Output() }
-func (p *pooled) Evidence() map[string]string                       { return p.h.c.Evidence() }
+func (p *pooled) Output() backend.Output { return p.h.c.Output() }
+
+// Evidence is the container's, and the digest of the go-ahead: the
+// command, environment and directory the gate ran are not in the
+// container's config.json (made before the grant), so the receipt binds
+// them here. The go-ahead is the encoding of the attachment Run sends.
+func (p *pooled) Evidence() map[string]string {
+	ev := p.h.c.Evidence()
+	if msg, err := encodeGoAhead(p.h.att); err == nil {
+		ev["goahead"] = fmt.Sprintf("%x", sha256.Sum256(msg))
+	}
+	return ev
+}
 func (p *pooled) Cleanup(ctx context.Context) backend.CleanupReport { return p.h.Destroy(ctx) }
 
 // switchWriter passes writes to the writer set last; before one is set

@@ -3,6 +3,8 @@ package oci_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/oci"
 )
 
 func (h *harness) heldSpec() backend.HeldSpec {
@@ -82,6 +85,23 @@ func TestPooledInputsAreTheirOwn(t *testing.T) {
 				sa.Cleanup(ctx)
 				b.Destroy(ctx)
 				t.Fatalf("take b: %v", err)
+			}
+			// The receipt binds the go-ahead each one ran: its own.
+			for _, c := range []struct {
+				s   backend.Sandbox
+				att backend.Attachment
+			}{{sa, att("/in/a", "")}, {sb, att("/in/b", "")}} {
+				msg, err := oci.EncodeGoAhead(c.att)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := c.s.Evidence()["goahead"], fmt.Sprintf("%x", sha256.Sum256(msg)); got != want {
+					t.Errorf("goahead evidence %q, want %q", got, want)
+				}
+			}
+			other, _ := oci.EncodeGoAhead(backend.Attachment{Args: []string{"/bin/true"}, Cwd: "/"})
+			if got := sa.Evidence()["goahead"]; got == "" || got == fmt.Sprintf("%x", sha256.Sum256(other)) {
+				t.Errorf("goahead evidence %q does not tell the command apart", got)
 			}
 			run := func(s backend.Sandbox) (string, *backend.Exit) {
 				var out bytes.Buffer

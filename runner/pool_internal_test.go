@@ -1,0 +1,228 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/quantity"
+	"github.com/custody-dev/custody/store"
+)
+
+// These tests drive the pool's bookkeeping with a stand-in for the held
+// sandbox (unit logic only: the containment itself is tested against the
+// real runtime in backend/oci and cmd/custodyd).
+
+// fakeHeld is a held sandbox whose Take fails with take (if set) and
+// whose Destroy is verified or not.
+type fakeHeld struct {
+	take      error
+	verified  bool
+	destroyed atomic.Int32
+	block     chan struct{} // Destroy waits for it to close, if set
+}
+
+func (h *fakeHeld) ID() string            { return "fake" }
+func (h *fakeHeld) PreparedAt() time.Time { return time.Now() }
+func (h *fakeHeld) Alive() error          { return nil }
+func (h *fakeHeld) Take(context.Context, backend.Attachment) (backend.Sandbox, error) {
+	return nil, h.take
+}
+func (h *fakeHeld) Destroy(context.Context) backend.CleanupReport {
+	if h.block != nil {
+		<-h.block
+	}
+	h.destroyed.Add(1)
+	return backend.CleanupReport{Verified: h.verified, Steps: []backend.CleanupStep{{Name: "fake", OK: h.verified}}}
+}
+
+// coldBackend records whether a cold Prepare was asked of it.
+type coldBackend struct {
+	backend.Backend
+	prepared bool
+}
+
+func (b *coldBackend) Intents(string) ([]backend.Resource, error) { return nil, nil }
+func (b *coldBackend) Prepare(context.Context, string, backend.Spec, backend.Recorder) (backend.Sandbox, error) {
+	b.prepared = true
+	return nil, errors.New("cold prepare (test)")
+}
+
+func poolRunner(t *testing.T) *Runner {
+	t.Helper()
+	db, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &Runner{log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, journal: journal.New(db)}
+}
+
+// member journals a member's attempt and returns it, held by h.
+func poolMember(t *testing.T, r *Runner, p policy.PoolProfile, h backend.Held) *member {
+	t.Helper()
+	m := &member{runID: NewRunID(), profile: p, held: h, digest: "policy", image: p.Image}
+	if err := r.journal.Begin(m.runID, poolGrantPrefix+p.Name); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A released member goes back to a profile short of its size, and is
+// destroyed when FillPool refilled the profile while it was reserved.
+func TestReleaseKeepsThePoolToItsSize(t *testing.T) {
+	r := poolRunner(t)
+	p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
+	r.pool.digest, r.pool.profiles, r.pool.members = "policy", []policy.PoolProfile{p}, map[string][]*member{}
+
+	back := &fakeHeld{verified: true}
+	(&PoolLease{r: r, m: poolMember(t, r, p, back)}).Release()
+	if n := len(r.pool.members["small"]); n != 1 || back.destroyed.Load() != 0 {
+		t.Fatalf("release into an empty profile: %d members, destroyed %d; want 1 kept", n, back.destroyed.Load())
+	}
+
+	extra := &fakeHeld{verified: true}
+	m := poolMember(t, r, p, extra)
+	(&PoolLease{r: r, m: m}).Release()
+	r.pool.destroying.wait()
+	if n := len(r.pool.members["small"]); n != 1 || extra.destroyed.Load() != 1 {
+		t.Fatalf("release into a full profile: %d members, destroyed %d; want 1 member and the released one destroyed", n, extra.destroyed.Load())
+	}
+	if a, err := r.journal.Get(m.runID); err != nil || a.State != journal.Clean {
+		t.Fatalf("the destroyed member's attempt: %+v, %v; want clean", a, err)
+	}
+}
+
+// A member that cannot be taken sends the run cold; but when its
+// teardown was not verified (the runner is quarantined), no cold launch
+// follows and the run fails to start with the quarantine error.
+func TestFailedTakeOnAQuarantinedRunner(t *testing.T) {
+	for _, verified := range []bool{true, false} {
+		r := poolRunner(t)
+		p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
+		h := &fakeHeld{take: errors.New("attach failed (test)"), verified: verified}
+		prep := &Prepared{RunID: NewRunID(), Plan: &admission.Plan{}, Image: &image.Image{}, Pooled: &PoolLease{r: r, m: poolMember(t, r, p, h)}}
+		b := &coldBackend{}
+		rec := &recorder{j: r.journal, runID: prep.RunID, grantID: "grant", begin: true}
+		_, err := r.prepareSandbox(context.Background(), b, ContainerID(prep.RunID), prep, rec, &Result{})
+		if h.destroyed.Load() != 1 {
+			t.Fatalf("verified=%v: the member was destroyed %d times, want once", verified, h.destroyed.Load())
+		}
+		if verified {
+			if !b.prepared {
+				t.Fatalf("verified teardown: no cold launch (%v)", err)
+			}
+			continue
+		}
+		var pt *poolTakeError
+		if b.prepared || !errors.Is(err, ErrQuarantined) || !errors.As(err, &pt) {
+			t.Fatalf("unverified teardown: cold prepare %v, err %v; want no cold launch and the quarantine error", b.prepared, err)
+		}
+	}
+}
+
+// Recover's hold on the pool waits for a member teardown started in the
+// background (a released or dead member's) before it walks the journal.
+func TestHoldPoolWaitsForTeardowns(t *testing.T) {
+	r := poolRunner(t)
+	p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
+	h := &fakeHeld{verified: true, block: make(chan struct{})}
+	m := poolMember(t, r, p, h)
+	r.destroyLater(m, "test")
+	held := make(chan func())
+	go func() { held <- r.holdPool(context.Background()) }()
+	select {
+	case release := <-held:
+		release()
+		close(h.block)
+		t.Fatal("holdPool returned while a member's teardown was under way")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(h.block)
+	select {
+	case release := <-held:
+		release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("holdPool did not return after the teardown ended")
+	}
+	if a, err := r.journal.Get(m.runID); err != nil || a.State != journal.Clean {
+		t.Fatalf("the member's attempt when the hold was taken: %+v, %v; want clean", a, err)
+	}
+}
+
+// flakyHeld's gate answers dead once, then alive (as a poll interrupted
+// once may).
+type flakyHeld struct {
+	fakeHeld
+	asked atomic.Int32
+}
+
+func (h *flakyHeld) Alive() error {
+	if h.asked.Add(1) == 1 {
+		return errors.New("gate gone (test)")
+	}
+	return nil
+}
+
+// poolBackend is a Pooler whose runtime never changes.
+type poolBackend struct{ backend.Backend }
+
+func (poolBackend) Name() string                       { return "oci" }
+func (poolBackend) Identity() backend.Identity         { return backend.Identity{} }
+func (poolBackend) CheckRuntime(context.Context) error { return nil }
+func (poolBackend) PrepareHeld(context.Context, string, backend.HeldSpec, backend.Recorder) (backend.Held, error) {
+	return nil, errors.New("not in this test")
+}
+
+// FillPool destroys a member whose gate was found dead by the one answer
+// it asked for (it once asked twice, and a second nil answer crashed it).
+func TestFillPoolAsksAliveOnce(t *testing.T) {
+	r := poolRunner(t)
+	p := policy.PoolProfile{Name: "small", Image: "img", Size: 1, IdleTTL: quantity.Duration(time.Hour)}
+	h := &flakyHeld{fakeHeld: fakeHeld{verified: true}}
+	m := poolMember(t, r, p, h)
+	m.backend = poolBackend{}
+	r.pool.digest, r.pool.members = "policy", map[string][]*member{"small": {m}}
+	if err := r.FillPool(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.pool.members["small"]); n != 0 || h.destroyed.Load() != 1 {
+		t.Fatalf("a member found dead: %d kept, destroyed %d; want it destroyed", n, h.destroyed.Load())
+	}
+}
+
+// A teardown may start while wait blocks: wait returns once all are done,
+// not before (a sync.WaitGroup would be misused here and could panic).
+func TestTeardownsGainWhileWaiting(t *testing.T) {
+	var td teardowns
+	td.wait() // none under way: returns at once
+	td.add()
+	returned := make(chan struct{})
+	go func() { td.wait(); close(returned) }()
+	td.add()
+	td.done()
+	select {
+	case <-returned:
+		t.Fatal("wait returned with a teardown under way")
+	case <-time.After(100 * time.Millisecond):
+	}
+	td.done()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait did not return once every teardown was done")
+	}
+	td.add() // reused after a wait
+	td.done()
+	td.wait()
+}
