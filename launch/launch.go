@@ -226,11 +226,11 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 
 // outputChecks holds each input that names a retained output to who made
 // it: only outputs of the same actor's runs may be named, and a test
-// stage's output only as an input of another test stage (acceptance
+// stage's output only as an input of a verifier test stage (acceptance
 // material and its results never reach the generator, directly or through
 // an intermediate stage's output). The store is the runner's own
 // record, so a digest learnt from another actor's receipt opens nothing.
-func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage request.Stage) ([]admission.Check, error) {
+func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage request.Stage, verifier bool) ([]admission.Check, error) {
 	var refused []admission.Check
 	for i, in := range plan.Inputs {
 		d, ok := in.OutputDigest()
@@ -254,13 +254,13 @@ func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage reques
 			refused = append(refused, admission.Check{Requirement: req, Verdict: admission.NotGranted, Code: "input-output-foreign",
 				Detail: fmt.Sprintf("%s is not the output of a recorded run of actor %q", in.Source, actor),
 				Fix:    "name an output of one of your own runs, or run the stage that produces it"})
-		case fromTest && stage != request.StageTest:
+		case fromTest && !(stage == request.StageTest && verifier):
 			// Not only generate: a build or run that took it could pass it
 			// on in its own output, laundering acceptance material (which a
 			// verifier's workload may copy into /out) into generation.
 			refused = append(refused, admission.Check{Requirement: req, Verdict: admission.NotGranted, Code: "input-output-verifier",
-				Detail: fmt.Sprintf("%s is a test stage's output; it may carry acceptance material, which only test stages see (generation never, not even through a later stage's output)", in.Source),
-				Fix:    "give this stage only acquire, generate or build outputs; a test stage's output may feed only another test stage"})
+				Detail: fmt.Sprintf("%s is a test stage's output; it may carry acceptance material, which only a verifier stage sees (generation never, not even through a later stage's output)", in.Source),
+				Fix:    "give this stage only acquire, generate or build outputs; a test stage's output may feed only a verifier test stage (verifier: true)"})
 		}
 	}
 	return refused, nil
@@ -461,7 +461,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	if err != nil {
 		return nil, err
 	}
-	if refused, err := l.outputChecks(plan, actor, req.Stage); err != nil {
+	if refused, err := l.outputChecks(plan, actor, req.Stage, req.Verifier); err != nil {
 		return nil, err
 	} else if len(refused) > 0 {
 		return nil, &admission.RefusedError{Checks: refused}
@@ -693,7 +693,7 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress/brokered: grant binds %v %v, policy now gives %v %v; fix: issue a new grant",
 			p.Egress.Destinations, p.Brokered, plan.Egress, brokered(pol, req))
 	}
-	if refused, err := l.outputChecks(plan, p.Actor, req.Stage); err != nil {
+	if refused, err := l.outputChecks(plan, p.Actor, req.Stage, req.Verifier); err != nil {
 		return nil, err
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})

@@ -367,8 +367,9 @@ func TestInputByOutputDigest(t *testing.T) {
 		t.Fatalf("another actor's grant for ci-bot's output: %d\nout=%s\nerr=%s", code, out, errs)
 	}
 
-	// A test stage's output feeds only another test stage: a build that
-	// took it could carry acceptance material on into generation.
+	// A test stage's output feeds only a verifier test stage: a build (or
+	// a plain test stage) that took it could carry acceptance material on
+	// into generation.
 	tester := e.phase(t, "tester", "echo verdict > /out/v.txt", "")
 	body, _ := os.ReadFile(tester)
 	write(t, tester, strings.Replace(string(body), "stage: build", "stage: test", 1))
@@ -384,8 +385,12 @@ func TestInputByOutputDigest(t *testing.T) {
 	retest := e.phase(t, "retest", "cat /prev/v.txt", input("output:"+tres.Output.Digest))
 	body, _ = os.ReadFile(retest)
 	write(t, retest, strings.Replace(string(body), "stage: build", "stage: test", 1))
+	if code, out, errs := e.custody("grant", "issue", retest, "--actor", "ci-bot", "--ttl", "5m"); code != exitRefused || !strings.Contains(out+errs, "is a test stage's output") {
+		t.Fatalf("a plain test stage taking a test stage's output: %d\nout=%s\nerr=%s", code, out, errs)
+	}
+	write(t, retest, strings.Replace(string(body), "stage: build", "stage: test\nverifier: true", 1))
 	if code, out, errs := e.custody("admit", retest); code != exitOK {
-		t.Fatalf("a test stage taking a test stage's output: %d\n%s\n%s", code, out, errs)
+		t.Fatalf("a verifier stage taking a test stage's output: %d\n%s\n%s", code, out, errs)
 	}
 
 	// Refused: a digest the store does not hold, and a malformed one.
