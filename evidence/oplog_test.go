@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -169,13 +170,11 @@ func TestOpLogLineLimit(t *testing.T) {
 // is cut back off, so once there is room the next append continues the
 // chain and the log verifies.
 func TestOpLogFailedAppend(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a small tmpfs")
-	}
+	testenv.Root(t) // to mount a small tmpfs that fills up
 	ctx := context.Background()
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
-		t.Skipf("mount tmpfs: %v", err)
+		t.Fatalf("mount a 256 KiB tmpfs as root: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 	path := filepath.Join(dir, "oplog.jsonl")
