@@ -96,8 +96,12 @@ func TestOverlapAfterRotation(t *testing.T) {
 	}
 	p := stmt.Predicate
 	p.ID = strings.Repeat("f", 32)
-	p.NotBefore = time.Now().UTC().Truncate(time.Second)
+	// Valid from the next whole second (grant times are seconds), so its
+	// start is surely after the rotation, which happened before now; the
+	// run waits until it is valid.
+	p.NotBefore = time.Now().UTC().Truncate(time.Second).Add(time.Second)
 	p.Expires = p.NotBefore.Add(5 * time.Minute)
+	time.Sleep(time.Until(p.NotBefore))
 	forged, err := grant.Mint(ctx, stolen, p)
 	if err != nil {
 		t.Fatal(err)
