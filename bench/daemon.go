@@ -18,6 +18,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // Daemon is a real custodyd (the built binary) on a private directory, with
@@ -36,6 +37,8 @@ type Daemon struct {
 	cmd  *exec.Cmd
 	done chan error
 	logs *os.File
+	// runTmpfs is the tmpfs mounted on the runtime dir, if any.
+	runTmpfs string
 
 	// logStart is where the log stood once the daemon was set up: the
 	// placeholder policy's expected refusal at start is not news.
@@ -192,6 +195,19 @@ operators: [0]
 	if d.logs, err = os.Create(d.LogPath); err != nil {
 		return nil, err
 	}
+	// The installed custodyd.yaml keeps launch bundles under /run, a
+	// tmpfs: so does the bench, or every launch would pay for a directory
+	// made and removed on the state disk that no installation pays for.
+	run := filepath.Join(o.Dir, "run")
+	if err := os.MkdirAll(run, 0o711); err != nil {
+		d.logs.Close()
+		return nil, err
+	}
+	if err := unix.Mount("tmpfs", run, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711"); err != nil {
+		d.logs.Close()
+		return nil, fmt.Errorf("mount a tmpfs on the runtime dir %s: %w", run, err)
+	}
+	d.runTmpfs = run
 	args := []string{"--config", cfg, "--log-level", o.LogLevel}
 	if o.CPUProfile != "" {
 		args = append(args, "--cpuprofile", o.CPUProfile)
@@ -200,6 +216,7 @@ operators: [0]
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	if err := d.cmd.Start(); err != nil {
 		d.logs.Close()
+		d.unmountRun()
 		return nil, fmt.Errorf("start custodyd: %w", err)
 	}
 	go func() { d.done <- d.cmd.Wait() }()
@@ -349,6 +366,14 @@ func (d *Daemon) CPU() (self, children time.Duration, err error) {
 	return time.Duration(t[0]+t[1]) * tick, time.Duration(t[2]+t[3]) * tick, nil
 }
 
+// unmountRun unmounts the runtime dir's tmpfs, once custodyd is gone.
+func (d *Daemon) unmountRun() {
+	if d.runTmpfs != "" {
+		_ = unix.Unmount(d.runTmpfs, unix.MNT_DETACH)
+		d.runTmpfs = ""
+	}
+}
+
 // LogTail returns the last n lines of custodyd's log.
 func (d *Daemon) LogTail(n int) string {
 	b, _ := os.ReadFile(d.LogPath)
@@ -378,6 +403,7 @@ func (d *Daemon) Stop() error {
 	}
 	d.cmd = nil
 	d.logs.Close()
+	d.unmountRun()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		err = fmt.Errorf("custodyd exited with %v", err)

@@ -276,7 +276,9 @@ type producer struct{ actor, stage string }
 // is missing or of another version.
 func OutputIndex() store.RunIndex {
 	return store.RunIndex{Version: "output-producers/v1", Entries: func(raw []byte) []store.IndexEntry {
-		var rec Record
+		// Only the three fields the index keeps: decoding the whole Record
+		// (its receipt, cleanup and usage) cost more than the write.
+		var rec indexedRecord
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil || rec.Result.Output == nil || rec.Result.Output.Digest == "" {
 			return nil
 		}
@@ -286,6 +288,17 @@ func OutputIndex() store.RunIndex {
 		}
 		return []store.IndexEntry{{Key: outputKey(rec.Result.Output.Digest), Value: v}}
 	}}
+}
+
+// indexedRecord is the part of a Record's JSON that OutputIndex reads.
+type indexedRecord struct {
+	Result *struct {
+		Actor  string `json:"actor"`
+		Stage  string `json:"stage"`
+		Output *struct {
+			Digest string `json:"digest"`
+		} `json:"output"`
+	} `json:"result"`
 }
 
 // indexedProducer is an OutputIndex entry's value.
