@@ -79,8 +79,65 @@ type sealRecord struct {
 type seals struct {
 	mu sync.Mutex
 	id map[string]sealed.Identity
+	// trees are the mounts Tree reads, kept per image: mounting erofs
+	// and unmounting it again cost more than all the rest of admission.
+	trees map[string]*heldTree
 	// making keeps two imports of one tree from making its seal at once.
 	making sync.Mutex
+}
+
+// heldTree is a detached mount of a sealed file, made while the file had
+// identity id. It is closed once it is dropped and no reader holds it.
+type heldTree struct {
+	id      sealed.Identity
+	mfd     int
+	readers int
+	dropped bool
+}
+
+// tree returns the held mount of digest's file at identity id, taking a
+// reader, or nil when none is held at that identity.
+func (s *seals) tree(digest string, id sealed.Identity) *heldTree {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.trees[digest]
+	if t == nil || t.id != id {
+		return nil
+	}
+	t.readers++
+	return t
+}
+
+// hold keeps t, taken by one reader, as digest's mount, dropping the one
+// it replaces.
+func (s *seals) hold(digest string, t *heldTree) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.trees == nil {
+		s.trees = map[string]*heldTree{}
+	}
+	if old := s.trees[digest]; old != nil {
+		s.dropTreeLocked(old)
+	}
+	t.readers = 1
+	s.trees[digest] = t
+}
+
+// release ends one reader of t.
+func (s *seals) release(t *heldTree) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.readers--
+	if t.dropped && t.readers == 0 {
+		closeMount(t.mfd)
+	}
+}
+
+func (s *seals) dropTreeLocked(t *heldTree) {
+	t.dropped = true
+	if t.readers == 0 {
+		closeMount(t.mfd)
+	}
 }
 
 func (s *seals) get(digest string) (sealed.Identity, bool) {
@@ -103,6 +160,10 @@ func (s *seals) drop(digest string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.id, digest)
+	if t := s.trees[digest]; t != nil {
+		s.dropTreeLocked(t)
+		delete(s.trees, digest)
+	}
 }
 
 // sealedOf is img's Sealed if this process verified its seal, else nil.
@@ -184,17 +245,26 @@ func (s *Store) Tree(img *Image, sealedOK bool) (tree fs.FS, done func(), err er
 		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
 	}
 	defer f.Close() // the mount keeps the file
-	mfd, err := sealed.Mount(f, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	// The file still has the identity its held mount was made at, so the
+	// mount serves what a fresh one would: erofs reads the file it opened,
+	// and a change to that file would have moved its identity.
+	t := s.sealIDs.tree(img.Digest, id)
+	if t == nil {
+		mfd, err := sealed.Mount(f, nil)
+		if err != nil {
+			return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+		}
+		// As in checkSeal: only an identity that held across the mount
+		// vouches for the tree admission reads.
+		if err := sealed.Check(f, id); err != nil {
+			closeMount(mfd)
+			return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
+		}
+		t = &heldTree{id: id, mfd: mfd}
+		s.sealIDs.hold(img.Digest, t)
 	}
-	// As in checkSeal: only an identity that held across the mount
-	// vouches for the tree admission reads.
-	if err := sealed.Check(f, id); err != nil {
-		closeMount(mfd)
-		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
-	}
-	return TreeFS(fmt.Sprintf("/proc/self/fd/%d", mfd)), func() { closeMount(mfd) }, nil
+	var once sync.Once
+	return TreeFS(fmt.Sprintf("/proc/self/fd/%d", t.mfd)), func() { once.Do(func() { s.sealIDs.release(t) }) }, nil
 }
 
 // checkSeal mounts the sealed file of img, which must have identity id,

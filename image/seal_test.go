@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -230,5 +231,86 @@ func TestSealKeepsTheTree(t *testing.T) {
 	tree, err := treehash.Dir(context.Background(), img.Rootfs, treehash.Options{})
 	if err != nil || tree.Digest != img.Digest {
 		t.Fatalf("rootfs hashes to %v, %v", tree, err)
+	}
+}
+
+// TestTreeIsHeldWhileTheSealHolds: admission's Tree mounts a sealed file
+// once and reads that mount again while the file keeps the identity it
+// was mounted at; a file changed since is refused, and once verified
+// again (a new identity) read from a fresh mount; removing the image
+// lets the mount go.
+func TestTreeIsHeldWhileTheSealHolds(t *testing.T) {
+	ctx := context.Background()
+	s, img, file := sealedStore(t)
+	img, err := s.VerifySealed(ctx, img.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(img *Image) (string, string) {
+		t.Helper()
+		tree, done, err := s.Tree(img, true)
+		if err != nil {
+			t.Fatalf("Tree: %v", err)
+		}
+		defer done()
+		b, err := fs.ReadFile(tree, "etc/other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(tree.(treeFS)), string(b)
+	}
+	// With the first reader still open, so that a fresh mount could not
+	// take the same descriptor number.
+	tree, done, err := s.Tree(img, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, body := read(img); again != string(tree.(treeFS)) || body != "other\n" {
+		t.Fatalf("a second admission mounted again (%s, then %s) or read %q", tree, again, body)
+	}
+	done()
+	done() // idempotent: the held mount has no reader left, not minus one
+	s.sealIDs.mu.Lock()
+	if h := s.sealIDs.trees[img.Digest]; h == nil || h.readers != 0 || h.dropped {
+		t.Errorf("after both readers: %+v", h)
+	}
+	s.sealIDs.mu.Unlock()
+
+	rewrite(t, file, sealMarker, strings.ToUpper(sealMarker))
+	if _, _, err := s.Tree(img, true); !errors.Is(err, ErrSealChanged) {
+		t.Fatalf("Tree of a sealed file changed since its check: %v", err)
+	}
+	rewrite(t, file, strings.ToUpper(sealMarker), sealMarker)
+	img2, err := s.VerifySealed(ctx, img.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img2.Sealed.Identity == img.Sealed.Identity {
+		t.Fatal("rewriting the file left its identity")
+	}
+	if _, _, err := s.Tree(img, true); !errors.Is(err, ErrSealChanged) {
+		t.Fatalf("Tree at the old identity: %v", err)
+	}
+	s.sealIDs.mu.Lock()
+	old := s.sealIDs.trees[img.Digest]
+	s.sealIDs.mu.Unlock()
+	if _, body := read(img2); body != "other\n" {
+		t.Fatalf("etc/other reads %q after the re-check", body)
+	}
+	s.sealIDs.mu.Lock()
+	fresh := s.sealIDs.trees[img.Digest]
+	s.sealIDs.mu.Unlock()
+	if fresh == old || !old.dropped || fresh.id.String() != img2.Sealed.Identity {
+		t.Fatalf("the re-checked file is read from the old mount (old %+v, now %+v)", old, fresh)
+	}
+
+	if err := s.Remove(ctx, img.Digest); err != nil {
+		t.Fatal(err)
+	}
+	s.sealIDs.mu.Lock()
+	left := s.sealIDs.trees[img.Digest]
+	s.sealIDs.mu.Unlock()
+	if left != nil || !fresh.dropped {
+		t.Fatalf("the removed image's mount is still held: %+v", left)
 	}
 }
