@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
@@ -953,4 +954,68 @@ func TestImageConfigDefaults(t *testing.T) {
 	if !strings.Contains(out, "ids=0:0 pwd=/ foo=phase path=/usr/bin:/bin") {
 		t.Fatalf("the phase's fields did not override the image's:\n%s", out)
 	}
+}
+
+// TestForeignMountUnderTheLaunchDir: a mount someone else puts inside the
+// launch dir while the phase runs (here on the launch dir's own tmpfs,
+// beside the rootfs) is never taken for a clean launch dir: the launch
+// dir's umount is refused while it sits beneath, cleanup is not verified,
+// the runner quarantines, and nothing under it is removed.
+func TestForeignMountUnderTheLaunchDir(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, h.phase("echo started; sleep 2"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := make(chan string, 1)
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			ents, _ := os.ReadDir(h.cfg.RuntimeDir)
+			for _, e := range ents {
+				dir := filepath.Join(h.cfg.RuntimeDir, e.Name())
+				if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+					continue
+				}
+				p := filepath.Join(dir, "foreign")
+				if os.Mkdir(p, 0o700) == nil && unix.Mount("tmpfs", p, "tmpfs", 0, "size=1m") == nil {
+					if err := os.WriteFile(filepath.Join(p, "keep"), []byte("not custody's"), 0o600); err == nil {
+						foreign <- p
+						return
+					}
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		foreign <- ""
+	}()
+	var out bytes.Buffer
+	res, err := h.r.Launch(ctx, prep, &out, &out)
+	p := <-foreign
+	if p == "" {
+		t.Fatal("could not mount beneath the launch dir")
+	}
+	defer unix.Unmount(p, unix.MNT_DETACH)
+	if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup.Verified {
+		t.Fatalf("foreign mount beneath the launch dir: err = %v, cleanup verified = %v; want quarantine", err, res.Cleanup.Verified)
+	}
+	if b, err := os.ReadFile(filepath.Join(p, "keep")); err != nil || string(b) != "not custody's" {
+		t.Fatalf("the foreign mount's file: %q, %v", b, err)
+	}
+	// The operator's recovery: the foreign mount goes, then custody's.
+	if err := unix.Unmount(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(p)
+	for _, m := range []string{filepath.Join(dir, "out"), filepath.Join(dir, "rootfs"), dir} {
+		_ = unmount(m)
+	}
+	os.RemoveAll(dir)
+	if err := h.r.ReleaseQuarantine(); err != nil {
+		t.Fatal(err)
+	}
+	res, outs := h.run(h.phase("echo back"))
+	want(t, res, runner.StatusOK, outs)
+	h.noLeftovers()
 }

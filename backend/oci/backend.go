@@ -272,6 +272,9 @@ type Container struct {
 	// made or not: a Prepare that fails part way leaves some never made,
 	// and cleanup must account for each (see unmountAll).
 	mountIntents []backend.Resource
+	// unmountProven says the last unmountAll undid every mount by a
+	// refusing umount of its own (see there).
+	unmountProven bool
 }
 
 // ID is the container id.
@@ -408,7 +411,8 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	if err != nil {
 		return c, err
 	}
-	c.config, err = json.MarshalIndent(spec, "", "  ")
+	// Compact: runc reads it, and indenting cost a fifth of building it.
+	c.config, err = json.Marshal(spec)
 	if err != nil {
 		return c, fmt.Errorf("encode config: %w", err)
 	}
@@ -1276,6 +1280,14 @@ func (c *Container) unmount(p string, innerLeft, recovery bool) error {
 func (c *Container) unmountAll(recovery bool) error {
 	var errs []error
 	var left []string
+	// proven stays true while every mount this launch made, the launch
+	// dir's tmpfs (mounted first, over an empty directory) last, is undone
+	// by a umount of our own that succeeded: the kernel refuses a umount
+	// without MNT_DETACH (EBUSY) while another mount sits beneath. Then no
+	// mount can be left under the launch dir but on the directory itself,
+	// which removeDir's rmdir refuses too, so the mount table need not be
+	// read (it is, whenever anything else happened).
+	proven := !recovery && len(c.mounted) > 0 && c.mounted[0] == c.dir
 	for i := len(c.mounted) - 1; i >= 0; i-- {
 		p := c.mounted[i]
 		kind := KindOutputMount
@@ -1294,16 +1306,20 @@ func (c *Container) unmountAll(recovery bool) error {
 		switch {
 		case err != nil:
 			// Nothing mounted there (any more): gone.
+			proven = false
 		case want != nil && got["mountId"] != want["mountId"]:
 			errs = append(errs, fmt.Errorf("mount at %s is id %s, the journal recorded %s: %w; not unmounting it",
 				p, got["mountId"], want["mountId"], errNotOwned))
 			left = append(left, p)
 			continue
 		default:
-			if err := c.unmount(p, len(left) > 0, recovery); err != nil && !errors.Is(err, unix.EINVAL) {
-				errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
-				left = append(left, p)
-				continue
+			if err := c.unmount(p, len(left) > 0, recovery); err != nil {
+				proven = false
+				if !errors.Is(err, unix.EINVAL) {
+					errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+					left = append(left, p)
+					continue
+				}
 			}
 		}
 		if _, err := mountIdentity(p); err == nil {
@@ -1313,7 +1329,12 @@ func (c *Container) unmountAll(recovery bool) error {
 		}
 		c.removed = append(c.removed, backend.Resource{Kind: kind, Name: p})
 	}
-	if len(errs) == 0 {
+	c.unmountProven = false
+	if len(errs) == 0 && proven && !slices.ContainsFunc(c.mountIntents, func(m backend.Resource) bool {
+		return !slices.ContainsFunc(c.removed, func(r backend.Resource) bool { return r.Kind == m.Kind && r.Name == m.Name })
+	}) {
+		c.unmountProven = true
+	} else if len(errs) == 0 {
 		ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir))
 		if err != nil {
 			return fmt.Errorf("read mountinfo: %w", err)
@@ -1351,8 +1372,28 @@ func (c *Container) removeDir(nothingMounted, owned bool) error {
 			return err
 		}
 	}
-	if err := os.RemoveAll(c.dir); err != nil {
-		return fmt.Errorf("remove launch dir: %w", err)
+	// After a proven unmount the launch dir is the empty directory its
+	// tmpfs covered: rmdir removes exactly that, and refuses (ENOTEMPTY,
+	// EBUSY) a directory holding anything, a mount point included; then
+	// the mount table decides, as after any other unmount.
+	removed := false
+	if nothingMounted && c.unmountProven {
+		err := unix.Rmdir(c.dir)
+		switch {
+		case err == nil || errors.Is(err, unix.ENOENT):
+			removed = true
+		case errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) || errors.Is(err, unix.EBUSY):
+			if left, err := mountinfo.GetMounts(mountinfo.PrefixFilter(c.dir)); err != nil || len(left) > 0 {
+				return fmt.Errorf("launch dir %s still has mounts; not removed", c.dir)
+			}
+		default:
+			return fmt.Errorf("remove launch dir: %w", err)
+		}
+	}
+	if !removed {
+		if err := os.RemoveAll(c.dir); err != nil {
+			return fmt.Errorf("remove launch dir: %w", err)
+		}
 	}
 	if err := absent(c.dir); err != nil {
 		return err
