@@ -41,7 +41,7 @@ docker-deps: deps
 
 # What builds the Debian images of the acceptance tests (TestDebianUserland,
 # the systemd pack test) from Debian's packages: mmdebstrap. The images are
-# cached under build/_images, keyed by their package lists; the first run
+# cached under build/_images (or CUSTODY_IMAGE_CACHE), keyed by their package lists; the first run
 # of make test builds them (about 4.5 and 3.5 minutes here, under load).
 image-deps: deps
 	@command -v mmdebstrap >/dev/null || { echo "installing: mmdebstrap"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null; }

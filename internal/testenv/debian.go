@@ -28,10 +28,30 @@ func DebianImages(t testing.TB) {
 	}
 }
 
+// ImageCacheEnv names a directory where the Debian images are cached
+// instead of build/_images: a cache that outlives a clone, as Go's module
+// and build caches do (.ci/run sets one, so that a fresh clone does not
+// fetch and unpack the same Debian packages again). The cache is keyed by
+// every mmdebstrap argument; an empty one is filled as build/_images is.
+const ImageCacheEnv = "CUSTODY_IMAGE_CACHE"
+
+// ImageCache is where the Debian images are cached: ImageCacheEnv when set,
+// else build/_images in the module.
+func ImageCache(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv(ImageCacheEnv); d != "" {
+		if !filepath.IsAbs(d) {
+			t.Fatalf("%s=%q: want an absolute path", ImageCacheEnv, d)
+		}
+		return d
+	}
+	return filepath.Join(ModuleRoot(t), "build", "_images")
+}
+
 // DebianTar returns a rootfs tar of Debian suite with packages installed,
 // made with mmdebstrap from Debian's own packages (--variant=apt: the
 // essential set, apt and packages, with no recommends; documentation, man
-// pages and locales left out). It is cached under build/_images, keyed by
+// pages and locales left out). It is cached under ImageCache, keyed by
 // every mmdebstrap argument, so a re-run costs nothing; the first costs
 // what mmdebstrap takes, which the test log says.
 func DebianTar(t testing.TB, name, suite string, packages ...string) string {
@@ -41,7 +61,7 @@ func DebianTar(t testing.TB, name, suite string, packages ...string) string {
 		"--dpkgopt=path-exclude=/usr/share/locale/*", "--dpkgopt=path-exclude=/usr/share/info/*",
 		"--include=" + strings.Join(packages, ","), suite}
 	sum := sha256.Sum256([]byte(strings.Join(args, "\n")))
-	file := filepath.Join(ModuleRoot(t), "build", "_images", name+"-"+hex.EncodeToString(sum[:8])+".tar")
+	file := filepath.Join(ImageCache(t), name+"-"+hex.EncodeToString(sum[:8])+".tar")
 	if _, err := os.Stat(file); err == nil {
 		return file
 	}
