@@ -1147,32 +1147,39 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 		cancel()
 	}
 	c.fault("mid-cleanup")
+	// The cgroups and the mounts are separate things to undo and verify:
+	// their removals overlap, and the report keeps its order.
+	var cgErr, cgEmpty error
+	var cgroups sync.WaitGroup
 	if c.cgroups != nil {
-		c.cgroups.oomNotified() // closes the eventfd if a failed run left it
-		c.cgroups.pidsNotified()
-		err := c.removeCgroups()
-		if err == nil {
+		cgroups.Go(func() {
+			c.cgroups.oomNotified() // closes the eventfd if a failed run left it
+			c.cgroups.pidsNotified()
 			// The kernel refuses to remove a cgroup that holds a process
 			// (EBUSY), so every directory gone proves them empty.
-			step(r, "cgroup-empty", nil)
-		} else {
-			step(r, "cgroup-empty", c.verifyNoProcs())
-		}
-		step(r, "cgroup-removed", err)
-		if err == nil {
+			if cgErr = c.removeCgroups(); cgErr != nil {
+				cgEmpty = c.verifyNoProcs()
+			}
+		})
+	}
+	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
+	stateErr := absent(stateDir)
+	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
+	unmountErr := c.unmountAll(recovery)
+	cgroups.Wait()
+	if c.cgroups != nil {
+		step(r, "cgroup-empty", cgEmpty)
+		step(r, "cgroup-removed", cgErr)
+		if cgErr == nil {
 			for _, d := range c.cgroups.all() {
 				c.removed = append(c.removed, backend.Resource{Kind: KindCgroup, Name: d})
 			}
 		}
 	}
-	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
-	err := absent(stateDir)
-	step(r, "runtime-state-gone", err)
-	if err == nil { // started or not, the runtime holds no such container
+	step(r, "runtime-state-gone", stateErr)
+	if stateErr == nil { // started or not, the runtime holds no such container
 		c.removed = append(c.removed, backend.Resource{Kind: KindContainer, Name: c.id})
 	}
-	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
-	unmountErr := c.unmountAll(recovery)
 	step(r, "unmounted", unmountErr)
 	step(r, "launch-dir-removed", c.removeDir(unmountErr == nil, c.ownsDir(from)))
 	if len(c.removed) > 0 {
