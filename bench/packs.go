@@ -57,9 +57,9 @@ images: []
 `
 
 // PackBench is custody's workspace manager, in this process, on an
-// isolated engine, next to docker-compose on the same engine. custodyd's
-// pack wiring is not there yet, so custody's figure is the manager's
-// Up and Down without the CLI and the daemon's socket in front.
+// isolated engine, next to docker-compose on the same engine: the manager
+// custodyd runs a pack with, measured in-process, so custody's figure is
+// its Up and Down without the CLI and the daemon's socket in front.
 type PackBench struct {
 	host    string
 	dir     string // the pack's directory (relative paths resolve here)

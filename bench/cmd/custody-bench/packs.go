@@ -180,7 +180,7 @@ func (b *bencher) packs(ctx context.Context) {
 	}
 	busyAfter := busy()
 	noisy := overLoad(busyBefore) || overLoad(busyAfter)
-	note := fmt.Sprintf("custody: workspace.Manager Up/Down in-process (custodyd's pack wiring is not there yet; the CLI and the daemon's socket add a few ms); "+
+	note := fmt.Sprintf("custody: workspace.Manager Up/Down in-process (the manager custodyd runs packs with; the CLI and the daemon's socket in front add a few ms); "+
 		"up = verify + spend + journal + realize + receipt, down = stop + remove + verify gone + receipt (volumes too, as down -v); "+
 		"grant issued outside the timing; docker-compose %s, the same file without its top-level name (compose 1.29 refuses it; -p carries it); "+
 		"isolated dockerd %s; p50 of each, spread min–max: custody up %s, compose up %s, custody down %s, compose down %s; "+
