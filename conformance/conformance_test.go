@@ -213,3 +213,35 @@ func TestVMSuiteShape(t *testing.T) {
 		t.Fatalf("a vm suite phase: %v, backend %q", err, p.BackendName())
 	}
 }
+
+// TestPooledChecksAreTheSuite: the pooled suite is the host suite but
+// its restricted-egress checks (a sandbox with a run's own proxy is never
+// pooled), so it covers every family with both cases.
+func TestPooledChecksAreTheSuite(t *testing.T) {
+	var want []string
+	cases := map[string]map[Case]bool{}
+	for _, s := range specs() {
+		want = append(want, s.family+"/"+s.name)
+	}
+	for _, s := range restrictedEgressSpecs() {
+		if slices.Contains(PooledChecks, s.family+"/"+s.name) {
+			t.Errorf("%s/%s is pooled", s.family, s.name)
+		}
+	}
+	got := slices.Sorted(slices.Values(PooledChecks))
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("pooled checks\n%v\nwant the host suite's\n%v", got, want)
+	}
+	for _, s := range specs() {
+		if cases[s.family] == nil {
+			cases[s.family] = map[Case]bool{}
+		}
+		cases[s.family][s.kase] = true
+	}
+	for _, f := range Families() {
+		if !cases[f][Legitimate] || !cases[f][Refusal] {
+			t.Errorf("pooled family %s lacks a case: %v", f, cases[f])
+		}
+	}
+}

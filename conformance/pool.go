@@ -8,17 +8,17 @@ import (
 )
 
 // PooledChecks are the checks a pooled suite (Env.Pooled) runs by
-// default: every check whose phases ask for the budgets PooledBudgets
-// lists (privilege isolation and the memory, pids and wall-time limits
-// among them), so that a warm pool of those profiles serves every one of
-// their runs. The output, tmp, scratch and cpu bounds ask for budgets of
-// their own and run cold.
+// default: every check of the host suite but the restricted-egress ones,
+// whose sandboxes are never pooled (a run's proxy and CA are its own).
+// Each of their phases asks for one of the budget sets PooledBudgets
+// lists, so that a warm pool of those profiles serves every run.
 var PooledChecks = []string{
 	FamilyInput + "/read-input",
 	FamilyInput + "/write-input-refused",
 	FamilyInput + "/changed-after-issue-refused",
 	FamilyInput + "/rootfs-read-only",
 	FamilyOutput + "/output-kept-by-digest",
+	FamilyOutput + "/output-bound-enforced",
 	FamilyEnvironment + "/declared-variable-visible",
 	FamilyEnvironment + "/ambient-variables-absent",
 	FamilyEnvironment + "/minimal-devices-work",
@@ -37,14 +37,38 @@ var PooledChecks = []string{
 	FamilyBudgets + "/memory-within-budget",
 	FamilyBudgets + "/memory-hog-oom-killed",
 	FamilyBudgets + "/pids-within-budget",
+	FamilyBudgets + "/fork-bomb-capped",
+	FamilyBudgets + "/cpu-quota-applied",
+	FamilyBudgets + "/cpu-burn-throttled",
+	FamilyBudgets + "/tmp-within-budget",
+	FamilyBudgets + "/tmp-bound-enforced",
+	FamilyBudgets + "/scratch-within-budget",
+	FamilyBudgets + "/writable-mounts-bounded",
 	FamilyBudgets + "/wall-time-within-budget",
 	FamilyBudgets + "/wall-time-exceeded-killed",
 }
 
-// PooledBudgets are the memory and pids budgets of PooledChecks' phases
-// (every other budget is the operator's default): a pool profile for each
-// serves them.
-var PooledBudgets = []struct{ Memory, Pids int64 }{{64 * mib, 64}, {32 * mib, 64}}
+// PoolBudget is one budget set of PooledChecks' phases, as the phase
+// resolves it: a field a phase leaves unset is the qualification policy's
+// default (cpu 1, tmp 16Mi, output 16Mi) or the suite's (memory 64Mi,
+// pids 64).
+type PoolBudget struct {
+	Memory, Pids          int64
+	CPU                   float64
+	TmpBytes, OutputBytes int64
+}
+
+// PooledBudgets are the budget sets of PooledChecks' phases: a pool
+// profile for each serves them.
+var PooledBudgets = []PoolBudget{
+	{Memory: 64 * mib, Pids: 64, CPU: 1, TmpBytes: 16 * mib, OutputBytes: 16 * mib},   // most checks
+	{Memory: 32 * mib, Pids: 64, CPU: 1, TmpBytes: 16 * mib, OutputBytes: 16 * mib},   // memory-hog
+	{Memory: 64 * mib, Pids: 16, CPU: 1, TmpBytes: 16 * mib, OutputBytes: 16 * mib},   // fork-bomb
+	{Memory: 64 * mib, Pids: 64, CPU: 0.5, TmpBytes: 16 * mib, OutputBytes: 16 * mib}, // cpu-quota
+	{Memory: 64 * mib, Pids: 64, CPU: 0.2, TmpBytes: 16 * mib, OutputBytes: 16 * mib}, // cpu-burn
+	{Memory: 64 * mib, Pids: 64, CPU: 1, TmpBytes: 2 * mib, OutputBytes: 16 * mib},    // tmp
+	{Memory: 64 * mib, Pids: 64, CPU: 1, TmpBytes: 2 * mib, OutputBytes: mib},         // output bound, scratch, writable mounts
+}
 
 // pooledRun says whether a run's receipt records a pooled sandbox (v5).
 func pooledRun(env []byte) bool {

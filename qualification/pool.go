@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,8 +18,7 @@ import (
 const poolSize = 2
 
 // poolPolicy is the pool section of a pooled qualification's policy: one
-// profile per budget set of conformance.PooledBudgets, with the
-// qualification policy's defaults for every other budget.
+// profile per budget set of conformance.PooledBudgets.
 func poolPolicy(image, tier string) string {
 	var b strings.Builder
 	b.WriteString("pool:\n")
@@ -28,8 +28,8 @@ func poolPolicy(image, tier string) string {
     tier: %s
     size: %d
     idleTTL: 30m
-    resources: {memory: %d, pids: %d, cpu: 1, tmpBytes: 16Mi, outputPath: /out, outputBytes: 16Mi}
-`, i, image, tier, poolSize, bg.Memory, bg.Pids)
+    resources: {memory: %d, pids: %d, cpu: %s, tmpBytes: %d, outputPath: /out, outputBytes: %d}
+`, i, image, tier, poolSize, bg.Memory, bg.Pids, strconv.FormatFloat(bg.CPU, 'g', -1, 64), bg.TmpBytes, bg.OutputBytes)
 	}
 	return b.String()
 }

@@ -73,8 +73,8 @@ type Options struct {
 	Only []string
 	// Pooled runs the suite on pooled launches: the private daemon keeps
 	// a warm pool for conformance.PooledBudgets, and every run must take
-	// a pooled sandbox. Without Only it runs conformance.PooledChecks, so
-	// its row is partial and cannot pass as a full qualification.
+	// a pooled sandbox. Without Only it runs conformance.PooledChecks:
+	// every check but the restricted-egress ones, which are never pooled.
 	Pooled bool
 	// Logf reports progress, a line at a time; nil discards it.
 	Logf func(format string, args ...any)

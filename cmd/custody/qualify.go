@@ -77,7 +77,7 @@ not run.`,
 	f.IntVar(&o.parallel, "parallel", 1, "checks to run at once")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	f.StringArrayVar(&o.only, "only", nil, "run only checks named FAMILY or FAMILY/NAME (debugging; such a row cannot pass)")
-	f.BoolVar(&o.pooled, "pooled", false, "run the checks whose phases a warm pool can serve (isolation, limits, inputs, environment, egress, cleanup, evidence) on pooled launches; every run must be pooled, and the row is partial and cannot pass")
+	f.BoolVar(&o.pooled, "pooled", false, "run the suite on pooled launches: every check but the restricted-egress ones (never pooled); every run must be pooled")
 	_ = cmd.MarkFlagRequired("tier")
 	return cmd
 }

@@ -3,20 +3,18 @@ package main
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/custody-dev/custody/conformance"
 )
 
-// TestQualifyPooled runs the checks of the conformance suite a warm pool
-// can serve (isolation, the memory, pids and wall-time limits, inputs,
-// environment, denied egress, cleanup, evidence) on warm-pool launches
-// through a private custodyd (custody qualify --pooled): every run must
-// have taken a pooled sandbox
-// (its signed receipt says so) and every check passes, legitimate and
-// refusal alike; the row is partial (the other checks are missing), so it
-// cannot pass as a full qualification.
+// TestQualifyPooled runs the conformance suite on warm-pool launches
+// through a private custodyd (custody qualify --pooled): every check but
+// the restricted-egress ones (never pooled), every budget bound included;
+// every run must have taken a pooled sandbox (its signed receipt says so)
+// and every check passes, legitimate and refusal alike, so the row does.
 func TestQualifyPooled(t *testing.T) {
 	custodyd, runc, busybox, probe := qualifyBins(t)
 	rowPath := filepath.Join(t.TempDir(), "row.json")
@@ -36,7 +34,12 @@ func TestQualifyPooled(t *testing.T) {
 			t.Errorf("%s: passed %t with %d runs: %s", c.TestName(), c.Passed, len(c.Runs), c.Detail)
 		}
 	}
-	if v.AllPassed() || len(v.Missing) == 0 {
-		t.Errorf("a pooled (partial) row passes as a full qualification: result %s, missing %v", v.Result, v.Missing)
+	if !v.AllPassed() || len(v.Missing) != 0 {
+		t.Errorf("the pooled row: result %s, missing %v", v.Result, v.Missing)
+	}
+	for _, c := range v.Checks {
+		if c.Family == conformance.FamilyEgress && strings.HasPrefix(c.Name, "restricted-") {
+			t.Errorf("%s ran in a pooled suite: restricted egress is never pooled", c.TestName())
+		}
 	}
 }
