@@ -681,12 +681,14 @@ func (r *Runner) prunePool() error {
 	old := slices.Clone(r.pool.served[:n])
 	r.pool.served = slices.Delete(r.pool.served, 0, n)
 	r.pool.mu.Unlock()
-	if _, err := r.journal.DeleteClean(old...); err != nil {
+	n, err := r.journal.DeleteClean(old...)
+	if err != nil {
 		r.pool.mu.Lock()
 		r.pool.served = append(old, r.pool.served...) // tried again next round
 		r.pool.mu.Unlock()
 		return fmt.Errorf("prune clean pool members: %w", err)
 	}
+	r.log.Debug("pruned clean pool members from the journal", "deleted", n, "kept", r.keepClean())
 	return nil
 }
 

