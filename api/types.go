@@ -146,6 +146,24 @@ type Status struct {
 	Quarantine      Quarantine      `json:"quarantine"`
 	Profile         json.RawMessage `json:"profile"`
 	Running         []string        `json:"running"` // the caller's own on the submit socket; all on control
+	// Pool is each warm-pool profile in force ([] when none).
+	Pool []PoolProfile `json:"pool"`
+}
+
+// PoolProfile is one warm-pool profile's state: ready (every member
+// prepared), filling, or backoff (its last preparation failed; none is
+// tried before NextTry).
+type PoolProfile struct {
+	Name  string `json:"name"`
+	Size  int    `json:"size"`
+	Idle  int    `json:"idle"`
+	State string `json:"state"`
+	// Failures counts failed preparations in a row; LastError,
+	// LastFailure and NextTry are absent while it is zero.
+	Failures    int       `json:"failures"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastFailure time.Time `json:"lastFailure,omitzero"`
+	NextTry     time.Time `json:"nextTry,omitzero"`
 }
 
 // RunRequest submits a grant for launch.

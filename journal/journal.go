@@ -313,3 +313,35 @@ func (j *Journal) Settle(runID, grantID, detail string) error {
 			Detail: detail, Started: now, Updated: now})
 	})
 }
+
+// DeleteClean removes the records of the named attempts that are clean
+// with nothing outstanding, in one durable transaction, and returns how
+// many it removed. Each state is read again inside the transaction: an
+// attempt that is not clean (residual, or reopened) is always kept, as is
+// one not found. It is for records that carry no evidence, such as warm
+// pool members verified destroyed.
+func (j *Journal) DeleteClean(runIDs ...string) (int, error) {
+	n := 0
+	err := j.db.Update(j.bucket, func(b *bolt.Bucket) error {
+		n = 0
+		for _, id := range runIDs {
+			v := b.Get([]byte(id))
+			if v == nil {
+				continue
+			}
+			var a Attempt
+			if err := json.Unmarshal(v, &a); err != nil {
+				return fmt.Errorf("journal: %s: %w", id, err)
+			}
+			if a.State != Clean || len(a.Outstanding()) > 0 {
+				continue
+			}
+			if err := b.Delete([]byte(id)); err != nil {
+				return fmt.Errorf("journal: delete %s: %w", id, err)
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}

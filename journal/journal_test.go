@@ -156,3 +156,34 @@ func TestPackBucketAndIntentIdentity(t *testing.T) {
 		t.Fatalf("resources %+v", a.Resources)
 	}
 }
+
+// DeleteClean removes only attempts it finds clean with nothing
+// outstanding: running, cleanup-pending and residual ones are kept, and a
+// name not found is no error.
+func TestDeleteClean(t *testing.T) {
+	j, _ := open(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"clean", "running", "pending", "residual"} {
+		must(j.Begin(id, "pool:small", Resource{Kind: "launch-dir", Name: "/run/" + id}))
+	}
+	must(j.Finish("clean", Clean, "destroyed", "", Resource{Kind: "launch-dir", Name: "/run/clean"}))
+	must(j.Finish("pending", CleanupPending, "", ""))
+	must(j.Finish("residual", Residual, "left", "custody recover"))
+	n, err := j.DeleteClean("clean", "running", "pending", "residual", "absent")
+	if err != nil || n != 1 {
+		t.Fatalf("DeleteClean: %d, %v; want 1 deleted", n, err)
+	}
+	if _, err := j.Get("clean"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the clean attempt: %v; want deleted", err)
+	}
+	for _, id := range []string{"running", "pending", "residual"} {
+		if _, err := j.Get(id); err != nil {
+			t.Fatalf("attempt %s: %v; want kept", id, err)
+		}
+	}
+}

@@ -8,3 +8,6 @@ func SetReprobeEvery(r *Runner, d time.Duration) {
 	defer r.reprobe.Unlock()
 	r.reprobeEvery = d
 }
+
+// SetPoolKeepClean lets a test prune pool members beyond n clean ones.
+func SetPoolKeepClean(r *Runner, n int) { r.poolKeep = n }

@@ -64,6 +64,50 @@ type pool struct {
 	// background included: Recover waits for them (holdPool), so it never
 	// walks the journal while a member's attempt is still being closed.
 	destroying teardowns
+
+	// holds counts holdPool callers: no round makes a member while one
+	// waits. cancelRound ends the round under way (nil when none), so a
+	// recovery waits for at most the member being made, never the round.
+	holds       int
+	cancelRound context.CancelFunc
+	// backoff is each profile's preparation failures, by name: a profile
+	// that keeps failing is retried ever later, not every round.
+	backoff map[string]*profileBackoff
+	// served are this process's served or destroyed members whose
+	// attempts are clean, oldest first: pruned beyond poolKeepClean.
+	served []string
+}
+
+// Backoff of a profile whose members fail to prepare: the first retry
+// after poolBackoffMin, doubling to poolBackoffMax.
+const (
+	poolBackoffMin = time.Second
+	poolBackoffMax = 5 * time.Minute
+)
+
+// poolKeepClean is how many clean member attempts the journal keeps, the
+// newest, for an operator to read: older ones are deleted, since a clean
+// member carries no evidence (the receipt of the run it served names it
+// and says when it was prepared; its cleanup is the run's own).
+const poolKeepClean = 64
+
+// profileBackoff is one profile's run of preparation failures.
+type profileBackoff struct {
+	failures    int
+	lastError   string
+	lastFailure time.Time
+	nextTry     time.Time
+}
+
+// fail records a failure at now and returns the delay before a retry.
+func (b *profileBackoff) fail(now time.Time, err error) time.Duration {
+	b.failures++
+	d := poolBackoffMax
+	if b.failures <= 20 { // 1s << 20 is far past the cap
+		d = min(poolBackoffMin<<(b.failures-1), poolBackoffMax)
+	}
+	b.lastError, b.lastFailure, b.nextTry = err.Error(), now, now.Add(d)
+	return d
 }
 
 // teardowns counts member teardowns under way. Unlike a sync.WaitGroup it
@@ -190,12 +234,15 @@ func (e *PoolConfigError) Error() string {
 }
 
 // CheckPool checks pol's pool profiles against this runner: each image is
-// stored here, each backend can hold a sandbox before its grant, and each
-// tier is one the backend enforces. custodyd refuses a policy it fails.
+// stored here, each backend can hold a sandbox before its grant, each
+// tier is one the backend enforces, and each profile is one a plan can
+// match (its user is one admission admits, its scratch fits its memory).
+// custodyd refuses a policy it fails.
 func (r *Runner) CheckPool(pol *policy.Policy) error {
 	var checks []admission.Check
 	for i, p := range pol.Pool {
 		req := fmt.Sprintf("pool[%d]", i)
+		checks = append(checks, matchable(req, pol, p)...)
 		if _, err := r.images.Get(p.Image); err != nil {
 			checks = append(checks, admission.Check{Requirement: req + ".image", Verdict: admission.Unsupported, Code: "pool-image-unknown",
 				Detail: fmt.Sprintf("image %s is not in this runner's image store: %v", p.Image, err), Fix: "import the image (custody image import) before naming it in a pool profile"})
@@ -226,6 +273,33 @@ func (r *Runner) CheckPool(pol *policy.Policy) error {
 	return nil
 }
 
+// matchable refuses what admission would refuse of every plan the profile
+// could serve: sandboxes no grant can take, kept for nothing.
+func matchable(req string, pol *policy.Policy, p policy.PoolProfile) []admission.Check {
+	var checks []admission.Check
+	for _, id := range []struct {
+		field string
+		v     uint32
+	}{{"uid", p.UID}, {"gid", p.GID}} {
+		if id.v > admission.MaxID {
+			checks = append(checks, admission.Check{Requirement: req + "." + id.field, Verdict: admission.NotGranted, Code: "pool-user-unmapped",
+				Detail: fmt.Sprintf("%s %d is outside the sandbox's user namespace, which maps ids 0 to %d", id.field, id.v, admission.MaxID),
+				Fix:    fmt.Sprintf("use a %s from 0 to %d", id.field, admission.MaxID)})
+		}
+	}
+	if p.UID == 0 && pol.Users.ForbidRoot {
+		checks = append(checks, admission.Check{Requirement: req + ".uid", Verdict: admission.NotGranted, Code: "pool-root-forbidden",
+			Detail: "the profile runs its workload as uid 0 and the policy forbids root (users.forbidRoot), so no grant could take its sandboxes",
+			Fix:    "set the profile's uid (and gid) to the non-root user its phases run as"})
+	}
+	if tmp, mem := p.Resources.TmpBytes, p.Resources.Memory; tmp > 0 && mem > 0 && tmp > mem {
+		checks = append(checks, admission.Check{Requirement: req + ".resources.tmpBytes", Verdict: admission.NotGranted, Code: "pool-tmp-exceeds-memory",
+			Detail: fmt.Sprintf("%d bytes of /tmp and /dev/shm are above resources.memory %d bytes: they are tmpfs charged to the memory cgroup, and admission refuses such a plan, so no grant could take the profile's sandboxes", int64(tmp), int64(mem)),
+			Fix:    "lower resources.tmpBytes to at most resources.memory, or raise memory"})
+	}
+	return checks
+}
+
 // ConfigurePool sets the pool's profiles from the policy in force (digest
 // names it). A different policy drains every member first: a sandbox is
 // never served under a policy other than the one it was made under.
@@ -235,7 +309,7 @@ func (r *Runner) ConfigurePool(ctx context.Context, pol *policy.Policy, digest s
 	if r.pool.digest != digest {
 		drained = r.pool.takeAll()
 		r.pool.digest, r.pool.pol = digest, pol
-		r.pool.profiles = nil
+		r.pool.profiles, r.pool.backoff = nil, nil
 		if pol != nil {
 			r.pool.profiles = slices.Clone(pol.Pool)
 		}
@@ -249,7 +323,7 @@ func (r *Runner) ConfigurePool(ctx context.Context, pol *policy.Policy, digest s
 func (r *Runner) DrainPool(ctx context.Context, reason string) {
 	r.pool.mu.Lock()
 	drained := r.pool.takeAll()
-	r.pool.digest, r.pool.profiles, r.pool.pol = "", nil, nil
+	r.pool.digest, r.pool.profiles, r.pool.pol, r.pool.backoff = "", nil, nil, nil
 	r.pool.mu.Unlock()
 	r.destroyAll(ctx, drained, reason)
 }
@@ -275,6 +349,66 @@ func (r *Runner) PoolStatus() map[string]int {
 	return out
 }
 
+// Pool profile states, as PoolProfiles reports them.
+const (
+	PoolReady   = "ready"   // every member is prepared
+	PoolFilling = "filling" // members are missing, and the next round makes them
+	PoolBackoff = "backoff" // the last preparation failed: none is tried before NextTry
+)
+
+// PoolProfileStatus is one profile as custody status shows it.
+type PoolProfileStatus struct {
+	Name  string
+	Size  int
+	Idle  int
+	State string
+	// Failures counts the preparations that failed in a row; LastError,
+	// LastFailure and NextTry are set while it is not zero.
+	Failures    int
+	LastError   string
+	LastFailure time.Time
+	NextTry     time.Time
+}
+
+// PoolProfiles reports each profile in force: its idle members, and its
+// backoff after failed preparations.
+func (r *Runner) PoolProfiles() []PoolProfileStatus {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	out := []PoolProfileStatus{}
+	for _, p := range r.pool.profiles {
+		st := PoolProfileStatus{Name: p.Name, Size: p.Size, Idle: len(r.pool.members[p.Name]), State: PoolFilling}
+		if st.Idle >= st.Size {
+			st.State = PoolReady
+		}
+		if b := r.pool.backoff[p.Name]; b != nil {
+			st.Failures, st.LastError, st.LastFailure, st.NextTry = b.failures, b.lastError, b.lastFailure, b.nextTry
+			if st.Idle < st.Size {
+				st.State = PoolBackoff
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// PoolIdle says whether the pool has nothing to keep: no profile and no
+// member. Its upkeep then waits for a policy change instead of ticking.
+func (r *Runner) PoolIdle() bool {
+	r.pool.mu.Lock()
+	defer r.pool.mu.Unlock()
+	return len(r.pool.profiles) == 0 && r.pool.count() == 0
+}
+
+// count is the number of idle members; the caller holds mu.
+func (p *pool) count() int {
+	n := 0
+	for _, ms := range p.members {
+		n += len(ms)
+	}
+	return n
+}
+
 // FillPool is one round of the pool's upkeep: it destroys members that
 // may no longer be served (idle past the TTL, gate gone, runtime or image
 // changed), drains everything while the runner is quarantined, and
@@ -283,6 +417,26 @@ func (r *Runner) PoolStatus() map[string]int {
 func (r *Runner) FillPool(ctx context.Context) error {
 	r.pool.fill.Lock()
 	defer r.pool.fill.Unlock()
+	r.pool.mu.Lock()
+	// Nothing to keep: no store read, no backend asked.
+	if len(r.pool.profiles) == 0 && r.pool.count() == 0 {
+		r.pool.mu.Unlock()
+		return nil
+	}
+	// A recovery waits: it drains the pool itself, and nothing is made.
+	if r.pool.holds > 0 {
+		r.pool.mu.Unlock()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r.pool.cancelRound = cancel
+	r.pool.mu.Unlock()
+	defer func() {
+		r.pool.mu.Lock()
+		r.pool.cancelRound = nil
+		r.pool.mu.Unlock()
+		cancel()
+	}()
 	if err := r.checkQuarantine(); err != nil {
 		r.pool.mu.Lock()
 		drained := r.pool.takeAll()
@@ -329,6 +483,9 @@ func (r *Runner) FillPool(ctx context.Context) error {
 	}
 	var want []policy.PoolProfile
 	for _, p := range r.pool.profiles {
+		if b := r.pool.backoff[p.Name]; b != nil && now.Before(b.nextTry) {
+			continue // failed lately: not before its next try
+		}
 		for range p.Size - len(r.pool.members[p.Name]) {
 			want = append(want, p)
 		}
@@ -338,10 +495,37 @@ func (r *Runner) FillPool(ctx context.Context) error {
 	for i, m := range stale {
 		r.destroyMember(ctx, m, reasons[i])
 	}
+	var errs []error
+	failed := map[string]bool{}
 	for _, p := range want {
+		if ctx.Err() != nil {
+			break // a recovery or stop ended the round
+		}
+		if failed[p.Name] {
+			continue
+		}
 		m, err := r.prepareMember(ctx, p)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				break // cut short, not the profile's failure
+			}
+			failed[p.Name] = true
+			r.pool.mu.Lock()
+			if r.pool.digest == digest {
+				if r.pool.backoff == nil {
+					r.pool.backoff = map[string]*profileBackoff{}
+				}
+				b := r.pool.backoff[p.Name]
+				if b == nil {
+					b = &profileBackoff{}
+					r.pool.backoff[p.Name] = b
+				}
+				d := b.fail(time.Now().UTC(), err)
+				err = fmt.Errorf("%w (failure %d in a row; next try in %s)", err, b.failures, d)
+			}
+			r.pool.mu.Unlock()
+			errs = append(errs, err)
+			continue
 		}
 		r.pool.mu.Lock()
 		if r.pool.digest != digest || r.pool.members == nil {
@@ -350,10 +534,14 @@ func (r *Runner) FillPool(ctx context.Context) error {
 			continue
 		}
 		m.digest = digest
+		delete(r.pool.backoff, p.Name) // it prepares again: no backoff
 		r.pool.members[p.Name] = append(r.pool.members[p.Name], m)
 		r.pool.mu.Unlock()
 	}
-	return nil
+	if err := r.prunePool(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // prepareMember makes one member for profile p, journalled as an attempt
@@ -399,6 +587,8 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 			r.destroyMember(ctx, m, "its preparation failed: "+err.Error())
 		} else if aerr := r.Abandon(runID, "pool member not prepared: "+err.Error()); aerr != nil {
 			r.log.Error("close the pool member's attempt", "run", runID, "err", aerr)
+		} else {
+			r.pool.noteClean(runID)
 		}
 		return nil, fmt.Errorf("pool %s: prepare a member: %w", p.Name, err)
 	}
@@ -453,7 +643,95 @@ func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail strin
 		_ = r.residual(m.runID, err.Error())
 		return
 	}
+	r.pool.noteClean(m.runID)
 	r.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
+}
+
+// noteClean records a member's attempt as verified clean, to be pruned
+// once poolKeepClean newer ones exist.
+func (p *pool) noteClean(runID string) {
+	p.mu.Lock()
+	p.served = append(p.served, runID)
+	p.mu.Unlock()
+}
+
+// poolPruneBatch bounds the attempts one prune deletes (one transaction).
+const poolPruneBatch = 256
+
+// keepClean is poolKeepClean, or what a test set.
+func (r *Runner) keepClean() int {
+	if r.poolKeep > 0 {
+		return r.poolKeep
+	}
+	return poolKeepClean
+}
+
+// prunePool deletes the journal records of the oldest clean members this
+// runner closed beyond the newest keepClean, at most poolPruneBatch at
+// once. It runs in the upkeep round, off every launch's path. The journal
+// deletes only what it still finds clean, so a residual member is never
+// lost.
+func (r *Runner) prunePool() error {
+	r.pool.mu.Lock()
+	n := min(len(r.pool.served)-r.keepClean(), poolPruneBatch)
+	if n <= 0 {
+		r.pool.mu.Unlock()
+		return nil
+	}
+	old := slices.Clone(r.pool.served[:n])
+	r.pool.served = slices.Delete(r.pool.served, 0, n)
+	r.pool.mu.Unlock()
+	n, err := r.journal.DeleteClean(old...)
+	if err != nil {
+		r.pool.mu.Lock()
+		r.pool.served = append(old, r.pool.served...) // tried again next round
+		r.pool.mu.Unlock()
+		return fmt.Errorf("prune clean pool members: %w", err)
+	}
+	r.log.Debug("pruned clean pool members from the journal", "deleted", n, "kept", r.keepClean())
+	return nil
+}
+
+// prunePoolJournal is prunePool over the whole journal, for members
+// closed before this process (a journal written before pruning existed
+// keeps every member): the newest clean ones are kept and remembered,
+// oldest first. Recover calls it while it holds the pool.
+func (r *Runner) prunePoolJournal() error {
+	all, err := r.journal.List()
+	if err != nil {
+		return fmt.Errorf("read journal: %w", err)
+	}
+	var clean []journal.Attempt
+	for _, a := range all {
+		if IsPoolMember(a) && a.State == journal.Clean && len(a.Outstanding()) == 0 {
+			clean = append(clean, a)
+		}
+	}
+	slices.SortStableFunc(clean, func(a, b journal.Attempt) int { return a.Updated.Compare(b.Updated) })
+	ids := make([]string, len(clean))
+	listed := map[string]bool{}
+	for i, a := range clean {
+		ids[i], listed[a.RunID] = a.RunID, true
+	}
+	r.pool.mu.Lock()
+	for _, id := range r.pool.served { // closed since the journal was read
+		if !listed[id] {
+			ids = append(ids, id)
+		}
+	}
+	r.pool.served = ids
+	r.pool.mu.Unlock()
+	for {
+		r.pool.mu.Lock()
+		more := len(r.pool.served) > r.keepClean()
+		r.pool.mu.Unlock()
+		if !more {
+			return nil
+		}
+		if err := r.prunePool(); err != nil {
+			return err
+		}
+	}
 }
 
 func (r *Runner) destroyAll(ctx context.Context, ms []*member, reason string) {
@@ -624,9 +902,22 @@ func (r *Runner) PoolUsesImage(digest string) bool {
 
 // holdPool drains the pool and keeps it from filling until the returned
 // release is called: what Recover needs before it walks the journal.
+// A fill round under way is cancelled, not waited for: it ends with the
+// member being made (which it destroys if it cannot finish it).
 func (r *Runner) holdPool(ctx context.Context) (release func()) {
+	r.pool.mu.Lock()
+	r.pool.holds++
+	if r.pool.cancelRound != nil {
+		r.pool.cancelRound()
+	}
+	r.pool.mu.Unlock()
 	r.pool.fill.Lock()
 	r.DrainPool(ctx, "an operator's recovery")
 	r.pool.destroying.wait() // teardowns started before the drain
-	return r.pool.fill.Unlock
+	return func() {
+		r.pool.fill.Unlock()
+		r.pool.mu.Lock()
+		r.pool.holds--
+		r.pool.mu.Unlock()
+	}
 }

@@ -84,6 +84,11 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 			out.Attempts = append(out.Attempts, *got)
 		}
 	}
+	// Members closed clean by an earlier runner (or one from before the
+	// journal was pruned) are pruned like this runner's own.
+	if err := r.prunePoolJournal(); err != nil {
+		r.log.Warn("prune clean pool members", "err", err)
+	}
 	out.Foreign = r.foreign()
 	for _, f := range out.Foreign {
 		r.log.Warn("foreign state left untouched", "what", f)

@@ -66,8 +66,11 @@ type Runner struct {
 	probedAt     time.Time // guarded by reprobe
 	reprobeEvery time.Duration
 
-	// pool is the warm pool (pool.go).
-	pool pool
+	// pool is the warm pool (pool.go); poolKeep, when set, is how many
+	// clean member attempts its journal keeps (a test's; else
+	// poolKeepClean).
+	pool     pool
+	poolKeep int
 }
 
 // reprobeEvery is how often a profile with a failed host fact is probed
@@ -251,7 +254,11 @@ func (r *Runner) Images() *image.Store { return r.images }
 func (r *Runner) Quarantine() (*store.Quarantine, error) { return r.db.Quarantine() }
 
 // ReleaseQuarantine lifts the quarantine (operator action).
-func (r *Runner) ReleaseQuarantine() error { return r.db.ClearQuarantine() }
+func (r *Runner) ReleaseQuarantine() error {
+	err := r.db.ClearQuarantine()
+	r.pool.kick() // the pool refills at once, not at its next tick
+	return err
+}
 
 // Prepared is an admitted phase whose inputs are snapshotted: a change to
 // the host paths after this point cannot reach the run.
@@ -702,7 +709,9 @@ func (r *Runner) residual(runID, reason string, removed ...journal.Resource) err
 		r.log.Error("journal residual", "run", runID, "err", err)
 	}
 	r.log.Error("quarantining runner", "run", runID, "reason", reason)
-	if err := r.db.SetQuarantine(store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: runID}); err != nil {
+	err := r.db.SetQuarantine(store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: runID})
+	r.pool.kick() // the pool's upkeep drains it now, not at its next tick
+	if err != nil {
 		return fmt.Errorf("%s; and quarantine could not be recorded: %w", reason, err)
 	}
 	return fmt.Errorf("%w: %s", ErrQuarantined, reason)

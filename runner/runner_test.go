@@ -536,17 +536,8 @@ func TestRunRecordWithFinish(t *testing.T) {
 }
 
 func TestTamperedRuntimeRefused(t *testing.T) {
-	testenv.Root(t)
-	path, version, sha := testenv.Runc(t)
-	copyPath := filepath.Join(t.TempDir(), "runc")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(copyPath, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	h := newHarnessWith(t, runner.Runtime{Path: copyPath, Version: version, SHA256: sha})
+	copyPath, data, rt := runcCopy(t)
+	h := newHarnessWith(t, rt)
 	res, out := h.run(h.phase("echo untampered"))
 	want(t, res, runner.StatusOK, out)
 

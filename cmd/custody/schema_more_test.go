@@ -3,15 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/internal/testenv"
 )
 
 // TestStatusPlanReceiptTrustMatchSchemas validates the rest of the CLI's
@@ -36,7 +39,7 @@ func TestStatusPlanReceiptTrustMatchSchemas(t *testing.T) {
 		return out
 	}
 	st := must("status", "status", "--json")
-	if strings.Contains(st, "0001-01-01") || !strings.Contains(st, `"quarantined": false`) {
+	if strings.Contains(st, "0001-01-01") || !strings.Contains(st, `"quarantined": false`) || !strings.Contains(st, `"pool": []`) {
 		t.Fatalf("status --json: %s", st)
 	}
 	if op := must("status", "status", "--operator", "--json"); !strings.Contains(op, `"attempts": []`) {
@@ -91,6 +94,7 @@ func TestStatusPlanReceiptTrustMatchSchemas(t *testing.T) {
 	for _, c := range []struct{ schema, doc, from, to string }{
 		{"status", st, `"quarantined": false`, `"quarantined": false, "since": "0001-01-01T00:00:00Z"`},
 		{"status", st, `"running": []`, `"running": null`},
+		{"status", st, `"pool": []`, `"pool": null`},
 		{"plan", string(a.Plan), `"wallTimeMillis": 20000`, `"wallTime": 20000000000`},
 		{"plan", string(a.Plan), `"tier": "development"`, `"tier": "development (unqualified)"`},
 	} {
@@ -127,4 +131,59 @@ func validTrust(t *testing.T, doc string) error {
 		return err
 	}
 	return compiled.Validate(inst)
+}
+
+// TestStatusPoolMatchesSchema: custody status of a real custodyd with two
+// pool profiles, one ready and one whose members cannot be prepared (a
+// 1 MiB memory budget runc's own init cannot start in), matches custody
+// schema status: the failing one in backoff with its last error, when it
+// failed and its next try. A profile that claims failures without an
+// error, or a state the schema does not name, fails it.
+func TestStatusPoolMatchesSchema(t *testing.T) {
+	e := startDaemon(t)
+	pol, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "examples", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	profile := `  - name: %s
+    image: "@IMAGE@"
+    tier: development
+    size: 1
+    idleTTL: 10m
+    resources: {memory: %s, pids: 64, cpu: 1, tmpBytes: 1Mi, outputPath: /out, outputBytes: 1Mi}
+`
+	e.d.WritePolicy(string(pol) + "pool:\n" + fmt.Sprintf(profile, "small", "64Mi") + fmt.Sprintf(profile, "tiny", "1Mi"))
+	if code, out, errs := e.custody("policy", "reload"); code != exitOK {
+		t.Fatalf("policy reload: %s %s", out, errs)
+	}
+	var st string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		code, out, errs := e.custody("status", "--operator", "--json")
+		if code != exitOK {
+			t.Fatalf("status: %d %s", code, errs)
+		}
+		if strings.Contains(out, `"state": "ready"`) && strings.Contains(out, `"state": "backoff"`) {
+			st = out
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed one profile ready and one in backoff:\n%s", out)
+		}
+	}
+	if err := valid(t, "status", st); err != nil {
+		t.Fatalf("status with a pool against status.schema.json: %v\n%s", err, st)
+	}
+	for _, c := range []struct{ from, to string }{
+		{`"state": "backoff"`, `"state": "broken"`},
+		{`"lastError": "`, `"lastErrorX": "`},
+		{`"failures": 0`, `"failures": 0, "lastError": "none"`},
+	} {
+		bad := strings.Replace(st, c.from, c.to, 1)
+		if bad == st {
+			t.Fatalf("%q is not in the status:\n%s", c.from, st)
+		}
+		if valid(t, "status", bad) == nil {
+			t.Errorf("a status with %s passed status.schema.json", c.to)
+		}
+	}
 }

@@ -109,7 +109,7 @@ func (s *server) handleStatus(operator bool) http.HandlerFunc {
 		st := api.Status{
 			RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
 			RunnerPublicKey: string(s.runnerID.PublicPEM()), IssuerPublicKey: string(s.issuer.PublicPEM()),
-			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{},
+			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{}, Pool: wirePool(s.r.PoolProfiles()),
 		}
 		for id, a := range s.active {
 			if operator || a.owner == uid {

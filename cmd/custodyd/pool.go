@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/runner"
 )
 
 // poolTick is how often the warm pool's upkeep runs when nothing kicks
@@ -10,10 +14,31 @@ import (
 // about this long.
 const poolTick = time.Second
 
+// wake is a level signal: any number of signals before a wait wake it
+// once. Its zero value is ready to use.
+type wake struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (w *wake) c() chan struct{} {
+	w.once.Do(func() { w.ch = make(chan struct{}, 1) })
+	return w.ch
+}
+
+// signal wakes the waiter, without waiting.
+func (w *wake) signal() {
+	select {
+	case w.c() <- struct{}{}:
+	default:
+	}
+}
+
 // startPool runs the warm pool's upkeep until ctx ends or the returned
 // stop is called; stop then drains the pool (every idle member destroyed
 // and verified, its attempt closed), so a clean stop leaves nothing for
-// recovery.
+// recovery. With no profile and no member the upkeep does nothing and
+// waits for a policy reload (or a kick) instead of its tick.
 func (s *server) startPool(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -23,10 +48,16 @@ func (s *server) startPool(ctx context.Context) (stop func()) {
 		defer tick.Stop()
 		for {
 			s.poolRound(ctx)
+			s.poolRounds.Add(1)
+			var ticks <-chan time.Time
+			if !s.r.PoolIdle() {
+				ticks = tick.C
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-ticks:
+			case <-s.poolWake.c():
 			case <-s.r.PoolKicks():
 			}
 		}
@@ -50,4 +81,14 @@ func (s *server) poolRound(ctx context.Context) {
 	if err := s.r.FillPool(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("warm pool", "err", err)
 	}
+}
+
+// wirePool is the pool's profiles as custody status shows them.
+func wirePool(ps []runner.PoolProfileStatus) []api.PoolProfile {
+	out := []api.PoolProfile{}
+	for _, p := range ps {
+		out = append(out, api.PoolProfile{Name: p.Name, Size: p.Size, Idle: p.Idle, State: p.State, Failures: p.Failures,
+			LastError: p.LastError, LastFailure: p.LastFailure.UTC(), NextTry: p.NextTry.UTC()})
+	}
+	return out
 }

@@ -355,3 +355,102 @@ func TestOperatorRecoverWithAFullPool(t *testing.T) {
 		t.Fatalf("run after recovery: %s, want pooled", ptype)
 	}
 }
+
+// TestPoolProfileUnmatchableRefusedAtLoad: a profile no grant could take
+// (a uid or gid outside the sandbox's id map, root under
+// users.forbidRoot, scratch above its memory) refuses the policy at load,
+// naming the field, the reason and the fix; nothing is pooled. The same
+// profile within those limits loads and fills.
+func TestPoolProfileUnmatchableRefusedAtLoad(t *testing.T) {
+	d := startDaemon(t)
+	base := fmt.Sprintf(testPolicy, d.image, d.dir)
+	section := fmt.Sprintf(poolSection, d.image, 1, "10m")
+	for _, c := range []struct{ name, policy, field string }{
+		{"uid", base + strings.Replace(section, "    tier:", "    uid: 70000\n    tier:", 1), "pool[0].uid"},
+		{"gid", base + strings.Replace(section, "    tier:", "    gid: 65536\n    tier:", 1), "pool[0].gid"},
+		{"root", strings.Replace(base, "tiers:", "users: {forbidRoot: true}\ntiers:", 1) + section, "pool[0].uid"},
+		{"tmp", base + strings.Replace(section, "memory: 64Mi", "memory: 16Mi", 1), "pool[0].resources.tmpBytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "tmp" {
+				// 8Mi scratch within 16Mi fits: make it 32Mi.
+				c.policy = strings.Replace(c.policy, "tmpBytes: 8Mi, outputPath", "tmpBytes: 32Mi, outputPath", 1)
+			}
+			writeFile(t, d.cfg.Policy, c.policy)
+			st, err := d.control.ReloadPolicy(context.Background())
+			if err != nil || !strings.Contains(st.Error, c.field+":") || !strings.Contains(st.Error, "fix:") {
+				t.Fatalf("reload: %v %+v; want refused naming %s and a fix", err, st, c.field)
+			}
+			if n := len(d.s.r.PoolStatus()); n != 0 {
+				t.Fatalf("a refused policy configured a pool: %v", d.s.r.PoolStatus())
+			}
+		})
+	}
+	d.withPool(1, "10m") // the same profile within the limits
+}
+
+// TestPoolUpkeepIdleWithoutProfiles: with no profile the pool's upkeep
+// makes no round on its own (no store read each second); a policy reload
+// wakes it at once, and it keeps the pool full from then on.
+func TestPoolUpkeepIdleWithoutProfiles(t *testing.T) {
+	d := startDaemon(t)
+	writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir))
+	if _, err := d.control.ReloadPolicy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the reload's own round
+	before := d.s.poolRounds.Load()
+	time.Sleep(2500 * time.Millisecond)
+	if n := d.s.poolRounds.Load() - before; n != 0 {
+		t.Fatalf("the upkeep made %d rounds in 2.5 s with no profile; want none", n)
+	}
+	d.withPool(1, "10m") // fills only if the reload woke the upkeep
+	before = d.s.poolRounds.Load()
+	time.Sleep(2500 * time.Millisecond)
+	if n := d.s.poolRounds.Load() - before; n < 2 {
+		t.Fatalf("the upkeep made %d rounds in 2.5 s with a profile; want its tick", n)
+	}
+}
+
+// TestPoolBackoffInStatus: a profile whose members cannot be prepared (a
+// 1 MiB memory budget runc's own init cannot start in) backs off, and
+// custody status says so: its state, the last error and the next try;
+// beside it a profile that prepares is ready.
+func TestPoolBackoffInStatus(t *testing.T) {
+	d := startDaemon(t)
+	failing := strings.Replace(strings.Replace(fmt.Sprintf(poolSection, d.image, 1, "10m"), "pool:\n", "", 1),
+		"name: small", "name: tiny", 1)
+	failing = strings.Replace(failing, "memory: 64Mi", "memory: 1Mi", 1)
+	failing = strings.Replace(failing, "tmpBytes: 8Mi", "tmpBytes: 1Mi", 1)
+	writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir)+fmt.Sprintf(poolSection, d.image, 1, "10m")+failing)
+	if st, err := d.control.ReloadPolicy(context.Background()); err != nil || st.Error != "" {
+		t.Fatalf("reload: %v %+v", err, st)
+	}
+	d.waitPool(1)
+	var tiny api.PoolProfile
+	for deadline := time.Now().Add(20 * time.Second); tiny.Failures < 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("profile tiny: %+v; want two failed preparations", tiny)
+		}
+		st, err := d.control.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range st.Pool {
+			switch p.Name {
+			case "tiny":
+				tiny = p
+			case "small":
+				if p.State != runner.PoolReady || p.Failures != 0 || p.Idle != 1 {
+					t.Fatalf("profile small: %+v; want ready", p)
+				}
+			}
+		}
+	}
+	if tiny.State != runner.PoolBackoff || tiny.LastError == "" || tiny.NextTry.Sub(tiny.LastFailure) != 2*time.Second {
+		t.Fatalf("profile tiny: %+v; want backoff with its error and a next try 2 s after the second failure", tiny)
+	}
+	if q, err := d.control.Quarantine(context.Background()); err != nil || q.Quarantined {
+		t.Fatalf("a failed preparation quarantined the runner: %+v %v", q, err)
+	}
+}

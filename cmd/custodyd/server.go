@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +75,11 @@ type server struct {
 	polErr error
 	polAt  time.Time
 	active map[string]*activeRun
+
+	// poolWake wakes the pool's upkeep on a policy reload; poolRounds
+	// counts its rounds (pool.go).
+	poolWake   wake
+	poolRounds atomic.Int64
 }
 
 type activeRun struct {
@@ -245,6 +251,7 @@ func (s *server) reloadPolicy() api.PolicyStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pol, s.polDig, s.polErr, s.polAt = pol, dig, err, time.Now().UTC()
+	s.poolWake.signal() // the pool's upkeep reads the new policy at once
 	if err != nil {
 		s.pol, s.polDig = nil, ""
 		s.log.Error("operator policy invalid: refusing every request", "path", s.cfg.Policy, "err", err)
