@@ -109,17 +109,23 @@ func (s *seals) tree(digest string, id sealed.Identity) *heldTree {
 }
 
 // hold keeps t, taken by one reader, as digest's mount, dropping the one
-// it replaces.
+// it replaces; only while t's identity is still the one verified for
+// digest: an image removed (or re-checked) meanwhile gets no held mount,
+// and t is then marked dropped, for its one reader to close.
 func (s *seals) hold(digest string, t *heldTree) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	t.readers = 1
+	if id, ok := s.id[digest]; !ok || id != t.id {
+		t.dropped = true
+		return
+	}
 	if s.trees == nil {
 		s.trees = map[string]*heldTree{}
 	}
 	if old := s.trees[digest]; old != nil {
 		s.dropTreeLocked(old)
 	}
-	t.readers = 1
 	s.trees[digest] = t
 }
 
@@ -154,6 +160,10 @@ func (s *seals) put(digest string, id sealed.Identity) {
 		s.id = map[string]sealed.Identity{}
 	}
 	s.id[digest] = id
+	if t := s.trees[digest]; t != nil && t.id != id {
+		s.dropTreeLocked(t)
+		delete(s.trees, digest)
+	}
 }
 
 func (s *seals) drop(digest string) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/treehash"
+	"golang.org/x/sys/unix"
 )
 
 // sealMarker is the content of one file of sealedTree, found again in
@@ -276,6 +277,9 @@ func TestTreeIsHeldWhileTheSealHolds(t *testing.T) {
 	}
 	s.sealIDs.mu.Unlock()
 
+	s.sealIDs.mu.Lock()
+	old := s.sealIDs.trees[img.Digest]
+	s.sealIDs.mu.Unlock()
 	rewrite(t, file, sealMarker, strings.ToUpper(sealMarker))
 	if _, _, err := s.Tree(img, true); !errors.Is(err, ErrSealChanged) {
 		t.Fatalf("Tree of a sealed file changed since its check: %v", err)
@@ -291,16 +295,16 @@ func TestTreeIsHeldWhileTheSealHolds(t *testing.T) {
 	if _, _, err := s.Tree(img, true); !errors.Is(err, ErrSealChanged) {
 		t.Fatalf("Tree at the old identity: %v", err)
 	}
-	s.sealIDs.mu.Lock()
-	old := s.sealIDs.trees[img.Digest]
-	s.sealIDs.mu.Unlock()
+	if old == nil || !old.dropped {
+		t.Fatalf("the mount made at the old identity outlived the re-check: %+v", old)
+	}
 	if _, body := read(img2); body != "other\n" {
 		t.Fatalf("etc/other reads %q after the re-check", body)
 	}
 	s.sealIDs.mu.Lock()
 	fresh := s.sealIDs.trees[img.Digest]
 	s.sealIDs.mu.Unlock()
-	if fresh == old || !old.dropped || fresh.id.String() != img2.Sealed.Identity {
+	if fresh == nil || fresh == old || fresh.id.String() != img2.Sealed.Identity {
 		t.Fatalf("the re-checked file is read from the old mount (old %+v, now %+v)", old, fresh)
 	}
 
@@ -312,5 +316,30 @@ func TestTreeIsHeldWhileTheSealHolds(t *testing.T) {
 	s.sealIDs.mu.Unlock()
 	if left != nil || !fresh.dropped {
 		t.Fatalf("the removed image's mount is still held: %+v", left)
+	}
+}
+
+// TestHeldTreeOfARemovedImage: a mount made for an image removed (or
+// re-checked to another identity) meanwhile is not held, and its one
+// reader's release closes it.
+func TestHeldTreeOfARemovedImage(t *testing.T) {
+	var s seals
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &heldTree{mfd: fd}
+	s.hold("sha256:removed", tr)
+	if !tr.dropped || len(s.trees) != 0 {
+		t.Fatalf("a mount of an image with no verified seal is held: %+v, trees %v", tr, s.trees)
+	}
+	s.release(tr)
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); !errors.Is(err, unix.EBADF) {
+		t.Fatalf("the unheld mount's descriptor is still open: %v", err)
 	}
 }

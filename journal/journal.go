@@ -329,11 +329,10 @@ func (j *Journal) DeleteClean(runIDs ...string) (int, error) {
 			if v == nil {
 				continue
 			}
+			// A record that does not decode is not known to be clean: it is
+			// kept, and the others are still pruned.
 			var a Attempt
-			if err := json.Unmarshal(v, &a); err != nil {
-				return fmt.Errorf("journal: %s: %w", id, err)
-			}
-			if a.State != Clean || len(a.Outstanding()) > 0 {
+			if json.Unmarshal(v, &a) != nil || a.State != Clean || len(a.Outstanding()) > 0 {
 				continue
 			}
 			if err := b.Delete([]byte(id)); err != nil {

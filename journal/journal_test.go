@@ -1,6 +1,8 @@
 package journal
 
 import (
+	bolt "go.etcd.io/bbolt"
+
 	"errors"
 	"path/filepath"
 	"testing"
@@ -174,7 +176,8 @@ func TestDeleteClean(t *testing.T) {
 	must(j.Finish("clean", Clean, "destroyed", "", Resource{Kind: "launch-dir", Name: "/run/clean"}))
 	must(j.Finish("pending", CleanupPending, "", ""))
 	must(j.Finish("residual", Residual, "left", "custody recover"))
-	n, err := j.DeleteClean("clean", "running", "pending", "residual", "absent")
+	must(j.db.Update(j.Bucket(), func(b *bolt.Bucket) error { return b.Put([]byte("garbled"), []byte("{not json")) }))
+	n, err := j.DeleteClean("garbled", "clean", "running", "pending", "residual", "absent")
 	if err != nil || n != 1 {
 		t.Fatalf("DeleteClean: %d, %v; want 1 deleted", n, err)
 	}
@@ -185,5 +188,9 @@ func TestDeleteClean(t *testing.T) {
 		if _, err := j.Get(id); err != nil {
 			t.Fatalf("attempt %s: %v; want kept", id, err)
 		}
+	}
+	// An undecodable record is kept, and did not stop the rest.
+	if _, err := j.Get("garbled"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("the undecodable attempt: %v; want kept (and undecodable)", err)
 	}
 }

@@ -85,10 +85,11 @@ const (
 	poolBackoffMax = 5 * time.Minute
 )
 
-// poolKeepClean is how many clean member attempts the journal keeps, the
-// newest, for an operator to read: older ones are deleted, since a clean
-// member carries no evidence (the receipt of the run it served names it
-// and says when it was prepared; its cleanup is the run's own).
+// poolKeepClean is how many clean attempts of members that served no run
+// the journal keeps, the newest, for an operator to read: older ones are
+// deleted, since such a member carries no evidence. A member that served
+// a run is kept: its receipt names it, and its attempt is the record of
+// the run's native resources.
 const poolKeepClean = 64
 
 // profileBackoff is one profile's run of preparation failures.
@@ -99,7 +100,9 @@ type profileBackoff struct {
 	nextTry     time.Time
 }
 
-// fail records a failure at now and returns the delay before a retry.
+// fail records a failure at now (with its monotonic reading, so that a
+// step of the wall clock neither stretches nor cuts the backoff) and
+// returns the delay before a retry.
 func (b *profileBackoff) fail(now time.Time, err error) time.Duration {
 	b.failures++
 	d := poolBackoffMax
@@ -382,7 +385,7 @@ func (r *Runner) PoolProfiles() []PoolProfileStatus {
 			st.State = PoolReady
 		}
 		if b := r.pool.backoff[p.Name]; b != nil {
-			st.Failures, st.LastError, st.LastFailure, st.NextTry = b.failures, b.lastError, b.lastFailure, b.nextTry
+			st.Failures, st.LastError, st.LastFailure, st.NextTry = b.failures, b.lastError, b.lastFailure.UTC(), b.nextTry.UTC()
 			if st.Idle < st.Size {
 				st.State = PoolBackoff
 			}
@@ -520,7 +523,7 @@ func (r *Runner) FillPool(ctx context.Context) error {
 					b = &profileBackoff{}
 					r.pool.backoff[p.Name] = b
 				}
-				d := b.fail(time.Now().UTC(), err)
+				d := b.fail(time.Now(), err)
 				err = fmt.Errorf("%w (failure %d in a row; next try in %s)", err, b.failures, d)
 			}
 			r.pool.mu.Unlock()
@@ -585,7 +588,7 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	if err != nil {
 		if h != nil {
 			r.destroyMember(ctx, m, "its preparation failed: "+err.Error())
-		} else if aerr := r.Abandon(runID, "pool member not prepared: "+err.Error()); aerr != nil {
+		} else if aerr := r.Abandon(runID, detailNotPrepared+err.Error()); aerr != nil {
 			r.log.Error("close the pool member's attempt", "run", runID, "err", aerr)
 		} else {
 			r.pool.noteClean(runID)
@@ -614,8 +617,16 @@ func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
 	r.pool.destroying.add()
 	defer r.pool.destroying.done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
-	r.finishMember(m, rep, "pool member destroyed unused: "+reason)
+	r.finishMember(m, rep, detailUnused+reason, true)
 }
+
+// The details a member's attempt closes with when it served no run: only
+// those are pruned. A member that served a run is that run's record of
+// its native resources (its receipt names the sandbox), and stays.
+const (
+	detailUnused      = "pool member destroyed unused: "
+	detailNotPrepared = "pool member not prepared: "
+)
 
 // destroyLater destroys a member in the background, counted in
 // pool.destroying from before it starts (the caller may hold pool.mu).
@@ -627,8 +638,9 @@ func (r *Runner) destroyLater(m *member, reason string) {
 	}()
 }
 
-// finishMember closes a member's attempt after its cleanup.
-func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string) {
+// finishMember closes a member's attempt after its cleanup; unused says
+// it served no run, so that its clean attempt may be pruned.
+func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) {
 	if !rep.Verified {
 		var failed []string
 		for _, s := range rep.Steps {
@@ -643,7 +655,9 @@ func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail strin
 		_ = r.residual(m.runID, err.Error())
 		return
 	}
-	r.pool.noteClean(m.runID)
+	if unused {
+		r.pool.noteClean(m.runID)
+	}
 	r.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
 }
 
@@ -703,7 +717,8 @@ func (r *Runner) prunePoolJournal() error {
 	}
 	var clean []journal.Attempt
 	for _, a := range all {
-		if IsPoolMember(a) && a.State == journal.Clean && len(a.Outstanding()) == 0 {
+		unused := strings.HasPrefix(a.Detail, detailUnused) || strings.HasPrefix(a.Detail, detailNotPrepared)
+		if IsPoolMember(a) && unused && a.State == journal.Clean && len(a.Outstanding()) == 0 {
 			clean = append(clean, a)
 		}
 	}
@@ -834,7 +849,7 @@ type pooledSandbox struct {
 func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 	s.once.Do(func() {
 		s.rep = s.Sandbox.Cleanup(ctx)
-		s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed")
+		s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed", false)
 		s.r.pool.kick()
 	})
 	return s.rep
@@ -919,5 +934,8 @@ func (r *Runner) holdPool(ctx context.Context) (release func()) {
 		r.pool.mu.Lock()
 		r.pool.holds--
 		r.pool.mu.Unlock()
+		// The drain left no profile, so an upkeep loop may have gone idle:
+		// wake it to configure the pool from the policy again.
+		r.pool.kick()
 	}
 }

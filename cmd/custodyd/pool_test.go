@@ -372,6 +372,7 @@ func TestPoolProfileUnmatchableRefusedAtLoad(t *testing.T) {
 		{"tmp", base + strings.Replace(section, "memory: 64Mi", "memory: 16Mi", 1), "pool[0].resources.tmpBytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			d.withPool(1, "10m") // a pool the refused policy must not keep
 			if c.name == "tmp" {
 				// 8Mi scratch within 16Mi fits: make it 32Mi.
 				c.policy = strings.Replace(c.policy, "tmpBytes: 8Mi, outputPath", "tmpBytes: 32Mi, outputPath", 1)
@@ -381,12 +382,16 @@ func TestPoolProfileUnmatchableRefusedAtLoad(t *testing.T) {
 			if err != nil || !strings.Contains(st.Error, c.field+":") || !strings.Contains(st.Error, "fix:") {
 				t.Fatalf("reload: %v %+v; want refused naming %s and a fix", err, st, c.field)
 			}
-			if n := len(d.s.r.PoolStatus()); n != 0 {
-				t.Fatalf("a refused policy configured a pool: %v", d.s.r.PoolStatus())
+			// Nothing fails open: under the refused policy the pool drains.
+			deadline := time.Now().Add(10 * time.Second)
+			for len(d.s.r.PoolStatus()) != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("a refused policy left a pool: %v", d.s.r.PoolStatus())
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}
-	d.withPool(1, "10m") // the same profile within the limits
 }
 
 // TestPoolUpkeepIdleWithoutProfiles: with no profile the pool's upkeep
