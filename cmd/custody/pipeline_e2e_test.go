@@ -489,6 +489,39 @@ func TestSummaryEndpointRefusals(t *testing.T) {
 	if _, err := api.NewClient(e.submit).SignPipelineSummary(ctx, good); err == nil {
 		t.Fatal("the submit socket signed a summary")
 	}
+	// The verifier flag is checked against the grant each stage receipt
+	// embeds: the real verifier stage verifies as one (legit); a summary
+	// calling acquire the verifier stage, or the verifier stage an
+	// ordinary one, is refused naming the stage.
+	trust := e.trust(t, "trust.yaml", "development")
+	last := len(st.Stages) - 1
+	for _, tc := range []struct {
+		name     string
+		ref      api.PipelineStageRef
+		verifies bool
+	}{
+		{"the verifier stage as one", api.PipelineStageRef{Name: st.Stages[last].Name, RunID: st.Stages[last].RunID, Verifier: true, From: []string{"build", ""}}, true},
+		{"acquire as the verifier stage", api.PipelineStageRef{Name: "acquire", RunID: st.Stages[0].RunID, Verifier: true, From: []string{""}}, false},
+		{"the verifier stage as an ordinary one", api.PipelineStageRef{Name: st.Stages[last].Name, RunID: st.Stages[last].RunID, From: []string{"build", ""}}, false},
+	} {
+		stages := []api.PipelineStageRef{tc.ref}
+		if tc.ref.Name == st.Stages[last].Name {
+			stages = []api.PipelineStageRef{ref(0, ""), ref(1, "acquire"), ref(2, "generate"), tc.ref}
+		}
+		env, err := ctl.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: "hello", Stages: stages})
+		if err != nil {
+			t.Fatalf("%s: custodyd did not sign: %v", tc.name, err)
+		}
+		file := filepath.Join(run, "summary-"+strings.ReplaceAll(tc.name, " ", "-")+".json")
+		write(t, file, string(env))
+		code, out, errs := e.custody("verify", file, "--trust", trust)
+		switch {
+		case tc.verifies && code != verifyPromotable:
+			t.Fatalf("%s: %d\n%s\n%s", tc.name, code, out, errs)
+		case !tc.verifies && (code != verifyUnauthentic || !failedLine(out, "stage/"+tc.ref.Name) || !strings.Contains(out, "verifier")):
+			t.Fatalf("%s verified: %d\n%s\n%s", tc.name, code, out, errs)
+		}
+	}
 	// "Resolved at run" is for a dry run only: a grant binds digests.
 	src := api.PhaseSource{YAML: readBytes(t, e.phase(t, "later", "true", "inputs:\n  - {source: \"output:sha256:"+strings.Repeat("0", 64)+"\", target: /p}\n")),
 		BaseDir: e.dir, ResolvedAtRun: []int{0}}
