@@ -428,19 +428,51 @@ func verifierBound(g *grant.Predicate, st PipelineStage) string {
 	if g == nil {
 		return "the stage receipt's grant was not verified, so its verifier flag is unknown"
 	}
-	var phase struct {
-		Verifier bool `json:"verifier"`
-	}
-	if err := json.Unmarshal(g.Phase, &phase); err != nil {
+	granted, err := phaseVerifier(g.Phase)
+	if err != nil {
 		return fmt.Sprintf("the stage receipt's granted phase does not decode: %v", err)
 	}
 	switch {
-	case st.Verifier && !phase.Verifier:
+	case st.Verifier && !granted:
 		return "the summary names it the verifier stage, but its receipt's grant is for a phase without verifier: true (not a verifier run)"
-	case !st.Verifier && phase.Verifier:
+	case !st.Verifier && granted:
 		return "its receipt's grant is for a verifier phase (verifier: true), but the summary does not name it a verifier stage"
 	}
 	return ""
+}
+
+// phaseVerifier is the verifier flag of a canonical phase request.
+func phaseVerifier(phase json.RawMessage) (bool, error) {
+	var p struct {
+		Verifier bool `json:"verifier"`
+	}
+	err := json.Unmarshal(phase, &p)
+	return p.Verifier, err
+}
+
+// GrantedVerifier reports the verifier flag of the phase that the grant
+// embedded in r authorized. It reads the grant without checking its
+// signature, so it is for a receipt its caller has verified as its own
+// (custodyd summing up its own runs): that signature covers the embedded
+// grant verbatim, and custodyd verified the grant before the run.
+func GrantedVerifier(r *Receipt) (bool, error) {
+	e, err := decodeEnvelope(r.Grant.Envelope)
+	if err != nil {
+		return false, fmt.Errorf("the receipt's grant: %w", err)
+	}
+	var st struct {
+		Predicate struct {
+			Phase json.RawMessage `json:"phase"`
+		} `json:"predicate"`
+	}
+	if err := json.Unmarshal(e.Payload, &st); err != nil {
+		return false, fmt.Errorf("the receipt's grant statement: %w", err)
+	}
+	v, err := phaseVerifier(st.Predicate.Phase)
+	if err != nil {
+		return false, fmt.Errorf("the receipt's granted phase: %w", err)
+	}
+	return v, nil
 }
 
 // decodePipelineStatement decodes a summary statement strictly and checks
