@@ -78,7 +78,8 @@ func TestVerifierOnlyInputRoots(t *testing.T) {
 // not a verifier phase, because the input walk checks every object's
 // device and inode against the verifier roots'. Refused at issue: a bind
 // mount of the verifier root elsewhere (under inputRoots, outside
-// verifierRoots), a bind mount of a directory inside it, a bind mount of
+// verifierRoots), one of the directory holding it, one of a directory
+// inside it, a bind mount of
 // a single file of it, and a hard link of one of its files. Refused at
 // launch, before the grant is spent: a bind mount made inside an input
 // after its grant was issued; once it is gone the same grant runs.
@@ -127,6 +128,7 @@ func TestVerifierMaterialByIdentity(t *testing.T) {
 		t.Cleanup(undo)
 		return undo
 	}
+	bind(src, filepath.Join(d.dir, "parent-bind"), false) // holds the root's directory
 	bind(hidden, filepath.Join(src, "elsewhere-root"), false)
 	bind(filepath.Join(hidden, "cases"), filepath.Join(src, "elsewhere-sub"), false)
 	if err := os.MkdirAll(filepath.Join(src, "elsewhere-file"), 0o755); err != nil {
@@ -158,7 +160,7 @@ func TestVerifierMaterialByIdentity(t *testing.T) {
 	run("the verifier phase", phase("test", "./src/hidden", true), "forty-two")
 	run("a build of an ordinary directory", phase("build", "./src/plain", false), "plain")
 
-	for _, source := range []string{"./src/elsewhere-root", "./src/elsewhere-sub", "./src/elsewhere-file", "./src/linked", "./src"} {
+	for _, source := range []string{"./src/elsewhere-root", "./src/elsewhere-sub", "./src/elsewhere-file", "./src/linked", "./src", "./parent-bind"} {
 		_, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: phase("build", source, false), Actor: "ci-bot", TTL: "15m"})
 		msg := fmt.Sprint(err)
 		if err == nil || !strings.Contains(msg, "inputs[0].source") || !strings.Contains(msg, "input-verifier-only") {
