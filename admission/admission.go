@@ -166,6 +166,12 @@ type Plan struct {
 	// StopSignal is the signal a timeout or cancellation sends first, from
 	// the image's config (e.g. "SIGTERM"); empty sends SIGKILL alone.
 	StopSignal string `json:"stopSignal,omitempty"`
+	// VerifierRoots are the policy's verifier roots when the phase is not
+	// a verifier phase. The matching here is by path; the runner's input
+	// walks also refuse any object that is one of these trees' by device
+	// and inode (a bind mount or hard link of the material elsewhere).
+	// Not part of the plan's JSON: launch admits again before every walk.
+	VerifierRoots []string `json:"-"`
 }
 
 // Input is one input of a phase as admission, the runner and launch carry
@@ -212,6 +218,9 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 		Name: req.Name, Tier: req.EffectiveTier(), Image: req.Image,
 		OutputPath: req.Output.Path,
 		Network:    req.EffectiveNetwork(), InputBytes: int64(pol.Ceilings.InputBytes),
+	}
+	if !req.Verifier {
+		p.VerifierRoots = slices.Clone(pol.VerifierRoots)
 	}
 	p.Backend = a.backend(facts.Backends)
 	if p.Backend == request.BackendOCI {

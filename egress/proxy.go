@@ -161,7 +161,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Resolver = net.DefaultResolver
 	}
 	if cfg.Dialer == nil {
-		cfg.Dialer = &net.Dialer{Timeout: 10 * time.Second, Control: recheck}
+		cfg.Dialer = CheckedDialer{}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -221,22 +221,73 @@ func (p *Proxy) interceptFor(d Destination) (Gateway, bool) {
 	return Gateway{}, false
 }
 
-// recheck is the default dialer's last word: the socket is refused at
-// connect time if its address is one DenyReason names or the host's own.
-func recheck(_, address string, _ syscall.RawConn) error {
+// dialCode is the decision code of a failed dial: CodeDeniedAddress when
+// a CheckedDialer refused the address at connect time (ErrRefused).
+func dialCode(err error) string {
+	if errors.Is(err, ErrRefused) {
+		return CodeDeniedAddress
+	}
+	return CodeDialFailed
+}
+
+// CheckedDialer is the proxy's default dialer. Its last word is at
+// connect time: the socket is refused if its address is one DenyReason
+// names or one of OwnAddrs, read again then, so an address added to an
+// interface between the decision and the connect is refused too.
+type CheckedDialer struct {
+	// Netns, if set, is the network namespace dialled from (a test's);
+	// empty dials from the calling thread's, the host's.
+	Netns string
+	// Extra are own addresses no interface shows, denied like those that
+	// do: say the public address a 1:1 NAT maps to this host, which would
+	// lead a connection back in (custodyd's egress.ownAddresses).
+	Extra []netip.Addr
+}
+
+// DialContext dials address, refusing it at connect time as above.
+func (d CheckedDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	nd := net.Dialer{Timeout: 10 * time.Second, Control: d.recheck}
+	if d.Netns == "" {
+		return nd.DialContext(ctx, network, address)
+	}
+	var c net.Conn
+	err := inNetns(d.Netns, func() error {
+		var derr error
+		c, derr = nd.DialContext(ctx, network, address)
+		return derr
+	})
+	return c, err
+}
+
+// OwnAddrs lists the addresses of the namespace dialled from, with Extra,
+// for the proxy's decision after resolution.
+func (d CheckedDialer) OwnAddrs() ([]netip.Addr, error) {
+	own, err := OwnAddrs()
+	if d.Netns != "" {
+		own, err = DialerIn{Path: d.Netns}.OwnAddrs()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(own, d.Extra...), nil
+}
+
+// recheck runs on the dialling thread, inside Netns if set, just before
+// connect.
+func (d CheckedDialer) recheck(_, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("egress: dial %q: %w", address, err)
 	}
 	if why := DenyReason(ap.Addr().Unmap()); why != "" {
-		return fmt.Errorf("egress: dial %s: %s address refused", address, why)
+		return fmt.Errorf("egress: dial %s: %s address refused at connect: %w", address, why, ErrRefused)
 	}
-	own, err := OwnAddrs()
+	own, err := OwnAddrs() // this thread's namespace: the one dialled from
 	if err != nil {
-		return fmt.Errorf("egress: dial %s: refused: %w", address, err)
+		return fmt.Errorf("egress: dial %s: refused, since the own addresses cannot be read (%w): %w", address, err, ErrRefused)
 	}
-	if why := ownReason(ap.Addr(), own); why != "" {
-		return fmt.Errorf("egress: dial %s: %s address refused", address, why)
+	if why := ownReason(ap.Addr(), append(own, d.Extra...)); why != "" {
+		return fmt.Errorf("egress: dial %s: %s address refused at connect: %w", address, why, ErrRefused)
 	}
 	return nil
 }
@@ -498,7 +549,7 @@ func (p *Proxy) connect(ctx context.Context, c net.Conn, rd *bufio.Reader, req *
 	}
 	up, err := p.dial(ctx, ap)
 	if err != nil {
-		refuse(&Decision{Code: CodeDialFailed, Reason: err.Error(), Address: dec.Address}, 0)
+		refuse(&Decision{Code: dialCode(err), Reason: err.Error(), Address: dec.Address}, 0)
 		return
 	}
 	defer up.Close()
@@ -551,7 +602,7 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 	dec.Address = ap.String()
 	up, err := p.dial(ctx, ap)
 	if err != nil {
-		refuse(&Decision{Code: CodeDialFailed, Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
+		refuse(&Decision{Code: dialCode(err), Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
 		return
 	}
 	defer up.Close()

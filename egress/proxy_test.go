@@ -13,8 +13,11 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/egress/egresstest"
@@ -41,8 +44,19 @@ func newRig(t *testing.T, allow []string, gws ...egress.Gateway) *rig {
 
 func newRigLimits(t *testing.T, lim egress.Limits, allow []string, gws ...egress.Gateway) *rig {
 	t.Helper()
+	return newRigDialer(t, lim, nil, allow, gws...)
+}
+
+// newRigDialer is newRigLimits with the proxy dialling through dialer(w)
+// instead of the world's own dialer, when dialer is set.
+func newRigDialer(t *testing.T, lim egress.Limits, dialer func(w *egresstest.World) egress.Dialer, allow []string, gws ...egress.Gateway) *rig {
+	t.Helper()
 	testenv.Root(t)
 	w := egresstest.NewWorld(t)
+	var d egress.Dialer = w.Dialer
+	if dialer != nil {
+		d = dialer(w)
+	}
 	sb := egresstest.Sandbox(t)
 	al, err := egress.NewAllowlist(allow)
 	if err != nil {
@@ -51,7 +65,7 @@ func newRigLimits(t *testing.T, lim egress.Limits, allow []string, gws ...egress
 	for i := range gws {
 		gws[i].RootCAs = w.CA
 	}
-	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: w.Dialer, Limits: lim, Gateways: gws})
+	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: d, Limits: lim, Gateways: gws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +236,105 @@ func TestProxyRefusesTheHostsOwnAddresses(t *testing.T) {
 	}
 	if n := len(r.world.Seen()); n != before {
 		t.Errorf("the host's own listener saw %d requests through the proxy", n-before)
+	}
+}
+
+// addOnDial is the proxy's default dialer in the world's dial namespace,
+// which first adds an address to that namespace when the proxy dials it:
+// the address becomes the host's own between the decision (which saw it as
+// not its own) and the connect.
+type addOnDial struct {
+	egress.CheckedDialer
+	late netip.Addr
+}
+
+func (d addOnDial) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if ap, err := netip.ParseAddrPort(address); err == nil && ap.Addr() == d.late {
+		if err := egress.AddLoopbackAddress(d.Netns, netip.PrefixFrom(d.late, 32)); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, err
+		}
+	}
+	return d.CheckedDialer.DialContext(ctx, network, address)
+}
+
+// TestProxyRechecksOwnAddressesAtConnect: the own-address check is made
+// again at connect time, on the dialling thread, so an address that became
+// one of the host's own after the proxy's decision is refused there (as
+// denied-address), though a listener of the host's answers on it. The
+// allowed host, through the same dialer, works.
+func TestProxyRechecksOwnAddressesAtConnect(t *testing.T) {
+	const lateName = "late.custody.test"
+	late := netip.MustParseAddr("198.51.100.77")
+	r := newRigDialer(t, egress.DefaultLimits(), func(w *egresstest.World) egress.Dialer {
+		w.Resolver[lateName] = []netip.Addr{late}
+		return addOnDial{CheckedDialer: egress.CheckedDialer{Netns: w.Netns}, late: late}
+	}, []string{egresstest.Allowed + ":80", lateName + ":8080"})
+	var hits atomic.Int32
+	r.world.ServeOwn(t, "0.0.0.0:8080", http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		io.WriteString(rw, "hello from the host itself\n")
+	}))
+	c := r.client()
+	if body, err := get(t, c, "http://"+egresstest.Allowed+"/"); err != nil || !strings.Contains(body, "hello from "+egresstest.Allowed) {
+		t.Fatalf("the allowed host: %q, %v", body, err)
+	}
+	if body, err := get(t, c, "http://"+lateName+":8080/"); err == nil {
+		t.Fatalf("GET %s: %q, want refused at connect", lateName, body)
+	}
+	d := r.lastDecision(t)
+	if d.Allowed || d.Code != egress.CodeDeniedAddress || !strings.Contains(d.Reason, "host's own address refused at connect") {
+		t.Fatalf("decision %+v, want %s at connect", d, egress.CodeDeniedAddress)
+	}
+	// The address is the host's now and its listener answers there: the
+	// refusal was the dialer's, not a closed port.
+	direct := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: r.world.Dialer.DialContext}}
+	if body, err := get(t, direct, "http://"+late.String()+":8080/"); err != nil || !strings.Contains(body, "host itself") {
+		t.Fatalf("the host's listener on the late address: %q, %v", body, err)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the host's listener saw %d requests, want only the direct one", n)
+	}
+}
+
+// TestProxyRefusesExtraOwnAddresses: an own address no interface shows
+// (the public address a 1:1 NAT maps to the host, here the test's "other"
+// upstream) named in CheckedDialer.Extra is refused after resolution as
+// the host's own, and at connect time when dialled directly, while the
+// allowed host still works; without Extra the same address is reachable.
+func TestProxyRefusesExtraOwnAddresses(t *testing.T) {
+	nat := netip.MustParseAddr(egresstest.OtherAddr)
+	allow := []string{egresstest.Allowed + ":80", egresstest.Other + ":80"}
+	r := newRigDialer(t, egress.DefaultLimits(), func(w *egresstest.World) egress.Dialer {
+		return egress.CheckedDialer{Netns: w.Netns, Extra: []netip.Addr{nat}}
+	}, allow)
+	c := r.client()
+	if body, err := get(t, c, "http://"+egresstest.Allowed+"/"); err != nil || !strings.Contains(body, "hello from "+egresstest.Allowed) {
+		t.Fatalf("the allowed host: %q, %v", body, err)
+	}
+	if body, err := get(t, c, "http://"+egresstest.Other+"/"); err == nil {
+		t.Fatalf("GET %s (a named own address): %q, want refused", egresstest.Other, body)
+	}
+	if d := r.lastDecision(t); d.Allowed || d.Code != egress.CodeDeniedAddress || !strings.Contains(d.Reason, "host's own") {
+		t.Fatalf("decision %+v, want %s as the host's own", d, egress.CodeDeniedAddress)
+	}
+	dialer := egress.CheckedDialer{Netns: r.world.Netns, Extra: []netip.Addr{nat}}
+	if conn, err := dialer.DialContext(context.Background(), "tcp", netip.AddrPortFrom(nat, 80).String()); err == nil || !errors.Is(err, egress.ErrRefused) {
+		if conn != nil {
+			conn.Close()
+		}
+		t.Fatalf("a direct dial of the named own address: %v, want refused at connect", err)
+	}
+	for _, s := range r.world.Seen() {
+		if s.Host == egresstest.Other {
+			t.Errorf("the named own address received a request")
+		}
+	}
+	// Without Extra, the same address is an ordinary upstream.
+	plain := newRigDialer(t, egress.DefaultLimits(), func(w *egresstest.World) egress.Dialer {
+		return egress.CheckedDialer{Netns: w.Netns}
+	}, allow)
+	if body, err := get(t, plain.client(), "http://"+egresstest.Other+"/"); err != nil || !strings.Contains(body, "hello from "+egresstest.Other) {
+		t.Fatalf("the same address not named as own: %q, %v", body, err)
 	}
 }
 

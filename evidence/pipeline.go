@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
@@ -391,6 +392,9 @@ func (v *Verifier) verifyStage(ctx context.Context, st PipelineStage, stage func
 		return r, fmt.Sprintf("the stage receipt is not authentic: %v", why), nil
 	}
 	rc := r.Receipt
+	if reason := verifierBound(r.Grant, st); reason != "" {
+		return r, reason, nil
+	}
 	switch {
 	case rc.RunID != st.RunID:
 		return r, fmt.Sprintf("the receipt is of run %s, the summary names %s", rc.RunID, st.RunID), nil
@@ -411,6 +415,64 @@ func (v *Verifier) verifyStage(ctx context.Context, st PipelineStage, stage func
 		}
 	}
 	return r, "", nil
+}
+
+// verifierBound checks the summary's verifier flag for st against the
+// phase its receipt's grant authorized. The receipt embeds that grant
+// verbatim and Verify has checked it under the trusted issuer keys, so the
+// flag the issuer signed (request.Phase's "verifier") is the run's: a
+// summary cannot call an ordinary test run the verifier stage, nor hide a
+// verifier run as an ordinary stage. A receipt of any version carries its
+// grant, so no new receipt shape is needed.
+func verifierBound(g *grant.Predicate, st PipelineStage) string {
+	if g == nil {
+		return "the stage receipt's grant was not verified, so its verifier flag is unknown"
+	}
+	granted, err := phaseVerifier(g.Phase)
+	if err != nil {
+		return fmt.Sprintf("the stage receipt's granted phase does not decode: %v", err)
+	}
+	switch {
+	case st.Verifier && !granted:
+		return "the summary names it the verifier stage, but its receipt's grant is for a phase without verifier: true (not a verifier run)"
+	case !st.Verifier && granted:
+		return "its receipt's grant is for a verifier phase (verifier: true), but the summary does not name it a verifier stage"
+	}
+	return ""
+}
+
+// phaseVerifier is the verifier flag of a canonical phase request.
+func phaseVerifier(phase json.RawMessage) (bool, error) {
+	var p struct {
+		Verifier bool `json:"verifier"`
+	}
+	err := json.Unmarshal(phase, &p)
+	return p.Verifier, err
+}
+
+// GrantedVerifier reports the verifier flag of the phase that the grant
+// embedded in r authorized. It reads the grant without checking its
+// signature, so it is for a receipt its caller has verified as its own
+// (custodyd summing up its own runs): that signature covers the embedded
+// grant verbatim, and custodyd verified the grant before the run.
+func GrantedVerifier(r *Receipt) (bool, error) {
+	e, err := decodeEnvelope(r.Grant.Envelope)
+	if err != nil {
+		return false, fmt.Errorf("the receipt's grant: %w", err)
+	}
+	var st struct {
+		Predicate struct {
+			Phase json.RawMessage `json:"phase"`
+		} `json:"predicate"`
+	}
+	if err := json.Unmarshal(e.Payload, &st); err != nil {
+		return false, fmt.Errorf("the receipt's grant statement: %w", err)
+	}
+	v, err := phaseVerifier(st.Predicate.Phase)
+	if err != nil {
+		return false, fmt.Errorf("the receipt's granted phase: %w", err)
+	}
+	return v, nil
 }
 
 // decodePipelineStatement decodes a summary statement strictly and checks

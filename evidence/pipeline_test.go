@@ -181,6 +181,52 @@ func TestPipelineSummary(t *testing.T) {
 		}
 	})
 
+	t.Run("verifier flag bound by the stage's grant", func(t *testing.T) {
+		// Refusal: the summary names build the verifier stage, but the
+		// grant its receipt embeds is for a phase without verifier: true.
+		s := append([]evidence.PipelineStage{}, stages...)
+		s[1].Verifier = true
+		env, err := evidence.SignPipelineSummary(context.Background(), f.runner, summaryOf(f, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := verifyPipeline(t, f, env, receipts)
+		if res.OK || !strings.Contains(failedChecks(res), "stage/build:") || !strings.Contains(failedChecks(res), "not a verifier run") {
+			t.Fatalf("a non-verifier run passed off as the verifier stage: ok=%t\n%s", res.OK, failedChecks(res))
+		}
+		// Legit: a receipt whose grant is for a verifier phase verifies as
+		// the verifier stage, and is refused as an ordinary one.
+		gp := f.grantPred
+		gp.Stage = "test"
+		gp.Phase = json.RawMessage(strings.Replace(phaseJSON, `"stage":"build"`, `"stage":"test","verifier":true`, 1))
+		genv, err := grant.Mint(context.Background(), f.issuer, gp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vr := receiptFor(t, f.runner, f.issuer, gp, genv, f.outDir)
+		vr.RunID = "3333333333333333"
+		venv := sign(t, f.runner, vr)
+		d, err := evidence.ReceiptDigest(venv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in []evidence.PipelineInput
+		for _, i := range vr.Inputs {
+			in = append(in, evidence.PipelineInput{Target: i.Target, Digest: i.Digest})
+		}
+		for _, flag := range []bool{true, false} {
+			one := []evidence.PipelineStage{{Name: "test", Stage: "test", Verifier: flag, RunID: vr.RunID, ReceiptDigest: d, Inputs: in, OutputDigest: vr.Output.TreeDigest}}
+			env, err := evidence.SignPipelineSummary(context.Background(), f.runner, summaryOf(f, one))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := verifyPipeline(t, f, env, map[string][]byte{"test": venv})
+			if res.OK != flag {
+				t.Fatalf("a verifier run summarized with verifier=%t: ok=%t\n%s", flag, res.OK, failedChecks(res))
+			}
+		}
+	})
+
 	t.Run("untrusted signer", func(t *testing.T) {
 		other := newKey(t)
 		s := summaryOf(f, stages)

@@ -355,13 +355,17 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 		return nil, err
 	}
 	p := &Prepared{Plan: plan, Image: img}
+	avoid, err := verifierIdentities(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
 		src, root, err := r.inputPath(i, in)
 		if err != nil {
 			return nil, err
 		}
-		snap, err := r.inputs.Take(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root})
+		snap, err := r.inputs.Take(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
 		if err != nil {
 			return nil, inputRefusal(i, err)
 		}
@@ -381,13 +385,17 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]admission.Input, error) {
 	var out []admission.Input
 	var need diskNeed
+	avoid, err := verifierIdentities(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
 		src, root, err := r.inputPath(i, in)
 		if err != nil {
 			return nil, err
 		}
-		tree, err := snapshot.Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root})
+		tree, err := snapshot.Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
 		if err != nil {
 			return nil, inputRefusal(i, err)
 		}
@@ -478,7 +486,10 @@ func (r *Runner) checkSpace(need diskNeed) error {
 // the reason.
 func inputRefusal(i int, err error) error {
 	code, fix := "input-snapshot-failed", "make the input readable by the runner"
+	req := fmt.Sprintf("inputs[%d]", i)
 	switch {
+	case errors.Is(err, treehash.ErrAvoided):
+		req, code, fix = req+".source", "input-verifier-only", "take this input in the pipeline's verifier stage (verifier: true) only, or name a path holding no verifier material: a bind mount or hard link of a verifier root, or of anything in one, is that material"
 	case errors.Is(err, treehash.ErrSymlinkComponent):
 		code, fix = "input-symlink-component", "name the input by its real path below the policy's input root: custody never follows a symlink from the root to an input"
 	case errors.Is(err, treehash.ErrTooLarge):
@@ -487,9 +498,27 @@ func inputRefusal(i int, err error) error {
 		code, fix = "input-unsupported-file", "inputs hold only regular files, directories and symlinks (copied as links, never followed); remove devices, fifos and sockets, and make the input itself a file or directory"
 	}
 	return &admission.RefusedError{Checks: []admission.Check{{
-		Requirement: fmt.Sprintf("inputs[%d]", i), Verdict: admission.NotGranted, Code: code,
+		Requirement: req, Verdict: admission.NotGranted, Code: code,
 		Detail: err.Error(), Fix: fix,
 	}}}
+}
+
+// verifierIdentities records, for a phase that is not a verifier phase,
+// the identity of everything under the policy's verifier roots, so that
+// its input walks refuse that material reached by another path (R8: it
+// never reaches generate, a build or an ordinary test). A root that cannot
+// be read whole refuses the inputs rather than leaving them unchecked.
+func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Identities, error) {
+	if len(plan.VerifierRoots) == 0 || len(plan.Inputs) == 0 {
+		return nil, nil
+	}
+	ids, err := treehash.IdentitiesOf(ctx, plan.VerifierRoots)
+	if err != nil {
+		return nil, &admission.RefusedError{Checks: []admission.Check{{
+			Requirement: "policy.verifierRoots", Verdict: admission.NotGranted, Code: "verifier-roots-unreadable",
+			Detail: err.Error(), Fix: "an operator must make every verifier root a readable directory the runner can walk, or remove it from policy verifierRoots"}}}
+	}
+	return ids, nil
 }
 
 func (r *Runner) checkQuarantine() error {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,9 +15,24 @@ var ErrNoIndex = errors.New("store: no run index")
 
 var (
 	bucketIndex   = []byte("run-index")      // key \x00 run id → value
-	bucketIndexBy = []byte("run-index-runs") // run id → its keys (JSON)
+	bucketIndexBy = []byte("run-index-runs") // run id → indexedRun (JSON)
 	keyIndexVer   = []byte("run-index-version")
 )
+
+// indexFormat is appended to RunIndex.Version in the stored version: it
+// names this layout of the index, in which every record's entry holds the
+// record's SHA-256. An index of an earlier layout is rebuilt.
+const indexFormat = "+record-sha256/v1"
+
+// indexedRun is what the index holds of one run: the SHA-256 of the record
+// it was derived from, and the keys it is found under. The hashes let Open
+// check the index against the records, so records written by a process
+// that kept no index (an older binary after a downgrade, which leaves the
+// version untouched) cannot leave it answering stale.
+type indexedRun struct {
+	Record []byte   `json:"record"`
+	Keys   []string `json:"keys"`
+}
 
 // RunIndex derives, from an encoded run record, the keys the run is found
 // under (say, the digest of its output) and a small value for each. The
@@ -25,7 +41,9 @@ var (
 type RunIndex struct {
 	// Version names the derivation: a store last indexed by another
 	// version, or by none (it predates the index, or was written by a
-	// process that kept none), is re-indexed from its records at Open.
+	// process that kept none), is re-indexed from its records at Open; so
+	// is one whose records no longer hash to what the index recorded of
+	// them (written by a binary that knows no index, after a downgrade).
 	Version string
 	Entries func(raw []byte) []IndexEntry
 }
@@ -61,11 +79,15 @@ func (d *DB) Indexed(key string, fn func(id string, value []byte) error) error {
 }
 
 // openIndex creates the index buckets and rebuilds them from the records
-// unless they were last built by this version.
+// unless they were last built by this version and still cover exactly the
+// records there are.
 func (d *DB) openIndex(tx *bolt.Tx) error {
 	root := tx.Bucket(bucketV1)
-	if string(root.Bucket(bucketMeta).Get(keyIndexVer)) == d.index.Version && root.Bucket(bucketIndex) != nil && root.Bucket(bucketIndexBy) != nil {
-		return nil
+	version := d.index.Version + indexFormat
+	if string(root.Bucket(bucketMeta).Get(keyIndexVer)) == version && root.Bucket(bucketIndex) != nil && root.Bucket(bucketIndexBy) != nil {
+		if covers(root.Bucket(bucketRuns), root.Bucket(bucketIndexBy)) {
+			return nil
+		}
 	}
 	for _, b := range [][]byte{bucketIndex, bucketIndexBy} {
 		if root.Bucket(b) != nil {
@@ -81,7 +103,28 @@ func (d *DB) openIndex(tx *bolt.Tx) error {
 	if err != nil {
 		return fmt.Errorf("store: rebuild run index: %w", err)
 	}
-	return root.Bucket(bucketMeta).Put(keyIndexVer, []byte(d.index.Version))
+	return root.Bucket(bucketMeta).Put(keyIndexVer, []byte(version))
+}
+
+// covers reports whether the index's entries (by) are exactly of the
+// records in runs: one for each record, holding that record's SHA-256,
+// and none for a run that has no record. Both buckets are in run id order.
+func covers(runs, by *bolt.Bucket) bool {
+	rc, bc := runs.Cursor(), by.Cursor()
+	rk, rv := rc.First()
+	bk, bv := bc.First()
+	for ; rk != nil; rk, rv = rc.Next() {
+		if bk == nil || !bytes.Equal(rk, bk) {
+			return false
+		}
+		var ir indexedRun
+		sum := sha256.Sum256(rv)
+		if json.Unmarshal(bv, &ir) != nil || !bytes.Equal(ir.Record, sum[:]) {
+			return false
+		}
+		bk, bv = bc.Next()
+	}
+	return bk == nil
 }
 
 // putRun stores a run record and its index entries in tx.
@@ -113,11 +156,11 @@ func (d *DB) reindex(tx *bolt.Tx, id, v []byte) error {
 	}
 	idx, by := root.Bucket(bucketIndex), root.Bucket(bucketIndexBy)
 	if old := by.Get(id); old != nil {
-		var keys []string
-		if err := json.Unmarshal(old, &keys); err != nil {
+		var ir indexedRun
+		if err := json.Unmarshal(old, &ir); err != nil {
 			return fmt.Errorf("store: run index of %s: %w", id, err)
 		}
-		for _, k := range keys {
+		for _, k := range ir.Keys {
 			if err := idx.Delete(indexKey(k, id)); err != nil {
 				return err
 			}
@@ -130,17 +173,15 @@ func (d *DB) reindex(tx *bolt.Tx, id, v []byte) error {
 		return nil
 	}
 	entries := d.index.Entries(v)
-	if len(entries) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(entries))
+	sum := sha256.Sum256(v)
+	ir := indexedRun{Record: sum[:], Keys: make([]string, 0, len(entries))}
 	for _, e := range entries {
 		if err := idx.Put(indexKey(e.Key, id), e.Value); err != nil {
 			return err
 		}
-		keys = append(keys, e.Key)
+		ir.Keys = append(ir.Keys, e.Key)
 	}
-	b, err := json.Marshal(keys)
+	b, err := json.Marshal(ir)
 	if err != nil {
 		return err
 	}

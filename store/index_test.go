@@ -110,3 +110,81 @@ func TestRunIndex(t *testing.T) {
 		t.Fatalf("the old version's entries survived: %q", got)
 	}
 }
+
+// TestRunIndexAfterDowngrade: a binary older than the index writes run
+// records straight into the runs bucket and leaves the index and its
+// version alone. The next Open with the index finds that its records'
+// hashes no longer match and rebuilds, so it never answers stale: for a
+// record added, one rewritten with another output, and one deleted. An
+// index that does cover its records is kept as it is (a marker entry put
+// beside it survives that Open).
+func TestRunIndexAfterDowngrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "custody.db")
+	open := func() *DB {
+		t.Helper()
+		d, err := Open(path, WithRunIndex(byOutput("v1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	raw := func(fn func(runs, idx *bolt.Bucket) error) {
+		t.Helper()
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Update(func(tx *bolt.Tx) error {
+			root := tx.Bucket(bucketV1)
+			return fn(root.Bucket(bucketRuns), root.Bucket(bucketIndex))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := func(out, who string) []byte {
+		v, _ := json.Marshal(map[string]string{"out": out, "who": who})
+		return v
+	}
+	marker := func(idx *bolt.Bucket) error { return idx.Put(indexKey("marker", []byte("m")), nil) }
+
+	d := open()
+	for _, r := range [][3]string{{"r1", "sha256:a", "alice/build"}, {"r2", "sha256:a", "bob/test"}, {"r3", "sha256:b", "carol/run"}} {
+		if err := d.PutRun(r[0], map[string]string{"out": r[1], "who": r[2]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+
+	// Legit: nothing was written behind the index's back, so Open keeps it.
+	raw(func(_, idx *bolt.Bucket) error { return marker(idx) })
+	d = open()
+	if got := lookup(t, d, "marker"); len(got) != 1 {
+		t.Fatalf("an index that covers its records was rebuilt: marker → %q", got)
+	}
+	d.Close()
+
+	for _, tc := range []struct {
+		name  string
+		write func(runs *bolt.Bucket) error
+		key   string
+		want  []string
+	}{
+		{"a record added", func(runs *bolt.Bucket) error { return runs.Put([]byte("r4"), record("sha256:a", "dave/build")) },
+			"sha256:a", []string{"r1=alice/build", "r2=bob/test", "r4=dave/build"}},
+		{"a record rewritten", func(runs *bolt.Bucket) error { return runs.Put([]byte("r2"), record("sha256:c", "bob/test")) },
+			"sha256:a", []string{"r1=alice/build", "r4=dave/build"}},
+		{"a record deleted", func(runs *bolt.Bucket) error { return runs.Delete([]byte("r3")) },
+			"sha256:b", nil},
+	} {
+		raw(func(runs, idx *bolt.Bucket) error { return errors.Join(marker(idx), tc.write(runs)) })
+		d := open()
+		if got := lookup(t, d, tc.key); !slices.Equal(got, tc.want) {
+			t.Errorf("after %s by a pre-index binary, %s → %q, want %q", tc.name, tc.key, got, tc.want)
+		}
+		if got := lookup(t, d, "marker"); len(got) != 0 {
+			t.Errorf("after %s by a pre-index binary the index was not rebuilt", tc.name)
+		}
+		d.Close()
+	}
+}

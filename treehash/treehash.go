@@ -131,6 +131,11 @@ type Options struct {
 	// Beneath refuses the walk with ErrSymlinkComponent. Beneath itself is
 	// the caller's trusted path and is opened as given.
 	Beneath string
+	// Avoid, if set, is the identities (IdentitiesOf) of objects the tree
+	// must not hold: meeting one, the root included, fails the walk with
+	// ErrAvoided however its path reached it. Every directory, file and
+	// symlink is checked by the identity the walk saw.
+	Avoid Identities
 }
 
 // ErrSymlinkComponent is returned when a root reached under

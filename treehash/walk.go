@@ -136,6 +136,9 @@ func (w *walker) walkRoot(ctx context.Context, root string) error {
 	} else if err := ignoringEINTR(func() error { return unix.Lstat(root, &st) }); err != nil {
 		return &os.PathError{Op: "lstat", Path: root, Err: err}
 	}
+	if err := w.avoided(root, st.Dev, st.Ino); err != nil {
+		return err
+	}
 	perm := uint32(st.Mode & 0o777)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
@@ -208,6 +211,9 @@ func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJo
 		}
 		if err := ignoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 			return stack, changedOr(abs, "lstat", err)
+		}
+		if err := w.avoided(abs, st.Dev, st.Ino); err != nil {
+			return stack, err
 		}
 		e := &Entry{Path: rel, Mode: uint32(st.Mode & 0o777)}
 		switch st.Mode & unix.S_IFMT {

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/keys"
 )
 
 // acceptanceCanary is in the hidden acceptance material only: the verify
@@ -488,6 +490,71 @@ func TestSummaryEndpointRefusals(t *testing.T) {
 	}
 	if _, err := api.NewClient(e.submit).SignPipelineSummary(ctx, good); err == nil {
 		t.Fatal("the submit socket signed a summary")
+	}
+	// The verifier flag is checked against the grant each stage receipt
+	// embeds. custodyd signs the real verifier stage as one (legit), and
+	// refuses to call acquire the verifier stage or the verifier stage an
+	// ordinary one. A summary saying so anyway, signed with the runner's
+	// key, fails verification naming the stage.
+	trust := e.trust(t, "trust.yaml", "development")
+	last := len(st.Stages) - 1
+	verifierRef := func(verifier bool) api.PipelineStageRef {
+		return api.PipelineStageRef{Name: st.Stages[last].Name, RunID: st.Stages[last].RunID, Verifier: verifier, From: []string{"build", ""}}
+	}
+	chain := func(r api.PipelineStageRef) []api.PipelineStageRef {
+		return []api.PipelineStageRef{ref(0, ""), ref(1, "acquire"), ref(2, "generate"), r}
+	}
+	genuine, err := ctl.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: "hello", Stages: chain(verifierRef(true))})
+	if err != nil {
+		t.Fatalf("the verifier stage as one: %v", err)
+	}
+	for name, stages := range map[string][]api.PipelineStageRef{
+		"acquire as the verifier stage":         {{Name: "acquire", RunID: st.Stages[0].RunID, Verifier: true, From: []string{""}}},
+		"the verifier stage as an ordinary one": chain(verifierRef(false)),
+	} {
+		_, err := ctl.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: "hello", Stages: stages})
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeRefused || !strings.Contains(ae.Message, "verifier") {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+	var sum struct{ Predicate evidence.PipelineSummary }
+	if err := json.Unmarshal(payloadOfEnvelope(t, genuine), &sum); err != nil {
+		t.Fatal(err)
+	}
+	runnerKey, _, err := keys.LoadOrCreate(filepath.Join(e.dir, "state", "keys"), "runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		edit     func(s *evidence.PipelineSummary)
+		verifies bool
+		stage    string
+	}{
+		{"the genuine summary", func(*evidence.PipelineSummary) {}, true, ""},
+		{"the verifier stage as an ordinary one", func(s *evidence.PipelineSummary) { s.Stages[last].Verifier = false }, false, st.Stages[last].Name},
+		{"acquire as the verifier stage", func(s *evidence.PipelineSummary) {
+			s.Stages = []evidence.PipelineStage{s.Stages[0]}
+			s.Stages[0].Verifier = true
+		}, false, "acquire"},
+	} {
+		s := sum.Predicate
+		s.Stages = append([]evidence.PipelineStage{}, s.Stages...)
+		tc.edit(&s)
+		env, err := evidence.SignPipelineSummary(ctx, runnerKey, s)
+		if err != nil {
+			t.Fatalf("%s: sign: %v", tc.name, err)
+		}
+		file := filepath.Join(run, "summary-"+strings.ReplaceAll(tc.name, " ", "-")+".json")
+		write(t, file, string(env))
+		code, out, errs := e.custody("verify", file, "--trust", trust)
+		switch {
+		case tc.verifies && code != verifyPromotable:
+			t.Fatalf("%s: %d\n%s\n%s", tc.name, code, out, errs)
+		case !tc.verifies && (code != verifyUnauthentic || !failedLine(out, "stage/"+tc.stage) || !strings.Contains(out, "verifier")):
+			t.Fatalf("%s verified: %d\n%s\n%s", tc.name, code, out, errs)
+		}
 	}
 	// "Resolved at run" is for a dry run only: a grant binds digests.
 	src := api.PhaseSource{YAML: readBytes(t, e.phase(t, "later", "true", "inputs:\n  - {source: \"output:sha256:"+strings.Repeat("0", 64)+"\", target: /p}\n")),

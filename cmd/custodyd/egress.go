@@ -20,6 +20,11 @@ type EgressConfig struct {
 	// CAFile, if set, is the PEM roots brokered destinations are verified
 	// against instead of the host's.
 	CAFile string `yaml:"caFile,omitempty"`
+	// OwnAddresses are more of the host's own addresses for the proxy to
+	// deny, after resolution and at connect, beside those its interfaces
+	// show: say the public address a 1:1 NAT maps to this host, which no
+	// interface carries but which leads back in. IP addresses, no prefixes.
+	OwnAddresses []string `yaml:"ownAddresses,omitempty"`
 	// TestUpstreams aims the proxy at a test's own upstreams: it dials from
 	// inside the named network namespace and resolves names from the
 	// table only. The proxy's address checks still apply to every answer.
@@ -40,7 +45,21 @@ func (e *EgressConfig) validate() error {
 	if t := e.TestUpstreams; t != nil && !filepath.IsAbs(t.Netns) {
 		return fmt.Errorf("egress.testUpstreams.netns %q must be an absolute path", t.Netns)
 	}
-	return nil
+	_, err := e.ownAddresses()
+	return err
+}
+
+// ownAddresses parses OwnAddresses.
+func (e *EgressConfig) ownAddresses() ([]netip.Addr, error) {
+	var out []netip.Addr
+	for i, s := range e.OwnAddresses {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("egress.ownAddresses[%d] %q is not an IP address without a zone (a 1:1 NAT's public address, say)", i, s)
+		}
+		out = append(out, a.Unmap())
+	}
+	return out, nil
 }
 
 // launchEgress is the launcher's egress configuration from custodyd's.
@@ -59,6 +78,13 @@ func (e *EgressConfig) launchEgress() (*launch.EgressConfig, error) {
 			return nil, fmt.Errorf("egress.caFile %s holds no PEM certificate", e.CAFile)
 		}
 	}
+	own, err := e.ownAddresses()
+	if err != nil {
+		return nil, err
+	}
+	if len(own) > 0 {
+		out.Dialer = egress.CheckedDialer{Extra: own}
+	}
 	if t := e.TestUpstreams; t != nil {
 		table := hostTable{}
 		for name, addrs := range t.Hosts {
@@ -70,7 +96,7 @@ func (e *EgressConfig) launchEgress() (*launch.EgressConfig, error) {
 				table[name] = append(table[name], ip)
 			}
 		}
-		out.Resolver, out.Dialer = table, egress.DialerIn{Path: t.Netns}
+		out.Resolver, out.Dialer = table, egress.CheckedDialer{Netns: t.Netns, Extra: own}
 	}
 	return out, nil
 }

@@ -269,3 +269,50 @@ func TestEgressRefusedWhenThePidfdProbeFails(t *testing.T) {
 		t.Fatalf("a network-deny phase: %v %+v %s", err, res, out.String())
 	}
 }
+
+// TestEgressOwnAddressesConfigured runs real custodyd and runc: an
+// address named in egress.ownAddresses (standing for the public address
+// a 1:1 NAT maps to the host, on no interface; here the world's "other"
+// upstream, which listens) is denied as the host's own though the stage's
+// egress grants its name, while the allowed host beside it is reached.
+// A malformed entry is a config error.
+func TestEgressOwnAddressesConfigured(t *testing.T) {
+	testenv.Root(t)
+	w := egresstest.NewWorld(t)
+	d := startDaemonWith(t, func(c *Config) {
+		c.Egress = &EgressConfig{OwnAddresses: []string{egresstest.OtherAddr}, TestUpstreams: &TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
+	}, nil)
+	writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir)+fmt.Sprintf("egress:\n  stages:\n    build: [\"%s:80\", \"%s:80\"]\n", egresstest.Allowed, egresstest.Other))
+	if st, err := d.control.ReloadPolicy(context.Background()); err != nil || st.Error != "" {
+		t.Fatalf("reload: %v %+v", err, st)
+	}
+	script := "wget -q -O - http://" + egresstest.Allowed + "/ok; wget -q -O - http://" + egresstest.Other + "/ && echo LEAKED-own; true"
+	src := d.egressPhase(fmt.Sprintf("network: {egress: [\"%s:80\", \"%s:80\"]}\n", egresstest.Allowed, egresstest.Other), "", script)
+	env, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: src, Actor: "ci-bot", TTL: "15m"})
+	if err != nil {
+		t.Fatalf("issue: %v", err)
+	}
+	var out bytes.Buffer
+	res, rcpt, err := d.submit.RunWithReceipt(context.Background(), env, &out, &out, nil)
+	if err != nil || res.Status != api.StatusOK || !strings.Contains(out.String(), "hello from "+egresstest.Allowed) || strings.Contains(out.String(), "LEAKED") {
+		t.Fatalf("run: %v %+v\n%s", err, res, out.String())
+	}
+	for _, s := range w.Seen() {
+		if s.Host != egresstest.Allowed {
+			t.Errorf("%s was reached", s.Host)
+		}
+	}
+	var envl struct{ Payload string }
+	if err := json.Unmarshal(rcpt.Envelope, &envl); err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := base64.StdEncoding.DecodeString(envl.Payload)
+	if !bytes.Contains(payload, []byte(`"code":"denied-address"`)) || !bytes.Contains(payload, []byte("host's own")) {
+		t.Fatalf("the receipt records no own-address refusal:\n%s", payload)
+	}
+	for _, bad := range []string{"10.0.0.0/8", "fe80::1%eth0", "nat.example"} {
+		if err := (&EgressConfig{OwnAddresses: []string{bad}}).validate(); err == nil || !strings.Contains(err.Error(), "egress.ownAddresses[0]") {
+			t.Errorf("egress.ownAddresses [%q]: %v, want a config error", bad, err)
+		}
+	}
+}

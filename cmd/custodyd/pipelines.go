@@ -101,6 +101,13 @@ func (s *server) summaryStage(r *http.Request, ref api.PipelineStageRef) (eviden
 	case len(ref.From) != len(rc.Inputs):
 		return refuse("%d from entries for %d inputs", len(ref.From), len(rc.Inputs))
 	}
+	granted, err := evidence.GrantedVerifier(rc)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	if granted != ref.Verifier {
+		return refuse("verifier is %t here, but the run's grant is for a phase with verifier: %t; fix: mark as the verifier stage exactly the stage whose phase has verifier: true", ref.Verifier, granted)
+	}
 	dig, err := evidence.ReceiptDigest(rec.Receipt.Envelope)
 	if err != nil {
 		return refuse("%v", err)

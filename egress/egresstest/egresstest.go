@@ -201,6 +201,14 @@ func (w *World) Serve(t testing.TB, addr string, h http.Handler, useTLS bool) {
 	w.serve(t, w.far, addr, h, tc)
 }
 
+// ServeOwn serves plain HTTP with h at addr in the namespace the proxy
+// dials from, as the host's own services listen (a wildcard address such
+// as 0.0.0.0:8080 also answers on addresses added later).
+func (w *World) ServeOwn(t testing.TB, addr string, h http.Handler) {
+	t.Helper()
+	w.serve(t, w.Netns, addr, h, nil)
+}
+
 // testCA makes a CA and a leaf for names, valid for an hour.
 func testCA(t testing.TB, names ...string) (*x509.CertPool, []byte, tls.Certificate) {
 	t.Helper()
