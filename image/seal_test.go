@@ -1,6 +1,7 @@
 package image
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -8,9 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/sealed"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/treehash"
 )
@@ -219,16 +222,75 @@ func TestUnsealedFallsBackToTheWalk(t *testing.T) {
 	}
 }
 
-// TestSealKeepsTheTree: an image with owners, modes and hard links seals
-// to a tree with the same digest, owners and metadata (sameMetadata runs
-// at import; the digest is checked here once more).
+// TestSealKeepsTheTree: an image with owners, a sticky directory, hard
+// links and a symlink seals to a file whose tree, as the kernel serves it
+// from the file, hashes to the image digest (which covers the owners) and
+// has the rootfs's modes, owners, mtimes and sizes, its hard links still
+// one inode.
 func TestSealKeepsTheTree(t *testing.T) {
-	_, img, file := sealedStore(t)
-	if !strings.HasSuffix(file, sealName) {
-		t.Fatalf("sealed file %s", file)
+	testenv.Root(t)
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		testenv.Missing(t, "mkfs.erofs (erofs-utils)")
 	}
-	tree, err := treehash.Dir(context.Background(), img.Rootfs, treehash.Options{})
-	if err != nil || tree.Digest != img.Digest {
-		t.Fatalf("rootfs hashes to %v, %v", tree, err)
+	entries := []entry{
+		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
+		{name: "bin/tool", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\n"},
+		{name: "bin/again", typ: tar.TypeLink, linkname: "bin/tool"},
+		{name: "bin/sym", typ: tar.TypeSymlink, linkname: "tool"},
+		{name: "tmp/", typ: tar.TypeDir, mode: 0o1777},
+		{name: "home/", typ: tar.TypeDir, mode: 0o700},
+	}
+	s, _ := newStore(t)
+	ctx := context.Background()
+	img, err := s.Import(ctx, writeFile(t, t.TempDir(), "owned.tar", buildTarOwned(t, entries, 1000, 100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Unsealed != "" {
+		testenv.Missing(t, "a kernel that mounts erofs from a file: "+img.Unsealed)
+	}
+	if img.Sealed == nil || !strings.HasSuffix(img.Sealed.File, sealName) || len(img.IDs) == 0 {
+		t.Fatalf("import of an owned tree: sealed %+v, owners %+v", img.Sealed, img.IDs)
+	}
+	id, err := sealed.Parse(img.Sealed.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sealed.Open(img.Sealed.File, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mfd, err := sealed.Mount(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeMount(mfd)
+	root, detach, err := attach(mfd, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer detach()
+	tree, err := treehash.Dir(ctx, root, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounted := *img
+	mounted.Rootfs = root
+	if err := checkDigest(&mounted, tree); err != nil {
+		t.Fatalf("the sealed tree does not hash to the image digest: %v", err)
+	}
+	if err := sameMetadata(img.Rootfs, root); err != nil {
+		t.Fatalf("the sealed tree's metadata: %v", err)
+	}
+	var a, b syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(root, "bin", "tool"), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Lstat(filepath.Join(root, "bin", "again"), &b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Ino != b.Ino || a.Nlink != 2 || a.Uid != 1000 || a.Gid != 100 {
+		t.Fatalf("the sealed hard link: inodes %d %d, nlink %d, owner %d:%d", a.Ino, b.Ino, a.Nlink, a.Uid, a.Gid)
 	}
 }
