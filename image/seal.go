@@ -64,6 +64,25 @@ var ErrSealChanged = sealed.ErrChanged
 type Sealed struct {
 	File     string `json:"file"`
 	Identity string `json:"identity"`
+	// store verified the seal of the image digest; what Mount mounts.
+	store  *Store
+	digest string
+}
+
+// Mount returns a new descriptor of the detached, read-only erofs mount
+// this process made of the image's sealed file when it verified it, for a
+// launch's lower layer: the very bytes verified, whatever became of the
+// file's name since (a file renamed over it, say), so a seal changed
+// after a launch's verify, and before its mount, cannot refuse a launch
+// whose grant is spent. The verified file's identity is checked first; if
+// it moved (a rename over the name unlinks the file, which moves its
+// ctime), the tree the mount serves is hashed again and must still be the
+// image's, else ErrSealChanged. The caller closes the descriptor.
+func (s *Sealed) Mount(ctx context.Context) (int, error) {
+	if s.store == nil {
+		return -1, fmt.Errorf("sealed image %s: %w: not verified by this process", s.File, ErrSealChanged)
+	}
+	return s.store.mountVerified(ctx, s.digest)
 }
 
 // sealRecord is seal.json.
@@ -74,35 +93,89 @@ type sealRecord struct {
 	Identity string `json:"identity"`
 }
 
-// seals remembers, per image digest, the identity of its sealed file as it
-// was when the tree mounted from it last hashed to the digest.
+// seals remembers, per image digest, the sealed file as it was when the
+// tree mounted from it last hashed to the digest: its identity, the file
+// open, and a detached mount made from that descriptor (what launches
+// mount, Sealed.Mount).
 type seals struct {
-	mu sync.Mutex
-	id map[string]sealed.Identity
+	mu   sync.Mutex
+	held map[string]*heldSeal
 	// making keeps two imports of one tree from making its seal at once.
 	making sync.Mutex
+}
+
+// heldSeal is one verified sealed file, open, and its detached mount.
+// mu guards the descriptors; id is guarded by the seals' mu.
+type heldSeal struct {
+	mu     sync.Mutex
+	id     sealed.Identity
+	file   *os.File
+	mfd    int
+	closed bool
+}
+
+func (h *heldSeal) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		closeMount(h.mfd)
+		h.file.Close()
+	}
 }
 
 func (s *seals) get(digest string) (sealed.Identity, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	id, ok := s.id[digest]
-	return id, ok
+	h, ok := s.held[digest]
+	if !ok {
+		return sealed.Identity{}, false
+	}
+	return h.id, true
 }
 
-func (s *seals) put(digest string, id sealed.Identity) {
+// identity is h's identity, and setIdentity moves it.
+func (s *seals) identity(h *heldSeal) sealed.Identity {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.id == nil {
-		s.id = map[string]sealed.Identity{}
+	return h.id
+}
+
+func (s *seals) setIdentity(h *heldSeal, id sealed.Identity) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.id = id
+}
+
+func (s *seals) current(digest string) *heldSeal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[digest]
+}
+
+// put holds h for digest, releasing what was held before: a launch that
+// already took a descriptor of the old mount keeps it.
+func (s *seals) put(digest string, h *heldSeal) {
+	s.mu.Lock()
+	old := s.held[digest]
+	if s.held == nil {
+		s.held = map[string]*heldSeal{}
 	}
-	s.id[digest] = id
+	s.held[digest] = h
+	s.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
 }
 
 func (s *seals) drop(digest string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.id, digest)
+	old := s.held[digest]
+	delete(s.held, digest)
+	s.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
 }
 
 // sealedOf is img's Sealed if this process verified its seal, else nil.
@@ -111,7 +184,85 @@ func (s *Store) sealedOf(img *Image) *Sealed {
 	if !ok {
 		return nil
 	}
-	return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealName), Identity: id.String()}
+	return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealName), Identity: id.String(), store: s, digest: img.Digest}
+}
+
+// mountVerified is Sealed.Mount for the image of digest.
+func (s *Store) mountVerified(ctx context.Context, digest string) (int, error) {
+	for {
+		h := s.sealIDs.current(digest)
+		if h == nil {
+			return -1, fmt.Errorf("image %s: %w: this process holds no verified seal of it (was it removed?); fix: import it again", digest, ErrSealChanged)
+		}
+		fd, err := s.dupVerified(ctx, digest, h)
+		if errors.Is(err, errReleased) {
+			continue // verified again meanwhile: take what is held now
+		}
+		return fd, err
+	}
+}
+
+var errReleased = errors.New("released")
+
+// dupVerified checks h (see Sealed.Mount) and returns a new descriptor of
+// its mount.
+func (s *Store) dupVerified(ctx context.Context, digest string, h *heldSeal) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return -1, errReleased
+	}
+	if err := sealed.Check(h.file, s.sealIDs.identity(h)); err != nil {
+		if !errors.Is(err, sealed.ErrChanged) {
+			return -1, fmt.Errorf("image %s: %w", digest, err)
+		}
+		img, gerr := s.Get(digest)
+		if gerr != nil {
+			return -1, fmt.Errorf("image %s: %w", digest, gerr)
+		}
+		now, ierr := sealed.Of(h.file)
+		if ierr != nil {
+			return -1, fmt.Errorf("image %s: %w", img.Digest, ierr)
+		}
+		if herr := s.hashMount(ctx, img, h.mfd); herr != nil {
+			return -1, fmt.Errorf("image %s: the verified sealed file changed (%v) and %w", img.Digest, err, herr)
+		}
+		// Only an identity that held across the hash vouches for it.
+		if err := sealed.Check(h.file, now); err != nil {
+			return -1, fmt.Errorf("image %s: %w", img.Digest, err)
+		}
+		s.sealIDs.setIdentity(h, now)
+	}
+	fd, err := dupMount(h.mfd)
+	if err != nil {
+		return -1, fmt.Errorf("image %s: the verified sealed mount: %w", digest, err)
+	}
+	return fd, nil
+}
+
+// hashMount hashes the tree of the detached mount mfd (through a clone of
+// it, attached at a private name) and checks it against img's digest.
+func (s *Store) hashMount(ctx context.Context, img *Image, mfd int) error {
+	clone, err := cloneMount(mfd)
+	if err != nil {
+		return fmt.Errorf("clone the sealed mount: %w", err)
+	}
+	defer closeMount(clone)
+	root, detach, err := attach(clone, s.dir)
+	if err != nil {
+		return err
+	}
+	defer detach()
+	tree, err := treehash.Dir(ctx, root, treehash.Options{})
+	if err != nil {
+		return fmt.Errorf("hash the sealed tree: %w", err)
+	}
+	mounted := *img
+	mounted.Rootfs = root
+	if err := checkDigest(&mounted, tree); err != nil {
+		return fmt.Errorf("%w: the sealed tree: %w", ErrSealChanged, err)
+	}
+	return nil
 }
 
 // VerifySealed re-derives that the image of digest is still its content,
@@ -148,7 +299,7 @@ func (s *Store) VerifySealed(ctx context.Context, digest string) (*Image, error)
 		f, err := sealed.Open(file, id)
 		if err == nil {
 			f.Close()
-			img.Sealed = &Sealed{File: file, Identity: id.String()}
+			img.Sealed = &Sealed{File: file, Identity: id.String(), store: s, digest: digest}
 			return img, nil
 		}
 		if !errors.Is(err, sealed.ErrChanged) {
@@ -206,7 +357,12 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 	if err != nil {
 		return fmt.Errorf("image %s: %w", img.Digest, err)
 	}
-	defer f.Close()
+	held := false
+	defer func() {
+		if !held {
+			f.Close()
+		}
+	}()
 	mfd, err := sealed.Mount(f, nil)
 	if err != nil {
 		// erofs checks its superblock and metadata: a file changed there
@@ -235,12 +391,20 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 			return fmt.Errorf("image %s: the sealed tree differs from the rootfs: %w", img.Digest, err)
 		}
 	}
+	// What launches mount: a detached mount made from the descriptor
+	// just checked (the one hashed is attached, for the walk).
+	keep, err := sealed.Mount(f, nil)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Digest, err)
+	}
 	// The file may have been changed while it was hashed: only an
 	// identity that held across the hash vouches for it.
 	if err := sealed.Check(f, id); err != nil {
+		closeMount(keep)
 		return fmt.Errorf("image %s: %w", img.Digest, err)
 	}
-	s.sealIDs.put(img.Digest, id)
+	held = true
+	s.sealIDs.put(img.Digest, &heldSeal{id: id, file: f, mfd: keep})
 	return nil
 }
 

@@ -564,7 +564,7 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 	// paths would name the image store and the launch dir.
 	var layers [3]int
 	if seal != nil {
-		fd, err := sealedImage(seal)
+		fd, err := sealedImage(ctx, seal)
 		if err != nil {
 			return err
 		}
@@ -614,10 +614,19 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 	return c.identify(KindRootfsMount, c.rootfs, mountIdentity)
 }
 
-// sealedImage mounts the sealed image file (a detached, read-only erofs
-// mount) from the descriptor whose identity it checked against the one
-// the runner verified, so a file replaced since is refused, not mounted.
-func sealedImage(seal *backend.SealedImage) (int, error) {
+// sealedImage is the sealed image as a detached, read-only erofs mount:
+// the one the runner made when it verified the file (seal.Mount), else
+// one mounted here from the descriptor whose identity it checked against
+// the one the runner verified, so a file replaced since is refused, not
+// mounted.
+func sealedImage(ctx context.Context, seal *backend.SealedImage) (int, error) {
+	if seal.Mount != nil {
+		fd, err := seal.Mount(ctx)
+		if err != nil {
+			return -1, fmt.Errorf("sealed image: %w", err)
+		}
+		return fd, nil
+	}
 	want, err := sealed.Parse(seal.Identity)
 	if err != nil {
 		return -1, fmt.Errorf("sealed image: %w", err)
