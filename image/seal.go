@@ -44,6 +44,16 @@ import (
 // the tree is what is checked. Xattrs are left out (-x-1): the tree digest
 // does not cover them and the container needs none.
 //
+// The rootfs directory stays beside the sealed file, because launch paths
+// other than a sealed oci launch read the tree: the vm backend builds its
+// guest's disk from it, the docker backend imports it into the engine, an
+// oci backend on a kernel that cannot overlay a sealed mount launches from
+// it (its Capabilities then say no SealedImages), Verify walks it, and
+// admission reads it for the backends that do not mount seals. An OCI
+// image's tree is hard links into its unpacked layers, which layer sharing
+// keeps anyway, so its seal is the one extra copy; a rootfs import's tree
+// and its seal are two.
+//
 // When a seal cannot be made (no mkfs.erofs, or a kernel that cannot mount
 // erofs from a file, such as Debian's 6.1 without a loop device), the image
 // stays unsealed, Image.Unsealed says why, and VerifySealed falls back to

@@ -27,19 +27,7 @@ import (
 // changed in place (its mtime set back) in that window is hashed again at
 // the mount, and refused as ErrSealChanged, failed-to-start.
 func TestSealSwappedAfterVerify(t *testing.T) {
-	testenv.Root(t)
-	path, version, sha := testenv.Runc(t)
-	var mu sync.Mutex
-	var atFault func()
-	h := newHarnessFaults(t, launchBase(t), runner.Runtime{Path: path, Version: version, SHA256: sha}, func(stage string) {
-		mu.Lock()
-		f := atFault
-		mu.Unlock()
-		if stage == "mid-prepare" && f != nil {
-			f()
-		}
-	})
-	at := func(f func()) { mu.Lock(); atFault = f; mu.Unlock() }
+	h, at := newHarnessMidPrepare(t)
 	ctx := context.Background()
 	prepare := func() *runner.Prepared {
 		t.Helper()
@@ -118,4 +106,23 @@ func TestSealSwappedAfterVerify(t *testing.T) {
 	if err := h.r.VerifyImage(ctx, h.image, "oci"); !errors.Is(err, image.ErrSealChanged) {
 		t.Fatalf("verify of the changed seal: %v", err)
 	}
+}
+
+// newHarnessMidPrepare is a harness whose oci backend calls what at was
+// last given (nil: nothing) at its mid-prepare fault stage: the launch dir
+// is mounted and on record, the rootfs not yet mounted.
+func newHarnessMidPrepare(t *testing.T) (*harness, func(func())) {
+	t.Helper()
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	var mu sync.Mutex
+	var atFault func()
+	h := newHarnessFaults(t, launchBase(t), runner.Runtime{Path: path, Version: version, SHA256: sha}, func(stage string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stage == "mid-prepare" && atFault != nil {
+			atFault()
+		}
+	})
+	return h, func(f func()) { mu.Lock(); atFault = f; mu.Unlock() }
 }
