@@ -95,6 +95,13 @@ type Mount struct {
 type SealedImage struct {
 	File     string
 	Identity string
+	// Mount, when not nil, returns a new descriptor of the detached
+	// erofs mount the runner made of the file when it verified it (see
+	// image.Sealed.Mount), which the backend mounts instead of opening
+	// File again: what was verified before the grant was spent is what
+	// runs, even if the file's name was changed since. The backend
+	// closes the descriptor.
+	Mount func(ctx context.Context) (int, error)
 }
 
 // Spec is the reviewed profile of one launch in neutral terms. Every budget

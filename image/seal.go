@@ -44,6 +44,16 @@ import (
 // the tree is what is checked. Xattrs are left out (-x-1): the tree digest
 // does not cover them and the container needs none.
 //
+// The rootfs directory stays beside the sealed file, because launch paths
+// other than a sealed oci launch read the tree: the vm backend builds its
+// guest's disk from it, the docker backend imports it into the engine, an
+// oci backend on a kernel that cannot overlay a sealed mount launches from
+// it (its Capabilities then say no SealedImages), Verify walks it, and
+// admission reads it for the backends that do not mount seals. An OCI
+// image's tree is hard links into its unpacked layers, which layer sharing
+// keeps anyway, so its seal is the one extra copy; a rootfs import's tree
+// and its seal are two.
+//
 // When a seal cannot be made (no mkfs.erofs, or a kernel that cannot mount
 // erofs from a file, such as Debian's 6.1 without a loop device), the image
 // stays unsealed, Image.Unsealed says why, and VerifySealed falls back to
@@ -64,6 +74,25 @@ var ErrSealChanged = sealed.ErrChanged
 type Sealed struct {
 	File     string `json:"file"`
 	Identity string `json:"identity"`
+	// store verified the seal of the image digest; what Mount mounts.
+	store  *Store
+	digest string
+}
+
+// Mount returns a new descriptor of the detached, read-only erofs mount
+// this process made of the image's sealed file when it verified it, for a
+// launch's lower layer: the very bytes verified, whatever became of the
+// file's name since (a file renamed over it, say), so a seal changed
+// after a launch's verify, and before its mount, cannot refuse a launch
+// whose grant is spent. The verified file's identity is checked first; if
+// it moved (a rename over the name unlinks the file, which moves its
+// ctime), the tree the mount serves is hashed again and must still be the
+// image's, else ErrSealChanged. The caller closes the descriptor.
+func (s *Sealed) Mount(ctx context.Context) (int, error) {
+	if s.store == nil {
+		return -1, fmt.Errorf("sealed image %s: %w: not verified by this process", s.File, ErrSealChanged)
+	}
+	return s.store.mountVerified(ctx, s.digest)
 }
 
 // sealRecord is seal.json.
@@ -74,105 +103,88 @@ type sealRecord struct {
 	Identity string `json:"identity"`
 }
 
-// seals remembers, per image digest, the identity of its sealed file as it
-// was when the tree mounted from it last hashed to the digest.
+// seals remembers, per image digest, the sealed file as it was when the
+// tree mounted from it last hashed to the digest: its identity, the file
+// open, and a detached mount made from that descriptor (what launches
+// mount, Sealed.Mount).
 type seals struct {
-	mu sync.Mutex
-	id map[string]sealed.Identity
-	// trees are the mounts Tree reads, kept per image: mounting erofs
-	// and unmounting it again cost more than all the rest of admission.
-	trees map[string]*heldTree
+	mu   sync.Mutex
+	held map[string]*heldSeal
 	// making keeps two imports of one tree from making its seal at once.
 	making sync.Mutex
 }
 
-// heldTree is a detached mount of a sealed file, made while the file had
-// identity id. It is closed once it is dropped and no reader holds it.
-type heldTree struct {
-	id      sealed.Identity
-	mfd     int
-	readers int
-	dropped bool
+// heldSeal is one verified sealed file, open, and its detached mount.
+// mu guards the descriptors; id is guarded by the seals' mu.
+type heldSeal struct {
+	mu     sync.Mutex
+	id     sealed.Identity
+	file   *os.File
+	mfd    int
+	closed bool
 }
 
-// tree returns the held mount of digest's file at identity id, taking a
-// reader, or nil when none is held at that identity.
-func (s *seals) tree(digest string, id sealed.Identity) *heldTree {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.trees[digest]
-	if t == nil || t.id != id {
-		return nil
-	}
-	t.readers++
-	return t
-}
-
-// hold keeps t, taken by one reader, as digest's mount, dropping the one
-// it replaces; only while t's identity is still the one verified for
-// digest: an image removed (or re-checked) meanwhile gets no held mount,
-// and t is then marked dropped, for its one reader to close.
-func (s *seals) hold(digest string, t *heldTree) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t.readers = 1
-	if id, ok := s.id[digest]; !ok || id != t.id {
-		t.dropped = true
-		return
-	}
-	if s.trees == nil {
-		s.trees = map[string]*heldTree{}
-	}
-	if old := s.trees[digest]; old != nil {
-		s.dropTreeLocked(old)
-	}
-	s.trees[digest] = t
-}
-
-// release ends one reader of t.
-func (s *seals) release(t *heldTree) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t.readers--
-	if t.dropped && t.readers == 0 {
-		closeMount(t.mfd)
-	}
-}
-
-func (s *seals) dropTreeLocked(t *heldTree) {
-	t.dropped = true
-	if t.readers == 0 {
-		closeMount(t.mfd)
+func (h *heldSeal) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		closeMount(h.mfd)
+		h.file.Close()
 	}
 }
 
 func (s *seals) get(digest string) (sealed.Identity, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	id, ok := s.id[digest]
-	return id, ok
+	h, ok := s.held[digest]
+	if !ok {
+		return sealed.Identity{}, false
+	}
+	return h.id, true
 }
 
-func (s *seals) put(digest string, id sealed.Identity) {
+// identity is h's identity, and setIdentity moves it.
+func (s *seals) identity(h *heldSeal) sealed.Identity {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.id == nil {
-		s.id = map[string]sealed.Identity{}
+	return h.id
+}
+
+func (s *seals) setIdentity(h *heldSeal, id sealed.Identity) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.id = id
+}
+
+func (s *seals) current(digest string) *heldSeal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[digest]
+}
+
+// put holds h for digest, releasing what was held before: a launch that
+// already took a descriptor of the old mount keeps it.
+func (s *seals) put(digest string, h *heldSeal) {
+	s.mu.Lock()
+	old := s.held[digest]
+	if s.held == nil {
+		s.held = map[string]*heldSeal{}
 	}
-	s.id[digest] = id
-	if t := s.trees[digest]; t != nil && t.id != id {
-		s.dropTreeLocked(t)
-		delete(s.trees, digest)
+	s.held[digest] = h
+	s.mu.Unlock()
+	if old != nil {
+		old.close()
 	}
 }
 
 func (s *seals) drop(digest string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.id, digest)
-	if t := s.trees[digest]; t != nil {
-		s.dropTreeLocked(t)
-		delete(s.trees, digest)
+	old := s.held[digest]
+	delete(s.held, digest)
+	s.mu.Unlock()
+	if old != nil {
+		old.close()
 	}
 }
 
@@ -182,7 +194,85 @@ func (s *Store) sealedOf(img *Image) *Sealed {
 	if !ok {
 		return nil
 	}
-	return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealName), Identity: id.String()}
+	return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealName), Identity: id.String(), store: s, digest: img.Digest}
+}
+
+// mountVerified is Sealed.Mount for the image of digest.
+func (s *Store) mountVerified(ctx context.Context, digest string) (int, error) {
+	for {
+		h := s.sealIDs.current(digest)
+		if h == nil {
+			return -1, fmt.Errorf("image %s: %w: this process holds no verified seal of it (was it removed?); fix: import it again", digest, ErrSealChanged)
+		}
+		fd, err := s.dupVerified(ctx, digest, h)
+		if errors.Is(err, errReleased) {
+			continue // verified again meanwhile: take what is held now
+		}
+		return fd, err
+	}
+}
+
+var errReleased = errors.New("released")
+
+// dupVerified checks h (see Sealed.Mount) and returns a new descriptor of
+// its mount.
+func (s *Store) dupVerified(ctx context.Context, digest string, h *heldSeal) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return -1, errReleased
+	}
+	if err := sealed.Check(h.file, s.sealIDs.identity(h)); err != nil {
+		if !errors.Is(err, sealed.ErrChanged) {
+			return -1, fmt.Errorf("image %s: %w", digest, err)
+		}
+		img, gerr := s.Get(digest)
+		if gerr != nil {
+			return -1, fmt.Errorf("image %s: %w", digest, gerr)
+		}
+		now, ierr := sealed.Of(h.file)
+		if ierr != nil {
+			return -1, fmt.Errorf("image %s: %w", img.Digest, ierr)
+		}
+		if herr := s.hashMount(ctx, img, h.mfd); herr != nil {
+			return -1, fmt.Errorf("image %s: the verified sealed file changed (%v) and %w", img.Digest, err, herr)
+		}
+		// Only an identity that held across the hash vouches for it.
+		if err := sealed.Check(h.file, now); err != nil {
+			return -1, fmt.Errorf("image %s: %w", img.Digest, err)
+		}
+		s.sealIDs.setIdentity(h, now)
+	}
+	fd, err := dupMount(h.mfd)
+	if err != nil {
+		return -1, fmt.Errorf("image %s: the verified sealed mount: %w", digest, err)
+	}
+	return fd, nil
+}
+
+// hashMount hashes the tree of the detached mount mfd (through a clone of
+// it, attached at a private name) and checks it against img's digest.
+func (s *Store) hashMount(ctx context.Context, img *Image, mfd int) error {
+	clone, err := cloneMount(mfd)
+	if err != nil {
+		return fmt.Errorf("clone the sealed mount: %w", err)
+	}
+	defer closeMount(clone)
+	root, detach, err := attach(clone, s.dir)
+	if err != nil {
+		return err
+	}
+	defer detach()
+	tree, err := treehash.Dir(ctx, root, treehash.Options{})
+	if err != nil {
+		return fmt.Errorf("hash the sealed tree: %w", err)
+	}
+	mounted := *img
+	mounted.Rootfs = root
+	if err := checkDigest(&mounted, tree); err != nil {
+		return fmt.Errorf("%w: the sealed tree: %w", ErrSealChanged, err)
+	}
+	return nil
 }
 
 // VerifySealed re-derives that the image of digest is still its content,
@@ -219,7 +309,7 @@ func (s *Store) VerifySealed(ctx context.Context, digest string) (*Image, error)
 		f, err := sealed.Open(file, id)
 		if err == nil {
 			f.Close()
-			img.Sealed = &Sealed{File: file, Identity: id.String()}
+			img.Sealed = &Sealed{File: file, Identity: id.String(), store: s, digest: digest}
 			return img, nil
 		}
 		if !errors.Is(err, sealed.ErrChanged) {
@@ -246,35 +336,17 @@ func (s *Store) Tree(img *Image, sealedOK bool) (tree fs.FS, done func(), err er
 	if !sealedOK || img.Sealed == nil {
 		return TreeFS(img.Rootfs), func() {}, nil
 	}
-	id, err := sealed.Parse(img.Sealed.Identity)
+	// The mount this process made of the sealed file when it verified it,
+	// the one launches mount (Sealed.Mount): what admission reads is what
+	// runs, and no erofs is mounted and unmounted at every admission. Its
+	// checks re-hash only a file whose identity moved, which admission
+	// then waits for, as a launch would.
+	fd, err := img.Sealed.Mount(context.Background())
 	if err != nil {
-		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
-	}
-	f, err := sealed.Open(img.Sealed.File, id)
-	if err != nil {
-		return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
-	}
-	defer f.Close() // the mount keeps the file
-	// The file still has the identity its held mount was made at, so the
-	// mount serves what a fresh one would: erofs reads the file it opened,
-	// and a change to that file would have moved its identity.
-	t := s.sealIDs.tree(img.Digest, id)
-	if t == nil {
-		mfd, err := sealed.Mount(f, nil)
-		if err != nil {
-			return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
-		}
-		// As in checkSeal: only an identity that held across the mount
-		// vouches for the tree admission reads.
-		if err := sealed.Check(f, id); err != nil {
-			closeMount(mfd)
-			return nil, nil, fmt.Errorf("image %s: %w", img.Digest, err)
-		}
-		t = &heldTree{id: id, mfd: mfd}
-		s.sealIDs.hold(img.Digest, t)
+		return nil, nil, err
 	}
 	var once sync.Once
-	return TreeFS(fmt.Sprintf("/proc/self/fd/%d", t.mfd)), func() { once.Do(func() { s.sealIDs.release(t) }) }, nil
+	return TreeFS(fmt.Sprintf("/proc/self/fd/%d", fd)), func() { once.Do(func() { closeMount(fd) }) }, nil
 }
 
 // checkSeal mounts the sealed file of img, which must have identity id,
@@ -286,7 +358,12 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 	if err != nil {
 		return fmt.Errorf("image %s: %w", img.Digest, err)
 	}
-	defer f.Close()
+	held := false
+	defer func() {
+		if !held {
+			f.Close()
+		}
+	}()
 	mfd, err := sealed.Mount(f, nil)
 	if err != nil {
 		// erofs checks its superblock and metadata: a file changed there
@@ -315,12 +392,20 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 			return fmt.Errorf("image %s: the sealed tree differs from the rootfs: %w", img.Digest, err)
 		}
 	}
+	// What launches mount: a detached mount made from the descriptor
+	// just checked (the one hashed is attached, for the walk).
+	keep, err := sealed.Mount(f, nil)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Digest, err)
+	}
 	// The file may have been changed while it was hashed: only an
 	// identity that held across the hash vouches for it.
 	if err := sealed.Check(f, id); err != nil {
+		closeMount(keep)
 		return fmt.Errorf("image %s: %w", img.Digest, err)
 	}
-	s.sealIDs.put(img.Digest, id)
+	held = true
+	s.sealIDs.put(img.Digest, &heldSeal{id: id, file: f, mfd: keep})
 	return nil
 }
 

@@ -35,6 +35,15 @@ func attach(mfd int, dir string) (root string, detach func(), err error) {
 
 func closeMount(mfd int) { unix.Close(mfd) }
 
+// dupMount is a new descriptor of the detached mount mfd.
+func dupMount(mfd int) (int, error) { return unix.FcntlInt(uintptr(mfd), unix.F_DUPFD_CLOEXEC, 0) }
+
+// cloneMount is a detached clone of the detached mount mfd, which can be
+// attached (and detached) without touching mfd's own mount.
+func cloneMount(mfd int) (int, error) {
+	return unix.OpenTree(mfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+}
+
 // sameMetadata checks that every entry of the tree b has the type, mode
 // (sticky bit included), owner and mtime of the same entry of a, and the
 // size for files and symlinks, and that both have the same entries.

@@ -13,3 +13,7 @@ func attach(int, string) (string, func(), error) {
 func closeMount(int) {}
 
 func sameMetadata(a, b string) error { return errors.New("sealed images need Linux") }
+
+func dupMount(int) (int, error) { return -1, errors.New("sealed images need Linux") }
+
+func cloneMount(int) (int, error) { return -1, errors.New("sealed images need Linux") }

@@ -1,6 +1,7 @@
 package image
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -9,9 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/sealed"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/treehash"
 	"golang.org/x/sys/unix"
@@ -221,25 +224,83 @@ func TestUnsealedFallsBackToTheWalk(t *testing.T) {
 	}
 }
 
-// TestSealKeepsTheTree: an image with owners, modes and hard links seals
-// to a tree with the same digest, owners and metadata (sameMetadata runs
-// at import; the digest is checked here once more).
+// TestSealKeepsTheTree: an image with owners, a sticky directory, hard
+// links and a symlink seals to a file whose tree, as the kernel serves it
+// from the file, hashes to the image digest (which covers the owners) and
+// has the rootfs's modes, owners, mtimes and sizes, its hard links still
+// one inode.
 func TestSealKeepsTheTree(t *testing.T) {
-	_, img, file := sealedStore(t)
-	if !strings.HasSuffix(file, sealName) {
-		t.Fatalf("sealed file %s", file)
+	testenv.Root(t)
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		testenv.Missing(t, "mkfs.erofs (erofs-utils)")
 	}
-	tree, err := treehash.Dir(context.Background(), img.Rootfs, treehash.Options{})
-	if err != nil || tree.Digest != img.Digest {
-		t.Fatalf("rootfs hashes to %v, %v", tree, err)
+	entries := []entry{
+		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
+		{name: "bin/tool", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\n"},
+		{name: "bin/again", typ: tar.TypeLink, linkname: "bin/tool"},
+		{name: "bin/sym", typ: tar.TypeSymlink, linkname: "tool"},
+		{name: "tmp/", typ: tar.TypeDir, mode: 0o1777},
+		{name: "home/", typ: tar.TypeDir, mode: 0o700},
+	}
+	s, _ := newStore(t)
+	ctx := context.Background()
+	img, err := s.Import(ctx, writeFile(t, t.TempDir(), "owned.tar", buildTarOwned(t, entries, 1000, 100)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Unsealed != "" {
+		testenv.Missing(t, "a kernel that mounts erofs from a file: "+img.Unsealed)
+	}
+	if img.Sealed == nil || !strings.HasSuffix(img.Sealed.File, sealName) || len(img.IDs) == 0 {
+		t.Fatalf("import of an owned tree: sealed %+v, owners %+v", img.Sealed, img.IDs)
+	}
+	id, err := sealed.Parse(img.Sealed.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sealed.Open(img.Sealed.File, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mfd, err := sealed.Mount(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeMount(mfd)
+	root, detach, err := attach(mfd, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer detach()
+	tree, err := treehash.Dir(ctx, root, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounted := *img
+	mounted.Rootfs = root
+	if err := checkDigest(&mounted, tree); err != nil {
+		t.Fatalf("the sealed tree does not hash to the image digest: %v", err)
+	}
+	if err := sameMetadata(img.Rootfs, root); err != nil {
+		t.Fatalf("the sealed tree's metadata: %v", err)
+	}
+	var a, b syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(root, "bin", "tool"), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Lstat(filepath.Join(root, "bin", "again"), &b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Ino != b.Ino || a.Nlink != 2 || a.Uid != 1000 || a.Gid != 100 {
+		t.Fatalf("the sealed hard link: inodes %d %d, nlink %d, owner %d:%d", a.Ino, b.Ino, a.Nlink, a.Uid, a.Gid)
 	}
 }
 
-// TestTreeIsHeldWhileTheSealHolds: admission's Tree mounts a sealed file
-// once and reads that mount again while the file keeps the identity it
-// was mounted at; a file changed since is refused, and once verified
-// again (a new identity) read from a fresh mount; removing the image
-// lets the mount go.
+// TestTreeIsHeldWhileTheSealHolds: admission's Tree reads the mount this
+// process made of a sealed file when it verified it (the one launches
+// mount), not a fresh mount per admission; a file changed in place is
+// verified again before its tree is read; removing the image ends it.
 func TestTreeIsHeldWhileTheSealHolds(t *testing.T) {
 	ctx := context.Background()
 	s, img, file := sealedStore(t)
@@ -247,99 +308,53 @@ func TestTreeIsHeldWhileTheSealHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func(img *Image) (string, string) {
+	mountID := func(p string) uint64 {
+		t.Helper()
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, p, 0, unix.STATX_MNT_ID, &stx); err != nil {
+			t.Fatal(err)
+		}
+		return stx.Mnt_id
+	}
+	read := func(img *Image) (uint64, string, error) {
 		t.Helper()
 		tree, done, err := s.Tree(img, true)
 		if err != nil {
-			t.Fatalf("Tree: %v", err)
+			return 0, "", err
 		}
 		defer done()
 		b, err := fs.ReadFile(tree, "etc/other")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(tree.(treeFS)), string(b)
+		return mountID(string(tree.(treeFS))), string(b), nil
 	}
-	// With the first reader still open, so that a fresh mount could not
-	// take the same descriptor number.
-	tree, done, err := s.Tree(img, true)
-	if err != nil {
-		t.Fatal(err)
+	first, body, err := read(img)
+	if err != nil || body != "other\n" {
+		t.Fatalf("etc/other reads %q, %v", body, err)
 	}
-	if again, body := read(img); again != string(tree.(treeFS)) || body != "other\n" {
-		t.Fatalf("a second admission mounted again (%s, then %s) or read %q", tree, again, body)
+	if again, _, _ := read(img); again != first {
+		t.Fatalf("a second admission read another mount (%d, then %d)", first, again)
 	}
-	done()
-	done() // idempotent: the held mount has no reader left, not minus one
-	s.sealIDs.mu.Lock()
-	if h := s.sealIDs.trees[img.Digest]; h == nil || h.readers != 0 || h.dropped {
-		t.Errorf("after both readers: %+v", h)
-	}
-	s.sealIDs.mu.Unlock()
-
-	s.sealIDs.mu.Lock()
-	old := s.sealIDs.trees[img.Digest]
-	s.sealIDs.mu.Unlock()
+	// In place, mtime set back: only ctime tells; the tree then hashes to
+	// another digest, so admission is refused.
 	rewrite(t, file, sealMarker, strings.ToUpper(sealMarker))
-	if _, _, err := s.Tree(img, true); !errors.Is(err, ErrSealChanged) {
+	if _, _, err := read(img); !errors.Is(err, ErrSealChanged) {
 		t.Fatalf("Tree of a sealed file changed since its check: %v", err)
 	}
+	// Restored, the file is verified again (a fresh mount, hashed), and
+	// admission reads that mount.
 	rewrite(t, file, strings.ToUpper(sealMarker), sealMarker)
-	img2, err := s.VerifySealed(ctx, img.Digest)
-	if err != nil {
-		t.Fatal(err)
+	if img, err = s.VerifySealed(ctx, img.Digest); err != nil {
+		t.Fatalf("content restored: %v", err)
 	}
-	if img2.Sealed.Identity == img.Sealed.Identity {
-		t.Fatal("rewriting the file left its identity")
+	if again, body, err := read(img); err != nil || body != "other\n" || again == first {
+		t.Fatalf("after the re-check: mount %d (was %d), %q, %v", again, first, body, err)
 	}
-	if _, _, err := s.Tree(img, true); !errors.Is(err, ErrSealChanged) {
-		t.Fatalf("Tree at the old identity: %v", err)
-	}
-	if old == nil || !old.dropped {
-		t.Fatalf("the mount made at the old identity outlived the re-check: %+v", old)
-	}
-	if _, body := read(img2); body != "other\n" {
-		t.Fatalf("etc/other reads %q after the re-check", body)
-	}
-	s.sealIDs.mu.Lock()
-	fresh := s.sealIDs.trees[img.Digest]
-	s.sealIDs.mu.Unlock()
-	if fresh == nil || fresh == old || fresh.id.String() != img2.Sealed.Identity {
-		t.Fatalf("the re-checked file is read from the old mount (old %+v, now %+v)", old, fresh)
-	}
-
 	if err := s.Remove(ctx, img.Digest); err != nil {
 		t.Fatal(err)
 	}
-	s.sealIDs.mu.Lock()
-	left := s.sealIDs.trees[img.Digest]
-	s.sealIDs.mu.Unlock()
-	if left != nil || !fresh.dropped {
-		t.Fatalf("the removed image's mount is still held: %+v", left)
-	}
-}
-
-// TestHeldTreeOfARemovedImage: a mount made for an image removed (or
-// re-checked to another identity) meanwhile is not held, and its one
-// reader's release closes it.
-func TestHeldTreeOfARemovedImage(t *testing.T) {
-	var s seals
-	f, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fd, err := unix.Dup(int(f.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &heldTree{mfd: fd}
-	s.hold("sha256:removed", tr)
-	if !tr.dropped || len(s.trees) != 0 {
-		t.Fatalf("a mount of an image with no verified seal is held: %+v, trees %v", tr, s.trees)
-	}
-	s.release(tr)
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); !errors.Is(err, unix.EBADF) {
-		t.Fatalf("the unheld mount's descriptor is still open: %v", err)
+	if _, _, err := read(img); !errors.Is(err, ErrSealChanged) {
+		t.Fatalf("Tree of a removed image: %v", err)
 	}
 }

@@ -516,7 +516,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	}
 	// Recorded before it is handed out: the image store keeps what a live
 	// grant binds.
-	rec, err := json.Marshal(issued{Image: p.Image, Expires: p.Expires})
+	rec, err := json.Marshal(issued{Image: p.Image, Expires: p.Expires, WallTime: plan.WallTime})
 	if err != nil {
 		return nil, err
 	}
@@ -530,27 +530,48 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 type issued struct {
 	Image   string    `json:"image"`
 	Expires time.Time `json:"expires"`
+	// WallTime is the launch's wall-time bound the grant binds (absent
+	// in records made before it was kept).
+	WallTime time.Duration `json:"wallTime,omitempty"`
 }
 
 // spendGrace is how long after its expiry an unspent grant still binds
-// its image: one verified just before it expired may be in the middle of
-// being spent.
+// its image, beyond the longest launch it may make: one verified just
+// before it expired may be in the middle of being spent.
 const spendGrace = time.Minute
 
+// unspentLife is how long past its expiry an unspent grant binds its
+// image: a grant verified just before it expired goes on through input
+// hashing, the spend and the launch, and its image must outlive all of
+// that. The bound is the longest launch the grant or the current policy
+// allows (a grant issued under a larger ceiling keeps its own), plus
+// spendGrace.
+func unspentLife(g issued, pol *policy.Policy) time.Duration {
+	longest := g.WallTime
+	if pol != nil {
+		longest = max(longest, time.Duration(pol.Ceilings.WallTime))
+	}
+	return longest + spendGrace
+}
+
 // LiveGrants lists the grants that bind image, each as "ID (why)", sorted:
-// an issued grant that is neither spent nor revoked and has not expired
-// (spendGrace aside), which may still launch; and a spent grant whose run's
+// an issued grant that is neither spent nor revoked and has not outlived
+// its expiry by unspentLife, which may still launch; and a spent grant whose run's
 // journal attempt is not clean (running, cleanup-pending or residual: its
 // sandbox may still hold the image). A spent grant whose attempt the
 // journal lacks binds too: nothing says its run ended.
 func (l *Launcher) LiveGrants(image string) ([]string, error) {
 	now := l.cfg.Now()
+	pol, _, err := l.cfg.Policy()
+	if err != nil {
+		return nil, fmt.Errorf("live grants: read the policy: %w", err)
+	}
 	type bound struct {
 		id string
 		issued
 	}
 	var cands []bound
-	err := l.cfg.Store.View(store.Issued, func(b *bolt.Bucket) error {
+	err = l.cfg.Store.View(store.Issued, func(b *bolt.Bucket) error {
 		return b.ForEach(func(k, v []byte) error {
 			var g issued
 			if err := json.Unmarshal(v, &g); err != nil {
@@ -567,7 +588,7 @@ func (l *Launcher) LiveGrants(image string) ([]string, error) {
 	}
 	var live []string
 	for _, c := range cands {
-		why, err := l.binds(c.id, c.Expires, now)
+		why, err := l.binds(c.id, c.Expires, c.Expires.Add(unspentLife(c.issued, pol)), now)
 		if err != nil {
 			return nil, fmt.Errorf("grant %s: %w", c.id, err)
 		}
@@ -579,16 +600,16 @@ func (l *Launcher) LiveGrants(image string) ([]string, error) {
 	return live, nil
 }
 
-// binds says why grant id, expiring at expires, binds its image at now,
-// or "" when it does not.
-func (l *Launcher) binds(id string, expires, now time.Time) (string, error) {
+// binds says why grant id, expiring at expires and binding its image
+// while unspent until until, binds it at now, or "" when it does not.
+func (l *Launcher) binds(id string, expires, until, now time.Time) (string, error) {
 	use, err := l.cfg.Store.GrantUsed(id)
 	if errors.Is(err, store.ErrNotFound) {
 		revoked, err := l.cfg.Store.Revoked(id)
-		if err != nil || revoked || !now.Before(expires.Add(spendGrace)) {
+		if err != nil || revoked || !now.Before(until) {
 			return "", err
 		}
-		return "issued and unspent until " + expires.UTC().Format(time.RFC3339), nil
+		return "issued and unspent, expiring " + expires.UTC().Format(time.RFC3339) + "; a launch it begins may last until " + until.UTC().Format(time.RFC3339), nil
 	}
 	if err != nil {
 		return "", err

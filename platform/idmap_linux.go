@@ -19,9 +19,23 @@ import (
 // instance) fails with the kernel's error.
 func ProbeIdmap(ctx context.Context, dir string) Fact {
 	how := fmt.Sprintf("cloned a detached mount of %s (open_tree) and set MOUNT_ATTR_IDMAP on it with a child's user namespace (mount_setattr)", dir)
-	cat, err := lookCat()
+	ns, stop, err := childUserns(ctx)
 	if err != nil {
 		return Fact{How: how, Detail: err.Error()}
+	}
+	defer stop()
+	if err := idmapTree(dir, ns); err != nil {
+		return Fact{How: how, Detail: err.Error()}
+	}
+	return Fact{OK: true, How: how}
+}
+
+// childUserns is the user namespace of a child mapping 0 to this
+// process's ids, and stop, which ends the child and closes it.
+func childUserns(ctx context.Context) (ns *os.File, stop func(), err error) {
+	cat, err := lookCat()
+	if err != nil {
+		return nil, nil, err
 	}
 	// The child is cat reading a pipe we hold: it lives, in its namespace,
 	// until the pipe closes.
@@ -35,24 +49,21 @@ func ProbeIdmap(ctx context.Context, dir string) Fact {
 	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return Fact{How: how, Detail: err.Error()}
+		return nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return Fact{How: how, Detail: fmt.Sprintf("user namespace child: %v", err)}
+		return nil, nil, fmt.Errorf("user namespace child: %w", err)
 	}
-	defer func() {
+	end := func() {
 		stdin.Close()
 		_ = cmd.Wait()
-	}()
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	}
+	ns, err = os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
 	if err != nil {
-		return Fact{How: how, Detail: fmt.Sprintf("open the child's user namespace: %v", err)}
+		end()
+		return nil, nil, fmt.Errorf("open the child's user namespace: %w", err)
 	}
-	defer ns.Close()
-	if err := idmapTree(dir, ns); err != nil {
-		return Fact{How: how, Detail: err.Error()}
-	}
-	return Fact{OK: true, How: how}
+	return ns, func() { ns.Close(); end() }, nil
 }
 
 // idmapTree clones a detached mount of dir and idmaps it with ns.

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/outputfs"
-	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/runner"
 )
@@ -25,17 +23,7 @@ import (
 // file open on the launch dir's tmpfs cannot be verified clean, and
 // quarantines.
 func TestPrepareFailsMidRootfs(t *testing.T) {
-	testenv.Root(t)
-	path, version, sha := testenv.Runc(t)
-	var mu sync.Mutex
-	var atFault func()
-	h := newHarnessFaults(t, launchBase(t), runner.Runtime{Path: path, Version: version, SHA256: sha}, func(stage string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stage == "mid-prepare" && atFault != nil {
-			atFault()
-		}
-	})
+	h, at := newHarnessMidPrepare(t)
 	ctx := context.Background()
 	// launchDirs are the launch dirs there are now.
 	launchDirs := func() []string {
@@ -62,8 +50,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 
 	t.Run("legitimate", func(t *testing.T) {
 		reached := false
-		mu.Lock()
-		atFault = func() {
+		at(func() {
 			// The launch dir's tmpfs is mounted and on record.
 			ds := launchDirs()
 			if len(ds) != 1 {
@@ -74,9 +61,8 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 				t.Errorf("launch dir tmpfs at mid-prepare: %v", err)
 			}
 			reached = true
-		}
-		mu.Unlock()
-		defer func() { mu.Lock(); atFault = nil; mu.Unlock() }()
+		})
+		defer at(nil)
 		prep := failing()
 		var out bytes.Buffer
 		res, err := h.r.Launch(ctx, prep, &out, &out)
@@ -107,14 +93,12 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 
 	t.Run("refusal", func(t *testing.T) {
 		var held *os.File
-		mu.Lock()
-		atFault = func() {
+		at(func() {
 			if ds := launchDirs(); len(ds) == 1 {
 				held, _ = os.Open(filepath.Join(ds[0], "etc-hosts"))
 			}
-		}
-		mu.Unlock()
-		defer func() { mu.Lock(); atFault = nil; mu.Unlock() }()
+		})
+		defer at(nil)
 		prep := failing()
 		var out bytes.Buffer
 		res, err := h.r.Launch(ctx, prep, &out, &out)

@@ -850,7 +850,7 @@ func sealedSpec(s *image.Sealed) *backend.SealedImage {
 	if s == nil {
 		return nil
 	}
-	return &backend.SealedImage{File: s.File, Identity: s.Identity}
+	return &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
 }
 
 // spec is the neutral launch spec of a prepared phase.

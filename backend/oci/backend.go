@@ -98,6 +98,11 @@ type Backend struct {
 	// overflow id), and Capabilities says HostImageOwners so that
 	// admission refuses images whose entries are not all 0:0.
 	noIdmap atomic.Bool
+	// sealedOnce probes, at the first Capabilities, whether this host can
+	// launch from sealed images (sealedMounts); sealedErr says why not.
+	sealedOnce  sync.Once
+	sealedErr   error
+	sealedProbe func(ctx context.Context, dir string, idmap func(string) (int, error)) error
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -166,7 +171,48 @@ func New(opts Options) (*Backend, error) {
 	}
 	return &Backend{opts: opts, log: opts.Logger, runtime: &runtimeCache{pinned: opts.Runtime},
 		gate: gate, gateSHA256: gateSHA, filter: filter, filterSHA: compiled.SHA256, cgroupMounts: cgMounts, ownCgroup: ownCgroup,
-		ownNS: ownNamespaces(), deviceOwners: devOwners}, nil
+		ownNS: ownNamespaces(), deviceOwners: devOwners, sealedProbe: sealed.ProbeOverlay}, nil
+}
+
+// sealedMounts says whether this host can launch from a sealed image the
+// way mountRootfs does: an overlay over the detached erofs mount, cloned
+// idmapped when the backend maps users (sealed.ProbeOverlay, with this
+// backend's own idmapping). It is probed once. Without it, Capabilities
+// says no SealedImages, so the runner verifies and admits against the
+// rootfs directory and the backend mounts that: a kernel that mounts erofs
+// from a file but cannot use it as a layer (Linux 6.12 to 6.14 may not)
+// is found before any grant is spent, and never sets noIdmap.
+func (b *Backend) sealedMounts() bool {
+	b.sealedOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var idmap func(string) (int, error)
+		if b.opts.UserNS != nil {
+			ns, err := b.idmapUserns(ctx)
+			if err != nil {
+				b.sealedErr = err
+			} else {
+				idmap = func(tree string) (int, error) { return idmappedImage(tree, ns) }
+			}
+		}
+		if b.sealedErr == nil {
+			b.sealedErr = b.sealedProbe(ctx, b.opts.StateDir, idmap)
+		}
+		if b.sealedErr != nil {
+			b.log.Warn("sealed images are not mounted on this host: launches use and verify the rootfs directory", "err", b.sealedErr)
+		}
+	})
+	return b.sealedErr == nil
+}
+
+// mountableSeal is s when this host launches from sealed images, else
+// nil: the backend then mounts the rootfs directory, as its Capabilities
+// told the runner (which verified that instead).
+func (b *Backend) mountableSeal(s *backend.SealedImage) *backend.SealedImage {
+	if s == nil || !b.sealedMounts() {
+		return nil
+	}
+	return s
 }
 
 // Intents lists everything a launch with this id may create, as Prepare
@@ -522,7 +568,7 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 	// paths would name the image store and the launch dir.
 	var layers [3]int
 	if seal != nil {
-		fd, err := sealedImage(seal)
+		fd, err := sealedImage(ctx, seal)
 		if err != nil {
 			return err
 		}
@@ -572,10 +618,19 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 	return c.identify(KindRootfsMount, c.rootfs, mountIdentity)
 }
 
-// sealedImage mounts the sealed image file (a detached, read-only erofs
-// mount) from the descriptor whose identity it checked against the one
-// the runner verified, so a file replaced since is refused, not mounted.
-func sealedImage(seal *backend.SealedImage) (int, error) {
+// sealedImage is the sealed image as a detached, read-only erofs mount:
+// the one the runner made when it verified the file (seal.Mount), else
+// one mounted here from the descriptor whose identity it checked against
+// the one the runner verified, so a file replaced since is refused, not
+// mounted.
+func sealedImage(ctx context.Context, seal *backend.SealedImage) (int, error) {
+	if seal.Mount != nil {
+		fd, err := seal.Mount(ctx)
+		if err != nil {
+			return -1, fmt.Errorf("sealed image: %w", err)
+		}
+		return fd, nil
+	}
 	want, err := sealed.Parse(seal.Identity)
 	if err != nil {
 		return -1, fmt.Errorf("sealed image: %w", err)

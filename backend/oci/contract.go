@@ -39,7 +39,7 @@ func (b *Backend) Identity() backend.Identity {
 // namespace through a pidfd. Without a profile it claims nothing.
 func (b *Backend) Capabilities() backend.Capabilities {
 	caps := backend.Capabilities{UserNamespace: b.opts.UserNS != nil, HostImageOwners: b.opts.UserNS == nil || b.noIdmap.Load(),
-		WritableInputs: true, SealedImages: true}
+		WritableInputs: true, SealedImages: b.sealedMounts()}
 	var prof *platform.Profile
 	if b.opts.Profile != nil {
 		prof = b.opts.Profile()
@@ -100,7 +100,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		cfg.Inputs = append(cfg.Inputs, Mount{Source: in.Source, Target: in.Target, Writable: in.Writable})
 	}
 	c, err := b.prepare(ctx, Launch{
-		ID: id, ImageRootfs: s.Rootfs, ImageSealed: s.Sealed, Config: cfg,
+		ID: id, ImageRootfs: s.Rootfs, ImageSealed: b.mountableSeal(s.Sealed), Config: cfg,
 		OutputBytes: s.OutputBytes, OutputFiles: s.OutputFiles,
 		Recorder: rec, Journalled: true, EgressCA: ca,
 	})

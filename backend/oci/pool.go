@@ -76,7 +76,7 @@ func (b *Backend) PrepareHeld(ctx context.Context, id string, s backend.HeldSpec
 		Output:   Mount{Target: s.OutputPath},
 		TmpBytes: s.TmpBytes, Memory: s.Memory, Pids: s.Pids, CPU: s.CPU, FileSize: s.FileSize, Nofile: s.Nofile,
 	}
-	c, err := b.prepare(ctx, Launch{ID: id, ImageRootfs: s.Rootfs, ImageSealed: s.Sealed, Config: cfg,
+	c, err := b.prepare(ctx, Launch{ID: id, ImageRootfs: s.Rootfs, ImageSealed: b.mountableSeal(s.Sealed), Config: cfg,
 		OutputBytes: s.OutputBytes, OutputFiles: s.OutputFiles, Recorder: rec, Journalled: true})
 	if c == nil {
 		return nil, err

@@ -133,6 +133,10 @@ func Current(path string) (Identity, error) {
 	return identify(f)
 }
 
+// Of is the Identity of the open file f as it is now; it refuses a file
+// that is not a regular, root-owned, unwritable one.
+func Of(f *os.File) (Identity, error) { return identify(f) }
+
 // Check checks the open file f against want (see Open).
 func Check(f *os.File, want Identity) error {
 	got, err := identify(f)

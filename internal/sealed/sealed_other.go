@@ -3,6 +3,7 @@
 package sealed
 
 import (
+	"context"
 	"errors"
 	"os"
 )
@@ -14,3 +15,6 @@ func identify(*os.File) (Identity, error) { return Identity{}, errNotLinux }
 
 // Mount fails: erofs is a Linux filesystem.
 func Mount(*os.File, *os.File) (int, error) { return -1, errNotLinux }
+
+// ProbeOverlay fails: erofs is a Linux filesystem.
+func ProbeOverlay(context.Context, string, func(string) (int, error)) error { return errNotLinux }
