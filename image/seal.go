@@ -234,13 +234,25 @@ func (s *Store) dupVerified(ctx context.Context, digest string, h *heldSeal) (in
 		if ierr != nil {
 			return -1, fmt.Errorf("image %s: %w", img.Digest, ierr)
 		}
-		if herr := s.hashMount(ctx, img, h.mfd); herr != nil {
+		// Hashed through a fresh mount of the file: the held one serves
+		// pages it cached before the change, which would hide it.
+		fresh, merr := sealed.Mount(h.file, nil)
+		if merr != nil {
+			return -1, fmt.Errorf("image %s: the verified sealed file changed (%v) and %w: it does not mount: %w", img.Digest, err, ErrSealChanged, merr)
+		}
+		if herr := s.hashMount(ctx, img, fresh); herr != nil {
+			closeMount(fresh)
 			return -1, fmt.Errorf("image %s: the verified sealed file changed (%v) and %w", img.Digest, err, herr)
 		}
 		// Only an identity that held across the hash vouches for it.
 		if err := sealed.Check(h.file, now); err != nil {
+			closeMount(fresh)
 			return -1, fmt.Errorf("image %s: %w", img.Digest, err)
 		}
+		// Launches from now on mount what was hashed; those that hold
+		// the old mount keep it (the pool retires members made from it).
+		closeMount(h.mfd)
+		h.mfd = fresh
 		s.sealIDs.setIdentity(h, now)
 	}
 	fd, err := dupMount(h.mfd)

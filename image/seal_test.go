@@ -336,8 +336,18 @@ func TestTreeIsHeldWhileTheSealHolds(t *testing.T) {
 	if again, _, _ := read(img); again != first {
 		t.Fatalf("a second admission read another mount (%d, then %d)", first, again)
 	}
-	// In place, mtime set back: only ctime tells; the tree then hashes to
-	// another digest, so admission is refused.
+	// The marker's pages read through the held mount first, so that they
+	// are in its cache: a re-check through that mount would miss what
+	// follows. In place, mtime set back: only ctime tells; the tree then
+	// hashes to another digest, so admission is refused.
+	tree, done, err := s.Tree(img, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := fs.ReadFile(tree, "etc/marker"); err != nil || !strings.HasPrefix(string(b), sealMarker) {
+		t.Fatalf("etc/marker: %.40q, %v", b, err)
+	}
+	done()
 	rewrite(t, file, sealMarker, strings.ToUpper(sealMarker))
 	if _, _, err := read(img); !errors.Is(err, ErrSealChanged) {
 		t.Fatalf("Tree of a sealed file changed since its check: %v", err)
