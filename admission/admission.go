@@ -20,6 +20,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/treehash"
 )
 
 // Verdict is the outcome of one requirement.
@@ -172,6 +173,12 @@ type Plan struct {
 	// and inode (a bind mount or hard link of the material elsewhere).
 	// Not part of the plan's JSON: launch admits again before every walk.
 	VerifierRoots []string `json:"-"`
+	// VerifierIdentities are those roots' objects by device and inode, as
+	// the runner's first input walk of this plan collected them (before
+	// its grant is spent): the snapshot after the spend checks against the
+	// same set instead of walking the roots again, so that a change to a
+	// verifier root cannot refuse a launch whose grant is spent.
+	VerifierIdentities treehash.Identities `json:"-"`
 }
 
 // Input is one input of a phase as admission, the runner and launch carry

@@ -512,12 +512,19 @@ func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Ide
 	if len(plan.VerifierRoots) == 0 || len(plan.Inputs) == 0 {
 		return nil, nil
 	}
+	if plan.VerifierIdentities != nil {
+		return plan.VerifierIdentities, nil // collected before the spend
+	}
 	ids, err := treehash.IdentitiesOf(ctx, plan.VerifierRoots)
+	if cerr := ctx.Err(); err != nil && cerr != nil {
+		return nil, cerr // cancelled: not the roots' fault
+	}
 	if err != nil {
 		return nil, &admission.RefusedError{Checks: []admission.Check{{
 			Requirement: "policy.verifierRoots", Verdict: admission.NotGranted, Code: "verifier-roots-unreadable",
 			Detail: err.Error(), Fix: "an operator must make every verifier root a readable directory the runner can walk, or remove it from policy verifierRoots"}}}
 	}
+	plan.VerifierIdentities = ids
 	return ids, nil
 }
 

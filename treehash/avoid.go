@@ -74,11 +74,26 @@ func IdentitiesOf(ctx context.Context, roots []string) (Identities, error) {
 	return ids, nil
 }
 
+// AvoidedError is the refusal of an object Options.Avoid names. Its
+// message names only the walked path: the refusal goes to the submitter,
+// who must not learn the names inside the material avoided. What says
+// which, for an operator's log.
+type AvoidedError struct {
+	Path string
+	What string
+}
+
+func (e *AvoidedError) Error() string {
+	return e.Path + " is material the walk must not read (by device and inode), reached by another path"
+}
+
+func (e *AvoidedError) Unwrap() error { return ErrAvoided }
+
 // avoided refuses abs when its identity (as lstat saw it) is one that
 // Options.Avoid names.
 func (w *walker) avoided(abs string, dev, ino uint64) error {
 	if what, ok := w.opts.Avoid[Identity{Dev: dev, Ino: ino}]; ok {
-		return fmt.Errorf("%s is %s (device %d, inode %d), reached by another path: %w", abs, what, dev, ino, ErrAvoided)
+		return &AvoidedError{Path: abs, What: fmt.Sprintf("%s (device %d, inode %d)", what, dev, ino)}
 	}
 	return nil
 }
