@@ -38,6 +38,11 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 		Distro: readDistro(),
 		Cgroup: probeCgroups(mounts, opts.CgroupRoot, opts.OwnCgroup),
 	}
+	for c, why := range p.Cgroup.V2Missing {
+		if note := opts.CgroupNotes[c]; note != "" {
+			p.Cgroup.V2Missing[c] = note + "; " + why
+		}
+	}
 	p.Seccomp = probeSeccomp()
 	p.UserNS = probeUserNS(ctx)
 	p.Tmpfs = probeTmpfs(opts.ScratchDir)
