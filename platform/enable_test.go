@@ -65,9 +65,10 @@ func TestEnableControllers(t *testing.T) {
 	}
 }
 
-// TestProbeCgroupNotes: the real probe puts a note on why a controller
-// could not be enabled first in that controller's missing reason, and
-// leaves the reasons of controllers without a note alone.
+// TestProbeCgroupNotes: the real probe, and the real cgroup-only probe
+// again, put a note on why a controller could not be enabled first in that
+// controller's missing reason, leave the reasons of controllers without a
+// note alone, and the cgroup-only probe keeps the other facts it was given.
 func TestProbeCgroupNotes(t *testing.T) {
 	testenv.Root(t)
 	plain, err := Probe(context.Background(), Options{ScratchDir: t.TempDir()})
@@ -77,9 +78,17 @@ func TestProbeCgroupNotes(t *testing.T) {
 	if plain.Cgroup.V2Missing["memory"] == "" || plain.Cgroup.V2Missing["pids"] == "" {
 		testenv.Missing(t, "a host whose cgroup v2 lacks memory and pids (this hybrid host's)")
 	}
-	noted, err := Probe(context.Background(), Options{ScratchDir: t.TempDir(), CgroupNotes: map[string]string{"memory": "custodyd could not enable memory"}})
+	notes := map[string]string{"memory": "custodyd could not enable memory"}
+	full, err := Probe(context.Background(), Options{ScratchDir: t.TempDir(), CgroupNotes: notes})
 	if err != nil {
 		t.Fatal(err)
+	}
+	noted, err := ProbeCgroups(context.Background(), plain, Options{CgroupNotes: notes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if noted.Cgroup.V2Missing["memory"] != full.Cgroup.V2Missing["memory"] || noted.Kernel != plain.Kernel || noted.Seccomp != plain.Seccomp || noted.Overlay != plain.Overlay {
+		t.Fatalf("cgroup-only probe %+v, full probe %+v", noted, full)
 	}
 	if got, want := noted.Cgroup.V2Missing["memory"], "custodyd could not enable memory; "+plain.Cgroup.V2Missing["memory"]; got != want {
 		t.Fatalf("memory reason %q, want %q", got, want)

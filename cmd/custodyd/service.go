@@ -61,7 +61,7 @@ func newService(leaf string) (service, error) {
 // a cgroup v2 host under systemd (INVOCATION_ID set, as with Delegate=yes);
 // on refuses to start where it cannot. Once the service cgroup holds no
 // process, the controllers the production tier needs are enabled in its
-// cgroup.subtree_control, and the platform is probed again against the
+// cgroup.subtree_control, and the cgroups are probed again against the
 // runs' parent: the probe at start could not see them. A move or a
 // controller that fails is logged and named as the reason in the
 // production tier's gaps (status, doctor, refusals); nothing falls back
@@ -99,11 +99,11 @@ func (s *server) enterLeaf(ctx context.Context) error {
 			notes[c] = err.Error()
 		}
 	}
-	prof, err := s.r.Reprobe(ctx, notes)
+	prof, err := s.r.ReprobeCgroups(ctx, notes)
 	if err != nil {
 		return fmt.Errorf("cgroup leaf: %w", err)
 	}
-	s.log.Info("platform probed again after the leaf move", "v2Delegated", prof.Cgroup.V2Delegated,
+	s.log.Info("cgroups probed again after the leaf move", "v2Delegated", prof.Cgroup.V2Delegated,
 		"productionGaps", len(prof.TierGaps(platform.TierProduction)))
 	return nil
 }
