@@ -149,6 +149,7 @@ while [ $i -lt 300 ]; do
 	leaf=$(ls -d "$svc"/custody/*/workload 2>/dev/null | head -n 1)
 	# Until the limits are applied (runc sets them once its init runs).
 	[ -n "$leaf" ] && grep -qvx max "$leaf/memory.max" "${leaf%/workload}/memory.max" 2>/dev/null && break
+	kill -0 "$runner" 2>/dev/null || { leaf=; break; } # the run ended (or was refused) first
 	sleep 0.1; i=$((i+1))
 done
 if [ -n "$leaf" ]; then
