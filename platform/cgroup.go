@@ -201,3 +201,13 @@ func readControllers(path string) ([]string, error) {
 	slices.Sort(l)
 	return l, nil
 }
+
+// note puts each controller's note (Options.CgroupNotes) first in its
+// missing reason, for the controllers the probe found missing.
+func (cg *Cgroup) note(notes map[string]string) {
+	for c, why := range cg.V2Missing {
+		if n := notes[c]; n != "" {
+			cg.V2Missing[c] = n + "; " + why
+		}
+	}
+}

@@ -219,3 +219,47 @@ func removeCgroup(dir string) error {
 func probeName() string {
 	return probePrefix + randid.New(6)
 }
+
+// ErrControllerNotDelegated is returned (wrapped) for a controller that a
+// cgroup v2 directory's cgroup.controllers does not offer: its parent did
+// not delegate it, so it cannot be enabled there.
+var ErrControllerNotDelegated = errors.New("controller not delegated")
+
+// EnableControllers enables each controller of want in the cgroup v2
+// directory dir's cgroup.subtree_control, so that cgroups created below dir
+// (the runs') get its interface files. It returns, per controller it could
+// not enable, why: ErrControllerNotDelegated when dir's cgroup.controllers
+// lacks it, or the write's error (EBUSY while dir itself holds a process).
+// Controllers already enabled are left as they are.
+func EnableControllers(dir string, want []string) map[string]error {
+	failed := map[string]error{}
+	have, err := readControllers(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		for _, c := range want {
+			failed[c] = fmt.Errorf("cgroup v2: %w", err)
+		}
+		return failed
+	}
+	enabled, err := readControllers(filepath.Join(dir, "cgroup.subtree_control"))
+	if err != nil {
+		for _, c := range want {
+			failed[c] = fmt.Errorf("cgroup v2: %w", err)
+		}
+		return failed
+	}
+	sub := filepath.Join(dir, "cgroup.subtree_control")
+	for _, c := range want {
+		switch {
+		case slices.Contains(enabled, c):
+		case !slices.Contains(have, c):
+			failed[c] = fmt.Errorf("%s: %w: absent from %s", c, ErrControllerNotDelegated, filepath.Join(dir, "cgroup.controllers"))
+		default:
+			// One write per controller: a multi-controller write is all or
+			// nothing, and the reason is per controller.
+			if err := os.WriteFile(sub, []byte("+"+c), 0); err != nil {
+				failed[c] = fmt.Errorf("enable %s in %s: %w", c, sub, err)
+			}
+		}
+	}
+	return failed
+}

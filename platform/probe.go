@@ -27,6 +27,11 @@ type Options struct {
 	// runtime's cgroups were placed (custodyd reads it before it moves
 	// itself into a leaf cgroup); nil reads it at each probe.
 	OwnCgroup []byte
+	// CgroupNotes says, per cgroup v2 controller, why it could not be
+	// enabled for the runs' cgroups (custodyd's leaf move and
+	// EnableControllers); the probe puts it first in that controller's
+	// reason when the controller is then missing.
+	CgroupNotes map[string]string
 	// PidfdNetnsFault, set only by tests and fault-injection builds,
 	// reports the pidfd-netns fact disproved with this detail: it can only
 	// take restricted egress away, never grant it.

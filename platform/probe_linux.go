@@ -38,6 +38,7 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 		Distro: readDistro(),
 		Cgroup: probeCgroups(mounts, opts.CgroupRoot, opts.OwnCgroup),
 	}
+	p.Cgroup.note(opts.CgroupNotes)
 	p.Seccomp = probeSeccomp()
 	p.UserNS = probeUserNS(ctx)
 	p.Tmpfs = probeTmpfs(opts.ScratchDir)
@@ -52,4 +53,23 @@ func Probe(ctx context.Context, opts Options) (*Profile, error) {
 		p.Runtime = rt
 	}
 	return p, nil
+}
+
+// ProbeCgroups probes the cgroup hierarchies again and returns a copy of
+// prev with what it found: what custodyd needs once it has enabled the
+// runs' controllers, without repeating the probes of facts that did not
+// change (seccomp, namespaces, mounts, the runtime), which take seconds.
+func ProbeCgroups(ctx context.Context, prev *Profile, opts Options) (*Profile, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	opts = opts.withDefaults()
+	mounts, err := readMountInfo(procSelfMountInfo)
+	if err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	p := *prev
+	p.Cgroup = probeCgroups(mounts, opts.CgroupRoot, opts.OwnCgroup)
+	p.Cgroup.note(opts.CgroupNotes)
+	return &p, nil
 }

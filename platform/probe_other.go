@@ -27,3 +27,8 @@ func ProbeIdmap(ctx context.Context, dir string) Fact {
 func SealedImagesCheck(ctx context.Context) Check {
 	return Check{Name: "images.sealed", Verdict: VerdictWarn, Detail: "not a Linux host", Fix: "run custodyd on Linux"}
 }
+
+// ProbeCgroups cannot probe: only Linux hosts have cgroups.
+func ProbeCgroups(ctx context.Context, prev *Profile, opts Options) (*Profile, error) {
+	return nil, errors.New("probe: only linux hosts can run containers")
+}

@@ -247,6 +247,25 @@ func (r *Runner) Profile() *platform.Profile {
 	return np
 }
 
+// ReprobeCgroups probes the runs' cgroups again now, with notes on
+// controllers that could not be enabled for the runs (kept for later
+// probes), and admits against the result: custodyd calls it once it has
+// left its service cgroup for its leaf and enabled the controllers there,
+// which the probe at start could not see.
+func (r *Runner) ReprobeCgroups(ctx context.Context, cgroupNotes map[string]string) (*platform.Profile, error) {
+	r.reprobe.Lock()
+	defer r.reprobe.Unlock()
+	opts := r.probeOpts
+	opts.CgroupNotes = cgroupNotes
+	np, err := platform.ProbeCgroups(ctx, r.profile.Load(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("probe cgroups again: %w", err)
+	}
+	r.probeOpts = opts
+	r.profile.Store(np)
+	return np, nil
+}
+
 // Images is the runner's image store.
 func (r *Runner) Images() *image.Store { return r.images }
 

@@ -2,7 +2,10 @@
 # make qualify-vm: two signed qualification rows in build/matrix — the
 # development tier on this (cgroup v1 hybrid) host, and the production tier
 # inside a real cgroup-v2 Linux guest booted with QEMU — an HTML matrix,
-# and the release gate checked both ways. Run as root from the repo root.
+# and the release gate checked both ways; in the same guest boot, custodyd
+# installed by make install and run by systemd (Delegate=yes, Type=notify)
+# reaches the production tier from its leaf cgroup (build/matrix/guest-service).
+# Run as root from the repo root.
 set -euo pipefail
 SECONDS=0
 ROOT=$(pwd)
@@ -23,13 +26,35 @@ tail -n 3 "$MATRIX/host-development.log"
 
 echo "== production tier in a cgroup-v2 guest (QEMU; several minutes under TCG)"
 cp "$BIN/custody" "$BIN/custodyd" "$BIN/runc" "$BIN/custody-gate" "$BIN/custody-probe" "$PAYLOAD/bin/"
+# Then custodyd as a systemd service (scripts/vm/service-guest.sh): what
+# make install puts under /, and Debian's systemd and systemctl to run it.
+command -v systemctl >/dev/null && [ -x /lib/systemd/systemd ] || {
+	echo "qualify-vm: the service check needs Debian's systemd package (apt-get install systemd)" >&2; exit 1; }
+make -s -o build install DESTDIR="$PAYLOAD/install" PREFIX=/usr/local > /dev/null
+# The guest's RAM holds the initramfs twice: the installed binaries are
+# hard links to bin/'s (cpio keeps one copy of a linked file).
+for f in bin/custody bin/custodyd lib/custody/runc lib/custody/custody-gate; do
+	cmp -s "$PAYLOAD/install/usr/local/$f" "$PAYLOAD/bin/${f##*/}" || {
+		echo "qualify-vm: make install's $f is not bin/${f##*/}" >&2; exit 1; }
+	ln -f "$PAYLOAD/bin/${f##*/}" "$PAYLOAD/install/usr/local/$f"
+done
+mkdir -p "$PAYLOAD/systemd"
+cp /lib/systemd/systemd "$(command -v systemctl)" "$PAYLOAD/systemd/"
+cp scripts/vm/service-guest.sh "$PAYLOAD/"
 # custodyd may only use cgroup-v2 controllers from a cgroup without
 # processes of its own, so the guest command leaves run.sh's leaf cgroup
 # for the root first (the host-side --timeout still bounds the guest).
 scripts/vm/run.sh --payload "$PAYLOAD" --out "$VMOUT" --timeout 1200 --quiet -- sh -c \
-	'echo $$ > /sys/fs/cgroup/cgroup.procs && bin/custody qualify --tier production --runtime bin/runc --custodyd bin/custodyd --probe bin/custody-probe --busybox /bin/busybox --out /out/row.json > /out/qualify.log 2>&1; rc=$?; bin/custody gate --platform this --runtime bin/runc --print-platform > /out/platform.json; tail -n 5 /out/qualify.log; exit $rc'
+	'echo $$ > /sys/fs/cgroup/cgroup.procs && bin/custody qualify --tier production --runtime bin/runc --custodyd bin/custodyd --probe bin/custody-probe --busybox /bin/busybox --out /out/row.json > /out/qualify.log 2>&1; rc=$?; bin/custody gate --platform this --runtime bin/runc --print-platform > /out/platform.json; tail -n 5 /out/qualify.log; sh service-guest.sh > /out/service.log 2>&1; cat /out/service/result; exit $rc'
 cp "$VMOUT/out/row.json" "$MATRIX/guest-production.json"
 cp "$VMOUT/out/qualify.log" "$MATRIX/guest-production.log"
+rm -rf "$MATRIX/guest-service"
+cp -r "$VMOUT/out/service" "$MATRIX/guest-service"
+cp "$VMOUT/out/service.log" "$MATRIX/guest-service/"
+if ! grep -qx 'DONE' "$MATRIX/guest-service/result" || grep -q '^FAIL' "$MATRIX/guest-service/result"; then
+	echo "qualify-vm: custodyd as a systemd service failed in the guest (see $MATRIX/guest-service)" >&2
+	exit 1
+fi
 
 # Trust the runner keys the rows name (each qualify runs a fresh private
 # runner); a release gate would pin them out of band.

@@ -87,7 +87,7 @@ func run(ctx context.Context, configPath string, log *slog.Logger, svc service) 
 	}
 	defer s.close()
 	s.svc = svc
-	if err := s.enterLeaf(); err != nil {
+	if err := s.enterLeaf(ctx); err != nil {
 		return err
 	}
 	if err := s.serveMetrics(ctx, svc.metricsListen); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/internal/sdnotify"
+	"github.com/custody-dev/custody/platform"
 )
 
 // service is custodyd's side of the service manager: readiness for
@@ -57,8 +59,14 @@ func newService(leaf string) (service, error) {
 // enterLeaf moves custodyd into its leaf cgroup once the runner has placed
 // its runs' parent (it read its own cgroup at start). auto does it only on
 // a cgroup v2 host under systemd (INVOCATION_ID set, as with Delegate=yes);
-// on refuses to start where it cannot.
-func (s *server) enterLeaf() error {
+// on refuses to start where it cannot. Once the service cgroup holds no
+// process, the controllers the production tier needs are enabled in its
+// cgroup.subtree_control, and the cgroups are probed again against the
+// runs' parent: the probe at start could not see them. A move or a
+// controller that fails is logged and named as the reason in the
+// production tier's gaps (status, doctor, refusals); nothing falls back
+// without saying so.
+func (s *server) enterLeaf(ctx context.Context) error {
 	mode := s.svc.leaf
 	if mode == "" || mode == "off" {
 		return nil
@@ -74,16 +82,45 @@ func (s *server) enterLeaf() error {
 	if !unified {
 		return errors.New("--cgroup-leaf=on needs a cgroup v2 (unified) host; fix: use --cgroup-leaf=auto or off here")
 	}
+	notes := map[string]string{}
 	dir, err := moveToLeaf("/sys/fs/cgroup", rel, os.Getpid(), leafName)
 	if err != nil {
-		if mode == "auto" {
-			s.log.Warn("cgroup leaf not entered: the runs' controllers may not be enabled on cgroup v2", "err", err)
-			return nil
+		if mode == "on" {
+			return err
 		}
-		return err
+		s.log.Error("cgroup leaf not entered: the production tier is refused", "err", err)
+		for _, c := range platform.ProductionControllers() {
+			notes[c] = "custodyd could not leave its service cgroup for its leaf (" + err.Error() + ")"
+		}
+	} else {
+		s.log.Info("entered leaf cgroup", "cgroup", dir)
+		for c, err := range enableForRuns(filepath.Dir(dir)) {
+			s.log.Error("controller not enabled for the runs: the production tier is refused", "controller", c, "err", err)
+			notes[c] = err.Error()
+		}
 	}
-	s.log.Info("entered leaf cgroup", "cgroup", dir)
+	prof, err := s.r.ReprobeCgroups(ctx, notes)
+	if err != nil {
+		return fmt.Errorf("cgroup leaf: %w", err)
+	}
+	s.log.Info("cgroups probed again after the leaf move", "v2Delegated", prof.Cgroup.V2Delegated,
+		"productionGaps", len(prof.TierGaps(platform.TierProduction)))
 	return nil
+}
+
+// enableForRuns enables the production tier's controllers in the service
+// cgroup dir (the runs' parent) and returns, per controller, why one could
+// not be enabled, with the fix.
+func enableForRuns(dir string) map[string]error {
+	failed := platform.EnableControllers(dir, platform.ProductionControllers())
+	for c, err := range failed {
+		if errors.Is(err, platform.ErrControllerNotDelegated) {
+			failed[c] = fmt.Errorf("%w; fix: set Delegate=yes in custodyd's unit (the service manager then enables %s in every ancestor)", err, c)
+		} else {
+			failed[c] = fmt.Errorf("%w; fix: keep every process but custodyd's leaf %s out of %s", err, leafName, dir)
+		}
+	}
+	return failed
 }
 
 // unifiedOnly returns this process's cgroup v2 path when the unified
