@@ -192,7 +192,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if cfg.Docker != nil {
 		// A pack service that cannot start takes the packs down, not the
 		// phase runner: every pack endpoint then refuses with why.
-		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker, trusted); s.packsErr != nil {
+		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker); s.packsErr != nil {
 			s.packs = nil
 			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packsErr)
 		}
