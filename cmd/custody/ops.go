@@ -76,7 +76,7 @@ func (a *app) oplogCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := a.control()
-			data, err := c.OpLog(cmd.Context())
+			data, head, err := c.OpLog(cmd.Context())
 			if err != nil {
 				return a.fail(cmd, err)
 			}
@@ -104,7 +104,7 @@ func (a *app) oplogCmd() *cobra.Command {
 					trusted = append(trusted, v)
 				}
 			}
-			entries, err := evidence.VerifyOpLog(cmd.Context(), data, trusted)
+			entries, err := evidence.VerifyOpLog(cmd.Context(), data, head, trusted)
 			if err != nil {
 				return &exitError{exitRefused, fmt.Errorf("%w (checked against %s)", err, source)}
 			}
@@ -137,7 +137,7 @@ func (a *app) oplogCmd() *cobra.Command {
 					}
 				}
 			}
-			fmt.Fprintf(a.stderr, "custody: %d entries, every line signed and chained (checked against %s)\n", len(entries), source)
+			fmt.Fprintf(a.stderr, "custody: %d entries, every line signed and chained, ending at its signed head (checked against %s)\n", len(entries), source)
 			return nil
 		},
 	}

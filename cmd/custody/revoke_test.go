@@ -26,8 +26,9 @@ func grantIDOf(t *testing.T, path string) string {
 // never launches; a revoked retired issuer key ends its overlap, so a
 // grant it signed before the rotation, which would still launch, is
 // refused. Refusals: revoking the current key (rotate first), an unknown
-// key, a non-operator, and a log with a line changed, which custody oplog
-// refuses naming the line. custody trust export marks the revoked key with
+// key, a non-operator, a log with a line changed, which custody oplog
+// refuses naming the line, and a log cut at a line boundary, which its
+// signed head shows. custody trust export marks the revoked key with
 // its revokedAt.
 func TestRevokeAndOpLog(t *testing.T) {
 	e := startDaemon(t)
@@ -125,6 +126,15 @@ func TestRevokeAndOpLog(t *testing.T) {
 	// custodyd itself no longer vouches for its keys on a broken log.
 	if code, _, errs := e.custody("trust", "export"); code == exitOK || !strings.Contains(errs, "line 2") {
 		t.Fatalf("trust export on a changed log: %d %s", code, errs)
+	}
+	// A log cut at a line boundary: every line left verifies, its signed
+	// head does not match.
+	first := data[:strings.IndexByte(string(data), '\n')+1]
+	if err := os.WriteFile(path, first, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := e.custody("oplog", "--trust", trustPath); code != exitRefused || !strings.Contains(errs, "cut off") {
+		t.Fatalf("oplog of a log cut short: %d %s", code, errs)
 	}
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)

@@ -42,33 +42,14 @@ func (noEngine) Profile(context.Context) (*pack.Engine, error) { return nil, err
 // after the rotation, or one that outlives the overlap window, is refused
 // (wrong-issuer, naming the retirement) before any engine call.
 func TestPackGrantOverlap(t *testing.T) {
-	testenv.Root(t)
 	ctx := context.Background()
-	path, version, sha := testenv.Runc(t)
-	dir := t.TempDir()
-	cfg := Config{
-		Runner:      runner.Config{StateDir: filepath.Join(dir, "state"), RuntimeDir: filepath.Join(dir, "run"), Runtime: runnerPinned(path, version, sha)},
-		Policy:      filepath.Join(dir, "policy.yaml"),
-		Operators:   []uint32{0},
-		MaxGrantTTL: "24h",
-	}
-	writeFile(t, cfg.Policy, fmt.Sprintf(testPolicy, "sha256:"+strings.Repeat("0", 64), dir))
-	keyDir := filepath.Join(cfg.Runner.StateDir, "keys")
-	if err := os.MkdirAll(keyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	old, _, err := keys.LoadOrCreate(keyDir, "issuer") // kept, as a thief would
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := keys.LoadOrCreate(keyDir, "runner"); err != nil {
-		t.Fatal(err)
-	}
+	cfg, ks := offlineConfig(t)
+	old := ks["issuer"] // kept, as a thief would
 	rotatedAt := time.Now().Add(-time.Hour).UTC()
 	if _, err := rotateKey(ctx, cfg, "issuer", rotatedAt); err != nil {
 		t.Fatal(err)
 	}
-	s, err := newServer(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := newServer(ctx, cfg, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,3 +99,35 @@ func TestPackGrantOverlap(t *testing.T) {
 		}
 	}
 }
+
+// offlineConfig is the configuration of a custodyd that a test builds with
+// newServer and does not serve (so it can be stopped, changed on disk and
+// started again), with its runner and issuer keys made.
+func offlineConfig(t *testing.T) (Config, map[string]*keys.Signer) {
+	t.Helper()
+	testenv.Root(t)
+	path, version, sha := testenv.Runc(t)
+	dir := t.TempDir()
+	cfg := Config{
+		Runner:      runner.Config{StateDir: filepath.Join(dir, "state"), RuntimeDir: filepath.Join(dir, "run"), Runtime: runnerPinned(path, version, sha)},
+		Policy:      filepath.Join(dir, "policy.yaml"),
+		Operators:   []uint32{0},
+		MaxGrantTTL: "24h",
+	}
+	writeFile(t, cfg.Policy, fmt.Sprintf(testPolicy, "sha256:"+strings.Repeat("0", 64), dir))
+	keyDir := filepath.Join(cfg.Runner.StateDir, "keys")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ks := map[string]*keys.Signer{}
+	for _, name := range []string{"runner", "issuer"} {
+		k, _, err := keys.LoadOrCreate(keyDir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks[name] = k
+	}
+	return cfg, ks
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
