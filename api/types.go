@@ -146,6 +146,16 @@ type Status struct {
 	Quarantine      Quarantine      `json:"quarantine"`
 	Profile         json.RawMessage `json:"profile"`
 	Running         []string        `json:"running"` // the caller's own on the submit socket; all on control
+	// OpLog is the operations log's head, on the control socket once the
+	// log has a line: a reader who keeps it can tell a log cut short
+	// even by someone able to sign a new head.
+	OpLog *OpLogHead `json:"opLog,omitempty"`
+}
+
+// OpLogHead is the seq and hex SHA-256 of the operations log's last line.
+type OpLogHead struct {
+	Seq  int64  `json:"seq"`
+	Last string `json:"last"`
 }
 
 // RunRequest submits a grant for launch.

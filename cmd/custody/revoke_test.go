@@ -85,6 +85,12 @@ func TestRevokeAndOpLog(t *testing.T) {
 		t.Fatalf("after a restart, a grant of the revoked key: %d %s", code, errs)
 	}
 
+	// custody status --operator publishes the head a reviewer keeps.
+	if code, out, _ := e.custody("status", "--operator"); code != exitOK || !strings.Contains(out, `"opLog": {`) || !strings.Contains(out, `"seq": 2`) {
+		t.Fatalf("status --operator does not show the operations log's head at seq 2: %d %s", code, out)
+	} else if err := valid(t, "status", out); err != nil {
+		t.Fatalf("status --operator with the head against status.schema.json: %v\n%s", err, out)
+	}
 	code, out, errs := e.custody("oplog", "--json")
 	var log struct {
 		Entries []struct {
