@@ -393,7 +393,8 @@ var ErrOpLog = errors.New("operations log does not verify")
 // What the head does not catch: whoever holds a runner key that is not
 // revoked by the lines kept can cut the log back and sign a new head
 // there, and a log and head both removed look like a log never written.
-// Compare the head seq with one kept elsewhere (custody status shows it).
+// Compare the head seq with one kept elsewhere (custody status --operator
+// shows it).
 func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifier) ([]OpEntry, error) {
 	byID := map[string]*keys.Verifier{}
 	for _, k := range trusted {
