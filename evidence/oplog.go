@@ -392,10 +392,15 @@ var ErrOpLog = errors.New("operations log does not verify")
 //
 // What the head does not catch: whoever holds a runner key that is not
 // revoked by the lines kept can cut the log back and sign a new head
-// there, and a log and head both removed look like a log never written.
-// Compare the head seq with one kept elsewhere (custody status --operator
-// shows it).
-func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifier) ([]OpEntry, error) {
+// there (HeadSignedBy the current key narrows that to the current key),
+// and a log and head both removed look like a log never written. Compare
+// the head seq with one kept elsewhere (custody status --operator shows
+// it).
+func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifier, opts ...OpLogOption) ([]OpEntry, error) {
+	var o opLogCheck
+	for _, opt := range opts {
+		opt(&o)
+	}
 	byID := map[string]*keys.Verifier{}
 	for _, k := range trusted {
 		byID[k.ID()] = k
@@ -436,7 +441,7 @@ func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifie
 		return nil
 	})
 	if err == nil {
-		err = verifyOpHead(ctx, head, int64(len(out)), last, signerOK)
+		err = verifyOpHead(ctx, head, int64(len(out)), last, o.headKey, signerOK)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrOpLog, err)
@@ -444,9 +449,55 @@ func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifie
 	return out, nil
 }
 
+// OpLogOption is an extra check of [VerifyOpLog].
+type OpLogOption func(*opLogCheck)
+
+type opLogCheck struct{ headKey string }
+
+// HeadSignedBy requires the head to be signed by the runner key id: the
+// current one, since a runner rotation re-signs the head with its
+// successor (ReSignOpLogHead) and every append signs with the current key.
+// A retired key that leaked can then not forge a head for a log cut back.
+func HeadSignedBy(id string) OpLogOption { return func(o *opLogCheck) { o.headKey = id } }
+
+// ReSignOpLogHead re-signs the head of the log at path with next, the
+// runner key a rotation is about to install, once the head verifies with
+// old, the key it retires; a head next already signed is kept (a resumed
+// rotation), and a log with no head needs none.
+func ReSignOpLogHead(ctx context.Context, path string, old *keys.Verifier, next *keys.Signer) error {
+	b, err := regfile.ReadFile(OpLogHeadPath(path), maxOpHead)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("operations log head: %w", err)
+	}
+	h, hf, err := decodeOpHead(b)
+	if err != nil {
+		return fmt.Errorf("operations log %w", err)
+	}
+	if h.Signer == next.ID() {
+		return nil
+	}
+	sig, err := base64.StdEncoding.DecodeString(hf.Sig)
+	if err == nil && h.Signer == old.ID() {
+		err = old.Verify(ctx, hf.Head, sig)
+	} else if err == nil {
+		err = fmt.Errorf("signed by %s, not by the key being retired, %s", cdsse.Clip(h.Signer), old.ID())
+	}
+	if err != nil {
+		return fmt.Errorf("%w: head %s: %v; fix: restore the log and its head from a backup (custody oplog shows what verifies) before rotating", ErrOpLog, OpLogHeadPath(path), err)
+	}
+	l := &OpLog{path: path, signer: next}
+	if _, err := l.writeHead(ctx, OpHead{Seq: h.Seq, Last: h.Last, Signer: next.ID()}); err != nil {
+		return fmt.Errorf("operations log: re-sign the head: %w", err)
+	}
+	return nil
+}
+
 // verifyOpHead checks head against a log of seq lines whose last line
 // digests to last.
-func verifyOpHead(ctx context.Context, head []byte, seq int64, last string, signerOK func(what, signer string) (*keys.Verifier, error)) error {
+func verifyOpHead(ctx context.Context, head []byte, seq int64, last, headKey string, signerOK func(what, signer string) (*keys.Verifier, error)) error {
 	if head == nil {
 		if seq == 0 {
 			return nil
@@ -456,6 +507,9 @@ func verifyOpHead(ctx context.Context, head []byte, seq int64, last string, sign
 	h, hf, err := decodeOpHead(head)
 	if err != nil {
 		return err
+	}
+	if headKey != "" && h.Signer != headKey {
+		return fmt.Errorf("head: signed by %s, not by the current runner key %s, which signs every head from its rotation on: the log was cut back and its head signed with a retired key", cdsse.Clip(h.Signer), headKey)
 	}
 	k, err := signerOK("head", h.Signer)
 	if err != nil {

@@ -359,3 +359,43 @@ func TestOpLogHead(t *testing.T) {
 		t.Fatalf("the log after the cut: %v", err)
 	}
 }
+
+// TestOpLogHeadReSigned: a runner rotation re-signs the head with the
+// successor (once it verifies with the retired key; again is a no-op), so
+// a reader can require the current key's head: the retired key's head of
+// the same log, which a thief holding that key could sign for a log cut
+// back, is refused. A head that does not verify is not re-signed.
+func TestOpLogHeadReSigned(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oplog.jsonl")
+	k1, _ := keys.Generate()
+	k2, _ := keys.Generate()
+	both := []*keys.Verifier{k1.Verifier(), k2.Verifier()}
+	l, err := evidence.OpenOpLog(path, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	data, oldHead := readOpLog(t, path)
+	for range 2 { // the second time is a resumed rotation
+		if err := evidence.ReSignOpLogHead(ctx, path, k1.Verifier(), k2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, head := readOpLog(t, path)
+	if _, err := evidence.VerifyOpLog(ctx, data, head, both, evidence.HeadSignedBy(k2.ID())); err != nil {
+		t.Fatalf("the re-signed head, required of the current key: %v", err)
+	}
+	if _, err := evidence.VerifyOpLog(ctx, data, oldHead, both, evidence.HeadSignedBy(k2.ID())); !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "current runner key") {
+		t.Fatalf("the retired key's head, required of the current key: %v", err)
+	}
+	if err := os.WriteFile(evidence.OpLogHeadPath(path), bytes.Replace(oldHead, []byte(`"seq":1`), []byte(`"seq":2`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k3, _ := keys.Generate()
+	if err := evidence.ReSignOpLogHead(ctx, path, k1.Verifier(), k3); !errors.Is(err, evidence.ErrOpLog) {
+		t.Fatalf("a changed head was re-signed: %v", err)
+	}
+}

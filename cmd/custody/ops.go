@@ -81,6 +81,7 @@ func (a *app) oplogCmd() *cobra.Command {
 				return a.fail(cmd, err)
 			}
 			var trusted []*keys.Verifier
+			var opts []evidence.OpLogOption
 			source := "the runner keys custodyd reports (give --trust to check against yours)"
 			if trustPath != "" {
 				t, err := evidence.LoadTrust(trustPath)
@@ -102,9 +103,12 @@ func (a *app) oplogCmd() *cobra.Command {
 						return fmt.Errorf("runner key %s: %w", k.ID, err)
 					}
 					trusted = append(trusted, v)
+					if k.Current {
+						opts = append(opts, evidence.HeadSignedBy(v.ID()))
+					}
 				}
 			}
-			entries, err := evidence.VerifyOpLog(cmd.Context(), data, head, trusted)
+			entries, err := evidence.VerifyOpLog(cmd.Context(), data, head, trusted, opts...)
 			if err != nil {
 				return &exitError{exitRefused, fmt.Errorf("%w (checked against %s)", err, source)}
 			}

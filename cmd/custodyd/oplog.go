@@ -20,14 +20,14 @@ func opLogPath(stateDir string) string { return filepath.Join(stateDir, "oplog.j
 
 // revokedKeys reads the key revocations the operations log records, by key
 // id, after verifying the log and its head against the runner's keys
-// trusted: a log cut short, or a line signed by a key revoked before it,
-// is refused.
-func revokedKeys(ctx context.Context, l *evidence.OpLog, trusted []*keys.Verifier) (map[string]evidence.OpKey, error) {
+// trusted (the head signed by the current one): a log cut short, or a line
+// signed by a key revoked before it, is refused.
+func revokedKeys(ctx context.Context, l *evidence.OpLog, current string, trusted []*keys.Verifier) (map[string]evidence.OpKey, error) {
 	data, head, err := l.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	entries, err := evidence.VerifyOpLog(ctx, data, head, trusted)
+	entries, err := evidence.VerifyOpLog(ctx, data, head, trusted, evidence.HeadSignedBy(current))
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (s *server) revokedAt() (map[string]time.Time, error) {
 		trusted = append(trusted, r.key)
 	}
 	s.keysMu.Unlock()
-	revoked, err := revokedKeys(context.Background(), s.oplog, trusted)
+	revoked, err := revokedKeys(context.Background(), s.oplog, s.runnerID.ID(), trusted)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/keys"
 )
 
 // TestStartRefusesOpLogCutShort: custodyd keeps its operations log's
@@ -19,11 +20,7 @@ import (
 // cut off).
 func TestStartRefusesOpLogCutShort(t *testing.T) {
 	ctx := context.Background()
-	cfg, _ := offlineConfig(t)
-	s, err := newServer(ctx, cfg, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _, s := startOffline(t)
 	path := opLogPath(cfg.Runner.StateDir)
 	var heads [][]byte
 	for _, g := range []string{"g1", "g2"} {
@@ -85,30 +82,20 @@ func TestStartRefusesOpLogCutShort(t *testing.T) {
 // the revocation.
 func TestStartRefusesOpLogByRevokedKey(t *testing.T) {
 	ctx := context.Background()
-	cfg, ks := offlineConfig(t)
+	cfg, ks, s := startOffline(t)
 	leaked := ks["runner"]
 	path := opLogPath(cfg.Runner.StateDir)
-	s, err := newServer(ctx, cfg, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := s.recordGrantRevocation(ctx, "g1", "before the rotation", 0); err != nil {
 		t.Fatal(err)
 	}
 	s.close()
-	if _, err := rotateKey(ctx, cfg, "runner", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	s, err = newServer(ctx, cfg, quietLog())
-	if err != nil {
-		t.Fatalf("start after the rotation: %v", err)
-	}
+	s = rotateRunnerAndStart(t, cfg)
 	if _, err := s.oplog.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpKeyRevoked, Key: &evidence.OpKey{Name: "runner", ID: leaked.ID(), RevokedAt: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
 	s.applyKeyRevocation("runner", leaked.ID(), time.Now())
 	s.close()
-	s, err = newServer(ctx, cfg, quietLog())
+	s, err := newServer(ctx, cfg, quietLog())
 	if err != nil {
 		t.Fatalf("start on a log with the revocation: %v", err)
 	}
@@ -127,4 +114,70 @@ func TestStartRefusesOpLogByRevokedKey(t *testing.T) {
 	if !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "line 2 revoked") {
 		t.Fatalf("start on a log with a line by a key revoked before it: %v, want ErrOpLog naming line 3 and the revocation", err)
 	}
+}
+
+// TestStartRefusesOpLogHeadOfRetiredKey: a runner rotation re-signs the
+// operations log's head with the new key, and custodyd starts on it; a
+// log cut back to an earlier line with the retired key's head for that
+// line (what a thief holding the retired key can sign) is refused at
+// start, naming the current key.
+func TestStartRefusesOpLogHeadOfRetiredKey(t *testing.T) {
+	ctx := context.Background()
+	cfg, _, s := startOffline(t)
+	path := opLogPath(cfg.Runner.StateDir)
+	if err := s.recordGrantRevocation(ctx, "g1", "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	log1, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head1, err := os.ReadFile(evidence.OpLogHeadPath(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.recordGrantRevocation(ctx, "g2", "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	rotateRunnerAndStart(t, cfg).close()
+	if err := os.WriteFile(path, log1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(evidence.OpLogHeadPath(path), head1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = newServer(ctx, cfg, quietLog())
+	if err == nil {
+		s.close()
+	}
+	if !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "current runner key") {
+		t.Fatalf("start on a log cut back under the retired key's head: %v, want ErrOpLog naming the current key", err)
+	}
+}
+
+// rotateRunnerAndStart rotates the stopped custodyd's runner key and starts
+// it again.
+func rotateRunnerAndStart(t *testing.T, cfg Config) *server {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := rotateKey(ctx, cfg, "runner", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(ctx, cfg, quietLog())
+	if err != nil {
+		t.Fatalf("start after the runner rotation: %v", err)
+	}
+	return s
+}
+
+// startOffline starts a custodyd on offlineConfig, not serving.
+func startOffline(t *testing.T) (Config, map[string]*keys.Signer, *server) {
+	t.Helper()
+	cfg, ks := offlineConfig(t)
+	s, err := newServer(context.Background(), cfg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, ks, s
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/durable"
 	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
@@ -60,6 +61,7 @@ const (
 	stepNextKey    = "next-key"    // NAME-next.{key,pub} made
 	stepRetiredPub = "retired-pub" // retired/NAME-OLD.pub written
 	stepRecord     = "record"      // retired/NAME-OLD.json written (signed by the old key)
+	stepHead       = "head"        // runner only: the operations log's head re-signed by the successor
 	stepPublic     = "public"      // NAME-next.pub renamed over NAME.pub
 	stepPrivate    = "private"     // NAME-next.key renamed over NAME.key
 )
@@ -152,6 +154,16 @@ func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time,
 	}
 	if err := step(stepRecord); err != nil {
 		return nil, err
+	}
+	if name == "runner" {
+		// Every head is signed by the current runner key, so a retired
+		// one that leaks cannot sign a head for a log cut back.
+		if err := evidence.ReSignOpLogHead(ctx, opLogPath(cfg.Runner.StateDir), old.Verifier(), next); err != nil {
+			return nil, fmt.Errorf("rotate runner key: %w", err)
+		}
+		if err := step(stepHead); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.Rename(stagedPub, filepath.Join(keyDir, name+".pub")); err != nil {
 		return nil, fmt.Errorf("rotate %s key: install the new public key: %w", name, err)

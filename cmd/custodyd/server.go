@@ -142,7 +142,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if s.oplog, err = evidence.OpenOpLog(opLogPath(cfg.Runner.StateDir), s.runnerID); err != nil {
 		return nil, err
 	}
-	revoked, err := revokedKeys(ctx, s.oplog, runnerKeys)
+	revoked, err := revokedKeys(ctx, s.oplog, s.runnerID.ID(), runnerKeys)
 	if err != nil {
 		return nil, fmt.Errorf("operations log: %w; fix: restore it from a backup, or move it aside to start a new one (its lines are evidence: keep them)", err)
 	}
