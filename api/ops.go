@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -75,9 +76,26 @@ func (c *Client) RevokeKey(ctx context.Context, r RevokeKeyRequest) error {
 	return c.do(ctx, http.MethodPost, "/v1/keys/revoke", r, nil)
 }
 
+// OpLogHeadHeader carries the operations log's signed head (base64 of
+// the head file), read together with the log it answers.
+const OpLogHeadHeader = "Custody-Oplog-Head"
+
 // OpLog fetches the runner's operations log as written (JSON lines, each
-// signed by the runner key; evidence.VerifyOpLog checks it).
-func (c *Client) OpLog(ctx context.Context) ([]byte, error) {
-	var raw []byte
-	return raw, c.do(ctx, http.MethodGet, "/v1/oplog", nil, &raw)
+// signed by the runner key) and its signed head (nil for an empty log);
+// evidence.VerifyOpLog checks both.
+func (c *Client) OpLog(ctx context.Context) (log, head []byte, err error) {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/oplog", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	if h := resp.Header.Get(OpLogHeadHeader); h != "" {
+		if head, err = base64.StdEncoding.DecodeString(h); err != nil {
+			return nil, nil, fmt.Errorf("operations log head: %w", err)
+		}
+	}
+	if log, err = io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes)); err != nil {
+		return nil, nil, fmt.Errorf("operations log: %w", err)
+	}
+	return log, head, nil
 }

@@ -148,6 +148,10 @@ type Status struct {
 	Running         []string        `json:"running"` // the caller's own on the submit socket; all on control
 	// Pool is each warm-pool profile in force ([] when none).
 	Pool []PoolProfile `json:"pool"`
+	// OpLog is the operations log's head, on the control socket once the
+	// log has a line: a reader who keeps it can tell a log cut short
+	// even by someone able to sign a new head.
+	OpLog *OpLogHead `json:"opLog,omitempty"`
 }
 
 // PoolProfile is one warm-pool profile's state: ready (every member
@@ -164,6 +168,12 @@ type PoolProfile struct {
 	LastError   string    `json:"lastError,omitempty"`
 	LastFailure time.Time `json:"lastFailure,omitzero"`
 	NextTry     time.Time `json:"nextTry,omitzero"`
+}
+
+// OpLogHead is the seq and hex SHA-256 of the operations log's last line.
+type OpLogHead struct {
+	Seq  int64  `json:"seq"`
+	Last string `json:"last"`
 }
 
 // RunRequest submits a grant for launch.

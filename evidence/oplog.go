@@ -11,14 +11,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	cdsse "github.com/custody-dev/custody/internal/dsse"
+	"github.com/custody-dev/custody/internal/durable"
+	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -31,6 +35,11 @@ import (
 // A line is {"entry": ENTRY, "sig": BASE64}: the signature is over the
 // entry's bytes exactly as written, so no re-encoding is ever needed to
 // check it.
+//
+// Beside the log is its head (OpLogHeadPath): {"head": HEAD, "sig":
+// BASE64}, the last line's seq and SHA-256, signed by the key that wrote
+// it, rewritten (atomically, after the line is synced) by every append.
+// A log cut at a line boundary therefore no longer matches its head.
 
 // Kinds of operations-log entries.
 const (
@@ -87,6 +96,25 @@ type OpDeleted struct {
 	Why string `json:"why"`
 }
 
+// OpHead is the operations log's head: the seq and hex SHA-256 of its
+// last line, and the runner key that signed the head.
+type OpHead struct {
+	Seq    int64  `json:"seq"`
+	Last   string `json:"last"`
+	Signer string `json:"signer"`
+}
+
+// maxOpHead bounds a head file as a reader accepts it.
+const maxOpHead = 64 << 10
+
+// OpLogHeadPath is where the head of the operations log at path is kept.
+func OpLogHeadPath(path string) string { return strings.TrimSuffix(path, ".jsonl") + ".head" }
+
+type opHeadFile struct {
+	Head json.RawMessage `json:"head"`
+	Sig  string          `json:"sig"`
+}
+
 type opLine struct {
 	Entry json.RawMessage `json:"entry"`
 	Sig   string          `json:"sig"`
@@ -111,8 +139,12 @@ var ErrOpLogFailed = errors.New("operations log failed")
 
 // OpenOpLog opens (creating, 0600) the operations log at path for signer
 // to append to. The existing lines must chain (any key may have signed
-// them: rotations leave earlier lines to earlier keys); a log that does
-// not is refused, so nothing is appended to a log already broken.
+// them: rotations leave earlier lines to earlier keys) and end where the
+// head says (OpLogHeadPath); a log that does not is refused (wrapping
+// ErrOpLog), so nothing is appended to a log already broken or cut
+// short. One line past the head, chained to it, is an append a crash
+// interrupted before its head was written (never acknowledged): it is cut
+// off. Signatures are not checked here: VerifyOpLog checks them.
 func OpenOpLog(path string, signer *keys.Signer) (*OpLog, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -122,15 +154,102 @@ func OpenOpLog(path string, signer *keys.Signer) (*OpLog, error) {
 	if err := cutTornLine(f, path); err != nil {
 		return nil, fmt.Errorf("operations log %s: %w", path, err)
 	}
+	head, err := readOpHead(OpLogHeadPath(path))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrOpLog, path, err)
+	}
 	l := &OpLog{path: path, signer: signer}
+	var atHead int64 // the offset just past the head's line
+	var off int64
 	err = scanOpLog(f, func(n int, raw []byte, e *OpEntry, _ opLine) error {
+		off += int64(len(raw)) + 1
 		l.seq, l.prev = e.Seq, lineDigest(raw)
+		if head != nil && e.Seq == head.Seq {
+			atHead = off
+			if l.prev != head.Last {
+				return fmt.Errorf("line %d is not the one the signed head %s names (sha256 %s, not %s): the log was changed or replaced", n, OpLogHeadPath(path), l.prev, head.Last)
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("operations log %s: %w", path, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrOpLog, path, err)
+	}
+	switch {
+	case head == nil && l.seq == 0:
+	case head == nil:
+		return nil, fmt.Errorf("%w: %s has %d lines but no signed head (%s): it was removed, or the log predates heads; fix: restore both from a backup, or move the log aside (keep it: its lines are evidence, custody oplog checks them) to start a new one", ErrOpLog, path, l.seq, OpLogHeadPath(path))
+	case l.seq == head.Seq:
+	case l.seq == head.Seq+1 && atHead > 0:
+		slog.Warn("operations log: cutting off the last line, whose append never completed (its head was not written)", "path", path, "seq", l.seq)
+		if err := f.Truncate(atHead); err != nil {
+			return nil, fmt.Errorf("operations log %s: cut the unacknowledged last line: %w", path, err)
+		}
+		if err := f.Sync(); err != nil {
+			return nil, fmt.Errorf("operations log %s: %w", path, err)
+		}
+		l.seq, l.prev = head.Seq, head.Last
+	default:
+		return nil, fmt.Errorf("%w: %s ends at seq %d, but its signed head (%s) says seq %d: lines were cut off its end, added without the head, or the head replaced; fix: restore the log from a backup (custody oplog shows what verifies); never start on a log cut short", ErrOpLog, path, l.seq, OpLogHeadPath(path), head.Seq)
 	}
 	return l, nil
+}
+
+// readOpHead reads the head at path (nil if there is none), strictly
+// decoded but not verified.
+func readOpHead(path string) (*OpHead, error) {
+	b, err := regfile.ReadFile(path, maxOpHead)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("head: %w", err)
+	}
+	h, _, err := decodeOpHead(b)
+	return h, err
+}
+
+func decodeOpHead(b []byte) (*OpHead, *opHeadFile, error) {
+	var hf opHeadFile
+	if err := strictJSON(bytes.TrimSuffix(b, []byte("\n")), &hf); err != nil || hf.Head == nil {
+		return nil, nil, fmt.Errorf("head: not an operations-log head: %v", err)
+	}
+	var h OpHead
+	if err := strictJSON(hf.Head, &h); err != nil {
+		return nil, nil, fmt.Errorf("head: %v", err)
+	}
+	if h.Seq < 1 {
+		return nil, nil, fmt.Errorf("head: seq %d", h.Seq)
+	}
+	return &h, &hf, nil
+}
+
+// Snapshot returns the log and its head as they stand between appends,
+// for a reader to verify together (VerifyOpLog). head is nil for a log
+// with no lines.
+func (l *OpLog) Snapshot() (log, head []byte, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	log, err = os.ReadFile(l.path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("operations log: %w", err)
+	}
+	head, err = regfile.ReadFile(OpLogHeadPath(l.path), maxOpHead)
+	if errors.Is(err, fs.ErrNotExist) && l.seq == 0 {
+		return log, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("operations log head: %w", err)
+	}
+	return log, head, nil
+}
+
+// Head is the seq and the hex SHA-256 of the last line appended (0 and ""
+// for an empty log).
+func (l *OpLog) Head() (seq int64, last string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq, l.prev
 }
 
 // Append records e (Seq, Prev and Signer are filled in), synced before it
@@ -173,6 +292,17 @@ func (l *OpLog) Append(ctx context.Context, e OpEntry) (OpEntry, error) {
 	if err == nil {
 		err = f.Sync()
 	}
+	if err == nil {
+		// The head is written only once the line is synced, so it never
+		// names a line the log does not hold.
+		var installed bool
+		installed, err = l.writeHead(ctx, OpHead{Seq: e.Seq, Last: lineDigest(line), Signer: l.signer.ID()})
+		if installed && err != nil {
+			// The new head may be in place: the line must stay with it.
+			l.failed = fmt.Errorf("%w: the head was renamed into place but not synced (%v); fix: restart custodyd", ErrOpLogFailed, err)
+			return e, fmt.Errorf("operations log: append: %w", l.failed)
+		}
+	}
 	if err != nil {
 		// Seq and prev do not advance, so the bytes must not stay either:
 		// cut the file back to where it was, or the chain breaks for good.
@@ -187,6 +317,27 @@ func (l *OpLog) Append(ctx context.Context, e OpEntry) (OpEntry, error) {
 	}
 	l.seq, l.prev = e.Seq, lineDigest(line)
 	return e, nil
+}
+
+// writeHead replaces the head file with h, signed: a staging file,
+// synced, renamed over the head, and the directory synced. installed
+// reports whether the rename happened (so the new head may be what a
+// restart reads).
+func (l *OpLog) writeHead(ctx context.Context, h OpHead) (installed bool, err error) {
+	head, err := json.Marshal(h)
+	if err != nil {
+		return false, err
+	}
+	sig, err := l.signer.Sign(ctx, head)
+	if err != nil {
+		return false, fmt.Errorf("sign the head: %w", err)
+	}
+	b, err := json.Marshal(opHeadFile{Head: head, Sig: base64.StdEncoding.EncodeToString(sig)})
+	if err != nil {
+		return false, err
+	}
+	err = durable.WriteFile(OpLogHeadPath(l.path), append(b, '\n'), 0o600)
+	return err == nil || errors.Is(err, durable.ErrDirSync), err
 }
 
 // cutTornLine cuts an unterminated last line off f. Append syncs a whole
@@ -229,22 +380,49 @@ func cutTornLine(f *os.File, path string) error {
 // ErrOpLog reports an operations log that does not verify.
 var ErrOpLog = errors.New("operations log does not verify")
 
-// VerifyOpLog checks an operations log line by line, in order: each line
-// decodes strictly, its seq follows the previous one, its prev is the
-// previous line's digest, and it is signed by one of trusted (the runner's
-// keys, current and retired). It returns the entries, or an error wrapping
-// ErrOpLog that names the first line that fails. A log cut short at the
-// end still verifies: compare its last seq with the runner's status.
-func VerifyOpLog(ctx context.Context, data []byte, trusted []*keys.Verifier) ([]OpEntry, error) {
+// VerifyOpLog checks an operations log and its head (nil for none) line
+// by line, in order: each line decodes strictly, its seq follows the
+// previous one, its prev is the previous line's digest, and it is signed
+// by one of trusted (the runner's keys, current and retired) that no
+// earlier line revoked. Then the head: signed by such a key, naming the
+// last line's seq and digest, so a log cut short at a line boundary is
+// refused too; a log with lines needs a head. It returns the entries, or
+// an error wrapping ErrOpLog that names the first line (or the head) that
+// fails.
+//
+// What the head does not catch: whoever holds a runner key that is not
+// revoked by the lines kept can cut the log back and sign a new head
+// there (HeadSignedBy the current key narrows that to the current key),
+// and a log and head both removed look like a log never written. Compare
+// the head seq with one kept elsewhere (custody status --operator shows
+// it).
+func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifier, opts ...OpLogOption) ([]OpEntry, error) {
+	var o opLogCheck
+	for _, opt := range opts {
+		opt(&o)
+	}
 	byID := map[string]*keys.Verifier{}
 	for _, k := range trusted {
 		byID[k.ID()] = k
 	}
-	var out []OpEntry
-	err := scanOpLog(bytes.NewReader(data), func(n int, raw []byte, e *OpEntry, line opLine) error {
-		k, ok := byID[e.Signer]
+	revoked := map[string]int{} // key id: the line that revoked it
+	signerOK := func(what, signer string) (*keys.Verifier, error) {
+		k, ok := byID[signer]
 		if !ok {
-			return fmt.Errorf("line %d: signed by %q, not a trusted runner key", n, cdsse.Clip(e.Signer))
+			return nil, fmt.Errorf("%s: signed by %q, not a trusted runner key", what, cdsse.Clip(signer))
+		}
+		if n, gone := revoked[signer]; gone {
+			return nil, fmt.Errorf("%s: signed by %s, which line %d revoked: a revoked key signs nothing after its revocation", what, signer, n)
+		}
+		return k, nil
+	}
+	var out []OpEntry
+	var last string
+	err := scanOpLog(bytes.NewReader(data), func(n int, raw []byte, e *OpEntry, line opLine) error {
+		what := fmt.Sprintf("line %d", n)
+		k, err := signerOK(what, e.Signer)
+		if err != nil {
+			return err
 		}
 		sig, err := base64.StdEncoding.DecodeString(line.Sig)
 		if err != nil {
@@ -253,13 +431,106 @@ func VerifyOpLog(ctx context.Context, data []byte, trusted []*keys.Verifier) ([]
 		if err := k.Verify(ctx, line.Entry, sig); err != nil {
 			return fmt.Errorf("line %d: the signature by %s does not verify", n, e.Signer)
 		}
+		if e.Kind == OpKeyRevoked && e.Key != nil {
+			if _, seen := revoked[e.Key.ID]; !seen {
+				revoked[e.Key.ID] = n
+			}
+		}
 		out = append(out, *e)
+		last = lineDigest(raw)
 		return nil
 	})
+	if err == nil {
+		err = verifyOpHead(ctx, head, int64(len(out)), last, o.headKey, signerOK)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrOpLog, err)
 	}
 	return out, nil
+}
+
+// OpLogOption is an extra check of [VerifyOpLog].
+type OpLogOption func(*opLogCheck)
+
+type opLogCheck struct{ headKey string }
+
+// HeadSignedBy requires the head to be signed by the runner key id: the
+// current one, since a runner rotation re-signs the head with its
+// successor (ReSignOpLogHead) and every append signs with the current key.
+// A retired key that leaked can then not forge a head for a log cut back.
+func HeadSignedBy(id string) OpLogOption { return func(o *opLogCheck) { o.headKey = id } }
+
+// ReSignOpLogHead re-signs the head of the log at path with next, the
+// runner key a rotation is about to install, once the head verifies with
+// old, the key it retires; a head next already signed is kept (a resumed
+// rotation), and a log with no head needs none.
+func ReSignOpLogHead(ctx context.Context, path string, old *keys.Verifier, next *keys.Signer) error {
+	b, err := regfile.ReadFile(OpLogHeadPath(path), maxOpHead)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("operations log head: %w", err)
+	}
+	h, hf, err := decodeOpHead(b)
+	if err != nil {
+		return fmt.Errorf("operations log %w", err)
+	}
+	if h.Signer == next.ID() {
+		return nil
+	}
+	sig, err := base64.StdEncoding.DecodeString(hf.Sig)
+	if err == nil && h.Signer == old.ID() {
+		err = old.Verify(ctx, hf.Head, sig)
+	} else if err == nil {
+		err = fmt.Errorf("signed by %s, not by the key being retired, %s", cdsse.Clip(h.Signer), old.ID())
+	}
+	if err != nil {
+		return fmt.Errorf("%w: head %s: %v; fix: restore the log and its head from a backup (custody oplog shows what verifies) before rotating", ErrOpLog, OpLogHeadPath(path), err)
+	}
+	l := &OpLog{path: path, signer: next}
+	if _, err := l.writeHead(ctx, OpHead{Seq: h.Seq, Last: h.Last, Signer: next.ID()}); err != nil {
+		return fmt.Errorf("operations log: re-sign the head: %w", err)
+	}
+	return nil
+}
+
+// verifyOpHead checks head against a log of seq lines whose last line
+// digests to last.
+func verifyOpHead(ctx context.Context, head []byte, seq int64, last, headKey string, signerOK func(what, signer string) (*keys.Verifier, error)) error {
+	if head == nil {
+		if seq == 0 {
+			return nil
+		}
+		return fmt.Errorf("the log has %d lines but no signed head: it cannot show it was not cut short", seq)
+	}
+	h, hf, err := decodeOpHead(head)
+	if err != nil {
+		return err
+	}
+	if headKey != "" && h.Signer != headKey {
+		return fmt.Errorf("head: signed by %s, not by the current runner key %s, which signs every head from its rotation on: the log was cut back and its head signed with a retired key", cdsse.Clip(h.Signer), headKey)
+	}
+	k, err := signerOK("head", h.Signer)
+	if err != nil {
+		return err
+	}
+	sig, err := base64.StdEncoding.DecodeString(hf.Sig)
+	if err != nil {
+		return fmt.Errorf("head: signature: %v", err)
+	}
+	if err := k.Verify(ctx, hf.Head, sig); err != nil {
+		return fmt.Errorf("head: the signature by %s does not verify", h.Signer)
+	}
+	switch {
+	case h.Seq > seq:
+		return fmt.Errorf("head: the signed head says seq %d, the log ends at seq %d: lines %d to %d were cut off", h.Seq, seq, seq+1, h.Seq)
+	case h.Seq < seq:
+		return fmt.Errorf("head: the signed head says seq %d, the log goes on to seq %d: lines after the head were added without it", h.Seq, seq)
+	case h.Last != last:
+		return fmt.Errorf("head: the signed head names line %d as sha256 %s, the log's line %d is %s", h.Seq, cdsse.Clip(h.Last), seq, last)
+	}
+	return nil
 }
 
 // scanOpLog reads lines, checking their form and chain, and calls fn for

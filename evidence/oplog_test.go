@@ -47,12 +47,9 @@ func TestOpLog(t *testing.T) {
 	if e, err := l2.Append(ctx, evidence.OpEntry{At: at, Kind: evidence.OpKeyRevoked, Key: &evidence.OpKey{Name: "issuer", ID: k1.ID(), RevokedAt: at}}); err != nil || e.Seq != 3 {
 		t.Fatalf("append after reopening: %v %+v", err, e)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, head := readOpLog(t, path)
 	both := []*keys.Verifier{k1.Verifier(), k2.Verifier()}
-	entries, err := evidence.VerifyOpLog(ctx, data, both)
+	entries, err := evidence.VerifyOpLog(ctx, data, head, both)
 	if err != nil || len(entries) != 3 || entries[1].Deleted[0].Run != "r1" || entries[2].Signer != k2.ID() {
 		t.Fatalf("verify: %v %+v", err, entries)
 	}
@@ -64,11 +61,11 @@ func TestOpLog(t *testing.T) {
 		"reordered":      bytes.Join([][]byte{lines[1], lines[0], lines[2]}, nil),
 		"not a log":      []byte("{\"entry\": 1}\n"),
 	} {
-		if _, err := evidence.VerifyOpLog(ctx, bad, both); !errors.Is(err, evidence.ErrOpLog) {
+		if _, err := evidence.VerifyOpLog(ctx, bad, head, both); !errors.Is(err, evidence.ErrOpLog) {
 			t.Errorf("%s: %v, want ErrOpLog", name, err)
 		}
 	}
-	if _, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{k2.Verifier()}); !errors.Is(err, evidence.ErrOpLog) {
+	if _, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{k2.Verifier()}); !errors.Is(err, evidence.ErrOpLog) {
 		t.Errorf("lines by a key not trusted: %v", err)
 	}
 	if err := os.WriteFile(path, bytes.Join([][]byte{lines[1], lines[0]}, nil), 0o600); err != nil {
@@ -79,8 +76,8 @@ func TestOpLog(t *testing.T) {
 	}
 }
 
-// FuzzVerifyOpLog: a log from anywhere is decoded without panicking, and
-// what verifies re-verifies.
+// FuzzVerifyOpLog: a log and a head from anywhere are decoded without
+// panicking, and what verifies starts at seq 1 and ends at the head.
 func FuzzVerifyOpLog(f *testing.F) {
 	k, _ := keys.Generate()
 	path := filepath.Join(f.TempDir(), "oplog.jsonl")
@@ -92,15 +89,33 @@ func FuzzVerifyOpLog(f *testing.F) {
 		f.Fatal(err)
 	}
 	good, _ := os.ReadFile(path)
-	f.Add(good)
-	f.Add([]byte("{\"entry\":{\"seq\":1},\"sig\":\"\"}\n"))
-	f.Add([]byte("\n\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		entries, err := evidence.VerifyOpLog(context.Background(), data, []*keys.Verifier{k.Verifier()})
-		if err == nil && len(entries) > 0 && entries[0].Seq != 1 {
-			t.Fatalf("verified a log starting at seq %d", entries[0].Seq)
+	goodHead, _ := os.ReadFile(evidence.OpLogHeadPath(path))
+	f.Add(good, goodHead)
+	f.Add([]byte("{\"entry\":{\"seq\":1},\"sig\":\"\"}\n"), []byte("{\"head\":{\"seq\":1},\"sig\":\"\"}"))
+	f.Add([]byte("\n\n"), []byte(nil))
+	f.Fuzz(func(t *testing.T, data, head []byte) {
+		entries, err := evidence.VerifyOpLog(context.Background(), data, head, []*keys.Verifier{k.Verifier()})
+		if err == nil && len(entries) > 0 && (entries[0].Seq != 1 || head == nil) {
+			t.Fatalf("verified a log starting at seq %d, head %q", entries[0].Seq, head)
 		}
 	})
+}
+
+// readOpLog reads the log at path and its head (nil if there is none).
+func readOpLog(t *testing.T, path string) (data, head []byte) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err = os.ReadFile(evidence.OpLogHeadPath(path))
+	if errors.Is(err, os.ErrNotExist) {
+		return data, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, head
 }
 
 // TestOpLogTornLine: an unterminated last line (a write a crash cut short,
@@ -139,8 +154,8 @@ func TestOpLogTornLine(t *testing.T) {
 	if e, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g3"}); err != nil || e.Seq != 3 {
 		t.Fatalf("append after the cut: %v %+v", err, e)
 	}
-	data, _ := os.ReadFile(path)
-	if _, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{k.Verifier()}); err != nil {
+	data, head := readOpLog(t, path)
+	if _, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{k.Verifier()}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -201,8 +216,186 @@ func TestOpLogFailedAppend(t *testing.T) {
 	if e, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g2"}); err != nil || e.Seq != 2 {
 		t.Fatalf("append once there is room: %v %+v", err, e)
 	}
-	data, _ := os.ReadFile(path)
-	if _, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{k.Verifier()}); err != nil {
+	data, head := readOpLog(t, path)
+	if _, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{k.Verifier()}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpLogRevokedSigner: a runner key revoked by a line verifies nothing
+// signed after that line: a line its holder appends later (a leaked
+// retired key) fails, naming the line and the revocation, while the same
+// key's lines before its revocation, and the log up to that point, verify.
+func TestOpLogRevokedSigner(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oplog.jsonl")
+	k1, _ := keys.Generate()
+	k2, _ := keys.Generate()
+	both := []*keys.Verifier{k1.Verifier(), k2.Verifier()}
+	l1, err := evidence.OpenOpLog(path, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l1.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := evidence.OpenOpLog(path, k2) // after a rotation of the runner key
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l2.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpKeyRevoked, Key: &evidence.OpKey{Name: "runner", ID: k1.ID(), RevokedAt: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	data, head := readOpLog(t, path)
+	if entries, err := evidence.VerifyOpLog(ctx, data, head, both); err != nil || len(entries) != 2 {
+		t.Fatalf("a log whose revoked key signed only before its revocation: %v", err)
+	}
+	leaked, err := evidence.OpenOpLog(path, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaked.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g2"}); err != nil {
+		t.Fatal(err)
+	}
+	data, head = readOpLog(t, path)
+	_, err = evidence.VerifyOpLog(ctx, data, head, both)
+	if !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "line 2 revoked") {
+		t.Fatalf("a line by a key revoked before it: %v, want ErrOpLog naming line 3 and the revocation in line 2", err)
+	}
+}
+
+// TestOpLogHead: every append rewrites the signed head, so the whole log
+// verifies and reopens, while a log cut at a line boundary, a log without
+// its head and a head signed by an untrusted key are refused by the
+// reader and by OpenOpLog (nothing is appended to them). A log one line
+// past its head (a crash between the line and its head: never
+// acknowledged) is cut back to the head on open and continues.
+func TestOpLogHead(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "oplog.jsonl")
+	k, _ := keys.Generate()
+	trusted := []*keys.Verifier{k.Verifier()}
+	l, err := evidence.OpenOpLog(path, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heads [][]byte
+	for _, g := range []string{"g1", "g2", "g3"} {
+		if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: g}); err != nil {
+			t.Fatal(err)
+		}
+		_, h := readOpLog(t, path)
+		heads = append(heads, h)
+	}
+	data, head := readOpLog(t, path)
+	if seq, last := l.Head(); seq != 3 || last == "" {
+		t.Fatalf("head %d %q", seq, last)
+	}
+	if _, err := evidence.VerifyOpLog(ctx, data, head, trusted); err != nil {
+		t.Fatalf("the whole log: %v", err)
+	}
+	if _, err := evidence.OpenOpLog(path, k); err != nil {
+		t.Fatalf("reopen the whole log: %v", err)
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	cut := bytes.Join(lines[:2], nil)
+	other, _ := keys.Generate()
+	otherPath := filepath.Join(t.TempDir(), "oplog.jsonl")
+	ol, _ := evidence.OpenOpLog(otherPath, other)
+	if _, err := ol.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	_, foreign := readOpLog(t, otherPath)
+	for name, c := range map[string]struct {
+		log, head []byte
+		want      string
+	}{
+		"cut at a line boundary": {cut, head, "cut off"},
+		"no head":                {data, nil, "no signed head"},
+		"an untrusted head":      {data, foreign, "not a trusted runner key"},
+	} {
+		if _, err := evidence.VerifyOpLog(ctx, c.log, c.head, trusted); !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrOpLog saying %q", name, err, c.want)
+		}
+	}
+	writeLog := func(log, head []byte) {
+		t.Helper()
+		if err := os.WriteFile(path, log, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if head == nil {
+			_ = os.Remove(evidence.OpLogHeadPath(path))
+		} else if err := os.WriteFile(evidence.OpLogHeadPath(path), head, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, c := range map[string]struct{ log, head []byte }{
+		"cut at a line boundary": {cut, head},
+		"no head":                {data, nil},
+	} {
+		writeLog(c.log, c.head)
+		if _, err := evidence.OpenOpLog(path, k); !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "fix:") {
+			t.Errorf("open, %s: %v, want ErrOpLog naming the fix", name, err)
+		}
+	}
+	// The third append's line made it, its head did not.
+	writeLog(data, heads[1])
+	if _, err := evidence.VerifyOpLog(ctx, data, heads[1], trusted); !errors.Is(err, evidence.ErrOpLog) {
+		t.Errorf("a log one line past its head verified: %v", err)
+	}
+	l, err = evidence.OpenOpLog(path, k)
+	if err != nil {
+		t.Fatalf("open a log one line past its head: %v", err)
+	}
+	if now, _ := readOpLog(t, path); !bytes.Equal(now, cut) {
+		t.Fatalf("the unacknowledged line was not cut off: %q", now)
+	}
+	if e, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g3"}); err != nil || e.Seq != 3 {
+		t.Fatalf("append after the cut: %v %+v", err, e)
+	}
+	data, head = readOpLog(t, path)
+	if _, err := evidence.VerifyOpLog(ctx, data, head, trusted); err != nil {
+		t.Fatalf("the log after the cut: %v", err)
+	}
+}
+
+// TestOpLogHeadReSigned: a runner rotation re-signs the head with the
+// successor (once it verifies with the retired key; again is a no-op), so
+// a reader can require the current key's head: the retired key's head of
+// the same log, which a thief holding that key could sign for a log cut
+// back, is refused. A head that does not verify is not re-signed.
+func TestOpLogHeadReSigned(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "oplog.jsonl")
+	k1, _ := keys.Generate()
+	k2, _ := keys.Generate()
+	both := []*keys.Verifier{k1.Verifier(), k2.Verifier()}
+	l, err := evidence.OpenOpLog(path, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	data, oldHead := readOpLog(t, path)
+	for range 2 { // the second time is a resumed rotation
+		if err := evidence.ReSignOpLogHead(ctx, path, k1.Verifier(), k2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, head := readOpLog(t, path)
+	if _, err := evidence.VerifyOpLog(ctx, data, head, both, evidence.HeadSignedBy(k2.ID())); err != nil {
+		t.Fatalf("the re-signed head, required of the current key: %v", err)
+	}
+	if _, err := evidence.VerifyOpLog(ctx, data, oldHead, both, evidence.HeadSignedBy(k2.ID())); !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "current runner key") {
+		t.Fatalf("the retired key's head, required of the current key: %v", err)
+	}
+	if err := os.WriteFile(evidence.OpLogHeadPath(path), bytes.Replace(oldHead, []byte(`"seq":1`), []byte(`"seq":2`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k3, _ := keys.Generate()
+	if err := evidence.ReSignOpLogHead(ctx, path, k1.Verifier(), k3); !errors.Is(err, evidence.ErrOpLog) {
+		t.Fatalf("a changed head was re-signed: %v", err)
 	}
 }

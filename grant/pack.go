@@ -120,7 +120,7 @@ func (v *Verifier) VerifyPack(ctx context.Context, envelope []byte, now time.Tim
 	if err := v.checkWindow(g.Predicate.ID, g.Predicate.NotBefore, g.Predicate.Expires, now); err != nil {
 		return nil, err
 	}
-	if err := v.checkRetired(g.Predicate.ID, g.IssuerKeyID, g.Predicate.NotBefore, now); err != nil {
+	if err := v.checkRetired(g.Predicate.ID, g.IssuerKeyID, g.Predicate.NotBefore, g.Predicate.Expires, now); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -150,7 +150,7 @@ func (v *Verifier) verifyPack(ctx context.Context, envelope []byte) (*PackGrant,
 	if want := PackSubjectPrefix + p.Pack.Project; sub.Name != want {
 		return nil, Refuse(CodeMalformed, "subject name %q is not %q", sub.Name, want)
 	}
-	if err := v.checkRetired(p.ID, issuer, p.NotBefore, time.Time{}); err != nil {
+	if err := v.checkRetired(p.ID, issuer, p.NotBefore, p.Expires, time.Time{}); err != nil {
 		return nil, err
 	}
 	return &PackGrant{

@@ -3,6 +3,7 @@ package grant_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,17 +18,7 @@ import (
 // (what a leaked retired key would mint) is refused at any time.
 func TestRetiredIssuerOverlap(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t) // f.issuer is the key being retired
-	next, err := keys.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	retiredAt := f.pred.NotBefore.Add(time.Minute)
-	window := 24 * time.Hour
-	v, err := grant.NewVerifier([]*keys.Verifier{next.Verifier()}, grant.WithRetired(f.issuer.Verifier(), retiredAt, window))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, next, v, retiredAt, window := retiredFixture(t) // f.issuer is the key being retired
 	during := retiredAt.Add(time.Minute)
 	if g, err := v.Verify(ctx, f.envelope, during); err != nil || g.IssuerKeyID != f.issuer.ID() {
 		t.Fatalf("a grant issued before the rotation, during the window: %v", err)
@@ -69,4 +60,59 @@ func TestRetiredIssuerOverlap(t *testing.T) {
 	if _, err := bare.Verify(ctx, f.envelope, during); !errors.As(err, &ge) || ge.Code != grant.CodeWrongIssuer {
 		t.Fatalf("no overlap configured: %v", err)
 	}
+}
+
+// TestRetiredIssuerBackdated: a grant's times are its signer's choice, so
+// a leaked retired key can backdate a grant's start to before the
+// rotation. Such a grant still verifies only if it ends within the overlap
+// window and lasts no longer than the window (the residual: revoke the
+// key to end it); one that ends after the window closes, or lasts longer
+// than the window, is refused within the window.
+func TestRetiredIssuerBackdated(t *testing.T) {
+	ctx := context.Background()
+	f, _, v, retiredAt, window := retiredFixture(t)
+	during := retiredAt.Add(time.Hour)
+	mint := func(notBefore, expires time.Time) []byte {
+		t.Helper()
+		p := f.pred
+		p.NotBefore, p.Expires = notBefore, expires
+		env, err := grant.Mint(ctx, f.issuer, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	// Within the bounds: verifies (what still holds for a leaked key).
+	edge := mint(retiredAt.Add(-time.Second), retiredAt.Add(window-time.Second))
+	if _, err := v.Verify(ctx, edge, during); err != nil {
+		t.Fatalf("a grant ending within the window and lasting the window: %v", err)
+	}
+	var ge *grant.Error
+	for name, env := range map[string][]byte{
+		"ends after the window":    mint(retiredAt.Add(-time.Second), retiredAt.Add(window+time.Hour)),
+		"lasts longer than window": mint(retiredAt.Add(-window-time.Hour), during.Add(time.Hour)),
+	} {
+		if _, err := v.Verify(ctx, env, during); !errors.As(err, &ge) || ge.Code != grant.CodeWrongIssuer || !strings.Contains(ge.Error(), "retired at") {
+			t.Errorf("%s: %v, want CodeWrongIssuer naming the retirement", name, err)
+		}
+	}
+}
+
+// retiredFixture is a fixture whose issuer a rotation retired a minute
+// after its grant's start, with a 24h window, and a verifier trusting the
+// successor next and the retired key for that window.
+func retiredFixture(t *testing.T) (f *fixture, next *keys.Signer, v *grant.Verifier, retiredAt time.Time, window time.Duration) {
+	t.Helper()
+	f = newFixture(t)
+	next, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	retiredAt = f.pred.NotBefore.Add(time.Minute)
+	window = 24 * time.Hour
+	v, err = grant.NewVerifier([]*keys.Verifier{next.Verifier()}, grant.WithRetired(f.issuer.Verifier(), retiredAt, window))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, next, v, retiredAt, window
 }

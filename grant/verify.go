@@ -32,6 +32,7 @@ func (v *Verifier) Distrust(id string) { v.distrusted.Store(id, true) }
 // retiredKey is a rotated-out issuer key's overlap window.
 type retiredKey struct {
 	at, until time.Time
+	window    time.Duration // the longest a grant it signed may live
 }
 
 // Option configures a [Verifier].
@@ -46,10 +47,18 @@ func WithClockSkew(d time.Duration) Option {
 
 // WithRetired also accepts grants signed by k, an issuer key a rotation
 // retired at retiredAt, during the overlap window: only grants whose
-// validity began before the rotation, and only until retiredAt+window (the
-// longest a grant issued just before it may live). Anything else k signed
-// is refused as CodeWrongIssuer, so a retired key that leaks cannot mint
-// grants for later.
+// validity began before the rotation, ends by retiredAt+window and lasts at
+// most window (the longest grant custodyd issues, maxGrantTTL), and only
+// until retiredAt+window. Anything else k signed is refused as
+// CodeWrongIssuer.
+//
+// What this bounds, and what it does not: a grant's times are chosen by
+// its signer, so a leaked retired key can still backdate a grant's start
+// to before the rotation. What it cannot do is make a grant that lives
+// past retiredAt+window, or longer than window, or that verifies after
+// retiredAt+window. Until then a leaked retired key mints grants as the
+// current key could; revoking it (custody revoke key issuer ID) ends that
+// at once.
 func WithRetired(k *keys.Verifier, retiredAt time.Time, window time.Duration) Option {
 	return func(v *Verifier) {
 		if k == nil {
@@ -59,7 +68,7 @@ func WithRetired(k *keys.Verifier, retiredAt time.Time, window time.Duration) Op
 			v.retired = map[string]retiredKey{}
 		}
 		v.trusted[k.ID()] = k
-		v.retired[k.ID()] = retiredKey{at: retiredAt, until: retiredAt.Add(window)}
+		v.retired[k.ID()] = retiredKey{at: retiredAt, until: retiredAt.Add(window), window: window}
 	}
 }
 
@@ -111,7 +120,7 @@ func (v *Verifier) Verify(ctx context.Context, envelope []byte, now time.Time) (
 	if err := v.checkWindow(p.ID, p.NotBefore, p.Expires, now); err != nil {
 		return nil, err
 	}
-	if err := v.checkRetired(p.ID, issuer, p.NotBefore, now); err != nil {
+	if err := v.checkRetired(p.ID, issuer, p.NotBefore, p.Expires, now); err != nil {
 		return nil, err
 	}
 	return &Grant{
@@ -157,9 +166,10 @@ func (v *Verifier) checkWindow(id string, notBefore, expires, now time.Time) err
 }
 
 // checkRetired refuses grant id if issuer is a retired key and the grant
-// began at or after its retirement, or, with a non-zero now, if the key's
-// overlap window has closed.
-func (v *Verifier) checkRetired(id, issuer string, notBefore, now time.Time) error {
+// began at or after its retirement, ends after the overlap window closes,
+// lasts longer than the window, or, with a non-zero now, if the window has
+// closed.
+func (v *Verifier) checkRetired(id, issuer string, notBefore, expires, now time.Time) error {
 	r, ok := v.retired[issuer]
 	switch {
 	case !ok:
@@ -167,6 +177,12 @@ func (v *Verifier) checkRetired(id, issuer string, notBefore, now time.Time) err
 	case !notBefore.Before(r.at):
 		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, and valid only from %s: a retired key verifies only grants issued before its retirement",
 			id, issuer, r.at.Format(timeFormat), notBefore.Format(timeFormat))
+	case expires.After(r.until):
+		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, and expires at %s, after the overlap window closes at %s: no grant issued before the retirement lives that long",
+			id, issuer, r.at.Format(timeFormat), expires.Format(timeFormat), r.until.Format(timeFormat))
+	case expires.Sub(notBefore) > r.window:
+		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, and lasts %s, longer than the %s a grant may live",
+			id, issuer, r.at.Format(timeFormat), expires.Sub(notBefore), r.window)
 	case !now.IsZero() && !now.Before(r.until):
 		return Refuse(CodeWrongIssuer, "grant %s is signed by issuer key %s, retired at %s, whose overlap window closed at %s",
 			id, issuer, r.at.Format(timeFormat), r.until.Format(timeFormat))

@@ -225,11 +225,15 @@ func TestApplyRecordedBatches(t *testing.T) {
 	if err != nil || done.Outputs != n {
 		t.Fatalf("applied %+v: %v", done, err)
 	}
-	if _, err := evidence.OpenOpLog(logPath, k); err != nil {
+	reopened, err := evidence.OpenOpLog(logPath, k)
+	if err != nil {
 		t.Fatalf("the log no longer opens: %v", err)
 	}
-	data, _ := os.ReadFile(logPath)
-	entries, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{k.Verifier()})
+	data, head, err := reopened.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{k.Verifier()})
 	total := 0
 	for _, e := range entries {
 		total += len(e.Deleted)

@@ -89,7 +89,11 @@ type Config struct {
 	Policy  func() (*policy.Policy, string, error)
 	Issuer  *keys.Signer
 	Runner  *keys.Signer
-	Trusted []*keys.Verifier
+	// Verifier, if set, verifies pack grants: custodyd passes the one its
+	// phase grants use, so a rotation's overlap window and a revocation
+	// hold for packs as for phases. Otherwise one is made from Trusted.
+	Verifier *grant.Verifier
+	Trusted  []*keys.Verifier
 	// RunnerID is the runner key's keys.KeyID a grant must name.
 	RunnerID string
 	// Credentials maps an operator credential name to the 0600, root-owned
@@ -213,8 +217,8 @@ func New(cfg Config) (*Manager, error) {
 		return nil, errors.New("workspace: a policy source is required")
 	case cfg.Runner == nil || cfg.RunnerID == "":
 		return nil, errors.New("workspace: the runner key and id are required")
-	case len(cfg.Trusted) == 0:
-		return nil, errors.New("workspace: trusted issuer keys are required")
+	case cfg.Verifier == nil && len(cfg.Trusted) == 0:
+		return nil, errors.New("workspace: a grant verifier or trusted issuer keys are required")
 	case cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir):
 		return nil, errors.New("workspace: an absolute state dir is required")
 	case !cfg.SubnetPool.IsValid():
@@ -230,9 +234,12 @@ func New(cfg Config) (*Manager, error) {
 	if j.Bucket() != store.PackJournal {
 		return nil, fmt.Errorf("workspace: the journal writes bucket %q; pack attempts belong in %q (the phase runner's recovery would take them for its own)", j.Bucket(), store.PackJournal)
 	}
-	v, err := grant.NewVerifier(cfg.Trusted)
-	if err != nil {
-		return nil, fmt.Errorf("workspace: %w", err)
+	v := cfg.Verifier
+	if v == nil {
+		var err error
+		if v, err = grant.NewVerifier(cfg.Trusted); err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

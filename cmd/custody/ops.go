@@ -76,11 +76,12 @@ func (a *app) oplogCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := a.control()
-			data, err := c.OpLog(cmd.Context())
+			data, head, err := c.OpLog(cmd.Context())
 			if err != nil {
 				return a.fail(cmd, err)
 			}
 			var trusted []*keys.Verifier
+			var opts []evidence.OpLogOption
 			source := "the runner keys custodyd reports (give --trust to check against yours)"
 			if trustPath != "" {
 				t, err := evidence.LoadTrust(trustPath)
@@ -102,9 +103,12 @@ func (a *app) oplogCmd() *cobra.Command {
 						return fmt.Errorf("runner key %s: %w", k.ID, err)
 					}
 					trusted = append(trusted, v)
+					if k.Current {
+						opts = append(opts, evidence.HeadSignedBy(v.ID()))
+					}
 				}
 			}
-			entries, err := evidence.VerifyOpLog(cmd.Context(), data, trusted)
+			entries, err := evidence.VerifyOpLog(cmd.Context(), data, head, trusted, opts...)
 			if err != nil {
 				return &exitError{exitRefused, fmt.Errorf("%w (checked against %s)", err, source)}
 			}
@@ -137,7 +141,7 @@ func (a *app) oplogCmd() *cobra.Command {
 					}
 				}
 			}
-			fmt.Fprintf(a.stderr, "custody: %d entries, every line signed and chained (checked against %s)\n", len(entries), source)
+			fmt.Fprintf(a.stderr, "custody: %d entries, every line signed and chained, ending at its signed head (checked against %s)\n", len(entries), source)
 			return nil
 		},
 	}

@@ -25,7 +25,9 @@ import (
 // runner key for receipts finished before its retirement). Refusal: a
 // grant the retired issuer key signs with a validity starting after its
 // retirement (a leaked retired key minting anew) is refused by the real
-// daemon, naming the retirement.
+// daemon, naming the retirement; so is a backdated one (valid from before
+// the retirement) that ends after the overlap window or lasts longer than
+// maxGrantTTL.
 func TestOverlapAfterRotation(t *testing.T) {
 	e := startDaemon(t)
 	phase := e.phase(t, "overlap", "echo x > /out/x", "")
@@ -111,6 +113,33 @@ func TestOverlapAfterRotation(t *testing.T) {
 	code, _, errs := e.custody("run", "--grant", forgedPath)
 	if code != exitRefused || !strings.Contains(errs, "retired at") {
 		t.Fatalf("a grant the retired issuer key minted after its retirement: exit %d %s", code, errs)
+	}
+	// Backdated (a grant's start is its signer's choice): the retired key
+	// mints a grant that starts before the rotation but lives past the
+	// overlap window, or longer than maxGrantTTL (24h here): both refused
+	// by the real daemon, naming the retirement.
+	recs, err := filepath.Glob(filepath.Join(keyDir, "retired", "issuer-*.json"))
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("the issuer rotation record: %v %v", recs, err)
+	}
+	var rot struct{ At time.Time }
+	if err := json.Unmarshal(readBytes(t, recs[0]), &rot); err != nil || rot.At.IsZero() {
+		t.Fatalf("rotation record: %v", err)
+	}
+	for name, times := range map[string][2]time.Time{
+		"ends after the window":     {rot.At.Add(-time.Second).Truncate(time.Second), rot.At.Add(25 * time.Hour)},
+		"lasts longer than the TTL": {rot.At.Add(-48 * time.Hour).Truncate(time.Second), time.Now().Add(time.Hour)},
+	} {
+		p.ID = grant.NewID()
+		p.NotBefore, p.Expires = times[0].UTC(), times[1].UTC().Truncate(time.Second)
+		backdated, err := grant.Mint(ctx, stolen, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, forgedPath, string(backdated))
+		if code, _, errs := e.custody("run", "--grant", forgedPath); code != exitRefused || !strings.Contains(errs, "retired at") {
+			t.Errorf("a backdated grant of the retired issuer key that %s: exit %d %s", name, code, errs)
+		}
 	}
 	var ae *api.Error
 	if _, err := ctl.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: "hello", Stages: []api.PipelineStageRef{{Name: "x", RunID: "0000000000000000", From: []string{}}}}); !errors.As(err, &ae) || ae.Code != api.CodeRefused {

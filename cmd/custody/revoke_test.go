@@ -26,8 +26,9 @@ func grantIDOf(t *testing.T, path string) string {
 // never launches; a revoked retired issuer key ends its overlap, so a
 // grant it signed before the rotation, which would still launch, is
 // refused. Refusals: revoking the current key (rotate first), an unknown
-// key, a non-operator, and a log with a line changed, which custody oplog
-// refuses naming the line. custody trust export marks the revoked key with
+// key, a non-operator, a log with a line changed, which custody oplog
+// refuses naming the line, and a log cut at a line boundary, which its
+// signed head shows. custody trust export marks the revoked key with
 // its revokedAt.
 func TestRevokeAndOpLog(t *testing.T) {
 	e := startDaemon(t)
@@ -84,6 +85,12 @@ func TestRevokeAndOpLog(t *testing.T) {
 		t.Fatalf("after a restart, a grant of the revoked key: %d %s", code, errs)
 	}
 
+	// custody status --operator publishes the head a reviewer keeps.
+	if code, out, _ := e.custody("status", "--operator"); code != exitOK || !strings.Contains(out, `"opLog": {`) || !strings.Contains(out, `"seq": 2`) {
+		t.Fatalf("status --operator does not show the operations log's head at seq 2: %d %s", code, out)
+	} else if err := valid(t, "status", out); err != nil {
+		t.Fatalf("status --operator with the head against status.schema.json: %v\n%s", err, out)
+	}
 	code, out, errs := e.custody("oplog", "--json")
 	var log struct {
 		Entries []struct {
@@ -125,6 +132,15 @@ func TestRevokeAndOpLog(t *testing.T) {
 	// custodyd itself no longer vouches for its keys on a broken log.
 	if code, _, errs := e.custody("trust", "export"); code == exitOK || !strings.Contains(errs, "line 2") {
 		t.Fatalf("trust export on a changed log: %d %s", code, errs)
+	}
+	// A log cut at a line boundary: every line left verifies, its signed
+	// head does not match.
+	first := data[:strings.IndexByte(string(data), '\n')+1]
+	if err := os.WriteFile(path, first, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := e.custody("oplog", "--trust", trustPath); code != exitRefused || !strings.Contains(errs, "cut off") {
+		t.Fatalf("oplog of a log cut short: %d %s", code, errs)
 	}
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)

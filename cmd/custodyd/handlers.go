@@ -118,6 +118,9 @@ func (s *server) handleStatus(operator bool) http.HandlerFunc {
 		}
 		s.mu.RUnlock()
 		slices.Sort(st.Running)
+		if seq, last := s.oplog.Head(); operator && seq > 0 {
+			st.OpLog = &api.OpLogHead{Seq: seq, Last: last}
+		}
 		q, err := s.quarantine()
 		if err != nil {
 			writeError(w, err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -22,6 +20,8 @@ const maxRotationRecord = 64 << 10
 type retiredKey struct {
 	key *keys.Verifier
 	at  time.Time
+	// successor is the key the rotation handed over to.
+	successor string
 	// revokedAt, once the key is revoked: nothing it signed from then on
 	// is trusted.
 	revokedAt time.Time
@@ -45,41 +45,29 @@ func retiredKeys(ctx context.Context, stateDir, name string) ([]retiredKey, erro
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, retiredKey{key: pub, at: rec.At})
+		out = append(out, retiredKey{key: pub, at: rec.At, successor: rec.Successor})
 	}
 	return out, nil
 }
 
 // keySet lists key name's current key and the keys rotations retired,
-// each with its window, from stateDir/keys/retired.
-func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, error) {
+// each with its window, from the hand-over records in stateDir/keys/retired
+// (read and verified by the one reader, retiredKeys).
+func (s *server) keySet(ctx context.Context, name string, current *keys.Signer) ([]api.PublicKey, error) {
 	revoked, err := s.revokedAt()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(s.cfg.Runner.StateDir, "keys", "retired")
-	paths, err := filepath.Glob(filepath.Join(dir, name+"-*.json"))
+	recs, err := retiredKeys(ctx, s.cfg.Runner.StateDir, name)
 	if err != nil {
 		return nil, err
 	}
-	var recs []Rotation
-	for _, p := range paths {
-		b, err := regfile.ReadFile(p, maxRotationRecord)
-		if err != nil {
-			return nil, fmt.Errorf("rotation record: %w", err)
-		}
-		var r Rotation
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("rotation record %s: %w", p, err)
-		}
-		recs = append(recs, r)
-	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].At.Before(recs[j].At) })
+	sort.Slice(recs, func(i, j int) bool { return recs[i].at.Before(recs[j].at) })
 	// A key's window opens at the rotation that made it and closes at the
 	// one that retired it.
 	from := map[string]time.Time{}
 	for _, r := range recs {
-		from[r.Successor] = r.At
+		from[r.successor] = r.at
 	}
 	window := func(k *api.PublicKey, until time.Time) {
 		if t, ok := from[k.ID]; ok {
@@ -91,16 +79,9 @@ func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, err
 	}
 	var out []api.PublicKey
 	for _, r := range recs {
-		pub, err := keys.LoadPublic(filepath.Join(dir, name+"-"+r.Retired+".pub"))
-		if err != nil {
-			return nil, fmt.Errorf("retired %s key %s: %w", name, r.Retired, err)
-		}
-		if pub.ID() != r.Retired {
-			return nil, fmt.Errorf("retired %s key file holds %s, its record names %s", name, pub.ID(), r.Retired)
-		}
-		k := api.PublicKey{ID: r.Retired, PEM: string(pub.PublicPEM())}
-		window(&k, r.At)
-		if at, ok := revoked[r.Retired]; ok {
+		k := api.PublicKey{ID: r.key.ID(), PEM: string(r.key.PublicPEM())}
+		window(&k, r.at)
+		if at, ok := revoked[k.ID]; ok {
 			k.RevokedAt = &at
 		}
 		out = append(out, k)
@@ -112,11 +93,11 @@ func (s *server) keySet(name string, current *keys.Signer) ([]api.PublicKey, err
 
 // handleKeys serves the runner's public keys and their windows (custody
 // trust export).
-func (s *server) handleKeys(w http.ResponseWriter, _ *http.Request) {
+func (s *server) handleKeys(w http.ResponseWriter, r *http.Request) {
 	var ks api.Keys
 	var err error
-	if ks.Runners, err = s.keySet("runner", s.runnerID); err == nil {
-		ks.Issuers, err = s.keySet("issuer", s.issuer)
+	if ks.Runners, err = s.keySet(r.Context(), "runner", s.runnerID); err == nil {
+		ks.Issuers, err = s.keySet(r.Context(), "issuer", s.issuer)
 	}
 	if err != nil {
 		writeError(w, &api.Error{Code: api.CodeInternal, Message: strings.TrimSpace(err.Error())})

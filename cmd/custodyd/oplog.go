@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,16 +19,15 @@ import (
 func opLogPath(stateDir string) string { return filepath.Join(stateDir, "oplog.jsonl") }
 
 // revokedKeys reads the key revocations the operations log records, by key
-// id. custodyd trusts its own log as written: it made every line.
-func revokedKeys(stateDir string, trusted []*keys.Verifier) (map[string]evidence.OpKey, error) {
-	data, err := os.ReadFile(opLogPath(stateDir))
-	if os.IsNotExist(err) {
-		return map[string]evidence.OpKey{}, nil
-	}
+// id, after verifying the log and its head against the runner's keys
+// trusted (the head signed by the current one): a log cut short, or a line
+// signed by a key revoked before it, is refused.
+func revokedKeys(ctx context.Context, l *evidence.OpLog, current string, trusted []*keys.Verifier) (map[string]evidence.OpKey, error) {
+	data, head, err := l.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	entries, err := evidence.VerifyOpLog(context.Background(), data, trusted)
+	entries, err := evidence.VerifyOpLog(ctx, data, head, trusted, evidence.HeadSignedBy(current))
 	if err != nil {
 		return nil, err
 	}
@@ -47,12 +46,16 @@ func (s *server) recordRetention(deleted []evidence.OpDeleted) error {
 	return err
 }
 
-// handleOpLog serves the operations log as written (control socket).
+// handleOpLog serves the operations log as written (control socket), with
+// its signed head, read together between appends, in api.OpLogHeadHeader.
 func (s *server) handleOpLog(w http.ResponseWriter, _ *http.Request) {
-	data, err := os.ReadFile(opLogPath(s.cfg.Runner.StateDir))
+	data, head, err := s.oplog.Snapshot()
 	if err != nil {
-		writeError(w, &api.Error{Code: api.CodeInternal, Message: "operations log: " + err.Error()})
+		writeError(w, &api.Error{Code: api.CodeInternal, Message: err.Error()})
 		return
+	}
+	if head != nil {
+		w.Header().Set(api.OpLogHeadHeader, base64.StdEncoding.EncodeToString(head))
 	}
 	w.Header().Set("Content-Type", "application/jsonl")
 	_, _ = w.Write(data)
@@ -140,7 +143,7 @@ func (s *server) revokedAt() (map[string]time.Time, error) {
 		trusted = append(trusted, r.key)
 	}
 	s.keysMu.Unlock()
-	revoked, err := revokedKeys(s.cfg.Runner.StateDir, trusted)
+	revoked, err := revokedKeys(context.Background(), s.oplog, s.runnerID.ID(), trusted)
 	if err != nil {
 		return nil, err
 	}

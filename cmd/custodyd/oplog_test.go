@@ -49,11 +49,11 @@ func TestRetentionRecorded(t *testing.T) {
 	if err != nil || runs != 1 || outs != 1 {
 		t.Fatalf("prune later: %d runs %d outputs %v", runs, outs, err)
 	}
-	data, err := os.ReadFile(path)
+	data, head, err := d.s.oplog.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := evidence.VerifyOpLog(ctx, data, []*keys.Verifier{d.s.runnerID.Verifier()})
+	entries, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{d.s.runnerID.Verifier()})
 	if err != nil || len(entries) != 1 || entries[0].Kind != evidence.OpRetentionDeleted || len(entries[0].Deleted) != 2 {
 		t.Fatalf("operations log: %v %+v", err, entries)
 	}

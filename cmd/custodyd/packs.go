@@ -14,7 +14,6 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend/docker"
-	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -131,23 +130,30 @@ type packResource struct {
 
 // newPacks builds the pack lifecycle on the engine cfg names: the one
 // place that names backend/docker and workspace.
-func newPacks(ctx context.Context, s *server, cfg *DockerConfig, trusted []*keys.Verifier) (packs, error) {
+func newPacks(ctx context.Context, s *server, cfg *DockerConfig) (packs, error) {
 	d, err := docker.Open(ctx, cfg.Host, s.log)
 	if err != nil {
 		return nil, err
 	}
-	m, err := workspace.New(workspace.Config{
-		DB: s.db, Engine: docker.NewPacks(d, docker.ProbeOptions{Image: cfg.ProbeImage}),
-		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Trusted: trusted,
-		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.socketPath(),
-		SubnetPool: cfg.subnetPool(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
-		Log: s.log, Now: func() time.Time { return s.now() }, Fault: s.faults,
-	})
+	m, err := workspace.New(s.packConfig(cfg, docker.NewPacks(d, docker.ProbeOptions{Image: cfg.ProbeImage})))
 	if err != nil {
 		d.Close()
 		return nil, err
 	}
 	return workspacePacks{m}, nil
+}
+
+// packConfig is the pack lifecycle's configuration on engine. Pack grants
+// are verified by the phase grants' verifier: one key set, with the same
+// rotation overlap and revocations.
+func (s *server) packConfig(cfg *DockerConfig, engine workspace.Engine) workspace.Config {
+	return workspace.Config{
+		DB: s.db, Engine: engine,
+		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Verifier: s.verifier,
+		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.socketPath(),
+		SubnetPool: cfg.subnetPool(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
+		Log: s.log, Now: func() time.Time { return s.now() }, Fault: s.faults,
+	}
 }
 
 // workspacePacks adapts workspace.Manager to packs: the manager's reports

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/internal/durable"
 	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/runner"
@@ -61,6 +61,7 @@ const (
 	stepNextKey    = "next-key"    // NAME-next.{key,pub} made
 	stepRetiredPub = "retired-pub" // retired/NAME-OLD.pub written
 	stepRecord     = "record"      // retired/NAME-OLD.json written (signed by the old key)
+	stepHead       = "head"        // runner only: the operations log's head re-signed by the successor
 	stepPublic     = "public"      // NAME-next.pub renamed over NAME.pub
 	stepPrivate    = "private"     // NAME-next.key renamed over NAME.key
 )
@@ -154,10 +155,20 @@ func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time,
 	if err := step(stepRecord); err != nil {
 		return nil, err
 	}
+	if name == "runner" {
+		// Every head is signed by the current runner key, so a retired
+		// one that leaks cannot sign a head for a log cut back.
+		if err := evidence.ReSignOpLogHead(ctx, opLogPath(cfg.Runner.StateDir), old.Verifier(), next); err != nil {
+			return nil, fmt.Errorf("rotate runner key: %w", err)
+		}
+		if err := step(stepHead); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.Rename(stagedPub, filepath.Join(keyDir, name+".pub")); err != nil {
 		return nil, fmt.Errorf("rotate %s key: install the new public key: %w", name, err)
 	}
-	if err := syncDir(keyDir); err != nil {
+	if err := durable.SyncDir(keyDir); err != nil {
 		return nil, err
 	}
 	if err := step(stepPublic); err != nil {
@@ -228,7 +239,7 @@ func finishInstall(ctx context.Context, keyDir, retired, name, stagedKey string,
 	if err := os.Rename(stagedKey, filepath.Join(keyDir, name+".key")); err != nil {
 		return nil, fmt.Errorf("rotate %s key: install the new key: %w", name, err)
 	}
-	if err := syncDir(keyDir); err != nil {
+	if err := durable.SyncDir(keyDir); err != nil {
 		return nil, err
 	}
 	if err := step(stepPrivate); err != nil {
@@ -313,37 +324,7 @@ func writeSynced(path string, data []byte) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	tmp := path + ".partial"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return errors.Join(err, os.Remove(tmp))
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return durable.WriteFile(path, data, 0o644)
 }
 
 // runRotate is custodyd --rotate-key NAME: rotate and print the record.

@@ -145,7 +145,10 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	for _, r := range s.retiredRunners {
 		runnerKeys = append(runnerKeys, r.key)
 	}
-	revoked, err := revokedKeys(cfg.Runner.StateDir, runnerKeys)
+	if s.oplog, err = evidence.OpenOpLog(opLogPath(cfg.Runner.StateDir), s.runnerID); err != nil {
+		return nil, err
+	}
+	revoked, err := revokedKeys(ctx, s.oplog, s.runnerID.ID(), runnerKeys)
 	if err != nil {
 		return nil, fmt.Errorf("operations log: %w; fix: restore it from a backup, or move it aside to start a new one (its lines are evidence: keep them)", err)
 	}
@@ -165,9 +168,6 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	}
 	for id := range revoked {
 		s.verifier.Distrust(id) // also a revoked key listed in trustedIssuers
-	}
-	if s.oplog, err = evidence.OpenOpLog(opLogPath(cfg.Runner.StateDir), s.runnerID); err != nil {
-		return nil, err
 	}
 	if s.db, err = store.Open(runner.StorePath(cfg.Runner), store.WithRunIndex(launch.OutputIndex())); err != nil {
 		return nil, err
@@ -198,7 +198,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if cfg.Docker != nil {
 		// A pack service that cannot start takes the packs down, not the
 		// phase runner: every pack endpoint then refuses with why.
-		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker, trusted); s.packsErr != nil {
+		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker); s.packsErr != nil {
 			s.packs = nil
 			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packsErr)
 		}
