@@ -176,7 +176,6 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	for _, mod := range Modules {
 		cfg.Modules = append(cfg.Modules, path.Base(mod))
 	}
-	cfg.ModuleDeps = files.deps
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return err

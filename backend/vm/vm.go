@@ -347,8 +347,6 @@ func FileSHA256(p string) (string, error) {
 type guestFiles struct {
 	init    []byte
 	modules [][]byte
-	// deps is moduleDeps of modules.
-	deps map[string][]string
 }
 
 // ModulesDigest is the sha256 of the modules manifest: one line
@@ -399,11 +397,7 @@ func (b *Backend) checkPins() (*guestFiles, error) {
 		return nil, fmt.Errorf("guest kernel modules under %s have manifest sha256 %s, pinned %s: %w; fix: restore the pinned kernel package or re-pin it after review",
 			b.opts.Modules.Path, sum, b.opts.Modules.SHA256, ErrTampered)
 	}
-	deps, err := moduleDeps(Modules, mods)
-	if err != nil {
-		return nil, fmt.Errorf("guest kernel modules under %s: %w; fix: pin a kernel whose modules match the backend's list", b.opts.Modules.Path, err)
-	}
-	return &guestFiles{init: init, modules: mods, deps: deps}, nil
+	return &guestFiles{init: init, modules: mods}, nil
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -26,7 +26,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -82,44 +81,6 @@ func run(ports map[string]*os.File) *guest.Report {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
-	// The workload stage starts now, in its own pid and mount namespaces,
-	// and waits: its runtime's start and the guarding of its /proc
-	// overlap the modules' loading and the ports' discovery instead of
-	// following the root's build. The cgroup and the file size limit it
-	// is born with are set first.
-	if len(cfg.Args) == 0 {
-		return fail(errors.New("no command"))
-	}
-	if err := setupCgroup(&cfg); err != nil {
-		return fail(err)
-	}
-	if cfg.FileSize > 0 {
-		lim := &unix.Rlimit{Cur: uint64(cfg.FileSize), Max: uint64(cfg.FileSize)}
-		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, lim); err != nil {
-			return fail(fmt.Errorf("file size limit: %w", err))
-		}
-	}
-	// The start itself (the fork, and exec until it succeeds) runs beside
-	// the modules' loading too.
-	type started struct {
-		st  *stage
-		err error
-	}
-	stageDone := make(chan started, 1)
-	go func() {
-		st, err := startStage()
-		stageDone <- started{st, err}
-	}()
-	// A launch that fails before the go-ahead ends the stage.
-	var st *stage
-	defer func() {
-		if st == nil {
-			st = (<-stageDone).st
-		}
-		if st != nil {
-			st.abandon()
-		}
-	}()
 	// The ports are looked for while the modules load: QEMU announces
 	// them to the virtio-console driver from its own thread, so the wait
 	// overlaps the loading of the filesystem modules instead of following
@@ -127,9 +88,12 @@ func run(ports map[string]*os.File) *guest.Report {
 	found := map[string]*os.File{}
 	portsDone := make(chan error, 1)
 	go func() { portsDone <- openPorts(found) }()
-	if err := loadModules(&cfg, step); err != nil {
-		<-portsDone
-		return fail(err)
+	for _, m := range cfg.Modules {
+		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
+			<-portsDone
+			return fail(err)
+		}
+		step(m)
 	}
 	step("modules")
 	err = <-portsDone
@@ -142,6 +106,10 @@ func run(ports map[string]*os.File) *guest.Report {
 		return fail(err)
 	}
 	step("root")
+	if err := setupCgroup(&cfg); err != nil {
+		return fail(err)
+	}
+	step("cgroup")
 	if cfg.Hostname != "" {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 			return fail(fmt.Errorf("hostname: %w", err))
@@ -151,14 +119,7 @@ func run(ports map[string]*os.File) *guest.Report {
 		return fail(err)
 	}
 	observe(rep)
-	s := <-stageDone
-	stageDone <- started{} // for the deferred abandon, should st stay nil
-	if s.err != nil {
-		return fail(s.err)
-	}
-	st = s.st
-	step("stage-forked")
-	if err := runWorkload(st, ports, rep); err != nil {
+	if err := runWorkload(&cfg, ports, rep); err != nil {
 		return fail(err)
 	}
 	step("workload")
@@ -184,62 +145,6 @@ func earlyMounts() error {
 		}
 	}
 	return nil
-}
-
-// loadModules loads each module as soon as the ones it follows are in
-// (cfg.ModuleDeps), the others at the same time: a driver's probe waits on
-// QEMU (a disk's partition scan, the console's control queue), and under
-// TCG another module's relocation runs meanwhile. A module whose
-// dependency failed is not tried; the first failure is the one reported.
-func loadModules(cfg *guest.Config, step func(string)) error {
-	done := make(map[string]chan struct{}, len(cfg.Modules))
-	for _, m := range cfg.Modules {
-		done[m] = make(chan struct{})
-	}
-	for m, deps := range cfg.ModuleDeps {
-		for _, d := range deps {
-			if _, ok := done[d]; !ok {
-				return fmt.Errorf("module %s follows %s, which is not loaded", m, d)
-			}
-		}
-		if _, ok := done[m]; !ok {
-			return fmt.Errorf("dependencies given for %s, which is not loaded", m)
-		}
-	}
-	var mu sync.Mutex
-	var first error
-	failed := map[string]bool{}
-	for _, m := range cfg.Modules {
-		go func() {
-			defer close(done[m])
-			ok := true
-			for _, d := range cfg.ModuleDeps[m] {
-				<-done[d]
-				mu.Lock()
-				ok = ok && !failed[d]
-				mu.Unlock()
-			}
-			var err error
-			if ok {
-				err = loadModule(filepath.Join(guest.ModulesDir, m))
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !ok || err != nil {
-				failed[m] = true
-			}
-			if err != nil && first == nil {
-				first = err
-			}
-			if err == nil && ok {
-				step(m)
-			}
-		}()
-	}
-	for _, ch := range done {
-		<-ch
-	}
-	return first
 }
 
 func loadModule(p string) error {
@@ -436,10 +341,10 @@ var (
 )
 
 // guardProc makes procReadonly read-only and masks procMasked in the
-// workload's proc (files with null, the guest's /dev/null, directories
-// with an empty read-only tmpfs); paths this kernel does not have are
-// skipped. The workload has no CAP_SYS_ADMIN, so it cannot unmount them.
-func guardProc(proc, null string) error {
+// workload's proc (files with the workload's /dev/null, directories with
+// an empty read-only tmpfs); paths this kernel does not have are skipped.
+// The workload has no CAP_SYS_ADMIN, so it cannot unmount them.
+func guardProc(proc string) error {
 	for _, name := range procReadonly {
 		p := filepath.Join(proc, name)
 		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
@@ -452,6 +357,7 @@ func guardProc(proc, null string) error {
 			return fmt.Errorf("read-only /proc/%s: %w", name, err)
 		}
 	}
+	null := filepath.Join(newRoot, "dev", "null")
 	for _, name := range procMasked {
 		p := filepath.Join(proc, name)
 		fi, err := os.Lstat(p)
@@ -628,51 +534,42 @@ func rootMounts() []guest.Mount {
 	return out
 }
 
-// stage is the workload stage, started early and waiting for go.
-type stage struct {
-	cmd     *exec.Cmd
-	statusR *os.File
-	// goW is the init's end of a socket pair: the go-ahead, with the
-	// workload's stdout and stderr.
-	goW     *os.File
-	started bool
-}
-
-// startStage starts the workload stage: this binary again, as PID 1 of a
-// new pid namespace with a mount namespace of its own, in the workload's
-// cgroup. The guest's root is made shared first, so the root the init
-// builds afterwards under newRoot reaches the stage's namespace. Fd 3
-// tells init what it installed (its close-on-exec end says the workload
-// runs); fd 4 brings the go-ahead and, with it, the stdout and stderr
-// ports, which are found after the stage starts.
-func startStage() (*stage, error) {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SHARED, ""); err != nil {
-		return nil, fmt.Errorf("shared root for the workload stage: %w", err)
+func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report) error {
+	if len(cfg.Args) == 0 {
+		return errors.New("no command")
 	}
 	cg, err := os.Open(cgWork)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer cg.Close()
+	if cfg.FileSize > 0 {
+		lim := &unix.Rlimit{Cur: uint64(cfg.FileSize), Max: uint64(cfg.FileSize)}
+		if err := unix.Setrlimit(unix.RLIMIT_FSIZE, lim); err != nil {
+			return fmt.Errorf("file size limit: %w", err)
+		}
+	}
+	rep.ReadyUptime = uptime()
+	// The workload stage is this binary again, as PID 1 of a new pid
+	// namespace with a mount namespace of its own: it mounts the
+	// workload's /proc there (so init and the guest's other processes are
+	// not in it), drops every capability, changes root and credentials,
+	// installs the seccomp filter and execs the workload in its place.
+	// Fd 3 tells init what it installed; its close-on-exec end says the
+	// workload runs.
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer statusW.Close()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		statusR.Close()
-		return nil, fmt.Errorf("go-ahead socket: %w", err)
-	}
-	goW, goR := os.NewFile(uintptr(pair[0]), "go"), os.NewFile(uintptr(pair[1]), "go-stage")
-	defer goR.Close()
-	st := &stage{statusR: statusR, goW: goW}
-	st.cmd = &exec.Cmd{
+	defer statusR.Close()
+	cmd := &exec.Cmd{
 		Path:       "/init",
 		Args:       []string{"/init", workloadArg},
 		Env:        []string{},
 		Dir:        "/",
-		ExtraFiles: []*os.File{statusW, goR},
+		Stdout:     ports[guest.PortStdout],
+		Stderr:     ports[guest.PortStderr],
+		ExtraFiles: []*os.File{statusW},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 			Setsid:      true,
@@ -680,40 +577,12 @@ func startStage() (*stage, error) {
 			CgroupFD:    int(cg.Fd()),
 		},
 	}
-	if err := st.cmd.Start(); err != nil {
-		statusR.Close()
-		goW.Close()
-		return nil, fmt.Errorf("workload stage: %w", err)
-	}
-	return st, nil
-}
-
-// abandon ends a stage that never got its go-ahead: the launch failed
-// before the workload ran.
-func (st *stage) abandon() {
-	if st.started {
-		return
-	}
-	st.goW.Close()
-	_ = st.cmd.Process.Kill()
-	_ = st.cmd.Wait()
-	st.statusR.Close()
-}
-
-func runWorkload(st *stage, ports map[string]*os.File, rep *guest.Report) error {
-	st.started = true
-	cmd, statusR := st.cmd, st.statusR
-	defer statusR.Close()
-	rep.ReadyUptime = uptime()
 	rep.Started = time.Now().UnixNano()
-	// The go-ahead carries the stage's stdout and stderr: the ports were
-	// not open when it started. The stage's view of the root is complete
-	// by now (mount propagation is synchronous).
-	rights := unix.UnixRights(int(ports[guest.PortStdout].Fd()), int(ports[guest.PortStderr].Fd()))
-	// A stage that failed before the go-ahead has said why on fd 3: that
-	// is the error reported, not the refused go-ahead.
-	sendErr := unix.Sendmsg(int(st.goW.Fd()), []byte(stageGo), rights, nil, unix.MSG_NOSIGNAL)
-	st.goW.Close()
+	if err := cmd.Start(); err != nil {
+		statusW.Close()
+		return fmt.Errorf("workload stage: %w", err)
+	}
+	statusW.Close()
 	status, _ := io.ReadAll(io.LimitReader(statusR, guest.MaxReportBytes))
 	// A failure is a line of its own (JSON escapes newlines). The stage
 	// writes its status line just before the exec: a failure after it is
@@ -738,11 +607,7 @@ func runWorkload(st *stage, ports map[string]*os.File, rep *guest.Report) error 
 			execing = true
 		}
 	}
-	if sendErr != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fmt.Errorf("workload stage go-ahead: %w", sendErr)
-	}
+	rep.Steps = append(rep.Steps, guest.Step{Name: "workload-stage", Uptime: uptime()})
 	if err := workloadStatus(rep, status); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -751,9 +616,8 @@ func runWorkload(st *stage, ports map[string]*os.File, rep *guest.Report) error 
 	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
 		return fmt.Errorf("control port: %w", err)
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
 	rep.Finished = time.Now().UnixNano()
-	rep.Steps = append(rep.Steps, guest.Step{Name: "workload-exit", Uptime: uptime()})
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -794,10 +658,6 @@ type stageStatus struct {
 	Seccomp    int64         `json:"seccomp"`
 	NoNewPrivs int64         `json:"nnp"`
 	Mounts     []guest.Mount `json:"mounts"`
-	// Entered and Ready are the stage's uptime as its main began and
-	// just before its exec, for the breakdown.
-	Entered float64 `json:"entered"`
-	Ready   float64 `json:"ready"`
 }
 
 func workloadStatus(rep *guest.Report, status []byte) error {
@@ -808,7 +668,6 @@ func workloadStatus(rep *guest.Report, status []byte) error {
 	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[st.Seccomp]
 	rep.NoNewPrivs = st.NoNewPrivs == 1
 	rep.Mounts = st.Mounts
-	rep.Steps = append(rep.Steps, guest.Step{Name: "stage-started", Uptime: st.Entered}, guest.Step{Name: "stage-setup", Uptime: st.Ready})
 	return nil
 }
 

@@ -19,25 +19,12 @@ import (
 // workloadArg makes this binary the workload stage instead of the init.
 const workloadArg = "custody-workload"
 
-// stageProc is where the stage mounts the workload's procfs before the
-// root exists.
-const stageProc = "/custody/proc"
-
-// stageGo is the go-ahead the init sends the stage, with the workload's
-// stdout and stderr as rights.
-const stageGo = "go"
-
-// entered is the guest's uptime when the workload stage's main began: the
-// breakdown tells the stage's start from its setup.
-var entered float64
-
 // workload is the workload stage: PID 1 of the workload's pid namespace,
 // still the guest's root with every capability, in a mount namespace of
 // its own. It never returns: it execs the workload, or reports why not on
 // fd 3 and exits 127 (the init tells a setup failure, reported before the
 // status line, from the exec's, reported after it).
 func workload() {
-	entered = uptime()
 	// The filter and the credentials must be this thread's when it execs.
 	runtime.LockOSThread()
 	status := os.NewFile(3, "status")
@@ -48,7 +35,6 @@ func workload() {
 
 func enterWorkload(status *os.File) error {
 	unix.CloseOnExec(3)
-	unix.CloseOnExec(4)
 	data, err := os.ReadFile(guest.ConfigPath)
 	if err != nil {
 		return err
@@ -57,52 +43,24 @@ func enterWorkload(status *os.File) error {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	// Mounts made here stay in this namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("private mounts: %w", err)
+	}
+	proc := filepath.Join(newRoot, "proc")
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("proc: %w", err)
+	}
+	if err := guardProc(proc); err != nil {
+		return err
+	}
+	mounts := rootMounts()
 	var filter []byte
 	if cfg.Seccomp {
 		if filter, err = os.ReadFile(guest.SeccompPath); err != nil {
 			return fmt.Errorf("seccomp filter: %w", err)
 		}
 	}
-	// Until the go-ahead, the init's mounts reach this namespace (the
-	// root it is building) and none made here leave it.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
-		return fmt.Errorf("slave mounts: %w", err)
-	}
-	// The workload's procfs is this pid namespace's, guarded while the
-	// init builds the root, and moved into it after the go-ahead.
-	if err := os.Mkdir(stageProc, 0o555); err != nil {
-		return fmt.Errorf("proc: %w", err)
-	}
-	if err := unix.Mount("proc", stageProc, "proc", unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("proc: %w", err)
-	}
-	if err := guardProc(stageProc, "/dev/null"); err != nil {
-		return err
-	}
-	stdout, stderr, err := awaitGo(4)
-	if err != nil {
-		return err
-	}
-	// From here on, mounts stay in this namespace.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("private mounts: %w", err)
-	}
-	// This namespace's copy of the root is read-only too: the init's
-	// remount changed its own copy only.
-	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
-		return fmt.Errorf("read-only root: %w", err)
-	}
-	if err := unix.Mount(stageProc, filepath.Join(newRoot, "proc"), "", unix.MS_MOVE, ""); err != nil {
-		return fmt.Errorf("proc: %w", err)
-	}
-	for _, d := range [][2]int{{stdout, 1}, {stderr, 2}} {
-		if err := unix.Dup3(d[0], d[1], 0); err != nil {
-			return fmt.Errorf("stdio: %w", err)
-		}
-	}
-	unix.Close(stdout)
-	unix.Close(stderr)
-	mounts := rootMounts()
 	if err := unix.Chroot(newRoot); err != nil {
 		return fmt.Errorf("chroot: %w", err)
 	}
@@ -138,8 +96,7 @@ func enterWorkload(status *os.File) error {
 		}
 	}
 	self, _ := os.ReadFile("/proc/self/status")
-	st, err := json.Marshal(stageStatus{Seccomp: keyedIn(self, "Seccomp:"), NoNewPrivs: keyedIn(self, "NoNewPrivs:"), Mounts: mounts,
-		Entered: entered, Ready: uptime()})
+	st, err := json.Marshal(stageStatus{Seccomp: keyedIn(self, "Seccomp:"), NoNewPrivs: keyedIn(self, "NoNewPrivs:"), Mounts: mounts})
 	if err != nil {
 		return err
 	}
@@ -168,30 +125,6 @@ func installFilter(raw []byte) error {
 	}
 	runtime.KeepAlive(prog)
 	return nil
-}
-
-// awaitGo waits on fd for the init's go-ahead and returns the workload's
-// stdout and stderr it carries. The init closing its end instead means the
-// launch failed before the workload could run.
-func awaitGo(fd int) (stdout, stderr int, err error) {
-	buf := make([]byte, len(stageGo))
-	oob := make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
-		return -1, -1, fmt.Errorf("go-ahead: %w", err)
-	}
-	if string(buf[:n]) != stageGo {
-		return -1, -1, errors.New("no go-ahead: the init ended the launch")
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return -1, -1, fmt.Errorf("go-ahead without stdio: %v", err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 2 {
-		return -1, -1, fmt.Errorf("go-ahead without stdio: %v", err)
-	}
-	return fds[0], fds[1], nil
 }
 
 // keyedIn is the number after key on its line of a /proc status file, or

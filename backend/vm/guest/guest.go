@@ -44,16 +44,13 @@ const MaxReportBytes = 64 << 10
 // Config is one launch, in the guest's terms.
 type Config struct {
 	// Modules are file names under ModulesDir, in load order.
-	Modules []string `json:"modules"`
-	// ModuleDeps are, per module, the modules it must follow; the others
-	// load at the same time.
-	ModuleDeps map[string][]string `json:"moduleDeps,omitempty"`
-	Args       []string            `json:"args"`
-	Env        []string            `json:"env"`
-	Cwd        string              `json:"cwd"`
-	Hostname   string              `json:"hostname"`
-	UID        uint32              `json:"uid"`
-	GID        uint32              `json:"gid"`
+	Modules  []string `json:"modules"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env"`
+	Cwd      string   `json:"cwd"`
+	Hostname string   `json:"hostname"`
+	UID      uint32   `json:"uid"`
+	GID      uint32   `json:"gid"`
 	// Inputs are mounted read-only; input i is the disk with serial
 	// SerialInput+i.
 	Inputs      []string `json:"inputs"`
