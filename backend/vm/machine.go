@@ -155,12 +155,7 @@ func (m *Machine) Evidence() map[string]string {
 // the sandbox, the console on fd 3, the kernel on fd 4 and initrd.
 func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string, uid, gid uint32) []string {
 	mem := (memBytes + (1<<20 - 1)) >> 20
-	// Under TCG the guest CPU has x86-64-v2 (SSE4.2, POPCNT) and RDRAND
-	// (random.trust_cpu), but no AVX: with -cpu max the kernel and the Go
-	// runtimes in the guest pick AVX code paths, which TCG emulates
-	// slowly, and a trivial phase cost QEMU about 6 s of CPU against 3.8 s
-	// with this model (a bare boot 3.3-3.9 s either way).
-	cpu := "Nehalem,+rdrand"
+	cpu := "max"
 	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
 	if accel == "kvm" {
 		cpu = "host"
