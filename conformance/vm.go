@@ -56,6 +56,9 @@ func vmSpecs() []spec {
 		{FamilyEvidence, "tampered-receipt-rejected", Refusal, checkTamperedReceipt},
 
 		{FamilyIsolation, "ordinary-operations-work", Legitimate, checkOrdinary},
+		// The guest workload runs under the oci profile's compiled filter:
+		// the same probe, in the guest, is refused the same operations.
+		{FamilyIsolation, "privileged-syscalls-refused", Refusal, checkPrivileged},
 		{FamilyIsolation, "own-kernel-host-unseen", Refusal, checkVMOwnKernel},
 	}
 }
@@ -86,7 +89,6 @@ func vmNotApplicable() []NotApplicable {
 		na(FamilyCleanup, "detached-child-runs", "replaced by cleanup/qemu-runs-during-phase: a guest's processes are not host processes; QEMU is what the host must see go"),
 		na(FamilyCleanup, "detached-child-gone-after-exit", "replaced by cleanup/qemu-gone-after-exit"),
 		na(FamilyCleanup, "detached-child-gone-after-timeout", "replaced by budgets/wall-time-exceeded-qemu-killed, which requires QEMU gone after the kill"),
-		na(FamilyIsolation, "privileged-syscalls-refused", ownKernel+": the guest workload runs under the oci profile's compiled filter (backend/vm TestWorkloadConfinedInGuest), but this check's probe is not yet run in a guest; not claimed"),
 		na(FamilyIsolation, "no-capabilities", ownKernel+": capabilities in the guest are the guest kernel's; QEMU on the host runs as an unprivileged uid under its own seccomp sandbox"),
 		na(FamilyIsolation, "own-namespaces", ownKernel+": replaced by isolation/own-kernel-host-unseen"),
 	}

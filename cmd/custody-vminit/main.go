@@ -607,7 +607,6 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 			execing = true
 		}
 	}
-	rep.Steps = append(rep.Steps, guest.Step{Name: "workload-stage", Uptime: uptime()})
 	if err := workloadStatus(rep, status); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -618,6 +617,7 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 	}
 	err = cmd.Wait()
 	rep.Finished = time.Now().UnixNano()
+	rep.Steps = append(rep.Steps, guest.Step{Name: "workload-exit", Uptime: uptime()})
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -658,6 +658,10 @@ type stageStatus struct {
 	Seccomp    int64         `json:"seccomp"`
 	NoNewPrivs int64         `json:"nnp"`
 	Mounts     []guest.Mount `json:"mounts"`
+	// Entered and Ready are the stage's uptime as its main began and
+	// just before its exec, for the breakdown.
+	Entered float64 `json:"entered"`
+	Ready   float64 `json:"ready"`
 }
 
 func workloadStatus(rep *guest.Report, status []byte) error {
@@ -668,6 +672,7 @@ func workloadStatus(rep *guest.Report, status []byte) error {
 	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[st.Seccomp]
 	rep.NoNewPrivs = st.NoNewPrivs == 1
 	rep.Mounts = st.Mounts
+	rep.Steps = append(rep.Steps, guest.Step{Name: "stage-started", Uptime: st.Entered}, guest.Step{Name: "stage-setup", Uptime: st.Ready})
 	return nil
 }
 

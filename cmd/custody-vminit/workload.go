@@ -19,12 +19,17 @@ import (
 // workloadArg makes this binary the workload stage instead of the init.
 const workloadArg = "custody-workload"
 
+// entered is the guest's uptime when the workload stage's main began: the
+// breakdown tells the stage's start from its setup.
+var entered float64
+
 // workload is the workload stage: PID 1 of the workload's pid namespace,
 // still the guest's root with every capability, in a mount namespace of
 // its own. It never returns: it execs the workload, or reports why not on
 // fd 3 and exits 127 (the init tells a setup failure, reported before the
 // status line, from the exec's, reported after it).
 func workload() {
+	entered = uptime()
 	// The filter and the credentials must be this thread's when it execs.
 	runtime.LockOSThread()
 	status := os.NewFile(3, "status")
@@ -96,7 +101,8 @@ func enterWorkload(status *os.File) error {
 		}
 	}
 	self, _ := os.ReadFile("/proc/self/status")
-	st, err := json.Marshal(stageStatus{Seccomp: keyedIn(self, "Seccomp:"), NoNewPrivs: keyedIn(self, "NoNewPrivs:"), Mounts: mounts})
+	st, err := json.Marshal(stageStatus{Seccomp: keyedIn(self, "Seccomp:"), NoNewPrivs: keyedIn(self, "NoNewPrivs:"), Mounts: mounts,
+		Entered: entered, Ready: uptime()})
 	if err != nil {
 		return err
 	}
