@@ -550,9 +550,17 @@ func unspentLife(g issued, pol *policy.Policy) time.Duration {
 	longest := g.WallTime
 	if pol != nil {
 		longest = max(longest, time.Duration(pol.Ceilings.WallTime))
+	} else if longest == 0 {
+		// No policy to read the ceiling from, and a grant issued before
+		// grants recorded their wall time: it binds until one is loaded.
+		return unknownLife
 	}
 	return longest + spendGrace
 }
+
+// unknownLife is how long a grant binds its image when how long it may
+// launch cannot be told: for as long as anyone will wait.
+const unknownLife = 100 * 365 * 24 * time.Hour
 
 // LiveGrants lists the grants that bind image, each as "ID (why)", sorted:
 // an issued grant that is neither spent nor revoked and has not outlived
@@ -562,7 +570,12 @@ func unspentLife(g issued, pol *policy.Policy) time.Duration {
 // journal lacks binds too: nothing says its run ended.
 func (l *Launcher) LiveGrants(image string) ([]string, error) {
 	now := l.cfg.Now()
+	// A broken policy launches nothing, but must not keep an operator from
+	// removing an image: the grants bind by what they recorded.
 	pol, _, err := l.cfg.Policy()
+	if errors.Is(err, ErrNoPolicy) {
+		pol, err = nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("live grants: read the policy: %w", err)
 	}

@@ -79,3 +79,38 @@ func TestUnspentGrantBindsForItsWholeLife(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveGrantsWithoutAPolicy: with no valid policy loaded image removal
+// still gets an answer: a grant binds by the wall time it recorded, and
+// one that recorded none binds until a policy is loaded again.
+func TestLiveGrantsWithoutAPolicy(t *testing.T) {
+	db, err := store.Open(filepath.Join(t.TempDir(), "custody.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	expires := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	now := expires.Add(time.Hour)
+	l := &Launcher{cfg: Config{Store: db, Now: func() time.Time { return now },
+		Policy: func() (*policy.Policy, string, error) { return nil, "", ErrNoPolicy }}}
+	const img = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	for id, g := range map[string]issued{
+		"recorded": {Image: img, Expires: expires, WallTime: 10 * time.Minute}, // ended 49 min ago
+		"unknown":  {Image: img, Expires: expires},
+	} {
+		v, err := json.Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Update(store.Issued, func(b *bolt.Bucket) error { return b.Put([]byte(id), v) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live, err := l.LiveGrants(img)
+	if err != nil {
+		t.Fatalf("LiveGrants without a policy: %v", err)
+	}
+	if len(live) != 1 || !strings.HasPrefix(live[0], "unknown ") {
+		t.Fatalf("live %v, want only the grant whose launch time is unknown", live)
+	}
+}
