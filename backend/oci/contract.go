@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/internal/sealed"
+
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/platform"
 )
@@ -195,7 +197,7 @@ func (b *Backend) Foreign(known func(kind, name string) bool) []backend.Resource
 	}
 	if ents, err := os.ReadDir(b.opts.StateDir); err == nil {
 		for _, e := range ents {
-			if e.IsDir() && !known(KindContainer, e.Name()) {
+			if e.IsDir() && !known(KindContainer, e.Name()) && !strings.HasPrefix(e.Name(), sealed.ProbePrefix) {
 				out = append(out, backend.Resource{Kind: "runtime container", Name: e.Name()})
 			}
 		}

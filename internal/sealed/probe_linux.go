@@ -33,7 +33,13 @@ func ProbeOverlay(ctx context.Context, dir string, idmap func(tree string) (int,
 	if err != nil {
 		return fmt.Errorf("no mkfs.erofs (Debian package erofs-utils): %w", err)
 	}
-	work, err := os.MkdirTemp(dir, "sealed-probe-")
+	// One left by a crash holds no mount (the overlay is detached): gone.
+	if old, _ := filepath.Glob(filepath.Join(dir, ProbePrefix+"*")); len(old) > 0 {
+		for _, p := range old {
+			_ = os.RemoveAll(p)
+		}
+	}
+	work, err := os.MkdirTemp(dir, ProbePrefix)
 	if err != nil {
 		return err
 	}
@@ -69,9 +75,9 @@ func ProbeOverlay(ctx context.Context, dir string, idmap func(tree string) (int,
 		defer unix.Close(fd)
 		lower = fd
 	}
-	upper, wdir, merged := filepath.Join(work, "upper"), filepath.Join(work, "work"), filepath.Join(work, "merged")
+	upper, wdir := filepath.Join(work, "upper"), filepath.Join(work, "work")
 	var fds []int
-	for _, d := range []string{upper, wdir, merged} {
+	for _, d := range []string{upper, wdir} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
@@ -84,13 +90,38 @@ func ProbeOverlay(ctx context.Context, dir string, idmap func(tree string) (int,
 		defer unix.Close(fd)
 		fds = append(fds, fd)
 	}
-	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", lower, fds[0], fds[1])
-	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
+	// A detached overlay, read by descriptor: attached nowhere, so a crash
+	// in the middle leaves no mount behind.
+	ofd, err := detachedOverlay(lower, fds[0], fds[1])
+	if err != nil {
 		return fmt.Errorf("%w: overlay over the sealed mount: %w", ErrCannotOverlay, err)
 	}
-	defer unix.Unmount(merged, unix.MNT_DETACH)
-	if b, err := os.ReadFile(filepath.Join(merged, "f")); err != nil || string(b) != "sealed" {
+	defer unix.Close(ofd)
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/self/fd/%d/f", ofd)); err != nil || string(b) != "sealed" {
 		return fmt.Errorf("%w: read through the overlay: %q, %v", ErrCannotOverlay, b, err)
 	}
 	return nil
+}
+
+// detachedOverlay makes an overlay of the lower, upper and work layers
+// (descriptors) as a detached mount, and returns its descriptor.
+func detachedOverlay(lower, upper, work int) (int, error) {
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen: %w", err)
+	}
+	defer unix.Close(fsfd)
+	for _, o := range [][2]string{
+		{"lowerdir", fmt.Sprintf("/proc/self/fd/%d", lower)},
+		{"upperdir", fmt.Sprintf("/proc/self/fd/%d", upper)},
+		{"workdir", fmt.Sprintf("/proc/self/fd/%d", work)},
+	} {
+		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
+			return -1, fmt.Errorf("%s: %w", o[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("create: %w", err)
+	}
+	return unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID)
 }

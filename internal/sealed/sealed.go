@@ -148,3 +148,7 @@ func Check(f *os.File, want Identity) error {
 	}
 	return nil
 }
+
+// ProbePrefix starts the name of ProbeOverlay's working directory in the
+// directory it is given.
+const ProbePrefix = "sealed-probe-"
