@@ -1044,7 +1044,8 @@ func (c *Container) exitStatus(ex *backend.Exit, runErr error) error {
 // collectUsage reads what the kernel accounted to the launch.
 func (c *Container) collectUsage(ex *backend.Exit) {
 	ex.Usage = c.cgroups.usage()
-	ex.Usage.OOMKills = max(ex.Usage.OOMKills, c.cgroups.oomNotified())
+	ooms, late := c.cgroups.oomNotified()
+	ex.Usage.OOMKills = max(ex.Usage.OOMKills, ooms, lateOOMs(late, ex.Code, ex.Usage.PeakMemoryBytes, ex.Observation.Cgroup.MemoryLimitBytes))
 	ex.Usage.PidsLimitHits = c.cgroups.pidsNotified()
 	// The leaf is gone with its limits; they were read from it live.
 	observed := ex.Observation
@@ -1053,6 +1054,22 @@ func (c *Container) collectUsage(ex *backend.Exit) {
 	if ex.OOMKilled && ex.Code == 128+int(unix.SIGKILL) {
 		ex.Signal = "SIGKILL"
 	}
+}
+
+// lateOOMs reads the leaf's OOM firings that were read only after the
+// leaf was gone (cgroupDirs.oomLate), of which one may be its removal's:
+// two or more hold an OOM for sure; one is an OOM only with the kernel's
+// other marks of one, a SIGKILLed workload whose memory reached its limit
+// (within a sixteenth: the kernel charges in batches, and a huge page
+// that does not fit fails whole).
+func lateOOMs(late int64, code int, peak, limit int64) int64 {
+	switch {
+	case late >= 2:
+		return late - 1
+	case late == 1 && code == 128+int(unix.SIGKILL) && limit > 0 && peak+limit/16 >= limit:
+		return 1
+	}
+	return 0
 }
 
 // gatedPid finds the gate: the one process in the launch's leaf cgroup

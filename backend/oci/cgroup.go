@@ -37,6 +37,10 @@ type cgroupDirs struct {
 	oomEvents *os.File
 	oomDone   chan struct{}
 	ooms      atomic.Int64
+	// oomLate counts the firings read only once the leaf was gone: the
+	// leaf's removal fires once too, and a read that came late (a loaded
+	// host) may hold an OOM's firing, the removal's, or both.
+	oomLate atomic.Int64
 	// pids is the leaf's pids limit watch while it is armed.
 	pids *pidsWatch
 }
@@ -124,25 +128,28 @@ func (cg *cgroupDirs) watchOOM() error {
 			if _, err := io.ReadFull(f, b[:]); err != nil {
 				return
 			}
+			n := int64(binary.NativeEndian.Uint64(b[:]))
 			if _, err := os.Lstat(d); err != nil {
-				return // the removal, not an OOM
+				cg.oomLate.Add(n) // see oomLate
+				return
 			}
-			cg.ooms.Add(int64(binary.NativeEndian.Uint64(b[:])))
+			cg.ooms.Add(n)
 		}
 	}()
 	return nil
 }
 
 // oomNotified stops watching and returns the OOM kills seen (-1: not
-// watched). Call it once runc has deleted the leaf.
-func (cg *cgroupDirs) oomNotified() int64 {
+// watched), and the firings read only after the leaf was gone (oomLate).
+// Call it once runc has deleted the leaf.
+func (cg *cgroupDirs) oomNotified() (ooms, late int64) {
 	if cg.oomEvents == nil {
-		return -1
+		return -1, 0
 	}
 	cg.oomEvents.Close()
 	<-cg.oomDone
 	cg.oomEvents = nil
-	return cg.ooms.Load()
+	return cg.ooms.Load(), cg.oomLate.Load()
 }
 
 func resolveCgroups(rel string, mounts []*mountinfo.Info, own []byte) (*cgroupDirs, error) {
