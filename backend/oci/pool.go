@@ -158,6 +158,9 @@ func (h *held) Alive() error {
 	}
 	fds := []unix.PollFd{{Fd: int32(h.c.pidfd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
+	for errors.Is(err, unix.EINTR) { // the Go runtime's preemption signal
+		n, err = unix.Poll(fds, 0)
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("container %s: poll its gate: %w", h.c.id, err)
