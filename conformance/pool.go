@@ -12,40 +12,16 @@ import (
 // whose sandboxes are never pooled (a run's proxy and CA are its own).
 // Each of their phases asks for one of the budget sets PooledBudgets
 // lists, so that a warm pool of those profiles serves every run.
-var PooledChecks = []string{
-	FamilyInput + "/read-input",
-	FamilyInput + "/write-input-refused",
-	FamilyInput + "/changed-after-issue-refused",
-	FamilyInput + "/rootfs-read-only",
-	FamilyOutput + "/output-kept-by-digest",
-	FamilyOutput + "/output-bound-enforced",
-	FamilyEnvironment + "/declared-variable-visible",
-	FamilyEnvironment + "/ambient-variables-absent",
-	FamilyEnvironment + "/minimal-devices-work",
-	FamilyEnvironment + "/host-devices-absent",
-	FamilyEgress + "/loopback-works",
-	FamilyEgress + "/host-listener-unreachable",
-	FamilyCleanup + "/detached-child-runs",
-	FamilyCleanup + "/detached-child-gone-after-exit",
-	FamilyCleanup + "/detached-child-gone-after-timeout",
-	FamilyEvidence + "/genuine-receipt-verifies",
-	FamilyEvidence + "/tampered-receipt-rejected",
-	FamilyIsolation + "/ordinary-operations-work",
-	FamilyIsolation + "/privileged-syscalls-refused",
-	FamilyIsolation + "/no-capabilities",
-	FamilyIsolation + "/own-namespaces",
-	FamilyBudgets + "/memory-within-budget",
-	FamilyBudgets + "/memory-hog-oom-killed",
-	FamilyBudgets + "/pids-within-budget",
-	FamilyBudgets + "/fork-bomb-capped",
-	FamilyBudgets + "/cpu-quota-applied",
-	FamilyBudgets + "/cpu-burn-throttled",
-	FamilyBudgets + "/tmp-within-budget",
-	FamilyBudgets + "/tmp-bound-enforced",
-	FamilyBudgets + "/scratch-within-budget",
-	FamilyBudgets + "/writable-mounts-bounded",
-	FamilyBudgets + "/wall-time-within-budget",
-	FamilyBudgets + "/wall-time-exceeded-killed",
+var PooledChecks = pooledChecks()
+
+// pooledChecks is the host suite's checks (specs: the restricted-egress
+// ones are apart, in restrictedEgressSpecs), in report order.
+func pooledChecks() []string {
+	var out []string
+	for _, sp := range specs() {
+		out = append(out, sp.family+"/"+sp.name)
+	}
+	return out
 }
 
 // PoolBudget is one budget set of PooledChecks' phases, as the phase
