@@ -1,0 +1,6 @@
+//go:build race
+
+package testenv
+
+// RaceDetector reports whether this test binary was built with -race.
+const RaceDetector = true
