@@ -15,11 +15,17 @@ import (
 // BareBoot is the bench's baseline: the pinned kernel booted by the same
 // QEMU with the same machine, jail and sandbox flags, and an initramfs of
 // the same init and modules but no launch config and no devices, so the
-// init resets the machine at once. It returns QEMU's wall time, start to
+// init resets the machine at once. The guest has memBytes of RAM (0: the
+// guest overhead alone), so that it is the same machine as the phase it is
+// set beside: the kernel's boot work grows with its memory. It returns
+// QEMU's wall time, start to
 // exit, and the CPU time QEMU used (user and system, all its threads):
 // under TCG that is the guest's work, which other load on a shared host
 // stretches far less than the wall time.
-func (b *Backend) BareBoot(ctx context.Context, dir string) (wall, cpu time.Duration, err error) {
+func (b *Backend) BareBoot(ctx context.Context, dir string, memBytes int64) (wall, cpu time.Duration, err error) {
+	if memBytes <= 0 {
+		memBytes = GuestOverheadBytes
+	}
 	files, err := b.checkPins()
 	if err != nil {
 		return 0, 0, err
@@ -61,7 +67,7 @@ func (b *Backend) BareBoot(ctx context.Context, dir string) (wall, cpu time.Dura
 		return 0, 0, err
 	}
 	defer b.releaseUID(uid)
-	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, b.baseArgs(b.accel, GuestOverheadBytes, dir, "custody-vm-bare", initrd, uid, gid)...)
+	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, b.baseArgs(b.accel, memBytes, dir, "custody-vm-bare", initrd, uid, gid)...)
 	cmd.ExtraFiles = []*os.File{console, kernel}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	var out tailBuffer

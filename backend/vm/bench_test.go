@@ -16,8 +16,8 @@ import (
 
 // BenchmarkBootToExit is the make bench row of the vm backend: a trivial
 // phase (/bin/true) from Prepare to verified Cleanup, against a bare boot
-// of the same kernel and init by the same QEMU to its reset, alternated in
-// one run. It reports both medians, the ratio (target ≤ 1.2), QEMU's CPU
+// of the same kernel and init by the same QEMU, with the same RAM, to its
+// reset, alternated in one run. It reports both medians, the ratio (target ≤ 1.2), QEMU's CPU
 // time for each and their ratio, and the median phase's breakdown: the
 // host's steps and the guest init's.
 func BenchmarkBootToExit(b *testing.B) {
@@ -29,13 +29,14 @@ func BenchmarkBootToExit(b *testing.B) {
 	timings := map[time.Duration]vm.Timing{}
 	for i := 0; b.Loop(); i++ {
 		dir := filepath.Join(b.TempDir(), "bare")
-		d, cpu, err := be.BareBoot(ctx, dir)
+		s := spec(b, rootfs, "/bin/true")
+		d, cpu, err := be.BareBoot(ctx, dir, s.Memory+vm.GuestOverheadBytes)
 		if err != nil {
 			b.Fatal(err)
 		}
 		bares, bareCPU = append(bares, d), append(bareCPU, cpu)
 		t0 := time.Now()
-		sb, err := be.Prepare(ctx, fmt.Sprintf("bench-%d-%d", os.Getpid(), i), spec(b, rootfs, "/bin/true"), nopRecorder{})
+		sb, err := be.Prepare(ctx, fmt.Sprintf("bench-%d-%d", os.Getpid(), i), s, nopRecorder{})
 		if err != nil {
 			b.Fatal(err)
 		}
