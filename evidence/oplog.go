@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -178,7 +179,7 @@ func OpenOpLog(path string, signer *keys.Signer) (*OpLog, error) {
 	switch {
 	case head == nil && l.seq == 0:
 	case head == nil:
-		return nil, fmt.Errorf("%w: %s has %d lines but no signed head (%s): it was removed, or the log predates heads; fix: restore both from a backup, or move the log aside (keep it: its lines are evidence, custody oplog checks them) to start a new one", ErrOpLog, path, l.seq, OpLogHeadPath(path))
+		return nil, fmt.Errorf("%w: %s has %d lines but no signed head (%s): it was removed, or the log predates heads; fix: with custodyd stopped, custodyd --adopt-oplog verifies every line and signs a head for the log as it stands (only if you know it was not cut short), or restore both from a backup, or move the log aside (keep it: its lines are evidence) to start a new one", ErrOpLog, path, l.seq, OpLogHeadPath(path))
 	case l.seq == head.Seq:
 	case l.seq == head.Seq+1 && atHead > 0:
 		slog.Warn("operations log: cutting off the last line, whose append never completed (its head was not written)", "path", path, "seq", l.seq)
@@ -401,6 +402,21 @@ func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifie
 	for _, opt := range opts {
 		opt(&o)
 	}
+	out, last, signerOK, err := verifyOpLines(ctx, data, trusted)
+	if err == nil {
+		err = verifyOpHead(ctx, head, int64(len(out)), last, o.headKey, signerOK)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOpLog, err)
+	}
+	return out, nil
+}
+
+// verifyOpLines checks every line of data: its form, its chain and its
+// signature by a trusted key not revoked before it. It returns the
+// entries, the last line's digest, and the signer check the head is then
+// held to.
+func verifyOpLines(ctx context.Context, data []byte, trusted []*keys.Verifier) ([]OpEntry, string, func(what, signer string) (*keys.Verifier, error), error) {
 	byID := map[string]*keys.Verifier{}
 	for _, k := range trusted {
 		byID[k.ID()] = k
@@ -440,13 +456,59 @@ func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifie
 		last = lineDigest(raw)
 		return nil
 	})
-	if err == nil {
-		err = verifyOpHead(ctx, head, int64(len(out)), last, o.headKey, signerOK)
+	return out, last, signerOK, err
+}
+
+// ErrOpLogNoAdopt reports a log AdoptOpLog leaves alone: one with a head
+// already, or with no lines.
+var ErrOpLogNoAdopt = errors.New("nothing to adopt")
+
+// AdoptOpLog signs a head, with signer, for the operations log at path
+// that has lines but no head: one written before logs had heads, or whose
+// head was lost. Every line must first verify as VerifyOpLog checks lines
+// (form, chain, a signature by a trusted key not revoked before it); then
+// the head vouches for the log as it stands. An unterminated last line,
+// an append that never completed, is cut off first, as OpenOpLog does.
+// It refuses (ErrOpLogNoAdopt) a log with a head or no lines, and writes
+// nothing when a line fails. Adopting is the operator's decision that the
+// log is whole: nothing can show that lines were not cut off its end
+// before this head was signed.
+func AdoptOpLog(ctx context.Context, path string, trusted []*keys.Verifier, signer *keys.Signer) (OpHead, error) {
+	if h, err := readOpHead(OpLogHeadPath(path)); err != nil || h != nil {
+		if err == nil {
+			err = fmt.Errorf("%w: %s already has a signed head (%s, seq %d)", ErrOpLogNoAdopt, path, OpLogHeadPath(path), h.Seq)
+		}
+		return OpHead{}, err
 	}
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrOpLog, err)
+		return OpHead{}, fmt.Errorf("operations log: %w", err)
 	}
-	return out, nil
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return OpHead{}, fmt.Errorf("operations log %s: %w", path, err)
+	}
+	// The lines are checked before anything is cut or written.
+	whole := data[:bytes.LastIndexByte(data, '\n')+1]
+	out, last, _, err := verifyOpLines(ctx, whole, append(slices.Clip(trusted), signer.Verifier()))
+	if err != nil {
+		return OpHead{}, fmt.Errorf("%w: %s: %w; nothing was adopted", ErrOpLog, path, err)
+	}
+	if len(out) == 0 {
+		return OpHead{}, fmt.Errorf("%w: %s has no lines: custodyd starts a new log on it", ErrOpLogNoAdopt, path)
+	}
+	if len(whole) < len(data) {
+		if err := cutTornLine(f, path); err != nil {
+			return OpHead{}, fmt.Errorf("operations log %s: %w", path, err)
+		}
+	}
+	h := OpHead{Seq: int64(len(out)), Last: last, Signer: signer.ID()}
+	l := &OpLog{path: path, signer: signer}
+	if _, err := l.writeHead(ctx, h); err != nil {
+		return OpHead{}, fmt.Errorf("operations log %s: write the head: %w", path, err)
+	}
+	return h, nil
 }
 
 // OpLogOption is an extra check of [VerifyOpLog].

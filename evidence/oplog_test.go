@@ -399,3 +399,85 @@ func TestOpLogHeadReSigned(t *testing.T) {
 		t.Fatalf("a changed head was re-signed: %v", err)
 	}
 }
+
+// TestAdoptOpLog: a log whose head is gone (or that predates heads) is
+// refused at open; AdoptOpLog verifies every line and signs a head for the
+// log as it stands, after which it opens, appends and verifies with the
+// head held to the adopting key. It cuts an unterminated last line off as
+// an open does. It refuses, writing nothing, a log with a line that does
+// not verify, a log that already has a head, and an empty one.
+func TestAdoptOpLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "oplog.jsonl")
+	k1, _ := keys.Generate()
+	k2, _ := keys.Generate()
+	l, err := evidence.OpenOpLog(path, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, g := range []string{"g1", "g2"} {
+		if _, err := l.Append(ctx, evidence.OpEntry{At: at, Kind: evidence.OpGrantRevoked, Grant: g, Reason: "test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	headPath := evidence.OpLogHeadPath(path)
+	if _, err := evidence.AdoptOpLog(ctx, path, []*keys.Verifier{k1.Verifier()}, k2); !errors.Is(err, evidence.ErrOpLogNoAdopt) {
+		t.Fatalf("adopt a log with a head: %v, want ErrOpLogNoAdopt", err)
+	}
+	if err := os.Remove(headPath); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evidence.OpenOpLog(path, k2); !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "--adopt-oplog") {
+		t.Fatalf("open a log without its head: %v, want ErrOpLog naming --adopt-oplog", err)
+	}
+	whole, _ := os.ReadFile(path)
+
+	// Refused: a line that does not verify (k1 not trusted), and nothing
+	// is written or cut, the torn tail included.
+	torn := append(bytes.Clone(whole), `{"entry":`...)
+	if err := os.WriteFile(path, torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evidence.AdoptOpLog(ctx, path, nil, k2); !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("adopt with the signer untrusted: %v, want ErrOpLog naming line 1", err)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, torn) {
+		t.Fatal("a refused adoption changed the log")
+	}
+	if _, err := os.Stat(headPath); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused adoption wrote a head: %v", err)
+	}
+
+	// Adopted by the current key k2, the retired k1 trusted for its lines.
+	h, err := evidence.AdoptOpLog(ctx, path, []*keys.Verifier{k1.Verifier()}, k2)
+	if err != nil || h.Seq != 2 || h.Signer != k2.ID() {
+		t.Fatalf("adopt: %v %+v", err, h)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, whole) {
+		t.Fatal("the unterminated last line was not cut off")
+	}
+	l2, err := evidence.OpenOpLog(path, k2)
+	if err != nil {
+		t.Fatalf("open the adopted log: %v", err)
+	}
+	if e, err := l2.Append(ctx, evidence.OpEntry{At: at, Kind: evidence.OpGrantRevoked, Grant: "g3", Reason: "test"}); err != nil || e.Seq != 3 {
+		t.Fatalf("append to the adopted log: %v %+v", err, e)
+	}
+	data, head := readOpLog(t, path)
+	if entries, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{k1.Verifier(), k2.Verifier()}, evidence.HeadSignedBy(k2.ID())); err != nil || len(entries) != 3 {
+		t.Fatalf("verify the adopted log: %v (%d entries)", err, len(entries))
+	}
+
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evidence.AdoptOpLog(ctx, empty, nil, k2); !errors.Is(err, evidence.ErrOpLogNoAdopt) {
+		t.Fatalf("adopt an empty log: %v, want ErrOpLogNoAdopt", err)
+	}
+	if _, err := os.Stat(evidence.OpLogHeadPath(empty)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("adopting an empty log wrote a head: %v", err)
+	}
+}

@@ -21,6 +21,7 @@ func main() {
 	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
 	metricsListen := flag.String("metrics-listen", "", "also serve Prometheus metrics at GET /metrics on a unix socket at this absolute path, to operators' uids only (e.g. /run/custody/metrics.sock); the control socket always serves /v1/metrics")
 	rotate := flag.String("rotate-key", "", "with custodyd stopped: replace the runner or issuer key, keep the old public key and a hand-over record it signed in stateDir/keys/retired, print the record, and exit")
+	adopt := flag.Bool("adopt-oplog", false, "with custodyd stopped: verify every line of an operations log that has no signed head (one written before heads) and sign a head for it as it stands, then exit")
 	cgroupLeaf := flag.String("cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started: on, off, or auto (on under systemd on a cgroup v2 host)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	flag.Parse()
@@ -53,6 +54,13 @@ func main() {
 	}
 	if *rotate != "" {
 		if err := runRotate(ctx, *configPath, *rotate); err != nil {
+			fmt.Fprintln(os.Stderr, "custodyd:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *adopt {
+		if err := runAdoptOpLog(ctx, *configPath); err != nil {
 			fmt.Fprintln(os.Stderr, "custodyd:", err)
 			os.Exit(1)
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
 )
 
 // opLogPath is where custodyd keeps its operations log: revocations and
@@ -152,4 +154,47 @@ func (s *server) revokedAt() (map[string]time.Time, error) {
 		out[id] = k.RevokedAt
 	}
 	return out, nil
+}
+
+// adoptOpLog signs a head, with the runner key, for an operations log that
+// has lines but no head (custodyd --adopt-oplog): one written before logs
+// had heads, which custodyd otherwise refuses to start on. custodyd must
+// be stopped (the store's lock says so) and no runner rotation may be
+// half done. Every line must verify with the runner's keys, current and
+// retired, before the head is written; a refusal changes nothing.
+func adoptOpLog(ctx context.Context, cfg Config) (evidence.OpHead, error) {
+	db, err := store.Open(runner.StorePath(cfg.Runner))
+	if err != nil {
+		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: custodyd must be stopped first (%w)", err)
+	}
+	defer db.Close()
+	if err := unfinishedRotation(ctx, cfg.Runner.StateDir, "runner"); err != nil {
+		return evidence.OpHead{}, err
+	}
+	signer, err := keys.LoadPrivate(filepath.Join(cfg.Runner.StateDir, "keys"), "runner")
+	if err != nil {
+		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: runner key: %w", err)
+	}
+	retired, err := retiredKeys(ctx, cfg.Runner.StateDir, "runner")
+	if err != nil {
+		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: retired runner keys: %w", err)
+	}
+	var trusted []*keys.Verifier
+	for _, r := range retired {
+		trusted = append(trusted, r.key)
+	}
+	return evidence.AdoptOpLog(ctx, opLogPath(cfg.Runner.StateDir), trusted, signer)
+}
+
+func runAdoptOpLog(ctx context.Context, configPath string) error {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	h, err := adoptOpLog(ctx, *cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("adopted %s: %d lines, the last sha256 %s; head signed by runner key %s\n", opLogPath(cfg.Runner.StateDir), h.Seq, h.Last, h.Signer)
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -180,4 +181,54 @@ func startOffline(t *testing.T) (Config, map[string]*keys.Signer, *server) {
 		t.Fatal(err)
 	}
 	return cfg, ks, s
+}
+
+// TestAdoptOpLogThenStart: a log without its head (lines by a runner key
+// a rotation retired, and by the current one) is refused at start with
+// the fix named; --adopt-oplog refuses while custodyd runs (the store is
+// held), then, stopped, signs the head with the current runner key; the
+// next start verifies the log under it, and a second adoption is refused,
+// changing nothing.
+func TestAdoptOpLogThenStart(t *testing.T) {
+	ctx := context.Background()
+	cfg, _, s := startOffline(t)
+	path := opLogPath(cfg.Runner.StateDir)
+	if err := s.recordGrantRevocation(ctx, "g1", "by the first runner key", 0); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	s = rotateRunnerAndStart(t, cfg)
+	if err := s.recordGrantRevocation(ctx, "g2", "by its successor", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adoptOpLog(ctx, cfg); err == nil || !strings.Contains(err.Error(), "must be stopped") {
+		t.Fatalf("adopt while custodyd runs: %v, want a refusal naming it", err)
+	}
+	current := s.runnerID.ID()
+	s.close()
+	if err := os.Remove(evidence.OpLogHeadPath(path)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := newServer(ctx, cfg, quietLog()); err == nil {
+		s.close()
+		t.Fatal("started on a log without its head")
+	} else if !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "--adopt-oplog") {
+		t.Fatalf("start on a log without its head: %v, want ErrOpLog naming --adopt-oplog", err)
+	}
+	h, err := adoptOpLog(ctx, cfg)
+	if err != nil || h.Seq != 2 || h.Signer != current {
+		t.Fatalf("adopt: %v %+v, want seq 2 signed by %s", err, h, current)
+	}
+	s, err = newServer(ctx, cfg, quietLog())
+	if err != nil {
+		t.Fatalf("start on the adopted log: %v", err)
+	}
+	s.close()
+	head, _ := os.ReadFile(evidence.OpLogHeadPath(path))
+	if _, err := adoptOpLog(ctx, cfg); !errors.Is(err, evidence.ErrOpLogNoAdopt) {
+		t.Fatalf("adopt a log with a head: %v, want ErrOpLogNoAdopt", err)
+	}
+	if now, _ := os.ReadFile(evidence.OpLogHeadPath(path)); !bytes.Equal(now, head) {
+		t.Fatal("a refused adoption changed the head")
+	}
 }
