@@ -14,6 +14,7 @@ import (
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
 )
 
 // withPool is h's policy with one pool profile of size members matching
@@ -267,5 +268,68 @@ func TestRecoverDoesNotWaitForTheFillRound(t *testing.T) {
 	h.r.ConfigurePool(ctx, h.withPool(2), "policy-b")
 	if err := h.r.FillPool(ctx); err != nil || h.r.PoolStatus()["small"] != 2 {
 		t.Fatalf("fill after recovery: %v %v", err, h.r.PoolStatus())
+	}
+}
+
+// TestPoolServedMemberIsNeverPruned: a member that served a run is that
+// run's record of the sandbox its receipt names, so pruning, in later fill
+// rounds and in recovery, removes only members destroyed unused: after a
+// pooled launch and several policy changes with only 1 clean member kept,
+// the served member's attempt is still in the journal, clean, naming the
+// run.
+func TestPoolServedMemberIsNeverPruned(t *testing.T) {
+	h := newHarness(t)
+	runner.SetPoolKeepClean(h.r, 1)
+	ctx := context.Background()
+	prep, err := h.r.Prepare(ctx, h.phase("echo pooled"), h.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := prep.Plan
+	pol := *h.policy
+	pol.Pool = []policy.PoolProfile{{
+		Name: "exact", Image: h.image, Tier: string(pl.Tier), Size: 1, IdleTTL: quantity.Duration(10 * time.Minute),
+		Resources: policy.PoolResources{Memory: quantity.Bytes(pl.Memory), Pids: pl.Pids, CPU: pl.CPU, TmpBytes: quantity.Bytes(pl.TmpBytes),
+			OutputPath: pl.OutputPath, OutputBytes: quantity.Bytes(pl.OutputBytes), OutputFiles: pl.OutputFiles},
+	}}
+	if err := pol.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.r.DrainPool(context.Background(), "test done") })
+	h.r.ConfigurePool(ctx, &pol, "policy-0")
+	if err := h.r.FillPool(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease := h.r.ReservePooled(pl)
+	if lease == nil {
+		t.Fatal("the plan did not match the profile made from it")
+	}
+	served := lease.Member().Sandbox
+	prep.RunID = runner.NewRunID()
+	prep.GrantID, prep.Begun, prep.Pooled = "grant-pooled", true, lease
+	if err := h.r.ConsumePooled(prep.RunID, prep.GrantID, store.GrantUse{At: time.Now(), RunID: prep.RunID, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	res, out := h.launch(ctx, prep)
+	want(t, res, runner.StatusOK, out)
+	if res.Pooled == nil || res.Pooled.Sandbox != served {
+		t.Fatalf("the run was not served by the reserved member %s: %+v", served, res.Pooled)
+	}
+	for i := range 4 {
+		h.r.ConfigurePool(ctx, &pol, "policy-"+string(rune('a'+i)))
+		if err := h.r.FillPool(ctx); err != nil {
+			t.Fatalf("fill %d: %v", i, err)
+		}
+	}
+	h.r.DrainPool(ctx, "before recovery")
+	if _, err := h.r.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := h.attempt(served)
+	if a.State != journal.Clean || !strings.Contains(a.Detail, "served run "+prep.RunID) {
+		t.Fatalf("the member that served the run: %+v; want it kept, clean, naming run %s", a, prep.RunID)
+	}
+	if n := len(h.members()[journal.Clean]); n != 2 {
+		t.Errorf("%d clean members kept, want the served one and the 1 newest unused", n)
 	}
 }
