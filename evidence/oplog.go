@@ -468,9 +468,9 @@ var ErrOpLogNoAdopt = errors.New("nothing to adopt")
 // head was lost. Every line must first verify as VerifyOpLog checks lines
 // (form, chain, a signature by a trusted key not revoked before it); then
 // the head vouches for the log as it stands. An unterminated last line,
-// an append that never completed, is cut off first, as OpenOpLog does.
+// an append that never completed, is then cut off, as OpenOpLog does.
 // It refuses (ErrOpLogNoAdopt) a log with a head or no lines, and writes
-// nothing when a line fails. Adopting is the operator's decision that the
+// nothing when a line fails or the log revokes signer. Adopting is the operator's decision that the
 // log is whole: nothing can show that lines were not cut off its end
 // before this head was signed.
 func AdoptOpLog(ctx context.Context, path string, trusted []*keys.Verifier, signer *keys.Signer) (OpHead, error) {
@@ -491,7 +491,11 @@ func AdoptOpLog(ctx context.Context, path string, trusted []*keys.Verifier, sign
 	}
 	// The lines are checked before anything is cut or written.
 	whole := data[:bytes.LastIndexByte(data, '\n')+1]
-	out, last, _, err := verifyOpLines(ctx, whole, append(slices.Clip(trusted), signer.Verifier()))
+	out, last, signerOK, err := verifyOpLines(ctx, whole, append(slices.Clip(trusted), signer.Verifier()))
+	if err == nil {
+		// A head by a key the log revokes would be refused at every start.
+		_, err = signerOK("the adopting key", signer.ID())
+	}
 	if err != nil {
 		return OpHead{}, fmt.Errorf("%w: %s: %w; nothing was adopted", ErrOpLog, path, err)
 	}

@@ -470,6 +470,25 @@ func TestAdoptOpLog(t *testing.T) {
 		t.Fatalf("verify the adopted log: %v (%d entries)", err, len(entries))
 	}
 
+	// Refused: adopting with a key the log revokes.
+	revoked := filepath.Join(dir, "revoked.jsonl")
+	lr, err := evidence.OpenOpLog(revoked, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lr.Append(ctx, evidence.OpEntry{At: at, Kind: evidence.OpKeyRevoked, Key: &evidence.OpKey{Name: "runner", ID: k2.ID(), RevokedAt: at}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(evidence.OpLogHeadPath(revoked)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evidence.AdoptOpLog(ctx, revoked, []*keys.Verifier{k1.Verifier()}, k2); !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("adopt with a key the log revokes: %v, want ErrOpLog naming the revocation", err)
+	}
+	if _, err := os.Stat(evidence.OpLogHeadPath(revoked)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused adoption wrote a head: %v", err)
+	}
+
 	empty := filepath.Join(dir, "empty.jsonl")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
