@@ -18,13 +18,25 @@ type cpioWriter struct {
 
 func newCpio(w io.Writer) *cpioWriter { return &cpioWriter{w: w, ino: 1} }
 
+// cpioHeader is what a newc entry records beyond its name and data.
+type cpioHeader struct {
+	mode                 uint32
+	uid, gid             uint32
+	mtime                int64
+	rdevMajor, rdevMinor int
+}
+
 func (c *cpioWriter) entry(name string, mode uint32, rdevMajor, rdevMinor int, data []byte) {
+	c.entryOf(name, cpioHeader{mode: mode, rdevMajor: rdevMajor, rdevMinor: rdevMinor}, data)
+}
+
+func (c *cpioWriter) entryOf(name string, h cpioHeader, data []byte) {
 	if c.err != nil {
 		return
 	}
 	c.ino++
 	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, 1, 0, len(data), 0, 0, rdevMajor, rdevMinor, len(name)+1, 0)
+		c.ino, h.mode, h.uid, h.gid, 1, uint32(h.mtime), len(data), 0, 0, h.rdevMajor, h.rdevMinor, len(name)+1, 0)
 	pad := func(n int) []byte { return make([]byte, (4-n%4)%4) }
 	for _, b := range [][]byte{[]byte(hdr), []byte(name), {0}, pad(110 + len(name) + 1), data, pad(len(data))} {
 		if _, err := c.w.Write(b); err != nil {

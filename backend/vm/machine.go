@@ -52,6 +52,8 @@ type Machine struct {
 	// uid and gid QEMU runs as: this launch's own while held.
 	uid, gid uint32
 	heldUID  bool
+	// rootInInitramfs: the rootfs is in the initramfs, with no disk.
+	rootInInitramfs bool
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
 	timing                                                Timing
@@ -178,10 +180,11 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd strin
 
 func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 	// fds 3.. in the child: console, kernel, then the four ports.
-	args := append(b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), m.uid, m.gid),
-		"-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
-		"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs,
-	)
+	args := b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), m.uid, m.gid)
+	if !m.rootInInitramfs {
+		args = append(args, "-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
+			"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs)
+	}
 	for i := range m.spec.Inputs {
 		n := strconv.Itoa(i)
 		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -89,8 +90,9 @@ func inputTargets(s backend.Spec) []string {
 }
 
 // Prepare verifies the pins, then makes the bundle: the bounded output
-// mount, read-only erofs images of the rootfs and inputs, and the
-// initramfs (the verified init and modules plus the launch's config).
+// mount, read-only erofs images of the inputs and of a rootfs too large
+// for the initramfs, and the initramfs (the verified init and the modules
+// this launch needs, the launch's config, and a small rootfs itself).
 // Nothing is created before the pins and the Spec are checked.
 func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
 	if !idPattern.MatchString(id) {
@@ -156,8 +158,16 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if err := os.Mkdir(filepath.Join(m.dir, "jail"), 0o755); err != nil {
 		return err
 	}
-	if err := makeImage(ctx, m.spec.Rootfs, filepath.Join(m.dir, "rootfs.img")); err != nil {
-		return fmt.Errorf("rootfs image: %w", err)
+	root, err := initramfsRoot(m.spec.Rootfs, m.b.opts.InitramfsRoot)
+	switch {
+	case err == nil:
+		m.rootInInitramfs = true
+	case errors.Is(err, errNotInitramfs):
+		if err := makeImage(ctx, m.spec.Rootfs, filepath.Join(m.dir, "rootfs.img")); err != nil {
+			return fmt.Errorf("rootfs image: %w", err)
+		}
+	default:
+		return fmt.Errorf("rootfs: %w", err)
 	}
 	for i, in := range m.spec.Inputs {
 		if err := makeImage(ctx, in.Source, filepath.Join(m.dir, "input"+strconv.Itoa(i)+".img")); err != nil {
@@ -171,10 +181,11 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		UID: m.spec.UID, GID: m.spec.GID, Inputs: inputTargets(m.spec), OutputPath: m.spec.OutputPath,
 		OutputBytes: m.spec.OutputBytes, OutputFiles: m.spec.OutputFiles, TmpBytes: m.spec.TmpBytes,
 		Memory: m.spec.Memory, Pids: m.spec.Pids, CPU: m.spec.CPU, FileSize: m.spec.FileSize,
-		Seccomp: len(m.b.opts.SeccompFilter) > 0,
+		Seccomp: len(m.b.opts.SeccompFilter) > 0, RootInInitramfs: m.rootInInitramfs,
 	}
-	for _, mod := range Modules {
-		cfg.Modules = append(cfg.Modules, path.Base(mod))
+	mods := modulesFor(!m.rootInInitramfs, len(m.spec.Inputs) > 0)
+	for _, i := range mods {
+		cfg.Modules = append(cfg.Modules, path.Base(Modules[i]))
 	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
@@ -191,8 +202,11 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if cfg.Seccomp {
 		cw.file(guest.SeccompPath[1:], 0o644, m.b.opts.SeccompFilter)
 	}
-	for i, mod := range Modules {
-		cw.file(path.Join(guest.ModulesDir[1:], path.Base(mod)), 0o644, files.modules[i])
+	for _, i := range mods {
+		cw.file(path.Join(guest.ModulesDir[1:], path.Base(Modules[i])), 0o644, files.modules[i])
+	}
+	if m.rootInInitramfs {
+		cw.writeRoot(guest.InitramfsRoot[1:], root)
 	}
 	if err := cw.close(); err != nil {
 		return err
@@ -206,6 +220,27 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	m.mark("initrd")
 	m.state = statePrepared
 	return nil
+}
+
+// modulesFor are the indexes in Modules, in load order, of the modules a
+// guest needs: the virtio console always; the block driver and erofs when
+// it has a disk (an erofs rootfs, or inputs); overlay with an erofs rootfs.
+func modulesFor(erofsRoot, inputs bool) []int {
+	var out []int
+	for i, mod := range Modules {
+		switch path.Base(mod) {
+		case "virtio_blk.ko", "crc32c_generic.ko", "libcrc32c.ko", "erofs.ko":
+			if !erofsRoot && !inputs {
+				continue
+			}
+		case "overlay.ko":
+			if !erofsRoot {
+				continue
+			}
+		}
+		out = append(out, i)
+	}
+	return out
 }
 
 // makeImage writes src as an erofs image that the guest mounts from a

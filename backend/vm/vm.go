@@ -113,6 +113,12 @@ type Options struct {
 	// guest as in a container. Empty: no filter, which the receipt's
 	// observation says.
 	SeccompFilter []byte
+	// InitramfsRoot is the largest rootfs (its files' bytes) the guest
+	// gets in its initramfs instead of on an erofs disk: that spares the
+	// guest the block, erofs and overlay modules and their mounts, which
+	// under TCG are most of a small phase's setup. 0 means
+	// DefaultInitramfsRoot; negative, always a disk.
+	InitramfsRoot int64
 	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
 	MaxLogBytes int64
 	Logger      *slog.Logger
@@ -157,6 +163,9 @@ var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
 func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.InitramfsRoot == 0 {
+		opts.InitramfsRoot = DefaultInitramfsRoot
 	}
 	if opts.MaxLogBytes == 0 {
 		opts.MaxLogBytes = 16 << 20

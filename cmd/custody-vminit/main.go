@@ -1,7 +1,8 @@
 // Command custody-vminit is PID 1 of every vm-backend guest: a small static
 // init that loads the pinned kernel modules, mounts the read-only rootfs
-// (an overlay whose upper layer only holds mount points, then remounted
-// read-only) and inputs, a bounded /tmp and output tmpfs, puts the
+// (a small one is a bind of the copy the initramfs carries; a larger one
+// an overlay over its erofs disk whose upper layer only holds mount
+// points; either is then remounted read-only) and inputs, a bounded /tmp and output tmpfs, puts the
 // workload in a cgroup-v2 leaf with its memory, pids and cpu limits, drops
 // every capability from the bounding set, runs it with stdout and stderr
 // on their own virtio-serial ports, streams the output tree as a tar on a
@@ -262,26 +263,17 @@ func mountDisk(serial, target string) error {
 }
 
 func buildRoot(cfg *guest.Config) error {
-	for _, d := range []string{"/lower", "/upper", newRoot} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	if cfg.RootInInitramfs {
+		// The host's copy, unpacked into guest RAM: a bind mount of it is
+		// the root, with the mount points made in it directly.
+		if err := os.MkdirAll(newRoot, 0o755); err != nil {
 			return err
 		}
-	}
-	if err := mountDisk(guest.SerialRootfs, "/lower"); err != nil {
+		if err := unix.Mount(guest.InitramfsRoot, newRoot, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("root bind: %w", err)
+		}
+	} else if err := overlayRoot(); err != nil {
 		return err
-	}
-	// The upper layer holds only the mount points made below: the root is
-	// remounted read-only before the workload starts.
-	if err := unix.Mount("tmpfs", "/upper", "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
-		return fmt.Errorf("upper tmpfs: %w", err)
-	}
-	for _, d := range []string{"/upper/u", "/upper/w"} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := unix.Mount("overlay", newRoot, "overlay", unix.MS_NODEV|unix.MS_NOSUID, "lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w"); err != nil {
-		return fmt.Errorf("root overlay: %w", err)
 	}
 	mkdir := func(p string) (string, error) {
 		full := filepath.Join(newRoot, p)
@@ -452,6 +444,32 @@ func setupCgroup(cfg *guest.Config) error {
 		if err := write(filepath.Join(cgWork, kv[0]), kv[1]); err != nil && kv[0] != "memory.swap.max" {
 			return err
 		}
+	}
+	return nil
+}
+
+// overlayRoot mounts the rootfs disk's erofs under an overlay whose upper
+// layer holds only the mount points buildRoot makes: the root is remounted
+// read-only before the workload starts.
+func overlayRoot() error {
+	for _, d := range []string{"/lower", "/upper", newRoot} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mountDisk(guest.SerialRootfs, "/lower"); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", "/upper", "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
+		return fmt.Errorf("upper tmpfs: %w", err)
+	}
+	for _, d := range []string{"/upper/u", "/upper/w"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("overlay", newRoot, "overlay", unix.MS_NODEV|unix.MS_NOSUID, "lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w"); err != nil {
+		return fmt.Errorf("root overlay: %w", err)
 	}
 	return nil
 }

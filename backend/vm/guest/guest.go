@@ -19,6 +19,12 @@ const SeccompPath = "/custody/seccomp.bpf"
 // initramfs.
 const ModulesDir = "/custody/modules"
 
+// InitramfsRoot is where a small rootfs sits in the initramfs when the
+// host carries it there instead of on the SerialRootfs disk
+// (Config.RootInInitramfs): the kernel unpacks it into guest RAM, a copy
+// the host never sees again.
+const InitramfsRoot = "/custody/root"
+
 // Port names of the virtio-serial ports, guest to host.
 const (
 	PortControl = "custody.ctl"
@@ -64,6 +70,9 @@ type Config struct {
 	FileSize    int64    `json:"fileSize"`
 	// Seccomp says the filter at SeccompPath is to be installed.
 	Seccomp bool `json:"seccomp,omitempty"`
+	// RootInInitramfs says the rootfs is the tree at InitramfsRoot, not
+	// the SerialRootfs disk; either way the workload's root is read-only.
+	RootInInitramfs bool `json:"rootInInitramfs,omitempty"`
 }
 
 // Report is what the init sends on PortControl once the workload is gone
