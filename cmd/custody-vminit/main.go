@@ -2,12 +2,12 @@
 // init that loads the pinned kernel modules, mounts the read-only rootfs
 // (a small one is a bind of the copy the initramfs carries; a larger one
 // an overlay over its erofs disk whose upper layer only holds mount
-// points; either is then remounted read-only) and inputs, a bounded /tmp and output tmpfs, puts the
-// workload in a cgroup-v2 leaf with its memory, pids and cpu limits, drops
-// every capability from the bounding set, runs it with stdout and stderr
-// on their own virtio-serial ports, streams the output tree as a tar on a
-// third and reports on a fourth, then resets the machine (QEMU exits). The
-// host treats all of it as observation (R3).
+// points; either is then remounted read-only) and inputs, a bounded /tmp
+// and output tmpfs, puts the workload in a cgroup-v2 leaf with its memory,
+// pids and cpu limits, drops every capability from the bounding set, runs
+// it with stdout and stderr on their own virtio-serial ports, streams the
+// output tree as a tar on a third and reports on a fourth, then resets the
+// machine (QEMU exits). The host treats all of it as observation (R3).
 package main
 
 import (
