@@ -28,12 +28,17 @@ type rootEntry struct {
 	name string // relative, slash-separated, "." for the root
 	hdr  cpioHeader
 	data []byte // a regular file's bytes or a symlink's target
+	// path and size locate a regular file's bytes until they are read.
+	path string
+	size int64
 }
 
 // initramfsRoot reads the tree at root for the initramfs, with the owners,
 // modes and mtimes mkfs.erofs would keep, or returns errNotInitramfs when
 // the tree is larger than maxBytes or holds anything an erofs image would
-// keep and a newc archive would not. The tree is the image store's own
+// keep and a newc archive would not. Files are read only once the walk has
+// found the whole tree fits: a large image costs a walk of its metadata up
+// to the bound, not its bytes. The tree is the image store's own
 // (immutable); symlinks are read, never followed.
 func initramfsRoot(root string, maxBytes int64) ([]rootEntry, error) {
 	if maxBytes <= 0 {
@@ -77,9 +82,7 @@ func initramfsRoot(root string, maxBytes int64) ([]rootEntry, error) {
 			if total += st.Size; total > maxBytes {
 				return errNotInitramfs
 			}
-			if e.data, err = readRegular(p, st.Size); err != nil {
-				return err
-			}
+			e.size, e.path = st.Size, p // read once the whole tree fits
 		default:
 			return errNotInitramfs
 		}
@@ -88,6 +91,14 @@ func initramfsRoot(root string, maxBytes int64) ([]rootEntry, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	for i := range out {
+		if out[i].path == "" {
+			continue
+		}
+		if out[i].data, err = readRegular(out[i].path, out[i].size); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
