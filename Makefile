@@ -81,7 +81,7 @@ bin/runc: tools/runc/go.mod tools/runc/go.sum | deps
 	cd tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o ../../bin/runc github.com/opencontainers/runc
 	@./bin/runc --version | head -1
 
-build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc bin/custody-gate bin/custody-vminit
+build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc bin/custody-gate bin/custody-vminit bin/custody-vmstage
 # The gate every container starts with (cmd/custody-gate): static C, so it
 # adds no threads and almost no memory to a workload's budgets. It sits
 # beside runc, where custodyd looks for it by default.
@@ -99,6 +99,12 @@ bin/custody-probe: $(GO_SOURCES)
 bin/custody-vminit: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s -o bin/custody-vminit ./cmd/custody-vminit
+# The guests' workload stage, which execs the workload: static C (a second
+# Go runtime cost a good part of a small phase's boot under TCG), pinned
+# beside the init.
+bin/custody-vmstage: cmd/custody-vmstage/stage.c | deps
+	@mkdir -p bin
+	gcc -static -Os -s -Wall -Wextra -Werror -o bin/custody-vmstage cmd/custody-vmstage/stage.c
 bin/custodyd: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custodyd ./cmd/custodyd
@@ -131,7 +137,7 @@ TEST_PKGS := ./workspace/ ./cmd/custody/ ./backend/vm/ ./backend/docker/ ./cmd/c
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build bin/cosign docker-deps vm-deps image-deps browser-deps
-	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
+	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
 # gcc, make, Go and pytest, made once with mmdebstrap from Debian's mirror
@@ -159,7 +165,7 @@ bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
 test-race: build bin/cosign docker-deps vm-deps image-deps browser-deps $(RACE_BINS)
-	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m $(TEST_PKGS)
+	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m $(TEST_PKGS)
 
 # Qualify this platform: the development tier on this host and the
 # production tier inside a real cgroup-v2 guest (QEMU), both signed rows in

@@ -75,7 +75,7 @@ func VMPlatform(ctx context.Context, prof *platform.Profile, vmConfig []byte) (m
 	}
 	defer os.RemoveAll(dir)
 	v := cfg.VM
-	b, err := vm.New(ctx, vm.Options{QEMU: v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init,
+	b, err := vm.New(ctx, vm.Options{QEMU: v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
 		RuntimeDir: filepath.Join(dir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs})
 	if err != nil {
 		return matrix.Platform{}, fmt.Errorf("probe the vm runtime: %w", err)

@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/custody-dev/custody/backend/vm/guest"
 )
 
 // BareBoot is the bench's baseline: the pinned kernel booted by the same
 // QEMU with the same machine, jail and sandbox flags, and an initramfs of
-// the same init and modules but no launch config and no devices, so the
+// the same init, stage and modules but no launch config and no devices, so the
 // init resets the machine at once. The guest has memBytes of RAM (0: the
 // guest overhead alone), so that it is the same machine as the phase it is
 // set beside: the kernel's boot work grows with its memory. It returns
@@ -40,6 +42,7 @@ func (b *Backend) BareBoot(ctx context.Context, dir string, memBytes int64) (wal
 	}
 	cw.char("dev/console", 5, 1)
 	cw.file("init", 0o755, files.init)
+	cw.file(guest.StagePath[1:], 0o755, files.stage)
 	for i, mod := range Modules {
 		cw.file(path.Join("custody/modules", path.Base(mod)), 0o644, files.modules[i])
 	}

@@ -139,7 +139,7 @@ func (o output) Used() (int64, error) { return outputfs.Used(o.dir) }
 // modules, the initramfs and launch config that booted, and the host's
 // own digests of the output stream and of stdout and stderr as received.
 func (m *Machine) Evidence() map[string]string {
-	ev := map[string]string{"kernel": m.b.opts.Kernel.SHA256, "init": m.b.opts.Init.SHA256,
+	ev := map[string]string{"kernel": m.b.opts.Kernel.SHA256, "init": m.b.opts.Init.SHA256, "stage": m.b.opts.Stage.SHA256,
 		"modules": m.b.opts.Modules.SHA256, "qemu": m.b.opts.QEMU.SHA256}
 	if len(m.b.opts.SeccompFilter) > 0 {
 		ev["seccomp"] = sha256Hex(m.b.opts.SeccompFilter)
@@ -190,8 +190,11 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),
 			"-device", "virtio-blk-device,drive=input"+n+",serial="+guest.SerialInput+n)
 	}
-	args = append(args, "-device", "virtio-serial-device")
-	for i, port := range []string{guest.PortControl, guest.PortStdout, guest.PortStderr, guest.PortOutput} {
+	ports := []string{guest.PortControl, guest.PortStdout, guest.PortStderr, guest.PortOutput}
+	// max_ports: port 0 is the (unused) console's; the default of 31 has the
+	// guest driver set up 64 virtqueues, a good part of its probe under TCG.
+	args = append(args, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", len(ports)+1))
+	for i, port := range ports {
 		args = append(args, "-chardev", fmt.Sprintf("file,id=p%d,path=/proc/self/fd/%d", i, 5+i),
 			"-device", fmt.Sprintf("virtserialport,chardev=p%d,name=%s", i, port))
 	}

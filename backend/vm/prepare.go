@@ -198,6 +198,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	}
 	cw.char("dev/console", 5, 1)
 	cw.file("init", 0o755, files.init)
+	cw.file(guest.StagePath[1:], 0o755, files.stage)
 	cw.file(guest.ConfigPath[1:], 0o644, cfgJSON)
 	if cfg.Seccomp {
 		cw.file(guest.SeccompPath[1:], 0o644, m.b.opts.SeccompFilter)

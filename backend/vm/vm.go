@@ -77,6 +77,10 @@ type Config struct {
 	Kernel  Pinned `yaml:"kernel"`
 	Modules Pinned `yaml:"modules"`
 	Init    Pinned `yaml:"init"`
+	// Stage is the workload stage (cmd/custody-vmstage) the init runs
+	// the workload through; its path defaults to custody-vmstage beside
+	// the init, its sha256 is required like every pin's.
+	Stage Pinned `yaml:"stage"`
 	// Accel is auto (KVM if a probe guest boots under it, else TCG), kvm
 	// or tcg; default auto.
 	Accel string `yaml:"accel,omitempty"`
@@ -97,6 +101,9 @@ type Options struct {
 	Kernel  Pinned
 	Modules Pinned
 	Init    Pinned
+	// Stage is the workload stage (cmd/custody-vmstage); an empty Path
+	// means custody-vmstage beside Init.Path.
+	Stage Pinned
 	// RuntimeDir holds the per-launch bundles. Private, 0700.
 	RuntimeDir string
 	// Accel is "auto" (KVM only if a probe guest boots under it in time,
@@ -163,6 +170,9 @@ var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
 func New(ctx context.Context, opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Stage.Path == "" && opts.Init.Path != "" {
+		opts.Stage.Path = filepath.Join(filepath.Dir(opts.Init.Path), "custody-vmstage")
 	}
 	if opts.InitramfsRoot == 0 {
 		opts.InitramfsRoot = DefaultInitramfsRoot
@@ -354,8 +364,8 @@ func FileSHA256(p string) (string, error) {
 // launch and checked against their pins, so what boots is what was
 // verified.
 type guestFiles struct {
-	init    []byte
-	modules [][]byte
+	init, stage []byte
+	modules     [][]byte
 }
 
 // ModulesDigest is the sha256 of the modules manifest: one line
@@ -390,13 +400,13 @@ func (b *Backend) checkPins() (*guestFiles, error) {
 	if err := b.pins.verifyFile("guest kernel", b.opts.Kernel); err != nil {
 		return nil, err
 	}
-	init, err := os.ReadFile(b.opts.Init.Path)
+	init, err := readPinned("init", b.opts.Init, "bin/custody-vminit")
 	if err != nil {
-		return nil, fmt.Errorf("pinned guest init: %w", err)
+		return nil, err
 	}
-	if got := fmt.Sprintf("%x", sha256.Sum256(init)); got != b.opts.Init.SHA256 {
-		return nil, fmt.Errorf("guest init %s has sha256 %s, pinned %s: %w; fix: restore the pinned init (make bin/custody-vminit) or re-pin it after review",
-			b.opts.Init.Path, got, b.opts.Init.SHA256, ErrTampered)
+	stage, err := readPinned("workload stage", b.opts.Stage, "bin/custody-vmstage")
+	if err != nil {
+		return nil, err
 	}
 	mods, sum, err := readModules(b.opts.Modules.Path)
 	if err != nil {
@@ -406,7 +416,21 @@ func (b *Backend) checkPins() (*guestFiles, error) {
 		return nil, fmt.Errorf("guest kernel modules under %s have manifest sha256 %s, pinned %s: %w; fix: restore the pinned kernel package or re-pin it after review",
 			b.opts.Modules.Path, sum, b.opts.Modules.SHA256, ErrTampered)
 	}
-	return &guestFiles{init: init, modules: mods}, nil
+	return &guestFiles{init: init, stage: stage, modules: mods}, nil
+}
+
+// readPinned reads a pinned guest binary whole and checks its digest: the
+// bytes that go into the initramfs are the bytes that were hashed.
+func readPinned(what string, p Pinned, target string) ([]byte, error) {
+	data, err := os.ReadFile(p.Path)
+	if err != nil {
+		return nil, fmt.Errorf("pinned guest %s: %w; fix: build it (make %s) or set its path in the vm config", what, err, target)
+	}
+	if got := fmt.Sprintf("%x", sha256.Sum256(data)); got != p.SHA256 {
+		return nil, fmt.Errorf("guest %s %s has sha256 %s, pinned %s: %w; fix: restore the pinned file (make %s) or re-pin it after review",
+			what, p.Path, got, p.SHA256, ErrTampered, target)
+	}
+	return data, nil
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -415,13 +439,13 @@ var _ backend.Backend = (*Backend)(nil)
 func (b *Backend) Name() string { return Name }
 
 // Identity is the pinned QEMU (path, sha256); Version names its version,
-// the machine, the accelerator, the vCPUs and the pinned kernel, modules
-// and init digests, so that a grant, which binds the version and digest,
+// the machine, the accelerator, the vCPUs and the pinned kernel, modules,
+// init and stage digests, so that a grant, which binds the version and digest,
 // binds the whole guest: re-pinning any part refuses grants issued before.
 func (b *Backend) Identity() backend.Identity {
 	return backend.Identity{Kind: Name,
-		Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu; kernel %s; modules %s; init %s",
-			b.version, b.accel, b.opts.Kernel.SHA256, b.opts.Modules.SHA256, b.opts.Init.SHA256),
+		Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu; kernel %s; modules %s; init %s; stage %s",
+			b.version, b.accel, b.opts.Kernel.SHA256, b.opts.Modules.SHA256, b.opts.Init.SHA256, b.opts.Stage.SHA256),
 		Path: b.opts.QEMU.Path, SHA256: b.opts.QEMU.SHA256}
 }
 

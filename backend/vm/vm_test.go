@@ -29,7 +29,7 @@ func pins(t testing.TB) vm.Options {
 	for _, p := range []struct {
 		dst  *vm.Pinned
 		path string
-	}{{&opts.QEMU, a.QEMU}, {&opts.Kernel, a.Kernel}, {&opts.Init, a.Init}} {
+	}{{&opts.QEMU, a.QEMU}, {&opts.Kernel, a.Kernel}, {&opts.Init, a.Init}, {&opts.Stage, a.Stage}} {
 		sum, err := vm.FileSHA256(p.path)
 		if err != nil {
 			t.Fatal(err)
@@ -212,17 +212,17 @@ func guestUsage(t *testing.T, ex *backend.Exit) (peak, cpu, oom int64) {
 	return 0, 0, 0
 }
 
-// TestTamperedArtifactsRefused: a kernel or init whose bytes changed since
+// TestTamperedArtifactsRefused: a kernel, init or workload stage whose bytes changed since
 // they were pinned is refused at Prepare, before anything is created; the
 // untouched pins launch.
 func TestTamperedArtifactsRefused(t *testing.T) {
 	opts := pins(t)
 	rootfs := testenv.BusyboxRootfs(t)
-	for _, which := range []string{"kernel", "init"} {
+	for _, which := range []string{"kernel", "init", "stage"} {
 		t.Run(which, func(t *testing.T) {
 			o := opts
 			copyTo := filepath.Join(t.TempDir(), which)
-			src := map[string]*vm.Pinned{"kernel": &o.Kernel, "init": &o.Init}[which]
+			src := map[string]*vm.Pinned{"kernel": &o.Kernel, "init": &o.Init, "stage": &o.Stage}[which]
 			data, err := os.ReadFile(src.Path)
 			if err != nil {
 				t.Fatal(err)

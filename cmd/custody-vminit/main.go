@@ -3,9 +3,11 @@
 // (a small one is a bind of the copy the initramfs carries; a larger one
 // an overlay over its erofs disk whose upper layer only holds mount
 // points; either is then remounted read-only) and inputs, a bounded /tmp
-// and output tmpfs, puts the workload in a cgroup-v2 leaf with its memory,
-// pids and cpu limits, drops every capability from the bounding set, runs
-// it with stdout and stderr on their own virtio-serial ports, streams the
+// and output tmpfs, and runs the workload through its stage
+// (cmd/custody-vmstage: own pid and mount namespaces and /proc, no
+// capability in the bounding set, its credentials and seccomp filter) in a
+// cgroup-v2 leaf with its memory, pids and cpu limits, with stdout and
+// stderr on their own virtio-serial ports; it streams the
 // output tree as a tar on a third and reports on a fourth, then resets the
 // machine (QEMU exits). The host treats all of it as observation (R3).
 package main
@@ -36,14 +38,14 @@ import (
 )
 
 const (
-	newRoot = "/newroot"
-	cgWork  = "/sys/fs/cgroup/work"
+	// consoleModule is the virtio-console driver: the ports appear once
+	// it is loaded.
+	consoleModule = "virtio_console.ko"
+	newRoot       = "/newroot"
+	cgWork        = "/sys/fs/cgroup/work"
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == workloadArg {
-		workload()
-	}
 	ports := map[string]*os.File{}
 	rep := run(ports)
 	if ctl := ports[guest.PortControl]; ctl != nil {
@@ -82,43 +84,62 @@ func run(ports map[string]*os.File) *guest.Report {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
-	// The ports are looked for while the modules load: QEMU announces
-	// them to the virtio-console driver from its own thread, so the wait
-	// overlaps the loading of the filesystem modules instead of following
-	// it. ports is filled only once the search is over.
+	// The ports are looked for while the modules load and the root and
+	// cgroup are made: QEMU announces them to the virtio-console driver,
+	// which adds them one by one from a kernel worker, so the wait
+	// overlaps the init's own setup instead of following it. ports is
+	// filled only once the search is over; a failure before then still
+	// waits for it, so that the report has its control port.
 	found := map[string]*os.File{}
 	portsDone := make(chan error, 1)
-	go func() { portsDone <- openPorts(found) }()
+	portsStarted := false
+	awaitPorts := func() error {
+		if !portsStarted {
+			return nil
+		}
+		portsStarted = false
+		err := <-portsDone
+		maps.Copy(ports, found)
+		return err
+	}
+	failAfterPorts := func(err error) *guest.Report {
+		_ = awaitPorts()
+		return fail(err)
+	}
 	for _, m := range cfg.Modules {
 		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
-			<-portsDone
-			return fail(err)
+			return failAfterPorts(err)
 		}
 		step(m)
+		if m == consoleModule {
+			portsStarted = true
+			go func() { portsDone <- openPorts(found) }()
+		}
+	}
+	if !portsStarted {
+		return fail(fmt.Errorf("config: no %s among the modules", consoleModule))
 	}
 	step("modules")
-	err = <-portsDone
-	maps.Copy(ports, found)
-	if err != nil {
-		return fail(err)
-	}
-	step("ports")
 	if err := buildRoot(&cfg); err != nil {
-		return fail(err)
+		return failAfterPorts(err)
 	}
 	step("root")
 	if err := setupCgroup(&cfg); err != nil {
-		return fail(err)
+		return failAfterPorts(err)
 	}
 	step("cgroup")
 	if cfg.Hostname != "" {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-			return fail(fmt.Errorf("hostname: %w", err))
+			return failAfterPorts(fmt.Errorf("hostname: %w", err))
 		}
 	}
 	if err := loopbackUp(); err != nil {
+		return failAfterPorts(err)
+	}
+	if err := awaitPorts(); err != nil {
 		return fail(err)
 	}
+	step("ports")
 	observe(rep)
 	if err := runWorkload(&cfg, ports, rep); err != nil {
 		return fail(err)
@@ -321,56 +342,6 @@ func buildRoot(cfg *guest.Config) error {
 	return nil
 }
 
-// The workload's procfs is its own pid namespace's, but a uid 0 workload without capabilities still
-// passes the DAC checks of /proc/sys (kernel.core_pattern and
-// kernel.modprobe run a helper as full root outside the chroot and its
-// cgroup) and of /proc/sysrq-trigger. As runc's default profile (and the
-// oci backend) does, these are bound read-only and these masked.
-var (
-	procReadonly = []string{"bus", "fs", "irq", "sys", "sysrq-trigger"}
-	procMasked   = []string{"acpi", "asound", "interrupts", "kallsyms", "kcore", "keys", "latency_stats",
-		"sched_debug", "scsi", "timer_list", "timer_stats"}
-)
-
-// guardProc makes procReadonly read-only and masks procMasked in the
-// workload's proc (files with the workload's /dev/null, directories with
-// an empty read-only tmpfs); paths this kernel does not have are skipped.
-// The workload has no CAP_SYS_ADMIN, so it cannot unmount them.
-func guardProc(proc string) error {
-	for _, name := range procReadonly {
-		p := filepath.Join(proc, name)
-		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("read-only /proc/%s: %w", name, err)
-		}
-		if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return fmt.Errorf("read-only /proc/%s: %w", name, err)
-		}
-	}
-	null := filepath.Join(newRoot, "dev", "null")
-	for _, name := range procMasked {
-		p := filepath.Join(proc, name)
-		fi, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", name, err)
-		}
-		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0555")
-		} else {
-			err = unix.Mount(null, p, "", unix.MS_BIND, "")
-		}
-		if err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
 // minimalDev is a /dev with the harmless nodes only: never the guest's
 // devtmpfs, which holds the control ports and disks.
 func minimalDev() error {
@@ -513,18 +484,12 @@ func observe(rep *guest.Report) {
 	}
 }
 
-// rootMounts are the mounts of the workload's root as this process's
-// mount namespace has them, relative to that root.
-func rootMounts() []guest.Mount {
+// rootMounts are the mounts of the workload's root in a mountinfo (the
+// stage's, before it changed root), relative to that root.
+func rootMounts(mountinfo []byte) []guest.Mount {
 	var out []guest.Mount
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		fields := strings.Fields(line)
 		if len(fields) < 10 {
 			continue
 		}
@@ -568,8 +533,8 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		}
 	}
 	rep.ReadyUptime = uptime()
-	// The workload stage is this binary again, as PID 1 of a new pid
-	// namespace with a mount namespace of its own: it mounts the
+	// The workload stage (cmd/custody-vmstage, static C) is PID 1 of a
+	// new pid namespace with a mount namespace of its own: it mounts the
 	// workload's /proc there (so init and the guest's other processes are
 	// not in it), drops every capability, changes root and credentials,
 	// installs the seccomp filter and execs the workload in its place.
@@ -580,10 +545,19 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return err
 	}
 	defer statusR.Close()
+	seccomp := "0"
+	if cfg.Seccomp {
+		seccomp = "1"
+	}
+	env := cfg.Env
+	if env == nil {
+		env = []string{} // not the init's own
+	}
 	cmd := &exec.Cmd{
-		Path:       "/init",
-		Args:       []string{"/init", workloadArg},
-		Env:        []string{},
+		Path: guest.StagePath,
+		Args: append([]string{"custody-vmstage", newRoot, strconv.FormatUint(uint64(cfg.UID), 10),
+			strconv.FormatUint(uint64(cfg.GID), 10), cfg.Cwd, seccomp, "--"}, cfg.Args...),
+		Env:        env,
 		Dir:        "/",
 		Stdout:     ports[guest.PortStdout],
 		Stderr:     ports[guest.PortStderr],
@@ -601,35 +575,29 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return fmt.Errorf("workload stage: %w", err)
 	}
 	statusW.Close()
-	status, _ := io.ReadAll(io.LimitReader(statusR, guest.MaxReportBytes))
-	// A failure is a line of its own (JSON escapes newlines). The stage
-	// writes its status line just before the exec: a failure after it is
-	// the exec's (the workload's exit 127, as a shell reports it); one
-	// before it is the containment's setup (proc, chroot, capabilities,
-	// credentials, seccomp), which fails the launch rather than pass for
-	// the workload's own exit.
-	execing := false
-	for _, line := range bytes.Split(status, []byte("\n")) {
-		msg, failed := bytes.CutPrefix(line, []byte("error "))
-		switch {
-		case failed && !execing:
-			_ = cmd.Wait()
-			return fmt.Errorf("workload stage setup: %s", strings.TrimSpace(string(msg)))
-		case failed:
-			_ = cmd.Wait()
-			rep.Code = 127
-			rep.Notes = append(rep.Notes, "start: "+strings.TrimSpace(string(msg)))
-			rep.Finished = time.Now().UnixNano()
-			return nil
-		case len(bytes.TrimSpace(line)) > 0:
-			execing = true
-		}
-	}
-	if err := workloadStatus(rep, status); err != nil {
+	status, _ := io.ReadAll(io.LimitReader(statusR, maxStageStatus))
+	st, err := parseStageStatus(status)
+	switch {
+	case err != nil:
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return err
+		return fmt.Errorf("the workload stage's status: %w", err)
+	case st.setupErr != "":
+		_ = cmd.Wait()
+		return fmt.Errorf("workload stage setup: %s", st.setupErr)
+	case st.execErr != "":
+		// The exec's failure is the workload's exit 127, as a shell
+		// reports it.
+		_ = cmd.Wait()
+		rep.Code = 127
+		rep.Notes = append(rep.Notes, "start: "+st.execErr)
+		rep.Finished = time.Now().UnixNano()
+		return nil
 	}
+	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[st.seccomp]
+	rep.NoNewPrivs = st.noNewPrivs == 1
+	rep.Mounts = rootMounts(st.mountinfo)
+	rep.Steps = append(rep.Steps, guest.Step{Name: "stage-started", Uptime: st.entered}, guest.Step{Name: "stage-setup", Uptime: st.ready})
 	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
 		return fmt.Errorf("control port: %w", err)
 	}
@@ -669,29 +637,72 @@ func uptime() float64 {
 	return up
 }
 
-// stageStatus is what the workload stage saw of itself just before its
-// exec, which the workload keeps across it: its seccomp mode and
-// no_new_privs (/proc/self/status) and its root's mounts.
+// maxStageStatus bounds what the init reads of the stage's status: its
+// mountinfo and one line.
+const maxStageStatus = 1<<20 + 4096
+
+// stageStatus is what the workload stage reported on fd 3
+// (cmd/custody-vmstage): its mountinfo, then either its ready line (the
+// seccomp mode and no_new_privs it execs with, and the guest's uptime as
+// it began and just before its exec) or a failure; a failure after the
+// ready line is the exec's.
 type stageStatus struct {
-	Seccomp    int64         `json:"seccomp"`
-	NoNewPrivs int64         `json:"nnp"`
-	Mounts     []guest.Mount `json:"mounts"`
-	// Entered and Ready are the stage's uptime as its main began and
-	// just before its exec, for the breakdown.
-	Entered float64 `json:"entered"`
-	Ready   float64 `json:"ready"`
+	mountinfo           []byte
+	seccomp, noNewPrivs int64
+	entered, ready      float64
+	setupErr, execErr   string
 }
 
-func workloadStatus(rep *guest.Report, status []byte) error {
-	var st stageStatus
-	if err := json.Unmarshal(status, &st); err != nil {
-		return fmt.Errorf("the workload stage's status: %w", err)
+func parseStageStatus(b []byte) (*stageStatus, error) {
+	st := &stageStatus{}
+	ready := false
+	for len(b) > 0 {
+		line, rest, ok := bytes.Cut(b, []byte("\n"))
+		if !ok {
+			return nil, fmt.Errorf("a truncated line %q", line)
+		}
+		b = rest
+		word, arg, _ := strings.Cut(string(line), " ")
+		switch {
+		case word == "error" && ready:
+			st.execErr = arg
+			return st, nil
+		case word == "error":
+			st.setupErr = arg
+			return st, nil
+		case word == "mountinfo" && !ready && st.mountinfo == nil:
+			n, err := strconv.Atoi(arg)
+			if err != nil || n < 0 || n > len(b) {
+				return nil, fmt.Errorf("mountinfo of %q bytes", arg)
+			}
+			st.mountinfo, b = b[:n], b[n:]
+		case word == "ready" && !ready:
+			if _, err := fmt.Sscanf(arg, "%d %d %g %g", &st.seccomp, &st.noNewPrivs, &st.entered, &st.ready); err != nil {
+				return nil, fmt.Errorf("ready line %q: %w", arg, err)
+			}
+			ready = true
+		default:
+			return nil, fmt.Errorf("unexpected line %q", line)
+		}
 	}
-	rep.Seccomp = map[int64]string{0: "disabled", 1: "strict", 2: "filter"}[st.Seccomp]
-	rep.NoNewPrivs = st.NoNewPrivs == 1
-	rep.Mounts = st.Mounts
-	rep.Steps = append(rep.Steps, guest.Step{Name: "stage-started", Uptime: st.Entered}, guest.Step{Name: "stage-setup", Uptime: st.Ready})
-	return nil
+	if !ready {
+		return nil, errors.New("the stage ended before its ready line")
+	}
+	return st, nil
+}
+
+// keyedIn is the number after key on its line of a /proc status file, or
+// -1.
+func keyedIn(data []byte, key string) int64 {
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
+			var n int64
+			if _, err := fmt.Sscan(f[1], &n); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 func usage(rep *guest.Report) {

@@ -80,7 +80,7 @@ func TestVMPhaseThroughCustodyd(t *testing.T) {
 	if code != verifyPromotable {
 		t.Fatalf("verify: %d\n%s%s", code, vout, verrs)
 	}
-	wantBackendLines(t, vout, "vm", "kernel", "init", "modules", "qemu", "output-stream")
+	wantBackendLines(t, vout, "vm", "kernel", "init", "stage", "modules", "qemu", "output-stream")
 	t.Logf("guest kernel %s; verify:\n%s", strings.TrimSpace(string(kernel)), vout)
 
 	// A runner without the vm backend refuses the phase before anything.

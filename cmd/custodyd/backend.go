@@ -54,7 +54,7 @@ func vmBackend(ctx context.Context, cfg runner.Config, v *VMConfig, log *slog.Lo
 		}
 		return vm.New(ctx, vm.Options{
 			SeccompFilter: filter.Program,
-			QEMU:          v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init,
+			QEMU:          v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
 			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs,
 			Logger: log, MaxLogBytes: runner.StreamCap + 1,
 		})

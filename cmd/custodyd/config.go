@@ -57,12 +57,14 @@ type VMConfig struct {
 }
 
 func (v *VMConfig) validate() error {
-	for name, p := range map[string]vm.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init} {
-		if !filepath.IsAbs(p.Path) {
+	for name, p := range map[string]vm.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init, "stage": v.Stage} {
+		if name == "stage" && p.Path == "" {
+			// custody-vmstage beside the init; its digest is pinned all the same.
+		} else if !filepath.IsAbs(p.Path) {
 			return fmt.Errorf("vm.%s.path %q must be an absolute path", name, p.Path)
 		}
 		if len(p.SHA256) != 64 || strings.Trim(p.SHA256, "0123456789abcdef") != "" {
-			return fmt.Errorf("vm.%s.sha256 %q must be 64 lowercase hex digits", name, p.SHA256)
+			return fmt.Errorf("vm.%s.sha256 %q must be 64 lowercase hex digits; fix: pin it with the sha256 of the reviewed file (sha256sum; the stage is bin/custody-vmstage, beside the init unless its path is set)", name, p.SHA256)
 		}
 	}
 	switch v.Accel {

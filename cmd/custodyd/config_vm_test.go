@@ -28,7 +28,8 @@ func TestBackendsConfig(t *testing.T) {
 	load := configLoader(t)
 	sum := strings.Repeat("a", 64)
 	pin := func(p string) string { return fmt.Sprintf("{path: %s, sha256: %s}", p, sum) }
-	vmSection := fmt.Sprintf("vm: {qemu: %s, kernel: %s, modules: %s, init: %s}\n", pin("/usr/bin/qemu-system-x86_64"), pin("/k/vmlinux"), pin("/k/modules"), pin("/bin/custody-vminit"))
+	// The stage's path defaults to beside the init; its digest is pinned.
+	vmSection := fmt.Sprintf("vm: {qemu: %s, kernel: %s, modules: %s, init: %s, stage: {sha256: %s}}\n", pin("/usr/bin/qemu-system-x86_64"), pin("/k/vmlinux"), pin("/k/modules"), pin("/bin/custody-vminit"), sum)
 	withIDs := "backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", uid: 3000000, gid: 3000000, uids: 16}\n", 1)
 	for _, ok := range []string{"", "backends: [oci]\n", "backends: [oci, vm]\n" + vmSection, withIDs} {
 		if c, err := load(ok); err != nil {
@@ -43,10 +44,12 @@ func TestBackendsConfig(t *testing.T) {
 		"backends: [oci, oci]\n":            "twice",
 		"backends: [oci, kube]\n":           "not a backend",
 		vmSection:                           "backends: [oci, vm]",
-		"backends: [oci, vm]\n" + strings.Replace(vmSection, "/k/vmlinux", "k/vmlinux", 1): "absolute",
-		"backends: [oci, vm]\n" + strings.Replace(vmSection, sum, "abc", 1):                "64 lowercase hex",
-		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", accel: fast}\n", 1): "accel",
-		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", extra: 1}\n", 1):    "extra",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, "/k/vmlinux", "k/vmlinux", 1):           "absolute",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, sum, "abc", 1):                          "64 lowercase hex",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, ", stage: {sha256: "+sum+"}", "", 1):    "vm.stage.sha256",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, "stage: {", "stage: {path: stage, ", 1): "vm.stage.path",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", accel: fast}\n", 1):           "accel",
+		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", extra: 1}\n", 1):              "extra",
 		// A uid alone would run QEMU in root's group (gid 0).
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", uid: 3000000}\n", 1):     "vm.gid",
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, "}\n", ", uid: 10, gid: 10}\n", 1): "range",

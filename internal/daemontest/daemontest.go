@@ -234,6 +234,7 @@ vm:
   kernel: {path: %s, sha256: %s}
   modules: {path: %s, sha256: %s}
   init: {path: %s, sha256: %s}
+  stage: {path: %s, sha256: %s}
   accel: %s
-`, a.QEMU, sum(a.QEMU), a.Kernel, sum(a.Kernel), a.Modules, mods, a.Init, sum(a.Init), accel)
+`, a.QEMU, sum(a.QEMU), a.Kernel, sum(a.Kernel), a.Modules, mods, a.Init, sum(a.Init), a.Stage, sum(a.Stage), accel)
 }

@@ -134,8 +134,9 @@ func BusyboxRootfs(t testing.TB) string {
 // VMArtifacts are what a vm-backend test boots: QEMU, the guest kernel and
 // its modules directory as scripts/vm/deps.sh unpacks them (make vm-deps;
 // or $CUSTODY_VM_KERNEL and $CUSTODY_VM_MODULES) and custody's guest init
-// (make bin/custody-vminit; or $CUSTODY_VMINIT).
-type VMArtifacts struct{ QEMU, Kernel, Modules, Init string }
+// and its workload stage (make bin/custody-vminit bin/custody-vmstage; or
+// $CUSTODY_VMINIT and $CUSTODY_VMSTAGE).
+type VMArtifacts struct{ QEMU, Kernel, Modules, Init, Stage string }
 
 // VM returns the vm backend's artifacts, skipping (or failing under CI)
 // when one is missing.
@@ -162,8 +163,10 @@ func VM(t testing.TB) VMArtifacts {
 		}
 	}
 	a.Init = env("CUSTODY_VMINIT", filepath.Join(root, "bin", "custody-vminit"))
+	a.Stage = env("CUSTODY_VMSTAGE", filepath.Join(root, "bin", "custody-vmstage"))
 	for what, p := range map[string]string{"the guest kernel (make vm-deps)": a.Kernel,
-		"the guest kernel's modules (make vm-deps)": a.Modules, "the guest init (make bin/custody-vminit)": a.Init} {
+		"the guest kernel's modules (make vm-deps)": a.Modules, "the guest init (make bin/custody-vminit)": a.Init,
+		"the guest's workload stage (make bin/custody-vmstage)": a.Stage} {
 		if _, err := os.Stat(p); p == "" || err != nil {
 			Missing(t, what+" at "+p)
 		}

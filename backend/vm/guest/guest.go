@@ -15,6 +15,11 @@ const ConfigPath = "/custody/config.json"
 // struct sock_filter entries in host byte order.
 const SeccompPath = "/custody/seccomp.bpf"
 
+// StagePath is where the workload stage (cmd/custody-vmstage) sits in the
+// initramfs: the init starts it in the workload's namespaces and cgroup,
+// and it execs the workload in its place.
+const StagePath = "/custody/stage"
+
 // ModulesDir is where the kernel modules the init loads sit in the
 // initramfs.
 const ModulesDir = "/custody/modules"
