@@ -196,6 +196,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzIsCompactJSON$$' -fuzztime=$(FUZZTIME) ./internal/dsse
 	$(GO) test -run='^$$' -fuzz='^FuzzExtract$$' -fuzztime=$(FUZZTIME) ./internal/untar
 	$(GO) test -run='^$$' -fuzz='^FuzzExtractOutput$$' -fuzztime=$(FUZZTIME) ./backend/vm
+	$(GO) test -run='^$$' -fuzz='^FuzzDemux$$' -fuzztime=$(FUZZTIME) ./backend/vm/guest
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStat$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseNetDev$$' -fuzztime=$(FUZZTIME) ./internal/procfs

@@ -179,7 +179,7 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd strin
 }
 
 func (b *Backend) qemuArgs(m *Machine, accel string) []string {
-	// fds 3.. in the child: console, kernel, then the four ports.
+	// fds 3.. in the child: console, kernel, then the streams' port.
 	args := b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), m.uid, m.gid)
 	if !m.rootInInitramfs {
 		args = append(args, "-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
@@ -190,15 +190,12 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),
 			"-device", "virtio-blk-device,drive=input"+n+",serial="+guest.SerialInput+n)
 	}
-	ports := []string{guest.PortControl, guest.PortStdout, guest.PortStderr, guest.PortOutput}
-	// max_ports: port 0 is the (unused) console's; the default of 31 has the
-	// guest driver set up 64 virtqueues, a good part of its probe under TCG.
-	args = append(args, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", len(ports)+1))
-	for i, port := range ports {
-		args = append(args, "-chardev", fmt.Sprintf("file,id=p%d,path=/proc/self/fd/%d", i, 5+i),
-			"-device", fmt.Sprintf("virtserialport,chardev=p%d,name=%s", i, port))
-	}
-	return args
+	// One port for every stream (guest.Port). max_ports=2: port 0 is the
+	// (unused) console's; the default of 31 has the guest driver set up 64
+	// virtqueues, a good part of its probe under TCG.
+	return append(args, "-device", "virtio-serial-device,max_ports=2",
+		"-chardev", "file,id=streams,path=/proc/self/fd/5",
+		"-device", "virtserialport,chardev=streams,name="+guest.Port)
 }
 
 // Run boots the guest and waits for QEMU to exit, killing it when the wall
@@ -223,7 +220,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	if err := verifyFD(kernel, m.b.opts.Kernel.SHA256, m.b); err != nil {
 		return nil, err
 	}
-	pipes := make([]struct{ r, w *os.File }, 5) // console, ctl, stdout, stderr, out
+	pipes := make([]struct{ r, w *os.File }, 2) // console, the streams' port
 	closeAll := func() {
 		for _, p := range pipes {
 			if p.r != nil {
@@ -243,7 +240,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	cmd := exec.Command(m.b.opts.QEMU.Path, m.b.qemuArgs(m, m.b.accel)...)
 	cmd.Dir = m.dir
 	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{pipes[0].w, kernel, pipes[1].w, pipes[2].w, pipes[3].w, pipes[4].w}
+	cmd.ExtraFiles = []*os.File{pipes[0].w, kernel, pipes[1].w}
 	var qemuLog tailBuffer
 	cmd.Stdout, cmd.Stderr = &qemuLog, &qemuLog
 	// A mount namespace of its own: nothing QEMU could mount is seen by
@@ -286,24 +283,48 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	var report []byte
 	var outErr error
 	var stdoutH, stderrH, outH = sha256.New(), sha256.New(), sha256.New()
-	wg.Add(5)
+	wg.Add(2) // the console and the demux; each stream's consumer adds its own
 	go func() { defer wg.Done(); _, _ = copyBounded(m.console, pipes[0].r, -1) }()
+	// The port's frames go to one consumer per stream, each behind a
+	// pipe: a consumer that stops closes its end, and the demux drops
+	// the rest of that stream while the others go on.
 	startedCh := make(chan struct{})
+	consume := map[byte]func(io.Reader){
+		guest.StreamControl: func(r io.Reader) { report, _ = readControl(r, startedCh) },
+		guest.StreamStdout: func(r io.Reader) {
+			_, _ = copyBounded(teeTo(streams.Stdout, stdoutH), r, m.b.opts.MaxLogBytes)
+		},
+		guest.StreamStderr: func(r io.Reader) {
+			_, _ = copyBounded(teeTo(streams.Stderr, stderrH), r, m.b.opts.MaxLogBytes)
+		},
+		guest.StreamOutput: func(r io.Reader) {
+			outErr = ExtractOutput(ctx, r, outH, m.Output().Dir(), m.spec.OutputBytes, m.spec.OutputFiles)
+		},
+	}
+	sinks := map[byte]io.Writer{}
+	ends := map[byte]*io.PipeWriter{}
+	for id, f := range consume {
+		pr, pw := io.Pipe()
+		sinks[id], ends[id] = pw, pw
+		wg.Add(1)
+		go func() { defer wg.Done(); f(pr); pr.CloseWithError(errConsumed) }()
+	}
 	go func() {
 		defer wg.Done()
-		report, _ = readControl(pipes[1].r, startedCh)
-	}()
-	go func() {
-		defer wg.Done()
-		_, _ = copyBounded(teeTo(streams.Stdout, stdoutH), pipes[2].r, m.b.opts.MaxLogBytes)
-	}()
-	go func() {
-		defer wg.Done()
-		_, _ = copyBounded(teeTo(streams.Stderr, stderrH), pipes[3].r, m.b.opts.MaxLogBytes)
-	}()
-	go func() {
-		defer wg.Done()
-		outErr = ExtractOutput(ctx, pipes[4].r, outH, m.Output().Dir(), m.spec.OutputBytes, m.spec.OutputFiles)
+		ended, err := guest.Demux(pipes[1].r, sinks)
+		// A malformed frame ends every stream short; QEMU is never left
+		// blocked on a full pipe.
+		_, _ = io.Copy(io.Discard, pipes[1].r)
+		for id, pw := range ends {
+			switch {
+			case ended[id]:
+				pw.Close()
+			case err != nil:
+				pw.CloseWithError(err)
+			default:
+				pw.CloseWithError(fmt.Errorf("%w: the guest did not end stream %q", guest.ErrBadFrame, id))
+			}
+		}
 	}()
 
 	ex := &backend.Exit{Started: start}
@@ -550,3 +571,7 @@ func (t *tailBuffer) String() string {
 }
 
 var errNotOwned = errors.New("not owned")
+
+// errConsumed closes a stream's pipe once its consumer returned: the
+// demux drops the rest of that stream.
+var errConsumed = errors.New("the stream's consumer is done")

@@ -4,8 +4,8 @@
 // (cmd/custody-vminit), each recorded by path and sha256 and re-checked at
 // Prepare. The guest has no NIC; the rootfs and inputs reach it as
 // read-only virtio-blk erofs images; stdout, stderr, the output tree (a tar)
-// and the init's report come back on virtio-serial ports that the host
-// reads in user space, the output through the one hostile-tar extractor
+// and the init's report come back as frames on one virtio-serial port that
+// the host reads in user space (guest.Demux), the output through the one hostile-tar extractor
 // (internal/untar) into a bounded output filesystem. The host never mounts
 // anything the guest wrote. QEMU runs with its seccomp sandbox, chrooted
 // into an empty directory, as an unprivileged uid, in a mount namespace

@@ -2,6 +2,7 @@ package vm_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,4 +47,33 @@ func TestWorkloadSetupFailureIsNotExit127(t *testing.T) {
 			t.Fatalf("missing cwd: %+v %v, want the launch failed as a setup failure", ex, err)
 		}
 	})
+}
+
+// TestStreamsShareOnePort: stdout, stderr and the output tree share the
+// guest's one port as frames; each arrives whole and apart, stdout larger
+// than several frames, interleaved with stderr and with a background
+// writer that outlives the workload's first process (the cgroup's kill
+// ends it, and its stream ends with it).
+func TestStreamsShareOnePort(t *testing.T) {
+	b := newBackend(t, pins(t))
+	rootfs := testenv.BusyboxRootfs(t)
+	script := `i=0; while [ $i -lt 40 ]; do head -c 8192 /dev/zero | tr '\0' o; echo "e$i" >&2; i=$((i+1)); done; ` +
+		`echo data > /out/f; sleep 30 &`
+	ex, stdout, stderr, files := run(t, b, spec(t, rootfs, "/bin/sh", "-c", script), 2*time.Minute)
+	if ex.Code != 0 {
+		t.Fatalf("exit %+v stderr %s", ex, stderr)
+	}
+	if want := strings.Repeat("o", 40*8192); stdout != want {
+		t.Errorf("stdout: %d bytes, want %d of 'o'", len(stdout), len(want))
+	}
+	var want strings.Builder
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&want, "e%d\n", i)
+	}
+	if stderr != want.String() {
+		t.Errorf("stderr %q, want %q", stderr, want.String())
+	}
+	if string(files["f"]) != "data\n" || len(files) != 1 {
+		t.Errorf("output files %q", files)
+	}
 }

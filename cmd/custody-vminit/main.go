@@ -6,10 +6,10 @@
 // and output tmpfs, and runs the workload through its stage
 // (cmd/custody-vmstage: own pid and mount namespaces and /proc, no
 // capability in the bounding set, its credentials and seccomp filter) in a
-// cgroup-v2 leaf with its memory, pids and cpu limits, with stdout and
-// stderr on their own virtio-serial ports; it streams the
-// output tree as a tar on a third and reports on a fourth, then resets the
-// machine (QEMU exits). The host treats all of it as observation (R3).
+// cgroup-v2 leaf with its memory, pids and cpu limits. stdout, stderr,
+// the output tree (a tar) and the report travel as frames of their streams
+// on one virtio-serial port (guest.Mux); then the init resets the machine
+// (QEMU exits). The host treats all of it as observation (R3).
 package main
 
 import (
@@ -23,12 +23,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,17 +45,24 @@ const (
 	cgWork        = "/sys/fs/cgroup/work"
 )
 
+// streams is the one virtio-serial port (guest.Port) once it is open,
+// and the frames of its streams.
+type streams struct {
+	port *os.File
+	mux  *guest.Mux
+	ctl  io.WriteCloser
+}
+
 func main() {
-	ports := map[string]*os.File{}
-	rep := run(ports)
-	if ctl := ports[guest.PortControl]; ctl != nil {
+	var s streams
+	rep := run(&s)
+	if s.port != nil {
 		data, _ := json.Marshal(rep)
-		_, _ = ctl.Write(append(data, '\n'))
+		_, _ = s.ctl.Write(append(data, '\n'))
+		_ = s.ctl.Close()
+		_ = s.port.Sync()
 	} else {
-		fmt.Fprintf(os.Stderr, "custody-vminit: no control port: %s\n", rep.Error)
-	}
-	for _, f := range ports {
-		_ = f.Sync()
+		fmt.Fprintf(os.Stderr, "custody-vminit: no port: %s\n", rep.Error)
 	}
 	unix.Sync()
 	// The kernel runs with reboot=t and QEMU with -no-reboot: a restart
@@ -65,7 +72,7 @@ func main() {
 	os.Exit(1)
 }
 
-func run(ports map[string]*os.File) *guest.Report {
+func run(s *streams) *guest.Report {
 	rep := &guest.Report{}
 	fail := func(err error) *guest.Report {
 		rep.Error = err.Error()
@@ -84,13 +91,12 @@ func run(ports map[string]*os.File) *guest.Report {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return fail(fmt.Errorf("config: %w", err))
 	}
-	// The ports are looked for while the modules load and the root and
-	// cgroup are made: QEMU announces them to the virtio-console driver,
-	// which adds them one by one from a kernel worker, so the wait
-	// overlaps the init's own setup instead of following it. ports is
-	// filled only once the search is over; a failure before then still
-	// waits for it, so that the report has its control port.
-	found := map[string]*os.File{}
+	// The port is looked for while the root and cgroup are made: QEMU
+	// announces it to the virtio-console driver, which adds it from a
+	// kernel worker, so the wait overlaps the init's own setup instead of
+	// following it. s is filled only once the search is over; a failure
+	// before then still waits for it, so that the report has its port.
+	var found *os.File
 	portsDone := make(chan error, 1)
 	portsStarted := false
 	awaitPorts := func() error {
@@ -99,7 +105,10 @@ func run(ports map[string]*os.File) *guest.Report {
 		}
 		portsStarted = false
 		err := <-portsDone
-		maps.Copy(ports, found)
+		if found != nil {
+			s.port, s.mux = found, guest.NewMux(found)
+			s.ctl = s.mux.Stream(guest.StreamControl)
+		}
 		return err
 	}
 	failAfterPorts := func(err error) *guest.Report {
@@ -113,7 +122,7 @@ func run(ports map[string]*os.File) *guest.Report {
 		step(m)
 		if m == consoleModule {
 			portsStarted = true
-			go func() { portsDone <- openPorts(found) }()
+			go func() { portsDone <- openPort(&found) }()
 		}
 	}
 	if !portsStarted {
@@ -141,12 +150,12 @@ func run(ports map[string]*os.File) *guest.Report {
 	}
 	step("ports")
 	observe(rep)
-	if err := runWorkload(&cfg, ports, rep); err != nil {
+	if err := runWorkload(&cfg, s, rep); err != nil {
 		return fail(err)
 	}
 	step("workload")
 	usage(rep)
-	sum, err := streamOutput(ports[guest.PortOutput], filepath.Join(newRoot, cfg.OutputPath))
+	sum, err := streamOutput(s.mux.Stream(guest.StreamOutput), filepath.Join(newRoot, cfg.OutputPath))
 	if err != nil {
 		return fail(fmt.Errorf("output stream: %w", err))
 	}
@@ -221,37 +230,25 @@ func waitFor(what string, find func() (bool, error)) error {
 	}
 }
 
-func openPorts(ports map[string]*os.File) error {
-	want := []string{guest.PortControl, guest.PortStdout, guest.PortStderr, guest.PortOutput}
-	err := waitFor("virtio-serial ports", func() (bool, error) {
+// openPort opens the streams' port once the driver has added it and QEMU
+// has named it.
+func openPort(port **os.File) error {
+	return waitFor("the virtio-serial port "+guest.Port, func() (bool, error) {
 		ents, _ := os.ReadDir("/sys/class/virtio-ports")
 		for _, e := range ents {
 			name, err := os.ReadFile(filepath.Join("/sys/class/virtio-ports", e.Name(), "name"))
-			if err != nil {
-				continue
-			}
-			n := strings.TrimSpace(string(name))
-			if _, done := ports[n]; done || !contains(want, n) {
+			if err != nil || strings.TrimSpace(string(name)) != guest.Port {
 				continue
 			}
 			f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_WRONLY, 0)
 			if err != nil {
 				continue // the node may not exist yet
 			}
-			ports[n] = f
+			*port = f
+			return true, nil
 		}
-		return len(ports) == len(want), nil
+		return false, nil
 	})
-	return err
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
 }
 
 // disk finds the virtio-blk device with a serial.
@@ -343,7 +340,7 @@ func buildRoot(cfg *guest.Config) error {
 }
 
 // minimalDev is a /dev with the harmless nodes only: never the guest's
-// devtmpfs, which holds the control ports and disks.
+// devtmpfs, which holds the streams' port and the disks.
 func minimalDev() error {
 	dev := filepath.Join(newRoot, "dev")
 	if err := os.MkdirAll(dev, 0o755); err != nil {
@@ -517,7 +514,7 @@ func rootMounts(mountinfo []byte) []guest.Mount {
 	return out
 }
 
-func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report) error {
+func runWorkload(cfg *guest.Config, s *streams, rep *guest.Report) error {
 	if len(cfg.Args) == 0 {
 		return errors.New("no command")
 	}
@@ -545,6 +542,29 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return err
 	}
 	defer statusR.Close()
+	// stdout and stderr are pipes whose bytes this init frames onto the
+	// port; each stream ends once the workload's whole tree is gone (the
+	// cgroup is emptied before return), which the deferred wait holds
+	// the report for.
+	var copied sync.WaitGroup
+	defer copied.Wait()
+	var outputs [2]*os.File
+	for i, id := range []byte{guest.StreamStdout, guest.StreamStderr} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		outputs[i] = w
+		copied.Add(1)
+		go func() {
+			defer copied.Done()
+			defer r.Close()
+			sw := s.mux.Stream(id)
+			_, _ = io.Copy(sw, r)
+			_ = sw.Close()
+		}()
+	}
 	seccomp := "0"
 	if cfg.Seccomp {
 		seccomp = "1"
@@ -559,8 +579,8 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 			strconv.FormatUint(uint64(cfg.GID), 10), cfg.Cwd, seccomp, "--"}, cfg.Args...),
 		Env:        env,
 		Dir:        "/",
-		Stdout:     ports[guest.PortStdout],
-		Stderr:     ports[guest.PortStderr],
+		Stdout:     outputs[0],
+		Stderr:     outputs[1],
 		ExtraFiles: []*os.File{statusW},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
@@ -575,6 +595,9 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 		return fmt.Errorf("workload stage: %w", err)
 	}
 	statusW.Close()
+	for _, w := range outputs {
+		w.Close()
+	}
 	status, _ := io.ReadAll(io.LimitReader(statusR, maxStageStatus))
 	st, err := parseStageStatus(status)
 	switch {
@@ -598,7 +621,7 @@ func runWorkload(cfg *guest.Config, ports map[string]*os.File, rep *guest.Report
 	rep.NoNewPrivs = st.noNewPrivs == 1
 	rep.Mounts = rootMounts(st.mountinfo)
 	rep.Steps = append(rep.Steps, guest.Step{Name: "stage-started", Uptime: st.entered}, guest.Step{Name: "stage-setup", Uptime: st.ready})
-	if _, err := ports[guest.PortControl].Write([]byte(guest.StartedLine)); err != nil {
+	if _, err := s.ctl.Write([]byte(guest.StartedLine)); err != nil {
 		return fmt.Errorf("control port: %w", err)
 	}
 	err = cmd.Wait()
@@ -714,9 +737,9 @@ func usage(rep *guest.Report) {
 // streamOutput writes the output tree as a tar: directories, regular
 // files and symlinks (others are left out; the host refuses what it does
 // not accept anyway).
-func streamOutput(port *os.File, dir string) (string, error) {
+func streamOutput(stream io.WriteCloser, dir string) (string, error) {
 	h := sha256.New()
-	bw := bufio.NewWriterSize(io.MultiWriter(port, h), 256<<10)
+	bw := bufio.NewWriterSize(io.MultiWriter(stream, h), 256<<10)
 	tw := tar.NewWriter(bw)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -771,6 +794,9 @@ func streamOutput(port *os.File, dir string) (string, error) {
 		return "", err
 	}
 	if err := bw.Flush(); err != nil {
+		return "", err
+	}
+	if err := stream.Close(); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -1,9 +1,9 @@
 // Package guest is the protocol between the vm backend on the host and
 // custody's init inside the guest (cmd/custody-vminit): the launch
-// configuration the host puts in the initramfs, the names of the
-// virtio-serial ports and block devices, and the report the init sends
-// back. It imports only the standard library, because the init is a small
-// static binary. Everything the init reports is an observation (R3): the
+// configuration the host puts in the initramfs, the virtio-serial port
+// and its streams (streams.go), the block devices' serials, and the
+// report the init sends back. It imports only the standard library,
+// because the init is a small static binary. Everything the init reports is an observation (R3): the
 // host asserts only what it saw itself.
 package guest
 
@@ -30,14 +30,6 @@ const ModulesDir = "/custody/modules"
 // the host never sees again.
 const InitramfsRoot = "/custody/root"
 
-// Port names of the virtio-serial ports, guest to host.
-const (
-	PortControl = "custody.ctl"
-	PortStdout  = "custody.stdout"
-	PortStderr  = "custody.stderr"
-	PortOutput  = "custody.out"
-)
-
 // SerialRootfs is the virtio-blk serial of the rootfs image; inputs are
 // SerialInput followed by their index.
 const (
@@ -45,11 +37,11 @@ const (
 	SerialInput  = "input"
 )
 
-// StartedLine is what the init writes on PortControl once the workload
+// StartedLine is what the init writes on StreamControl once the workload
 // has started, before its Report: the host's wall time runs from it.
 const StartedLine = "started\n"
 
-// MaxReportBytes bounds what the host reads of the control port.
+// MaxReportBytes bounds what the host reads of StreamControl.
 const MaxReportBytes = 64 << 10
 
 // Config is one launch, in the guest's terms.
@@ -80,7 +72,7 @@ type Config struct {
 	RootInInitramfs bool `json:"rootInInitramfs,omitempty"`
 }
 
-// Report is what the init sends on PortControl once the workload is gone
+// Report is what the init sends on StreamControl once the workload is gone
 // and the output stream is written: one JSON object and a newline.
 type Report struct {
 	// Error is set when the init could not set the launch up; the workload
