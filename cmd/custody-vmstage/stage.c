@@ -40,6 +40,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STATUS_FD 3
@@ -101,17 +102,13 @@ static ssize_t read_file(const char *path, char *buf, size_t max)
 	return (ssize_t)got;
 }
 
-/* uptime is the first field of /proc/uptime, as text ("0" if unread). */
+/* uptime is the guest's uptime in seconds, as text: CLOCK_BOOTTIME, what
+ * /proc/uptime shows, to the microsecond. */
 static void uptime(char *out, size_t size)
 {
-	char buf[64];
-	ssize_t n = read_file("/proc/uptime", buf, sizeof(buf) - 1);
-	size_t i = 0;
-	for (; n > 0 && i < (size_t)n && i + 1 < size && buf[i] != ' ' && buf[i] != '\n'; i++)
-		out[i] = buf[i];
-	if (i == 0)
-		out[i++] = '0';
-	out[i] = '\0';
+	struct timespec ts = {0, 0};
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	snprintf(out, size, "%lld.%06ld", (long long)ts.tv_sec, ts.tv_nsec / 1000);
 }
 
 /* Under the workload's /proc, as runc's default profile has them (and as
