@@ -27,6 +27,8 @@ const StreamCap = 16 << 20
 // bytes also go to a file in the runner's logs dir (custody logs), so its
 // sha256 is the one the receipt binds; a file that cannot be written is
 // removed rather than kept short (the digest still covers every kept byte).
+// The file is made at the first kept byte: an empty stream has none (and
+// reads as empty), which spares most runs two creates and two fsyncs.
 type spool struct {
 	mu        sync.Mutex
 	name      string
@@ -34,7 +36,9 @@ type spool struct {
 	n         int64
 	truncated bool
 	live      io.Writer
-	file      *os.File // nil when not kept (or no longer: a write failed)
+	path      string   // where kept bytes go; "" when not kept (or no longer)
+	file      *os.File // open once the first byte was kept
+	keepErr   error    // why the stream is not kept, when that failed
 }
 
 func newSpool(name string, live io.Writer) *spool {
@@ -57,8 +61,16 @@ func (s *spool) Write(p []byte) (int, error) {
 	}
 	s.h.Write(keep)
 	s.n += int64(len(keep))
+	if s.path != "" && s.file == nil {
+		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			s.path, s.keepErr = "", fmt.Errorf("keep %s: %w", s.name, err)
+		}
+		s.file = f
+	}
 	if s.file != nil {
 		if _, err := s.file.Write(keep); err != nil {
+			s.keepErr = fmt.Errorf("keep %s: %w", s.name, err)
 			s.drop()
 		}
 	}
@@ -81,28 +93,19 @@ func (s *spool) digest() Stream {
 func (s *spool) drop() {
 	name := s.file.Name()
 	s.file.Close()
-	s.file = nil
+	s.file, s.path = nil, ""
 	_ = os.Remove(name)
 }
 
-// keep opens the stream's log file, created new and private (0600).
-func (s *spool) keep(path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("keep %s: %w", s.name, err)
-	}
-	s.file = f
-	return nil
-}
-
-// detach stops writing the log file and hands it over (nil when none is
-// kept): what it holds is final.
-func (s *spool) detach() *os.File {
+// detach stops writing the log file and hands it over (nil when none was
+// made), with why the stream is not kept if that failed: what the file
+// holds is final.
+func (s *spool) detach() (*os.File, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.file
-	s.file = nil
-	return f
+	s.file, s.path = nil, ""
+	return f, s.keepErr
 }
 
 // finish syncs and closes a detached log file; one that cannot be synced
@@ -122,19 +125,19 @@ func finish(f *os.File) {
 type spools struct {
 	stdout, stderr *spool
 	synced         sync.WaitGroup // the log files' syncs (see record)
+	runID          string
+	log            *slog.Logger
 }
 
 // openSpools makes a run's spools; with logDir set each also keeps its
-// stream in LogPath(logDir, runID, name). A log file that cannot be
-// created is logged and the run goes on without it.
+// stream in LogPath(logDir, runID, name), made at its first byte. A log
+// file that cannot be made or written is logged and the run goes on
+// without it.
 func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger) *spools {
-	sp := &spools{stdout: newSpool("stdout", stdout), stderr: newSpool("stderr", stderr)}
-	if logDir == "" {
-		return sp
-	}
-	for _, s := range []*spool{sp.stdout, sp.stderr} {
-		if err := s.keep(LogPath(logDir, runID, s.name)); err != nil {
-			log.Warn("run log not kept", "run", runID, "stream", s.name, "err", err)
+	sp := &spools{stdout: newSpool("stdout", stdout), stderr: newSpool("stderr", stderr), runID: runID, log: log}
+	if logDir != "" {
+		for _, s := range []*spool{sp.stdout, sp.stderr} {
+			s.path = LogPath(logDir, runID, s.name)
 		}
 	}
 	return sp
@@ -145,13 +148,16 @@ func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger
 // that follow (each fsync is a journal commit of its own, a millisecond or
 // more); wait joins them, before the run's record lands.
 func (s *spools) record(res *Result) {
-	files := []*os.File{s.stdout.detach(), s.stderr.detach()}
-	res.Streams = &Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
-	for _, f := range files {
+	for _, sp := range []*spool{s.stdout, s.stderr} {
+		f, err := sp.detach()
+		if err != nil {
+			s.log.Warn("run log not kept", "run", s.runID, "stream", sp.name, "err", err)
+		}
 		if f != nil {
 			s.synced.Go(func() { finish(f) })
 		}
 	}
+	res.Streams = &Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
 }
 
 // wait returns once the log files record started are synced (or removed).

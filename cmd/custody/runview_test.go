@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,6 +105,27 @@ func TestLogsAndResultAfterTheFact(t *testing.T) {
 	}
 	if code, out, errs := e.custody("logs", res.RunID); code != exitInternal || out != "" || !strings.Contains(errs, "is not the stream the run recorded") {
 		t.Fatalf("tampered log: %d %q %q", code, out, errs)
+	}
+	// A kept log that is gone is refused, not read as empty.
+	if err := os.Remove(filepath.Join(e.dir, "state", "logs", res.RunID+".stderr")); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := e.custody("logs", res.RunID, "--stream", "stderr"); code != exitRefused || out != "" {
+		t.Fatalf("removed log: %d %q %q", code, out, errs)
+	}
+
+	// A stream that stayed empty has no file, and reads as empty.
+	code, quiet := e.runJSON(t, e.phase(t, "quiet", "true", ""))
+	if code != exitOK {
+		t.Fatalf("quiet run: %d %+v", code, quiet)
+	}
+	for _, stream := range []string{"stdout", "stderr"} {
+		if _, err := os.Stat(filepath.Join(e.dir, "state", "logs", quiet.RunID+"."+stream)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("an empty %s has a log file: %v", stream, err)
+		}
+		if code, out, errs := e.custody("logs", quiet.RunID, "--stream", stream); code != exitOK || out != "" {
+			t.Fatalf("logs of an empty %s: %d %q %q", stream, code, out, errs)
+		}
 	}
 }
 

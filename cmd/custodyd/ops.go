@@ -40,6 +40,11 @@ func (s *server) handleGetLog(operator bool) http.HandlerFunc {
 			return
 		}
 		f, err := s.r.OpenLog(rec.Result.RunID, r.PathValue("stream"))
+		if errors.Is(err, runner.ErrNoLog) && emptyStream(rec.Result.Streams, r.PathValue("stream")) {
+			// The runner makes no file for a stream that stayed empty.
+			w.Header().Set("Content-Type", "application/octet-stream")
+			return
+		}
 		if errors.Is(err, runner.ErrNoLog) {
 			writeError(w, &api.Error{Code: api.CodeNotFound, Message: err.Error()})
 			return
@@ -55,6 +60,23 @@ func (s *server) handleGetLog(operator bool) http.HandlerFunc {
 		}
 	}
 }
+
+// emptyStream says the record holds stream name as kept and empty.
+func emptyStream(st *runner.Streams, name string) bool {
+	var s runner.Stream
+	switch name {
+	case runner.StreamStdout:
+		s = st.Stdout
+	case runner.StreamStderr:
+		s = st.Stderr
+	default:
+		return false
+	}
+	return s.Bytes == 0 && !s.Truncated && s.SHA256 == emptySHA256
+}
+
+// emptySHA256 is the sha256 of no bytes.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // sweepLogs removes the kept streams of runs whose record retention has
 // deleted (or that never got one), so logs go when their runs go. The

@@ -15,7 +15,7 @@ import (
 // are no run's stream.
 func TestSweepLogs(t *testing.T) {
 	d := startDaemon(t)
-	res, err := d.submit.Run(context.Background(), d.issue("echo kept"), io.Discard, io.Discard, nil)
+	res, err := d.submit.Run(context.Background(), d.issue("echo kept; echo kept too >&2"), io.Discard, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
