@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+
+	"github.com/custody-dev/custody/backend/vm/guest"
 )
 
 // cpioWriter writes the initramfs as an uncompressed newc archive (the
@@ -56,6 +58,17 @@ func (c *cpioWriter) file(name string, perm uint32, data []byte) {
 // opens for init's stdio before init runs.
 func (c *cpioWriter) char(name string, major, minor int) {
 	c.entry(name, 0o020600, major, minor, nil)
+}
+
+// guestBase writes what every guest's initramfs starts with: the mount
+// points, the console node, the init and the workload stage.
+func (c *cpioWriter) guestBase(files *guestFiles) {
+	for _, d := range []string{"dev", "proc", "sys", "custody", guest.ModulesDir[1:]} {
+		c.dir(d)
+	}
+	c.char("dev/console", 5, 1)
+	c.file("init", 0o755, files.init)
+	c.file(guest.StagePath[1:], 0o755, files.stage)
 }
 
 func (c *cpioWriter) close() error {

@@ -193,12 +193,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	}
 	var buf bytes.Buffer
 	cw := newCpio(&buf)
-	for _, d := range []string{"dev", "proc", "sys", "custody", "custody/modules"} {
-		cw.dir(d)
-	}
-	cw.char("dev/console", 5, 1)
-	cw.file("init", 0o755, files.init)
-	cw.file(guest.StagePath[1:], 0o755, files.stage)
+	cw.guestBase(files)
 	cw.file(guest.ConfigPath[1:], 0o644, cfgJSON)
 	if cfg.Seccomp {
 		cw.file(guest.SeccompPath[1:], 0o644, m.b.opts.SeccompFilter)

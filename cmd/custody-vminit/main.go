@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,9 @@ func run(s *streams) *guest.Report {
 	}
 	if err := earlyMounts(); err != nil {
 		return fail(err)
+	}
+	if bare() {
+		return fail(errors.New("a bare boot (" + guest.BareCmdline + "): nothing to launch"))
 	}
 	rep.InitUptime = uptime()
 	step := func(name string) { rep.Steps = append(rep.Steps, guest.Step{Name: name, Uptime: uptime()}) }
@@ -169,6 +173,13 @@ func run(s *streams) *guest.Report {
 	rep.OutputSHA256 = sum
 	step("output")
 	return rep
+}
+
+// bare says the kernel command line asks for a bare boot, the bench's
+// baseline: the init then resets the machine at once.
+func bare() bool {
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	return err == nil && slices.Contains(strings.Fields(string(cmdline)), guest.BareCmdline)
 }
 
 func earlyMounts() error {

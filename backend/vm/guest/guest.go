@@ -15,6 +15,10 @@ const ConfigPath = "/custody/config.json"
 // struct sock_filter entries in host byte order.
 const SeccompPath = "/custody/seccomp.bpf"
 
+// BareCmdline on the kernel command line makes the init reset the machine
+// at once: the bench's bare boot of a phase's own kernel and initrd.
+const BareCmdline = "custody.bare"
+
 // StagePath is where the workload stage (cmd/custody-vmstage) sits in the
 // initramfs: the init starts it in the workload's namespaces and cgroup,
 // and it execs the workload in its place.
