@@ -60,7 +60,7 @@ echo "bench: vm boot-to-exit (go test -bench BootToExit ./backend/vm/)" >&2
 VMBENCH=$OUT/vmbench.txt
 if make --no-print-directory vm-deps >&2 &&
 	CUSTODY_VMINIT=$ROOT/bin/custody-vminit CUSTODY_VMSTAGE=$ROOT/bin/custody-vmstage CUSTODY_VM_KERNEL=$ROOT/build/vm/vmlinux \
-		go test -run '^$' -bench BootToExit -benchtime "${VM_BENCH_RUNS:-5}x" -count 1 -v ./backend/vm/ >"$VMBENCH" 2>&1; then
+		go test -run '^$' -bench BootToExit -benchtime "${VM_BENCH_RUNS:-11}x" -count 1 -v ./backend/vm/ >"$VMBENCH" 2>&1; then
 	cat "$VMBENCH" >>"$GOBENCH"
 else
 	echo "bench: !!! the vm benchmark failed; its output:" >&2
