@@ -30,8 +30,8 @@ const (
 // BareBoot is the bench's baseline: the same kernel as this prepared
 // machine's phase and the initrd that which names, booted by the same
 // QEMU with the same machine, RAM, jail and sandbox flags but no devices,
-// and told on its command line (guest.BareCmdline) to reset at once, or
-// without a launch config to read. The RAM matters: the kernel's boot work
+// and told on its command line (guest.BareCmdline) to reset at once. The
+// RAM matters: the kernel's boot work
 // grows with it. dir holds the bare boot's own jail and initrd. It returns
 // QEMU's wall time, start to exit, and the CPU time QEMU used (user and
 // system, all its threads): under TCG that is the guest's work, which
@@ -52,14 +52,11 @@ func (m *Machine) BareBoot(ctx context.Context, dir string, which BareInitrd) (w
 			return 0, 0, err
 		}
 	}
-	kernel, err := os.Open(b.opts.Kernel.Path)
+	kernel, err := b.openKernel()
 	if err != nil {
 		return 0, 0, err
 	}
 	defer kernel.Close()
-	if err := verifyFD(kernel, b.opts.Kernel.SHA256, b); err != nil {
-		return 0, 0, err
-	}
 	console, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
 		return 0, 0, err
@@ -72,13 +69,8 @@ func (m *Machine) BareBoot(ctx context.Context, dir string, which BareInitrd) (w
 		return 0, 0, err
 	}
 	defer b.releaseUID(uid)
-	args := b.baseArgs(b.accel, m.spec.Memory+GuestOverheadBytes, dir, "custody-vm-bare", initrd, uid, gid)
-	for i, a := range args {
-		if a == "-append" {
-			args[i+1] += " " + guest.BareCmdline
-		}
-	}
-	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, args...)
+	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path,
+		b.baseArgs(b.accel, m.spec.Memory+GuestOverheadBytes, dir, "custody-vm-bare", initrd, guest.BareCmdline, uid, gid)...)
 	cmd.ExtraFiles = []*os.File{console, kernel}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	var out tailBuffer

@@ -153,12 +153,31 @@ func (m *Machine) Evidence() map[string]string {
 	return ev
 }
 
+// openKernel opens the pinned kernel for QEMU (its fd 4) and checks the
+// bytes on that fd: the kernel QEMU reads is the file opened here, which a
+// rename after the check does not swap.
+func (b *Backend) openKernel() (*os.File, error) {
+	kernel, err := os.Open(b.opts.Kernel.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyFD(kernel, b.opts.Kernel.SHA256, b); err != nil {
+		kernel.Close()
+		return nil, err
+	}
+	return kernel, nil
+}
+
 // baseArgs are the QEMU flags every guest gets: the machine, the jail and
-// the sandbox, the console on fd 3, the kernel on fd 4 and initrd.
-func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd string, uid, gid uint32) []string {
+// the sandbox, the console on fd 3, the kernel on fd 4 and initrd; extra
+// ends the kernel command line.
+func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd, extra string, uid, gid uint32) []string {
 	mem := (memBytes + (1<<20 - 1)) >> 20
 	cpu := "max"
 	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
+	if extra != "" {
+		appendLine += " " + extra
+	}
 	if accel == "kvm" {
 		cpu = "host"
 	} else if b.tscKHz > 0 {
@@ -180,7 +199,7 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd strin
 
 func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 	// fds 3.. in the child: console, kernel, then the streams' port.
-	args := b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), m.uid, m.gid)
+	args := b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), "", m.uid, m.gid)
 	if !m.rootInInitramfs {
 		args = append(args, "-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
 			"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs)
@@ -210,16 +229,11 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}
 	m.state = stateRan
 	m.mark("run")
-	kernel, err := os.Open(m.b.opts.Kernel.Path)
+	kernel, err := m.b.openKernel()
 	if err != nil {
 		return nil, err
 	}
 	defer kernel.Close()
-	// The kernel QEMU reads is the file opened here: a rename after the
-	// check does not swap it. Its bytes are checked again on this fd.
-	if err := verifyFD(kernel, m.b.opts.Kernel.SHA256, m.b); err != nil {
-		return nil, err
-	}
 	pipes := make([]struct{ r, w *os.File }, 2) // console, the streams' port
 	closeAll := func() {
 		for _, p := range pipes {

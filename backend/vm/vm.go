@@ -1,13 +1,15 @@
 // Package vm is the microVM backend: each launch runs in its own Linux
 // guest under a pinned `qemu-system-x86_64 -M microvm`, with a pinned guest
-// kernel, pinned kernel modules and custody's own static init
-// (cmd/custody-vminit), each recorded by path and sha256 and re-checked at
-// Prepare. The guest has no NIC; the rootfs and inputs reach it as
-// read-only virtio-blk erofs images; stdout, stderr, the output tree (a tar)
-// and the init's report come back as frames on one virtio-serial port that
-// the host reads in user space (guest.Demux), the output through the one hostile-tar extractor
-// (internal/untar) into a bounded output filesystem. The host never mounts
-// anything the guest wrote. QEMU runs with its seccomp sandbox, chrooted
+// kernel, pinned kernel modules, custody's own static init
+// (cmd/custody-vminit) and its workload stage (cmd/custody-vmstage), each
+// recorded by path and sha256 and re-checked at
+// Prepare. The guest has no NIC; the inputs, and a rootfs too large for the
+// initramfs, reach it as read-only virtio-blk erofs images; stdout, stderr,
+// the output tree (a tar) and the init's report come back as frames on one
+// virtio-serial port that the host reads in user space (guest.Demux), the
+// output through the one hostile-tar extractor (internal/untar) into a
+// bounded output filesystem. The host never mounts anything the guest
+// wrote. QEMU runs with its seccomp sandbox, chrooted
 // into an empty directory, as an unprivileged uid, in a mount namespace
 // of its own; wall time is enforced on the host by killing it.
 package vm

@@ -58,9 +58,9 @@ type VMConfig struct {
 
 func (v *VMConfig) validate() error {
 	for name, p := range map[string]vm.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init, "stage": v.Stage} {
-		if name == "stage" && p.Path == "" {
-			// custody-vmstage beside the init; its digest is pinned all the same.
-		} else if !filepath.IsAbs(p.Path) {
+		// An empty stage path is custody-vmstage beside the init; its
+		// digest is pinned all the same.
+		if (name != "stage" || p.Path != "") && !filepath.IsAbs(p.Path) {
 			return fmt.Errorf("vm.%s.path %q must be an absolute path", name, p.Path)
 		}
 		if len(p.SHA256) != 64 || strings.Trim(p.SHA256, "0123456789abcdef") != "" {
