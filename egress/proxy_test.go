@@ -278,6 +278,11 @@ func TestProxyRechecksOwnAddressesAtConnect(t *testing.T) {
 	if body, err := get(t, c, "http://"+egresstest.Allowed+"/"); err != nil || !strings.Contains(body, "hello from "+egresstest.Allowed) {
 		t.Fatalf("the allowed host: %q, %v", body, err)
 	}
+	// Its decision is taken here: one that lands late would otherwise be
+	// the one read below, for the refused request.
+	if d := r.lastDecision(t); !d.Allowed {
+		t.Fatalf("allowed host refused: %+v", d)
+	}
 	if body, err := get(t, c, "http://"+lateName+":8080/"); err == nil {
 		t.Fatalf("GET %s: %q, want refused at connect", lateName, body)
 	}
@@ -310,6 +315,11 @@ func TestProxyRefusesExtraOwnAddresses(t *testing.T) {
 	c := r.client()
 	if body, err := get(t, c, "http://"+egresstest.Allowed+"/"); err != nil || !strings.Contains(body, "hello from "+egresstest.Allowed) {
 		t.Fatalf("the allowed host: %q, %v", body, err)
+	}
+	// Its decision is taken here: one that lands late would otherwise be
+	// the one read below, for the refused request.
+	if d := r.lastDecision(t); !d.Allowed {
+		t.Fatalf("allowed host refused: %+v", d)
 	}
 	if body, err := get(t, c, "http://"+egresstest.Other+"/"); err == nil {
 		t.Fatalf("GET %s (a named own address): %q, want refused", egresstest.Other, body)
