@@ -50,17 +50,25 @@ func (cg *cgroupDirs) watchPids(pid int) error {
 		return nil
 	}
 	events := filepath.Join(d, "pids.events")
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("pids limit watch: %w", err)
-	}
-	if _, err := unix.InotifyAddWatch(fd, events, unix.IN_MODIFY); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("pids limit watch on %s: %w", events, err)
+	// v1 never notifies, so there the watch is the polling alone: an
+	// inotify instance would only cost its teardown (an SRCU grace period
+	// on a kernel worker) at every launch.
+	fd := -1
+	if cg.unified {
+		var err error
+		if fd, err = unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK); err != nil {
+			return fmt.Errorf("pids limit watch: %w", err)
+		}
+		if _, err := unix.InotifyAddWatch(fd, events, unix.IN_MODIFY); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("pids limit watch on %s: %w", events, err)
+		}
 	}
 	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		unix.Close(fd)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 		return fmt.Errorf("pids limit watch: %w", err)
 	}
 	pidfd, err := unix.PidfdOpen(pid, 0)
@@ -90,7 +98,7 @@ func (w *pidsWatch) loop(events string) {
 			w.hits.Store(max(w.hits.Load(), pidsMax(b)))
 		}
 		// Read whatever is queued (all of it when stopping).
-		for {
+		for w.fd >= 0 {
 			n, err := unix.Read(w.fd, buf)
 			if err != nil || n <= 0 {
 				break
@@ -150,7 +158,9 @@ func (cg *cgroupDirs) pidsNotified() int64 {
 	// kernel (fsnotify tears its group down synchronously): 10-15 ms of
 	// wall time on every launch, after the count is final. Nothing waits
 	// on that close, so it happens off the launch's path.
-	go unix.Close(w.fd)
+	if w.fd >= 0 {
+		go unix.Close(w.fd)
+	}
 	unix.Close(w.stop)
 	if w.pidfd >= 0 {
 		unix.Close(w.pidfd)
