@@ -270,9 +270,10 @@ func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, e
 		x.now = time.Now()
 	}
 	res.Checks = append(res.Checks, x.envelope(env))
+	sigDone := x.startSignature(ctx)
 	x.decodeStatement()
 	grantDone, outputsDone := x.startIndependent(ctx)
-	res.Checks = append(res.Checks, x.signature(ctx))
+	res.Checks = append(res.Checks, x.signature(sigDone))
 	if x.signer != nil {
 		res.SignerID, res.SignerName = x.signer.ID(), x.signer.Name
 	}
@@ -371,12 +372,25 @@ func (x *verification) startIndependent(ctx context.Context) (grantDone, outputs
 	return grantDone, outputsDone
 }
 
-func (x *verification) signature(ctx context.Context) Check {
+// startSignature starts checking the envelope's signatures, which needs
+// the envelope alone, so that it runs beside the statement's decoding;
+// nil when the envelope does not decode.
+func (x *verification) startSignature(ctx context.Context) chan signatures {
 	if x.e == nil {
+		return nil
+	}
+	done := make(chan signatures, 1)
+	e, v := x.e, x.v
+	go func() { done <- v.checkSignatures(ctx, e) }()
+	return done
+}
+
+func (x *verification) signature(done chan signatures) Check {
+	if done == nil {
 		return verdict(CheckSignature, notEvaluated+"the envelope does not decode")
 	}
 	var reason string
-	x.signer, reason = x.v.verifySignature(ctx, x.e, x.receipt)
+	x.signer, reason = x.v.signedBy(<-done, x.receipt)
 	return verdict(CheckSignature, reason)
 }
 
@@ -526,6 +540,18 @@ func allPass(res *Result, names ...string) bool {
 // least one must. Signatures by other keys are ignored. When several
 // trusted keys signed, the one the receipt names as its runner is returned.
 func (v *Verifier) verifySignature(ctx context.Context, e *cdsse.Envelope, r *Receipt) (*TrustedKey, string) {
+	return v.signedBy(v.checkSignatures(ctx, e), r)
+}
+
+// signatures is the outcome of cdsse.VerifySignatures under the trusted
+// runner keys.
+type signatures struct {
+	signed []cdsse.Key
+	others []string
+	err    error
+}
+
+func (v *Verifier) checkSignatures(ctx context.Context, e *cdsse.Envelope) signatures {
 	signed, others, err := cdsse.VerifySignatures(ctx, e, func(id string) (cdsse.Key, bool) {
 		k, ok := v.runners[id]
 		if !ok {
@@ -533,6 +559,13 @@ func (v *Verifier) verifySignature(ctx context.Context, e *cdsse.Envelope, r *Re
 		}
 		return k.Key, true
 	})
+	return signatures{signed, others, err}
+}
+
+// signedBy names the trusted runner key that signed the receipt r (the
+// one r names, when several did), or says why none did.
+func (v *Verifier) signedBy(s signatures, r *Receipt) (*TrustedKey, string) {
+	signed, others, err := s.signed, s.others, s.err
 	var bad *cdsse.SignatureError
 	if errors.As(err, &bad) {
 		k := v.runners[bad.KeyID]
