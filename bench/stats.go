@@ -92,6 +92,12 @@ func ReadCPUTimes() (CPUTimes, error) {
 	return t, nil
 }
 
+// BusyTime is the machine's busy CPU time from a to b.
+func BusyTime(a, b CPUTimes) time.Duration {
+	const tick = time.Second / 100 // USER_HZ, fixed for /proc on Linux
+	return time.Duration(b.Busy-a.Busy) * tick
+}
+
 // OtherLoad is the share of the machine's CPU capacity between a and b
 // that was busy with work other than own, the CPU time the measurement's
 // own processes used in that interval (0 when nothing else ran).
@@ -100,7 +106,6 @@ func OtherLoad(a, b CPUTimes, own time.Duration) float64 {
 		return 0
 	}
 	const tick = time.Second / 100 // USER_HZ, fixed for /proc on Linux
-	busy := time.Duration(b.Busy-a.Busy) * tick
 	total := time.Duration(b.Total-a.Total) * tick
-	return max(float64(busy-own)/float64(total), 0)
+	return max(float64(BusyTime(a, b)-own)/float64(total), 0)
 }
