@@ -1,11 +1,14 @@
 package vm
 
 import (
-	"bytes"
+	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -191,8 +194,16 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	cw := newCpio(&buf)
+	// Written straight to its file through the digest: a buffer of the
+	// whole initrd cost more in growing than the writing did.
+	f, err := os.OpenFile(filepath.Join(m.dir, "initrd.cpio"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	digest := sha256.New()
+	bw := bufio.NewWriterSize(io.MultiWriter(f, digest), 1<<20)
+	cw := newCpio(bw)
 	cw.guestBase(files)
 	cw.file(guest.ConfigPath[1:], 0o644, cfgJSON)
 	if cfg.Seccomp {
@@ -207,11 +218,14 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if err := cw.close(); err != nil {
 		return err
 	}
-	m.initrdSHA = sha256Hex(buf.Bytes())
-	m.configSHA = sha256Hex(cfgJSON)
-	if err := os.WriteFile(filepath.Join(m.dir, "initrd.cpio"), buf.Bytes(), 0o600); err != nil {
+	if err := bw.Flush(); err != nil {
 		return err
 	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	m.initrdSHA = hex.EncodeToString(digest.Sum(nil))
+	m.configSHA = sha256Hex(cfgJSON)
 	m.timing.Prepare = time.Since(t0)
 	m.mark("initrd")
 	m.state = statePrepared

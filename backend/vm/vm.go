@@ -302,6 +302,10 @@ func hostTSCKHz() int64 {
 type pinCache struct {
 	mu   sync.Mutex
 	seen map[string]string // path -> stat key of the verified bytes
+	// files are the guest files verified last, and filesKey the stat keys
+	// of their files then (guestFilesKey).
+	files    *guestFiles
+	filesKey string
 }
 
 func statKey(fi os.FileInfo) string {
@@ -393,8 +397,11 @@ func readModules(dir string) ([][]byte, string, error) {
 	return mods, hex.EncodeToString(sum[:]), nil
 }
 
-// checkPins verifies QEMU, the kernel, the init and the modules, and
-// returns the init and module bytes it verified.
+// checkPins verifies QEMU, the kernel, the init, the stage and the
+// modules, and returns the init, stage and module bytes it verified. As
+// with QEMU and the kernel, the bytes verified last are reused while none
+// of their files has changed since (pinCache's stat key: a write moves
+// ctime), and read and verified again otherwise.
 func (b *Backend) checkPins() (*guestFiles, error) {
 	if err := b.pins.verifyFile("qemu", b.opts.QEMU); err != nil {
 		return nil, err
@@ -402,6 +409,54 @@ func (b *Backend) checkPins() (*guestFiles, error) {
 	if err := b.pins.verifyFile("guest kernel", b.opts.Kernel); err != nil {
 		return nil, err
 	}
+	key := b.guestFilesKey()
+	if key != "" {
+		b.pins.mu.Lock()
+		files := b.pins.files
+		if b.pins.filesKey != key {
+			files = nil
+		}
+		b.pins.mu.Unlock()
+		if files != nil {
+			return files, nil
+		}
+	}
+	files, err := b.readGuestFiles()
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		b.pins.mu.Lock()
+		b.pins.files, b.pins.filesKey = files, key
+		b.pins.mu.Unlock()
+	}
+	return files, nil
+}
+
+// guestFilesKey is the stat keys of every file readGuestFiles reads; ""
+// (nothing cached) when one cannot be stat'ed, which readGuestFiles then
+// reports.
+func (b *Backend) guestFilesKey() string {
+	paths := []string{b.opts.Init.Path, b.opts.Stage.Path}
+	for _, m := range Modules {
+		paths = append(paths, filepath.Join(b.opts.Modules.Path, m))
+	}
+	var key strings.Builder
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return ""
+		}
+		k := statKey(fi)
+		if k == "" {
+			return ""
+		}
+		key.WriteString(k + "\n")
+	}
+	return key.String()
+}
+
+func (b *Backend) readGuestFiles() (*guestFiles, error) {
 	init, err := readPinned("init", b.opts.Init, "bin/custody-vminit")
 	if err != nil {
 		return nil, err

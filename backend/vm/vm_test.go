@@ -212,33 +212,69 @@ func guestUsage(t *testing.T, ex *backend.Exit) (peak, cpu, oom int64) {
 	return 0, 0, 0
 }
 
-// TestTamperedArtifactsRefused: a kernel, init or workload stage whose bytes changed since
-// they were pinned is refused at Prepare, before anything is created; the
-// untouched pins launch.
+// TestTamperedArtifactsRefused: a kernel, init, workload stage or module
+// whose bytes changed since they were pinned is refused at Prepare, before
+// anything is created, also after an earlier Prepare verified (and the
+// backend kept) the untouched bytes; the untouched pins prepare.
 func TestTamperedArtifactsRefused(t *testing.T) {
 	opts := pins(t)
 	rootfs := testenv.BusyboxRootfs(t)
-	for _, which := range []string{"kernel", "init", "stage"} {
+	for _, which := range []string{"kernel", "init", "stage", "module"} {
 		t.Run(which, func(t *testing.T) {
 			o := opts
-			copyTo := filepath.Join(t.TempDir(), which)
-			src := map[string]*vm.Pinned{"kernel": &o.Kernel, "init": &o.Init, "stage": &o.Stage}[which]
-			data, err := os.ReadFile(src.Path)
+			var src string
+			var copyTo string
+			switch which {
+			case "module":
+				// A copy of the module tree, so that one module can change.
+				o.Modules.Path = filepath.Join(t.TempDir(), "modules")
+				for _, m := range vm.Modules {
+					data, err := os.ReadFile(filepath.Join(opts.Modules.Path, m))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.MkdirAll(filepath.Dir(filepath.Join(o.Modules.Path, m)), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(o.Modules.Path, m), data, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				copyTo = filepath.Join(o.Modules.Path, vm.Modules[0])
+				src = copyTo
+			default:
+				p := map[string]*vm.Pinned{"kernel": &o.Kernel, "init": &o.Init, "stage": &o.Stage}[which]
+				src, copyTo = p.Path, filepath.Join(t.TempDir(), which)
+				p.Path = copyTo
+			}
+			data, err := os.ReadFile(src)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := os.WriteFile(copyTo, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			src.Path = copyTo
 			b := newBackend(t, o)
-			// Tamper after the backend was made: Prepare re-checks.
+			ctx := context.Background()
+			// The untouched pins prepare, and the backend keeps what it
+			// verified.
+			sb, err := b.Prepare(ctx, "untouched-"+which, spec(t, rootfs, "/bin/true"), nopRecorder{})
+			if err != nil {
+				t.Fatalf("prepare with the pinned %s: %v", which, err)
+			}
+			if rep := sb.Cleanup(ctx); !rep.Verified {
+				t.Fatalf("cleanup: %+v", rep.Steps)
+			}
+			// Tamper after that: Prepare re-checks.
 			data[len(data)/2] ^= 0xff
 			if err := os.WriteFile(copyTo, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			sb, err := b.Prepare(context.Background(), "tamper-"+which, spec(t, rootfs, "/bin/true"), nopRecorder{})
+			sb, err = b.Prepare(ctx, "tamper-"+which, spec(t, rootfs, "/bin/true"), nopRecorder{})
 			if !errors.Is(err, vm.ErrTampered) {
+				if sb != nil {
+					sb.Cleanup(ctx) // what a wrongly admitted prepare made
+				}
 				t.Fatalf("prepare with a tampered %s: %v, want ErrTampered", which, err)
 			}
 			if sb != nil {
