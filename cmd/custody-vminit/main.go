@@ -311,10 +311,7 @@ func buildRoot(cfg *guest.Config) error {
 	} else if err := overlayRoot(); err != nil {
 		return err
 	}
-	mkdir := func(p string) (string, error) {
-		full := filepath.Join(newRoot, p)
-		return full, os.MkdirAll(full, 0o755)
-	}
+	mkdir := func(p string) (string, error) { return mountPoint(newRoot, p) }
 	for i, target := range cfg.Inputs {
 		full, err := mkdir(target)
 		if err != nil {
@@ -347,7 +344,11 @@ func buildRoot(cfg *guest.Config) error {
 	if _, err := mkdir("/proc"); err != nil {
 		return err
 	}
-	if err := minimalDev(); err != nil {
+	dev, err := mkdir("/dev")
+	if err != nil {
+		return err
+	}
+	if err := minimalDev(dev); err != nil {
 		return err
 	}
 	// The root itself read-only: writes go to /tmp and the output only.
@@ -357,13 +358,46 @@ func buildRoot(cfg *guest.Config) error {
 	return nil
 }
 
-// minimalDev is a /dev with the harmless nodes only: never the guest's
-// devtmpfs, which holds the streams' port and the disks.
-func minimalDev() error {
-	dev := filepath.Join(newRoot, "dev")
-	if err := os.MkdirAll(dev, 0o755); err != nil {
-		return err
+// mountPoint makes p, a clean absolute path, a directory below root one
+// component at a time, and never follows a link: a component that the
+// image has as a symlink or as anything but a directory is removed and a
+// directory made in its place, as the oci backend's mount points shadow
+// the image's entries. Following one (os.MkdirAll would) could put a
+// mount anywhere in the init's own tree, the guest's /dev among it. No
+// process but this init runs in the guest yet, so what is checked here
+// stays so until the mounts are made. It returns the full path.
+func mountPoint(root, p string) (string, error) {
+	cur := root
+	for _, c := range strings.Split(p, "/") {
+		if c == "" {
+			continue
+		}
+		if c == "." || c == ".." {
+			return "", fmt.Errorf("mount point %q is not a clean absolute path", p)
+		}
+		cur = filepath.Join(cur, c)
+		fi, err := os.Lstat(cur)
+		switch {
+		case err == nil && fi.IsDir():
+			continue
+		case err == nil:
+			if err := os.Remove(cur); err != nil {
+				return "", fmt.Errorf("mount point %s: replace the image's %s (%s): %w", p, cur[len(root):], fi.Mode().Type(), err)
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("mount point %s: %w", p, err)
+		}
+		if err := os.Mkdir(cur, 0o755); err != nil {
+			return "", fmt.Errorf("mount point %s: %w", p, err)
+		}
 	}
+	return cur, nil
+}
+
+// minimalDev is a /dev (dev, made by mountPoint) with the harmless nodes
+// only: never the guest's devtmpfs, which holds the streams' port and the
+// disks.
+func minimalDev(dev string) error {
 	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
