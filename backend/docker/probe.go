@@ -337,26 +337,43 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 			err = errors.Join(err, cerr)
 		}
 	}()
+	// A create runs to its end even when ctx ends meanwhile: a create
+	// abandoned mid-request can still make its object in the engine, and
+	// the probe would never learn the ID it must remove. The deadline
+	// still holds: it is checked as soon as the create returns.
+	creating := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	}
 	mkNet := func(suffix string, internal bool, opts map[string]string) (network.Inspect, error) {
-		resp, err := d.cli.NetworkCreate(ctx, "custody-probe-"+nonce+"-"+suffix, network.CreateOptions{
+		cctx, cancel := creating()
+		resp, err := d.cli.NetworkCreate(cctx, "custody-probe-"+nonce+"-"+suffix, network.CreateOptions{
 			Driver: "bridge", Internal: internal, Options: opts, Labels: labels})
+		cancel()
 		if err != nil {
 			return network.Inspect{}, fmt.Errorf("create %s network: %w", suffix, err)
 		}
 		networks = append(networks, resp.ID)
+		if err := ctx.Err(); err != nil {
+			return network.Inspect{}, fmt.Errorf("create %s network: %w", suffix, err)
+		}
 		return d.cli.NetworkInspect(ctx, resp.ID, network.InspectOptions{})
 	}
 	// Every container's upstream resolvers are the witness's addresses,
 	// so that what the embedded resolver forwards lands there.
 	var upstream []string
 	run := func(suffix string, net network.Inspect, cmd ...string) (string, error) {
-		resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: cmd, Labels: labels},
+		cctx, cancel := creating()
+		resp, err := d.cli.ContainerCreate(cctx, &container.Config{Image: image, Cmd: cmd, Labels: labels},
 			&container.HostConfig{NetworkMode: container.NetworkMode(net.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-"+suffix)
+		cancel()
 		if err != nil {
 			return "", fmt.Errorf("create %s container: %w", suffix, err)
 		}
 		containers = append(containers, resp.ID)
 		d.probeCreated(resp.ID)
+		if err := ctx.Err(); err != nil {
+			return "", fmt.Errorf("create %s container: %w", suffix, err)
+		}
 		if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 			return "", fmt.Errorf("start %s container: %w", suffix, err)
 		}
@@ -451,14 +468,19 @@ echo "peer=$out"
 (timeout 3 nslookup "h-$DNSNAME" "$HOSTIP" >/dev/null 2>&1) & (timeout 3 nslookup "g-$DNSNAME" "$GW" >/dev/null 2>&1) &
 (timeout 3 nslookup "r-$DNSNAME" 127.0.0.11 >/dev/null 2>&1) &
 wait`
-	resp, err := d.cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, Labels: labels,
+	cctx, cancel := creating()
+	resp, err := d.cli.ContainerCreate(cctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, Labels: labels,
 		Env: []string{"PEER=" + peerIP, "WORLD=" + worldIP, "GW=" + gw, "HOSTIP=" + hostIP, "TOKEN=" + token, "DNSNAME=" + dnsInt}},
 		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-prober")
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("create prober: %w", err)
 	}
 	containers = append(containers, resp.ID)
 	d.probeCreated(resp.ID)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("create prober: %w", err)
+	}
 	waitC, errC := d.cli.ContainerWait(ctx, resp.ID, container.WaitConditionNextExit)
 	if err := d.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return nil, fmt.Errorf("start prober: %w", err)
@@ -563,6 +585,10 @@ func net4(s string) string {
 
 // removeProbeObjects removes the probe's containers, then its networks, by
 // ID, and confirms each is gone.
+// createTimeout bounds one create of the probe's, which runs past the
+// probe's own deadline (see proveInternal).
+const createTimeout = 30 * time.Second
+
 func (d *Docker) removeProbeObjects(ctx context.Context, containers, networks []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
