@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -879,5 +880,51 @@ func TestCreateWarningIsRefused(t *testing.T) {
 	}
 	if _, err := w.CreateContainer(ctx, "plain", sleeper(dt), &container.HostConfig{NetworkMode: "none"}, nil); err != nil {
 		t.Fatalf("create without a warning: %v", err)
+	}
+}
+
+// A create whose caller's context ends mid-request still records what the
+// engine made, and the teardown right after removes it. The deadlines
+// sweep from before the create (nothing made, the intent resolves as never
+// created) through it; once the engine has settled, no object of any name
+// the workspace used is there. Before creates ran to their end, one given
+// up mid-request could make its object after the teardown had looked.
+func TestCreateGivenUpMidRequestLeavesNothing(t *testing.T) {
+	t.Parallel()
+	d, dt := open(t)
+	w := workspace(t, d, newRecorder())
+	var made []backend.Resource
+	for i, deadline := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond, 100 * time.Millisecond} {
+		for _, create := range []func(ctx context.Context) (backend.Resource, error){
+			func(ctx context.Context) (backend.Resource, error) {
+				return w.CreateNetwork(ctx, fmt.Sprintf("net%d", i), NetworkSpec{Internal: true})
+			},
+			func(ctx context.Context) (backend.Resource, error) {
+				return w.CreateVolume(ctx, fmt.Sprintf("vol%d", i))
+			},
+			func(ctx context.Context) (backend.Resource, error) {
+				return w.CreateContainer(ctx, fmt.Sprintf("ctr%d", i), sleeper(dt), nil, nil)
+			},
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			r, err := create(ctx)
+			cancel()
+			if r.Name == "" {
+				t.Fatalf("no resource from a create (%v)", err)
+			}
+			t.Logf("deadline %v: %s %s is %s (%v)", deadline, r.Kind, r.Name, r.State, err)
+			made = append(made, r)
+			// The caller's teardown, at once, as a failed pack-up's is.
+			if step, err := w.Remove(testCtx(t), r); err != nil {
+				t.Errorf("remove %s %s: %v (%+v)", r.Kind, r.Name, err, step)
+			}
+		}
+	}
+	ctx := testCtx(t)
+	time.Sleep(2 * time.Second) // a create given up mid-request lands by now
+	for _, r := range made {
+		if _, err := d.inspect(ctx, r.Kind, r.Name); !cerrdefs.IsNotFound(err) {
+			t.Errorf("%s %s is still there after the teardown (%v)", r.Kind, r.Name, err)
+		}
 	}
 }

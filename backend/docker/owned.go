@@ -190,6 +190,32 @@ func (w *Workspace) created(ctx context.Context, r backend.Resource, id string) 
 	return r, nil
 }
 
+// createdBefore is created for an object made under cctx (createContext
+// of ctx): it records the object, then reports ctx's end if ctx ended
+// meanwhile, so that the caller stops and its teardown removes the object
+// by the ID recorded.
+func (w *Workspace) createdBefore(ctx, cctx context.Context, r backend.Resource, id string) (backend.Resource, error) {
+	r, err := w.created(cctx, r, id)
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("create %s %s: %w", r.Kind, r.Name, ctx.Err())
+	}
+	return r, err
+}
+
+// createTimeout bounds one engine create, which createContext lets run
+// past its caller's end.
+const createTimeout = 30 * time.Second
+
+// createContext is the context of one engine create: ctx's values without
+// its end, bounded by createTimeout. A create given up mid-request can
+// still make its object in the engine after the caller has looked for it
+// (a workspace intent resolved as never created, a probe that removes by
+// ID), so every create runs to its end and its object is recorded; the
+// caller checks ctx as soon as it returns.
+func createContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+}
+
 // nameFree refuses when an object already holds the name: checked before
 // the create and again by the engine itself at create (a same-named object
 // may appear in between; then the create fails with a conflict).
@@ -230,14 +256,16 @@ func (w *Workspace) CreateNetwork(ctx context.Context, logical string, spec Netw
 		opts.Options = InternalNetworkOptions()
 	}
 	w.raceHook(r)
-	resp, err := w.d.cli.NetworkCreate(ctx, r.Name, opts)
+	cctx, cancel := createContext(ctx)
+	defer cancel()
+	resp, err := w.d.cli.NetworkCreate(cctx, r.Name, opts)
 	if cerrdefs.IsConflict(err) {
 		return r, fmt.Errorf("create network %s: %w: %w", r.Name, ErrNameTaken, err)
 	}
 	if err != nil {
 		return r, fmt.Errorf("create network %s: %w", r.Name, err)
 	}
-	return w.created(ctx, r, resp.ID)
+	return w.createdBefore(ctx, cctx, r, resp.ID)
 }
 
 // CreateVolume records the intent, creates a local volume with custody's
@@ -252,11 +280,13 @@ func (w *Workspace) CreateVolume(ctx context.Context, logical string) (backend.R
 		return r, err
 	}
 	w.raceHook(r)
-	v, err := w.d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: r.Name, Driver: "local", Labels: r.Identity})
+	cctx, cancel := createContext(ctx)
+	defer cancel()
+	v, err := w.d.cli.VolumeCreate(cctx, volume.CreateOptions{Name: r.Name, Driver: "local", Labels: r.Identity})
 	if err != nil {
 		return r, fmt.Errorf("create volume %s: %w", r.Name, err)
 	}
-	return w.created(ctx, r, v.Name)
+	return w.createdBefore(ctx, cctx, r, v.Name)
 }
 
 // CreateContainer records the intent, creates the container with
@@ -285,14 +315,16 @@ func (w *Workspace) CreateContainer(ctx context.Context, logical string, cfg *co
 	}
 	maps.Copy(c.Labels, r.Identity)
 	w.raceHook(r)
-	resp, err := w.d.cli.ContainerCreate(ctx, &c, host, nets, nil, r.Name)
+	cctx, cancel := createContext(ctx)
+	defer cancel()
+	resp, err := w.d.cli.ContainerCreate(cctx, &c, host, nets, nil, r.Name)
 	if cerrdefs.IsConflict(err) {
 		return r, fmt.Errorf("create container %s: %w: %w", r.Name, ErrNameTaken, err)
 	}
 	if err != nil {
 		return r, fmt.Errorf("create container %s: %w", r.Name, err)
 	}
-	r, err = w.created(ctx, r, resp.ID)
+	r, err = w.createdBefore(ctx, cctx, r, resp.ID)
 	if err == nil && len(resp.Warnings) > 0 {
 		// The engine drops a setting it cannot apply (a memory or pids
 		// limit without its controller) and only warns: the container is

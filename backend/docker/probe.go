@@ -337,13 +337,10 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 			err = errors.Join(err, cerr)
 		}
 	}()
-	// A create runs to its end even when ctx ends meanwhile: a create
-	// abandoned mid-request can still make its object in the engine, and
-	// the probe would never learn the ID it must remove. The deadline
-	// still holds: it is checked as soon as the create returns.
-	creating := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	}
+	// Each create runs to its end (createContext), so that the probe
+	// learns the ID of everything it must remove; its deadline is checked
+	// as soon as the create returns.
+	creating := func() (context.Context, context.CancelFunc) { return createContext(ctx) }
 	mkNet := func(suffix string, internal bool, opts map[string]string) (network.Inspect, error) {
 		cctx, cancel := creating()
 		resp, err := d.cli.NetworkCreate(cctx, "custody-probe-"+nonce+"-"+suffix, network.CreateOptions{
@@ -585,10 +582,6 @@ func net4(s string) string {
 
 // removeProbeObjects removes the probe's containers, then its networks, by
 // ID, and confirms each is gone.
-// createTimeout bounds one create of the probe's, which runs past the
-// probe's own deadline (see proveInternal).
-const createTimeout = 30 * time.Second
-
 func (d *Docker) removeProbeObjects(ctx context.Context, containers, networks []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
