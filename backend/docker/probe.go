@@ -340,9 +340,8 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 	// Each create runs to its end (createContext), so that the probe
 	// learns the ID of everything it must remove; its deadline is checked
 	// as soon as the create returns.
-	creating := func() (context.Context, context.CancelFunc) { return createContext(ctx) }
 	mkNet := func(suffix string, internal bool, opts map[string]string) (network.Inspect, error) {
-		cctx, cancel := creating()
+		cctx, cancel := createContext(ctx)
 		resp, err := d.cli.NetworkCreate(cctx, "custody-probe-"+nonce+"-"+suffix, network.CreateOptions{
 			Driver: "bridge", Internal: internal, Options: opts, Labels: labels})
 		cancel()
@@ -359,7 +358,7 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 	// so that what the embedded resolver forwards lands there.
 	var upstream []string
 	run := func(suffix string, net network.Inspect, cmd ...string) (string, error) {
-		cctx, cancel := creating()
+		cctx, cancel := createContext(ctx)
 		resp, err := d.cli.ContainerCreate(cctx, &container.Config{Image: image, Cmd: cmd, Labels: labels},
 			&container.HostConfig{NetworkMode: container.NetworkMode(net.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-"+suffix)
 		cancel()
@@ -465,7 +464,7 @@ echo "peer=$out"
 (timeout 3 nslookup "h-$DNSNAME" "$HOSTIP" >/dev/null 2>&1) & (timeout 3 nslookup "g-$DNSNAME" "$GW" >/dev/null 2>&1) &
 (timeout 3 nslookup "r-$DNSNAME" 127.0.0.11 >/dev/null 2>&1) &
 wait`
-	cctx, cancel := creating()
+	cctx, cancel := createContext(ctx)
 	resp, err := d.cli.ContainerCreate(cctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, Labels: labels,
 		Env: []string{"PEER=" + peerIP, "WORLD=" + worldIP, "GW=" + gw, "HOSTIP=" + hostIP, "TOKEN=" + token, "DNSNAME=" + dnsInt}},
 		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-prober")
