@@ -136,6 +136,9 @@ func (r *RawRunc) writeBundles(n int, rc RawConfig) error {
 	return nil
 }
 
+// Bundle is the directory of bundle i.
+func (r *RawRunc) Bundle(i int) string { return r.bundles[i] }
+
 // Run runs one container in bundle i to the end: `runc --root S run
 // --bundle B <unique id>`.
 func (r *RawRunc) Run(ctx context.Context, i int) error {

@@ -4,6 +4,9 @@
 #
 #   1. trusted launch of /bin/true through custodyd (fresh grant each time)
 #      vs raw `runc run` and `docker run --rm`, interleaved
+#      and, for information, the raw bundle launched in-process through
+#      libcontainer (tools/runc/launchcost) vs `runc run`: what a runc
+#      process per launch costs
 #   2. phases/s at concurrency 1, 2, 4, 8 vs a raw runc loop
 #   3. input closure digest vs sha256sum (256 MiB and 1 GiB in large files;
 #      10k and 100k small files), data made once under build/bench/data
@@ -41,6 +44,12 @@ mkdir -p "$OUT"
 echo "bench: building (make build and the test image)" >&2
 make --no-print-directory build "$ROOT/build/testimage/rootfs" >&2
 go build -o "$OUT/custody-bench" ./bench/cmd/custody-bench
+# The runtime rows' tool, from the pinned runc's own module and build tags.
+LAUNCHCOST=$OUT/launchcost
+if ! (cd tools/runc && CGO_ENABLED=1 go build -trimpath -tags seccomp -o "$LAUNCHCOST" ./launchcost) >&2; then
+	echo "bench: !!! tools/runc/launchcost did not build: the runtime rows will say it is missing" >&2
+	LAUNCHCOST=
+fi
 # Loud but not fatal: without dockerd or docker-compose the rows that need
 # them say what is missing, and the rest still runs.
 echo "bench: what the docker and pack rows need (make bench-deps)" >&2
@@ -67,7 +76,7 @@ else
 	tail -30 "$VMBENCH" >&2
 fi
 
-args=(-bin "$ROOT/bin" -rootfs "$ROOT/build/testimage/rootfs" -data "$OUT/data" -gobench "$GOBENCH")
+args=(-bin "$ROOT/bin" -rootfs "$ROOT/build/testimage/rootfs" -data "$OUT/data" -gobench "$GOBENCH" -launchcost "$LAUNCHCOST")
 [ -n "${BENCH_JSON:-}" ] && args+=(-json "$BENCH_JSON")
 rc=0
 "$OUT/custody-bench" "${args[@]}" "$@" || rc=$?
