@@ -64,6 +64,8 @@ browser-deps: deps
 
 # What make bench needs beyond the build: the isolated engine's packages and
 # Debian's docker-compose (1.29), the pack row's baseline on that engine.
+# make test needs it too: the bench package's tests bring the pack row's
+# pack up with it.
 BENCH_PACKAGES := docker-compose
 bench-deps: docker-deps
 	@if ! command -v docker-compose >/dev/null; then \
@@ -136,7 +138,7 @@ demo: build bin/cosign $(BUILD)/testimage/rootfs
 TEST_PKGS := ./workspace/ ./cmd/custody/ ./backend/vm/ ./backend/docker/ ./cmd/custodyd/ ./evidence/ ./runner/ ./bench/ ./...
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
-test: build bin/cosign docker-deps vm-deps image-deps browser-deps
+test: build bin/cosign bench-deps vm-deps image-deps browser-deps
 	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
@@ -164,7 +166,7 @@ bin/custodyd-race: $(GO_SOURCES) | deps
 bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
-test-race: build bin/cosign docker-deps vm-deps image-deps browser-deps $(RACE_BINS)
+test-race: build bin/cosign bench-deps vm-deps image-deps browser-deps $(RACE_BINS)
 	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m $(TEST_PKGS)
 
 # Qualify this platform: the development tier on this host and the
