@@ -164,12 +164,7 @@ func (r *RawRunc) CPU() time.Duration { return time.Duration(r.cpu.Load()) }
 // Close deletes any container left in the private state root (there is
 // none after clean runs) and removes the directory.
 func (r *RawRunc) Close() error {
-	out, _ := exec.Command(r.Runc, "--root", r.State, "list", "-q").Output()
-	var left []string
-	for _, id := range strings.Fields(string(out)) {
-		left = append(left, id)
-		_ = exec.Command(r.Runc, "--root", r.State, "delete", "--force", id).Run()
-	}
+	left := RemoveContainers(r.Runc, r.State)
 	for i := len(r.mounts) - 1; i >= 0; i-- {
 		if err := unix.Unmount(r.mounts[i], 0); err != nil {
 			return fmt.Errorf("unmount %s: %w", r.mounts[i], err)
@@ -192,6 +187,18 @@ func (r *RawRunc) Close() error {
 		return fmt.Errorf("raw runc left containers %v (force-deleted)", left)
 	}
 	return nil
+}
+
+// RemoveContainers force-deletes every container in the runc state dir
+// root (libcontainer's state, which runc reads, included) and returns
+// their ids.
+func RemoveContainers(runc, root string) []string {
+	out, _ := exec.Command(runc, "--root", root, "list", "-q").Output()
+	ids := strings.Fields(string(out))
+	for _, id := range ids {
+		_ = exec.Command(runc, "--root", root, "delete", "--force", id).Run()
+	}
+	return ids
 }
 
 // RemoveEmptyCgroup removes the cgroup directory name below this process's

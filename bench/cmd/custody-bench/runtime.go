@@ -43,7 +43,16 @@ func (b *bencher) runtimeCost(ctx context.Context) {
 	// which the kernel refuses over an overlapping layer, and copying the
 	// binary instead costs a launch about 15 ms.
 	root := filepath.Join(b.tmp, "launchcost")
-	cmd := exec.CommandContext(ctx, b.o.launchCost, "-runc", filepath.Join(b.o.bin, "runc"),
+	runc := filepath.Join(b.o.bin, "runc")
+	defer func() {
+		// A launch the tool did not finish (it failed, or was stopped)
+		// may leave its container; runc reads libcontainer's state.
+		if left := bench.RemoveContainers(runc, root); len(left) > 0 {
+			progress("!!! runtime: launchcost left containers %v (force-deleted)", left)
+		}
+		_ = os.RemoveAll(root)
+	}()
+	cmd := exec.CommandContext(ctx, b.o.launchCost, "-runc", runc,
 		"-bundle", b.raw.Bundle(0), "-root", root, "-n", strconv.Itoa(b.o.launchCostRuns))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -63,7 +72,6 @@ func (b *bencher) runtimeCost(ctx context.Context) {
 		b.fail(row, fmt.Errorf("%s: incomplete output %q", b.o.launchCost, out))
 		return
 	}
-	_ = os.RemoveAll(root) // libcontainer removes each container's state; the dir is left empty
 	row.N, row.Value, row.BaselineValue = in.N, bench.F(in.WallP50ms), bench.F(ex.WallP50ms)
 	row.Ratio = bench.F(in.WallP50ms / ex.WallP50ms)
 	row.RatioText = fmt.Sprintf("%.2f× runc, %+.2f ms", in.WallP50ms/ex.WallP50ms, in.WallP50ms-ex.WallP50ms)
