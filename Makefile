@@ -77,13 +77,21 @@ bench-deps: docker-deps
 # directive), in a module of its own so that no dependency of custody's
 # own code can change the runtime binary; built from the Go module proxy
 # with seccomp support.
-runc: bin/runc
+# bin/runc is runc's own CLI; custody launches through bin/custody-runc,
+# the same library (libcontainer) from the same module, served by one
+# long-lived process instead of a runc process per launch. bin/runc stays
+# the bench's raw baseline and the runtime of the guests' smoke tests.
+runc: bin/runc bin/custody-runc
 bin/runc: tools/runc/go.mod tools/runc/go.sum | deps
 	@mkdir -p bin
 	cd tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o ../../bin/runc github.com/opencontainers/runc
 	@./bin/runc --version | head -1
+bin/custody-runc: tools/runc/go.mod tools/runc/go.sum $(wildcard tools/runc/custody-runc/*.go) | deps
+	@mkdir -p bin
+	cd tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags seccomp -o ../../bin/custody-runc ./custody-runc
+	@./bin/custody-runc --version | head -1
 
-build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc bin/custody-gate bin/custody-vminit bin/custody-vmstage
+build: bin/custody bin/custodyd bin/custodyd-faultinject bin/custody-probe bin/runc bin/custody-runc bin/custody-gate bin/custody-vminit bin/custody-vmstage
 # The gate every container starts with (cmd/custody-gate): static C, so it
 # adds no threads and almost no memory to a workload's budgets. It sits
 # beside runc, where custodyd looks for it by default.

@@ -4,7 +4,7 @@
 // module pins, alternating, and prints the CPU time (its own and its
 // reaped descendants', rusage) and the wall time per launch of each as
 // JSON. custody-bench runs it on the raw runc bundle; custody itself
-// launches through bin/runc and never through this.
+// launches through bin/custody-runc, never through this.
 package main
 
 import (
