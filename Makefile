@@ -147,7 +147,7 @@ TEST_PKGS := ./workspace/ ./cmd/custody/ ./backend/vm/ ./backend/docker/ ./cmd/c
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build bin/cosign bench-deps vm-deps image-deps browser-deps
-	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
+	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
 # gcc, make, Go and pytest, made once with mmdebstrap from Debian's mirror
@@ -156,7 +156,7 @@ test: build bin/cosign bench-deps vm-deps image-deps browser-deps
 # logs import times, disk use and launch p50 against busybox.
 test-images: build
 	@command -v mmdebstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y mmdebstrap
-	CUSTODY_IMAGE_TESTS=1 CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 40m -v -run '^TestDebianToolchains$$' ./cmd/custody/
+	CUSTODY_IMAGE_TESTS=1 CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 40m -v -run '^TestDebianToolchains$$' ./cmd/custody/
 
 # The whole suite under the race detector: every test binary with -race, and
 # the CLI and daemons the tests start (CUSTODY_BIN, CUSTODYD_BIN,
@@ -175,7 +175,7 @@ bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
 test-race: build bin/cosign bench-deps vm-deps image-deps browser-deps $(RACE_BINS)
-	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m $(TEST_PKGS)
+	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 30m $(TEST_PKGS)
 
 # Qualify this platform: the development tier on this host and the
 # production tier inside a real cgroup-v2 guest (QEMU), both signed rows in
@@ -234,12 +234,12 @@ install: build
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/custody $(DESTDIR)$(UNITDIR)
 	install -d -m 0700 $(DESTDIR)$(SYSCONFDIR)/custody
 	install -m 0755 bin/custody bin/custodyd $(DESTDIR)$(PREFIX)/bin/
-	install -m 0755 bin/runc bin/custody-gate $(DESTDIR)$(PREFIX)/lib/custody/
+	install -m 0755 bin/custody-runc bin/custody-gate $(DESTDIR)$(PREFIX)/lib/custody/
 	sed 's|/usr/local/bin/custodyd|$(PREFIX)/bin/custodyd|; s|/etc/custody/|$(SYSCONFDIR)/custody/|' dist/custodyd.service > $(DESTDIR)$(UNITDIR)/custodyd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/custodyd.service
 	@cfg=$(DESTDIR)$(SYSCONFDIR)/custody/custodyd.yaml; if [ -e $$cfg ]; then echo "kept $$cfg"; else \
-		sed -e 's|@LIBDIR@|$(PREFIX)/lib/custody|' -e "s|@RUNC_VERSION@|$$(bin/runc --version | sed -n 's/^runc version //p')|" \
-		    -e "s|@RUNC_SHA256@|$$(sha256sum bin/runc | cut -d' ' -f1)|" -e 's|/etc/custody/|$(SYSCONFDIR)/custody/|' \
+		sed -e 's|@LIBDIR@|$(PREFIX)/lib/custody|' -e "s|@RUNC_VERSION@|$$(bin/custody-runc --version | sed -n 's/^custody-runc version //p')|" \
+		    -e "s|@RUNC_SHA256@|$$(sha256sum bin/custody-runc | cut -d' ' -f1)|" -e 's|/etc/custody/|$(SYSCONFDIR)/custody/|' \
 		    dist/custodyd.yaml.in > $$cfg && chmod 0600 $$cfg && echo "wrote $$cfg"; fi
 	@pol=$(DESTDIR)$(SYSCONFDIR)/custody/policy.yaml; if [ -e $$pol ]; then echo "kept $$pol"; else \
 		install -m 0600 examples/policy.yaml $$pol && echo "wrote $$pol (the example: edit its images and inputRoots)"; fi

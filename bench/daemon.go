@@ -66,7 +66,9 @@ func (d *Daemon) IssuerPublicKey() ([]byte, error) {
 // DaemonOptions say which binaries and image to use.
 type DaemonOptions struct {
 	Custodyd string
-	Runc     string
+	// Runtime is the pinned runtime custodyd launches with (custody-runc);
+	// the raw baselines run runc's own CLI (RawRunc).
+	Runtime string
 	Rootfs   string
 	// Dir must exist, be private to root and traversable (0711): it holds
 	// the state dir and the per-launch bundles.
@@ -161,7 +163,7 @@ func RuncIdentity(path string) (version, sha string, err error) {
 // StartDaemon starts custodyd, imports the test image and installs the
 // bench policy.
 func StartDaemon(ctx context.Context, o DaemonOptions) (*Daemon, error) {
-	version, sha, err := RuncIdentity(o.Runc)
+	version, sha, err := RuncIdentity(o.Runtime)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +187,7 @@ policy: %s
 controlSocket: %s
 submitSocket: %s
 operators: [0]
-`, o.Dir, o.Dir, o.Runc, version, sha, policy, d.ControlSocket, d.SubmitSocket), 0o600); err != nil {
+`, o.Dir, o.Dir, o.Runtime, version, sha, policy, d.ControlSocket, d.SubmitSocket), 0o600); err != nil {
 		return nil, err
 	}
 	// Until the image digest is known the policy is unusable: custodyd

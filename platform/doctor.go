@@ -104,7 +104,7 @@ func runtimeCheck(rt *Runtime, want Expect) Check {
 		c.Fix = "pass --runtime PATH, or --config custodyd.yaml to check the pinned runtime"
 	case rt.Error != "":
 		c.Verdict, c.Detail = VerdictFail, rt.Error
-		c.Fix = "build the pinned runc (make build puts it in bin/runc) and point runner.runtime.path at it"
+		c.Fix = "build the pinned runtime (make build puts it in bin/custody-runc) and point runner.runtime.path at it"
 	case want.RuntimeSHA256 != "" && rt.SHA256 != want.RuntimeSHA256:
 		c.Verdict = VerdictFail
 		c.Detail = fmt.Sprintf("%s has sha256 %s, the configuration pins %s: custodyd refuses every launch", rt.Path, rt.SHA256, want.RuntimeSHA256)

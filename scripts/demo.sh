@@ -21,9 +21,9 @@ runner:
   stateDir: $DEMO/state
   runtimeDir: $DEMO/run
   runtime:
-    path: $BIN/runc
-    version: "$("$BIN/runc" --version | awk 'NR==1{print $3}')"
-    sha256: $(sha256sum "$BIN/runc" | cut -d' ' -f1)
+    path: $BIN/custody-runc
+    version: "$("$BIN/custody-runc" --version | awk 'NR==1{print $3}')"
+    sha256: $(sha256sum "$BIN/custody-runc" | cut -d' ' -f1)
 policy: $DEMO/policy.yaml
 controlSocket: $SOCK/control.sock
 submitSocket: $SOCK/submit.sock

@@ -20,12 +20,12 @@ rm -rf "$MATRIX" "$VMOUT" "$PAYLOAD"
 mkdir -p "$MATRIX" "$PAYLOAD/bin"
 
 echo "== development tier on this host"
-"$BIN/custody" qualify --tier development --runtime "$BIN/runc" --custodyd "$BIN/custodyd" \
+"$BIN/custody" qualify --tier development --runtime "$BIN/custody-runc" --custodyd "$BIN/custodyd" \
 	--probe "$BIN/custody-probe" --out "$MATRIX/host-development.json" > "$MATRIX/host-development.log"
 tail -n 3 "$MATRIX/host-development.log"
 
 echo "== production tier in a cgroup-v2 guest (QEMU; several minutes under TCG)"
-cp "$BIN/custody" "$BIN/custodyd" "$BIN/runc" "$BIN/custody-gate" "$BIN/custody-probe" "$PAYLOAD/bin/"
+cp "$BIN/custody" "$BIN/custodyd" "$BIN/custody-runc" "$BIN/custody-gate" "$BIN/custody-probe" "$PAYLOAD/bin/"
 # Then custodyd as a systemd service (scripts/vm/service-guest.sh): what
 # make install puts under /, and Debian's systemd and systemctl to run it.
 command -v systemctl >/dev/null && [ -x /lib/systemd/systemd ] || {
@@ -33,7 +33,7 @@ command -v systemctl >/dev/null && [ -x /lib/systemd/systemd ] || {
 make -s -o build install DESTDIR="$PAYLOAD/install" PREFIX=/usr/local > /dev/null
 # The guest's RAM holds the initramfs twice: the installed binaries are
 # hard links to bin/'s (cpio keeps one copy of a linked file).
-for f in bin/custody bin/custodyd lib/custody/runc lib/custody/custody-gate; do
+for f in bin/custody bin/custodyd lib/custody/custody-runc lib/custody/custody-gate; do
 	cmp -s "$PAYLOAD/install/usr/local/$f" "$PAYLOAD/bin/${f##*/}" || {
 		echo "qualify-vm: make install's $f is not bin/${f##*/}" >&2; exit 1; }
 	ln -f "$PAYLOAD/bin/${f##*/}" "$PAYLOAD/install/usr/local/$f"
@@ -45,7 +45,7 @@ cp scripts/vm/service-guest.sh "$PAYLOAD/"
 # processes of its own, so the guest command leaves run.sh's leaf cgroup
 # for the root first (the host-side --timeout still bounds the guest).
 scripts/vm/run.sh --payload "$PAYLOAD" --out "$VMOUT" --timeout 1200 --quiet -- sh -c \
-	'echo $$ > /sys/fs/cgroup/cgroup.procs && bin/custody qualify --tier production --runtime bin/runc --custodyd bin/custodyd --probe bin/custody-probe --busybox /bin/busybox --out /out/row.json > /out/qualify.log 2>&1; rc=$?; bin/custody gate --platform this --runtime bin/runc --print-platform > /out/platform.json; tail -n 5 /out/qualify.log; sh service-guest.sh > /out/service.log 2>&1; cat /out/service/result; exit $rc'
+	'echo $$ > /sys/fs/cgroup/cgroup.procs && bin/custody qualify --tier production --runtime bin/custody-runc --custodyd bin/custodyd --probe bin/custody-probe --busybox /bin/busybox --out /out/row.json > /out/qualify.log 2>&1; rc=$?; bin/custody gate --platform this --runtime bin/custody-runc --print-platform > /out/platform.json; tail -n 5 /out/qualify.log; sh service-guest.sh > /out/service.log 2>&1; cat /out/service/result; exit $rc'
 cp "$VMOUT/out/row.json" "$MATRIX/guest-production.json"
 cp "$VMOUT/out/qualify.log" "$MATRIX/guest-production.log"
 rm -rf "$MATRIX/guest-service"
@@ -69,12 +69,12 @@ trust=(--trust-runner "$MATRIX/host-development.pub" --trust-runner "$MATRIX/gue
 "$BIN/custody" gate --matrix "$MATRIX" --html "$MATRIX/index.html" "${trust[@]}"
 
 echo "== gate: production on this host must be refused (no passing production row for it)"
-if "$BIN/custody" gate --matrix "$MATRIX" --platform this --runtime "$BIN/runc" --tier production "${trust[@]}"; then
+if "$BIN/custody" gate --matrix "$MATRIX" --platform this --runtime "$BIN/custody-runc" --tier production "${trust[@]}"; then
 	echo "qualify-vm: the gate admitted production on a host without a production row" >&2
 	exit 1
 fi
 echo "== gate: production on the guest platform is admitted by the guest's row"
 "$BIN/custody" gate --matrix "$MATRIX" --platform "$VMOUT/out/platform.json" --tier production "${trust[@]}"
 echo "== gate: development on this host is admitted by its row"
-"$BIN/custody" gate --matrix "$MATRIX" --platform this --runtime "$BIN/runc" --tier development "${trust[@]}"
+"$BIN/custody" gate --matrix "$MATRIX" --platform this --runtime "$BIN/custody-runc" --tier development "${trust[@]}"
 echo "qualify-vm: done in ${SECONDS}s; rows and index.html in $MATRIX"

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -68,9 +67,12 @@ type Options struct {
 
 // Backend launches containers under the pinned runtime.
 type Backend struct {
-	opts       Options
-	log        *slog.Logger
-	runtime    *runtimeCache
+	opts    Options
+	log     *slog.Logger
+	runtime *runtimeCache
+	// runcs are the runtime processes, one per verified copy (runtimeFor).
+	runcMu     sync.Mutex
+	runcs      map[*Binary]*runc
 	gate       *os.File // sealed copy of the gate, passed to every container
 	gateSHA256 string
 	filter     *os.File // sealed compiled seccomp filter, installed by the gate
@@ -105,30 +107,10 @@ type Backend struct {
 	sealedProbe func(ctx context.Context, dir string, idmap func(string) (int, error)) error
 }
 
-// sealsByCopy says that runc, run with its state in stateDir, will copy
-// its binary at every launch: libcontainer seals the binary the container's
-// init runs from (CVE-2019-5736) through a lower-only overlay of the
-// binary's directory and the container's state dir, which the kernel
-// refuses when one holds the other, and then falls back to a copy. runc
-// resolves its own path, so both are resolved here too; a path that does
-// not resolve says nothing.
-func sealsByCopy(runtime, stateDir string) bool {
-	bin, err := filepath.EvalSymlinks(runtime)
-	if err != nil {
-		return false
-	}
-	state, err := filepath.EvalSymlinks(stateDir)
-	if err != nil {
-		return false
-	}
-	rel, err := filepath.Rel(filepath.Dir(bin), state)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}
-
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
 
 // New prepares the backend's directories, loads the gate and makes this
-// process a child subreaper: should a `runc run` die before its container,
+// process a child subreaper: should the runtime process die before its containers,
 // the container's processes are reparented to us, not to the host's init.
 func New(opts Options) (*Backend, error) {
 	if opts.Logger == nil {
@@ -142,10 +124,6 @@ func New(opts Options) (*Backend, error) {
 	}
 	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("oci state dir: %w", err)
-	}
-	if sealsByCopy(opts.Runtime.Path, opts.StateDir) {
-		opts.Logger.Warn("runc's state dir is inside the runtime's own directory: runc cannot seal its binary through an overlay of that directory (the kernel refuses overlapping layers) and copies the binary at every launch instead, about 15 ms more a launch here; fix: install the runtime in a directory that does not hold the state dir",
-			"runtime", opts.Runtime.Path, "stateDir", opts.StateDir)
 	}
 	if err := os.MkdirAll(opts.RuntimeDir, 0o711); err != nil {
 		return nil, fmt.Errorf("oci runtime dir: %w", err)
@@ -312,7 +290,6 @@ type Container struct {
 	dir     string // runtime dir of this launch
 	rootfs  string
 	outDir  string
-	logPath string
 	cgroups *cgroupDirs
 	bin     *Binary
 	// mu guards state, which only move changes (transitions in state.go).
@@ -426,7 +403,6 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 		b: b, id: l.ID, dir: dir, bin: bin, rec: rec, faults: b.opts.Faults,
 		rootfs:  filepath.Join(dir, "rootfs"),
 		outDir:  filepath.Join(dir, "out"),
-		logPath: filepath.Join(dir, "runc.log"),
 		idents:  map[string]map[string]string{},
 		cgroups: cgroups,
 	}
@@ -873,9 +849,9 @@ func (s *streams) wait() {
 type gated struct {
 	c       *Container
 	streams *streams
-	control *os.File   // this end of the gate's control socket
-	exited  chan error // the result of runc run's Wait
-	flushed chan error // the journal record of its identity
+	control *os.File     // this end of the gate's control socket
+	exited  <-chan error // the run's result: nil, an *ExitError or why it failed
+	flushed chan error   // the journal record of its identity
 	joined  bool
 	wall    time.Duration
 	timer   *time.Timer // the wall time, counted from runc's start
@@ -893,8 +869,11 @@ func (c *Container) startGated(ctx context.Context, s *streams, wall time.Durati
 	}
 	control := os.NewFile(uintptr(pair[0]), "gate-control")
 	theirs := os.NewFile(uintptr(pair[1]), "gate-control-peer")
-	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	cmd, err := rc.startRun(ctx, c.logPath, c.id, c.dir, s.outW, s.errW, theirs, c.b.gate, c.b.filter)
+	rc, err := c.b.runtimeFor(c.bin)
+	var exited <-chan error
+	if err == nil {
+		exited, err = rc.startRun(c.id, c.dir, s.outW, s.errW, theirs, c.b.gate, c.b.filter)
+	}
 	theirs.Close()
 	s.closeWriters()
 	if err != nil {
@@ -902,22 +881,14 @@ func (c *Container) startGated(ctx context.Context, s *streams, wall time.Durati
 		control.Close()
 		return nil, err
 	}
-	g := &gated{c: c, streams: s, control: control, exited: make(chan error, 1), flushed: make(chan error, 1), wall: wall}
-	// runc run's identity is read before anything can reap it, and
-	// journalled with Prepare's identities while runc starts the container
-	// (tens of milliseconds): recovery waits for exactly this process, and
-	// finds the container through runc's own state. The record must have
-	// landed before the go-ahead; every return joins it, so that no record
-	// lands after cleanup's.
-	runtimeID, idErr := processIdentity(cmd.Process.Pid)
-	go func() { g.exited <- cmd.Wait() }()
-	go func() {
-		if idErr != nil {
-			g.flushed <- fmt.Errorf("identify runc run %d: %w", cmd.Process.Pid, idErr)
-			return
-		}
-		g.flushed <- c.recordRuntime(runtimeID)
-	}()
+	g := &gated{c: c, streams: s, control: control, exited: exited, flushed: make(chan error, 1), wall: wall}
+	// The runtime's identity is journalled with Prepare's identities while
+	// it starts the container (tens of milliseconds): recovery waits until
+	// exactly that process no longer runs the container, and finds the
+	// container through runc's own state. The record must have landed
+	// before the go-ahead; every return joins it, so that no record lands
+	// after cleanup's.
+	go func() { g.flushed <- c.recordRuntime(rc.ident) }()
 	g.timer = time.NewTimer(wall)
 	return g, nil
 }
@@ -964,12 +935,12 @@ func (g *gated) awaitReady(ctx context.Context) error {
 		if err != nil {
 			runErr := <-g.exited
 			g.streams.wait()
-			return fmt.Errorf("runc run: the container never reached its workload (%v): %v: %s", err, runErr, lastLogError(c.logPath))
+			return fmt.Errorf("runc run: the container never reached its workload (%v): %v", err, runErr)
 		}
 		return nil
 	case runErr := <-g.exited:
 		g.streams.wait()
-		return fmt.Errorf("runc run: %v: %s", runErr, lastLogError(c.logPath))
+		return fmt.Errorf("runc run: %v", runErr)
 	case <-g.timer.C:
 		return g.abort(fmt.Errorf("container %s: not ready within its wall time of %s", c.id, g.wall))
 	case <-ctx.Done():
@@ -1054,13 +1025,13 @@ func (c *Container) exitStatus(ex *backend.Exit, runErr error) error {
 	if ex.TimedOut || ex.Cancelled {
 		return nil
 	}
-	var ee *exec.ExitError
+	var ee *ExitError
 	switch {
 	case runErr == nil:
-	case errors.As(runErr, &ee) && ee.Exited():
-		ex.Code = ee.ExitCode()
+	case errors.As(runErr, &ee):
+		ex.Code = ee.Code
 	default:
-		return fmt.Errorf("runc run: %w: %s", runErr, lastLogError(c.logPath))
+		return fmt.Errorf("runc run: %w", runErr)
 	}
 	return nil
 }
@@ -1120,8 +1091,11 @@ func (c *Container) kill(pid int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	if err := rc.kill(ctx, c.logPath, c.id, "KILL"); err != nil {
+	rc, err := c.b.runtimeFor(c.bin)
+	if err == nil {
+		err = rc.kill(ctx, c.id, unix.SIGKILL)
+	}
+	if err != nil {
 		c.b.log.Warn("runc kill failed; killing cgroup members", "id", c.id, "err", err)
 		if pid > 0 {
 			_ = unix.Kill(pid, unix.SIGKILL)
@@ -1210,15 +1184,17 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	if c.egress != nil {
 		step(r, "egress-listeners-closed", c.closeEgress())
 	}
-	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
 	if c.bin != nil && c.runtimeMayHold(from) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		var err error
-		if recovery {
+		rc, err := c.b.runtimeFor(c.bin)
+		if err != nil {
+			step(r, "runtime", err)
+		}
+		if err == nil && recovery {
 			err = c.stopRecovered(dctx)
 			step(r, "runtime-kill", err)
 			if err == nil {
-				err = c.waitRuntime()
+				err = c.waitRuntime(dctx, rc)
 				step(r, "runtime-exited", err)
 			}
 		}
@@ -1227,13 +1203,11 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 		// was killed with the runner).
 		_, serr := os.Lstat(filepath.Join(c.b.opts.StateDir, c.id))
 		if err == nil && !errors.Is(serr, fs.ErrNotExist) {
-			logPath := filepath.Join(c.b.opts.StateDir, c.id+".log")
-			// A plain delete suffices once init is reaped; --force costs runc a
-			// 100 ms kill-and-poll loop, so it is kept for a container that is
-			// somehow still alive.
-			err = rc.delete(dctx, logPath, c.id, false)
+			// A plain delete suffices once init is reaped; force is kept
+			// for a container that is somehow still alive.
+			err = rc.delete(dctx, c.id, false)
 			if err != nil && !errors.Is(err, ErrNotExist) {
-				err = rc.delete(dctx, logPath, c.id, true)
+				err = rc.delete(dctx, c.id, true)
 			}
 			if errors.Is(err, ErrNotExist) {
 				err = nil
@@ -1260,7 +1234,6 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	}
 	stateDir := filepath.Join(c.b.opts.StateDir, c.id)
 	stateErr := absent(stateDir)
-	_ = os.Remove(filepath.Join(c.b.opts.StateDir, c.id+".log"))
 	unmountErr := c.unmountAll(recovery)
 	cgroups.Wait()
 	if c.cgroups != nil {
@@ -1294,28 +1267,7 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 			r.Verified = false
 		}
 	}
-	if recovery {
-		c.dropRecoveryLog(r.Verified)
-	}
 	return r
-}
-
-// dropRecoveryLog removes recovery's runc log from the state dir unless
-// it is the runtime's account of a cleanup that failed. runc creates its
-// --log file on every call, so each recovery left one behind: empty, or
-// holding only what the cleanup expected and handled ("container does
-// not exist" from the state query of a container that ended with its
-// runner). After a verified cleanup it holds nothing anyone needs.
-func (c *Container) dropRecoveryLog(verified bool) {
-	fi, err := os.Lstat(c.logPath)
-	if err != nil || !fi.Mode().IsRegular() {
-		return
-	}
-	if verified || fi.Size() == 0 {
-		_ = os.Remove(c.logPath)
-		return
-	}
-	c.b.log.Warn("runc log kept after a failed recovery", "id", c.id, "path", c.logPath, "bytes", fi.Size())
 }
 
 func (c *Container) verifyNoProcs() error {
@@ -1556,10 +1508,10 @@ func (c *Container) flushCreated() error {
 	return nil
 }
 
-// recordRuntime journals the container with the identity of the `runc
-// run` that owns it (rt, from processIdentity), together with the
-// identities Prepare gathered. Should the runner die, that runc lives on
-// until its container ends; recovery waits for exactly this process and
+// recordRuntime journals the container with the identity of the runtime
+// process that runs it (rt, from processIdentity), together with the
+// identities Prepare gathered. Should the runner die, that process kills
+// its containers and exits; recovery waits for exactly this process and
 // reaches the container through runc's state, which holds its init's pid
 // and start time (runc checks the start time before it signals).
 func (c *Container) recordRuntime(rt map[string]string) error {

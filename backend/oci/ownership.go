@@ -90,7 +90,6 @@ func (b *Backend) recoverLaunch(ctx context.Context, id string, resources []back
 		idents: map[string]map[string]string{}}
 	c.rootfs, c.outDir = filepath.Join(c.dir, "rootfs"), filepath.Join(c.dir, "out")
 	c.cgroups = &cgroupDirs{dirs: map[string]string{}}
-	c.logPath = filepath.Join(b.opts.StateDir, id+".recover.log")
 	// idents holds every resource not recorded removed, with an identity
 	// or not: cleanup reads from it whether the runtime container and the
 	// launch dir are on record (runtimeMayHold, ownsDir).
@@ -155,8 +154,11 @@ func (b *Backend) verifyAbsent(id string, resources []backend.Resource) *backend
 // stopRecovered kills a container left running by a runner that died: its
 // init is no longer our child, so wait by polling its identity.
 func (c *Container) stopRecovered(ctx context.Context) error {
-	rc := &runc{bin: c.bin, root: c.b.opts.StateDir}
-	st, err := rc.state(ctx, c.logPath, c.id)
+	rc, err := c.b.runtimeFor(c.bin)
+	if err != nil {
+		return err
+	}
+	st, err := rc.state(ctx, c.id)
 	if errors.Is(err, ErrNotExist) {
 		return nil
 	}
@@ -174,7 +176,7 @@ func (c *Container) stopRecovered(ctx context.Context) error {
 			return fmt.Errorf("pid %d was reused (start time %s, recorded %s): %w", st.Pid, got, want["startTime"], errNotOwned)
 		}
 	}
-	_ = rc.kill(ctx, c.logPath, c.id, "KILL")
+	_ = rc.kill(ctx, c.id, unix.SIGKILL)
 	deadline := time.Now().Add(15 * time.Second)
 	for unix.Kill(st.Pid, 0) == nil {
 		if time.Now().After(deadline) {
@@ -190,14 +192,19 @@ func (c *Container) stopRecovered(ctx context.Context) error {
 	return nil
 }
 
-// waitRuntime waits until the `runc run` a dead runner started has exited:
-// it keeps its cwd and log in the launch dir, so the dir's tmpfs is busy,
-// until its container has ended and it has deleted it.
-func (c *Container) waitRuntime() error {
+// waitRuntime waits until the runtime process that ran the container no
+// longer does: it reaps the init and deletes the container, which must not
+// race with cleanup's own removals. When that process is this backend's
+// own (a pool member recovered by its live runner), it is asked; a dead
+// runner's process exits once it has stopped its containers.
+func (c *Container) waitRuntime(ctx context.Context, own *runc) error {
 	want := c.idents[KindContainer+"\x00"+c.id]
 	pid, _ := strconv.Atoi(want["runtimePid"])
 	if pid <= 0 {
 		return nil
+	}
+	if own.ident["pid"] == want["runtimePid"] && own.ident["startTime"] == want["runtimeStartTime"] {
+		return own.waitDone(ctx, c.id)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -206,7 +213,7 @@ func (c *Container) waitRuntime() error {
 			return nil // exited (a zombie has no cwd), or the pid is another process now
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("runc run %d of container %s has not exited", pid, c.id)
+			return fmt.Errorf("the runtime process %d of container %s has not exited", pid, c.id)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

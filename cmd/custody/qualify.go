@@ -116,7 +116,7 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 		o.custodyd = besideSelf("custodyd")
 	}
 	if o.runtime == "" {
-		o.runtime = besideSelf("runc")
+		o.runtime = besideSelf("custody-runc")
 	}
 	if o.probe == "" {
 		o.probe = besideSelf("custody-probe")
@@ -413,7 +413,7 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 	}
 	rt := o.runtime
 	if rt == "" {
-		rt = besideSelf("runc")
+		rt = besideSelf("custody-runc")
 	}
 	var vmConfig []byte
 	if o.backend == conformance.BackendVM {

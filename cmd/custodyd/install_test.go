@@ -40,7 +40,7 @@ func TestMakeInstall(t *testing.T) {
 	install()
 	for path, mode := range map[string]os.FileMode{
 		"opt/custody/bin/custody": 0o755, "opt/custody/bin/custodyd": 0o755,
-		"opt/custody/lib/custody/runc": 0o755, "opt/custody/lib/custody/custody-gate": 0o755,
+		"opt/custody/lib/custody/custody-runc": 0o755, "opt/custody/lib/custody/custody-gate": 0o755,
 		"lib/systemd/system/custodyd.service": 0o644,
 		"etc/custody":                         0o700 | os.ModeDir, "etc/custody/custodyd.yaml": 0o600, "etc/custody/policy.yaml": 0o600,
 	} {
@@ -71,12 +71,12 @@ func TestMakeInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("installed custodyd.yaml: %v", err)
 	}
-	runc, err := os.ReadFile(filepath.Join(dest, "opt/custody/lib/custody/runc"))
+	runc, err := os.ReadFile(filepath.Join(dest, "opt/custody/lib/custody/custody-runc"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(runc)
-	if rt := cfg.Runner.Runtime; rt.Path != "/opt/custody/lib/custody/runc" || rt.SHA256 != hex.EncodeToString(sum[:]) || rt.Version == "" {
+	if rt := cfg.Runner.Runtime; rt.Path != "/opt/custody/lib/custody/custody-runc" || rt.SHA256 != hex.EncodeToString(sum[:]) || rt.Version == "" {
 		t.Fatalf("installed runtime pin %+v, runc sha256 %x", rt, sum)
 	}
 	// The operator's edits survive a reinstall.

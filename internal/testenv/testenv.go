@@ -40,13 +40,13 @@ func ModuleRoot(t testing.TB) string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Runc returns the path, version and sha256 of the pinned runc that
-// `make runc` builds (or $CUSTODY_RUNC).
+// Runc returns the path, version and sha256 of the pinned runtime that
+// `make runc` builds, custody-runc (or $CUSTODY_RUNC).
 func Runc(t testing.TB) (path, version, sha string) {
 	t.Helper()
 	path = os.Getenv("CUSTODY_RUNC")
 	if path == "" {
-		path = filepath.Join(ModuleRoot(t), "bin", "runc")
+		path = filepath.Join(ModuleRoot(t), "bin", "custody-runc")
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -2,7 +2,7 @@
 # Smoke test of the cgroup-v2 guest: boots one VM (scripts/vm/run.sh) that
 #   1. records cgroup.controllers, cgroup.subtree_control and uname -r in
 #      /out/facts.txt; the host checks memory, pids, cpu and io are enabled;
-#   2. if a runc is available (CUSTODY_RUNC, else bin/runc, else built into
+#   2. if a runc is available (SMOKE_RUNC, else bin/runc, else built into
 #      build/vm/bin/runc), runs two containers with memory.max = 32 MiB: one
 #      allocating 100 MiB (must be OOM-killed) and one allocating 8 MiB (must
 #      exit 0), and proves the limit from outside (the container cgroup's
@@ -18,7 +18,7 @@ export PATH=/usr/local/go/bin:$PATH
 
 "$here/deps.sh" >/dev/null
 
-runc=${CUSTODY_RUNC:-}
+runc=${SMOKE_RUNC:-}
 if [ -z "$runc" ] && [ "${SMOKE_NO_RUNC:-0}" != 1 ]; then
   if [ -x "$repo/bin/runc" ]; then
     runc=$repo/bin/runc

@@ -40,7 +40,7 @@ func (b *bencher) bigImage(ctx context.Context) {
 	progress("big image: %d files, %.0f MB; starting custodyd and importing it", bi.Files, float64(bi.Bytes)/1e6)
 	t0 := time.Now()
 	d, err := bench.StartDaemon(ctx, bench.DaemonOptions{
-		Custodyd: filepath.Join(b.o.bin, "custodyd"), Runc: filepath.Join(b.o.bin, "runc"),
+		Custodyd: filepath.Join(b.o.bin, "custodyd"), Runtime: filepath.Join(b.o.bin, "custody-runc"),
 		Rootfs: bi.Rootfs, Dir: dd, LogLevel: b.o.logLevel,
 	})
 	imported := time.Since(t0)

@@ -342,7 +342,7 @@ func (b *bencher) setup(ctx context.Context) error {
 	}
 	progress("starting custodyd (%s)", dd)
 	b.d, err = bench.StartDaemon(ctx, bench.DaemonOptions{
-		Custodyd: filepath.Join(b.o.bin, "custodyd"), Runc: filepath.Join(b.o.bin, "runc"),
+		Custodyd: filepath.Join(b.o.bin, "custodyd"), Runtime: filepath.Join(b.o.bin, "custody-runc"),
 		Rootfs: b.o.rootfs, Dir: dd, LogLevel: b.o.logLevel, CPUProfile: b.o.daemonProfile,
 	})
 	if err != nil {
