@@ -69,7 +69,7 @@ type DaemonOptions struct {
 	// Runtime is the pinned runtime custodyd launches with (custody-runc);
 	// the raw baselines run runc's own CLI (RawRunc).
 	Runtime string
-	Rootfs   string
+	Rootfs  string
 	// Dir must exist, be private to root and traversable (0711): it holds
 	// the state dir and the per-launch bundles.
 	Dir      string
@@ -355,18 +355,18 @@ func (d *Daemon) Pid() int {
 	return d.cmd.Process.Pid
 }
 
-// CPU is the CPU time custodyd has used so far: its own (self) and that of
-// its reaped children (children): the runc commands it ran and, as their
-// subreaper, the container processes.
+// CPU is the CPU time custodyd has used so far: its own (self), and that
+// of every process under it (children): the runtime process it keeps
+// running, which is never reaped while custodyd runs, the containers that
+// process reaped, and anything custodyd reaped itself.
 func (d *Daemon) CPU() (self, children time.Duration, err error) {
 	st, err := procfs.ReadStat(d.Pid())
 	if err != nil {
 		return 0, 0, err
 	}
-	t := [4]int64{st.UTime, st.STime, st.CUTime, st.CSTime}
 	const userHZ = 100 // USER_HZ, fixed for /proc on Linux
-	tick := time.Second / userHZ
-	return time.Duration(t[0]+t[1]) * tick, time.Duration(t[2]+t[3]) * tick, nil
+	self = time.Duration(st.UTime+st.STime) * (time.Second / userHZ)
+	return self, TreeCPU(d.Pid()) - self, nil
 }
 
 // unmountRun unmounts the runtime dir's tmpfs, once custodyd is gone.

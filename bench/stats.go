@@ -109,3 +109,50 @@ func OtherLoad(a, b CPUTimes, own time.Duration) float64 {
 	total := time.Duration(b.Total-a.Total) * tick
 	return max(float64(BusyTime(a, b)-own)/float64(total), 0)
 }
+
+// TreeCPU is the CPU time used by process root and its descendants, each
+// with the children it reaped (user and system; USER_HZ ticks): a child
+// that ends moves its time into its reaper's, so the sum only grows.
+func TreeCPU(root int) time.Duration {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	parent := map[int]int{}
+	ticks := map[int]int64{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// The fields after the command, which may hold anything but ends
+		// at the last ')': state ppid ... utime(14) stime cutime cstime.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		parent[pid], _ = strconv.Atoi(f[1])
+		for _, s := range f[11:15] {
+			v, _ := strconv.ParseInt(s, 10, 64)
+			ticks[pid] += v
+		}
+	}
+	var sum int64
+	for pid, t := range ticks {
+		for p, hops := pid, 0; p > 0 && hops < 64; p, hops = parent[p], hops+1 {
+			if p == root {
+				sum += t
+				break
+			}
+		}
+	}
+	return time.Duration(sum) * (time.Second / 100)
+}
