@@ -46,8 +46,12 @@ type runc struct {
 	bin   *Binary
 	root  string
 	ident map[string]string // pid and start time, journalled with each container
-	fd    int
 	cmd   *exec.Cmd
+	// fd is the socket; fdMu keeps it from being closed (and its number
+	// reused) while a call writes to it or close shuts it down.
+	fdMu     sync.RWMutex
+	fd       int
+	fdClosed bool
 
 	mu      sync.Mutex
 	seq     uint64
@@ -149,13 +153,16 @@ func (r *runc) read() {
 			ch <- rep
 		}
 	}
+	r.fdMu.Lock()
+	unix.Close(r.fd)
+	r.fdClosed = true
+	r.fdMu.Unlock()
 	werr := r.cmd.Wait()
 	r.mu.Lock()
 	r.goneErr = fmt.Errorf("%w (pid %d: %v)", errRuntimeGone, r.cmd.Process.Pid, errors.Join(err, werr))
 	r.pending = nil
 	close(r.gone)
 	r.mu.Unlock()
-	unix.Close(r.fd)
 }
 
 // alive reports whether the process still serves.
@@ -170,7 +177,11 @@ func (r *runc) alive() bool {
 
 // close ends the process: it kills what it still runs, then exits.
 func (r *runc) close() {
-	_ = unix.Shutdown(r.fd, unix.SHUT_RDWR)
+	r.fdMu.RLock()
+	if !r.fdClosed {
+		_ = unix.Shutdown(r.fd, unix.SHUT_RDWR)
+	}
+	r.fdMu.RUnlock()
 	<-r.gone
 }
 
@@ -197,7 +208,13 @@ func (r *runc) send(req runcRequest, files ...*os.File) (<-chan runcReply, error
 			}
 			oob = unix.UnixRights(fds...)
 		}
-		err = unix.Sendmsg(r.fd, b, oob, nil, 0)
+		r.fdMu.RLock()
+		if r.fdClosed {
+			err = errRuntimeGone
+		} else {
+			err = unix.Sendmsg(r.fd, b, oob, nil, 0)
+		}
+		r.fdMu.RUnlock()
 	}
 	if err != nil {
 		r.mu.Lock()
