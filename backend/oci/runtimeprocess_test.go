@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -25,6 +26,7 @@ func TestRuntimeStopsItsContainersWhenTheRunnerLeaves(t *testing.T) {
 	ctx := context.Background()
 	const id = "runner-leaves"
 	c := h.prepare(t, id, h.spec("/bin/sh", "-c", "echo up; exec sleep 60"), nil)
+	t.Cleanup(func() { c.Cleanup(ctx) }) // a failure below must leave nothing (Cleanup is idempotent)
 	var out testenv.Buffer
 	type result struct {
 		ex  *backend.Exit
@@ -39,6 +41,22 @@ func TestRuntimeStopsItsContainersWhenTheRunnerLeaves(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the workload never started: %q", out.String())
 		}
+	}
+	// A request that waits (here until the container ends) holds up no
+	// other: the state of the running container still comes at once.
+	waited := make(chan error, 1)
+	go func() { waited <- oci.RuntimeWaitDone(ctx, h.b, id) }()
+	time.Sleep(50 * time.Millisecond)
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	st, err := oci.RuntimeState(sctx, h.b, id)
+	cancel()
+	if err != nil || st.Status != "running" || st.Bundle == "" {
+		t.Fatalf("state of the running container while a wait is pending: %+v, %v", st, err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait for a running container returned: %v", err)
+	default:
 	}
 	start := time.Now()
 	h.b.Close() // the runner's end of the runtime's socket closes

@@ -236,14 +236,16 @@ func (s *server) handle(req request, files []*os.File) {
 			}
 			s.send(r)
 		}()
+	// Each in a goroutine of its own: a wait or a forced delete may take
+	// seconds, and must not hold up the requests behind it.
 	case "kill":
-		go s.send(s.kill(req))
+		go func() { s.send(s.kill(req)) }()
 	case "state":
-		go s.send(s.state(req))
+		go func() { s.send(s.state(req)) }()
 	case "delete":
-		go s.send(s.delete(req))
+		go func() { s.send(s.delete(req)) }()
 	case "wait":
-		go s.send(s.wait(req))
+		go func() { s.send(s.wait(req)) }()
 	default:
 		s.send(reply{Seq: req.Seq, Err: fmt.Sprintf("custody-runc: unknown op %q", req.Op), Status: -1})
 	}
