@@ -600,7 +600,7 @@ func (b *bencher) launch(ctx context.Context) {
 		d    []time.Duration
 	}{
 		{"  split: verify + re-derive + consume (to 'started')", admit},
-		{"  split: runtime check, mounts, runc run to the gate", create},
+		{"  split: runtime check, mounts, the runtime to the gate", create},
 		{"  split: container start to exit", life},
 		{"  split: output custody, cleanup, receipt, record", after},
 	} {
