@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,8 @@ import (
 
 // TestRuntimeProcessRefusesBadRequests: the runtime process answers a
 // request it cannot serve with an error and makes nothing (a run short of
-// its stdio, an unknown operation, a relative bundle, a container it does
-// not have), and goes on serving: the legitimate calls after each answer.
+// its stdio, a relative bundle, an rlimit it cannot name, an unknown
+// operation, a container it does not have), and goes on serving: the legitimate calls after each answer.
 func TestRuntimeProcessRefusesBadRequests(t *testing.T) {
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
@@ -50,6 +51,20 @@ func TestRuntimeProcessRefusesBadRequests(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "not absolute") {
 		t.Errorf("a run of a relative bundle: %v; want it refused", err)
+	}
+	bundle := t.TempDir()
+	spec := `{"ociVersion": "1.2.0", "root": {"path": "rootfs"}, "linux": {},
+		"process": {"args": ["/bin/true"], "cwd": "/", "user": {"uid": 0, "gid": 0},
+		"rlimits": [{"type": "RLIMIT_BOGUS", "hard": 1, "soft": 1}]}}`
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exited, err = r.startRun("bogus-rlimit", bundle, devnull, devnull)
+	if err == nil {
+		err = <-exited
+	}
+	if err == nil || !strings.Contains(err.Error(), `unknown rlimit "RLIMIT_BOGUS"`) {
+		t.Errorf("a run with an rlimit the runtime cannot name: %v; want it refused", err)
 	}
 	if _, err := r.call(ctx, runcRequest{Op: "exec", ID: "x"}); err == nil || !strings.Contains(err.Error(), "unknown op") {
 		t.Errorf("an unknown operation: %v; want it refused", err)

@@ -326,6 +326,17 @@ func (s *server) create(req request, files []*os.File) (*libcontainer.Container,
 	if !filepath.IsAbs(spec.Root.Path) {
 		spec.Root.Path = filepath.Join(req.Bundle, spec.Root.Path)
 	}
+	// specconv leaves the rlimits to the process, as runc's CLI does; one
+	// this process cannot name refuses the run, before anything is made,
+	// rather than go unset.
+	var limits []configs.Rlimit
+	for _, rl := range spec.Process.Rlimits {
+		n, ok := rlimits[rl.Type]
+		if !ok {
+			return nil, nil, fmt.Errorf("runc run: unknown rlimit %q", rl.Type)
+		}
+		limits = append(limits, configs.Rlimit{Type: n, Hard: rl.Hard, Soft: rl.Soft})
+	}
 	cfg, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: req.ID, Spec: &spec})
 	if err != nil {
 		return nil, nil, fmt.Errorf("runc run: %w", err)
@@ -349,16 +360,7 @@ func (s *server) create(req request, files []*os.File) (*libcontainer.Container,
 	for _, g := range u.AdditionalGids {
 		p.AdditionalGroups = append(p.AdditionalGroups, int(g))
 	}
-	// specconv leaves the rlimits to the process, as runc's CLI does; one
-	// this process cannot name refuses the run rather than go unset.
-	for _, rl := range spec.Process.Rlimits {
-		n, ok := rlimits[rl.Type]
-		if !ok {
-			_ = c.Destroy()
-			return nil, nil, fmt.Errorf("runc run: unknown rlimit %q", rl.Type)
-		}
-		p.Rlimits = append(p.Rlimits, configs.Rlimit{Type: n, Hard: rl.Hard, Soft: rl.Soft})
-	}
+	p.Rlimits = limits
 	return c, p, nil
 }
 
