@@ -488,8 +488,8 @@ func (b *Backend) launchDirAccess() (fs.FileMode, uint32) {
 }
 
 // mountLaunchDir mounts a small tmpfs over the launch dir, with the launch
-// dir's mode and group: the overlay's upper and work dirs, config.json and
-// runc's log live in memory, so the end of a launch needs no sync of a disk
+// dir's mode and group: the overlay's upper and work dirs and config.json
+// live in memory, so the end of a launch needs no sync of a disk
 // filesystem (unmounting an overlay syncs its upper layer) and no removal
 // of files from one.
 func (c *Container) mountLaunchDir(mode fs.FileMode, gid uint32) error {
@@ -675,7 +675,7 @@ func (c *Container) mountOutput(limit, files int64, uid, gid uint32) error {
 	return c.identify(KindOutputMount, c.outDir, mountIdentity)
 }
 
-// Run runs the container with one `runc run` and waits until its whole
+// Run runs the container with one run of the runtime and waits until its whole
 // process tree is gone: the workload exits, the wall time passes, or ctx is
 // cancelled (then the tree is killed). The container's first process is the
 // gate: once runc has set up every namespace, mount, capability drop and
@@ -845,7 +845,7 @@ func (s *streams) wait() {
 	}
 }
 
-// gated is one `runc run` of the container and the gate it holds.
+// gated is one run of the container by the runtime, and the gate it holds.
 type gated struct {
 	c       *Container
 	streams *streams
@@ -857,7 +857,7 @@ type gated struct {
 	timer   *time.Timer // the wall time, counted from runc's start
 }
 
-// startGated starts `runc run` with the gate as the container's first
+// startGated starts the runtime's run with the gate as the container's first
 // process, and journals runc's identity while runc creates the container.
 // The wall time runs from here.
 func (c *Container) startGated(ctx context.Context, s *streams, wall time.Duration) (*gated, error) {
@@ -985,7 +985,7 @@ func (g *gated) goAhead() error {
 // before SIGKILL.
 const StopGrace = 2 * time.Second
 
-// wait waits for runc run to end: with the workload, or killed with its
+// wait waits for the runtime's run to end: with the workload, or killed with its
 // tree when the wall time passes or ctx ends (after the image's StopSignal
 // and StopGrace, when it names one). It returns runc's result,
 // and an error only when the container could not be stopped.
@@ -1019,8 +1019,9 @@ func (g *gated) wait(ctx context.Context, pid int, ex *backend.Exit) (runErr, er
 	return runErr, nil
 }
 
-// exitStatus reads the workload's status from runc run's: it exits with
-// the workload's, 128+n for signal n. A killed run already has its status.
+// exitStatus reads the workload's status from the run's result: the
+// runtime reports the workload's, 128+n for signal n (an *ExitError when
+// not 0). A killed run already has its status.
 func (c *Container) exitStatus(ex *backend.Exit, runErr error) error {
 	if ex.TimedOut || ex.Cancelled {
 		return nil
@@ -1198,9 +1199,9 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 				step(r, "runtime-exited", err)
 			}
 		}
-		// `runc run` deletes its container when the workload ends; a runtime
-		// call is needed only when its state is still there (runc failed, or
-		// was killed with the runner).
+		// The runtime deletes its container when the workload ends; a
+		// runtime call is needed only when its state is still there (the
+		// run failed, or the runtime process ended with the runner).
 		_, serr := os.Lstat(filepath.Join(c.b.opts.StateDir, c.id))
 		if err == nil && !errors.Is(serr, fs.ErrNotExist) {
 			// A plain delete suffices once init is reaped; force is kept
@@ -1310,9 +1311,10 @@ func (c *Container) removeCgroups() error {
 // output's unmount fail that way once in about a thousand under make
 // bench. That passes in well under the 250 ms allowed; a mount still busy
 // then is really held (a file open on the output, say) and the cleanup is
-// not verified. After a runner died, the runc run it started may still
-// hold the launch dir (its cwd) as it ends, when it died before runc's
-// identity was journalled for recovery to wait on: so in recovery the
+// not verified. After a runner died, its runtime process may still be
+// tearing the container down (reaping its init, whose mount namespace
+// holds the launch's mounts) when recovery begins, and before the runtime's
+// identity was journalled there is nothing to wait on: so in recovery the
 // launch dir's own tmpfs gets 2 s. With a mount still inside, EBUSY is not
 // retried: the inner one is what holds it.
 func (c *Container) unmount(p string, innerLeft, recovery bool) error {

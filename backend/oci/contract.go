@@ -149,7 +149,7 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 	return *b.recoverLaunch(ctx, id, recorded, rec)
 }
 
-// Run runs the container with one `runc run` to the end (see run).
+// Run runs the container with one run of the runtime to the end (see run).
 func (c *Container) Run(ctx context.Context, wall time.Duration, out backend.IO) (*backend.Exit, error) {
 	if wall <= 0 {
 		return nil, fmt.Errorf("oci: a wall time is required")

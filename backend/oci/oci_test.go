@@ -485,9 +485,9 @@ func (j *journal) resources() []backend.Resource {
 	return out
 }
 
-// TestRecoveryLeavesNoRuncLogs: runc creates its --log file on every call;
-// a clean launch and a clean recovery of another (its runner gone before
-// cleanup) leave no log in the state dir.
+// TestRecoveryLeavesNoRuncLogs: a clean launch and a clean recovery of
+// another (its runner gone before cleanup) leave no log in the state dir
+// (runc's CLI left one for every call; the runtime process writes none).
 func TestRecoveryLeavesNoRuncLogs(t *testing.T) {
 	h := newHarness(t, true)
 	ctx := context.Background()

@@ -1,7 +1,7 @@
 package oci
 
 // The warm pool's half of the oci backend: a container made for a pool
-// profile before any grant exists, started by `runc run` up to its gate
+// profile before any grant exists, started by the runtime's run up to its gate
 // (every namespace, mount, cgroup, capability drop and the seccomp filter
 // in place; no workload), and held there until one grant takes it.
 //
@@ -100,7 +100,7 @@ func (b *Backend) PrepareHeld(ctx context.Context, id string, s backend.HeldSpec
 	rctx, cancel := context.WithTimeout(ctx, holdReady)
 	defer cancel()
 	if err := g.awaitReady(rctx); err != nil {
-		h.ended = true // awaitReady saw runc run end, or ended it
+		h.ended = true // awaitReady saw the runtime's run end, or ended it
 		g.join()
 		return h, &StartError{Stage: StageSetup, Err: err}
 	}
@@ -142,7 +142,7 @@ type held struct {
 
 	mu    sync.Mutex
 	taken bool
-	ended bool // runc run has returned and been waited for
+	ended bool // the runtime's run has returned and been waited for
 	att   backend.Attachment
 }
 
@@ -214,7 +214,7 @@ func (h *held) Destroy(ctx context.Context) backend.CleanupReport {
 	return *h.c.cleanup(ctx)
 }
 
-// end stops runc run if it still holds the gate, once.
+// end stops the runtime's run if it still holds the gate, once.
 func (h *held) end() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -408,7 +408,7 @@ func (p *pooled) Run(ctx context.Context, wall time.Duration, out backend.IO) (*
 		h.mu.Unlock()
 		return nil, &StartError{Stage: StageSetup, Err: fmt.Errorf("container %s is no longer held at its gate", c.id)}
 	}
-	h.ended = true // from here on Run waits for runc run itself
+	h.ended = true // from here on Run waits for the runtime's run itself
 	h.mu.Unlock()
 	g := h.g
 	g.timer.Reset(wall)

@@ -43,8 +43,6 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 // kills every container it started when the socket closes, so nothing it
 // launched outlives this runner.
 type runc struct {
-	bin   *Binary
-	root  string
 	ident map[string]string // pid and start time, journalled with each container
 	cmd   *exec.Cmd
 	// fd is the socket; fdMu keeps it from being closed (and its number
@@ -114,7 +112,7 @@ func startRunc(bin *Binary, root string, logf func(line string)) (*runc, error) 
 		unix.Close(pair[0])
 		return nil, fmt.Errorf("identify the runtime %d: %w", cmd.Process.Pid, err)
 	}
-	r := &runc{bin: bin, root: root, ident: ident, fd: pair[0], cmd: cmd,
+	r := &runc{ident: ident, fd: pair[0], cmd: cmd,
 		pending: map[uint64]chan runcReply{}, gone: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(errR)

@@ -32,7 +32,7 @@ type state uint8
 const (
 	statePreparing  state = iota // Prepare is making its resources, or failed to
 	statePrepared                // every resource made, runc not started
-	stateRunning                 // runc run started: it may have made state and cgroups, even if it failed
+	stateRunning                 // the runtime's run started: it may have made state and cgroups, even if it failed
 	stateExited                  // Run has returned
 	stateRecovering              // rebuilt from the journal of a runner that died
 	stateCleaned                 // Cleanup has run
@@ -102,7 +102,7 @@ func (c *Container) move(o op) (state, error) {
 }
 
 // runtimeMayHold says whether runc may hold state or cgroups of this
-// container when a cleanup begins in state from: once runc run was started
+// container when a cleanup begins in state from: once the runtime's run was started
 // (even if its start failed), or, in recovery, when the dead runner's
 // journal holds the runtime container.
 func (c *Container) runtimeMayHold(from state) bool {
