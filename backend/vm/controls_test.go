@@ -3,11 +3,14 @@ package vm_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm/guest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -32,6 +35,30 @@ func lines(data []byte) map[string]string {
 // kernel.core_pattern and /proc/sysrq-trigger fail and core_pattern, read
 // back through the output, is unchanged, and /proc/kcore and
 // /proc/timer_list are masked.
+// burn runs a CPU burner for two seconds and writes its user and system
+// ticks (of 100 a second) to /out/burn.
+const burn = `
+sh -c 'while :; do :; done' & p=$!
+sleep 2
+cut -d' ' -f14,15 /proc/$p/stat > /out/burn
+kill $p
+`
+
+const burnTicksAll = 200
+
+func burnTicks(t *testing.T, data []byte) int {
+	f := strings.Fields(string(data))
+	if len(f) != 2 {
+		t.Fatalf("burner ticks %q", data)
+	}
+	u, err1 := strconv.Atoi(f[0])
+	s, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("burner ticks %q", data)
+	}
+	return u + s
+}
+
 func TestIsolationControls(t *testing.T) {
 	opts := pins(t)
 	b := newBackend(t, opts)
@@ -62,7 +89,7 @@ name=sysrq-write ok sh -c 'echo h > /proc/sysrq-trigger'
 cat /proc/sys/kernel/core_pattern > /out/core_pattern
 name=kcore-masked ok test -c /proc/kcore
 head -c 64 /proc/timer_list | wc -c > /out/timer_list
-`)
+`+burn)
 	s.Inputs = []backend.Mount{{Source: in, Target: "/in"}}
 	s.Env = []string{"DECLARED=yes", "PATH=/bin"}
 	ex, _, stderr, files := run(t, b, s, 2*time.Minute)
@@ -110,6 +137,13 @@ head -c 64 /proc/timer_list | wc -c > /out/timer_list
 	if got := strings.TrimSpace(string(files["timer_list"])); got != "0" {
 		t.Errorf("/proc/timer_list gave %s bytes, want it masked (0)", got)
 	}
+	// CPU 1 on the guest's one vCPU: no quota, and a burner has the CPU.
+	if ticks := burnTicks(t, files["burn"]); ticks < burnTicksAll*7/10 {
+		t.Errorf("a CPU burner without a quota ran %d of %d ticks", ticks, burnTicksAll)
+	}
+	if q := ex.Observation.Cgroup.CPUQuotaMicros; q != 0 || !slices.Contains(ex.Observation.Notes, guest.CPUHeldNote(1, 1)) {
+		t.Errorf("CPU 1 on one vCPU: quota %d µs, notes %q; want none, held by the vCPU", q, ex.Observation.Notes)
+	}
 	ro := map[string]bool{}
 	for _, m := range ex.Observation.Mounts {
 		ro[m.Target] = m.ReadOnly
@@ -130,7 +164,8 @@ func TestBudgets(t *testing.T) {
 	opts := pins(t)
 	b := newBackend(t, opts)
 	rootfs := testenv.BusyboxRootfs(t)
-	s := spec(t, rootfs, "/bin/sh", "-c", `
+	// The burner first: pids-many leaves the pids bound full for a while.
+	s := spec(t, rootfs, "/bin/sh", "-c", burn+`
 r=/tmp/r
 ok() { if "$@" >/dev/null 2>&1; then echo "$name=ok" >> $r; else echo "$name=refused" >> $r; fi; }
 name=out-small ok dd if=/dev/zero of=/out/small bs=1k count=512
@@ -144,7 +179,7 @@ name=fsize-small ok dd if=/dev/zero of=/tmp/f bs=1k count=64
 name=fsize-past ok dd if=/dev/zero of=/tmp/f bs=1M count=6
 cp $r /out/r
 `)
-	s.OutputBytes, s.Pids, s.Memory, s.FileSize = 2<<20, 16, 64<<20, 4<<20
+	s.OutputBytes, s.Pids, s.Memory, s.FileSize, s.CPU = 2<<20, 16, 64<<20, 4<<20, 0.5
 	s.TmpBytes = 16 << 20
 	ex, _, stderr, files := run(t, b, s, 3*time.Minute)
 	if ex.Code != 0 {
@@ -170,5 +205,12 @@ cp $r /out/r
 	}
 	if ex.Usage.MemoryLimitBytes != 64<<20 || ex.Usage.PidsLimit != 16 {
 		t.Errorf("limits read back %+v, want memory 64 MiB, pids 16", ex.Usage)
+	}
+	// CPU 0.5: the guest's cgroup has the quota, and it holds a burner.
+	if cg := ex.Observation.Cgroup; cg.CPUQuotaMicros != 50000 || cg.CPUPeriodMicros != 100000 {
+		t.Errorf("CPU quota read back %d/%d µs, want 50000/100000", cg.CPUQuotaMicros, cg.CPUPeriodMicros)
+	}
+	if ticks := burnTicks(t, files["burn"]); ticks > burnTicksAll*65/100 {
+		t.Errorf("a CPU burner under a quota of 0.5 ran %d of %d ticks", ticks, burnTicksAll)
 	}
 }

@@ -7,6 +7,8 @@
 // host asserts only what it saw itself.
 package guest
 
+import "strconv"
+
 // ConfigPath is where the launch configuration sits in the initramfs.
 const ConfigPath = "/custody/config.json"
 
@@ -47,6 +49,13 @@ const StartedLine = "started\n"
 
 // MaxReportBytes bounds what the host reads of StreamControl.
 const MaxReportBytes = 64 << 10
+
+// CPUHeldNote is the report's note that a CPU limit of cores was not set
+// in the guest's cgroup because the guest's vcpus hold it already.
+func CPUHeldNote(cores float64, vcpus int) string {
+	return "CPU limit " + strconv.FormatFloat(cores, 'g', -1, 64) + " core(s) held by the guest's " +
+		strconv.Itoa(vcpus) + " vCPU(s): no cpu.max in its cgroup"
+}
 
 // Config is one launch, in the guest's terms.
 type Config struct {
