@@ -207,6 +207,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzExtract$$' -fuzztime=$(FUZZTIME) ./internal/untar
 	$(GO) test -run='^$$' -fuzz='^FuzzExtractOutput$$' -fuzztime=$(FUZZTIME) ./backend/vm
 	$(GO) test -run='^$$' -fuzz='^FuzzDemux$$' -fuzztime=$(FUZZTIME) ./backend/vm/guest
+	$(GO) test -run='^$$' -fuzz='^FuzzConfig$$' -fuzztime=$(FUZZTIME) ./backend/vm/guest
+	$(GO) test -run='^$$' -fuzz='^FuzzReportJSON$$' -fuzztime=$(FUZZTIME) ./backend/vm/guest
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStat$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseStatus$$' -fuzztime=$(FUZZTIME) ./internal/procfs
 	$(GO) test -run='^$$' -fuzz='^FuzzParseNetDev$$' -fuzztime=$(FUZZTIME) ./internal/procfs

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -190,7 +189,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	for _, i := range mods {
 		cfg.Modules = append(cfg.Modules, path.Base(Modules[i]))
 	}
-	cfgJSON, err := json.Marshal(cfg)
+	cfgBytes, err := cfg.MarshalBinary()
 	if err != nil {
 		return err
 	}
@@ -205,7 +204,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	bw := bufio.NewWriterSize(io.MultiWriter(f, digest), 1<<20)
 	cw := newCpio(bw)
 	cw.guestBase(files)
-	cw.file(guest.ConfigPath[1:], 0o644, cfgJSON)
+	cw.file(guest.ConfigPath[1:], 0o644, cfgBytes)
 	if cfg.Seccomp {
 		cw.file(guest.SeccompPath[1:], 0o644, m.b.opts.SeccompFilter)
 	}
@@ -225,7 +224,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		return err
 	}
 	m.initrdSHA = hex.EncodeToString(digest.Sum(nil))
-	m.configSHA = sha256Hex(cfgJSON)
+	m.configSHA = sha256Hex(cfgBytes)
 	m.timing.Prepare = time.Since(t0)
 	m.mark("initrd")
 	m.state = statePrepared

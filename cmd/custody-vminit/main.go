@@ -18,7 +18,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,8 +63,7 @@ func main() {
 	var s streams
 	rep := run(&s)
 	if s.port != nil {
-		data, _ := json.Marshal(rep)
-		_, _ = s.ctl.Write(append(data, '\n'))
+		_, _ = s.ctl.Write(append(rep.AppendJSON(nil), '\n'))
 		_ = s.ctl.Close()
 		_ = s.port.Sync()
 	} else {
@@ -98,8 +96,8 @@ func run(s *streams) *guest.Report {
 	if err != nil {
 		return fail(err)
 	}
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		return fail(fmt.Errorf("config: %w", err))
+	if err := cfg.UnmarshalBinary(data); err != nil {
+		return fail(err)
 	}
 	step("config")
 	// The port is looked for while the root and cgroup are made: QEMU

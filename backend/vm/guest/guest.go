@@ -9,8 +9,9 @@ package guest
 
 import "strconv"
 
-// ConfigPath is where the launch configuration sits in the initramfs.
-const ConfigPath = "/custody/config.json"
+// ConfigPath is where the launch configuration sits in the initramfs:
+// Config.MarshalBinary's encoding.
+const ConfigPath = "/custody/config"
 
 // SeccompPath is where the seccomp filter the workload runs under sits in
 // the initramfs, when the host gives one: a classic BPF program, raw
@@ -86,7 +87,8 @@ type Config struct {
 }
 
 // Report is what the init sends on StreamControl once the workload is gone
-// and the output stream is written: one JSON object and a newline.
+// and the output stream is written: one JSON object (AppendJSON) and a
+// newline.
 type Report struct {
 	// Error is set when the init could not set the launch up; the workload
 	// then never ran.
