@@ -198,7 +198,8 @@ func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd, extr
 }
 
 func (b *Backend) qemuArgs(m *Machine, accel string) []string {
-	// fds 3.. in the child: console, kernel, then the streams' port.
+	// fds 3.. in the child: console, kernel, the streams' port, their
+	// early channel.
 	args := b.baseArgs(accel, m.spec.Memory+GuestOverheadBytes, m.dir, qemuName(m.id), filepath.Join(m.dir, "initrd.cpio"), "", m.uid, m.gid)
 	if !m.rootInInitramfs {
 		args = append(args, "-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
@@ -209,10 +210,14 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),
 			"-device", "virtio-blk-device,drive=input"+n+",serial="+guest.SerialInput+n)
 	}
-	// One port for every stream (guest.Port). max_ports=2: port 0 is the
-	// (unused) console's; the default of 31 has the guest driver set up 64
+	// The streams' early channel (guest.EarlyIOPort), then one port for
+	// every stream (guest.Port). max_ports=2: port 0 is the (unused)
+	// console's; the default of 31 has the guest driver set up 64
 	// virtqueues, a good part of its probe under TCG.
-	return append(args, "-device", "virtio-serial-device,max_ports=2",
+	return append(args,
+		"-chardev", "file,id=early,path=/proc/self/fd/6",
+		"-device", "isa-debugcon,iobase="+strconv.Itoa(guest.EarlyIOPort)+",chardev=early",
+		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "file,id=streams,path=/proc/self/fd/5",
 		"-device", "virtserialport,chardev=streams,name="+guest.Port)
 }
@@ -234,7 +239,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		return nil, err
 	}
 	defer kernel.Close()
-	pipes := make([]struct{ r, w *os.File }, 2) // console, the streams' port
+	pipes := make([]struct{ r, w *os.File }, 3) // console, the streams' port, their early channel
 	closeAll := func() {
 		for _, p := range pipes {
 			if p.r != nil {
@@ -254,7 +259,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	cmd := exec.Command(m.b.opts.QEMU.Path, m.b.qemuArgs(m, m.b.accel)...)
 	cmd.Dir = m.dir
 	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{pipes[0].w, kernel, pipes[1].w}
+	cmd.ExtraFiles = []*os.File{pipes[0].w, kernel, pipes[1].w, pipes[2].w}
 	var qemuLog tailBuffer
 	cmd.Stdout, cmd.Stderr = &qemuLog, &qemuLog
 	// A mount namespace of its own: nothing QEMU could mount is seen by
@@ -325,9 +330,12 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}
 	go func() {
 		defer wg.Done()
-		ended, err := guest.Demux(pipes[1].r, sinks)
-		// A malformed frame ends every stream short; QEMU is never left
-		// blocked on a full pipe.
+		ended, err := guest.Demux(pipes[2].r, pipes[1].r, sinks)
+		// A malformed frame ends every stream short. Both channels are
+		// drained to QEMU's exit: a guest that writes where it is not
+		// read (the port before its switch, the early channel after it)
+		// blocks only itself until its wall time, and never for longer.
+		go func() { _, _ = io.Copy(io.Discard, pipes[2].r) }()
 		_, _ = io.Copy(io.Discard, pipes[1].r)
 		for id, pw := range ends {
 			switch {

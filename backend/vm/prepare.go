@@ -185,10 +185,14 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		Memory: m.spec.Memory, Pids: m.spec.Pids, CPU: m.spec.CPU, FileSize: m.spec.FileSize,
 		Seccomp: len(m.b.opts.SeccompFilter) > 0, RootInInitramfs: m.rootInInitramfs,
 	}
-	mods := modulesFor(!m.rootInInitramfs, len(m.spec.Inputs) > 0)
-	for _, i := range mods {
+	setup, port := modulesFor(!m.rootInInitramfs, len(m.spec.Inputs) > 0)
+	for _, i := range setup {
 		cfg.Modules = append(cfg.Modules, path.Base(Modules[i]))
 	}
+	for _, i := range port {
+		cfg.PortModules = append(cfg.PortModules, path.Base(Modules[i]))
+	}
+	mods := append(setup, port...)
 	cfgBytes, err := cfg.MarshalBinary()
 	if err != nil {
 		return err
@@ -232,24 +236,35 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 }
 
 // modulesFor are the indexes in Modules, in load order, of the modules a
-// guest needs: the virtio console always; the block driver and erofs when
-// it has a disk (an erofs rootfs, or inputs); overlay with an erofs rootfs.
-func modulesFor(erofsRoot, inputs bool) []int {
-	var out []int
+// guest needs: setup those its init loads before the workload, port those
+// it loads only if its streams move to the port (guest.EarlyBytes). The
+// block driver and erofs when it has a disk (an erofs rootfs, or inputs),
+// with virtio's core; overlay with an erofs rootfs; the virtio console,
+// with virtio's core unless a disk brought it, in port.
+func modulesFor(erofsRoot, inputs bool) (setup, port []int) {
+	disk := erofsRoot || inputs
 	for i, mod := range Modules {
 		switch path.Base(mod) {
 		case "virtio_blk.ko", "crc32c_generic.ko", "libcrc32c.ko", "erofs.ko":
-			if !erofsRoot && !inputs {
+			if !disk {
 				continue
 			}
 		case "overlay.ko":
 			if !erofsRoot {
 				continue
 			}
+		case "virtio_console.ko":
+			port = append(port, i)
+			continue
+		case "virtio_ring.ko", "virtio.ko", "virtio_mmio.ko":
+			if !disk {
+				port = append(port, i)
+				continue
+			}
 		}
-		out = append(out, i)
+		setup = append(setup, i)
 	}
-	return out
+	return setup, port
 }
 
 // makeImage writes src as an erofs image that the guest mounts from a

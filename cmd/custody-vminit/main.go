@@ -1,5 +1,5 @@
 // Command custody-vminit is PID 1 of every vm-backend guest: a small static
-// init that loads the pinned kernel modules, mounts the read-only rootfs
+// init that loads the pinned kernel modules its disks need, mounts the read-only rootfs
 // (a small one is a bind of the copy the initramfs carries; a larger one
 // an overlay over its erofs disk whose upper layer only holds mount
 // points; either is then remounted read-only) and inputs, a bounded /tmp
@@ -8,8 +8,10 @@
 // capability in the bounding set, its credentials and seccomp filter) in a
 // cgroup-v2 leaf with its memory, pids and cpu limits. stdout, stderr,
 // the output tree (a tar) and the report travel as frames of their streams
-// on one virtio-serial port (guest.Mux); then the init resets the machine
-// (QEMU exits). The host treats all of it as observation (R3).
+// (guest.Mux): on an ISA debug console first, and on one virtio-serial
+// port, whose modules it loads then, once they outgrow it; then the init
+// resets the machine (QEMU exits). The host treats all of it as
+// observation (R3).
 package main
 
 import (
@@ -25,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -46,12 +49,14 @@ const (
 	cgWork        = "/sys/fs/cgroup/work"
 )
 
-// streams is the one virtio-serial port (guest.Port) once it is open,
-// and the frames of its streams.
+// streams are the frames of the launch's streams: on the early channel,
+// then, if they outgrow it, on the virtio-serial port (guest.Port), which
+// port holds once it is open.
 type streams struct {
-	port *os.File
 	mux  *guest.Mux
 	ctl  io.WriteCloser
+	mu   sync.Mutex
+	port *os.File
 }
 
 func main() {
@@ -62,12 +67,16 @@ func main() {
 	debug.SetMemoryLimit(32 << 20)
 	var s streams
 	rep := run(&s)
-	if s.port != nil {
+	if s.mux != nil {
 		_, _ = s.ctl.Write(append(rep.AppendJSON(nil), '\n'))
 		_ = s.ctl.Close()
-		_ = s.port.Sync()
+		s.mu.Lock()
+		if s.port != nil {
+			_ = s.port.Sync()
+		}
+		s.mu.Unlock()
 	} else {
-		fmt.Fprintf(os.Stderr, "custody-vminit: no port: %s\n", rep.Error)
+		fmt.Fprintf(os.Stderr, "custody-vminit: no streams: %s\n", rep.Error)
 	}
 	unix.Sync()
 	// The kernel runs with reboot=t and QEMU with -no-reboot: a restart
@@ -89,9 +98,15 @@ func run(s *streams) *guest.Report {
 	if bare() {
 		return fail(errors.New("a bare boot (" + guest.BareCmdline + "): nothing to launch"))
 	}
+	early, err := openEarly()
+	if err != nil {
+		return fail(err)
+	}
+	var cfg guest.Config
+	s.mux = guest.NewMux(early, guest.EarlyBytes, func() (io.Writer, error) { return s.openPort(&cfg) })
+	s.ctl = s.mux.Stream(guest.StreamControl)
 	rep.InitUptime = uptime()
 	step := func(name string) { rep.Steps = append(rep.Steps, guest.Step{Name: name, Uptime: uptime()}) }
-	var cfg guest.Config
 	data, err := os.ReadFile(guest.ConfigPath)
 	if err != nil {
 		return fail(err)
@@ -99,65 +114,34 @@ func run(s *streams) *guest.Report {
 	if err := cfg.UnmarshalBinary(data); err != nil {
 		return fail(err)
 	}
+	if !slices.Contains(cfg.PortModules, consoleModule) {
+		return fail(fmt.Errorf("config: no %s among the port's modules", consoleModule))
+	}
 	step("config")
-	// The port is looked for while the root and cgroup are made: QEMU
-	// announces it to the virtio-console driver, which adds it from a
-	// kernel worker, so the wait overlaps the init's own setup instead of
-	// following it. s is filled only once the search is over; a failure
-	// before then still waits for it, so that the report has its port.
-	var found *os.File
-	portsDone := make(chan error, 1)
-	portsStarted := false
-	awaitPorts := func() error {
-		if !portsStarted {
-			return nil
-		}
-		portsStarted = false
-		err := <-portsDone
-		if found != nil {
-			s.port, s.mux = found, guest.NewMux(found)
-			s.ctl = s.mux.Stream(guest.StreamControl)
-		}
-		return err
-	}
-	failAfterPorts := func(err error) *guest.Report {
-		_ = awaitPorts()
-		return fail(err)
-	}
 	for _, m := range cfg.Modules {
 		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
-			return failAfterPorts(err)
+			return fail(err)
 		}
 		step(m)
-		if m == consoleModule {
-			portsStarted = true
-			go func() { portsDone <- openPort(&found) }()
-		}
-	}
-	if !portsStarted {
-		return fail(fmt.Errorf("config: no %s among the modules", consoleModule))
 	}
 	step("modules")
 	if err := buildRoot(&cfg); err != nil {
-		return failAfterPorts(err)
+		return fail(err)
 	}
 	step("root")
 	if err := setupCgroup(&cfg, rep); err != nil {
-		return failAfterPorts(err)
+		return fail(err)
 	}
 	step("cgroup")
 	if cfg.Hostname != "" {
 		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-			return failAfterPorts(fmt.Errorf("hostname: %w", err))
+			return fail(fmt.Errorf("hostname: %w", err))
 		}
 	}
 	if err := loopbackUp(); err != nil {
-		return failAfterPorts(err)
-	}
-	if err := awaitPorts(); err != nil {
 		return fail(err)
 	}
-	step("ports")
+	step("network")
 	observe(rep)
 	if err := runWorkload(&cfg, s, rep); err != nil {
 		return fail(err)
@@ -246,9 +230,69 @@ func waitFor(what string, find func() (bool, error)) error {
 	}
 }
 
-// openPort opens the streams' port once the driver has added it and QEMU
+// earlyChannel writes to the ISA debug console at guest.EarlyIOPort from
+// one OS thread, locked to its goroutine and the only one with access to
+// that port: Go starts no thread from a locked one (it asks its template
+// thread), so neither the init's other threads nor the workload stage,
+// forked from one of them, inherit the permission; the stage also drops
+// all port access before it execs the workload.
+type earlyChannel struct {
+	req  chan []byte
+	done chan struct{}
+}
+
+func openEarly() (*earlyChannel, error) {
+	e := &earlyChannel{req: make(chan []byte), done: make(chan struct{})}
+	ready := make(chan error)
+	go func() {
+		runtime.LockOSThread() // for good: the thread ends with the init
+		if err := unix.Ioperm(guest.EarlyIOPort, 1, 1); err != nil {
+			ready <- fmt.Errorf("the streams' early channel: ioperm: %w", err)
+			return
+		}
+		ready <- nil
+		for p := range e.req {
+			outsb(guest.EarlyIOPort, p)
+			e.done <- struct{}{}
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *earlyChannel) Write(p []byte) (int, error) {
+	e.req <- p
+	<-e.done
+	return len(p), nil
+}
+
+// outsb writes p to an I/O port (outsb_amd64.s).
+func outsb(port uint16, p []byte)
+
+// openPort loads the port's modules and opens the streams' port once the
+// driver has added it and QEMU has named it: the streams' move off the
+// early channel (guest.NewMux).
+func (s *streams) openPort(cfg *guest.Config) (io.Writer, error) {
+	for _, m := range cfg.PortModules {
+		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
+			return nil, err
+		}
+	}
+	var f *os.File
+	if err := findPort(&f); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.port = f
+	s.mu.Unlock()
+	return f, nil
+}
+
+// findPort opens the streams' port once the driver has added it and QEMU
 // has named it.
-func openPort(port **os.File) error {
+func findPort(port **os.File) error {
 	return waitFor("the virtio-serial port "+guest.Port, func() (bool, error) {
 		ents, _ := os.ReadDir("/sys/class/virtio-ports")
 		for _, e := range ents {

@@ -13,7 +13,7 @@
  * mounts the workload's /proc (its own pid namespace's) under NEWROOT and
  * guards it as runc's default profile does, copies its mountinfo to fd 3,
  * changes root and directory, drops every capability from the bounding
- * set, sets no_new_privs, drops to UID and GID with no supplementary
+ * set and all I/O port access, sets no_new_privs, drops to UID and GID with no supplementary
  * groups, installs the seccomp filter at FILTER_PATH when SECCOMP is 1,
  * writes its status line to fd 3 and execs ARGV. Fd 3 is close-on-exec:
  * its end tells the init the workload runs.
@@ -235,6 +235,13 @@ int main(int argc, char **argv)
 		fail("chroot", root, errno);
 	if (chdir(cwd[0] != '\0' ? cwd : "/") != 0)
 		fail("cwd", cwd, errno);
+	/* No I/O port for the workload: an inherited I/O bitmap or level
+	 * would survive the exec and let it write into the streams' early
+	 * channel. The init's other threads have none; this makes sure. */
+	if (syscall(SYS_ioperm, 0UL, 65536UL, 0) != 0)
+		fail("drop I/O port access", NULL, errno);
+	if (syscall(SYS_iopl, 0) != 0)
+		fail("drop the I/O privilege level", NULL, errno);
 	/* Nothing the workload execs gets a capability back, whatever its
 	 * uid: it cannot escape the chroot, mount, or make device nodes. */
 	for (int c = 0; c < 64; c++) {

@@ -22,6 +22,7 @@ var ErrConfig = errors.New("guest config")
 func (c *Config) MarshalBinary() ([]byte, error) {
 	b := []byte(configMagic)
 	b = appendStrings(b, c.Modules)
+	b = appendStrings(b, c.PortModules)
 	b = appendStrings(b, c.Args)
 	b = appendStrings(b, c.Env)
 	b = appendString(b, c.Cwd)
@@ -47,7 +48,7 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 	}
 	d := decoder{b: data[len(configMagic):]}
 	var v Config
-	v.Modules, v.Args, v.Env = d.strings(), d.strings(), d.strings()
+	v.Modules, v.PortModules, v.Args, v.Env = d.strings(), d.strings(), d.strings(), d.strings()
 	v.Cwd, v.Hostname = d.string(), d.string()
 	v.UID, v.GID = d.uint32(), d.uint32()
 	v.Inputs = d.strings()

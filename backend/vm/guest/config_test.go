@@ -8,7 +8,7 @@ import (
 
 func sampleConfig() Config {
 	return Config{
-		Modules: []string{"virtio_ring.ko", "virtio_console.ko"}, Args: []string{"/bin/sh", "-c", "echo 'hi'\n"},
+		Modules: []string{"virtio_ring.ko", "virtio_blk.ko"}, PortModules: []string{"virtio_console.ko"}, Args: []string{"/bin/sh", "-c", "echo 'hi'\n"},
 		Env: []string{"PATH=/bin", "EMPTY="}, Cwd: "/work", Hostname: "custody", UID: 65534, GID: 4294967295,
 		Inputs: []string{"/in", "/src"}, OutputPath: "/out", OutputBytes: 64 << 20, OutputFiles: -1, TmpBytes: 1,
 		Memory: 1 << 40, Pids: 64, CPU: 0.25, FileSize: 4 << 20, Seccomp: true, RootInInitramfs: true,

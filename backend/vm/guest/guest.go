@@ -58,32 +58,37 @@ func CPUHeldNote(cores float64, vcpus int) string {
 		strconv.Itoa(vcpus) + " vCPU(s): no cpu.max in its cgroup"
 }
 
-// Config is one launch, in the guest's terms.
+// Config is one launch, in the guest's terms, as the initramfs carries it
+// (MarshalBinary).
 type Config struct {
-	// Modules are file names under ModulesDir, in load order.
-	Modules  []string `json:"modules"`
-	Args     []string `json:"args"`
-	Env      []string `json:"env"`
-	Cwd      string   `json:"cwd"`
-	Hostname string   `json:"hostname"`
-	UID      uint32   `json:"uid"`
-	GID      uint32   `json:"gid"`
+	// Modules are file names under ModulesDir, in load order: those the
+	// init loads before the workload (the disks' drivers), then
+	// PortModules, which it loads only when the streams move to the port
+	// (EarlyBytes).
+	Modules     []string
+	PortModules []string
+	Args        []string
+	Env         []string
+	Cwd         string
+	Hostname    string
+	UID         uint32
+	GID         uint32
 	// Inputs are mounted read-only; input i is the disk with serial
 	// SerialInput+i.
-	Inputs      []string `json:"inputs"`
-	OutputPath  string   `json:"outputPath"`
-	OutputBytes int64    `json:"outputBytes"`
-	OutputFiles int64    `json:"outputFiles"`
-	TmpBytes    int64    `json:"tmpBytes"`
-	Memory      int64    `json:"memory"`
-	Pids        int64    `json:"pids"`
-	CPU         float64  `json:"cpu"`
-	FileSize    int64    `json:"fileSize"`
+	Inputs      []string
+	OutputPath  string
+	OutputBytes int64
+	OutputFiles int64
+	TmpBytes    int64
+	Memory      int64
+	Pids        int64
+	CPU         float64
+	FileSize    int64
 	// Seccomp says the filter at SeccompPath is to be installed.
-	Seccomp bool `json:"seccomp,omitempty"`
+	Seccomp bool
 	// RootInInitramfs says the rootfs is the tree at InitramfsRoot, not
 	// the SerialRootfs disk; either way the workload's root is read-only.
-	RootInInitramfs bool `json:"rootInInitramfs,omitempty"`
+	RootInInitramfs bool
 }
 
 // Report is what the init sends on StreamControl once the workload is gone
