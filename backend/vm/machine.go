@@ -70,6 +70,9 @@ type Timing struct {
 	QEMU time.Duration
 	// HostPeakMemory is QEMU's peak as its host cgroup accounted it.
 	HostPeakMemory int64
+	// PortBytes is what the host read from the streams' port: 0 when
+	// they stayed on the early channel (guest.EarlyBytes).
+	PortBytes int64
 	// Kernel (guest uptime when the init started), Setup (the init until
 	// the workload starts: modules, mounts, cgroup) and Workload are the
 	// guest's own clock: observations, for the breakdown only.
@@ -101,6 +104,7 @@ func (t Timing) String() string {
 		fmt.Fprintf(&b, " %s +%.3fs", s.Name, s.Uptime-up)
 		up = s.Uptime
 	}
+	fmt.Fprintf(&b, "; %d bytes on the port", t.PortBytes)
 	return strings.TrimSpace(b.String())
 }
 
@@ -330,7 +334,9 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}
 	go func() {
 		defer wg.Done()
-		ended, err := guest.Demux(pipes[2].r, pipes[1].r, sinks)
+		port := &countingReader{r: pipes[1].r}
+		ended, err := guest.Demux(pipes[2].r, port, sinks)
+		m.timing.PortBytes = port.n
 		// A malformed frame ends every stream short. Both channels are
 		// drained to QEMU's exit: a guest that writes where it is not
 		// read (the port before its switch, the early channel after it)
@@ -597,3 +603,15 @@ var errNotOwned = errors.New("not owned")
 // errConsumed closes a stream's pipe once its consumer returned: the
 // demux drops the rest of that stream.
 var errConsumed = errors.New("the stream's consumer is done")
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

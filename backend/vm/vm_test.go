@@ -111,6 +111,13 @@ func (nopRecorder) Removed(...backend.Resource) error { return nil }
 // run prepares and runs one launch and cleans it up, verified.
 func run(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (*backend.Exit, string, string, map[string][]byte) {
 	t.Helper()
+	ex, stdout, stderr, files, _ := runTimed(t, b, s, wall)
+	return ex, stdout, stderr, files
+}
+
+// runTimed is run that also returns the machine's timing.
+func runTimed(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (*backend.Exit, string, string, map[string][]byte, vm.Timing) {
+	t.Helper()
 	ctx := context.Background()
 	id := "t-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(id) > 60 {
@@ -142,11 +149,10 @@ func run(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (*back
 		}
 		return nil
 	})
-	if m, ok := sb.(*vm.Machine); ok {
-		t.Logf("timing %+v", m.Timing())
-	}
+	tm := sb.(*vm.Machine).Timing()
+	t.Logf("timing %+v", tm)
 	checkHostUsage(t, b, id, s, ex)
-	return ex, stdout.String(), stderr.String(), files
+	return ex, stdout.String(), stderr.String(), files, tm
 }
 
 // checkHostUsage: where the host has the hierarchies, QEMU ran in its own

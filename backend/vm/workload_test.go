@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm/guest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -50,18 +51,26 @@ func TestWorkloadSetupFailureIsNotExit127(t *testing.T) {
 }
 
 // TestStreamsShareOnePort: stdout, stderr and the output tree share the
-// guest's one port as frames; each arrives whole and apart, stdout larger
+// guest's channels as frames; each arrives whole and apart, stdout larger
 // than several frames, interleaved with stderr and with a background
 // writer that outlives the workload's first process (the cgroup's kill
-// ends it, and its stream ends with it).
+// ends it, and its stream ends with it). Past guest.EarlyBytes the frames
+// moved to the port; a phase that writes little never loads its modules.
 func TestStreamsShareOnePort(t *testing.T) {
 	b := newBackend(t, pins(t))
 	rootfs := testenv.BusyboxRootfs(t)
+	_, small, _, _, tm := runTimed(t, b, spec(t, rootfs, "/bin/echo", "small"), 2*time.Minute)
+	if small != "small\n" || tm.PortBytes != 0 {
+		t.Errorf("a small phase: stdout %q, %d bytes on the port, want none", small, tm.PortBytes)
+	}
 	script := `i=0; while [ $i -lt 40 ]; do head -c 8192 /dev/zero | tr '\0' o; echo "e$i" >&2; i=$((i+1)); done; ` +
 		`echo data > /out/f; sleep 30 &`
-	ex, stdout, stderr, files := run(t, b, spec(t, rootfs, "/bin/sh", "-c", script), 2*time.Minute)
+	ex, stdout, stderr, files, tm := runTimed(t, b, spec(t, rootfs, "/bin/sh", "-c", script), 2*time.Minute)
 	if ex.Code != 0 {
 		t.Fatalf("exit %+v stderr %s", ex, stderr)
+	}
+	if tm.PortBytes < 40*8192-guest.EarlyBytes {
+		t.Errorf("%d bytes on the port, want the streams past the first %d there", tm.PortBytes, guest.EarlyBytes)
 	}
 	if want := strings.Repeat("o", 40*8192); stdout != want {
 		t.Errorf("stdout: %d bytes, want %d of 'o'", len(stdout), len(want))
