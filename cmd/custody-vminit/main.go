@@ -68,7 +68,10 @@ func main() {
 	var s streams
 	rep := run(&s)
 	if s.mux != nil {
-		_, _ = s.ctl.Write(append(rep.AppendJSON(nil), '\n'))
+		if _, err := s.ctl.Write(append(rep.AppendJSON(nil), '\n')); err != nil {
+			// The console is all the host has left to say why.
+			fmt.Fprintf(os.Stderr, "custody-vminit: the report: %v (%s)\n", err, rep.Error)
+		}
 		_ = s.ctl.Close()
 		s.mu.Lock()
 		if s.port != nil {
