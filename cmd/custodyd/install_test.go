@@ -14,7 +14,7 @@ import (
 
 // TestMakeInstall runs `make install` into a DESTDIR (never this machine's
 // system paths) with the binaries make build made: each file lands where
-// the README says with its mode, the unit is Type=notify with Delegate=yes
+// the install guide says with its mode (a man page per command among them), the unit is Type=notify with Delegate=yes
 // and names the PREFIX's custodyd, and the custodyd.yaml written loads as
 // custodyd's configuration and pins the installed runc's digest. A second
 // install keeps the operator's configuration.
@@ -43,10 +43,15 @@ func TestMakeInstall(t *testing.T) {
 		"opt/custody/lib/custody/custody-runc": 0o755, "opt/custody/lib/custody/custody-gate": 0o755,
 		"lib/systemd/system/custodyd.service": 0o644,
 		"etc/custody":                         0o700 | os.ModeDir, "etc/custody/custodyd.yaml": 0o600, "etc/custody/policy.yaml": 0o600,
+		"opt/custody/share/man/man1/custody.1": 0o644, "opt/custody/share/man/man1/custody-run.1": 0o644,
+		"opt/custody/share/man/man1/custody-verify.1": 0o644,
 	} {
 		fi, err := os.Stat(filepath.Join(dest, path))
-		if err != nil || fi.Mode()&(os.ModePerm|os.ModeDir) != mode {
-			t.Fatalf("%s: %v %v, want %v", path, fi.Mode(), err, mode)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if fi.Mode()&(os.ModePerm|os.ModeDir) != mode {
+			t.Fatalf("%s: mode %v, want %v", path, fi.Mode(), mode)
 		}
 	}
 	unit, err := os.ReadFile(filepath.Join(dest, "lib/systemd/system/custodyd.service"))
