@@ -30,7 +30,7 @@ type UnmodelledError struct {
 }
 
 func (e *UnmodelledError) Error() string {
-	return fmt.Sprintf("pack: %s: key %q is not modelled by custody and is refused, never ignored (issue 14: a setting custody does not model is refused); remove it, or model it in package pack first",
+	return fmt.Sprintf("pack: %s: key %q is not one custody models, so it is refused rather than ignored (a setting custody cannot enforce would silently weaken the pack); fix: remove it from the compose file (the pack reference lists every key custody models)",
 		join(e.Path, e.Key), e.Key)
 }
 

@@ -356,7 +356,7 @@ func (a *app) runCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&grantPath, "grant", "", "grant envelope from `custody grant issue` (required)")
+	cmd.Flags().StringVar(&grantPath, "grant", "", "the `GRANT.json` envelope custody grant issue printed (required)")
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed receipt here (and its Sigstore bundle beside it as *.sigstore.json); refused before the run if either exists")
 	cmd.Flags().StringVar(&outputsDir, "outputs", "", "with --receipt: fetch the retained outputs into this new directory (default: outputs/ beside the receipt); refused before the run if it exists")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")

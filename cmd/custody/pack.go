@@ -252,7 +252,7 @@ func (a *app) packUpCmd() *cobra.Command {
 			return a.packDone("pack up", rep, err, receiptPath, asJSON, "")
 		},
 	}
-	cmd.Flags().StringVar(&grantPath, "grant", "", "pack grant envelope from `custody pack grant issue` (required)")
+	cmd.Flags().StringVar(&grantPath, "grant", "", "the `GRANT.json` envelope custody pack grant issue printed (required)")
 	cmd.Flags().StringVar(&workspace, "workspace", "", "the workspace's name, [a-z0-9][a-z0-9-]{0,31} (required)")
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed up receipt here (and its Sigstore bundle beside it as *.sigstore.json); refused if either exists")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace report as JSON")
@@ -285,7 +285,7 @@ func (a *app) packDownCmd() *cobra.Command {
 	cmd.Flags().StringVar(&workspace, "workspace", "", "the workspace to tear down (required)")
 	cmd.Flags().BoolVar(&volumes, "volumes", false, "also remove the workspace's volumes (their data is lost)")
 	cmd.Flags().BoolVar(&children, "children", false, "operators: also remove the engine-socket holders' children attached only to this workspace's networks "+
-		"(custody cannot prove it owns them: check `custody pack status` first); without it they are left and the workspace stays residual")
+		"(custody cannot prove it owns them: check custody pack status first); without it they are left and the workspace stays residual")
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed down receipt here (and its Sigstore bundle beside it); refused if either exists")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the workspace report as JSON")
 	socketFlag(cmd.Flags(), &operator)
