@@ -114,3 +114,95 @@ func pageNames(m map[string][]byte) []string {
 	slices.Sort(ks)
 	return ks
 }
+
+// TestDocumentedCommandsExist reads every command line of the
+// documentation (a line of a code block, or a code span, that starts with
+// custody) and checks that its command exists and takes each --flag the
+// line gives it: a renamed command or flag fails here, naming the page.
+func TestDocumentedCommandsExist(t *testing.T) {
+	root := testenv.ModuleRoot(t)
+	var files []string
+	for _, dir := range []string{".", "docs"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && path != filepath.Join(root, dir) && (dir == "." || filepath.Base(path) == "commands") {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.HasSuffix(path, ".md") {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree := docsTree()
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		for _, line := range commandLines(string(b)) {
+			words := strings.Fields(line)
+			cmd, rest, err := tree.Find(words[1:])
+			if err != nil || cmd == tree && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") && !strings.ContainsAny(rest[0], "|[") {
+				t.Errorf("%s: %q: no such command", rel, line)
+				continue
+			}
+			checked++
+			for _, w := range words[1:] {
+				if w == "#" || strings.HasPrefix(w, "#") {
+					break
+				}
+				w = strings.Trim(w, "[]()`")
+				name, _, _ := strings.Cut(strings.TrimPrefix(w, "--"), "=")
+				if !strings.HasPrefix(w, "--") || name == "" {
+					continue
+				}
+				for _, alt := range strings.Split(name, "|") {
+					alt = strings.TrimPrefix(alt, "--")
+					if cmd.Flags().Lookup(alt) == nil && cmd.InheritedFlags().Lookup(alt) == nil {
+						t.Errorf("%s: %q: %s takes no --%s", rel, line, cmd.CommandPath(), alt)
+					}
+				}
+			}
+		}
+	}
+	if checked < 60 {
+		t.Fatalf("checked only %d command lines", checked)
+	}
+}
+
+// commandLines are the lines of a page's code blocks, and its code spans,
+// that run custody.
+func commandLines(text string) []string {
+	var out []string
+	inBlock := false
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if inBlock {
+			trimmed = strings.TrimPrefix(trimmed, "$ ")
+			if strings.HasPrefix(trimmed, "custody ") {
+				out = append(out, trimmed)
+			}
+			continue
+		}
+		// Odd pieces between backquotes are the code spans.
+		pieces := strings.Split(line, "`")
+		for i := 1; i < len(pieces)-1; i += 2 {
+			if strings.HasPrefix(pieces[i], "custody ") {
+				out = append(out, pieces[i])
+			}
+		}
+	}
+	return out
+}
