@@ -13,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/dockertest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
+
+// TestMain stops the isolated Docker engine the pack tutorial starts.
+func TestMain(m *testing.M) { os.Exit(dockertest.Main(m)) }
 
 // block is one shell example of a tutorial and, when the page shows it,
 // the output it must give.
@@ -118,7 +122,7 @@ const marker = "@@custody-tutorial-block"
 
 // runBlocks runs blocks in one bash, in a fresh directory, and compares
 // each one's output (stdout and stderr together) with the page's.
-func runBlocks(t *testing.T, src string, blocks []block) {
+func runBlocks(t *testing.T, src string, blocks []block, env ...string) {
 	work := t.TempDir()
 	// The sandbox's root, a mapped uid, walks to its launch directory.
 	for _, d := range []string{work, filepath.Dir(work)} {
@@ -138,6 +142,7 @@ func runBlocks(t *testing.T, src string, blocks []block) {
 	cmd.Dir = work
 	cmd.Stdin = strings.NewReader(script.String())
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + work, "LC_ALL=C", "CUSTODY_SRC=" + src}
+	cmd.Env = append(cmd.Env, env...)
 	// Its own process group: whatever the tutorial left running (its
 	// custodyd) is stopped with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -255,4 +260,25 @@ func TestMatchOutput(t *testing.T) {
 			t.Errorf("matchOutput(%q) = %v, want %v", got, !ok, ok)
 		}
 	}
+}
+
+// TestPackTutorial runs the first tutorial's set-up (its steps 1 to 3),
+// then the scenario pack tutorial's examples against that custodyd and the
+// test binary's isolated Docker engine, then stops custodyd.
+func TestPackTutorial(t *testing.T) {
+	testenv.Root(t)
+	src := checkout(t)
+	engine := dockertest.Shared(t)
+	var blocks, stop []block
+	for _, b := range tutorialBlocks(t, "docs/tutorials/first-phase.md") {
+		switch {
+		case strings.Contains(b.section, "Stop custodyd"):
+			stop = append(stop, b)
+		case strings.HasPrefix(b.section, "1.") || strings.HasPrefix(b.section, "2.") || strings.HasPrefix(b.section, "3."):
+			blocks = append(blocks, b)
+		}
+	}
+	blocks = append(blocks, tutorialBlocks(t, "docs/tutorials/scenario-pack.md")...)
+	blocks = append(blocks, stop...)
+	runBlocks(t, src, blocks, "ENGINE="+engine.Host, "PACK_IMAGE="+dockertest.ImageRef)
 }
