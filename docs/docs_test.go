@@ -31,8 +31,9 @@ func skipDir(rel string) bool {
 }
 
 // TestNoIssueNumbersInMessages fails when a string literal of a non-test
-// Go file cites an issue: such strings are what custody prints (errors,
-// --help, logs, reports), and an operator cannot look an issue up.
+// Go file cites an issue, or (outside test support and developer tools)
+// a custody package: such strings are what custody prints (errors,
+// --help, logs, reports), and an operator can look up neither.
 func TestNoIssueNumbersInMessages(t *testing.T) {
 	root := testenv.ModuleRoot(t)
 	files := 0
@@ -54,6 +55,11 @@ func TestNoIssueNumbersInMessages(t *testing.T) {
 		for _, hit := range issueCitations(t, path) {
 			t.Errorf("%s:%d: a message cites an issue: %q; say what the rule is instead", rel, hit.line, hit.text)
 		}
+		if !devTool(filepath.ToSlash(rel)) {
+			for _, hit := range sourceCitations(t, path) {
+				t.Errorf("%s:%d: a message names custody's source (%q); say what holds, in the operator's words", rel, hit.line, hit.text)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -69,7 +75,35 @@ type citation struct {
 	text string
 }
 
+// citesSource matches a message that points at custody's source rather
+// than saying what holds: a package path ("(backend/vm)",
+// "internal/untar") or "package pack".
+var citesSource = regexp.MustCompile(`\b(?:(?:internal|backend|cmd)/[a-z][a-z-]*|package (?:admission|backend|evidence|grant|pack|policy|request|runner|workspace))\b`)
+
+// devTool says whether a file is test support or a developer's tool, whose
+// messages are read by custody's developers.
+func devTool(rel string) bool {
+	for _, p := range []string{"internal/dockertest/", "internal/daemontest/", "internal/testenv/", "bench/", "tools/"} {
+		if strings.HasPrefix(rel, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func issueCitations(t *testing.T, path string) []citation {
+	t.Helper()
+	return citations(t, path, citesIssue)
+}
+
+func sourceCitations(t *testing.T, path string) []citation {
+	t.Helper()
+	return citations(t, path, citesSource)
+}
+
+// citations finds re in the string literals of a Go file, import paths
+// aside.
+func citations(t *testing.T, path string, re *regexp.Regexp) []citation {
 	t.Helper()
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
@@ -78,6 +112,9 @@ func issueCitations(t *testing.T, path string) []citation {
 	}
 	var hits []citation
 	ast.Inspect(f, func(n ast.Node) bool {
+		if _, ok := n.(*ast.ImportSpec); ok {
+			return false
+		}
 		lit, ok := n.(*ast.BasicLit)
 		if !ok || lit.Kind != token.STRING {
 			return true
@@ -86,7 +123,7 @@ func issueCitations(t *testing.T, path string) []citation {
 		if err != nil {
 			s = lit.Value
 		}
-		if m := citesIssue.FindString(s); m != "" {
+		if m := re.FindString(s); m != "" {
 			hits = append(hits, citation{fset.Position(lit.Pos()).Line, m})
 		}
 		return true
@@ -105,6 +142,14 @@ func TestIssueCitationsFound(t *testing.T) {
 	hits := issueCitations(t, path)
 	if len(hits) != 2 || hits[0].line != 4 || hits[1].line != 5 {
 		t.Fatalf("citations %+v, want lines 4 and 5", hits)
+	}
+	src = "package x\n\nimport _ \"github.com/custody-dev/custody/internal/quote\"\n\nvar a = \"model it in package pack first\"\nvar b = \"see (backend/vm)\"\nvar c = \"the Debian package erofs-utils\"\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hits = sourceCitations(t, path)
+	if len(hits) != 2 || hits[0].line != 5 || hits[1].line != 6 {
+		t.Fatalf("source citations %+v, want lines 5 and 6", hits)
 	}
 }
 
