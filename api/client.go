@@ -102,7 +102,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 }
 
 // Admit dry-runs admission of a phase.
-func (c *Client) Admit(ctx context.Context, p PhaseSource) (*AdmitResponse, error) {
+func (c *Client) Admit(ctx context.Context, p AdmitRequest) (*AdmitResponse, error) {
 	var r AdmitResponse
 	return &r, c.do(ctx, http.MethodPost, "/v1/admit", p, &r)
 }

@@ -47,6 +47,7 @@ const (
 	CodeMalformed     Code = "malformed"      // a malformed grant
 	CodePolicyInvalid Code = "policy-invalid" // no valid operator policy: nothing is granted
 	CodeInternal      Code = "internal"       // the runner failed
+	CodeRateLimited   Code = "rate-limited"   // this uid asked too often; the message says when to retry
 )
 
 // Sentinels to match with errors.Is.
@@ -80,6 +81,16 @@ type PhaseSource struct {
 	// as such and is read only when the stage's grant is issued. A grant
 	// issue with any is refused.
 	ResolvedAtRun []int `json:"resolvedAtRun,omitempty"`
+}
+
+// AdmitRequest asks for a dry run of a phase. On the submit socket it
+// answers only a submitter of Actor (empty: the one actor the peer
+// submits as), judges host inputs by their path alone and reads none; on
+// the control socket it reads and digests them as a grant issue does.
+type AdmitRequest struct {
+	PhaseSource
+	// Actor is the actor a grant for the phase would be issued to.
+	Actor string `json:"actor,omitempty"`
 }
 
 // AdmitResponse is the dry-run verdict.
