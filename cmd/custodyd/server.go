@@ -112,6 +112,9 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if s.dryRuns, err = newDryRunLimiter(cfg.SubmitLimits.DryRuns, time.Now); err != nil {
 		return nil, err
 	}
+	if s.stall, err = cfg.SubmitLimits.stall(); err != nil {
+		return nil, err
+	}
 	for _, name := range []string{"runner", "issuer"} {
 		if err := unfinishedRotation(ctx, cfg.Runner.StateDir, name); err != nil {
 			return nil, err

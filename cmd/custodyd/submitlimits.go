@@ -30,6 +30,22 @@ type DryRunLimits struct {
 // connections (limits.go sizes those from RLIMIT_NOFILE).
 type SubmitLimits struct {
 	DryRuns DryRunLimits `yaml:"dryRuns,omitempty"`
+	// StalledClient is how long a run's client may stop reading once its
+	// run has ended before custodyd drops its stream (the run, its result
+	// and its kept streams are unaffected); default 30s.
+	StalledClient string `yaml:"stalledClient,omitempty"`
+}
+
+// stall is the StalledClient timeout.
+func (c SubmitLimits) stall() (time.Duration, error) {
+	if c.StalledClient == "" {
+		return stallTimeout, nil
+	}
+	d, err := time.ParseDuration(c.StalledClient)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("submitLimits.stalledClient %q: want a positive duration such as 30s", c.StalledClient)
+	}
+	return d, nil
 }
 
 const (
