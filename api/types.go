@@ -320,6 +320,18 @@ type Output struct {
 	Path   string       `json:"path"`
 	Files  []OutputFile `json:"files"`
 	Bytes  int64        `json:"bytes"`
+	// LeftOut are the output entries the runner did not retain (the first
+	// 64 of LeftOutTotal), each with why (a name that is not valid UTF-8);
+	// the rest of the output is retained.
+	LeftOut      []LeftOut `json:"leftOut,omitempty"`
+	LeftOutTotal int       `json:"leftOutTotal,omitempty"`
+}
+
+// LeftOut is an output entry the runner did not retain. Name is its path
+// in the output, Go-quoted (ASCII; strconv.Unquote gives its bytes back).
+type LeftOut struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // OutputFile is one kept file.

@@ -679,12 +679,16 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	ctx = context.WithoutCancel(ctx)
 	if runErr == nil {
 		setExit(res, ex)
-		out, err := r.takeOutput(ctx, c.Output(), outputLimits(p.Plan))
+		var left leftOut
+		limits := outputLimits(p.Plan)
+		limits.Leave = left.leave
+		out, err := r.takeOutput(ctx, c.Output(), limits)
 		if err != nil {
 			res.Status = StatusFailed
 			res.Error = fmt.Sprintf("output custody: %v", err)
 		} else {
 			res.Output = newOutput(out)
+			res.Output.LeftOut, res.Output.LeftOutTotal = left.list()
 		}
 		rec.steps.mark("output")
 	} else {

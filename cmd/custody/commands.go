@@ -599,6 +599,13 @@ func printResult(w io.Writer, r *api.Result) {
 		for _, f := range r.Output.Files {
 			fmt.Fprintf(w, "           %s sha256:%s %d\n", q(f.Path), q(f.SHA256), f.Size)
 		}
+		if n := r.Output.LeftOutTotal; n > 0 {
+			fmt.Fprintf(w, "  left out %d output entries, not retained:\n", n)
+			for _, l := range r.Output.LeftOut {
+				// The name is Go-quoted already; q quotes what is not plain.
+				fmt.Fprintf(w, "           %s: %s\n", quote.Message(l.Name), quote.Message(l.Reason))
+			}
+		}
 	}
 	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
 	printLimits(w, r.Usage)
