@@ -16,10 +16,11 @@ import (
 // submit socket: the socket is open to every local uid, and a dry run is
 // work custodyd does for it (the policy, the image's tree, the request).
 type DryRunLimits struct {
-	// Burst is how many dry runs a uid may make back to back; default 10.
+	// Burst is how many dry runs a uid may make back to back; default 32
+	// (a pipeline's admit is one per stage).
 	Burst int `yaml:"burst,omitempty"`
 	// Every is how long a uid waits to earn one more, once its burst is
-	// spent; default 2s.
+	// spent; default 1s.
 	Every string `yaml:"every,omitempty"`
 	// InFlight is how many of one uid's dry runs custodyd answers at
 	// once; default 2. One more is refused, not queued.
@@ -49,8 +50,8 @@ func (c SubmitLimits) stall() (time.Duration, error) {
 }
 
 const (
-	defaultDryRunBurst    = 10
-	defaultDryRunEvery    = 2 * time.Second
+	defaultDryRunBurst    = 32
+	defaultDryRunEvery    = time.Second
 	defaultDryRunInFlight = 2
 	// maxDryRunUIDs bounds the limiter's table; uids whose allowance is
 	// whole again are forgotten first.
