@@ -102,7 +102,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 }
 
 // Admit dry-runs admission of a phase.
-func (c *Client) Admit(ctx context.Context, p PhaseSource) (*AdmitResponse, error) {
+func (c *Client) Admit(ctx context.Context, p AdmitRequest) (*AdmitResponse, error) {
 	var r AdmitResponse
 	return &r, c.do(ctx, http.MethodPost, "/v1/admit", p, &r)
 }
@@ -216,7 +216,11 @@ func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer
 // RunWithReceipt is Run that also returns the run's signed receipt (nil if
 // the run was refused before it launched). A run that ended but left the
 // runner unable to verify its cleanup returns its result, its receipt and
-// an *Error with code "quarantined" (or "internal").
+// an *Error with code "quarantined" (or "internal"). A run whose stdout or
+// stderr reached this client incomplete (it fell behind, or its stream was
+// dropped before the result) returns its result, its receipt and an
+// *IncompleteError, after a notice on stderr saying where the whole kept
+// copy is.
 func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
 	resp, err := c.send(ctx, http.MethodPost, "/v1/runs", RunRequest{Grant: grant})
 	if err != nil {
@@ -225,6 +229,7 @@ func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stder
 	defer resp.Body.Close()
 	var rcpt *Receipt
 	var runID string
+	var got Dropped // the bytes of each stream received, counted as Dropped counts
 	body := &io.LimitedReader{R: resp.Body, N: MaxStreamBytes}
 	dec := json.NewDecoder(body)
 	for {
@@ -236,7 +241,7 @@ func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stder
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			return c.streamLost(ctx, runID, fmt.Errorf("run stream: %w", err))
+			return c.streamLost(ctx, runID, got, stderr, fmt.Errorf("run stream: %w", err))
 		}
 		switch ev.Type {
 		case EventStarted:
@@ -245,8 +250,10 @@ func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stder
 				started(ev.RunID)
 			}
 		case EventStdout:
+			got.Stdout += int64(len(ev.Data))
 			_, _ = stdout.Write(ev.Data)
 		case EventStderr:
+			got.Stderr += int64(len(ev.Data))
 			_, _ = stderr.Write(ev.Data)
 		case EventDropped:
 			noteDropped(stderr, ev.Dropped, "so far")
@@ -254,10 +261,54 @@ func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stder
 			rcpt = &Receipt{Envelope: ev.Receipt, Bundle: ev.Bundle, RunnerPublicKey: string(ev.Data)}
 		case EventResult, EventError:
 			noteDropped(stderr, ev.Dropped, "in all")
-			return ev.Result, rcpt, finalError(ev)
+			if err := finalError(ev); err != nil {
+				return ev.Result, rcpt, err
+			}
+			return ev.Result, rcpt, incomplete(stderr, ev.Result, got, false)
 		}
 	}
-	return c.streamLost(ctx, runID, errors.New("run stream ended without a result"))
+	return c.streamLost(ctx, runID, got, stderr, errors.New("run stream ended without a result"))
+}
+
+// IncompleteError says a run's stdout or stderr reached this client
+// incomplete. The run is unaffected: the runner kept both streams whole
+// (as its result and receipt digest them), and GetLog fetches them.
+type IncompleteError struct {
+	RunID string
+	// Received is what this client got of each stream, Kept what the
+	// runner kept.
+	Received, Kept Dropped
+	// Lost says the stream was dropped before the run's result (the
+	// client stopped reading), rather than left output out as it went.
+	Lost bool
+}
+
+func (e *IncompleteError) Error() string {
+	how := "it fell behind and its stream left output out"
+	if e.Lost {
+		how = "its stream was dropped before the run's result"
+	}
+	return fmt.Sprintf("run %s: this client's copy of the output is incomplete (%s): stdout %d of %d bytes, stderr %d of %d bytes; the runner kept both whole",
+		e.RunID, how, e.Received.Stdout, e.Kept.Stdout, e.Received.Stderr, e.Kept.Stderr)
+}
+
+// incomplete is the *IncompleteError of a run whose client received got
+// of the streams res records, with its notice on stderr; nil when got is
+// all of them.
+func incomplete(stderr io.Writer, res *Result, got Dropped, lost bool) error {
+	if res == nil || res.Streams == nil {
+		return nil // the workload never ran: there is nothing to miss
+	}
+	kept := Dropped{Stdout: res.Streams.Stdout.Bytes, Stderr: res.Streams.Stderr.Bytes}
+	if got.Stdout >= kept.Stdout && got.Stderr >= kept.Stderr {
+		return nil
+	}
+	e := &IncompleteError{RunID: res.RunID, Received: got, Kept: kept, Lost: lost}
+	if stderr != nil {
+		fmt.Fprintf(stderr, "\n[custody: this copy of run %s's output is incomplete: stdout %d of %d bytes, stderr %d of %d; the whole kept copy: custody logs %s (--stream stderr)]\n",
+			res.RunID, got.Stdout, kept.Stdout, got.Stderr, kept.Stderr, res.RunID)
+	}
+	return e
 }
 
 // noteDropped tells the reader of stderr that its copy of the output is
@@ -283,8 +334,8 @@ func finalError(ev Event) error {
 
 // streamLost fetches the recorded result of a run whose stream broke (the
 // daemon drops a client that stalls after the run), so its caller still
-// learns how the run ended.
-func (c *Client) streamLost(ctx context.Context, runID string, err error) (*Result, *Receipt, error) {
+// learns how the run ended, and whether its copy of the output is whole.
+func (c *Client) streamLost(ctx context.Context, runID string, got Dropped, stderr io.Writer, err error) (*Result, *Receipt, error) {
 	if ctx.Err() != nil {
 		return nil, nil, ctx.Err()
 	}
@@ -299,10 +350,11 @@ func (c *Client) streamLost(ctx context.Context, runID string, err error) (*Resu
 	if rerr != nil {
 		rcpt = nil
 	}
+	inc := incomplete(stderr, res, got, true)
 	if res.Cleanup != nil && !res.Cleanup.Verified {
 		return res, rcpt, &Error{Code: CodeQuarantined, Message: "the run's cleanup was not verified: " + res.Error}
 	}
-	return res, rcpt, nil
+	return res, rcpt, inc
 }
 
 // GetReceipt fetches a run's signed receipt (own runs over submit).

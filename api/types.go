@@ -47,6 +47,7 @@ const (
 	CodeMalformed     Code = "malformed"      // a malformed grant
 	CodePolicyInvalid Code = "policy-invalid" // no valid operator policy: nothing is granted
 	CodeInternal      Code = "internal"       // the runner failed
+	CodeRateLimited   Code = "rate-limited"   // this uid asked too often; the message says when to retry
 )
 
 // Sentinels to match with errors.Is.
@@ -80,6 +81,16 @@ type PhaseSource struct {
 	// as such and is read only when the stage's grant is issued. A grant
 	// issue with any is refused.
 	ResolvedAtRun []int `json:"resolvedAtRun,omitempty"`
+}
+
+// AdmitRequest asks for a dry run of a phase. On the submit socket it
+// answers only a submitter of Actor (empty: the one actor the peer
+// submits as), judges host inputs by their path alone and reads none; on
+// the control socket it reads and digests them as a grant issue does.
+type AdmitRequest struct {
+	PhaseSource
+	// Actor is the actor a grant for the phase would be issued to.
+	Actor string `json:"actor,omitempty"`
 }
 
 // AdmitResponse is the dry-run verdict.
@@ -309,6 +320,18 @@ type Output struct {
 	Path   string       `json:"path"`
 	Files  []OutputFile `json:"files"`
 	Bytes  int64        `json:"bytes"`
+	// LeftOut are the output entries the runner did not retain (the first
+	// 64 of LeftOutTotal), each with why (a name that is not valid UTF-8);
+	// the rest of the output is retained.
+	LeftOut      []LeftOut `json:"leftOut,omitempty"`
+	LeftOutTotal int       `json:"leftOutTotal,omitempty"`
+}
+
+// LeftOut is an output entry the runner did not retain. Name is its path
+// in the output, Go-quoted (ASCII; strconv.Unquote gives its bytes back).
+type LeftOut struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // OutputFile is one kept file.

@@ -164,21 +164,23 @@ func ParsePhase(yaml []byte, baseDir string) (*request.Phase, error) {
 // source; it is admitted as one and left unread (issue reads it, by the
 // digest the stage then names). The inputs returned leave them out.
 func (l *Launcher) Decide(ctx context.Context, req *request.Phase, resolvedAtRun ...int) (*admission.Plan, []admission.Input, error) {
-	pol, _, err := l.cfg.Policy()
-	if err != nil {
-		return nil, nil, err
-	}
+	return l.DecideFor(ctx, req, "", resolvedAtRun...)
+}
+
+// laterInputs checks a dry run's resolvedAtRun: each an input index
+// naming an earlier output.
+func laterInputs(req *request.Phase, resolvedAtRun []int) (map[int]bool, error) {
 	later := map[int]bool{}
 	for _, i := range resolvedAtRun {
 		if i < 0 || i >= len(req.Inputs) {
-			return nil, nil, malformed("resolvedAtRun: input %d: the phase has %d inputs", i, len(req.Inputs))
+			return nil, malformed("resolvedAtRun: input %d: the phase has %d inputs", i, len(req.Inputs))
 		}
 		if _, ok := req.Inputs[i].OutputDigest(); !ok {
-			return nil, nil, malformed("resolvedAtRun: inputs[%d] is a host source; only an earlier output (output:sha256:<hex>) is resolved at run", i)
+			return nil, malformed("resolvedAtRun: inputs[%d] is a host source; only an earlier output (output:sha256:<hex>) is resolved at run", i)
 		}
 		later[i] = true
 	}
-	return l.decide(ctx, pol, req, nil, later)
+	return later, nil
 }
 
 // decide is Decide under pol with the checks the caller made first

@@ -87,6 +87,18 @@ func (p *Policy) ActorSubmitter(actor string, uid, gid uint32) bool {
 	return slices.Contains(s.UIDs, uid) || slices.Contains(s.GIDs, gid)
 }
 
+// SubmitterOf lists the actors a peer with uid and gid may submit as, in
+// policy order.
+func (p *Policy) SubmitterOf(uid, gid uint32) []string {
+	var out []string
+	for _, a := range p.Actors {
+		if p.ActorSubmitter(a.Name, uid, gid) {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
 // ActorHasSubmitters reports whether anyone at all may submit as actor.
 func (p *Policy) ActorHasSubmitters(actor string) bool {
 	i := slices.IndexFunc(p.Actors, func(a Actor) bool { return a.Name == actor })

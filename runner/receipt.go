@@ -2,6 +2,7 @@ package runner
 
 import (
 	"maps"
+	"slices"
 
 	"github.com/custody-dev/custody/evidence"
 )
@@ -82,6 +83,9 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 	} else {
 		rc.Observed = evidence.Observed{Seccomp: "unobserved", Capabilities: map[string]string{},
 			Notes: []string{"the container never started, so nothing was observed"}}
+	}
+	if note := leftOutNote(res.Output); note != "" {
+		rc.Observed.Notes = append(slices.Clone(rc.Observed.Notes), note)
 	}
 	return rc
 }

@@ -109,6 +109,20 @@ type Output struct {
 	Path   string       `json:"path"`
 	Files  []OutputFile `json:"files"`
 	Bytes  int64        `json:"bytes"`
+	// LeftOut are output entries custody did not retain (the first
+	// MaxLeftOutListed of LeftOutTotal), each with why: a name that is not
+	// valid UTF-8, which no receipt can name as it is. The rest of the
+	// output is retained; the receipt says how many were left out.
+	LeftOut      []LeftOut `json:"leftOut,omitempty"`
+	LeftOutTotal int       `json:"leftOutTotal,omitempty"`
+}
+
+// LeftOut is an output entry custody did not retain, and why. Name is its
+// path relative to the output, Go-quoted (strconv.Quote): ASCII, and
+// strconv.Unquote gives back its bytes.
+type LeftOut struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // OutputFile is one kept regular file.

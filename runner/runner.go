@@ -319,6 +319,18 @@ type Egress struct {
 
 // Admit checks quarantine and computes the plan without mutating anything.
 func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
+	return r.admit(req, pol, filepath.EvalSymlinks)
+}
+
+// AdmitByPath is Admit without looking at any host path a request names:
+// verifier roots are matched on the policy's spelling alone. It is the
+// dry run a client that may not see those paths gets; what it cannot
+// check there, the grant issue does.
+func (r *Runner) AdmitByPath(req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
+	return r.admit(req, pol, nil)
+}
+
+func (r *Runner) admit(req *request.Phase, pol *policy.Policy, resolve func(string) (string, error)) (*admission.Plan, error) {
 	if err := r.checkQuarantine(); err != nil {
 		return nil, err
 	}
@@ -331,7 +343,7 @@ func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan,
 		b = r.backend // admission refuses the name, with its fix
 	}
 	caps := b.Capabilities()
-	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames(), Resolve: filepath.EvalSymlinks}
+	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames(), Resolve: resolve}
 	if img != nil {
 		// What admission reads in the tree (users, the workdir) is read
 		// from what the backend will mount.
@@ -455,6 +467,14 @@ func (r *Runner) inputPath(i int, in admission.Input) (src, root string, err err
 		}}}
 	}
 	return snap.Path, r.outputsDir(), nil
+}
+
+// OutputInput refuses input i if it names a retained output the store
+// does not hold; it reads nothing of the output (a dry run's check, with
+// no digest taken).
+func (r *Runner) OutputInput(i int, in admission.Input) error {
+	_, _, err := r.inputPath(i, in)
+	return err
 }
 
 // outputsDir is the runner's output store.
@@ -659,12 +679,16 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	ctx = context.WithoutCancel(ctx)
 	if runErr == nil {
 		setExit(res, ex)
-		out, err := r.takeOutput(ctx, c.Output(), outputLimits(p.Plan))
+		var left leftOut
+		limits := outputLimits(p.Plan)
+		limits.Leave = left.leave
+		out, err := r.takeOutput(ctx, c.Output(), limits)
 		if err != nil {
 			res.Status = StatusFailed
 			res.Error = fmt.Sprintf("output custody: %v", err)
 		} else {
 			res.Output = newOutput(out)
+			res.Output.LeftOut, res.Output.LeftOutTotal = left.list()
 		}
 		rec.steps.mark("output")
 	} else {

@@ -136,6 +136,12 @@ type Options struct {
 	// ErrAvoided however its path reached it. Every directory, file and
 	// symlink is checked by the identity the walk saw.
 	Avoid Identities
+	// Leave, if set, is asked of every entry below the root, by its path,
+	// before the entry is examined: one it returns true for is left out of
+	// the tree, a directory with all it holds, as if it were not there
+	// (it counts against no bound and is neither read nor visited). The
+	// caller records what it left out and why.
+	Leave func(path string) bool
 }
 
 // ErrSymlinkComponent is returned when a root reached under

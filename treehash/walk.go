@@ -209,6 +209,9 @@ func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJo
 		if d.rel != "" {
 			rel = d.rel + "/" + name
 		}
+		if w.opts.Leave != nil && w.opts.Leave(rel) {
+			continue
+		}
 		if err := ignoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 			return stack, changedOr(abs, "lstat", err)
 		}

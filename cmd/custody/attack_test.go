@@ -55,18 +55,7 @@ func TestGrantIsNotABearerToken(t *testing.T) {
 		t.Fatalf("the grant's submitter after the refusal: exit %d\n%s%s", code, out, errs)
 	}
 
-	pol, err := os.ReadFile(e.policy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	widened := strings.Replace(string(pol), "submitters: {uids: [0]}", "submitters: {uids: [0, 65534]}", 1)
-	if widened == string(pol) {
-		t.Fatal("the example policy no longer lists ci-bot's submitters as root only")
-	}
-	write(t, e.policy, widened)
-	if code, out, errs := e.custody("policy", "reload"); code != exitOK {
-		t.Fatalf("reload: %s%s", out, errs)
-	}
+	e.ciBotSubmitsAs65534(t)
 	g2 := e.grant(t, phase)
 	if err := os.Chmod(g2, 0o644); err != nil {
 		t.Fatal(err)
@@ -91,7 +80,7 @@ func TestInputSymlinkComponentRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	bypass := e.phase(t, "bypass", "cat /in/shadow", "inputs:\n  - {source: "+filepath.Join(in, "rootlink", "etc")+", target: /in}\n")
-	for _, args := range [][]string{{"admit", bypass}, {"grant", "issue", bypass, "--actor", "ci-bot", "--ttl", "5m"}} {
+	for _, args := range [][]string{{"admit", "--operator", bypass}, {"grant", "issue", bypass, "--actor", "ci-bot", "--ttl", "5m"}} {
 		code, out, errs := e.custody(args...)
 		if code != exitRefused || !strings.Contains(out+errs, "a path component is a symlink, which is never followed") {
 			t.Fatalf("%s of an input through a symlink: exit %d\n%s%s", args[0], code, out, errs)
@@ -178,4 +167,22 @@ func tail(s string) string {
 		return "…" + s[len(s)-2000:]
 	}
 	return s
+}
+
+// ciBotSubmitsAs65534 adds uid 65534 to ci-bot's submitters in the example
+// policy and reloads it.
+func (e *env) ciBotSubmitsAs65534(t *testing.T) {
+	t.Helper()
+	pol, err := os.ReadFile(e.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	widened := strings.Replace(string(pol), "submitters: {uids: [0]}", "submitters: {uids: [0, 65534]}", 1)
+	if widened == string(pol) {
+		t.Fatal("the example policy no longer lists ci-bot's submitters as root only")
+	}
+	write(t, e.policy, widened)
+	if code, out, errs := e.custody("policy", "reload"); code != exitOK {
+		t.Fatalf("reload: %s%s", out, errs)
+	}
 }

@@ -221,17 +221,23 @@ func absSource(arg string) (string, error) {
 }
 
 func (a *app) admitCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, operator bool
+	var actor string
 	cmd := &cobra.Command{
-		Use:   "admit PHASE.yaml",
+		Use:   "admit PHASE.yaml [--actor NAME] [--operator]",
 		Short: "Dry run: the plan, or every refused requirement (grants nothing)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Admit the phase as a grant issue to the actor would, and print each requirement's verdict; nothing is granted.\n" +
+			"On the submit socket it answers only a submitter of the actor (--actor, or the one actor this user submits as),\n" +
+			"checks host inputs by their path against the policy's input roots and reads none of them; each uid gets a few\n" +
+			"dry runs at a time (a refusal says when to retry). With --operator (control socket) it reads and digests the\n" +
+			"inputs exactly as `custody grant issue` does, so it refuses exactly what the issue would.",
+		Args: cobra.ExactArgs(1),
 		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, args []string) error {
 			src, err := readPhase(args[0])
 			if err != nil {
 				return err
 			}
-			resp, err := a.submit().Admit(cmd.Context(), src)
+			resp, err := a.client(operator).Admit(cmd.Context(), api.AdmitRequest{PhaseSource: src, Actor: actor})
 			if err != nil {
 				return a.fail(cmd, err)
 			}
@@ -249,6 +255,8 @@ func (a *app) admitCmd() *cobra.Command {
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&actor, "actor", "", "the actor a grant would be issued to (default: the one actor this user submits as)")
+	cmd.Flags().BoolVar(&operator, "operator", false, "use the control socket: read and digest the inputs as a grant issue does")
 	return cmd
 }
 
@@ -590,6 +598,13 @@ func printResult(w io.Writer, r *api.Result) {
 		fmt.Fprintf(w, "  output   %s (%d files, %d bytes) in %s\n", q(r.Output.Digest), len(r.Output.Files), r.Output.Bytes, q(r.Output.Path))
 		for _, f := range r.Output.Files {
 			fmt.Fprintf(w, "           %s sha256:%s %d\n", q(f.Path), q(f.SHA256), f.Size)
+		}
+		if n := r.Output.LeftOutTotal; n > 0 {
+			fmt.Fprintf(w, "  left out %d output entries, not retained:\n", n)
+			for _, l := range r.Output.LeftOut {
+				// The name is Go-quoted already; q quotes what is not plain.
+				fmt.Fprintf(w, "           %s: %s\n", quote.Message(l.Name), quote.Message(l.Reason))
+			}
 		}
 	}
 	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)

@@ -120,6 +120,7 @@ type resolvedAtRunRef struct {
 
 func (a *app) pipelineAdmitCmd() *cobra.Command {
 	var asJSON bool
+	var actor string
 	cmd := &cobra.Command{
 		Use:   "admit PIPELINE.yaml",
 		Short: "Dry run of every stage: its plan, or every refused requirement (grants nothing, runs nothing)",
@@ -140,7 +141,7 @@ func (a *app) pipelineAdmitCmd() *cobra.Command {
 					return err
 				}
 				src.ResolvedAtRun = later
-				resp, err := a.submit().Admit(cmd.Context(), src)
+				resp, err := a.submit().Admit(cmd.Context(), api.AdmitRequest{PhaseSource: src, Actor: actor})
 				if err != nil {
 					return a.fail(cmd, err)
 				}
@@ -174,6 +175,7 @@ func (a *app) pipelineAdmitCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&actor, "actor", "", "the actor the stages' grants would be issued to (default: the one actor this user submits as)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -559,13 +559,13 @@ func TestSummaryEndpointRefusals(t *testing.T) {
 	// "Resolved at run" is for a dry run only: a grant binds digests.
 	src := api.PhaseSource{YAML: readBytes(t, e.phase(t, "later", "true", "inputs:\n  - {source: \"output:sha256:"+strings.Repeat("0", 64)+"\", target: /p}\n")),
 		BaseDir: e.dir, ResolvedAtRun: []int{0}}
-	if resp, err := api.NewClient(e.submit).Admit(ctx, src); err != nil || !resp.Admitted {
+	if resp, err := api.NewClient(e.submit).Admit(ctx, api.AdmitRequest{PhaseSource: src}); err != nil || !resp.Admitted {
 		t.Fatalf("dry run with an input resolved at run: %+v %v", resp, err)
 	}
 	var ae *api.Error
 	host := api.PhaseSource{YAML: readBytes(t, e.phase(t, "host", "true", "inputs:\n  - {source: work/src, target: /p}\n")), BaseDir: e.dir, ResolvedAtRun: []int{0}}
 	for _, bad := range []api.PhaseSource{host, {YAML: src.YAML, BaseDir: e.dir, ResolvedAtRun: []int{1}}} {
-		if _, err := api.NewClient(e.submit).Admit(ctx, bad); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+		if _, err := api.NewClient(e.submit).Admit(ctx, api.AdmitRequest{PhaseSource: bad}); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
 			t.Fatalf("resolvedAtRun naming a host source or no input: %v", err)
 		}
 	}

@@ -9,8 +9,9 @@ import (
 
 // TestAdmitAgreesWithIssue: for each request the dry run once admitted
 // but grant issue refused (an input outside inputRoots, a symlinked input
-// source, credentials), custody admit and custody grant issue against the
-// same real custodyd refuse alike, naming the same requirements, each on
+// source, credentials), the operator's dry run (custody admit --operator,
+// which reads the inputs as issue does; a client's dry run reads none) and
+// custody grant issue against the same real custodyd refuse alike, naming the same requirements, each on
 // one line, with no prefix said twice. A legitimate input is admitted and
 // issued alike.
 func TestAdmitAgreesWithIssue(t *testing.T) {
@@ -45,7 +46,7 @@ func TestAdmitAgreesWithIssue(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			phase := e.phase(t, strings.ReplaceAll(c.name, " ", "-"), "true", c.extra)
-			acode, aout, aerr := e.custody("admit", phase)
+			acode, aout, aerr := e.custody("admit", "--operator", phase)
 			icode, iout, ierr := e.custody("grant", "issue", phase, "--actor", "ci-bot", "--ttl", "5m")
 			want := exitOK
 			if c.refused {

@@ -46,6 +46,8 @@ type Config struct {
 	Backends []string `yaml:"backends,omitempty"`
 	// VM pins the vm backend's QEMU, guest kernel, kernel modules and init.
 	VM *VMConfig `yaml:"vm,omitempty"`
+	// SubmitLimits bound the work each uid gets on the submit socket.
+	SubmitLimits SubmitLimits `yaml:"submitLimits,omitempty"`
 }
 
 // VMConfig is the vm backend: each artifact by path and sha256 (the

@@ -208,7 +208,7 @@ func wantCode(t *testing.T, err error, code string) {
 func TestGrantFlow(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	adm, err := d.submit.Admit(ctx, d.phase("true"))
+	adm, err := d.submit.Admit(ctx, api.AdmitRequest{PhaseSource: d.phase("true")})
 	if err != nil || !adm.Admitted {
 		t.Fatalf("admit: %v %+v", err, adm)
 	}
@@ -428,7 +428,7 @@ func TestBrokenPolicyRefusesEverything(t *testing.T) {
 	if err != nil || st.Error == "" || st.Digest != "" {
 		t.Fatalf("reload of a broken policy: %v %+v", err, st)
 	}
-	_, err = d.submit.Admit(ctx, d.phase("true"))
+	_, err = d.submit.Admit(ctx, api.AdmitRequest{PhaseSource: d.phase("true")})
 	wantCode(t, err, "policy-invalid")
 	_, err = d.control.IssueGrant(ctx, api.IssueRequest{Phase: d.phase("true"), Actor: "ci-bot", TTL: "1m"})
 	wantCode(t, err, "policy-invalid")

@@ -179,7 +179,7 @@ func TestEgressRefusals(t *testing.T) {
 	for _, tc := range []struct{ network, creds, want string }{
 		{"network: {egress: [\"" + egresstest.Allowed + ":80\"]}\n", "", "egress-unsupported"},
 	} {
-		adm, err := plain.submit.Admit(ctx, plain.egressPhase(tc.network, tc.creds, "true"))
+		adm, err := plain.submit.Admit(ctx, api.AdmitRequest{PhaseSource: plain.egressPhase(tc.network, tc.creds, "true")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -249,7 +249,7 @@ func TestEgressRefusedWhenThePidfdProbeFails(t *testing.T) {
 	if err := json.Unmarshal(st.Profile, &prof); err != nil || prof.PidfdNetns.OK || !strings.Contains(prof.PidfdNetns.Detail, "forced") {
 		t.Fatalf("status profile pidfdNetns = %+v (%v)", prof.PidfdNetns, err)
 	}
-	adm, err := d.submit.Admit(ctx, d.egressPhase("network: {egress: [\""+egresstest.Allowed+":80\"]}\n", "", "true"))
+	adm, err := d.submit.Admit(ctx, api.AdmitRequest{PhaseSource: d.egressPhase("network: {egress: [\""+egresstest.Allowed+":80\"]}\n", "", "true")})
 	if err != nil {
 		t.Fatal(err)
 	}

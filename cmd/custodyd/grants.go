@@ -16,18 +16,62 @@ import (
 	"github.com/custody-dev/custody/runner"
 )
 
+// handleAdmit is the dry run. On the control socket it is the grant
+// issue's decision, inputs read and digested; on the submit socket
+// (handleSubmitAdmit) it answers a submitter for its own actor only.
 func (s *server) handleAdmit(w http.ResponseWriter, r *http.Request) {
-	var src api.PhaseSource
-	if err := decode(r, &src); err != nil {
+	var in api.AdmitRequest
+	if err := decode(r, &in); err != nil {
 		writeError(w, err)
 		return
 	}
-	req, err := launch.ParsePhase(src.YAML, src.BaseDir)
+	req, err := launch.ParsePhase(in.YAML, in.BaseDir)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	plan, _, err := s.l.Decide(r.Context(), req, src.ResolvedAtRun...)
+	plan, _, err := s.l.DecideFor(r.Context(), req, in.Actor, in.ResolvedAtRun...)
+	writeAdmit(w, plan, err)
+}
+
+// handleSubmitAdmit is a client's dry run, bounded per uid: refused the
+// same way whatever it asks unless the peer submits as the actor, and
+// judged without reading any host path the request names (see
+// launch.Preview), so it is neither an oracle on the host's files nor a
+// way to make custodyd hash them.
+func (s *server) handleSubmitAdmit(w http.ResponseWriter, r *http.Request) {
+	p := peerOf(r)
+	release, err := s.dryRuns.acquire(p.UID)
+	if err != nil {
+		var rl *rateLimitedError
+		if errors.As(err, &rl) {
+			w.Header().Set("Retry-After", rl.retryAfter())
+		}
+		writeError(w, err)
+		return
+	}
+	defer release()
+	var in api.AdmitRequest
+	if err := decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	who, err := s.l.PreviewAsker(in.Actor, launch.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Known: p.ok})
+	if err != nil {
+		writeAdmit(w, nil, err)
+		return
+	}
+	req, err := launch.ParsePhase(in.YAML, in.BaseDir)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	plan, err := s.l.Preview(r.Context(), req, who, in.ResolvedAtRun...)
+	writeAdmit(w, plan, err)
+}
+
+// writeAdmit answers a dry run: the plan, or every refused requirement.
+func writeAdmit(w http.ResponseWriter, plan *admission.Plan, err error) {
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
 		writeJSON(w, api.AdmitResponse{Admitted: false, Checks: wireChecks(re.Checks)})

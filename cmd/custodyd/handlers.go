@@ -76,7 +76,7 @@ func controlOnly() []string {
 func (s *server) submitMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", s.handleStatus(false))
-	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
+	mux.HandleFunc("POST /v1/admit", s.handleSubmitAdmit)
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/runs", s.handleRun)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(false))

@@ -189,14 +189,14 @@ func TestHelperFlood(t *testing.T) {
 func TestRequestBodyLimit(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	big := api.PhaseSource{YAML: []byte(strings.Repeat("#", maxBody)), BaseDir: d.dir}
+	big := api.AdmitRequest{PhaseSource: api.PhaseSource{YAML: []byte(strings.Repeat("#", maxBody)), BaseDir: d.dir}}
 	for _, c := range []*api.Client{d.submit, d.control} {
 		_, err := c.Admit(ctx, big)
 		wantCode(t, err, "bad-request")
 		if !strings.Contains(err.Error(), fmt.Sprintf("at most %d bytes", maxBody)) {
 			t.Fatalf("refusal does not name the bound: %v", err)
 		}
-		if adm, err := c.Admit(ctx, d.phase("true")); err != nil || !adm.Admitted {
+		if adm, err := c.Admit(ctx, api.AdmitRequest{PhaseSource: d.phase("true")}); err != nil || !adm.Admitted {
 			t.Fatalf("admit within the bound: %v %+v", err, adm)
 		}
 	}

@@ -56,6 +56,8 @@ type server struct {
 	// stall is how long a run's client may stop reading after the run
 	// before its stream is dropped.
 	stall time.Duration
+	// dryRuns bound each uid's dry runs on the submit socket.
+	dryRuns *dryRunLimiter
 
 	// l is the launch pipeline.
 	l *launch.Launcher
@@ -107,6 +109,12 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 		return nil, err
 	}
 	s := &server{cfg: cfg, log: log, retention: ret, now: time.Now, stall: stallTimeout, active: map[string]*activeRun{}}
+	if s.dryRuns, err = newDryRunLimiter(cfg.SubmitLimits.DryRuns, time.Now); err != nil {
+		return nil, err
+	}
+	if s.stall, err = cfg.SubmitLimits.stall(); err != nil {
+		return nil, err
+	}
 	for _, name := range []string{"runner", "issuer"} {
 		if err := unfinishedRotation(ctx, cfg.Runner.StateDir, name); err != nil {
 			return nil, err
@@ -428,6 +436,8 @@ func writeError(w http.ResponseWriter, err error) {
 		status = http.StatusBadRequest
 	case api.CodeInternal:
 		status = http.StatusInternalServerError
+	case api.CodeRateLimited:
+		status = http.StatusTooManyRequests
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -138,7 +139,9 @@ func TestSlowClientDoesNotHoldTheRun(t *testing.T) {
 // TestStalledClientIsDropped: a client that stops reading and stays
 // stopped after its run ended is dropped once the stall timeout passes; the
 // run is unaffected, and the client, reading again, gets the recorded
-// result and receipt instead of a broken stream.
+// result and receipt instead of a broken stream, with an *IncompleteError
+// (and a notice naming custody logs) since its copy of the output is not
+// whole.
 func TestStalledClientIsDropped(t *testing.T) {
 	d := startDaemon(t)
 	d.s.stall = time.Second
@@ -174,8 +177,12 @@ func TestStalledClientIsDropped(t *testing.T) {
 	}
 	close(release)
 	o := <-done
-	if o.err != nil || o.res == nil || o.res.Status != api.StatusOK || o.rcpt == nil {
+	var inc *api.IncompleteError
+	if !errors.As(o.err, &inc) || o.res == nil || o.res.Status != api.StatusOK || o.rcpt == nil {
 		t.Fatalf("stalled client: %v %+v receipt %v", o.err, o.res, o.rcpt != nil)
+	}
+	if !inc.Lost || inc.RunID != id || inc.Received.Stdout >= inc.Kept.Stdout || inc.Kept.Stdout != runner.StreamCap {
+		t.Fatalf("stalled client's incomplete copy: %+v", inc)
 	}
 	if want := floodStreams(); o.res.Streams == nil || *o.res.Streams != want {
 		t.Fatalf("streams = %+v, want %+v", o.res.Streams, want)

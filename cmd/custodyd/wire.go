@@ -44,6 +44,10 @@ func wireResult(r *runner.Result) *api.Result {
 		for _, f := range o.Files {
 			w.Output.Files = append(w.Output.Files, api.OutputFile(f))
 		}
+		for _, l := range o.LeftOut {
+			w.Output.LeftOut = append(w.Output.LeftOut, api.LeftOut(l))
+		}
+		w.Output.LeftOutTotal = o.LeftOutTotal
 	}
 	if s := r.Streams; s != nil {
 		w.Streams = &api.Streams{Stdout: api.StreamDigest(s.Stdout), Stderr: api.StreamDigest(s.Stderr)}
