@@ -47,9 +47,10 @@ func (a *app) qualifyCmd() *cobra.Command {
 		Short: "Run the conformance suite on this host through a private custodyd and print the signed qualification row",
 		Long: `qualify starts a private custodyd (the binary given, or custodyd next to this one) on a fresh temporary
 state directory, runtime directory and sockets, with a generated qualification policy; builds and imports the
-conformance image (static busybox and its applets, plus custody-probe); runs the conformance suite through the
-daemon's control and submit sockets; asks the daemon to sign the qualification row with its runner identity key;
-prints the row; stops the daemon and removes its state.
+conformance image (static busybox and its applets, plus custody-probe); asks the daemon to qualify itself; prints
+the row; stops the daemon and removes its state. The daemon runs the conformance suite itself, through its own
+sockets, judges every check from what it observed, and signs only that with its runner identity key: the row says
+so (measured by the runner), and binds each check's runs by their receipts' digests. No verdict is handed to it.
 
 The row is a DSSE envelope over an in-toto Statement v1 with the in-toto test-result predicate, whose subject is the
 platform description (kernel, arch, distro, cgroup mode and controllers, host facts, runtime version and sha256).
@@ -69,7 +70,7 @@ not run.`,
 	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend to qualify: oci (the pinned runc) or vm (the microVM backend; needs --vm-config)")
 	f.StringVar(&o.vmConfig, "vm-config", "", "for --backend vm: a YAML file holding custodyd's vm section (vm: qemu, kernel, modules, init by path and sha256; accel)")
 	f.StringVar(&o.custodyd, "custodyd", "", "custodyd binary to run privately (default: custodyd next to this binary)")
-	f.StringVar(&o.runtime, "runtime", "", "pinned runc binary (default: runc next to this binary)")
+	f.StringVar(&o.runtime, "runtime", "", "pinned runc binary (default: custody-runc next to this binary)")
 	f.StringVar(&o.probe, "probe", "", "static custody-probe binary (default: custody-probe next to this binary)")
 	f.StringVar(&o.busybox, "busybox", "/bin/busybox", "static busybox for the conformance image")
 	f.StringVar(&o.out, "out", "", "also write the row to this file")
@@ -80,7 +81,7 @@ not run.`,
 	f.BoolVar(&o.keep, "keep", false, "keep the private daemon's temporary directory (for debugging)")
 	f.IntVar(&o.parallel, "parallel", 1, "checks to run at once")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	f.StringArrayVar(&o.only, "only", nil, "run only checks named FAMILY or FAMILY/NAME (debugging; such a row cannot pass)")
+	f.StringArrayVar(&o.only, "only", nil, "run only checks named FAMILY or FAMILY/NAME (debugging; the row lists the others as not run, and cannot pass)")
 	f.BoolVar(&o.pooled, "pooled", false, "run the suite on pooled launches: every check but the restricted-egress ones (never pooled); every run must be pooled")
 	_ = cmd.MarkFlagRequired("tier")
 	return cmd
