@@ -163,8 +163,10 @@ func TestGateTrustFile(t *testing.T) {
 		!strings.Contains(errs, "--trust FILE") || !strings.Contains(errs, "revocation") {
 		t.Errorf("gate --trust-runner: %d %s", code, errs)
 	}
-	if code, _, errs := custody("gate", "--matrix", passing, "--platform", platFile); code != exitUsage || !strings.Contains(errs, "--trust FILE is required") {
-		t.Errorf("gate without --trust: %d %s", code, errs)
+	for _, args := range [][]string{{"--platform", platFile}, {"--html", filepath.Join(dir, "untrusted.html")}, {"--print-platform", "--platform", platFile, "--html", filepath.Join(dir, "untrusted.html")}} {
+		if code, _, errs := custody(append([]string{"gate", "--matrix", passing}, args...)...); code != exitUsage || !strings.Contains(errs, "--trust FILE is required") {
+			t.Errorf("gate %v without --trust: %d %s", args, code, errs)
+		}
 	}
 	// --html renders under the trust file too: the revoked key's row is
 	// not authentic there either.

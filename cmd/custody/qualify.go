@@ -353,7 +353,7 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 		if trust, err = evidence.LoadTrust(o.trust); err != nil {
 			return &exitError{exitRefused, err}
 		}
-	} else if !o.printPlatform {
+	} else if !o.printPlatform || o.html != "" {
 		return usageError("gate: --trust FILE is required: a gate trusts no row by default; pass the trust file custody verify reads (custody trust export writes one)")
 	}
 	if o.html != "" {
