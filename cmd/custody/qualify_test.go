@@ -267,29 +267,7 @@ func TestQualifyProductionFailsHonestly(t *testing.T) {
 // lists every other check as not run, binds each run by its receipt's
 // digest, and says the runner measured it.
 func TestQualifyEndpoint(t *testing.T) {
-	_, _, _, probe := qualifyBins(t)
-	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	if out, err := exec.Command("cp", "-a", testenv.BusyboxRootfs(t), rootfs).CombinedOutput(); err != nil {
-		t.Fatalf("copy the busybox rootfs: %v %s", err, out)
-	}
-	if out, err := exec.Command("cp", probe, filepath.Join(rootfs, "bin", "custody-probe")).CombinedOutput(); err != nil {
-		t.Fatalf("copy the probe: %v %s", err, out)
-	}
-	e := startDaemonWith(t, rootfs)
-	// The suite's grants go to actor qualify; its inputs live under the
-	// policy's input root.
-	pol, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "examples", "policy.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.d.WritePolicy(strings.Replace(string(pol), "name: operator", "name: qualify", 1))
-	if code, out, errs := e.custody("policy", "reload"); code != 0 {
-		t.Fatalf("policy reload: %s %s", out, errs)
-	}
-	scratch := filepath.Join(e.dir, "scratch")
-	if err := os.Mkdir(scratch, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	e, scratch := qualifyDaemon(t)
 	good := qualification.MeasureRequest{Tier: "development", Image: e.image, Scratch: scratch, Only: []string{"input/read-input"}}
 	for _, c := range []struct {
 		name string
