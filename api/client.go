@@ -186,11 +186,12 @@ func (c *Client) Attempts(ctx context.Context) ([]Attempt, error) {
 	return as, c.do(ctx, http.MethodGet, "/v1/attempts", nil, &as)
 }
 
-// SignQualification asks the runner (control socket) to sign a
-// qualification row over its own platform description; req and out are
-// the row request and row of package matrix.
-func (c *Client) SignQualification(ctx context.Context, req, out any) error {
-	return c.do(ctx, http.MethodPost, "/v1/attest/qualification", req, out)
+// Measure asks the runner (control socket) to qualify itself: it runs the
+// conformance suite, judges it and signs the row; req and out are the
+// request and measurement of package qualification. It returns when the
+// suite has run, minutes later.
+func (c *Client) Measure(ctx context.Context, req, out any) error {
+	return c.do(ctx, http.MethodPost, "/v1/qualify", req, out)
 }
 
 // Cancel cancels a run: the submitter's own, or any over the control socket.

@@ -261,25 +261,8 @@ func Run(ctx context.Context, env Env) Report {
 	}
 	rep := Report{SuiteVersion: SuiteVersion, Tier: env.Tier, Image: env.Image, Started: time.Now().UTC(), Backend: env.Backend}
 	s := newSuite(env)
-	var todo []spec
-	all := specs()
-	if env.Egress != nil {
-		all = append(all, restrictedEgressSpecs()...)
-		if env.Egress.Intercept != nil {
-			all = append(all, interceptSpecs()...)
-		}
-	}
-	if env.Backend == BackendVM {
-		all, rep.NotApplicable = vmSpecs(), vmNotApplicable()
-	}
-	if env.Pooled && env.Only == nil {
-		env.Only = func(family, name string) bool { return slices.Contains(PooledChecks, family+"/"+name) }
-	}
-	for _, sp := range all {
-		if env.Only == nil || env.Only(sp.family, sp.name) {
-			todo = append(todo, sp)
-		}
-	}
+	todo, _, na := plan(env)
+	rep.NotApplicable = na
 	results := make([]Check, len(todo))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -303,6 +286,50 @@ func Run(ctx context.Context, env Env) Report {
 	rep.Checks = results
 	rep.Finished = time.Now().UTC()
 	return rep
+}
+
+// plan lists the checks env runs, those its Only leaves out, and those
+// that do not apply to its backend.
+func plan(env Env) (todo, left []spec, na []NotApplicable) {
+	all := specs()
+	if env.Egress != nil {
+		all = append(all, restrictedEgressSpecs()...)
+		if env.Egress.Intercept != nil {
+			all = append(all, interceptSpecs()...)
+		}
+	}
+	if env.Backend == BackendVM {
+		all, na = vmSpecs(), vmNotApplicable()
+	}
+	only := env.Only
+	if env.Pooled && only == nil {
+		only = func(family, name string) bool { return slices.Contains(PooledChecks, family+"/"+name) }
+	}
+	for _, sp := range all {
+		if only == nil || only(sp.family, sp.name) {
+			todo = append(todo, sp)
+		} else {
+			left = append(left, sp)
+		}
+	}
+	return todo, left, na
+}
+
+// LeftOut lists, as failed checks, the checks of the suite that env's Only
+// leaves out: a qualification limited to some checks says so in its row,
+// and cannot pass. A pooled suite's own subset (PooledChecks) is not
+// listed.
+func LeftOut(env Env) []Check {
+	if env.Only == nil {
+		return nil
+	}
+	_, left, _ := plan(env)
+	out := make([]Check, 0, len(left))
+	for _, sp := range left {
+		out = append(out, Check{Family: sp.family, Name: sp.name, Case: sp.kase, Runs: []string{},
+			Detail: "not run: this qualification was limited to some checks"})
+	}
+	return out
 }
 
 func runOne(ctx context.Context, s *suite, sp spec) (c Check) {

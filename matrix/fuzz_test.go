@@ -19,17 +19,22 @@ func FuzzParse(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	q, err := NewQualification(testPlatform(), Info{Tier: TierProduction, CustodyVersion: "1", SuiteVersion: "1",
-		RunnerID: k.ID(), QualifiedAt: time.Unix(1e9, 0), Checks: []Check{{Family: "input", Name: "a", Case: CaseRefusal, Passed: true}}})
-	if err != nil {
-		f.Fatal(err)
+	// A row as a runner signed verdicts handed to it, and one it measured.
+	info := Info{Tier: TierProduction, CustodyVersion: "1", SuiteVersion: "1",
+		RunnerID: k.ID(), QualifiedAt: time.Unix(1e9, 0), Checks: []Check{{Family: "input", Name: "a", Case: CaseRefusal, Passed: true}}}
+	for _, m := range []*Measured{nil, measured(time.Unix(1e9, 0))} {
+		info.Measured = m
+		q, err := NewQualification(testPlatform(), info)
+		if err != nil {
+			f.Fatal(err)
+		}
+		row, err := Sign(context.Background(), k, q)
+		if err != nil {
+			f.Fatal(err)
+		}
+		good, _ := json.Marshal(row)
+		f.Add(good)
 	}
-	row, err := Sign(context.Background(), k, q)
-	if err != nil {
-		f.Fatal(err)
-	}
-	good, _ := json.Marshal(row)
-	f.Add(good)
 	f.Add([]byte(`{"apiVersion":"custody.dev/v1alpha1","kind":"QualificationRow","envelope":{"payloadType":"x","payload":"","signatures":[]},"runnerPublicKey":""}`))
 	f.Add([]byte("oci reason\nsha256:00\n"))
 	f.Add([]byte("firecracker jailer CVE\nOCI\n"))
@@ -43,7 +48,7 @@ func FuzzParse(f *testing.F) {
 	// the backend name of.
 	fc := testPlatform()
 	fc.Backend = "firecracker"
-	q2, err := NewQualification(fc, q.Info)
+	q2, err := NewQualification(fc, info)
 	if err != nil {
 		f.Fatal(err)
 	}

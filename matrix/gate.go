@@ -148,9 +148,27 @@ func (e *Entry) Qualification() *Qualification {
 	return e.Unverified
 }
 
-// LoadDir reads every *.json row in dir and verifies each under trusted.
+// Trust is what a gate trusts: runner keys, each with the window it may
+// sign in and its revocation. It is the trust file custody verify reads
+// (evidence.Trust); a bare list of keys is not one, because it would
+// accept what a key signed after it was retired or revoked.
+type Trust interface {
+	// RunnerKeys are the keys a row's signature is checked with.
+	RunnerKeys() []*keys.Verifier
+	// RunnerSignedAt says why the runner key id may not have signed at
+	// at (before or after its window, at or after its revocation, or
+	// before it when nothing a revoked key signed is accepted); nil when
+	// it may.
+	RunnerSignedAt(id string, at time.Time) error
+}
+
+// ErrKeyNotValid reports a row signed by a trusted key outside the time
+// that key may sign in: outside its window, or revoked.
+var ErrKeyNotValid = errors.New("qualification row signed outside its key's validity")
+
+// LoadDir reads every *.json row in dir and verifies each under trust.
 // A row that fails to read, decode or verify is kept with its Err.
-func LoadDir(ctx context.Context, dir string, trusted []*keys.Verifier) ([]Entry, error) {
+func LoadDir(ctx context.Context, dir string, trust Trust) ([]Entry, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		return nil, err
@@ -161,13 +179,15 @@ func LoadDir(ctx context.Context, dir string, trusted []*keys.Verifier) ([]Entry
 	slices.Sort(paths)
 	var out []Entry
 	for _, p := range paths {
-		out = append(out, LoadEntry(ctx, p, trusted))
+		out = append(out, LoadEntry(ctx, p, trust))
 	}
 	return out, nil
 }
 
-// LoadEntry reads and verifies one row file.
-func LoadEntry(ctx context.Context, path string, trusted []*keys.Verifier) Entry {
+// LoadEntry reads and verifies one row file: its signature under one of
+// trust's runner keys, and that key's validity at the row's qualifiedAt,
+// the time the runner signed it.
+func LoadEntry(ctx context.Context, path string, trust Trust) Entry {
 	e := Entry{Path: path}
 	fi, err := os.Lstat(path)
 	switch {
@@ -191,11 +211,20 @@ func LoadEntry(ctx context.Context, path string, trusted []*keys.Verifier) Entry
 		return e
 	}
 	e.Unverified, _ = e.Row.DecodeUnverified()
-	if len(trusted) == 0 {
-		e.Err = errors.New("signature not checked: no trusted runner key was given")
+	if trust == nil || len(trust.RunnerKeys()) == 0 {
+		e.Err = errors.New("signature not checked: the trust file lists no runner key")
 		return e
 	}
-	e.Verified, e.Err = e.Row.Verify(ctx, trusted)
+	v, err := e.Row.Verify(ctx, trust.RunnerKeys())
+	if err != nil {
+		e.Err = err
+		return e
+	}
+	if err := trust.RunnerSignedAt(v.SignerID, v.QualifiedAt); err != nil {
+		e.Err = fmt.Errorf("%w: %w", ErrKeyNotValid, err)
+		return e
+	}
+	e.Verified = v
 	return e
 }
 
@@ -229,9 +258,11 @@ type Decision struct {
 }
 
 // Gate decides whether this platform may run a release on opts.Backend at
-// opts.Tier: only with an authentic row for exactly this platform (runtime
-// digest included), backend and tier, whose every check passed, that is
-// current, and whose backend, runtime and platform are not disabled.
+// opts.Tier. Of the authentic rows for exactly this platform (runtime
+// digest included), backend and tier, the newest decides (R6): the release
+// is allowed only if that row was measured by the runner, every check
+// passed, it is current, and its backend, runtime and platform are not
+// disabled. An older passing row never outweighs a newer failing one.
 func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 	if opts.Tier == "" {
 		opts.Tier = TierProduction
@@ -255,7 +286,7 @@ func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 		d.Reason = "refused: " + why + "; it no longer qualifies, whatever a row says"
 		return d
 	}
-	var best *Entry
+	var candidates []*Entry
 	var nearMisses []string
 	for i := range entries {
 		e := &entries[i]
@@ -283,46 +314,79 @@ func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 			nearMisses = append(nearMisses, fmt.Sprintf("%s qualifies another platform (this vs row: %s)", name, strings.Join(diff, "; ")))
 			continue
 		}
-		if why := opts.Disabled.Why(q.Platform); why != "" {
-			d.Notes = append(d.Notes, fmt.Sprintf("%s: %s", name, why))
-			continue
-		}
-		if !q.AllPassed() {
-			d.Notes = append(d.Notes, fmt.Sprintf("%s: result %s; failed: %s", name, q.Result, Abbreviate(q.Failed, 5)))
-			continue
-		}
-		age := opts.Now.Sub(q.QualifiedAt)
-		if age < -maxClockSkew {
-			d.Notes = append(d.Notes, fmt.Sprintf("%s: qualified at %s, in the future", name, q.QualifiedAt.Format(time.RFC3339)))
-			continue
-		}
-		if age > opts.MaxAge {
-			d.Notes = append(d.Notes, fmt.Sprintf("%s: stale: qualified at %s, %s ago, more than the maximum age %s",
-				name, q.QualifiedAt.Format(time.RFC3339), age.Round(time.Second), opts.MaxAge))
-			continue
-		}
-		if best == nil || q.QualifiedAt.After(best.Verified.QualifiedAt) {
-			best = e
-		}
+		candidates = append(candidates, e)
 	}
-	if best != nil {
-		d.Allowed = true
-		d.Row = best.Path
-		d.Reason = fmt.Sprintf("allowed: %s qualifies platform sha256:%s at tier %s (backend %s, runtime %s sha256:%s), signed by %s at %s",
-			filepath.Base(best.Path), want, opts.Tier, opts.Backend, this.Runtime.Version, this.Runtime.SHA256, best.Verified.SignerID,
-			best.Verified.QualifiedAt.Format(time.RFC3339))
+	if len(candidates) == 0 {
+		d.Notes = append(d.Notes, nearMisses...)
+		d.Reason = fmt.Sprintf("refused: no authentic, passing, current row qualifies platform sha256:%s (%s %s, kernel %s, cgroup %s, backend %s, runtime %s sha256:%s) at tier %s",
+			want, this.Distro, this.Arch, this.Kernel, this.Cgroup.Mode, this.Backend, this.Runtime.Version, this.Runtime.SHA256, opts.Tier)
+		for _, n := range nearMisses {
+			if strings.Contains(n, "runtime.sha256") {
+				d.Reason += "; the runtime binary changed since qualification (R14): qualify it again"
+				break
+			}
+		}
 		return d
 	}
-	d.Notes = append(d.Notes, nearMisses...)
-	d.Reason = fmt.Sprintf("refused: no authentic, passing, current row qualifies platform sha256:%s (%s %s, kernel %s, cgroup %s, backend %s, runtime %s sha256:%s) at tier %s",
-		want, this.Distro, this.Arch, this.Kernel, this.Cgroup.Mode, this.Backend, this.Runtime.Version, this.Runtime.SHA256, opts.Tier)
-	for _, n := range nearMisses {
-		if strings.Contains(n, "runtime.sha256") {
-			d.Reason += "; the runtime binary changed since qualification (R14): qualify it again"
-			break
+	// The newest decides; rows signed in the same second decide together,
+	// so a failing one among them refuses.
+	newest := candidates[0].Verified.QualifiedAt
+	for _, e := range candidates[1:] {
+		if e.Verified.QualifiedAt.After(newest) {
+			newest = e.Verified.QualifiedAt
 		}
 	}
+	var deciding []*Entry
+	for _, e := range candidates {
+		if e.Verified.QualifiedAt.Equal(newest) {
+			deciding = append(deciding, e)
+		} else {
+			d.Notes = append(d.Notes, fmt.Sprintf("%s: qualified at %s, older than the newest row for this platform and tier, which decides",
+				filepath.Base(e.Path), e.Verified.QualifiedAt.Format(time.RFC3339)))
+		}
+	}
+	var refusals []string
+	for _, e := range deciding {
+		if why := judgeNewest(e, opts); why != "" {
+			refusals = append(refusals, filepath.Base(e.Path)+": "+why)
+		}
+	}
+	if len(refusals) > 0 {
+		d.Reason = fmt.Sprintf("refused: the newest authentic row for platform sha256:%s at tier %s (qualified at %s) does not admit it: %s",
+			want, opts.Tier, newest.Format(time.RFC3339), strings.Join(refusals, "; "))
+		return d
+	}
+	best := deciding[0]
+	d.Allowed = true
+	d.Row = best.Path
+	d.Reason = fmt.Sprintf("allowed: %s qualifies platform sha256:%s at tier %s (backend %s, runtime %s sha256:%s), signed by %s at %s",
+		filepath.Base(best.Path), want, opts.Tier, opts.Backend, this.Runtime.Version, this.Runtime.SHA256, best.Verified.SignerID,
+		best.Verified.QualifiedAt.Format(time.RFC3339))
 	return d
+}
+
+// judgeNewest says why the newest row for the platform does not admit a
+// release, or "" if it does.
+func judgeNewest(e *Entry, opts GateOptions) string {
+	q := e.Verified.Qualification
+	if why := opts.Disabled.Why(q.Platform); why != "" {
+		return why
+	}
+	if !q.AllPassed() {
+		return fmt.Sprintf("result %s; failed: %s", q.Result, Abbreviate(q.Failed, 5))
+	}
+	if q.Measured == nil || q.Measured.By != MeasuredByRunner {
+		return "its verdicts were handed to the runner to sign, not measured by it (an older row format); qualify the platform again"
+	}
+	age := opts.Now.Sub(q.QualifiedAt)
+	if age < -maxClockSkew {
+		return fmt.Sprintf("qualified at %s, in the future", q.QualifiedAt.Format(time.RFC3339))
+	}
+	if age > opts.MaxAge {
+		return fmt.Sprintf("stale: qualified at %s, %s ago, more than the maximum age %s",
+			q.QualifiedAt.Format(time.RFC3339), age.Round(time.Second), opts.MaxAge)
+	}
+	return ""
 }
 
 // Abbreviate joins the first n items and says how many more there are.

@@ -220,6 +220,8 @@ func htmlRowOf(e Entry, opts HTMLOptions) htmlRow {
 		r.State, r.StateClass, r.StateWhy = "disabled", "bad", opts.Disabled.Why(pl)
 	case !q.AllPassed():
 		r.State, r.StateClass = "failed", "bad"
+	case q.Measured == nil:
+		r.State, r.StateClass, r.StateWhy = "not measured", "bad", "its verdicts were handed to the runner to sign (an older row format); no gate admits it"
 	case age > opts.MaxAge:
 		r.State, r.StateClass = "stale", "warn"
 	case age < -maxClockSkew:

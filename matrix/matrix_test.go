@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/predicate"
@@ -43,7 +45,22 @@ func fullChecks(passed bool) []Check {
 
 func signRow(t *testing.T, k *keys.Signer, p Platform, tier string, at time.Time, checks []Check) *Row {
 	t.Helper()
-	return signInfo(t, k, p, Info{Tier: tier, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(), QualifiedAt: at, Checks: checks})
+	return signInfo(t, k, p, Info{Tier: tier, CustodyVersion: "1.0.0", SuiteVersion: "1", RunnerID: k.ID(), QualifiedAt: at, Checks: checks,
+		Measured: measured(at)})
+}
+
+// measured is what a runner that measured a row at says about it.
+func measured(at time.Time) *Measured {
+	return &Measured{By: MeasuredByRunner, Image: "sha256:" + strings.Repeat("ee", 32), Started: at.Add(-time.Minute), Finished: at}
+}
+
+// trustOf is a trust file listing keys with no window or revocation.
+func trustOf(vs ...*keys.Verifier) *evidence.Trust {
+	t := &evidence.Trust{}
+	for i, v := range vs {
+		t.Runners = append(t.Runners, evidence.TrustedKey{Name: fmt.Sprintf("runner-%d", i), Key: v})
+	}
+	return t
 }
 
 func signInfo(t *testing.T, k *keys.Signer, p Platform, info Info) *Row {
@@ -287,9 +304,9 @@ func TestGate(t *testing.T) {
 		{"wrong tier", map[string]*Row{"a.json": signRow(t, k, this, TierDevelopment, now.Add(-time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
 		{"development tier asked", map[string]*Row{"a.json": signRow(t, k, this, TierDevelopment, now.Add(-time.Hour), fullChecks(true))}, "", TierDevelopment, true, "allowed"},
 		{"runtime changed", map[string]*Row{"a.json": signRow(t, k, other, TierProduction, now.Add(-time.Hour), fullChecks(true))}, "", "", false, "runtime binary changed"},
-		{"failed row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(false))}, "", "", false, "no authentic"},
-		{"stale row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-31*24*time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
-		{"future row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
+		{"failed row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(false))}, "", "", false, "a.json: result FAILED"},
+		{"stale row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-31*24*time.Hour), fullChecks(true))}, "", "", false, "a.json: stale"},
+		{"future row", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(time.Hour), fullChecks(true))}, "", "", false, "in the future"},
 		{"untrusted row", map[string]*Row{"a.json": signRow(t, newKey(t), this, TierProduction, now.Add(-time.Hour), fullChecks(true))}, "", "", false, "no authentic"},
 		{"backend disabled", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true))}, "oci under review\n", "", false, "backend oci is disabled"},
 		{"runtime disabled", map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true))}, this.Runtime.SHA256 + "\n", "", false, "is disabled"},
@@ -297,7 +314,28 @@ func TestGate(t *testing.T) {
 			"old.json": signRow(t, k, this, TierProduction, now.Add(-20*24*time.Hour), fullChecks(true)),
 			"new.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true)),
 			"bad.json": signRow(t, k, this, TierProduction, now.Add(-time.Minute), fullChecks(false)),
-		}, "", "", true, "new.json"},
+		}, "", "", false, "bad.json: result FAILED"},
+		{"newer failing row outweighs an older passing one", map[string]*Row{
+			"old.json": signRow(t, k, this, TierProduction, now.Add(-2*time.Hour), fullChecks(true)),
+			"new.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(false)),
+		}, "", "", false, "newest authentic row"},
+		{"newest passing row decides over an older failing one", map[string]*Row{
+			"old.json": signRow(t, k, this, TierProduction, now.Add(-2*time.Hour), fullChecks(false)),
+			"new.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true)),
+		}, "", "", true, "allowed: new.json"},
+		{"a failing row signed in the same second refuses", map[string]*Row{
+			"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true)),
+			"b.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(false)),
+		}, "", "", false, "b.json: result FAILED"},
+		{"newest row stale", map[string]*Row{
+			"old.json": signRow(t, k, this, TierProduction, now.Add(-40*24*time.Hour), fullChecks(true)),
+		}, "", "", false, "stale"},
+		{"a newer row for another tier does not decide", map[string]*Row{
+			"prod.json": signRow(t, k, this, TierProduction, now.Add(-2*time.Hour), fullChecks(true)),
+			"dev.json":  signRow(t, k, this, TierDevelopment, now.Add(-time.Hour), fullChecks(false)),
+		}, "", "", true, "allowed: prod.json"},
+		{"unmeasured row", map[string]*Row{"a.json": signInfo(t, k, this, Info{Tier: TierProduction, CustodyVersion: "1.0.0", SuiteVersion: "1",
+			RunnerID: k.ID(), QualifiedAt: now.Add(-time.Hour), Checks: fullChecks(true)})}, "", "", false, "not measured by it"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -310,7 +348,7 @@ func TestGate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			entries, err := LoadDir(ctx, dir, trusted)
+			entries, err := LoadDir(ctx, dir, trustOf(trusted...))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,7 +393,7 @@ func gateDir(t *testing.T, trusted []*keys.Verifier, rows map[string]*Row, disab
 // loadGateDir loads a directory's rows and disabled list as a gate does.
 func loadGateDir(t *testing.T, dir string, trusted []*keys.Verifier) ([]Entry, *Disabled) {
 	t.Helper()
-	entries, err := LoadDir(context.Background(), dir, trusted)
+	entries, err := LoadDir(context.Background(), dir, trustOf(trusted...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,8 +449,9 @@ func TestGateMatchesBackend(t *testing.T) {
 }
 
 // TestOldRowGatesOCI: a row signed before gates matched on the backend
-// (testdata, written at 4ddfe45) still verifies, reads as backend oci, and
-// still admits exactly the oci backend.
+// (testdata, written at 4ddfe45) still verifies and reads as backend oci;
+// its verdicts were handed to the runner, so it admits no release, and
+// the gate says why.
 func TestOldRowGatesOCI(t *testing.T) {
 	k, err := keys.LoadPublic(filepath.Join("testdata", "oci-row-before-backend-match.pub"))
 	if err != nil {
@@ -426,7 +465,7 @@ func TestOldRowGatesOCI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "old.json"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := LoadDir(context.Background(), dir, []*keys.Verifier{k})
+	entries, err := LoadDir(context.Background(), dir, trustOf(k))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,11 +476,10 @@ func TestOldRowGatesOCI(t *testing.T) {
 		t.Fatalf("the old row reads as platform %+v", q.Platform)
 	}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	if d := Gate(entries, testPlatform(), GateOptions{Now: now}); !d.Allowed {
-		t.Fatalf("the old row no longer gates oci: %s %q", d.Reason, d.Notes)
-	}
-	if d := Gate(entries, testPlatform(), GateOptions{Now: now, Backend: BackendOCI}); !d.Allowed {
-		t.Fatalf("the old row no longer gates --backend oci: %s %q", d.Reason, d.Notes)
+	for _, backend := range []string{"", BackendOCI} {
+		if d := Gate(entries, testPlatform(), GateOptions{Now: now, Backend: backend}); d.Allowed || !strings.Contains(d.Reason, "not measured by it") {
+			t.Fatalf("the old row, backend %q: allowed=%t %s %q", backend, d.Allowed, d.Reason, d.Notes)
+		}
 	}
 	fc := testPlatform()
 	fc.Backend = "firecracker"
@@ -498,5 +536,53 @@ func TestNotApplicableRow(t *testing.T) {
 	}
 	if st, err := plain.Statement(); err != nil || bytes.Contains(st, []byte("notApplicable")) {
 		t.Fatalf("a row without checks not applicable encodes the field: %v", err)
+	}
+}
+
+// TestGateKeyWindows: a row counts only if its key could sign at the
+// row's time, by the trust file's window, retirement and revocation.
+func TestGateKeyWindows(t *testing.T) {
+	k := newKey(t)
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	this := testPlatform()
+	rows := map[string]*Row{"a.json": signRow(t, k, this, TierProduction, now.Add(-time.Hour), fullChecks(true))}
+	for _, c := range []struct {
+		name         string
+		key          evidence.TrustedKey
+		acceptBefore bool
+		allowed      bool
+		want         string
+	}{
+		{"no window", evidence.TrustedKey{}, false, true, "allowed: a.json"},
+		{"revoked before the row", evidence.TrustedKey{RevokedAt: now.Add(-2 * time.Hour)}, true, false, "was revoked at"},
+		{"revoked after the row, acceptBefore false", evidence.TrustedKey{RevokedAt: now.Add(-30 * time.Minute)}, false, false, "acceptBefore is false"},
+		{"revoked after the row, acceptBefore true", evidence.TrustedKey{RevokedAt: now.Add(-30 * time.Minute)}, true, true, "allowed: a.json"},
+		{"retired before the row", evidence.TrustedKey{NotAfter: now.Add(-2 * time.Hour)}, false, false, "is valid until"},
+		{"retired after the row", evidence.TrustedKey{NotAfter: now.Add(-30 * time.Minute)}, false, true, "allowed: a.json"},
+		{"valid only from after the row", evidence.TrustedKey{NotBefore: now.Add(-30 * time.Minute)}, false, false, "is valid from"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, row := range rows {
+				data, _ := json.Marshal(row)
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			key := c.key
+			key.Name, key.Key = "runner", k.Verifier()
+			entries, err := LoadDir(context.Background(), dir, &evidence.Trust{Runners: []evidence.TrustedKey{key}, AcceptBeforeRevocation: c.acceptBefore})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.allowed && !errors.Is(entries[0].Err, ErrKeyNotValid) {
+				t.Fatalf("entry error %v; want ErrKeyNotValid", entries[0].Err)
+			}
+			d := Gate(entries, this, GateOptions{Now: now})
+			all := d.Reason + "\n" + strings.Join(d.Notes, "\n")
+			if d.Allowed != c.allowed || !strings.Contains(all, c.want) {
+				t.Fatalf("allowed=%t %s\nwant allowed=%t and %q", d.Allowed, all, c.allowed, c.want)
+			}
+		})
 	}
 }

@@ -114,6 +114,27 @@ type Info struct {
 	// reason: they were not run and are not counted as passed. Absent in
 	// rows that have none, so older rows encode exactly as they were signed.
 	NotApplicable []NotApplicable `json:"notApplicable,omitempty"`
+	// Measured is set on rows the runner measured itself: it ran the
+	// conformance suite, judged every check from its own observations and
+	// signed only that. Absent on older rows, whose verdicts an operator
+	// handed the runner to sign: they still verify and encode exactly as
+	// signed, but no gate admits a release on them.
+	Measured *Measured `json:"measured,omitempty"`
+}
+
+// MeasuredByRunner is Measured.By of a row the runner measured.
+const MeasuredByRunner = "runner"
+
+// Measured says how a row's verdicts were measured.
+type Measured struct {
+	// By is who ran the suite and judged its checks: MeasuredByRunner.
+	By string `json:"by"`
+	// Image is the digest (sha256:<hex>) of the conformance image every
+	// run of the suite used.
+	Image string `json:"image"`
+	// Started and Finished bound the suite's run on the runner's clock.
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
 }
 
 // NotApplicable is a check the suite did not run on a backend, and why.
@@ -160,6 +181,10 @@ func NewQualification(p Platform, info Info) (*Qualification, error) {
 	}
 	info.QualifiedAt = info.QualifiedAt.UTC()
 	info.Checks = slices.Clone(info.Checks)
+	if info.Measured != nil {
+		m := *info.Measured
+		info.Measured = &m
+	}
 	if err := validateInfo(&info); err != nil {
 		return nil, err
 	}
@@ -262,6 +287,18 @@ func validateInfo(info *Info) error {
 			bad("%s: a check not applicable says why", at)
 		} else if err := CheckDetail(n.Reason); err != nil {
 			bad("%s.reason: %v", at, err)
+		}
+	}
+	if m := info.Measured; m != nil {
+		m.Started, m.Finished = m.Started.UTC(), m.Finished.UTC()
+		if m.By != MeasuredByRunner {
+			bad("measured.by %q: want %s", cdsse.Clip(m.By), MeasuredByRunner)
+		}
+		if h, ok := strings.CutPrefix(m.Image, "sha256:"); !ok || !hex64.MatchString(h) {
+			bad("measured.image %q is not sha256:<64 hex>", cdsse.Clip(m.Image))
+		}
+		if m.Started.IsZero() || m.Finished.Before(m.Started) {
+			bad("measured: started %s and finished %s do not bound a run", m.Started.Format(time.RFC3339), m.Finished.Format(time.RFC3339))
 		}
 	}
 	if len(info.NotApplicable) > MaxChecks {

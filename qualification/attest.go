@@ -1,9 +1,11 @@
 // Package qualification turns a conformance run into a signed
-// qualification row (R13): on the runner, what a row attests and how it is
-// built from the suite's verdicts, the runner's own records and its
-// platform, and signed (Attester); on the operator's side, how the suite
-// is driven through a private custodyd and its verdicts handed over to be
-// signed (Qualify). The row format and the gate are package matrix.
+// qualification row (R6, R13): on the runner, the suite run in the
+// runner's own process against its own sockets, judged there, and the row
+// built from those verdicts, the runner's own records of each run and its
+// platform, and signed (Attester.Measure); on the operator's side, a
+// private custodyd on fresh state, set up and asked to qualify itself
+// (Qualify). No verdict crosses from the operator to the runner. The row
+// format and the gate are package matrix.
 //
 // The package reaches a daemon only through api and gets the runner's
 // state as values, never its store, so the CLI may import it.
@@ -82,9 +84,9 @@ type Records interface {
 	Run(id string) (RecordedRun, error)
 }
 
-// Attester builds and signs qualification rows for one runner. It is not
-// a signing oracle: the operator supplies only the suite's verdicts, and
-// the attester builds the statement itself — the runner's own platform
+// Attester measures and signs qualification rows for one runner. It is not
+// a signing oracle: it runs the suite itself (Measure) and signs only the
+// verdicts it computed, and it builds the statement itself — the runner's own platform
 // profile and backend, the pinned runtime re-hashed now, custody's
 // version, the runner key id, the time, each referenced run as the runner
 // recorded it — and refuses anything it cannot stand behind.
@@ -107,15 +109,25 @@ type Attester struct {
 	Now func() time.Time
 }
 
-// Attest signs the row the request's verdicts make on this runner, and
-// returns it with its content. It fails with ErrQuarantined, ErrRefused or
-// ErrBadRequest; any other error is the runner's own.
-func (a *Attester) Attest(ctx context.Context, req matrix.SignRequest) (*matrix.Row, *matrix.Qualification, error) {
+// notQuarantined refuses while the runner is quarantined.
+func (a *Attester) notQuarantined() error {
 	if q, err := a.Records.Quarantined(); err != nil {
-		return nil, nil, err
+		return err
 	} else if q != nil {
-		return nil, nil, &classed{class: ErrQuarantined, err: fmt.Errorf(
+		return &classed{class: ErrQuarantined, err: fmt.Errorf(
 			"a quarantined runner signs no qualification (since %s: %s)", q.Since.Format(time.RFC3339), q.Reason)}
+	}
+	return nil
+}
+
+// attest signs the row the verdicts of a suite this runner ran itself
+// (Measure) make, and returns it with its content. It is unexported on
+// purpose: the runner signs only verdicts it computed. It fails with
+// ErrQuarantined, ErrRefused or ErrBadRequest; any other error is the
+// runner's own.
+func (a *Attester) attest(ctx context.Context, req matrix.SignRequest, measured *matrix.Measured) (*matrix.Row, *matrix.Qualification, error) {
+	if err := a.notQuarantined(); err != nil {
+		return nil, nil, err
 	}
 	plat, err := a.platform()
 	if err != nil {
@@ -135,7 +147,7 @@ func (a *Attester) Attest(ctx context.Context, req matrix.SignRequest) (*matrix.
 	q, err := matrix.NewQualification(plat, matrix.Info{
 		Tier: req.Tier, CustodyVersion: matrix.Version, SuiteVersion: req.SuiteVersion,
 		RunnerID: a.Key.ID(), QualifiedAt: now().UTC().Truncate(time.Second), Checks: checks,
-		NotApplicable: req.NotApplicable,
+		NotApplicable: req.NotApplicable, Measured: measured,
 	})
 	if err != nil {
 		// The platform was validated above: what is malformed is the request.

@@ -69,7 +69,7 @@ func TestAttestCarriesTheBackend(t *testing.T) {
 	ctx := context.Background()
 	for _, backend := range []string{"oci", "firecracker"} {
 		a, _ := testAttester(t, backend)
-		row, q, err := a.Attest(ctx, matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}})
+		row, q, err := a.attest(ctx, matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestAttestRefuses(t *testing.T) {
 			if c.setup != nil {
 				c.setup(a, recs)
 			}
-			row, _, err := a.Attest(ctx, c.req)
+			row, _, err := a.attest(ctx, c.req, nil)
 			if !errors.Is(err, c.class) || !strings.Contains(err.Error(), c.msg) || row != nil {
 				t.Fatalf("Attest = %v; want %v with %q", err, c.class, c.msg)
 			}
@@ -165,8 +165,8 @@ func TestAttestVMRow(t *testing.T) {
 	a, _ := testAttester(t, "vm")
 	a.Runtime.Version = "qemu 7.2; microvm; accel tcg; 1 vcpu; kernel ab; modules cd; init ef"
 	na := []matrix.NotApplicable{{Family: "isolation", Name: "own-namespaces", Reason: "the guest kernel is the boundary"}}
-	row, _, err := a.Attest(ctx, matrix.SignRequest{Tier: "development", Backend: "vm", SuiteVersion: "1",
-		Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}, NotApplicable: na})
+	row, _, err := a.attest(ctx, matrix.SignRequest{Tier: "development", Backend: "vm", SuiteVersion: "1",
+		Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}, NotApplicable: na}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestAttestVMRow(t *testing.T) {
 	}
 	// The same request without the list makes a row with no such field.
 	a2, _ := testAttester(t, "oci")
-	_, q2, err := a2.Attest(ctx, matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}})
+	_, q2, err := a2.attest(ctx, matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "0123456789abcdef")}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

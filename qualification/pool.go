@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -34,25 +33,15 @@ func poolPolicy(image, tier string) string {
 	return b.String()
 }
 
-// beforeRun is the suite's hook before each run: for a pooled
-// qualification, wait until the pool is full again (the suite runs faster
-// than a loaded host refills it, and a run that finds it empty would be
-// launched cold and fail its check); nil otherwise.
-func (d *privateDaemon) beforeRun(o Options) func(context.Context) error {
-	if !o.Pooled {
-		return nil
-	}
-	return d.waitPool
-}
-
-// waitPool waits until the private daemon holds every pooled sandbox (one
-// launch dir each) before the suite starts, so that no check's run finds
-// the pool still filling.
-func (d *privateDaemon) waitPool(ctx context.Context) error {
+// waitPool waits until the runner's runtime directory holds every pooled
+// sandbox (one launch dir each), so that no check's run finds the pool
+// still filling: the suite runs faster than a loaded host refills it, and
+// a run that finds it empty would be launched cold and fail its check.
+func waitPool(ctx context.Context, runtimeDir string) error {
 	want := poolSize * len(conformance.PooledBudgets)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		ents, _ := os.ReadDir(filepath.Join(d.dir, "run"))
+		ents, _ := os.ReadDir(runtimeDir)
 		if len(ents) >= want {
 			return nil
 		}

@@ -139,36 +139,25 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	logf("private custodyd up, conformance image %s imported (%s)", image, time.Since(start).Round(time.Millisecond))
+	// The runner runs the suite and judges it: what comes back is its
+	// signed row and the report it built the row from.
+	req := MeasureRequest{Tier: o.Tier, Backend: o.Backend, Image: image, Scratch: d.scratch, AmbientVar: AmbientVar,
+		Parallel: o.Parallel, Only: o.Only, Pooled: o.Pooled, Egress: d.egressTarget()}
 	if o.Pooled {
-		if err := d.waitPool(ctx); err != nil {
-			return nil, err
+		logf("the runner waits for its warm pool: the checks run pooled")
+	}
+	var m Measurement
+	if err := d.control.Measure(ctx, req, &m); err != nil {
+		return nil, fmt.Errorf("the runner's qualification: %w\n%s", err, d.logTail())
+	}
+	rep, row := m.Report, &m.Row
+	for _, c := range rep.Checks {
+		state := "pass"
+		if !c.Passed {
+			state = "FAIL"
 		}
-		logf("warm pool full: the checks run pooled")
+		logf("%-4s %s/%s (%d ms)", state, c.Family, c.Name, c.Millis)
 	}
-
-	env := conformance.Env{
-		Control: d.control, Submit: d.submit, Image: image, Scratch: d.scratch, Tier: o.Tier, Backend: suiteBackend(o.Backend),
-		AmbientVar: AmbientVar, Parallel: o.Parallel,
-		Egress: d.egressTarget(), Pooled: o.Pooled, BeforeRun: d.beforeRun(o),
-		Progress: func(c conformance.Check) {
-			state := "pass"
-			if !c.Passed {
-				state = "FAIL"
-			}
-			logf("%-4s %s/%s (%d ms)", state, c.Family, c.Name, c.Millis)
-		},
-	}
-	if len(o.Only) > 0 {
-		env.Only = func(family, name string) bool {
-			for _, s := range o.Only {
-				if s == family || s == family+"/"+name {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	rep := conformance.Run(ctx, env)
 	logf("suite: %d checks, %d failed, in %s", len(rep.Checks), len(rep.Failed()), rep.Finished.Sub(rep.Started).Round(time.Millisecond))
 
 	for _, n := range rep.NotApplicable {
@@ -179,10 +168,6 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 		// so loudly, with the runner's own words.
 		logf("NOTHING RAN: every check was refused before launch; the %s backend does not qualify for %s here: %s",
 			o.Backend, o.Tier, f[0].Detail)
-	}
-	row, err := d.sign(ctx, rep)
-	if err != nil {
-		return nil, fmt.Errorf("sign the qualification row: %w", err)
 	}
 	ver, err := row.Verify(ctx, []*keys.Verifier{d.runnerKey})
 	if err != nil {
@@ -435,15 +420,6 @@ inputRoots: [%q]
 		return "", fmt.Errorf("the qualification policy does not load: %s", st.Error)
 	}
 	return img.Digest, nil
-}
-
-// sign asks the private daemon to sign the suite's row.
-func (d *privateDaemon) sign(ctx context.Context, rep conformance.Report) (*matrix.Row, error) {
-	var row matrix.Row
-	if err := api.NewClient(d.controlSocket).SignQualification(ctx, SignRequestOf(rep), &row); err != nil {
-		return nil, err
-	}
-	return &row, nil
 }
 
 // stop stops the daemon and removes its temporary directory, unless

@@ -38,7 +38,7 @@ func TestReportToRow(t *testing.T) {
 		}
 	}
 	rep.Checks[0].Runs[0] = "changed" // the request holds its own copy
-	row, _, err := a.Attest(context.Background(), req)
+	row, _, err := a.attest(context.Background(), req, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

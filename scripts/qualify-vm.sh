@@ -57,15 +57,27 @@ if ! grep -qx 'DONE' "$MATRIX/guest-service/result" || grep -q '^FAIL' "$MATRIX/
 fi
 
 # Trust the runner keys the rows name (each qualify runs a fresh private
-# runner); a release gate would pin them out of band.
+# runner); a release gate would pin them out of band, in the trust file
+# custody verify reads (custody trust export writes one). A trust file
+# names issuer keys too; the gate reads none, so a throwaway one stands in.
+openssl ecparam -name prime256v1 -genkey -noout 2>/dev/null | openssl ec -pubout 2>/dev/null > "$MATRIX/issuer-unused.pub"
 python3 - "$MATRIX" <<'PY'
 import json, sys
 d = sys.argv[1]
-for name in ("host-development", "guest-production"):
-    row = json.load(open(f"{d}/{name}.json"))
-    open(f"{d}/{name}.pub", "w").write(row["runnerPublicKey"])
+with open(f"{d}/trust.yaml", "w") as out:
+    out.write("apiVersion: custody.dev/v1alpha1\nkind: Trust\nrunners:\n")
+    seen = set()
+    for name in ("host-development", "guest-production"):
+        row = json.load(open(f"{d}/{name}.json"))
+        pem = row["runnerPublicKey"].strip().replace("\n", "\n      ")
+        if pem in seen:
+            continue
+        seen.add(pem)
+        out.write(f"  - name: {name}\n    publicKeyPEM: |\n      {pem}\n")
+    pem = open(f"{d}/issuer-unused.pub").read().strip().replace("\n", "\n      ")
+    out.write(f"issuers:\n  - name: unused\n    publicKeyPEM: |\n      {pem}\n")
 PY
-trust=(--trust-runner "$MATRIX/host-development.pub" --trust-runner "$MATRIX/guest-production.pub")
+trust=(--trust "$MATRIX/trust.yaml")
 "$BIN/custody" gate --matrix "$MATRIX" --html "$MATRIX/index.html" "${trust[@]}"
 
 echo "== gate: production on this host must be refused (no passing production row for it)"

@@ -37,6 +37,20 @@ type doctorConfig struct {
 	} `yaml:"docker"`
 }
 
+// readCustodydConfig reads what the doctor and the gate need of
+// custodyd.yaml.
+func readCustodydConfig(path string) (*doctorConfig, error) {
+	data, err := readFile("custodyd configuration", path, maxConfigSize)
+	if err != nil {
+		return nil, err
+	}
+	var cfg doctorConfig
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return nil, &exitError{exitRefused, fmt.Errorf("refused: %s is not custodyd.yaml: %w", quote.String(path), err)}
+	}
+	return &cfg, nil
+}
+
 // doctorReport is custody doctor --json: the evidenced profile (its fields
 // at the top level, as before) and the checks with their verdicts.
 type doctorReport struct {
@@ -57,13 +71,9 @@ func (a *app) doctorCmd() *cobra.Command {
 			var want platform.Expect
 			var scratch string
 			if configPath != "" {
-				data, err := readFile("custodyd configuration", configPath, maxConfigSize)
+				cfg, err := readCustodydConfig(configPath)
 				if err != nil {
 					return err
-				}
-				var cfg doctorConfig
-				if err := yaml.Unmarshal(data, &cfg); err != nil {
-					return &exitError{exitRefused, fmt.Errorf("refused: %s is not custodyd.yaml: %w", quote.String(configPath), err)}
 				}
 				rt := cfg.Runner.Runtime
 				if runtimePath == "" {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
@@ -35,6 +36,7 @@ type qualifyOptions struct {
 	timeout                  time.Duration
 	only                     []string
 	pooled                   bool
+	trust                    string
 	trustRunner              []string
 }
 
@@ -45,14 +47,15 @@ func (a *app) qualifyCmd() *cobra.Command {
 		Short: "Run the conformance suite on this host through a private custodyd and print the signed qualification row",
 		Long: `qualify starts a private custodyd (the binary given, or custodyd next to this one) on a fresh temporary
 state directory, runtime directory and sockets, with a generated qualification policy; builds and imports the
-conformance image (static busybox and its applets, plus custody-probe); runs the conformance suite through the
-daemon's control and submit sockets; asks the daemon to sign the qualification row with its runner identity key;
-prints the row; stops the daemon and removes its state.
+conformance image (static busybox and its applets, plus custody-probe); asks the daemon to qualify itself; prints
+the row; stops the daemon and removes its state. The daemon runs the conformance suite itself, through its own
+sockets, judges every check from what it observed, and signs only that with its runner identity key: the row says
+so (measured by the runner), and binds each check's runs by their receipts' digests. No verdict is handed to it.
 
 The row is a DSSE envelope over an in-toto Statement v1 with the in-toto test-result predicate, whose subject is the
 platform description (kernel, arch, distro, cgroup mode and controllers, host facts, runtime version and sha256).
 With --json, stdout is exactly the row; otherwise a table of checks and then the row. The row also carries the
-runner public key, so a gate can be given it (custody gate --trust-runner).
+runner public key, for a trust file (custody gate --trust reads the trust file custody verify reads).
 
 Exit status: 0 when every check passed, 1 when the qualification FAILED (the row says so), 3 when qualify could
 not run.`,
@@ -67,16 +70,18 @@ not run.`,
 	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend to qualify: oci (the pinned runc) or vm (the microVM backend; needs --vm-config)")
 	f.StringVar(&o.vmConfig, "vm-config", "", "for --backend vm: a YAML file holding custodyd's vm section (vm: qemu, kernel, modules, init by path and sha256; accel)")
 	f.StringVar(&o.custodyd, "custodyd", "", "custodyd binary to run privately (default: custodyd next to this binary)")
-	f.StringVar(&o.runtime, "runtime", "", "pinned runc binary (default: runc next to this binary)")
+	f.StringVar(&o.runtime, "runtime", "", "pinned runc binary (default: custody-runc next to this binary)")
 	f.StringVar(&o.probe, "probe", "", "static custody-probe binary (default: custody-probe next to this binary)")
 	f.StringVar(&o.busybox, "busybox", "/bin/busybox", "static busybox for the conformance image")
 	f.StringVar(&o.out, "out", "", "also write the row to this file")
 	f.StringVar(&o.matrixDir, "matrix", "", "also write the row into this matrix directory and re-render its index.html")
-	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "runner public keys to check the other rows with when rendering --matrix (repeatable)")
+	f.StringVar(&o.trust, "trust", "", "trust file (as for custody verify) to check the other rows with when rendering --matrix")
+	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "no longer accepted: use --trust")
+	_ = f.MarkHidden("trust-runner")
 	f.BoolVar(&o.keep, "keep", false, "keep the private daemon's temporary directory (for debugging)")
 	f.IntVar(&o.parallel, "parallel", 1, "checks to run at once")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	f.StringArrayVar(&o.only, "only", nil, "run only checks named FAMILY or FAMILY/NAME (debugging; such a row cannot pass)")
+	f.StringArrayVar(&o.only, "only", nil, "run only checks named FAMILY or FAMILY/NAME (debugging; the row lists the others as not run, and cannot pass)")
 	f.BoolVar(&o.pooled, "pooled", false, "run the suite on pooled launches: every check but the restricted-egress ones (never pooled); every run must be pooled")
 	_ = cmd.MarkFlagRequired("tier")
 	return cmd
@@ -97,6 +102,9 @@ func besideSelf(name string) string {
 func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 	if o.tier != conformance.TierProduction && o.tier != conformance.TierDevelopment {
 		return usageError("--tier %q: want production or development", o.tier)
+	}
+	if len(o.trustRunner) > 0 {
+		return errTrustRunner
 	}
 	var vmConfig []byte
 	switch o.backend {
@@ -233,34 +241,31 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 
 // addToMatrix writes the row into a matrix directory, named by platform
 // and tier (a newer row for the same platform and tier replaces the older
-// one), and re-renders the directory's index.html.
+// one), and re-renders the directory's index.html, checking the other rows
+// with --trust and this row with the key that just signed it.
 func addToMatrix(ctx context.Context, o qualifyOptions, rowJSON []byte, ver *matrix.Verified, own *keys.Verifier) error {
 	name := fmt.Sprintf("%s-%s.json", ver.PlatformDigest()[:16], ver.Tier)
 	if err := writeFileAtomic(filepath.Join(o.matrixDir, name), rowJSON, 0o644); err != nil {
 		return err
 	}
-	trusted, err := loadTrustedRunners(o.trustRunner)
-	if err != nil {
-		return err
-	}
-	trusted = append(trusted, own)
-	return renderMatrix(ctx, o.matrixDir, filepath.Join(o.matrixDir, "index.html"), trusted, matrix.DefaultMaxAge)
-}
-
-func loadTrustedRunners(paths []string) ([]*keys.Verifier, error) {
-	var out []*keys.Verifier
-	for _, p := range paths {
-		v, err := keys.LoadPublic(p)
-		if err != nil {
-			return nil, fmt.Errorf("--trust-runner %s: %w", p, err)
+	trust := &evidence.Trust{}
+	if o.trust != "" {
+		var err error
+		if trust, err = evidence.LoadTrust(o.trust); err != nil {
+			return err
 		}
-		out = append(out, v)
 	}
-	return out, nil
+	trust.Runners = append(trust.Runners, evidence.TrustedKey{Name: "this qualification's runner", Key: own})
+	return renderMatrix(ctx, o.matrixDir, filepath.Join(o.matrixDir, "index.html"), trust, matrix.DefaultMaxAge)
 }
 
-func renderMatrix(ctx context.Context, dir, htmlPath string, trusted []*keys.Verifier, maxAge time.Duration) error {
-	entries, err := matrix.LoadDir(ctx, dir, trusted)
+// errTrustRunner refuses the bare keys --trust-runner took: a bare key
+// carries no window or revocation.
+var errTrustRunner = usageError("--trust-runner is no longer accepted: a bare public key carries no validity window, retirement or revocation; " +
+	"pass --trust FILE, the trust file custody verify reads (custody trust export writes one)")
+
+func renderMatrix(ctx context.Context, dir, htmlPath string, trust matrix.Trust, maxAge time.Duration) error {
+	entries, err := matrix.LoadDir(ctx, dir, trust)
 	if err != nil {
 		return err
 	}
@@ -279,28 +284,39 @@ func renderMatrix(ctx context.Context, dir, htmlPath string, trusted []*keys.Ver
 
 type gateOptions struct {
 	matrixDir, platform, tier, runtime, html string
-	backend, vmConfig                        string
+	backend, vmConfig, trust, config         string
 	trustRunner                              []string
 	maxAge                                   time.Duration
 	asJSON, printPlatform                    bool
 }
 
+// defaultCustodydConfig is where custodyd reads its configuration unless
+// told otherwise.
+const defaultCustodydConfig = "/etc/custody/custodyd.yaml"
+
 func (a *app) gateCmd() *cobra.Command {
 	var o gateOptions
 	cmd := &cobra.Command{
-		Use:   "gate --matrix DIR --platform this|FILE [--tier production] [--backend oci] --trust-runner PUB... | --matrix DIR --html FILE",
-		Short: "Allow a release only on a platform with a current, passing, authentic qualification row",
-		Long: `gate reads the qualification rows (*.json) in DIR and allows a release only if a row exists for exactly this
-platform (kernel, arch, distro, cgroup mode and controllers, host facts, runtime version and sha256), backend
-(--backend) and tier, its signature verifies under a trusted runner key, every check passed, and it is current
-(--max-age). A row for one backend never admits another; a runtime whose digest changed is another platform; a
-backend (by name), runtime or platform listed in DIR/disabled invalidates its rows.
+		Use:   "gate --matrix DIR --trust trust.yaml --platform this|FILE [--config custodyd.yaml] [--tier production] [--backend oci] | --matrix DIR --trust trust.yaml --html FILE",
+		Short: "Allow a release only on a platform whose newest authentic qualification row is current and passing",
+		Long: `gate reads the qualification rows (*.json) in DIR. A row is authentic when its signature verifies under a runner
+key of the trust file (--trust, the file custody verify reads) and that key could sign at the row's time: within its
+notBefore/notAfter window (a rotation retires a key at its notAfter), not revoked at or before it, and, unless the file
+says revocation.acceptBefore, not revoked at all. Of the authentic rows for exactly this platform (kernel, arch,
+distro, cgroup mode and controllers, host facts, runtime version and sha256), backend (--backend) and tier, the newest
+decides: the release is allowed only if every check of that row passed, the runner measured it itself, it is current
+(--max-age), and its backend, runtime or platform is not listed in DIR/disabled. An older passing row never outweighs
+a newer failing one. A row for one backend never admits another; a runtime whose digest changed is another platform.
 
---platform this probes this host (as root) with the runtime from --runtime, as --backend runs on it; --platform FILE
-reads a platform description (custody gate --platform this --print-platform writes one), which must be for --backend.
---html FILE renders the matrix (platform x check) as HTML; with no --platform that is all gate does.
+--platform this probes this host (as root) with the runtime custodyd is pinned to: the runtime its configuration
+(--config, default ` + defaultCustodydConfig + `) names, whose sha256 must still be the pinned one; --runtime PATH
+names the binary instead (still checked against the pin when a configuration is read). Without either, gate refuses
+to guess. --platform FILE reads a platform description (custody gate --platform this --print-platform writes one),
+which must be for --backend. --html FILE renders the matrix (platform x check) as HTML; with no --platform that is
+all gate does.
 
-Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not decide.`,
+Exit status: 0 allowed, 1 refused (the reason is printed), 2 when a trust file, configuration or runtime it was given
+cannot be used (nothing was decided), 3 when gate could not decide.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.gate(cmd.Context(), o)
@@ -312,8 +328,11 @@ Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not
 	f.StringVar(&o.tier, "tier", matrix.TierProduction, "tier the release needs")
 	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend the release runs on")
 	f.StringVar(&o.vmConfig, "vm-config", "", "for --platform this --backend vm: a YAML file holding custodyd's vm section; the vm runtime is probed with it as custodyd probes it")
-	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "trusted runner public key (PEM); repeatable")
-	f.StringVar(&o.runtime, "runtime", "", "the pinned runtime binary, for --platform this (default: runc next to this binary)")
+	f.StringVar(&o.trust, "trust", "", "trust file (the one custody verify reads): runner keys with their windows, retirements and revocations")
+	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "no longer accepted: use --trust")
+	_ = f.MarkHidden("trust-runner")
+	f.StringVar(&o.config, "config", "", "custodyd's configuration, for --platform this: its pinned runtime is probed and checked (default "+defaultCustodydConfig+" if it exists)")
+	f.StringVar(&o.runtime, "runtime", "", "for --platform this: the runtime binary to probe instead of the one --config names")
 	f.DurationVar(&o.maxAge, "max-age", matrix.DefaultMaxAge, "how old a row may be")
 	f.StringVar(&o.html, "html", "", "render the matrix as HTML into this file")
 	f.BoolVar(&o.asJSON, "json", false, "print the decision as JSON")
@@ -322,15 +341,23 @@ Exit status: 0 allowed, 1 refused (the reason is printed), 3 when gate could not
 }
 
 func (a *app) gate(ctx context.Context, o gateOptions) error {
+	if len(o.trustRunner) > 0 {
+		return errTrustRunner
+	}
 	if o.matrixDir == "" && !o.printPlatform {
 		return usageError("gate: --matrix DIR is required")
 	}
-	trusted, err := loadTrustedRunners(o.trustRunner)
-	if err != nil {
-		return &exitError{exitRefused, err}
+	var trust *evidence.Trust
+	if o.trust != "" {
+		var err error
+		if trust, err = evidence.LoadTrust(o.trust); err != nil {
+			return &exitError{exitRefused, err}
+		}
+	} else if !o.printPlatform || o.html != "" {
+		return usageError("gate: --trust FILE is required: a gate trusts no row by default; pass the trust file custody verify reads (custody trust export writes one)")
 	}
 	if o.html != "" {
-		if err := renderMatrix(ctx, o.matrixDir, o.html, trusted, o.maxAge); err != nil {
+		if err := renderMatrix(ctx, o.matrixDir, o.html, trust, o.maxAge); err != nil {
 			return &exitError{exitInternal, fmt.Errorf("render %s: %w", o.html, err)}
 		}
 		fmt.Fprintf(a.stderr, "custody gate: wrote %s\n", quote.String(o.html))
@@ -340,6 +367,9 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 	}
 	if o.platform == "" {
 		return usageError("gate: --platform this|FILE is required to gate (or --html to render only)")
+	}
+	if o.tier != matrix.TierProduction && o.tier != matrix.TierDevelopment {
+		return usageError("--tier %q: want production or development", o.tier)
 	}
 	this, err := a.gatePlatform(ctx, o)
 	var ee *exitError
@@ -354,13 +384,7 @@ func (a *app) gate(ctx context.Context, o gateOptions) error {
 			Platform matrix.Platform `json:"platform"`
 		}{this.Digest(), this})
 	}
-	if len(trusted) == 0 {
-		return usageError("gate: --trust-runner PUB is required: a gate trusts no row by default")
-	}
-	if o.tier != matrix.TierProduction && o.tier != matrix.TierDevelopment {
-		return usageError("--tier %q: want production or development", o.tier)
-	}
-	entries, err := matrix.LoadDir(ctx, o.matrixDir, trusted)
+	entries, err := matrix.LoadDir(ctx, o.matrixDir, trust)
 	if err != nil {
 		return &exitError{exitInternal, err}
 	}
@@ -411,9 +435,9 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 		}
 		return p, p.Validate()
 	}
-	rt := o.runtime
-	if rt == "" {
-		rt = besideSelf("custody-runc")
+	rt, pin, err := gateRuntime(o)
+	if err != nil {
+		return matrix.Platform{}, err
 	}
 	var vmConfig []byte
 	if o.backend == conformance.BackendVM {
@@ -429,8 +453,52 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 	if err != nil {
 		return matrix.Platform{}, err
 	}
+	if pin != nil && (prof.Runtime.SHA256 != pin.SHA256 || prof.Runtime.Version != pin.Version) {
+		return matrix.Platform{}, &exitError{exitFailed, fmt.Errorf(
+			"refused: custodyd (%s) is pinned to runtime %s %s sha256:%s, but %s is %s sha256:%s; custodyd launches nothing on a runtime that is not its pin: "+
+				"restore the pinned binary, or review the new one and pin it",
+			quote.String(pin.config), quote.String(pin.Path), quote.String(pin.Version), pin.SHA256, quote.String(rt), quote.String(prof.Runtime.Version), prof.Runtime.SHA256)}
+	}
 	if o.backend == conformance.BackendVM {
 		return qualification.VMPlatform(ctx, prof, vmConfig)
 	}
 	return matrix.PlatformOf(prof, o.backend)
+}
+
+// runtimePin is the runtime custodyd's configuration pins.
+type runtimePin struct {
+	config, Path, Version, SHA256 string
+}
+
+// gateRuntime resolves the runtime --platform this probes: --runtime, or
+// the one custodyd's configuration pins (--config, or custodyd's default
+// configuration when it exists). With a configuration, its pin is
+// returned to be checked. Without either, it refuses to guess.
+func gateRuntime(o gateOptions) (string, *runtimePin, error) {
+	path := o.config
+	if path == "" {
+		if _, err := os.Stat(defaultCustodydConfig); err == nil {
+			path = defaultCustodydConfig
+		}
+	}
+	if path == "" {
+		if o.runtime != "" {
+			return o.runtime, nil, nil
+		}
+		return "", nil, &exitError{exitRefused, fmt.Errorf("gate: which runtime is custodyd pinned to? %s does not exist; "+
+			"pass --config with custodyd's configuration, or --runtime PATH; the gate does not guess", defaultCustodydConfig)}
+	}
+	cfg, err := readCustodydConfig(path)
+	if err != nil {
+		return "", nil, err
+	}
+	rt := cfg.Runner.Runtime
+	if rt.Path == "" || rt.SHA256 == "" {
+		return "", nil, &exitError{exitRefused, fmt.Errorf("refused: %s pins no runtime (runner.runtime path and sha256); the gate does not guess", quote.String(path))}
+	}
+	pin := &runtimePin{config: path, Path: rt.Path, Version: rt.Version, SHA256: rt.SHA256}
+	if o.runtime != "" {
+		return o.runtime, pin, nil
+	}
+	return rt.Path, pin, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,10 +18,12 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/qualification"
 )
 
 // qualifyBins returns the binaries a qualify run needs: the real custodyd
@@ -137,9 +140,13 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 		t.Fatalf("matrix index.html: %v\n%.2000s", err, html)
 	}
 
+	if v.Measured == nil || v.Measured.By != matrix.MeasuredByRunner || !strings.HasPrefix(v.Measured.Image, "sha256:") {
+		t.Fatalf("the row does not say the runner measured it: %+v", v.Measured)
+	}
+	trust := trustForKeys(t, filepath.Join(dir, "trust.yaml"), pub)
 	gate := func(args ...string) (int, string) {
 		t.Helper()
-		code, out, errs := custody(append([]string{"gate", "--matrix", mx, "--trust-runner", pub}, args...)...)
+		code, out, errs := custody(append([]string{"gate", "--matrix", mx, "--trust", trust}, args...)...)
 		return code, out + errs
 	}
 	if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development"); code != 0 || !strings.Contains(out, "allowed") {
@@ -150,14 +157,7 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 		t.Fatalf("gate for production without a production row: %d\n%s", code, out)
 	}
 	// Another runtime binary (one byte appended) is another platform.
-	changed := filepath.Join(dir, "runc-changed")
-	data, err := os.ReadFile(runc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(changed, append(data, 0), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	changed := changedCopy(t, runc, filepath.Join(dir, "runc-changed"))
 	if code, out := gate("--platform", "this", "--runtime", changed, "--tier", "development"); code != exitFailed || !strings.Contains(out, "runtime binary changed") {
 		t.Fatalf("gate with a changed runtime digest: %d\n%s", code, out)
 	}
@@ -214,12 +214,12 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(mx2, "row.json"), string(tampered))
-	code, out, errs := custody("gate", "--matrix", mx2, "--trust-runner", pub, "--platform", "this", "--runtime", runc, "--tier", "development")
+	code, out, errs := custody("gate", "--matrix", mx2, "--trust", trust, "--platform", "this", "--runtime", runc, "--tier", "development")
 	if code != exitFailed || !strings.Contains(out+errs, "not authentic") {
 		t.Fatalf("gate with a tampered row: %d\n%s%s", code, out, errs)
 	}
 	// A gate trusts no row by default.
-	if code, _, errs := custody("gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--tier", "development"); code == 0 || !strings.Contains(errs, "trust-runner") {
+	if code, _, errs := custody("gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--tier", "development"); code == 0 || !strings.Contains(errs, "--trust FILE is required") {
 		t.Fatalf("gate without trusted keys: %d %s", code, errs)
 	}
 }
@@ -261,65 +261,86 @@ func TestQualifyProductionFailsHonestly(t *testing.T) {
 	}
 }
 
-// TestAttestQualificationRefuses: the daemon's signing endpoint signs only
-// well-formed rows backed by its own runs at the row's tier, and only on
-// the control socket.
-func TestAttestQualificationRefuses(t *testing.T) {
-	e := startDaemon(t)
-	g := e.grant(t, e.phase(t, "dev-run", "true", ""))
-	code, out, errs := e.custody("run", "--grant", g, "--json")
-	if code != 0 {
-		t.Fatalf("run: %d %s", code, errs)
-	}
-	var res struct{ RunID string }
-	if err := json.Unmarshal([]byte(out), &res); err != nil || res.RunID == "" {
-		t.Fatalf("run result: %v %s", err, out)
-	}
-	ctx := context.Background()
-	check := func(passed bool, runs ...string) matrix.RequestCheck {
-		return matrix.RequestCheck{Family: "input", Name: "read-input", Case: "legitimate", Passed: passed, Detail: "x", Runs: runs}
-	}
+// TestQualifyEndpoint: the runner's qualification endpoint takes what to
+// run, never a verdict, refuses a malformed request before anything runs,
+// and signs what it measured: a suite limited to one check says FAILED,
+// lists every other check as not run, binds each run by its receipt's
+// digest, and says the runner measured it.
+func TestQualifyEndpoint(t *testing.T) {
+	e, scratch := qualifyDaemon(t)
+	good := qualification.MeasureRequest{Tier: "development", Image: e.image, Scratch: scratch, Only: []string{"input/read-input"}}
 	for _, c := range []struct {
 		name string
 		req  any
 		code string
 	}{
-		{"unknown field", map[string]any{"tier": "development", "suiteVersion": "1", "checks": []any{}, "predicateType": "x"}, "bad-request"},
-		{"unknown tier", matrix.SignRequest{Tier: "staging", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(false)}}, "bad-request"},
-		{"pass without a run", matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true)}}, "refused"},
-		{"unknown run", matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, "00000000deadbeef")}}, "refused"},
-		{"run at another tier", matrix.SignRequest{Tier: "production", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}, "refused"},
-		{"no checks", matrix.SignRequest{Tier: "development", SuiteVersion: "1"}, "bad-request"},
-		{"backend not configured", matrix.SignRequest{Tier: "development", Backend: "vm", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}, "refused"},
+		{"a verdict", map[string]any{"tier": "development", "image": e.image, "scratch": scratch, "checks": []any{}}, "bad-request"},
+		{"unknown tier", qualification.MeasureRequest{Tier: "staging", Image: e.image, Scratch: scratch}, "bad-request"},
+		{"not an image digest", qualification.MeasureRequest{Tier: "development", Image: "busybox", Scratch: scratch}, "bad-request"},
+		{"relative scratch", qualification.MeasureRequest{Tier: "development", Image: e.image, Scratch: "scratch"}, "bad-request"},
+		{"backend not configured", qualification.MeasureRequest{Tier: "development", Backend: "vm", Image: e.image, Scratch: scratch}, "refused"},
 	} {
-		var row matrix.Row
-		err := api.NewClient(e.control).SignQualification(ctx, c.req, &row)
-		ae, ok := err.(*api.Error)
-		if !ok || string(ae.Code) != c.code {
+		err := api.NewClient(e.control).Measure(context.Background(), c.req, &qualification.Measurement{})
+		var ae *api.Error
+		if !errors.As(err, &ae) || string(ae.Code) != c.code {
 			t.Errorf("%s: %v, want code %s", c.name, err, c.code)
 		}
 	}
-	// A well-formed but partial suite is signed, and says FAILED.
-	var row matrix.Row
-	req := matrix.SignRequest{Tier: "development", SuiteVersion: "1", Checks: []matrix.RequestCheck{check(true, res.RunID)}}
-	if err := api.NewClient(e.control).SignQualification(ctx, req, &row); err != nil {
+	var m qualification.Measurement
+	if err := api.NewClient(e.control).Measure(context.Background(), good, &m); err != nil {
 		t.Fatal(err)
 	}
-	st, err := api.NewClient(e.control).Status(ctx)
+	st, err := api.NewClient(e.control).Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	k, _ := keys.ParsePublic([]byte(st.RunnerPublicKey))
-	v, err := row.Verify(ctx, []*keys.Verifier{k})
+	v, err := m.Row.Verify(context.Background(), []*keys.Verifier{k})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Result != matrix.ResultFailed || !slices.Contains(v.Failed, matrix.IncompleteTest) || v.Checks[0].Runs[0].ID != res.RunID ||
-		v.RunnerID != st.RunnerID || v.CustodyVersion != matrix.Version {
-		t.Fatalf("partial row: %+v", v.Qualification)
+	if v.Result != matrix.ResultFailed || v.Measured == nil || v.Measured.Image != e.image || v.RunnerID != st.RunnerID {
+		t.Fatalf("limited row: result %s measured %+v runner %s", v.Result, v.Measured, v.RunnerID)
 	}
-	// The submit socket signs nothing.
-	if err := api.NewClient(e.submit).SignQualification(ctx, req, &row); err == nil {
-		t.Fatal("the submit socket signed a qualification row")
+	notRun := 0
+	for _, c := range v.Checks {
+		if c.TestName() == "input/read-input" {
+			if !c.Passed || len(c.Runs) != 1 {
+				t.Errorf("%s: passed=%t runs %+v (%s); want one run, passed", c.TestName(), c.Passed, c.Runs, c.Detail)
+			}
+			for _, r := range c.Runs {
+				if len(r.ReceiptSHA256) != 64 {
+					t.Errorf("run %s of %s is not bound by its receipt's digest: %+v", r.ID, c.TestName(), r)
+				}
+			}
+			continue
+		}
+		if c.Passed || !strings.Contains(c.Detail, "not run") {
+			t.Errorf("%s: passed=%t %q; want not run", c.TestName(), c.Passed, c.Detail)
+		}
+		notRun++
 	}
+	if notRun < 30 {
+		t.Errorf("%d checks listed as not run; want every check but one", notRun)
+	}
+	// The submit socket cannot ask for a qualification.
+	if err := api.NewClient(e.submit).Measure(context.Background(), good, &m); err == nil {
+		t.Fatal("the submit socket ran a qualification")
+	}
+}
+
+// trustForKeys writes a trust file that lists the runner public keys (PEM
+// files) with no window, as custody trust export writes them.
+func trustForKeys(t *testing.T, path string, pubs ...string) string {
+	t.Helper()
+	var ks []evidence.ExportKey
+	for i, p := range pubs {
+		pem, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks = append(ks, evidence.ExportKey{Name: fmt.Sprintf("runner-%d", i), PEM: string(pem)})
+	}
+	trustFile(t, path, ks...)
+	return path
 }

@@ -186,8 +186,8 @@ func TestFilesAreRegularAndBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := filepath.Join(dir, "runner.pub")
-	write(t, pub, string(k.PublicPEM()))
+	trust := filepath.Join(dir, "trust.yaml")
+	trustFile(t, trust, evidence.ExportKey{Name: "runner", PEM: string(k.PublicPEM())})
 	matrixDir := filepath.Join(dir, "matrix")
 	if err := os.Mkdir(matrixDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -206,11 +206,11 @@ func TestFilesAreRegularAndBounded(t *testing.T) {
 		{"verify receipt", func(p string) []string { return []string{"verify", p, "--trust", good, "--no-outputs-unsafe"} }, evidence.MaxEnvelopeSize + envelopeSlack},
 		{"verify --trust", func(p string) []string { return []string{"verify", good, "--trust", p, "--no-outputs-unsafe"} }, evidence.MaxTrustSize},
 		{"gate --platform", func(p string) []string {
-			return []string{"gate", "--matrix", matrixDir, "--platform", p, "--trust-runner", pub}
+			return []string{"gate", "--matrix", matrixDir, "--platform", p, "--trust", trust}
 		}, maxPlatformSize},
-		{"gate --trust-runner", func(p string) []string {
-			return []string{"gate", "--matrix", matrixDir, "--platform", good, "--trust-runner", p}
-		}, 64 << 10},
+		{"gate --trust", func(p string) []string {
+			return []string{"gate", "--matrix", matrixDir, "--platform", good, "--trust", p}
+		}, evidence.MaxTrustSize},
 	}
 	bads := []struct{ name, path, says string }{
 		{"fifo", fifo, "named pipe (FIFO)"},

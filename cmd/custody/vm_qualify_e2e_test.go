@@ -111,9 +111,10 @@ func TestQualifyVMAndGate(t *testing.T) {
 	// row; a matrix holding only an oci row for this host refuses vm, and
 	// the vm row never admits oci.
 	pub := strings.TrimSuffix(rowPath, ".json") + ".pub"
+	trust := trustForKeys(t, filepath.Join(dir, "trust.yaml"), pub)
 	gate := func(mx string, args ...string) (int, string) {
 		t.Helper()
-		code, out, errs := custody(append([]string{"gate", "--matrix", mx, "--tier", "development", "--trust-runner", pub}, args...)...)
+		code, out, errs := custody(append([]string{"gate", "--matrix", mx, "--tier", "development", "--trust", trust}, args...)...)
 		return code, out + errs
 	}
 	if code, out := gate(mx, "--platform", "this", "--backend", "vm", "--vm-config", vmCfg, "--runtime", runc); code != 0 {
@@ -127,11 +128,12 @@ func TestQualifyVMAndGate(t *testing.T) {
 	}
 	ociOnly := filepath.Join(dir, "oci-only")
 	ociPub := signedOCIRow(t, ociOnly, runc)
-	code, out := gate(ociOnly, "--trust-runner", ociPub, "--platform", "this", "--backend", "oci", "--runtime", runc)
+	trust = trustForKeys(t, filepath.Join(dir, "trust-both.yaml"), pub, ociPub)
+	code, out := gate(ociOnly, "--platform", "this", "--backend", "oci", "--runtime", runc)
 	if code != 0 {
 		t.Fatalf("gate --backend oci with the oci row (the legitimate case beside the next): exit %d\n%s", code, out)
 	}
-	code, out = gate(ociOnly, "--trust-runner", ociPub, "--platform", "this", "--backend", "vm", "--vm-config", vmCfg, "--runtime", runc)
+	code, out = gate(ociOnly, "--platform", "this", "--backend", "vm", "--vm-config", vmCfg, "--runtime", runc)
 	if code != exitFailed {
 		t.Fatalf("gate --backend vm with only an oci row: exit %d, want %d\n%s", code, exitFailed, out)
 	}
@@ -164,7 +166,8 @@ func signedOCIRow(t *testing.T, dir, runc string) string {
 		}
 	}
 	q, err := matrix.NewQualification(plat, matrix.Info{Tier: matrix.TierDevelopment, CustodyVersion: matrix.Version, SuiteVersion: "3",
-		RunnerID: k.ID(), QualifiedAt: time.Now().UTC().Truncate(time.Second), Checks: checks})
+		RunnerID: k.ID(), QualifiedAt: time.Now().UTC().Truncate(time.Second), Checks: checks,
+		Measured: &matrix.Measured{By: matrix.MeasuredByRunner, Image: "sha256:" + strings.Repeat("ee", 32), Started: time.Now().UTC().Add(-time.Minute).Truncate(time.Second), Finished: time.Now().UTC().Truncate(time.Second)}})
 	if err != nil {
 		t.Fatal(err)
 	}

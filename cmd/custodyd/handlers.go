@@ -43,6 +43,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(true))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(true))
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
+	mux.HandleFunc("POST /v1/qualify", s.handleQualify)
 	mux.HandleFunc("POST /v1/pipelines/summary", s.handlePipelineSummary)
 	s.packRoutes(mux, true)
 	s.opsRoutes(mux, true)
@@ -68,7 +69,7 @@ func (s *server) operatorsOnly(socket string, h http.Handler) http.Handler {
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
 	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/pipelines/summary"}, packControlOnly()...)
+		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/qualify", "/v1/pipelines/summary"}, packControlOnly()...)
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,

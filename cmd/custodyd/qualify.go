@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/custody-dev/custody/api"
@@ -11,12 +12,13 @@ import (
 	"github.com/custody-dev/custody/store"
 )
 
-// handleAttestQualification signs a qualification row (control socket,
-// operators only): the operator supplies the suite's verdicts, and the
-// runner's attester builds, checks and signs the row (see
-// qualification.Attester).
-func (s *server) handleAttestQualification(w http.ResponseWriter, r *http.Request) {
-	var req matrix.SignRequest
+// handleQualify measures and signs a qualification row (control socket,
+// operators only): the runner runs the conformance suite itself, through
+// its own sockets, judges every check from its own observations and signs
+// only that (see qualification.Attester.Measure). The request names what
+// to run, never a verdict.
+func (s *server) handleQualify(w http.ResponseWriter, r *http.Request) {
+	var req qualification.MeasureRequest
 	if err := decode(r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -26,14 +28,27 @@ func (s *server) handleAttestQualification(w http.ResponseWriter, r *http.Reques
 		writeError(w, qualificationError(err))
 		return
 	}
-	row, q, err := a.Attest(r.Context(), req)
+	uid := peerOf(r).UID
+	s.log.Info("qualification started", "uid", uid, "tier", req.Tier, "backend", a.Backend, "image", req.Image, "pooled", req.Pooled, "only", req.Only)
+	socks := qualification.Sockets{Control: api.NewClient(s.cfg.ControlSocket), Submit: api.NewClient(s.cfg.SubmitSocket), RuntimeDir: s.cfg.Runner.RuntimeDir}
+	m, q, err := a.Measure(r.Context(), req, socks, func(format string, args ...any) {
+		s.log.Info("qualification check", "result", fmt.Sprintf(format, args...))
+	})
 	if err != nil {
 		writeError(w, qualificationError(err))
 		return
 	}
-	s.log.Info("qualification row signed", "uid", peerOf(r).UID, "tier", q.Tier, "result", q.Result,
+	s.log.Info("qualification row signed", "uid", uid, "tier", q.Tier, "result", q.Result,
 		"platform", q.PlatformDigest(), "backend", q.Platform.Backend, "checks", len(q.Checks), "failed", len(q.Failed))
-	writeJSON(w, row)
+	writeJSON(w, m)
+}
+
+// handleAttestQualification refuses what this endpoint used to do: sign
+// verdicts an operator handed in. A row is the runner's own measurement.
+func (s *server) handleAttestQualification(w http.ResponseWriter, r *http.Request) {
+	s.log.Warn("refused to sign qualification verdicts handed in", "uid", peerOf(r).UID)
+	writeError(w, &api.Error{Code: api.CodeRefused, Message: "qualification row refused: the runner signs no verdicts it is handed; " +
+		"a row is measured by the runner from the conformance runs it executes itself: ask it to qualify (custody qualify)"})
 }
 
 // attester signs for the named backend ("" is the default one). The oci
