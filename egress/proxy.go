@@ -55,7 +55,7 @@ type Limits struct {
 // DefaultLimits are the bounds custodyd uses unless its configuration
 // says otherwise.
 func DefaultLimits() Limits {
-	return Limits{Conns: 64, Bytes: 1 << 30, ConnTime: 10 * time.Minute, HeadTime: 10 * time.Second, Decisions: 1024}
+	return Limits{Conns: 64, Bytes: 1 << 30, ConnTime: 10 * time.Minute, HeadTime: 10 * time.Second, Decisions: 2048}
 }
 
 // Decision codes: "allowed" and the reasons a connection is refused.
@@ -83,7 +83,7 @@ const (
 
 // BlindReason is the reason an allowed blind tunnel records: what the
 // proxy checked of it, and what it could not.
-const BlindReason = "blind tunnel: the CONNECT target and the TLS SNI were checked; the Host of the requests inside (HTTP/1 Host, HTTP/2 :authority) is encrypted and not checked"
+const BlindReason = "blind tunnel: target and TLS SNI checked; the Host inside is not"
 
 // Decision is one allowed or refused connection or request, as the receipt
 // records it. It never holds a credential's value.

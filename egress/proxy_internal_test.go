@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -133,4 +134,34 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("%s covers %s %q", q, m, path)
 		}
 	})
+}
+
+// TestReportFitsAReceipt: at the default limits, the largest record a
+// workload can make (every allowed decision with its longest strings, and
+// refusals of as many long destinations as it likes) stays well inside a
+// receipt envelope.
+func TestReportFitsAReceipt(t *testing.T) {
+	p := &Proxy{cfg: Config{Limits: DefaultLimits(), Log: slog.New(slog.DiscardHandler)}}
+	long := strings.Repeat("a", 300)
+	for range p.cfg.Limits.Decisions {
+		if full := p.reserve(); full != nil {
+			t.Fatal(full.Reason)
+		}
+		p.record(Decision{Via: "intercept", Destination: long, Address: "[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:65535", Allowed: true, Code: CodeWithheld,
+			Reason: long, Credential: strings.Repeat("c", 64), Form: FormIntercept, BytesOut: 1 << 40, BytesIn: 1 << 40})
+	}
+	for i := range 10000 {
+		p.record(Decision{Via: "connect", Destination: fmt.Sprint(i, long), Code: CodeNotAllowlisted, Reason: long})
+	}
+	js, err := json.Marshal(p.Report())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A receipt envelope holds 4 MiB, its payload base64: 3 MiB of JSON,
+	// shared with the grant it embeds (at most 1 MiB) and the output
+	// listing. A realistic record is a third of this worst one.
+	if len(js) > 2<<20 {
+		t.Fatalf("the worst egress record is %d bytes at the default limits", len(js))
+	}
+	t.Logf("the worst egress record is %d bytes at the default limits", len(js))
 }
