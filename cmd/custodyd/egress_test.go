@@ -414,6 +414,8 @@ func TestEgressInspectedDestinationEndToEnd(t *testing.T) {
 		"/in/client get https://" + A + "/legit",
 		"/in/client front https://" + A + "/fronted " + O,
 		"SSL_CERT_FILE=/in/upstream-ca.pem /in/client get https://" + O + "/blind",
+		// busybox wget asks the proxy for https:// in plain text.
+		"wget -q -O - https://" + A + "/busybox && echo LEAKED-busybox",
 		"true",
 	}, "\n")
 	src := d.egressPhase(`network: {egress: ["`+A+`:443", "`+O+`:443"]}`+"\n", "", script)
@@ -452,12 +454,14 @@ func TestEgressInspectedDestinationEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	eg := st.Predicate.Egress
-	var fronted, blind bool
+	var fronted, blind, busybox bool
 	for _, dc := range eg.Decisions {
+		busybox = busybox || (dc.Via == "http" && dc.Code == "bad-request" && strings.Contains(dc.Reason, "CONNECT"))
 		fronted = fronted || (dc.Via == "intercept" && dc.Code == "host-mismatch" && !dc.Allowed)
 		blind = blind || (dc.Via == "connect" && dc.Destination == O+":443" && dc.Allowed && dc.Reason == egress.BlindReason)
 	}
-	if !slices.Equal(eg.Inspected, []string{A + ":443"}) || !fronted || !blind {
-		t.Fatalf("receipt egress: inspected %v, fronting refused %v, blind tunnel recorded as such %v: %+v", eg.Inspected, fronted, blind, eg.Decisions)
+	if !slices.Equal(eg.Inspected, []string{A + ":443"}) || !fronted || !blind || !busybox || strings.Contains(out.String(), "LEAKED") {
+		t.Fatalf("receipt egress: inspected %v, fronting refused %v, blind tunnel recorded as such %v, busybox told to use CONNECT %v: %+v\n%s",
+			eg.Inspected, fronted, blind, busybox, eg.Decisions, out.String())
 	}
 }
