@@ -229,13 +229,17 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper, via string) http
 		out.Host = host
 		out.ContentLength = r.ContentLength
 		resp, err := tr.RoundTrip(out)
-		if err != nil {
+		if errors.Is(err, ErrRefused) {
+			// Refused before any dial: nothing left custody.
 			p.release()
-			code := CodeDialFailed
-			if errors.Is(err, ErrRefused) {
-				code = CodeDeniedAddress
-			}
-			refuse(code, g.scrub(err.Error()), http.StatusBadGateway)
+			refuse(CodeDeniedAddress, g.scrub(err.Error()), http.StatusBadGateway)
+			return
+		}
+		if err != nil {
+			// Some of the request may have reached the destination, so
+			// it stays in the record of allowed decisions.
+			dec.Allowed = true
+			refuse(CodeDialFailed, g.scrub(err.Error()), http.StatusBadGateway)
 			return
 		}
 		defer resp.Body.Close()

@@ -661,7 +661,9 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 		if body.spent {
 			code = CodeByteLimit
 		}
-		p.release()
+		// Part of the request may have reached upstream: the decision
+		// stays among the allowed ones, with what cut it.
+		dec.Allowed = true
 		refuse(&Decision{Code: code, Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
 		return
 	}
