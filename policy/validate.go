@@ -365,7 +365,7 @@ func (p *Policy) validateCredentials(add adder) {
 			add(field+".form", fmt.Sprintf("%q is not a credential form", c.Form), "write form: gateway (preferred) or form: intercept (only for tools that cannot take a base URL)")
 		}
 		if len(c.Requests) == 0 {
-			add(field+".requests", "names no request, and the secret would go with every request to the destination, an echo or debug page's too",
+			add(field+".requests", "names no request the secret may go with: a binding must name the calls that need it, since the destination may also serve echo or debug pages that would hand it back",
 				`list the requests that need it as method and path prefix, e.g. requests: ["POST /v1/messages"]`)
 		}
 		distinct(add, field+".requests", "request", c.Requests, func(r string) (string, string, string) {
