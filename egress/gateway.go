@@ -11,11 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,9 +38,14 @@ type Gateway struct {
 	// it is never logged or recorded.
 	Value string
 	// Secret is the raw secret inside Value, scrubbed (with its common
-	// encodings) from whatever the destination sends back, so that an echo
-	// endpoint cannot hand it to the workload.
+	// encodings) from whatever the destination sends back. That is
+	// defence in depth only: no scrub can find every encoding a
+	// destination could reflect, so Requests is the control.
 	Secret string
+	// Requests are the methods and path prefixes the credential is sent
+	// with. A request to the destination outside them is relayed without
+	// it (CodeWithheld); none means the credential is never sent.
+	Requests []Request
 	// RootCAs verify the destination; nil means the host's roots.
 	RootCAs *x509.CertPool
 	// Form is [FormGateway] (also when empty) or [FormIntercept].
@@ -150,9 +157,12 @@ func (p *Proxy) upstream(g Gateway) *http.Transport {
 	}
 }
 
-// gatewayHandler forwards each request to g's destination with the
-// credential set; via is "gateway" or "intercept" (a request read from an
-// intercepted tunnel, whose Host must name the bound host).
+// gatewayHandler forwards each request to g's destination; via is
+// "gateway" or "intercept" (a request read from a tunnel whose TLS the
+// proxy terminated, whose Host must name the bound host). The credential
+// is set only on a request its binding covers (g.sends); any other goes
+// without it. For an inspected destination (g.Name == "") nothing is
+// brokered: the request is only checked and relayed.
 func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper, via string) http.Handler {
 	d := g.Destination
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -161,14 +171,20 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper, via string) http
 		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Limits.ConnTime)
 		defer cancel()
 		dec := Decision{Via: via, Destination: d.String(), Credential: g.Name, Form: g.form()}
+		refuse := func(code, why string, status int) {
+			dec.Code, dec.Reason = code, why
+			p.record(dec)
+			http.Error(w, "custody egress: "+why, status)
+		}
 		host := d.Host
 		if d.Port != 443 {
 			host = d.String()
 		}
 		if via == "intercept" && r.Host != d.Host && r.Host != d.String() {
-			dec.Code, dec.Reason = CodeHostMismatch, fmt.Sprintf("Host header %q is not the intercepted destination %q", r.Host, d)
-			p.record(dec)
-			http.Error(w, "custody egress: "+dec.Reason, http.StatusMisdirectedRequest)
+			// HTTP/1 only (ALPN offers nothing else), so Host is the
+			// request's authority; it must be the host the CONNECT named
+			// and the SNI carried, or the request is domain fronting.
+			refuse(CodeHostMismatch, fmt.Sprintf("Host %q is not the tunnel's destination %q (CONNECT target and TLS SNI)", clipTarget(r.Host), d), http.StatusMisdirectedRequest)
 			return
 		}
 		// Only a path and query in origin form are forwarded: an absolute or
@@ -176,50 +192,75 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper, via string) http
 		// workload choose the Host the credential is sent with. TRACE and
 		// TRACK echo the request, credential included, and CONNECT would
 		// tunnel past the gateway.
-		var err error
 		switch {
 		case r.URL.Opaque != "" || r.URL.Scheme != "" || r.URL.Host != "" || !strings.HasPrefix(r.URL.Path, "/"):
-			err = fmt.Errorf("request-target %q is not an origin-form path; fix: request a path such as /v1/x", clipTarget(r.RequestURI))
+			refuse(CodeBadRequest, fmt.Sprintf("request-target %q is not an origin-form path; fix: request a path such as /v1/x", clipTarget(r.RequestURI)), http.StatusBadRequest)
+			return
 		case r.Method == http.MethodTrace || r.Method == "TRACK" || r.Method == http.MethodConnect:
-			err = fmt.Errorf("method %s is not forwarded by a credential gateway", r.Method)
-		}
-		if err != nil {
-			dec.Code, dec.Reason = CodeBadRequest, err.Error()
-			p.record(dec)
-			http.Error(w, "custody gateway: "+err.Error(), http.StatusBadRequest)
+			refuse(CodeBadRequest, fmt.Sprintf("method %s is not forwarded through the broker", r.Method), http.StatusBadRequest)
 			return
 		}
+		if full := p.reserve(); full != nil {
+			refuse(full.Code, full.Reason, http.StatusForbidden)
+			return
+		}
+		rawPath, _, _ := strings.Cut(r.RequestURI, "?")
+		send := g.sends(r.Method, rawPath)
 		target := &url.URL{Scheme: "https", Host: host, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 		out, err := http.NewRequestWithContext(ctx, r.Method, target.String(), &budgetReader{p: p, r: r.Body, n: &dec.BytesOut})
 		if err != nil {
-			dec.Code, dec.Reason = CodeBadRequest, err.Error()
-			p.record(dec)
-			http.Error(w, "custody gateway: "+err.Error(), http.StatusBadRequest)
+			p.release()
+			refuse(CodeBadRequest, err.Error(), http.StatusBadRequest)
 			return
 		}
 		out.Header = r.Header.Clone()
 		stripHop(out.Header)
-		// Nothing the workload sends may stand in for the credential. The
-		// transport negotiates compression itself (and decompresses), so
-		// the answer is scrubbed as plain bytes.
-		out.Header.Del("Accept-Encoding")
-		out.Header.Del("Authorization")
-		out.Header.Del(g.Header)
-		out.Header.Set(g.Header, g.Value)
+		if g.Name != "" {
+			// The transport negotiates compression itself (and
+			// decompresses), so the answer is scrubbed as plain bytes.
+			out.Header.Del("Accept-Encoding")
+		}
+		if send {
+			// Nothing the workload sends may stand in for the credential.
+			out.Header.Del("Authorization")
+			out.Header.Del(g.Header)
+			out.Header.Set(g.Header, g.Value)
+		}
 		out.Host = host
 		out.ContentLength = r.ContentLength
 		resp, err := tr.RoundTrip(out)
+		if errors.Is(err, ErrRefused) {
+			// Refused before any dial: nothing left custody.
+			p.release()
+			refuse(CodeDeniedAddress, g.scrub(err.Error()), http.StatusBadGateway)
+			return
+		}
 		if err != nil {
-			dec.Code, dec.Reason = CodeDialFailed, g.scrub(err.Error())
-			if errors.Is(err, ErrRefused) {
-				dec.Code = CodeDeniedAddress
-			}
-			p.record(dec)
-			http.Error(w, "custody gateway: "+dec.Reason, http.StatusBadGateway)
+			// Some of the request may have reached the destination, so
+			// it stays in the record of allowed decisions.
+			dec.Allowed = true
+			refuse(CodeDialFailed, g.scrub(err.Error()), http.StatusBadGateway)
 			return
 		}
 		defer resp.Body.Close()
 		stripHop(resp.Header)
+		dec.Allowed, dec.Code = true, CodeAllowed
+		dec.Reason = fmt.Sprintf("%s %s: status %d", r.Method, clipTarget(rawPath), resp.StatusCode)
+		switch {
+		case g.Name == "":
+			dec.Reason += "; Host checked, nothing brokered"
+		case !send:
+			dec.Code = CodeWithheld
+			dec.Reason += "; outside the credential's requests, relayed without it"
+		}
+		if g.Name == "" {
+			// Nothing brokered, nothing to scrub: the answer streams.
+			maps.Copy(w.Header(), resp.Header)
+			w.WriteHeader(resp.StatusCode)
+			dec.BytesIn = p.copy(w, resp.Body)
+			p.record(dec)
+			return
+		}
 		for k, vs := range resp.Header {
 			for _, v := range vs {
 				w.Header().Add(k, g.scrub(v))
@@ -231,19 +272,27 @@ func (p *Proxy) gatewayHandler(g Gateway, tr http.RoundTripper, via string) http
 		var body bytes.Buffer
 		got := p.copy(&body, io.LimitReader(resp.Body, maxGatewayBody+1))
 		if got > maxGatewayBody {
+			// The request was relayed: it stays an allowed decision.
 			dec.Code, dec.Reason = CodeByteLimit, fmt.Sprintf("the answer is larger than %d bytes, which a gateway does not pass on", maxGatewayBody)
 			p.record(dec)
-			http.Error(w, "custody gateway: "+dec.Reason, http.StatusBadGateway)
+			http.Error(w, "custody egress: "+dec.Reason, http.StatusBadGateway)
 			return
 		}
 		w.Header().Del("Content-Length")
 		w.WriteHeader(resp.StatusCode)
 		n, _ := io.WriteString(w, g.scrub(body.String()))
 		dec.BytesIn = int64(n)
-		dec.Allowed, dec.Code = true, CodeAllowed
-		dec.Reason = fmt.Sprintf("status %d", resp.StatusCode)
 		p.record(dec)
 	})
+}
+
+// sends reports whether g's credential goes with a request of method m to
+// the request-target path raw: one of g.Requests covers it.
+func (g Gateway) sends(m, raw string) bool {
+	if g.Value == "" {
+		return false
+	}
+	return slices.ContainsFunc(g.Requests, func(q Request) bool { return q.covers(m, raw) })
 }
 
 // scrub removes the credential from s, should a destination or an error

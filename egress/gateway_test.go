@@ -28,8 +28,8 @@ func TestGatewayAddsCredentialOnlyForBoundHost(t *testing.T) {
 	dest, _ := egress.ParseDestination(egresstest.Provider + ":443")
 	deny, _ := egress.ParseDestination(egresstest.Loopback + ":443")
 	r := newRig(t, nil,
-		egress.Gateway{Name: "provider", Destination: dest, Header: "Authorization", Value: value},
-		egress.Gateway{Name: "inward", Destination: deny, Header: "X-Api-Key", Value: canary})
+		egress.Gateway{Name: "provider", Destination: dest, Header: "Authorization", Value: value, Requests: rules(t, "POST /v1/complete")},
+		egress.Gateway{Name: "inward", Destination: deny, Header: "X-Api-Key", Value: canary, Requests: rules(t, "GET /")})
 	c := gatewayClient(r)
 
 	req, _ := http.NewRequest("POST", "http://"+r.gws["provider"]+"/v1/complete?q=1", strings.NewReader(`{"prompt":"hi"}`))
@@ -100,7 +100,9 @@ func TestGatewayPinsTheRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest, _ := egress.ParseDestination(egresstest.Provider + ":443")
-	r := newRig(t, nil, egress.Gateway{Name: "provider", Destination: dest, Header: "Authorization", Value: value, Secret: canary})
+	// The echo is a bound request here: scrubbing is defence in depth
+	// behind the binding, and still runs.
+	r := newRig(t, nil, egress.Gateway{Name: "provider", Destination: dest, Header: "Authorization", Value: value, Secret: canary, Requests: rules(t, "GET /echo")})
 	c := gatewayClient(r)
 
 	// Legit: an echo comes back scrubbed, in the body and the headers.

@@ -17,12 +17,14 @@ const CodeTLSFailed = "tls-handshake-failed"
 
 // intercept terminates the client's TLS for g's bound host with the run
 // CA's leaf and serves the requests inside as g's gateway does: each goes
-// to the bound destination over verified TLS with the credential set.
+// to the bound destination over verified TLS, with the credential set when
+// its binding covers the request (nothing set for an inspected one).
 // client replays the ClientHello already read. dec is the CONNECT's
 // decision, recorded when the tunnel ends.
 func (p *Proxy) intercept(ctx context.Context, c net.Conn, client io.Reader, g Gateway, dec *Decision) {
 	leaf, err := p.ca.Leaf(g.Destination.Host)
 	if err != nil {
+		p.release()
 		dec.Code, dec.Reason = CodeTLSFailed, err.Error()
 		p.record(*dec)
 		return
@@ -38,6 +40,7 @@ func (p *Proxy) intercept(ctx context.Context, c net.Conn, client io.Reader, g G
 	err = tc.HandshakeContext(hctx)
 	cancel()
 	if err != nil {
+		p.release()
 		dec.Code, dec.Reason = CodeTLSFailed, fmt.Sprintf("TLS handshake with the interception leaf for %s: %v", g.Destination.Host, err)
 		dec.BytesOut, dec.BytesIn = raw.in, raw.out
 		p.record(*dec)
@@ -65,6 +68,9 @@ func (p *Proxy) intercept(ctx context.Context, c net.Conn, client io.Reader, g G
 	<-ln.done
 	dec.Allowed, dec.Code = true, CodeAllowed
 	dec.Reason = "TLS terminated by the broker for the bound host; requests recorded as intercept"
+	if g.Name == "" {
+		dec.Reason = "inspected: TLS terminated by the proxy; the Host of every request checked, each recorded as intercept"
+	}
 	dec.BytesOut, dec.BytesIn = raw.in, raw.out
 	p.record(*dec)
 }

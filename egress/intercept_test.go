@@ -115,7 +115,7 @@ func TestInterceptAddsCredentialOnlyForBoundHost(t *testing.T) {
 	value, _ := egress.FormatSecret("Bearer {}", []byte(canary))
 	dest, _ := egress.ParseDestination(egresstest.Provider + ":443")
 	r := newRig(t, []string{egresstest.Allowed + ":443"},
-		egress.Gateway{Name: "provider", Destination: dest, Header: "Authorization", Value: value, Form: egress.FormIntercept})
+		egress.Gateway{Name: "provider", Destination: dest, Header: "Authorization", Value: value, Form: egress.FormIntercept, Requests: rules(t, "POST /v1/complete")})
 	pem := r.proxy.CACert()
 	if pem == nil {
 		t.Fatal("no interception CA for an intercept-form credential")

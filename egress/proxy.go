@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,14 +45,17 @@ type Limits struct {
 	ConnTime time.Duration
 	// HeadTime bounds reading a request's head or a ClientHello.
 	HeadTime time.Duration
-	// Decisions bounds the decisions kept; later ones are counted only.
+	// Decisions bounds the allowed connections and requests of one run,
+	// each of which is always recorded: one more is refused
+	// (CodeDecisionLimit), never relayed unrecorded. Refusals are
+	// sampled (see Refusals) and never count against it.
 	Decisions int
 }
 
 // DefaultLimits are the bounds custodyd uses unless its configuration
 // says otherwise.
 func DefaultLimits() Limits {
-	return Limits{Conns: 64, Bytes: 1 << 30, ConnTime: 10 * time.Minute, HeadTime: 10 * time.Second, Decisions: 1024}
+	return Limits{Conns: 64, Bytes: 1 << 30, ConnTime: 10 * time.Minute, HeadTime: 10 * time.Second, Decisions: 2048}
 }
 
 // Decision codes: "allowed" and the reasons a connection is refused.
@@ -66,7 +71,19 @@ const (
 	CodeConnectionLimit = "connection-limit"
 	CodeByteLimit       = "byte-limit"
 	CodeBadRequest      = "bad-request"
+	// CodeDecisionLimit: the run already made Limits.Decisions allowed
+	// connections and requests; another would go unrecorded, so it is
+	// refused.
+	CodeDecisionLimit = "decision-limit"
+	// CodeWithheld: a request to a credential's bound destination that
+	// is outside the binding's methods and paths; it was relayed without
+	// the credential (the workload's own placeholder, if it sent one).
+	CodeWithheld = "credential-withheld"
 )
+
+// BlindReason is the reason an allowed blind tunnel records: what the
+// proxy checked of it, and what it could not.
+const BlindReason = "blind tunnel: target and TLS SNI checked; the Host inside is not"
 
 // Decision is one allowed or refused connection or request, as the receipt
 // records it. It never holds a credential's value.
@@ -95,12 +112,18 @@ type Decision struct {
 
 // Report is the proxy's observed control for a receipt.
 type Report struct {
-	Allow     []string   `json:"allow"`
-	Gateways  []string   `json:"gateways,omitempty"`
+	Allow    []string `json:"allow"`
+	Gateways []string `json:"gateways,omitempty"`
+	// Inspected are the destinations whose TLS the proxy terminates to
+	// check the Host of every request (the intercept form without a
+	// credential); every other allowed destination is a blind tunnel.
+	Inspected []string `json:"inspected,omitempty"`
+	// Decisions are every allowed decision and the sampled refusals (the
+	// first and the last RefusalSample), in the order they were made.
 	Decisions []Decision `json:"decisions"`
-	// Dropped counts decisions past Limits.Decisions.
-	Dropped int   `json:"dropped,omitempty"`
-	Bytes   int64 `json:"bytes"`
+	// Refusals counts every refusal, by destination and code.
+	Refusals Refusals `json:"refusals"`
+	Bytes    int64    `json:"bytes"`
 }
 
 // Config is one run's proxy.
@@ -108,6 +131,14 @@ type Config struct {
 	Allow Allowlist
 	// Gateways are the run's brokered credentials, by name.
 	Gateways []Gateway
+	// Inspect are allowed destinations the policy requires the intercept
+	// form for: the proxy terminates their TLS with the run CA's leaf and
+	// refuses a request whose Host is not the destination (fronting),
+	// which a blind tunnel cannot see. Each must also be in Allow.
+	Inspect []Destination
+	// RootCAs verify the upstreams of inspected destinations; nil means
+	// the host's roots.
+	RootCAs *x509.CertPool
 	// Resolver and Dialer default to the host's; tests inject their own.
 	Resolver Resolver
 	Dialer   Dialer
@@ -128,6 +159,13 @@ type Proxy struct {
 	bytes atomic.Int64
 	mu    sync.Mutex
 	rep   Report
+	// allowed reserves a place in the decision log for each allowed
+	// connection or request before it is relayed (see reserve).
+	allowed int
+	// firstRefused and lastRefused are the sampled refusals; lastRefused
+	// is a ring of RefusalSample, next is its next slot.
+	firstRefused, lastRefused []Decision
+	next                      int
 	// inflight counts the connections and gateway requests not yet
 	// decided, so that a receipt can wait for the last decisions.
 	inflight sync.WaitGroup
@@ -188,6 +226,17 @@ func New(cfg Config) (*Proxy, error) {
 		envs[EnvName(g.Name)] = g.Name
 		p.rep.Gateways = append(p.rep.Gateways, g.Name)
 	}
+	for _, d := range cfg.Inspect {
+		if !cfg.Allow.Allows(d) {
+			return nil, fmt.Errorf("egress: %s is to be inspected but is not an allowed destination; allow it or do not inspect it", d)
+		}
+		if other, dup := intercepted[d]; dup {
+			return nil, fmt.Errorf("egress: %s is both inspected and the bound destination of credential %q, which intercepts it already; inspect it only", d, other)
+		}
+		intercepted[d] = ""
+		hosts = append(hosts, d.Host)
+		p.rep.Inspected = append(p.rep.Inspected, d.String())
+	}
 	if len(hosts) > 0 {
 		v := cfg.CAValidity
 		if v == 0 {
@@ -211,12 +260,18 @@ func (p *Proxy) CACert() []byte {
 	return p.ca.CertPEM()
 }
 
-// interceptFor is the intercept-form credential bound to d, if any.
+// interceptFor is what the proxy terminates TLS for at d: the
+// intercept-form credential bound to d, or, for an inspected destination,
+// a gateway with no credential (named "") that forwards each request as
+// it is once its Host is checked.
 func (p *Proxy) interceptFor(d Destination) (Gateway, bool) {
 	for _, g := range p.cfg.Gateways {
 		if g.form() == FormIntercept && g.Destination == d {
 			return g, true
 		}
+	}
+	if slices.Contains(p.cfg.Inspect, d) {
+		return Gateway{Destination: d, Form: FormIntercept, RootCAs: p.cfg.RootCAs}, true
 	}
 	return Gateway{}, false
 }
@@ -290,47 +345,6 @@ func (d CheckedDialer) recheck(_, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("egress: dial %s: %s address refused at connect: %w", address, why, ErrRefused)
 	}
 	return nil
-}
-
-// Report returns a copy of what the proxy decided so far.
-func (p *Proxy) Report() Report {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r := p.rep
-	r.Allow = append([]string{}, r.Allow...)
-	r.Gateways = append([]string(nil), r.Gateways...)
-	r.Decisions = append([]Decision{}, r.Decisions...)
-	r.Bytes = p.bytes.Load()
-	return r
-}
-
-// maxDecisionText bounds each workload-chosen string a decision keeps (a
-// Host header or CONNECT target may be kilobytes): the decisions must fit
-// the signed receipt whatever the workload sends.
-const maxDecisionText = 256
-
-func clipText(s string) string {
-	if len(s) <= maxDecisionText {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxDecisionText], "") + "..."
-}
-
-func (p *Proxy) record(d Decision) {
-	d.At = time.Now().UTC()
-	d.Destination, d.Address, d.Reason = clipText(d.Destination), clipText(d.Address), clipText(d.Reason)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.rep.Decisions) >= p.cfg.Limits.Decisions {
-		// Counted, not kept or logged: past the cap a flood of requests
-		// must cost neither memory nor the daemon's log.
-		p.rep.Dropped++
-		return
-	}
-	p.cfg.Log.Info("egress decision", "via", d.Via, "destination", d.Destination, "address", d.Address,
-		"allowed", d.Allowed, "code", d.Code, "reason", d.Reason, "credential", d.Credential,
-		"bytesOut", d.BytesOut, "bytesIn", d.BytesIn)
-	p.rep.Decisions = append(p.rep.Decisions, d)
 }
 
 // Serve accepts proxy clients on ln until ctx ends, then closes ln and
@@ -517,6 +531,8 @@ func (p *Proxy) connect(ctx context.Context, c net.Conn, rd *bufio.Reader, req *
 		refuse(&Decision{Code: CodeBadRequest, Reason: fmt.Sprintf("CONNECT target %q is not host:port", asked)}, http.StatusBadRequest)
 		return
 	}
+	// Recorded as it was matched: "host:0443" is host:443.
+	dec.Destination = d.String()
 	ig, intercept := p.interceptFor(d)
 	ap, bad := p.admit(ctx, d, hosts, asked, intercept)
 	if bad != nil {
@@ -540,21 +556,29 @@ func (p *Proxy) connect(ctx context.Context, c net.Conn, rd *bufio.Reader, req *
 		return
 	}
 	c.SetReadDeadline(time.Time{})
+	if full := p.reserve(); full != nil {
+		full.Address = dec.Address
+		refuse(full, 0)
+		return
+	}
 	if intercept {
-		// Only here, for the bound host of an intercept-form credential,
-		// is TLS terminated; every other tunnel stays blind.
+		// Only here, for the bound host of an intercept-form credential
+		// or an inspected destination, is TLS terminated; every other
+		// tunnel stays blind.
 		dec.Credential, dec.Form = ig.Name, FormIntercept
 		p.intercept(ctx, c, io.MultiReader(bytes.NewReader(seen), rd), ig, &dec)
 		return
 	}
 	up, err := p.dial(ctx, ap)
 	if err != nil {
+		p.release()
 		refuse(&Decision{Code: dialCode(err), Reason: err.Error(), Address: dec.Address}, 0)
 		return
 	}
 	defer up.Close()
 	defer context.AfterFunc(ctx, func() { up.Close() })()
 	dec.Allowed, dec.Code = true, CodeAllowed
+	dec.Reason = BlindReason
 	dec.BytesOut, dec.BytesIn = p.relay(up, c, io.MultiReader(bytes.NewReader(seen), rd))
 	if p.bytes.Load() > p.cfg.Limits.Bytes {
 		dec.Code, dec.Reason = CodeByteLimit, fmt.Sprintf("the run relayed more than %d bytes; cut", p.cfg.Limits.Bytes)
@@ -584,6 +608,13 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 		p.record(dec)
 		writeStatus(c, status, "custody egress: "+d.Reason)
 	}
+	if req.URL.Scheme == "https" {
+		// busybox wget asks the proxy this way; the proxy never holds a
+		// client's TLS for it, so it says what the client must do instead.
+		refuse(&Decision{Code: CodeBadRequest, Reason: "an https:// URL must go through the proxy as a CONNECT tunnel, " +
+			"and this client sent GET https://... in plain text (busybox wget does); use a client that sends CONNECT, such as curl or GNU wget"}, http.StatusBadRequest)
+		return
+	}
 	if req.URL.Scheme != "http" || req.URL.Host == "" || req.URL.User != nil {
 		refuse(&Decision{Code: CodeBadRequest, Reason: "a plain-HTTP request through the proxy needs an absolute http:// URL without user info"}, http.StatusBadRequest)
 		return
@@ -600,8 +631,14 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 		return
 	}
 	dec.Address = ap.String()
+	if full := p.reserve(); full != nil {
+		full.Address = dec.Address
+		refuse(full, http.StatusForbidden)
+		return
+	}
 	up, err := p.dial(ctx, ap)
 	if err != nil {
+		p.release()
 		refuse(&Decision{Code: dialCode(err), Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
 		return
 	}
@@ -624,6 +661,9 @@ func (p *Proxy) forward(ctx context.Context, c net.Conn, req *http.Request, host
 		if body.spent {
 			code = CodeByteLimit
 		}
+		// Part of the request may have reached upstream: the decision
+		// stays among the allowed ones, with what cut it.
+		dec.Allowed = true
 		refuse(&Decision{Code: code, Reason: err.Error(), Address: dec.Address}, http.StatusBadGateway)
 		return
 	}

@@ -51,6 +51,13 @@ func newRigLimits(t *testing.T, lim egress.Limits, allow []string, gws ...egress
 // instead of the world's own dialer, when dialer is set.
 func newRigDialer(t *testing.T, lim egress.Limits, dialer func(w *egresstest.World) egress.Dialer, allow []string, gws ...egress.Gateway) *rig {
 	t.Helper()
+	return newRigInspect(t, lim, dialer, allow, nil, gws...)
+}
+
+// newRigInspect is newRigDialer with the proxy inspecting the
+// destinations inspect.
+func newRigInspect(t *testing.T, lim egress.Limits, dialer func(w *egresstest.World) egress.Dialer, allow []string, inspect []egress.Destination, gws ...egress.Gateway) *rig {
+	t.Helper()
 	testenv.Root(t)
 	w := egresstest.NewWorld(t)
 	var d egress.Dialer = w.Dialer
@@ -65,7 +72,7 @@ func newRigDialer(t *testing.T, lim egress.Limits, dialer func(w *egresstest.Wor
 	for i := range gws {
 		gws[i].RootCAs = w.CA
 	}
-	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: d, Limits: lim, Gateways: gws})
+	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: d, Limits: lim, Gateways: gws, Inspect: inspect, RootCAs: w.CA})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,16 @@ func FuzzReceiptStatement(f *testing.F) {
 		}
 		f.Add(pl)
 	}
+	// A restricted-egress run's receipt (v6), and its egress in a v4.
+	r = fx.receipt
+	r.Egress = v6Egress(r.Started.Add(time.Second).UTC())
+	for _, pt := range []string{predicate.ReceiptV6, predicate.ReceiptV4} {
+		pl, err := evidence.EncodeReceiptAs(pt, &r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(pl)
+	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if err := evidence.DecodePathsAgree(payload); err != nil {
 			t.Fatal(err)

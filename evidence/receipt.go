@@ -377,6 +377,9 @@ func (r *Receipt) PredicateType() string {
 	if r.Pooled != nil {
 		return predicate.ReceiptV5
 	}
+	if r.Egress != nil && r.Egress.Refused != nil {
+		return predicate.ReceiptV6
+	}
 	if r.Egress != nil {
 		return predicate.ReceiptV4
 	}
@@ -441,11 +444,11 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	normalize(&r)
 	// Custody signs the current version only; v1 receipts are verified,
 	// never made.
-	// A run with restricted egress is receipt v4; every other run keeps
-	// the v3 shape it always had.
+	// A run with restricted egress is receipt v6 (v4 is verified, never
+	// made); every other run keeps the v3 shape it always had.
 	ptype := predicate.Receipt
 	if r.Egress != nil {
-		ptype = predicate.ReceiptV4
+		ptype = predicate.ReceiptV6
 	}
 	if r.Pooled != nil {
 		ptype = predicate.ReceiptV5
@@ -562,7 +565,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if !knownReceiptType(st.PredicateType) {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV6, predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -595,7 +598,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 // knownReceiptType reports whether t is a receipt predicate type custody
 // verifies.
 func knownReceiptType(t string) bool {
-	return t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+	return t == predicate.ReceiptV6 || t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
 }
 
 // subjectsMatch says, when got is not exactly want (the subjects derived
@@ -844,7 +847,7 @@ func checkFlatDigests(ps *problems, p *RuntimeProfile, predicateType string) {
 // v3Profile says the receipt version records the backend's identity and
 // evidence map in its profile (v3, and v4 which extends it).
 func v3Profile(predicateType string) bool {
-	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4 || predicateType == predicate.ReceiptV5
+	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4 || predicateType == predicate.ReceiptV5 || predicateType == predicate.ReceiptV6
 }
 
 // checkPooled checks a v5 receipt's pooled record: present, named, and
@@ -870,8 +873,11 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 	if predicateType == predicate.ReceiptV5 {
 		checkPooled(ps, r)
 	}
-	if predicateType != predicate.ReceiptV4 && predicateType != predicate.ReceiptV5 && r.Egress != nil {
-		ps.add("predicateType", "%s has no egress (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV4)
+	if predicateType != predicate.ReceiptV4 && predicateType != predicate.ReceiptV5 && predicateType != predicate.ReceiptV6 && r.Egress != nil {
+		ps.add("predicateType", "%s has no egress (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV6)
+	}
+	if r.Egress != nil {
+		checkEgressShape(ps, r.Egress, predicateType)
 	}
 	if !v3Profile(predicateType) && (p.Identity != nil || p.Evidence != nil) {
 		ps.add("predicateType", "%s has no profile.identity or profile.evidence (they are %s's); this receipt has them", cdsse.Clip(predicateType), predicate.ReceiptV3)
@@ -881,15 +887,15 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 		if r.Profile.Backend != "" || r.Streams != nil {
 			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
 		}
-	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5:
+	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5, predicate.ReceiptV6:
 		if !backendPattern.MatchString(r.Profile.Backend) {
 			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
 		}
 		if v3Profile(predicateType) {
 			checkV3Profile(ps, p)
 		}
-		if predicateType == predicate.ReceiptV4 && r.Egress == nil {
-			ps.add("egress", "missing (a %s receipt records the run's restricted egress)", predicate.ReceiptV4)
+		if (predicateType == predicate.ReceiptV4 || predicateType == predicate.ReceiptV6) && r.Egress == nil {
+			ps.add("egress", "missing (a %s receipt records the run's restricted egress)", cdsse.Clip(predicateType))
 		}
 		if r.Streams == nil {
 			ps.add("streams", "missing")
@@ -1099,13 +1105,22 @@ func checkRelPath(p string) error {
 type Egress struct {
 	// Allow are the granted host:port destinations.
 	Allow []string `json:"allow"`
+	// Inspected (v6) are the destinations of Allow whose TLS the proxy
+	// terminated to check each request's Host; every other allowed
+	// tunnel was blind (its SNI checked, the Host inside not).
+	Inspected []string `json:"inspected,omitempty"`
 	// Brokered are the credentials the broker used, by name and bound
 	// destination.
 	Brokered []BrokeredCredential `json:"brokered,omitempty"`
-	// Decisions are what the proxy and the gateways decided, in order.
+	// Decisions are what the proxy and the gateways decided, in order: in
+	// v4, the first ones (Dropped counts the rest); in v6, every allowed
+	// decision and the first and last refusals (Refused counts them all).
 	Decisions []EgressDecision `json:"decisions"`
-	// Dropped counts decisions past the proxy's bound, not listed.
+	// Dropped (v4 only) counts decisions past the proxy's bound, not
+	// listed.
 	Dropped int `json:"dropped,omitempty"`
+	// Refused (v6, required there) counts every refusal.
+	Refused *EgressRefusals `json:"refused,omitempty"`
 	// Bytes is what was relayed in both directions.
 	Bytes int64 `json:"bytes"`
 	// Unsettled says connections were still open when the receipt was
@@ -1114,11 +1129,68 @@ type Egress struct {
 }
 
 // BrokeredCredential is one credential's name, bound destination and
-// form ("gateway" or "intercept").
+// form ("gateway" or "intercept"), and (v6) the requests it was sent
+// with, as "METHOD /path-prefix".
 type BrokeredCredential struct {
-	Name        string `json:"name"`
+	Name        string   `json:"name"`
+	Destination string   `json:"destination"`
+	Form        string   `json:"form,omitempty"`
+	Requests    []string `json:"requests,omitempty"`
+}
+
+// EgressRefusals counts a run's refused connections and requests (v6).
+type EgressRefusals struct {
+	// Total is every refusal, listed in Decisions or not.
+	Total int `json:"total"`
+	// Omitted is how many of them Decisions does not list.
+	Omitted int `json:"omitted"`
+	// By counts refusals per destination and code.
+	By []EgressRefusalCount `json:"by"`
+	// Other counts refusals of pairs past those By holds.
+	Other int `json:"other,omitempty"`
+}
+
+// EgressRefusalCount is how often one destination was refused with one
+// code.
+type EgressRefusalCount struct {
 	Destination string `json:"destination"`
-	Form        string `json:"form,omitempty"`
+	Code        string `json:"code"`
+	Count       int    `json:"count"`
+}
+
+// checkEgressShape checks that egress has its version's shape: v6's
+// fields only in v6, and there required and consistent (the counts add
+// up, and the refusals listed are the ones not omitted).
+func checkEgressShape(ps *problems, e *Egress, predicateType string) {
+	v6 := predicateType == predicate.ReceiptV6
+	withV6 := e.Refused != nil || e.Inspected != nil || slices.ContainsFunc(e.Brokered, func(b BrokeredCredential) bool { return b.Requests != nil })
+	switch {
+	case !v6 && withV6:
+		ps.add("egress", "%s has no refused, inspected or brokered requests (they are %s's); this receipt has them", cdsse.Clip(predicateType), predicate.ReceiptV6)
+		return
+	case !v6:
+		return
+	case e.Dropped != 0:
+		ps.add("egress.dropped", "%d: a %s receipt lists every allowed decision and counts refusals in egress.refused", e.Dropped, predicate.ReceiptV6)
+	}
+	r := e.Refused
+	if r == nil {
+		ps.add("egress.refused", "missing (a %s receipt counts every refusal)", predicate.ReceiptV6)
+		return
+	}
+	listed := 0
+	for _, d := range e.Decisions {
+		if !d.Allowed {
+			listed++
+		}
+	}
+	sum := r.Other
+	for _, c := range r.By {
+		sum += c.Count
+	}
+	if r.Total < 0 || r.Omitted < 0 || r.Other < 0 || sum != r.Total || r.Total-r.Omitted != listed {
+		ps.add("egress.refused", "total %d, omitted %d, counted %d and %d refusals listed do not agree", r.Total, r.Omitted, sum, listed)
+	}
 }
 
 // EgressDecision is one allowed or refused connection or request.

@@ -251,6 +251,11 @@ type Egress struct {
 	// Destinations are the exact host:port destinations of
 	// [EgressRestricted]; empty when Mode is [EgressDeny].
 	Destinations []string `json:"destinations"`
+	// Inspect are the destinations among Destinations that the proxy
+	// inspects (terminates TLS, checks each request's Host) instead of
+	// tunnelling blind; grants issued before it existed omit it, and
+	// every destination of theirs is a blind tunnel, as it was.
+	Inspect []string `json:"inspect,omitempty"`
 }
 
 // Brokered is one credential the grant lets the broker use: its name, the
@@ -261,6 +266,11 @@ type Brokered struct {
 	// Form is "intercept" for the interception form; empty (as in grants
 	// issued before forms existed) is the gateway form.
 	Form string `json:"form,omitempty"`
+	// Requests are the methods and path prefixes the secret is sent with
+	// ("POST /v1/messages"). Grants issued before it existed omit it:
+	// they still verify, but a launch re-derives the binding from a
+	// policy that now names requests, so they admit no launch.
+	Requests []string `json:"requests,omitempty"`
 }
 
 // Grant is a verified grant.

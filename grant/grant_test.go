@@ -486,6 +486,16 @@ func TestMintValidates(t *testing.T) {
 			p.Credentials = []string{"a"}
 			p.Brokered = []grant.Brokered{{Name: "a", Destination: "a.example:443", Form: "gateway"}}
 		},
+		"brokered[0].requests[1]": func(p *grant.Predicate) {
+			p.Credentials = []string{"a"}
+			p.Brokered = []grant.Brokered{{Name: "a", Destination: "a.example:443", Requests: []string{"POST /v1", "TRACE /"}}}
+		},
+		"egress.inspect[0]": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressRestricted, Destinations: []string{"a.example:443"}, Inspect: []string{"b.example:443"}}
+		},
+		"egress.destinations  ": func(p *grant.Predicate) {
+			p.Egress = grant.Egress{Mode: grant.EgressDeny, Destinations: []string{}, Inspect: []string{"b.example:443"}}
+		},
 	}
 	for field, mutate := range cases {
 		field := strings.TrimRight(field, " \x00")
@@ -510,6 +520,13 @@ func TestMintValidates(t *testing.T) {
 	restricted.Brokered[0].Form = "intercept"
 	if _, err := grant.Mint(ctx, issuer, restricted); err != nil {
 		t.Errorf("restricted egress with an intercepted credential: %v", err)
+	}
+	// A grant of today binds the requests and the inspected destinations;
+	// one without them (above) is the shape of a grant issued before.
+	restricted.Brokered[0].Requests = []string{"POST /v1/messages", "GET /v1/models"}
+	restricted.Egress.Inspect = []string{"proxy.golang.org:443"}
+	if _, err := grant.Mint(ctx, issuer, restricted); err != nil {
+		t.Errorf("restricted egress with requests and an inspected destination: %v", err)
 	}
 	if _, err := grant.Mint(ctx, nil, testPredicate(runner)); err == nil {
 		t.Error("nil issuer accepted")

@@ -106,8 +106,8 @@ func validate(p *Predicate) (phaseName string, err error) {
 
 	switch p.Egress.Mode {
 	case EgressDeny:
-		if len(p.Egress.Destinations) != 0 {
-			add("egress.destinations", "must be empty when egress is %q", EgressDeny)
+		if len(p.Egress.Destinations) != 0 || len(p.Egress.Inspect) != 0 {
+			add("egress.destinations", "must be empty, with egress.inspect, when egress is %q", EgressDeny)
 		}
 	case EgressRestricted:
 		if len(p.Egress.Destinations) == 0 {
@@ -121,6 +121,11 @@ func validate(p *Predicate) (phaseName string, err error) {
 				add(fmt.Sprintf("egress.destinations[%d]", i), "%q appears twice", d)
 			}
 			dests[d] = true
+		}
+		for i, d := range p.Egress.Inspect {
+			if !dests[d] {
+				add(fmt.Sprintf("egress.inspect[%d]", i), "%q is not one of egress.destinations", d)
+			}
 		}
 	default:
 		add("egress.mode", "%q is not %q or %q", p.Egress.Mode, EgressDeny, EgressRestricted)
@@ -149,6 +154,11 @@ func validate(p *Predicate) (phaseName string, err error) {
 		}
 		if b.Form != "" && b.Form != egress.FormIntercept {
 			add(field+".form", "%q is not a credential form (omit it for the gateway form, or %q)", b.Form, egress.FormIntercept)
+		}
+		for k, q := range b.Requests {
+			if _, err := egress.ParseRequest(q); err != nil {
+				add(fmt.Sprintf("%s.requests[%d]", field, k), "%v", err)
+			}
 		}
 	}
 

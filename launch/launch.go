@@ -419,30 +419,46 @@ func credentialChecks(pol *policy.Policy, req *request.Phase, restricted bool) [
 				Fix: "run the phase on a runner whose backend enforces restricted egress (oci under custodyd), or without credentials"})
 		case b.EffectiveForm() == egress.FormIntercept:
 			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Granted,
-				Code: "credential-brokered", Detail: fmt.Sprintf("intercept: TLS to %s terminated by the broker with a per-run CA the sandbox trusts (%s), header %s added; the workload gets a placeholder", b.Destination, egress.CAPath, b.Header)})
+				Code: "credential-brokered", Detail: fmt.Sprintf("intercept: TLS to %s terminated by the broker with a per-run CA the sandbox trusts (%s), header %s added to %s only; the workload gets a placeholder", b.Destination, egress.CAPath, b.Header, strings.Join(b.Requests, ", "))})
 		default:
 			checks = append(checks, admission.Check{Requirement: "credentials." + c, Verdict: admission.Granted,
-				Code: "credential-brokered", Detail: fmt.Sprintf("gateway to %s, header %s added by the broker; the workload gets a placeholder", b.Destination, b.Header)})
+				Code: "credential-brokered", Detail: fmt.Sprintf("gateway to %s, header %s added by the broker to %s only; the workload gets a placeholder", b.Destination, b.Header, strings.Join(b.Requests, ", "))})
 		}
 	}
 	return checks
 }
 
 // brokered is what a grant binds of the phase's credentials: each name
-// with the destination the operator bound it to and, for the interception
-// form, the form (a grant without one means the gateway form, as grants
-// issued before forms existed do).
+// with the destination the operator bound it to, the requests it is sent
+// with and, for the interception form, the form (a grant without one
+// means the gateway form, as grants issued before forms existed do).
 func brokered(pol *policy.Policy, req *request.Phase) []grant.Brokered {
 	var out []grant.Brokered
 	for _, c := range req.Credentials {
 		b, _ := pol.CredentialFor(string(req.Stage), c)
-		gb := grant.Brokered{Name: c, Destination: b.Destination}
+		gb := grant.Brokered{Name: c, Destination: b.Destination, Requests: slices.Clone(b.Requests)}
 		if b.EffectiveForm() == egress.FormIntercept {
 			gb.Form = egress.FormIntercept
 		}
 		out = append(out, gb)
 	}
 	return out
+}
+
+// inspected are the plan's destinations that the policy has the proxy
+// inspect, in the plan's order; nil when there are none.
+func inspected(pol *policy.Policy, plan *admission.Plan) []string {
+	var out []string
+	for _, d := range plan.Egress {
+		if pol.Inspected(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func sameBrokered(a, b grant.Brokered) bool {
+	return a.Name == b.Name && a.Destination == b.Destination && a.Form == b.Form && slices.Equal(a.Requests, b.Requests)
 }
 
 // restrictedEgress says whether the backend the phase runs on (not the
@@ -510,7 +526,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 		Inputs:       grant.Inputs{Entries: grantInputs(inputs)},
 		Output:       grant.Output{Path: plan.OutputPath, MaxBytes: plan.OutputBytes, MaxFiles: plan.OutputFiles},
 		Resources:    resources(plan),
-		Egress:       grant.Egress{Mode: string(plan.Network), Destinations: append([]string{}, plan.Egress...)},
+		Egress:       grant.Egress{Mode: string(plan.Network), Destinations: append([]string{}, plan.Egress...), Inspect: inspected(pol, plan)},
 		Credentials:  append([]string{}, req.Credentials...),
 		Brokered:     brokered(pol, req),
 		Phase:        phase,
@@ -742,9 +758,10 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	if err := samePlan(p, plan); err != nil {
 		return nil, err
 	}
-	if !slices.Equal(p.Egress.Destinations, plan.Egress) || !slices.Equal(p.Brokered, brokered(pol, req)) {
-		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress/brokered: grant binds %v %v, policy now gives %v %v; fix: issue a new grant",
-			p.Egress.Destinations, p.Brokered, plan.Egress, brokered(pol, req))
+	if !slices.Equal(p.Egress.Destinations, plan.Egress) || !slices.Equal(p.Egress.Inspect, inspected(pol, plan)) ||
+		!slices.EqualFunc(p.Brokered, brokered(pol, req), sameBrokered) {
+		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress/brokered: grant binds %v (inspect %v) %+v, policy now gives %v (inspect %v) %+v; fix: issue a new grant",
+			p.Egress.Destinations, p.Egress.Inspect, p.Brokered, plan.Egress, inspected(pol, plan), brokered(pol, req))
 	}
 	if refused, err := l.outputChecks(plan, p.Actor, req.Stage, req.Verifier); err != nil {
 		return nil, err
@@ -802,8 +819,24 @@ func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admis
 		if err != nil {
 			return nil, grant.RefuseWith(grant.CodeNotAdmitted, fmt.Errorf("credential %s: %w", name, err))
 		}
-		gws = append(gws, egress.Gateway{Name: name, Destination: dest, Header: b.Header, Value: value, Secret: raw, RootCAs: ec.RootCAs, Form: b.EffectiveForm()})
-		bound = append(bound, evidence.BrokeredCredential{Name: name, Destination: b.Destination, Form: b.EffectiveForm()})
+		var rules []egress.Request
+		for _, r := range b.Requests {
+			q, err := egress.ParseRequest(r)
+			if err != nil {
+				return nil, grant.Refuse(grant.CodeNotAdmitted, "field credentials: %s: %v", name, err)
+			}
+			rules = append(rules, q)
+		}
+		gws = append(gws, egress.Gateway{Name: name, Destination: dest, Header: b.Header, Value: value, Secret: raw, RootCAs: ec.RootCAs, Form: b.EffectiveForm(), Requests: rules})
+		bound = append(bound, evidence.BrokeredCredential{Name: name, Destination: b.Destination, Form: b.EffectiveForm(), Requests: slices.Clone(b.Requests)})
+	}
+	var inspect []egress.Destination
+	for _, d := range inspected(pol, plan) {
+		dest, err := egress.ParseDestination(d)
+		if err != nil {
+			return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress.inspect: %v", err)
+		}
+		inspect = append(inspect, dest)
 	}
 	lim := ec.Limits
 	if lim == (egress.Limits{}) {
@@ -811,7 +844,7 @@ func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admis
 	}
 	// The interception CA (if any) outlives the run's wall time only by
 	// the time to start it.
-	p, err := egress.New(egress.Config{Allow: allow, Gateways: gws, Resolver: ec.Resolver, Dialer: ec.Dialer, Limits: lim, Log: l.cfg.Log,
+	p, err := egress.New(egress.Config{Allow: allow, Gateways: gws, Inspect: inspect, RootCAs: ec.RootCAs, Resolver: ec.Resolver, Dialer: ec.Dialer, Limits: lim, Log: l.cfg.Log,
 		CAValidity: min(plan.WallTime+10*time.Minute, 48*time.Hour)})
 	if err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
@@ -822,12 +855,16 @@ func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admis
 			// The sandbox is gone; its last connections are closing.
 			settled := p.Settle(2 * time.Second)
 			rep := p.Report()
-			out := &evidence.Egress{Allow: rep.Allow, Brokered: bound, Dropped: rep.Dropped, Bytes: rep.Bytes, Decisions: []evidence.EgressDecision{}}
+			out := &evidence.Egress{Allow: rep.Allow, Inspected: rep.Inspected, Brokered: bound, Bytes: rep.Bytes, Decisions: []evidence.EgressDecision{},
+				Refused: &evidence.EgressRefusals{Total: rep.Refusals.Total, Omitted: rep.Refusals.Omitted, Other: rep.Refusals.Other, By: []evidence.EgressRefusalCount{}}}
 			if !settled {
 				out.Unsettled = true
 			}
 			for _, d := range rep.Decisions {
 				out.Decisions = append(out.Decisions, evidence.EgressDecision(d))
+			}
+			for _, c := range rep.Refusals.By {
+				out.Refused.By = append(out.Refused.By, evidence.EgressRefusalCount(c))
 			}
 			return out
 		},

@@ -27,6 +27,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(withGrants))
 	f.Add([]byte(withPacks))
 	f.Add([]byte(withPool))
+	f.Add([]byte(valid + "egress: {stages: {generate: ['a.example:443']}, inspect: ['a.example:443', 'b.example:443']}\n" +
+		"credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [generate], requests: ['POST /v1/messages', 'GET /', 'TRACE /', 'GET /a/../b']}}\n"))
 	f.Add([]byte(valid + "inputRoots: [/srv/work, /]\nactors: [{name: a, stages: [build, build]}]\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -4,6 +4,8 @@
 package policy
 
 import (
+	"slices"
+
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/quantity"
 )
@@ -88,6 +90,18 @@ type Egress struct {
 	// granted through the egress proxy. A stage absent here gets none:
 	// denied egress is the default for every stage.
 	Stages map[string][]string `yaml:"stages,omitempty" json:"stages,omitempty"`
+	// Inspect lists destinations of Stages that the proxy must inspect
+	// rather than tunnel blind: it terminates their TLS with the run's
+	// CA (which the sandbox then trusts) and refuses a request whose Host
+	// is not the destination, so a tunnel to one cannot front for
+	// another host. Every other destination is a blind tunnel, whose
+	// TLS SNI is checked but not the Host inside.
+	Inspect []string `yaml:"inspect,omitempty" json:"inspect,omitempty"`
+}
+
+// Inspected reports whether the policy has the proxy inspect destination.
+func (p *Policy) Inspected(destination string) bool {
+	return slices.Contains(p.Egress.Inspect, destination)
 }
 
 // Credential is the operator's binding of one brokered credential.
@@ -105,6 +119,12 @@ type Credential struct {
 	Format string `yaml:"format,omitempty" json:"format,omitempty"`
 	// Stages are the stages that may use it; none means no stage.
 	Stages []string `yaml:"stages" json:"stages"`
+	// Requests are the requests the secret is sent with, each an HTTP
+	// method and a path prefix ("POST /v1/messages"). Any other request
+	// to the destination goes without it. Required: a binding that named
+	// none would hand the secret to every endpoint of the destination,
+	// echo and debug pages included.
+	Requests []string `yaml:"requests" json:"requests"`
 	// Form is how the workload reaches the destination: "gateway" (the
 	// default: a sandbox-local plain-HTTP endpoint, no CA in the
 	// sandbox) or "intercept" (for tools with a hard-coded host: the

@@ -103,9 +103,9 @@ egress:
   stages:
     acquire: [proxy.golang.org:443]
 credentials:
-  registry-token: {file: /etc/custody/registry-token, destination: registry.example.com:443, header: Authorization, format: "Bearer {}", stages: [acquire]}
-  GH_TOKEN: {file: /etc/custody/gh, destination: api.github.com:443, header: Authorization, stages: [generate, acquire]}
-  provider: {file: /etc/custody/provider, destination: api.provider.example:443, header: X-Api-Key, stages: [generate], form: intercept}
+  registry-token: {file: /etc/custody/registry-token, destination: registry.example.com:443, header: Authorization, format: "Bearer {}", stages: [acquire], requests: ["GET /v2/"]}
+  GH_TOKEN: {file: /etc/custody/gh, destination: api.github.com:443, header: Authorization, stages: [generate, acquire], requests: ["GET /repos", "POST /repos"]}
+  provider: {file: /etc/custody/provider, destination: api.provider.example:443, header: X-Api-Key, stages: [generate], form: intercept, requests: ["POST /v1/messages"]}
 `
 
 func TestParseGrants(t *testing.T) {
@@ -216,12 +216,16 @@ func TestParseInvalid(t *testing.T) {
 			[]string{"egress.destinations[0]", "egress.destinations[1]"}},
 		{"duplicate destination", valid + "egress: {destinations: [\"[2001:db8::1]:443\", \"[2001:db8:0::1]:443\"]}\n", []string{"egress.destinations[1]"}},
 		{"credentials not a mapping", valid + "credentials: [token]\n", []string{"/credentials"}},
-		{"bad credential name", valid + "credentials: {_bad: {file: /s, destination: a.example:443, header: X, stages: [generate]}}\n", []string{""}},
-		{"credential for build, test or run", valid + "credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [generate, build, test, run]}}\n",
+		{"bad credential name", valid + "credentials: {_bad: {file: /s, destination: a.example:443, header: X, stages: [generate], requests: [GET /]}}\n", []string{""}},
+		{"credential for build, test or run", valid + "credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [generate, build, test, run], requests: [GET /]}}\n",
 			[]string{"credentials.t.stages[1]", "credentials.t.stages[2]", "credentials.t.stages[3]"}},
-		{"credential binding wrong", valid + "credentials: {t: {file: rel, destination: '10.0.0.1:443', header: 'A B', format: Bearer, stages: [deploy]}}\n",
-			[]string{"credentials.t.file", "credentials.t.destination", "credentials.t.header", "credentials.t.format", "credentials.t.stages[0]"}},
-		{"credential form unknown", valid + "credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [build], form: mitm}}\n",
+		{"credential binding wrong", valid + "credentials: {t: {file: rel, destination: '10.0.0.1:443', header: 'A B', format: Bearer, stages: [deploy], requests: [GET /, 'TRACE /', 'POST /v1/../x', GET /]}}\n",
+			[]string{"credentials.t.file", "credentials.t.destination", "credentials.t.header", "credentials.t.format", "credentials.t.requests[1]", "credentials.t.requests[2]", "credentials.t.requests[3]", "credentials.t.stages[0]"}},
+		{"credential without requests", valid + "credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [generate]}}\n", []string{"credentials.t.requests"}},
+		{"inspect wrong", valid + "egress: {stages: {build: ['a.example:443', 'b.example:443']}, inspect: ['a.example:443', 'c.example:443', 'a.example:443', 'b.example:443']}\n" +
+			"credentials: {t: {file: /s, destination: b.example:443, header: X, stages: [generate], form: intercept, requests: [GET /]}}\n",
+			[]string{"egress.inspect[1]", "egress.inspect[2]", "egress.inspect[3]"}},
+		{"credential form unknown", valid + "credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [build], form: mitm, requests: [GET /]}}\n",
 			[]string{"/credentials/t/form"}},
 		{"credential binding incomplete", valid + "credentials: {t: {file: /s}}\n", []string{"/credentials/t/destination", "/credentials/t/header", "/credentials/t/stages"}},
 		{"stage egress wrong", valid + "egress: {stages: {build: ['*.example:443', 'a.example:443', 'a.example:443', '[::1]:1'], deploy: []}}\n",
@@ -301,7 +305,7 @@ func TestValidate(t *testing.T) {
 			p.Actors = []policy.Actor{{Name: "Bad"}, {Name: "a", Stages: []string{"build", "deploy", "build"}}, {Name: "a", Stages: []string{"run"}}}
 			p.InputRoots = []string{"", "rel", "/a/./b", "/", "/a\x00", "/ok", "/ok"}
 			p.Egress.Destinations = []string{"a:1", "a:01", "a", "[a]:1", "[10.0.0.1]:1", "[fe80::1%eth0]:1", "0.0.0.0:1", "A.example:1", "a-.b:1", "a:1"}
-			p.Credentials = map[string]policy.Credential{"": {File: "/s", Destination: "a.example:1", Header: "X", Stages: []string{"generate"}}}
+			p.Credentials = map[string]policy.Credential{"": {File: "/s", Destination: "a.example:1", Header: "X", Stages: []string{"generate"}, Requests: []string{"GET /"}}}
 		}, []string{"actors[0].name", "actors[0].stages", "actors[1].stages[1]", "actors[1].stages[2]", "actors[2].name",
 			"inputRoots[0]", "inputRoots[1]", "inputRoots[2]", "inputRoots[3]", "inputRoots[4]", "inputRoots[6]",
 			"egress.destinations[1]", "egress.destinations[2]", "egress.destinations[3]", "egress.destinations[4]",

@@ -273,6 +273,24 @@ func (p *Policy) validateEgress(add adder) {
 			return d, "", ""
 		})
 	}
+	distinct(add, "egress.inspect", "destination", p.Egress.Inspect, func(d string) (string, string, string) {
+		if _, err := egress.ParseDestination(d); err != nil {
+			return "", err.Error(), stageEgressFix
+		}
+		granted := false
+		for _, ds := range p.Egress.Stages {
+			granted = granted || slices.Contains(ds, d)
+		}
+		if !granted {
+			return "", fmt.Sprintf("%q is in no stage's destinations, so there is nothing to inspect", d), "list it under egress.stages for the stages that reach it, or remove it from inspect"
+		}
+		for _, name := range slices.Sorted(maps.Keys(p.Credentials)) {
+			if c := p.Credentials[name]; c.Destination == d && c.EffectiveForm() == egress.FormIntercept {
+				return "", fmt.Sprintf("%q is credential %s's destination in the intercept form, which terminates its TLS already", d, name), "remove it from inspect, or bind the credential in the gateway form"
+			}
+		}
+		return d, "", ""
+	})
 }
 
 // destination parses d as "host:port" and returns the normal form that
@@ -346,6 +364,16 @@ func (p *Policy) validateCredentials(add adder) {
 		if f := c.EffectiveForm(); f != egress.FormGateway && f != egress.FormIntercept {
 			add(field+".form", fmt.Sprintf("%q is not a credential form", c.Form), "write form: gateway (preferred) or form: intercept (only for tools that cannot take a base URL)")
 		}
+		if len(c.Requests) == 0 {
+			add(field+".requests", "names no request the secret may go with: a binding must name the calls that need it, since the destination may also serve echo or debug pages that would hand it back",
+				`list the requests that need it as method and path prefix, e.g. requests: ["POST /v1/messages"]`)
+		}
+		distinct(add, field+".requests", "request", c.Requests, func(r string) (string, string, string) {
+			if _, err := egress.ParseRequest(r); err != nil {
+				return "", err.Error(), `write an HTTP method, one space and a clean path prefix, e.g. "POST /v1/messages"`
+			}
+			return r, "", ""
+		})
 		p.validateStageList(add, field+".stages", c.Stages)
 		// R8: build, test and run get no provider or release credentials;
 		// only acquisition and generation are brokered.

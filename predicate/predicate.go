@@ -46,6 +46,18 @@ const (
 	// grant existed) and egress optional. Custody signs it for a run that
 	// took a pooled sandbox; no earlier version may carry pooled.
 	ReceiptV5 = Prefix + "receipt/v5"
+	// ReceiptV6 is ReceiptV4 with an egress record that a workload cannot
+	// flood: egress.decisions holds every allowed decision (a run's proxy
+	// refuses a connection it could no longer record) and a sample of the
+	// refusals (the first and the last), egress.refused counts every
+	// refusal by destination and code, egress.inspected names the
+	// destinations whose requests' Host was checked (every other allowed
+	// tunnel is blind), and each brokered credential names the requests
+	// it was sent with (requests); egress.dropped is not written. Custody
+	// signs it for a run with restricted egress; v4 receipts keep
+	// verifying with their meaning (decisions a prefix of all, the rest
+	// counted in dropped).
+	ReceiptV6 = Prefix + "receipt/v6"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,

@@ -73,7 +73,7 @@ func startIntercept(dir, far string) (*interceptWorld, error) {
 // policy binds the credential to the generate stage in the interception
 // form and grants that stage the allowed host over TLS (the blind tunnel).
 func (iw *interceptWorld) policy() string {
-	return fmt.Sprintf("    generate: [%q]\ncredentials:\n  %s: {file: %q, destination: %q, header: Authorization, format: \"Bearer {}\", stages: [generate], form: intercept}\n",
+	return fmt.Sprintf("    generate: [%q]\ncredentials:\n  %s: {file: %q, destination: %q, header: Authorization, format: \"Bearer {}\", stages: [generate], form: intercept, requests: [\"GET /\"]}\n",
 		egressAllowed+":443", egressCredential, iw.secretFile, egressProvider+":443")
 }
 

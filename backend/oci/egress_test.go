@@ -43,12 +43,13 @@ func egressRunWorld(t *testing.T, w *egresstest.World, allow []string, canary, f
 		t.Fatal(err)
 	}
 	dest, _ := egress.ParseDestination(egresstest.Provider + ":443")
+	bound, _ := egress.ParseRequest("GET /v1/complete")
 	value, err := egress.FormatSecret("Bearer {}", []byte(canary))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, err := egress.New(egress.Config{Allow: al, Resolver: w.Resolver, Dialer: w.Dialer, Limits: egress.DefaultLimits(),
-		Gateways: []egress.Gateway{{Name: "provider", Destination: dest, Header: "Authorization", Value: value, RootCAs: w.CA, Form: form}}})
+		Gateways: []egress.Gateway{{Name: "provider", Destination: dest, Header: "Authorization", Value: value, RootCAs: w.CA, Form: form, Requests: []egress.Request{bound}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func egressDaemon(t *testing.T, w *egresstest.World, canary string) *env {
     acquire: [%q]
     generate: [%q]
 credentials:
-  provider: {file: %s, destination: %q, header: Authorization, format: "Bearer {}", stages: [generate]}
+  provider: {file: %s, destination: %q, header: Authorization, format: "Bearer {}", stages: [generate], requests: ["GET /v1/generate"]}
 `, sourceHost, sourceHost, secret, providerHost))
 	if code, out, errs := e.custody("policy", "reload"); code != exitOK {
 		t.Fatalf("policy reload: %s %s", out, errs)

@@ -202,6 +202,8 @@ func TestInterceptConformance(t *testing.T) {
 	edited := bytes.Replace(pol, []byte(egresstest.Provider+`:443", header: Authorization, format: "Bearer {}", stages: [generate]}`),
 		[]byte(egresstest.Provider+":"+port+`", header: Authorization, format: "Bearer {}", stages: [generate], form: intercept}`), 1)
 	edited = bytes.Replace(edited, []byte(`generate: ["`+egresstest.Allowed+`:80"]`), []byte(`generate: ["`+egresstest.Allowed+`:443"]`), 1)
+	// The conformance probe asks the bound host for GET /.
+	edited = bytes.Replace(edited, []byte(`requests: ["GET /v1/complete"]`), []byte(`requests: ["GET /"]`), 1)
 	if bytes.Equal(edited, pol) {
 		t.Fatal("the egress policy changed shape")
 	}

@@ -9,13 +9,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/egress/egresstest"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/predicate"
 )
 
 // egressDaemon is a custodyd serving restricted egress against the test's
@@ -46,7 +49,7 @@ func egressDaemon(t *testing.T, canary string, logs *testenv.Buffer) (*daemon, *
     build: ["%s:80"]
     generate: ["%s:80"]
 credentials:
-  provider: {file: %s, destination: "%s:443", header: Authorization, format: "Bearer {}", stages: [generate]}
+  provider: {requests: ["GET /v1/complete"], file: %s, destination: "%s:443", header: Authorization, format: "Bearer {}", stages: [generate]}
 `, egresstest.Allowed, egresstest.Allowed, secret, egresstest.Provider))
 	if st, err := d.control.ReloadPolicy(context.Background()); err != nil || st.Error != "" {
 		t.Fatalf("reload: %v %+v", err, st)
@@ -75,6 +78,10 @@ func TestEgressPhaseEndToEnd(t *testing.T) {
 	script := strings.Join([]string{
 		"wget -q -O - http://" + A + "/ok",
 		"wget -Y off -q -O - --header 'Authorization: Bearer mine' $CUSTODY_GATEWAY_PROVIDER/v1/complete",
+		// Outside the binding (GET /v1/complete): an echo and a reflector
+		// get the workload's placeholder, never the secret.
+		"wget -Y off -q -O - --header \"Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER\" $CUSTODY_GATEWAY_PROVIDER/echo",
+		"wget -Y off -q -O - --header \"Authorization: Bearer $CUSTODY_CREDENTIAL_PROVIDER\" $CUSTODY_GATEWAY_PROVIDER/reflect > /out/reflect.json; cat /out/reflect.json",
 		"wget -q -O - http://" + egresstest.Other + "/ && echo LEAKED-other",
 		"wget -q -O - -Y off http://" + egresstest.AllowedAddr + "/ && echo LEAKED-direct",
 		"env > /out/env; cat /proc/self/environ > /out/environ",
@@ -91,7 +98,8 @@ func TestEgressPhaseEndToEnd(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
 	if res.Status != api.StatusOK || !strings.Contains(out.String(), "hello from "+A) ||
-		!strings.Contains(out.String(), "hello from "+egresstest.Provider) || strings.Contains(out.String(), "LEAKED") {
+		!strings.Contains(out.String(), "hello from "+egresstest.Provider) || strings.Contains(out.String(), "LEAKED") ||
+		!strings.Contains(out.String(), "auth=Bearer "+egress.Placeholder) {
 		t.Fatalf("result %s\n%s", res.Status, out.String())
 	}
 	var provider int
@@ -99,16 +107,20 @@ func TestEgressPhaseEndToEnd(t *testing.T) {
 		switch s.Host {
 		case egresstest.Provider:
 			provider++
-			if s.Headers.Get("Authorization") != "Bearer "+canary {
-				t.Errorf("the provider got Authorization %q", s.Headers.Get("Authorization"))
+			want := "Bearer " + egress.Placeholder
+			if s.Path == "/v1/complete" {
+				want = "Bearer " + canary
+			}
+			if s.Headers.Get("Authorization") != want {
+				t.Errorf("the provider got Authorization %q on %s", s.Headers.Get("Authorization"), s.Path)
 			}
 		case A:
 		default:
 			t.Errorf("%s was reached", s.Host)
 		}
 	}
-	if provider != 1 {
-		t.Fatalf("the provider saw %d requests, want 1", provider)
+	if provider != 3 {
+		t.Fatalf("the provider saw %d requests, want 3", provider)
 	}
 
 	// The receipt carries the decisions as an observed control.
@@ -118,14 +130,19 @@ func TestEgressPhaseEndToEnd(t *testing.T) {
 	}
 	payload, _ := base64.StdEncoding.DecodeString(envl.Payload)
 	var st struct {
-		Predicate struct {
+		PredicateType string
+		Predicate     struct {
 			Egress *struct {
-				Allow     []string
-				Brokered  []struct{ Name, Destination string }
+				Allow    []string
+				Brokered []struct {
+					Name, Destination string
+					Requests          []string
+				}
 				Decisions []struct {
 					Via, Destination, Code, Credential string
 					Allowed                            bool
 				}
+				Refused *struct{ Total int }
 			}
 		}
 	}
@@ -133,15 +150,19 @@ func TestEgressPhaseEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	eg := st.Predicate.Egress
-	if eg == nil || len(eg.Decisions) != 3 || len(eg.Brokered) != 1 || eg.Brokered[0].Destination != egresstest.Provider+":443" {
-		t.Fatalf("receipt egress %+v", eg)
+	if st.PredicateType != predicate.ReceiptV6 || eg == nil || len(eg.Decisions) != 5 || len(eg.Brokered) != 1 || eg.Brokered[0].Destination != egresstest.Provider+":443" ||
+		!slices.Equal(eg.Brokered[0].Requests, []string{"GET /v1/complete"}) || eg.Refused == nil || eg.Refused.Total != 1 {
+		t.Fatalf("receipt %s egress %+v", st.PredicateType, eg)
 	}
-	kinds := map[string]bool{}
+	kinds := map[string]int{}
 	for _, dcs := range eg.Decisions {
-		kinds[fmt.Sprintf("%s/%s/%v", dcs.Via, dcs.Code, dcs.Allowed)] = true
+		kinds[fmt.Sprintf("%s/%s/%v", dcs.Via, dcs.Code, dcs.Allowed)]++
+	}
+	if kinds["gateway/credential-withheld/true"] != 2 {
+		t.Errorf("receipt records %d requests outside the binding, want 2: %+v", kinds["gateway/credential-withheld/true"], eg.Decisions)
 	}
 	for _, k := range []string{"http/allowed/true", "gateway/allowed/true", "http/not-allowlisted/false"} {
-		if !kinds[k] {
+		if kinds[k] == 0 {
 			t.Errorf("receipt lacks a %s decision: %+v", k, eg.Decisions)
 		}
 	}
@@ -314,5 +335,133 @@ func TestEgressOwnAddressesConfigured(t *testing.T) {
 		if err := (&EgressConfig{OwnAddresses: []string{bad}}).validate(); err == nil || !strings.Contains(err.Error(), "egress.ownAddresses[0]") {
 			t.Errorf("egress.ownAddresses [%q]: %v, want a config error", bad, err)
 		}
+	}
+}
+
+// TestEgressFloodCannotHideATunnel: a workload that floods the proxy with
+// 2,000 refused CONNECTs, then makes a real request, then 300 more
+// refusals, leaves that request in its receipt, with every refusal
+// counted.
+func TestEgressFloodCannotHideATunnel(t *testing.T) {
+	d, _ := egressDaemon(t, egresstest.Canary(t), nil)
+	egresstest.Client(t, filepath.Join(d.dir, "src"))
+	A, junk := egresstest.Allowed, egresstest.Other+":443"
+	script := strings.Join([]string{
+		"/in/client flood 2000 " + junk,
+		"wget -q -O - http://" + A + "/real",
+		"/in/client flood 300 " + junk,
+	}, "\n")
+	src := d.egressPhase("network: {egress: [\""+A+":80\"]}\n", "", script)
+	env, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: src, Actor: "ci-bot", TTL: "15m"})
+	if err != nil {
+		t.Fatalf("issue: %v", err)
+	}
+	var out bytes.Buffer
+	res, rcpt, err := d.submit.RunWithReceipt(context.Background(), env, &out, &out, nil)
+	if err != nil || res.Status != api.StatusOK || !strings.Contains(out.String(), "OK 2000 of 2000 refused") || !strings.Contains(out.String(), "hello from "+A) {
+		t.Fatalf("run: %v %s\n%s", err, res.Status, out.String())
+	}
+	var st struct {
+		Predicate struct {
+			Egress struct {
+				Decisions []struct {
+					Via, Destination string
+					Allowed          bool
+				}
+				Refused struct{ Total, Omitted int }
+			}
+		}
+	}
+	if err := json.Unmarshal(payloadOf(t, rcpt.Envelope), &st); err != nil {
+		t.Fatal(err)
+	}
+	eg := st.Predicate.Egress
+	if !slices.ContainsFunc(eg.Decisions, func(d struct {
+		Via, Destination string
+		Allowed          bool
+	}) bool {
+		return d.Allowed && d.Via == "http" && d.Destination == A+":80"
+	}) {
+		t.Fatalf("the real request is not in the receipt (%d decisions listed)", len(eg.Decisions))
+	}
+	if eg.Refused.Total != 2300 || eg.Refused.Omitted != 2300-2*egress.RefusalSample {
+		t.Fatalf("the receipt counts %d refusals, %d omitted; want 2300", eg.Refused.Total, eg.Refused.Omitted)
+	}
+}
+
+// TestEgressInspectedDestinationEndToEnd: a policy that has the proxy
+// inspect a destination binds it in the grant; the workload reaches it
+// with the run's CA, and a request through it whose Host names another
+// host (domain fronting) is refused before it leaves; the receipt names
+// the inspected destination and the refusal, and the blind tunnel to
+// another destination says the Host inside was not checked.
+func TestEgressInspectedDestinationEndToEnd(t *testing.T) {
+	d, w := egressDaemon(t, egresstest.Canary(t), nil)
+	A, O := egresstest.Allowed, egresstest.Other
+	pol, err := os.ReadFile(d.cfg.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := bytes.Replace(pol, []byte(`build: ["`+A+`:80"]`), []byte(`build: ["`+A+`:443", "`+O+`:443"]`), 1)
+	edited = bytes.Replace(edited, []byte("credentials:\n"), []byte(`  inspect: ["`+A+`:443"]`+"\ncredentials:\n"), 1)
+	writeFile(t, d.cfg.Policy, string(edited))
+	if st, err := d.control.ReloadPolicy(context.Background()); err != nil || st.Error != "" {
+		t.Fatalf("reload: %v %+v", err, st)
+	}
+	egresstest.Client(t, filepath.Join(d.dir, "src"))
+	w.CAPEM(t, filepath.Join(d.dir, "src"))
+	script := strings.Join([]string{
+		"/in/client get https://" + A + "/legit",
+		"/in/client front https://" + A + "/fronted " + O,
+		"SSL_CERT_FILE=/in/upstream-ca.pem /in/client get https://" + O + "/blind",
+		// busybox wget asks the proxy for https:// in plain text.
+		"wget -q -O - https://" + A + "/busybox && echo LEAKED-busybox",
+		"true",
+	}, "\n")
+	src := d.egressPhase(`network: {egress: ["`+A+`:443", "`+O+`:443"]}`+"\n", "", script)
+	env, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: src, Actor: "ci-bot", TTL: "15m"})
+	if err != nil {
+		t.Fatalf("issue: %v", err)
+	}
+	if !bytes.Contains(payloadOf(t, env), []byte(`"inspect":["`+A+`:443"]`)) {
+		t.Errorf("the grant does not bind the inspected destination:\n%s", payloadOf(t, env))
+	}
+	var out bytes.Buffer
+	res, rcpt, err := d.submit.RunWithReceipt(context.Background(), env, &out, &out, nil)
+	if err != nil || res.Status != api.StatusOK {
+		t.Fatalf("run: %v %s\n%s", err, res.Status, out.String())
+	}
+	if !strings.Contains(out.String(), "OK hello from "+A) || !strings.Contains(out.String(), "REFUSED status 421") || !strings.Contains(out.String(), "OK hello from "+O) {
+		t.Fatalf("want the inspected request served, the fronted one refused (421) and the blind one served:\n%s", out.String())
+	}
+	for _, s := range w.Seen() {
+		if s.Path == "/fronted" {
+			t.Fatal("the fronted request reached an upstream")
+		}
+	}
+	var st struct {
+		Predicate struct {
+			Egress struct {
+				Inspected []string
+				Decisions []struct {
+					Via, Destination, Code, Reason string
+					Allowed                        bool
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(payloadOf(t, rcpt.Envelope), &st); err != nil {
+		t.Fatal(err)
+	}
+	eg := st.Predicate.Egress
+	var fronted, blind, busybox bool
+	for _, dc := range eg.Decisions {
+		busybox = busybox || (dc.Via == "http" && dc.Code == "bad-request" && strings.Contains(dc.Reason, "CONNECT"))
+		fronted = fronted || (dc.Via == "intercept" && dc.Code == "host-mismatch" && !dc.Allowed)
+		blind = blind || (dc.Via == "connect" && dc.Destination == O+":443" && dc.Allowed && dc.Reason == egress.BlindReason)
+	}
+	if !slices.Equal(eg.Inspected, []string{A + ":443"}) || !fronted || !blind || !busybox || strings.Contains(out.String(), "LEAKED") {
+		t.Fatalf("receipt egress: inspected %v, fronting refused %v, blind tunnel recorded as such %v, busybox told to use CONNECT %v: %+v\n%s",
+			eg.Inspected, fronted, blind, busybox, eg.Decisions, out.String())
 	}
 }

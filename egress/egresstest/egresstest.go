@@ -11,6 +11,7 @@ package egresstest
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -29,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +155,13 @@ func NewWorld(t testing.TB) *World {
 		w.mu.Lock()
 		w.seen = append(w.seen, Request{Host: host, Path: r.URL.Path, Headers: r.Header.Clone(), Body: body})
 		w.mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/reflect") {
+			// A reflector that no scrub can follow: the credential it
+			// was sent, in encodings a scrub does not look for.
+			rw.Header().Set("Content-Type", "application/json")
+			rw.Write(Reflect(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")))
+			return
+		}
 		if r.URL.Path == "/echo" {
 			// An echo endpoint, as debug and error pages are: it hands
 			// back the credential it was sent, raw and encoded.
@@ -273,15 +282,67 @@ func Forms(secret string) []string {
 	}
 }
 
-// Leaks returns the forms of secret found in data, and where.
+// Leaks returns the forms of secret found in data, and where; data that
+// is a Reflect answer is searched decoded too.
 func Leaks(secret string, data []byte) []string {
 	var found []string
-	for _, f := range Forms(secret) {
+	for _, f := range append(Forms(secret), HardForms(secret)...) {
 		if bytes.Contains(data, []byte(f)) {
 			found = append(found, f)
 		}
 	}
+	for _, b := range bytes.Split(data, []byte("\n")) {
+		var ref struct {
+			Forms   []string
+			Deflate []byte
+		}
+		if json.Unmarshal(b, &ref) != nil || ref.Deflate == nil {
+			continue
+		}
+		for _, f := range HardForms(secret) {
+			if slices.Contains(ref.Forms, f) {
+				found = append(found, f)
+			}
+		}
+		if in, err := io.ReadAll(flate.NewReader(bytes.NewReader(ref.Deflate))); err == nil && bytes.Contains(in, []byte(secret)) {
+			found = append(found, "deflate("+secret+")")
+		}
+	}
 	return found
+}
+
+// HardForms are the encodings of secret a scrub does not look for: the
+// text reversed, spaced out, \u-escaped, and base64 shifted by one and by
+// two bytes (the part of the encoding that depends on the secret alone).
+func HardForms(secret string) []string {
+	rev := []rune(secret)
+	slices.Reverse(rev)
+	var u strings.Builder
+	for _, c := range secret {
+		fmt.Fprintf(&u, "\\u%04x", c)
+	}
+	out := []string{string(rev), strings.Join(strings.Split(secret, ""), " "), u.String()}
+	for _, shift := range []string{"x", "xy"} {
+		enc := base64.RawStdEncoding.EncodeToString([]byte(shift + secret))
+		if len(enc) > 12 {
+			out = append(out, enc[4:len(enc)-4])
+		}
+	}
+	return out
+}
+
+// Reflect is a reflector's answer holding secret in each of HardForms and
+// deflated: one JSON line.
+func Reflect(secret string) []byte {
+	var z bytes.Buffer
+	fw, _ := flate.NewWriter(&z, flate.BestCompression)
+	fw.Write([]byte(secret))
+	fw.Close()
+	b, _ := json.Marshal(struct {
+		Forms   []string
+		Deflate []byte
+	}{HardForms(secret), z.Bytes()})
+	return append(b, '\n')
 }
 
 // CAPEM writes the world's CA as a PEM file under dir, as an operator's

@@ -8,6 +8,8 @@
 //	client tcp ADDR              a direct TCP connection
 //	client udp ADDR              a UDP datagram
 //	client dns SERVER NAME       a TXT lookup of NAME at SERVER (UDP and TCP)
+//	client front URL HOST        GET URL through HTTP(S)_PROXY with the Host header HOST (domain fronting)
+//	client flood N HOST:PORT     N CONNECTs to HOST:PORT, one after another: prints how many the proxy answered 403
 package main
 
 import (
@@ -24,7 +26,11 @@ import (
 )
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	limit := 5 * time.Second
+	if len(os.Args) > 1 && os.Args[1] == "flood" {
+		limit = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	detail, err := run(ctx, os.Args[1:])
 	if err != nil {
@@ -36,9 +42,16 @@ func main() {
 
 func run(ctx context.Context, args []string) (string, error) {
 	switch args[0] {
-	case "get":
+	case "get", "front":
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}}
-		resp, err := c.Get(args[1])
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[1], nil)
+		if err != nil {
+			return "", err
+		}
+		if args[0] == "front" {
+			req.Host = args[2]
+		}
+		resp, err := c.Do(req)
 		if err != nil {
 			return "", err
 		}
@@ -82,6 +95,8 @@ func run(ctx context.Context, args []string) (string, error) {
 			return "", err
 		}
 		return "handshake with " + args[2], nil
+	case "flood":
+		return flood(ctx, args[1], args[2])
 	case "tcp", "udp":
 		var d net.Dialer
 		c, err := d.DialContext(ctx, args[0], args[1])
@@ -109,4 +124,30 @@ func run(ctx context.Context, args []string) (string, error) {
 		return "", fmt.Errorf("no TXT answer for %s", args[2])
 	}
 	return "", fmt.Errorf("unknown mode %q", args[0])
+}
+
+// flood sends n CONNECTs to target through HTTPS_PROXY, each on its own
+// connection, and counts the 403s.
+func flood(ctx context.Context, n, target string) (string, error) {
+	pu, err := url.Parse(os.Getenv("HTTPS_PROXY"))
+	if err != nil || pu.Host == "" {
+		return "", fmt.Errorf("no HTTPS_PROXY: %v", err)
+	}
+	var count, refused int
+	if _, err := fmt.Sscan(n, &count); err != nil {
+		return "", err
+	}
+	var d net.Dialer
+	for range count {
+		conn, err := d.DialContext(ctx, "tcp", pu.Host)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil && resp.StatusCode == http.StatusForbidden {
+			refused++
+		}
+		conn.Close()
+	}
+	return fmt.Sprintf("%d of %d refused", refused, count), nil
 }
