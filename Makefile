@@ -226,7 +226,8 @@ fuzz:
 
 # Install (as root, or into DESTDIR for packaging): custody and custodyd in
 # PREFIX/bin, the pinned runc and custody-gate in PREFIX/lib/custody, a man
-# page per custody command in PREFIX/share/man/man1, the
+# page per custody command in PREFIX/share/man/man1 and custodyd's in
+# PREFIX/share/man/man8, the
 # systemd unit in UNITDIR, and a custodyd.yaml pinning that runc's digest
 # and an example policy in SYSCONFDIR/custody unless they exist already.
 PREFIX ?= /usr/local
@@ -234,11 +235,11 @@ SYSCONFDIR ?= /etc
 UNITDIR ?= /lib/systemd/system
 DESTDIR ?=
 install: build
-	install -d -m 0755 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/custody $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/custody $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
 	install -d -m 0700 $(DESTDIR)$(SYSCONFDIR)/custody
 	install -m 0755 bin/custody bin/custodyd $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 bin/custody-runc bin/custody-gate $(DESTDIR)$(PREFIX)/lib/custody/
-	bin/custody docs --man $(DESTDIR)$(PREFIX)/share/man/man1 && chmod 0644 $(DESTDIR)$(PREFIX)/share/man/man1/custody*.1
+	bin/custody docs --man $(DESTDIR)$(PREFIX)/share/man/man1 --man8 $(DESTDIR)$(PREFIX)/share/man/man8 && chmod 0644 $(DESTDIR)$(PREFIX)/share/man/man1/custody*.1 $(DESTDIR)$(PREFIX)/share/man/man8/custodyd.8
 	sed 's|/usr/local/bin/custodyd|$(PREFIX)/bin/custodyd|; s|/etc/custody/|$(SYSCONFDIR)/custody/|' dist/custodyd.service > $(DESTDIR)$(UNITDIR)/custodyd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/custodyd.service
 	@cfg=$(DESTDIR)$(SYSCONFDIR)/custody/custodyd.yaml; if [ -e $$cfg ]; then echo "kept $$cfg"; else \
@@ -249,8 +250,9 @@ install: build
 		install -m 0600 examples/policy.yaml $$pol && echo "wrote $$pol (the example: edit its images and inputRoots)"; fi
 
 # The generated references: a page per command (from the CLI's command
-# tree) and per input format (from its JSON Schema). go test ./cmd/custody/
-# fails while they are out of date.
+# tree), custodyd's (from the daemon's flag set) and one per input format
+# (from its JSON Schema). go test ./cmd/custody/ fails while they are out
+# of date.
 docs: bin/custody
 	bin/custody docs --markdown docs/reference/commands --schemas docs/reference/schemas
 

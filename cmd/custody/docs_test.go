@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/internal/daemonflags"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -57,18 +59,33 @@ func TestDocsPagesCoverTheTree(t *testing.T) {
 	if err := writeDocs(md, man, ""); err != nil {
 		t.Fatal(err)
 	}
+	if err := writeDaemonMan(man); err != nil {
+		t.Fatal(err)
+	}
 	mdPages, manPages := readPages(t, md), readPages(t, man)
-	for _, want := range []string{"custody.md", "custody_run.md", "custody_pack_up.md", "custody_grant_issue.md"} {
+	for _, want := range []string{"custody.md", "custody_run.md", "custody_pack_up.md", "custody_grant_issue.md", "custodyd.md"} {
 		if _, ok := mdPages[want]; !ok {
 			t.Errorf("no Markdown page %s among %v", want, pageNames(mdPages))
 		}
 	}
-	for _, want := range []string{"custody.1", "custody-run.1", "custody-pack-up.1"} {
+	for _, want := range []string{"custody.1", "custody-run.1", "custody-pack-up.1", "custodyd.8"} {
 		b, ok := manPages[want]
 		if !ok || !bytes.HasPrefix(b, []byte(".nh\n.TH")) && !bytes.Contains(b, []byte(".TH ")) {
 			t.Errorf("no man page %s among %v", want, pageNames(manPages))
 		}
 	}
+	// custodyd's pages list every flag the daemon parses, by the name it
+	// parses.
+	fs := flag.NewFlagSet("custodyd", flag.ContinueOnError)
+	daemonflags.Define(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !bytes.Contains(mdPages["custodyd.md"], []byte("--"+f.Name+" ")) {
+			t.Errorf("custodyd.md does not document --%s", f.Name)
+		}
+		if !bytes.Contains(manPages["custodyd.8"], []byte(`\fB--`+f.Name+`\fP`)) {
+			t.Errorf("custodyd.8 does not document --%s", f.Name)
+		}
+	})
 	if _, ok := mdPages["custody_docs.md"]; ok {
 		t.Error("the hidden docs command has a page")
 	}
@@ -140,14 +157,24 @@ func TestDocumentedCommandsExist(t *testing.T) {
 		}
 	}
 	tree := docsTree()
-	checked := 0
+	daemon := flag.NewFlagSet("custodyd", flag.ContinueOnError)
+	daemonflags.Define(daemon)
+	checked, daemonChecked := 0, 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rel, _ := filepath.Rel(root, f)
-		for _, line := range commandLines(string(b)) {
+		for _, line := range commandLines(string(b), "custodyd ") {
+			daemonChecked++
+			for _, name := range lineFlags(line) {
+				if daemon.Lookup(name) == nil {
+					t.Errorf("%s: %q: custodyd takes no --%s", rel, line, name)
+				}
+			}
+		}
+		for _, line := range commandLines(string(b), "custody ") {
 			words := strings.Fields(line)
 			cmd, rest, err := tree.Find(words[1:])
 			if err != nil || cmd == tree && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") && !strings.ContainsAny(rest[0], "|[") {
@@ -155,32 +182,41 @@ func TestDocumentedCommandsExist(t *testing.T) {
 				continue
 			}
 			checked++
-			for _, w := range words[1:] {
-				if w == "#" || strings.HasPrefix(w, "#") {
-					break
-				}
-				w = strings.Trim(w, "[]()`")
-				name, _, _ := strings.Cut(strings.TrimPrefix(w, "--"), "=")
-				if !strings.HasPrefix(w, "--") || name == "" {
-					continue
-				}
-				for _, alt := range strings.Split(name, "|") {
-					alt = strings.TrimPrefix(alt, "--")
-					if cmd.Flags().Lookup(alt) == nil && cmd.InheritedFlags().Lookup(alt) == nil {
-						t.Errorf("%s: %q: %s takes no --%s", rel, line, cmd.CommandPath(), alt)
-					}
+			for _, name := range lineFlags(line) {
+				if cmd.Flags().Lookup(name) == nil && cmd.InheritedFlags().Lookup(name) == nil {
+					t.Errorf("%s: %q: %s takes no --%s", rel, line, cmd.CommandPath(), name)
 				}
 			}
 		}
 	}
-	if checked < 60 {
-		t.Fatalf("checked only %d command lines", checked)
+	if checked < 60 || daemonChecked < 5 {
+		t.Fatalf("checked only %d custody and %d custodyd command lines", checked, daemonChecked)
 	}
 }
 
+// lineFlags are the --flags a command line gives, up to a # comment; a
+// choice of flags (--a|--b) gives each.
+func lineFlags(line string) []string {
+	var out []string
+	for _, w := range strings.Fields(line)[1:] {
+		if strings.HasPrefix(w, "#") {
+			break
+		}
+		w = strings.Trim(w, "[]()`")
+		name, _, _ := strings.Cut(strings.TrimPrefix(w, "--"), "=")
+		if !strings.HasPrefix(w, "--") || name == "" {
+			continue
+		}
+		for _, alt := range strings.Split(name, "|") {
+			out = append(out, strings.TrimPrefix(alt, "--"))
+		}
+	}
+	return out
+}
+
 // commandLines are the lines of a page's code blocks, and its code spans,
-// that run custody.
-func commandLines(text string) []string {
+// that start with prefix (the command and a space).
+func commandLines(text, prefix string) []string {
 	var out []string
 	inBlock := false
 	for _, line := range strings.Split(text, "\n") {
@@ -191,7 +227,7 @@ func commandLines(text string) []string {
 		}
 		if inBlock {
 			trimmed = strings.TrimPrefix(trimmed, "$ ")
-			if strings.HasPrefix(trimmed, "custody ") {
+			if strings.HasPrefix(trimmed, prefix) {
 				out = append(out, trimmed)
 			}
 			continue
@@ -199,7 +235,7 @@ func commandLines(text string) []string {
 		// Odd pieces between backquotes are the code spans.
 		pieces := strings.Split(line, "`")
 		for i := 1; i < len(pieces)-1; i += 2 {
-			if strings.HasPrefix(pieces[i], "custody ") {
+			if strings.HasPrefix(pieces[i], prefix) {
 				out = append(out, pieces[i])
 			}
 		}

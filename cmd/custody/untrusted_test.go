@@ -107,7 +107,7 @@ func rawControl(s string) (int, bool) {
 // escape that retitles the window, where the runner takes custody of
 // outputs. Through the real CLI against a real daemon, no raw control byte
 // reaches the CLI's stdout or stderr except the workload's own stream, which
-// is its bytes by design (README, "Commands").
+// is its bytes by design (docs/reference/json.md, the output conventions).
 func TestUntrustedNamesAreQuoted(t *testing.T) {
 	custodyBin(t)
 	e := startDaemon(t)

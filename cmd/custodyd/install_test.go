@@ -44,7 +44,7 @@ func TestMakeInstall(t *testing.T) {
 		"lib/systemd/system/custodyd.service": 0o644,
 		"etc/custody":                         0o700 | os.ModeDir, "etc/custody/custodyd.yaml": 0o600, "etc/custody/policy.yaml": 0o600,
 		"opt/custody/share/man/man1/custody.1": 0o644, "opt/custody/share/man/man1/custody-run.1": 0o644,
-		"opt/custody/share/man/man1/custody-verify.1": 0o644,
+		"opt/custody/share/man/man1/custody-verify.1": 0o644, "opt/custody/share/man/man8/custodyd.8": 0o644,
 	} {
 		fi, err := os.Stat(filepath.Join(dest, path))
 		if err != nil {
@@ -64,7 +64,11 @@ func TestMakeInstall(t *testing.T) {
 		}
 	}
 	if _, err := exec.LookPath("systemd-analyze"); err == nil {
-		out, _ := exec.Command("systemd-analyze", "verify", filepath.Join(dest, "lib/systemd/system/custodyd.service")).CombinedOutput()
+		verify := exec.Command("systemd-analyze", "verify", filepath.Join(dest, "lib/systemd/system/custodyd.service"))
+		// The unit's Documentation= names the man pages make install
+		// wrote: verify looks them up, here in DESTDIR.
+		verify.Env = append(os.Environ(), "MANPATH="+filepath.Join(dest, "opt/custody/share/man"))
+		out, _ := verify.CombinedOutput()
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			// Only the binary, which lives in DESTDIR here, may be missing.
 			if line != "" && !strings.Contains(line, "is not executable") {

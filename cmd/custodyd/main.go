@@ -13,24 +13,19 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+
+	"github.com/custody-dev/custody/internal/daemonflags"
 )
 
 func main() {
-	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
-	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
-	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
-	metricsListen := flag.String("metrics-listen", "", "also serve Prometheus metrics at GET /metrics on a unix socket at this absolute path, to operators' uids only (e.g. /run/custody/metrics.sock); the control socket always serves /v1/metrics")
-	rotate := flag.String("rotate-key", "", "with custodyd stopped: replace the runner or issuer key, keep the old public key and a hand-over record it signed in stateDir/keys/retired, print the record, and exit")
-	adopt := flag.Bool("adopt-oplog", false, "with custodyd stopped: verify every line of an operations log that has no signed head (one written before heads) and sign a head for it as it stands, then exit")
-	cgroupLeaf := flag.String("cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started: on, off, or auto (on under systemd on a cgroup v2 host)")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
+	opts := daemonflags.Define(flag.CommandLine)
 	flag.Parse()
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+	if err := lvl.UnmarshalText([]byte(opts.LogLevel)); err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-level:", err)
 		os.Exit(2)
 	}
-	log, err := newLogger(os.Stderr, *logFormat, lvl)
+	log, err := newLogger(os.Stderr, opts.LogFormat, lvl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-format:", err)
 		os.Exit(2)
@@ -38,8 +33,8 @@ func main() {
 	tuneGC(log, os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *cpuProfile != "" {
-		f, err := os.OpenFile(*cpuProfile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if opts.CPUProfile != "" {
+		f, err := os.OpenFile(opts.CPUProfile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err == nil {
 			err = pprof.StartCPUProfile(f)
 		}
@@ -52,31 +47,31 @@ func main() {
 			f.Close()
 		}()
 	}
-	if *rotate != "" {
-		if err := runRotate(ctx, *configPath, *rotate); err != nil {
+	if opts.RotateKey != "" {
+		if err := runRotate(ctx, opts.Config, opts.RotateKey); err != nil {
 			fmt.Fprintln(os.Stderr, "custodyd:", err)
 			os.Exit(1)
 		}
 		return
 	}
-	if *adopt {
-		if err := runAdoptOpLog(ctx, *configPath); err != nil {
+	if opts.AdoptOpLog {
+		if err := runAdoptOpLog(ctx, opts.Config); err != nil {
 			fmt.Fprintln(os.Stderr, "custodyd:", err)
 			os.Exit(1)
 		}
 		return
 	}
 	// Taken from the environment before anything starts a child.
-	svc, err := newService(*cgroupLeaf)
-	if err == nil && *metricsListen != "" {
-		err = metricsSocketOnly(*metricsListen)
+	svc, err := newService(opts.CgroupLeaf)
+	if err == nil && opts.MetricsListen != "" {
+		err = metricsSocketOnly(opts.MetricsListen)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd:", err)
 		os.Exit(2)
 	}
-	svc.metricsListen = *metricsListen
-	if err := run(ctx, *configPath, log, svc); err != nil {
+	svc.metricsListen = opts.MetricsListen
+	if err := run(ctx, opts.Config, log, svc); err != nil {
 		log.Error("custodyd stopped", "err", err)
 		stop()
 		pprof.StopCPUProfile()

@@ -215,11 +215,12 @@ func TestExternalImports(t *testing.T) {
 // cliImports are the only custody packages the CLI imports directly: the
 // wire client, the formats it reads and verifies offline, and the offline
 // tools (doctor, qualification, the gate), and the reference pages it
-// writes from its own schemas (internal/schemadoc). It never holds the
+// writes from its own schemas (internal/schemadoc) and from the daemon's
+// flag set (internal/daemonflags). It never holds the
 // runner's state or launches anything itself.
 var cliImports = []string{
 	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
-	"internal/quote", "internal/regfile", "internal/untar", "internal/schemadoc",
+	"internal/quote", "internal/regfile", "internal/untar", "internal/schemadoc", "internal/daemonflags",
 }
 
 func TestCLIImports(t *testing.T) {
