@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,5 +149,49 @@ func TestRevokeAndOpLog(t *testing.T) {
 	}
 	if code, _, _ := e.custody("--control", e.submit, "oplog"); code == exitOK {
 		t.Fatal("the submit socket served the operations log")
+	}
+}
+
+// TestRevokeGrantSaysWhatHolds: custody revoke grant refuses an id this
+// runner never issued (exit 2, naming it) and a grant already spent
+// (exit 2, naming the run that spent it: a revocation would stop
+// nothing), and records neither in the operations log; an issued, unspent
+// grant is revoked and recorded once, and revoking it again records no
+// second line.
+func TestRevokeGrantSaysWhatHolds(t *testing.T) {
+	e := startDaemon(t)
+	path := filepath.Join(e.dir, "state", "oplog.jsonl")
+	lines := func() int {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "\n")
+	}
+	if code, out, errs := e.custody("revoke", "grant", "g-never-issued"); code != exitRefused || strings.Contains(out, "revoked") || !strings.Contains(errs, "never issued") {
+		t.Fatalf("revoke a never-issued id: %d %s %s", code, out, errs)
+	}
+	phase := e.phase(t, "revoke-spent", "true", "")
+	spent := e.grant(t, phase)
+	if code, _, errs := e.custody("run", "--grant", spent); code != exitOK {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	if code, out, errs := e.custody("revoke", "grant", grantIDOf(t, spent)); code != exitRefused || strings.Contains(out, "revoked") || !strings.Contains(errs, "already spent") || !strings.Contains(errs, "run ") {
+		t.Fatalf("revoke a spent grant: %d %s %s", code, out, errs)
+	}
+	if n := lines(); n != 0 {
+		t.Fatalf("refused revocations wrote %d operations-log lines", n)
+	}
+	live := grantIDOf(t, e.grant(t, phase))
+	for i := 0; i < 2; i++ {
+		if code, out, errs := e.custody("revoke", "grant", live); code != exitOK || !strings.Contains(out, "revoked grant") {
+			t.Fatalf("revoke an issued grant (%d): %d %s %s", i, code, out, errs)
+		}
+	}
+	if n := lines(); n != 1 {
+		t.Fatalf("two revocations of one grant wrote %d lines, want 1", n)
 	}
 }

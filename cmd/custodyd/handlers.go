@@ -302,6 +302,15 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: "grant id is required"})
 		return
 	}
+	already, err := s.revocable(req.ID)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if already {
+		writeJSON(w, map[string]string{"revoked": req.ID})
+		return
+	}
 	// Recorded first, as a key revocation is: a revocation in effect is
 	// always in the log. A crash between the two leaves a recorded
 	// revocation not yet applied; revoking again applies it (idempotent).

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
@@ -128,6 +131,34 @@ func (s *server) applyKeyRevocation(name, id string, at time.Time) {
 			s.retiredRunners[i].revokedAt = at
 		}
 	}
+}
+
+// revocable says whether grant id may be revoked: refused (nothing is
+// recorded) when this runner never issued it or it was already spent, for
+// a revocation then would stop nothing and its signed line would say
+// otherwise. already reports a grant revoked before, in effect: revoking
+// it again records nothing more. A phase grant's issue stays on record;
+// a pack grant's only until it expires or is spent, after which it can
+// never launch either.
+func (s *server) revocable(id string) (already bool, err error) {
+	if use, err := s.db.GrantUsed(id); err == nil {
+		return false, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("grant %s was already spent, by run %s at %s: a revocation now would stop nothing, so none was recorded; that run's receipt and outputs stand as recorded (custody result %s --operator)", id, use.RunID, use.At.UTC().Format(time.RFC3339), use.RunID)}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return false, err
+	}
+	if already, err = s.db.Revoked(id); err != nil || already {
+		return already, err
+	}
+	issued := false
+	for _, b := range []string{store.Issued, store.PackReservations} {
+		if err := s.db.View(b, func(b *bolt.Bucket) error { issued = issued || b.Get([]byte(id)) != nil; return nil }); err != nil {
+			return false, err
+		}
+	}
+	if !issued {
+		return false, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("grant %s was never issued by this runner (or it is a pack grant that expired, which cannot launch anyway): nothing was revoked or recorded; fix: check the id, the predicate's id in the grant file", id)}
+	}
+	return false, nil
 }
 
 // recordGrantRevocation records a revoked grant.
