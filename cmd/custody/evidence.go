@@ -72,6 +72,8 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 			outErr = fmt.Errorf("fetch outputs: %w", err)
 		} else if err := extract(ctx, &buf, outputsDir); err != nil {
 			outErr = fmt.Errorf("write outputs: %w", err)
+		} else if err := savedWhole(outputsDir, res.Output); err != nil {
+			outErr = err
 		}
 	}
 	if outErr != nil {
@@ -96,6 +98,24 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 			quote.String(outputsDir), quote.String(receiptPath), quote.String(outputsDir))
 	}
 	return nil
+}
+
+// savedWhole checks that every file the run's record lists was saved in
+// dir; if not, it removes dir (this command made it, and a partial tree
+// must not pass for the run's outputs) and names what is missing.
+func savedWhole(dir string, o *api.Output) error {
+	paths := make([]string, len(o.Files))
+	for i, f := range o.Files {
+		paths[i] = f.Path
+	}
+	err := evidence.MissingOutputs(dir, paths)
+	if err == nil {
+		return nil
+	}
+	if rerr := os.RemoveAll(dir); rerr != nil {
+		return fmt.Errorf("fetch outputs: %w; and removing the partial %s failed: %v", err, quote.String(dir), rerr)
+	}
+	return fmt.Errorf("fetch outputs: %w (the partial copy was removed)", err)
 }
 
 // extract unpacks a tar of outputs into dir, which must not exist: into a

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -156,5 +157,62 @@ func TestPidsLimitReported(t *testing.T) {
 	}
 	if code, out, _ := e.custody("result", hit.RunID); code != exitOK || !strings.Contains(out, "pids-limit") || !strings.Contains(out, "forks refused") {
 		t.Fatalf("result: %d\n%s", code, out)
+	}
+}
+
+// TestResultRefusesMissingOutputs: custody result --receipt for a run
+// whose retained outputs are gone from the runner (one file, or the whole
+// tree) fails, names every missing file, and leaves no outputs directory
+// that would pass for them; with them all there it saves them whole.
+func TestResultRefusesMissingOutputs(t *testing.T) {
+	e := startDaemon(t)
+	var kept []string
+	for i := 0; i < 3; i++ {
+		code, res := e.runJSON(t, e.phase(t, fmt.Sprintf("kept%d", i), fmt.Sprintf("echo a%d > /out/a.txt; echo b > /out/b.txt", i), ""))
+		if code != exitOK {
+			t.Fatalf("run: %d %+v", code, res)
+		}
+		kept = append(kept, res.RunID)
+	}
+	outputPath := func(run string) string {
+		t.Helper()
+		code, out, errs := e.custody("result", run, "--json")
+		var r struct{ Output struct{ Path string } }
+		if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Output.Path == "" {
+			t.Fatalf("result --json: %d %s %s", code, out, errs)
+		}
+		return r.Output.Path
+	}
+	if err := os.Remove(filepath.Join(outputPath(kept[1]), "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(outputPath(kept[2])); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i, c := range []struct {
+		what    string
+		missing []string
+	}{{"all kept", nil}, {"one file deleted", []string{"b.txt"}}, {"the tree deleted", []string{"a.txt", "b.txt"}}} {
+		receipt := filepath.Join(dir, fmt.Sprint(i), "receipt.json")
+		outputs := filepath.Join(dir, fmt.Sprint(i), "outputs")
+		code, out, errs := e.custody("result", kept[i], "--receipt", receipt)
+		if c.missing == nil {
+			if code != exitOK {
+				t.Fatalf("%s: %d %s %s", c.what, code, out, errs)
+			}
+			continue
+		}
+		if code == exitOK || !strings.Contains(errs, "missing") {
+			t.Fatalf("%s: result --receipt: exit %d, want a failure naming what is missing\n%s%s", c.what, code, out, errs)
+		}
+		for _, m := range c.missing {
+			if !strings.Contains(errs, m) {
+				t.Errorf("%s: the failure does not name %s: %s", c.what, m, errs)
+			}
+		}
+		if _, err := os.Lstat(outputs); err == nil {
+			t.Errorf("%s: an outputs directory was left that passes for the run's outputs", c.what)
+		}
 	}
 }
