@@ -21,7 +21,7 @@ func main() {
 	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
 	metricsListen := flag.String("metrics-listen", "", "also serve Prometheus metrics at GET /metrics on a unix socket at this absolute path, to operators' uids only (e.g. /run/custody/metrics.sock); the control socket always serves /v1/metrics")
 	rotate := flag.String("rotate-key", "", "with custodyd stopped: replace the runner or issuer key, keep the old public key and a hand-over record it signed in stateDir/keys/retired, print the record, and exit")
-	adopt := flag.Bool("adopt-oplog", false, "with custodyd stopped: verify every line of an operations log that has no signed head (one written before heads) and sign a head for it as it stands, then exit")
+	adopt := flag.Bool("adopt-oplog", false, "with custodyd stopped: verify every line of the operations log, sign a head for it as it stands if it has none (one written before heads), and have the store go on from it (after restoring the log or moving it aside), then exit")
 	cgroupLeaf := flag.String("cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started: on, off, or auto (on under systemd on a cgroup v2 host)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the daemon to this file until it stops (for `go tool pprof`)")
 	flag.Parse()

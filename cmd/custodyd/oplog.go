@@ -45,6 +45,39 @@ func revokedKeys(ctx context.Context, l *evidence.OpLog, current string, trusted
 	return out, nil
 }
 
+// anchorOpLog checks the operations log against how far the store
+// recorded it reached, and records each append there from now on: a log
+// copied back from before (with its head, so every line and the head
+// verify) ends before the anchor, and custodyd refuses to start on it.
+// One line past the anchor is an append whose anchor a crash or failure
+// kept from being recorded; a store that never anchored (older, or new) is
+// anchored where the log stands. A rollback of the whole state dir rewinds
+// the store with the log and is not caught here: verifiers keep the
+// highest head they saw (custody oplog --checkpoint) for that.
+func anchorOpLog(l *evidence.OpLog, db *store.DB, path string) error {
+	a, err := db.OpLogAnchor()
+	if err != nil {
+		return err
+	}
+	seq, last := l.Head()
+	switch {
+	case a.Seq == 0, seq == a.Seq+1:
+	case seq < a.Seq:
+		return fmt.Errorf("%w: %s ends at seq %d, but custodyd's store recorded that it reached seq %d (sha256 %s): the log was rolled back, an older copy put in place with its head; fix: restore the log and its head from a backup that reaches seq %d (custody oplog shows what verifies); only if you moved the log aside on purpose, custodyd --adopt-oplog makes the store go on from the log as it stands", evidence.ErrOpLog, path, seq, a.Seq, a.Last, a.Seq)
+	case seq == a.Seq && last != a.Last:
+		return fmt.Errorf("%w: %s ends at seq %d as custodyd's store recorded, but its last line is sha256 %s, not %s: the log was replaced; fix: restore the log and its head from a backup, or, if it is the one to keep, custodyd --adopt-oplog", evidence.ErrOpLog, path, seq, last, a.Last)
+	case seq > a.Seq+1:
+		return fmt.Errorf("%w: %s goes on to seq %d, but custodyd's store recorded only seq %d: the store was rolled back (an older copy of it put in place), or the log written by another runner; fix: restore the store from its latest backup, or, if the log is the one to keep, custodyd --adopt-oplog", evidence.ErrOpLog, path, seq, a.Seq)
+	}
+	if seq > 0 {
+		if err := db.SetOpLogAnchor(store.OpLogAnchor{Seq: seq, Last: last}); err != nil {
+			return err
+		}
+	}
+	l.SetAnchor(func(seq int64, last string) error { return db.SetOpLogAnchor(store.OpLogAnchor{Seq: seq, Last: last}) })
+	return nil
+}
+
 // recordRetention records what retention is about to delete.
 func (s *server) recordRetention(deleted []evidence.OpDeleted) error {
 	_, err := s.oplog.Append(context.Background(), evidence.OpEntry{At: s.now(), Kind: evidence.OpRetentionDeleted, Deleted: deleted})
@@ -214,7 +247,40 @@ func adoptOpLog(ctx context.Context, cfg Config) (evidence.OpHead, error) {
 	for _, r := range retired {
 		trusted = append(trusted, r.key)
 	}
-	return evidence.AdoptOpLog(ctx, opLogPath(cfg.Runner.StateDir), trusted, signer)
+	path := opLogPath(cfg.Runner.StateDir)
+	h, err := evidence.AdoptOpLog(ctx, path, trusted, signer)
+	if errors.Is(err, evidence.ErrOpLogNoAdopt) {
+		// A log with a head (or none at all) is adopted as the store's
+		// anchor: the operator's word that the log as it stands, which
+		// must verify, is the one to go on from (one restored from a
+		// backup, or moved aside to start anew).
+		h, err = verifiedHead(ctx, path, signer, trusted)
+	}
+	if err != nil {
+		return evidence.OpHead{}, err
+	}
+	return h, db.ResetOpLogAnchor(store.OpLogAnchor{Seq: h.Seq, Last: h.Last})
+}
+
+// verifiedHead verifies the log at path and its head against the runner's
+// keys (the head signed by the current one) and returns the head, zero for
+// a log with no lines.
+func verifiedHead(ctx context.Context, path string, signer *keys.Signer, retired []*keys.Verifier) (evidence.OpHead, error) {
+	l, err := evidence.OpenOpLog(path, signer)
+	if err != nil {
+		return evidence.OpHead{}, err
+	}
+	data, head, err := l.Snapshot()
+	if err != nil {
+		return evidence.OpHead{}, err
+	}
+	if _, err := evidence.VerifyOpLog(ctx, data, head, append(retired, signer.Verifier()), evidence.HeadSignedBy(signer.ID())); err != nil {
+		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: %w; nothing was adopted", err)
+	}
+	if head == nil {
+		return evidence.OpHead{Signer: signer.ID()}, nil
+	}
+	return evidence.ParseOpHead(head)
 }
 
 func runAdoptOpLog(ctx context.Context, configPath string) error {
