@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/keys"
 )
@@ -74,6 +75,18 @@ func TestPipelineSummarySignerHeld(t *testing.T) {
 		t.Fatalf("the genuine summary: %d\n%s", code, out)
 	}
 	ctx := context.Background()
+	// Legitimate: after the rotation, custodyd's new key sums up the
+	// stages its retired key signed before it (a rotation's overlap).
+	st := sum.Predicate.Stages
+	after, err := api.NewClient(e.control).SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: "keys", Stages: []api.PipelineStageRef{
+		{Name: st[0].Name, RunID: st[0].RunID, From: []string{}}, {Name: st[1].Name, RunID: st[1].RunID, From: []string{st[0].Name}}}})
+	if err != nil {
+		t.Fatalf("a summary by the new key over the retired key's stages: %v", err)
+	}
+	write(t, filepath.Join(run, "after-rotation.json"), string(after))
+	if code, out := verify("after-rotation.json"); code != verifyPromotable {
+		t.Fatalf("a summary by the successor key over its predecessor's stages: %d\n%s", code, out)
+	}
 	for _, c := range []struct {
 		name, file string
 		signer     *keys.Signer
