@@ -14,6 +14,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/durable"
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/regfile"
@@ -25,15 +26,24 @@ import (
 // signed operations log (custody oplog) before answering.
 func (a *app) revokeCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "revoke", Short: "Revoke a grant or a retired key; recorded in the operations log (operator)"}
-	var reason, at string
+	var reason, at, grantFile string
 	grantCmd := &cobra.Command{
-		Use:   "grant GRANT-ID [--reason WHY]",
-		Short: "Revoke a grant so that it can never launch (as custody grant revoke)",
+		Use:   "grant GRANT-ID [--reason WHY] [--grant-file GRANT.json]",
+		Short: "Revoke a grant so that it can never launch (as custody grant revoke); refused for a grant never issued or already spent",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.revokeGrant(cmd, args[0], reason, "revoked grant")
+			req := api.RevokeRequest{ID: args[0], Reason: reason}
+			if grantFile != "" {
+				env, err := readFile("grant", grantFile, grant.MaxEnvelopeSize+envelopeSlack)
+				if err != nil {
+					return err
+				}
+				req.Grant = bytes.TrimSpace(env)
+			}
+			return a.revoke(cmd, req, "revoked grant")
 		},
 	}
+	grantCmd.Flags().StringVar(&grantFile, "grant-file", "", "the grant's file, for a grant another issuer this runner trusts signed (it has no issue record here)")
 	keyCmd := &cobra.Command{
 		Use:   "key runner|issuer KEY-ID [--at RFC3339] [--reason WHY]",
 		Short: "Revoke a retired key: nothing it signed from --at (default now) on is trusted; rotate a current key first",
@@ -65,10 +75,15 @@ func (a *app) revokeCmd() *cobra.Command {
 // revokeGrant revokes grant id (custody revoke grant, custody grant
 // revoke) and prints what, then the id.
 func (a *app) revokeGrant(cmd *cobra.Command, id, reason, what string) error {
-	if err := a.control().Revoke(cmd.Context(), api.RevokeRequest{ID: id, Reason: reason}); err != nil {
+	return a.revoke(cmd, api.RevokeRequest{ID: id, Reason: reason}, what)
+}
+
+// revoke sends req and prints what, then the id.
+func (a *app) revoke(cmd *cobra.Command, req api.RevokeRequest, what string) error {
+	if err := a.control().Revoke(cmd.Context(), req); err != nil {
 		return a.fail(cmd, err)
 	}
-	fmt.Fprintln(a.stdout, what, quote.String(id))
+	fmt.Fprintln(a.stdout, what, quote.String(req.ID))
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -9,6 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/daemontest"
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/keys"
 )
 
 // grantIDOf reads a grant file's id.
@@ -193,5 +199,57 @@ func TestRevokeGrantSaysWhatHolds(t *testing.T) {
 	}
 	if n := lines(); n != 1 {
 		t.Fatalf("two revocations of one grant wrote %d lines, want 1", n)
+	}
+}
+
+// TestRevokeForeignGrant: a grant another issuer signed, one this runner
+// trusts (trustedIssuers), has no issue record here: revoking it by id
+// alone is refused as never issued, and with its file (--grant-file),
+// whose signature shows it exists, it is revoked and then refused at
+// launch. Another grant's file, or one of an untrusted issuer, is refused.
+func TestRevokeForeignGrant(t *testing.T) {
+	foreign, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(t.TempDir(), "foreign-issuer.pub")
+	write(t, pub, string(foreign.PublicPEM()))
+	e := startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{Config: "trustedIssuers: [" + pub + "]\n"})
+	phase := e.phase(t, "foreign", "true", "")
+	mint := func(signer *keys.Signer, id string) (string, string) {
+		t.Helper()
+		var st struct{ Predicate grant.Predicate }
+		if err := json.Unmarshal(payloadOfEnvelope(t, readBytes(t, e.grant(t, phase))), &st); err != nil {
+			t.Fatal(err)
+		}
+		st.Predicate.ID = id
+		env, err := grant.Mint(context.Background(), signer, st.Predicate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(e.dir, id+".grant.json")
+		write(t, p, string(env))
+		return p, id
+	}
+	file, id := mint(foreign, "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0")
+	other, _ := mint(foreign, "e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1")
+	stranger, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untrusted, _ := mint(stranger, "d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2")
+	if code, _, errs := e.custody("revoke", "grant", id); code != exitRefused || !strings.Contains(errs, "--grant-file") {
+		t.Fatalf("a foreign grant by id alone: %d %s", code, errs)
+	}
+	for name, f := range map[string]string{"another grant's file": other, "an untrusted issuer's grant": untrusted} {
+		if code, out, errs := e.custody("revoke", "grant", id, "--grant-file", f); code != exitRefused || strings.Contains(out, "revoked") {
+			t.Errorf("%s: %d %s %s", name, code, out, errs)
+		}
+	}
+	if code, out, errs := e.custody("revoke", "grant", id, "--grant-file", file, "--reason", "its issuer's key leaked"); code != exitOK || !strings.Contains(out, "revoked grant") {
+		t.Fatalf("a foreign grant with its file: %d %s %s", code, out, errs)
+	}
+	if code, _, errs := e.custody("run", "--grant", file); code != exitRefused || !strings.Contains(errs, "revoked") {
+		t.Fatalf("the revoked foreign grant ran: %d %s", code, errs)
 	}
 }

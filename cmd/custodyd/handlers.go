@@ -303,7 +303,7 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: "grant id is required"})
 		return
 	}
-	already, err := s.revocable(req.ID)
+	already, err := s.revocable(r.Context(), req.ID, req.Grant)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -167,13 +167,15 @@ func (s *server) applyKeyRevocation(name, id string, at time.Time) {
 }
 
 // revocable says whether grant id may be revoked: refused (nothing is
-// recorded) when this runner never issued it or it was already spent, for
+// recorded) when this runner never issued it (unless env, the grant's
+// envelope, verifies as a grant of id from an issuer this runner trusts)
+// or it was already spent, for
 // a revocation then would stop nothing and its signed line would say
 // otherwise. already reports a grant revoked before, in effect: revoking
 // it again records nothing more. A phase grant's issue stays on record;
 // a pack grant's only until it expires or is spent, after which it can
 // never launch either.
-func (s *server) revocable(id string) (already bool, err error) {
+func (s *server) revocable(ctx context.Context, id string, env []byte) (already bool, err error) {
 	if use, err := s.db.GrantUsed(id); err == nil {
 		return false, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("grant %s was already spent, by run %s at %s: a revocation now would stop nothing, so none was recorded; that run's receipt and outputs stand as recorded (custody result %s --operator)", id, use.RunID, use.At.UTC().Format(time.RFC3339), use.RunID)}
 	} else if !errors.Is(err, store.ErrNotFound) {
@@ -188,8 +190,22 @@ func (s *server) revocable(id string) (already bool, err error) {
 			return false, err
 		}
 	}
+	if !issued && env != nil {
+		// A grant of another issuer this runner trusts: its signature,
+		// valid now, shows it exists and could launch here.
+		if g, gerr := s.verifier.Verify(ctx, env, s.now()); gerr == nil {
+			issued = g.Predicate.ID == id
+		} else if pg, perr := s.verifier.VerifyPack(ctx, env, s.now()); perr == nil {
+			issued = pg.Predicate.ID == id
+		} else {
+			return false, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("grant %s: the grant given does not verify as one this runner would launch now (%v): nothing was revoked or recorded", id, gerr)}
+		}
+		if !issued {
+			return false, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("grant %s: the grant given is another grant; give the file of the grant to revoke", id)}
+		}
+	}
 	if !issued {
-		return false, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("grant %s was never issued by this runner (or it is a pack grant that expired, which cannot launch anyway): nothing was revoked or recorded; fix: check the id, the predicate's id in the grant file", id)}
+		return false, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("grant %s was never issued by this runner (or it is a pack grant that expired, which cannot launch anyway): nothing was revoked or recorded; fix: check the id, the predicate's id in the grant file; for a grant of another issuer this runner trusts, give its file (--grant-file)", id)}
 	}
 	return false, nil
 }
