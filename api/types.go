@@ -112,6 +112,10 @@ type IssueRequest struct {
 type RevokeRequest struct {
 	ID     string `json:"id"`
 	Reason string `json:"reason,omitempty"`
+	// Grant is the grant's envelope, for a grant this runner did not
+	// issue (one of another issuer it trusts): its signature shows the
+	// grant exists, where no issue record here does.
+	Grant json.RawMessage `json:"grant,omitempty"`
 }
 
 // RemoveImageRequest removes a stored image by its tree digest.

@@ -132,6 +132,20 @@ type OpLog struct {
 	// failed is set when a failed append could not be undone: the file
 	// may end in a torn line, so nothing more is appended to it.
 	failed error
+	// anchor, if set, records each new head where a copy of the log put
+	// back cannot rewind it (SetAnchor).
+	anchor func(seq int64, last string) error
+}
+
+// SetAnchor has every append, once its line and head are written, call
+// anchor with the new seq and last line's digest (custodyd records them in
+// its store). If anchor fails, the log takes no more appends until it is
+// opened again: the line stays (it is written and headed), one ahead of
+// the anchor, which the opener tells apart from a log rolled back.
+func (l *OpLog) SetAnchor(anchor func(seq int64, last string) error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.anchor = anchor
 }
 
 // ErrOpLogFailed reports an operations log that refuses appends because a
@@ -317,6 +331,12 @@ func (l *OpLog) Append(ctx context.Context, e OpEntry) (OpEntry, error) {
 		return e, fmt.Errorf("operations log: append: %w", err)
 	}
 	l.seq, l.prev = e.Seq, lineDigest(line)
+	if l.anchor != nil {
+		if err := l.anchor(l.seq, l.prev); err != nil {
+			l.failed = fmt.Errorf("%w: seq %d is written but its anchor was not recorded (%v); fix: restart custodyd", ErrOpLogFailed, l.seq, err)
+			return e, fmt.Errorf("operations log: append: %w", l.failed)
+		}
+	}
 	return e, nil
 }
 
@@ -402,9 +422,9 @@ func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifie
 	for _, opt := range opts {
 		opt(&o)
 	}
-	out, last, signerOK, err := verifyOpLines(ctx, data, trusted)
+	out, digests, signerOK, err := verifyOpLines(ctx, data, trusted)
 	if err == nil {
-		err = verifyOpHead(ctx, head, int64(len(out)), last, o.headKey, signerOK)
+		err = verifyOpHead(ctx, head, digests, o, signerOK)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrOpLog, err)
@@ -414,9 +434,9 @@ func VerifyOpLog(ctx context.Context, data, head []byte, trusted []*keys.Verifie
 
 // verifyOpLines checks every line of data: its form, its chain and its
 // signature by a trusted key not revoked before it. It returns the
-// entries, the last line's digest, and the signer check the head is then
+// entries, each line's digest, and the signer check the head is then
 // held to.
-func verifyOpLines(ctx context.Context, data []byte, trusted []*keys.Verifier) ([]OpEntry, string, func(what, signer string) (*keys.Verifier, error), error) {
+func verifyOpLines(ctx context.Context, data []byte, trusted []*keys.Verifier) ([]OpEntry, []string, func(what, signer string) (*keys.Verifier, error), error) {
 	byID := map[string]*keys.Verifier{}
 	for _, k := range trusted {
 		byID[k.ID()] = k
@@ -433,7 +453,7 @@ func verifyOpLines(ctx context.Context, data []byte, trusted []*keys.Verifier) (
 		return k, nil
 	}
 	var out []OpEntry
-	var last string
+	var digests []string
 	err := scanOpLog(bytes.NewReader(data), func(n int, raw []byte, e *OpEntry, line opLine) error {
 		what := fmt.Sprintf("line %d", n)
 		k, err := signerOK(what, e.Signer)
@@ -453,10 +473,10 @@ func verifyOpLines(ctx context.Context, data []byte, trusted []*keys.Verifier) (
 			}
 		}
 		out = append(out, *e)
-		last = lineDigest(raw)
+		digests = append(digests, lineDigest(raw))
 		return nil
 	})
-	return out, last, signerOK, err
+	return out, digests, signerOK, err
 }
 
 // ErrOpLogNoAdopt reports a log AdoptOpLog leaves alone: one with a head
@@ -491,7 +511,7 @@ func AdoptOpLog(ctx context.Context, path string, trusted []*keys.Verifier, sign
 	}
 	// The lines are checked before anything is cut or written.
 	whole := data[:bytes.LastIndexByte(data, '\n')+1]
-	out, last, signerOK, err := verifyOpLines(ctx, whole, append(slices.Clip(trusted), signer.Verifier()))
+	out, digests, signerOK, err := verifyOpLines(ctx, whole, append(slices.Clip(trusted), signer.Verifier()))
 	if err == nil {
 		// A head by a key the log revokes would be refused at every start.
 		_, err = signerOK("the adopting key", signer.ID())
@@ -507,7 +527,7 @@ func AdoptOpLog(ctx context.Context, path string, trusted []*keys.Verifier, sign
 			return OpHead{}, fmt.Errorf("operations log %s: %w", path, err)
 		}
 	}
-	h := OpHead{Seq: int64(len(out)), Last: last, Signer: signer.ID()}
+	h := OpHead{Seq: int64(len(out)), Last: digests[len(digests)-1], Signer: signer.ID()}
 	l := &OpLog{path: path, signer: signer}
 	if _, err := l.writeHead(ctx, h); err != nil {
 		return OpHead{}, fmt.Errorf("operations log %s: write the head: %w", path, err)
@@ -518,7 +538,44 @@ func AdoptOpLog(ctx context.Context, path string, trusted []*keys.Verifier, sign
 // OpLogOption is an extra check of [VerifyOpLog].
 type OpLogOption func(*opLogCheck)
 
-type opLogCheck struct{ headKey string }
+type opLogCheck struct {
+	headKey string
+	// refuse: key ids that may not sign the head, with why.
+	refuse map[string]string
+	// atLeast: a head seen before, which the log must still reach.
+	atLeast *OpHead
+}
+
+// RefuseHeadBy refuses a head signed by the runner key id, saying why: a
+// key a trust file revokes, or whose window ended. The runner signs its
+// head with its current key only (a rotation re-signs it with the
+// successor), so a head by such a key is a log cut back and signed while
+// that key was current, or by whoever holds it since: whatever lines it
+// kept, a revocation line of that key among them or not.
+func RefuseHeadBy(id, why string) OpLogOption {
+	return func(o *opLogCheck) {
+		if o.refuse == nil {
+			o.refuse = map[string]string{}
+		}
+		o.refuse[id] = why
+	}
+}
+
+// AtLeast requires the log to reach the head seen before, seen (its seq
+// and last line's digest; a verifier's checkpoint, kept as the highest
+// head it saw): a log that ends before seen.Seq was rolled back, one whose
+// line seen.Seq is another was replaced.
+func AtLeast(seen OpHead) OpLogOption { return func(o *opLogCheck) { o.atLeast = &seen } }
+
+// ParseOpHead decodes a head as custodyd writes it, strictly, without
+// verifying it: VerifyOpLog does that.
+func ParseOpHead(head []byte) (OpHead, error) {
+	h, _, err := decodeOpHead(head)
+	if err != nil {
+		return OpHead{}, err
+	}
+	return *h, nil
+}
 
 // HeadSignedBy requires the head to be signed by the runner key id: the
 // current one, since a runner rotation re-signs the head with its
@@ -561,9 +618,22 @@ func ReSignOpLogHead(ctx context.Context, path string, old *keys.Verifier, next 
 	return nil
 }
 
-// verifyOpHead checks head against a log of seq lines whose last line
-// digests to last.
-func verifyOpHead(ctx context.Context, head []byte, seq int64, last, headKey string, signerOK func(what, signer string) (*keys.Verifier, error)) error {
+// verifyOpHead checks head against a log whose lines digest to digests,
+// with o's extra checks.
+func verifyOpHead(ctx context.Context, head []byte, digests []string, o opLogCheck, signerOK func(what, signer string) (*keys.Verifier, error)) error {
+	seq, last := int64(len(digests)), ""
+	if seq > 0 {
+		last = digests[seq-1]
+	}
+	if a := o.atLeast; a != nil && a.Seq > 0 {
+		switch {
+		case seq < a.Seq:
+			return fmt.Errorf("the log ends at seq %d, but a head at seq %d was seen before (the checkpoint): it was rolled back, lines %d to %d are gone", seq, a.Seq, seq+1, a.Seq)
+		case digests[a.Seq-1] != a.Last:
+			return fmt.Errorf("line %d is sha256 %s, but the head seen before (the checkpoint) named it %s: the log was replaced", a.Seq, digests[a.Seq-1], cdsse.Clip(a.Last))
+		}
+	}
+	headKey := o.headKey
 	if head == nil {
 		if seq == 0 {
 			return nil
@@ -576,6 +646,9 @@ func verifyOpHead(ctx context.Context, head []byte, seq int64, last, headKey str
 	}
 	if headKey != "" && h.Signer != headKey {
 		return fmt.Errorf("head: signed by %s, not by the current runner key %s, which signs every head from its rotation on: the log was cut back and its head signed with a retired key", cdsse.Clip(h.Signer), headKey)
+	}
+	if why, ok := o.refuse[h.Signer]; ok {
+		return fmt.Errorf("head: signed by %s, which %s; only the current runner key signs the head, so the log was cut back and its head signed with that key", h.Signer, why)
 	}
 	k, err := signerOK("head", h.Signer)
 	if err != nil {

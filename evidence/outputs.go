@@ -132,3 +132,56 @@ func structural(dir string, entries []treehash.Entry) string {
 	}
 	return s
 }
+
+// ErrOutputsMissing reports recorded output files that are not in a
+// directory said to hold them.
+var ErrOutputsMissing = errors.New("output files missing")
+
+// MissingOutputs checks that each of paths (slash-separated, relative, as
+// a run's output record lists its files) is a regular file under dir,
+// reached without following a symlink, and returns an error wrapping
+// ErrOutputsMissing that names the first maxNamed that are not (and how
+// many in all), or nil. It checks presence only; custody verify checks
+// the bytes.
+func MissingOutputs(dir string, paths []string) error {
+	var missing []string
+	for _, p := range paths {
+		if !regularUnder(dir, p) {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	named := missing[:min(len(missing), maxNamed)]
+	quoted := make([]string, len(named))
+	for i, m := range named {
+		quoted[i] = fmt.Sprintf("%q", m)
+	}
+	more := ""
+	if len(missing) > len(named) {
+		more = fmt.Sprintf(" and %d more", len(missing)-len(named))
+	}
+	return fmt.Errorf("%w: %d of the %d recorded files are missing: %s%s", ErrOutputsMissing, len(missing), len(paths), strings.Join(quoted, ", "), more)
+}
+
+// regularUnder says whether rel names a regular file under dir, no
+// component of it a symlink.
+func regularUnder(dir, rel string) bool {
+	parts := strings.Split(rel, "/")
+	p := dir
+	for i, part := range parts {
+		if part == "" || part == "." || part == ".." {
+			return false
+		}
+		p += string(os.PathSeparator) + part
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return false
+		}
+		if i < len(parts)-1 && !fi.IsDir() || i == len(parts)-1 && !fi.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
+}

@@ -330,6 +330,12 @@ func (v *Verifier) VerifyPipeline(ctx context.Context, env []byte, stage func(na
 	default:
 		add(CheckStatement, "")
 	}
+	if signer != nil {
+		// The summary's signer is judged as a receipt's is: at the time it
+		// says it signed, under the key's window and revocation.
+		add(CheckIssuerTrust, signer.validAt(s.Signed))
+		add(CheckKeyRevocation, signer.revokedAt(s.Signed, v.trust.AcceptBeforeRevocation))
+	}
 	promotable := true
 	for _, st := range s.Stages {
 		r, reason, err := v.verifyStage(ctx, st, stage, opts)
@@ -339,6 +345,9 @@ func (v *Verifier) VerifyPipeline(ctx context.Context, env []byte, stage func(na
 		if r != nil {
 			res.Stages[st.Name] = r
 			promotable = promotable && r.Promotable
+			if reason == "" {
+				reason = v.stageSigner(signer, s.Signed, r)
+			}
 		}
 		add(CheckStagePrefix+st.Name, reason)
 	}
@@ -356,6 +365,31 @@ func (v *Verifier) VerifyPipeline(ctx context.Context, env []byte, stage func(na
 		res.Summary = s
 	}
 	return res, nil
+}
+
+// stageSigner says why the authentic stage receipt r cannot be part of a
+// summary signed by signer at signed, or "". A summary is its runner's
+// statement about its own receipts: each must be signed by the summary's
+// key, or by a key the trust file retired when the summary's key took
+// over (a rotation: notAfter of the one no later than notBefore of the
+// other, as custody trust export writes them), and have finished before
+// the summary was signed. Another runner's receipts, even under a key the
+// trust file trusts, are refused.
+func (v *Verifier) stageSigner(signer *TrustedKey, signed time.Time, r *Result) string {
+	if signer == nil || r.Receipt == nil {
+		return ""
+	}
+	if signed.Before(r.Receipt.Finished) {
+		return fmt.Sprintf("the summary says it was signed at %s, before this stage's run finished (%s)", signed.Format(time.RFC3339Nano), r.Receipt.Finished.Format(time.RFC3339Nano))
+	}
+	if r.SignerID == signer.ID() {
+		return ""
+	}
+	k := v.runners[r.SignerID]
+	if k != nil && !k.NotAfter.IsZero() && !signer.NotBefore.IsZero() && !k.NotAfter.After(signer.NotBefore) {
+		return "" // the summary's key is this key's successor
+	}
+	return fmt.Sprintf("the stage receipt is signed by runner key %s, not the summary's %s, nor by a key the trust file retired when the summary's took over: a summary vouches only for its own runner's receipts", r.SignerID, signer.ID())
 }
 
 // verifyStage checks one stage's receipt against the summary's record of

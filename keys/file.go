@@ -75,6 +75,30 @@ func LoadOrCreate(dir, name string) (s *Signer, created bool, err error) {
 	return s, created, nil
 }
 
+// CreatePrivate creates a new signing key <dir>/<name>.key, private from its
+// first byte as LoadOrCreate creates one, synced with its directory, and
+// writes no public key file: a caller that stages a key in steps (a key
+// rotation, which must be resumable after a crash at any point) writes it
+// next with LoadOrCreate. An existing key wraps fs.ErrExist.
+func CreatePrivate(dir, name string) (*Signer, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	d, err := openDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	s, err := createPrivate(d, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Fsync(int(d.Fd())); err != nil {
+		return nil, fmt.Errorf("keys: sync %s: %w", dir, err)
+	}
+	return s, nil
+}
+
 // LoadPrivate loads an existing <name>.key from dir with the checks
 // LoadOrCreate makes, and writes nothing (no key, no public key file). A
 // missing key wraps fs.ErrNotExist.

@@ -480,3 +480,31 @@ func TestLoadPrivate(t *testing.T) {
 		t.Fatalf("exposed key: %v", err)
 	}
 }
+
+// TestCreatePrivate: CreatePrivate makes the private key alone (0600, no
+// public key file), which LoadOrCreate then loads, writing its public key;
+// an existing key is refused, unchanged.
+func TestCreatePrivate(t *testing.T) {
+	dir := t.TempDir()
+	s, err := keys.CreatePrivate(dir, "next")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "next.key"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("next.key: %v %v", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "next.pub")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("CreatePrivate wrote a public key file: %v", err)
+	}
+	if _, err := keys.CreatePrivate(dir, "next"); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("CreatePrivate over an existing key: %v", err)
+	}
+	got, created, err := keys.LoadOrCreate(dir, "next")
+	if err != nil || created || got.ID() != s.ID() {
+		t.Fatalf("LoadOrCreate after CreatePrivate: %v created=%v", err, created)
+	}
+	if _, err := keys.LoadPublic(filepath.Join(dir, "next.pub")); err != nil {
+		t.Fatal(err)
+	}
+}

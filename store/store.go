@@ -6,6 +6,7 @@
 //
 //	v1/
 //	  meta/        schema → "1"
+//	               oplog-anchor → JSON OpLogAnchor (absent: never anchored)
 //	  runner/      quarantine → JSON Quarantine (absent: not quarantined)
 //	  runs/<id>    → JSON run record (opaque to the store)
 //	  grants/<id>  → JSON GrantUse: the grant was consumed (single use)
@@ -48,6 +49,7 @@ var (
 	bucketPackR  = []byte("pack-reservations")
 	bucketIssued = []byte(Issued)
 	keySchema    = []byte("schema")
+	keyOpAnchor  = []byte("oplog-anchor")
 	keyQuarant   = []byte("quarantine")
 )
 
@@ -372,4 +374,65 @@ func (d *DB) DeleteRun(id string) error {
 	return d.db.Update(func(tx *bolt.Tx) error {
 		return d.deleteRun(tx, []byte(id))
 	})
+}
+
+// OpLogAnchor is how far the runner's operations log reached, as the store
+// last recorded it: the seq and hex SHA-256 of its last line. It only ever
+// moves forward, so a log copied back from before it is told apart from
+// the log the runner wrote.
+type OpLogAnchor struct {
+	Seq  int64  `json:"seq"`
+	Last string `json:"last"`
+}
+
+// ErrAnchorBack reports an operations-log anchor that would move back.
+var ErrAnchorBack = errors.New("operations-log anchor moves back")
+
+// OpLogAnchor returns the recorded anchor (zero if there is none).
+func (d *DB) OpLogAnchor() (OpLogAnchor, error) {
+	var a OpLogAnchor
+	err := d.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketV1).Bucket(bucketMeta).Get(keyOpAnchor)
+		if v == nil {
+			return nil
+		}
+		return json.Unmarshal(v, &a)
+	})
+	if err != nil {
+		return OpLogAnchor{}, fmt.Errorf("read the operations-log anchor: %w", err)
+	}
+	return a, nil
+}
+
+// SetOpLogAnchor records a, durably; an anchor behind the recorded one is
+// refused (ErrAnchorBack), in the same transaction.
+func (d *DB) SetOpLogAnchor(a OpLogAnchor) error {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return d.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketV1).Bucket(bucketMeta)
+		if old := meta.Get(keyOpAnchor); old != nil {
+			var prev OpLogAnchor
+			if err := json.Unmarshal(old, &prev); err != nil {
+				return err
+			}
+			if a.Seq < prev.Seq {
+				return fmt.Errorf("%w: seq %d is before the recorded %d", ErrAnchorBack, a.Seq, prev.Seq)
+			}
+		}
+		return meta.Put(keyOpAnchor, v)
+	})
+}
+
+// ResetOpLogAnchor records a even behind the recorded anchor: the
+// operator's decision (custodyd --adopt-oplog) that the log as it stands
+// is the one to go on from.
+func (d *DB) ResetOpLogAnchor(a OpLogAnchor) error {
+	v, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return d.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketV1).Bucket(bucketMeta).Put(keyOpAnchor, v) })
 }

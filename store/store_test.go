@@ -186,3 +186,39 @@ func TestOlderFileGainsPackBuckets(t *testing.T) {
 		t.Errorf("an older record is lost: %v", err)
 	}
 }
+
+// TestOpLogAnchor: the anchor starts absent, moves forward, refuses to
+// move back (ErrAnchorBack, keeping what it had) unless reset, and
+// survives a reopen.
+func TestOpLogAnchor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	db, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := db.OpLogAnchor(); err != nil || a.Seq != 0 {
+		t.Fatalf("a new store's anchor: %+v %v", a, err)
+	}
+	for _, seq := range []int64{1, 2, 2} {
+		if err := db.SetOpLogAnchor(OpLogAnchor{Seq: seq, Last: "x"}); err != nil {
+			t.Fatalf("anchor seq %d: %v", seq, err)
+		}
+	}
+	if err := db.SetOpLogAnchor(OpLogAnchor{Seq: 1, Last: "y"}); !errors.Is(err, ErrAnchorBack) {
+		t.Fatalf("an anchor moving back: %v", err)
+	}
+	db.Close()
+	if db, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if a, err := db.OpLogAnchor(); err != nil || a.Seq != 2 || a.Last != "x" {
+		t.Fatalf("the anchor after a reopen: %+v %v", a, err)
+	}
+	if err := db.ResetOpLogAnchor(OpLogAnchor{Seq: 1, Last: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := db.OpLogAnchor(); a.Seq != 1 || a.Last != "y" {
+		t.Fatalf("the reset anchor: %+v", a)
+	}
+}

@@ -72,6 +72,8 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 			outErr = fmt.Errorf("fetch outputs: %w", err)
 		} else if err := extract(ctx, &buf, outputsDir); err != nil {
 			outErr = fmt.Errorf("write outputs: %w", err)
+		} else if err := savedWhole(outputsDir, res.Output); err != nil {
+			outErr = err
 		}
 	}
 	if outErr != nil {
@@ -96,6 +98,24 @@ func (a *app) saveEvidence(ctx context.Context, c *api.Client, res *api.Result, 
 			quote.String(outputsDir), quote.String(receiptPath), quote.String(outputsDir))
 	}
 	return nil
+}
+
+// savedWhole checks that every file the run's record lists was saved in
+// dir; if not, it removes dir (this command made it, and a partial tree
+// must not pass for the run's outputs) and names what is missing.
+func savedWhole(dir string, o *api.Output) error {
+	paths := make([]string, len(o.Files))
+	for i, f := range o.Files {
+		paths[i] = f.Path
+	}
+	err := evidence.MissingOutputs(dir, paths)
+	if err == nil {
+		return nil
+	}
+	if rerr := os.RemoveAll(dir); rerr != nil {
+		return fmt.Errorf("fetch outputs: %w; and removing the partial %s failed: %v", err, quote.String(dir), rerr)
+	}
+	return fmt.Errorf("fetch outputs: %w (the partial copy was removed)", err)
 }
 
 // extract unpacks a tar of outputs into dir, which must not exist: into a
@@ -403,10 +423,10 @@ func (a *app) verify(ctx context.Context, env []byte, trustPath, outputs string,
 }
 
 func (a *app) promoteCmd() *cobra.Command {
-	var trustPath, outputs, keyPath string
+	var trustPath, outputs, keyPath, bundleOut string
 	cmd := &cobra.Command{
-		Use:   "promote RECEIPT.json --trust TRUST.yaml --outputs DIR --key VERIFIER.key",
-		Short: "Verify a receipt and, only if it is promotable, print a signed SLSA VSA v1",
+		Use:   "promote RECEIPT.json --trust TRUST.yaml --outputs DIR --key VERIFIER.key [--bundle VSA.sigstore.json]",
+		Short: "Verify a receipt and, only if it is promotable, print a signed SLSA VSA v1 (exits as verify does)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			env, err := readReceipt(args[0])
@@ -421,7 +441,16 @@ func (a *app) promoteCmd() *cobra.Command {
 				for _, c := range res.Failed() {
 					fmt.Fprintf(a.stderr, "custody: %s: %s\n", quote.String(c.Name), quote.Message(c.Reason))
 				}
-				return &exitError{verifyAuthentic, errors.New("not promoted: the receipt did not verify as promotable")}
+				// The same exit as custody verify gives the receipt.
+				if !res.OK {
+					return &exitError{verifyUnauthentic, errors.New("not promoted: the receipt is not authentic")}
+				}
+				return &exitError{verifyAuthentic, errors.New("not promoted: the receipt is authentic but not promotable")}
+			}
+			if bundleOut != "" {
+				if _, err := os.Lstat(bundleOut); err == nil {
+					return &exitError{exitRefused, fmt.Errorf("refused: %s already exists; fix: choose a new --bundle path", quote.String(bundleOut))}
+				}
 			}
 			dir, name := filepath.Dir(keyPath), strings.TrimSuffix(filepath.Base(keyPath), ".key")
 			signer, created, err := keys.LoadOrCreate(dir, name)
@@ -435,10 +464,25 @@ func (a *app) promoteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if bundleOut != "" {
+				b, err := evidence.Bundle(vsa, signer.ID())
+				if err != nil {
+					return err
+				}
+				if err := os.MkdirAll(filepath.Dir(bundleOut), 0o755); err != nil {
+					return err
+				}
+				if err := writeNew(bundleOut, b); err != nil {
+					return fmt.Errorf("write the VSA bundle: %w", err)
+				}
+				fmt.Fprintf(a.stderr, "custody: VSA bundle %s (cosign verify-blob-attestation --key %s --bundle %s --type %s --insecure-ignore-tlog OUTPUT-FILE)\n",
+					quote.String(bundleOut), quote.String(filepath.Join(dir, name)+".pub"), quote.String(bundleOut), evidence.VSAPredicateType)
+			}
 			_, err = a.stdout.Write(append(vsa, '\n'))
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&bundleOut, "bundle", "", "also write the VSA as a Sigstore bundle v0.3 here (for cosign and other Sigstore verifiers); refused if it exists")
 	cmd.Flags().StringVar(&trustPath, "trust", "", "trust file")
 	cmd.Flags().StringVar(&outputs, "outputs", "", "directory holding the retained outputs")
 	cmd.Flags().StringVar(&keyPath, "key", "", "verifier signing key (PEM; created 0600 on first use)")

@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/daemontest"
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/keys"
 )
 
 // grantIDOf reads a grant file's id.
@@ -147,5 +155,101 @@ func TestRevokeAndOpLog(t *testing.T) {
 	}
 	if code, _, _ := e.custody("--control", e.submit, "oplog"); code == exitOK {
 		t.Fatal("the submit socket served the operations log")
+	}
+}
+
+// TestRevokeGrantSaysWhatHolds: custody revoke grant refuses an id this
+// runner never issued (exit 2, naming it) and a grant already spent
+// (exit 2, naming the run that spent it: a revocation would stop
+// nothing), and records neither in the operations log; an issued, unspent
+// grant is revoked and recorded once, and revoking it again records no
+// second line.
+func TestRevokeGrantSaysWhatHolds(t *testing.T) {
+	e := startDaemon(t)
+	path := filepath.Join(e.dir, "state", "oplog.jsonl")
+	lines := func() int {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), "\n")
+	}
+	if code, out, errs := e.custody("revoke", "grant", "g-never-issued"); code != exitRefused || strings.Contains(out, "revoked") || !strings.Contains(errs, "never issued") {
+		t.Fatalf("revoke a never-issued id: %d %s %s", code, out, errs)
+	}
+	phase := e.phase(t, "revoke-spent", "true", "")
+	spent := e.grant(t, phase)
+	if code, _, errs := e.custody("run", "--grant", spent); code != exitOK {
+		t.Fatalf("run: %d %s", code, errs)
+	}
+	if code, out, errs := e.custody("revoke", "grant", grantIDOf(t, spent)); code != exitRefused || strings.Contains(out, "revoked") || !strings.Contains(errs, "already spent") || !strings.Contains(errs, "run ") {
+		t.Fatalf("revoke a spent grant: %d %s %s", code, out, errs)
+	}
+	if n := lines(); n != 0 {
+		t.Fatalf("refused revocations wrote %d operations-log lines", n)
+	}
+	live := grantIDOf(t, e.grant(t, phase))
+	for i := 0; i < 2; i++ {
+		if code, out, errs := e.custody("revoke", "grant", live); code != exitOK || !strings.Contains(out, "revoked grant") {
+			t.Fatalf("revoke an issued grant (%d): %d %s %s", i, code, out, errs)
+		}
+	}
+	if n := lines(); n != 1 {
+		t.Fatalf("two revocations of one grant wrote %d lines, want 1", n)
+	}
+}
+
+// TestRevokeForeignGrant: a grant another issuer signed, one this runner
+// trusts (trustedIssuers), has no issue record here: revoking it by id
+// alone is refused as never issued, and with its file (--grant-file),
+// whose signature shows it exists, it is revoked and then refused at
+// launch. Another grant's file, or one of an untrusted issuer, is refused.
+func TestRevokeForeignGrant(t *testing.T) {
+	foreign, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(t.TempDir(), "foreign-issuer.pub")
+	write(t, pub, string(foreign.PublicPEM()))
+	e := startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{Config: "trustedIssuers: [" + pub + "]\n"})
+	phase := e.phase(t, "foreign", "true", "")
+	mint := func(signer *keys.Signer, id string) (string, string) {
+		t.Helper()
+		var st struct{ Predicate grant.Predicate }
+		if err := json.Unmarshal(payloadOfEnvelope(t, readBytes(t, e.grant(t, phase))), &st); err != nil {
+			t.Fatal(err)
+		}
+		st.Predicate.ID = id
+		env, err := grant.Mint(context.Background(), signer, st.Predicate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(e.dir, id+".grant.json")
+		write(t, p, string(env))
+		return p, id
+	}
+	file, id := mint(foreign, "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0")
+	other, _ := mint(foreign, "e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1")
+	stranger, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untrusted, _ := mint(stranger, "d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2d2")
+	if code, _, errs := e.custody("revoke", "grant", id); code != exitRefused || !strings.Contains(errs, "--grant-file") {
+		t.Fatalf("a foreign grant by id alone: %d %s", code, errs)
+	}
+	for name, f := range map[string]string{"another grant's file": other, "an untrusted issuer's grant": untrusted} {
+		if code, out, errs := e.custody("revoke", "grant", id, "--grant-file", f); code != exitRefused || strings.Contains(out, "revoked") {
+			t.Errorf("%s: %d %s %s", name, code, out, errs)
+		}
+	}
+	if code, out, errs := e.custody("revoke", "grant", id, "--grant-file", file, "--reason", "its issuer's key leaked"); code != exitOK || !strings.Contains(out, "revoked grant") {
+		t.Fatalf("a foreign grant with its file: %d %s %s", code, out, errs)
+	}
+	if code, _, errs := e.custody("run", "--grant", file); code != exitRefused || !strings.Contains(errs, "revoked") {
+		t.Fatalf("the revoked foreign grant ran: %d %s", code, errs)
 	}
 }

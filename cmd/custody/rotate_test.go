@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/keys"
 )
 
 // TestRunnerKeyRotation: a stopped custodyd's runner key is rotated; the
@@ -89,5 +95,77 @@ func TestRunnerKeyRotation(t *testing.T) {
 	// Not authentic (2): no trusted key signed it.
 	if code, _, _ := e.custody("verify", before, "--trust", onlyNew, "--outputs", filepath.Join(e.dir, "before", "outputs")); code != 2 {
 		t.Fatalf("a receipt of the retired key without it in trust: exit %d, want 2", code)
+	}
+}
+
+// TestRotationResumesAfterEveryKill: custodyd --rotate-key runner killed
+// (SIGKILL, by the fault-injection build) at each of its seven points
+// leaves custodyd refusing to start with "finish with custodyd
+// --rotate-key runner" (or, killed after its last step, a finished
+// rotation), and a second --rotate-key of the production build finishes
+// that rotation: the successor it staged is the runner key custodyd
+// starts with, the record hands over from the key it retired, and the
+// operations log, whose head the rotation re-signs, verifies.
+func TestRotationResumesAfterEveryKill(t *testing.T) {
+	e := startDaemon(t)
+	g := e.grant(t, e.phase(t, "rotate-kill", "true", ""))
+	if code, _, errs := e.custody("revoke", "grant", grantIDOf(t, g), "--reason", "an oplog line to re-sign the head of"); code != exitOK {
+		t.Fatalf("revoke grant: %d %s", code, errs)
+	}
+	runnerID := func() string {
+		t.Helper()
+		code, out, errs := e.custody("status", "--json")
+		var st struct{ Status struct{ RunnerID string } }
+		if code != exitOK || json.Unmarshal([]byte(out), &st) != nil || st.Status.RunnerID == "" {
+			t.Fatalf("status: %d %s %s", code, out, errs)
+		}
+		return st.Status.RunnerID
+	}
+	faultBin, bin := os.Getenv("CUSTODYD_FAULT_BIN"), os.Getenv("CUSTODYD_BIN")
+	if faultBin == "" {
+		testenv.Missing(t, "the fault-injection custodyd ($CUSTODYD_FAULT_BIN, built by make build)")
+	}
+	keyDir := filepath.Join(e.dir, "state", "keys")
+	for _, step := range []string{"next-private", "next-key", "retired-pub", "record", "head", "public", "private"} {
+		before := runnerID()
+		e.d.Stop()
+		kill := exec.Command(faultBin, "--config", e.d.Config, "--rotate-key", "runner")
+		kill.Env = append(os.Environ(), "CUSTODY_FAULT=rotate-"+step)
+		out, err := kill.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("%s: --rotate-key was not killed there: %v %s", step, err, out)
+		}
+		staged := ""
+		if p, err := keys.LoadPrivate(keyDir, "runner-next"); err == nil {
+			staged = p.ID()
+		}
+		if step != "private" {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			out, err := exec.CommandContext(ctx, bin, "--config", e.d.Config).CombinedOutput()
+			cancel()
+			if err == nil || !strings.Contains(string(out), "finish with custodyd --rotate-key runner") {
+				t.Fatalf("%s: custodyd's start on the half-rotated key: %v %s", step, err, out)
+			}
+		}
+		out, err = exec.Command(bin, "--config", e.d.Config, "--rotate-key", "runner").Output()
+		var rec struct{ Retired, Successor string }
+		if err != nil || json.Unmarshal(out, &rec) != nil {
+			t.Fatalf("%s: the second --rotate-key: %v %s", step, err, out)
+		}
+		e.d.Start()
+		now := runnerID()
+		if step == "private" {
+			// Killed after its last step: that rotation was complete, and
+			// the second one is another rotation, from its successor.
+			if rec.Retired == before || now != rec.Successor {
+				t.Fatalf("%s: after a complete rotation, another: %+v, running %s (was %s)", step, rec, now, before)
+			}
+		} else if rec.Retired != before || rec.Successor != staged || now != staged {
+			t.Fatalf("%s: the rotation resumed as %+v, running %s; want %s handed over to the staged %s", step, rec, now, before, staged)
+		}
+		if code, _, errs := e.custody("oplog"); code != exitOK {
+			t.Fatalf("%s: the operations log after the rotation: %d %s", step, code, errs)
+		}
 	}
 }

@@ -6,11 +6,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
 )
 
 // runJSON runs a phase through the real CLI with --json and returns its
@@ -156,5 +160,83 @@ func TestPidsLimitReported(t *testing.T) {
 	}
 	if code, out, _ := e.custody("result", hit.RunID); code != exitOK || !strings.Contains(out, "pids-limit") || !strings.Contains(out, "forks refused") {
 		t.Fatalf("result: %d\n%s", code, out)
+	}
+}
+
+// TestResultRefusesMissingOutputs: custody result --receipt for a run
+// whose retained outputs are gone from the runner (one file, or the whole
+// tree) fails, names every missing file, and leaves no outputs directory
+// that would pass for them; with them all there it saves them whole.
+func TestResultRefusesMissingOutputs(t *testing.T) {
+	e := startDaemon(t)
+	var kept []string
+	for i := 0; i < 3; i++ {
+		code, res := e.runJSON(t, e.phase(t, fmt.Sprintf("kept%d", i), fmt.Sprintf("echo a%d > /out/a.txt; echo b > /out/b.txt", i), ""))
+		if code != exitOK {
+			t.Fatalf("run: %d %+v", code, res)
+		}
+		kept = append(kept, res.RunID)
+	}
+	outputPath := func(run string) string {
+		t.Helper()
+		code, out, errs := e.custody("result", run, "--json")
+		var r struct{ Output struct{ Path string } }
+		if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.Output.Path == "" {
+			t.Fatalf("result --json: %d %s %s", code, out, errs)
+		}
+		return r.Output.Path
+	}
+	if err := os.Remove(filepath.Join(outputPath(kept[1]), "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(outputPath(kept[2])); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for i, c := range []struct {
+		what    string
+		missing []string
+	}{{"all kept", nil}, {"one file deleted", []string{"b.txt"}}, {"the tree deleted", []string{"a.txt", "b.txt"}}} {
+		receipt := filepath.Join(dir, fmt.Sprint(i), "receipt.json")
+		outputs := filepath.Join(dir, fmt.Sprint(i), "outputs")
+		code, out, errs := e.custody("result", kept[i], "--receipt", receipt)
+		if c.missing == nil {
+			if code != exitOK {
+				t.Fatalf("%s: %d %s %s", c.what, code, out, errs)
+			}
+			continue
+		}
+		if code == exitOK || !strings.Contains(errs, "missing") {
+			t.Fatalf("%s: result --receipt: exit %d, want a failure naming what is missing\n%s%s", c.what, code, out, errs)
+		}
+		for _, m := range c.missing {
+			if !strings.Contains(errs, m) {
+				t.Errorf("%s: the failure does not name %s: %s", c.what, m, errs)
+			}
+		}
+		if _, err := os.Lstat(outputs); err == nil {
+			t.Errorf("%s: an outputs directory was left that passes for the run's outputs", c.what)
+		}
+	}
+}
+
+// TestSavedWholeRemovesPartialCopy: the CLI's own check of a saved
+// outputs tree (behind custodyd's refusal to stream a tree missing
+// files): a tree missing a listed file is removed and the file named; a
+// whole one is kept.
+func TestSavedWholeRemovesPartialCopy(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "outputs")
+	write(t, mkdirs(t, dir, "a.txt"), "a\n")
+	o := &api.Output{Files: []api.OutputFile{{Path: "a.txt"}}}
+	if err := savedWhole(dir, o); err != nil {
+		t.Fatalf("a whole tree: %v", err)
+	}
+	o.Files = append(o.Files, api.OutputFile{Path: "sub/b.txt"})
+	err := savedWhole(dir, o)
+	if !errors.Is(err, evidence.ErrOutputsMissing) || !strings.Contains(err.Error(), `"sub/b.txt"`) {
+		t.Fatalf("a tree missing sub/b.txt: %v", err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the partial copy was kept: %v", err)
 	}
 }

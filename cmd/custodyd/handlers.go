@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
@@ -303,6 +304,15 @@ func (s *server) handleRevoke(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: "grant id is required"})
 		return
 	}
+	already, err := s.revocable(r.Context(), req.ID, req.Grant)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if already {
+		writeJSON(w, map[string]string{"revoked": req.ID})
+		return
+	}
 	// Recorded first, as a key revocation is: a revocation in effect is
 	// always in the log. A crash between the two leaves a recorded
 	// revocation not yet applied; revoking again applies it (idempotent).
@@ -392,11 +402,28 @@ func noReceipt(rec *launch.Record) string {
 	}
 }
 
+// outputsKept refuses to hand out a run's outputs when files its record
+// lists are gone from the store (deleted by hand, or lost): a partial tree
+// must never pass for the run's outputs.
+func outputsKept(run string, o *runner.Output) error {
+	paths := make([]string, len(o.Files))
+	for i, f := range o.Files {
+		paths[i] = f.Path
+	}
+	if err := evidence.MissingOutputs(o.Path, paths); err != nil {
+		return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %s: its retained outputs are not all on this runner (%s): %v; the receipt still binds their digests", run, o.Path, err)}
+	}
+	return nil
+}
+
 func (s *server) handleGetOutputs(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		rec, err := s.runFor(r, operator)
 		if err == nil && (rec.Result == nil || rec.Result.Output == nil) {
 			err = &api.Error{Code: api.CodeNotFound, Message: "run " + r.PathValue("id") + " kept no outputs"}
+		}
+		if err == nil {
+			err = outputsKept(r.PathValue("id"), rec.Result.Output)
 		}
 		if err != nil {
 			writeError(w, err)

@@ -17,15 +17,16 @@ import (
 func TestGrantRevocationRecordedFirst(t *testing.T) {
 	ctx := context.Background()
 	d := startDaemon(t)
-	if err := d.control.Revoke(ctx, api.RevokeRequest{ID: "g-recorded", Reason: "test"}); err != nil {
+	recorded, unrecorded := grantID(t, d.issue("true")), grantID(t, d.issue("true"))
+	if err := d.control.Revoke(ctx, api.RevokeRequest{ID: recorded, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	logPath := opLogPath(d.cfg.Runner.StateDir)
 	data, err := os.ReadFile(logPath)
-	if err != nil || !strings.Contains(string(data), `"g-recorded"`) {
+	if err != nil || !strings.Contains(string(data), `"`+recorded+`"`) {
 		t.Fatalf("the revocation is not in the log: %v", err)
 	}
-	if ok, err := d.s.db.Revoked("g-recorded"); err != nil || !ok {
+	if ok, err := d.s.db.Revoked(recorded); err != nil || !ok {
 		t.Fatalf("the recorded revocation is not in effect: %v", err)
 	}
 	aside := logPath + ".aside"
@@ -36,10 +37,10 @@ func TestGrantRevocationRecordedFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Remove(logPath); _ = os.Rename(aside, logPath) })
-	if err := d.control.Revoke(ctx, api.RevokeRequest{ID: "g-unrecorded", Reason: "test"}); err == nil {
+	if err := d.control.Revoke(ctx, api.RevokeRequest{ID: unrecorded, Reason: "test"}); err == nil {
 		t.Fatal("a revocation the log refused was reported done")
 	}
-	if ok, err := d.s.db.Revoked("g-unrecorded"); err != nil || ok {
+	if ok, err := d.s.db.Revoked(unrecorded); err != nil || ok {
 		t.Fatalf("an unrecorded revocation is in effect (%v)", err)
 	}
 }

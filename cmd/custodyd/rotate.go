@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,12 +59,13 @@ func VerifyRotation(ctx context.Context, r Rotation, retired *keys.Verifier) err
 // Rotation steps, in order; a rotation interrupted after any of them is
 // finished by running custodyd --rotate-key again.
 const (
-	stepNextKey    = "next-key"    // NAME-next.{key,pub} made
-	stepRetiredPub = "retired-pub" // retired/NAME-OLD.pub written
-	stepRecord     = "record"      // retired/NAME-OLD.json written (signed by the old key)
-	stepHead       = "head"        // runner only: the operations log's head re-signed by the successor
-	stepPublic     = "public"      // NAME-next.pub renamed over NAME.pub
-	stepPrivate    = "private"     // NAME-next.key renamed over NAME.key
+	stepNextPriv   = "next-private" // NAME-next.key made, its public key not yet
+	stepNextKey    = "next-key"     // NAME-next.{key,pub} made
+	stepRetiredPub = "retired-pub"  // retired/NAME-OLD.pub written
+	stepRecord     = "record"       // retired/NAME-OLD.json written (signed by the old key)
+	stepHead       = "head"         // runner only: the operations log's head re-signed by the successor
+	stepPublic     = "public"       // NAME-next.pub renamed over NAME.pub
+	stepPrivate    = "private"      // NAME-next.key renamed over NAME.key
 )
 
 // rotateKey replaces custodyd's runner or issuer key while custodyd is
@@ -106,9 +108,17 @@ func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time,
 	stagedKey := filepath.Join(keyDir, name+"-next.key")
 	stagedPub := filepath.Join(keyDir, name+"-next.pub")
 	if exists(stagedKey) && !exists(stagedPub) {
-		// Interrupted between the two renames: NAME.pub is already the
-		// successor's and the record is written; install the private key.
-		return finishInstall(ctx, keyDir, retired, name, stagedKey, step)
+		installing, err := stagedWithoutPublic(keyDir, name)
+		if err != nil {
+			return nil, err
+		}
+		if installing {
+			// Interrupted between the two renames: NAME.pub is already the
+			// successor's and the record is written; install the private key.
+			return finishInstall(ctx, keyDir, retired, name, stagedKey, step)
+		}
+		// Interrupted while the successor was staged: its public key is
+		// written below (LoadOrCreate), and the rotation goes on.
 	}
 	old, created, err := keys.LoadOrCreate(keyDir, name)
 	if err != nil {
@@ -116,6 +126,14 @@ func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time,
 	}
 	if created {
 		return nil, fmt.Errorf("rotate %s key: there was no %s key to rotate (one was just made; custodyd will use it)", name, name)
+	}
+	if !exists(stagedKey) {
+		if _, err := keys.CreatePrivate(keyDir, name+"-next"); err != nil {
+			return nil, fmt.Errorf("rotate %s key: stage the successor: %w", name, err)
+		}
+	}
+	if err := step(stepNextPriv); err != nil {
+		return nil, err
 	}
 	next, _, err := keys.LoadOrCreate(keyDir, name+"-next")
 	if err != nil {
@@ -175,6 +193,41 @@ func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time,
 		return nil, err
 	}
 	return finishInstall(ctx, keyDir, retired, name, stagedKey, step)
+}
+
+// stagedWithoutPublic tells the two ways a rotation leaves NAME-next.key
+// staged without NAME-next.pub. installing: it stopped between its two
+// renames, NAME.pub already holds the staged key's public key, and only
+// the private key is left to install. Otherwise it stopped while staging
+// the successor, before anything was handed over to it (a record names
+// its successor only once NAME-next.pub exists), and the current pair
+// NAME.{key,pub} is whole: the rotation goes on with the staged key, or,
+// when a crash left the staged key unreadable (never used for anything),
+// with a new one in its place. Anything else is refused with what holds.
+func stagedWithoutPublic(keyDir, name string) (installing bool, err error) {
+	stagedKey := filepath.Join(keyDir, name+"-next.key")
+	pub, err := keys.LoadPublic(filepath.Join(keyDir, name+".pub"))
+	if err != nil {
+		return false, fmt.Errorf("rotate %s key: %w", name, err)
+	}
+	staged, serr := keys.LoadPrivate(keyDir, name+"-next")
+	if serr == nil && staged.ID() == pub.ID() {
+		return true, nil
+	}
+	current, err := keys.LoadPrivate(keyDir, name)
+	if err != nil || current.ID() != pub.ID() {
+		return false, fmt.Errorf("rotate %s key: %s is staged without its public key, and %s.key does not match %s.pub (%v): the key files were changed by hand; restore them from a backup", name, stagedKey, name, name, err)
+	}
+	if serr != nil {
+		slog.Warn("rotation: removing a staged key a crash left unreadable; it was never used, a new one is staged", "path", stagedKey, "err", serr)
+		if err := os.Remove(stagedKey); err != nil {
+			return false, fmt.Errorf("rotate %s key: remove the unreadable staged key: %w", name, err)
+		}
+		if err := durable.SyncDir(keyDir); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // errRotationUnfinished reports a key rotation custodyd --rotate-key began
@@ -333,7 +386,15 @@ func runRotate(ctx context.Context, configPath, name string) error {
 	if err != nil {
 		return err
 	}
-	rec, err := rotateKey(ctx, *cfg, name, time.Now())
+	// A fault-injection build dies at the step CUSTODY_FAULT names
+	// (rotate-STEP), as a crash would; a production build has no hook.
+	kill := faultHook()
+	rec, err := rotateKeySteps(ctx, *cfg, name, time.Now(), func(step string) error {
+		if kill != nil {
+			kill("rotate-" + step)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}

@@ -100,7 +100,7 @@ var errCrash = errors.New("crashed here")
 func TestRotateKeyResumes(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	for _, crashAt := range []string{stepNextKey, stepRetiredPub, stepRecord, stepPublic, stepPrivate} {
+	for _, crashAt := range []string{stepNextPriv, stepNextKey, stepRetiredPub, stepRecord, stepPublic, stepPrivate} {
 		t.Run(crashAt, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := Config{Runner: runner.Config{StateDir: dir}}
@@ -114,8 +114,8 @@ func TestRotateKeyResumes(t *testing.T) {
 			}
 			var staged string
 			_, err = rotateKeySteps(ctx, cfg, "issuer", at, func(step string) error {
-				if step == stepNextKey {
-					p, err := keys.LoadPublic(filepath.Join(keyDir, "issuer-next.pub"))
+				if step == stepNextPriv {
+					p, err := keys.LoadPrivate(keyDir, "issuer-next")
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -213,46 +213,66 @@ func TestRotateKeyRefusesForeignRecord(t *testing.T) {
 	}
 }
 
-// TestRotateKeyRefusesPartialStagedKey: a crash while the staged key was
+// TestRotateKeyResumesPartialStagedKey: a crash while the staged key was
 // being made (NAME-next.key written, NAME-next.pub not) after an earlier
-// rotation, whose record hands over to the current key, is refused with
-// the fix, and the current key stays; once the partial key is removed the
-// rotation goes ahead.
-func TestRotateKeyRefusesPartialStagedKey(t *testing.T) {
+// rotation, whose record hands over to the current key, is resumed: the
+// rotation goes on with that staged key, nothing having been handed over
+// to it. A staged key the crash left unreadable is replaced by a new one.
+// Key files changed by hand (NAME.key no longer NAME.pub's) are refused
+// and left as they are.
+func TestRotateKeyResumesPartialStagedKey(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	cfg := Config{Runner: runner.Config{StateDir: dir}}
-	keyDir := filepath.Join(dir, "keys")
-	if err := os.MkdirAll(keyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	current, _, err := keys.LoadOrCreate(keyDir, "issuer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := keys.LoadOrCreate(keyDir, "issuer-next"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(filepath.Join(keyDir, "issuer-next.pub")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err == nil || !strings.Contains(err.Error(), "remove the partial staged key issuer-next.*") {
-		t.Fatalf("a partial staged key: %v", err)
-	}
-	if now, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil || now.ID() != current.ID() {
-		t.Fatalf("the refused rotation changed the current key: %v", err)
-	}
-	if err := os.Remove(filepath.Join(keyDir, "issuer-next.key")); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil || rec.Retired != current.ID() {
-		t.Fatalf("the rotation once the partial key is gone: %v %+v", err, rec)
+	for _, c := range []string{"readable", "unreadable", "mismatched"} {
+		t.Run(c, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := Config{Runner: runner.Config{StateDir: dir}}
+			keyDir := filepath.Join(dir, "keys")
+			if err := os.MkdirAll(keyDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			current, _, err := keys.LoadOrCreate(keyDir, "issuer")
+			if err != nil {
+				t.Fatal(err)
+			}
+			staged, err := keys.CreatePrivate(keyDir, "issuer-next")
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch c {
+			case "unreadable":
+				if err := os.Truncate(filepath.Join(keyDir, "issuer-next.key"), 10); err != nil {
+					t.Fatal(err)
+				}
+			case "mismatched":
+				other, _ := keys.Generate()
+				if err := os.WriteFile(filepath.Join(keyDir, "issuer.pub"), other.PublicPEM(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err == nil || !strings.Contains(err.Error(), "changed by hand") {
+					t.Fatalf("key files changed by hand: %v", err)
+				}
+				if !exists(filepath.Join(keyDir, "issuer-next.key")) {
+					t.Fatal("the refused rotation removed the staged key")
+				}
+				return
+			}
+			rec, err := rotateKey(ctx, cfg, "issuer", time.Now())
+			if err != nil || rec.Retired != current.ID() {
+				t.Fatalf("the rotation over a partial staged key: %v %+v", err, rec)
+			}
+			if (c == "readable") != (rec.Successor == staged.ID()) {
+				t.Fatalf("%s staged key: the successor is %s, the staged key %s", c, rec.Successor, staged.ID())
+			}
+			if now, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil || now.ID() != rec.Successor {
+				t.Fatalf("the installed key: %v", err)
+			}
+		})
 	}
 }
 
@@ -263,7 +283,7 @@ func TestRotateKeyRefusesPartialStagedKey(t *testing.T) {
 func TestStartRefusesUnfinishedRotation(t *testing.T) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, crashAt := range []string{stepNextKey, stepRecord, stepPublic, "retired-only"} {
+	for _, crashAt := range []string{stepNextPriv, stepNextKey, stepRecord, stepHead, stepPublic, "retired-only"} {
 		t.Run(crashAt, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := Config{Runner: runner.Config{StateDir: dir}, MaxGrantTTL: "24h"}

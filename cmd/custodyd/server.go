@@ -180,6 +180,10 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if s.db, err = store.Open(runner.StorePath(cfg.Runner), store.WithRunIndex(launch.OutputIndex())); err != nil {
 		return nil, err
 	}
+	if err := anchorOpLog(s.oplog, s.db, opLogPath(cfg.Runner.StateDir)); err != nil {
+		s.db.Close()
+		return nil, err
+	}
 	s.faults = faultHook()
 	cfg.Runner.Faults = s.faults
 	eg, err := cfg.Egress.launchEgress()

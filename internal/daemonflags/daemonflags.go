@@ -31,7 +31,7 @@ func Define(fs *flag.FlagSet) *Options {
 	fs.StringVar(&o.LogFormat, "log-format", "text", "log `FORMAT`: text (logfmt) or json (one object per line)")
 	fs.StringVar(&o.MetricsListen, "metrics-listen", "", "also serve Prometheus metrics at GET /metrics on a unix socket at `PATH` (absolute), to operators' uids only (e.g. /run/custody/metrics.sock); the control socket always serves /v1/metrics")
 	fs.StringVar(&o.RotateKey, "rotate-key", "", "with custodyd stopped: replace `KEY`, the runner or the issuer key, keep the old public key and a hand-over record it signed in stateDir/keys/retired, print the record, and exit")
-	fs.BoolVar(&o.AdoptOpLog, "adopt-oplog", false, "with custodyd stopped: verify every line of an operations log that has no signed head (one written before heads) and sign a head for it as it stands, then exit")
+	fs.BoolVar(&o.AdoptOpLog, "adopt-oplog", false, "with custodyd stopped: verify every line of the operations log, sign a head for it as it stands if it has none (one written before heads), and have the store go on from it (after restoring the log or moving it aside), then exit")
 	fs.StringVar(&o.CgroupLeaf, "cgroup-leaf", "auto", "move custodyd into a leaf cgroup of its own once it has started; `MODE` is on, off, or auto (on under systemd on a cgroup v2 host)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the daemon to `FILE` until it stops (read it with go tool pprof)")
 	return o
@@ -58,7 +58,8 @@ sockets. On SIGTERM or SIGINT it stops accepting work, cancels what runs
 Two flags make it do one maintenance task, with the daemon stopped, and
 exit: --rotate-key runner|issuer rotates a signing key and prints the
 hand-over record the old key signed; --adopt-oplog signs a head for an
-operations log that has none.
+operations log that has none, or has the store go on from a log that was
+restored or moved aside on purpose.
 
 Exit status: 0 when it stopped cleanly or the task succeeded; 1 when it
 could not start (a configuration it cannot read or accept, a store another
