@@ -216,11 +216,13 @@ func TestExternalImports(t *testing.T) {
 // wire client, the formats it reads and verifies offline, and the offline
 // tools (doctor, qualification, the gate), and the reference pages it
 // writes from its own schemas (internal/schemadoc) and from the daemon's
-// flag set (internal/daemonflags). It never holds the
+// flag set (internal/daemonflags), and the crash-safe writes of the files it
+// keeps for a reviewer, such as an operations-log checkpoint
+// (internal/durable). It never holds the
 // runner's state or launches anything itself.
 var cliImports = []string{
 	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
-	"internal/quote", "internal/regfile", "internal/untar", "internal/schemadoc", "internal/daemonflags",
+	"internal/quote", "internal/regfile", "internal/untar", "internal/schemadoc", "internal/daemonflags", "internal/durable",
 }
 
 func TestCLIImports(t *testing.T) {
