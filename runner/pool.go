@@ -617,7 +617,7 @@ func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
 	r.pool.destroying.add()
 	defer r.pool.destroying.done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
-	r.finishMember(m, rep, detailUnused+reason, true)
+	_ = r.finishMember(m, rep, detailUnused+reason, true) // a residual member quarantines the runner
 }
 
 // The details a member's attempt closes with when it served no run: only
@@ -640,7 +640,7 @@ func (r *Runner) destroyLater(m *member, reason string) {
 
 // finishMember closes a member's attempt after its cleanup; unused says
 // it served no run, so that its clean attempt may be pruned.
-func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) {
+func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) error {
 	if !rep.Verified {
 		var failed []string
 		for _, s := range rep.Steps {
@@ -648,17 +648,16 @@ func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail strin
 				failed = append(failed, s.Name+": "+s.Detail)
 			}
 		}
-		_ = r.residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
-		return
+		return r.residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
 	}
 	if err := r.journal.Finish(m.runID, journal.Clean, detail, ""); err != nil {
-		_ = r.residual(m.runID, err.Error())
-		return
+		return r.residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
 	}
 	if unused {
 		r.pool.noteClean(m.runID)
 	}
 	r.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
+	return nil
 }
 
 // noteClean records a member's attempt as verified clean, to be pruned
@@ -849,17 +848,23 @@ type pooledSandbox struct {
 func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 	s.once.Do(func() {
 		s.rep = s.Sandbox.Cleanup(ctx)
-		s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed", false)
+		if err := s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed", false); err != nil && s.rep.Verified {
+			// The run's cleanup state is its member's: never clean when
+			// the member's attempt is not.
+			s.rep.Verified = false
+			s.rep.Steps = append(slices.Clone(s.rep.Steps), backend.CleanupStep{Name: "pool-member-closed", Detail: err.Error()})
+		}
 		s.r.pool.kick()
 	})
 	return s.rep
 }
 
-// ConsumePooled is Consume for a run that takes a reserved pool member:
+// ConsumePooled is Consume for a run that takes the member l reserved:
 // the run's attempt opens with no intents, since the member's attempt
-// holds everything that exists.
-func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse) error {
-	return r.journal.BeginConsuming(runID, grantID, use)
+// holds everything that exists, and names the member, whose cleanup state
+// the run's then follows.
+func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse, l *PoolLease) error {
+	return r.journal.BeginServing(runID, grantID, l.m.runID, use)
 }
 
 // prepareSandbox is the run's sandbox: its reserved pool member, taken
