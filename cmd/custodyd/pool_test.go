@@ -459,3 +459,60 @@ func TestPoolBackoffInStatus(t *testing.T) {
 		t.Fatalf("a failed preparation quarantined the runner: %+v %v", q, err)
 	}
 }
+
+// TestPooledAndColdEnvAreTheGrants: a cold and a pooled launch of the same
+// phase see exactly the grant's resolved environment (its declared
+// variable and custody's default PATH), and nothing the runtime adds
+// (runc sets HOME when the environment has none).
+func TestPooledAndColdEnvAreTheGrants(t *testing.T) {
+	d := startDaemon(t)
+	writeFile(t, filepath.Join(d.dir, "src", "x"), "x")
+	script := "export -p > /out/env"
+	issue := func() []byte {
+		ps := d.phase(script)
+		ps.YAML = append(ps.YAML, "env: {DECLARED: yes}\n"...)
+		env, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: ps, Actor: "ci-bot", TTL: "15m"})
+		if err != nil {
+			t.Fatalf("issue: %v", err)
+		}
+		return env
+	}
+	envOf := func(g []byte) (string, bool) {
+		t.Helper()
+		var out bytes.Buffer
+		res, rcpt, err := d.submit.RunWithReceipt(context.Background(), g, &out, &out, nil)
+		if err != nil || res.Status != api.StatusOK || res.Output == nil || len(res.Output.Files) != 1 {
+			t.Fatalf("run: %v %+v %s", err, res, out.String())
+		}
+		b, err := os.ReadFile(filepath.Join(res.Output.Path, "env"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, pooled := pooledOf(t, rcpt)
+		return string(b), pooled != nil
+	}
+	cold, pooled := envOf(issue())
+	if pooled {
+		t.Fatal("a run without a pool was pooled")
+	}
+	d.withPool(1, "10m")
+	warm, pooled := envOf(issue())
+	if !pooled {
+		t.Fatal("the run did not take the pooled sandbox")
+	}
+	for name, got := range map[string]string{"cold": cold, "pooled": warm} {
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(got), "\n") {
+			name, _, _ := strings.Cut(strings.TrimPrefix(l, "export "), "=")
+			if name != "PWD" && name != "SHLVL" && name != "OLDPWD" { // the shell's own
+				names = append(names, name)
+			}
+		}
+		if strings.Join(names, " ") != "DECLARED PATH" {
+			t.Errorf("the %s launch's environment is %q, want DECLARED and PATH only:\n%s", name, names, got)
+		}
+	}
+	if cold != warm {
+		t.Errorf("a cold and a pooled launch of one phase saw different environments:\ncold:\n%s\npooled:\n%s", cold, warm)
+	}
+}
