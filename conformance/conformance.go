@@ -272,6 +272,9 @@ func Run(ctx context.Context, env Env) Report {
 	if env.Backend == BackendVM {
 		all, rep.NotApplicable = vmSpecs(), vmNotApplicable()
 	}
+	if env.Pooled && env.Backend != BackendVM {
+		all = append(all, pooledSpecs()...)
+	}
 	if env.Pooled && env.Only == nil {
 		env.Only = func(family, name string) bool { return slices.Contains(PooledChecks, family+"/"+name) }
 	}
