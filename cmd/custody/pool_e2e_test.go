@@ -196,6 +196,10 @@ func TestPooledRunResidualAfterSIGKILL(t *testing.T) {
 	if !strings.Contains(out, "pool member") {
 		t.Errorf("the result does not name the pool member that holds the residue:\n%s", out)
 	}
+	// What the record does not hold was not observed: unknown, never "".
+	if strings.Contains(out, `""`) || !strings.Contains(out, "exit unknown") || !strings.Contains(out, "usage    unknown") {
+		t.Errorf("the recovered run's result prints values it does not know as empty or zero:\n%s", out)
+	}
 	as, err = d.Control.Attempts(ctx)
 	if err != nil {
 		t.Fatal(err)
