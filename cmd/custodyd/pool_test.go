@@ -619,7 +619,6 @@ func TestPoolStateWhileQuarantined(t *testing.T) {
 		}
 		return st.Pool[0].State
 	}
-	time.Sleep(2 * poolTick) // upkeep rounds pass: nothing is made
 	if got := state(); got != runner.PoolQuarantined {
 		t.Errorf("the pool of a quarantined runner is %q, want %q", got, runner.PoolQuarantined)
 	}
