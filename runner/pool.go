@@ -346,9 +346,13 @@ func (r *Runner) admissible(req string, pol *policy.Policy, p policy.PoolProfile
 			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes could not be admitted: %v", p.Name, err), Fix: "fix the profile or the policy"}}
 	}
 	if m := mismatch(pol, p, plan); m != nil {
+		fix := fmt.Sprintf("set the profile's %s to %s", m.Field, m.Plan)
+		if m.Field == "resources.outputFiles" || m.Field == "resources.nofile" {
+			fix += ", or leave it out to take the default a request takes"
+		}
 		return []admission.Check{{Requirement: req + "." + m.Field, Verdict: admission.NotGranted, Code: "pool-unmatchable",
 			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes is granted %s %s, but the profile holds %s, so no grant would ever take them and every launch would go cold", p.Name, m.Field, m.Plan, m.Profile),
-			Fix:    fmt.Sprintf("set the profile's %s to %s, or leave it out to take the default a request takes", m.Field, m.Plan)}}
+			Fix:    fix}}
 	}
 	return nil
 }
