@@ -527,7 +527,7 @@ func (a *admitter) openBytes(req string, asked, def, ceiling int64) int64 {
 func (a *admitter) outputFiles() int64 {
 	asked, ceiling := a.req.Output.MaxFiles, a.pol.Ceilings.OutputFilesCeiling()
 	if asked == 0 {
-		def := min(int64(policy.DefaultOutputFiles), ceiling)
+		def := a.pol.OutputFilesDefault()
 		a.add(Check{Requirement: "output.maxFiles", Verdict: Chosen, Code: "policy-default",
 			Detail: fmt.Sprintf("%d entries (operator default)", def)})
 		return def
@@ -1032,8 +1032,9 @@ func (a *admitter) memoryBacked(p *Plan) {
 }
 
 // DefaultNofile is the open-file limit of a phase that asks for none, and
-// the ceiling of a policy that sets none.
-const DefaultNofile = 1024
+// the ceiling of a policy that sets none (the policy's rule, which pool
+// profiles share).
+const DefaultNofile = policy.DefaultNofile
 
 // nofile admits the open-file limit: the request's within the policy's
 // ceilings.nofile (DefaultNofile when the policy sets none), else

@@ -183,6 +183,21 @@ type PoolProfile struct {
 	LastError   string    `json:"lastError,omitempty"`
 	LastFailure time.Time `json:"lastFailure,omitzero"`
 	NextTry     time.Time `json:"nextTry,omitzero"`
+	// Hits counts the launches the profile served, and Misses the
+	// launches that went cold since the policy was loaded; LastMiss says
+	// why the last of them did not take this profile.
+	Hits     int64     `json:"hits"`
+	Misses   int64     `json:"misses"`
+	LastMiss *PoolMiss `json:"lastMiss,omitempty"`
+}
+
+// PoolMiss is the first field in which a launch's plan differed from a
+// pool profile ("idle": it matched, and no sandbox was idle), with the
+// profile's value and the request's.
+type PoolMiss struct {
+	Field   string `json:"field"`
+	Profile string `json:"profile"`
+	Request string `json:"request"`
 }
 
 // OpLogHead is the seq and hex SHA-256 of the operations log's last line.
@@ -396,8 +411,11 @@ type Attempt struct {
 	Resources []AttemptResource `json:"resources"`
 	Detail    string            `json:"detail,omitempty"`
 	Retry     string            `json:"retry,omitempty"`
-	Started   time.Time         `json:"started"`
-	Updated   time.Time         `json:"updated"`
+	// Member is the warm-pool member's attempt whose sandbox the run
+	// took: the run's cleanup state is never cleaner than the member's.
+	Member  string    `json:"member,omitempty"`
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
 }
 
 // AttemptResource is one native resource of an attempt.

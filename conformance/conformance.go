@@ -301,6 +301,9 @@ func plan(env Env) (todo, left []spec, na []NotApplicable) {
 	if env.Backend == BackendVM {
 		all, na = vmSpecs(), vmNotApplicable()
 	}
+	if env.Pooled && env.Backend != BackendVM {
+		all = append(all, pooledSpecs()...)
+	}
 	only := env.Only
 	if env.Pooled && only == nil {
 		only = func(family, name string) bool { return slices.Contains(PooledChecks, family+"/"+name) }

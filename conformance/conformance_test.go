@@ -216,11 +216,15 @@ func TestVMSuiteShape(t *testing.T) {
 
 // TestPooledChecksAreTheSuite: the pooled suite is the host suite but
 // its restricted-egress checks (a sandbox with a run's own proxy is never
-// pooled), so it covers every family with both cases.
+// pooled), so it covers every family with both cases, and a comparison of
+// a pooled and a cold launch per pooled profile.
 func TestPooledChecksAreTheSuite(t *testing.T) {
 	var want []string
 	cases := map[string]map[Case]bool{}
-	for _, s := range specs() {
+	if len(pooledSpecs()) != len(PooledBudgets) {
+		t.Errorf("%d pooled-only checks, want one per pooled profile (%d)", len(pooledSpecs()), len(PooledBudgets))
+	}
+	for _, s := range append(specs(), pooledSpecs()...) {
 		want = append(want, s.family+"/"+s.name)
 	}
 	for _, s := range restrictedEgressSpecs() {

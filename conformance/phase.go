@@ -174,19 +174,28 @@ func (s *suite) submit(ctx context.Context, j *judge, p phase, g []byte) *outcom
 			return o
 		}
 	}
-	lines := &lineWriter{buf: &o.stdout, onLine: p.onLine}
-	start := time.Now()
-	o.res, o.receipt, o.runErr = s.env.Submit.RunWithReceipt(ctx, g, lines, &o.stderr, nil)
-	o.elapsed = time.Since(start)
+	s.run(ctx, o, p.onLine)
 	if o.res != nil && o.res.RunID != "" && o.res.Status != api.StatusRefused {
 		j.runs = append(j.runs, o.res.RunID)
-		if s.env.Pooled && (o.receipt == nil || !pooledRun(o.receipt.Envelope)) {
+		if s.env.Pooled && !o.pooled() {
 			j.fail("run %s was launched cold, and a pooled suite judges pooled launches only; fix: declare a pool profile for the phase's budgets, large enough to be full when the check runs", o.res.RunID)
 		}
 	}
-	o.report, o.reportErr = parseReport(o.stdout.Bytes())
 	return o
 }
+
+// run submits o's grant and records what came back, touching no judge (so
+// that runs may go at once).
+func (s *suite) run(ctx context.Context, o *outcome, onLine func(string)) {
+	lines := &lineWriter{buf: &o.stdout, onLine: onLine}
+	start := time.Now()
+	o.res, o.receipt, o.runErr = s.env.Submit.RunWithReceipt(ctx, o.grant, lines, &o.stderr, nil)
+	o.elapsed = time.Since(start)
+	o.report, o.reportErr = parseReport(o.stdout.Bytes())
+}
+
+// pooled says whether the run's signed receipt records a pooled sandbox.
+func (o *outcome) pooled() bool { return o.receipt != nil && pooledRun(o.receipt.Envelope) }
 
 // lineWriter keeps everything written and calls onLine per complete line.
 type lineWriter struct {

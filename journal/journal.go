@@ -68,8 +68,12 @@ type Attempt struct {
 	Resources []Resource `json:"resources"`
 	// Detail says what remains or what went wrong; Retry says how an
 	// operator retries the owned cleanup.
-	Detail  string    `json:"detail,omitempty"`
-	Retry   string    `json:"retry,omitempty"`
+	Detail string `json:"detail,omitempty"`
+	Retry  string `json:"retry,omitempty"`
+	// Member, on a run that took a warm-pool sandbox, is the pool member's
+	// attempt: it holds the native resources the run used, so the run's
+	// cleanup state is never cleaner than the member's.
+	Member  string    `json:"member,omitempty"`
 	Started time.Time `json:"started"`
 	Updated time.Time `json:"updated"`
 }
@@ -108,7 +112,7 @@ func NewIn(db *store.DB, bucket string) *Journal {
 // Begin opens the record of a new attempt in state running, with the
 // intents of what it is about to create, in one durable transaction.
 func (j *Journal) Begin(runID, grantID string, intents ...Resource) error {
-	return j.db.Update(j.bucket, j.begin(runID, grantID, intents))
+	return j.db.Update(j.bucket, j.begin(runID, grantID, "", intents))
 }
 
 // Bucket is the store bucket the journal writes.
@@ -118,16 +122,23 @@ func (j *Journal) Bucket() string { return j.bucket }
 // grant (store.ConsumeGrantWith): the grant is used exactly when its
 // attempt, with everything the launch may create, is on record.
 func (j *Journal) BeginConsuming(runID, grantID string, use store.GrantUse, intents ...Resource) error {
-	return j.db.ConsumeGrantWith(grantID, use, j.bucket, j.begin(runID, grantID, intents))
+	return j.db.ConsumeGrantWith(grantID, use, j.bucket, j.begin(runID, grantID, "", intents))
 }
 
-func (j *Journal) begin(runID, grantID string, intents []Resource) func(b *bolt.Bucket) error {
+// BeginServing is BeginConsuming for a run that takes the sandbox of pool
+// member's attempt: the run's attempt names the member (Attempt.Member),
+// in the same transaction that spends the grant.
+func (j *Journal) BeginServing(runID, grantID, member string, use store.GrantUse) error {
+	return j.db.ConsumeGrantWith(grantID, use, j.bucket, j.begin(runID, grantID, member, nil))
+}
+
+func (j *Journal) begin(runID, grantID, member string, intents []Resource) func(b *bolt.Bucket) error {
 	now := j.now()
 	return func(b *bolt.Bucket) error {
 		if b.Get([]byte(runID)) != nil {
 			return fmt.Errorf("journal: attempt %s already exists", runID)
 		}
-		a := &Attempt{RunID: runID, GrantID: grantID, State: Running, Resources: []Resource{}, Started: now, Updated: now}
+		a := &Attempt{RunID: runID, GrantID: grantID, Member: member, State: Running, Resources: []Resource{}, Started: now, Updated: now}
 		for _, r := range intents {
 			a.Resources = append(a.Resources, Resource{Kind: r.Kind, Name: r.Name, State: Intent, At: now})
 		}

@@ -942,7 +942,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	use := store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}
 	consume := func() error { return r.ConsumeFor(runID, p.ID, use, plan.Backend) }
 	if lease != nil {
-		consume = func() error { return r.ConsumePooled(runID, p.ID, use) }
+		consume = func() error { return r.ConsumePooled(runID, p.ID, use, lease) }
 	}
 	if err := consume(); err != nil {
 		lease.Release()

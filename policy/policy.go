@@ -186,6 +186,18 @@ const (
 	MaxOutputFiles = 8192
 )
 
+// OutputFilesDefault is the output entry bound of a request that names
+// no output.maxFiles and of a pool profile that names no outputFiles, by
+// one rule: DefaultOutputFiles, within the ceiling. Admission and the warm
+// pool both resolve it here, so a silent request matches a silent profile.
+func (p *Policy) OutputFilesDefault() int64 {
+	return min(int64(DefaultOutputFiles), p.Ceilings.OutputFilesCeiling())
+}
+
+// DefaultNofile is the open-file limit of a request or pool profile that
+// names none, and the nofile ceiling of a policy that sets none.
+const DefaultNofile = 1024
+
 // OutputFilesCeiling is the policy's effective ceilings.outputFiles.
 func (c Ceilings) OutputFilesCeiling() int64 {
 	if c.OutputFiles == nil {

@@ -53,8 +53,8 @@ type PoolResources struct {
 	Nofile      int64          `yaml:"nofile,omitempty" json:"nofile,omitempty"`
 	OutputPath  string         `yaml:"outputPath" json:"outputPath"`
 	OutputBytes quantity.Bytes `yaml:"outputBytes" json:"outputBytes"`
-	// OutputFiles bounds the output's entries; absent is
-	// ceilings.outputFiles' effective value.
+	// OutputFiles bounds the output's entries; absent is the default a
+	// request without output.maxFiles gets (Policy.OutputFilesDefault).
 	OutputFiles int64 `yaml:"outputFiles,omitempty" json:"outputFiles,omitempty"`
 }
 
@@ -79,10 +79,11 @@ func (p PoolProfile) EffectiveBackend() string {
 	return p.Backend
 }
 
-// EffectiveNofile is Resources.Nofile, or 1024 when unset.
+// EffectiveNofile is Resources.Nofile, or DefaultNofile when unset, as
+// for a request.
 func (r PoolResources) EffectiveNofile() int64 {
 	if r.Nofile == 0 {
-		return 1024
+		return DefaultNofile
 	}
 	return r.Nofile
 }
@@ -163,10 +164,11 @@ func (p *Policy) validatePoolResources(add adder, i int, r PoolResources) {
 	}
 }
 
-// EffectiveOutputFiles is Resources.OutputFiles, or the ceiling's.
+// EffectiveOutputFiles is Resources.OutputFiles, or OutputFilesDefault
+// when unset, as for a request.
 func (p *Policy) EffectiveOutputFiles(r PoolResources) int64 {
 	if r.OutputFiles == 0 {
-		return p.Ceilings.OutputFilesCeiling()
+		return p.OutputFilesDefault()
 	}
 	return r.OutputFiles
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -76,6 +77,9 @@ type pool struct {
 	// served are this process's served or destroyed members whose
 	// attempts are clean, oldest first: pruned beyond poolKeepClean.
 	served []string
+	// counts are each profile's hits and misses, by name, since the
+	// policy that declares it was loaded.
+	counts map[string]*profileStats
 }
 
 // Backoff of a profile whose members fail to prepare: the first retry
@@ -245,6 +249,7 @@ func (r *Runner) CheckPool(pol *policy.Policy) error {
 	var checks []admission.Check
 	for i, p := range pol.Pool {
 		req := fmt.Sprintf("pool[%d]", i)
+		before := len(checks)
 		checks = append(checks, matchable(req, pol, p)...)
 		if _, err := r.images.Get(p.Image); err != nil {
 			checks = append(checks, admission.Check{Requirement: req + ".image", Verdict: admission.Unsupported, Code: "pool-image-unknown",
@@ -268,6 +273,9 @@ func (r *Runner) CheckPool(pol *policy.Policy) error {
 			}
 			checks = append(checks, admission.Check{Requirement: req + ".tier", Verdict: admission.Unsupported, Code: "pool-tier-unenforced",
 				Detail: detail, Fix: "pool at a tier this host enforces (development on a cgroup v1 host), or fix the host"})
+		}
+		if len(checks) == before {
+			checks = append(checks, r.admissible(req, pol, p, b)...)
 		}
 	}
 	if len(checks) > 0 {
@@ -303,6 +311,69 @@ func matchable(req string, pol *policy.Policy, p policy.PoolProfile) []admission
 	return checks
 }
 
+// admissible admits the request that asks for exactly what profile p
+// holds (and leaves out what the profile leaves out), as a grant's would
+// be admitted, and refuses the profile unless that plan matches it: a
+// profile no admissible request can match would keep sandboxes that no
+// grant ever takes, while status called the pool ready.
+func (r *Runner) admissible(req string, pol *policy.Policy, p policy.PoolProfile, b backend.Backend) []admission.Check {
+	res := p.Resources
+	phase := &request.Phase{APIVersion: request.APIVersion, Kind: "Phase", Name: "pool-" + p.Name, Stage: request.StageBuild,
+		Tier: request.Tier(p.Tier), Image: p.Image, Backend: p.Backend, Command: []string{"/bin/true"},
+		User:   fmt.Sprintf("%d:%d", p.UID, p.GID),
+		Output: request.Output{Path: res.OutputPath, MaxBytes: res.OutputBytes, MaxFiles: res.OutputFiles},
+		Tmp:    &request.Tmp{MaxBytes: res.TmpBytes},
+		Resources: request.Resources{Memory: res.Memory, Pids: res.Pids, CPU: res.CPU, WallTime: pol.Ceilings.WallTime,
+			Nofile: res.Nofile},
+		Network: request.NetworkRequest{Mode: request.NetworkDeny}}
+	caps := b.Capabilities()
+	plan, err := admission.Admit(phase, pol, admission.Facts{Capabilities: &caps, ImagePresent: true, Backends: r.BackendNames()})
+	var re *admission.RefusedError
+	switch {
+	case errors.As(err, &re):
+		var checks []admission.Check
+		for _, c := range re.Checks {
+			if c.Refused() {
+				field := profileField(c.Requirement)
+				checks = append(checks, admission.Check{Requirement: req + "." + field, Verdict: c.Verdict, Code: "pool-unmatchable",
+					Detail: fmt.Sprintf("profile %s: admission refuses a request for exactly its sandboxes (%s: %s), so no grant could take them", p.Name, c.Requirement, c.Detail),
+					Fix:    fmt.Sprintf("change the profile's %s to what a request may be granted (%s)", field, c.Fix)})
+			}
+		}
+		return checks
+	case err != nil:
+		return []admission.Check{{Requirement: req, Verdict: admission.NotGranted, Code: "pool-unmatchable",
+			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes could not be admitted: %v", p.Name, err), Fix: "fix the profile or the policy"}}
+	}
+	if m := mismatch(pol, p, plan); m != nil {
+		fix := fmt.Sprintf("set the profile's %s to %s", m.Field, m.Plan)
+		if m.Field == "resources.outputFiles" || m.Field == "resources.nofile" {
+			fix += ", or leave it out to take the default a request takes"
+		}
+		return []admission.Check{{Requirement: req + "." + m.Field, Verdict: admission.NotGranted, Code: "pool-unmatchable",
+			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes is granted %s %s, but the profile holds %s, so no grant would ever take them and every launch would go cold", p.Name, m.Field, m.Plan, m.Profile),
+			Fix:    fix}}
+	}
+	return nil
+}
+
+// profileField names a request's field as a pool profile names it.
+func profileField(requirement string) string {
+	switch requirement {
+	case "output.maxBytes":
+		return "resources.outputBytes"
+	case "output.maxFiles":
+		return "resources.outputFiles"
+	case "output", "output.path":
+		return "resources.outputPath"
+	case "tmp.maxBytes":
+		return "resources.tmpBytes"
+	case "user":
+		return "uid"
+	}
+	return requirement
+}
+
 // ConfigurePool sets the pool's profiles from the policy in force (digest
 // names it). A different policy drains every member first: a sandbox is
 // never served under a policy other than the one it was made under.
@@ -312,7 +383,7 @@ func (r *Runner) ConfigurePool(ctx context.Context, pol *policy.Policy, digest s
 	if r.pool.digest != digest {
 		drained = r.pool.takeAll()
 		r.pool.digest, r.pool.pol = digest, pol
-		r.pool.profiles, r.pool.backoff = nil, nil
+		r.pool.profiles, r.pool.backoff, r.pool.counts = nil, nil, nil
 		if pol != nil {
 			r.pool.profiles = slices.Clone(pol.Pool)
 		}
@@ -357,6 +428,9 @@ const (
 	PoolReady   = "ready"   // every member is prepared
 	PoolFilling = "filling" // members are missing, and the next round makes them
 	PoolBackoff = "backoff" // the last preparation failed: none is tried before NextTry
+	// PoolQuarantined: the runner is quarantined, so no member is made or
+	// served until an operator releases it.
+	PoolQuarantined = "quarantined"
 )
 
 // PoolProfileStatus is one profile as custody status shows it.
@@ -371,11 +445,19 @@ type PoolProfileStatus struct {
 	LastError   string
 	LastFailure time.Time
 	NextTry     time.Time
+	// Hits counts the launches the profile served; Misses the launches
+	// that went cold since the policy was loaded, and LastMiss why the
+	// last of them did not take this profile (nil before any).
+	Hits, Misses int64
+	LastMiss     *PoolMiss
+	// MissesByField counts the misses by their first differing field.
+	MissesByField map[string]int64
 }
 
 // PoolProfiles reports each profile in force: its idle members, and its
 // backoff after failed preparations.
 func (r *Runner) PoolProfiles() []PoolProfileStatus {
+	quarantined := r.checkQuarantine() != nil // unknown is not ready either
 	r.pool.mu.Lock()
 	defer r.pool.mu.Unlock()
 	out := []PoolProfileStatus{}
@@ -388,6 +470,16 @@ func (r *Runner) PoolProfiles() []PoolProfileStatus {
 			st.Failures, st.LastError, st.LastFailure, st.NextTry = b.failures, b.lastError, b.lastFailure.UTC(), b.nextTry.UTC()
 			if st.Idle < st.Size {
 				st.State = PoolBackoff
+			}
+		}
+		if quarantined {
+			st.State = PoolQuarantined
+		}
+		if c := r.pool.counts[p.Name]; c != nil {
+			st.Hits, st.Misses, st.MissesByField = c.hits, c.misses, maps.Clone(c.byField)
+			if c.lastMiss != nil {
+				m := *c.lastMiss
+				st.LastMiss = &m
 			}
 		}
 		out = append(out, st)
@@ -579,7 +671,9 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	}
 	rec := &recorder{j: r.journal, runID: runID}
 	res := p.Resources
-	outFiles := r.pool.outputFiles(res)
+	r.pool.mu.Lock()
+	outFiles := outputFiles(r.pool.pol, res)
+	r.pool.mu.Unlock()
 	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: sealedSpec(img.Sealed), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
 		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
 		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
@@ -599,10 +693,10 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	return m, nil
 }
 
-// outputFiles is a profile's effective output entry bound.
-func (p *pool) outputFiles(res policy.PoolResources) int64 {
-	if p.pol != nil {
-		return p.pol.EffectiveOutputFiles(res)
+// outputFiles is a profile's effective output entry bound under pol.
+func outputFiles(pol *policy.Policy, res policy.PoolResources) int64 {
+	if pol != nil {
+		return pol.EffectiveOutputFiles(res)
 	}
 	if res.OutputFiles > 0 {
 		return res.OutputFiles
@@ -617,7 +711,7 @@ func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
 	r.pool.destroying.add()
 	defer r.pool.destroying.done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
-	r.finishMember(m, rep, detailUnused+reason, true)
+	_ = r.finishMember(m, rep, detailUnused+reason, true) // a residual member quarantines the runner
 }
 
 // The details a member's attempt closes with when it served no run: only
@@ -640,7 +734,7 @@ func (r *Runner) destroyLater(m *member, reason string) {
 
 // finishMember closes a member's attempt after its cleanup; unused says
 // it served no run, so that its clean attempt may be pruned.
-func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) {
+func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) error {
 	if !rep.Verified {
 		var failed []string
 		for _, s := range rep.Steps {
@@ -648,17 +742,16 @@ func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail strin
 				failed = append(failed, s.Name+": "+s.Detail)
 			}
 		}
-		_ = r.residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
-		return
+		return r.residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
 	}
 	if err := r.journal.Finish(m.runID, journal.Clean, detail, ""); err != nil {
-		_ = r.residual(m.runID, err.Error())
-		return
+		return r.residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
 	}
 	if unused {
 		r.pool.noteClean(m.runID)
 	}
 	r.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
+	return nil
 }
 
 // noteClean records a member's attempt as verified clean, to be pruned
@@ -757,11 +850,16 @@ func (r *Runner) destroyAll(ctx context.Context, ms []*member, reason string) {
 
 // ReservePooled takes an idle member whose profile the plan matches
 // exactly, or returns nil: the launch is then cold, as without a pool.
+//
+// A launch a profile serves counts a hit for it; a launch that goes cold
+// counts a miss for every profile, with the first field that differed (or
+// that the profile had no idle member), as status and the metrics show.
 func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
 	r.pool.mu.Lock()
 	defer r.pool.mu.Unlock()
-	for _, p := range r.pool.profiles {
-		if !r.pool.matches(p, plan) {
+	misses := make([]*PoolMiss, len(r.pool.profiles))
+	for i, p := range r.pool.profiles {
+		if misses[i] = r.pool.mismatch(p, plan); misses[i] != nil {
 			continue
 		}
 		ms := r.pool.members[p.Name]
@@ -773,20 +871,72 @@ func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
 				if len(ms) == 0 {
 					r.pool.kick() // the profile is empty: refill now
 				}
+				r.pool.stats(p.Name).hits++
 				return &PoolLease{r: r, m: m}
 			}
 			r.destroyLater(m, "its gate died while it idled")
 		}
+		misses[i] = &PoolMiss{Field: PoolMissEmpty, Profile: "no idle sandbox", Plan: "one"}
+	}
+	for i, p := range r.pool.profiles {
+		st := r.pool.stats(p.Name)
+		st.misses++
+		st.lastMiss = misses[i]
+		if st.byField == nil {
+			st.byField = map[string]int64{}
+		}
+		st.byField[misses[i].Field]++
 	}
 	return nil
 }
 
-// matches says whether a plan asks for exactly what profile p holds.
-func (p *pool) matches(pr policy.PoolProfile, plan *admission.Plan) bool {
+// PoolMissEmpty is the field of a miss on a profile the plan matched
+// that had no idle sandbox (all reserved, or not yet made).
+const PoolMissEmpty = "idle"
+
+// profileStats counts one profile's hits and misses.
+type profileStats struct {
+	hits, misses int64
+	lastMiss     *PoolMiss
+	byField      map[string]int64 // misses by the first field that differed
+}
+
+// stats is profile name's counts, made on first use; the caller holds mu.
+func (p *pool) stats(name string) *profileStats {
+	if p.counts == nil {
+		p.counts = map[string]*profileStats{}
+	}
+	st := p.counts[name]
+	if st == nil {
+		st = &profileStats{}
+		p.counts[name] = st
+	}
+	return st
+}
+
+// PoolMiss is the first field in which a plan differed from a pool
+// profile, with both values.
+type PoolMiss struct {
+	Field   string
+	Profile string
+	Plan    string
+}
+
+// mismatch is the first field in which a plan differs from profile pr,
+// named as the profile names it, or nil when the plan asks for exactly
+// what the profile holds. The profile's open choices are resolved by the
+// policy's rules (EffectiveNofile, outputFiles), as admission resolves a
+// request's.
+func (p *pool) mismatch(pr policy.PoolProfile, plan *admission.Plan) *PoolMiss {
+	return mismatch(p.pol, pr, plan)
+}
+
+// mismatch is pool.mismatch under policy pol.
+func mismatch(pol *policy.Policy, pr policy.PoolProfile, plan *admission.Plan) *PoolMiss {
 	res := pr.Resources
 	nofile := plan.Nofile
 	if nofile == 0 {
-		nofile = 1024
+		nofile = policy.DefaultNofile
 	}
 	var uid, gid uint32
 	if plan.User != nil {
@@ -796,15 +946,36 @@ func (p *pool) matches(pr policy.PoolProfile, plan *admission.Plan) bool {
 	if backendName == "" {
 		backendName = "oci"
 	}
-	if slices.ContainsFunc(plan.Inputs, func(in admission.Input) bool { return in.Writable }) {
-		return false
+	writable := slices.ContainsFunc(plan.Inputs, func(in admission.Input) bool { return in.Writable })
+	network := string(plan.Network)
+	if len(plan.Egress) > 0 {
+		network = "egress " + strings.Join(plan.Egress, ",")
 	}
-	return plan.Image == pr.Image && backendName == pr.EffectiveBackend() && string(plan.Tier) == pr.Tier &&
-		plan.Network == request.NetworkDeny && len(plan.Egress) == 0 &&
-		plan.Memory == int64(res.Memory) && plan.Pids == res.Pids && plan.CPU == res.CPU &&
-		plan.TmpBytes == int64(res.TmpBytes) && nofile == res.EffectiveNofile() &&
-		plan.OutputPath == res.OutputPath && plan.OutputBytes == int64(res.OutputBytes) &&
-		plan.OutputFiles == p.outputFiles(res) && uid == pr.UID && gid == pr.GID
+	for _, f := range []struct {
+		field         string
+		profile, plan any
+	}{
+		{"image", pr.Image, plan.Image},
+		{"backend", pr.EffectiveBackend(), backendName},
+		{"tier", pr.Tier, string(plan.Tier)},
+		{"network", string(request.NetworkDeny), network},
+		{"inputs", "read-only inputs", map[bool]string{true: "a writable input", false: "read-only inputs"}[writable]},
+		{"resources.memory", int64(res.Memory), plan.Memory},
+		{"resources.pids", res.Pids, plan.Pids},
+		{"resources.cpu", res.CPU, plan.CPU},
+		{"resources.tmpBytes", int64(res.TmpBytes), plan.TmpBytes},
+		{"resources.nofile", res.EffectiveNofile(), nofile},
+		{"resources.outputPath", res.OutputPath, plan.OutputPath},
+		{"resources.outputBytes", int64(res.OutputBytes), plan.OutputBytes},
+		{"resources.outputFiles", outputFiles(pol, res), plan.OutputFiles},
+		{"uid", pr.UID, uid},
+		{"gid", pr.GID, gid},
+	} {
+		if f.profile != f.plan {
+			return &PoolMiss{Field: f.field, Profile: fmt.Sprint(f.profile), Plan: fmt.Sprint(f.plan)}
+		}
+	}
+	return nil
 }
 
 // errPoolTake marks a pooled sandbox that could not be taken; the launch
@@ -849,17 +1020,23 @@ type pooledSandbox struct {
 func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 	s.once.Do(func() {
 		s.rep = s.Sandbox.Cleanup(ctx)
-		s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed", false)
+		if err := s.r.finishMember(s.m, s.rep, "pool member served run "+s.run+" and was destroyed", false); err != nil && s.rep.Verified {
+			// The run's cleanup state is its member's: never clean when
+			// the member's attempt is not.
+			s.rep.Verified = false
+			s.rep.Steps = append(slices.Clone(s.rep.Steps), backend.CleanupStep{Name: "pool-member-closed", Detail: err.Error()})
+		}
 		s.r.pool.kick()
 	})
 	return s.rep
 }
 
-// ConsumePooled is Consume for a run that takes a reserved pool member:
+// ConsumePooled is Consume for a run that takes the member l reserved:
 // the run's attempt opens with no intents, since the member's attempt
-// holds everything that exists.
-func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse) error {
-	return r.journal.BeginConsuming(runID, grantID, use)
+// holds everything that exists, and names the member, whose cleanup state
+// the run's then follows.
+func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse, l *PoolLease) error {
+	return r.journal.BeginServing(runID, grantID, l.m.runID, use)
 }
 
 // prepareSandbox is the run's sandbox: its reserved pool member, taken

@@ -226,3 +226,40 @@ func TestTeardownsGainWhileWaiting(t *testing.T) {
 	td.done()
 	td.wait()
 }
+
+// TestMismatchNamesTheFirstField: a plan that asks for exactly what a
+// profile holds (its silent outputFiles and nofile resolved by the
+// request's rules) matches; each field changed alone is named as the
+// profile names it, with both values.
+func TestMismatchNamesTheFirstField(t *testing.T) {
+	files := int64(8192)
+	pol := &policy.Policy{Ceilings: policy.Ceilings{OutputFiles: &files}}
+	pr := policy.PoolProfile{Name: "p", Image: "sha256:aa", Tier: "development", UID: 1000, GID: 1000,
+		Resources: policy.PoolResources{Memory: 64 << 20, Pids: 64, CPU: 1, TmpBytes: 8 << 20, OutputPath: "/out", OutputBytes: 8 << 20}}
+	exact := func() *admission.Plan {
+		return &admission.Plan{Image: "sha256:aa", Tier: "development", Network: "deny", Memory: 64 << 20, Pids: 64, CPU: 1,
+			TmpBytes: 8 << 20, Nofile: policy.DefaultNofile, OutputPath: "/out", OutputBytes: 8 << 20, OutputFiles: pol.OutputFilesDefault(),
+			User: &admission.User{UID: 1000, GID: 1000}}
+	}
+	if m := mismatch(pol, pr, exact()); m != nil {
+		t.Fatalf("the exact plan differs: %+v", m)
+	}
+	for field, change := range map[string]func(p *admission.Plan){
+		"image":                 func(p *admission.Plan) { p.Image = "sha256:bb" },
+		"backend":               func(p *admission.Plan) { p.Backend = "vm" },
+		"network":               func(p *admission.Plan) { p.Egress = []string{"example.test:443"} },
+		"inputs":                func(p *admission.Plan) { p.Inputs = []admission.Input{{Target: "/in", Writable: true}} },
+		"resources.memory":      func(p *admission.Plan) { p.Memory *= 2 },
+		"resources.cpu":         func(p *admission.Plan) { p.CPU = 0.5 },
+		"resources.nofile":      func(p *admission.Plan) { p.Nofile = 4096 },
+		"resources.outputFiles": func(p *admission.Plan) { p.OutputFiles = files },
+		"uid":                   func(p *admission.Plan) { p.User = nil },
+	} {
+		p := exact()
+		change(p)
+		m := mismatch(pol, pr, p)
+		if m == nil || m.Field != field || m.Profile == m.Plan {
+			t.Errorf("%s changed: mismatch %+v", field, m)
+		}
+	}
+}

@@ -307,7 +307,7 @@ func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 	served := lease.Member().Sandbox
 	prep.RunID = runner.NewRunID()
 	prep.GrantID, prep.Begun, prep.Pooled = "grant-pooled", true, lease
-	if err := h.r.ConsumePooled(prep.RunID, prep.GrantID, store.GrantUse{At: time.Now(), RunID: prep.RunID, Actor: "test"}); err != nil {
+	if err := h.r.ConsumePooled(prep.RunID, prep.GrantID, store.GrantUse{At: time.Now(), RunID: prep.RunID, Actor: "test"}, lease); err != nil {
 		t.Fatal(err)
 	}
 	res, out := h.launch(ctx, prep)

@@ -40,16 +40,19 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
 	}
+	// A run that took a pool member holds none of the sandbox's resources
+	// itself: its member's attempt does. Members are recovered first, so
+	// that each such run then takes its member's outcome.
+	slices.SortStableFunc(unfinished, func(a, b journal.Attempt) int {
+		return cmpBool(a.Member != "", b.Member != "")
+	})
 	for _, a := range unfinished {
 		if err := r.journal.Finish(a.RunID, journal.CleanupPending, "recovering after the runner stopped", ""); err != nil {
 			return nil, err
 		}
 		rep := r.backendOf(a.Resources).Recover(ctx, ContainerID(a.RunID), backendResources(a.Resources), &recorder{j: r.journal, runID: a.RunID})
-		if rep.Verified {
-			if err := r.journal.Finish(a.RunID, journal.Clean, "recovered: every recorded resource verified gone", ""); err != nil {
-				_ = r.residual(a.RunID, err.Error())
-			}
-		} else {
+		switch {
+		case !rep.Verified:
 			var failed []string
 			for _, s := range rep.Steps {
 				if !s.OK {
@@ -57,6 +60,12 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 				}
 			}
 			_ = r.residual(a.RunID, fmt.Sprintf("recovery of run %s incomplete: %s", a.RunID, strings.Join(failed, "; ")))
+		case a.Member != "":
+			r.settleServed(a.RunID, a.Member)
+		default:
+			if err := r.journal.Finish(a.RunID, journal.Clean, "recovered: every recorded resource verified gone", ""); err != nil {
+				_ = r.residual(a.RunID, err.Error())
+			}
 		}
 		if got, err := r.journal.Get(a.RunID); err == nil {
 			out.Attempts = append(out.Attempts, *got)
@@ -94,6 +103,36 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 		r.log.Warn("foreign state left untouched", "what", f)
 	}
 	return out, nil
+}
+
+// settleServed closes the recovered attempt of run runID, which took pool
+// member's sandbox: clean only when the member's attempt is, else residual
+// with the member's state and detail (the runner is then quarantined, as
+// the member's residue already quarantined it). The member's attempt is
+// the one record of what the sandbox left, pooled or cold alike.
+func (r *Runner) settleServed(runID, member string) {
+	m, err := r.journal.Get(member)
+	switch {
+	case err != nil:
+		_ = r.residual(runID, fmt.Sprintf("recovered: its sandbox was pool member %s, whose journal cannot be read: %v", member, err))
+	case m.State != journal.Clean:
+		_ = r.residual(runID, fmt.Sprintf("recovered: its sandbox was pool member %s, which recovery left %s: %s", member, m.State, m.Detail))
+	default:
+		if err := r.journal.Finish(runID, journal.Clean, "recovered: its sandbox, pool member "+member+", verified gone", ""); err != nil {
+			_ = r.residual(runID, err.Error())
+		}
+	}
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // Attempts returns every journalled attempt.

@@ -241,15 +241,24 @@ const (
 )
 
 // args is what runc executes: the workload's argv, behind the gate when
-// the launch is gated.
+// the launch is gated. A cold gate gets the environment in its argv too
+// ("-e" pairs) and execs the workload with exactly that, as a pooled gate
+// does with its go-ahead's: runc adds HOME to the environment of the
+// process it starts when the config has none.
 func (c Config) args() []string {
 	if !c.Gated {
 		return c.Args
 	}
+	gate := fmt.Sprintf("/proc/self/fd/%d", GateFD)
 	if c.Pooled {
-		return []string{fmt.Sprintf("/proc/self/fd/%d", GateFD), "--pooled"}
+		return []string{gate, "--pooled"}
 	}
-	return append([]string{fmt.Sprintf("/proc/self/fd/%d", GateFD)}, c.Args...)
+	args := make([]string, 0, 1+2*len(c.Env)+len(c.Args))
+	args = append(args, gate)
+	for _, kv := range c.Env {
+		args = append(args, "-e", kv)
+	}
+	return append(args, c.Args...)
 }
 
 func (c Config) validate() error {
@@ -269,6 +278,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("oci: cgroups path is required")
 	case c.UserNS != nil && (c.UID >= c.UserNS.Size || c.GID >= c.UserNS.Size):
 		return fmt.Errorf("oci: user %d:%d is outside the user namespace's %d ids", c.UID, c.GID, c.UserNS.Size)
+	case len(c.Env) > maxPooledSlots:
+		return fmt.Errorf("oci: %d variables, the gate takes at most %d", len(c.Env), maxPooledSlots)
+	}
+	for _, kv := range c.Env {
+		// The gate reads each as KEY=VALUE, cold or pooled.
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("oci: variable %q is not KEY=VALUE", kv)
+		}
 	}
 	for _, m := range append(append([]Mount{c.Output}, c.Inputs...), c.Files...) {
 		if m.Source == "" || !path.IsAbs(m.Target) {

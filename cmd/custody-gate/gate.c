@@ -21,6 +21,11 @@
  * each KEY=VALUE, NUL. The gate changes to the directory and execs exactly
  * that argv and environment; anything malformed ends the container.
  *
+ * Cold (argv is "-e" KEY=VALUE pairs, then the absolute workload and its
+ * arguments): the gate execs the workload with exactly those variables,
+ * as a pooled gate does, never its own environment, to which runc adds
+ * HOME when the config's has none.
+ *
  * It is C, not Go, so that it adds no threads, no runtime and almost no
  * memory to the budgets the workload is held to.
  */
@@ -36,8 +41,6 @@
 #define CONTROL_FD 3
 #define SELF_FD 4
 #define FILTER_FD 5
-
-extern char **environ;
 
 #define POOLED_MAX (256 * 1024)
 #define POOLED_SLOTS 8192
@@ -145,8 +148,17 @@ int main(int argc, char **argv)
 	ssize_t n;
 
 	int is_pooled = argc == 2 && strcmp(argv[1], "--pooled") == 0;
-	if (argc < 2 || (argv[1][0] != '/' && !is_pooled)) {
-		say("usage: custody-gate /absolute/workload [args...] | --pooled", NULL, NULL, NULL);
+	int first = 1; /* the cold workload's argv[0] */
+	size_t envc = 0;
+	while (!is_pooled && first + 1 < argc && strcmp(argv[first], "-e") == 0) {
+		if (envc == POOLED_SLOTS || strchr(argv[first + 1], '=') == NULL)
+			break;
+		pooled_envp[envc++] = argv[first + 1];
+		first += 2;
+	}
+	pooled_envp[envc] = NULL;
+	if (argc < 2 || (!is_pooled && (first >= argc || argv[first][0] != '/'))) {
+		say("usage: custody-gate [-e KEY=VALUE]... /absolute/workload [args...] | --pooled", NULL, NULL, NULL);
 		return 125;
 	}
 	int err = install_filter();
@@ -186,8 +198,8 @@ int main(int argc, char **argv)
 	close(CONTROL_FD);
 	close(SELF_FD);
 	close(FILTER_FD);
-	execve(argv[1], argv + 1, environ);
+	execve(argv[first], argv + first, pooled_envp);
 	err = errno;
-	say("exec ", argv[1], ": ", strerror(err));
+	say("exec ", argv[first], ": ", strerror(err));
 	return (err == ENOENT || err == ENOTDIR) ? 127 : 126;
 }

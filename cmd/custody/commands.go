@@ -576,21 +576,37 @@ func (a *app) quarantineCmd() *cobra.Command {
 // name, output file names, the error), so each goes through quote.
 func printResult(w io.Writer, r *api.Result) {
 	q := quote.String
-	fmt.Fprintf(w, "run %s (%s): %s", q(r.RunID), q(r.Name), q(string(r.Status)))
+	// A value the record does not hold (a run its runner died during,
+	// recovered afterwards) was not observed: it prints as unknown, never
+	// as an empty string.
+	known := func(s string) string {
+		if s == "" {
+			return "unknown"
+		}
+		return q(s)
+	}
+	fmt.Fprintf(w, "run %s (%s): %s", q(r.RunID), known(r.Name), q(string(r.Status)))
 	if r.Signal != "" {
 		fmt.Fprintf(w, " signal %s", q(r.Signal))
 	}
-	if r.Status == api.StatusFailedToStart {
+	switch {
+	case r.Status == api.StatusFailedToStart:
 		fmt.Fprintln(w) // no workload ran, so no exit code is its; the error names the stage
-	} else {
+	case r.ExitCode < 0 && r.Signal == "" && r.Streams == nil && r.Status != api.StatusRefused:
+		fmt.Fprintln(w, " exit unknown") // no exit was observed
+	default:
 		fmt.Fprintf(w, " exit %d\n", r.ExitCode)
 	}
 	if r.GrantID != "" {
-		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), q(r.Actor), q(r.Stage))
+		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), known(r.Actor), known(r.Stage))
 	}
-	fmt.Fprintf(w, "  tier     %s\n", q(r.Tier))
-	fmt.Fprintf(w, "  runtime  runc %s sha256:%s\n", q(r.Runtime.Version), q(r.Runtime.SHA256))
-	fmt.Fprintf(w, "  image    %s\n", q(r.Image))
+	fmt.Fprintf(w, "  tier     %s\n", known(r.Tier))
+	if r.Runtime.Version == "" && r.Runtime.SHA256 == "" {
+		fmt.Fprintln(w, "  runtime  unknown")
+	} else {
+		fmt.Fprintf(w, "  runtime  runc %s sha256:%s\n", known(r.Runtime.Version), known(r.Runtime.SHA256))
+	}
+	fmt.Fprintf(w, "  image    %s\n", known(r.Image))
 	for _, in := range r.Inputs {
 		fmt.Fprintf(w, "  input    %s <- %s %s\n", q(in.Target), q(in.Source), q(in.Digest))
 	}
@@ -607,7 +623,11 @@ func printResult(w io.Writer, r *api.Result) {
 			}
 		}
 	}
-	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
+	if r.Streams == nil && r.Usage == (api.Usage{}) {
+		fmt.Fprintln(w, "  usage    unknown (not observed)")
+	} else {
+		fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
+	}
 	printLimits(w, r.Usage)
 	if r.Streams != nil {
 		for _, st := range []struct {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,5 +42,35 @@ func TestQualifyPooled(t *testing.T) {
 		if c.Family == conformance.FamilyEgress && strings.HasPrefix(c.Name, "restricted-") {
 			t.Errorf("%s ran in a pooled suite: restricted egress is never pooled", c.TestName())
 		}
+	}
+}
+
+// TestQualifyPooledMatchesCold runs the pooled suite's comparisons of a
+// pooled and a cold launch of one phase, one per pool profile the pooled
+// qualification declares: the probe observes the same environment, user,
+// capabilities, seccomp, namespaces, mounts, rlimits and cgroup limits in
+// both.
+func TestQualifyPooledMatchesCold(t *testing.T) {
+	custodyd, runc, busybox, probe := qualifyBins(t)
+	rowPath := filepath.Join(t.TempDir(), "row.json")
+	_, _, stderr := custody("qualify", "--tier", "development", "--pooled", "--json", "--custodyd", custodyd, "--runtime", runc,
+		"--probe", probe, "--busybox", busybox, "--out", rowPath, "--only", "isolation")
+	if _, err := os.Stat(rowPath); err != nil {
+		t.Fatalf("no row: %v\n%s", err, stderr)
+	}
+	v, _ := readRow(t, rowPath)
+	n := 0
+	for _, c := range v.Checks {
+		if !strings.HasPrefix(c.Name, "pooled-matches-cold-") {
+			continue
+		}
+		n++
+		if !c.Passed || len(c.Runs) < 2 || !strings.Contains(c.Detail, "pooled and cold observed the same") {
+			t.Errorf("%s: passed %t with %d runs: %s", c.TestName(), c.Passed, len(c.Runs), c.Detail)
+		}
+		t.Logf("%s: %s", c.TestName(), c.Detail)
+	}
+	if n != len(conformance.PooledBudgets) {
+		t.Errorf("%d comparisons, want one per pooled profile (%d)\n%s", n, len(conformance.PooledBudgets), stderr)
 	}
 }

@@ -623,22 +623,31 @@ func tamper(t *testing.T, env []byte) []byte {
 	return out
 }
 
+// runHeld runs a phase whose output file a host process holds open, so
+// that its cleanup cannot be verified (the runner is then quarantined),
+// and returns the held file.
+func (d *daemon) runHeld() *os.File {
+	d.t.Helper()
+	held := testenv.HoldOutput(d.t, d.cfg.Runner.RuntimeDir, "held")
+	res, _, err := d.run(d.issue("echo x > /out/held; sleep 1"))
+	f := <-held
+	if f == nil {
+		d.t.Fatal("could not hold the output open")
+	}
+	if res == nil || res.Cleanup == nil || res.Cleanup.Verified {
+		d.t.Fatalf("cleanup with a busy mount: %+v %v", res, err)
+	}
+	return f
+}
+
 // TestQuarantineBlocksUntilReverified: a cleanup made to fail (a busy
 // output mount) quarantines the runner; it refuses work, and release
 // succeeds only once recovery re-verifies everything clean.
 func TestQuarantineBlocksUntilReverified(t *testing.T) {
 	d := startDaemon(t)
 	ctx := context.Background()
-	held := testenv.HoldOutput(t, d.cfg.Runner.RuntimeDir, "held")
 	later := d.issue("echo SHOULD-NOT-RUN") // issued before the quarantine
-	res, _, err := d.run(d.issue("echo x > /out/held; sleep 1"))
-	f := <-held
-	if f == nil {
-		t.Fatal("could not hold the output open")
-	}
-	if res == nil || res.Cleanup == nil || res.Cleanup.Verified {
-		t.Fatalf("cleanup with a busy mount: %+v %v", res, err)
-	}
+	f := d.runHeld()
 	q, err := d.control.Quarantine(ctx)
 	if err != nil || !q.Quarantined || q.Reason == "" || q.Since.IsZero() {
 		t.Fatalf("quarantine: %+v %v", q, err)
@@ -656,7 +665,7 @@ func TestQuarantineBlocksUntilReverified(t *testing.T) {
 	if err := d.control.ReleaseQuarantine(ctx); err != nil {
 		t.Fatalf("release after the mount is free: %v", err)
 	}
-	res, out, err = d.run(d.issue("echo back"))
+	res, out, err := d.run(d.issue("echo back"))
 	if err != nil || res.Status != api.StatusOK || !strings.Contains(out, "back") {
 		t.Fatalf("run after release: %v %+v", err, res)
 	}

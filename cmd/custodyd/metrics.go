@@ -67,7 +67,7 @@ func newMetrics(s *server) *metrics {
 		return 0
 	})
 	m.reg.MustRegister(m.runs, m.latency, m.refusals, m.spent, m.scrapeErr, quarantined,
-		&attemptsCollector{s: s, m: m}, collectors.NewGoCollector(),
+		&attemptsCollector{s: s, m: m}, poolCollector{s}, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -94,6 +94,27 @@ func (c *attemptsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for state, n := range by {
 		ch <- prometheus.MustNewConstMetric(attemptsDesc, prometheus.GaugeValue, n, state)
+	}
+}
+
+// poolCollector reports each warm-pool profile's hits and misses at each
+// scrape, the misses by the first field in which the launch differed from
+// the profile ("idle": it matched and no sandbox was idle).
+type poolCollector struct{ s *server }
+
+var (
+	poolHitsDesc   = prometheus.NewDesc("custody_pool_hits_total", "Launches a warm-pool profile served, since the policy was loaded.", []string{"profile"}, nil)
+	poolMissesDesc = prometheus.NewDesc("custody_pool_misses_total", "Launches that went cold, per warm-pool profile and the first field in which the launch differed from it, since the policy was loaded.", []string{"profile", "field"}, nil)
+)
+
+func (poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolHitsDesc; ch <- poolMissesDesc }
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.s.r.PoolProfiles() {
+		ch <- prometheus.MustNewConstMetric(poolHitsDesc, prometheus.CounterValue, float64(p.Hits), p.Name)
+		for field, n := range p.MissesByField {
+			ch <- prometheus.MustNewConstMetric(poolMissesDesc, prometheus.CounterValue, float64(n), p.Name, field)
+		}
 	}
 }
 

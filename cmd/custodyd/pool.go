@@ -87,8 +87,12 @@ func (s *server) poolRound(ctx context.Context) {
 func wirePool(ps []runner.PoolProfileStatus) []api.PoolProfile {
 	out := []api.PoolProfile{}
 	for _, p := range ps {
-		out = append(out, api.PoolProfile{Name: p.Name, Size: p.Size, Idle: p.Idle, State: p.State, Failures: p.Failures,
-			LastError: p.LastError, LastFailure: p.LastFailure.UTC(), NextTry: p.NextTry.UTC()})
+		w := api.PoolProfile{Name: p.Name, Size: p.Size, Idle: p.Idle, State: p.State, Failures: p.Failures,
+			LastError: p.LastError, LastFailure: p.LastFailure.UTC(), NextTry: p.NextTry.UTC(), Hits: p.Hits, Misses: p.Misses}
+		if m := p.LastMiss; m != nil {
+			w.LastMiss = &api.PoolMiss{Field: m.Field, Profile: m.Profile, Request: m.Plan}
+		}
+		out = append(out, w)
 	}
 	return out
 }

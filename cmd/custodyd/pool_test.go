@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -457,5 +458,176 @@ func TestPoolBackoffInStatus(t *testing.T) {
 	}
 	if q, err := d.control.Quarantine(context.Background()); err != nil || q.Quarantined {
 		t.Fatalf("a failed preparation quarantined the runner: %+v %v", q, err)
+	}
+}
+
+// TestPooledAndColdEnvAreTheGrants: a cold and a pooled launch of the same
+// phase see exactly the grant's resolved environment (its declared
+// variable and custody's default PATH), and nothing the runtime adds
+// (runc sets HOME when the environment has none).
+func TestPooledAndColdEnvAreTheGrants(t *testing.T) {
+	d := startDaemon(t)
+	writeFile(t, filepath.Join(d.dir, "src", "x"), "x")
+	script := "export -p > /out/env"
+	issue := func() []byte {
+		ps := d.phase(script)
+		ps.YAML = append(ps.YAML, "env: {DECLARED: yes}\n"...)
+		env, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: ps, Actor: "ci-bot", TTL: "15m"})
+		if err != nil {
+			t.Fatalf("issue: %v", err)
+		}
+		return env
+	}
+	envOf := func(g []byte) (string, bool) {
+		t.Helper()
+		var out bytes.Buffer
+		res, rcpt, err := d.submit.RunWithReceipt(context.Background(), g, &out, &out, nil)
+		if err != nil || res.Status != api.StatusOK || res.Output == nil || len(res.Output.Files) != 1 {
+			t.Fatalf("run: %v %+v %s", err, res, out.String())
+		}
+		b, err := os.ReadFile(filepath.Join(res.Output.Path, "env"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, pooled := pooledOf(t, rcpt)
+		return string(b), pooled != nil
+	}
+	cold, pooled := envOf(issue())
+	if pooled {
+		t.Fatal("a run without a pool was pooled")
+	}
+	d.withPool(1, "10m")
+	warm, pooled := envOf(issue())
+	if !pooled {
+		t.Fatal("the run did not take the pooled sandbox")
+	}
+	for name, got := range map[string]string{"cold": cold, "pooled": warm} {
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(got), "\n") {
+			name, _, _ := strings.Cut(strings.TrimPrefix(l, "export "), "=")
+			if name != "PWD" && name != "SHLVL" && name != "OLDPWD" { // the shell's own
+				names = append(names, name)
+			}
+		}
+		if strings.Join(names, " ") != "DECLARED PATH" {
+			t.Errorf("the %s launch's environment is %q, want DECLARED and PATH only:\n%s", name, names, got)
+		}
+	}
+	if cold != warm {
+		t.Errorf("a cold and a pooled launch of one phase saw different environments:\ncold:\n%s\npooled:\n%s", cold, warm)
+	}
+}
+
+// TestPoolDefaultsMatchRequests: with ceilings.outputFiles 8192, a profile
+// that leaves outputFiles out and a request that leaves maxFiles out
+// resolve the same bound, so the request takes a pooled sandbox; status
+// and the metrics count the hit, and a launch that no profile matches
+// counts a miss naming the first field that differed.
+func TestPoolDefaultsMatchRequests(t *testing.T) {
+	d := startDaemon(t)
+	writeFile(t, filepath.Join(d.dir, "src", "x"), "x")
+	pol := strings.Replace(fmt.Sprintf(testPolicy, d.image, d.dir), "inputBytes: 64Mi}", "inputBytes: 64Mi, outputFiles: 8192}", 1)
+	writeFile(t, d.cfg.Policy, pol+fmt.Sprintf(poolSection, d.image, 1, "10m"))
+	if st, err := d.control.ReloadPolicy(context.Background()); err != nil || st.Error != "" {
+		t.Fatalf("reload: %v %+v", err, st)
+	}
+	d.waitPool(1)
+	var out bytes.Buffer
+	res, rcpt, err := d.submit.RunWithReceipt(context.Background(), d.issue("true"), &out, &out, nil)
+	if err != nil || res.Status != api.StatusOK {
+		t.Fatalf("run: %v %+v %s", err, res, out.String())
+	}
+	if _, pooled := pooledOf(t, rcpt); pooled == nil {
+		t.Error("a request without maxFiles did not take the profile without outputFiles")
+	}
+	status := func() []api.PoolProfile {
+		t.Helper()
+		st, err := d.control.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Pool
+	}
+	ps := status()
+	if len(ps) != 1 || ps[0].Hits != 1 || ps[0].Misses != 0 {
+		t.Errorf("status after a pooled run: %+v", ps)
+	}
+	ps2 := d.phase("true")
+	ps2.YAML = bytes.Replace(ps2.YAML, []byte("memory: 64Mi"), []byte("memory: 128Mi"), 1)
+	g, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: ps2, Actor: "ci-bot", TTL: "15m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, rcpt, err = d.submit.RunWithReceipt(context.Background(), g, &out, &out, nil)
+	if err != nil || res.Status != api.StatusOK {
+		t.Fatalf("cold run: %v %+v", err, res)
+	}
+	if _, pooled := pooledOf(t, rcpt); pooled != nil {
+		t.Error("a run no profile matches was pooled")
+	}
+	ps = status()
+	if len(ps) != 1 || ps[0].Hits != 1 || ps[0].Misses != 1 || ps[0].LastMiss == nil || ps[0].LastMiss.Field != "resources.memory" {
+		t.Errorf("status after a run no profile matches: %+v", ps)
+	}
+	m := httptest.NewRecorder()
+	d.s.metrics.handler().ServeHTTP(m, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`custody_pool_hits_total{profile="small"} 1`, `custody_pool_misses_total{field="resources.memory",profile="small"} 1`} {
+		if !strings.Contains(m.Body.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, m.Body.String())
+		}
+	}
+}
+
+// TestPoolProfileNoRequestMatchesRefused: a profile whose sandboxes no
+// admissible request could take (its cpu is below what admission grants)
+// refuses the policy when it loads, naming the profile, the field, the
+// reason and the fix; a broken policy refuses everything.
+func TestPoolProfileNoRequestMatchesRefused(t *testing.T) {
+	d := startDaemon(t)
+	writeFile(t, filepath.Join(d.dir, "src", "x"), "x")
+	section := strings.Replace(fmt.Sprintf(poolSection, d.image, 1, "10m"), "cpu: 1,", "cpu: 0.005,", 1)
+	writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir)+section)
+	st, err := d.control.ReloadPolicy(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"pool[0]", "small", "resources.cpu", "fix:"} {
+		if !strings.Contains(st.Error, want) {
+			t.Errorf("the refusal does not name %s: %q", want, st.Error)
+		}
+	}
+	if _, err := d.control.IssueGrant(context.Background(), api.IssueRequest{Phase: d.phase("true"), Actor: "ci-bot", TTL: "15m"}); err == nil {
+		t.Error("a broken policy issued a grant")
+	}
+}
+
+// TestPoolStateWhileQuarantined: a pooled run whose cleanup cannot be
+// verified quarantines the runner; its pool is then reported quarantined
+// (nothing is made or served), never filling, and once the operator
+// releases the runner the pool fills again.
+func TestPoolStateWhileQuarantined(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	writeFile(t, filepath.Join(d.dir, "src", "x"), "x")
+	d.withPool(1, "10m")
+	f := d.runHeld()
+	state := func() string {
+		t.Helper()
+		st, err := d.control.Status(ctx)
+		if err != nil || len(st.Pool) != 1 {
+			t.Fatalf("status: %+v %v", st, err)
+		}
+		return st.Pool[0].State
+	}
+	if got := state(); got != runner.PoolQuarantined {
+		t.Errorf("the pool of a quarantined runner is %q, want %q", got, runner.PoolQuarantined)
+	}
+	f.Close()
+	if err := d.control.ReleaseQuarantine(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	d.waitPool(1)
+	if got := state(); got != runner.PoolReady {
+		t.Errorf("the pool after the release is %q, want ready", got)
 	}
 }

@@ -245,6 +245,9 @@ func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
 		res := &runner.Result{RunID: a.RunID, GrantID: a.GrantID, Status: runner.StatusFailed, ExitCode: -1,
 			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
 			Started: a.Started, Finished: a.Updated, Inputs: []admission.Input{}}
+		if use, err := s.db.GrantUsed(a.GrantID); err == nil {
+			res.Actor = use.Actor // what else the run was is not on record: unknown
+		}
 		_ = s.db.PutRun(a.RunID, launch.Record{Owner: 0, Result: res})
 	}
 	return rec, nil

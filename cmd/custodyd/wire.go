@@ -97,7 +97,7 @@ func wireAttempts(as []journal.Attempt) []api.Attempt {
 	out := make([]api.Attempt, 0, len(as))
 	for _, a := range as {
 		w := api.Attempt{RunID: a.RunID, GrantID: a.GrantID, State: string(a.State), Detail: a.Detail,
-			Retry: a.Retry, Started: a.Started, Updated: a.Updated}
+			Retry: a.Retry, Member: a.Member, Started: a.Started, Updated: a.Updated}
 		if a.Resources != nil {
 			w.Resources = make([]api.AttemptResource, 0, len(a.Resources))
 			for _, x := range a.Resources {
