@@ -13,9 +13,15 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+
+	"github.com/custody-dev/custody/image"
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == image.HelperArg {
+		// One image import, in a process of its own (see handleImport).
+		os.Exit(image.ServeImport(context.Background(), os.Stdin, os.Stdout))
+	}
 	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
