@@ -12,6 +12,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -56,6 +57,10 @@ type layerInfo struct {
 	// the layer's root); the layer tree is 0:0 until an image assembled
 	// from it gives its files their owners.
 	Owners []Owner `json:"owners,omitempty"`
+	// Blob is the digest of the blob the layer was unpacked from, checked
+	// to decompress to DiffID; empty when nothing named one (a classic
+	// docker-save archive) and in records written before it was kept.
+	Blob string `json:"blob,omitempty"`
 }
 
 // attrs is what a Writer does not keep of an entry and the layer store
@@ -89,10 +94,15 @@ func (s *Store) layer(ctx context.Context, root *os.Root, ref layerRef) (string,
 	var info layerInfo
 	final, err := snapshot.ReadRecord(dir, ref.diffID, layerRecord, &info)
 	if err == nil && info.DiffID == ref.diffID {
-		if ref.digest != "" {
-			if err := verifyFile(root, ref); err != nil {
-				return "", nil, err
-			}
+		// The store holds the layer; the image must still hold its blob,
+		// and the blob must be that layer.
+		if ref.digest != "" && ref.digest == info.Blob {
+			err = verifyFile(root, ref) // a blob already checked to be this layer
+		} else {
+			err = s.verifyLayerBlob(root, ref)
+		}
+		if err != nil {
+			return "", nil, err
 		}
 		return filepath.Join(final, layerTreeName), &info, nil
 	}
@@ -119,11 +129,59 @@ func (s *Store) layer(ctx context.Context, root *os.Root, ref layerRef) (string,
 	return filepath.Join(final, layerTreeName), &info, nil
 }
 
-// verifyFile hashes the blob of ref.
-func verifyFile(root *os.Root, ref layerRef) error {
+// openBlob opens the blob of ref in root, or says that the image does not
+// hold it: a name outside the image, or of no regular file, is not there.
+func openBlob(root *os.Root, ref layerRef) (*os.File, error) {
 	f, err := openRegular(root, ref.path)
 	if err != nil {
-		return fmt.Errorf("layer %s: %w", ref.digest, err)
+		return nil, fmt.Errorf("layer %s (diff id %s): the image does not hold it: %w; fix: export the image again, whole", ref.path, ref.diffID, err)
+	}
+	return f, nil
+}
+
+// verifyLayerBlob checks that the blob of ref is there, hashes to its
+// digest (when something names one) and decompresses to its diff id,
+// reading no more than an unpack of it would have been allowed.
+func (s *Store) verifyLayerBlob(root *os.Root, ref layerRef) error {
+	f, err := openBlob(root, ref)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	blobSum, tarSum := sha256.New(), sha256.New()
+	br := bufio.NewReaderSize(io.TeeReader(f, blobSum), 1<<16)
+	dr, err := decompress(br)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", ref.path, err)
+	}
+	limit := int64(math.MaxInt64 - 1)
+	if s.limits.MaxBytes > 0 && s.limits.MaxEntries > 0 {
+		// The files, a header and padding per entry, and the trailer.
+		limit = s.limits.MaxBytes + int64(s.limits.MaxEntries)*2048 + maxTrailing
+	}
+	n, err := io.Copy(tarSum, io.LimitReader(dr, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("decompresses to more than %d bytes: %w", limit, treehash.ErrTooLarge)
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, br) // the rest of the blob, for its digest
+	}
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", ref.path, err)
+	}
+	if ref.digest != "" {
+		if err := checkSum(blobSum, ref.digest, "layer"); err != nil {
+			return err
+		}
+	}
+	return checkSum(tarSum, ref.diffID, "uncompressed layer")
+}
+
+// verifyFile hashes the blob of ref.
+func verifyFile(root *os.Root, ref layerRef) error {
+	f, err := openBlob(root, ref)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	h := sha256.New()
@@ -143,9 +201,9 @@ func checkSum(h hash.Hash, want, what string) error {
 // unpackLayer extracts the blob of ref into staging/tree with every entry's
 // owner, mode and mtime, and verifies it.
 func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, staging string) (*layerInfo, error) {
-	f, err := openRegular(root, ref.path)
+	f, err := openBlob(root, ref)
 	if err != nil {
-		return nil, fmt.Errorf("opening the blob: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	blobSum, tarSum := sha256.New(), sha256.New()
@@ -162,7 +220,7 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 	}
 	var sk skipped
 	var hl headerLog
-	info := &layerInfo{DiffID: ref.diffID, Dirs: []string{}}
+	info := &layerInfo{DiffID: ref.diffID, Dirs: []string{}, Blob: ref.digest}
 	err = w.Mkdir(layerTreeName, 0o755)
 	if err == nil {
 		err = untar.Extract(ctx, tr, w, untar.Options{Under: layerTreeName,
