@@ -39,6 +39,11 @@ const (
 	OwnersRecorded = "recorded"
 )
 
+// ErrLinkTarget is returned (wrapped, naming the link and the fix) for a
+// layer's hard link to a file of a lower layer that is not there as a
+// regular file of the image.
+var ErrLinkTarget = errors.New("a hard link must name a regular file of the image")
+
 // Owner is an entry of an image not owned by 0:0, as the image says.
 type Owner struct {
 	Path string `json:"path"`
@@ -61,6 +66,17 @@ type layerInfo struct {
 	// to decompress to DiffID; empty when nothing named one (a classic
 	// docker-save archive) and in records written before it was kept.
 	Blob string `json:"blob,omitempty"`
+	// Links are the layer's hard links to files of lower layers, in the
+	// layer's order: the layer tree cannot hold them, so assembling an
+	// image makes them in its rootfs.
+	Links []Link `json:"links,omitempty"`
+}
+
+// Link is a hard link of a layer to a file a lower layer made (paths
+// relative to the layer's root).
+type Link struct {
+	Name   string `json:"name"`
+	Target string `json:"target"`
 }
 
 // attrs is what a Writer does not keep of an entry and the layer store
@@ -225,7 +241,12 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 	if err == nil {
 		err = untar.Extract(ctx, tr, w, untar.Options{Under: layerTreeName,
 			MaxEntries: s.limits.MaxEntries, MaxBytes: s.limits.MaxBytes, Symlinks: true, HardLinks: true,
-			Skip: sk.add(layerTreeName), Written: hl.record(layerTreeName)})
+			Skip: sk.add(layerTreeName), Written: hl.record(layerTreeName),
+			LowerLink: func(name, target string) error {
+				info.Links = append(info.Links, Link{Name: strings.TrimPrefix(name, layerTreeName+"/"),
+					Target: strings.TrimPrefix(target, layerTreeName+"/")})
+				return nil
+			}})
 	}
 	if err == nil {
 		err = drain(tr)
@@ -373,7 +394,7 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 	if err != nil {
 		return err
 	}
-	return filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == tree {
 			return err
 		}
@@ -434,6 +455,73 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 		// the layer: hard links, never a write.
 		return os.Link(p, dst)
 	})
+	if err != nil {
+		return err
+	}
+	for _, l := range info.Links {
+		if err := a.lowerLink(tree, l); err != nil {
+			return fmt.Errorf("hard link %s to %s: %w", l.Name, l.Target, err)
+		}
+	}
+	return nil
+}
+
+// lowerLink makes the layer's hard link l to a file of a lower layer, in
+// the rootfs as the layers below and this one's files left it. The target
+// must be a regular file reached through real directories of the rootfs
+// only: never a symlink, so never a file outside the image.
+func (a *assembler) lowerLink(tree string, l Link) error {
+	if _, err := os.Lstat(filepath.Join(tree, l.Name)); err == nil {
+		return nil // a later entry of the layer replaced the link
+	}
+	if _, err := os.Lstat(filepath.Join(tree, l.Target)); err == nil {
+		return fmt.Errorf("the layer links to the lower layers' %s and then replaces it: %w; fix: build the layer with the link after its own %s, or without it", l.Target, ErrLinkTarget, l.Target)
+	}
+	ok, err := a.realDir(path.Dir(l.Target))
+	if err != nil {
+		return err
+	}
+	var fi fs.FileInfo
+	if ok {
+		fi, err = os.Lstat(filepath.Join(a.rootfs, l.Target))
+	}
+	if !ok || err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("the lower layers hold no regular file %s reached through directories only: %w; fix: link to a regular file of the image, never to a symlink, through one, or outside the image", l.Target, ErrLinkTarget)
+	}
+	// The link's parents: real directories, made as implicit ones when
+	// missing, never followed through a symlink.
+	parent := ""
+	for _, c := range strings.Split(path.Dir(l.Name), "/") {
+		if c == "." {
+			break
+		}
+		parent = path.Join(parent, c)
+		pfi, err := os.Lstat(filepath.Join(a.rootfs, parent))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := os.Mkdir(filepath.Join(a.rootfs, parent), 0o700); err != nil {
+				return err
+			}
+			a.dirMeta[parent] = ""
+			delete(a.owners, parent)
+		case err != nil:
+			return err
+		case !pfi.IsDir():
+			return fmt.Errorf("%s lies beneath %s, which is a %s; an import never writes through it: %w", l.Name, parent, kindOf(pfi.Mode()), snapshot.ErrUnsafePath)
+		}
+	}
+	dst := filepath.Join(a.rootfs, l.Name)
+	if _, err := os.Lstat(dst); err == nil {
+		a.forget(l.Name)
+		if err := os.RemoveAll(dst); err != nil {
+			return err
+		}
+	}
+	// One inode, one owner: the target's.
+	if o, ok := a.owners[l.Target]; ok {
+		a.owners[l.Name] = o
+	}
+	return os.Link(filepath.Join(a.rootfs, l.Target), dst)
 }
 
 func kindOf(m fs.FileMode) string {
