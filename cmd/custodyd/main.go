@@ -17,11 +17,17 @@ import (
 	"github.com/custody-dev/custody/image"
 )
 
-func main() {
+// serveHelper serves, and exits, when this process is one of custodyd's
+// helpers: a re-exec of /proc/self/exe running one image import in a
+// process of its own (see handleImport).
+func serveHelper() {
 	if len(os.Args) == 2 && os.Args[1] == image.HelperArg {
-		// One image import, in a process of its own (see handleImport).
 		os.Exit(image.ServeImport(context.Background(), os.Stdin, os.Stdout))
 	}
+}
+
+func main() {
+	serveHelper()
 	configPath := flag.String("config", "/etc/custody/custodyd.yaml", "custodyd configuration file")
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := flag.String("log-format", "text", "log format: text (logfmt) or json (one object per line)")
