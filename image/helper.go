@@ -59,8 +59,14 @@ type helperReply struct {
 	Error string `json:"error,omitempty"`
 }
 
-// maxHelperOutput bounds what is read of the helper's stdout and stderr.
-const maxHelperOutput = 1 << 20
+// Bounds on what is kept of the helper's stdout (its reply: an image's
+// record lists the owners of up to every entry) and stderr, and on the
+// request it reads.
+const (
+	maxHelperReply   = 256 << 20
+	maxHelperStderr  = 64 << 10
+	maxHelperRequest = 64 << 10
+)
 
 // ImportIsolated is Import with the untrusted file read in a helper
 // process (iso.Path HelperArg) whose memory is bounded by iso.Memory.
@@ -80,7 +86,7 @@ func (s *Store) ImportIsolated(ctx context.Context, src string, iso Isolation) (
 	if err != nil {
 		return nil, err
 	}
-	var stdout, stderr limitedBuffer
+	stdout, stderr := limitedBuffer{max: maxHelperReply}, limitedBuffer{max: maxHelperStderr}
 	cmd := exec.CommandContext(ctx, iso.Path, HelperArg)
 	cmd.Stdin = bytes.NewReader(req)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -115,7 +121,7 @@ func (s *Store) ImportIsolated(ctx context.Context, src string, iso Isolation) (
 // writes the reply to out. It returns the process's exit code.
 func ServeImport(ctx context.Context, in io.Reader, out io.Writer) int {
 	var req helperRequest
-	if err := json.NewDecoder(io.LimitReader(in, maxHelperOutput)).Decode(&req); err != nil {
+	if err := json.NewDecoder(io.LimitReader(in, maxHelperRequest)).Decode(&req); err != nil {
 		fmt.Fprintln(os.Stderr, "image import helper: reading the request:", err)
 		return 2
 	}
@@ -166,13 +172,15 @@ func lastLine(s string) string {
 	return s
 }
 
-// limitedBuffer keeps the first maxHelperOutput bytes written to it and
-// drops the rest, so a helper cannot make this process buffer without
-// bound.
-type limitedBuffer struct{ bytes.Buffer }
+// limitedBuffer keeps the first max bytes written to it and drops the
+// rest, so a helper cannot make this process buffer without bound.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
 
 func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := maxHelperOutput - b.Len(); room > 0 {
+	if room := b.max - b.Len(); room > 0 {
 		b.Buffer.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
