@@ -687,3 +687,35 @@ func TestLayerLinksToLowerLayers(t *testing.T) {
 		t.Errorf("something was written outside the image: %v %v", ents, err)
 	}
 }
+
+// TestStoredLayerStillChecked: an OCI image whose config names a layer the
+// store holds, but whose manifest's blob (present, and matching its own
+// digest) is another layer, is refused with ErrDigestMismatch: a stored
+// layer is reused only once the image's blob is shown to be it.
+func TestStoredLayerStillChecked(t *testing.T) {
+	app := buildTar(t, []entry{{name: "app", typ: tar.TypeReg, mode: 0o644, body: "the app"}})
+	other := buildTar(t, []entry{{name: "app", typ: tar.TypeReg, mode: 0o644, body: "another"}})
+	s, _ := newStore(t)
+	ctx := context.Background()
+	good := imageOf(t, app)
+	if _, err := s.Import(ctx, "oci:"+writeLayout(t, good, "good")); err != nil {
+		t.Fatal(err)
+	}
+	want, err := good.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := imageOf(t, other)
+	cf, err := bad.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.RootFS.DiffIDs = want.RootFS.DiffIDs
+	if bad, err = mutate.ConfigFile(bad, cf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(ctx, "oci:"+writeLayout(t, bad, "bad")); !errors.Is(err, ErrDigestMismatch) || !strings.Contains(err.Error(), "uncompressed layer") {
+		t.Errorf("a blob of another layer under a stored diff id: %v, want ErrDigestMismatch", err)
+	}
+}
