@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -110,9 +111,14 @@ func (s *Store) ImportIsolated(ctx context.Context, src string, iso Isolation) (
 	// Nothing ambient: the helper reads its request, not its environment.
 	// The soft limit makes the collector work before the hard one.
 	cmd.Env = []string{"GOMEMLIMIT=" + strconv.FormatInt(iso.Memory/4*3, 10)}
-	// A helper outlives no custodyd.
+	// A helper outlives no custodyd. The death signal follows the thread
+	// that started the child, so this goroutine keeps that thread, which
+	// then cannot exit (as a thread another goroutine locked may) before
+	// the helper does.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
 	runErr := cmd.Run()
+	runtime.UnlockOSThread()
 	var reply helperReply
 	if jerr := json.Unmarshal(stdout.Bytes(), &reply); jerr != nil || (reply.Image == nil && reply.Error == "") {
 		if err := ctx.Err(); err != nil {
