@@ -1,12 +1,15 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	ulxz "github.com/ulikunitz/xz"
 
 	"github.com/custody-dev/custody/image/imagetest"
 )
@@ -124,4 +127,41 @@ func readFile(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestXZFormsImport: xz streams with each integrity check, several blocks,
+// and two streams concatenated all import as the plain tar does.
+func TestXZFormsImport(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	plain := buildTar(t, sampleEntries)
+	want, err := s.Import(ctx, writeFile(t, t.TempDir(), "r.tar", plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := func(c ulxz.WriterConfig, data []byte) []byte {
+		var buf bytes.Buffer
+		w, err := c.NewWriter(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(data)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	forms := map[string][]byte{
+		"two streams": append(enc(ulxz.WriterConfig{}, plain[:1024]), enc(ulxz.WriterConfig{}, plain[1024:])...),
+		"blocks":      enc(ulxz.WriterConfig{BlockSize: 700}, plain),
+	}
+	for name, check := range map[string]byte{"none": ulxz.None, "crc32": ulxz.CRC32, "crc64": ulxz.CRC64, "sha256": ulxz.SHA256} {
+		forms[name] = enc(ulxz.WriterConfig{CheckSum: check}, plain)
+	}
+	for name, data := range forms {
+		got, err := s.Import(ctx, writeFile(t, t.TempDir(), "r.tar.xz", data))
+		if err != nil || got.Digest != want.Digest {
+			t.Errorf("%s: %+v, %v", name, got, err)
+		}
+	}
 }
