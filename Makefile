@@ -223,6 +223,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzVerifyOpLog$$' -fuzztime=$(FUZZTIME) ./evidence
 	$(GO) test -run='^$$' -fuzz='^FuzzResolveLayout$$' -fuzztime=$(FUZZTIME) ./image
 	$(GO) test -run='^$$' -fuzz='^FuzzParseSource$$' -fuzztime=$(FUZZTIME) ./image
+	$(GO) test -run='^$$' -fuzz='^FuzzDecompress$$' -fuzztime=$(FUZZTIME) ./image
 
 # Install (as root, or into DESTDIR for packaging): custody and custodyd in
 # PREFIX/bin, the pinned runc and custody-gate in PREFIX/lib/custody, a man

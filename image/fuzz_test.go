@@ -1,13 +1,23 @@
 package image
 
 import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+
+	ulxz "github.com/ulikunitz/xz"
+
+	"github.com/custody-dev/custody/image/imagetest"
 )
 
 // seedLayout is a valid index, manifest and config, the index naming the
@@ -127,4 +137,48 @@ func TestSeedLayoutResolves(t *testing.T) {
 			t.Errorf("%q: %+v, %v", platforms, res, err)
 		}
 	}
+}
+
+// FuzzDecompress reads arbitrary data as a compressed tar, as an import
+// reads its file and every layer blob, up to 8 MiB of output: whatever
+// the headers ask for, it never panics, and the decoders together never
+// allocate more than twice MaxWindow (a window and the buffers around
+// it) plus 16 MiB. A stream refused for its window says ErrWindow.
+func FuzzDecompress(f *testing.F) {
+	plain := []byte("ustar\x00 a plain tar, or not")
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(plain)
+	zw.Close()
+	var xzb bytes.Buffer
+	xw, err := ulxz.NewWriter(&xzb)
+	if err != nil {
+		f.Fatal(err)
+	}
+	xw.Write(plain)
+	xw.Close()
+	f.Add(plain)
+	f.Add(gz.Bytes())
+	f.Add(xzb.Bytes())
+	f.Add(imagetest.SetXZDict(f, bytes.Clone(xzb.Bytes()), 40)) // 4 GiB
+	f.Add(imagetest.SetXZDict(f, bytes.Clone(xzb.Bytes()), imagetest.DictProp(27)))
+	f.Add(zstdRaw(20, plain))
+	f.Add(zstdRaw(27, plain))
+	f.Add(zstdRaw(31, plain))
+	f.Add([]byte("BZh91AY&SY"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		r, err := decompress(bufio.NewReader(bytes.NewReader(data)))
+		if err == nil {
+			_, err = io.Copy(io.Discard, io.LimitReader(r, 8<<20))
+		}
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 2*MaxWindow+16<<20 {
+			t.Fatalf("decoding %d bytes allocated %d MiB (err %v)", len(data), grew>>20, err)
+		}
+		if errors.Is(err, ErrWindow) && !strings.Contains(err.Error(), "fix:") {
+			t.Fatalf("a refusal without its fix: %v", err)
+		}
+	})
 }

@@ -25,7 +25,11 @@
 // an error naming the entry. Device nodes and fifos are not refused: they are
 // skipped and listed in Image.Skipped (a Debian rootfs has /dev/null; the
 // runner makes its own minimal /dev), and so are sockets in a directory.
-// Total bytes and entry count are capped. The
+// Total bytes and entry count are capped, and so is the window or
+// dictionary a compressed stream's header asks its decoder for (MaxWindow,
+// refused before the decoder allocates it). ImportIsolated reads the file
+// in a helper process with a memory ceiling of its own, whose exit gives
+// back all it took; custodyd imports so. The
 // rootfs directory itself is always 0755, whatever the source says, since
 // its mode is not part of the digest. The rootfs is not made read-only: it
 // is mounted read-only, under an overlay, by the runner.
@@ -213,6 +217,18 @@ func NewWithLimits(dir string, limits treehash.Options) (*Store, error) {
 func (s *Store) Import(ctx context.Context, src string) (*Image, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	img, err := s.importTree(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	s.sealOrSay(ctx, img)
+	return img, nil
+}
+
+// importTree is Import without the seal: it unpacks, verifies and
+// publishes the tree, the part that reads the untrusted file (and that
+// an isolated import runs in a helper process).
+func (s *Store) importTree(ctx context.Context, src string) (*Image, error) {
 	source, err := ParseSource(src)
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -297,7 +313,6 @@ func (s *Store) Import(ctx context.Context, src string) (*Image, error) {
 		stored.Skipped = img.Skipped
 		img = stored
 	}
-	s.sealOrSay(ctx, img)
 	return img, nil
 }
 
@@ -405,7 +420,6 @@ func (s *Store) importImage(ctx context.Context, src Source, fi fs.FileInfo) (*I
 	if err := s.bind(img); err != nil {
 		return nil, err
 	}
-	s.sealOrSay(ctx, img)
 	return img, nil
 }
 

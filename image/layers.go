@@ -12,6 +12,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -38,6 +39,11 @@ const (
 	OwnersRecorded = "recorded"
 )
 
+// ErrLinkTarget is returned (wrapped, naming the link and the fix) for a
+// layer's hard link to a file of a lower layer that is not there as a
+// regular file of the image.
+var ErrLinkTarget = errors.New("a hard link must name a regular file of the image")
+
 // Owner is an entry of an image not owned by 0:0, as the image says.
 type Owner struct {
 	Path string `json:"path"`
@@ -56,6 +62,21 @@ type layerInfo struct {
 	// the layer's root); the layer tree is 0:0 until an image assembled
 	// from it gives its files their owners.
 	Owners []Owner `json:"owners,omitempty"`
+	// Blob is the digest of the blob the layer was unpacked from, checked
+	// to decompress to DiffID; empty when nothing named one (a classic
+	// docker-save archive) and in records written before it was kept.
+	Blob string `json:"blob,omitempty"`
+	// Links are the layer's hard links to files of lower layers, in the
+	// layer's order: the layer tree cannot hold them, so assembling an
+	// image makes them in its rootfs.
+	Links []Link `json:"links,omitempty"`
+}
+
+// Link is a hard link of a layer to a file a lower layer made (paths
+// relative to the layer's root).
+type Link struct {
+	Name   string `json:"name"`
+	Target string `json:"target"`
 }
 
 // attrs is what a Writer does not keep of an entry and the layer store
@@ -89,10 +110,15 @@ func (s *Store) layer(ctx context.Context, root *os.Root, ref layerRef) (string,
 	var info layerInfo
 	final, err := snapshot.ReadRecord(dir, ref.diffID, layerRecord, &info)
 	if err == nil && info.DiffID == ref.diffID {
-		if ref.digest != "" {
-			if err := verifyFile(root, ref); err != nil {
-				return "", nil, err
-			}
+		// The store holds the layer; the image must still hold its blob,
+		// and the blob must be that layer.
+		if ref.digest != "" && ref.digest == info.Blob {
+			err = verifyFile(root, ref) // a blob already checked to be this layer
+		} else {
+			err = s.verifyLayerBlob(root, ref)
+		}
+		if err != nil {
+			return "", nil, err
 		}
 		return filepath.Join(final, layerTreeName), &info, nil
 	}
@@ -119,11 +145,59 @@ func (s *Store) layer(ctx context.Context, root *os.Root, ref layerRef) (string,
 	return filepath.Join(final, layerTreeName), &info, nil
 }
 
-// verifyFile hashes the blob of ref.
-func verifyFile(root *os.Root, ref layerRef) error {
+// openBlob opens the blob of ref in root, or says that the image does not
+// hold it: a name outside the image, or of no regular file, is not there.
+func openBlob(root *os.Root, ref layerRef) (*os.File, error) {
 	f, err := openRegular(root, ref.path)
 	if err != nil {
-		return fmt.Errorf("layer %s: %w", ref.digest, err)
+		return nil, fmt.Errorf("layer %s (diff id %s): the image does not hold it: %w; fix: export the image again, whole", ref.path, ref.diffID, err)
+	}
+	return f, nil
+}
+
+// verifyLayerBlob checks that the blob of ref is there, hashes to its
+// digest (when something names one) and decompresses to its diff id,
+// reading no more than an unpack of it would have been allowed.
+func (s *Store) verifyLayerBlob(root *os.Root, ref layerRef) error {
+	f, err := openBlob(root, ref)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	blobSum, tarSum := sha256.New(), sha256.New()
+	br := bufio.NewReaderSize(io.TeeReader(f, blobSum), 1<<16)
+	dr, err := decompress(br)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", ref.path, err)
+	}
+	limit := int64(math.MaxInt64 - 1)
+	if s.limits.MaxBytes > 0 && s.limits.MaxEntries > 0 {
+		// The files, a header and padding per entry, and the trailer.
+		limit = s.limits.MaxBytes + int64(s.limits.MaxEntries)*2048 + maxTrailing
+	}
+	n, err := io.Copy(tarSum, io.LimitReader(dr, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("decompresses to more than %d bytes: %w", limit, treehash.ErrTooLarge)
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, br) // the rest of the blob, for its digest
+	}
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", ref.path, err)
+	}
+	if ref.digest != "" {
+		if err := checkSum(blobSum, ref.digest, "layer"); err != nil {
+			return err
+		}
+	}
+	return checkSum(tarSum, ref.diffID, "uncompressed layer")
+}
+
+// verifyFile hashes the blob of ref.
+func verifyFile(root *os.Root, ref layerRef) error {
+	f, err := openBlob(root, ref)
+	if err != nil {
+		return err
 	}
 	defer f.Close()
 	h := sha256.New()
@@ -143,9 +217,9 @@ func checkSum(h hash.Hash, want, what string) error {
 // unpackLayer extracts the blob of ref into staging/tree with every entry's
 // owner, mode and mtime, and verifies it.
 func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, staging string) (*layerInfo, error) {
-	f, err := openRegular(root, ref.path)
+	f, err := openBlob(root, ref)
 	if err != nil {
-		return nil, fmt.Errorf("opening the blob: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	blobSum, tarSum := sha256.New(), sha256.New()
@@ -162,12 +236,17 @@ func (s *Store) unpackLayer(ctx context.Context, root *os.Root, ref layerRef, st
 	}
 	var sk skipped
 	var hl headerLog
-	info := &layerInfo{DiffID: ref.diffID, Dirs: []string{}}
+	info := &layerInfo{DiffID: ref.diffID, Dirs: []string{}, Blob: ref.digest}
 	err = w.Mkdir(layerTreeName, 0o755)
 	if err == nil {
 		err = untar.Extract(ctx, tr, w, untar.Options{Under: layerTreeName,
 			MaxEntries: s.limits.MaxEntries, MaxBytes: s.limits.MaxBytes, Symlinks: true, HardLinks: true,
-			Skip: sk.add(layerTreeName), Written: hl.record(layerTreeName)})
+			Skip: sk.add(layerTreeName), Written: hl.record(layerTreeName),
+			LowerLink: func(name, target string) error {
+				info.Links = append(info.Links, Link{Name: strings.TrimPrefix(name, layerTreeName+"/"),
+					Target: strings.TrimPrefix(target, layerTreeName+"/")})
+				return nil
+			}})
 	}
 	if err == nil {
 		err = drain(tr)
@@ -315,7 +394,7 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 	if err != nil {
 		return err
 	}
-	return filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == tree {
 			return err
 		}
@@ -376,6 +455,73 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 		// the layer: hard links, never a write.
 		return os.Link(p, dst)
 	})
+	if err != nil {
+		return err
+	}
+	for _, l := range info.Links {
+		if err := a.lowerLink(tree, l); err != nil {
+			return fmt.Errorf("hard link %s to %s: %w", l.Name, l.Target, err)
+		}
+	}
+	return nil
+}
+
+// lowerLink makes the layer's hard link l to a file of a lower layer, in
+// the rootfs as the layers below and this one's files left it. The target
+// must be a regular file reached through real directories of the rootfs
+// only: never a symlink, so never a file outside the image.
+func (a *assembler) lowerLink(tree string, l Link) error {
+	if _, err := os.Lstat(filepath.Join(tree, l.Name)); err == nil {
+		return nil // a later entry of the layer replaced the link
+	}
+	if _, err := os.Lstat(filepath.Join(tree, l.Target)); err == nil {
+		return fmt.Errorf("the layer links to the lower layers' %s and then replaces it: %w; fix: build the layer with the link after its own %s, or without it", l.Target, ErrLinkTarget, l.Target)
+	}
+	ok, err := a.realDir(path.Dir(l.Target))
+	if err != nil {
+		return err
+	}
+	var fi fs.FileInfo
+	if ok {
+		fi, err = os.Lstat(filepath.Join(a.rootfs, l.Target))
+	}
+	if !ok || err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("the lower layers hold no regular file %s reached through directories only: %w; fix: link to a regular file of the image, never to a symlink, through one, or outside the image", l.Target, ErrLinkTarget)
+	}
+	// The link's parents: real directories, made as implicit ones when
+	// missing, never followed through a symlink.
+	parent := ""
+	for _, c := range strings.Split(path.Dir(l.Name), "/") {
+		if c == "." {
+			break
+		}
+		parent = path.Join(parent, c)
+		pfi, err := os.Lstat(filepath.Join(a.rootfs, parent))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if err := os.Mkdir(filepath.Join(a.rootfs, parent), 0o700); err != nil {
+				return err
+			}
+			a.dirMeta[parent] = ""
+			delete(a.owners, parent)
+		case err != nil:
+			return err
+		case !pfi.IsDir():
+			return fmt.Errorf("%s lies beneath %s, which is a %s; an import never writes through it: %w", l.Name, parent, kindOf(pfi.Mode()), snapshot.ErrUnsafePath)
+		}
+	}
+	dst := filepath.Join(a.rootfs, l.Name)
+	if _, err := os.Lstat(dst); err == nil {
+		a.forget(l.Name)
+		if err := os.RemoveAll(dst); err != nil {
+			return err
+		}
+	}
+	// One inode, one owner: the target's.
+	if o, ok := a.owners[l.Target]; ok {
+		a.owners[l.Name] = o
+	}
+	return os.Link(filepath.Join(a.rootfs, l.Target), dst)
 }
 
 func kindOf(m fs.FileMode) string {

@@ -619,3 +619,103 @@ func TestConcurrentImportsShareLayers(t *testing.T) {
 		t.Errorf("layer store holds %d entries, want 2", len(layers))
 	}
 }
+
+// TestLayerLinksToLowerLayers: a layer's hard links to files of lower
+// layers are made in the image, as one inode with the lower file (into a
+// directory only the link implies, and replacing a lower entry); a link
+// a later entry of its layer replaces is not made; and a link whose target
+// is absent, is reached through a symlink, is a symlink, or is replaced
+// by the same layer, or whose name lies beneath a lower symlink, is
+// refused with ErrLinkTarget or snapshot.ErrUnsafePath, writing nothing
+// outside the image.
+func TestLayerLinksToLowerLayers(t *testing.T) {
+	outside := t.TempDir()
+	base := buildTar(t, []entry{
+		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
+		{name: "bin/tool", typ: tar.TypeReg, mode: 0o755, body: "tool"},
+		{name: "bin/old", typ: tar.TypeReg, mode: 0o644, body: "old"},
+		{name: "bin/later", typ: tar.TypeReg, mode: 0o644, body: "later"},
+		{name: "esc", typ: tar.TypeSymlink, linkname: outside},
+		{name: "abs-link", typ: tar.TypeSymlink, linkname: "/etc/passwd"},
+	})
+	top := buildTar(t, []entry{
+		{name: "new/dir/tool", typ: tar.TypeLink, linkname: "bin/tool"},
+		{name: "bin/old", typ: tar.TypeLink, linkname: "bin/tool"},
+		{name: "bin/chain", typ: tar.TypeLink, linkname: "new/dir/tool"},
+		{name: "bin/replaced", typ: tar.TypeLink, linkname: "bin/tool"},
+		{name: "bin/replaced", typ: tar.TypeReg, mode: 0o644, body: "own"},
+	})
+	s, _ := newStore(t)
+	ctx := context.Background()
+	img, err := s.Import(ctx, "oci:"+writeLayout(t, imageOf(t, base, top), "top"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool, err := os.Stat(filepath.Join(img.Rootfs, "bin/tool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"new/dir/tool", "bin/old", "bin/chain"} {
+		if fi, err := os.Stat(filepath.Join(img.Rootfs, p)); err != nil || !os.SameFile(fi, tool) {
+			t.Errorf("%s is not bin/tool: %v", p, err)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(img.Rootfs, "bin/replaced")); err != nil || string(got) != "own" {
+		t.Errorf("bin/replaced = %q, %v", got, err)
+	}
+	if _, err := s.Verify(ctx, img.Digest); err != nil {
+		t.Error(err)
+	}
+	for name, c := range map[string]struct {
+		top  []entry
+		want error
+	}{
+		"absent":          {[]entry{{name: "x", typ: tar.TypeLink, linkname: "bin/none"}}, ErrLinkTarget},
+		"through symlink": {[]entry{{name: "x", typ: tar.TypeLink, linkname: "esc/f"}}, ErrLinkTarget},
+		"to symlink":      {[]entry{{name: "x", typ: tar.TypeLink, linkname: "abs-link"}}, ErrLinkTarget},
+		"to a directory":  {[]entry{{name: "x", typ: tar.TypeLink, linkname: "bin"}}, ErrLinkTarget},
+		"replaced after": {[]entry{{name: "x", typ: tar.TypeLink, linkname: "bin/later"},
+			{name: "bin/later", typ: tar.TypeReg, mode: 0o644, body: "new"}}, ErrLinkTarget},
+		"name beneath symlink": {[]entry{{name: "esc/x", typ: tar.TypeLink, linkname: "bin/tool"}}, snapshot.ErrUnsafePath},
+	} {
+		src := "oci:" + writeLayout(t, imageOf(t, base, buildTar(t, c.top)), "bad")
+		if _, err := s.Import(ctx, src); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", name, err, c.want)
+		}
+	}
+	if ents, err := os.ReadDir(outside); err != nil || len(ents) != 0 {
+		t.Errorf("something was written outside the image: %v %v", ents, err)
+	}
+}
+
+// TestStoredLayerStillChecked: an OCI image whose config names a layer the
+// store holds, but whose manifest's blob (present, and matching its own
+// digest) is another layer, is refused with ErrDigestMismatch: a stored
+// layer is reused only once the image's blob is shown to be it.
+func TestStoredLayerStillChecked(t *testing.T) {
+	app := buildTar(t, []entry{{name: "app", typ: tar.TypeReg, mode: 0o644, body: "the app"}})
+	other := buildTar(t, []entry{{name: "app", typ: tar.TypeReg, mode: 0o644, body: "another"}})
+	s, _ := newStore(t)
+	ctx := context.Background()
+	good := imageOf(t, app)
+	if _, err := s.Import(ctx, "oci:"+writeLayout(t, good, "good")); err != nil {
+		t.Fatal(err)
+	}
+	want, err := good.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := imageOf(t, other)
+	cf, err := bad.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.RootFS.DiffIDs = want.RootFS.DiffIDs
+	if bad, err = mutate.ConfigFile(bad, cf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(ctx, "oci:"+writeLayout(t, bad, "bad")); !errors.Is(err, ErrDigestMismatch) || !strings.Contains(err.Error(), "uncompressed layer") {
+		t.Errorf("a blob of another layer under a stored diff id: %v, want ErrDigestMismatch", err)
+	}
+}

@@ -10,11 +10,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
+	"github.com/xi2/xz"
 
 	"github.com/custody-dev/custody/internal/untar"
 	"github.com/custody-dev/custody/snapshot"
@@ -99,11 +100,21 @@ func (sk *skipped) add(under string) func(name, kind string) {
 	}
 }
 
-// maxZstdWindow bounds the memory a zstd stream may ask the decoder for.
-const maxZstdWindow = 128 << 20
+// MaxWindow bounds the memory a compressed stream may make its decoder
+// take for its window (zstd) or dictionary (xz): the size comes from the
+// stream's own header, so without a bound a small file could ask for
+// gigabytes. zstd's own decoders default to this bound, and xz -9 uses
+// half of it. gzip's window is 32 KiB by its format.
+const MaxWindow = 128 << 20
+
+// ErrWindow is returned (wrapped, naming the format, the bound and the
+// fix) for a compressed stream that asks for more than MaxWindow, before
+// the decoder allocates it.
+var ErrWindow = errors.New("the compressed stream asks for more decoder memory than an import allows")
 
 // decompress returns the tar stream in r, decompressing it when it starts
-// with the magic bytes of gzip, zstd or xz.
+// with the magic bytes of gzip, zstd or xz. Every decoder is bounded by
+// MaxWindow.
 func decompress(r *bufio.Reader) (io.Reader, error) {
 	magic, err := r.Peek(6)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -117,23 +128,55 @@ func decompress(r *bufio.Reader) (io.Reader, error) {
 		}
 		return zr, nil
 	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		// A bounded window: a hostile frame header cannot make the
-		// decoder allocate more than this.
-		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxWindow(maxZstdWindow), zstd.WithDecoderConcurrency(1))
+		// Each frame's header gives its window; the decoder refuses one
+		// above the bound before allocating it.
+		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxWindow(MaxWindow), zstd.WithDecoderMaxMemory(MaxWindow),
+			zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
-		return zr.IOReadCloser(), nil
+		return boundedReader{r: zr.IOReadCloser(), format: "zstd", lib: []error{zstd.ErrWindowSizeExceeded, zstd.ErrDecoderSizeExceeded},
+			fix: "zstd without --long, or --long=27 at most"}, nil
 	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
-		xr, err := xz.NewReader(r)
+		// Each block's header gives its dictionary size; the decoder
+		// refuses one above the bound before allocating it.
+		xr, err := xz.NewReader(r, MaxWindow)
 		if err != nil {
-			return nil, fmt.Errorf("xz: %w", err)
+			return nil, boundedReader{format: "xz", lib: []error{xz.ErrMemlimit}, fix: xzFix}.wrap(err)
 		}
-		return xr, nil
+		return boundedReader{r: xr, format: "xz", lib: []error{xz.ErrMemlimit}, fix: xzFix}, nil
 	case bytes.HasPrefix(magic, []byte("BZh")):
-		return nil, errors.New("bzip2-compressed tars are not supported")
+		return nil, errors.New("bzip2-compressed tars are not supported; recompress it with gzip, zstd or xz")
 	}
 	return r, nil
+}
+
+const xzFix = "xz -9 or less, whose dictionary is 64 MiB"
+
+// boundedReader reads a decoder's output and says, when the decoder
+// refused a stream for the memory it asked (lib), which bound it was and
+// how to make a stream that fits it.
+type boundedReader struct {
+	r      io.Reader
+	format string
+	lib    []error // the decoder's errors for a stream over the bound
+	fix    string
+}
+
+func (b boundedReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	return n, b.wrap(err)
+}
+
+func (b boundedReader) wrap(err error) error {
+	switch {
+	case err == nil || errors.Is(err, io.EOF):
+		return err
+	case slices.ContainsFunc(b.lib, func(e error) bool { return errors.Is(err, e) }):
+		return fmt.Errorf("%s: the stream needs a window or dictionary larger than %d MiB: %w; fix: recompress it within that bound (%s)",
+			b.format, MaxWindow>>20, ErrWindow, b.fix)
+	}
+	return fmt.Errorf("%s: %w", b.format, err)
 }
 
 // drain reads what follows the end of the archive, so that a gzip stream's

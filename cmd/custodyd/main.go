@@ -14,10 +14,21 @@ import (
 	"runtime/pprof"
 	"syscall"
 
+	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/daemonflags"
 )
 
+// serveHelper serves, and exits, when this process is one of custodyd's
+// helpers: a re-exec of /proc/self/exe running one image import in a
+// process of its own (see handleImport).
+func serveHelper() {
+	if len(os.Args) == 2 && os.Args[1] == image.HelperArg {
+		os.Exit(image.ServeImport(context.Background(), os.Stdin, os.Stdout))
+	}
+}
+
 func main() {
+	serveHelper()
 	opts := daemonflags.Define(flag.CommandLine)
 	flag.Parse()
 	var lvl slog.Level

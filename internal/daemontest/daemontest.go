@@ -140,6 +140,15 @@ func (d *Daemon) Stop() {
 	}
 }
 
+// Pid is the running (or last) process's id.
+func (d *Daemon) Pid() int {
+	d.t.Helper()
+	if d.cmd == nil || d.cmd.Process == nil {
+		d.t.Fatal("daemontest: custodyd was not started")
+	}
+	return d.cmd.Process.Pid
+}
+
 // Kill sends SIGKILL to the running daemon (by its pid) and waits for it:
 // a runner that dies without cleaning up.
 func (d *Daemon) Kill() {

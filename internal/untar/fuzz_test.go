@@ -2,6 +2,8 @@ package untar
 
 import (
 	"archive/tar"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -27,12 +29,26 @@ func FuzzExtract(f *testing.F) {
 		{name: "var/lib/.wh..wh..opq", typ: tar.TypeReg, mode: 0o644},
 		{name: "dev/null", typ: tar.TypeChar, mode: 0o666},
 	}))
+	f.Add(buildTar(f, []entry{
+		{name: "new/dir/h", typ: tar.TypeLink, linkname: "bin/lower"},
+		{name: "x", typ: tar.TypeLink, linkname: "new/dir/h"},
+	}))
 	layer := everything
 	layer.Skip = func(string, string) {}
 	layer.Written = func(string, *tar.Header) {}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		parent, _, _ := extractTo(t, data, everything)
 		assertContained(t, parent, everything)
+		// An image layer's links to lower layers come out clean names.
+		layer := layer
+		layer.LowerLink = func(name, target string) error {
+			for _, p := range []string{name, target} {
+				if p == "" || strings.HasPrefix(p, "/") || slices.Contains(strings.Split(p, "/"), "..") || slices.Contains(strings.Split(p, "/"), ".") {
+					t.Fatalf("lower link %q -> %q", name, target)
+				}
+			}
+			return nil
+		}
 		parent, _, _ = extractTo(t, data, layer)
 		assertContained(t, parent, layer)
 	})

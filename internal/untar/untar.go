@@ -44,6 +44,12 @@ type Options struct {
 	Symlinks bool
 	// HardLinks accepts hard links to regular files earlier in the archive.
 	HardLinks bool
+	// LowerLink, if set, takes a hard link whose target no earlier entry
+	// wrote (an image layer's link to a file of a lower layer, which the
+	// OCI image spec allows): it is not made, and LowerLink is told its
+	// Writer-relative name and target, both checked as every name is, to
+	// make it itself. Without it such a link is refused, saying so.
+	LowerLink func(name, target string) error
 	// DirMode, if not zero, is the mode of every directory instead of the
 	// one in its header.
 	DirMode fs.FileMode
@@ -69,7 +75,8 @@ func Extract(ctx context.Context, r io.Reader, w *snapshot.Writer, opts Options)
 	buf := make([]byte, 1<<20)
 	var entries int
 	var total int64
-	dirs := map[string]bool{} // the directories named or implied so far
+	dirs := map[string]bool{}    // the directories named or implied so far
+	written := map[string]bool{} // the names entries were written to so far
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -94,7 +101,7 @@ func Extract(ctx context.Context, r io.Reader, w *snapshot.Writer, opts Options)
 				return fmt.Errorf("tar entry %q: files total more than %d bytes: %w", hdr.Name, opts.MaxBytes, treehash.ErrTooLarge)
 			}
 		}
-		if err := extractEntry(tr, hdr, w, &opts, buf); err != nil {
+		if err := extractEntry(tr, hdr, w, &opts, buf, written); err != nil {
 			return fmt.Errorf("tar entry %q: %w", hdr.Name, err)
 		}
 	}
@@ -128,7 +135,7 @@ func impliedDirs(seen map[string]bool, name string, isDir bool, budget int) int 
 }
 
 // extractEntry writes one entry.
-func extractEntry(tr *tar.Reader, hdr *tar.Header, w *snapshot.Writer, opts *Options, buf []byte) error {
+func extractEntry(tr *tar.Reader, hdr *tar.Header, w *snapshot.Writer, opts *Options, buf []byte, written map[string]bool) error {
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		// PAX global metadata (git archive writes one), not a file.
 		return nil
@@ -149,9 +156,23 @@ func extractEntry(tr *tar.Reader, hdr *tar.Header, w *snapshot.Writer, opts *Opt
 		opts.Skip(name, kind)
 		return nil
 	}
+	if hdr.Typeflag == tar.TypeLink && opts.HardLinks {
+		target, err := entryPath(opts.Under, hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link target: %w", err)
+		}
+		if !written[target] {
+			if opts.LowerLink == nil {
+				return fmt.Errorf("hard link to %q, which no earlier entry of the archive wrote", hdr.Linkname)
+			}
+			delete(written, name)
+			return opts.LowerLink(name, target)
+		}
+	}
 	if err := writeEntry(tr, hdr, name, mode, w, opts, buf); err != nil {
 		return err
 	}
+	written[name] = true
 	if opts.Written != nil {
 		opts.Written(name, hdr)
 	}

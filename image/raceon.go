@@ -1,0 +1,6 @@
+//go:build race
+
+package image
+
+// raceEnabled says the race detector is on (see boundMemory).
+const raceEnabled = true
