@@ -46,6 +46,15 @@ const (
 	// grant existed) and egress optional. Custody signs it for a run that
 	// took a pooled sandbox; no earlier version may carry pooled.
 	ReceiptV5 = Prefix + "receipt/v5"
+	// ReceiptV6 is ReceiptV5 with pooled optional and unobserved: the
+	// names of the exit and usage members the run did not observe
+	// (exit.code, usage.peakMemoryBytes, usage.cpuTimeMillis,
+	// usage.wallMillis, usage.oomKills), sorted, each written as -1,
+	// which no observation has. Custody signs it for a run with such a
+	// member (one that failed after its workload started, before the
+	// sandbox reported how it ended); no earlier version may carry
+	// unobserved or a negative usage.
+	ReceiptV6 = Prefix + "receipt/v6"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,

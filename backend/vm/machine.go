@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/vm/guest"
@@ -362,7 +364,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	boot := time.NewTimer(BootTimeout)
 	defer boot.Stop()
 	var wallC <-chan time.Time
-	bootTimedOut := false
+	bootTimedOut, started := false, false
 wait:
 	for {
 		select {
@@ -370,7 +372,7 @@ wait:
 			break wait
 		case <-startedCh:
 			m.mark("guest-started")
-			startedCh = nil
+			startedCh, started = nil, true
 			boot.Stop()
 			timer := time.NewTimer(wall)
 			defer timer.Stop()
@@ -394,7 +396,7 @@ wait:
 			p.r.Close()
 		}
 		m.timing.QEMU = time.Since(start)
-		return nil, fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())
+		return nil, &StartError{Stage: "boot", Err: fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())}
 	}
 	if ex.TimedOut || ex.Cancelled {
 		m.kill()
@@ -419,26 +421,51 @@ wait:
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
 	// Usage and OOMKilled are the host's: QEMU's cgroups (R3).
 	ex.Usage, ex.OOMKilled = usage, usage.OOMKills > 0
-	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt)", failcnt)
+	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt) and OOM-killed %d process(es)", failcnt, usage.OOMKills)
 	if ex.TimedOut || ex.Cancelled {
 		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil
 	}
+	// failed is a run that failed once the guest had started its
+	// workload: the error, with what the host observed (its usage of
+	// QEMU, the streams, the time) and the rest unobserved (R10).
+	failed := func(err error, notes ...string) (*backend.Exit, error) {
+		ex.CodeUnobserved = true
+		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved",
+			Notes: append(append([]string{"the guest started its workload but did not report how it ended"}, notes...), hostNote)}
+		return ex, err
+	}
 	if m.qemu.err != nil {
-		return nil, fmt.Errorf("vm %s: qemu ended with %v (%d OOM kill(s) in its host cgroup): %s; guest console: %s", m.id, m.qemu.err, usage.OOMKills, qemuLog.String(), m.console.String())
+		err := fmt.Errorf("vm %s: qemu ended with %v (%d OOM kill(s) in its host cgroup): %s; guest console: %s", m.id, m.qemu.err, usage.OOMKills, qemuLog.String(), m.console.String())
+		if !started {
+			return nil, &StartError{Stage: "boot", Err: err}
+		}
+		return failed(err, "QEMU ended with "+m.qemu.err.Error())
 	}
 	var rep guest.Report
 	line, _, _ := strings.Cut(string(report), "\n")
 	if err := json.Unmarshal([]byte(line), &rep); err != nil {
-		return nil, fmt.Errorf("vm %s: the guest sent no report (%v); guest console: %s", m.id, err, m.console.String())
+		err := fmt.Errorf("vm %s: the guest sent no report (%v); guest console: %s", m.id, err, m.console.String())
+		if !started {
+			return nil, &StartError{Stage: "guest-setup", Err: err}
+		}
+		return failed(err, "the guest sent no report")
 	}
-	if rep.Error != "" {
-		return nil, fmt.Errorf("vm %s: the guest init could not set the launch up: %s", m.id, rep.Error)
+	if rep.Error != "" && !started {
+		return nil, &StartError{Stage: "guest-setup", Err: fmt.Errorf("vm %s: the guest init could not set the launch up: %s", m.id, rep.Error)}
 	}
-	if outErr != nil {
-		return nil, fmt.Errorf("vm %s: %w", m.id, outErr)
+	if rep.Error != "" && rep.Finished == 0 {
+		// Started, and failed before the init saw the workload end.
+		return failed(fmt.Errorf("vm %s: the guest init failed while the workload ran: %s", m.id, rep.Error), "the guest init failed: "+noteText(rep.Error))
 	}
 	ex.Code, ex.Signal = rep.Code, rep.Signal
+	// A kill by the guest cgroup's OOM killer is the workload's OOM, as
+	// the oci backend reports its container's: counted with the host's
+	// (the notes say which is which).
+	if rep.OOMKills > 0 {
+		ex.OOMKilled = true
+		ex.Usage.OOMKills = max(ex.Usage.OOMKills, 0) + rep.OOMKills
+	}
 	// The limits are the workload's, which only the guest's cgroup holds:
 	// read back from the sandbox, as the field says, and in the
 	// observation too; the host's own bound on QEMU is its cgroup's.
@@ -449,13 +476,35 @@ wait:
 	m.timing.Guest = rep.Steps
 	ex.Observation = observation(&rep, m.outputSHA, observedAt)
 	ex.Observation.Notes = append(ex.Observation.Notes, hostNote)
+	if rep.Error != "" {
+		// The workload ran and ended (its code is the report's); a step
+		// after it failed.
+		return ex, fmt.Errorf("vm %s: the guest init failed after the workload ended: %s", m.id, rep.Error)
+	}
+	if outErr != nil {
+		return ex, fmt.Errorf("vm %s: %w", m.id, outErr)
+	}
 	return ex, nil
 }
 
+// StartError is a launch that failed before its guest started the
+// workload; Stage names where (boot, guest-setup). The runner records
+// such a run as failed to start.
+type StartError struct {
+	Stage string
+	Err   error
+}
+
+func (e *StartError) Error() string      { return e.Err.Error() }
+func (e *StartError) Unwrap() error      { return e.Err }
+func (e *StartError) StartStage() string { return e.Stage }
+
 // GuestUsageNote is the observation's note of what the guest's cgroup
 // says the workload used (peak memory bytes, CPU µs, OOM kills): its
-// claim, kept beside the host's usage, never in it.
-const GuestUsageNote = "the guest's cgroup reports peak memory %d bytes, CPU %d µs, %d OOM kill(s) (its claim; the usage is QEMU's host cgroup's)"
+// claim, kept beside the host's usage; only its OOM kills join the
+// usage's count (and make the exit an OOM), as the oci backend counts its
+// container's.
+const GuestUsageNote = "the guest's cgroup reports peak memory %d bytes, CPU %d µs, %d OOM kill(s) (its claim; the usage's memory and CPU are QEMU's host cgroup's, its OOM kills the host's and these)"
 
 // observation is the guest's report as an Observation: what the init says
 // it saw, never authority.
@@ -466,8 +515,11 @@ func observation(rep *guest.Report, hostOutput string, at time.Time) *backend.Ob
 	}
 	ob := &backend.Observation{At: at, Interfaces: rep.Interfaces, Seccomp: seccomp, NoNewPrivs: rep.NoNewPrivs,
 		Cgroup: backend.ObservedCgroup{MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax},
-		Notes: append([]string{"reported by the guest's init (an observation, not authority)",
-			fmt.Sprintf(GuestUsageNote, rep.PeakMemory, rep.CPUUsec, rep.OOMKills)}, rep.Notes...)}
+		Notes: []string{"reported by the guest's init (an observation, not authority)",
+			fmt.Sprintf(GuestUsageNote, rep.PeakMemory, rep.CPUUsec, rep.OOMKills)}}
+	for _, n := range rep.Notes {
+		ob.Notes = append(ob.Notes, noteText(n))
+	}
 	if q, p, ok := strings.Cut(rep.CPUMax, " "); ok {
 		ob.Cgroup.CPUQuotaMicros, _ = strconv.ParseInt(q, 10, 64)
 		ob.Cgroup.CPUPeriodMicros, _ = strconv.ParseInt(p, 10, 64)
@@ -479,6 +531,25 @@ func observation(rep *guest.Report, hostOutput string, at time.Time) *backend.Ob
 		ob.Notes = append(ob.Notes, "the guest's digest of its output stream differs from the host's: "+rep.OutputSHA256)
 	}
 	return ob
+}
+
+// noteText is a note the guest wrote, made fit for a receipt: valid
+// UTF-8, one line of printable text, at most 1 KiB. The guest's words
+// are an observation, and a receipt that cannot be signed loses the rest.
+func noteText(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+	if len(s) > 1024 {
+		s = strings.ToValidUTF8(s[:1024], "") + "..."
+	}
+	if s == "" {
+		return "(an empty note)"
+	}
+	return s
 }
 
 // ExtractOutput reads the guest's output stream, a tar, into dir through

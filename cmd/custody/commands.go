@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -563,6 +564,15 @@ func (a *app) quarantineCmd() *cobra.Command {
 	return cmd
 }
 
+// observed is a usage figure, or "unknown" for one that was not observed
+// (-1).
+func observed(n int64) string {
+	if n < 0 {
+		return "unknown"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
 // printResult prints a run's result for a person. Every string in it came
 // from the daemon, and many from the request or the workload (the phase
 // name, output file names, the error), so each goes through quote.
@@ -572,9 +582,12 @@ func printResult(w io.Writer, r *api.Result) {
 	if r.Signal != "" {
 		fmt.Fprintf(w, " signal %s", q(r.Signal))
 	}
-	if r.Status == api.StatusFailedToStart {
+	switch {
+	case r.Status == api.StatusFailedToStart:
 		fmt.Fprintln(w) // no workload ran, so no exit code is its; the error names the stage
-	} else {
+	case r.ExitCode < 0:
+		fmt.Fprintln(w, " exit unknown") // nobody saw how the workload ended
+	default:
 		fmt.Fprintf(w, " exit %d\n", r.ExitCode)
 	}
 	if r.GrantID != "" {
@@ -592,7 +605,7 @@ func printResult(w io.Writer, r *api.Result) {
 			fmt.Fprintf(w, "           %s sha256:%s %d\n", q(f.Path), q(f.SHA256), f.Size)
 		}
 	}
-	fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
+	fmt.Fprintf(w, "  usage    peak memory %s bytes, cpu %s ms, wall %s ms\n", observed(r.Usage.PeakMemoryBytes), observed(r.Usage.CPUTimeMillis), observed(r.Usage.WallMillis))
 	printLimits(w, r.Usage)
 	if r.Streams != nil {
 		for _, st := range []struct {
