@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend/vm/guest"
+	"github.com/custody-dev/custody/internal/scratch"
 )
 
 const (
@@ -370,7 +371,10 @@ func buildRoot(cfg *guest.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size="+strconv.FormatInt(cfg.TmpBytes, 10)+",mode=1777"); err != nil {
+	// The tmp budget is /tmp's and /dev/shm's together, as in the oci
+	// backend's containers.
+	tmpBytes, shmBytes := scratch.Split(cfg.TmpBytes, int64(os.Getpagesize()))
+	if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size="+strconv.FormatInt(tmpBytes, 10)+",mode=1777"); err != nil {
 		return fmt.Errorf("tmp: %w", err)
 	}
 	out, err := mkdir(cfg.OutputPath)
@@ -397,7 +401,7 @@ func buildRoot(cfg *guest.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := minimalDev(dev); err != nil {
+	if err := minimalDev(dev, shmBytes); err != nil {
 		return err
 	}
 	// The root itself read-only: writes go to /tmp and the output only.
@@ -444,10 +448,12 @@ func mountPoint(root, p string) (string, error) {
 }
 
 // minimalDev is a /dev (dev, made by mountPoint) with the harmless nodes
-// only: never the guest's devtmpfs, which holds the streams' port and the
-// disks.
-func minimalDev(dev string) error {
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+// only, never the guest's devtmpfs, which holds the streams' port and the
+// disks; and /dev/shm, a tmpfs of shm bytes, the tmp budget's share
+// (scratch.Split). /dev itself is then read-only, as in the oci backend's
+// containers: a workload's scratch space is /tmp and /dev/shm alone.
+func minimalDev(dev string, shm int64) error {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=4k,nr_inodes=16,mode=0755"); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	for _, n := range []struct {
@@ -460,6 +466,21 @@ func minimalDev(dev string) error {
 		if err := os.Chmod(filepath.Join(dev, n.name), 0o666); err != nil {
 			return err
 		}
+	}
+	shmDir := filepath.Join(dev, "shm")
+	if err := os.Mkdir(shmDir, 0o755); err != nil {
+		return fmt.Errorf("dev shm: %w", err)
+	}
+	flags, opts := uintptr(unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC), "mode=1777,size="+strconv.FormatInt(shm, 10)
+	if shm == 0 {
+		// tmpfs size=0 would mean unbounded: no shared memory instead.
+		flags, opts = flags|unix.MS_RDONLY, "mode=1777,size=4k,nr_inodes=1"
+	}
+	if err := unix.Mount("shm", shmDir, "tmpfs", flags, opts); err != nil {
+		return fmt.Errorf("dev shm: %w", err)
+	}
+	if err := unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "size=4k,nr_inodes=16,mode=0755"); err != nil {
+		return fmt.Errorf("read-only dev: %w", err)
 	}
 	return nil
 }
