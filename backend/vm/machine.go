@@ -57,7 +57,7 @@ type Machine struct {
 	// rootInInitramfs: the rootfs is in the initramfs, with no disk.
 	rootInInitramfs bool
 	// digests for the receipt
-	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
+	initrdSHA, configSHA, outputSHA string
 	timing                                                Timing
 	t0                                                    time.Time
 	console                                               *tailBuffer
@@ -150,8 +150,10 @@ func (m *Machine) Evidence() map[string]string {
 	if len(m.b.opts.SeccompFilter) > 0 {
 		ev["seccomp"] = sha256Hex(m.b.opts.SeccompFilter)
 	}
-	for k, v := range map[string]string{"initrd": m.initrdSHA, "config": m.configSHA, "output-stream": m.outputSHA,
-		"stdout": m.stdoutSHA, "stderr": m.stderrSHA} {
+	// stdout and stderr have one digest each, the runner's of what it
+	// kept, with its length (the receipt's streams): a second here, of
+	// another prefix, would say less and contradict it.
+	for k, v := range map[string]string{"initrd": m.initrdSHA, "config": m.configSHA, "output-stream": m.outputSHA} {
 		if v != "" {
 			ev[k] = v
 		}
@@ -180,17 +182,32 @@ func (b *Backend) openKernel() (*os.File, error) {
 func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd, extra string, uid, gid uint32) []string {
 	mem := (memBytes + (1<<20 - 1)) >> 20
 	cpu := "max"
-	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
+	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
 	if extra != "" {
 		appendLine += " " + extra
 	}
 	if accel == "kvm" {
+		// The guest runs on the host's CPU: its kernel keeps every
+		// speculative-execution mitigation it has.
 		cpu = "host"
-	} else if b.tscKHz > 0 {
-		appendLine += " tsc_early_khz=" + strconv.FormatInt(b.tscKHz, 10)
+	} else {
+		// Under TCG no guest instruction runs on the host's CPU, so the
+		// guest's own mitigations guard nothing a guest could reach and
+		// only cost boot and run time.
+		appendLine += " mitigations=off"
+		if b.tscKHz > 0 {
+			appendLine += " tsc_early_khz=" + strconv.FormatInt(b.tscKHz, 10)
+		}
+	}
+	accelArg := accel
+	if accel == "tcg" {
+		// TCG's translation cache, bounded: QEMU's default is 1 GiB,
+		// which a workload that keeps making new code fills, growing
+		// QEMU past its host cgroup's limit (QEMUOverheadBytes).
+		accelArg += ",tb-size=" + strconv.Itoa(TCGCacheBytes>>20)
 	}
 	return []string{
-		"-M", "microvm", "-accel", accel, "-cpu", cpu, "-m", strconv.FormatInt(mem, 10), "-smp", "1",
+		"-M", "microvm", "-accel", accelArg, "-cpu", cpu, "-m", strconv.FormatInt(mem, 10), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-nographic", "-monitor", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
 		"-chroot", filepath.Join(dir, "jail"),
@@ -274,7 +291,10 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	// until exited closes (QEMU waited for) or ends it only when QEMU must
 	// die anyway, so SIGKILL at its death only keeps a guest from
 	// outliving a crashed custodyd.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true, Pdeathsig: syscall.SIGKILL}
+	// An empty network namespace of its own too: QEMU needs none (the
+	// guest has no NIC), so nothing it could be made to do reaches a
+	// network.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	exited := make(chan struct{})
 	start := time.Now()
 	if err := m.startInCgroups(cmd, exited); err != nil {
@@ -307,7 +327,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	m.console = &tailBuffer{}
 	var report []byte
 	var outErr error
-	var stdoutH, stderrH, outH = sha256.New(), sha256.New(), sha256.New()
+	outH := sha256.New()
 	wg.Add(2) // the console and the demux; each stream's consumer adds its own
 	go func() { defer wg.Done(); _, _ = copyBounded(m.console, pipes[0].r, -1) }()
 	// The port's frames go to one consumer per stream, each behind a
@@ -317,10 +337,10 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	consume := map[byte]func(io.Reader){
 		guest.StreamControl: func(r io.Reader) { report, _ = readControl(r, startedCh) },
 		guest.StreamStdout: func(r io.Reader) {
-			_, _ = copyBounded(teeTo(streams.Stdout, stdoutH), r, m.b.opts.MaxLogBytes)
+			_, _ = copyBounded(orDiscard(streams.Stdout), r, m.b.opts.MaxLogBytes)
 		},
 		guest.StreamStderr: func(r io.Reader) {
-			_, _ = copyBounded(teeTo(streams.Stderr, stderrH), r, m.b.opts.MaxLogBytes)
+			_, _ = copyBounded(orDiscard(streams.Stderr), r, m.b.opts.MaxLogBytes)
 		},
 		guest.StreamOutput: func(r io.Reader) {
 			outErr = ExtractOutput(ctx, r, outH, m.Output().Dir(), m.spec.OutputBytes, m.spec.OutputFiles)
@@ -416,12 +436,10 @@ wait:
 	usage, failcnt := m.hostUsage()
 	m.timing.HostPeakMemory = usage.PeakMemoryBytes
 	m.mark("host-usage")
-	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
-	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
 	// Usage and OOMKilled are the host's: QEMU's cgroups (R3).
 	ex.Usage, ex.OOMKilled = usage, usage.OOMKills > 0
-	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt) and OOM-killed %d process(es)", failcnt, usage.OOMKills)
+	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt) and OOM-killed %d process(es); ", failcnt, usage.OOMKills) + m.cpuBoundNote()
 	if ex.TimedOut || ex.Cancelled {
 		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil
@@ -606,11 +624,11 @@ func (m *Machine) kill() {
 	}
 }
 
-func teeTo(w io.Writer, h io.Writer) io.Writer {
+func orDiscard(w io.Writer) io.Writer {
 	if w == nil {
-		return h
+		return io.Discard
 	}
-	return io.MultiWriter(h, w)
+	return w
 }
 
 // copyBounded copies r to w, up to limit bytes (-1: no limit), and drains
