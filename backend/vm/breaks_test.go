@@ -221,6 +221,28 @@ func TestHostOOMKillOfQEMUIsRecorded(t *testing.T) {
 	}
 }
 
+// TestDeepOutputTreeReportArrives: an output tree 180 directories deep,
+// which goes on the streams' port and takes the host a while to extract,
+// still comes back whole with the guest's report: the init waits for the
+// host's acknowledgement of the report before it resets the machine, so
+// no frame still queued in the port is lost.
+func TestDeepOutputTreeReportArrives(t *testing.T) {
+	b := newBackend(t, pins(t))
+	s := spec(t, testenv.BusyboxRootfs(t), "/bin/sh", "-c", `
+d=/out; i=0
+while [ $i -lt 180 ]; do d=$d/d; i=$((i+1)); mkdir $d; echo $i > $d/n; done
+echo bottom > $d/f && echo made`)
+	s.OutputFiles = 1024
+	ex, stdout, stderr, files := run(t, b, s, 5*time.Minute)
+	if ex.Code != 0 || stdout != "made\n" {
+		t.Fatalf("exit %+v stdout %q stderr %s", ex, stdout, stderr)
+	}
+	bottom := strings.Repeat("d/", 180) + "f"
+	if string(files[bottom]) != "bottom\n" || len(files) != 181 {
+		t.Errorf("the deep tree came back with %d files, bottom %q", len(files), files[bottom])
+	}
+}
+
 // TestQEMUHeldToCPUBudget: with a CPU budget of 0.5, a workload that
 // floods stdout (the init's copying and QEMU's own threads work with it)
 // holds QEMU itself to half a core: its host cpu cgroup has the quota,

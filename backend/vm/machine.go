@@ -20,6 +20,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/vm/guest"
 	"github.com/custody-dev/custody/internal/outputfs"
@@ -241,7 +243,7 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 		"-chardev", "file,id=early,path=/proc/self/fd/6",
 		"-device", "isa-debugcon,iobase="+strconv.Itoa(guest.EarlyIOPort)+",chardev=early",
 		"-device", "virtio-serial-device,max_ports=2",
-		"-chardev", "file,id=streams,path=/proc/self/fd/5",
+		"-chardev", "socket,id=streams,fd=5",
 		"-device", "virtserialport,chardev=streams,name="+guest.Port)
 }
 
@@ -274,6 +276,17 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		}
 	}
 	for i := range pipes {
+		if i == 1 {
+			// The port is a socket: the host also writes on it, the
+			// report's acknowledgement (guest.ReportAck).
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			pipes[i].r, pipes[i].w = os.NewFile(uintptr(fds[0]), "streams-port"), os.NewFile(uintptr(fds[1]), "streams-port-qemu")
+			continue
+		}
 		if pipes[i].r, pipes[i].w, err = os.Pipe(); err != nil {
 			closeAll()
 			return nil, err
@@ -357,7 +370,14 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	go func() {
 		defer wg.Done()
 		port := &countingReader{r: pipes[1].r}
-		ended, err := guest.Demux(pipes[2].r, port, sinks)
+		// Once the control stream's end is read on the port, every
+		// frame before it has been: the guest may reset (guest.ReportAck).
+		ack := func(id byte, onPort bool) {
+			if id == guest.StreamControl && onPort {
+				_, _ = pipes[1].r.Write([]byte{guest.ReportAck})
+			}
+		}
+		ended, err := guest.DemuxNotify(pipes[2].r, port, sinks, ack)
 		m.timing.PortBytes = port.n
 		// A malformed frame ends every stream short. Both channels are
 		// drained to QEMU's exit: a guest that writes where it is not

@@ -75,10 +75,11 @@ func main() {
 		}
 		_ = s.ctl.Close()
 		s.mu.Lock()
-		if s.port != nil {
-			_ = s.port.Sync()
-		}
+		port := s.port
 		s.mu.Unlock()
+		if port != nil {
+			waitAck(port)
+		}
 	} else {
 		fmt.Fprintf(os.Stderr, "custody-vminit: no streams: %s\n", rep.Error)
 	}
@@ -294,6 +295,42 @@ func (s *streams) openPort(cfg *guest.Config) (io.Writer, error) {
 	return f, nil
 }
 
+// ackTimeout bounds the wait for the host's acknowledgement of the
+// report: a host that never sends one still gets the report, and the
+// guest is not held to its wall time for it.
+const ackTimeout = 30 * time.Second
+
+// waitAck waits until the host has read everything written on the port:
+// its acknowledgement (guest.ReportAck) comes once it has read the end of
+// the control stream, the last frame. Queued virtio buffers a reset would
+// drop are then all delivered.
+func waitAck(port *os.File) {
+	fd := int(port.Fd())
+	deadline := time.Now().Add(ackTimeout)
+	buf := make([]byte, 1)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			fmt.Fprintln(os.Stderr, "custody-vminit: the host did not acknowledge the report")
+			return
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) || (err == nil && n == 0) {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "custody-vminit: waiting for the report's acknowledgement: %v\n", err)
+			return
+		}
+		if n, err := unix.Read(fd, buf); errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		} else if err != nil || n == 0 || buf[0] != guest.ReportAck {
+			fmt.Fprintf(os.Stderr, "custody-vminit: the report's acknowledgement: %d byte(s) %q, %v\n", n, buf[:max(n, 0)], err)
+		}
+		return
+	}
+}
+
 // findPort opens the streams' port once the driver has added it and QEMU
 // has named it.
 func findPort(port **os.File) error {
@@ -304,7 +341,8 @@ func findPort(port **os.File) error {
 			if err != nil || strings.TrimSpace(string(name)) != guest.Port {
 				continue
 			}
-			f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_WRONLY, 0)
+			// Read too: the host's acknowledgement of the report.
+			f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_RDWR, 0)
 			if err != nil {
 				continue // the node may not exist yet
 			}
