@@ -60,9 +60,9 @@ type Machine struct {
 	rootInInitramfs bool
 	// digests for the receipt
 	initrdSHA, configSHA, outputSHA string
-	timing                                                Timing
-	t0                                                    time.Time
-	console                                               *tailBuffer
+	timing                          Timing
+	t0                              time.Time
+	console                         *tailBuffer
 }
 
 // Timing is where a launch's time went, for the bench and the report.
