@@ -573,6 +573,14 @@ func observed(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// orUnknown is s, or "unknown" for a value the record does not have.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
 // printResult prints a run's result for a person. Every string in it came
 // from the daemon, and many from the request or the workload (the phase
 // name, output file names, the error), so each goes through quote.
@@ -591,10 +599,16 @@ func printResult(w io.Writer, r *api.Result) {
 		fmt.Fprintf(w, " exit %d\n", r.ExitCode)
 	}
 	if r.GrantID != "" {
-		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), q(r.Actor), q(r.Stage))
+		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), q(orUnknown(r.Actor)), q(orUnknown(r.Stage)))
 	}
-	fmt.Fprintf(w, "  tier     %s\n", q(r.Tier))
-	fmt.Fprintf(w, "  runtime  runc %s sha256:%s\n", q(r.Runtime.Version), q(r.Runtime.SHA256))
+	fmt.Fprintf(w, "  tier     %s\n", q(orUnknown(r.Tier)))
+	// The runtime is the backend's pinned binary: runc, or QEMU for a
+	// vm run; a run recovered after the runner died may not know it.
+	runtime := "unknown"
+	if r.Runtime.Path != "" {
+		runtime = q(filepath.Base(r.Runtime.Path)) + " " + q(r.Runtime.Version) + " sha256:" + q(r.Runtime.SHA256)
+	}
+	fmt.Fprintf(w, "  runtime  %s\n", runtime)
 	fmt.Fprintf(w, "  image    %s\n", q(r.Image))
 	for _, in := range r.Inputs {
 		fmt.Fprintf(w, "  input    %s <- %s %s\n", q(in.Target), q(in.Source), q(in.Digest))
