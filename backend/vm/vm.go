@@ -515,7 +515,8 @@ func (b *Backend) Identity() backend.Identity {
 // Capabilities: the guest's own cgroup v2 enforces memory, pids and cpu
 // (Debian's kernel has every controller), its tmpfs mounts the output and
 // tmp bounds, and the host the wall time; QEMU itself is held by a host
-// cgroup v1 memory and pids limit. That is the development tier; the
+// cgroup v1 memory and pids limit and, where the host has the cpu
+// hierarchy, a CPU quota of the phase's budget. That is the development tier; the
 // production tier needs QEMU in a cgroup v2 leaf, which the backend does
 // not make yet: a gap.
 func (b *Backend) Capabilities() backend.Capabilities {
