@@ -197,21 +197,28 @@ type Recorder interface {
 	Removed(rs ...Resource) error
 }
 
-// Exit is how a sandbox's workload ended.
+// Exit is how a sandbox's workload ended. A backend whose Run fails after
+// the workload may have started returns what it did observe with the
+// error: an Exit whose unobserved values say so (CodeUnobserved, a usage
+// figure of -1), never a zero it did not see.
 type Exit struct {
-	Code      int
-	Signal    string
-	TimedOut  bool
-	Cancelled bool
-	OOMKilled bool
-	Started   time.Time
-	Finished  time.Time
-	Usage     Usage
+	Code   int
+	Signal string
+	// CodeUnobserved says the sandbox did not report how the workload
+	// ended: Code and Signal mean nothing.
+	CodeUnobserved bool
+	TimedOut       bool
+	Cancelled      bool
+	OOMKilled      bool
+	Started        time.Time
+	Finished       time.Time
+	Usage          Usage
 	// Observation is read from the live sandbox, never from the config.
 	Observation *Observation
 }
 
-// Usage is what the kernel accounted to a launch.
+// Usage is what the kernel accounted to a launch; -1 is a figure that was
+// not observed.
 type Usage struct {
 	PeakMemoryBytes int64
 	CPUTimeNanos    int64

@@ -93,6 +93,19 @@ func FuzzReceiptStatement(f *testing.F) {
 		}
 		f.Add(pl)
 	}
+	// A pooled receipt with unobserved members (v7), and the same list in a
+	// v5.
+	r = fx.receipt
+	r.Pooled = &evidence.Pooled{Profile: "small", Sandbox: "abcd1234", PreparedAt: r.Started.Add(-time.Minute).UTC()}
+	r.Exit = evidence.Exit{Status: evidence.StatusFailed, Code: -1}
+	r.Usage.CPUTimeMillis, r.Unobserved = -1, []string{"exit.code", "usage.cpuTimeMillis"}
+	for _, pt := range []string{predicate.ReceiptV7, predicate.ReceiptV5} {
+		pl, err := evidence.EncodeReceiptAs(pt, &r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(pl)
+	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if err := evidence.DecodePathsAgree(payload); err != nil {
 			t.Fatal(err)

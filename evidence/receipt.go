@@ -61,6 +61,10 @@ const (
 	SeccompUnobserved = "unobserved"
 )
 
+// UnobservedMembers are the receipt members a v6 receipt may name in
+// unobserved, with -1 as their value.
+var UnobservedMembers = []string{"exit.code", "usage.cpuTimeMillis", "usage.oomKills", "usage.peakMemoryBytes", "usage.wallMillis"}
+
 var (
 	statuses        = []string{StatusOK, StatusFailed, StatusTimeout, StatusOOM, StatusCancelled}
 	tiers           = []string{TierProduction, TierDevelopment}
@@ -102,6 +106,10 @@ type Receipt struct {
 	Pooled *Pooled `json:"pooled,omitempty"`
 	// Exit is how the phase ended.
 	Exit Exit `json:"exit"`
+	// Unobserved names the members of Exit and Usage that were not
+	// observed, sorted (receipt v6 alone): each holds -1, never a value
+	// the run did not show. UnobservedMembers are the names it may hold.
+	Unobserved []string `json:"unobserved,omitempty"`
 	// Usage is what the kernel accounted to the run.
 	Usage Usage `json:"usage"`
 	// Cleanup is what cleanup did and whether it was verified.
@@ -374,6 +382,9 @@ var ociEvidence = []string{"config", "gate", "seccomp"}
 // profile records the backend's identity or evidence, v2 when it records
 // its streams and backend, v1 otherwise.
 func (r *Receipt) PredicateType() string {
+	if len(r.Unobserved) > 0 {
+		return predicate.ReceiptV7
+	}
 	if r.Pooled != nil {
 		return predicate.ReceiptV5
 	}
@@ -452,6 +463,10 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	}
 	if r.Pooled != nil {
 		ptype = predicate.ReceiptV5
+	}
+	if len(r.Unobserved) > 0 {
+		// A member the run did not observe: only v7 can say so.
+		ptype = predicate.ReceiptV7
 	}
 	if err := validateReceipt(&r, ptype); err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: invalid receipt: %w", err)
@@ -565,7 +580,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if !knownReceiptType(st.PredicateType) {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV6, predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV7, predicate.ReceiptV6, predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -598,7 +613,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 // knownReceiptType reports whether t is a receipt predicate type custody
 // verifies.
 func knownReceiptType(t string) bool {
-	return t == predicate.ReceiptV6 || t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+	return t == predicate.ReceiptV7 || t == predicate.ReceiptV6 || t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
 }
 
 // subjectsMatch says, when got is not exactly want (the subjects derived
@@ -791,11 +806,7 @@ func validateReceipt(r *Receipt, predicateType string) error {
 
 	checkObserved(&ps, &r.Observed)
 	checkExit(&ps, &r.Exit)
-
-	ps.nonNegative("usage.peakMemoryBytes", r.Usage.PeakMemoryBytes)
-	ps.nonNegative("usage.cpuTimeMillis", r.Usage.CPUTimeMillis)
-	ps.nonNegative("usage.wallMillis", r.Usage.WallMillis)
-	ps.nonNegative("usage.oomKills", r.Usage.OOMKills)
+	checkUnobserved(&ps, r, predicateType)
 
 	if len(r.Cleanup.Steps) > maxListElements {
 		ps.add("cleanup.steps", "%d entries, more than %d", len(r.Cleanup.Steps), maxListElements)
@@ -847,7 +858,47 @@ func checkFlatDigests(ps *problems, p *RuntimeProfile, predicateType string) {
 // v3Profile says the receipt version records the backend's identity and
 // evidence map in its profile (v3, and v4 which extends it).
 func v3Profile(predicateType string) bool {
-	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4 || predicateType == predicate.ReceiptV5 || predicateType == predicate.ReceiptV6
+	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4 || predicateType == predicate.ReceiptV5 ||
+		predicateType == predicate.ReceiptV6 || predicateType == predicate.ReceiptV7
+}
+
+// checkUnobserved checks the usage and what unobserved says of it and of
+// the exit code: in a v7 receipt, a sorted, non-empty list of
+// UnobservedMembers, each holding -1 (an unobserved exit code with no
+// signal), every other usage member non-negative; before v7, no list and
+// no negative usage.
+func checkUnobserved(ps *problems, r *Receipt, predicateType string) {
+	members := map[string]int64{"exit.code": int64(r.Exit.Code), "usage.peakMemoryBytes": r.Usage.PeakMemoryBytes,
+		"usage.cpuTimeMillis": r.Usage.CPUTimeMillis, "usage.wallMillis": r.Usage.WallMillis, "usage.oomKills": r.Usage.OOMKills}
+	v7 := predicateType == predicate.ReceiptV7
+	switch {
+	case !v7 && len(r.Unobserved) > 0:
+		ps.add("predicateType", "%s has no unobserved (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV7)
+	case v7 && len(r.Unobserved) == 0:
+		ps.add("unobserved", "empty: a %s receipt names the members it did not observe", predicate.ReceiptV7)
+	}
+	listed := map[string]bool{}
+	for i, name := range r.Unobserved {
+		var one problems
+		switch {
+		case !slices.Contains(UnobservedMembers, name):
+			one.add("", "%q is not one of %s", cdsse.Clip(name), strings.Join(UnobservedMembers, ", "))
+		case i > 0 && r.Unobserved[i-1] >= name:
+			one.add("", "%q is not after %q: the list is sorted, each member once", name, cdsse.Clip(r.Unobserved[i-1]))
+		case members[name] != -1:
+			one.add("", "%s is %d: an unobserved member holds -1", name, members[name])
+		}
+		listed[name] = true
+		ps.element("unobserved", i, one)
+	}
+	if listed["exit.code"] && r.Exit.Signal != "" {
+		ps.add("exit.signal", "%q with an unobserved exit code", cdsse.Clip(r.Exit.Signal))
+	}
+	for _, name := range UnobservedMembers {
+		if !listed[name] && name != "exit.code" {
+			ps.nonNegative(name, members[name])
+		}
+	}
 }
 
 // checkPooled checks a v5 receipt's pooled record: present, named, and
@@ -867,13 +918,14 @@ func checkPooled(ps *problems, r *Receipt) {
 
 func checkVersion(ps *problems, r *Receipt, predicateType string) {
 	p := &r.Profile
-	if predicateType != predicate.ReceiptV5 && r.Pooled != nil {
+	v7 := predicateType == predicate.ReceiptV7
+	if predicateType != predicate.ReceiptV5 && !v7 && r.Pooled != nil {
 		ps.add("predicateType", "%s has no pooled (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV5)
 	}
-	if predicateType == predicate.ReceiptV5 {
+	if predicateType == predicate.ReceiptV5 || (v7 && r.Pooled != nil) {
 		checkPooled(ps, r)
 	}
-	if predicateType != predicate.ReceiptV4 && predicateType != predicate.ReceiptV5 && predicateType != predicate.ReceiptV6 && r.Egress != nil {
+	if predicateType != predicate.ReceiptV4 && predicateType != predicate.ReceiptV5 && predicateType != predicate.ReceiptV6 && !v7 && r.Egress != nil {
 		ps.add("predicateType", "%s has no egress (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV6)
 	}
 	if r.Egress != nil {
@@ -887,7 +939,7 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 		if r.Profile.Backend != "" || r.Streams != nil {
 			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
 		}
-	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5, predicate.ReceiptV6:
+	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5, predicate.ReceiptV6, predicate.ReceiptV7:
 		if !backendPattern.MatchString(r.Profile.Backend) {
 			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
 		}
@@ -1162,7 +1214,8 @@ type EgressRefusalCount struct {
 // fields only in v6, and there required and consistent (the counts add
 // up, and the refusals listed are the ones not omitted).
 func checkEgressShape(ps *problems, e *Egress, predicateType string) {
-	v6 := predicateType == predicate.ReceiptV6
+	// v7 keeps v6's egress record.
+	v6 := predicateType == predicate.ReceiptV6 || predicateType == predicate.ReceiptV7
 	withV6 := e.Refused != nil || e.Inspected != nil || slices.ContainsFunc(e.Brokered, func(b BrokeredCredential) bool { return b.Requests != nil })
 	switch {
 	case !v6 && withV6:

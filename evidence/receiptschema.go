@@ -18,7 +18,7 @@ const receiptSchemaURL = "https://custody.dev/schemas/v1alpha1/receipt.schema.js
 
 // ReceiptSchema returns the JSON Schema (draft 2020-12) of a receipt file:
 // the DSSE envelope, and in $defs/statement the in-toto statement its
-// payload carries, every receipt version (v1 to v4) included. The caller
+// payload carries, every receipt version (v1 to v6) included. The caller
 // owns the returned slice.
 func ReceiptSchema() []byte { return bytes.Clone(receiptSchemaJSON) }
 

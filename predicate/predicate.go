@@ -58,6 +58,15 @@ const (
 	// verifying with their meaning (decisions a prefix of all, the rest
 	// counted in dropped).
 	ReceiptV6 = Prefix + "receipt/v6"
+	// ReceiptV7 is ReceiptV6 with pooled and egress optional (egress, when
+	// present, has v6's shape) and unobserved: the names of the exit and
+	// usage members the run did not observe (exit.code,
+	// usage.peakMemoryBytes, usage.cpuTimeMillis, usage.wallMillis,
+	// usage.oomKills), sorted, each written as -1, which no observation
+	// has. Custody signs it for a run with such a member (one that failed
+	// after its workload started, before the sandbox reported how it
+	// ended); no earlier version may carry unobserved or a negative usage.
+	ReceiptV7 = Prefix + "receipt/v7"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,

@@ -81,13 +81,38 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 			rc.Observed.Mounts = append(rc.Observed.Mounts, evidence.ObservedMount{Target: m.Target, FSType: m.FSType, ReadOnly: m.ReadOnly})
 		}
 	} else {
-		rc.Observed = evidence.Observed{Seccomp: "unobserved", Capabilities: map[string]string{},
-			Notes: []string{"the container never started, so nothing was observed"}}
+		why := "the container never started, so nothing was observed"
+		if res.ExitUnobserved {
+			why = "the sandbox failed after the launch began and reported nothing, so nothing was observed (the run's error says why)"
+		}
+		rc.Observed = evidence.Observed{Seccomp: "unobserved", Capabilities: map[string]string{}, Notes: []string{why}}
 	}
 	if note := leftOutNote(res.Output); note != "" {
 		rc.Observed.Notes = append(slices.Clone(rc.Observed.Notes), note)
 	}
+	rc.Unobserved = unobserved(res, &rc)
 	return rc
+}
+
+// unobserved names the receipt's exit and usage members the run did not
+// observe, each set to -1: never a zero nobody saw (R10).
+func unobserved(res *Result, rc *evidence.Receipt) []string {
+	var names []string
+	if res.ExitUnobserved {
+		rc.Exit.Code, rc.Exit.Signal = -1, ""
+		names = append(names, "exit.code")
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"usage.cpuTimeMillis", &rc.Usage.CPUTimeMillis}, {"usage.oomKills", &rc.Usage.OOMKills},
+		{"usage.peakMemoryBytes", &rc.Usage.PeakMemoryBytes}, {"usage.wallMillis", &rc.Usage.WallMillis}} {
+		if *f.v < 0 {
+			*f.v = -1
+			names = append(names, f.name)
+		}
+	}
+	return names
 }
 
 // receiptIdentity is the backend identity res recorded as the launch ran,

@@ -38,16 +38,20 @@ const (
 // shapes stay as they are, so records written before keep reading. The
 // wire form (api.Result) is made from it only at custodyd's edge.
 type Result struct {
-	RunID       string `json:"runId"`
-	GrantID     string `json:"grantId,omitempty"`
-	Actor       string `json:"actor,omitempty"`
-	Name        string `json:"name"`
-	Stage       string `json:"stage,omitempty"`
-	Status      Status `json:"status"`
-	ExitCode    int    `json:"exitCode"`
-	Signal      string `json:"signal,omitempty"`
-	Tier        string `json:"tier"`
-	Unqualified bool   `json:"unqualified"`
+	RunID    string `json:"runId"`
+	GrantID  string `json:"grantId,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+	Name     string `json:"name"`
+	Stage    string `json:"stage,omitempty"`
+	Status   Status `json:"status"`
+	ExitCode int    `json:"exitCode"`
+	Signal   string `json:"signal,omitempty"`
+	// ExitUnobserved says the run failed after its workload may have
+	// started and nobody saw how the workload ended: ExitCode is -1 and
+	// means nothing (the receipt marks it unobserved).
+	ExitUnobserved bool   `json:"exitUnobserved,omitempty"`
+	Tier           string `json:"tier"`
+	Unqualified    bool   `json:"unqualified"`
 	// Runtime is the runtime the operator pinned.
 	Runtime Runtime `json:"runtime"`
 	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
@@ -166,7 +170,12 @@ type usageRecord struct {
 }
 
 // CPUTimeMillis is the CPU time in whole milliseconds, as records keep it.
-func (u Usage) CPUTimeMillis() int64 { return u.CPUTimeNanos / 1e6 }
+func (u Usage) CPUTimeMillis() int64 {
+	if u.CPUTimeNanos < 0 {
+		return -1 // not observed
+	}
+	return u.CPUTimeNanos / 1e6
+}
 
 // MarshalJSON writes the run record's shape.
 func (u Usage) MarshalJSON() ([]byte, error) {
@@ -286,6 +295,26 @@ func Refuse(res *Result, err error) {
 		res.Refusal = re.Checks
 	}
 	res.Finished = time.Now().UTC()
+}
+
+// failedAfterStart records a run whose sandbox failed (runErr) once its
+// launch was under way: what the backend observed in ex (nil: nothing),
+// and every value it did not observe as such, never as a zero (R10). Its
+// status is failed unless the observation says it was cancelled, timed
+// out or OOM-killed.
+func failedAfterStart(res *Result, ex *backend.Exit, runErr error) {
+	if ex == nil {
+		ex = &backend.Exit{CodeUnobserved: true, Started: res.Started, Finished: res.Finished,
+			Usage: backend.Usage{PeakMemoryBytes: -1, CPUTimeNanos: -1, OOMKills: -1}}
+	}
+	setExit(res, ex)
+	if res.Status == StatusOK || res.Status == StatusPidsLimit {
+		res.Status = StatusFailed
+	}
+	if ex.CodeUnobserved {
+		res.ExitCode, res.Signal, res.ExitUnobserved = -1, "", true
+	}
+	res.Error = runErr.Error()
 }
 
 func setExit(res *Result, ex *backend.Exit) {

@@ -704,6 +704,10 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 			res.Status, res.ExitCode = StatusCancelled, -1
 		case errors.As(runErr, &st):
 			res.Status, res.ExitCode, res.FailedStage = StatusFailedToStart, -1, st.StartStage()
+		default:
+			// Failed once under way: what was observed, and the rest
+			// marked unobserved.
+			failedAfterStart(res, ex, runErr)
 		}
 	}
 	res.Cleanup = cleanup(c.Cleanup(ctx))

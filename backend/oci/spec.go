@@ -16,6 +16,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/internal/scratch"
 )
 
 // Mount is one bind mount from the host into the container.
@@ -300,19 +302,10 @@ func (c Config) validate() error {
 	return nil
 }
 
-// scratchSizes splits the tmp budget between /tmp and /dev/shm: /dev/shm
-// gets a quarter of it and /tmp the rest, both in whole pages (a tmpfs
-// rounds its size up to one), so that together they never exceed it. A
-// budget too small to give /dev/shm a page leaves shm 0: /dev/shm is then
-// read-only and /tmp has the whole budget.
+// scratchSizes splits the tmp budget between /tmp and /dev/shm
+// (scratch.Split), in this host's pages.
 func scratchSizes(tmpBytes int64) (tmp, shm int64) {
-	page := int64(os.Getpagesize())
-	shm = tmpBytes / 4 / page * page
-	tmp = tmpBytes - shm
-	if tmp >= page {
-		tmp = tmp / page * page
-	}
-	return tmp, shm
+	return scratch.Split(tmpBytes, int64(os.Getpagesize()))
 }
 
 // /dev holds only what runc puts there (the device nodes, a few symlinks,

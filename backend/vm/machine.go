@@ -17,6 +17,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/vm/guest"
@@ -55,10 +59,10 @@ type Machine struct {
 	// rootInInitramfs: the rootfs is in the initramfs, with no disk.
 	rootInInitramfs bool
 	// digests for the receipt
-	initrdSHA, configSHA, outputSHA, stdoutSHA, stderrSHA string
-	timing                                                Timing
-	t0                                                    time.Time
-	console                                               *tailBuffer
+	initrdSHA, configSHA, outputSHA string
+	timing                          Timing
+	t0                              time.Time
+	console                         *tailBuffer
 }
 
 // Timing is where a launch's time went, for the bench and the report.
@@ -148,8 +152,10 @@ func (m *Machine) Evidence() map[string]string {
 	if len(m.b.opts.SeccompFilter) > 0 {
 		ev["seccomp"] = sha256Hex(m.b.opts.SeccompFilter)
 	}
-	for k, v := range map[string]string{"initrd": m.initrdSHA, "config": m.configSHA, "output-stream": m.outputSHA,
-		"stdout": m.stdoutSHA, "stderr": m.stderrSHA} {
+	// stdout and stderr have one digest each, the runner's of what it
+	// kept, with its length (the receipt's streams): a second here, of
+	// another prefix, would say less and contradict it.
+	for k, v := range map[string]string{"initrd": m.initrdSHA, "config": m.configSHA, "output-stream": m.outputSHA} {
 		if v != "" {
 			ev[k] = v
 		}
@@ -178,17 +184,32 @@ func (b *Backend) openKernel() (*os.File, error) {
 func (b *Backend) baseArgs(accel string, memBytes int64, dir, name, initrd, extra string, uid, gid uint32) []string {
 	mem := (memBytes + (1<<20 - 1)) >> 20
 	cpu := "max"
-	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 mitigations=off tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
+	appendLine := "console=ttyS0 rdinit=/init panic=-1 reboot=t quiet loglevel=4 tsc=reliable no_timer_check random.trust_cpu=on cryptomgr.notests i8042.noaux i8042.nokbd 8250.nr_uarts=1"
 	if extra != "" {
 		appendLine += " " + extra
 	}
 	if accel == "kvm" {
+		// The guest runs on the host's CPU: its kernel keeps every
+		// speculative-execution mitigation it has.
 		cpu = "host"
-	} else if b.tscKHz > 0 {
-		appendLine += " tsc_early_khz=" + strconv.FormatInt(b.tscKHz, 10)
+	} else {
+		// Under TCG no guest instruction runs on the host's CPU, so the
+		// guest's own mitigations guard nothing a guest could reach and
+		// only cost boot and run time.
+		appendLine += " mitigations=off"
+		if b.tscKHz > 0 {
+			appendLine += " tsc_early_khz=" + strconv.FormatInt(b.tscKHz, 10)
+		}
+	}
+	accelArg := accel
+	if accel == "tcg" {
+		// TCG's translation cache, bounded: QEMU's default is 1 GiB,
+		// which a workload that keeps making new code fills, growing
+		// QEMU past its host cgroup's limit (QEMUOverheadBytes).
+		accelArg += ",tb-size=" + strconv.Itoa(TCGCacheBytes>>20)
 	}
 	return []string{
-		"-M", "microvm", "-accel", accel, "-cpu", cpu, "-m", strconv.FormatInt(mem, 10), "-smp", "1",
+		"-M", "microvm", "-accel", accelArg, "-cpu", cpu, "-m", strconv.FormatInt(mem, 10), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-nographic", "-monitor", "none", "-no-reboot",
 		"-sandbox", "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny",
 		"-chroot", filepath.Join(dir, "jail"),
@@ -222,7 +243,7 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 		"-chardev", "file,id=early,path=/proc/self/fd/6",
 		"-device", "isa-debugcon,iobase="+strconv.Itoa(guest.EarlyIOPort)+",chardev=early",
 		"-device", "virtio-serial-device,max_ports=2",
-		"-chardev", "file,id=streams,path=/proc/self/fd/5",
+		"-chardev", "socket,id=streams,fd=5",
 		"-device", "virtserialport,chardev=streams,name="+guest.Port)
 }
 
@@ -255,6 +276,17 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		}
 	}
 	for i := range pipes {
+		if i == 1 {
+			// The port is a socket: the host also writes on it, the
+			// report's acknowledgement (guest.ReportAck).
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			pipes[i].r, pipes[i].w = os.NewFile(uintptr(fds[0]), "streams-port"), os.NewFile(uintptr(fds[1]), "streams-port-qemu")
+			continue
+		}
 		if pipes[i].r, pipes[i].w, err = os.Pipe(); err != nil {
 			closeAll()
 			return nil, err
@@ -272,7 +304,10 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	// until exited closes (QEMU waited for) or ends it only when QEMU must
 	// die anyway, so SIGKILL at its death only keeps a guest from
 	// outliving a crashed custodyd.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Setsid: true, Pdeathsig: syscall.SIGKILL}
+	// An empty network namespace of its own too: QEMU needs none (the
+	// guest has no NIC), so nothing it could be made to do reaches a
+	// network.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET, Setsid: true, Pdeathsig: syscall.SIGKILL}
 	exited := make(chan struct{})
 	start := time.Now()
 	if err := m.startInCgroups(cmd, exited); err != nil {
@@ -305,7 +340,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	m.console = &tailBuffer{}
 	var report []byte
 	var outErr error
-	var stdoutH, stderrH, outH = sha256.New(), sha256.New(), sha256.New()
+	outH := sha256.New()
 	wg.Add(2) // the console and the demux; each stream's consumer adds its own
 	go func() { defer wg.Done(); _, _ = copyBounded(m.console, pipes[0].r, -1) }()
 	// The port's frames go to one consumer per stream, each behind a
@@ -315,10 +350,10 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	consume := map[byte]func(io.Reader){
 		guest.StreamControl: func(r io.Reader) { report, _ = readControl(r, startedCh) },
 		guest.StreamStdout: func(r io.Reader) {
-			_, _ = copyBounded(teeTo(streams.Stdout, stdoutH), r, m.b.opts.MaxLogBytes)
+			_, _ = copyBounded(orDiscard(streams.Stdout), r, m.b.opts.MaxLogBytes)
 		},
 		guest.StreamStderr: func(r io.Reader) {
-			_, _ = copyBounded(teeTo(streams.Stderr, stderrH), r, m.b.opts.MaxLogBytes)
+			_, _ = copyBounded(orDiscard(streams.Stderr), r, m.b.opts.MaxLogBytes)
 		},
 		guest.StreamOutput: func(r io.Reader) {
 			outErr = ExtractOutput(ctx, r, outH, m.Output().Dir(), m.spec.OutputBytes, m.spec.OutputFiles)
@@ -335,7 +370,14 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	go func() {
 		defer wg.Done()
 		port := &countingReader{r: pipes[1].r}
-		ended, err := guest.Demux(pipes[2].r, port, sinks)
+		// Once the control stream's end is read on the port, every
+		// frame before it has been: the guest may reset (guest.ReportAck).
+		ack := func(id byte, onPort bool) {
+			if id == guest.StreamControl && onPort {
+				_, _ = pipes[1].r.Write([]byte{guest.ReportAck})
+			}
+		}
+		ended, err := guest.DemuxNotify(pipes[2].r, port, sinks, ack)
 		m.timing.PortBytes = port.n
 		// A malformed frame ends every stream short. Both channels are
 		// drained to QEMU's exit: a guest that writes where it is not
@@ -362,7 +404,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	boot := time.NewTimer(BootTimeout)
 	defer boot.Stop()
 	var wallC <-chan time.Time
-	bootTimedOut := false
+	bootTimedOut, started := false, false
 wait:
 	for {
 		select {
@@ -370,7 +412,7 @@ wait:
 			break wait
 		case <-startedCh:
 			m.mark("guest-started")
-			startedCh = nil
+			startedCh, started = nil, true
 			boot.Stop()
 			timer := time.NewTimer(wall)
 			defer timer.Stop()
@@ -394,7 +436,7 @@ wait:
 			p.r.Close()
 		}
 		m.timing.QEMU = time.Since(start)
-		return nil, fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())
+		return nil, &StartError{Stage: "boot", Err: fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())}
 	}
 	if ex.TimedOut || ex.Cancelled {
 		m.kill()
@@ -414,31 +456,54 @@ wait:
 	usage, failcnt := m.hostUsage()
 	m.timing.HostPeakMemory = usage.PeakMemoryBytes
 	m.mark("host-usage")
-	m.stdoutSHA = hex.EncodeToString(stdoutH.Sum(nil))
-	m.stderrSHA = hex.EncodeToString(stderrH.Sum(nil))
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
 	// Usage and OOMKilled are the host's: QEMU's cgroups (R3).
 	ex.Usage, ex.OOMKilled = usage, usage.OOMKills > 0
-	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt)", failcnt)
+	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt) and OOM-killed %d process(es); ", failcnt, usage.OOMKills) + m.cpuBoundNote()
 	if ex.TimedOut || ex.Cancelled {
 		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil
 	}
+	// failed is a run that failed once the guest had started its
+	// workload: the error, with what the host observed (its usage of
+	// QEMU, the streams, the time) and the rest unobserved (R10).
+	failed := func(err error, notes ...string) (*backend.Exit, error) {
+		ex.CodeUnobserved = true
+		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved",
+			Notes: append(append([]string{"the guest started its workload but did not report how it ended"}, notes...), hostNote)}
+		return ex, err
+	}
 	if m.qemu.err != nil {
-		return nil, fmt.Errorf("vm %s: qemu ended with %v (%d OOM kill(s) in its host cgroup): %s; guest console: %s", m.id, m.qemu.err, usage.OOMKills, qemuLog.String(), m.console.String())
+		err := fmt.Errorf("vm %s: qemu ended with %v (%d OOM kill(s) in its host cgroup): %s; guest console: %s", m.id, m.qemu.err, usage.OOMKills, qemuLog.String(), m.console.String())
+		if !started {
+			return nil, &StartError{Stage: "boot", Err: err}
+		}
+		return failed(err, "QEMU ended with "+m.qemu.err.Error())
 	}
 	var rep guest.Report
 	line, _, _ := strings.Cut(string(report), "\n")
 	if err := json.Unmarshal([]byte(line), &rep); err != nil {
-		return nil, fmt.Errorf("vm %s: the guest sent no report (%v); guest console: %s", m.id, err, m.console.String())
+		err := fmt.Errorf("vm %s: the guest sent no report (%v); guest console: %s", m.id, err, m.console.String())
+		if !started {
+			return nil, &StartError{Stage: "guest-setup", Err: err}
+		}
+		return failed(err, "the guest sent no report")
 	}
-	if rep.Error != "" {
-		return nil, fmt.Errorf("vm %s: the guest init could not set the launch up: %s", m.id, rep.Error)
+	if rep.Error != "" && !started {
+		return nil, &StartError{Stage: "guest-setup", Err: fmt.Errorf("vm %s: the guest init could not set the launch up: %s", m.id, rep.Error)}
 	}
-	if outErr != nil {
-		return nil, fmt.Errorf("vm %s: %w", m.id, outErr)
+	if rep.Error != "" && rep.Finished == 0 {
+		// Started, and failed before the init saw the workload end.
+		return failed(fmt.Errorf("vm %s: the guest init failed while the workload ran: %s", m.id, rep.Error), "the guest init failed: "+noteText(rep.Error))
 	}
 	ex.Code, ex.Signal = rep.Code, rep.Signal
+	// A kill by the guest cgroup's OOM killer is the workload's OOM, as
+	// the oci backend reports its container's: counted with the host's
+	// (the notes say which is which).
+	if rep.OOMKills > 0 {
+		ex.OOMKilled = true
+		ex.Usage.OOMKills = max(ex.Usage.OOMKills, 0) + rep.OOMKills
+	}
 	// The limits are the workload's, which only the guest's cgroup holds:
 	// read back from the sandbox, as the field says, and in the
 	// observation too; the host's own bound on QEMU is its cgroup's.
@@ -449,13 +514,35 @@ wait:
 	m.timing.Guest = rep.Steps
 	ex.Observation = observation(&rep, m.outputSHA, observedAt)
 	ex.Observation.Notes = append(ex.Observation.Notes, hostNote)
+	if rep.Error != "" {
+		// The workload ran and ended (its code is the report's); a step
+		// after it failed.
+		return ex, fmt.Errorf("vm %s: the guest init failed after the workload ended: %s", m.id, rep.Error)
+	}
+	if outErr != nil {
+		return ex, fmt.Errorf("vm %s: %w", m.id, outErr)
+	}
 	return ex, nil
 }
 
+// StartError is a launch that failed before its guest started the
+// workload; Stage names where (boot, guest-setup). The runner records
+// such a run as failed to start.
+type StartError struct {
+	Stage string
+	Err   error
+}
+
+func (e *StartError) Error() string      { return e.Err.Error() }
+func (e *StartError) Unwrap() error      { return e.Err }
+func (e *StartError) StartStage() string { return e.Stage }
+
 // GuestUsageNote is the observation's note of what the guest's cgroup
 // says the workload used (peak memory bytes, CPU µs, OOM kills): its
-// claim, kept beside the host's usage, never in it.
-const GuestUsageNote = "the guest's cgroup reports peak memory %d bytes, CPU %d µs, %d OOM kill(s) (its claim; the usage is QEMU's host cgroup's)"
+// claim, kept beside the host's usage; only its OOM kills join the
+// usage's count (and make the exit an OOM), as the oci backend counts its
+// container's.
+const GuestUsageNote = "the guest's cgroup reports peak memory %d bytes, CPU %d µs, %d OOM kill(s) (its claim; the usage's memory and CPU are QEMU's host cgroup's, its OOM kills the host's and these)"
 
 // observation is the guest's report as an Observation: what the init says
 // it saw, never authority.
@@ -466,8 +553,11 @@ func observation(rep *guest.Report, hostOutput string, at time.Time) *backend.Ob
 	}
 	ob := &backend.Observation{At: at, Interfaces: rep.Interfaces, Seccomp: seccomp, NoNewPrivs: rep.NoNewPrivs,
 		Cgroup: backend.ObservedCgroup{MemoryLimitBytes: rep.MemoryMax, PidsLimit: rep.PidsMax},
-		Notes: append([]string{"reported by the guest's init (an observation, not authority)",
-			fmt.Sprintf(GuestUsageNote, rep.PeakMemory, rep.CPUUsec, rep.OOMKills)}, rep.Notes...)}
+		Notes: []string{"reported by the guest's init (an observation, not authority)",
+			fmt.Sprintf(GuestUsageNote, rep.PeakMemory, rep.CPUUsec, rep.OOMKills)}}
+	for _, n := range rep.Notes {
+		ob.Notes = append(ob.Notes, noteText(n))
+	}
 	if q, p, ok := strings.Cut(rep.CPUMax, " "); ok {
 		ob.Cgroup.CPUQuotaMicros, _ = strconv.ParseInt(q, 10, 64)
 		ob.Cgroup.CPUPeriodMicros, _ = strconv.ParseInt(p, 10, 64)
@@ -479,6 +569,25 @@ func observation(rep *guest.Report, hostOutput string, at time.Time) *backend.Ob
 		ob.Notes = append(ob.Notes, "the guest's digest of its output stream differs from the host's: "+rep.OutputSHA256)
 	}
 	return ob
+}
+
+// noteText is a note the guest wrote, made fit for a receipt: valid
+// UTF-8, one line of printable text, at most 1 KiB. The guest's words
+// are an observation, and a receipt that cannot be signed loses the rest.
+func noteText(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+	if len(s) > 1024 {
+		s = strings.ToValidUTF8(s[:1024], "") + "..."
+	}
+	if s == "" {
+		return "(an empty note)"
+	}
+	return s
 }
 
 // ExtractOutput reads the guest's output stream, a tar, into dir through
@@ -535,11 +644,11 @@ func (m *Machine) kill() {
 	}
 }
 
-func teeTo(w io.Writer, h io.Writer) io.Writer {
+func orDiscard(w io.Writer) io.Writer {
 	if w == nil {
-		return h
+		return io.Discard
 	}
-	return io.MultiWriter(h, w)
+	return w
 }
 
 // copyBounded copies r to w, up to limit bytes (-1: no limit), and drains

@@ -128,7 +128,8 @@ type Options struct {
 	// under TCG are most of a small phase's setup. 0 means
 	// DefaultInitramfsRoot; negative, always a disk.
 	InitramfsRoot int64
-	// MaxLogBytes caps how much of each of stdout and stderr is passed on.
+	// MaxLogBytes caps how much of each of stdout and stderr is passed on;
+	// 0 is no cap (the rest is read and dropped either way).
 	MaxLogBytes int64
 	Logger      *slog.Logger
 }
@@ -162,6 +163,8 @@ type Backend struct {
 	// cgroupParents are where QEMU's host cgroups go, per controller.
 	cgroupParents map[string]string
 	cgroupMounts  map[string]string // each controller's mount point
+	// hostLimit, set by tests only, replaces hostMemoryLimit's sum.
+	hostLimit func(memory int64) int64
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -180,7 +183,10 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		opts.InitramfsRoot = DefaultInitramfsRoot
 	}
 	if opts.MaxLogBytes == 0 {
-		opts.MaxLogBytes = 16 << 20
+		// Everything: the caller's writers bound what they keep and say
+		// so (the runner's spools keep 16 MiB, state the length and mark
+		// the rest truncated); a cap here would hide that there was more.
+		opts.MaxLogBytes = -1
 	}
 	if err := checkIDs(opts.UID, opts.GID, opts.UIDs); err != nil {
 		return nil, err
@@ -509,7 +515,8 @@ func (b *Backend) Identity() backend.Identity {
 // Capabilities: the guest's own cgroup v2 enforces memory, pids and cpu
 // (Debian's kernel has every controller), its tmpfs mounts the output and
 // tmp bounds, and the host the wall time; QEMU itself is held by a host
-// cgroup v1 memory and pids limit. That is the development tier; the
+// cgroup v1 memory and pids limit and, where the host has the cpu
+// hierarchy, a CPU quota of the phase's budget. That is the development tier; the
 // production tier needs QEMU in a cgroup v2 leaf, which the backend does
 // not make yet: a gap.
 func (b *Backend) Capabilities() backend.Capabilities {

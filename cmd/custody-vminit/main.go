@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend/vm/guest"
+	"github.com/custody-dev/custody/internal/scratch"
 )
 
 const (
@@ -74,10 +75,11 @@ func main() {
 		}
 		_ = s.ctl.Close()
 		s.mu.Lock()
-		if s.port != nil {
-			_ = s.port.Sync()
-		}
+		port := s.port
 		s.mu.Unlock()
+		if port != nil {
+			waitAck(port)
+		}
 	} else {
 		fmt.Fprintf(os.Stderr, "custody-vminit: no streams: %s\n", rep.Error)
 	}
@@ -293,6 +295,42 @@ func (s *streams) openPort(cfg *guest.Config) (io.Writer, error) {
 	return f, nil
 }
 
+// ackTimeout bounds the wait for the host's acknowledgement of the
+// report: a host that never sends one still gets the report, and the
+// guest is not held to its wall time for it.
+const ackTimeout = 30 * time.Second
+
+// waitAck waits until the host has read everything written on the port:
+// its acknowledgement (guest.ReportAck) comes once it has read the end of
+// the control stream, the last frame. Queued virtio buffers a reset would
+// drop are then all delivered.
+func waitAck(port *os.File) {
+	fd := int(port.Fd())
+	deadline := time.Now().Add(ackTimeout)
+	buf := make([]byte, 1)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			fmt.Fprintln(os.Stderr, "custody-vminit: the host did not acknowledge the report")
+			return
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) || (err == nil && n == 0) {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "custody-vminit: waiting for the report's acknowledgement: %v\n", err)
+			return
+		}
+		if n, err := unix.Read(fd, buf); errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		} else if err != nil || n == 0 || buf[0] != guest.ReportAck {
+			fmt.Fprintf(os.Stderr, "custody-vminit: the report's acknowledgement: %d byte(s) %q, %v\n", n, buf[:max(n, 0)], err)
+		}
+		return
+	}
+}
+
 // findPort opens the streams' port once the driver has added it and QEMU
 // has named it.
 func findPort(port **os.File) error {
@@ -303,7 +341,8 @@ func findPort(port **os.File) error {
 			if err != nil || strings.TrimSpace(string(name)) != guest.Port {
 				continue
 			}
-			f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_WRONLY, 0)
+			// Read too: the host's acknowledgement of the report.
+			f, err := os.OpenFile(filepath.Join("/dev", e.Name()), os.O_RDWR, 0)
 			if err != nil {
 				continue // the node may not exist yet
 			}
@@ -370,7 +409,10 @@ func buildRoot(cfg *guest.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size="+strconv.FormatInt(cfg.TmpBytes, 10)+",mode=1777"); err != nil {
+	// The tmp budget is /tmp's and /dev/shm's together, as in the oci
+	// backend's containers.
+	tmpBytes, shmBytes := scratch.Split(cfg.TmpBytes, int64(os.Getpagesize()))
+	if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size="+strconv.FormatInt(tmpBytes, 10)+",mode=1777"); err != nil {
 		return fmt.Errorf("tmp: %w", err)
 	}
 	out, err := mkdir(cfg.OutputPath)
@@ -397,7 +439,7 @@ func buildRoot(cfg *guest.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := minimalDev(dev); err != nil {
+	if err := minimalDev(dev, shmBytes); err != nil {
 		return err
 	}
 	// The root itself read-only: writes go to /tmp and the output only.
@@ -444,10 +486,12 @@ func mountPoint(root, p string) (string, error) {
 }
 
 // minimalDev is a /dev (dev, made by mountPoint) with the harmless nodes
-// only: never the guest's devtmpfs, which holds the streams' port and the
-// disks.
-func minimalDev(dev string) error {
-	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=64k,mode=0755"); err != nil {
+// only, never the guest's devtmpfs, which holds the streams' port and the
+// disks; and /dev/shm, a tmpfs of shm bytes, the tmp budget's share
+// (scratch.Split). /dev itself is then read-only, as in the oci backend's
+// containers: a workload's scratch space is /tmp and /dev/shm alone.
+func minimalDev(dev string, shm int64) error {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=4k,nr_inodes=16,mode=0755"); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
 	for _, n := range []struct {
@@ -460,6 +504,21 @@ func minimalDev(dev string) error {
 		if err := os.Chmod(filepath.Join(dev, n.name), 0o666); err != nil {
 			return err
 		}
+	}
+	shmDir := filepath.Join(dev, "shm")
+	if err := os.Mkdir(shmDir, 0o755); err != nil {
+		return fmt.Errorf("dev shm: %w", err)
+	}
+	flags, opts := uintptr(unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC), "mode=1777,size="+strconv.FormatInt(shm, 10)
+	if shm == 0 {
+		// tmpfs size=0 would mean unbounded: no shared memory instead.
+		flags, opts = flags|unix.MS_RDONLY, "mode=1777,size=4k,nr_inodes=1"
+	}
+	if err := unix.Mount("shm", shmDir, "tmpfs", flags, opts); err != nil {
+		return fmt.Errorf("dev shm: %w", err)
+	}
+	if err := unix.Mount("", dev, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "size=4k,nr_inodes=16,mode=0755"); err != nil {
+		return fmt.Errorf("read-only dev: %w", err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -571,6 +572,15 @@ func (a *app) quarantineCmd() *cobra.Command {
 	return cmd
 }
 
+// observed is a usage figure, or "unknown" for one that was not observed
+// (-1).
+func observed(n int64) string {
+	if n < 0 {
+		return "unknown"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
 // printResult prints a run's result for a person. Every string in it came
 // from the daemon, and many from the request or the workload (the phase
 // name, output file names, the error), so each goes through quote.
@@ -592,8 +602,8 @@ func printResult(w io.Writer, r *api.Result) {
 	switch {
 	case r.Status == api.StatusFailedToStart:
 		fmt.Fprintln(w) // no workload ran, so no exit code is its; the error names the stage
-	case r.ExitCode < 0 && r.Signal == "" && r.Streams == nil && r.Status != api.StatusRefused:
-		fmt.Fprintln(w, " exit unknown") // no exit was observed
+	case r.ExitCode < 0 && r.Signal == "" && r.Status != api.StatusRefused:
+		fmt.Fprintln(w, " exit unknown") // nobody saw how the workload ended
 	default:
 		fmt.Fprintf(w, " exit %d\n", r.ExitCode)
 	}
@@ -601,10 +611,16 @@ func printResult(w io.Writer, r *api.Result) {
 		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), known(r.Actor), known(r.Stage))
 	}
 	fmt.Fprintf(w, "  tier     %s\n", known(r.Tier))
-	if r.Runtime.Version == "" && r.Runtime.SHA256 == "" {
+	// The runtime is the backend's pinned binary: runc, or QEMU for a
+	// vm run; a run recovered after the runner died may not know it.
+	if r.Runtime.Path == "" && r.Runtime.Version == "" && r.Runtime.SHA256 == "" {
 		fmt.Fprintln(w, "  runtime  unknown")
 	} else {
-		fmt.Fprintf(w, "  runtime  runc %s sha256:%s\n", known(r.Runtime.Version), known(r.Runtime.SHA256))
+		name := "runc"
+		if r.Runtime.Path != "" {
+			name = q(filepath.Base(r.Runtime.Path))
+		}
+		fmt.Fprintf(w, "  runtime  %s %s sha256:%s\n", name, known(r.Runtime.Version), known(r.Runtime.SHA256))
 	}
 	fmt.Fprintf(w, "  image    %s\n", known(r.Image))
 	for _, in := range r.Inputs {
@@ -626,7 +642,7 @@ func printResult(w io.Writer, r *api.Result) {
 	if r.Streams == nil && r.Usage == (api.Usage{}) {
 		fmt.Fprintln(w, "  usage    unknown (not observed)")
 	} else {
-		fmt.Fprintf(w, "  usage    peak memory %d bytes, cpu %d ms, wall %d ms\n", r.Usage.PeakMemoryBytes, r.Usage.CPUTimeMillis, r.Usage.WallMillis)
+		fmt.Fprintf(w, "  usage    peak memory %s bytes, cpu %s ms, wall %s ms\n", observed(r.Usage.PeakMemoryBytes), observed(r.Usage.CPUTimeMillis), observed(r.Usage.WallMillis))
 	}
 	printLimits(w, r.Usage)
 	if r.Streams != nil {

@@ -303,8 +303,22 @@ func (a *app) printRan(res *evidence.Result) {
 	fmt.Fprintf(w, "budgets  memory %s, pids %d, cpu %v, wall %v, tmp %s, output %s at %s\n",
 		quantity.Bytes(rs.Memory), rs.Pids, rs.CPU, time.Duration(rs.WallTimeMillis)*time.Millisecond,
 		quantity.Bytes(rs.TmpBytes), quantity.Bytes(g.Output.MaxBytes), quote.String(g.Output.Path))
-	fmt.Fprintf(w, "exit     %s code %d%s after %v, peak memory %s\n", quote.String(r.Exit.Status), r.Exit.Code,
-		signalNote(r.Exit.Signal), time.Duration(r.Usage.WallMillis)*time.Millisecond, quantity.Bytes(r.Usage.PeakMemoryBytes))
+	code, wall, peak := strconv.Itoa(r.Exit.Code), fmt.Sprint(time.Duration(r.Usage.WallMillis)*time.Millisecond), fmt.Sprint(quantity.Bytes(r.Usage.PeakMemoryBytes))
+	for _, u := range r.Unobserved {
+		switch u {
+		case "exit.code":
+			code = "unknown"
+		case "usage.wallMillis":
+			wall = "an unknown time"
+		case "usage.peakMemoryBytes":
+			peak = "unknown"
+		}
+	}
+	fmt.Fprintf(w, "exit     %s code %s%s after %s, peak memory %s\n", quote.String(r.Exit.Status), code,
+		signalNote(r.Exit.Signal), wall, peak)
+	if len(r.Unobserved) > 0 {
+		fmt.Fprintf(w, "unobserved %s\n", strings.Join(r.Unobserved, ", "))
+	}
 }
 
 func backendName(r *evidence.Receipt) string {

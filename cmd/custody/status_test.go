@@ -25,3 +25,27 @@ func TestPrintFailedToStart(t *testing.T) {
 		t.Fatalf("failed printed as:\n%s", b.String())
 	}
 }
+
+// A vm run is printed with its runtime, QEMU, never as runc; a record
+// that lacks the runtime, tier or actor (a run recovered after the runner
+// died) says unknown, not ""; an exit code and usage nobody observed
+// (-1) print as unknown.
+func TestPrintVMAndUnknownFields(t *testing.T) {
+	var b bytes.Buffer
+	printResult(&b, &api.Result{RunID: "r3", Name: "p", Status: api.StatusFailed, ExitCode: 9, Tier: "development",
+		GrantID: "g", Actor: "ci", Stage: "build",
+		Runtime: api.Runtime{Path: "/usr/bin/qemu-system-x86_64", Version: "qemu 7.2; microvm", SHA256: "ab"}})
+	if out := b.String(); strings.Contains(out, "runc") || !strings.Contains(out, "runtime  qemu-system-x86_64 qemu 7.2; microvm sha256:ab") {
+		t.Fatalf("a vm run printed as:\n%s", out)
+	}
+	b.Reset()
+	printResult(&b, &api.Result{RunID: "r4", Name: "p", Status: api.StatusFailed, ExitCode: -1, GrantID: "g",
+		Usage: api.Usage{PeakMemoryBytes: -1, CPUTimeMillis: -1, WallMillis: 1200}})
+	out := b.String()
+	for _, want := range []string{"exit unknown", "actor unknown", "tier     unknown", "runtime  unknown",
+		"peak memory unknown bytes, cpu unknown ms, wall 1200 ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a recovered record printed without %q:\n%s", want, out)
+		}
+	}
+}

@@ -149,6 +149,21 @@ var ErrBadFrame = errors.New("malformed guest stream frame")
 // whatever a guest writes where it is not read is dropped, never left
 // blocking QEMU.
 func Demux(early, port io.Reader, sinks map[byte]io.Writer) (map[byte]bool, error) {
+	return DemuxNotify(early, port, sinks, nil)
+}
+
+// ReportAck is the byte the host writes on the port once it has read the
+// end of StreamControl there: every frame before it has then been read. A
+// virtio-serial write returns once its buffer is queued, not once the host
+// has it, and a guest reset drops what is still queued; so the init, when
+// its streams moved to the port, waits for this byte before it resets
+// the machine. On the early channel nothing needs it: each OUTSB returns
+// only once QEMU has written its bytes out.
+const ReportAck byte = 'k'
+
+// DemuxNotify is Demux calling notify, when it is not nil, as each
+// stream's end frame is read, with whether it came on the port.
+func DemuxNotify(early, port io.Reader, sinks map[byte]io.Writer, notify func(id byte, onPort bool)) (map[byte]bool, error) {
 	ended := map[byte]bool{}
 	failed := map[byte]bool{}
 	hdr := make([]byte, frameHeader)
@@ -177,6 +192,9 @@ func Demux(early, port io.Reader, sinks map[byte]io.Writer) (map[byte]bool, erro
 			return ended, fmt.Errorf("%w: a frame on stream %q after its end", ErrBadFrame, id)
 		case n == 0:
 			ended[id] = true
+			if notify != nil {
+				notify(id, onPort)
+			}
 			continue
 		}
 		if _, err := io.ReadFull(r, buf[:n]); err != nil {
