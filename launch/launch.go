@@ -234,11 +234,14 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 // material and its results never reach the generator, directly or through
 // an intermediate stage's output). The store is the runner's own
 // record, so a digest learnt from another actor's receipt opens nothing.
-func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage request.Stage, verifier bool) ([]admission.Check, error) {
+//
+// An input resolved at run (later, a pipeline's dry run) names no output
+// yet: it is held to its producer when the stage's grant is issued.
+func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage request.Stage, verifier bool, later map[int]bool) ([]admission.Check, error) {
 	var refused []admission.Check
 	for i, in := range plan.Inputs {
 		d, ok := in.OutputDigest()
-		if !ok {
+		if !ok || later[i] {
 			continue
 		}
 		ps, err := l.outputProducers(d)
@@ -496,7 +499,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	if err != nil {
 		return nil, err
 	}
-	if refused, err := l.outputChecks(plan, actor, req.Stage, req.Verifier); err != nil {
+	if refused, err := l.outputChecks(plan, actor, req.Stage, req.Verifier, nil); err != nil {
 		return nil, err
 	} else if len(refused) > 0 {
 		return nil, &admission.RefusedError{Checks: refused}
@@ -763,7 +766,7 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 		return nil, grant.Refuse(grant.CodeNotAdmitted, "field egress/brokered: grant binds %v (inspect %v) %+v, policy now gives %v (inspect %v) %+v; fix: issue a new grant",
 			p.Egress.Destinations, p.Egress.Inspect, p.Brokered, plan.Egress, inspected(pol, plan), brokered(pol, req))
 	}
-	if refused, err := l.outputChecks(plan, p.Actor, req.Stage, req.Verifier); err != nil {
+	if refused, err := l.outputChecks(plan, p.Actor, req.Stage, req.Verifier, nil); err != nil {
 		return nil, err
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})

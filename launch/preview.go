@@ -90,7 +90,7 @@ func (l *Launcher) Preview(ctx context.Context, req *request.Phase, who Asker, r
 	creds := credentialChecks(pol, req, l.restrictedEgress(req))
 	refused = append(refused, refusedOf(creds)...)
 	if plan != nil && actor != "" {
-		out, err := l.outputChecks(plan, actor, req.Stage, req.Verifier)
+		out, err := l.outputChecks(plan, actor, req.Stage, req.Verifier, later)
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +159,7 @@ func (l *Launcher) DecideFor(ctx context.Context, req *request.Phase, actor stri
 	if err != nil {
 		return nil, nil, err
 	}
-	if refused, err := l.outputChecks(plan, actor, req.Stage, req.Verifier); err != nil {
+	if refused, err := l.outputChecks(plan, actor, req.Stage, req.Verifier, later); err != nil {
 		return nil, nil, err
 	} else if len(refused) > 0 {
 		return nil, nil, &admission.RefusedError{Checks: refused}
