@@ -388,8 +388,8 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	state, detail, retry := journal.Clean, "every object is verified gone", ""
 	var childDetail, childRetry string
 	if len(childrenLeft) > 0 {
-		childDetail = fmt.Sprintf("%d child container(s) of the engine-socket holders left, custody's ownership not proven: %s", len(childrenLeft), strings.Join(childrenLeft, ", "))
-		childRetry = fmt.Sprintf("check the children (custody pack status --workspace %s); `custody pack down --workspace %s --children --operator` removes those attached only to this workspace's networks; remove any other yourself (docker rm -f <id>), then custody pack recover", rec.Name, rec.Name)
+		childDetail = fmt.Sprintf("%d child object(s) of the engine-socket holders left, custody's ownership not proven: %s", len(childrenLeft), strings.Join(childrenLeft, ", "))
+		childRetry = fmt.Sprintf("check the children (custody pack status --workspace %s); `custody pack down --workspace %s --children --operator` removes those attached only to this workspace's networks; remove any other yourself (docker rm -f, docker network rm or docker volume rm <id>), then custody pack recover", rec.Name, rec.Name)
 	}
 	switch {
 	case !cr.Verified || secretsErr != nil:

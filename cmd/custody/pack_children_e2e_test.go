@@ -21,7 +21,7 @@ import (
 
 // socketPackE2E: ctl holds the engine's socket and runs childmaker, which
 // creates three containers through it (one on the pack's network, two on
-// none), then waits for its stop signal.
+// none), a network and a volume, then waits for its stop signal.
 const socketPackE2E = `name: sockpack
 services:
   ctl:
@@ -39,8 +39,8 @@ networks:
     internal: true
 `
 
-// Through custodyd and the CLI, status lists every container a socket
-// holder made, with the evidence that ties it to the workspace; a down
+// Through custodyd and the CLI, status lists every container, network and
+// volume a socket holder made, with the evidence that ties it to the workspace; a down
 // that leaves them says why the workspace is residual and how to retry,
 // and still lists them, in the text and the JSON answers alike.
 func TestPackSocketChildrenReported(t *testing.T) {
@@ -66,27 +66,45 @@ func TestPackSocketChildrenReported(t *testing.T) {
 	}
 	var st api.PackReport
 	for end := time.Now().Add(time.Minute); ; time.Sleep(300 * time.Millisecond) {
-		if st = e.status("wsock"); len(st.Children) >= 3 || time.Now().After(end) {
+		if st = e.status("wsock"); len(st.Children) >= 5 || time.Now().After(end) {
 			break
 		}
 	}
 	cli := e.engine.TestClient(t)
+	remove := func(ctx context.Context, c api.PackResource) error {
+		switch c.Kind {
+		case "child-network":
+			return cli.NetworkRemove(ctx, c.ID)
+		case "child-volume":
+			return cli.VolumeRemove(ctx, c.ID, true)
+		}
+		return cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	}
 	t.Cleanup(func() {
 		for _, c := range st.Children {
-			_ = cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+			_ = remove(context.Background(), c)
 		}
 	})
-	if len(st.Children) != 3 {
-		t.Fatalf("status lists %d children, want the 3 the socket holder made: %+v (state %s)", len(st.Children), st.Children, st.State)
+	if len(st.Children) != 5 {
+		t.Fatalf("status lists %d children, want the 5 the socket holder made: %+v (state %s)", len(st.Children), st.Children, st.State)
 	}
+	kinds := map[string]int{}
 	for _, c := range st.Children {
-		if c.Kind != evidence.KindChildContainer || len(c.ID) != 64 || c.State != "running" || !strings.Contains(c.Detail, "ctl held its socket") {
+		kinds[c.Kind]++
+		want := "running"
+		if c.Kind != evidence.KindChildContainer {
+			want = "present"
+		}
+		if c.ID == "" || c.State != want || !strings.Contains(c.Detail, "ctl held its socket") {
 			t.Errorf("child in status: %+v", c)
 		}
 	}
+	if kinds[evidence.KindChildContainer] != 3 || kinds["child-network"] != 1 || kinds["child-volume"] != 1 {
+		t.Errorf("children by kind: %v", kinds)
+	}
 	_, text, _ := e.pack("status", "--workspace", "wsock")
 	for _, c := range st.Children {
-		if !strings.Contains(text, c.ID[:12]) {
+		if !strings.Contains(text, c.ID[:min(12, len(c.ID))]) {
 			t.Errorf("the status text does not list child %s:\n%s", c.ID, text)
 		}
 	}
@@ -97,7 +115,7 @@ func TestPackSocketChildrenReported(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
 		t.Fatalf("down: %d %s %s (%v)", code, out, errs, err)
 	}
-	if d.State != api.WorkspaceResidual || !strings.Contains(d.Retry, "--children") || len(d.Children) != 3 {
+	if d.State != api.WorkspaceResidual || !strings.Contains(d.Retry, "--children") || len(d.Children) != 5 {
 		t.Errorf("down without --children: state %s, detail %q, retry %q, children %+v", d.State, d.Detail, d.Retry, d.Children)
 	}
 	for _, c := range st.Children {
@@ -111,7 +129,7 @@ func TestPackSocketChildrenReported(t *testing.T) {
 
 	// The operator removes them; recover then finishes clean.
 	for _, c := range st.Children {
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
+		if err := remove(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +137,7 @@ func TestPackSocketChildrenReported(t *testing.T) {
 		t.Errorf("recover: %d %s %s", code, out, errs)
 	}
 	r := e.status("wsock")
-	if r.State != api.WorkspaceClean || len(r.Children) != 3 {
+	if r.State != api.WorkspaceClean || len(r.Children) != 5 {
 		t.Errorf("after recover: %+v", r)
 	}
 	for _, c := range r.Children {
