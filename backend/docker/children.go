@@ -37,8 +37,8 @@ const (
 // then (which also name those already gone: State "gone") and from every
 // object that exists now with a later creation time. The engine does not
 // record who asked for a create, so this says nothing about ownership; the
-// caller decides. Only the containers this client's capability probe
-// created, by the native IDs it recorded, are left out: never by label or
+// caller decides. Only the containers and networks this client's
+// capability probe created, by the native IDs it recorded, are left out: never by label or
 // name, which any holder of the engine's socket sets as it likes. A probe's
 // objects recorded in a journal are in known; one of another process not
 // so recorded is reported: a wrong report, never a hidden child.
@@ -53,7 +53,7 @@ func (p *Packs) Unjournalled(ctx context.Context, since, until time.Time, known 
 			return nil, err
 		}
 		for _, id := range slices.Sorted(maps.Keys(seen)) {
-			if known(kind, id) || (kind == KindContainer && p.d.byProbe(id)) {
+			if known(kind, id) || (kind != KindVolume && p.d.byProbe(id)) {
 				continue
 			}
 			r := backend.Resource{Kind: kind, Identity: map[string]string{IdentityID: id, IdentitySeen: strings.Join(seen[id], ",")}}

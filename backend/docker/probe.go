@@ -384,9 +384,7 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 		r := &records[i]
 		r.Identity = maps.Clone(r.Identity)
 		r.Identity[IdentityID], r.State = id, "created"
-		if r.Kind == KindContainer {
-			d.probeCreated(id)
-		}
+		d.probeCreated(id)
 		if err := rec.Created(*r); err != nil {
 			return fmt.Errorf("record %s (%s): %w", r.Name, id, err)
 		}
