@@ -47,7 +47,7 @@ func TestPackSocketChildrenReported(t *testing.T) {
 	e := startPackEnvWith(t, func(dir string) string {
 		return strings.Replace(fmt.Sprintf(packPolicy, dockertest.ImageRef), "      ports:",
 			"      daemonSocket: true\n      bindRoots: ["+filepath.Join(dir, "sock")+"]\n      ports:", 1)
-	})
+	}, "")
 	ctx := context.Background()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
