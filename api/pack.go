@@ -99,6 +99,14 @@ type PackReport struct {
 	// Foreign are objects that look like this workspace's (names or
 	// labels) but that the journal does not hold; nothing is done to them.
 	Foreign []PackResource `json:"foreign"`
+	// Children are objects custody did not create that an engine-socket
+	// holder of the workspace is taken to have made: each with the
+	// evidence that ties it to the workspace and what was done to it.
+	Children []PackResource `json:"children"`
+	// Detail says what remains or what went wrong, Retry how to retry
+	// the owned cleanup; both empty when there is nothing to say.
+	Detail string `json:"detail,omitempty"`
+	Retry  string `json:"retry,omitempty"`
 	// Plan is the admitted plan the workspace realizes (JSON of the
 	// runner's plan), when the report carries it.
 	Plan json.RawMessage `json:"plan,omitempty"`

@@ -177,6 +177,22 @@ type Egress struct {
 // EgressCAPath is where a sandbox finds Egress.CACert.
 const EgressCAPath = "/etc/custody/egress-ca.pem"
 
+// ProbeAttemptPrefix starts the journal attempt of every engine probe
+// (probe-<nonce>), which sets them apart from workspaces' attempts.
+const ProbeAttemptPrefix = "probe-"
+
+// ProbeJournal keeps an engine probe's attempts. The probe's throwaway
+// objects are recorded before they are created, like any attempt's (P8),
+// so that a process killed mid-probe leaves a record recovery acts on.
+type ProbeJournal interface {
+	// Begin opens the record of a probe attempt; the probe records what
+	// it creates on the Recorder returned.
+	Begin(attempt string) (Recorder, error)
+	// Finish closes it: clean when every recorded object is verified
+	// gone, residual otherwise, with detail saying why.
+	Finish(attempt string, clean bool, detail string) error
+}
+
 // Resource is one native resource a launch records: its kind, its name
 // and, once it exists, the identity that proves it is the one custody made
 // (never its name alone).

@@ -47,9 +47,27 @@ type childJudge struct {
 	others       [][2]time.Time  // other socket-holding workspaces' up windows
 }
 
+// Status kinds of a socket holder's networks and volumes (containers are
+// evidence.KindChildContainer).
+const (
+	KindChildNetwork = "child-network"
+	KindChildVolume  = "child-volume"
+)
+
 // judge says whether r is eligible and why (the why names the fix).
 func (j *childJudge) judge(r backend.Resource) (bool, string) {
 	made := "created through the engine while " + j.by + " held its socket"
+	if !isContainer(r.Kind) {
+		if r.State == "gone" {
+			return false, made + "; already gone"
+		}
+		rm := "docker network rm "
+		if isVolume(r.Kind) {
+			rm = "docker volume rm "
+		}
+		return false, made + " (created " + r.Identity["created"] + ", inside this workspace's up window, in no journal); custody cannot prove it owns it and never removes it, also with --children: " +
+			"check it and remove it yourself (" + rm + r.Identity["id"] + "), then custody pack recover"
+	}
 	leave := "; left alone, also with --children: check it and remove it yourself (docker rm -f " + r.Identity["id"] + "), then custody pack recover"
 	created, _ := time.Parse(time.RFC3339Nano, r.Identity["created"])
 	nets := strings.Split(r.Identity["networks"], ",")
@@ -154,16 +172,28 @@ func (m *Manager) otherSocketWindows(rec *record) ([][2]time.Time, error) {
 }
 
 func (c child) status() ResourceStatus {
-	return ResourceStatus{Kind: evidence.KindChildContainer, Name: c.r.Name, ID: c.r.Identity["id"], State: c.r.State, Detail: c.why}
+	return ResourceStatus{Kind: childKind(c.r.Kind), Name: c.r.Name, ID: c.r.Identity["id"], State: c.r.State, Detail: c.why}
+}
+
+// childKind is the report kind of a socket holder's child of engine kind.
+func childKind(kind string) string {
+	switch {
+	case isContainer(kind):
+		return evidence.KindChildContainer
+	case isVolume(kind):
+		return KindChildVolume
+	}
+	return KindChildNetwork
 }
 
 // errNoLongerEligible: a child judged eligible no longer is when
 // inspected again just before its removal.
 var errNoLongerEligible = errors.New("no longer eligible for removal")
 
-// removeChildren returns one cleanup resource per child. With the
-// operator's opt-in it removes the eligible ones, each re-judged from a
-// fresh inspect; every other child that remains is residual.
+// removeChildren returns one cleanup resource per child container. With
+// the operator's opt-in it removes the eligible ones, each re-judged from
+// a fresh inspect; every other child that remains is residual. A child
+// network or volume is never removed: it is only named in left.
 func (m *Manager) removeChildren(ctx context.Context, cs []child, j *childJudge, optIn bool) ([]evidence.PackCleanupResource, []string) {
 	var out []evidence.PackCleanupResource
 	var left []string
@@ -175,6 +205,13 @@ func (m *Manager) removeChildren(ctx context.Context, cs []child, j *childJudge,
 		}
 		res := evidence.PackCleanupResource{Kind: evidence.KindChildContainer, ID: id, Name: name, Result: evidence.CleanupGone}
 		switch {
+		case !isContainer(c.r.Kind):
+			// The receipt's cleanup names containers only; a network or
+			// volume left is in the state's detail and in status.
+			if c.r.State != "gone" {
+				left = append(left, childKind(c.r.Kind)+" "+id)
+			}
+			continue
 		case c.r.State == "gone":
 		case !c.eligible || !optIn:
 			res.Result, res.Reason = evidence.CleanupResidual, c.why

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/dockertest"
@@ -53,12 +54,13 @@ func buildChildmaker(t *testing.T, out string) {
 
 // A service granted the engine's socket creates three containers through
 // it: one on the pack's own network, one with none, and one with none that
-// copies the capability probe's label and name prefix. Status reports all
-// three as the socket holder's children (a label and a name hide nothing).
-// None is custody's by proof, so a plain down leaves all three, untouched,
-// and the workspace residual, in the state and the down receipt. With the
-// operator's opt-in (DownOptions.Children) the child living only on this
-// workspace's network is removed and the other two are left. Once the
+// copies the capability probe's label and name prefix; and a network and a
+// volume. Status reports all five as the socket holder's children (a label
+// and a name hide nothing). None is custody's by proof, so a plain down
+// leaves all five, untouched, and the workspace residual, in the state (the
+// detail names each) and the down receipt (containers). With the
+// operator's opt-in (DownOptions.Children) the child container living only
+// on this workspace's network is removed and the others are left. Once the
 // operator removes those, recover finishes clean.
 func TestSocketHolderChildren(t *testing.T) {
 	ctx := testCtx(t)
@@ -79,13 +81,17 @@ func TestSocketHolderChildren(t *testing.T) {
 		if st, err = e.m.Status(ctx, "ws-sock"); err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Children) >= 3 || time.Now().After(end) {
+		if len(st.Children) >= 5 || time.Now().After(end) {
 			break
 		}
 	}
-	var inWorld, outside, impostor workspace.ResourceStatus
+	var inWorld, outside, impostor, childNet, childVol workspace.ResourceStatus
 	for _, c := range st.Children {
 		switch {
+		case c.Kind == workspace.KindChildNetwork:
+			childNet = c
+		case c.Kind == workspace.KindChildVolume:
+			childVol = c
 		case strings.HasPrefix(c.Name, "child-in-world-"):
 			inWorld = c
 		case strings.HasPrefix(c.Name, "child-outside-"):
@@ -94,13 +100,15 @@ func TestSocketHolderChildren(t *testing.T) {
 			impostor = c
 		}
 	}
-	if len(st.Children) != 3 || inWorld.ID == "" || outside.ID == "" || impostor.ID == "" || inWorld.Kind != evidence.KindChildContainer {
+	if len(st.Children) != 5 || childNet.ID == "" || childVol.ID == "" || inWorld.ID == "" || outside.ID == "" || impostor.ID == "" || inWorld.Kind != evidence.KindChildContainer {
 		t.Fatalf("children in status (the probe-like one must be reported too): %+v", st.Children)
 	}
 	t.Cleanup(func() {
 		for _, c := range []workspace.ResourceStatus{inWorld, outside, impostor} {
 			_ = e.cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
 		}
+		_ = e.cli.NetworkRemove(context.Background(), childNet.ID)
+		_ = e.cli.VolumeRemove(context.Background(), childVol.ID, true)
 	})
 	if !strings.Contains(inWorld.Detail, "--children") || strings.Contains(inWorld.Detail, "also with --children") ||
 		!strings.Contains(outside.Detail, "also with --children") || !strings.Contains(impostor.Detail, "also with --children") {
@@ -133,7 +141,8 @@ func TestSocketHolderChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d.State != workspace.StateResidual || !strings.Contains(d.Detail, inWorld.ID) || !strings.Contains(d.Detail, outside.ID) ||
-		!strings.Contains(d.Detail, impostor.ID) || !strings.Contains(d.Retry, "--children") {
+		!strings.Contains(d.Detail, impostor.ID) || !strings.Contains(d.Detail, childNet.ID) || !strings.Contains(d.Detail, childVol.ID) ||
+		!strings.Contains(d.Retry, "--children") || len(d.Children) != 5 {
 		t.Errorf("down without --children: %s %s (retry %s)", d.State, d.Detail, d.Retry)
 	}
 	for _, c := range []workspace.ResourceStatus{inWorld, outside, impostor} {
@@ -170,6 +179,14 @@ func TestSocketHolderChildren(t *testing.T) {
 	// The operator removes the others; recovery then ends clean.
 	must(t, e.cli.ContainerRemove(ctx, outside.ID, container.RemoveOptions{Force: true}))
 	must(t, e.cli.ContainerRemove(ctx, impostor.ID, container.RemoveOptions{Force: true}))
+	if _, err := e.cli.NetworkInspect(ctx, childNet.ID, network.InspectOptions{}); err != nil {
+		t.Errorf("the child network was touched by down --children: %v", err)
+	}
+	if _, err := e.cli.VolumeInspect(ctx, childVol.ID); err != nil {
+		t.Errorf("the child volume was touched by down --children: %v", err)
+	}
+	must(t, e.cli.NetworkRemove(ctx, childNet.ID))
+	must(t, e.cli.VolumeRemove(ctx, childVol.ID, true))
 	if _, err := e.m.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,16 @@ func crashChild() int {
 	}
 	state := os.Getenv(crashStateEnv)
 	m, _, _, _, _, _ := manager(&childTB{}, os.Getenv(crashHostEnv), state, fault)
+	if stage == probeCrash {
+		// A dry run probes the engine first (a fresh manager has no
+		// profile); the parent kills this process mid-probe.
+		if _, err := m.Admit(context.Background(), []byte(rangePack), filepath.Join(state, "pack"), actor); err != nil {
+			fmt.Fprintln(os.Stderr, "admit:", err)
+			return 3
+		}
+		fmt.Fprintln(os.Stderr, "admit finished: the fault stage was never reached")
+		return 4
+	}
 	g, err := os.ReadFile(filepath.Join(state, "grant.json"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

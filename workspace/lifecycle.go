@@ -231,7 +231,12 @@ func (m *Manager) List(ctx context.Context) ([]Report, error) {
 		}
 		out = append(out, *rep)
 	}
-	return out, nil
+	// Interrupted engine probes are listed too: what they left is ours.
+	probes, err := m.probeReports()
+	if err != nil {
+		return nil, err
+	}
+	return append(out, probes...), nil
 }
 
 // DownOptions say what a down covers beyond the workspace's containers
@@ -383,8 +388,8 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	state, detail, retry := journal.Clean, "every object is verified gone", ""
 	var childDetail, childRetry string
 	if len(childrenLeft) > 0 {
-		childDetail = fmt.Sprintf("%d child container(s) of the engine-socket holders left, custody's ownership not proven: %s", len(childrenLeft), strings.Join(childrenLeft, ", "))
-		childRetry = fmt.Sprintf("check the children (custody pack status --workspace %s); `custody pack down --workspace %s --children --operator` removes those attached only to this workspace's networks; remove any other yourself (docker rm -f <id>), then custody pack recover", rec.Name, rec.Name)
+		childDetail = fmt.Sprintf("%d child object(s) of the engine-socket holders left, custody's ownership not proven: %s", len(childrenLeft), strings.Join(childrenLeft, ", "))
+		childRetry = fmt.Sprintf("check the children (custody pack status --workspace %s); `custody pack down --workspace %s --children --operator` removes those attached only to this workspace's networks; remove any other yourself (docker rm -f, docker network rm or docker volume rm <id>), then custody pack recover", rec.Name, rec.Name)
 	}
 	switch {
 	case !cr.Verified || secretsErr != nil:
@@ -510,7 +515,8 @@ func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attem
 }
 
 // Recover gives every workspace left cleanup-pending or residual (an up
-// interrupted by a crash included) an owned retry of its teardown. Kept
+// interrupted by a crash included) an owned retry of its teardown, and
+// removes what every interrupted engine probe's records own. Kept
 // volumes stay kept; unknown cleanup is never reported as success. It
 // never removes a socket holder's child: that takes the operator's
 // DownOptions.Children.
@@ -519,7 +525,15 @@ func (m *Manager) Recover(ctx context.Context) ([]Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []Report{}
+	// An engine probe killed mid-way left objects only its journal
+	// records name.
+	out, err := m.recoverProbes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []Report{}
+	}
 	for i := range recs {
 		rec := &recs[i]
 		st := m.stateOf(rec)

@@ -193,7 +193,7 @@ func (m *Manager) verifyGrant(ctx context.Context, env []byte, peer Peer, now ti
 	if p.PolicyDigest != polDigest {
 		return nil, nil, grant.Refuse(grant.CodePolicyChanged, "the grant was issued under policy %s, the policy is now %s; issue a new grant", p.PolicyDigest, polDigest)
 	}
-	eng, err := m.cfg.Engine.Profile(ctx)
+	eng, err := m.profile(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("engine identity: %w", err)
 	}

@@ -46,7 +46,8 @@ type Engine interface {
 	// NewWorkspaceID returns a fresh unguessable workspace id.
 	NewWorkspaceID() string
 	// Profile is the engine's evidenced profile, its identity read fresh.
-	Profile(ctx context.Context) (*pack.Engine, error)
+	// A probe records its throwaway objects in j before creating them.
+	Profile(ctx context.Context, j backend.ProbeJournal) (*pack.Engine, error)
 	// Intents are the records of everything an up of names may create,
 	// listed before anything is created (journalled with the grant).
 	Intents(o backend.PackOwner, names backend.PackNames) []backend.Resource
@@ -68,6 +69,10 @@ type Engine interface {
 	Resolve(ctx context.Context, o backend.PackOwner, rec backend.Recorder, r backend.Resource) (backend.Resource, bool, error)
 	Teardown(ctx context.Context, o backend.PackOwner, rec backend.Recorder, recorded []backend.Resource, volumes bool) backend.CleanupReport
 	Foreign(ctx context.Context, known func(kind, id string) bool) ([]backend.Resource, error)
+	// RecoverProbe removes what an interrupted engine probe's records
+	// own, each verified by native ID and labels, and records each
+	// verified gone on rec; what it leaves is in the error.
+	RecoverProbe(ctx context.Context, rec backend.Recorder, recorded []backend.Resource) error
 	// Unjournalled are the containers created between since and until
 	// that known does not hold (with their creation time and the IDs of
 	// their networks), and those created then and already gone.
@@ -86,9 +91,9 @@ type Config struct {
 	Engine  Engine
 	// Policy returns the current policy and the digest of its file bytes;
 	// an error refuses everything.
-	Policy  func() (*policy.Policy, string, error)
-	Issuer  *keys.Signer
-	Runner  *keys.Signer
+	Policy func() (*policy.Policy, string, error)
+	Issuer *keys.Signer
+	Runner *keys.Signer
 	// Verifier, if set, verifies pack grants: custodyd passes the one its
 	// phase grants use, so a rotation's overlap window and a revocation
 	// hold for packs as for phases. Otherwise one is made from Trusted.
@@ -121,6 +126,8 @@ type Manager struct {
 
 	mu         sync.Mutex
 	inProgress map[string]bool
+	probing    map[string]bool // engine probe attempts running in this process
+	probeMu    sync.Mutex      // one recovery of interrupted probes at a time
 	issuing    sync.Mutex
 	faultMu    sync.Mutex // an up's stages are reached from several goroutines
 }
@@ -247,7 +254,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, journal: j, verifier: v, log: cfg.Log, inProgress: map[string]bool{}}, nil
+	return &Manager{cfg: cfg, journal: j, verifier: v, log: cfg.Log, inProgress: map[string]bool{}, probing: map[string]bool{}}, nil
 }
 
 func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
@@ -277,7 +284,7 @@ func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) 
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	eng, err := m.cfg.Engine.Profile(ctx)
+	eng, err := m.profile(ctx)
 	if err != nil {
 		return nil, nil, nil, "", fmt.Errorf("engine profile: %w", err)
 	}

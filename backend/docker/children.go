@@ -15,6 +15,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 
 	"github.com/custody-dev/custody/backend"
 )
@@ -28,25 +30,62 @@ const (
 	IdentitySeen = "seen"
 )
 
-// Unjournalled lists the containers created on the engine between since
-// and until that known (the journals: kind and native ID) does not hold: the
-// candidates for a daemon-socket holder's children (P3). They are found
-// twice over: from the engine's create events since then (which also name
-// those already gone: State "gone") and from every container that exists
-// now with a later creation time. The engine does not record who asked for
-// a create, so this says nothing about ownership; the caller decides.
-// Only the containers this client's capability probe created, by the
-// native IDs it recorded, are left out: never by label or name, which any
-// holder of the engine's socket sets as it likes. A probe of another
-// process (or of this one before a restart) is not recorded here, so its
-// containers are reported: a wrong report, never a hidden child.
+// Unjournalled lists the containers, networks and volumes created on the
+// engine between since and until that known (the journals: kind and native
+// ID) does not hold: the candidates for a daemon-socket holder's children
+// (P3). They are found twice over: from the engine's create events since
+// then (which also name those already gone: State "gone") and from every
+// object that exists now with a later creation time. The engine does not
+// record who asked for a create, so this says nothing about ownership; the
+// caller decides. Only the containers and networks this client's
+// capability probe created, by the native IDs it recorded, are left out: never by label or
+// name, which any holder of the engine's socket sets as it likes. A probe's
+// objects recorded in a journal are in known; one of another process not
+// so recorded is reported: a wrong report, never a hidden child.
 func (p *Packs) Unjournalled(ctx context.Context, since, until time.Time, known func(kind, id string) bool) ([]backend.Resource, error) {
+	var out []backend.Resource
+	for _, kind := range []string{KindContainer, KindNetwork, KindVolume} {
+		seen, err := p.createdEvents(ctx, kind, since, until)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.createdNow(ctx, kind, since, until, seen); err != nil {
+			return nil, err
+		}
+		for _, id := range slices.Sorted(maps.Keys(seen)) {
+			if known(kind, id) || (kind != KindVolume && p.d.byProbe(id)) {
+				continue
+			}
+			r := backend.Resource{Kind: kind, Identity: map[string]string{IdentityID: id, IdentitySeen: strings.Join(seen[id], ",")}}
+			created, err := p.describe(ctx, &r)
+			switch {
+			case cerrdefs.IsNotFound(err):
+				r.State = "gone"
+				out = append(out, r)
+				continue
+			case err != nil:
+				return nil, err
+			}
+			if created.Before(since) || created.After(until) {
+				continue
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// eventTypes are the engine's event types of the kinds.
+var eventTypes = map[string]events.Type{KindContainer: events.ContainerEventType, KindNetwork: events.NetworkEventType, KindVolume: events.VolumeEventType}
+
+// createdEvents are the objects of kind the engine's create events name
+// between since and until (a volume by its name, its native ID).
+func (p *Packs) createdEvents(ctx context.Context, kind string, since, until time.Time) (map[string][]string, error) {
 	seen := map[string][]string{}
 	msgs, errs := p.d.cli.Events(ctx, events.ListOptions{
 		Since: unixNano(since), Until: unixNano(until),
-		Filters: filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionCreate))),
+		Filters: filters.NewArgs(filters.Arg("type", string(eventTypes[kind])), filters.Arg("event", string(events.ActionCreate))),
 	})
-read:
 	for {
 		select {
 		case m := <-msgs:
@@ -55,44 +94,81 @@ read:
 			}
 		case err := <-errs:
 			if err != nil && !errors.Is(err, io.EOF) {
-				return nil, fmt.Errorf("engine events since %s: %w", since.Format(time.RFC3339Nano), err)
+				return nil, fmt.Errorf("engine %s events since %s: %w", eventTypes[kind], since.Format(time.RFC3339Nano), err)
 			}
-			break read
+			return seen, nil
 		}
 	}
-	cs, err := p.d.cli.ContainerList(ctx, container.ListOptions{All: true})
-	if err != nil {
-		return nil, fmt.Errorf("list containers: %w", err)
-	}
-	for _, c := range cs {
-		// The list's creation time has whole seconds: inspect decides.
-		if c.Created >= since.Unix() && c.Created <= until.Unix() {
-			seen[c.ID] = append(seen[c.ID], "inspect")
+}
+
+// createdNow adds to seen the objects of kind that exist now and whose
+// listed creation time falls between since and until (whole seconds for
+// containers: the inspect decides).
+func (p *Packs) createdNow(ctx context.Context, kind string, since, until time.Time, seen map[string][]string) error {
+	in := func(t time.Time) bool { return !t.Before(since.Truncate(time.Second)) && !t.After(until) }
+	switch kind {
+	case KindContainer:
+		cs, err := p.d.cli.ContainerList(ctx, container.ListOptions{All: true})
+		if err != nil {
+			return fmt.Errorf("list containers: %w", err)
+		}
+		for _, c := range cs {
+			if c.Created >= since.Unix() && c.Created <= until.Unix() {
+				seen[c.ID] = append(seen[c.ID], "inspect")
+			}
+		}
+	case KindNetwork:
+		ns, err := p.d.cli.NetworkList(ctx, network.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list networks: %w", err)
+		}
+		for _, n := range ns {
+			if in(n.Created) {
+				seen[n.ID] = append(seen[n.ID], "inspect")
+			}
+		}
+	case KindVolume:
+		vs, err := p.d.cli.VolumeList(ctx, volume.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("list volumes: %w", err)
+		}
+		for _, v := range vs.Volumes {
+			if t, err := time.Parse(time.RFC3339, v.CreatedAt); err == nil && in(t) {
+				seen[v.Name] = append(seen[v.Name], "inspect")
+			}
 		}
 	}
-	var out []backend.Resource
-	for _, id := range slices.Sorted(maps.Keys(seen)) {
-		if known(KindContainer, id) || p.d.byProbe(id) {
-			continue
-		}
-		r := backend.Resource{Kind: KindContainer, Identity: map[string]string{IdentityID: id, IdentitySeen: strings.Join(seen[id], ",")}}
+	return nil
+}
+
+// describe fills r from the engine's inspect of the object its identity
+// names, and returns its creation time.
+func (p *Packs) describe(ctx context.Context, r *backend.Resource) (time.Time, error) {
+	id := r.Identity[IdentityID]
+	if r.Kind == KindContainer {
 		c, err := p.d.cli.ContainerInspect(ctx, id)
-		switch {
-		case cerrdefs.IsNotFound(err):
-			r.State = "gone"
-			out = append(out, r)
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("inspect container %s: %w", id, err)
+		if err != nil {
+			return time.Time{}, wrapInspect(r.Kind, id, err)
 		}
 		created, _ := time.Parse(time.RFC3339Nano, c.Created)
-		if created.Before(since) || created.After(until) {
-			continue
-		}
-		describeChild(c, created, &r)
-		out = append(out, r)
+		describeChild(c, created, r)
+		return created, nil
 	}
-	return out, nil
+	o, err := p.d.inspect(ctx, r.Kind, id)
+	if err != nil {
+		return time.Time{}, wrapInspect(r.Kind, id, err)
+	}
+	r.Name, r.State = o.name, "present"
+	r.Identity[IdentityCreated] = o.created.UTC().Format(time.RFC3339Nano)
+	// Ownership evidence: custody's own labels on it, if any, are
+	// copied, since any socket holder can set them; they prove nothing.
+	maps.Copy(r.Identity, ownLabels(o.labels))
+	return o.created, nil
+}
+
+// wrapInspect keeps the engine's not-found recognizable.
+func wrapInspect(kind, id string, err error) error {
+	return fmt.Errorf("inspect %s %s: %w", strings.TrimPrefix(kind, "docker-"), id, err)
 }
 
 // describeChild fills r's name, state, creation time and networks from

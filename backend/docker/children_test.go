@@ -26,7 +26,7 @@ func TestUnjournalledLeavesOutOnlyTheProbesOwn(t *testing.T) {
 	cli := dt.TestClient(t)
 	p := NewPacks(d, ProbeOptions{Image: dt.Image})
 	since := time.Now()
-	e, err := p.Profile(ctx)
+	e, err := p.Profile(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,15 +60,15 @@ type Docker struct {
 	host string
 	log  *slog.Logger
 
-	// probeMu guards probeIDs: the native IDs of the containers this
-	// client's capability probe created. Only these are left out of a
+	// probeMu guards probeIDs: the native IDs of the containers and
+	// networks this client's capability probe created. Only these are left out of a
 	// socket holder's children (Unjournalled); a label or a name proves
 	// nothing, since anyone holding the engine's socket sets both.
 	probeMu  sync.Mutex
 	probeIDs map[string]bool
 }
 
-// probeCreated records that the probe created container id.
+// probeCreated records that the probe created container or network id.
 func (d *Docker) probeCreated(id string) {
 	d.probeMu.Lock()
 	defer d.probeMu.Unlock()
@@ -78,7 +78,7 @@ func (d *Docker) probeCreated(id string) {
 	d.probeIDs[id] = true
 }
 
-// byProbe says whether this client's probe created container id.
+// byProbe says whether this client's probe created container or network id.
 func (d *Docker) byProbe(id string) bool {
 	d.probeMu.Lock()
 	defer d.probeMu.Unlock()

@@ -211,7 +211,7 @@ func noProbeResidue(t *testing.T, d *Docker, notes []string) {
 func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
 	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
-	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, InternalNetworkOptions())
+	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, InternalNetworkOptions(), nopRecorder{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestWitnessNeverTakesTheStubResolversAddress(t *testing.T) {
 func TestPlainInternalReachesTheHost(t *testing.T) {
 	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
-	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, nil)
+	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, nil, nopRecorder{})
 	if err != nil {
 		t.Fatal(err)
 	}

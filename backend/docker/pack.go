@@ -69,8 +69,9 @@ func (p *Packs) NewWorkspaceID() string { return NewWorkspaceID() }
 // is read fresh on every call, which costs two API calls and a /proc read;
 // the rest of the profile is re-probed whenever that identity differs from
 // the kept one. A profile whose egress proof is not settled (see probe) is
-// returned but not kept, so the next call proves again.
-func (p *Packs) Profile(ctx context.Context) (*pack.Engine, error) {
+// returned but not kept, so the next call proves again. A probe records
+// its objects in j (nil: in memory only) before it creates them.
+func (p *Packs) Profile(ctx context.Context, j backend.ProbeJournal) (*pack.Engine, error) {
 	key, err := p.identity(ctx)
 	if err != nil {
 		return nil, err
@@ -84,7 +85,9 @@ func (p *Packs) Profile(ctx context.Context) (*pack.Engine, error) {
 	if p.probed != nil {
 		p.probed()
 	}
-	e, settled, err := p.d.probe(ctx, p.opts)
+	opts := p.opts
+	opts.Journal = j
+	e, settled, err := p.d.probe(ctx, opts)
 	if err != nil && !errors.Is(err, ErrProbeResidue) {
 		return nil, err
 	}

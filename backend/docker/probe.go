@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,11 +14,13 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/pack"
 )
@@ -37,6 +40,11 @@ type ProbeOptions struct {
 	Image string
 	// Timeout bounds the whole probe; 0 means 60 s.
 	Timeout time.Duration
+	// Journal, if set, records each of the egress proof's objects before
+	// it is created (an attempt named probe-<nonce>), so that a process
+	// killed mid-probe leaves what recovery needs (RecoverProbe). Without
+	// it only this process's memory knows them.
+	Journal backend.ProbeJournal
 }
 
 // ErrProbeResidue means the probe could not verify that every throwaway
@@ -59,7 +67,7 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 // timeout) or a void proof (the in-network control did not connect). A
 // finished proof is settled either way, also one showing egress; no probe
 // image is settled too (configuration, not chance).
-func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, settled bool, _ error) {
+func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, settled bool, err error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = 60 * time.Second
 	}
@@ -117,7 +125,23 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, 
 	}
 	nonce := randid.New(8)
 	e.Notes = append(e.Notes, "egress proof objects are labelled "+LabelProbe+"="+nonce)
-	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions())
+	var rec backend.Recorder = nopRecorder{}
+	if opts.Journal != nil {
+		attempt := backend.ProbeAttemptPrefix + nonce
+		if rec, err = opts.Journal.Begin(attempt); err != nil {
+			return e, false, fmt.Errorf("probe %s: open the egress proof's journal record: %w", d.host, err)
+		}
+		defer func() {
+			clean, detail := !errors.Is(err, ErrProbeResidue), "the egress proof's objects are verified gone"
+			if !clean {
+				detail = err.Error()
+			}
+			if ferr := opts.Journal.Finish(attempt, clean, detail); ferr != nil {
+				d.log.Error("engine probe: close the journal record", "attempt", attempt, "err", ferr)
+			}
+		}()
+	}
+	proof, err := d.proveInternal(ctx, nonce, opts.Image, InternalNetworkOptions(), rec)
 	settled = err == nil && proof != nil && proof.Peer == Reached
 	if proof != nil {
 		e.InternalBlocksEgress = proof.Blocks() && proof.BlocksDNS()
@@ -324,31 +348,66 @@ func classify(out, token string) Reach {
 	return Unknown
 }
 
+// nopRecorder records nothing: a probe without a journal.
+type nopRecorder struct{}
+
+func (nopRecorder) Intent(...backend.Resource) error  { return nil }
+func (nopRecorder) Created(...backend.Resource) error { return nil }
+func (nopRecorder) Removed(...backend.Resource) error { return nil }
+
 // proveInternal runs the egress proof on a fresh internal network made with
-// netOpts. Every object is named custody-probe-<nonce>-*, and every object it creates carries LabelProbe and is removed by ID
-// before it returns, also when ctx has ended. The containers' IDs are
-// recorded (probeCreated) as soon as the engine returns them.
-func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts map[string]string) (_ *EgressProof, err error) {
+// netOpts. Every object is named custody-probe-<nonce>-*, carries
+// LabelProbe and its own LabelIntent nonce, is recorded on rec before it is
+// created and once its ID is known, and is removed by ID (and recorded
+// removed) before it returns, also when ctx has ended. The containers' IDs
+// are also kept in memory (probeCreated) as soon as the engine returns them.
+func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts map[string]string, rec backend.Recorder) (_ *EgressProof, err error) {
 	token := "custody-probe-" + randid.New(8)
-	labels := map[string]string{LabelProbe: nonce}
-	var containers, networks []string
+	var records []backend.Resource // every intent, with its ID once created
 	defer func() {
-		if cerr := d.removeProbeObjects(context.WithoutCancel(ctx), containers, networks); cerr != nil {
+		if cerr := d.removeProbeRecords(context.WithoutCancel(ctx), rec, records); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
+	// intent records an object before its create; its labels are the
+	// record's identity.
+	intent := func(kind, suffix string) (int, map[string]string, error) {
+		r := backend.Resource{Kind: kind, Name: "custody-probe-" + nonce + "-" + suffix, State: "intent",
+			Identity: map[string]string{LabelProbe: nonce, LabelIntent: randid.New(12)}}
+		if err := rec.Intent(r); err != nil {
+			return 0, nil, fmt.Errorf("record intent for %s: %w", r.Name, err)
+		}
+		records = append(records, r)
+		return len(records) - 1, maps.Clone(r.Identity), nil
+	}
+	created := func(i int, id string) error {
+		r := &records[i]
+		r.Identity = maps.Clone(r.Identity)
+		r.Identity[IdentityID], r.State = id, "created"
+		d.probeCreated(id)
+		if err := rec.Created(*r); err != nil {
+			return fmt.Errorf("record %s (%s): %w", r.Name, id, err)
+		}
+		return nil
+	}
 	// Each create runs to its end (createContext), so that the probe
 	// learns the ID of everything it must remove; its deadline is checked
 	// as soon as the create returns.
 	mkNet := func(suffix string, internal bool, opts map[string]string) (network.Inspect, error) {
+		i, labels, err := intent(KindNetwork, suffix)
+		if err != nil {
+			return network.Inspect{}, err
+		}
 		cctx, cancel := createContext(ctx)
-		resp, err := d.cli.NetworkCreate(cctx, "custody-probe-"+nonce+"-"+suffix, network.CreateOptions{
+		resp, err := d.cli.NetworkCreate(cctx, records[i].Name, network.CreateOptions{
 			Driver: "bridge", Internal: internal, Options: opts, Labels: labels})
 		cancel()
 		if err != nil {
 			return network.Inspect{}, fmt.Errorf("create %s network: %w", suffix, err)
 		}
-		networks = append(networks, resp.ID)
+		if err := created(i, resp.ID); err != nil {
+			return network.Inspect{}, err
+		}
 		if err := ctx.Err(); err != nil {
 			return network.Inspect{}, fmt.Errorf("create %s network: %w", suffix, err)
 		}
@@ -358,15 +417,20 @@ func (d *Docker) proveInternal(ctx context.Context, nonce, image string, netOpts
 	// so that what the embedded resolver forwards lands there.
 	var upstream []string
 	run := func(suffix string, net network.Inspect, cmd ...string) (string, error) {
+		i, labels, err := intent(KindContainer, suffix)
+		if err != nil {
+			return "", err
+		}
 		cctx, cancel := createContext(ctx)
 		resp, err := d.cli.ContainerCreate(cctx, &container.Config{Image: image, Cmd: cmd, Labels: labels},
-			&container.HostConfig{NetworkMode: container.NetworkMode(net.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-"+suffix)
+			&container.HostConfig{NetworkMode: container.NetworkMode(net.Name), DNS: upstream}, nil, nil, records[i].Name)
 		cancel()
 		if err != nil {
 			return "", fmt.Errorf("create %s container: %w", suffix, err)
 		}
-		containers = append(containers, resp.ID)
-		d.probeCreated(resp.ID)
+		if err := created(i, resp.ID); err != nil {
+			return "", err
+		}
 		if err := ctx.Err(); err != nil {
 			return "", fmt.Errorf("create %s container: %w", suffix, err)
 		}
@@ -464,16 +528,21 @@ echo "peer=$out"
 (timeout 3 nslookup "h-$DNSNAME" "$HOSTIP" >/dev/null 2>&1) & (timeout 3 nslookup "g-$DNSNAME" "$GW" >/dev/null 2>&1) &
 (timeout 3 nslookup "r-$DNSNAME" 127.0.0.11 >/dev/null 2>&1) &
 wait`
+	pi, labels, err := intent(KindContainer, "prober")
+	if err != nil {
+		return nil, err
+	}
 	cctx, cancel := createContext(ctx)
 	resp, err := d.cli.ContainerCreate(cctx, &container.Config{Image: image, Cmd: []string{"sh", "-c", script}, Labels: labels,
 		Env: []string{"PEER=" + peerIP, "WORLD=" + worldIP, "GW=" + gw, "HOSTIP=" + hostIP, "TOKEN=" + token, "DNSNAME=" + dnsInt}},
-		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name), DNS: upstream}, nil, nil, "custody-probe-"+nonce+"-prober")
+		&container.HostConfig{NetworkMode: container.NetworkMode(internal.Name), DNS: upstream}, nil, nil, records[pi].Name)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("create prober: %w", err)
 	}
-	containers = append(containers, resp.ID)
-	d.probeCreated(resp.ID)
+	if err := created(pi, resp.ID); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create prober: %w", err)
 	}
@@ -579,28 +648,110 @@ func net4(s string) string {
 	return ""
 }
 
-// removeProbeObjects removes the probe's containers, then its networks, by
-// ID, and confirms each is gone.
-func (d *Docker) removeProbeObjects(ctx context.Context, containers, networks []string) error {
+// RecoverProbe removes what an interrupted probe attempt's records own
+// (containers first, then networks) and records each verified gone on
+// rec. An object is removed only when it is the one recorded: its native
+// ID and its LabelProbe and LabelIntent labels all match the record; an
+// intent-only record (a crash between the create and the record of its
+// ID) is found by its LabelIntent nonce, and several matches leave it
+// uncertain. Names prove nothing and are never used to find an object.
+// Anything else is left alone and named in the error (ErrProbeResidue).
+func (p *Packs) RecoverProbe(ctx context.Context, rec backend.Recorder, recorded []backend.Resource) error {
+	return p.d.removeProbeRecords(ctx, rec, recorded)
+}
+
+// removeProbeRecords removes the probe's recorded objects, containers
+// first, by verified native ID, and confirms each gone (see RecoverProbe).
+func (d *Docker) removeProbeRecords(ctx context.Context, rec backend.Recorder, recorded []backend.Resource) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	order := map[string]int{KindContainer: 0, KindNetwork: 1}
+	rs := slices.Clone(recorded)
+	slices.SortStableFunc(rs, func(a, b backend.Resource) int { return order[a.Kind] - order[b.Kind] })
 	var errs []error
-	for _, id := range containers {
-		if err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("container %s: %w", id, err))
-		} else if _, err := d.cli.ContainerInspect(ctx, id); !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("container %s still exists (%v)", id, err))
+	for _, r := range rs {
+		if err := d.removeProbeRecord(ctx, r); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", strings.TrimPrefix(r.Kind, "docker-"), r.Name, err))
+			continue
 		}
-	}
-	for _, id := range networks {
-		if err := d.cli.NetworkRemove(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("network %s: %w", id, err))
-		} else if n, err := d.cli.NetworkInspect(ctx, id, network.InspectOptions{}); !cerrdefs.IsNotFound(err) && (err != nil || n.ID == id) {
-			errs = append(errs, fmt.Errorf("network %s still exists (%v)", id, err))
+		if err := rec.Removed(r); err != nil {
+			errs = append(errs, fmt.Errorf("record %s removed: %w", r.Name, err))
 		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrProbeResidue, errors.Join(errs...))
 	}
 	return nil
+}
+
+// removeProbeRecord removes the object r records, if it exists and is the
+// one recorded; nil means it is verified gone.
+func (d *Docker) removeProbeRecord(ctx context.Context, r backend.Resource) error {
+	if (r.Kind != KindContainer && r.Kind != KindNetwork) || r.Identity[LabelProbe] == "" || r.Identity[LabelIntent] == "" {
+		return fmt.Errorf("%w: not a record of the probe (kind %q, labels %v): left alone", ErrNotOwned, r.Kind, r.Identity)
+	}
+	id := r.Identity[IdentityID]
+	if id == "" {
+		ids, err := d.probeByIntent(ctx, r)
+		switch {
+		case err != nil:
+			return err
+		case len(ids) == 0:
+			return nil // its create never made it
+		case len(ids) > 1:
+			return fmt.Errorf("%w: %d objects carry its intent label %s (%s): left alone", ErrNotOwned, len(ids), r.Identity[LabelIntent], strings.Join(ids, ", "))
+		}
+		id = ids[0]
+		r.Identity = maps.Clone(r.Identity)
+		r.Identity[IdentityID] = id
+	}
+	o, err := d.inspect(ctx, r.Kind, id)
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", id, err)
+	}
+	if err := matches(r, o); err != nil {
+		return fmt.Errorf("%w: %s is not the object recorded (%w): left alone", ErrNotOwned, id, err)
+	}
+	if r.Kind == KindContainer {
+		err = d.cli.ContainerRemove(ctx, o.id, container.RemoveOptions{Force: true})
+	} else {
+		err = d.cli.NetworkRemove(ctx, o.id)
+	}
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove %s: %w", o.id, err)
+	}
+	if now, err := d.inspect(ctx, r.Kind, o.id); err == nil && now.id == o.id {
+		return fmt.Errorf("%s: %w", o.id, ErrStillThere)
+	} else if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("confirm %s gone: %w", o.id, err)
+	}
+	return nil
+}
+
+// probeByIntent lists the IDs of the objects of r's kind that carry r's
+// probe and intent labels.
+func (d *Docker) probeByIntent(ctx context.Context, r backend.Resource) ([]string, error) {
+	f := filters.NewArgs(filters.Arg("label", LabelProbe+"="+r.Identity[LabelProbe]), filters.Arg("label", LabelIntent+"="+r.Identity[LabelIntent]))
+	var ids []string
+	if r.Kind == KindContainer {
+		cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+		if err != nil {
+			return nil, fmt.Errorf("list containers by intent: %w", err)
+		}
+		for _, c := range cs {
+			ids = append(ids, c.ID)
+		}
+		return ids, nil
+	}
+	ns, err := d.cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("list networks by intent: %w", err)
+	}
+	for _, n := range ns {
+		ids = append(ids, n.ID)
+	}
+	return ids, nil
 }

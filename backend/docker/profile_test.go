@@ -25,7 +25,7 @@ func TestProfileKeptPerDaemonIdentity(t *testing.T) {
 	}
 	profile := func(want int, what string) {
 		t.Helper()
-		e, err := p.Profile(ctx)
+		e, err := p.Profile(ctx, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -52,7 +52,7 @@ func TestProfileKeptPerDaemonIdentity(t *testing.T) {
 	badProbes := 0
 	bad.probed = func() { badProbes++ }
 	for i := 1; i <= 2; i++ {
-		e, err := bad.Profile(ctx)
+		e, err := bad.Profile(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -475,6 +475,15 @@ func printWorkspace(w io.Writer, r *api.PackReport) {
 	for _, res := range r.Foreign {
 		printResource(w, "foreign (not ours, untouched) ", res)
 	}
+	for _, res := range r.Children {
+		printResource(w, "child (made through the engine socket) ", res)
+	}
+	if r.Detail != "" {
+		fmt.Fprintf(w, "  detail    %s\n", quote.Message(r.Detail))
+	}
+	if r.Retry != "" {
+		fmt.Fprintf(w, "  retry     %s\n", quote.Message(r.Retry))
+	}
 	if len(r.Covered) > 0 {
 		fmt.Fprintf(w, "  down covers %s\n", q(strings.Join(r.Covered, ", ")))
 	}

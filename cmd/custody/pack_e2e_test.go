@@ -81,15 +81,27 @@ volumes:
 
 func startPackEnv(t *testing.T) *packEnv {
 	t.Helper()
+	return startPackEnvWith(t, func(string) string { return fmt.Sprintf(packPolicy, dockertest.ImageRef) }, "")
+}
+
+// startPackEnvWith is startPackEnv with the policy policy returns for the
+// daemon's directory; a fault runs the fault-injection build, which dies
+// at that stage.
+func startPackEnvWith(t *testing.T, policy func(dir string) string, fault string) *packEnv {
+	t.Helper()
 	engine := dockertest.Shared(t)
-	d := daemontest.New(t, daemontest.Options{LogLevel: "info"})
+	d := daemontest.New(t, daemontest.Options{LogLevel: "info", Fault: fault != ""})
 	cfg, err := os.ReadFile(d.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	daemontest.Write(t, d.Config, string(cfg)+fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n  probeImage: %s\n", engine.Host, dockertest.ImageRef))
-	daemontest.Write(t, d.Policy, fmt.Sprintf(packPolicy, dockertest.ImageRef))
-	d.Start()
+	daemontest.Write(t, d.Policy, policy(d.Dir))
+	if fault != "" {
+		d.Start("CUSTODY_FAULT=" + fault)
+	} else {
+		d.Start()
+	}
 	e := &packEnv{t: t, engine: engine, d: d, dir: d.Dir}
 	code, out, errs := e.pack("status", "--operator", "--json")
 	if code != 0 {

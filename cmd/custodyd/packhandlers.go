@@ -266,7 +266,7 @@ func (s *server) handlePackRecover(w http.ResponseWriter, r *http.Request) {
 func wirePackReport(r *packReport) api.PackReport {
 	out := api.PackReport{Workspace: r.Workspace, ID: r.ID, Project: r.Project, State: r.State,
 		Resources: wirePackResources(r.Resources), Covered: append([]string{}, r.Covered...),
-		Foreign: wirePackResources(r.Foreign)}
+		Foreign: wirePackResources(r.Foreign), Children: wirePackResources(r.Children), Detail: r.Detail, Retry: r.Retry}
 	if r.OwnerKnown {
 		owner := r.Owner
 		out.Owner = &owner

@@ -118,6 +118,11 @@ type packReport struct {
 	Resources  []packResource
 	Covered    []string
 	Foreign    []packResource
+	// Children: a socket holder's children (containers, networks,
+	// volumes), each with its owner evidence and what was done to it.
+	Children []packResource
+	// Detail says what remains or went wrong; Retry how to retry.
+	Detail, Retry string
 	// Receipt and Bundle: the signed receipt of this up or down.
 	Receipt, Bundle []byte
 	Plan            *admission.PackPlan
@@ -216,7 +221,8 @@ func fromWorkspace(r *workspace.Report) *packReport {
 	}
 	return &packReport{Workspace: r.Workspace, ID: r.ID, Project: r.Project, State: r.State,
 		Owner: r.Owner, OwnerKnown: r.OwnerKnown, Resources: res(r.Resources), Covered: r.Covered,
-		Foreign: res(r.Foreign), Receipt: r.Receipt, Bundle: r.Bundle, Plan: r.Plan}
+		Foreign: res(r.Foreign), Children: res(r.Children), Detail: r.Detail, Retry: r.Retry,
+		Receipt: r.Receipt, Bundle: r.Bundle, Plan: r.Plan}
 }
 
 // packError gives the manager's typed errors the API's codes; refusals

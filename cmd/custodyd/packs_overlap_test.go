@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
@@ -32,7 +33,9 @@ type noEngine struct{ workspace.Engine }
 
 func (noEngine) NewWorkspaceID() string { return "w" }
 
-func (noEngine) Profile(context.Context) (*pack.Engine, error) { return nil, errNoEngine }
+func (noEngine) Profile(context.Context, backend.ProbeJournal) (*pack.Engine, error) {
+	return nil, errNoEngine
+}
 
 // TestPackGrantOverlap: custodyd's pack path verifies pack grants with the
 // phase grants' verifier, so a rotation's overlap holds for packs too. A

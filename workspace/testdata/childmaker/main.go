@@ -2,8 +2,8 @@
 // a static client of the engine's API on /var/run/docker.sock. It finds its
 // own container, creates and starts one child on its own (pack) network,
 // one with no network, and one with no network that copies the capability
-// probe's label and name prefix (anyone holding the socket can), then waits
-// for its stop signal.
+// probe's label and name prefix (anyone holding the socket can), and a
+// network and a volume, then waits for its stop signal.
 package main
 
 import (
@@ -99,6 +99,18 @@ func main() {
 		}
 		fmt.Println("made", name, made.Id)
 	}
+	// A network and a volume of its own, which no journal holds either.
+	var nw struct{ Id string }
+	if err := call("POST", "/networks/create", map[string]any{"Name": "child-net-" + suffix, "Internal": true}, &nw); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("made network", nw.Id)
+	if err := call("POST", "/volumes/create", map[string]any{"Name": "child-vol-" + suffix}, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("made volume child-vol-" + suffix)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM)
 	<-sig
