@@ -215,7 +215,7 @@ func (m *Manager) verifyGrant(ctx context.Context, env []byte, peer Peer, now ti
 	if !ok {
 		return nil, nil, grant.Refuse(grant.CodeActorNotAllowed, "actor %s has no packs: grant in the policy; the operator must grant it", p.Actor)
 	}
-	if !peer.Known || !(slices.Contains(pa.Submitters.UIDs, peer.UID) || slices.Contains(pa.Submitters.GIDs, peer.GID)) {
+	if !submits(pa, peer) {
 		return nil, nil, grant.Refuse(grant.CodeSubmitterNotAllowed, "peer uid %d gid %d (known %v) is not a submitter of pack actor %s; submit as one of its submitters or add it to the policy",
 			peer.UID, peer.GID, peer.Known, p.Actor)
 	}

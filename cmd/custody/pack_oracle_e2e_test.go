@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/custody-dev/custody/internal/dockertest"
+)
+
+// setPackPolicy rewrites the pack env's policy with edit applied and has
+// custodyd reload it.
+func (e *packEnv) setPackPolicy(edit func(string) string) {
+	e.t.Helper()
+	base := fmt.Sprintf(packPolicy, dockertest.ImageRef)
+	pol := edit(base)
+	if pol == base {
+		e.t.Fatal("the policy edit changed nothing: the pack test policy no longer has the line it edits")
+	}
+	if err := os.WriteFile(e.d.Policy, []byte(pol), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if code, out, errs, _ := runBin(e.t, time.Minute, "--control", e.d.ControlSocket, "--submit", e.d.SubmitSocket, "policy", "reload"); code != exitOK {
+		e.t.Fatalf("policy reload: %d %s%s", code, out, errs)
+	}
+}
+
+// as runs the CLI as uid against the pack env's sockets.
+func (e *packEnv) as(uid uint32, args ...string) (int, string, string) {
+	e.t.Helper()
+	return (&env{dir: e.dir, control: e.d.ControlSocket, submit: e.d.SubmitSocket}).custodyAs(e.t, uid, args...)
+}
+
+// A client's pack dry run once answered any local uid for any actor, and
+// inspected its bind sources as root: a bind of a link inside a directory
+// that uid cannot read came back "passes through a symlink ... and leads to
+// the engine's socket", and a missing one "does not exist". And an up of
+// another uid's workspace name named that workspace's id while status
+// called it "not found". Now, on the submit socket: a uid that submits for
+// no pack actor gets one refusal whatever it sends; a submitter gets the
+// same answer for the link and the missing path, judged by path only; the
+// operator's dry run still inspects and names the engine socket; and an up
+// of another uid's name says only that the name is not available.
+func TestPackDryRunIsNoOracle(t *testing.T) {
+	const stranger = 65534
+	e := startPackEnv(t)
+	world, err := os.MkdirTemp("", "packoracle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(world) })
+	if err := os.Chmod(world, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(world, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(strings.TrimPrefix(e.engine.Host, "unix://"), filepath.Join(private, "sock")); err != nil {
+		t.Fatal(err)
+	}
+	compose := func(name, src string) string {
+		p := filepath.Join(world, name+".compose.yaml")
+		data := fmt.Sprintf("name: oracle\nservices:\n  web:\n    image: %s\n    command: [\"sleep\", \"60\"]\n    mem_limit: 32m\n    cpus: 0.25\n    pids_limit: 32\n    network_mode: none\n    volumes: [\"%s:/x\"]\n",
+			dockertest.ImageRef, filepath.Join(private, src))
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	link, missing := compose("link", "sock"), compose("missing", "nope")
+	e.setPackPolicy(func(p string) string {
+		return strings.Replace(p, "      submitters: {uids: [0]}\n", "      submitters: {uids: [0]}\n      bindRoots: ["+world+"]\n", 1)
+	})
+	same := func(a, b string) bool {
+		return strings.ReplaceAll(a, "missing", "link") == strings.ReplaceAll(b, "nope", "sock")
+	}
+	leaks := func(s string) bool {
+		return strings.Contains(s, "symlink") || strings.Contains(s, "engine's socket") || strings.Contains(s, "does not exist")
+	}
+
+	// Not a submitter: one refusal, the same for both files and for an
+	// actor that does not exist.
+	c1, o1, e1 := e.as(stranger, "pack", "admit", link, "--actor", "range-op")
+	c2, o2, e2 := e.as(stranger, "pack", "admit", missing, "--actor", "range-op")
+	if c1 != exitRefused || c2 != exitRefused || !strings.Contains(o1+e1, `may not submit as pack actor "range-op"`) || leaks(o1+e1) ||
+		strings.ReplaceAll(o1+e1, "link", "missing") != o2+e2 {
+		t.Fatalf("a non-submitter's pack dry runs: exit %d and %d\nlink:\n%s%s\nmissing:\n%s%s", c1, c2, o1, e1, o2, e2)
+	}
+	if c, o, errs := e.as(stranger, "pack", "admit", link, "--actor", "no-such-actor"); c != exitRefused || strings.ReplaceAll(o+errs, "no-such-actor", "range-op") != o1+e1 {
+		t.Fatalf("a non-submitter naming an unknown actor: exit %d\n%s%s\nwant, as for range-op:\n%s%s", c, o, errs, o1, e1)
+	}
+
+	// A submitter: both judged by path only, alike.
+	e.setPackPolicy(func(p string) string {
+		return strings.Replace(p, "      submitters: {uids: [0]}\n", "      submitters: {uids: [0, 65534]}\n      bindRoots: ["+world+"]\n", 1)
+	})
+	c1, o1, e1 = e.as(stranger, "pack", "admit", link, "--actor", "range-op")
+	c2, o2, e2 = e.as(stranger, "pack", "admit", missing, "--actor", "range-op")
+	if c1 != exitOK || c2 != exitOK || !same(o1+e1, o2+e2) || leaks(o1+e1) || !strings.Contains(o1, "checked by its path only") {
+		t.Fatalf("a submitter's pack dry runs of a link and a missing path differ: exit %d and %d\nlink:\n%s%s\nmissing:\n%s%s", c1, c2, o1, e1, o2, e2)
+	}
+	// The operator's dry run inspects, as the grant issue does.
+	if c, o, errs := e.pack("admit", link, "--actor", "range-op", "--operator"); c != exitRefused || !strings.Contains(o+errs, "symlink") {
+		t.Fatalf("the operator's dry run of the link: exit %d\n%s%s", c, o, errs)
+	}
+
+	// Another uid's workspace: up names nothing of it; status says not found.
+	ranged := e.write("range/range.compose.yaml", fmt.Sprintf(rangePack, dockertest.ImageRef))
+	if code, out, errs := e.pack("up", "--grant", e.grant(ranged, "root.json"), "--workspace", "taken"); code != exitOK {
+		t.Fatalf("up taken: %d %s %s", code, out, errs)
+	}
+	t.Cleanup(func() { e.pack("down", "--workspace", "taken", "--volumes", "--operator") })
+	id := e.status("taken").ID
+	env, err := os.ReadFile(e.grant(ranged, "stranger.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := filepath.Join(world, "stranger.json")
+	if err := os.WriteFile(g, env, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := e.as(stranger, "pack", "up", "--grant", g, "--workspace", "taken")
+	if code != exitRefused || id == "" || strings.Contains(out+errs, id) || !strings.Contains(out+errs, "not available") {
+		t.Fatalf("up of another uid's workspace (id %s): exit %d\n%s%s", id, code, out, errs)
+	}
+	if code, out, errs := e.as(stranger, "pack", "status", "--workspace", "taken"); code == exitOK || !strings.Contains(out+errs, "not found") {
+		t.Fatalf("status of another uid's workspace: exit %d\n%s%s", code, out, errs)
+	}
+}
