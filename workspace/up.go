@@ -457,6 +457,9 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		if obj.HostConfig == nil {
 			return fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
 		}
+		if err := settled(order[i].Name, obj); err != nil {
+			return err
+		}
 		if err := checkHostConfig(containerOf(order[i], netIDs, secretMounts[order[i].Name]), obj.HostConfig); err != nil {
 			return fmt.Errorf("container %s: %w", r.Name, err)
 		}
@@ -482,6 +485,25 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		Containers: rCons, Networks: rNets, Volumes: rVols, Choices: append(choices(plan), names(order, made)...),
 		Started: started, Finished: m.now(),
 	})
+}
+
+// ErrServiceExited: a service's container had stopped, other than by
+// finishing with exit code 0, when up read back what it started.
+var ErrServiceExited = errors.New("a service is not running")
+
+// settled says whether a started service is in a state up may report as
+// brought up: running, or finished with exit code 0 (a one-shot service).
+// Anything else fails the up, naming the service, its state and its code:
+// a workspace is never reported running while a service has failed.
+func settled(service string, obj backend.PackObject) error {
+	if obj.State == "running" || obj.State == "exited" && obj.Detail == "exit code 0" {
+		return nil
+	}
+	what := obj.State
+	if obj.Detail != "" {
+		what += ", " + obj.Detail
+	}
+	return fmt.Errorf("service %s %w: it is %s when up read it back, so the attempt was torn down; fix: correct the service so that it keeps running (or finishes with exit code 0), then bring the pack up under a new grant", service, ErrServiceExited, what)
 }
 
 // startAll starts the created containers, each once every service it

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/dockertest"
 )
 
@@ -129,5 +130,41 @@ func TestPackDryRunIsNoOracle(t *testing.T) {
 	}
 	if code, out, errs := e.as(stranger, "pack", "status", "--workspace", "taken"); code == exitOK || !strings.Contains(out+errs, "not found") {
 		t.Fatalf("status of another uid's workspace: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// exitingPack has a service that exits 1 at once, and one started after
+// it that stays up.
+const exitingPack = `name: exiting
+services:
+  bad:
+    image: %[1]s
+    command: ["false"]
+    network_mode: none
+    mem_limit: 32m
+    cpus: 0.25
+    pids_limit: 32
+  good:
+    image: %[1]s
+    command: ["sleep", "3600"]
+    network_mode: none
+    depends_on: [bad]
+    mem_limit: 32m
+    cpus: 0.25
+    pids_limit: 32
+`
+
+// An up once exited 0 saying "running" while one of its services had
+// already exited 1. Now up reads back each service's state and fails,
+// naming the service and its exit code, and tears the attempt down.
+func TestPackUpReportsExitedService(t *testing.T) {
+	e := startPackEnv(t)
+	compose := e.write("exiting/exiting.compose.yaml", fmt.Sprintf(exitingPack, dockertest.ImageRef))
+	code, out, errs := e.pack("up", "--grant", e.grant(compose, "g.json"), "--workspace", "exiting")
+	if code != exitFailed || !strings.Contains(out+errs, "service bad a service is not running: it is exited, exit code 1") {
+		t.Fatalf("up of a pack whose service exits 1: exit %d\n%s%s", code, out, errs)
+	}
+	if r := e.status("exiting"); r.State != api.WorkspaceClean {
+		t.Errorf("after the failed up: %+v", r)
 	}
 }
