@@ -12,9 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
@@ -128,7 +131,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
 		// The teardown outlives a cancelled up: what was made must go.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		rep := m.teardown(tctx, rec, rec.Attempt, true, false)
+		rep := m.teardown(tctx, rec, rec.Attempt, true, false, failureText(err))
 		cancel()
 		rep.Detail = fmt.Sprintf("up failed: %v; %s", err, rep.Detail)
 		return rep, fmt.Errorf("pack up %s: %w", name, err)
@@ -143,6 +146,24 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	}
 	rep.Receipt, rep.Bundle, rep.Plan = receipt, m.bundle(receipt), &plan
 	return rep, nil
+}
+
+// failureText is err as an up-failed receipt records it: one line of
+// printable text, at most 1 KiB.
+func failureText(err error) string {
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return ' '
+		}
+		return r
+	}, err.Error())
+	if len(s) > 1024 {
+		s = strings.ToValidUTF8(s[:1021], "") + "..."
+	}
+	if s == "" {
+		s = "unknown"
+	}
+	return s
 }
 
 // release drops a claim whose attempt never began, if it is still ours.

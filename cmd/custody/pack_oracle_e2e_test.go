@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -160,11 +161,38 @@ services:
 func TestPackUpReportsExitedService(t *testing.T) {
 	e := startPackEnv(t)
 	compose := e.write("exiting/exiting.compose.yaml", fmt.Sprintf(exitingPack, dockertest.ImageRef))
-	code, out, errs := e.pack("up", "--grant", e.grant(compose, "g.json"), "--workspace", "exiting")
+	receipt := filepath.Join(e.dir, "out", "failed-up.json")
+	code, out, errs := e.pack("up", "--grant", e.grant(compose, "g.json"), "--workspace", "exiting", "--receipt", receipt)
 	if code != exitFailed || !strings.Contains(out+errs, "service bad a service is not running: it is exited, exit code 1") {
 		t.Fatalf("up of a pack whose service exits 1: exit %d\n%s%s", code, out, errs)
 	}
 	if r := e.status("exiting"); r.State != api.WorkspaceClean {
 		t.Errorf("after the failed up: %+v", r)
+	}
+	// Its receipt says the up failed and why (pack-receipt/v2), and
+	// verify finds it authentic but not acceptable, saying why.
+	raw, err := os.ReadFile(receipt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dsse struct{ Payload []byte }
+	if err := json.Unmarshal(raw, &dsse); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		PredicateType string `json:"predicateType"`
+		Predicate     struct{ Operation, Failure string }
+	}
+	if err := json.Unmarshal(dsse.Payload, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.PredicateType != "https://custody.dev/attestation/pack-receipt/v2" || st.Predicate.Operation != "up-failed" ||
+		!strings.Contains(st.Predicate.Failure, "service bad a service is not running: it is exited, exit code 1") {
+		t.Errorf("the failed up's receipt: %s %+v", st.PredicateType, st.Predicate)
+	}
+	trust := (&env{dir: e.dir, control: e.d.ControlSocket, submit: e.d.SubmitSocket}).trust(t, "trust.yaml", "development")
+	if code, out, errs := runVerify(t, receipt, trust, compose); code != verifyAuthentic || !strings.Contains(out, "outcome") ||
+		!strings.Contains(out+errs, "the up failed and its attempt was torn down: service bad") {
+		t.Errorf("verify of the failed up's receipt: %d\n%s%s", code, out, errs)
 	}
 }
