@@ -783,8 +783,11 @@ func (a *packAdmitter) bindSource(req, src string, sockets bool) (string, bool) 
 			Detail: fmt.Sprintf("%s was not inspected on the host", src), Fix: "let the runner inspect the source (pack.InspectBind)"})
 	case f.Symlink:
 		what := ""
-		if f.EngineSocket {
-			what = ", and leads to the engine's socket"
+		switch {
+		case f.EngineSocket:
+			what = ", and leads to the engine's socket: host-root-equivalent"
+		case f.LeadsToSocket:
+			what = ", and leads to a socket, which custody treats as an engine socket: host-root-equivalent"
 		}
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-symlink",
 			Detail: fmt.Sprintf("%s passes through a symlink (%s)%s; links are never followed", src, f.SymlinkAt, what),
@@ -802,6 +805,10 @@ func (a *packAdmitter) bindSource(req, src string, sockets bool) (string, bool) 
 	case f.Device:
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-device",
 			Detail: fmt.Sprintf("%s is a device node; a bind would bypass the device grants", src), Fix: "ask for the device with devices:"})
+	case len(f.DevicesInside) > 0:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-device",
+			Detail: fmt.Sprintf("%s holds device nodes (%s); a bind would reach them past the device grants", src, strings.Join(f.DevicesInside, ", ")),
+			Fix:    "bind a directory without device nodes, and ask for a device with devices:"})
 	case !sockets && (f.Socket || len(f.SocketsInside) > 0 || f.EngineSocket):
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-socket",
 			Detail: fmt.Sprintf("%s is or holds a socket", src), Fix: "use a directory without sockets"})

@@ -279,6 +279,8 @@ func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, e
 				bad = "it no longer resolves beneath " + mt.Root
 			case f.Device:
 				bad = "it now is a device node"
+			case len(f.DevicesInside) > 0:
+				bad = "it now holds device nodes (" + strings.Join(f.DevicesInside, ", ") + ")"
 			case f.Dir != mt.Dir:
 				bad = fmt.Sprintf("it was %s at grant time and now is %s", kindOf(mt.Dir), kindOf(f.Dir))
 			case f.EngineSocket != mt.DaemonSocket:

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/dockertest"
 )
@@ -194,5 +196,45 @@ func TestPackUpReportsExitedService(t *testing.T) {
 	if code, out, errs := runVerify(t, receipt, trust, compose); code != verifyAuthentic || !strings.Contains(out, "outcome") ||
 		!strings.Contains(out+errs, "the up failed and its attempt was torn down: service bad") {
 		t.Errorf("verify of the failed up's receipt: %d\n%s%s", code, out, errs)
+	}
+}
+
+// A bind of a directory holding a host-disk device node was granted, and
+// a bind through a link to a socket (as /var/run/docker.sock is) was
+// refused only as a symlink. Now the first is refused naming the device
+// and the second says host-root-equivalent; a plain directory beside
+// them is still granted.
+func TestPackBindDevicesAndSocketLinks(t *testing.T) {
+	e := startPackEnv(t)
+	world := filepath.Join(e.dir, "world")
+	for _, d := range []string{"devs", "plain", "run"} {
+		if err := os.MkdirAll(filepath.Join(world, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The host's first SCSI disk's numbers (8:0); nothing opens it.
+	if err := unix.Mknod(filepath.Join(world, "devs", "sda"), unix.S_IFBLK|0o600, int(unix.Mkdev(8, 0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(strings.TrimPrefix(e.engine.Host, "unix://"), filepath.Join(world, "run", "docker.sock")); err != nil {
+		t.Fatal(err)
+	}
+	e.setPackPolicy(func(p string) string {
+		return strings.Replace(p, "      submitters: {uids: [0]}\n", "      submitters: {uids: [0]}\n      bindRoots: ["+world+"]\n", 1)
+	})
+	admit := func(name, src string) (int, string) {
+		compose := e.write(name+"/"+name+".compose.yaml", fmt.Sprintf("name: %s\nservices:\n  web:\n    image: %s\n    command: [\"sleep\", \"60\"]\n    network_mode: none\n    mem_limit: 32m\n    cpus: 0.25\n    pids_limit: 32\n    volumes: [\"%s:/x\"]\n",
+			name, dockertest.ImageRef, src))
+		code, out, errs := e.pack("admit", compose, "--actor", "range-op", "--operator")
+		return code, out + errs
+	}
+	if code, out := admit("plain", filepath.Join(world, "plain")); code != exitOK {
+		t.Fatalf("a plain directory: exit %d\n%s", code, out)
+	}
+	if code, out := admit("devs", filepath.Join(world, "devs")); code != exitRefused || !strings.Contains(out, "holds device nodes (sda)") {
+		t.Errorf("a directory holding a disk's device node: exit %d\n%s", code, out)
+	}
+	if code, out := admit("sock", filepath.Join(world, "run", "docker.sock")); code != exitRefused || !strings.Contains(out, "host-root-equivalent") {
+		t.Errorf("a link to the engine's socket: exit %d\n%s", code, out)
 	}
 }
