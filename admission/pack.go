@@ -267,10 +267,19 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 	}
 	a.networks()
 	plan.Checks = a.checks
+	// Empty lists are [] in the plan's JSON, never null.
+	plan.Services, plan.Networks, plan.Volumes = emptyIfNil(plan.Services), emptyIfNil(plan.Networks), emptyIfNil(plan.Volumes)
 	if err := refusedOf(a.checks); err != nil {
 		return nil, err
 	}
 	return plan, nil
+}
+
+func emptyIfNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 func refuse(req, code, detail, fix string) error {
