@@ -990,8 +990,12 @@ func (a *packAdmitter) networks() {
 			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
 				Detail: fmt.Sprintf("network driver %q is not one custody models", n.Driver), Fix: "use the bridge driver"})
 		case n.Internal && !a.facts.Engine.InternalBlocksEgress:
+			why := ""
+			if w := a.facts.Engine.EgressUnproved; w != "" {
+				why = ": " + w
+			}
 			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "internal-unproved",
-				Detail: "the engine did not prove that an internal network blocks egress",
+				Detail: "the engine did not prove that an internal network blocks egress" + why,
 				Fix:    "let the runner probe the engine with a throwaway container on an internal network"})
 		case n.Internal:
 			detail := "internal: no route out of the pack's world (proved by the engine probe)"

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/dockertest"
 )
 
@@ -236,5 +237,26 @@ func TestPackBindDevicesAndSocketLinks(t *testing.T) {
 	}
 	if code, out := admit("sock", filepath.Join(world, "run", "docker.sock")); code != exitRefused || !strings.Contains(out, "host-root-equivalent") {
 		t.Errorf("a link to the engine's socket: exit %d\n%s", code, out)
+	}
+}
+
+// When the egress proof could not be made, admission said only that the
+// engine did not prove internal networks block egress. Now the refusal
+// says why: here, that no probe image is configured.
+func TestPackEgressUnprovedSaysWhy(t *testing.T) {
+	engine := dockertest.Shared(t)
+	d := daemontest.New(t, daemontest.Options{LogLevel: "info"})
+	cfg, err := os.ReadFile(d.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemontest.Write(t, d.Config, string(cfg)+fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n", engine.Host))
+	daemontest.Write(t, d.Policy, fmt.Sprintf(packPolicy, dockertest.ImageRef))
+	d.Start()
+	e := &packEnv{t: t, engine: engine, d: d, dir: d.Dir}
+	compose := e.write("range/range.compose.yaml", fmt.Sprintf(rangePack, dockertest.ImageRef))
+	code, out, errs := e.pack("admit", compose, "--actor", "range-op")
+	if code != exitRefused || !strings.Contains(out, "the engine did not prove that an internal network blocks egress: no probe image is configured: docker.probeImage") {
+		t.Fatalf("admit without a probe image: exit %d\n%s%s", code, out, errs)
 	}
 }
