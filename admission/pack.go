@@ -30,6 +30,12 @@ type PackFacts struct {
 	// Binds are the facts about every bind source and build context, by
 	// host path (pack.InspectBind). A source without facts is refused.
 	Binds map[string]pack.BindFact
+	// PathOnly judges bind sources and build contexts by their path
+	// against the bind roots alone, with no facts: a client's dry run,
+	// which must not learn through custodyd what lies at a host path it
+	// may not be able to see. The checks say what is left for the grant
+	// issue to find out.
+	PathOnly bool
 	// PortsInUse are host ports known to be taken; a chosen port avoids
 	// them and an exact one in the list is refused.
 	PortsInUse []uint16
@@ -261,10 +267,19 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 	}
 	a.networks()
 	plan.Checks = a.checks
+	// Empty lists are [] in the plan's JSON, never null.
+	plan.Services, plan.Networks, plan.Volumes = emptyIfNil(plan.Services), emptyIfNil(plan.Networks), emptyIfNil(plan.Volumes)
 	if err := refusedOf(a.checks); err != nil {
 		return nil, err
 	}
 	return plan, nil
+}
+
+func emptyIfNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 func refuse(req, code, detail, fix string) error {
@@ -428,8 +443,12 @@ func (a *packAdmitter) image(w string, s *pack.Service) (ref, digest string, bui
 				Detail: "building reads a host context and may pull: acquisition authority, separate from running",
 				Fix:    "use an allowed image, or " + a.grantFix("builds: true")})
 		} else if root, ok := a.bindSource(w+".build.context", b.Context, false); ok {
+			how := "no symlinks followed"
+			if a.facts.PathOnly {
+				how = pathOnly
+			}
 			a.add(Check{Requirement: w + ".build", Verdict: Granted, Code: "build-granted",
-				Detail: fmt.Sprintf("build from %s (beneath root %s, no symlinks followed)", b.Context, root)})
+				Detail: fmt.Sprintf("build from %s (beneath root %s, %s)", b.Context, root, how)})
 		}
 		return s.Image, "", &b
 	}
@@ -750,6 +769,10 @@ func (a *packAdmitter) daemonSocket(req, service, what string) bool {
 	return true
 }
 
+// pathOnly is what a client's dry run says of a bind source it judged by
+// its path alone.
+const pathOnly = "checked by its path only: whether it exists, passes through a link, or holds a socket or a device is checked when the grant is issued"
+
 // bindSource checks a host path against the facts: resolved beneath a
 // policy bind root with no symlink, existing, and (unless sockets is true)
 // holding no socket. It returns the root and whether it was admitted; a
@@ -758,13 +781,22 @@ func (a *packAdmitter) bindSource(req, src string, sockets bool) (string, bool) 
 	f, ok := a.facts.Binds[src]
 	root, inRoot := a.pa.BindRoot(src)
 	switch {
+	case a.facts.PathOnly && !inRoot:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-outside-roots",
+			Detail: fmt.Sprintf("%s is outside the actor's bind roots (%s)", src, strings.Join(a.pa.BindRoots, ", ")),
+			Fix:    "move the source under a bind root, or " + a.grantFix("bindRoots")})
+	case a.facts.PathOnly:
+		return root, true
 	case !ok:
 		a.add(Check{Requirement: req, Verdict: Unsupported, Code: "bind-no-facts",
 			Detail: fmt.Sprintf("%s was not inspected on the host", src), Fix: "let the runner inspect the source (pack.InspectBind)"})
 	case f.Symlink:
 		what := ""
-		if f.EngineSocket {
-			what = ", and leads to the engine's socket"
+		switch {
+		case f.EngineSocket:
+			what = ", and leads to the engine's socket: host-root-equivalent"
+		case f.LeadsToSocket:
+			what = ", and leads to a socket, which custody treats as an engine socket: host-root-equivalent"
 		}
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-symlink",
 			Detail: fmt.Sprintf("%s passes through a symlink (%s)%s; links are never followed", src, f.SymlinkAt, what),
@@ -782,6 +814,10 @@ func (a *packAdmitter) bindSource(req, src string, sockets bool) (string, bool) 
 	case f.Device:
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-device",
 			Detail: fmt.Sprintf("%s is a device node; a bind would bypass the device grants", src), Fix: "ask for the device with devices:"})
+	case len(f.DevicesInside) > 0:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-device",
+			Detail: fmt.Sprintf("%s holds device nodes (%s); a bind would reach them past the device grants", src, strings.Join(f.DevicesInside, ", ")),
+			Fix:    "bind a directory without device nodes, and ask for a device with devices:"})
 	case !sockets && (f.Socket || len(f.SocketsInside) > 0 || f.EngineSocket):
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "bind-socket",
 			Detail: fmt.Sprintf("%s is or holds a socket", src), Fix: "use a directory without sockets"})
@@ -805,7 +841,7 @@ func (a *packAdmitter) mounts(w string, s *pack.Service, res PlanResources) ([]P
 		switch m.Type {
 		case pack.Bind:
 			f := a.facts.Binds[m.Source]
-			if f.EngineSocket && f.Socket && !f.Symlink && f.Err == "" && m.Source == a.facts.EngineSocket {
+			if m.Source == a.facts.EngineSocket && (a.facts.PathOnly || f.EngineSocket && f.Socket && !f.Symlink && f.Err == "") {
 				pm.DaemonSocket = a.daemonSocket(req, s.Name, "binds the engine's socket "+m.Source)
 				daemon = true
 				break
@@ -824,8 +860,12 @@ func (a *packAdmitter) mounts(w string, s *pack.Service, res PlanResources) ([]P
 			if m.ReadOnly {
 				mode = "read-only"
 			}
+			how := "no symlinks followed"
+			if a.facts.PathOnly {
+				how = pathOnly
+			}
 			a.add(Check{Requirement: req, Verdict: Granted, Code: "bind-granted",
-				Detail: fmt.Sprintf("%s (beneath root %s, no symlinks followed) at %s, %s", m.Source, root, m.Target, mode)})
+				Detail: fmt.Sprintf("%s (beneath root %s, %s) at %s, %s", m.Source, root, how, m.Target, mode)})
 		case pack.Named:
 			switch {
 			case m.Source == "":
@@ -950,8 +990,12 @@ func (a *packAdmitter) networks() {
 			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
 				Detail: fmt.Sprintf("network driver %q is not one custody models", n.Driver), Fix: "use the bridge driver"})
 		case n.Internal && !a.facts.Engine.InternalBlocksEgress:
+			why := ""
+			if w := a.facts.Engine.EgressUnproved; w != "" {
+				why = ": " + w
+			}
 			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "internal-unproved",
-				Detail: "the engine did not prove that an internal network blocks egress",
+				Detail: "the engine did not prove that an internal network blocks egress" + why,
 				Fix:    "let the runner probe the engine with a throwaway container on an internal network"})
 		case n.Internal:
 			detail := "internal: no route out of the pack's world (proved by the engine probe)"

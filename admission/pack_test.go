@@ -792,3 +792,22 @@ func TestAdmitPackHostRootAuthorities(t *testing.T) {
 		})
 	}
 }
+
+// TestPackPlanListsAreNeverNull: a plan's lists are [] when empty, as the
+// docs promise, never null: a pack with no volumes, networks, ports or
+// mounts included.
+func TestPackPlanListsAreNeverNull(t *testing.T) {
+	p := basePack()
+	p.Volumes, p.Networks = nil, nil
+	for i := range p.Services {
+		p.Services[i].Mounts, p.Services[i].Networks = nil, nil
+	}
+	plan := mustAdmit(t, p, packPolicy(), packFacts())
+	raw, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "null") {
+		t.Errorf("the plan has a null list:\n%s", raw)
+	}
+}

@@ -23,6 +23,10 @@ const (
 	// PackDown: the workspace was torn down; the receipt lists each
 	// resource's cleanup result.
 	PackDown = "down"
+	// PackUpFailed: an up failed and its attempt was torn down; the
+	// receipt (predicate.PackReceiptV2) says why (Failure) and lists each
+	// resource's cleanup result, as a down receipt does.
+	PackUpFailed = "up-failed"
 )
 
 // Cleanup results of one pack resource.
@@ -59,7 +63,7 @@ const (
 )
 
 var (
-	packOperations   = []string{PackUp, PackDown}
+	packOperations   = []string{PackUp, PackDown, PackUpFailed}
 	cleanupResults   = []string{CleanupGone, CleanupKept, CleanupResidual}
 	packKinds        = []string{KindContainer, KindNetwork, KindVolume, KindChildContainer}
 	mountTypes       = []string{"bind", "volume", "tmpfs"}
@@ -72,8 +76,11 @@ var (
 // one pack operation on the engine, read back from the engine by native ID
 // after the fact, never copied from what custody asked for.
 type PackReceipt struct {
-	// Operation is PackUp or PackDown.
+	// Operation is PackUp, PackDown or (v2 only) PackUpFailed.
 	Operation string `json:"operation"`
+	// Failure says why the up of an up-failed receipt failed; required
+	// there, absent from every other receipt.
+	Failure string `json:"failure,omitempty"`
 	// Runner is the runner identity key that signs the receipt.
 	Runner Identity `json:"runner"`
 	// Grant is the pack grant the workspace was brought up under, embedded
@@ -273,7 +280,7 @@ func SignPackReceipt(ctx context.Context, runner *keys.Signer, r PackReceipt) ([
 		return nil, fmt.Errorf("evidence: sign pack receipt: runner.id %s is not the signing key %s", r.Runner.ID, runner.ID())
 	}
 	subjects := packSubjectsOf(&r)
-	payload, err := encodeStatement(predicate.PackReceipt, subjects, &r)
+	payload, err := encodeStatement(packPredicateType(r.Operation), subjects, &r)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: sign pack receipt: %w", err)
 	}
@@ -320,6 +327,16 @@ func emptyIfNil[T any](s []T) []T {
 	return s
 }
 
+// packPredicateType is the predicate type a receipt of operation is
+// signed under: v2 for an up-failed receipt, v1 for the rest, so a v1
+// receipt keeps its meaning.
+func packPredicateType(operation string) string {
+	if operation == PackUpFailed {
+		return predicate.PackReceiptV2
+	}
+	return predicate.PackReceipt
+}
+
 // decodePackStatement decodes a pack receipt statement strictly, requires
 // the canonical form SignPackReceipt produces byte for byte, validates the
 // predicate and checks that the subjects are exactly those derived from it.
@@ -327,7 +344,7 @@ func decodePackStatement(payload []byte) (*PackReceipt, []Subject, error) {
 	// Fast path: one typed decode and one canonical encode; the explained
 	// path accepts exactly the same payloads and says what is wrong.
 	var typed cdsse.Statement[PackReceipt]
-	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && typed.PredicateType == predicate.PackReceipt {
+	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && typed.PredicateType == packPredicateType(typed.Predicate.Operation) {
 		return checkPackStatement(&typed.Predicate, typed.Subject)
 	}
 	return decodePackStatementExplained(payload)
@@ -341,12 +358,15 @@ func decodePackStatementExplained(payload []byte) (*PackReceipt, []Subject, erro
 	if st.Type != cdsse.StatementType {
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
-	if st.PredicateType != predicate.PackReceipt {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q", cdsse.Clip(st.PredicateType), predicate.PackReceipt)
+	if st.PredicateType != predicate.PackReceipt && st.PredicateType != predicate.PackReceiptV2 {
+		return nil, nil, fmt.Errorf("predicateType %q is neither %q nor %q", cdsse.Clip(st.PredicateType), predicate.PackReceipt, predicate.PackReceiptV2)
 	}
 	var r PackReceipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
 		return nil, nil, fmt.Errorf("predicate: %v", err)
+	}
+	if want := packPredicateType(r.Operation); st.PredicateType != want {
+		return nil, nil, fmt.Errorf("predicateType %q does not carry operation %q: that is %q", cdsse.Clip(st.PredicateType), cdsse.Clip(r.Operation), want)
 	}
 	// Byte-for-byte canonical form: this refuses duplicate or differently
 	// cased members, nulls, escapes and number or time spellings that
@@ -428,7 +448,7 @@ func validatePackReceipt(r *PackReceipt) error {
 		if r.Cleanup != nil {
 			ps.add("cleanup", "an up receipt records no cleanup")
 		}
-	case PackDown:
+	case PackDown, PackUpFailed:
 		if len(r.Containers)+len(r.Networks)+len(r.Volumes)+len(r.Choices) != 0 {
 			ps.add("containers", "a down receipt records cleanup results, not realized containers, networks, volumes or choices")
 		}
@@ -439,6 +459,11 @@ func validatePackReceipt(r *PackReceipt) error {
 		}
 	}
 
+	if r.Operation == PackUpFailed {
+		ps.text("failure", r.Failure)
+	} else if r.Failure != "" {
+		ps.add("failure", "only an up-failed receipt says why an up failed")
+	}
 	ps.time("started", r.Started)
 	ps.time("finished", r.Finished)
 	if !r.Started.IsZero() && !r.Finished.IsZero() && r.Finished.Before(r.Started) {

@@ -133,7 +133,7 @@ func verifyPack(t testing.TB, tr *evidence.Trust, env, compose []byte, opts ...e
 	return res
 }
 
-var packChecks = []string{"envelope", "signature", "issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}
+var packChecks = []string{"envelope", "signature", "issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}
 
 // wantPackFailed fails unless exactly the named checks failed, one of them
 // with a reason holding want.
@@ -279,15 +279,15 @@ func TestPackReceiptRefusals(t *testing.T) {
 		{name: "from the future", env: f.upEnv, want: "clock skew", failed: []string{"freshness"}, opts: []evidence.PolicyOption{evidence.WithNow(started)}},
 		{name: "engine mismatch", env: signPack(t, f.runner, otherEngine), want: "engine.version", failed: []string{"grant"}},
 		{name: "plan mismatch", env: signPack(t, f.runner, otherPlan), want: "planDigest", failed: []string{"grant"}},
-		{name: "subject mismatch", env: resign(`"name":"plan/range"`, `"name":"plan/other"`), want: `subject 1 is named "plan/other", where predicate.pack and predicate.planDigest derives "plan/range"`, failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
+		{name: "subject mismatch", env: resign(`"name":"plan/range"`, `"name":"plan/other"`), want: `subject 1 is named "plan/other", where predicate.pack and predicate.planDigest derives "plan/range"`, failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
 		{name: "subject digest mismatch", env: resign(`"digest":{"sha256":"`+digestOf(packPlan)[7:], `"digest":{"sha256":"`+digestOf("x")[7:]),
-			want: `subject "plan/range" has digest sha256:`, failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
-		{name: "unknown field", env: resign(`"attempt":`, `"exit":0,"attempt":`), want: "unknown field", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
-		{name: "duplicate field", env: resign(`"attempt":"a1"`, `"attempt":"a1","attempt":"a1"`), want: "canonical", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
-		{name: "non-canonical", env: resign(`"attempt":`, `"attempt": `), want: "canonical", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
-		{name: "invalid field", env: resign(`"hostPort":49153`, `"hostPort":0`), want: "hostPort", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
-		{name: "phase receipt type", env: resign(predicate.PackReceipt, predicate.Receipt), want: "predicateType", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
-		{name: "a grant", env: f.grantEnv, want: "not by a trusted runner key", failed: []string{"signature", "issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup"}},
+			want: `subject "plan/range" has digest sha256:`, failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
+		{name: "unknown field", env: resign(`"attempt":`, `"exit":0,"attempt":`), want: "unknown field", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
+		{name: "duplicate field", env: resign(`"attempt":"a1"`, `"attempt":"a1","attempt":"a1"`), want: "canonical", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
+		{name: "non-canonical", env: resign(`"attempt":`, `"attempt": `), want: "canonical", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
+		{name: "invalid field", env: resign(`"hostPort":49153`, `"hostPort":0`), want: "hostPort", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
+		{name: "phase receipt type", env: resign(predicate.PackReceipt, predicate.Receipt), want: "predicateType", failed: []string{"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
+		{name: "a grant", env: f.grantEnv, want: "not by a trusted runner key", failed: []string{"signature", "issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}},
 		{name: "not an envelope", env: []byte(`{"payloadType":"x"}`), want: "", failed: packChecks},
 	}
 	for _, c := range cases {
@@ -410,5 +410,44 @@ func TestPackReceiptNilListsAreEmpty(t *testing.T) {
 	b := payloadOf(t, signPack(t, f.runner, r))
 	if !bytes.Equal(a, b) || !bytes.Contains(a, []byte(`"choices":[]`)) {
 		t.Fatalf("nil and empty lists differ:\n%s\n%s", a, b)
+	}
+}
+
+// TestPackUpFailedReceipt: a failed up's receipt (pack-receipt/v2) is
+// authentic and never acceptable, and says why the up failed; v1 keeps
+// its meaning: it cannot carry the up-failed operation or a failure, and
+// v2 cannot carry up or down.
+func TestPackUpFailedReceipt(t *testing.T) {
+	f := newPackFixture(t)
+	tr := f.trust(t, "")
+	compose := []byte(packCompose)
+	failed := f.down
+	failed.Operation, failed.Failure = evidence.PackUpFailed, "service web a service is not running: it is exited, exit code 1"
+	failed.Started, failed.Finished = f.up.Started, f.up.Finished
+	env := signPack(t, f.runner, failed)
+	if !evidence.IsPackReceipt(env) {
+		t.Fatal("an up-failed receipt is not recognised as a pack receipt")
+	}
+	wantPackFailed(t, verifyPack(t, tr, env, compose), "the up failed and its attempt was torn down: service web a service is not running", "outcome")
+	// The old receipts still verify as before.
+	wantPackFailed(t, verifyPack(t, tr, f.upEnv, compose), "")
+	wantPackFailed(t, verifyPack(t, tr, f.downEnv, compose), "")
+
+	payload := payloadOf(t, env)
+	v1 := bytes.Replace(payload, []byte("pack-receipt/v2"), []byte("pack-receipt/v1"), 1)
+	wantPackFailed(t, verifyPack(t, tr, signPayload(t, v1, f.runner), compose), `does not carry operation "up-failed"`,
+		"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome")
+	down := bytes.Replace(payloadOf(t, f.downEnv), []byte("pack-receipt/v1"), []byte("pack-receipt/v2"), 1)
+	wantPackFailed(t, verifyPack(t, tr, signPayload(t, down, f.runner), compose), `does not carry operation "down"`,
+		"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome")
+	withFailure := f.down
+	withFailure.Failure = "x"
+	if _, err := evidence.SignPackReceipt(context.Background(), f.runner, withFailure); err == nil || !strings.Contains(err.Error(), "only an up-failed receipt") {
+		t.Errorf("a down receipt with a failure: %v", err)
+	}
+	noFailure := failed
+	noFailure.Failure = ""
+	if _, err := evidence.SignPackReceipt(context.Background(), f.runner, noFailure); err == nil || !strings.Contains(err.Error(), "failure") {
+		t.Errorf("an up-failed receipt without a failure: %v", err)
 	}
 }

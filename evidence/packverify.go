@@ -20,9 +20,13 @@ import (
 // receipt's.
 const CheckCompose = "compose"
 
+// CheckOutcome is the check that the operation a pack receipt records
+// succeeded: an up-failed receipt is authentic but never acceptable.
+const CheckOutcome = "outcome"
+
 var (
 	packAuthenticityChecks = []string{CheckEnvelope, CheckSignature, CheckIssuerTrust, CheckKeyRevocation, CheckStatement, CheckGrant}
-	packAcceptanceChecks   = []string{CheckFreshness, CheckCleanup}
+	packAcceptanceChecks   = []string{CheckFreshness, CheckCleanup, CheckOutcome}
 )
 
 // IsPackReceipt reports whether env is a custody envelope that claims to
@@ -30,7 +34,9 @@ var (
 // rather than [Verifier.Verify]. The claim is read without any check of
 // the signature or of the statement's form and must not be trusted for
 // anything else: the verifier it picks checks both.
-func IsPackReceipt(env []byte) bool { return claimsType(env, predicate.PackReceipt) }
+func IsPackReceipt(env []byte) bool {
+	return claimsType(env, predicate.PackReceipt) || claimsType(env, predicate.PackReceiptV2)
+}
 
 // claimsType reports whether env is an envelope whose statement claims
 // predicate type t, read without any check.
@@ -176,7 +182,7 @@ func (v *Verifier) VerifyPack(ctx context.Context, env, compose []byte, opts ...
 	}
 
 	if r == nil {
-		for _, name := range []string{CheckGrant, CheckCompose, CheckFreshness, CheckCleanup} {
+		for _, name := range []string{CheckGrant, CheckCompose, CheckFreshness, CheckCleanup, CheckOutcome} {
 			add(name, notEvaluated+"the statement failed its check")
 		}
 	} else {
@@ -198,6 +204,11 @@ func (v *Verifier) VerifyPack(ctx context.Context, env, compose []byte, opts ...
 		}
 		add(CheckFreshness, v.packFreshness(r, p))
 		add(CheckCleanup, v.packCleanup(r))
+		outcome := ""
+		if r.Operation == PackUpFailed {
+			outcome = "the up failed and its attempt was torn down: " + cdsse.Clip(r.Failure)
+		}
+		add(CheckOutcome, outcome)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("evidence: verify pack: %w", err)
@@ -244,7 +255,7 @@ func (v *Verifier) packCleanup(r *PackReceipt) string {
 func (v *Verifier) checkPackGrant(ctx context.Context, r *PackReceipt) (string, error) {
 	var g *grant.PackGrant
 	var err error
-	if r.Operation == PackUp {
+	if r.Operation != PackDown {
 		g, err = v.grants.VerifyPack(ctx, r.Grant.Envelope, r.Started)
 	} else {
 		g, err = v.grants.VerifyPackIssued(ctx, r.Grant.Envelope)
@@ -263,7 +274,7 @@ func (v *Verifier) checkPackGrant(ctx context.Context, r *PackReceipt) (string, 
 	// and for a down at the grant's own notBefore, since the down may come
 	// long after.
 	at := r.Started
-	if r.Operation != PackUp {
+	if r.Operation == PackDown {
 		at = g.Predicate.NotBefore
 	}
 	var bad []string
@@ -290,7 +301,7 @@ func (v *Verifier) checkPackGrant(ctx context.Context, r *PackReceipt) (string, 
 	differ("pack.project", r.Pack.Project, gp.Pack.Project)
 	differ("pack.digest", r.Pack.Digest, gp.Pack.Digest)
 	differ("planDigest", r.PlanDigest, g.SubjectDigest)
-	if r.Operation == PackUp {
+	if r.Operation != PackDown {
 		// A down may meet an engine upgraded since admission; an up ran
 		// against the engine the grant admitted it for.
 		differ("engine.name", r.Engine.Name, gp.Engine.Name)

@@ -39,6 +39,13 @@ type BindFact struct {
 	// SocketsInside are the names of the sockets directly in a directory
 	// source (depth 1, e.g. /run holding docker.sock).
 	SocketsInside []string `json:"socketsInside,omitempty"`
+	// DevicesInside are the names of the block and character device
+	// nodes directly in a directory source (depth 1, e.g. /dev/sda in
+	// /dev): a bind would reach them past the device grants.
+	DevicesInside []string `json:"devicesInside,omitempty"`
+	// LeadsToSocket: followed through its links, the source is a socket
+	// (such as /var/run/docker.sock, a link to /run/docker.sock).
+	LeadsToSocket bool `json:"leadsToSocket,omitempty"`
 	// EngineSocket: the source is the engine's socket, holds it at any
 	// depth, or reaches it through links.
 	EngineSocket bool `json:"engineSocket"`
@@ -64,6 +71,9 @@ func InspectBind(source, root, engineSocket string) BindFact {
 	f.SymlinkAt = firstLink(root, source)
 	f.Symlink = f.SymlinkAt != ""
 	f.EngineSocket = reaches(source, engineSocket)
+	if st, err := os.Stat(source); err == nil && st.Mode()&os.ModeSocket != 0 {
+		f.LeadsToSocket = true
+	}
 	if root == "" {
 		// Outside every root: lstat only, to say what it is.
 		var st unix.Stat_t
@@ -114,7 +124,7 @@ func InspectBind(source, root, engineSocket string) BindFact {
 	f.Dev, f.Ino = st.Dev, st.Ino
 	f.describe(st.Mode)
 	if f.Dir {
-		f.SocketsInside, err = socketsIn(fd)
+		f.SocketsInside, f.DevicesInside, err = specialsIn(fd)
 		if err != nil {
 			f.Err = err.Error()
 		}
@@ -135,29 +145,32 @@ func (f *BindFact) describe(mode uint32) {
 	}
 }
 
-// socketsIn lists the sockets directly in the directory fd (an O_PATH
-// descriptor), reading at most MaxDirEntries entries.
-func socketsIn(fd int) ([]string, error) {
+// specialsIn lists the sockets and the device nodes directly in the
+// directory fd (an O_PATH descriptor), reading at most MaxDirEntries
+// entries.
+func specialsIn(fd int) (socks, devs []string, err error) {
 	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open directory: %w", err)
+		return nil, nil, fmt.Errorf("open directory: %w", err)
 	}
 	d := os.NewFile(uintptr(dfd), "bind source")
 	defer d.Close()
 	ents, err := d.ReadDir(MaxDirEntries + 1)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("read directory: %w", err)
+		return nil, nil, fmt.Errorf("read directory: %w", err)
 	}
 	if len(ents) > MaxDirEntries {
-		return nil, fmt.Errorf("more than %d entries, not inspected for sockets", MaxDirEntries)
+		return nil, nil, fmt.Errorf("more than %d entries, not inspected for sockets and devices", MaxDirEntries)
 	}
-	var socks []string
 	for _, e := range ents {
-		if e.Type()&os.ModeSocket != 0 {
+		switch {
+		case e.Type()&os.ModeSocket != 0:
 			socks = append(socks, e.Name())
+		case e.Type()&os.ModeDevice != 0:
+			devs = append(devs, e.Name())
 		}
 	}
-	return socks, nil
+	return socks, devs, nil
 }
 
 // firstLink returns the first component of p below root (from / when

@@ -232,6 +232,9 @@ type Engine struct {
 	// internal network was shown unable to reach outside it, while a
 	// control connection inside the network worked.
 	InternalBlocksEgress bool
+	// EgressUnproved says why InternalBlocksEgress is false: the probe's
+	// error, what its proof saw, or that no probe image is configured.
+	EgressUnproved string `json:"egressUnproved,omitempty"`
 	// Notes are what the probe saw that admission should report.
 	Notes []string
 }

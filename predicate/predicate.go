@@ -76,6 +76,11 @@ const (
 	// operation (up or down): what was realized on the engine by native ID,
 	// or what teardown left, signed by the runner identity key.
 	PackReceipt = Prefix + "pack-receipt/v1"
+	// PackReceiptV2 is the receipt of an up that failed (operation
+	// up-failed): why it failed, and what the teardown of its attempt did
+	// to each resource it made. It adds that operation and its failure
+	// field to PackReceipt, whose up and down receipts keep v1.
+	PackReceiptV2 = Prefix + "pack-receipt/v2"
 	// PipelineSummary is the predicate type of a runner's summary of a
 	// pipeline run: every stage's receipt by digest, with its input and
 	// output digests, the links between stages checked before signing,

@@ -289,7 +289,7 @@ func (m *Manager) DownWith(ctx context.Context, name string, opts DownOptions) (
 		rep.Detail = "already down: nothing to do"
 		return rep, nil
 	}
-	return m.teardown(ctx, rec, rec.Attempt, volumes, opts.Children), nil
+	return m.teardown(ctx, rec, rec.Attempt, volumes, opts.Children, ""), nil
 }
 
 func outstanding(a *journal.Attempt) []journal.Resource {
@@ -310,7 +310,9 @@ func covered(volumes bool) []string {
 // receipt of what happened to each. A failure is in the report (residual),
 // never reported as success. Socket holders' children go only with
 // children (the operator's opt-in); otherwise they are left, residual.
-func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, volumes, children bool) *Report {
+// A failure says why the up being torn down failed: its receipt is then
+// an up-failed one, saying so.
+func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, volumes, children bool, failure string) *Report {
 	started := m.now()
 	rec.DownVolumes = volumes
 	fail := func(err error) *Report {
@@ -417,7 +419,7 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 	if err := m.journal.Finish(attempt, state, detail, retry); err != nil {
 		return fail(err)
 	}
-	receipt, rerr := m.downReceipt(ctx, rec, a, cr, childRes, volumes, started)
+	receipt, rerr := m.downReceipt(ctx, rec, a, cr, childRes, volumes, failure, started)
 	if rerr != nil {
 		m.log.Error("down receipt", "workspace", rec.Name, "err", rerr)
 	}
@@ -466,7 +468,7 @@ func (m *Manager) stopSignal(plan *admission.PackPlan, o backend.PackOwner, r ba
 
 // downReceipt signs what the teardown did to every object that was ever
 // created (an object never created has no native ID to name).
-func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attempt, cr backend.CleanupReport, children []evidence.PackCleanupResource, volumes bool, started time.Time) ([]byte, error) {
+func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attempt, cr backend.CleanupReport, children []evidence.PackCleanupResource, volumes bool, failure string, started time.Time) ([]byte, error) {
 	steps := map[string]backend.CleanupStep{}
 	for _, s := range cr.Steps {
 		steps[s.Name] = s
@@ -503,8 +505,12 @@ func (m *Manager) downReceipt(ctx context.Context, rec *record, a *journal.Attem
 		c.Resources = append(c.Resources, res)
 	}
 	slices.SortFunc(c.Resources, func(x, y evidence.PackCleanupResource) int { return cmpStr(x.Kind+x.ID, y.Kind+y.ID) })
+	op := evidence.PackDown
+	if failure != "" {
+		op = evidence.PackUpFailed
+	}
 	return evidence.SignPackReceipt(ctx, m.cfg.Runner, evidence.PackReceipt{
-		Operation: evidence.PackDown, Runner: evidence.Identity{ID: m.cfg.RunnerID},
+		Operation: op, Failure: failure, Runner: evidence.Identity{ID: m.cfg.RunnerID},
 		Grant: m.grantRef(rec), Workspace: rec.ID, Attempt: rec.Attempt,
 		Pack:       evidence.PackRef{Project: rec.Project, Digest: rec.PackDigest},
 		PlanDigest: rec.PlanDigest,
@@ -546,7 +552,7 @@ func (m *Manager) Recover(ctx context.Context) ([]Report, error) {
 		}
 		// An interrupted up made its volumes for nothing; after a down,
 		// the operator's choice of volumes holds.
-		rep := m.teardown(ctx, rec, rec.Attempt, !rec.Down || rec.DownVolumes, false)
+		rep := m.teardown(ctx, rec, rec.Attempt, !rec.Down || rec.DownVolumes, false, "")
 		release()
 		m.log.Info("recovered workspace", "workspace", rec.Name, "id", rec.ID, "state", rep.State)
 		out = append(out, *rep)

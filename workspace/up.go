@@ -12,9 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
@@ -128,7 +131,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
 		// The teardown outlives a cancelled up: what was made must go.
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		rep := m.teardown(tctx, rec, rec.Attempt, true, false)
+		rep := m.teardown(tctx, rec, rec.Attempt, true, false, failureText(err))
 		cancel()
 		rep.Detail = fmt.Sprintf("up failed: %v; %s", err, rep.Detail)
 		return rep, fmt.Errorf("pack up %s: %w", name, err)
@@ -143,6 +146,24 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	}
 	rep.Receipt, rep.Bundle, rep.Plan = receipt, m.bundle(receipt), &plan
 	return rep, nil
+}
+
+// failureText is err as an up-failed receipt records it: one line of
+// printable text, at most 1 KiB.
+func failureText(err error) string {
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return ' '
+		}
+		return r
+	}, err.Error())
+	if len(s) > 1024 {
+		s = strings.ToValidUTF8(s[:1021], "") + "..."
+	}
+	if s == "" {
+		s = "unknown"
+	}
+	return s
 }
 
 // release drops a claim whose attempt never began, if it is still ours.
@@ -215,7 +236,7 @@ func (m *Manager) verifyGrant(ctx context.Context, env []byte, peer Peer, now ti
 	if !ok {
 		return nil, nil, grant.Refuse(grant.CodeActorNotAllowed, "actor %s has no packs: grant in the policy; the operator must grant it", p.Actor)
 	}
-	if !peer.Known || !(slices.Contains(pa.Submitters.UIDs, peer.UID) || slices.Contains(pa.Submitters.GIDs, peer.GID)) {
+	if !submits(pa, peer) {
 		return nil, nil, grant.Refuse(grant.CodeSubmitterNotAllowed, "peer uid %d gid %d (known %v) is not a submitter of pack actor %s; submit as one of its submitters or add it to the policy",
 			peer.UID, peer.GID, peer.Known, p.Actor)
 	}
@@ -258,6 +279,8 @@ func (m *Manager) recheck(plan *admission.PackPlan) (map[string]pack.BindFact, e
 				bad = "it no longer resolves beneath " + mt.Root
 			case f.Device:
 				bad = "it now is a device node"
+			case len(f.DevicesInside) > 0:
+				bad = "it now holds device nodes (" + strings.Join(f.DevicesInside, ", ") + ")"
 			case f.Dir != mt.Dir:
 				bad = fmt.Sprintf("it was %s at grant time and now is %s", kindOf(mt.Dir), kindOf(f.Dir))
 			case f.EngineSocket != mt.DaemonSocket:
@@ -457,6 +480,9 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		if obj.HostConfig == nil {
 			return fmt.Errorf("container %s is %s: %s", r.Name, obj.State, obj.Detail)
 		}
+		if err := settled(order[i].Name, obj); err != nil {
+			return err
+		}
 		if err := checkHostConfig(containerOf(order[i], netIDs, secretMounts[order[i].Name]), obj.HostConfig); err != nil {
 			return fmt.Errorf("container %s: %w", r.Name, err)
 		}
@@ -482,6 +508,25 @@ func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.Pack
 		Containers: rCons, Networks: rNets, Volumes: rVols, Choices: append(choices(plan), names(order, made)...),
 		Started: started, Finished: m.now(),
 	})
+}
+
+// ErrServiceExited: a service's container had stopped, other than by
+// finishing with exit code 0, when up read back what it started.
+var ErrServiceExited = errors.New("a service is not running")
+
+// settled says whether a started service is in a state up may report as
+// brought up: running, or finished with exit code 0 (a one-shot service).
+// Anything else fails the up, naming the service, its state and its code:
+// a workspace is never reported running while a service has failed.
+func settled(service string, obj backend.PackObject) error {
+	if obj.State == "running" || obj.State == "exited" && obj.Detail == "exit code 0" {
+		return nil
+	}
+	what := obj.State
+	if obj.Detail != "" {
+		what += ", " + obj.Detail
+	}
+	return fmt.Errorf("service %s %w: it is %s when up read it back, so the attempt was torn down; fix: correct the service so that it keeps running (or finishes with exit code 0), then bring the pack up under a new grant", service, ErrServiceExited, what)
 }
 
 // startAll starts the created containers, each once every service it

@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -195,6 +196,9 @@ var (
 	ErrNotFound = errors.New("workspace not found")
 	// ErrExists: the name is held by a workspace that is not clean.
 	ErrExists = errors.New("workspace exists")
+	// ErrNameTaken: the name is held by a workspace of another owner,
+	// which this caller is not told anything more about.
+	ErrNameTaken = errors.New("the name is not available")
 	// ErrCredential: an operator credential source is refused.
 	ErrCredential = errors.New("credential source refused")
 	// ErrBindChanged: a started container has something other than the
@@ -274,7 +278,42 @@ func (m *Manager) Admit(ctx context.Context, compose []byte, dir, actor string) 
 	return plan, err
 }
 
+// AdmitFor is a client's dry run (the submit socket) from peer: one
+// refusal, the same whatever it sent, unless peer submits for the pack
+// actor; then the pack is judged as Admit judges it except that bind
+// sources and build contexts are judged by their path alone. The runner
+// inspects them as root, and a client must not learn through it what
+// lies in directories it may not read; the grant issue inspects them.
+func (m *Manager) AdmitFor(ctx context.Context, compose []byte, dir, actor string, peer Peer) (*admission.PackPlan, error) {
+	pol, _, err := m.cfg.Policy()
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w: fix the policy file; nothing is admitted until it loads", err)
+	}
+	var pa *policy.PackActor
+	if pol != nil {
+		pa, _ = pol.PackActor(actor)
+	}
+	if pa == nil || !submits(pa, peer) {
+		return nil, &admission.RefusedError{Checks: []admission.Check{{Requirement: "actor", Verdict: admission.NotGranted,
+			Code: string(grant.CodeSubmitterNotAllowed),
+			Detail: fmt.Sprintf("uid %d (gid %d) may not submit as pack actor %q, so a dry run on the submit socket answers nothing about this pack",
+				peer.UID, peer.GID, actor),
+			Fix: "run the dry run as one of the pack actor's submitters, or an operator may add this uid or gid to policy packs.actors[].submitters"}}}
+	}
+	plan, _, _, _, err := m.admitWith(ctx, compose, dir, actor, true)
+	return plan, err
+}
+
+// submits reports whether peer may submit for the pack actor.
+func submits(pa *policy.PackActor, peer Peer) bool {
+	return peer.Known && (slices.Contains(pa.Submitters.UIDs, peer.UID) || slices.Contains(pa.Submitters.GIDs, peer.GID))
+}
+
 func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, *pack.Pack, *pack.Engine, string, error) {
+	return m.admitWith(ctx, compose, dir, actor, false)
+}
+
+func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor string, pathOnly bool) (*admission.PackPlan, *pack.Pack, *pack.Engine, string, error) {
 	pol, polDigest, err := m.cfg.Policy()
 	if err != nil {
 		// A broken policy refuses everything and changes nothing.
@@ -303,8 +342,10 @@ func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) 
 	}
 	facts := admission.PackFacts{
 		Engine: eng, EngineSocket: m.cfg.EngineSocket, SubnetPool: m.cfg.SubnetPool,
-		SubnetsInUse: subnets, Binds: bindFacts(p, pol, actor, m.cfg.EngineSocket),
-		PortsInUse: portsInUse(p, pa),
+		SubnetsInUse: subnets, PortsInUse: portsInUse(p, pa), PathOnly: pathOnly,
+	}
+	if !pathOnly {
+		facts.Binds = bindFacts(p, pol, actor, m.cfg.EngineSocket)
 	}
 	plan, err := admission.AdmitPack(p, pol, actor, facts)
 	if err != nil {
@@ -473,12 +514,22 @@ func (m *Manager) claim(r *record, clean func(old *record) bool) error {
 			if err := json.Unmarshal(old, &o); err != nil {
 				return fmt.Errorf("workspace %s: stored record: %w", r.Name, err)
 			}
+			if !clean(&o) && !sameOwner(&o, r) {
+				// Another uid's workspace: to a client that status calls
+				// "not found", so nothing of it (id, state) is said.
+				return fmt.Errorf("workspace name %s: %w; choose another --workspace name", r.Name, ErrNameTaken)
+			}
 			if !clean(&o) {
 				return fmt.Errorf("workspace %s (%s): %w and is not clean or keeps volumes; bring it down first (custody pack down --workspace %s --volumes)", r.Name, o.ID, ErrExists, r.Name)
 			}
 		}
 		return b.Put([]byte(r.Name), v)
 	})
+}
+
+// sameOwner reports whether both records name the same owning uid.
+func sameOwner(a, b *record) bool {
+	return a.Owner != nil && b.Owner != nil && *a.Owner == *b.Owner
 }
 
 func (m *Manager) all() ([]record, error) {

@@ -172,6 +172,9 @@ func TestProbe(t *testing.T) {
 	if !e.Seccomp || e.Rootless || e.UsernsRemap {
 		t.Errorf("security options: seccomp %v rootless %v userns %v", e.Seccomp, e.Rootless, e.UsernsRemap)
 	}
+	if e.EgressUnproved != "" {
+		t.Errorf("EgressUnproved %q on a proved profile", e.EgressUnproved)
+	}
 	if !e.InternalBlocksEgress {
 		t.Errorf("InternalBlocksEgress false on a daemon that isolates internal networks: %v", e.Notes)
 	}
@@ -289,6 +292,9 @@ func TestProbeWithoutImageProvesNothing(t *testing.T) {
 	if e.InternalBlocksEgress {
 		t.Fatal("InternalBlocksEgress true without a proof")
 	}
+	if !strings.Contains(e.EgressUnproved, "no probe image is configured") {
+		t.Errorf("EgressUnproved %q does not say why", e.EgressUnproved)
+	}
 }
 
 // A probe whose deadline passes mid-proof returns, reports no proof, and
@@ -317,6 +323,8 @@ func TestProbeTimeoutNeverHangs(t *testing.T) {
 				t.Fatalf("err %v, want the deadline", err)
 			case e.InternalBlocksEgress:
 				t.Fatalf("InternalBlocksEgress true after an error: %v", err)
+			case !strings.Contains(e.EgressUnproved, "the egress probe failed: "):
+				t.Fatalf("EgressUnproved %q does not say the probe failed (%v)", e.EgressUnproved, err)
 			}
 			t.Logf("took %v; err %v", took, err)
 			noProbeResidue(t, d, e.Notes)

@@ -121,6 +121,7 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, 
 	e.Notes = append(e.Notes, notes...)
 	if opts.Image == "" {
 		e.Notes = append(e.Notes, "internal-network egress not proved: no probe image given (ProbeOptions.Image)")
+		e.EgressUnproved = "no probe image is configured: docker.probeImage in custodyd.yaml must name an image already on the engine, with /bin/sh and a busybox-style nc"
 		return e, true, nil
 	}
 	nonce := randid.New(8)
@@ -147,8 +148,15 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, 
 		e.InternalBlocksEgress = proof.Blocks() && proof.BlocksDNS()
 		e.Notes = append(e.Notes, proof.String(), dnsNote(ver.Version, proof))
 	}
+	if proof != nil && !e.InternalBlocksEgress {
+		e.EgressUnproved = proof.String()
+		if proof.Blocks() {
+			e.EgressUnproved += "; " + dnsNote(ver.Version, proof)
+		}
+	}
 	if err != nil {
 		e.InternalBlocksEgress = false
+		e.EgressUnproved = "the egress probe failed: " + err.Error()
 		e.Notes = append(e.Notes, "internal-network egress not proved: "+err.Error())
 		if errors.Is(err, ErrProbeResidue) {
 			return e, false, err

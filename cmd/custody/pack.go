@@ -137,10 +137,24 @@ func (m packMessage) Error() string { return m.op + ": " + m.err.Message }
 func (m packMessage) Unwrap() error { return m.err }
 
 // printRefused prints the refused checks, one line each, and counts them.
+// refused reports whether a check refuses its requirement.
+func refused(c api.Check) bool { return c.Verdict == "unsupported" || c.Verdict == "not-granted" }
+
+// refusedCount is how many of checks refuse their requirement.
+func refusedCount(checks []api.Check) int {
+	n := 0
+	for _, c := range checks {
+		if refused(c) {
+			n++
+		}
+	}
+	return n
+}
+
 func printRefused(w io.Writer, checks []api.Check) int {
 	n := 0
 	for _, c := range checks {
-		if c.Verdict != "unsupported" && c.Verdict != "not-granted" {
+		if !refused(c) {
 			continue
 		}
 		n++
@@ -155,9 +169,9 @@ func printRefused(w io.Writer, checks []api.Check) int {
 
 func (a *app) packAdmitCmd() *cobra.Command {
 	var actor string
-	var asJSON bool
+	var asJSON, operator bool
 	cmd := &cobra.Command{
-		Use:   "admit COMPOSE.yaml [--actor NAME] [--json]",
+		Use:   "admit COMPOSE.yaml [--actor NAME] [--operator] [--json]",
 		Short: "Dry run: the plan with every choice made, or every refused requirement (grants nothing)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -165,7 +179,7 @@ func (a *app) packAdmitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := a.submit().PackAdmit(cmd.Context(), api.PackAdmitRequest{Pack: src, Actor: actor})
+			resp, err := a.client(operator).PackAdmit(cmd.Context(), api.PackAdmitRequest{Pack: src, Actor: actor})
 			if err != nil {
 				return a.packFail("pack admit", asJSON, err)
 			}
@@ -180,13 +194,15 @@ func (a *app) packAdmitCmd() *cobra.Command {
 				}
 			}
 			if !resp.Admitted {
-				return &exitError{exitRefused, errors.New("pack admit: refused (the requirements above)")}
+				return &exitError{exitRefused, fmt.Errorf("pack admit: refused: %d requirement(s) not granted (listed above)", refusedCount(resp.Checks))}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&actor, "actor", "", "the actor the plan is for (a packs.actors name in the policy)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the verdict as JSON")
+	cmd.Flags().BoolVar(&operator, "operator", false, "use the control socket: inspect bind sources and build contexts as a grant issue does "+
+		"(a client's dry run judges them by their path only, and answers only a submitter of the actor)")
 	return cmd
 }
 

@@ -161,6 +161,10 @@ func TestPackAdmitOutput(t *testing.T) {
 	if code != exitRefused || !strings.Contains(out, "privileged is never implied; fix: grant privileged to range-op") || strings.Contains(errs, "refused: refused") {
 		t.Fatalf("refused admit: %d %s %s", code, out, errs)
 	}
+	// The count line, as grant issue and up print it.
+	if errs != "custody: pack admit: refused: 1 requirement(s) not granted (listed above)\n" {
+		t.Errorf("refused admit's summary: %q", errs)
+	}
 }
 
 // TestPackRefusalLines: a refusal prints one line per refused requirement

@@ -41,13 +41,8 @@ func (s *server) handleAdmit(w http.ResponseWriter, r *http.Request) {
 // way to make custodyd hash them.
 func (s *server) handleSubmitAdmit(w http.ResponseWriter, r *http.Request) {
 	p := peerOf(r)
-	release, err := s.dryRuns.acquire(p.UID)
-	if err != nil {
-		var rl *rateLimitedError
-		if errors.As(err, &rl) {
-			w.Header().Set("Retry-After", rl.retryAfter())
-		}
-		writeError(w, err)
+	release, ok := s.dryRun(w, p.UID)
+	if !ok {
 		return
 	}
 	defer release()
@@ -68,6 +63,21 @@ func (s *server) handleSubmitAdmit(w http.ResponseWriter, r *http.Request) {
 	}
 	plan, err := s.l.Preview(r.Context(), req, who, in.ResolvedAtRun...)
 	writeAdmit(w, plan, err)
+}
+
+// dryRun takes one of uid's dry runs on the submit socket, or answers the
+// refusal, saying when to retry, and returns false.
+func (s *server) dryRun(w http.ResponseWriter, uid uint32) (release func(), ok bool) {
+	release, err := s.dryRuns.acquire(uid)
+	if err != nil {
+		var rl *rateLimitedError
+		if errors.As(err, &rl) {
+			w.Header().Set("Retry-After", rl.retryAfter())
+		}
+		writeError(w, err)
+		return nil, false
+	}
+	return release, true
 }
 
 // writeAdmit answers a dry run: the plan, or every refused requirement.

@@ -21,7 +21,7 @@ import (
 
 // packRoutes registers the pack endpoints a socket serves.
 func (s *server) packRoutes(mux *http.ServeMux, operator bool) {
-	mux.HandleFunc("POST /v1/packs/admit", s.handlePackAdmit)
+	mux.HandleFunc("POST /v1/packs/admit", s.handlePackAdmit(operator))
 	mux.HandleFunc("POST /v1/packs/up", s.handlePackUp)
 	mux.HandleFunc("GET /v1/workspaces", s.handlePackList(operator))
 	mux.HandleFunc("GET /v1/workspaces/{name}", s.handlePackStatus(operator))
@@ -70,23 +70,42 @@ func (s *server) packRequest(r *http.Request, in any, pack func() api.PackSource
 	return p, nil
 }
 
-func (s *server) handlePackAdmit(w http.ResponseWriter, r *http.Request) {
-	var in api.PackAdmitRequest
-	p, err := s.packRequest(r, &in, func() api.PackSource { return in.Pack })
-	if err != nil {
-		writeError(w, err)
-		return
+// handlePackAdmit is the dry run. On the control socket it is the grant
+// issue's decision, bind sources inspected; on the submit socket it is
+// bounded per uid, answers only a submitter of the pack actor, and judges
+// bind sources by their path alone (workspace.Manager.AdmitFor).
+func (s *server) handlePackAdmit(operator bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		pr := peerOf(r)
+		if !operator {
+			release, ok := s.dryRun(w, pr.UID)
+			if !ok {
+				return
+			}
+			defer release()
+		}
+		var in api.PackAdmitRequest
+		p, err := s.packRequest(r, &in, func() api.PackSource { return in.Pack })
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var plan *admission.PackPlan
+		if operator {
+			plan, err = p.Admit(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor)
+		} else {
+			plan, err = p.AdmitFor(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor, packPeer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
+		}
+		var re *admission.RefusedError
+		if errors.As(err, &re) {
+			writeJSON(w, api.PackAdmitResponse{Admitted: false, Checks: wireChecks(re.Checks)})
+			return
+		} else if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, wirePackAdmit(plan))
 	}
-	plan, err := p.Admit(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor)
-	var re *admission.RefusedError
-	if errors.As(err, &re) {
-		writeJSON(w, api.PackAdmitResponse{Admitted: false, Checks: wireChecks(re.Checks)})
-		return
-	} else if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, wirePackAdmit(plan))
 }
 
 func wirePackAdmit(plan *admission.PackPlan) api.PackAdmitResponse {

@@ -88,6 +88,9 @@ func (d *DockerConfig) subnetPool() netip.Prefix { return netip.MustParsePrefix(
 // so the client learns what was left.
 type packs interface {
 	Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error)
+	// AdmitFor is a client's dry run: refused alike unless peer submits
+	// for actor, and bind sources judged by their path alone.
+	AdmitFor(ctx context.Context, compose []byte, dir, actor string, peer packPeer) (*admission.PackPlan, error)
 	Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error)
 	Up(ctx context.Context, grant []byte, workspace string, peer packPeer) (*packReport, error)
 	Status(ctx context.Context, workspace string) (*packReport, error)
@@ -170,6 +173,11 @@ func (w workspacePacks) Admit(ctx context.Context, compose []byte, dir, actor st
 	return plan, packError(err)
 }
 
+func (w workspacePacks) AdmitFor(ctx context.Context, compose []byte, dir, actor string, p packPeer) (*admission.PackPlan, error) {
+	plan, err := w.m.AdmitFor(ctx, compose, dir, actor, workspace.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Known: p.Known})
+	return plan, packError(err)
+}
+
 func (w workspacePacks) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error) {
 	env, err := w.m.Issue(ctx, compose, dir, actor, ttl)
 	return env, packError(err)
@@ -235,7 +243,7 @@ func packError(err error) error {
 		return &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
 	case errors.Is(err, workspace.ErrNotFound):
 		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
-	case errors.Is(err, workspace.ErrExists), errors.Is(err, workspace.ErrCredential):
+	case errors.Is(err, workspace.ErrExists), errors.Is(err, workspace.ErrNameTaken), errors.Is(err, workspace.ErrCredential):
 		return &api.Error{Code: api.CodeRefused, Message: err.Error()}
 	}
 	return err

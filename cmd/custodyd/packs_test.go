@@ -41,6 +41,10 @@ func (f *fakePacks) called(c string) {
 	f.calls = append(f.calls, c)
 }
 
+func (f *fakePacks) AdmitFor(ctx context.Context, compose []byte, dir, actor string, _ packPeer) (*admission.PackPlan, error) {
+	return f.Admit(ctx, compose, dir, actor)
+}
+
 func (f *fakePacks) Admit(_ context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error) {
 	f.called("admit " + actor)
 	if f.admit != nil {
@@ -102,8 +106,12 @@ func newFakePacks() *fakePacks {
 }
 
 func packServer(p packs) *server {
+	dryRuns, err := newDryRunLimiter(DryRunLimits{Burst: 1000}, time.Now)
+	if err != nil {
+		panic(err)
+	}
 	return &server{cfg: Config{Operators: []uint32{0}, Docker: &DockerConfig{Host: "unix:///run/engine.sock", SubnetPool: defaultSubnetPool}},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), packs: p}
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), packs: p, dryRuns: dryRuns}
 }
 
 // call serves one request on h as if from uid, through the body limit
