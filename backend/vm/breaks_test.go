@@ -184,7 +184,7 @@ func TestMitigationsOnlyUnderTCG(t *testing.T) {
 func TestHostOOMKillOfQEMUIsRecorded(t *testing.T) {
 	b := newBackend(t, pins(t))
 	if len(b.Capabilities().Tiers["development"]) != 0 {
-		t.Skip("no host cgroup v1 memory hierarchy for QEMU here")
+		testenv.Missing(t, "a host cgroup v1 memory hierarchy for QEMU (the host bound this test checks)")
 	}
 	var limit int64
 	vm.SetHostMemoryLimit(b, func(memory int64) int64 { limit = memory; return memory })
@@ -251,7 +251,7 @@ echo bottom > $d/f && echo made`)
 func TestQEMUHeldToCPUBudget(t *testing.T) {
 	b := newBackend(t, pins(t))
 	if len(b.Capabilities().Tiers["development"]) != 0 {
-		t.Skip("no host cgroup v1 hierarchies for QEMU here")
+		testenv.Missing(t, "host cgroup v1 hierarchies for QEMU (the cpu quota this test checks)")
 	}
 	s := spec(t, testenv.BusyboxRootfs(t), "/bin/sh", "-c", "yes 0123456789abcdef0123456789abcdef | head -c 8000000")
 	s.CPU = 0.5
