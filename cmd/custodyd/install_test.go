@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/daemon"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -76,7 +77,7 @@ func TestMakeInstall(t *testing.T) {
 			}
 		}
 	}
-	cfg, err := loadConfig(filepath.Join(dest, "etc/custody/custodyd.yaml"))
+	cfg, err := daemon.LoadConfig(filepath.Join(dest, "etc/custody/custodyd.yaml"))
 	if err != nil {
 		t.Fatalf("installed custodyd.yaml: %v", err)
 	}

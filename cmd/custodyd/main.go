@@ -14,21 +14,12 @@ import (
 	"runtime/pprof"
 	"syscall"
 
-	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/daemon"
 	"github.com/custody-dev/custody/internal/daemonflags"
 )
 
-// serveHelper serves, and exits, when this process is one of custodyd's
-// helpers: a re-exec of /proc/self/exe running one image import in a
-// process of its own (see handleImport).
-func serveHelper() {
-	if len(os.Args) == 2 && os.Args[1] == image.HelperArg {
-		os.Exit(image.ServeImport(context.Background(), os.Stdin, os.Stdout))
-	}
-}
-
 func main() {
-	serveHelper()
+	daemon.ServeHelper()
 	opts := daemonflags.Define(flag.CommandLine)
 	flag.Parse()
 	var lvl slog.Level
@@ -36,7 +27,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-level:", err)
 		os.Exit(2)
 	}
-	log, err := newLogger(os.Stderr, opts.LogFormat, lvl)
+	log, err := daemon.NewLogger(os.Stderr, opts.LogFormat, lvl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-format:", err)
 		os.Exit(2)
@@ -59,53 +50,29 @@ func main() {
 		}()
 	}
 	if opts.RotateKey != "" {
-		if err := runRotate(ctx, opts.Config, opts.RotateKey); err != nil {
+		if err := daemon.Rotate(ctx, opts.Config, opts.RotateKey); err != nil {
 			fmt.Fprintln(os.Stderr, "custodyd:", err)
 			os.Exit(1)
 		}
 		return
 	}
 	if opts.AdoptOpLog {
-		if err := runAdoptOpLog(ctx, opts.Config); err != nil {
+		if err := daemon.AdoptOpLog(ctx, opts.Config); err != nil {
 			fmt.Fprintln(os.Stderr, "custodyd:", err)
 			os.Exit(1)
 		}
 		return
 	}
 	// Taken from the environment before anything starts a child.
-	svc, err := newService(opts.CgroupLeaf)
-	if err == nil && opts.MetricsListen != "" {
-		err = metricsSocketOnly(opts.MetricsListen)
-	}
+	svc, err := daemon.NewService(opts.CgroupLeaf, opts.MetricsListen)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd:", err)
 		os.Exit(2)
 	}
-	svc.metricsListen = opts.MetricsListen
-	if err := run(ctx, opts.Config, log, svc); err != nil {
+	if err := daemon.Run(ctx, opts.Config, log, svc); err != nil {
 		log.Error("custodyd stopped", "err", err)
 		stop()
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
-}
-
-func run(ctx context.Context, configPath string, log *slog.Logger, svc service) error {
-	cfg, err := loadConfig(configPath)
-	if err != nil {
-		return err
-	}
-	s, err := newServer(ctx, *cfg, log)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	s.svc = svc
-	if err := s.enterLeaf(ctx); err != nil {
-		return err
-	}
-	if err := s.serveMetrics(ctx, svc.metricsListen); err != nil {
-		return err
-	}
-	return s.serve(ctx)
 }

@@ -121,9 +121,9 @@ var banned = map[string]map[string]string{
 var directOnly = map[string][]string{
 	// Only custodyd wires a concrete backend; bench: raw-runc baselines
 	// with the same profile.
-	"backend/oci": {"cmd/custodyd", "bench"},
-	"runner":      {"cmd/custodyd", "launch"},
-	"launch":      {"cmd/custodyd", "retention"},
+	"backend/oci": {"cmd/custodyd", "daemon", "bench"},
+	"runner":      {"cmd/custodyd", "daemon", "launch"},
+	"launch":      {"cmd/custodyd", "daemon", "retention"},
 }
 
 func TestDependencyRules(t *testing.T) {

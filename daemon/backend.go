@@ -1,0 +1,62 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/runner"
+)
+
+// ociBackend wires the pinned runc as the runner's backend: custodyd is
+// the only place that names a concrete backend. Containers run in a user
+// namespace mapping root to the operator's range, or to a default one
+// where the probe proved user namespaces work. With egress, sandboxes may
+// be given custodyd's egress proxy and broker (and nothing else).
+func ociBackend(cfg runner.Config, egress bool, log *slog.Logger) runner.BackendFactory {
+	return func(profile func() *platform.Profile) (backend.Backend, error) {
+		var userNS *oci.IDMap
+		switch {
+		case cfg.UserNamespace != nil:
+			userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
+		case profile().UserNS.OK:
+			userNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
+		}
+		return oci.New(oci.Options{
+			Runtime:    oci.Pinned{Path: cfg.Runtime.Path, Version: cfg.Runtime.Version, SHA256: cfg.Runtime.SHA256},
+			Gate:       cfg.Gate,
+			StateDir:   filepath.Join(cfg.StateDir, "runc"),
+			RuntimeDir: cfg.RuntimeDir,
+			UserNS:     userNS,
+			Logger:     log,
+			Faults:     cfg.Faults,
+			// The backend passes on a byte more than a spool keeps, so
+			// that the spool sees when the workload wrote past the cap.
+			MaxLogBytes: runner.StreamCap + 1,
+			Profile:     profile,
+			Egress:      egress,
+		})
+	}
+}
+
+// vmBackend wires the microVM backend: bundles beside the oci ones, each
+// artifact pinned by the vm section of the config.
+func vmBackend(ctx context.Context, cfg runner.Config, v *VMConfig, log *slog.Logger) runner.BackendFactory {
+	return func(func() *platform.Profile) (backend.Backend, error) {
+		// The guest's workload runs under the oci profile's filter.
+		filter, err := oci.CompileFilter()
+		if err != nil {
+			return nil, err
+		}
+		return vm.New(ctx, vm.Options{
+			SeccompFilter: filter.Program,
+			QEMU:          v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
+			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs,
+			Logger: log, MaxLogBytes: runner.StreamCap + 1,
+		})
+	}
+}

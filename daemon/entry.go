@@ -1,0 +1,79 @@
+// Package daemon is custodyd's service: the state directory, the signing
+// keys, the store and the two unix sockets (the operator's control socket
+// and the clients' submit socket), their handlers, the event streams,
+// peer credentials, limits, metrics and the mapping of errors to the API.
+// Every launch goes through it, carrying a grant it issued.
+package daemon
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/custody-dev/custody/image"
+)
+
+// ServeHelper serves, and exits, when this process is one of custodyd's
+// helpers: a re-exec of /proc/self/exe running one image import in a
+// process of its own (see handleImport).
+func ServeHelper() {
+	if len(os.Args) == 2 && os.Args[1] == image.HelperArg {
+		os.Exit(image.ServeImport(context.Background(), os.Stdin, os.Stdout))
+	}
+}
+
+// Service is the service manager's side of custodyd: readiness and the
+// leaf cgroup.
+type Service = service
+
+// NewService takes the service manager's settings from the environment;
+// call it before anything starts a child.
+func NewService(cgroupLeaf, metricsListen string) (Service, error) {
+	svc, err := newService(cgroupLeaf)
+	if err == nil && metricsListen != "" {
+		err = metricsSocketOnly(metricsListen)
+	}
+	svc.metricsListen = metricsListen
+	return svc, err
+}
+
+// Rotate is custodyd --rotate-key NAME: rotate and print the record.
+func Rotate(ctx context.Context, configPath, name string) error {
+	return runRotate(ctx, configPath, name)
+}
+
+// AdoptOpLog is custodyd --adopt-oplog.
+func AdoptOpLog(ctx context.Context, configPath string) error {
+	return runAdoptOpLog(ctx, configPath)
+}
+
+// Run serves the configuration at configPath until ctx ends.
+func Run(ctx context.Context, configPath string, log *slog.Logger, svc Service) error {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	s, err := newServer(ctx, *cfg, log)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	s.svc = svc
+	if err := s.enterLeaf(ctx); err != nil {
+		return err
+	}
+	if err := s.serveMetrics(ctx, svc.metricsListen); err != nil {
+		return err
+	}
+	return s.serve(ctx)
+}
+
+// NewLogger makes custodyd's logger: "text" (logfmt) or "json" (one object
+// per line) on w, at lvl.
+func NewLogger(w io.Writer, format string, lvl slog.Level) (*slog.Logger, error) {
+	return newLogger(w, format, lvl)
+}
+
+// LoadConfig reads custodyd's configuration strictly.
+func LoadConfig(path string) (*Config, error) { return loadConfig(path) }

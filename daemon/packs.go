@@ -1,0 +1,287 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend/docker"
+	"github.com/custody-dev/custody/workspace"
+)
+
+// defaultSubnetPool is where pack networks take their subnets from when
+// the docker: section names no pool: a private range Docker's own default
+// pools (172.17.0.0/16 and up, 192.168.0.0/16) do not use.
+const defaultSubnetPool = "10.213.0.0/16"
+
+// DockerConfig is the docker: section of custodyd.yaml: the one engine
+// custodyd may drive for packs, and what it may hand them. Everything is
+// explicit; DOCKER_HOST and the rest of the environment are never read.
+type DockerConfig struct {
+	// Host is the engine's socket, "unix:///abs/path". Only unix sockets:
+	// a TCP engine would put the daemon's root authority on the network.
+	Host string `yaml:"host"`
+	// Credentials maps an operator credential name to the 0600, root-owned
+	// file custodyd reads it from; a pack gets one only by an explicit
+	// policy grant to it and a service, as a 0400 file.
+	Credentials map[string]string `yaml:"credentials,omitempty"`
+	// SubnetPool is the IPv4 prefix pack networks get their subnets from;
+	// default 10.213.0.0/16.
+	SubnetPool string `yaml:"subnetPool,omitempty"`
+	// ProbeImage is an image already on the engine (with /bin/sh and a
+	// busybox-style nc) that the capability probe runs its throwaway
+	// containers from, to prove that custody's internal networks block
+	// egress. Without it nothing is proved, and every pack network is
+	// refused as unsupported.
+	ProbeImage string `yaml:"probeImage,omitempty"`
+}
+
+var credentialName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+func (d *DockerConfig) validate() error {
+	sock, ok := strings.CutPrefix(d.Host, "unix://")
+	if !ok || !filepath.IsAbs(sock) || filepath.Clean(sock) != sock {
+		return fmt.Errorf("docker.host %q: want unix:///absolute/clean/path of the engine socket custody may drive (never taken from DOCKER_HOST)", d.Host)
+	}
+	for name, p := range d.Credentials {
+		if !credentialName.MatchString(name) {
+			return fmt.Errorf("docker.credentials: name %q: want [a-z0-9][a-z0-9._-]{0,63}", name)
+		}
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("docker.credentials.%s: %q must be an absolute path (a 0600 file custodyd reads)", name, p)
+		}
+	}
+	pool, err := netip.ParsePrefix(d.SubnetPool)
+	switch {
+	case err != nil:
+		return fmt.Errorf("docker.subnetPool %q: %w", d.SubnetPool, err)
+	case !pool.Addr().Is4():
+		return fmt.Errorf("docker.subnetPool %q: want an IPv4 prefix", d.SubnetPool)
+	case pool.Masked() != pool:
+		return fmt.Errorf("docker.subnetPool %q: host bits are set; did you mean %s?", d.SubnetPool, pool.Masked())
+	}
+	return nil
+}
+
+// socketPath is the engine socket's path (Host without its scheme).
+func (d *DockerConfig) socketPath() string { return strings.TrimPrefix(d.Host, "unix://") }
+
+// subnetPool is SubnetPool parsed; validate has checked it.
+func (d *DockerConfig) subnetPool() netip.Prefix { return netip.MustParsePrefix(d.SubnetPool) }
+
+// packs is what custodyd needs of the pack lifecycle (package workspace).
+// It is owned here, by its consumer, so that handlers are tested against
+// a fake and only newPacks names the concrete implementation.
+//
+// Errors: refusals before any mutation are *admission.RefusedError (every
+// requirement), *grant.Error or an *api.Error with a refusal code; an
+// unknown workspace wraps store.ErrNotFound. Up and Down return a report
+// together with their error when they changed something before failing,
+// so the client learns what was left.
+type packs interface {
+	Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error)
+	// AdmitFor is a client's dry run: refused alike unless peer submits
+	// for actor, and bind sources judged by their path alone.
+	AdmitFor(ctx context.Context, compose []byte, dir, actor string, peer packPeer) (*admission.PackPlan, error)
+	Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error)
+	Up(ctx context.Context, grant []byte, workspace string, peer packPeer) (*packReport, error)
+	Status(ctx context.Context, workspace string) (*packReport, error)
+	List(ctx context.Context) ([]packReport, error)
+	// Down's children removes the engine-socket holders' eligible
+	// children (the operator's opt-in; control socket only).
+	Down(ctx context.Context, workspace string, volumes, children bool) (*packReport, error)
+	Recover(ctx context.Context) ([]packReport, error)
+}
+
+// packPeer is the kernel-reported submitter of an up.
+type packPeer struct {
+	UID, GID uint32
+	PID      int32
+	Known    bool
+}
+
+// packReport is one workspace as the pack lifecycle reports it.
+type packReport struct {
+	Workspace, ID, Project string
+	// State is clean, running, cleanup-pending or residual.
+	State string
+	// Owner is the uid whose up created the workspace, recorded at up;
+	// OwnerKnown is false for a workspace with no recorded owner, which
+	// then only operators may see or take down.
+	Owner      uint32
+	OwnerKnown bool
+	Resources  []packResource
+	Covered    []string
+	Foreign    []packResource
+	// Children: a socket holder's children (containers, networks,
+	// volumes), each with its owner evidence and what was done to it.
+	Children []packResource
+	// Detail says what remains or went wrong; Retry how to retry.
+	Detail, Retry string
+	// Receipt and Bundle: the signed receipt of this up or down.
+	Receipt, Bundle []byte
+	Plan            *admission.PackPlan
+}
+
+// packResource is one container, network or volume.
+type packResource struct {
+	Kind, Name, ID, State, Detail string
+}
+
+// newPacks builds the pack lifecycle on the engine cfg names: the one
+// place that names backend/docker and workspace.
+func newPacks(ctx context.Context, s *server, cfg *DockerConfig) (packs, error) {
+	d, err := docker.Open(ctx, cfg.Host, s.log)
+	if err != nil {
+		return nil, err
+	}
+	m, err := workspace.New(s.packConfig(cfg, docker.NewPacks(d, docker.ProbeOptions{Image: cfg.ProbeImage})))
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return workspacePacks{m}, nil
+}
+
+// packConfig is the pack lifecycle's configuration on engine. Pack grants
+// are verified by the phase grants' verifier: one key set, with the same
+// rotation overlap and revocations.
+func (s *server) packConfig(cfg *DockerConfig, engine workspace.Engine) workspace.Config {
+	return workspace.Config{
+		DB: s.db, Engine: engine,
+		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Verifier: s.verifier,
+		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.socketPath(),
+		SubnetPool: cfg.subnetPool(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
+		Log: s.log, Now: func() time.Time { return s.now() }, Fault: s.faults,
+	}
+}
+
+// workspacePacks adapts workspace.Manager to packs: the manager's reports
+// become custodyd's, and its typed errors the API's.
+type workspacePacks struct{ m *workspace.Manager }
+
+func (w workspacePacks) Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error) {
+	plan, err := w.m.Admit(ctx, compose, dir, actor)
+	return plan, packError(err)
+}
+
+func (w workspacePacks) AdmitFor(ctx context.Context, compose []byte, dir, actor string, p packPeer) (*admission.PackPlan, error) {
+	plan, err := w.m.AdmitFor(ctx, compose, dir, actor, workspace.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Known: p.Known})
+	return plan, packError(err)
+}
+
+func (w workspacePacks) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error) {
+	env, err := w.m.Issue(ctx, compose, dir, actor, ttl)
+	return env, packError(err)
+}
+
+func (w workspacePacks) Up(ctx context.Context, g []byte, name string, p packPeer) (*packReport, error) {
+	rep, err := w.m.Up(ctx, g, name, workspace.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Known: p.Known})
+	return fromWorkspace(rep), packError(err)
+}
+
+func (w workspacePacks) Status(ctx context.Context, name string) (*packReport, error) {
+	rep, err := w.m.Status(ctx, name)
+	return fromWorkspace(rep), packError(err)
+}
+
+func (w workspacePacks) List(ctx context.Context) ([]packReport, error) {
+	reps, err := w.m.List(ctx)
+	return fromWorkspaces(reps), packError(err)
+}
+
+func (w workspacePacks) Down(ctx context.Context, name string, volumes, children bool) (*packReport, error) {
+	rep, err := w.m.DownWith(ctx, name, workspace.DownOptions{Volumes: volumes, Children: children})
+	return fromWorkspace(rep), packError(err)
+}
+
+func (w workspacePacks) Recover(ctx context.Context) ([]packReport, error) {
+	reps, err := w.m.Recover(ctx)
+	return fromWorkspaces(reps), packError(err)
+}
+
+func fromWorkspaces(reps []workspace.Report) []packReport {
+	out := make([]packReport, 0, len(reps))
+	for i := range reps {
+		out = append(out, *fromWorkspace(&reps[i]))
+	}
+	return out
+}
+
+func fromWorkspace(r *workspace.Report) *packReport {
+	if r == nil {
+		return nil
+	}
+	res := func(rs []workspace.ResourceStatus) []packResource {
+		out := make([]packResource, 0, len(rs))
+		for _, x := range rs {
+			out = append(out, packResource{Kind: x.Kind, Name: x.Name, ID: x.ID, State: x.State, Detail: x.Detail})
+		}
+		return out
+	}
+	return &packReport{Workspace: r.Workspace, ID: r.ID, Project: r.Project, State: r.State,
+		Owner: r.Owner, OwnerKnown: r.OwnerKnown, Resources: res(r.Resources), Covered: r.Covered,
+		Foreign: res(r.Foreign), Children: res(r.Children), Detail: r.Detail, Retry: r.Retry,
+		Receipt: r.Receipt, Bundle: r.Bundle, Plan: r.Plan}
+}
+
+// packError gives the manager's typed errors the API's codes; refusals
+// of admission and grants keep their own types, which writeError maps.
+func packError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, workspace.ErrInvalidName):
+		return &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
+	case errors.Is(err, workspace.ErrNotFound):
+		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
+	case errors.Is(err, workspace.ErrExists), errors.Is(err, workspace.ErrNameTaken), errors.Is(err, workspace.ErrCredential):
+		return &api.Error{Code: api.CodeRefused, Message: err.Error()}
+	}
+	return err
+}
+
+// wsLocks serializes operations on one workspace name within custodyd, so
+// that the owner check of a client's down and the down itself see the same
+// workspace. Entries live only while held: names from clients cannot grow
+// the map.
+type wsLocks struct {
+	mu    sync.Mutex
+	locks map[string]*wsLock
+}
+
+type wsLock struct {
+	sync.Mutex
+	refs int
+}
+
+func (l *wsLocks) lock(name string) (unlock func()) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]*wsLock{}
+	}
+	k := l.locks[name]
+	if k == nil {
+		k = &wsLock{}
+		l.locks[name] = k
+	}
+	k.refs++
+	l.mu.Unlock()
+	k.Lock()
+	return func() {
+		k.Unlock()
+		l.mu.Lock()
+		if k.refs--; k.refs == 0 {
+			delete(l.locks, name)
+		}
+		l.mu.Unlock()
+	}
+}

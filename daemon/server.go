@@ -1,0 +1,506 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/keys"
+	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/retention"
+	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/store"
+)
+
+// server is custodyd: it owns the state dir, keys, store and both sockets.
+type server struct {
+	cfg      Config
+	log      *slog.Logger
+	db       *store.DB
+	r        *runner.Runner
+	runnerID *keys.Signer // runner identity
+	issuer   *keys.Signer // grant issuer
+	verifier *grant.Verifier
+	// retiredRunners are runner keys rotations retired: receipts they
+	// signed before their rotation are still this runner's own.
+	retiredRunners []retiredKey
+	keysMu         sync.Mutex // guards retiredRunners' revocations
+	// oplog records revocations and retention deletions.
+	oplog *evidence.OpLog
+	// now is the clock grants are checked against (tests move it).
+	now       func() time.Time
+	faults    func(stage string)
+	retention retention.Policy
+	// svc is the service manager's side: readiness (Type=notify) and
+	// the leaf cgroup (service.go); the zero value does nothing.
+	svc service
+	// metrics are the operator's Prometheus series (metrics.go).
+	metrics *metrics
+	// stall is how long a run's client may stop reading after the run
+	// before its stream is dropped.
+	stall time.Duration
+	// dryRuns bound each uid's dry runs on the submit socket.
+	dryRuns *dryRunLimiter
+
+	// l is the launch pipeline.
+	l *launch.Launcher
+	// launching is held shared by every run and exclusively by recovery.
+	launching sync.RWMutex
+
+	// packs is the pack lifecycle (nil without a docker: section, or when
+	// it could not be set up: packsErr says why); wsLocks serialize
+	// operations on one workspace name.
+	packs    packs
+	packsErr error
+	wsLocks  wsLocks
+
+	mu     sync.RWMutex
+	pol    *policy.Policy
+	polDig string
+	polErr error
+	polAt  time.Time
+	active map[string]*activeRun
+
+	// poolWake wakes the pool's upkeep on a policy reload; poolRounds
+	// counts its rounds (pool.go).
+	poolWake   wake
+	poolRounds atomic.Int64
+}
+
+type activeRun struct {
+	owner  uint32
+	cancel context.CancelFunc
+}
+
+func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
+	maxTTL, err := time.ParseDuration(cfg.MaxGrantTTL)
+	if err != nil || maxTTL <= 0 {
+		return nil, fmt.Errorf("maxGrantTTL %q: want a positive duration", cfg.MaxGrantTTL)
+	}
+	if err := os.MkdirAll(cfg.Runner.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.Runner.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	keyDir := filepath.Join(cfg.Runner.StateDir, "keys")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		return nil, fmt.Errorf("key dir: %w", err)
+	}
+	ret, err := retention.Parse(cfg.Retention.Receipts, cfg.Retention.Outputs)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{cfg: cfg, log: log, retention: ret, now: time.Now, stall: stallTimeout, active: map[string]*activeRun{}}
+	if s.dryRuns, err = newDryRunLimiter(cfg.SubmitLimits.DryRuns, time.Now); err != nil {
+		return nil, err
+	}
+	if s.stall, err = cfg.SubmitLimits.stall(); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"runner", "issuer"} {
+		if err := unfinishedRotation(ctx, cfg.Runner.StateDir, name); err != nil {
+			return nil, err
+		}
+	}
+	var created bool
+	if s.runnerID, created, err = keys.LoadOrCreate(keyDir, "runner"); err != nil {
+		return nil, fmt.Errorf("runner identity key: %w", err)
+	} else if created {
+		log.Info("generated runner identity key", "dir", keyDir)
+	}
+	if s.issuer, created, err = keys.LoadOrCreate(keyDir, "issuer"); err != nil {
+		return nil, fmt.Errorf("grant issuer key: %w", err)
+	} else if created {
+		log.Info("generated grant issuer key", "dir", keyDir)
+	}
+	trusted := []*keys.Verifier{s.issuer.Verifier()}
+	for _, p := range cfg.TrustedIssuers {
+		v, err := keys.LoadPublic(p)
+		if err != nil {
+			return nil, fmt.Errorf("trusted issuer %s: %w", p, err)
+		}
+		trusted = append(trusted, v)
+	}
+	// A grant the previous issuer key signed just before a rotation keeps
+	// verifying for as long as such a grant can live (maxGrantTTL), unless
+	// the operations log says that key was revoked.
+	retiredIssuers, err := retiredKeys(ctx, cfg.Runner.StateDir, "issuer")
+	if err != nil {
+		return nil, fmt.Errorf("retired issuer keys: %w", err)
+	}
+	if s.retiredRunners, err = retiredKeys(ctx, cfg.Runner.StateDir, "runner"); err != nil {
+		return nil, fmt.Errorf("retired runner keys: %w", err)
+	}
+	runnerKeys := []*keys.Verifier{s.runnerID.Verifier()}
+	for _, r := range s.retiredRunners {
+		runnerKeys = append(runnerKeys, r.key)
+	}
+	if s.oplog, err = evidence.OpenOpLog(opLogPath(cfg.Runner.StateDir), s.runnerID); err != nil {
+		return nil, err
+	}
+	revoked, err := revokedKeys(ctx, s.oplog, s.runnerID.ID(), runnerKeys)
+	if err != nil {
+		return nil, fmt.Errorf("operations log: %w; fix: restore it from a backup, or move it aside to start a new one (its lines are evidence: keep them)", err)
+	}
+	var overlap []grant.Option
+	for _, r := range retiredIssuers {
+		if _, gone := revoked[r.key.ID()]; !gone {
+			overlap = append(overlap, grant.WithRetired(r.key, r.at, maxTTL))
+		}
+	}
+	for i, r := range s.retiredRunners {
+		if k, gone := revoked[r.key.ID()]; gone {
+			s.retiredRunners[i].revokedAt = k.RevokedAt
+		}
+	}
+	if s.verifier, err = grant.NewVerifier(trusted, overlap...); err != nil {
+		return nil, err
+	}
+	for id := range revoked {
+		s.verifier.Distrust(id) // also a revoked key listed in trustedIssuers
+	}
+	if s.db, err = store.Open(runner.StorePath(cfg.Runner), store.WithRunIndex(launch.OutputIndex())); err != nil {
+		return nil, err
+	}
+	if err := anchorOpLog(s.oplog, s.db, opLogPath(cfg.Runner.StateDir)); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	s.faults = faultHook()
+	cfg.Runner.Faults = s.faults
+	eg, err := cfg.Egress.launchEgress()
+	if err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	var more []runner.BackendFactory
+	if cfg.VM != nil {
+		more = append(more, vmBackend(ctx, cfg.Runner, cfg.VM, log))
+	}
+	if s.r, err = runner.New(ctx, cfg.Runner, s.db, ociBackend(cfg.Runner, eg != nil, log), log, more...); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if s.l, err = launch.New(launch.Config{
+		Runner: s.r, Store: s.db, Verifier: s.verifier, RunnerKey: s.runnerID, IssuerKey: s.issuer,
+		Policy: s.currentPolicy, Now: func() time.Time { return s.now() }, MaxTTL: maxTTL,
+		Faults: s.faults, Log: log, Egress: eg,
+	}); err != nil {
+		s.db.Close()
+		return nil, err
+	}
+	if cfg.Docker != nil {
+		// A pack service that cannot start takes the packs down, not the
+		// phase runner: every pack endpoint then refuses with why.
+		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker); s.packsErr != nil {
+			s.packs = nil
+			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packsErr)
+		}
+	}
+	// Before any work: finish what a previous runner left behind.
+	if _, err := s.recover(ctx); err != nil {
+		s.db.Close()
+		return nil, fmt.Errorf("recovery: %w", err)
+	}
+	s.reloadPolicy()
+	if runs, outs, err := s.prune(time.Now()); err != nil {
+		s.log.Warn("retention", "err", err)
+	} else if runs+outs > 0 {
+		s.log.Info("retention applied", "runs", runs, "outputs", outs)
+	}
+	s.metrics = newMetrics(s)
+	return s, nil
+}
+
+// recover runs recovery and records a failure result for each recovered
+// attempt whose run never got one (its runner died mid-run).
+func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
+	rec, err := s.r.Recover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range rec.Attempts {
+		var existing launch.Record
+		if s.db.GetRun(a.RunID, &existing) == nil || runner.IsPoolMember(a) {
+			continue // a pool member ran no workload: it has no run
+		}
+		res := &runner.Result{RunID: a.RunID, GrantID: a.GrantID, Status: runner.StatusFailed, ExitCode: -1,
+			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
+			Started: a.Started, Finished: a.Updated, Inputs: []admission.Input{}}
+		if use, err := s.db.GrantUsed(a.GrantID); err == nil {
+			res.Actor = use.Actor // what else the run was is not on record: unknown
+		}
+		_ = s.db.PutRun(a.RunID, launch.Record{Owner: 0, Result: res})
+	}
+	return rec, nil
+}
+
+func (s *server) close() error { return s.db.Close() }
+
+// reloadPolicy reads the policy file. On any failure the daemon holds no
+// policy — never the previous one — and refuses every request with why.
+func (s *server) reloadPolicy() api.PolicyStatus {
+	pol, dig, err := readPolicy(s.cfg.Policy)
+	if err == nil {
+		// A pool profile this runner cannot serve refuses the policy.
+		err = s.r.CheckPool(pol)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pol, s.polDig, s.polErr, s.polAt = pol, dig, err, time.Now().UTC()
+	s.poolWake.signal() // the pool's upkeep reads the new policy at once
+	if err != nil {
+		s.pol, s.polDig = nil, ""
+		s.log.Error("operator policy invalid: refusing every request", "path", s.cfg.Policy, "err", err)
+	} else {
+		s.log.Info("operator policy loaded", "path", s.cfg.Policy, "digest", dig)
+	}
+	return s.policyStatusLocked()
+}
+
+func readPolicy(path string) (*policy.Policy, string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, "", fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Size() > policy.MaxSize {
+		return nil, "", fmt.Errorf("%s is larger than %d bytes", path, policy.MaxSize)
+	}
+	// Parse exactly the bytes that are digested: grants bind this digest.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	pol, err := policy.Parse(data)
+	if err != nil {
+		return nil, "", err
+	}
+	return pol, policy.Digest(data), nil
+}
+
+func (s *server) policyStatusLocked() api.PolicyStatus {
+	st := api.PolicyStatus{Path: s.cfg.Policy, Digest: s.polDig, LoadedAt: s.polAt}
+	if s.polErr != nil {
+		st.Error = s.polErr.Error()
+	}
+	return st
+}
+
+// currentPolicy returns the policy in force, or the refusal that stands in
+// for it.
+func (s *server) currentPolicy() (*policy.Policy, string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.pol == nil {
+		return nil, "", fmt.Errorf("%w: the operator policy %s failed to load: %v; fix: correct it and reload (custody policy reload)", launch.ErrNoPolicy, s.cfg.Policy, s.polErr)
+	}
+	return s.pol, s.polDig, nil
+}
+
+// serve listens on both sockets until ctx ends.
+func (s *server) serve(ctx context.Context) error {
+	lim, err := raiseNoFile(s.log)
+	if err != nil {
+		return err
+	}
+	control, err := listen(s.cfg.ControlSocket, 0o600)
+	if err != nil {
+		return err
+	}
+	submit, err := listen(s.cfg.SubmitSocket, 0o666)
+	if err != nil {
+		control.Close()
+		return err
+	}
+	// Separate listeners, servers and caps: no number of submit connections
+	// takes the operator's socket's descriptors or goroutines.
+	servers := []*http.Server{httpServer(s.controlMux()), httpServer(s.submitMux())}
+	errc := make(chan error, 2)
+	go func() {
+		errc <- servers[0].Serve(newLimitListener(control, "control", lim.Control, lim.Control, s.log))
+	}()
+	go func() {
+		errc <- servers[1].Serve(newLimitListener(submit, "submit", lim.Submit, lim.SubmitPerUID, s.log))
+	}()
+	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
+		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
+	stopPool := s.startPool(ctx)
+	defer stopPool()
+	s.ready()
+	tick := time.NewTicker(time.Hour)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err = <-errc:
+			break loop
+		case now := <-tick.C:
+			if _, _, perr := s.prune(now); perr != nil {
+				s.log.Warn("retention", "err", perr)
+			}
+		}
+	}
+	s.logStopping(err)
+	s.cancelAll()
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		_ = srv.Shutdown(sctx)
+	}
+	s.log.Info("custodyd stopped serving")
+	os.Remove(s.cfg.ControlSocket)
+	os.Remove(s.cfg.SubmitSocket)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (s *server) cancelAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.active {
+		a.cancel()
+	}
+}
+
+// listen creates a unix socket with mode perm, replacing only a stale
+// socket (never another kind of file).
+func listen(path string, perm os.FileMode) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, fmt.Errorf("socket dir: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket; not replacing it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	// Create the socket with no access, then open it up: no window where
+	// it is more open than perm.
+	old := unix.Umask(0o777)
+	l, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+type peerKey struct{}
+
+// peer is the kernel-reported identity of the process on the other end.
+type peer struct {
+	UID, GID uint32
+	PID      int32
+	ok       bool
+}
+
+func peerOf(r *http.Request) peer {
+	p, _ := r.Context().Value(peerKey{}).(peer)
+	return p
+}
+
+// writeError maps errors to the wire at the edge.
+func writeError(w http.ResponseWriter, err error) {
+	e := toAPIError(err)
+	status := http.StatusConflict
+	switch e.Code {
+	case api.CodeForbidden:
+		status = http.StatusForbidden
+	case api.CodeNotFound:
+		status = http.StatusNotFound
+	case api.CodeBadRequest, api.CodeMalformed:
+		status = http.StatusBadRequest
+	case api.CodeInternal:
+		status = http.StatusInternalServerError
+	case api.CodeRateLimited:
+		status = http.StatusTooManyRequests
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(e)
+}
+
+func toAPIError(err error) *api.Error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	// A grant refusal keeps the admission diagnostics behind it: the
+	// client gets every requirement, not a flattened string.
+	var re *admission.RefusedError
+	hasChecks := errors.As(err, &re)
+	var ge *grant.Error
+	if errors.As(err, &ge) {
+		e := &api.Error{Code: api.Code(ge.Code), Message: err.Error()}
+		if hasChecks {
+			e.Checks = wireChecks(re.Checks)
+		}
+		return e
+	}
+	if hasChecks {
+		return &api.Error{Code: api.CodeRefused, Message: err.Error(), Checks: wireChecks(re.Checks)}
+	}
+	var rq *launch.RequestError
+	if errors.As(err, &rq) {
+		code := api.CodeBadRequest
+		if rq.Refused {
+			code = api.CodeRefused
+		}
+		return &api.Error{Code: code, Message: err.Error()}
+	}
+	if errors.Is(err, launch.ErrNoPolicy) {
+		return &api.Error{Code: api.CodePolicyInvalid, Message: err.Error()}
+	}
+	if errors.Is(err, runner.ErrQuarantined) {
+		return &api.Error{Code: api.CodeQuarantined, Message: err.Error()}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
+	}
+	return &api.Error{Code: api.CodeInternal, Message: err.Error()}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("decode request: %v", err)}
+	}
+	return nil
+}
