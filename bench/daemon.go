@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/procfs"
 	"golang.org/x/sys/unix"
 )
@@ -179,15 +180,16 @@ func StartDaemon(ctx context.Context, o DaemonOptions) (*Daemon, error) {
 	}
 	policy := filepath.Join(o.Dir, "policy.yaml")
 	cfg := filepath.Join(o.Dir, "custodyd.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `runner:
-  stateDir: %s/state
-  runtimeDir: %s/run
-  runtime: {path: %s, version: %q, sha256: %s}
-policy: %s
-controlSocket: %s
-submitSocket: %s
-operators: [0]
-`, o.Dir, o.Dir, o.Runtime, version, sha, policy, d.ControlSocket, d.SubmitSocket), 0o600); err != nil {
+	c := config.Config{
+		Runner: config.Runner{StateDir: o.Dir + "/state", RuntimeDir: o.Dir + "/run",
+			Runtime: config.Runtime{Path: o.Runtime, Version: version, SHA256: sha}},
+		Policy: policy, ControlSocket: d.ControlSocket, SubmitSocket: d.SubmitSocket, Operators: []uint32{0},
+	}
+	data, err := c.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cfg, data, 0o600); err != nil {
 		return nil, err
 	}
 	// Until the image digest is known the policy is unusable: custodyd

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"os"
@@ -22,7 +23,6 @@ import (
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/runner"
 )
 
 // daemon is a custodyd serving on temporary sockets, with the busybox
@@ -31,7 +31,7 @@ type daemon struct {
 	t       *testing.T
 	s       *server
 	dir     string
-	cfg     Config
+	cfg     config.Config
 	control *api.Client
 	submit  *api.Client
 	image   string
@@ -60,7 +60,7 @@ func startDaemon(t *testing.T, operators ...uint32) *daemon {
 
 // startDaemonWith is startDaemon with mod applied to the configuration
 // and, if logs is set, custodyd's log written there too.
-func startDaemonWith(t *testing.T, mod func(*Config), logs io.Writer, operators ...uint32) *daemon {
+func startDaemonWith(t *testing.T, mod func(*config.Config), logs io.Writer, operators ...uint32) *daemon {
 	t.Helper()
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
@@ -73,8 +73,8 @@ func startDaemonWith(t *testing.T, mod func(*Config), logs io.Writer, operators 
 	if len(operators) == 0 {
 		operators = []uint32{0}
 	}
-	cfg := Config{
-		Runner: runner.Config{
+	cfg := config.Config{
+		Runner: config.Runner{
 			StateDir: filepath.Join(dir, "state"), RuntimeDir: filepath.Join(dir, "run"),
 			Runtime: runnerPinned(path, version, sha),
 		},
@@ -99,7 +99,7 @@ func startDaemonWith(t *testing.T, mod func(*Config), logs io.Writer, operators 
 	}
 	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := newServer(ctx, cfg, log)
+	s, err := newServer(ctx, cfg, log, testBackends)
 	if err != nil {
 		cancel()
 		t.Fatalf("newServer: %v", err)

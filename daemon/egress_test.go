@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"os"
 	"path/filepath"
@@ -38,8 +39,8 @@ func egressDaemon(t *testing.T, canary string, logs *testenv.Buffer) (*daemon, *
 	if logs != nil {
 		logTo = logs
 	}
-	d := startDaemonWith(t, func(c *Config) {
-		c.Egress = &EgressConfig{CAFile: ca, TestUpstreams: &TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
+	d := startDaemonWith(t, func(c *config.Config) {
+		c.Egress = &config.EgressConfig{CAFile: ca, TestUpstreams: &config.TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
 	}, logTo)
 	// Credentials are brokered to generation only (R8), so the phases
 	// that use one are generate phases, which ci-bot may run here.
@@ -248,8 +249,8 @@ func requirePassed(t *testing.T, rep conformance.Report, want int, what string) 
 func TestEgressRefusedWhenThePidfdProbeFails(t *testing.T) {
 	testenv.Root(t)
 	w := egresstest.NewWorld(t)
-	d := startDaemonWith(t, func(c *Config) {
-		c.Egress = &EgressConfig{TestUpstreams: &TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
+	d := startDaemonWith(t, func(c *config.Config) {
+		c.Egress = &config.EgressConfig{TestUpstreams: &config.TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
 		c.Runner.PidfdNetnsFault = "forced by the test"
 	}, nil)
 	writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir)+fmt.Sprintf("egress:\n  stages:\n    build: [\"%s:80\"]\n", egresstest.Allowed))
@@ -300,8 +301,8 @@ func TestEgressRefusedWhenThePidfdProbeFails(t *testing.T) {
 func TestEgressOwnAddressesConfigured(t *testing.T) {
 	testenv.Root(t)
 	w := egresstest.NewWorld(t)
-	d := startDaemonWith(t, func(c *Config) {
-		c.Egress = &EgressConfig{OwnAddresses: []string{egresstest.OtherAddr}, TestUpstreams: &TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
+	d := startDaemonWith(t, func(c *config.Config) {
+		c.Egress = &config.EgressConfig{OwnAddresses: []string{egresstest.OtherAddr}, TestUpstreams: &config.TestUpstreams{Netns: w.Netns, Hosts: w.Hosts()}}
 	}, nil)
 	writeFile(t, d.cfg.Policy, fmt.Sprintf(testPolicy, d.image, d.dir)+fmt.Sprintf("egress:\n  stages:\n    build: [\"%s:80\", \"%s:80\"]\n", egresstest.Allowed, egresstest.Other))
 	if st, err := d.control.ReloadPolicy(context.Background()); err != nil || st.Error != "" {
@@ -332,7 +333,7 @@ func TestEgressOwnAddressesConfigured(t *testing.T) {
 		t.Fatalf("the receipt records no own-address refusal:\n%s", payload)
 	}
 	for _, bad := range []string{"10.0.0.0/8", "fe80::1%eth0", "nat.example"} {
-		if err := (&EgressConfig{OwnAddresses: []string{bad}}).validate(); err == nil || !strings.Contains(err.Error(), "egress.ownAddresses[0]") {
+		if _, err := (&config.EgressConfig{OwnAddresses: []string{bad}}).OwnAddrs(); err == nil || !strings.Contains(err.Error(), "egress.ownAddresses[0]") {
 			t.Errorf("egress.ownAddresses [%q]: %v, want a config error", bad, err)
 		}
 	}

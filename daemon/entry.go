@@ -7,6 +7,7 @@ package daemon
 
 import (
 	"context"
+	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"os"
@@ -48,13 +49,9 @@ func AdoptOpLog(ctx context.Context, configPath string) error {
 	return runAdoptOpLog(ctx, configPath)
 }
 
-// Run serves the configuration at configPath until ctx ends.
-func Run(ctx context.Context, configPath string, log *slog.Logger, svc Service) error {
-	cfg, err := loadConfig(configPath)
-	if err != nil {
-		return err
-	}
-	s, err := newServer(ctx, *cfg, log)
+// Run serves cfg, on the backends custodyd wired, until ctx ends.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, svc Service, b Backends) error {
+	s, err := newServer(ctx, cfg, log, b)
 	if err != nil {
 		return err
 	}
@@ -74,6 +71,3 @@ func Run(ctx context.Context, configPath string, log *slog.Logger, svc Service) 
 func NewLogger(w io.Writer, format string, lvl slog.Level) (*slog.Logger, error) {
 	return newLogger(w, format, lvl)
 }
-
-// LoadConfig reads custodyd's configuration strictly.
-func LoadConfig(path string) (*Config, error) { return loadConfig(path) }

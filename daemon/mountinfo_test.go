@@ -26,7 +26,7 @@ func TestMountinfoNamesNoRunnerPath(t *testing.T) {
 	}
 	state := d.cfg.Runner.StateDir
 	for _, p := range []string{
-		filepath.Join(state, "keys"), runner.StorePath(d.cfg.Runner), filepath.Dir(d.cfg.ControlSocket),
+		filepath.Join(state, "keys"), runner.StorePath(runnerConfig(d.cfg.Runner)), filepath.Dir(d.cfg.ControlSocket),
 		filepath.Join(state, "images"), filepath.Join(state, "runc"), d.cfg.Runner.RuntimeDir,
 	} {
 		if strings.Contains(out, p) {

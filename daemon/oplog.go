@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -242,8 +243,8 @@ func (s *server) revokedAt() (map[string]time.Time, error) {
 // be stopped (the store's lock says so) and no runner rotation may be
 // half done. Every line must verify with the runner's keys, current and
 // retired, before the head is written; a refusal changes nothing.
-func adoptOpLog(ctx context.Context, cfg Config) (evidence.OpHead, error) {
-	db, err := store.Open(runner.StorePath(cfg.Runner))
+func adoptOpLog(ctx context.Context, cfg config.Config) (evidence.OpHead, error) {
+	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: custodyd must be stopped first (%w)", err)
 	}
@@ -300,7 +301,7 @@ func verifiedHead(ctx context.Context, path string, signer *keys.Signer, retired
 }
 
 func runAdoptOpLog(ctx context.Context, configPath string) error {
-	cfg, err := loadConfig(configPath)
+	cfg, err := config.Load(configPath)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/custody-dev/custody/daemon/config"
 	"os"
 	"strings"
 	"testing"
@@ -43,7 +44,7 @@ func TestStartRefusesOpLogCutShort(t *testing.T) {
 	}
 	start := func() error {
 		t.Helper()
-		s, err := newServer(ctx, cfg, quietLog())
+		s, err := newServer(ctx, cfg, quietLog(), testBackends)
 		if err == nil {
 			s.close()
 		}
@@ -76,7 +77,7 @@ func TestStartRefusesOpLogCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(runner.StorePath(cfg.Runner))
+	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestStartRefusesOpLogByRevokedKey(t *testing.T) {
 	}
 	s.applyKeyRevocation("runner", leaked.ID(), time.Now())
 	s.close()
-	s, err := newServer(ctx, cfg, quietLog())
+	s, err := newServer(ctx, cfg, quietLog(), testBackends)
 	if err != nil {
 		t.Fatalf("start on a log with the revocation: %v", err)
 	}
@@ -124,7 +125,7 @@ func TestStartRefusesOpLogByRevokedKey(t *testing.T) {
 	if _, err := l.Append(ctx, evidence.OpEntry{At: time.Now(), Kind: evidence.OpGrantRevoked, Grant: "forged"}); err != nil {
 		t.Fatal(err)
 	}
-	s, err = newServer(ctx, cfg, quietLog())
+	s, err = newServer(ctx, cfg, quietLog(), testBackends)
 	if err == nil {
 		s.close()
 	}
@@ -164,7 +165,7 @@ func TestStartRefusesOpLogHeadOfRetiredKey(t *testing.T) {
 	if err := os.WriteFile(evidence.OpLogHeadPath(path), head1, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err = newServer(ctx, cfg, quietLog())
+	s, err = newServer(ctx, cfg, quietLog(), testBackends)
 	if err == nil {
 		s.close()
 	}
@@ -175,13 +176,13 @@ func TestStartRefusesOpLogHeadOfRetiredKey(t *testing.T) {
 
 // rotateRunnerAndStart rotates the stopped custodyd's runner key and starts
 // it again.
-func rotateRunnerAndStart(t *testing.T, cfg Config) *server {
+func rotateRunnerAndStart(t *testing.T, cfg config.Config) *server {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := rotateKey(ctx, cfg, "runner", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	s, err := newServer(ctx, cfg, quietLog())
+	s, err := newServer(ctx, cfg, quietLog(), testBackends)
 	if err != nil {
 		t.Fatalf("start after the runner rotation: %v", err)
 	}
@@ -189,10 +190,10 @@ func rotateRunnerAndStart(t *testing.T, cfg Config) *server {
 }
 
 // startOffline starts a custodyd on offlineConfig, not serving.
-func startOffline(t *testing.T) (Config, map[string]*keys.Signer, *server) {
+func startOffline(t *testing.T) (config.Config, map[string]*keys.Signer, *server) {
 	t.Helper()
 	cfg, ks := offlineConfig(t)
-	s, err := newServer(context.Background(), cfg, quietLog())
+	s, err := newServer(context.Background(), cfg, quietLog(), testBackends)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestAdoptOpLogThenStart(t *testing.T) {
 	if err := os.Remove(evidence.OpLogHeadPath(path)); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := newServer(ctx, cfg, quietLog()); err == nil {
+	if s, err := newServer(ctx, cfg, quietLog(), testBackends); err == nil {
 		s.close()
 		t.Fatal("started on a log without its head")
 	} else if !errors.Is(err, evidence.ErrOpLog) || !strings.Contains(err.Error(), "--adopt-oplog") {
@@ -235,7 +236,7 @@ func TestAdoptOpLogThenStart(t *testing.T) {
 	if err != nil || h.Seq != 2 || h.Signer != current {
 		t.Fatalf("adopt: %v %+v, want seq 2 signed by %s", err, h, current)
 	}
-	s, err = newServer(ctx, cfg, quietLog())
+	s, err = newServer(ctx, cfg, quietLog(), testBackends)
 	if err != nil {
 		t.Fatalf("start on the adopted log: %v", err)
 	}

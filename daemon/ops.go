@@ -82,7 +82,7 @@ func emptyStream(st *runner.Streams, name string) bool {
 // flight before its spools create files, and it has its record before it
 // leaves, so no live run's log is taken for an orphan.
 func (s *server) sweepLogs() (int, error) {
-	dir := runner.LogDir(s.cfg.Runner)
+	dir := runner.LogDir(runnerConfig(s.cfg.Runner))
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil

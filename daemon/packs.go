@@ -3,79 +3,16 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/netip"
+	"github.com/custody-dev/custody/daemon/config"
+	"log/slog"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/backend/docker"
 	"github.com/custody-dev/custody/workspace"
 )
-
-// defaultSubnetPool is where pack networks take their subnets from when
-// the docker: section names no pool: a private range Docker's own default
-// pools (172.17.0.0/16 and up, 192.168.0.0/16) do not use.
-const defaultSubnetPool = "10.213.0.0/16"
-
-// DockerConfig is the docker: section of custodyd.yaml: the one engine
-// custodyd may drive for packs, and what it may hand them. Everything is
-// explicit; DOCKER_HOST and the rest of the environment are never read.
-type DockerConfig struct {
-	// Host is the engine's socket, "unix:///abs/path". Only unix sockets:
-	// a TCP engine would put the daemon's root authority on the network.
-	Host string `yaml:"host"`
-	// Credentials maps an operator credential name to the 0600, root-owned
-	// file custodyd reads it from; a pack gets one only by an explicit
-	// policy grant to it and a service, as a 0400 file.
-	Credentials map[string]string `yaml:"credentials,omitempty"`
-	// SubnetPool is the IPv4 prefix pack networks get their subnets from;
-	// default 10.213.0.0/16.
-	SubnetPool string `yaml:"subnetPool,omitempty"`
-	// ProbeImage is an image already on the engine (with /bin/sh and a
-	// busybox-style nc) that the capability probe runs its throwaway
-	// containers from, to prove that custody's internal networks block
-	// egress. Without it nothing is proved, and every pack network is
-	// refused as unsupported.
-	ProbeImage string `yaml:"probeImage,omitempty"`
-}
-
-var credentialName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
-
-func (d *DockerConfig) validate() error {
-	sock, ok := strings.CutPrefix(d.Host, "unix://")
-	if !ok || !filepath.IsAbs(sock) || filepath.Clean(sock) != sock {
-		return fmt.Errorf("docker.host %q: want unix:///absolute/clean/path of the engine socket custody may drive (never taken from DOCKER_HOST)", d.Host)
-	}
-	for name, p := range d.Credentials {
-		if !credentialName.MatchString(name) {
-			return fmt.Errorf("docker.credentials: name %q: want [a-z0-9][a-z0-9._-]{0,63}", name)
-		}
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("docker.credentials.%s: %q must be an absolute path (a 0600 file custodyd reads)", name, p)
-		}
-	}
-	pool, err := netip.ParsePrefix(d.SubnetPool)
-	switch {
-	case err != nil:
-		return fmt.Errorf("docker.subnetPool %q: %w", d.SubnetPool, err)
-	case !pool.Addr().Is4():
-		return fmt.Errorf("docker.subnetPool %q: want an IPv4 prefix", d.SubnetPool)
-	case pool.Masked() != pool:
-		return fmt.Errorf("docker.subnetPool %q: host bits are set; did you mean %s?", d.SubnetPool, pool.Masked())
-	}
-	return nil
-}
-
-// socketPath is the engine socket's path (Host without its scheme).
-func (d *DockerConfig) socketPath() string { return strings.TrimPrefix(d.Host, "unix://") }
-
-// subnetPool is SubnetPool parsed; validate has checked it.
-func (d *DockerConfig) subnetPool() netip.Prefix { return netip.MustParsePrefix(d.SubnetPool) }
 
 // packs is what custodyd needs of the pack lifecycle (package workspace).
 // It is owned here, by its consumer, so that handlers are tested against
@@ -136,16 +73,19 @@ type packResource struct {
 	Kind, Name, ID, State, Detail string
 }
 
-// newPacks builds the pack lifecycle on the engine cfg names: the one
-// place that names backend/docker and workspace.
-func newPacks(ctx context.Context, s *server, cfg *DockerConfig) (packs, error) {
-	d, err := docker.Open(ctx, cfg.Host, s.log)
+// newPacks builds the pack lifecycle on the engine cfg names, which open
+// (custodyd's wiring) opens: the daemon names no concrete engine.
+func newPacks(ctx context.Context, s *server, cfg *config.DockerConfig, open func(context.Context, *config.DockerConfig, *slog.Logger) (workspace.Engine, func() error, error)) (packs, error) {
+	if open == nil {
+		return nil, errors.New("this custodyd has no pack engine")
+	}
+	engine, closeEngine, err := open(ctx, cfg, s.log)
 	if err != nil {
 		return nil, err
 	}
-	m, err := workspace.New(s.packConfig(cfg, docker.NewPacks(d, docker.ProbeOptions{Image: cfg.ProbeImage})))
+	m, err := workspace.New(s.packConfig(cfg, engine))
 	if err != nil {
-		d.Close()
+		closeEngine()
 		return nil, err
 	}
 	return workspacePacks{m}, nil
@@ -154,12 +94,12 @@ func newPacks(ctx context.Context, s *server, cfg *DockerConfig) (packs, error) 
 // packConfig is the pack lifecycle's configuration on engine. Pack grants
 // are verified by the phase grants' verifier: one key set, with the same
 // rotation overlap and revocations.
-func (s *server) packConfig(cfg *DockerConfig, engine workspace.Engine) workspace.Config {
+func (s *server) packConfig(cfg *config.DockerConfig, engine workspace.Engine) workspace.Config {
 	return workspace.Config{
 		DB: s.db, Engine: engine,
 		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Verifier: s.verifier,
-		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.socketPath(),
-		SubnetPool: cfg.subnetPool(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
+		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.SocketPath(),
+		SubnetPool: cfg.SubnetPrefix(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
 		Log: s.log, Now: func() time.Time { return s.now() }, Fault: s.faults,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"os"
@@ -18,7 +19,6 @@ import (
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/pack"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -52,12 +52,12 @@ func TestPackGrantOverlap(t *testing.T) {
 	if _, err := rotateKey(ctx, cfg, "issuer", rotatedAt); err != nil {
 		t.Fatal(err)
 	}
-	s, err := newServer(ctx, cfg, quietLog())
+	s, err := newServer(ctx, cfg, quietLog(), testBackends)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.close()
-	m, err := workspace.New(s.packConfig(&DockerConfig{Host: "unix:///run/engine.sock", SubnetPool: defaultSubnetPool}, noEngine{}))
+	m, err := workspace.New(s.packConfig(&config.DockerConfig{Host: "unix:///run/engine.sock", SubnetPool: config.DefaultSubnetPool}, noEngine{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +106,13 @@ func TestPackGrantOverlap(t *testing.T) {
 // offlineConfig is the configuration of a custodyd that a test builds with
 // newServer and does not serve (so it can be stopped, changed on disk and
 // started again), with its runner and issuer keys made.
-func offlineConfig(t *testing.T) (Config, map[string]*keys.Signer) {
+func offlineConfig(t *testing.T) (config.Config, map[string]*keys.Signer) {
 	t.Helper()
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
 	dir := t.TempDir()
-	cfg := Config{
-		Runner:      runner.Config{StateDir: filepath.Join(dir, "state"), RuntimeDir: filepath.Join(dir, "run"), Runtime: runnerPinned(path, version, sha)},
+	cfg := config.Config{
+		Runner:      config.Runner{StateDir: filepath.Join(dir, "state"), RuntimeDir: filepath.Join(dir, "run"), Runtime: runnerPinned(path, version, sha)},
 		Policy:      filepath.Join(dir, "policy.yaml"),
 		Operators:   []uint32{0},
 		MaxGrantTTL: "24h",

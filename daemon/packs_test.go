@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -106,11 +107,11 @@ func newFakePacks() *fakePacks {
 }
 
 func packServer(p packs) *server {
-	dryRuns, err := newDryRunLimiter(DryRunLimits{Burst: 1000}, time.Now)
+	dryRuns, err := newDryRunLimiter(config.DryRunLimits{Burst: 1000}, time.Now)
 	if err != nil {
 		panic(err)
 	}
-	return &server{cfg: Config{Operators: []uint32{0}, Docker: &DockerConfig{Host: "unix:///run/engine.sock", SubnetPool: defaultSubnetPool}},
+	return &server{cfg: config.Config{Operators: []uint32{0}, Docker: &config.DockerConfig{Host: "unix:///run/engine.sock", SubnetPool: config.DefaultSubnetPool}},
 		log: slog.New(slog.NewTextHandler(io.Discard, nil)), packs: p, dryRuns: dryRuns}
 }
 
@@ -364,36 +365,6 @@ func TestPackBodyLimit(t *testing.T) {
 	ok := api.PackAdmitRequest{Pack: api.PackSource{Compose: bytes.Repeat([]byte("#"), 1<<20), Dir: "/srv"}}
 	if rec, raw := call(t, packServer(f).submitMux(), 1000, "POST", "/v1/packs/admit", ok); rec.Code != 200 {
 		t.Errorf("within the bound: %d %s", rec.Code, raw)
-	}
-}
-
-// TestDockerConfig: the docker: section is explicit — a unix socket path
-// named in the file, never DOCKER_HOST — with a default subnet pool.
-func TestDockerConfig(t *testing.T) {
-	t.Setenv("DOCKER_HOST", "tcp://192.0.2.1:2375")
-	load := configLoader(t)
-	c, err := load("")
-	if err != nil || c.Docker != nil {
-		t.Fatalf("no docker section: %+v %v (DOCKER_HOST must not enable packs)", c, err)
-	}
-	c, err = load("docker: {host: unix:///run/custody-docker/docker.sock, credentials: {db-password: /etc/custody/db.pw}}\n")
-	if err != nil || c.Docker.SubnetPool != defaultSubnetPool || c.Docker.socketPath() != "/run/custody-docker/docker.sock" || c.Docker.subnetPool().Bits() != 16 {
-		t.Fatalf("docker section: %+v %v", c.Docker, err)
-	}
-	for _, bad := range []string{
-		"docker: {}\n",
-		"docker: {host: tcp://127.0.0.1:2375}\n",
-		"docker: {host: unix://run/docker.sock}\n",
-		"docker: {host: unix:///run/../docker.sock}\n",
-		"docker: {host: unix:///d.sock, subnetPool: 10.213.0.1/16}\n",
-		"docker: {host: unix:///d.sock, subnetPool: fd00::/64}\n",
-		"docker: {host: unix:///d.sock, credentials: {pw: relative/file}}\n",
-		"docker: {host: unix:///d.sock, credentials: {Bad/Name: /f}}\n",
-		"docker: {host: unix:///d.sock, sock: /x}\n",
-	} {
-		if _, err := load(bad); err == nil {
-			t.Errorf("accepted %q", bad)
-		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -202,7 +203,7 @@ func TestPoolServesEachGrantItsOwnInputs(t *testing.T) {
 // it empty.
 func TestPoolDrains(t *testing.T) {
 	runc := filepath.Join(t.TempDir(), "runc")
-	d := startDaemonWith(t, func(c *Config) {
+	d := startDaemonWith(t, func(c *config.Config) {
 		data, err := os.ReadFile(c.Runner.Runtime.Path)
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -80,13 +81,13 @@ const (
 // after a crash at any step finishes that rotation instead of refusing or
 // starting another. Until it is finished custodyd refuses to start
 // (keys.ErrKeyMismatch, or a staged key it will not sign with).
-func rotateKey(ctx context.Context, cfg Config, name string, now time.Time) (*Rotation, error) {
+func rotateKey(ctx context.Context, cfg config.Config, name string, now time.Time) (*Rotation, error) {
 	return rotateKeySteps(ctx, cfg, name, now, nil)
 }
 
 // rotateKeySteps is rotateKey with after called once each step is durable;
 // an error from it stops the rotation there (the tests' crash).
-func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time, after func(step string) error) (*Rotation, error) {
+func rotateKeySteps(ctx context.Context, cfg config.Config, name string, now time.Time, after func(step string) error) (*Rotation, error) {
 	if name != "runner" && name != "issuer" {
 		return nil, fmt.Errorf("--rotate-key %q: the keys are runner and issuer", name)
 	}
@@ -98,7 +99,7 @@ func rotateKeySteps(ctx context.Context, cfg Config, name string, now time.Time,
 	}
 	// The store's lock says custodyd is not running: it must not sign with
 	// a key whose files change under it.
-	db, err := store.Open(runner.StorePath(cfg.Runner))
+	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		return nil, fmt.Errorf("rotate %s key: custodyd must be stopped first (%w)", name, err)
 	}
@@ -382,7 +383,7 @@ func writeSynced(path string, data []byte) error {
 
 // runRotate is custodyd --rotate-key NAME: rotate and print the record.
 func runRotate(ctx context.Context, configPath, name string) error {
-	cfg, err := loadConfig(configPath)
+	cfg, err := config.Load(configPath)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"os"
@@ -25,7 +26,7 @@ import (
 func TestRotateKey(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg := Config{Runner: runner.Config{StateDir: dir}}
+	cfg := config.Config{Runner: config.Runner{StateDir: dir}}
 	keyDir := filepath.Join(dir, "keys")
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestRotateKey(t *testing.T) {
 	}
 
 	// Refusals: custodyd holds the store; an unknown key.
-	db, err := store.Open(runner.StorePath(cfg.Runner))
+	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestRotateKeyResumes(t *testing.T) {
 	for _, crashAt := range []string{stepNextPriv, stepNextKey, stepRetiredPub, stepRecord, stepPublic, stepPrivate} {
 		t.Run(crashAt, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg := Config{Runner: runner.Config{StateDir: dir}}
+			cfg := config.Config{Runner: config.Runner{StateDir: dir}}
 			keyDir := filepath.Join(dir, "keys")
 			if err := os.MkdirAll(keyDir, 0o700); err != nil {
 				t.Fatal(err)
@@ -187,7 +188,7 @@ func TestRotateKeyResumes(t *testing.T) {
 func TestRotateKeyRefusesForeignRecord(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg := Config{Runner: runner.Config{StateDir: dir}}
+	cfg := config.Config{Runner: config.Runner{StateDir: dir}}
 	keyDir := filepath.Join(dir, "keys")
 	if err := os.MkdirAll(filepath.Join(keyDir, "retired"), 0o700); err != nil {
 		t.Fatal(err)
@@ -225,7 +226,7 @@ func TestRotateKeyResumesPartialStagedKey(t *testing.T) {
 	for _, c := range []string{"readable", "unreadable", "mismatched"} {
 		t.Run(c, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg := Config{Runner: runner.Config{StateDir: dir}}
+			cfg := config.Config{Runner: config.Runner{StateDir: dir}}
 			keyDir := filepath.Join(dir, "keys")
 			if err := os.MkdirAll(keyDir, 0o700); err != nil {
 				t.Fatal(err)
@@ -286,7 +287,7 @@ func TestStartRefusesUnfinishedRotation(t *testing.T) {
 	for _, crashAt := range []string{stepNextPriv, stepNextKey, stepRecord, stepHead, stepPublic, "retired-only"} {
 		t.Run(crashAt, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg := Config{Runner: runner.Config{StateDir: dir}, MaxGrantTTL: "24h"}
+			cfg := config.Config{Runner: config.Runner{StateDir: dir}, MaxGrantTTL: "24h"}
 			keyDir := filepath.Join(dir, "keys")
 			if err := os.MkdirAll(keyDir, 0o700); err != nil {
 				t.Fatal(err)
@@ -314,7 +315,7 @@ func TestStartRefusesUnfinishedRotation(t *testing.T) {
 					}
 				}
 			}
-			s, err := newServer(ctx, cfg, quiet)
+			s, err := newServer(ctx, cfg, quiet, testBackends)
 			if err == nil {
 				s.close()
 			}
@@ -328,7 +329,7 @@ func TestStartRefusesUnfinishedRotation(t *testing.T) {
 	}
 	t.Run("finished", func(t *testing.T) {
 		dir := t.TempDir()
-		cfg := Config{Runner: runner.Config{StateDir: dir}, MaxGrantTTL: "24h"}
+		cfg := config.Config{Runner: config.Runner{StateDir: dir}, MaxGrantTTL: "24h"}
 		keyDir := filepath.Join(dir, "keys")
 		if err := os.MkdirAll(keyDir, 0o700); err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -27,11 +28,12 @@ import (
 	"github.com/custody-dev/custody/retention"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
+	"github.com/custody-dev/custody/workspace"
 )
 
 // server is custodyd: it owns the state dir, keys, store and both sockets.
 type server struct {
-	cfg      Config
+	cfg      config.Config
 	log      *slog.Logger
 	db       *store.DB
 	r        *runner.Runner
@@ -89,7 +91,26 @@ type activeRun struct {
 	cancel context.CancelFunc
 }
 
-func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, error) {
+// Backends are the concrete backends custodyd wires in: the daemon names
+// none, it drives them as backend.Backend and workspace.Engine.
+type Backends struct {
+	// Phase makes the default phase backend (oci) and the others the
+	// configuration lists, on the runner's configuration; egress says
+	// sandboxes may be given custodyd's egress proxy and broker.
+	Phase func(rc runner.Config, egress bool, log *slog.Logger) (runner.BackendFactory, []runner.BackendFactory)
+	// PackEngine opens the engine the docker: section names, and says how
+	// to close it; nil means no engine can be opened.
+	PackEngine func(ctx context.Context, cfg *config.DockerConfig, log *slog.Logger) (workspace.Engine, func() error, error)
+}
+
+// runnerConfig is the runner's configuration from custodyd's runner:
+// section.
+func runnerConfig(c config.Runner) runner.Config {
+	return runner.Config{StateDir: c.StateDir, RuntimeDir: c.RuntimeDir, Runtime: runner.Runtime(c.Runtime), Gate: c.Gate,
+		UserNamespace: (*runner.IDRange)(c.UserNamespace), PidfdNetnsFault: c.PidfdNetnsFault}
+}
+
+func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backends) (*server, error) {
 	maxTTL, err := time.ParseDuration(cfg.MaxGrantTTL)
 	if err != nil || maxTTL <= 0 {
 		return nil, fmt.Errorf("maxGrantTTL %q: want a positive duration", cfg.MaxGrantTTL)
@@ -112,7 +133,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if s.dryRuns, err = newDryRunLimiter(cfg.SubmitLimits.DryRuns, time.Now); err != nil {
 		return nil, err
 	}
-	if s.stall, err = cfg.SubmitLimits.stall(); err != nil {
+	if s.stall, err = stallAfter(cfg.SubmitLimits); err != nil {
 		return nil, err
 	}
 	for _, name := range []string{"runner", "issuer"} {
@@ -177,7 +198,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	for id := range revoked {
 		s.verifier.Distrust(id) // also a revoked key listed in trustedIssuers
 	}
-	if s.db, err = store.Open(runner.StorePath(cfg.Runner), store.WithRunIndex(launch.OutputIndex())); err != nil {
+	if s.db, err = store.Open(runner.StorePath(runnerConfig(cfg.Runner)), store.WithRunIndex(launch.OutputIndex())); err != nil {
 		return nil, err
 	}
 	if err := anchorOpLog(s.oplog, s.db, opLogPath(cfg.Runner.StateDir)); err != nil {
@@ -185,17 +206,15 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 		return nil, err
 	}
 	s.faults = faultHook()
-	cfg.Runner.Faults = s.faults
-	eg, err := cfg.Egress.launchEgress()
+	rc := runnerConfig(cfg.Runner)
+	rc.Faults = s.faults
+	eg, err := launchEgress(cfg.Egress)
 	if err != nil {
 		s.db.Close()
 		return nil, err
 	}
-	var more []runner.BackendFactory
-	if cfg.VM != nil {
-		more = append(more, vmBackend(ctx, cfg.Runner, cfg.VM, log))
-	}
-	if s.r, err = runner.New(ctx, cfg.Runner, s.db, ociBackend(cfg.Runner, eg != nil, log), log, more...); err != nil {
+	phase, more := b.Phase(rc, eg != nil, log)
+	if s.r, err = runner.New(ctx, rc, s.db, phase, log, more...); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -210,7 +229,7 @@ func newServer(ctx context.Context, cfg Config, log *slog.Logger) (*server, erro
 	if cfg.Docker != nil {
 		// A pack service that cannot start takes the packs down, not the
 		// phase runner: every pack endpoint then refuses with why.
-		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker); s.packsErr != nil {
+		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker, b.PackEngine); s.packsErr != nil {
 			s.packs = nil
 			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packsErr)
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"github.com/custody-dev/custody/daemon/config"
 	"math"
 	"strconv"
 	"sync"
@@ -12,33 +13,8 @@ import (
 	"github.com/custody-dev/custody/api"
 )
 
-// DryRunLimits bound the dry runs (POST /v1/admit) each uid gets on the
-// submit socket: the socket is open to every local uid, and a dry run is
-// work custodyd does for it (the policy, the image's tree, the request).
-type DryRunLimits struct {
-	// Burst is how many dry runs a uid may make back to back; default 32
-	// (a pipeline's admit is one per stage).
-	Burst int `yaml:"burst,omitempty"`
-	// Every is how long a uid waits to earn one more, once its burst is
-	// spent; default 1s.
-	Every string `yaml:"every,omitempty"`
-	// InFlight is how many of one uid's dry runs custodyd answers at
-	// once; default 2. One more is refused, not queued.
-	InFlight int `yaml:"inFlight,omitempty"`
-}
-
-// SubmitLimits are the submit socket's per-uid limits on work besides
-// connections (limits.go sizes those from RLIMIT_NOFILE).
-type SubmitLimits struct {
-	DryRuns DryRunLimits `yaml:"dryRuns,omitempty"`
-	// StalledClient is how long a run's client may stop reading once its
-	// run has ended before custodyd drops its stream (the run, its result
-	// and its kept streams are unaffected); default 30s.
-	StalledClient string `yaml:"stalledClient,omitempty"`
-}
-
-// stall is the StalledClient timeout.
-func (c SubmitLimits) stall() (time.Duration, error) {
+// stallAfter is the StalledClient timeout.
+func stallAfter(c config.SubmitLimits) (time.Duration, error) {
 	if c.StalledClient == "" {
 		return stallTimeout, nil
 	}
@@ -73,7 +49,7 @@ type uidDryRuns struct {
 	busy   int
 }
 
-func newDryRunLimiter(c DryRunLimits, now func() time.Time) (*dryRunLimiter, error) {
+func newDryRunLimiter(c config.DryRunLimits, now func() time.Time) (*dryRunLimiter, error) {
 	l := &dryRunLimiter{burst: c.Burst, inFlight: c.InFlight, every: defaultDryRunEvery, now: now, uids: map[uint32]*uidDryRuns{}}
 	if l.burst == 0 {
 		l.burst = defaultDryRunBurst

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"github.com/custody-dev/custody/daemon/config"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // more is earned after every, and another uid is not held by it.
 func TestDryRunLimiter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	l, err := newDryRunLimiter(DryRunLimits{Burst: 3, Every: "10s", InFlight: 2}, func() time.Time { return now })
+	l, err := newDryRunLimiter(config.DryRunLimits{Burst: 3, Every: "10s", InFlight: 2}, func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestDryRunLimiter(t *testing.T) {
 	} else {
 		r()
 	}
-	for _, bad := range []DryRunLimits{{Every: "0s"}, {Every: "soon"}, {Burst: -1}, {InFlight: -2}} {
+	for _, bad := range []config.DryRunLimits{{Every: "0s"}, {Every: "soon"}, {Burst: -1}, {InFlight: -2}} {
 		if _, err := newDryRunLimiter(bad, time.Now); err == nil || !strings.Contains(err.Error(), "submitLimits.dryRuns") {
 			t.Errorf("%+v: %v", bad, err)
 		}

@@ -21,7 +21,7 @@ import (
 func TestWireFormIsTheRecordsJSON(t *testing.T) {
 	for _, name := range []string{"launched", "refused", "failed", "recovered"} {
 		t.Run(name, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "..", "launch", "testdata", "record-"+name+".json"))
+			raw, err := os.ReadFile(filepath.Join("..", "launch", "testdata", "record-"+name+".json"))
 			if err != nil {
 				t.Fatal(err)
 			}

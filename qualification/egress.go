@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/egress"
 )
 
@@ -78,9 +79,9 @@ func startEgressWorld(dir string) (*egressWorld, error) {
 }
 
 // config is the private daemon's egress section.
-func (w *egressWorld) config() string {
-	return fmt.Sprintf("egress:\n  caFile: %q\n  testUpstreams:\n    netns: %q\n    hosts: {%q: [%q], %q: [%q], %q: [%q]}\n",
-		w.intercept.caFile, w.netns, egressAllowed, egressAllowedAddr, egressOther, egressOtherAddr, egressProvider, egressAllowedAddr)
+func (w *egressWorld) config() *config.EgressConfig {
+	return &config.EgressConfig{CAFile: w.intercept.caFile, TestUpstreams: &config.TestUpstreams{Netns: w.netns,
+		Hosts: map[string][]string{egressAllowed: {egressAllowedAddr}, egressOther: {egressOtherAddr}, egressProvider: {egressAllowedAddr}}}}
 }
 
 // policy grants the suite's stage the allowed upstream.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
@@ -261,22 +262,18 @@ func startPrivateDaemon(ctx context.Context, o Options, logf func(string, ...any
 	}
 	d.controlSocket = filepath.Join(dir, "sock", "control.sock")
 	submitSocket := filepath.Join(dir, "sock", "submit.sock")
-	cfg := fmt.Sprintf(`runner:
-  stateDir: %q
-  runtimeDir: %q
-  runtime: {path: %q, version: %q, sha256: %q}
-policy: %q
-controlSocket: %q
-submitSocket: %q
-operators: [%d]
-`, filepath.Join(dir, "state"), filepath.Join(dir, "run"), rt.Path, rt.Version, rt.SHA256,
-		filepath.Join(dir, "policy.yaml"), d.controlSocket, submitSocket, os.Geteuid())
+	cfg := config.Config{
+		Runner: config.Runner{StateDir: filepath.Join(dir, "state"), RuntimeDir: filepath.Join(dir, "run"),
+			Runtime: config.Runtime{Path: rt.Path, Version: rt.Version, SHA256: rt.SHA256}},
+		Policy: filepath.Join(dir, "policy.yaml"), ControlSocket: d.controlSocket, SubmitSocket: submitSocket,
+		Operators: []uint32{uint32(os.Geteuid())},
+	}
 	if o.Backend == conformance.BackendVM {
-		vm, err := vmSection(o.VM)
+		vm, err := vmSectionConfig(o.VM)
 		if err != nil {
 			return d, &classed{class: ErrPrecondition, err: err}
 		}
-		cfg += "backends: [oci, vm]\n" + vm
+		cfg.Backends, cfg.VM = []string{"oci", "vm"}, vm
 	}
 	if o.Backend != matrix.BackendOCI {
 		// No NIC reaches a guest: a vm row covers denied egress only.
@@ -289,9 +286,13 @@ operators: [%d]
 		}
 	} else {
 		d.egress = w
-		cfg += w.config()
+		cfg.Egress = w.config()
 	}
-	if err := os.WriteFile(filepath.Join(dir, "custodyd.yaml"), []byte(cfg), 0o600); err != nil {
+	data, err := cfg.Marshal()
+	if err != nil {
+		return d, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "custodyd.yaml"), data, 0o600); err != nil {
 		return d, err
 	}
 	// No image is known yet: the daemon starts refusing everything.

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
 )
@@ -50,6 +51,24 @@ func vmSection(data []byte) (string, error) {
 	return string(out), nil
 }
 
+// vmSectionConfig is the vm section of data (see vmSection) as custodyd's
+// config holds it, decoded as strictly as custodyd decodes it.
+func vmSectionConfig(data []byte) (*config.VMConfig, error) {
+	section, err := vmSection(data)
+	if err != nil {
+		return nil, err
+	}
+	var cfg struct {
+		VM *config.VMConfig `yaml:"vm"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(section))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("the vm configuration: %w", err)
+	}
+	return cfg.VM, nil
+}
+
 // VMPlatform describes this host as the vm backend runs on it with the
 // pinned artifacts of vmConfig (custodyd's vm section): the host facts of
 // prof, and as the runtime the backend's identity, probed as custodyd
@@ -57,24 +76,16 @@ func vmSection(data []byte) (string, error) {
 // a KVM probe guest booted with a timeout). It creates nothing but a
 // private temporary directory, removed before it returns.
 func VMPlatform(ctx context.Context, prof *platform.Profile, vmConfig []byte) (matrix.Platform, error) {
-	section, err := vmSection(vmConfig)
+	cfg, err := vmSectionConfig(vmConfig)
 	if err != nil {
 		return matrix.Platform{}, err
-	}
-	var cfg struct {
-		VM vm.Config `yaml:"vm"`
-	}
-	dec := yaml.NewDecoder(strings.NewReader(section))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		return matrix.Platform{}, fmt.Errorf("the vm configuration: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "custody-gate-vm-")
 	if err != nil {
 		return matrix.Platform{}, err
 	}
 	defer os.RemoveAll(dir)
-	v := cfg.VM
+	v := cfg.Config
 	b, err := vm.New(ctx, vm.Options{QEMU: v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
 		RuntimeDir: filepath.Join(dir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs})
 	if err != nil {

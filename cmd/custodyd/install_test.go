@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/custody-dev/custody/daemon"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -77,7 +77,7 @@ func TestMakeInstall(t *testing.T) {
 			}
 		}
 	}
-	cfg, err := daemon.LoadConfig(filepath.Join(dest, "etc/custody/custodyd.yaml"))
+	cfg, err := config.Load(filepath.Join(dest, "etc/custody/custodyd.yaml"))
 	if err != nil {
 		t.Fatalf("installed custodyd.yaml: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/custody-dev/custody/daemon"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/daemonflags"
 )
 
@@ -69,10 +70,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "custodyd:", err)
 		os.Exit(2)
 	}
-	if err := daemon.Run(ctx, opts.Config, log, svc); err != nil {
+	if err := run(ctx, opts.Config, log, svc); err != nil {
 		log.Error("custodyd stopped", "err", err)
 		stop()
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
+}
+
+func run(ctx context.Context, configPath string, log *slog.Logger, svc daemon.Service) error {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return err
+	}
+	return daemon.Run(ctx, *cfg, log, svc, backends(ctx, *cfg, log))
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -88,15 +89,16 @@ func New(t testing.TB, opts Options) *Daemon {
 		d.logLevel = "warn"
 	}
 	d.Control, d.Submit = api.NewClient(d.ControlSocket), api.NewClient(d.SubmitSocket)
-	Write(t, d.Config, fmt.Sprintf(`runner:
-  stateDir: %[1]s/state
-  runtimeDir: %[1]s/run
-  runtime: {path: %[2]s, version: %[3]q, sha256: %[4]s}
-policy: %[5]s
-controlSocket: %[6]s
-submitSocket: %[7]s
-operators: [0]
-`, dir, path, version, sha, d.Policy, d.ControlSocket, d.SubmitSocket)+opts.Config)
+	cfg := config.Config{
+		Runner: config.Runner{StateDir: filepath.Join(dir, "state"), RuntimeDir: filepath.Join(dir, "run"),
+			Runtime: config.Runtime{Path: path, Version: version, SHA256: sha}},
+		Policy: d.Policy, ControlSocket: d.ControlSocket, SubmitSocket: d.SubmitSocket, Operators: []uint32{0},
+	}
+	data, err := cfg.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	Write(t, d.Config, string(data)+opts.Config)
 	Write(t, d.Policy, "not yet: written once the image is imported\n")
 	t.Cleanup(func() {
 		d.Stop()

@@ -1,4 +1,4 @@
-package daemon
+package main
 
 import (
 	"context"
@@ -6,11 +6,39 @@ import (
 	"path/filepath"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/docker"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/daemon"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/workspace"
 )
+
+// backends are the concrete backends cfg names, wired for the daemon:
+// oci always, vm when configured, and the docker engine of packs.
+func backends(ctx context.Context, cfg config.Config, log *slog.Logger) daemon.Backends {
+	return daemon.Backends{
+		Phase: func(rc runner.Config, egress bool, log *slog.Logger) (runner.BackendFactory, []runner.BackendFactory) {
+			var more []runner.BackendFactory
+			if cfg.VM != nil {
+				more = append(more, vmBackend(ctx, rc, cfg.VM, log))
+			}
+			return ociBackend(rc, egress, log), more
+		},
+		PackEngine: packEngine,
+	}
+}
+
+// packEngine opens the docker engine cfg names for the pack lifecycle.
+func packEngine(ctx context.Context, cfg *config.DockerConfig, log *slog.Logger) (workspace.Engine, func() error, error) {
+	d, err := docker.Open(ctx, cfg.Host, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return docker.NewPacks(d, docker.ProbeOptions{Image: cfg.ProbeImage}), d.Close, nil
+}
 
 // ociBackend wires the pinned runc as the runner's backend: custodyd is
 // the only place that names a concrete backend. Containers run in a user
@@ -45,7 +73,7 @@ func ociBackend(cfg runner.Config, egress bool, log *slog.Logger) runner.Backend
 
 // vmBackend wires the microVM backend: bundles beside the oci ones, each
 // artifact pinned by the vm section of the config.
-func vmBackend(ctx context.Context, cfg runner.Config, v *VMConfig, log *slog.Logger) runner.BackendFactory {
+func vmBackend(ctx context.Context, cfg runner.Config, v *config.VMConfig, log *slog.Logger) runner.BackendFactory {
 	return func(func() *platform.Profile) (backend.Backend, error) {
 		// The guest's workload runs under the oci profile's filter.
 		filter, err := oci.CompileFilter()
