@@ -457,7 +457,7 @@ type PoolProfileStatus struct {
 // PoolProfiles reports each profile in force: its idle members, and its
 // backoff after failed preparations.
 func (r *Runner) PoolProfiles() []PoolProfileStatus {
-	quarantined := r.checkQuarantine() != nil // unknown is not ready either
+	quarantined := r.CheckQuarantine() != nil // unknown is not ready either
 	r.pool.mu.Lock()
 	defer r.pool.mu.Unlock()
 	out := []PoolProfileStatus{}
@@ -532,7 +532,7 @@ func (r *Runner) FillPool(ctx context.Context) error {
 		r.pool.mu.Unlock()
 		cancel()
 	}()
-	if err := r.checkQuarantine(); err != nil {
+	if err := r.CheckQuarantine(); err != nil {
 		r.pool.mu.Lock()
 		drained := r.pool.takeAll()
 		r.pool.mu.Unlock()
@@ -666,7 +666,7 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	if err != nil {
 		return nil, err
 	}
-	if err := r.journal.Begin(runID, poolGrantPrefix+p.Name, resources(es)...); err != nil {
+	if err := r.journal.Begin(runID, poolGrantPrefix+p.Name, JournalResources(es)...); err != nil {
 		return nil, fmt.Errorf("pool %s: journal the member: %w", p.Name, err)
 	}
 	rec := &recorder{j: r.journal, runID: runID}
@@ -674,7 +674,7 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	r.pool.mu.Lock()
 	outFiles := outputFiles(r.pool.pol, res)
 	r.pool.mu.Unlock()
-	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: sealedSpec(img.Sealed), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
+	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: SealedSpec(img.Sealed), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
 		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
 		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
 	h, err := pb.PrepareHeld(ctx, id, hs, rec)
@@ -742,10 +742,10 @@ func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail strin
 				failed = append(failed, s.Name+": "+s.Detail)
 			}
 		}
-		return r.residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
+		return r.Residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
 	}
 	if err := r.journal.Finish(m.runID, journal.Clean, detail, ""); err != nil {
-		return r.residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
+		return r.Residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
 	}
 	if unused {
 		r.pool.noteClean(m.runID)
@@ -982,29 +982,43 @@ func mismatch(pol *policy.Policy, pr policy.PoolProfile, plan *admission.Plan) *
 // then goes cold.
 var errPoolTake = errors.New("pooled sandbox not taken")
 
-// poolTakeError is a reserved member not taken, with the runner then
+// PoolTakeError is a reserved member not taken, with the runner then
 // quarantined (its teardown was not verified): no cold launch follows.
-type poolTakeError struct{ take, quarantine error }
+type PoolTakeError struct{ take, quarantine error }
 
-func (e *poolTakeError) Error() string {
+func (e *PoolTakeError) Error() string {
 	return fmt.Sprintf("%v; no cold launch: %v", e.take, e.quarantine)
 }
-func (e *poolTakeError) Unwrap() []error    { return []error{e.take, e.quarantine} }
-func (e *poolTakeError) StartStage() string { return "pool-take" }
+func (e *PoolTakeError) Unwrap() []error    { return []error{e.take, e.quarantine} }
+func (e *PoolTakeError) StartStage() string { return "pool-take" }
 
-// takePooled attaches the run to its reserved member. On failure the
-// member is destroyed (never served again) and the caller launches cold.
-func (r *Runner) takePooled(ctx context.Context, p *Prepared, s backend.Spec) (backend.Sandbox, error) {
-	l := p.Pooled
-	m := l.m
+// Take attaches run runID to its reserved member, with what s runs. On
+// failure the member is destroyed (never served again); the error is a
+// *PoolTakeError when its teardown was not verified (the runner is then
+// quarantined, and no cold launch may follow), else the caller launches
+// cold: the same containment, made for this run alone. A lease is taken
+// at most once.
+func (l *PoolLease) Take(ctx context.Context, s backend.Spec, runID string) (backend.Sandbox, error) {
+	r, m := l.r, l.m
 	l.m = nil
 	sb, err := m.held.Take(ctx, backend.Attachment{Args: s.Args, Env: s.Env, Cwd: s.Cwd, StopSignal: s.StopSignal, Inputs: s.Inputs})
 	if err != nil {
 		r.destroyMember(ctx, m, "it could not be attached: "+err.Error())
-		return nil, fmt.Errorf("%w: %v", errPoolTake, err)
+		err = fmt.Errorf("%w: %v", errPoolTake, err)
+		// A member whose teardown was not verified quarantined the
+		// runner: the cold launch is refused as any launch then is, and
+		// the grant, spent on the member, ends failed to start.
+		if qerr := r.CheckQuarantine(); qerr != nil {
+			return nil, &PoolTakeError{take: err, quarantine: qerr}
+		}
+		return nil, err
 	}
-	return &pooledSandbox{Sandbox: sb, r: r, m: m, run: p.RunID}, nil
+	return &pooledSandbox{Sandbox: sb, r: r, m: m, run: runID}, nil
 }
+
+// Held says whether the lease still holds its member (it was neither
+// taken nor released).
+func (l *PoolLease) Held() bool { return l != nil && l.m != nil }
 
 // pooledSandbox is a member serving one run: its cleanup closes the
 // member's attempt too.
@@ -1037,38 +1051,6 @@ func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 // the run's then follows.
 func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse, l *PoolLease) error {
 	return r.journal.BeginServing(runID, grantID, l.m.runID, use)
-}
-
-// prepareSandbox is the run's sandbox: its reserved pool member, taken
-// and attached, or a cold Prepare (also when the member cannot be taken:
-// the cold path is the same containment, made for this run alone).
-func (r *Runner) prepareSandbox(ctx context.Context, b backend.Backend, id string, p *Prepared, rec *recorder, res *Result) (backend.Sandbox, error) {
-	s := r.spec(p)
-	if p.Pooled != nil && p.Pooled.m != nil {
-		pm := p.Pooled.Member()
-		sb, err := r.takePooled(ctx, p, s)
-		if err == nil {
-			res.Pooled = &pm
-			return sb, nil
-		}
-		// A member whose teardown was not verified quarantined the
-		// runner: the cold launch is refused as any launch then is, and
-		// the grant, spent on the member, ends failed to start.
-		if qerr := r.checkQuarantine(); qerr != nil {
-			return nil, &poolTakeError{take: err, quarantine: qerr}
-		}
-		r.log.Warn("launching cold", "run", p.RunID, "err", err)
-		// The run's attempt was opened without intents; a cold launch
-		// records them before it creates anything.
-		es, err := b.Intents(id)
-		if err == nil {
-			err = rec.Intent(es...)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return b.Prepare(ctx, id, s, rec)
 }
 
 // PoolUsesImage says whether a pool profile in force, or a member still

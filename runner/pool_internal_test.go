@@ -12,7 +12,6 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
@@ -44,18 +43,6 @@ func (h *fakeHeld) Destroy(context.Context) backend.CleanupReport {
 	}
 	h.destroyed.Add(1)
 	return backend.CleanupReport{Verified: h.verified, Steps: []backend.CleanupStep{{Name: "fake", OK: h.verified}}}
-}
-
-// coldBackend records whether a cold Prepare was asked of it.
-type coldBackend struct {
-	backend.Backend
-	prepared bool
-}
-
-func (b *coldBackend) Intents(string) ([]backend.Resource, error) { return nil, nil }
-func (b *coldBackend) Prepare(context.Context, string, backend.Spec, backend.Recorder) (backend.Sandbox, error) {
-	b.prepared = true
-	return nil, errors.New("cold prepare (test)")
 }
 
 func poolRunner(t *testing.T) *Runner {
@@ -105,28 +92,30 @@ func TestReleaseKeepsThePoolToItsSize(t *testing.T) {
 
 // A member that cannot be taken sends the run cold; but when its
 // teardown was not verified (the runner is quarantined), no cold launch
-// follows and the run fails to start with the quarantine error.
+// follows and the run fails to start with the quarantine error. (The
+// launch goes cold exactly when Take's error is not a *PoolTakeError.)
 func TestFailedTakeOnAQuarantinedRunner(t *testing.T) {
 	for _, verified := range []bool{true, false} {
 		r := poolRunner(t)
 		p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
 		h := &fakeHeld{take: errors.New("attach failed (test)"), verified: verified}
-		prep := &Prepared{RunID: NewRunID(), Plan: &admission.Plan{}, Image: &image.Image{}, Pooled: &PoolLease{r: r, m: poolMember(t, r, p, h)}}
-		b := &coldBackend{}
-		rec := &recorder{j: r.journal, runID: prep.RunID, grantID: "grant", begin: true}
-		_, err := r.prepareSandbox(context.Background(), b, ContainerID(prep.RunID), prep, rec, &Result{})
+		lease := &PoolLease{r: r, m: poolMember(t, r, p, h)}
+		sb, err := lease.Take(context.Background(), backend.Spec{}, NewRunID())
 		if h.destroyed.Load() != 1 {
 			t.Fatalf("verified=%v: the member was destroyed %d times, want once", verified, h.destroyed.Load())
 		}
+		if sb != nil || lease.Held() || !errors.Is(err, errPoolTake) {
+			t.Fatalf("verified=%v: take gave %v, %v (lease held %v); want the take error and the lease spent", verified, sb, err, lease.Held())
+		}
+		var pt *PoolTakeError
 		if verified {
-			if !b.prepared {
-				t.Fatalf("verified teardown: no cold launch (%v)", err)
+			if errors.As(err, &pt) || errors.Is(err, ErrQuarantined) {
+				t.Fatalf("verified teardown: %v; want a cold launch to follow", err)
 			}
 			continue
 		}
-		var pt *poolTakeError
-		if b.prepared || !errors.Is(err, ErrQuarantined) || !errors.As(err, &pt) {
-			t.Fatalf("unverified teardown: cold prepare %v, err %v; want no cold launch and the quarantine error", b.prepared, err)
+		if !errors.Is(err, ErrQuarantined) || !errors.As(err, &pt) {
+			t.Fatalf("unverified teardown: err %v; want no cold launch and the quarantine error", err)
 		}
 	}
 }

@@ -306,11 +306,11 @@ func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 	}
 	served := lease.Member().Sandbox
 	prep.RunID = runner.NewRunID()
-	prep.GrantID, prep.Begun, prep.Pooled = "grant-pooled", true, lease
+	prep.GrantID = "grant-pooled"
 	if err := h.r.ConsumePooled(prep.RunID, prep.GrantID, store.GrantUse{At: time.Now(), RunID: prep.RunID, Actor: "test"}, lease); err != nil {
 		t.Fatal(err)
 	}
-	res, out := h.launch(ctx, prep)
+	res, out := h.launchSpent(ctx, prep, true, lease)
 	want(t, res, runner.StatusOK, out)
 	if res.Pooled == nil || res.Pooled.Sandbox != served {
 		t.Fatalf("the run was not served by the reserved member %s: %+v", served, res.Pooled)

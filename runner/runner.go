@@ -1,16 +1,16 @@
-// Package runner is the single flow of one phase: admit, snapshot inputs,
-// launch on a backend.Backend, take custody of the outputs, verify
-// cleanup, and quarantine the runner when cleanup cannot be verified. It
-// returns its own Result (the store's run record); it imports no concrete
-// backend and no wire type (custodyd wires the one and converts to the
-// other).
+// Package runner is the host a phase runs on: its content stores (images,
+// input snapshots, outputs, run logs), the store and journal, the
+// backends by name, the evidenced platform profile and its re-probe,
+// admission against them, the spend's journal records, quarantine and
+// recovery, and the warm pool. launch drives one phase through these
+// steps; the runner imports no concrete backend and no wire type (custodyd
+// wires the one and converts to the other).
 package runner
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -24,7 +24,6 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/journal"
@@ -266,6 +265,15 @@ func (r *Runner) ReprobeCgroups(ctx context.Context, cgroupNotes map[string]stri
 	return np, nil
 }
 
+// Log is the runner's logger.
+func (r *Runner) Log() *slog.Logger { return r.log }
+
+// Journal is the runner's journal of attempts.
+func (r *Runner) Journal() *journal.Journal { return r.journal }
+
+// Outputs is the runner's output store: what custody takes of each run.
+func (r *Runner) Outputs() *snapshot.Store { return r.outputs }
+
 // Images is the runner's image store.
 func (r *Runner) Images() *image.Store { return r.images }
 
@@ -282,7 +290,7 @@ func (r *Runner) ReleaseQuarantine() error {
 // Prepared is an admitted phase whose inputs are snapshotted: a change to
 // the host paths after this point cannot reach the run.
 type Prepared struct {
-	// RunID names the run; Launch picks a random one if it is empty.
+	// RunID names the run; a launch picks a random one if it is empty.
 	RunID string
 	// GrantID is journalled with the attempt.
 	GrantID string
@@ -290,31 +298,8 @@ type Prepared struct {
 	Image   *image.Image
 	// Inputs are the plan's inputs with their snapshot digests.
 	Inputs []admission.Input
-	// mounts are the snapshots as the sandbox binds them, one per input.
-	mounts []backend.Mount
-	// Record, if set, is called once cleanup is done with the final
-	// result; what it returns is stored as the run's record in the same
-	// durable transaction that closes the attempt's journal. Recorded
-	// says whether that happened: a launch refused before it began, or
-	// whose cleanup is residual, leaves the record to the caller.
-	Record   func(res *Result) ([]byte, error)
-	Recorded bool
-	// Begun says Consume opened the run's attempt with its intents; the
-	// launch then records them no second time.
-	Begun bool
-	// Egress is the run's restricted egress; nil is denied.
-	Egress *Egress
-	// Pooled is the warm-pool member reserved for the run (ConsumePooled
-	// opened its attempt with no intents); nil launches cold.
-	Pooled *PoolLease
-}
-
-// Egress is a run's restricted egress: what the sandbox gets, and what
-// its receipt records once it has run.
-type Egress struct {
-	Spec *backend.Egress
-	// Report returns what the proxy and broker decided so far.
-	Report func() *evidence.Egress
+	// Mounts are the snapshots as the sandbox binds them, one per input.
+	Mounts []backend.Mount
 }
 
 // Admit checks quarantine and computes the plan without mutating anything.
@@ -331,7 +316,7 @@ func (r *Runner) AdmitByPath(req *request.Phase, pol *policy.Policy) (*admission
 }
 
 func (r *Runner) admit(req *request.Phase, pol *policy.Policy, resolve func(string) (string, error)) (*admission.Plan, error) {
-	if err := r.checkQuarantine(); err != nil {
+	if err := r.CheckQuarantine(); err != nil {
 		return nil, err
 	}
 	img, imgErr := r.images.Get(req.Image)
@@ -378,7 +363,7 @@ func (r *Runner) Prepare(ctx context.Context, req *request.Phase, pol *policy.Po
 // Snapshot copies an admitted plan's inputs into the snapshot store. After
 // it, a change to the host paths cannot reach the run.
 func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared, error) {
-	if err := r.checkQuarantine(); err != nil {
+	if err := r.CheckQuarantine(); err != nil {
 		return nil, err
 	}
 	img, err := r.images.Get(plan.Image)
@@ -405,7 +390,7 @@ func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared,
 		}
 		budget -= snap.Tree.Bytes
 		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest, Writable: in.Writable})
-		p.mounts = append(p.mounts, backend.Mount{Source: snap.Path, Target: in.Target, Writable: in.Writable})
+		p.Mounts = append(p.Mounts, backend.Mount{Source: snap.Path, Target: in.Target, Writable: in.Writable})
 	}
 	return p, nil
 }
@@ -567,7 +552,9 @@ func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Ide
 	return ids, nil
 }
 
-func (r *Runner) checkQuarantine() error {
+// CheckQuarantine refuses work while the runner is quarantined (and when
+// the quarantine state cannot be read).
+func (r *Runner) CheckQuarantine() error {
 	q, err := r.db.Quarantine()
 	if err != nil {
 		return fmt.Errorf("read quarantine state (refusing): %w", err)
@@ -579,214 +566,10 @@ func (r *Runner) checkQuarantine() error {
 	return nil
 }
 
-// Launch runs a prepared phase to the end and returns its result. Every
-// launch yields a result, failed ones included; err is set only when the
-// run could not be attempted or its cleanup could not be verified. stdout
-// and stderr get what the run's spools keep, as it comes, and must not
-// block: a writer that waits on a client holds the workload's pipe (the
-// daemon's stream queues or drops instead).
-func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writer) (*Result, error) {
-	defer p.Pooled.Release() // a member left unattached goes back
-	res := r.newResult(p)
-	b, err := r.BackendNamed(p.Plan.Backend)
-	if err != nil {
-		Refuse(res, err)
-		if p.Begun {
-			r.Abandon(res.RunID, "refused before launch: "+err.Error())
-		}
-		return res, err
-	}
-	if err := r.checkQuarantine(); err != nil {
-		Refuse(res, err)
-		if p.Begun {
-			r.Abandon(res.RunID, "refused before launch: "+err.Error())
-		}
-		return res, err
-	}
-	// The snapshots need no second read here: Snapshot hashed exactly the
-	// bytes it wrote, and re-hashed any stored copy it reused.
-	// The attempt is journalled with the backend's first record, the intent
-	// of everything it may create, before anything is created. The verified
-	// removals are journalled with the attempt's final state.
-	rec := &recorder{j: r.journal, runID: res.RunID, grantID: p.GrantID, begin: !p.Begun, deferRemovals: true, steps: newSteps()}
-	id := ContainerID(res.RunID)
-	if !p.Begun {
-		// Not consumed with its intents (a launch without a grant): the
-		// intents open the attempt here, before anything is created.
-		es, err := b.Intents(id)
-		if err == nil {
-			err = rec.Intent(es...)
-		}
-		if err != nil {
-			Refuse(res, err)
-			r.afterCleanup(p, res, rec)
-			return res, err
-		}
-	}
-	c, err := r.prepareSandbox(ctx, b, id, p, rec, res)
-	rec.steps.mark("prepare")
-	if err != nil {
-		Refuse(res, err)
-		// A backend that made part of the sandbox and says at which stage
-		// it failed: the grant was spent on a run that failed to start.
-		var st interface{ StartStage() string }
-		if c != nil && errors.As(err, &st) {
-			res.Status, res.FailedStage = StatusFailedToStart, st.StartStage()
-		}
-		// A reserved member destroyed unverified: nothing of the run's is
-		// left, but its grant was spent on the member.
-		var pt *poolTakeError
-		if c == nil && errors.As(err, &pt) {
-			res.Status, res.FailedStage = StatusFailedToStart, pt.StartStage()
-		}
-		if c == nil {
-			// Refused before the backend made anything; the intents on
-			// record are checked gone like a recovery's.
-			r.Abandon(res.RunID, "refused before launch: "+err.Error())
-			return res, err
-		}
-		if c != nil {
-			res.Cleanup = cleanup(c.Cleanup(ctx))
-		}
-		// An unverified cleanup's quarantine is the error the caller
-		// must see, as after a run.
-		if qerr := r.afterCleanup(p, res, rec); qerr != nil {
-			return res, qerr
-		}
-		return res, err
-	}
-	ev := c.Evidence()
-	res.Backend = identityRecord(b.Identity())
-	res.Evidence = maps.Clone(ev)
-	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
-	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
-	// The workload's output goes through spools that never block, never
-	// straight to a caller that may stop reading: a full pipe would hold
-	// the workload, and a killed one, until cleanup cannot be verified.
-	// They keep the streams in the logs dir, opened only for a sandbox
-	// that will run.
-	sp := openSpools(stdout, stderr, r.logDir(), res.RunID, r.log)
-	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})
-	rec.steps.mark("exec")
-	// Digests a backend takes while the workload runs (the vm backend's
-	// output stream, as the host received it) join those of the launch.
-	maps.Copy(res.Evidence, c.Evidence())
-	sp.record(res)
-	rec.steps.mark("streams")
-	// Custody and cleanup finish even when the caller has gone: a
-	// cancelled run still gets its outputs recorded and its tree verified.
-	cancelled := ctx.Err() != nil
-	ctx = context.WithoutCancel(ctx)
-	if runErr == nil {
-		setExit(res, ex)
-		var left leftOut
-		limits := outputLimits(p.Plan)
-		limits.Leave = left.leave
-		out, err := r.takeOutput(ctx, c.Output(), limits)
-		if err != nil {
-			res.Status = StatusFailed
-			res.Error = fmt.Sprintf("output custody: %v", err)
-		} else {
-			res.Output = newOutput(out)
-			res.Output.LeftOut, res.Output.LeftOutTotal = left.list()
-		}
-		rec.steps.mark("output")
-	} else {
-		res.Status = StatusFailed
-		res.Error = runErr.Error()
-		res.Finished = time.Now().UTC()
-		// A failure before the workload started is no workload's exit.
-		var st interface{ StartStage() string }
-		switch {
-		case cancelled:
-			// The caller cancelled or went away before the workload began:
-			// that is a cancellation, not a sandbox that failed to start.
-			res.Status, res.ExitCode = StatusCancelled, -1
-		case errors.As(runErr, &st):
-			res.Status, res.ExitCode, res.FailedStage = StatusFailedToStart, -1, st.StartStage()
-		default:
-			// Failed once under way: what was observed, and the rest
-			// marked unobserved.
-			failedAfterStart(res, ex, runErr)
-		}
-	}
-	res.Cleanup = cleanup(c.Cleanup(ctx))
-	sp.wait()
-	rec.steps.mark("cleanup")
-	err = r.afterCleanup(p, res, rec)
-	rec.steps.log(r.log, res.RunID)
-	if err != nil {
-		return res, err
-	}
-	return res, runErr
-}
-
-// outputLimits bounds what custody takes from a run's output: its bytes,
-// its entries and the length of their paths, so that the receipt naming
-// every file stays within the envelope limit whatever the workload does.
-func outputLimits(p *admission.Plan) treehash.Options {
-	return treehash.Options{MaxBytes: p.OutputBytes, MaxEntries: int(p.OutputFiles), MaxPathBytes: admission.MaxOutputPathBytes}
-}
-
-// smallOutput is the size below which an output is first looked up in the
-// store by its digest: hashing it twice when it is new costs less than
-// staging a copy of one the store already holds (a phase's empty or tiny
-// output, repeated run after run).
-const smallOutput = 1 << 20
-
-// takeOutput moves a run's output into the output store.
-func (r *Runner) takeOutput(ctx context.Context, out backend.Output, limits treehash.Options) (*snapshot.Snapshot, error) {
-	if used, err := out.Used(); err == nil && used <= smallOutput {
-		snap, ok, err := r.outputs.Reuse(ctx, out.Dir(), limits)
-		if err != nil || ok {
-			return snap, err
-		}
-	}
-	return r.outputs.Take(ctx, out.Dir(), limits)
-}
-
-// afterCleanup closes the attempt's journal, and quarantines the runner
-// when cleanup was not verified.
-func (r *Runner) afterCleanup(p *Prepared, res *Result, rec *recorder) error {
-	removed := rec.removed
-	if rec.begin {
-		// The backend journalled nothing, so it created nothing; the
-		// attempt is still recorded.
-		if err := r.journal.Begin(res.RunID, rec.grantID); err != nil {
-			r.log.Error("journal attempt", "run", res.RunID, "err", err)
-		}
-	}
-	if res.Cleanup == nil || res.Cleanup.Verified {
-		var runs []store.RunRecord
-		if p.Record != nil {
-			v, err := p.Record(res)
-			rec.steps.mark("receipt")
-			if err != nil {
-				r.log.Error("run record", "run", res.RunID, "err", err)
-			} else {
-				runs = append(runs, store.RunRecord{ID: res.RunID, Value: v})
-			}
-		}
-		err := r.journal.FinishRecording(res.RunID, runs, journal.Clean, "", "", removed...)
-		rec.steps.mark("journal")
-		if err != nil {
-			return r.residual(res.RunID, fmt.Sprintf("cleanup looked verified but the journal disagrees: %v", err), removed...)
-		}
-		p.Recorded = len(runs) > 0
-		return nil
-	}
-	var failed []string
-	for _, s := range res.Cleanup.Steps {
-		if !s.OK {
-			failed = append(failed, s.Name+": "+s.Detail)
-		}
-	}
-	return r.residual(res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed), removed...)
-}
-
-// residual marks an attempt residual and quarantines the runner: it takes
-// no work until an operator recovers it.
-func (r *Runner) residual(runID, reason string, removed ...journal.Resource) error {
+// Residual marks an attempt residual and quarantines the runner: it takes
+// no work until an operator recovers it. The error it returns wraps
+// ErrQuarantined.
+func (r *Runner) Residual(runID, reason string, removed ...journal.Resource) error {
 	retry := "custody recover (operator), then custody quarantine release"
 	if err := r.journal.Finish(runID, journal.Residual, reason, retry, removed...); err != nil {
 		r.log.Error("journal residual", "run", runID, "err", err)
@@ -821,7 +604,7 @@ func (r *Runner) ConsumeFor(runID, grantID string, use store.GrantUse, backendNa
 	if err != nil {
 		return err
 	}
-	return r.journal.BeginConsuming(runID, grantID, use, resources(es)...)
+	return r.journal.BeginConsuming(runID, grantID, use, JournalResources(es)...)
 }
 
 // Abandon closes the attempt Consume opened for a launch that will not
@@ -834,10 +617,10 @@ func (r *Runner) Abandon(runID, reason string) error {
 		return err
 	}
 	if rep := r.backendOf(a.Resources).VerifyAbsent(ContainerID(runID), backendResources(a.Resources)); !rep.Verified {
-		return r.residual(runID, fmt.Sprintf("%s; and its intents are not verified gone: %v", reason, rep.Steps))
+		return r.Residual(runID, fmt.Sprintf("%s; and its intents are not verified gone: %v", reason, rep.Steps))
 	}
 	if err := r.journal.Finish(runID, journal.Clean, reason+"; nothing was created", "", a.Resources...); err != nil {
-		return r.residual(runID, err.Error())
+		return r.Residual(runID, err.Error())
 	}
 	return nil
 }
@@ -845,43 +628,25 @@ func (r *Runner) Abandon(runID, reason string) error {
 // ContainerID is the runtime container id of a run.
 func ContainerID(runID string) string { return "custody-" + runID }
 
-// recorder adapts the journal to the backend's Recorder for one run. With
-// deferRemovals it keeps the removals for the caller to journal with the
-// attempt's final state.
+// recorder adapts the journal to the backend's Recorder for one attempt
+// that is already journalled (a recovery's, a pool member's).
 type recorder struct {
 	j     *journal.Journal
 	runID string
-	// begin: the attempt is not journalled yet; the first Intent opens it.
-	begin         bool
-	grantID       string
-	deferRemovals bool
-	removed       []journal.Resource
-	steps         *steps // the launch's stage timings (nil: not timed)
 }
 
 func (r *recorder) Intent(es ...backend.Resource) error {
-	if r.begin {
-		if err := r.j.Begin(r.runID, r.grantID, resources(es)...); err != nil {
-			return err
-		}
-		r.begin = false
-		return nil
-	}
-	return r.j.Intent(r.runID, resources(es)...)
+	return r.j.Intent(r.runID, JournalResources(es)...)
 }
 func (r *recorder) Created(es ...backend.Resource) error {
-	return r.j.Created(r.runID, resources(es)...)
+	return r.j.Created(r.runID, JournalResources(es)...)
 }
 func (r *recorder) Removed(es ...backend.Resource) error {
-	if r.deferRemovals {
-		r.removed = append(r.removed, resources(es)...)
-		return nil
-	}
-	return r.j.Removed(r.runID, resources(es)...)
+	return r.j.Removed(r.runID, JournalResources(es)...)
 }
 
-// resources are a backend's records as the journal keeps them.
-func resources(es []backend.Resource) []journal.Resource {
+// JournalResources are a backend's records as the journal keeps them.
+func JournalResources(es []backend.Resource) []journal.Resource {
 	out := make([]journal.Resource, len(es))
 	for i, e := range es {
 		out[i] = journal.Resource{Kind: e.Kind, Name: e.Name, Identity: e.Identity}
@@ -898,50 +663,13 @@ func backendResources(rs []journal.Resource) []backend.Resource {
 	return out
 }
 
-// sealedSpec is an image's sealed file as the backend contract names it;
+// SealedSpec is an image's sealed file as the backend contract names it;
 // nil for an image this process has not verified sealed.
-func sealedSpec(s *image.Sealed) *backend.SealedImage {
+func SealedSpec(s *image.Sealed) *backend.SealedImage {
 	if s == nil {
 		return nil
 	}
 	return &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
-}
-
-// spec is the neutral launch spec of a prepared phase.
-func (r *Runner) spec(p *Prepared) backend.Spec {
-	env := make([]string, 0, len(p.Plan.Env))
-	for k, v := range p.Plan.Env {
-		env = append(env, k+"="+v)
-	}
-	slices.Sort(env)
-	s := backend.Spec{
-		Rootfs:      p.Image.Rootfs,
-		Sealed:      sealedSpec(p.Image.Sealed),
-		Args:        p.Plan.Command,
-		Env:         env,
-		Cwd:         p.Plan.Workdir,
-		Hostname:    "custody",
-		OutputPath:  p.Plan.OutputPath,
-		OutputBytes: p.Plan.OutputBytes,
-		OutputFiles: p.Plan.OutputFiles,
-		TmpBytes:    p.Plan.TmpBytes,
-		Memory:      p.Plan.Memory,
-		Pids:        p.Plan.Pids,
-		CPU:         p.Plan.CPU,
-		FileSize:    max(p.Plan.OutputBytes, p.Plan.TmpBytes),
-	}
-	if u := p.Plan.User; u != nil {
-		s.UID, s.GID = u.UID, u.GID
-	}
-	s.Nofile = p.Plan.Nofile
-	if p.Plan.StopSignal != "" {
-		s.StopSignal = unix.SignalNum(p.Plan.StopSignal)
-	}
-	s.Inputs = slices.Clone(p.mounts)
-	if p.Egress != nil {
-		s.Egress = p.Egress.Spec
-	}
-	return s
 }
 
 // NewRunID returns a fresh random run id.

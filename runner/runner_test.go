@@ -3,9 +3,9 @@ package runner_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -23,6 +23,7 @@ import (
 	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
@@ -132,8 +133,21 @@ func (h *harness) run(req *request.Phase) (*runner.Result, string) {
 
 func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*runner.Result, string) {
 	h.t.Helper()
+	return h.launchSpent(ctx, prep, false, nil)
+}
+
+// launchSpent is launch for a prep whose attempt the test opened as a
+// spend does (spent), taking the pool member lease reserved, if any.
+func (h *harness) launchSpent(ctx context.Context, prep *runner.Prepared, spent bool, lease *runner.PoolLease) (*runner.Result, string) {
+	h.t.Helper()
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	run := launch.Launch
+	if spent {
+		run = func(ctx context.Context, r *runner.Runner, p *runner.Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
+			return launch.LaunchSpent(ctx, r, p, lease, stdout, stderr)
+		}
+	}
+	res, err := run(ctx, h.r, prep, &out, &out)
 	if err != nil {
 		h.t.Fatalf("launch: %v\noutput: %s", err, out.String())
 	}
@@ -498,7 +512,7 @@ func TestCancelKillsTree(t *testing.T) {
 		}
 		return len(p), nil
 	})
-	res, err := h.r.Launch(ctx, prep, w, w)
+	res, err := launch.Launch(ctx, h.r, prep, w, w)
 	if err != nil {
 		t.Fatalf("launch: %v\noutput: %s", err, out.String())
 	}
@@ -521,17 +535,17 @@ func TestRunRecordWithFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep.Record = func(res *runner.Result) ([]byte, error) {
-		if res.Cleanup == nil || !res.Cleanup.Verified {
-			return nil, fmt.Errorf("asked for the record before cleanup was verified: %+v", res.Cleanup)
-		}
-		return json.Marshal(map[string]string{"status": string(res.Status)})
-	}
 	res, out := h.launch(ctx, prep)
 	want(t, res, runner.StatusOK, out)
-	var rec map[string]string
-	if err := h.db.GetRun(res.RunID, &rec); err != nil || !prep.Recorded || rec["status"] != string(runner.StatusOK) {
-		t.Fatalf("run record %v (%v), recorded %v", rec, err, prep.Recorded)
+	var rec launch.Record
+	if err := h.db.GetRun(res.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Status != runner.StatusOK {
+		t.Fatalf("run record %+v (%v)", rec, err)
+	}
+	if c := rec.Result.Cleanup; c == nil || !c.Verified {
+		t.Fatalf("the record was made before cleanup was verified: %+v", c)
+	}
+	if a := h.attempt(res.RunID); a.State != journal.Clean {
+		t.Fatalf("the attempt the record closed: %+v", a)
 	}
 }
 
@@ -550,7 +564,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	res, err = h.r.Launch(ctx, prep, &buf, &buf)
+	res, err = launch.Launch(ctx, h.r, prep, &buf, &buf)
 	if !errors.Is(err, oci.ErrRuntimeDigest) {
 		t.Fatalf("launch with a tampered runtime: err = %v, want ErrRuntimeDigest", err)
 	}
@@ -563,8 +577,8 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 	if err := h.r.Consume("tampered-1", "grant-t", store.GrantUse{At: time.Now().UTC(), RunID: "tampered-1"}); err != nil {
 		t.Fatal(err)
 	}
-	prep.RunID, prep.GrantID, prep.Begun = "tampered-1", "grant-t", true
-	if res, err := h.r.Launch(ctx, prep, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != runner.StatusRefused {
+	prep.RunID, prep.GrantID = "tampered-1", "grant-t"
+	if res, err := launch.LaunchSpent(ctx, h.r, prep, nil, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != runner.StatusRefused {
 		t.Fatalf("consumed launch with a tampered runtime: %v, %s", err, res.Status)
 	}
 	if a := h.attempt("tampered-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
@@ -638,10 +652,8 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		}
 		held <- nil
 	}()
-	recordAsked := false
-	prep.Record = func(*runner.Result) ([]byte, error) { recordAsked = true; return []byte(`{}`), nil }
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 	f := <-held
 	if f == nil {
 		t.Fatal("could not hold the output file open")
@@ -649,9 +661,11 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup.Verified {
 		t.Fatalf("busy output mount: err = %v, cleanup verified = %v; want quarantine", err, res.Cleanup.Verified)
 	}
-	// A residual attempt leaves the run record to the caller.
-	if recordAsked || prep.Recorded {
-		t.Fatalf("residual cleanup: record asked %v, recorded %v; want neither", recordAsked, prep.Recorded)
+	// A residual attempt leaves the run record to the caller: none is
+	// kept with it.
+	var rec launch.Record
+	if err := h.db.GetRun(res.RunID, &rec); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("residual cleanup: run record %+v (%v); want none kept with the attempt", rec, err)
 	}
 	// The next run is refused, before anything is created.
 	if _, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {
@@ -718,8 +732,8 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep.RunID, prep.GrantID, prep.Begun = "consumed-1", "grant-1", true
-	res, out := h.launch(ctx, prep)
+	prep.RunID, prep.GrantID = "consumed-1", "grant-1"
+	res, out := h.launchSpent(ctx, prep, true, nil)
 	want(t, res, runner.StatusOK, out)
 	if a := h.attempt("consumed-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
 		t.Fatalf("attempt after the launch: %+v", a)
@@ -874,7 +888,7 @@ func TestFailedToStart(t *testing.T) {
 	}
 	prep.Plan.Workdir = "/etc/passwd"
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 	if err == nil {
 		t.Fatal("a launch that cannot start returned no error")
 	}
@@ -889,7 +903,7 @@ func TestFailedToStart(t *testing.T) {
 		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
 	}
 	h.noLeftovers()
-	if rc := h.r.ReceiptFor(prep, res); rc.Exit.Status != "failed" || rc.Exit.Code != -1 {
+	if rc := launch.UnsignedReceipt(h.r, prep, res); rc.Exit.Status != "failed" || rc.Exit.Code != -1 {
 		t.Fatalf("receipt exit = %+v, want the published status failed with code -1", rc.Exit)
 	}
 	// The legitimate neighbour: the same phase, unchanged, runs.
@@ -982,7 +996,7 @@ func TestForeignMountUnderTheLaunchDir(t *testing.T) {
 		foreign <- ""
 	}()
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 	p := <-foreign
 	if p == "" {
 		t.Fatal("could not mount beneath the launch dir")
