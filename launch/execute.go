@@ -14,6 +14,7 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
@@ -140,7 +141,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 		}
 		// A reserved member destroyed unverified: nothing of the run's is
 		// left, but its grant was spent on the member.
-		var pt *runner.PoolTakeError
+		var pt *pool.TakeError
 		if c == nil && errors.As(err, &pt) {
 			res.Status, res.FailedStage = runner.StatusFailedToStart, pt.StartStage()
 		}
@@ -271,13 +272,13 @@ func (r *Run) close(ctx context.Context, res *runner.Result, st *steps) error {
 func (r *Run) prepareSandbox(ctx context.Context, b backend.Backend, id string, res *runner.Result) (backend.Sandbox, error) {
 	s := spec(r.prep, r.egress)
 	if r.lease.Held() {
-		pm := r.lease.Member()
+		m := r.lease.Member()
 		sb, err := r.lease.Take(ctx, s, r.a.runID)
 		if err == nil {
-			res.Pooled = &pm
+			res.Pooled = &runner.PoolMember{Profile: m.Profile, Sandbox: m.Sandbox, PreparedAt: m.PreparedAt}
 			return sb, nil
 		}
-		var pt *runner.PoolTakeError
+		var pt *pool.TakeError
 		if errors.As(err, &pt) {
 			return nil, err
 		}

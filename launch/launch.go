@@ -39,6 +39,7 @@ import (
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
@@ -940,7 +941,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	runID := runner.NewRunID()
 	// A plan that matches a pool profile exactly reserves a member before
 	// the grant is spent; the run's attempt then opens with no intents.
-	lease := r.ReservePooled(plan)
+	lease := r.Pool().Reserve(plan)
 	use := store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}
 	consume := func() error { return r.ConsumeFor(runID, p.ID, use, plan.Backend) }
 	if lease != nil {
@@ -1079,7 +1080,7 @@ type Run struct {
 	egress *Egress
 	// lease is the warm-pool member reserved for the run (its attempt
 	// opened with no intents); nil launches cold.
-	lease *runner.PoolLease
+	lease *pool.Lease
 	// grant, env and key are the grant the run spent, its envelope and
 	// the runner key that signs the receipt; nil for Launch's runs.
 	grant *grant.Grant
@@ -1181,11 +1182,11 @@ func Launch(ctx context.Context, h *runner.Runner, p *runner.Prepared, stdout, s
 // LaunchSpent is Launch for an attempt its caller opened as a spend does
 // (the host's ConsumeFor, or ConsumePooled with lease): p.RunID and
 // p.GrantID name it. For the host's own tests of the spend.
-func LaunchSpent(ctx context.Context, h *runner.Runner, p *runner.Prepared, lease *runner.PoolLease, stdout, stderr io.Writer) (*runner.Result, error) {
+func LaunchSpent(ctx context.Context, h *runner.Runner, p *runner.Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
 	return launchOn(ctx, h, p, &attempt{j: h.Journal(), runID: p.RunID, grantID: p.GrantID, state: open}, lease, stdout, stderr)
 }
 
-func launchOn(ctx context.Context, h *runner.Runner, p *runner.Prepared, a *attempt, lease *runner.PoolLease, stdout, stderr io.Writer) (*runner.Result, error) {
+func launchOn(ctx context.Context, h *runner.Runner, p *runner.Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
 	o := (&Run{h: h, log: h.Log(), prep: p, a: a, lease: lease}).Execute(ctx, 0, stdout, stderr)
 	return o.Result, o.Err
 }

@@ -33,7 +33,7 @@ type Recovery struct {
 func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 	// Idle pool members are live attempts of this runner: destroyed first,
 	// and none is made while recovery runs.
-	defer r.holdPool(ctx)()
+	defer r.pool.Hold(ctx)()
 	out := &Recovery{}
 	r.removeStaging()
 	unfinished, err := r.journal.Unfinished()
@@ -95,7 +95,7 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 	}
 	// Members closed clean by an earlier runner (or one from before the
 	// journal was pruned) are pruned like this runner's own.
-	if err := r.prunePoolJournal(); err != nil {
+	if err := r.pool.PruneJournal(); err != nil {
 		r.log.Warn("prune clean pool members", "err", err)
 	}
 	out.Foreign = r.foreign()

@@ -29,6 +29,7 @@ import (
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
@@ -65,11 +66,9 @@ type Runner struct {
 	probedAt     time.Time // guarded by reprobe
 	reprobeEvery time.Duration
 
-	// pool is the warm pool (pool.go); poolKeep, when set, is how many
-	// clean member attempts its journal keeps (a test's; else
-	// poolKeepClean).
-	pool     pool
-	poolKeep int
+	// pool is the warm pool: its members are this host's attempts, so
+	// recovery holds it and quarantine drains it.
+	pool *pool.Pool
 }
 
 // reprobeEvery is how often a profile with a failed host fact is probed
@@ -143,8 +142,18 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 		}
 		r.backends[b.Name()] = b
 	}
+	r.pool = r.newPool(0)
 	return r, nil
 }
+
+// newPool is an empty warm pool on this host; keepClean is how many clean
+// member attempts it keeps (0: its default).
+func (r *Runner) newPool(keepClean int) *pool.Pool {
+	return pool.New(pool.Config{Host: r, Journal: r.journal, Images: r.images, ContainerID: ContainerID, Log: r.log, KeepClean: keepClean})
+}
+
+// Pool is the host's warm pool.
+func (r *Runner) Pool() *pool.Pool { return r.pool }
 
 // ErrBackendNotConfigured is returned for a plan that names a backend the
 // runner does not have.
@@ -283,7 +292,7 @@ func (r *Runner) Quarantine() (*store.Quarantine, error) { return r.db.Quarantin
 // ReleaseQuarantine lifts the quarantine (operator action).
 func (r *Runner) ReleaseQuarantine() error {
 	err := r.db.ClearQuarantine()
-	r.pool.kick() // the pool refills at once, not at its next tick
+	r.pool.Kick() // the pool refills at once, not at its next tick
 	return err
 }
 
@@ -576,7 +585,7 @@ func (r *Runner) Residual(runID, reason string, removed ...journal.Resource) err
 	}
 	r.log.Error("quarantining runner", "run", runID, "reason", reason)
 	err := r.db.SetQuarantine(store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: runID})
-	r.pool.kick() // the pool's upkeep drains it now, not at its next tick
+	r.pool.Kick() // the pool's upkeep drains it now, not at its next tick
 	if err != nil {
 		return fmt.Errorf("%s; and quarantine could not be recorded: %w", reason, err)
 	}
@@ -623,6 +632,14 @@ func (r *Runner) Abandon(runID, reason string) error {
 		return r.Residual(runID, err.Error())
 	}
 	return nil
+}
+
+// ConsumePooled is Consume for a run that takes the member l reserved:
+// the run's attempt opens with no intents, since the member's attempt
+// holds everything that exists, and names the member, whose cleanup state
+// the run's then follows.
+func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse, l *pool.Lease) error {
+	return r.journal.BeginServing(runID, grantID, l.Member().Sandbox, use)
 }
 
 // ContainerID is the runtime container id of a run.

@@ -26,6 +26,7 @@ import (
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
@@ -138,7 +139,7 @@ func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*runner.Re
 
 // launchSpent is launch for a prep whose attempt the test opened as a
 // spend does (spent), taking the pool member lease reserved, if any.
-func (h *harness) launchSpent(ctx context.Context, prep *runner.Prepared, spent bool, lease *runner.PoolLease) (*runner.Result, string) {
+func (h *harness) launchSpent(ctx context.Context, prep *runner.Prepared, spent bool, lease *pool.Lease) (*runner.Result, string) {
 	h.t.Helper()
 	var out bytes.Buffer
 	run := launch.Launch
