@@ -321,7 +321,7 @@ func takeOutput(ctx context.Context, outputs *snapshot.Store, out backend.Output
 }
 
 // spec is the neutral launch spec of a prepared phase.
-func spec(p *runner.Prepared, eg *Egress) backend.Spec {
+func spec(p *Prepared, eg *Egress) backend.Spec {
 	env := make([]string, 0, len(p.Plan.Env))
 	for k, v := range p.Plan.Env {
 		env = append(env, k+"="+v)

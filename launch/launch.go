@@ -1,13 +1,16 @@
 // Package launch is the one path from a phase request to a signed receipt,
 // whoever calls it (custodyd's handlers are its only caller; they decode,
-// call and encode). Decide is admission as the dry run and the grant issue
-// both run it; Issue mints a grant bound to everything a launch re-derives;
-// Redeem verifies a grant, re-derives every value it binds, refuses on any
+// call and encode), and it owns every step of it: Decide is admission as
+// the dry run and the grant issue both run it; Issue mints a grant bound
+// to everything a launch re-derives; Redeem verifies a grant, re-derives
+// every value it binds (admission, the image, the inputs), refuses on any
 // difference before any mutation, then spends it in the transaction that
-// opens the run's journal attempt and snapshots the inputs; Run.Execute runs
-// the phase on the host's backend, takes custody of its outputs and signs
-// its receipt, recorded with the attempt's final state. The host (runner)
-// holds the stores, the backends and the quarantine these steps use.
+// opens the run's journal attempt and snapshots the inputs; Run.Execute
+// runs the phase on the host's backend (a warm-pool member or a cold
+// sandbox), takes custody of its outputs and streams, signs its receipt
+// and records the run with the attempt's final state. The host (package
+// runner) holds the stores, backends, journal and quarantine these steps
+// use.
 package launch
 
 import (
@@ -187,7 +190,7 @@ func laterInputs(req *request.Phase, resolvedAtRun []int) (map[int]bool, error) 
 // are admitted but not read.
 func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check, later map[int]bool) (*admission.Plan, []admission.Input, error) {
 	refused := refusedOf(first)
-	plan, err := l.cfg.Runner.Admit(req, pol)
+	plan, err := Admit(l.cfg.Runner, req, pol)
 	var re *admission.RefusedError
 	switch {
 	case errors.As(err, &re):
@@ -205,7 +208,7 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 		return nil, nil, &admission.RefusedError{Checks: refused}
 	}
 	if len(later) == 0 {
-		inputs, err := l.cfg.Runner.HashInputs(ctx, plan)
+		inputs, err := HashInputs(ctx, l.cfg.Runner, plan)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -220,7 +223,7 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 		}
 		read.Inputs = append(read.Inputs, in)
 	}
-	inputs, err := l.cfg.Runner.HashInputs(ctx, &read)
+	inputs, err := HashInputs(ctx, l.cfg.Runner, &read)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -754,7 +757,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	if err := r.VerifyImage(ctx, p.Image, req.BackendName()); err != nil {
 		return nil, grant.Refuse(grant.CodeImageChanged, "field image: %v", err)
 	}
-	plan, err := r.Admit(req, pol)
+	plan, err := Admit(r, req, pol)
 	if err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
 	}
@@ -771,7 +774,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
 	}
-	hashed, err := r.HashInputs(ctx, plan)
+	hashed, err := HashInputs(ctx, r, plan)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
 	}
@@ -966,7 +969,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 		}
 		return nil, err
 	}
-	prep, err := r.Snapshot(ctx, plan)
+	prep, err := snapshotInputs(ctx, r, plan)
 	if err != nil {
 		return abandon(err)
 	}
@@ -1074,7 +1077,7 @@ type Egress struct {
 type Run struct {
 	h    *runner.Runner
 	log  *slog.Logger
-	prep *runner.Prepared
+	prep *Prepared
 	a    *attempt
 	// egress is the run's restricted egress; nil is denied.
 	egress *Egress
@@ -1171,7 +1174,7 @@ func (r *Run) record(ctx context.Context, res *runner.Result) Record {
 // backend's first intent, and its record (kept with a clean close) has no
 // receipt. Benches and the host's own tests launch so; custodyd launches
 // only what Redeem spent.
-func Launch(ctx context.Context, h *runner.Runner, p *runner.Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
+func Launch(ctx context.Context, h *runner.Runner, p *Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
 	id := p.RunID
 	if id == "" {
 		id = runner.NewRunID()
@@ -1182,11 +1185,11 @@ func Launch(ctx context.Context, h *runner.Runner, p *runner.Prepared, stdout, s
 // LaunchSpent is Launch for an attempt its caller opened as a spend does
 // (the host's ConsumeFor, or ConsumePooled with lease): p.RunID and
 // p.GrantID name it. For the host's own tests of the spend.
-func LaunchSpent(ctx context.Context, h *runner.Runner, p *runner.Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
+func LaunchSpent(ctx context.Context, h *runner.Runner, p *Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
 	return launchOn(ctx, h, p, &attempt{j: h.Journal(), runID: p.RunID, grantID: p.GrantID, state: open}, lease, stdout, stderr)
 }
 
-func launchOn(ctx context.Context, h *runner.Runner, p *runner.Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
+func launchOn(ctx context.Context, h *runner.Runner, p *Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
 	o := (&Run{h: h, log: h.Log(), prep: p, a: a, lease: lease}).Execute(ctx, 0, stdout, stderr)
 	return o.Result, o.Err
 }

@@ -18,7 +18,7 @@ import (
 // observation the runner made, the egress it served (eg, nil when denied)
 // among them. receipt adds the grant and the runner identity and signs
 // it. Nothing in it is read back as authority.
-func predicate(h *runner.Runner, p *runner.Prepared, eg *Egress, res *runner.Result) evidence.Receipt {
+func predicate(h *runner.Runner, p *Prepared, eg *Egress, res *runner.Result) evidence.Receipt {
 	prof := h.Profile()
 	tier := evidence.TierProduction
 	if p.Plan.Unqualified {
@@ -194,6 +194,6 @@ func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error)
 // UnsignedReceipt is the receipt predicate of a run launched with no grant
 // and no egress, as far as Launch's result can fill it: for the host's
 // own tests of what a receipt says, since only a granted run is signed.
-func UnsignedReceipt(h *runner.Runner, p *runner.Prepared, res *runner.Result) evidence.Receipt {
+func UnsignedReceipt(h *runner.Runner, p *Prepared, res *runner.Result) evidence.Receipt {
 	return predicate(h, p, nil, res)
 }

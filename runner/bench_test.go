@@ -31,7 +31,7 @@ func BenchmarkTrivialPhase(b *testing.B) {
 		ctx := context.Background()
 		b.ResetTimer()
 		for b.Loop() {
-			prep, err := h.r.Prepare(ctx, req, h.policy)
+			prep, err := launch.Prepare(ctx, h.r, req, h.policy)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
@@ -282,7 +283,7 @@ func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 	h := newHarness(t)
 	runner.SetPoolKeepClean(h.r, 1)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo pooled"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo pooled"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,8 +37,8 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 	}
 	// failing prepares a phase whose image rootfs is gone by the time the
 	// backend mounts it: mountRootfs fails on its lower layer.
-	failing := func() *runner.Prepared {
-		prep, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	failing := func() *launch.Prepared {
+		prep, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy)
 		if err != nil {
 			t.Fatal(err)
 		}

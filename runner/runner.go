@@ -1,10 +1,11 @@
 // Package runner is the host a phase runs on: its content stores (images,
 // input snapshots, outputs, run logs), the store and journal, the
-// backends by name, the evidenced platform profile and its re-probe,
-// admission against them, the spend's journal records, quarantine and
-// recovery, and the warm pool. launch drives one phase through these
-// steps; the runner imports no concrete backend and no wire type (custodyd
-// wires the one and converts to the other).
+// backends by name, the evidenced platform profile and its re-probe, the
+// journal records of a grant's spend (consume, abandon, residual),
+// quarantine and recovery, and the warm pool it owns. launch drives each
+// phase through its steps over these; the runner imports no concrete
+// backend and no wire type (custodyd wires the one and converts to the
+// other).
 package runner
 
 import (
@@ -20,20 +21,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/platform"
-	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
-	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
-	"github.com/custody-dev/custody/treehash"
 )
 
 // ErrQuarantined means the runner takes no work until an operator recovers it.
@@ -43,7 +38,7 @@ var ErrQuarantined = errors.New("runner is quarantined")
 // names none: far above any ordinary account.
 var DefaultUserNS = IDRange{HostID: 1_000_000_000, Size: 65536}
 
-// Runner runs phases on this host.
+// Runner is this host, as the phases launched on it use it.
 type Runner struct {
 	cfg     Config
 	log     *slog.Logger
@@ -108,7 +103,7 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if r.inputs, err = snapshot.New(filepath.Join(cfg.StateDir, "snapshots")); err != nil {
 		return nil, err
 	}
-	if r.outputs, err = snapshot.New(r.outputsDir()); err != nil {
+	if r.outputs, err = snapshot.New(r.OutputsDir()); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(r.logDir(), 0o700); err != nil {
@@ -280,6 +275,9 @@ func (r *Runner) Log() *slog.Logger { return r.log }
 // Journal is the runner's journal of attempts.
 func (r *Runner) Journal() *journal.Journal { return r.journal }
 
+// Inputs is the runner's input snapshot store.
+func (r *Runner) Inputs() *snapshot.Store { return r.inputs }
+
 // Outputs is the runner's output store: what custody takes of each run.
 func (r *Runner) Outputs() *snapshot.Store { return r.outputs }
 
@@ -296,270 +294,9 @@ func (r *Runner) ReleaseQuarantine() error {
 	return err
 }
 
-// Prepared is an admitted phase whose inputs are snapshotted: a change to
-// the host paths after this point cannot reach the run.
-type Prepared struct {
-	// RunID names the run; a launch picks a random one if it is empty.
-	RunID string
-	// GrantID is journalled with the attempt.
-	GrantID string
-	Plan    *admission.Plan
-	Image   *image.Image
-	// Inputs are the plan's inputs with their snapshot digests.
-	Inputs []admission.Input
-	// Mounts are the snapshots as the sandbox binds them, one per input.
-	Mounts []backend.Mount
-}
-
-// Admit checks quarantine and computes the plan without mutating anything.
-func (r *Runner) Admit(req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
-	return r.admit(req, pol, filepath.EvalSymlinks)
-}
-
-// AdmitByPath is Admit without looking at any host path a request names:
-// verifier roots are matched on the policy's spelling alone. It is the
-// dry run a client that may not see those paths gets; what it cannot
-// check there, the grant issue does.
-func (r *Runner) AdmitByPath(req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
-	return r.admit(req, pol, nil)
-}
-
-func (r *Runner) admit(req *request.Phase, pol *policy.Policy, resolve func(string) (string, error)) (*admission.Plan, error) {
-	if err := r.CheckQuarantine(); err != nil {
-		return nil, err
-	}
-	img, imgErr := r.images.Get(req.Image)
-	if imgErr != nil && !errors.Is(imgErr, image.ErrNotFound) {
-		return nil, imgErr
-	}
-	b, err := r.BackendNamed(req.BackendName())
-	if err != nil {
-		b = r.backend // admission refuses the name, with its fix
-	}
-	caps := b.Capabilities()
-	facts := admission.Facts{Capabilities: &caps, ImagePresent: imgErr == nil, Backends: r.BackendNames(), Resolve: resolve}
-	if img != nil {
-		// What admission reads in the tree (users, the workdir) is read
-		// from what the backend will mount.
-		tree, done, err := r.images.Tree(img, caps.SealedImages)
-		if err != nil {
-			return nil, err
-		}
-		defer done()
-		facts.Image = &admission.ImageFacts{Manifest: img.Manifest, ConfigDigest: img.ConfigDigest,
-			Config: imageConfig(img.Config), Owned: len(img.IDs) > 0, Tree: tree}
-	}
-	return admission.Admit(req, pol, facts)
-}
-
-// imageConfig is an image's run defaults as admission takes them.
-func imageConfig(c *image.Config) admission.ImageConfig {
-	if c == nil {
-		return admission.ImageConfig{}
-	}
-	return admission.ImageConfig{Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, Entrypoint: c.Entrypoint, Cmd: c.Cmd, StopSignal: c.StopSignal}
-}
-
-// Prepare admits req under pol and snapshots its inputs.
-func (r *Runner) Prepare(ctx context.Context, req *request.Phase, pol *policy.Policy) (*Prepared, error) {
-	plan, err := r.Admit(req, pol)
-	if err != nil {
-		return nil, err
-	}
-	return r.Snapshot(ctx, plan)
-}
-
-// Snapshot copies an admitted plan's inputs into the snapshot store. After
-// it, a change to the host paths cannot reach the run.
-func (r *Runner) Snapshot(ctx context.Context, plan *admission.Plan) (*Prepared, error) {
-	if err := r.CheckQuarantine(); err != nil {
-		return nil, err
-	}
-	img, err := r.images.Get(plan.Image)
-	if err != nil {
-		return nil, err
-	}
-	p := &Prepared{Plan: plan, Image: img}
-	avoid, err := verifierIdentities(ctx, plan)
-	if err != nil {
-		return nil, err
-	}
-	budget := plan.InputBytes
-	for i, in := range plan.Inputs {
-		src, root, err := r.inputPath(i, in)
-		if err != nil {
-			return nil, err
-		}
-		snap, err := r.inputs.Take(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
-		if err != nil {
-			return nil, inputRefusal(i, err)
-		}
-		if err := sameOutput(i, in, snap.Digest); err != nil {
-			return nil, err
-		}
-		budget -= snap.Tree.Bytes
-		p.Inputs = append(p.Inputs, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: snap.Digest, Writable: in.Writable})
-		p.Mounts = append(p.Mounts, backend.Mount{Source: snap.Path, Target: in.Target, Writable: in.Writable})
-	}
-	return p, nil
-}
-
-// HashInputs digests a plan's inputs where they are, without copying or
-// writing anything: what a launch would snapshot, for checks that must
-// happen before any mutation.
-func (r *Runner) HashInputs(ctx context.Context, plan *admission.Plan) ([]admission.Input, error) {
-	var out []admission.Input
-	var need diskNeed
-	avoid, err := verifierIdentities(ctx, plan)
-	if err != nil {
-		return nil, err
-	}
-	budget := plan.InputBytes
-	for i, in := range plan.Inputs {
-		src, root, err := r.inputPath(i, in)
-		if err != nil {
-			return nil, err
-		}
-		tree, err := snapshot.Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
-		if err != nil {
-			return nil, inputRefusal(i, err)
-		}
-		if err := sameOutput(i, in, tree.Digest); err != nil {
-			return nil, err
-		}
-		budget -= tree.Bytes
-		out = append(out, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: tree.Digest})
-		if _, err := r.inputs.Get(tree.Digest); err != nil { // a stored copy is reused, not written
-			need.bytes += tree.Bytes
-			need.inodes += int64(len(tree.Entries)) + 2
-		}
-	}
-	if err := r.checkSpace(need); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// inputPath is where input i is read from, and the root it is reached
-// beneath: its host source below its policy root, or, for a retained
-// output named by digest, the runner's own stored copy below its output
-// store. Nothing the caller names is a path here.
-func (r *Runner) inputPath(i int, in admission.Input) (src, root string, err error) {
-	d, ok := in.OutputDigest()
-	if !ok {
-		return in.Source, in.Root, nil
-	}
-	snap, err := r.outputs.Get(d)
-	if err != nil {
-		code, fix := "input-output-unreadable", "an operator must check the runner's output store"
-		if errors.Is(err, snapshot.ErrNotFound) {
-			code, fix = "input-output-unknown", "name the output digest of a run on this runner whose output is still retained (custody result RUN), or run that stage again"
-		}
-		return "", "", &admission.RefusedError{Checks: []admission.Check{{
-			Requirement: fmt.Sprintf("inputs[%d].source", i), Verdict: admission.NotGranted, Code: code,
-			Detail: fmt.Sprintf("%s: %v", in.Source, err), Fix: fix,
-		}}}
-	}
-	return snap.Path, r.outputsDir(), nil
-}
-
-// OutputInput refuses input i if it names a retained output the store
-// does not hold; it reads nothing of the output (a dry run's check, with
-// no digest taken).
-func (r *Runner) OutputInput(i int, in admission.Input) error {
-	_, _, err := r.inputPath(i, in)
-	return err
-}
-
-// outputsDir is the runner's output store.
-func (r *Runner) outputsDir() string { return filepath.Join(r.cfg.StateDir, "outputs") }
-
-// sameOutput refuses a retained output whose stored copy no longer hashes
-// to the digest that names it.
-func sameOutput(i int, in admission.Input, got string) error {
-	if d, ok := in.OutputDigest(); ok && d != got {
-		return &admission.RefusedError{Checks: []admission.Check{{
-			Requirement: fmt.Sprintf("inputs[%d].source", i), Verdict: admission.NotGranted, Code: "input-output-corrupt",
-			Detail: fmt.Sprintf("the stored copy of output %s hashes to %s", d, got),
-			Fix:    "an operator must check the runner's output store; run the stage that produced it again",
-		}}}
-	}
-	return nil
-}
-
-// diskNeed is what a launch will write into the state dir's filesystem.
-type diskNeed struct{ bytes, inodes int64 }
-
-// spaceReserve is kept free on the state dir's filesystem beyond a launch's
-// snapshots: the store must still be able to record the run.
-const spaceReserve = 32 << 20
-
-// checkSpace refuses, before any grant is spent, a launch whose input
-// snapshots cannot fit on the state dir's filesystem: ENOSPC halfway
-// through a snapshot would otherwise be found only after consumption.
-func (r *Runner) checkSpace(need diskNeed) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(r.cfg.StateDir, &st); err != nil {
-		return fmt.Errorf("statfs the state dir: %w", err)
-	}
-	freeBytes := int64(st.Bavail) * st.Bsize
-	freeInodes := int64(st.Ffree)
-	if freeBytes >= need.bytes+spaceReserve && (st.Files == 0 || freeInodes >= need.inodes) {
-		return nil
-	}
-	return &admission.RefusedError{Checks: []admission.Check{{
-		Requirement: "inputs", Verdict: admission.Unsupported, Code: "state-disk-full",
-		Detail: fmt.Sprintf("the input snapshots need %d bytes and %d inodes (plus a %d-byte reserve) on the runner's state filesystem, which has %d bytes and %d inodes free",
-			need.bytes, need.inodes, spaceReserve, freeBytes, freeInodes),
-		Fix: "an operator must free space on custodyd's stateDir filesystem (custody prunes old outputs per retention), then retry",
-	}}}
-}
-
-// inputRefusal names why input i could not be read, with a fix that fits
-// the reason.
-func inputRefusal(i int, err error) error {
-	code, fix := "input-snapshot-failed", "make the input readable by the runner"
-	req := fmt.Sprintf("inputs[%d]", i)
-	switch {
-	case errors.Is(err, treehash.ErrAvoided):
-		req, code, fix = req+".source", "input-verifier-only", "take this input in the pipeline's verifier stage (verifier: true) only, or name a path holding no verifier material: a bind mount or hard link of a verifier root, or of anything in one, is that material"
-	case errors.Is(err, treehash.ErrSymlinkComponent):
-		code, fix = "input-symlink-component", "name the input by its real path below the policy's input root: custody never follows a symlink from the root to an input"
-	case errors.Is(err, treehash.ErrTooLarge):
-		code, fix = "input-too-large", "shrink the inputs, or an operator may raise ceilings.inputBytes"
-	case errors.Is(err, treehash.ErrUnsupported):
-		code, fix = "input-unsupported-file", "inputs hold only regular files, directories and symlinks (copied as links, never followed); remove devices, fifos and sockets, and make the input itself a file or directory"
-	}
-	return &admission.RefusedError{Checks: []admission.Check{{
-		Requirement: req, Verdict: admission.NotGranted, Code: code,
-		Detail: err.Error(), Fix: fix,
-	}}}
-}
-
-// verifierIdentities records, for a phase that is not a verifier phase,
-// the identity of everything under the policy's verifier roots, so that
-// its input walks refuse that material reached by another path (R8: it
-// never reaches generate, a build or an ordinary test). A root that cannot
-// be read whole refuses the inputs rather than leaving them unchecked.
-func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Identities, error) {
-	if len(plan.VerifierRoots) == 0 || len(plan.Inputs) == 0 {
-		return nil, nil
-	}
-	if plan.VerifierIdentities != nil {
-		return plan.VerifierIdentities, nil // collected before the spend
-	}
-	ids, err := treehash.IdentitiesOf(ctx, plan.VerifierRoots)
-	if cerr := ctx.Err(); err != nil && cerr != nil {
-		return nil, cerr // cancelled: not the roots' fault
-	}
-	if err != nil {
-		return nil, &admission.RefusedError{Checks: []admission.Check{{
-			Requirement: "policy.verifierRoots", Verdict: admission.NotGranted, Code: "verifier-roots-unreadable",
-			Detail: err.Error(), Fix: "an operator must make every verifier root a readable directory the runner can walk, or remove it from policy verifierRoots"}}}
-	}
-	plan.VerifierIdentities = ids
-	return ids, nil
-}
+// OutputsDir is where the output store keeps its trees: the root an
+// input naming a retained output is read beneath.
+func (r *Runner) OutputsDir() string { return filepath.Join(r.cfg.StateDir, "outputs") }
 
 // CheckQuarantine refuses work while the runner is quarantined (and when
 // the quarantine state cannot be read).
@@ -595,8 +332,8 @@ func (r *Runner) Residual(runID, reason string, removed ...journal.Resource) err
 // Consume uses grant grantID for run runID and opens the run's attempt
 // with the intent of everything its launch may create, in one durable
 // transaction: the grant is spent exactly when the attempt is on record.
-// The run's Prepared must then carry Begun; if the launch never comes,
-// Abandon closes the attempt. store.ErrConsumed and store.ErrRevoked say
+// The launch then journals no intent twice; if it never comes, Abandon
+// closes the attempt. store.ErrConsumed and store.ErrRevoked say
 // the grant cannot be used.
 func (r *Runner) Consume(runID, grantID string, use store.GrantUse) error {
 	return r.ConsumeFor(runID, grantID, use, "")

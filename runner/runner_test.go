@@ -125,26 +125,26 @@ func (h *harness) phase(script string) *request.Phase {
 func (h *harness) run(req *request.Phase) (*runner.Result, string) {
 	h.t.Helper()
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, req, h.policy)
+	prep, err := launch.Prepare(ctx, h.r, req, h.policy)
 	if err != nil {
 		h.t.Fatalf("prepare: %v", err)
 	}
 	return h.launch(ctx, prep)
 }
 
-func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*runner.Result, string) {
+func (h *harness) launch(ctx context.Context, prep *launch.Prepared) (*runner.Result, string) {
 	h.t.Helper()
 	return h.launchSpent(ctx, prep, false, nil)
 }
 
 // launchSpent is launch for a prep whose attempt the test opened as a
 // spend does (spent), taking the pool member lease reserved, if any.
-func (h *harness) launchSpent(ctx context.Context, prep *runner.Prepared, spent bool, lease *pool.Lease) (*runner.Result, string) {
+func (h *harness) launchSpent(ctx context.Context, prep *launch.Prepared, spent bool, lease *pool.Lease) (*runner.Result, string) {
 	h.t.Helper()
 	var out bytes.Buffer
 	run := launch.Launch
 	if spent {
-		run = func(ctx context.Context, r *runner.Runner, p *runner.Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
+		run = func(ctx context.Context, r *runner.Runner, p *launch.Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
 			return launch.LaunchSpent(ctx, r, p, lease, stdout, stderr)
 		}
 	}
@@ -287,7 +287,7 @@ func TestInputImmutability(t *testing.T) {
 		"if echo x > /bin/evil 2>/dev/null; then echo ROOTFS-WRITE-SUCCEEDED; fi; true")
 	req.Inputs = []request.Input{{Source: src, Target: "/in"}}
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, req, h.policy)
+	prep, err := launch.Prepare(ctx, h.r, req, h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestCancelKillsTree(t *testing.T) {
 	h := newHarness(t)
 	marker := fmt.Sprintf("%d", 50000+os.Getpid()%10000)
 	ctx, cancel := context.WithCancel(context.Background())
-	prep, err := h.r.Prepare(ctx, h.phase("setsid sh -c 'sleep "+marker+" &'; echo started; sleep "+marker), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("setsid sh -c 'sleep "+marker+" &'; echo started; sleep "+marker), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func TestCancelKillsTree(t *testing.T) {
 func TestRunRecordWithFinish(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo recorded"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo recorded"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,7 +560,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,7 +596,7 @@ func TestProductionRefusedOnHybridHost(t *testing.T) {
 	prof := h.r.Profile()
 	req := h.phase("echo SHOULD-NOT-RUN")
 	req.Tier = request.TierProduction
-	_, err := h.r.Prepare(context.Background(), req, h.policy)
+	_, err := launch.Prepare(context.Background(), h.r, req, h.policy)
 	if prof.Cgroup.Mode == "v2" && len(prof.Cgroup.V2Missing) == 0 {
 		t.Skip("NOT TESTED here: this host is a delegated cgroup v2 host, so production is supported")
 	}
@@ -622,7 +622,7 @@ func TestProductionRefusedOnHybridHost(t *testing.T) {
 func TestDevelopmentTierNeedsPolicy(t *testing.T) {
 	h := newHarness(t)
 	h.policy.Tiers.Development = false
-	_, err := h.r.Prepare(context.Background(), h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	_, err := launch.Prepare(context.Background(), h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy)
 	var re *admission.RefusedError
 	if !errors.As(err, &re) || re.Checks[0].Code != "tier-disabled" {
 		t.Fatalf("development tier without policy consent: err = %v, want tier-disabled", err)
@@ -632,7 +632,7 @@ func TestDevelopmentTierNeedsPolicy(t *testing.T) {
 func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo data > /out/held; sleep 2"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo data > /out/held; sleep 2"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -669,7 +669,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		t.Fatalf("residual cleanup: run record %+v (%v); want none kept with the attempt", rec, err)
 	}
 	// The next run is refused, before anything is created.
-	if _, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {
+	if _, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {
 		t.Fatalf("run on a quarantined runner: err = %v, want ErrQuarantined", err)
 	}
 	// The quarantine survives a restart.
@@ -729,7 +729,7 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 	if all, _ := h.r.Attempts(); len(all) != 1 {
 		t.Fatalf("a refused Consume opened an attempt: %+v", all)
 	}
-	prep, err := h.r.Prepare(ctx, h.phase("echo consumed"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo consumed"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,7 +840,7 @@ echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
 
 	// Root forbidden by policy: refused at admission, before anything.
 	h.policy.Users.ForbidRoot = true
-	if _, err := h.r.Admit(h.phase("true"), h.policy); err == nil || !strings.Contains(err.Error(), "root-forbidden") {
+	if _, err := launch.Admit(h.r, h.phase("true"), h.policy); err == nil || !strings.Contains(err.Error(), "root-forbidden") {
 		t.Fatalf("root under users.forbidRoot: %v", err)
 	}
 }
@@ -863,7 +863,7 @@ func TestAdmissionReadsTheImage(t *testing.T) {
 	} {
 		req := h.phase("true")
 		tc.modify(req)
-		if _, err := h.r.Admit(req, h.policy); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := launch.Admit(h.r, req, h.policy); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
 		}
 	}
@@ -883,7 +883,7 @@ func TestAdmissionReadsTheImage(t *testing.T) {
 func TestFailedToStart(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo never"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo never"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -939,7 +939,7 @@ func TestImageConfigDefaults(t *testing.T) {
 
 	req := h.phase("")
 	req.Image, req.Command = imported.Digest, nil
-	prep, err := h.r.Prepare(context.Background(), req, h.policy)
+	prep, err := launch.Prepare(context.Background(), h.r, req, h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -970,7 +970,7 @@ func TestImageConfigDefaults(t *testing.T) {
 func TestForeignMountUnderTheLaunchDir(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo started; sleep 2"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo started; sleep 2"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}

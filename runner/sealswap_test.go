@@ -30,12 +30,12 @@ import (
 func TestSealSwappedAfterVerify(t *testing.T) {
 	h, at := newHarnessMidPrepare(t)
 	ctx := context.Background()
-	prepare := func() *runner.Prepared {
+	prepare := func() *launch.Prepared {
 		t.Helper()
 		if err := h.r.VerifyImage(ctx, h.image, "oci"); err != nil {
 			t.Fatalf("verify: %v", err)
 		}
-		prep, err := h.r.Prepare(ctx, h.phase("/bin/busybox true && echo SEALED-RAN"), h.policy)
+		prep, err := launch.Prepare(ctx, h.r, h.phase("/bin/busybox true && echo SEALED-RAN"), h.policy)
 		if err != nil {
 			t.Fatal(err)
 		}
