@@ -143,7 +143,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.launching.RUnlock()
 	pr := peerOf(r)
-	run, err := s.l.Admit(ctx, in.Grant, launch.Peer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
+	run, err := s.l.Redeem(ctx, in.Grant, launch.Peer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
 	if err != nil {
 		s.log.Warn("run refused", logUID, owner, logVerdict, "refused", "err", err)
 		s.metrics.refused(err)

@@ -111,7 +111,7 @@ func (s *server) handleStatus(operator bool) http.HandlerFunc {
 		st := api.Status{
 			RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
 			RunnerPublicKey: string(s.runnerID.PublicPEM()), IssuerPublicKey: string(s.issuer.PublicPEM()),
-			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{}, Pool: wirePool(s.r.PoolProfiles()),
+			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{}, Pool: wirePool(s.r.Pool().Profiles()),
 		}
 		for id, a := range s.active {
 			if operator || a.owner == uid {
@@ -263,7 +263,7 @@ func (s *server) handleRemoveImage(w http.ResponseWriter, r *http.Request) {
 			"image %s is bound by live grant(s) %s; fix: revoke an unspent grant or wait until it expires, wait until a run ends (custody cancel RUN-ID --operator ends it, custody recover cleans up a residual one), then remove it", req.Digest, strings.Join(live, ", "))})
 		return
 	}
-	if s.r.PoolUsesImage(req.Digest) {
+	if s.r.Pool().UsesImage(req.Digest) {
 		writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf(
 			"image %s is the rootfs of a warm pool profile; fix: remove the profile from policy pool and reload (its sandboxes are drained), then remove it", req.Digest)})
 		return
@@ -286,7 +286,7 @@ func (s *server) handleRemoveImage(w http.ResponseWriter, r *http.Request) {
 func (s *server) handlePruneImages(w http.ResponseWriter, r *http.Request) {
 	out, err := s.r.Images().Prune(r.Context(), func(digest string) (bool, error) {
 		live, err := s.l.LiveGrants(digest)
-		return len(live) > 0 || s.r.PoolUsesImage(digest), err
+		return len(live) > 0 || s.r.Pool().UsesImage(digest), err
 	})
 	if err != nil {
 		writeError(w, err)

@@ -110,7 +110,7 @@ var (
 func (poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolHitsDesc; ch <- poolMissesDesc }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range c.s.r.PoolProfiles() {
+	for _, p := range c.s.r.Pool().Profiles() {
 		ch <- prometheus.MustNewConstMetric(poolHitsDesc, prometheus.CounterValue, float64(p.Hits), p.Name)
 		for field, n := range p.MissesByField {
 			ch <- prometheus.MustNewConstMetric(poolMissesDesc, prometheus.CounterValue, float64(n), p.Name, field)

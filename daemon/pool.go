@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/pool"
 )
 
 // poolTick is how often the warm pool's upkeep runs when nothing kicks
@@ -50,7 +50,7 @@ func (s *server) startPool(ctx context.Context) (stop func()) {
 			s.poolRound(ctx)
 			s.poolRounds.Add(1)
 			var ticks <-chan time.Time
-			if !s.r.PoolIdle() {
+			if !s.r.Pool().Idle() {
 				ticks = tick.C
 			}
 			select {
@@ -58,14 +58,14 @@ func (s *server) startPool(ctx context.Context) (stop func()) {
 				return
 			case <-ticks:
 			case <-s.poolWake.c():
-			case <-s.r.PoolKicks():
+			case <-s.r.Pool().Kicks():
 			}
 		}
 	}()
 	return func() {
 		cancel()
 		<-done
-		s.r.DrainPool(context.Background(), "custodyd stopped")
+		s.r.Pool().Drain(context.Background(), "custodyd stopped")
 	}
 }
 
@@ -74,17 +74,17 @@ func (s *server) startPool(ctx context.Context) (stop func()) {
 func (s *server) poolRound(ctx context.Context) {
 	pol, dig, err := s.currentPolicy()
 	if err != nil {
-		s.r.DrainPool(ctx, "no valid policy is loaded")
+		s.r.Pool().Drain(ctx, "no valid policy is loaded")
 		return
 	}
-	s.r.ConfigurePool(ctx, pol, dig)
-	if err := s.r.FillPool(ctx); err != nil && ctx.Err() == nil {
+	s.r.Pool().Configure(ctx, pol, dig)
+	if err := s.r.Pool().Fill(ctx); err != nil && ctx.Err() == nil {
 		s.log.Warn("warm pool", "err", err)
 	}
 }
 
 // wirePool is the pool's profiles as custody status shows them.
-func wirePool(ps []runner.PoolProfileStatus) []api.PoolProfile {
+func wirePool(ps []pool.ProfileStatus) []api.PoolProfile {
 	out := []api.PoolProfile{}
 	for _, p := range ps {
 		w := api.PoolProfile{Name: p.Name, Size: p.Size, Idle: p.Idle, State: p.State, Failures: p.Failures,

@@ -18,8 +18,8 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/predicate"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -49,9 +49,9 @@ func (d *daemon) withPool(size int, ttl string) {
 func (d *daemon) waitPool(n int) {
 	d.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for d.s.r.PoolStatus()["small"] != n {
+	for d.s.r.Pool().Status()["small"] != n {
 		if time.Now().After(deadline) {
-			d.t.Fatalf("pool holds %v, want %d", d.s.r.PoolStatus(), n)
+			d.t.Fatalf("pool holds %v, want %d", d.s.r.Pool().Status(), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -66,7 +66,7 @@ func (d *daemon) members() map[string]journal.Attempt {
 	}
 	out := map[string]journal.Attempt{}
 	for _, a := range as {
-		if runner.IsPoolMember(a) {
+		if pool.IsMember(a) {
 			out[a.RunID] = a
 		}
 	}
@@ -191,7 +191,7 @@ func TestPoolServesEachGrantItsOwnInputs(t *testing.T) {
 	if ptype, pooled := pooledOf(t, rcpt); ptype != predicate.ReceiptV3 || pooled != nil {
 		t.Fatalf("cold receipt: %s pooled %v, want v3 and no pooled", ptype, pooled)
 	}
-	if n := d.s.r.PoolStatus()["small"]; n != 2 {
+	if n := d.s.r.Pool().Status()["small"]; n != 2 {
 		t.Errorf("a cold launch took a pooled sandbox: %d left", n)
 	}
 }
@@ -265,7 +265,7 @@ func TestPoolDrains(t *testing.T) {
 		writeFile(t, runc, string(orig)+"\x00")
 		destroyedFor(old, "the runtime changed")
 		time.Sleep(1500 * time.Millisecond)
-		if n := d.s.r.PoolStatus()["small"]; n != 0 {
+		if n := d.s.r.Pool().Status()["small"]; n != 0 {
 			t.Fatalf("the pool holds %d members under a runtime that is not the pinned one", n)
 		}
 		writeFile(t, runc, string(orig))
@@ -278,7 +278,7 @@ func TestPoolDrains(t *testing.T) {
 		}
 		destroyedFor(old, "quarantined")
 		time.Sleep(1500 * time.Millisecond)
-		if n := d.s.r.PoolStatus()["small"]; n != 0 {
+		if n := d.s.r.Pool().Status()["small"]; n != 0 {
 			t.Fatalf("a quarantined runner keeps %d pooled sandboxes", n)
 		}
 		if err := d.s.db.ClearQuarantine(); err != nil {
@@ -310,8 +310,8 @@ func TestPoolProfileRefusedAtLoad(t *testing.T) {
 	if err == nil {
 		t.Fatal("a grant was issued under a refused policy")
 	}
-	if n := len(d.s.r.PoolStatus()); n != 0 {
-		t.Fatalf("a refused policy configured a pool: %v", d.s.r.PoolStatus())
+	if n := len(d.s.r.Pool().Status()); n != 0 {
+		t.Fatalf("a refused policy configured a pool: %v", d.s.r.Pool().Status())
 	}
 	d.withPool(1, "10m")
 	// The pooled sandboxes' rootfs is the image: removing or pruning it is
@@ -386,9 +386,9 @@ func TestPoolProfileUnmatchableRefusedAtLoad(t *testing.T) {
 			}
 			// Nothing fails open: under the refused policy the pool drains.
 			deadline := time.Now().Add(10 * time.Second)
-			for len(d.s.r.PoolStatus()) != 0 {
+			for len(d.s.r.Pool().Status()) != 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("a refused policy left a pool: %v", d.s.r.PoolStatus())
+					t.Fatalf("a refused policy left a pool: %v", d.s.r.Pool().Status())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -448,13 +448,13 @@ func TestPoolBackoffInStatus(t *testing.T) {
 			case "tiny":
 				tiny = p
 			case "small":
-				if p.State != runner.PoolReady || p.Failures != 0 || p.Idle != 1 {
+				if p.State != pool.Ready || p.Failures != 0 || p.Idle != 1 {
 					t.Fatalf("profile small: %+v; want ready", p)
 				}
 			}
 		}
 	}
-	if tiny.State != runner.PoolBackoff || tiny.LastError == "" || tiny.NextTry.Sub(tiny.LastFailure) != 2*time.Second {
+	if tiny.State != pool.Backoff || tiny.LastError == "" || tiny.NextTry.Sub(tiny.LastFailure) != 2*time.Second {
 		t.Fatalf("profile tiny: %+v; want backoff with its error and a next try 2 s after the second failure", tiny)
 	}
 	if q, err := d.control.Quarantine(context.Background()); err != nil || q.Quarantined {
@@ -620,15 +620,15 @@ func TestPoolStateWhileQuarantined(t *testing.T) {
 		}
 		return st.Pool[0].State
 	}
-	if got := state(); got != runner.PoolQuarantined {
-		t.Errorf("the pool of a quarantined runner is %q, want %q", got, runner.PoolQuarantined)
+	if got := state(); got != pool.Quarantined {
+		t.Errorf("the pool of a quarantined runner is %q, want %q", got, pool.Quarantined)
 	}
 	f.Close()
 	if err := d.control.ReleaseQuarantine(ctx); err != nil {
 		t.Fatalf("release: %v", err)
 	}
 	d.waitPool(1)
-	if got := state(); got != runner.PoolReady {
+	if got := state(); got != pool.Ready {
 		t.Errorf("the pool after the release is %q, want ready", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/retention"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
@@ -258,7 +259,7 @@ func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
 	}
 	for _, a := range rec.Attempts {
 		var existing launch.Record
-		if s.db.GetRun(a.RunID, &existing) == nil || runner.IsPoolMember(a) {
+		if s.db.GetRun(a.RunID, &existing) == nil || pool.IsMember(a) {
 			continue // a pool member ran no workload: it has no run
 		}
 		res := &runner.Result{RunID: a.RunID, GrantID: a.GrantID, Status: runner.StatusFailed, ExitCode: -1,
@@ -280,7 +281,7 @@ func (s *server) reloadPolicy() api.PolicyStatus {
 	pol, dig, err := readPolicy(s.cfg.Policy)
 	if err == nil {
 		// A pool profile this runner cannot serve refuses the policy.
-		err = s.r.CheckPool(pol)
+		err = s.r.Pool().Check(pol)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,20 +1,21 @@
 // Package launch is the one path from a phase request to a signed receipt,
 // whoever calls it (custodyd's handlers are its only caller; they decode,
-// call and encode). Decide is admission as the dry run and the grant issue
-// both run it; Issue mints a grant bound to everything a launch re-derives;
-// Admit verifies a grant, re-derives every value it binds, refuses on any
+// call and encode), and it owns every step of it: Decide is admission as
+// the dry run and the grant issue both run it; Issue mints a grant bound
+// to everything a launch re-derives; Redeem verifies a grant, re-derives
+// every value it binds (admission, the image, the inputs), refuses on any
 // difference before any mutation, then spends it in the transaction that
-// opens the run's journal attempt and snapshots the inputs; Run.Execute runs
-// the phase on the runner's backend, takes its outputs and signs its
-// receipt, recorded with the attempt's final state.
+// opens the run's journal attempt and snapshots the inputs; Run.Execute
+// runs the phase on the host's backend (a warm-pool member or a cold
+// sandbox), takes custody of its outputs and streams, signs its receipt
+// and records the run with the attempt's final state. The host (package
+// runner) holds the stores, backends, journal and quarantine these steps
+// use.
 package launch
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,7 @@ import (
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
@@ -188,7 +190,7 @@ func laterInputs(req *request.Phase, resolvedAtRun []int) (map[int]bool, error) 
 // are admitted but not read.
 func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check, later map[int]bool) (*admission.Plan, []admission.Input, error) {
 	refused := refusedOf(first)
-	plan, err := l.cfg.Runner.Admit(req, pol)
+	plan, err := Admit(l.cfg.Runner, req, pol)
 	var re *admission.RefusedError
 	switch {
 	case errors.As(err, &re):
@@ -206,7 +208,7 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 		return nil, nil, &admission.RefusedError{Checks: refused}
 	}
 	if len(later) == 0 {
-		inputs, err := l.cfg.Runner.HashInputs(ctx, plan)
+		inputs, err := HashInputs(ctx, l.cfg.Runner, plan)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -221,7 +223,7 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 		}
 		read.Inputs = append(read.Inputs, in)
 	}
-	inputs, err := l.cfg.Runner.HashInputs(ctx, &read)
+	inputs, err := HashInputs(ctx, l.cfg.Runner, &read)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -707,11 +709,12 @@ type Peer struct {
 	Known    bool
 }
 
-// Admit verifies a grant submitted by from and re-derives each value it
-// binds. Every refusal happens before the grant is spent or anything is
-// created, except the final snapshot comparison, which follows the spend
-// because taking a snapshot writes; a refusal there closes the attempt.
-func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, error) {
+// Redeem verifies a grant submitted by from, re-derives each value it
+// binds and spends it. Every refusal happens before the grant is spent or
+// anything is created, except the final snapshot comparison, which follows
+// the spend because taking a snapshot writes; a refusal there closes the
+// attempt.
+func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, error) {
 	pol, polDig, err := l.cfg.Policy()
 	if err != nil {
 		return nil, err
@@ -754,7 +757,7 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	if err := r.VerifyImage(ctx, p.Image, req.BackendName()); err != nil {
 		return nil, grant.Refuse(grant.CodeImageChanged, "field image: %v", err)
 	}
-	plan, err := r.Admit(req, pol)
+	plan, err := Admit(r, req, pol)
 	if err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
 	}
@@ -771,7 +774,7 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
 	}
-	hashed, err := r.HashInputs(ctx, plan)
+	hashed, err := HashInputs(ctx, r, plan)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
 	}
@@ -789,7 +792,7 @@ func (l *Launcher) Admit(ctx context.Context, env []byte, from Peer) (*Run, erro
 // credential's secret now, before the grant is spent: a secret that cannot
 // be read refuses the launch before anything is created. Nil for a run
 // with denied egress and no credentials.
-func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admission.Plan) (*runner.Egress, error) {
+func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admission.Plan) (*Egress, error) {
 	if plan.Network != request.NetworkEgress && len(req.Credentials) == 0 {
 		return nil, nil
 	}
@@ -852,7 +855,7 @@ func (l *Launcher) egressFor(pol *policy.Policy, req *request.Phase, plan *admis
 	if err != nil {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, err)
 	}
-	return &runner.Egress{
+	return &Egress{
 		Spec: &backend.Egress{Allow: allow.Entries(), Credentials: slices.Clone(req.Credentials), Env: p.SandboxEnv(), CACert: p.CACert(), Attach: p.Attach},
 		Report: func() *evidence.Egress {
 			// The sandbox is gone; its last connections are closing.
@@ -936,12 +939,12 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 // spend consumes the grant in one durable transaction, before any
 // mutation, that also opens the run's journal attempt with everything it
 // may create; then it snapshots the inputs and checks them once more.
-func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *runner.Egress) (*Run, error) {
+func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := runner.NewRunID()
 	// A plan that matches a pool profile exactly reserves a member before
 	// the grant is spent; the run's attempt then opens with no intents.
-	lease := r.ReservePooled(plan)
+	lease := r.Pool().Reserve(plan)
 	use := store.GrantUse{At: l.cfg.Now().UTC(), RunID: runID, Actor: p.Actor}
 	consume := func() error { return r.ConsumeFor(runID, p.ID, use, plan.Backend) }
 	if lease != nil {
@@ -966,7 +969,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 		}
 		return nil, err
 	}
-	prep, err := r.Snapshot(ctx, plan)
+	prep, err := snapshotInputs(ctx, r, plan)
 	if err != nil {
 		return abandon(err)
 	}
@@ -974,8 +977,10 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	if err := sameInputs(p.Inputs, grantInputs(prep.Inputs)); err != nil {
 		return abandon(err)
 	}
-	prep.RunID, prep.GrantID, prep.Begun, prep.Egress, prep.Pooled = runID, p.ID, true, eg, lease
-	return &Run{l: l, prep: prep, grant: g, env: env}, nil
+	prep.RunID, prep.GrantID = runID, p.ID
+	return &Run{h: r, log: l.cfg.Log, store: l.cfg.Store, prep: prep, egress: eg, lease: lease,
+		a:     &attempt{j: r.Journal(), runID: runID, grantID: p.ID, state: open},
+		grant: g, env: env, key: l.cfg.RunnerKey}, nil
 }
 
 // samePlan compares what admission decides now with what the grant bound.
@@ -1059,17 +1064,40 @@ func sameInputs(bound grant.Inputs, now []grant.Input) error {
 	return nil
 }
 
-// Run is an admitted launch: its grant is spent and its attempt open.
-// Execute it exactly once.
+// Egress is a run's restricted egress: what the sandbox gets, and what
+// its receipt records once it has run.
+type Egress struct {
+	Spec *backend.Egress
+	// Report returns what the proxy and broker decided so far.
+	Report func() *evidence.Egress
+}
+
+// Run is a launch whose attempt is open: Redeem spent its grant (or, for
+// Launch, it has none). Execute it exactly once.
 type Run struct {
-	l     *Launcher
-	prep  *runner.Prepared
+	h    *runner.Runner
+	log  *slog.Logger
+	prep *Prepared
+	a    *attempt
+	// egress is the run's restricted egress; nil is denied.
+	egress *Egress
+	// lease is the warm-pool member reserved for the run (its attempt
+	// opened with no intents); nil launches cold.
+	lease *pool.Lease
+	// grant, env and key are the grant the run spent, its envelope and
+	// the runner key that signs the receipt; nil for Launch's runs.
 	grant *grant.Grant
 	env   []byte
+	key   *keys.Signer
+	// store keeps a record the attempt's close did not (nil: none kept).
+	store *store.DB
+	// rec is the run's record, once made (see record).
+	rec   *Record
+	owner uint32
 }
 
 // ID is the run's id.
-func (r *Run) ID() string { return r.prep.RunID }
+func (r *Run) ID() string { return r.a.runID }
 
 // Grant is the grant the run spent.
 func (r *Run) Grant() *grant.Grant { return r.grant }
@@ -1106,66 +1134,62 @@ type Outcome struct {
 // Execute runs the phase with its streams going to stdout and stderr
 // (writers that must not block for long), signs the receipt of every run
 // that launched, and records the run for owner in the transaction that
-// closes its journal attempt (or, when cleanup is residual, after).
+// closes its journal attempt (or, when cleanup is residual or the launch
+// was refused, after).
 func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Writer) Outcome {
-	l, prep, g := r.l, r.prep, r.grant
-	var rcpt *Receipt
-	var rcptErr string
-	finalized := false
-	finalize := func(res *runner.Result) {
-		if finalized {
-			return
-		}
-		finalized = true
-		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
-		// Every run that launched gets a signed receipt, failed ones too.
-		if res.Status != runner.StatusRefused {
-			var err error
-			if rcpt, err = r.receipt(context.WithoutCancel(ctx), res); err != nil {
-				l.cfg.Log.Error("sign receipt", "run", prep.RunID, "err", err)
-				rcptErr = "signing failed: " + err.Error()
-			}
+	r.owner = owner
+	res, err := r.execute(ctx, stdout, stderr)
+	rec := r.record(ctx, res)
+	if r.a.state != recorded && r.store != nil {
+		if perr := r.store.PutRun(r.a.runID, rec); perr != nil {
+			r.log.Error("record run", "run", r.a.runID, "err", perr)
 		}
 	}
-	record := func(res *runner.Result) Record {
-		return Record{Owner: owner, Result: res, Receipt: rcpt, ReceiptError: rcptErr}
-	}
-	prep.Record = func(res *runner.Result) ([]byte, error) {
-		finalize(res)
-		return record(res).encode()
-	}
-	res, err := l.cfg.Runner.Launch(ctx, prep, stdout, stderr)
-	if res != nil {
-		finalize(res)
-		if !prep.Recorded {
-			if perr := l.cfg.Store.PutRun(prep.RunID, record(res)); perr != nil {
-				l.cfg.Log.Error("record run", "run", prep.RunID, "err", perr)
-			}
-		}
-	}
-	return Outcome{Result: res, Receipt: rcpt, Err: err}
+	return Outcome{Result: res, Receipt: rec.Receipt, Err: err}
 }
 
-// receipt signs the run's receipt with the runner identity key.
-func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error) {
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, r.env); err != nil {
-		return nil, err
+// record is the run's record from its final result, made once: for a
+// granted run that launched, with its signed receipt (failed runs too),
+// or why it has none.
+func (r *Run) record(ctx context.Context, res *runner.Result) Record {
+	if r.rec != nil {
+		return *r.rec
 	}
-	sum := sha256.Sum256(compact.Bytes())
-	g, key := r.grant, r.l.cfg.RunnerKey
-	rc := r.l.cfg.Runner.ReceiptFor(r.prep, res)
-	rc.Runner = evidence.Identity{ID: key.ID()}
-	rc.Grant = evidence.GrantRef{ID: g.Predicate.ID, EnvelopeSHA256: hex.EncodeToString(sum[:]),
-		IssuerID: g.IssuerKeyID, Envelope: compact.Bytes()}
-	rc.Phase = evidence.PhaseRef{Name: strings.TrimPrefix(g.SubjectName, "phase/"), Stage: g.Predicate.Stage, Digest: g.SubjectDigest}
-	signed, err := evidence.SignReceipt(ctx, key, rc)
-	if err != nil {
-		return nil, err
+	r.rec = &Record{Owner: r.owner, Result: res}
+	if g := r.grant; g != nil {
+		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
+		if res.Status != runner.StatusRefused {
+			rc, err := r.receipt(context.WithoutCancel(ctx), res)
+			if err != nil {
+				r.log.Error("sign receipt", "run", r.a.runID, "err", err)
+				r.rec.ReceiptError = "signing failed: " + err.Error()
+			}
+			r.rec.Receipt = rc
+		}
 	}
-	bundle, err := evidence.BundleCompact(signed, key.ID())
-	if err != nil {
-		return nil, err
+	return *r.rec
+}
+
+// Launch runs a prepared phase with no grant: its attempt opens with the
+// backend's first intent, and its record (kept with a clean close) has no
+// receipt. Benches and the host's own tests launch so; custodyd launches
+// only what Redeem spent.
+func Launch(ctx context.Context, h *runner.Runner, p *Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
+	id := p.RunID
+	if id == "" {
+		id = runner.NewRunID()
 	}
-	return &Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
+	return launchOn(ctx, h, p, &attempt{j: h.Journal(), runID: id, grantID: p.GrantID, state: unopened}, nil, stdout, stderr)
+}
+
+// LaunchSpent is Launch for an attempt its caller opened as a spend does
+// (the host's ConsumeFor, or ConsumePooled with lease): p.RunID and
+// p.GrantID name it. For the host's own tests of the spend.
+func LaunchSpent(ctx context.Context, h *runner.Runner, p *Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
+	return launchOn(ctx, h, p, &attempt{j: h.Journal(), runID: p.RunID, grantID: p.GrantID, state: open}, lease, stdout, stderr)
+}
+
+func launchOn(ctx context.Context, h *runner.Runner, p *Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
+	o := (&Run{h: h, log: h.Log(), prep: p, a: a, lease: lease}).Execute(ctx, 0, stdout, stderr)
+	return o.Result, o.Err
 }

@@ -80,7 +80,7 @@ func (l *Launcher) Preview(ctx context.Context, req *request.Phase, who Asker, r
 	if actor != "" {
 		refused = refusedOf(actorChecks(pol, req, actor))
 	}
-	plan, err := l.cfg.Runner.AdmitByPath(req, pol)
+	plan, err := admitByPath(l.cfg.Runner, req, pol)
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
 		refused = append(refused, re.Checks...)
@@ -116,7 +116,7 @@ func (l *Launcher) Preview(ctx context.Context, req *request.Phase, who Asker, r
 			// The runner's own store, not a host path: an output it does
 			// not hold is refused now, as at issue.
 			var re *admission.RefusedError
-			if err := l.cfg.Runner.OutputInput(i, in); errors.As(err, &re) {
+			if err := outputInput(l.cfg.Runner, i, in); errors.As(err, &re) {
 				refused = append(refused, re.Checks...)
 			} else if err != nil {
 				return nil, err

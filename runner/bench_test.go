@@ -12,6 +12,7 @@ import (
 
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
 )
 
@@ -30,11 +31,11 @@ func BenchmarkTrivialPhase(b *testing.B) {
 		ctx := context.Background()
 		b.ResetTimer()
 		for b.Loop() {
-			prep, err := h.r.Prepare(ctx, req, h.policy)
+			prep, err := launch.Prepare(ctx, h.r, req, h.policy)
 			if err != nil {
 				b.Fatal(err)
 			}
-			res, err := h.r.Launch(ctx, prep, io.Discard, io.Discard)
+			res, err := launch.Launch(ctx, h.r, prep, io.Discard, io.Discard)
 			if err != nil || res.Status != "ok" {
 				b.Fatalf("launch: %v %+v", err, res)
 			}

@@ -10,4 +10,4 @@ func SetReprobeEvery(r *Runner, d time.Duration) {
 }
 
 // SetPoolKeepClean lets a test prune pool members beyond n clean ones.
-func SetPoolKeepClean(r *Runner, n int) { r.poolKeep = n }
+func SetPoolKeepClean(r *Runner, n int) { r.pool = r.newPool(n) }

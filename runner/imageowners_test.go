@@ -15,6 +15,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/runner"
@@ -43,7 +44,7 @@ func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 			h.policy.Images = append(h.policy.Images, policy.Image{Digest: img.Digest, Name: "owned"})
 			req := h.phase(`stat -c '%u:%g' /home/u`)
 			req.Image = img.Digest
-			_, err = h.r.Admit(req, h.policy)
+			_, err = launch.Admit(h.r, req, h.policy)
 			if userns {
 				if err != nil {
 					t.Fatalf("admit with a user namespace: %v", err)
@@ -171,7 +172,7 @@ func TestIdmapProbedAtStart(t *testing.T) {
 			h := &harness{t: t, r: r, db: db, cfg: cfg, image: plain.Digest, policy: &pol}
 			req := h.phase(`stat -c '%u:%g' /home/u`)
 			req.Image = img.Digest
-			_, err = r.Admit(req, h.policy)
+			_, err = launch.Admit(r, req, h.policy)
 			if !forced {
 				if err != nil {
 					t.Fatalf("admit where the kernel idmaps: %v", err)

@@ -11,7 +11,9 @@ import (
 
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
@@ -40,7 +42,7 @@ func (h *harness) members() map[journal.State][]journal.Attempt {
 	}
 	out := map[journal.State][]journal.Attempt{}
 	for _, a := range as {
-		if runner.IsPoolMember(a) {
+		if pool.IsMember(a) {
 			out[a.State] = append(out[a.State], a)
 		}
 	}
@@ -57,12 +59,12 @@ func TestPoolPrunesCleanMembers(t *testing.T) {
 	res, out := h.run(h.phase("echo cold"))
 	want(t, res, runner.StatusOK, out)
 	pol := h.withPool(1)
-	t.Cleanup(func() { h.r.DrainPool(context.Background(), "test done") })
+	t.Cleanup(func() { h.r.Pool().Drain(context.Background(), "test done") })
 	for i := range 5 {
 		// Each digest is a policy change: the member made under the last
 		// one is destroyed and verified clean, and a new one is made.
-		h.r.ConfigurePool(ctx, pol, "policy-"+string(rune('a'+i)))
-		if err := h.r.FillPool(ctx); err != nil {
+		h.r.Pool().Configure(ctx, pol, "policy-"+string(rune('a'+i)))
+		if err := h.r.Pool().Fill(ctx); err != nil {
 			t.Fatalf("fill %d: %v", i, err)
 		}
 	}
@@ -156,38 +158,38 @@ func TestPoolBackoff(t *testing.T) {
 	h := newHarnessWith(t, rt)
 	ctx := context.Background()
 	pol := h.withPool(1)
-	t.Cleanup(func() { h.r.DrainPool(context.Background(), "test done") })
+	t.Cleanup(func() { h.r.Pool().Drain(context.Background(), "test done") })
 	if err := os.WriteFile(copyPath, append(data, 0), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h.r.ConfigurePool(ctx, pol, "policy-a")
+	h.r.Pool().Configure(ctx, pol, "policy-a")
 	// Rounds every 100 ms for 3.5 s: tries at 0, 1 and 3 s.
 	var errs int
 	for start := time.Now(); time.Since(start) < 3500*time.Millisecond; time.Sleep(100 * time.Millisecond) {
-		if h.r.FillPool(ctx) != nil {
+		if h.r.Pool().Fill(ctx) != nil {
 			errs++
 		}
 	}
 	tried := len(h.members()[journal.Clean])
-	st := h.r.PoolProfiles()
+	st := h.r.Pool().Profiles()
 	if tried < 2 || tried > 4 || errs != tried || len(st) != 1 {
 		t.Fatalf("a failing profile was tried %d times in 3.5 s (%d rounds failed), want 3 (backoff 1 s, 2 s)", tried, errs)
 	}
 	p := st[0]
-	if p.State != runner.PoolBackoff || p.Failures != tried || !strings.Contains(p.LastError, "runtime") ||
+	if p.State != pool.Backoff || p.Failures != tried || !strings.Contains(p.LastError, "runtime") ||
 		p.NextTry.Sub(p.LastFailure) != time.Second<<(p.Failures-1) {
 		t.Fatalf("profile after %d failures: %+v; want backoff, the runtime error and a next try %s after the last", tried, p, time.Second<<(tried-1))
 	}
 
 	// A policy change resets it: the new policy's profile is tried at once.
-	h.r.ConfigurePool(ctx, pol, "policy-b")
-	if p := h.r.PoolProfiles()[0]; p.Failures != 0 || p.State != runner.PoolFilling || !p.NextTry.IsZero() {
+	h.r.Pool().Configure(ctx, pol, "policy-b")
+	if p := h.r.Pool().Profiles()[0]; p.Failures != 0 || p.State != pool.Filling || !p.NextTry.IsZero() {
 		t.Fatalf("profile after a policy change: %+v; want no backoff", p)
 	}
-	if err := h.r.FillPool(ctx); err == nil {
+	if err := h.r.Pool().Fill(ctx); err == nil {
 		t.Fatal("a member was prepared under a runtime whose bytes changed")
 	}
-	if p := h.r.PoolProfiles()[0]; p.Failures != 1 || p.State != runner.PoolBackoff {
+	if p := h.r.Pool().Profiles()[0]; p.Failures != 1 || p.State != pool.Backoff {
 		t.Fatalf("profile after one failure: %+v", p)
 	}
 
@@ -196,14 +198,14 @@ func TestPoolBackoff(t *testing.T) {
 	if err := os.WriteFile(copyPath, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.r.FillPool(ctx); err != nil || h.r.PoolStatus()["small"] != 0 {
-		t.Fatalf("a round within the backoff: %v, %v; want nothing tried", err, h.r.PoolStatus())
+	if err := h.r.Pool().Fill(ctx); err != nil || h.r.Pool().Status()["small"] != 0 {
+		t.Fatalf("a round within the backoff: %v, %v; want nothing tried", err, h.r.Pool().Status())
 	}
-	time.Sleep(time.Until(h.r.PoolProfiles()[0].NextTry) + 50*time.Millisecond)
-	if err := h.r.FillPool(ctx); err != nil {
+	time.Sleep(time.Until(h.r.Pool().Profiles()[0].NextTry) + 50*time.Millisecond)
+	if err := h.r.Pool().Fill(ctx); err != nil {
 		t.Fatalf("fill after the runtime came back: %v", err)
 	}
-	if p := h.r.PoolProfiles()[0]; p.State != runner.PoolReady || p.Failures != 0 || p.LastError != "" || p.Idle != 1 {
+	if p := h.r.Pool().Profiles()[0]; p.State != pool.Ready || p.Failures != 0 || p.LastError != "" || p.Idle != 1 {
 		t.Fatalf("profile after a member was prepared: %+v; want ready and no backoff", p)
 	}
 }
@@ -225,10 +227,10 @@ func TestRecoverDoesNotWaitForTheFillRound(t *testing.T) {
 	})
 	ctx := context.Background()
 	pol := h.withPool(6)
-	t.Cleanup(func() { h.r.DrainPool(context.Background(), "test done") })
-	h.r.ConfigurePool(ctx, pol, "policy-a")
+	t.Cleanup(func() { h.r.Pool().Drain(context.Background(), "test done") })
+	h.r.Pool().Configure(ctx, pol, "policy-a")
 	filled := make(chan error, 1)
-	go func() { filled <- h.r.FillPool(ctx) }()
+	go func() { filled <- h.r.Pool().Fill(ctx) }()
 	// Recover once the first member is under way.
 	for deadline := time.Now().Add(10 * time.Second); len(h.members()[journal.Running]) == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -265,9 +267,9 @@ func TestRecoverDoesNotWaitForTheFillRound(t *testing.T) {
 
 	// Legitimate: with the hold released, the pool fills again.
 	slow.Store(false)
-	h.r.ConfigurePool(ctx, h.withPool(2), "policy-b")
-	if err := h.r.FillPool(ctx); err != nil || h.r.PoolStatus()["small"] != 2 {
-		t.Fatalf("fill after recovery: %v %v", err, h.r.PoolStatus())
+	h.r.Pool().Configure(ctx, h.withPool(2), "policy-b")
+	if err := h.r.Pool().Fill(ctx); err != nil || h.r.Pool().Status()["small"] != 2 {
+		t.Fatalf("fill after recovery: %v %v", err, h.r.Pool().Status())
 	}
 }
 
@@ -281,7 +283,7 @@ func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 	h := newHarness(t)
 	runner.SetPoolKeepClean(h.r, 1)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo pooled"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo pooled"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,33 +297,33 @@ func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 	if err := pol.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.r.DrainPool(context.Background(), "test done") })
-	h.r.ConfigurePool(ctx, &pol, "policy-0")
-	if err := h.r.FillPool(ctx); err != nil {
+	t.Cleanup(func() { h.r.Pool().Drain(context.Background(), "test done") })
+	h.r.Pool().Configure(ctx, &pol, "policy-0")
+	if err := h.r.Pool().Fill(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lease := h.r.ReservePooled(pl)
+	lease := h.r.Pool().Reserve(pl)
 	if lease == nil {
 		t.Fatal("the plan did not match the profile made from it")
 	}
 	served := lease.Member().Sandbox
 	prep.RunID = runner.NewRunID()
-	prep.GrantID, prep.Begun, prep.Pooled = "grant-pooled", true, lease
+	prep.GrantID = "grant-pooled"
 	if err := h.r.ConsumePooled(prep.RunID, prep.GrantID, store.GrantUse{At: time.Now(), RunID: prep.RunID, Actor: "test"}, lease); err != nil {
 		t.Fatal(err)
 	}
-	res, out := h.launch(ctx, prep)
+	res, out := h.launchSpent(ctx, prep, true, lease)
 	want(t, res, runner.StatusOK, out)
 	if res.Pooled == nil || res.Pooled.Sandbox != served {
 		t.Fatalf("the run was not served by the reserved member %s: %+v", served, res.Pooled)
 	}
 	for i := range 4 {
-		h.r.ConfigurePool(ctx, &pol, "policy-"+string(rune('a'+i)))
-		if err := h.r.FillPool(ctx); err != nil {
+		h.r.Pool().Configure(ctx, &pol, "policy-"+string(rune('a'+i)))
+		if err := h.r.Pool().Fill(ctx); err != nil {
 			t.Fatalf("fill %d: %v", i, err)
 		}
 	}
-	h.r.DrainPool(ctx, "before recovery")
+	h.r.Pool().Drain(ctx, "before recovery")
 	if _, err := h.r.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}

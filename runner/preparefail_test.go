@@ -11,6 +11,7 @@ import (
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
 )
 
@@ -36,8 +37,8 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 	}
 	// failing prepares a phase whose image rootfs is gone by the time the
 	// backend mounts it: mountRootfs fails on its lower layer.
-	failing := func() *runner.Prepared {
-		prep, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	failing := func() *launch.Prepared {
+		prep, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		defer at(nil)
 		prep := failing()
 		var out bytes.Buffer
-		res, err := h.r.Launch(ctx, prep, &out, &out)
+		res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 		if !reached {
 			t.Fatal("the launch never reached mid-prepare")
 		}
@@ -101,7 +102,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		defer at(nil)
 		prep := failing()
 		var out bytes.Buffer
-		res, err := h.r.Launch(ctx, prep, &out, &out)
+		res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 		if held == nil {
 			t.Fatal("could not hold a file open on the launch dir's tmpfs")
 		}

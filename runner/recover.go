@@ -33,7 +33,7 @@ type Recovery struct {
 func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 	// Idle pool members are live attempts of this runner: destroyed first,
 	// and none is made while recovery runs.
-	defer r.holdPool(ctx)()
+	defer r.pool.Hold(ctx)()
 	out := &Recovery{}
 	r.removeStaging()
 	unfinished, err := r.journal.Unfinished()
@@ -59,12 +59,12 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 					failed = append(failed, s.Name+": "+s.Detail)
 				}
 			}
-			_ = r.residual(a.RunID, fmt.Sprintf("recovery of run %s incomplete: %s", a.RunID, strings.Join(failed, "; ")))
+			_ = r.Residual(a.RunID, fmt.Sprintf("recovery of run %s incomplete: %s", a.RunID, strings.Join(failed, "; ")))
 		case a.Member != "":
 			r.settleServed(a.RunID, a.Member)
 		default:
 			if err := r.journal.Finish(a.RunID, journal.Clean, "recovered: every recorded resource verified gone", ""); err != nil {
-				_ = r.residual(a.RunID, err.Error())
+				_ = r.Residual(a.RunID, err.Error())
 			}
 		}
 		if got, err := r.journal.Get(a.RunID); err == nil {
@@ -95,7 +95,7 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 	}
 	// Members closed clean by an earlier runner (or one from before the
 	// journal was pruned) are pruned like this runner's own.
-	if err := r.prunePoolJournal(); err != nil {
+	if err := r.pool.PruneJournal(); err != nil {
 		r.log.Warn("prune clean pool members", "err", err)
 	}
 	out.Foreign = r.foreign()
@@ -114,12 +114,12 @@ func (r *Runner) settleServed(runID, member string) {
 	m, err := r.journal.Get(member)
 	switch {
 	case err != nil:
-		_ = r.residual(runID, fmt.Sprintf("recovered: its sandbox was pool member %s, whose journal cannot be read: %v", member, err))
+		_ = r.Residual(runID, fmt.Sprintf("recovered: its sandbox was pool member %s, whose journal cannot be read: %v", member, err))
 	case m.State != journal.Clean:
-		_ = r.residual(runID, fmt.Sprintf("recovered: its sandbox was pool member %s, which recovery left %s: %s", member, m.State, m.Detail))
+		_ = r.Residual(runID, fmt.Sprintf("recovered: its sandbox was pool member %s, which recovery left %s: %s", member, m.State, m.Detail))
 	default:
 		if err := r.journal.Finish(runID, journal.Clean, "recovered: its sandbox, pool member "+member+", verified gone", ""); err != nil {
-			_ = r.residual(runID, err.Error())
+			_ = r.Residual(runID, err.Error())
 		}
 	}
 }

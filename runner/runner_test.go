@@ -3,9 +3,9 @@ package runner_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -23,8 +23,10 @@ import (
 	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
@@ -123,17 +125,30 @@ func (h *harness) phase(script string) *request.Phase {
 func (h *harness) run(req *request.Phase) (*runner.Result, string) {
 	h.t.Helper()
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, req, h.policy)
+	prep, err := launch.Prepare(ctx, h.r, req, h.policy)
 	if err != nil {
 		h.t.Fatalf("prepare: %v", err)
 	}
 	return h.launch(ctx, prep)
 }
 
-func (h *harness) launch(ctx context.Context, prep *runner.Prepared) (*runner.Result, string) {
+func (h *harness) launch(ctx context.Context, prep *launch.Prepared) (*runner.Result, string) {
+	h.t.Helper()
+	return h.launchSpent(ctx, prep, false, nil)
+}
+
+// launchSpent is launch for a prep whose attempt the test opened as a
+// spend does (spent), taking the pool member lease reserved, if any.
+func (h *harness) launchSpent(ctx context.Context, prep *launch.Prepared, spent bool, lease *pool.Lease) (*runner.Result, string) {
 	h.t.Helper()
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	run := launch.Launch
+	if spent {
+		run = func(ctx context.Context, r *runner.Runner, p *launch.Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
+			return launch.LaunchSpent(ctx, r, p, lease, stdout, stderr)
+		}
+	}
+	res, err := run(ctx, h.r, prep, &out, &out)
 	if err != nil {
 		h.t.Fatalf("launch: %v\noutput: %s", err, out.String())
 	}
@@ -272,7 +287,7 @@ func TestInputImmutability(t *testing.T) {
 		"if echo x > /bin/evil 2>/dev/null; then echo ROOTFS-WRITE-SUCCEEDED; fi; true")
 	req.Inputs = []request.Input{{Source: src, Target: "/in"}}
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, req, h.policy)
+	prep, err := launch.Prepare(ctx, h.r, req, h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +499,7 @@ func TestCancelKillsTree(t *testing.T) {
 	h := newHarness(t)
 	marker := fmt.Sprintf("%d", 50000+os.Getpid()%10000)
 	ctx, cancel := context.WithCancel(context.Background())
-	prep, err := h.r.Prepare(ctx, h.phase("setsid sh -c 'sleep "+marker+" &'; echo started; sleep "+marker), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("setsid sh -c 'sleep "+marker+" &'; echo started; sleep "+marker), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +513,7 @@ func TestCancelKillsTree(t *testing.T) {
 		}
 		return len(p), nil
 	})
-	res, err := h.r.Launch(ctx, prep, w, w)
+	res, err := launch.Launch(ctx, h.r, prep, w, w)
 	if err != nil {
 		t.Fatalf("launch: %v\noutput: %s", err, out.String())
 	}
@@ -517,21 +532,21 @@ func TestCancelKillsTree(t *testing.T) {
 func TestRunRecordWithFinish(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo recorded"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo recorded"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep.Record = func(res *runner.Result) ([]byte, error) {
-		if res.Cleanup == nil || !res.Cleanup.Verified {
-			return nil, fmt.Errorf("asked for the record before cleanup was verified: %+v", res.Cleanup)
-		}
-		return json.Marshal(map[string]string{"status": string(res.Status)})
-	}
 	res, out := h.launch(ctx, prep)
 	want(t, res, runner.StatusOK, out)
-	var rec map[string]string
-	if err := h.db.GetRun(res.RunID, &rec); err != nil || !prep.Recorded || rec["status"] != string(runner.StatusOK) {
-		t.Fatalf("run record %v (%v), recorded %v", rec, err, prep.Recorded)
+	var rec launch.Record
+	if err := h.db.GetRun(res.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Status != runner.StatusOK {
+		t.Fatalf("run record %+v (%v)", rec, err)
+	}
+	if c := rec.Result.Cleanup; c == nil || !c.Verified {
+		t.Fatalf("the record was made before cleanup was verified: %+v", c)
+	}
+	if a := h.attempt(res.RunID); a.State != journal.Clean {
+		t.Fatalf("the attempt the record closed: %+v", a)
 	}
 }
 
@@ -545,12 +560,12 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	res, err = h.r.Launch(ctx, prep, &buf, &buf)
+	res, err = launch.Launch(ctx, h.r, prep, &buf, &buf)
 	if !errors.Is(err, oci.ErrRuntimeDigest) {
 		t.Fatalf("launch with a tampered runtime: err = %v, want ErrRuntimeDigest", err)
 	}
@@ -563,8 +578,8 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 	if err := h.r.Consume("tampered-1", "grant-t", store.GrantUse{At: time.Now().UTC(), RunID: "tampered-1"}); err != nil {
 		t.Fatal(err)
 	}
-	prep.RunID, prep.GrantID, prep.Begun = "tampered-1", "grant-t", true
-	if res, err := h.r.Launch(ctx, prep, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != runner.StatusRefused {
+	prep.RunID, prep.GrantID = "tampered-1", "grant-t"
+	if res, err := launch.LaunchSpent(ctx, h.r, prep, nil, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != runner.StatusRefused {
 		t.Fatalf("consumed launch with a tampered runtime: %v, %s", err, res.Status)
 	}
 	if a := h.attempt("tampered-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
@@ -581,7 +596,7 @@ func TestProductionRefusedOnHybridHost(t *testing.T) {
 	prof := h.r.Profile()
 	req := h.phase("echo SHOULD-NOT-RUN")
 	req.Tier = request.TierProduction
-	_, err := h.r.Prepare(context.Background(), req, h.policy)
+	_, err := launch.Prepare(context.Background(), h.r, req, h.policy)
 	if prof.Cgroup.Mode == "v2" && len(prof.Cgroup.V2Missing) == 0 {
 		t.Skip("NOT TESTED here: this host is a delegated cgroup v2 host, so production is supported")
 	}
@@ -607,7 +622,7 @@ func TestProductionRefusedOnHybridHost(t *testing.T) {
 func TestDevelopmentTierNeedsPolicy(t *testing.T) {
 	h := newHarness(t)
 	h.policy.Tiers.Development = false
-	_, err := h.r.Prepare(context.Background(), h.phase("echo SHOULD-NOT-RUN"), h.policy)
+	_, err := launch.Prepare(context.Background(), h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy)
 	var re *admission.RefusedError
 	if !errors.As(err, &re) || re.Checks[0].Code != "tier-disabled" {
 		t.Fatalf("development tier without policy consent: err = %v, want tier-disabled", err)
@@ -617,7 +632,7 @@ func TestDevelopmentTierNeedsPolicy(t *testing.T) {
 func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo data > /out/held; sleep 2"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo data > /out/held; sleep 2"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,10 +653,8 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		}
 		held <- nil
 	}()
-	recordAsked := false
-	prep.Record = func(*runner.Result) ([]byte, error) { recordAsked = true; return []byte(`{}`), nil }
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 	f := <-held
 	if f == nil {
 		t.Fatal("could not hold the output file open")
@@ -649,12 +662,14 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup.Verified {
 		t.Fatalf("busy output mount: err = %v, cleanup verified = %v; want quarantine", err, res.Cleanup.Verified)
 	}
-	// A residual attempt leaves the run record to the caller.
-	if recordAsked || prep.Recorded {
-		t.Fatalf("residual cleanup: record asked %v, recorded %v; want neither", recordAsked, prep.Recorded)
+	// A residual attempt leaves the run record to the caller: none is
+	// kept with it.
+	var rec launch.Record
+	if err := h.db.GetRun(res.RunID, &rec); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("residual cleanup: run record %+v (%v); want none kept with the attempt", rec, err)
 	}
 	// The next run is refused, before anything is created.
-	if _, err := h.r.Prepare(ctx, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {
+	if _, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {
 		t.Fatalf("run on a quarantined runner: err = %v, want ErrQuarantined", err)
 	}
 	// The quarantine survives a restart.
@@ -714,12 +729,12 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 	if all, _ := h.r.Attempts(); len(all) != 1 {
 		t.Fatalf("a refused Consume opened an attempt: %+v", all)
 	}
-	prep, err := h.r.Prepare(ctx, h.phase("echo consumed"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo consumed"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep.RunID, prep.GrantID, prep.Begun = "consumed-1", "grant-1", true
-	res, out := h.launch(ctx, prep)
+	prep.RunID, prep.GrantID = "consumed-1", "grant-1"
+	res, out := h.launchSpent(ctx, prep, true, nil)
 	want(t, res, runner.StatusOK, out)
 	if a := h.attempt("consumed-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
 		t.Fatalf("attempt after the launch: %+v", a)
@@ -825,7 +840,7 @@ echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
 
 	// Root forbidden by policy: refused at admission, before anything.
 	h.policy.Users.ForbidRoot = true
-	if _, err := h.r.Admit(h.phase("true"), h.policy); err == nil || !strings.Contains(err.Error(), "root-forbidden") {
+	if _, err := launch.Admit(h.r, h.phase("true"), h.policy); err == nil || !strings.Contains(err.Error(), "root-forbidden") {
 		t.Fatalf("root under users.forbidRoot: %v", err)
 	}
 }
@@ -848,7 +863,7 @@ func TestAdmissionReadsTheImage(t *testing.T) {
 	} {
 		req := h.phase("true")
 		tc.modify(req)
-		if _, err := h.r.Admit(req, h.policy); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := launch.Admit(h.r, req, h.policy); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %s", tc.name, err, tc.want)
 		}
 	}
@@ -868,13 +883,13 @@ func TestAdmissionReadsTheImage(t *testing.T) {
 func TestFailedToStart(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo never"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo never"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	prep.Plan.Workdir = "/etc/passwd"
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 	if err == nil {
 		t.Fatal("a launch that cannot start returned no error")
 	}
@@ -889,7 +904,7 @@ func TestFailedToStart(t *testing.T) {
 		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
 	}
 	h.noLeftovers()
-	if rc := h.r.ReceiptFor(prep, res); rc.Exit.Status != "failed" || rc.Exit.Code != -1 {
+	if rc := launch.UnsignedReceipt(h.r, prep, res); rc.Exit.Status != "failed" || rc.Exit.Code != -1 {
 		t.Fatalf("receipt exit = %+v, want the published status failed with code -1", rc.Exit)
 	}
 	// The legitimate neighbour: the same phase, unchanged, runs.
@@ -924,7 +939,7 @@ func TestImageConfigDefaults(t *testing.T) {
 
 	req := h.phase("")
 	req.Image, req.Command = imported.Digest, nil
-	prep, err := h.r.Prepare(context.Background(), req, h.policy)
+	prep, err := launch.Prepare(context.Background(), h.r, req, h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -955,7 +970,7 @@ func TestImageConfigDefaults(t *testing.T) {
 func TestForeignMountUnderTheLaunchDir(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	prep, err := h.r.Prepare(ctx, h.phase("echo started; sleep 2"), h.policy)
+	prep, err := launch.Prepare(ctx, h.r, h.phase("echo started; sleep 2"), h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -982,7 +997,7 @@ func TestForeignMountUnderTheLaunchDir(t *testing.T) {
 		foreign <- ""
 	}()
 	var out bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &out, &out)
+	res, err := launch.Launch(ctx, h.r, prep, &out, &out)
 	p := <-foreign
 	if p == "" {
 		t.Fatal("could not mount beneath the launch dir")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/runner"
 )
 
@@ -29,12 +30,12 @@ import (
 func TestSealSwappedAfterVerify(t *testing.T) {
 	h, at := newHarnessMidPrepare(t)
 	ctx := context.Background()
-	prepare := func() *runner.Prepared {
+	prepare := func() *launch.Prepared {
 		t.Helper()
 		if err := h.r.VerifyImage(ctx, h.image, "oci"); err != nil {
 			t.Fatalf("verify: %v", err)
 		}
-		prep, err := h.r.Prepare(ctx, h.phase("/bin/busybox true && echo SEALED-RAN"), h.policy)
+		prep, err := launch.Prepare(ctx, h.r, h.phase("/bin/busybox true && echo SEALED-RAN"), h.policy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +96,7 @@ func TestSealSwappedAfterVerify(t *testing.T) {
 		}
 	})
 	var buf bytes.Buffer
-	res, err := h.r.Launch(ctx, prep, &buf, &buf)
+	res, err := launch.Launch(ctx, h.r, prep, &buf, &buf)
 	at(nil)
 	if !errors.Is(err, image.ErrSealChanged) || res.Status != runner.StatusFailedToStart || strings.Contains(buf.String(), "SEALED-RAN") {
 		t.Fatalf("a seal changed in place after its verify: err %v, status %s\n%s", err, res.Status, buf.String())

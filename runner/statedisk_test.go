@@ -13,6 +13,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
 )
@@ -70,7 +71,7 @@ func TestFullStateDiskAtStartIsProbedAgain(t *testing.T) {
 	r, _ := openRunner(t, h.cfg)
 	runner.SetReprobeEvery(r, 0)
 	req := h.phase("true")
-	_, err := r.Admit(req, h.policy)
+	_, err := launch.Admit(r, req, h.policy)
 	var re *admission.RefusedError
 	if !errors.As(err, &re) || !strings.Contains(re.Error(), "tmpfs") || !strings.Contains(re.Error(), "no space left on device") {
 		t.Fatalf("admission on a full state disk: %v", err)
@@ -80,7 +81,7 @@ func TestFullStateDiskAtStartIsProbedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Admit(req, h.policy); err != nil {
+	if _, err := launch.Admit(r, req, h.policy); err != nil {
 		t.Fatalf("admission once space is free again: %v", err)
 	}
 	if !r.Profile().Tmpfs.OK {
@@ -100,17 +101,17 @@ func TestInputsThatCannotFitAreRefusedBeforeConsume(t *testing.T) {
 	req := h.phase("true")
 	req.Inputs = []request.Input{{Source: src, Target: "/in"}}
 	ctx := context.Background()
-	plan, err := h.r.Admit(req, h.policy)
+	plan, err := launch.Admit(h.r, req, h.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.r.HashInputs(ctx, plan); err != nil {
+	if _, err := launch.HashInputs(ctx, h.r, plan); err != nil {
 		t.Fatalf("1 MiB of inputs on a 48 MiB state disk: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(src, "big"), make([]byte, 40<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = h.r.HashInputs(ctx, plan)
+	_, err = launch.HashInputs(ctx, h.r, plan)
 	var re *admission.RefusedError
 	if !errors.As(err, &re) || re.Checks[0].Code != "state-disk-full" {
 		t.Fatalf("41 MiB of inputs on a 48 MiB state disk: %v", err)

@@ -97,6 +97,15 @@ var banned = map[string]map[string]string{
 		"backend/vm":  "",
 		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
+	"pool": {
+		"runner":      "the pool is given its host as a small interface and values at construction, never the host itself",
+		"launch":      "the pool serves the launch pipeline; it does not run phases",
+		"backend/oci": "the pool drives backend.Pooler; only cmd/custodyd wires a concrete backend",
+		"backend/vm":  "",
+		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
+		"grant":       "a member is made before any grant exists and never sees one",
+		"evidence":    "the pool keeps sandboxes, not evidence: the receipt is launch's",
+	},
 	"runner": {
 		"backend/oci": "the runner drives backend.Backend; only cmd/custodyd wires a concrete backend",
 		"backend/vm":  "",
@@ -133,7 +142,10 @@ var directOnly = map[string][]string{
 	// with the same profile.
 	"backend/oci": {"cmd/custodyd", "bench"},
 	"runner":      {"cmd/custodyd", "daemon", "launch"},
-	"launch":      {"cmd/custodyd", "daemon", "retention"},
+	// The host owns its pool (recovery holds it, quarantine drains it);
+	// launch reserves and takes members; custodyd keeps it filled.
+	"pool":   {"runner", "launch", "cmd/custodyd", "daemon"},
+	"launch": {"cmd/custodyd", "daemon", "retention"},
 	// The daemon is custodyd's: everything else reaches it through api.
 	"daemon": {"cmd/custodyd"},
 }

@@ -1,25 +1,5 @@
-package runner
-
-import (
-	"context"
-	"errors"
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/custody-dev/custody/admission"
-	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/journal"
-	"github.com/custody-dev/custody/policy"
-	"github.com/custody-dev/custody/request"
-	"github.com/custody-dev/custody/store"
-)
-
-// The warm pool: sandboxes prepared for the operator's pool profiles
-// before any grant exists, each held at its gate by the backend (a
+// Package pool is the warm pool: sandboxes prepared for the operator's
+// pool profiles before any grant exists, each held at its gate by the backend (a
 // backend.Pooler). Each member is a journalled attempt of its own, opened
 // with the backend's intents before anything is made, so a runner that
 // dies with a full pool recovers every member like any launch (clean or
@@ -28,26 +8,89 @@ import (
 // (the member's holds what exists), and the member serves that one run
 // and is destroyed with its cleanup. Members are destroyed, never served,
 // when they idle past their TTL, their gate died, the policy, the image or
-// the runtime changed, or the runner is quarantined.
+// the runtime changed, or the runner is quarantined. The pool is given
+// its host (backends, quarantine, the closing of attempts) as a small
+// interface, and its journal and image store, when it is made.
+package pool
 
-// PoolMember is a pooled sandbox as a run's result records it.
-type PoolMember struct {
-	Profile    string    `json:"profile"`
-	Sandbox    string    `json:"sandbox"` // the member's attempt (journal run id)
-	PreparedAt time.Time `json:"preparedAt"`
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/internal/randid"
+	"github.com/custody-dev/custody/journal"
+	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/request"
+)
+
+// Member is a pooled sandbox as a run's result records it.
+type Member struct {
+	Profile    string
+	Sandbox    string // the member's attempt (journal run id)
+	PreparedAt time.Time
 }
 
-// poolGrantPrefix marks a pool member's attempt in the journal, in the
+// grantPrefix marks a pool member's attempt in the journal, in the
 // place of the grant a launch's attempt names: "pool:<profile>". No grant
 // id has a colon.
-const poolGrantPrefix = "pool:"
+const grantPrefix = "pool:"
 
-// IsPoolMember says whether a journalled attempt is a pool member's.
-func IsPoolMember(a journal.Attempt) bool { return strings.HasPrefix(a.GrantID, poolGrantPrefix) }
+// IsMember says whether a journalled attempt is a pool member's.
+func IsMember(a journal.Attempt) bool { return strings.HasPrefix(a.GrantID, grantPrefix) }
 
-// pool is the runner's warm pool; its zero value holds nothing.
-type pool struct {
-	// fill is held by a FillPool round and by Recover: recovery never
+// Host is what the pool needs of the host it runs on: its backends, its
+// quarantine, and the closing of attempts (checked gone, or residual,
+// which quarantines it).
+type Host interface {
+	BackendNamed(name string) (backend.Backend, error)
+	BackendNames() []string
+	CheckQuarantine() error
+	Abandon(runID, reason string) error
+	Residual(runID, reason string, removed ...journal.Resource) error
+}
+
+// Config is what a Pool is made with.
+type Config struct {
+	Host    Host
+	Journal *journal.Journal
+	Images  *image.Store
+	// ContainerID names a run's sandbox, as the host's launches and
+	// recovery name it.
+	ContainerID func(runID string) string
+	Log         *slog.Logger
+	// KeepClean, when set, is how many clean member attempts the journal
+	// keeps (a test's; else keepCleanDefault).
+	KeepClean int
+}
+
+// New returns an empty pool on the host cfg names.
+func New(cfg Config) *Pool {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Pool{host: cfg.Host, journal: cfg.Journal, images: cfg.Images, containerID: cfg.ContainerID, log: cfg.Log, keep: cfg.KeepClean}
+}
+
+// Pool is the host's warm pool; it holds nothing until configured.
+type Pool struct {
+	host        Host
+	journal     *journal.Journal
+	images      *image.Store
+	containerID func(runID string) string
+	log         *slog.Logger
+	keep        int
+
+	// fill is held by a Fill round and by Recover: recovery never
 	// runs while members are being made, and drains the idle ones first
 	// (they are live attempts, not a dead runner's).
 	fill     sync.Mutex
@@ -56,17 +99,17 @@ type pool struct {
 	profiles []policy.PoolProfile
 	pol      *policy.Policy
 	members  map[string][]*member // idle, by profile name
-	// kick is signalled when a member is used up (PoolKicks), so the
+	// kick is signalled when a member is used up (Kicks), so the
 	// owner's upkeep loop refills without waiting for its tick.
 	kickOnce sync.Once
 	kickCh   chan struct{}
 
 	// destroying counts member teardowns under way, those started in the
-	// background included: Recover waits for them (holdPool), so it never
+	// background included: Recover waits for them (Hold), so it never
 	// walks the journal while a member's attempt is still being closed.
 	destroying teardowns
 
-	// holds counts holdPool callers: no round makes a member while one
+	// holds counts Hold callers: no round makes a member while one
 	// waits. cancelRound ends the round under way (nil when none), so a
 	// recovery waits for at most the member being made, never the round.
 	holds       int
@@ -75,7 +118,7 @@ type pool struct {
 	// that keeps failing is retried ever later, not every round.
 	backoff map[string]*profileBackoff
 	// served are this process's served or destroyed members whose
-	// attempts are clean, oldest first: pruned beyond poolKeepClean.
+	// attempts are clean, oldest first: pruned beyond keepCleanDefault.
 	served []string
 	// counts are each profile's hits and misses, by name, since the
 	// policy that declares it was loaded.
@@ -89,12 +132,12 @@ const (
 	poolBackoffMax = 5 * time.Minute
 )
 
-// poolKeepClean is how many clean attempts of members that served no run
+// keepCleanDefault is how many clean attempts of members that served no run
 // the journal keeps, the newest, for an operator to read: older ones are
 // deleted, since such a member carries no evidence. A member that served
 // a run is kept: its receipt names it, and its attempt is the record of
 // the run's native resources.
-const poolKeepClean = 64
+const keepCleanDefault = 64
 
 // profileBackoff is one profile's run of preparation failures.
 type profileBackoff struct {
@@ -157,25 +200,25 @@ func (t *teardowns) wait() {
 }
 
 // kicks is the pool's refill signal, made once.
-func (p *pool) kicks() chan struct{} {
+func (p *Pool) kicks() chan struct{} {
 	p.kickOnce.Do(func() { p.kickCh = make(chan struct{}, 1) })
 	return p.kickCh
 }
 
 // kick signals the upkeep loop, without waiting.
-func (p *pool) kick() {
+func (p *Pool) Kick() {
 	select {
 	case p.kicks() <- struct{}{}:
 	default:
 	}
 }
 
-// PoolKicks is signalled when a served member is destroyed, or a profile's
+// Kicks is signalled when a served member is destroyed, or a profile's
 // last idle member is reserved: the caller's upkeep loop then runs
-// FillPool at once. A refill waits for the run it replaces to end, where
+// Fill at once. A refill waits for the run it replaces to end, where
 // it can, so that preparing the next sandbox does not compete with the
 // run for the host's cores.
-func (r *Runner) PoolKicks() <-chan struct{} { return r.pool.kicks() }
+func (r *Pool) Kicks() <-chan struct{} { return r.kicks() }
 
 // member is one held sandbox and what it was made under.
 type member struct {
@@ -188,51 +231,51 @@ type member struct {
 	digest  string // the policy it was made under
 }
 
-// PoolLease is a member reserved for one run: taken out of the pool, so no
+// Lease is a member reserved for one run: taken out of the pool, so no
 // other run can have it.
-type PoolLease struct {
-	r *Runner
+type Lease struct {
+	r *Pool
 	m *member
 }
 
 // Member is what the run's result records of the lease.
-func (l *PoolLease) Member() PoolMember {
-	return PoolMember{Profile: l.m.profile.Name, Sandbox: l.m.runID, PreparedAt: l.m.held.PreparedAt()}
+func (l *Lease) Member() Member {
+	return Member{Profile: l.m.profile.Name, Sandbox: l.m.runID, PreparedAt: l.m.held.PreparedAt()}
 }
 
 // Release gives back a member no run attached to (the grant was refused
 // before launch): nothing of any grant ever reached it.
-func (l *PoolLease) Release() {
+func (l *Lease) Release() {
 	if l == nil || l.m == nil {
 		return
 	}
 	m := l.m
 	l.m = nil
-	l.r.pool.mu.Lock()
-	defer l.r.pool.mu.Unlock()
-	if l.r.pool.members == nil || l.r.pool.digest != m.digest || !slices.ContainsFunc(l.r.pool.profiles, func(p policy.PoolProfile) bool { return p == m.profile }) {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	if l.r.members == nil || l.r.digest != m.digest || !slices.ContainsFunc(l.r.profiles, func(p policy.PoolProfile) bool { return p == m.profile }) {
 		l.r.destroyLater(m, "the policy changed")
 		return
 	}
-	// FillPool may have refilled the profile while the member was out
+	// Fill may have refilled the profile while the member was out
 	// (concurrent grants of one plan each reserve one): the pool never
 	// holds more than its sizes.
 	total := 0
-	for _, ms := range l.r.pool.members {
+	for _, ms := range l.r.members {
 		total += len(ms)
 	}
-	if len(l.r.pool.members[m.profile.Name]) >= m.profile.Size || total >= policy.MaxPooled {
+	if len(l.r.members[m.profile.Name]) >= m.profile.Size || total >= policy.MaxPooled {
 		l.r.destroyLater(m, "its profile was refilled while it was reserved")
 		return
 	}
-	l.r.pool.members[m.profile.Name] = append(l.r.pool.members[m.profile.Name], m)
+	l.r.members[m.profile.Name] = append(l.r.members[m.profile.Name], m)
 }
 
-// PoolConfigError refuses a pool section the platform cannot serve: each
+// ConfigError refuses a pool section the platform cannot serve: each
 // check names the profile's requirement, the reason and the fix.
-type PoolConfigError struct{ Checks []admission.Check }
+type ConfigError struct{ Checks []admission.Check }
 
-func (e *PoolConfigError) Error() string {
+func (e *ConfigError) Error() string {
 	var parts []string
 	for _, c := range e.Checks {
 		parts = append(parts, fmt.Sprintf("%s: %s; fix: %s", c.Requirement, c.Detail, c.Fix))
@@ -240,12 +283,12 @@ func (e *PoolConfigError) Error() string {
 	return "pool: " + strings.Join(parts, "; ")
 }
 
-// CheckPool checks pol's pool profiles against this runner: each image is
+// Check checks pol's pool profiles against this runner: each image is
 // stored here, each backend can hold a sandbox before its grant, each
 // tier is one the backend enforces, and each profile is one a plan can
 // match (its user is one admission admits, its scratch fits its memory).
 // custodyd refuses a policy it fails.
-func (r *Runner) CheckPool(pol *policy.Policy) error {
+func (r *Pool) Check(pol *policy.Policy) error {
 	var checks []admission.Check
 	for i, p := range pol.Pool {
 		req := fmt.Sprintf("pool[%d]", i)
@@ -255,7 +298,7 @@ func (r *Runner) CheckPool(pol *policy.Policy) error {
 			checks = append(checks, admission.Check{Requirement: req + ".image", Verdict: admission.Unsupported, Code: "pool-image-unknown",
 				Detail: fmt.Sprintf("image %s is not in this runner's image store: %v", p.Image, err), Fix: "import the image (custody image import) before naming it in a pool profile"})
 		}
-		b, err := r.BackendNamed(p.EffectiveBackend())
+		b, err := r.host.BackendNamed(p.EffectiveBackend())
 		if err != nil {
 			checks = append(checks, admission.Check{Requirement: req + ".backend", Verdict: admission.Unsupported, Code: "pool-backend-unknown",
 				Detail: err.Error(), Fix: "pool on a backend custodyd runs"})
@@ -279,7 +322,7 @@ func (r *Runner) CheckPool(pol *policy.Policy) error {
 		}
 	}
 	if len(checks) > 0 {
-		return &PoolConfigError{Checks: checks}
+		return &ConfigError{Checks: checks}
 	}
 	return nil
 }
@@ -316,7 +359,7 @@ func matchable(req string, pol *policy.Policy, p policy.PoolProfile) []admission
 // be admitted, and refuses the profile unless that plan matches it: a
 // profile no admissible request can match would keep sandboxes that no
 // grant ever takes, while status called the pool ready.
-func (r *Runner) admissible(req string, pol *policy.Policy, p policy.PoolProfile, b backend.Backend) []admission.Check {
+func (r *Pool) admissible(req string, pol *policy.Policy, p policy.PoolProfile, b backend.Backend) []admission.Check {
 	res := p.Resources
 	phase := &request.Phase{APIVersion: request.APIVersion, Kind: "Phase", Name: "pool-" + p.Name, Stage: request.StageBuild,
 		Tier: request.Tier(p.Tier), Image: p.Image, Backend: p.Backend, Command: []string{"/bin/true"},
@@ -327,7 +370,7 @@ func (r *Runner) admissible(req string, pol *policy.Policy, p policy.PoolProfile
 			Nofile: res.Nofile},
 		Network: request.NetworkRequest{Mode: request.NetworkDeny}}
 	caps := b.Capabilities()
-	plan, err := admission.Admit(phase, pol, admission.Facts{Capabilities: &caps, ImagePresent: true, Backends: r.BackendNames()})
+	plan, err := admission.Admit(phase, pol, admission.Facts{Capabilities: &caps, ImagePresent: true, Backends: r.host.BackendNames()})
 	var re *admission.RefusedError
 	switch {
 	case errors.As(err, &re):
@@ -374,36 +417,36 @@ func profileField(requirement string) string {
 	return requirement
 }
 
-// ConfigurePool sets the pool's profiles from the policy in force (digest
+// Configure sets the pool's profiles from the policy in force (digest
 // names it). A different policy drains every member first: a sandbox is
 // never served under a policy other than the one it was made under.
-func (r *Runner) ConfigurePool(ctx context.Context, pol *policy.Policy, digest string) {
-	r.pool.mu.Lock()
+func (r *Pool) Configure(ctx context.Context, pol *policy.Policy, digest string) {
+	r.mu.Lock()
 	var drained []*member
-	if r.pool.digest != digest {
-		drained = r.pool.takeAll()
-		r.pool.digest, r.pool.pol = digest, pol
-		r.pool.profiles, r.pool.backoff, r.pool.counts = nil, nil, nil
+	if r.digest != digest {
+		drained = r.takeAll()
+		r.digest, r.pol = digest, pol
+		r.profiles, r.backoff, r.counts = nil, nil, nil
 		if pol != nil {
-			r.pool.profiles = slices.Clone(pol.Pool)
+			r.profiles = slices.Clone(pol.Pool)
 		}
 	}
-	r.pool.mu.Unlock()
+	r.mu.Unlock()
 	r.destroyAll(ctx, drained, "the policy changed")
 }
 
-// DrainPool destroys every idle member and keeps none until the pool is
+// Drain destroys every idle member and keeps none until the pool is
 // configured again.
-func (r *Runner) DrainPool(ctx context.Context, reason string) {
-	r.pool.mu.Lock()
-	drained := r.pool.takeAll()
-	r.pool.digest, r.pool.profiles, r.pool.pol, r.pool.backoff = "", nil, nil, nil
-	r.pool.mu.Unlock()
+func (r *Pool) Drain(ctx context.Context, reason string) {
+	r.mu.Lock()
+	drained := r.takeAll()
+	r.digest, r.profiles, r.pol, r.backoff = "", nil, nil, nil
+	r.mu.Unlock()
 	r.destroyAll(ctx, drained, reason)
 }
 
 // takeAll empties the pool; the caller holds mu.
-func (p *pool) takeAll() []*member {
+func (p *Pool) takeAll() []*member {
 	var out []*member
 	for _, ms := range p.members {
 		out = append(out, ms...)
@@ -412,29 +455,29 @@ func (p *pool) takeAll() []*member {
 	return out
 }
 
-// PoolStatus counts the idle members per profile.
-func (r *Runner) PoolStatus() map[string]int {
-	r.pool.mu.Lock()
-	defer r.pool.mu.Unlock()
+// Status counts the idle members per profile.
+func (r *Pool) Status() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	out := map[string]int{}
-	for _, p := range r.pool.profiles {
-		out[p.Name] = len(r.pool.members[p.Name])
+	for _, p := range r.profiles {
+		out[p.Name] = len(r.members[p.Name])
 	}
 	return out
 }
 
-// Pool profile states, as PoolProfiles reports them.
+// Pool profile states, as Profiles reports them.
 const (
-	PoolReady   = "ready"   // every member is prepared
-	PoolFilling = "filling" // members are missing, and the next round makes them
-	PoolBackoff = "backoff" // the last preparation failed: none is tried before NextTry
-	// PoolQuarantined: the runner is quarantined, so no member is made or
+	Ready   = "ready"   // every member is prepared
+	Filling = "filling" // members are missing, and the next round makes them
+	Backoff = "backoff" // the last preparation failed: none is tried before NextTry
+	// Quarantined: the runner is quarantined, so no member is made or
 	// served until an operator releases it.
-	PoolQuarantined = "quarantined"
+	Quarantined = "quarantined"
 )
 
-// PoolProfileStatus is one profile as custody status shows it.
-type PoolProfileStatus struct {
+// ProfileStatus is one profile as custody status shows it.
+type ProfileStatus struct {
 	Name  string
 	Size  int
 	Idle  int
@@ -449,33 +492,33 @@ type PoolProfileStatus struct {
 	// that went cold since the policy was loaded, and LastMiss why the
 	// last of them did not take this profile (nil before any).
 	Hits, Misses int64
-	LastMiss     *PoolMiss
+	LastMiss     *Miss
 	// MissesByField counts the misses by their first differing field.
 	MissesByField map[string]int64
 }
 
-// PoolProfiles reports each profile in force: its idle members, and its
+// Profiles reports each profile in force: its idle members, and its
 // backoff after failed preparations.
-func (r *Runner) PoolProfiles() []PoolProfileStatus {
-	quarantined := r.checkQuarantine() != nil // unknown is not ready either
-	r.pool.mu.Lock()
-	defer r.pool.mu.Unlock()
-	out := []PoolProfileStatus{}
-	for _, p := range r.pool.profiles {
-		st := PoolProfileStatus{Name: p.Name, Size: p.Size, Idle: len(r.pool.members[p.Name]), State: PoolFilling}
+func (r *Pool) Profiles() []ProfileStatus {
+	quarantined := r.host.CheckQuarantine() != nil // unknown is not ready either
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []ProfileStatus{}
+	for _, p := range r.profiles {
+		st := ProfileStatus{Name: p.Name, Size: p.Size, Idle: len(r.members[p.Name]), State: Filling}
 		if st.Idle >= st.Size {
-			st.State = PoolReady
+			st.State = Ready
 		}
-		if b := r.pool.backoff[p.Name]; b != nil {
+		if b := r.backoff[p.Name]; b != nil {
 			st.Failures, st.LastError, st.LastFailure, st.NextTry = b.failures, b.lastError, b.lastFailure.UTC(), b.nextTry.UTC()
 			if st.Idle < st.Size {
-				st.State = PoolBackoff
+				st.State = Backoff
 			}
 		}
 		if quarantined {
-			st.State = PoolQuarantined
+			st.State = Quarantined
 		}
-		if c := r.pool.counts[p.Name]; c != nil {
+		if c := r.counts[p.Name]; c != nil {
 			st.Hits, st.Misses, st.MissesByField = c.hits, c.misses, maps.Clone(c.byField)
 			if c.lastMiss != nil {
 				m := *c.lastMiss
@@ -487,16 +530,16 @@ func (r *Runner) PoolProfiles() []PoolProfileStatus {
 	return out
 }
 
-// PoolIdle says whether the pool has nothing to keep: no profile and no
+// Idle says whether the pool has nothing to keep: no profile and no
 // member. Its upkeep then waits for a policy change instead of ticking.
-func (r *Runner) PoolIdle() bool {
-	r.pool.mu.Lock()
-	defer r.pool.mu.Unlock()
-	return len(r.pool.profiles) == 0 && r.pool.count() == 0
+func (r *Pool) Idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.profiles) == 0 && r.count() == 0
 }
 
 // count is the number of idle members; the caller holds mu.
-func (p *pool) count() int {
+func (p *Pool) count() int {
 	n := 0
 	for _, ms := range p.members {
 		n += len(ms)
@@ -504,47 +547,47 @@ func (p *pool) count() int {
 	return n
 }
 
-// FillPool is one round of the pool's upkeep: it destroys members that
+// Fill is one round of the pool's upkeep: it destroys members that
 // may no longer be served (idle past the TTL, gate gone, runtime or image
 // changed), drains everything while the runner is quarantined, and
 // prepares members until each profile has its size. It returns the first
 // error met preparing one; custodyd calls it on a ticker.
-func (r *Runner) FillPool(ctx context.Context) error {
-	r.pool.fill.Lock()
-	defer r.pool.fill.Unlock()
-	r.pool.mu.Lock()
+func (r *Pool) Fill(ctx context.Context) error {
+	r.fill.Lock()
+	defer r.fill.Unlock()
+	r.mu.Lock()
 	// Nothing to keep: no store read, no backend asked.
-	if len(r.pool.profiles) == 0 && r.pool.count() == 0 {
-		r.pool.mu.Unlock()
+	if len(r.profiles) == 0 && r.count() == 0 {
+		r.mu.Unlock()
 		return nil
 	}
 	// A recovery waits: it drains the pool itself, and nothing is made.
-	if r.pool.holds > 0 {
-		r.pool.mu.Unlock()
+	if r.holds > 0 {
+		r.mu.Unlock()
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r.pool.cancelRound = cancel
-	r.pool.mu.Unlock()
+	r.cancelRound = cancel
+	r.mu.Unlock()
 	defer func() {
-		r.pool.mu.Lock()
-		r.pool.cancelRound = nil
-		r.pool.mu.Unlock()
+		r.mu.Lock()
+		r.cancelRound = nil
+		r.mu.Unlock()
 		cancel()
 	}()
-	if err := r.checkQuarantine(); err != nil {
-		r.pool.mu.Lock()
-		drained := r.pool.takeAll()
-		r.pool.mu.Unlock()
+	if err := r.host.CheckQuarantine(); err != nil {
+		r.mu.Lock()
+		drained := r.takeAll()
+		r.mu.Unlock()
 		r.destroyAll(ctx, drained, "the runner is quarantined")
 		return nil
 	}
 	now := time.Now()
-	r.pool.mu.Lock()
+	r.mu.Lock()
 	var stale []*member
 	var reasons []string
 	runtimes := map[string]error{}
-	for name, ms := range r.pool.members {
+	for name, ms := range r.members {
 		keep := ms[:0]
 		for _, m := range ms {
 			reason := ""
@@ -574,19 +617,19 @@ func (r *Runner) FillPool(ctx context.Context) error {
 			}
 			keep = append(keep, m)
 		}
-		r.pool.members[name] = keep
+		r.members[name] = keep
 	}
 	var want []policy.PoolProfile
-	for _, p := range r.pool.profiles {
-		if b := r.pool.backoff[p.Name]; b != nil && now.Before(b.nextTry) {
+	for _, p := range r.profiles {
+		if b := r.backoff[p.Name]; b != nil && now.Before(b.nextTry) {
 			continue // failed lately: not before its next try
 		}
-		for range p.Size - len(r.pool.members[p.Name]) {
+		for range p.Size - len(r.members[p.Name]) {
 			want = append(want, p)
 		}
 	}
-	digest := r.pool.digest
-	r.pool.mu.Unlock()
+	digest := r.digest
+	r.mu.Unlock()
 	for i, m := range stale {
 		r.destroyMember(ctx, m, reasons[i])
 	}
@@ -605,33 +648,33 @@ func (r *Runner) FillPool(ctx context.Context) error {
 				break // cut short, not the profile's failure
 			}
 			failed[p.Name] = true
-			r.pool.mu.Lock()
-			if r.pool.digest == digest {
-				if r.pool.backoff == nil {
-					r.pool.backoff = map[string]*profileBackoff{}
+			r.mu.Lock()
+			if r.digest == digest {
+				if r.backoff == nil {
+					r.backoff = map[string]*profileBackoff{}
 				}
-				b := r.pool.backoff[p.Name]
+				b := r.backoff[p.Name]
 				if b == nil {
 					b = &profileBackoff{}
-					r.pool.backoff[p.Name] = b
+					r.backoff[p.Name] = b
 				}
 				d := b.fail(time.Now(), err)
 				err = fmt.Errorf("%w (failure %d in a row; next try in %s)", err, b.failures, d)
 			}
-			r.pool.mu.Unlock()
+			r.mu.Unlock()
 			errs = append(errs, err)
 			continue
 		}
-		r.pool.mu.Lock()
-		if r.pool.digest != digest || r.pool.members == nil {
-			r.pool.mu.Unlock()
+		r.mu.Lock()
+		if r.digest != digest || r.members == nil {
+			r.mu.Unlock()
 			r.destroyMember(ctx, m, "the policy changed while it was prepared")
 			continue
 		}
 		m.digest = digest
-		delete(r.pool.backoff, p.Name) // it prepares again: no backoff
-		r.pool.members[p.Name] = append(r.pool.members[p.Name], m)
-		r.pool.mu.Unlock()
+		delete(r.backoff, p.Name) // it prepares again: no backoff
+		r.members[p.Name] = append(r.members[p.Name], m)
+		r.mu.Unlock()
 	}
 	if err := r.prunePool(); err != nil {
 		errs = append(errs, err)
@@ -641,8 +684,8 @@ func (r *Runner) FillPool(ctx context.Context) error {
 
 // prepareMember makes one member for profile p, journalled as an attempt
 // of its own before anything is created.
-func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*member, error) {
-	b, err := r.BackendNamed(p.EffectiveBackend())
+func (r *Pool) prepareMember(ctx context.Context, p policy.PoolProfile) (*member, error) {
+	b, err := r.host.BackendNamed(p.EffectiveBackend())
 	if err != nil {
 		return nil, err
 	}
@@ -660,20 +703,20 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	if err != nil {
 		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
 	}
-	runID := NewRunID()
-	id := ContainerID(runID)
+	runID := randid.New(8)
+	id := r.containerID(runID)
 	es, err := b.Intents(id)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.journal.Begin(runID, poolGrantPrefix+p.Name, resources(es)...); err != nil {
+	if err := r.journal.Begin(runID, grantPrefix+p.Name, resources(es)...); err != nil {
 		return nil, fmt.Errorf("pool %s: journal the member: %w", p.Name, err)
 	}
 	rec := &recorder{j: r.journal, runID: runID}
 	res := p.Resources
-	r.pool.mu.Lock()
-	outFiles := outputFiles(r.pool.pol, res)
-	r.pool.mu.Unlock()
+	r.mu.Lock()
+	outFiles := outputFiles(r.pol, res)
+	r.mu.Unlock()
 	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: sealedSpec(img.Sealed), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
 		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
 		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
@@ -682,10 +725,10 @@ func (r *Runner) prepareMember(ctx context.Context, p policy.PoolProfile) (*memb
 	if err != nil {
 		if h != nil {
 			r.destroyMember(ctx, m, "its preparation failed: "+err.Error())
-		} else if aerr := r.Abandon(runID, detailNotPrepared+err.Error()); aerr != nil {
+		} else if aerr := r.host.Abandon(runID, detailNotPrepared+err.Error()); aerr != nil {
 			r.log.Error("close the pool member's attempt", "run", runID, "err", aerr)
 		} else {
-			r.pool.noteClean(runID)
+			r.noteClean(runID)
 		}
 		return nil, fmt.Errorf("pool %s: prepare a member: %w", p.Name, err)
 	}
@@ -707,9 +750,9 @@ func outputFiles(pol *policy.Policy, res policy.PoolResources) int64 {
 // destroyMember destroys a member that serves no run and closes its
 // attempt: clean once every part is verified gone, else residual, which
 // quarantines the runner.
-func (r *Runner) destroyMember(ctx context.Context, m *member, reason string) {
-	r.pool.destroying.add()
-	defer r.pool.destroying.done()
+func (r *Pool) destroyMember(ctx context.Context, m *member, reason string) {
+	r.destroying.add()
+	defer r.destroying.done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
 	_ = r.finishMember(m, rep, detailUnused+reason, true) // a residual member quarantines the runner
 }
@@ -724,17 +767,17 @@ const (
 
 // destroyLater destroys a member in the background, counted in
 // pool.destroying from before it starts (the caller may hold pool.mu).
-func (r *Runner) destroyLater(m *member, reason string) {
-	r.pool.destroying.add()
+func (r *Pool) destroyLater(m *member, reason string) {
+	r.destroying.add()
 	go func() {
-		defer r.pool.destroying.done()
+		defer r.destroying.done()
 		r.destroyMember(context.Background(), m, reason)
 	}()
 }
 
 // finishMember closes a member's attempt after its cleanup; unused says
 // it served no run, so that its clean attempt may be pruned.
-func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) error {
+func (r *Pool) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) error {
 	if !rep.Verified {
 		var failed []string
 		for _, s := range rep.Steps {
@@ -742,21 +785,21 @@ func (r *Runner) finishMember(m *member, rep backend.CleanupReport, detail strin
 				failed = append(failed, s.Name+": "+s.Detail)
 			}
 		}
-		return r.residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
+		return r.host.Residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
 	}
 	if err := r.journal.Finish(m.runID, journal.Clean, detail, ""); err != nil {
-		return r.residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
+		return r.host.Residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
 	}
 	if unused {
-		r.pool.noteClean(m.runID)
+		r.noteClean(m.runID)
 	}
 	r.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
 	return nil
 }
 
 // noteClean records a member's attempt as verified clean, to be pruned
-// once poolKeepClean newer ones exist.
-func (p *pool) noteClean(runID string) {
+// once keepCleanDefault newer ones exist.
+func (p *Pool) noteClean(runID string) {
 	p.mu.Lock()
 	p.served = append(p.served, runID)
 	p.mu.Unlock()
@@ -765,12 +808,12 @@ func (p *pool) noteClean(runID string) {
 // poolPruneBatch bounds the attempts one prune deletes (one transaction).
 const poolPruneBatch = 256
 
-// keepClean is poolKeepClean, or what a test set.
-func (r *Runner) keepClean() int {
-	if r.poolKeep > 0 {
-		return r.poolKeep
+// keepClean is keepCleanDefault, or what a test set.
+func (r *Pool) keepClean() int {
+	if r.keep > 0 {
+		return r.keep
 	}
-	return poolKeepClean
+	return keepCleanDefault
 }
 
 // prunePool deletes the journal records of the oldest clean members this
@@ -778,32 +821,32 @@ func (r *Runner) keepClean() int {
 // once. It runs in the upkeep round, off every launch's path. The journal
 // deletes only what it still finds clean, so a residual member is never
 // lost.
-func (r *Runner) prunePool() error {
-	r.pool.mu.Lock()
-	n := min(len(r.pool.served)-r.keepClean(), poolPruneBatch)
+func (r *Pool) prunePool() error {
+	r.mu.Lock()
+	n := min(len(r.served)-r.keepClean(), poolPruneBatch)
 	if n <= 0 {
-		r.pool.mu.Unlock()
+		r.mu.Unlock()
 		return nil
 	}
-	old := slices.Clone(r.pool.served[:n])
-	r.pool.served = slices.Delete(r.pool.served, 0, n)
-	r.pool.mu.Unlock()
+	old := slices.Clone(r.served[:n])
+	r.served = slices.Delete(r.served, 0, n)
+	r.mu.Unlock()
 	n, err := r.journal.DeleteClean(old...)
 	if err != nil {
-		r.pool.mu.Lock()
-		r.pool.served = append(old, r.pool.served...) // tried again next round
-		r.pool.mu.Unlock()
+		r.mu.Lock()
+		r.served = append(old, r.served...) // tried again next round
+		r.mu.Unlock()
 		return fmt.Errorf("prune clean pool members: %w", err)
 	}
 	r.log.Debug("pruned clean pool members from the journal", "deleted", n, "kept", r.keepClean())
 	return nil
 }
 
-// prunePoolJournal is prunePool over the whole journal, for members
+// PruneJournal is prunePool over the whole journal, for members
 // closed before this process (a journal written before pruning existed
 // keeps every member): the newest clean ones are kept and remembered,
 // oldest first. Recover calls it while it holds the pool.
-func (r *Runner) prunePoolJournal() error {
+func (r *Pool) PruneJournal() error {
 	all, err := r.journal.List()
 	if err != nil {
 		return fmt.Errorf("read journal: %w", err)
@@ -811,7 +854,7 @@ func (r *Runner) prunePoolJournal() error {
 	var clean []journal.Attempt
 	for _, a := range all {
 		unused := strings.HasPrefix(a.Detail, detailUnused) || strings.HasPrefix(a.Detail, detailNotPrepared)
-		if IsPoolMember(a) && unused && a.State == journal.Clean && len(a.Outstanding()) == 0 {
+		if IsMember(a) && unused && a.State == journal.Clean && len(a.Outstanding()) == 0 {
 			clean = append(clean, a)
 		}
 	}
@@ -821,18 +864,18 @@ func (r *Runner) prunePoolJournal() error {
 	for i, a := range clean {
 		ids[i], listed[a.RunID] = a.RunID, true
 	}
-	r.pool.mu.Lock()
-	for _, id := range r.pool.served { // closed since the journal was read
+	r.mu.Lock()
+	for _, id := range r.served { // closed since the journal was read
 		if !listed[id] {
 			ids = append(ids, id)
 		}
 	}
-	r.pool.served = ids
-	r.pool.mu.Unlock()
+	r.served = ids
+	r.mu.Unlock()
 	for {
-		r.pool.mu.Lock()
-		more := len(r.pool.served) > r.keepClean()
-		r.pool.mu.Unlock()
+		r.mu.Lock()
+		more := len(r.served) > r.keepClean()
+		r.mu.Unlock()
 		if !more {
 			return nil
 		}
@@ -842,44 +885,44 @@ func (r *Runner) prunePoolJournal() error {
 	}
 }
 
-func (r *Runner) destroyAll(ctx context.Context, ms []*member, reason string) {
+func (r *Pool) destroyAll(ctx context.Context, ms []*member, reason string) {
 	for _, m := range ms {
 		r.destroyMember(ctx, m, reason)
 	}
 }
 
-// ReservePooled takes an idle member whose profile the plan matches
+// Reserve takes an idle member whose profile the plan matches
 // exactly, or returns nil: the launch is then cold, as without a pool.
 //
 // A launch a profile serves counts a hit for it; a launch that goes cold
 // counts a miss for every profile, with the first field that differed (or
 // that the profile had no idle member), as status and the metrics show.
-func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
-	r.pool.mu.Lock()
-	defer r.pool.mu.Unlock()
-	misses := make([]*PoolMiss, len(r.pool.profiles))
-	for i, p := range r.pool.profiles {
-		if misses[i] = r.pool.mismatch(p, plan); misses[i] != nil {
+func (r *Pool) Reserve(plan *admission.Plan) *Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	misses := make([]*Miss, len(r.profiles))
+	for i, p := range r.profiles {
+		if misses[i] = r.mismatch(p, plan); misses[i] != nil {
 			continue
 		}
-		ms := r.pool.members[p.Name]
+		ms := r.members[p.Name]
 		for len(ms) > 0 {
 			m := ms[0]
 			ms = ms[1:]
-			r.pool.members[p.Name] = ms
+			r.members[p.Name] = ms
 			if m.held.Alive() == nil {
 				if len(ms) == 0 {
-					r.pool.kick() // the profile is empty: refill now
+					r.Kick() // the profile is empty: refill now
 				}
-				r.pool.stats(p.Name).hits++
-				return &PoolLease{r: r, m: m}
+				r.stats(p.Name).hits++
+				return &Lease{r: r, m: m}
 			}
 			r.destroyLater(m, "its gate died while it idled")
 		}
-		misses[i] = &PoolMiss{Field: PoolMissEmpty, Profile: "no idle sandbox", Plan: "one"}
+		misses[i] = &Miss{Field: MissEmpty, Profile: "no idle sandbox", Plan: "one"}
 	}
-	for i, p := range r.pool.profiles {
-		st := r.pool.stats(p.Name)
+	for i, p := range r.profiles {
+		st := r.stats(p.Name)
 		st.misses++
 		st.lastMiss = misses[i]
 		if st.byField == nil {
@@ -890,19 +933,19 @@ func (r *Runner) ReservePooled(plan *admission.Plan) *PoolLease {
 	return nil
 }
 
-// PoolMissEmpty is the field of a miss on a profile the plan matched
+// MissEmpty is the field of a miss on a profile the plan matched
 // that had no idle sandbox (all reserved, or not yet made).
-const PoolMissEmpty = "idle"
+const MissEmpty = "idle"
 
 // profileStats counts one profile's hits and misses.
 type profileStats struct {
 	hits, misses int64
-	lastMiss     *PoolMiss
+	lastMiss     *Miss
 	byField      map[string]int64 // misses by the first field that differed
 }
 
 // stats is profile name's counts, made on first use; the caller holds mu.
-func (p *pool) stats(name string) *profileStats {
+func (p *Pool) stats(name string) *profileStats {
 	if p.counts == nil {
 		p.counts = map[string]*profileStats{}
 	}
@@ -914,9 +957,9 @@ func (p *pool) stats(name string) *profileStats {
 	return st
 }
 
-// PoolMiss is the first field in which a plan differed from a pool
+// Miss is the first field in which a plan differed from a pool
 // profile, with both values.
-type PoolMiss struct {
+type Miss struct {
 	Field   string
 	Profile string
 	Plan    string
@@ -927,12 +970,12 @@ type PoolMiss struct {
 // what the profile holds. The profile's open choices are resolved by the
 // policy's rules (EffectiveNofile, outputFiles), as admission resolves a
 // request's.
-func (p *pool) mismatch(pr policy.PoolProfile, plan *admission.Plan) *PoolMiss {
+func (p *Pool) mismatch(pr policy.PoolProfile, plan *admission.Plan) *Miss {
 	return mismatch(p.pol, pr, plan)
 }
 
 // mismatch is pool.mismatch under policy pol.
-func mismatch(pol *policy.Policy, pr policy.PoolProfile, plan *admission.Plan) *PoolMiss {
+func mismatch(pol *policy.Policy, pr policy.PoolProfile, plan *admission.Plan) *Miss {
 	res := pr.Resources
 	nofile := plan.Nofile
 	if nofile == 0 {
@@ -972,45 +1015,59 @@ func mismatch(pol *policy.Policy, pr policy.PoolProfile, plan *admission.Plan) *
 		{"gid", pr.GID, gid},
 	} {
 		if f.profile != f.plan {
-			return &PoolMiss{Field: f.field, Profile: fmt.Sprint(f.profile), Plan: fmt.Sprint(f.plan)}
+			return &Miss{Field: f.field, Profile: fmt.Sprint(f.profile), Plan: fmt.Sprint(f.plan)}
 		}
 	}
 	return nil
 }
 
-// errPoolTake marks a pooled sandbox that could not be taken; the launch
+// errTake marks a pooled sandbox that could not be taken; the launch
 // then goes cold.
-var errPoolTake = errors.New("pooled sandbox not taken")
+var errTake = errors.New("pooled sandbox not taken")
 
-// poolTakeError is a reserved member not taken, with the runner then
+// TakeError is a reserved member not taken, with the runner then
 // quarantined (its teardown was not verified): no cold launch follows.
-type poolTakeError struct{ take, quarantine error }
+type TakeError struct{ take, quarantine error }
 
-func (e *poolTakeError) Error() string {
+func (e *TakeError) Error() string {
 	return fmt.Sprintf("%v; no cold launch: %v", e.take, e.quarantine)
 }
-func (e *poolTakeError) Unwrap() []error    { return []error{e.take, e.quarantine} }
-func (e *poolTakeError) StartStage() string { return "pool-take" }
+func (e *TakeError) Unwrap() []error    { return []error{e.take, e.quarantine} }
+func (e *TakeError) StartStage() string { return "pool-take" }
 
-// takePooled attaches the run to its reserved member. On failure the
-// member is destroyed (never served again) and the caller launches cold.
-func (r *Runner) takePooled(ctx context.Context, p *Prepared, s backend.Spec) (backend.Sandbox, error) {
-	l := p.Pooled
-	m := l.m
+// Take attaches run runID to its reserved member, with what s runs. On
+// failure the member is destroyed (never served again); the error is a
+// *TakeError when its teardown was not verified (the runner is then
+// quarantined, and no cold launch may follow), else the caller launches
+// cold: the same containment, made for this run alone. A lease is taken
+// at most once.
+func (l *Lease) Take(ctx context.Context, s backend.Spec, runID string) (backend.Sandbox, error) {
+	r, m := l.r, l.m
 	l.m = nil
 	sb, err := m.held.Take(ctx, backend.Attachment{Args: s.Args, Env: s.Env, Cwd: s.Cwd, StopSignal: s.StopSignal, Inputs: s.Inputs})
 	if err != nil {
 		r.destroyMember(ctx, m, "it could not be attached: "+err.Error())
-		return nil, fmt.Errorf("%w: %v", errPoolTake, err)
+		err = fmt.Errorf("%w: %v", errTake, err)
+		// A member whose teardown was not verified quarantined the
+		// runner: the cold launch is refused as any launch then is, and
+		// the grant, spent on the member, ends failed to start.
+		if qerr := r.host.CheckQuarantine(); qerr != nil {
+			return nil, &TakeError{take: err, quarantine: qerr}
+		}
+		return nil, err
 	}
-	return &pooledSandbox{Sandbox: sb, r: r, m: m, run: p.RunID}, nil
+	return &pooledSandbox{Sandbox: sb, r: r, m: m, run: runID}, nil
 }
+
+// Held says whether the lease still holds its member (it was neither
+// taken nor released).
+func (l *Lease) Held() bool { return l != nil && l.m != nil }
 
 // pooledSandbox is a member serving one run: its cleanup closes the
 // member's attempt too.
 type pooledSandbox struct {
 	backend.Sandbox
-	r    *Runner
+	r    *Pool
 	m    *member
 	run  string
 	once sync.Once
@@ -1026,63 +1083,23 @@ func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 			s.rep.Verified = false
 			s.rep.Steps = append(slices.Clone(s.rep.Steps), backend.CleanupStep{Name: "pool-member-closed", Detail: err.Error()})
 		}
-		s.r.pool.kick()
+		s.r.Kick()
 	})
 	return s.rep
 }
 
-// ConsumePooled is Consume for a run that takes the member l reserved:
-// the run's attempt opens with no intents, since the member's attempt
-// holds everything that exists, and names the member, whose cleanup state
-// the run's then follows.
-func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse, l *PoolLease) error {
-	return r.journal.BeginServing(runID, grantID, l.m.runID, use)
-}
-
-// prepareSandbox is the run's sandbox: its reserved pool member, taken
-// and attached, or a cold Prepare (also when the member cannot be taken:
-// the cold path is the same containment, made for this run alone).
-func (r *Runner) prepareSandbox(ctx context.Context, b backend.Backend, id string, p *Prepared, rec *recorder, res *Result) (backend.Sandbox, error) {
-	s := r.spec(p)
-	if p.Pooled != nil && p.Pooled.m != nil {
-		pm := p.Pooled.Member()
-		sb, err := r.takePooled(ctx, p, s)
-		if err == nil {
-			res.Pooled = &pm
-			return sb, nil
-		}
-		// A member whose teardown was not verified quarantined the
-		// runner: the cold launch is refused as any launch then is, and
-		// the grant, spent on the member, ends failed to start.
-		if qerr := r.checkQuarantine(); qerr != nil {
-			return nil, &poolTakeError{take: err, quarantine: qerr}
-		}
-		r.log.Warn("launching cold", "run", p.RunID, "err", err)
-		// The run's attempt was opened without intents; a cold launch
-		// records them before it creates anything.
-		es, err := b.Intents(id)
-		if err == nil {
-			err = rec.Intent(es...)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return b.Prepare(ctx, id, s, rec)
-}
-
-// PoolUsesImage says whether a pool profile in force, or a member still
+// UsesImage says whether a pool profile in force, or a member still
 // held, is made from the image: removing or pruning it is refused, since
 // the held sandboxes' rootfs is that tree.
-func (r *Runner) PoolUsesImage(digest string) bool {
-	r.pool.mu.Lock()
-	defer r.pool.mu.Unlock()
-	for _, p := range r.pool.profiles {
+func (r *Pool) UsesImage(digest string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.profiles {
 		if p.Image == digest {
 			return true
 		}
 	}
-	for _, ms := range r.pool.members {
+	for _, ms := range r.members {
 		for _, m := range ms {
 			if m.image == digest {
 				return true
@@ -1092,27 +1109,60 @@ func (r *Runner) PoolUsesImage(digest string) bool {
 	return false
 }
 
-// holdPool drains the pool and keeps it from filling until the returned
+// Hold drains the pool and keeps it from filling until the returned
 // release is called: what Recover needs before it walks the journal.
 // A fill round under way is cancelled, not waited for: it ends with the
 // member being made (which it destroys if it cannot finish it).
-func (r *Runner) holdPool(ctx context.Context) (release func()) {
-	r.pool.mu.Lock()
-	r.pool.holds++
-	if r.pool.cancelRound != nil {
-		r.pool.cancelRound()
+func (r *Pool) Hold(ctx context.Context) (release func()) {
+	r.mu.Lock()
+	r.holds++
+	if r.cancelRound != nil {
+		r.cancelRound()
 	}
-	r.pool.mu.Unlock()
-	r.pool.fill.Lock()
-	r.DrainPool(ctx, "an operator's recovery")
-	r.pool.destroying.wait() // teardowns started before the drain
+	r.mu.Unlock()
+	r.fill.Lock()
+	r.Drain(ctx, "an operator's recovery")
+	r.destroying.wait() // teardowns started before the drain
 	return func() {
-		r.pool.fill.Unlock()
-		r.pool.mu.Lock()
-		r.pool.holds--
-		r.pool.mu.Unlock()
+		r.fill.Unlock()
+		r.mu.Lock()
+		r.holds--
+		r.mu.Unlock()
 		// The drain left no profile, so an upkeep loop may have gone idle:
 		// wake it to configure the pool from the policy again.
-		r.pool.kick()
+		r.Kick()
 	}
+}
+
+// recorder adapts the journal to the backend's Recorder for a member's
+// attempt, which is journalled before anything is made.
+type recorder struct {
+	j     *journal.Journal
+	runID string
+}
+
+func (r *recorder) Intent(es ...backend.Resource) error { return r.j.Intent(r.runID, resources(es)...) }
+func (r *recorder) Created(es ...backend.Resource) error {
+	return r.j.Created(r.runID, resources(es)...)
+}
+func (r *recorder) Removed(es ...backend.Resource) error {
+	return r.j.Removed(r.runID, resources(es)...)
+}
+
+// resources are a backend's records as the journal keeps them.
+func resources(es []backend.Resource) []journal.Resource {
+	out := make([]journal.Resource, len(es))
+	for i, e := range es {
+		out[i] = journal.Resource{Kind: e.Kind, Name: e.Name, Identity: e.Identity}
+	}
+	return out
+}
+
+// sealedSpec is an image's sealed file as the backend contract names it;
+// nil for an image this process has not verified sealed.
+func sealedSpec(s *image.Sealed) *backend.SealedImage {
+	if s == nil {
+		return nil
+	}
+	return &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
 }

@@ -1,22 +1,31 @@
-package runner
+package launch
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/runner"
 )
 
-// ReceiptFor assembles the receipt predicate of a launched run: every
-// observation the runner made. custodyd adds the grant and the runner
-// identity and signs it. Nothing in it is read back as authority.
-func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
-	prof := r.profile.Load()
+// predicate assembles the receipt predicate of a launched run: every
+// observation the runner made, the egress it served (eg, nil when denied)
+// among them. receipt adds the grant and the runner identity and signs
+// it. Nothing in it is read back as authority.
+func predicate(h *runner.Runner, p *Prepared, eg *Egress, res *runner.Result) evidence.Receipt {
+	prof := h.Profile()
 	tier := evidence.TierProduction
 	if p.Plan.Unqualified {
 		tier = evidence.TierDevelopment
 	}
-	backendName, rt := r.backend.Name(), evidence.Runtime{Version: r.cfg.Runtime.Version, SHA256: res.RuntimeSHA256, Path: r.cfg.Runtime.Path}
+	cfg := h.Config()
+	backendName, rt := h.Backend().Name(), evidence.Runtime{Version: cfg.Runtime.Version, SHA256: res.RuntimeSHA256, Path: cfg.Runtime.Path}
 	if res.Backend != nil && res.Backend.Kind != backendName {
 		// Another backend: its runtime is the binary its identity pins.
 		backendName, rt = res.Backend.Kind, evidence.Runtime{Version: res.Backend.Version, SHA256: res.Backend.SHA256, Path: res.Backend.Path}
@@ -38,8 +47,8 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 		Inputs: []evidence.Input{},
 		Exit: evidence.Exit{
 			Status: receiptStatus(res.Status), Code: res.ExitCode, Signal: res.Signal,
-			TimedOut: res.Status == StatusTimeout, OOMKilled: res.Status == StatusOOM,
-			Cancelled: res.Status == StatusCancelled,
+			TimedOut: res.Status == runner.StatusTimeout, OOMKilled: res.Status == runner.StatusOOM,
+			Cancelled: res.Status == runner.StatusCancelled,
 		},
 		Usage: evidence.Usage{PeakMemoryBytes: res.Usage.PeakMemoryBytes, CPUTimeMillis: res.Usage.CPUTimeMillis(),
 			WallMillis: res.Usage.Wall.Milliseconds(), OOMKills: res.Usage.OOMKills},
@@ -47,7 +56,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 		Started:  res.Started,
 		Finished: res.Finished,
 	}
-	rc.Profile.Identity, rc.Profile.Evidence = r.receiptIdentity(res), maps.Clone(res.Evidence)
+	rc.Profile.Identity, rc.Profile.Evidence = receiptIdentity(h, res), maps.Clone(res.Evidence)
 	rc.Streams = receiptStreams(res.Streams)
 	for _, in := range res.Inputs {
 		rc.Inputs = append(rc.Inputs, evidence.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
@@ -55,8 +64,8 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 	if pm := res.Pooled; pm != nil {
 		rc.Pooled = &evidence.Pooled{Profile: pm.Profile, Sandbox: pm.Sandbox, PreparedAt: pm.PreparedAt.UTC()}
 	}
-	if p.Egress != nil && p.Egress.Report != nil {
-		rc.Egress = p.Egress.Report()
+	if eg != nil && eg.Report != nil {
+		rc.Egress = eg.Report()
 	}
 	if res.Cleanup != nil {
 		rc.Cleanup.Verified = res.Cleanup.Verified
@@ -96,7 +105,7 @@ func (r *Runner) ReceiptFor(p *Prepared, res *Result) evidence.Receipt {
 
 // unobserved names the receipt's exit and usage members the run did not
 // observe, each set to -1: never a zero nobody saw (R10).
-func unobserved(res *Result, rc *evidence.Receipt) []string {
+func unobserved(res *runner.Result, rc *evidence.Receipt) []string {
 	var names []string
 	if res.ExitUnobserved {
 		rc.Exit.Code, rc.Exit.Signal = -1, ""
@@ -118,10 +127,10 @@ func unobserved(res *Result, rc *evidence.Receipt) []string {
 // receiptIdentity is the backend identity res recorded as the launch ran,
 // or the backend's own for a result that recorded none (it never got to
 // the backend's evidence).
-func (r *Runner) receiptIdentity(res *Result) *evidence.BackendIdentity {
+func receiptIdentity(h *runner.Runner, res *runner.Result) *evidence.BackendIdentity {
 	b := res.Backend
 	if b == nil {
-		b = identityRecord(r.backend.Identity())
+		b = identityRecord(h.Backend().Identity())
 	}
 	return &evidence.BackendIdentity{Kind: b.Kind, Version: b.Version, Path: b.Path, SHA256: b.SHA256}
 }
@@ -132,7 +141,7 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // receiptStreams records the spooled streams' digests; a run that never
 // started wrote nothing to either.
-func receiptStreams(s *Streams) *evidence.Streams {
+func receiptStreams(s *runner.Streams) *evidence.Streams {
 	if s == nil {
 		empty := evidence.Stream{SHA256: emptySHA256}
 		return &evidence.Streams{Stdout: empty, Stderr: empty}
@@ -147,11 +156,44 @@ func receiptStreams(s *Streams) *evidence.Streams {
 // published statuses have no failed-to-start, which it records as failed
 // with exit code -1 (a receipt's "failed" goes with any exit), so the
 // predicate's meaning does not change.
-func receiptStatus(s Status) string {
+func receiptStatus(s runner.Status) string {
 	// The receipt format keeps its five statuses: these are failures (the
 	// receipt's exit and the result say which kind).
-	if s == StatusFailedToStart || s == StatusPidsLimit {
-		return string(StatusFailed)
+	if s == runner.StatusFailedToStart || s == runner.StatusPidsLimit {
+		return string(runner.StatusFailed)
 	}
 	return string(s)
+}
+
+// receipt signs the run's receipt with the runner identity key: the
+// predicate of what the run observed, with the grant it spent and the
+// runner that signs. The one place a receipt is made.
+func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error) {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, r.env); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	g, key := r.grant, r.key
+	rc := predicate(r.h, r.prep, r.egress, res)
+	rc.Runner = evidence.Identity{ID: key.ID()}
+	rc.Grant = evidence.GrantRef{ID: g.Predicate.ID, EnvelopeSHA256: hex.EncodeToString(sum[:]),
+		IssuerID: g.IssuerKeyID, Envelope: compact.Bytes()}
+	rc.Phase = evidence.PhaseRef{Name: strings.TrimPrefix(g.SubjectName, "phase/"), Stage: g.Predicate.Stage, Digest: g.SubjectDigest}
+	signed, err := evidence.SignReceipt(ctx, key, rc)
+	if err != nil {
+		return nil, err
+	}
+	bundle, err := evidence.BundleCompact(signed, key.ID())
+	if err != nil {
+		return nil, err
+	}
+	return &Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
+}
+
+// UnsignedReceipt is the receipt predicate of a run launched with no grant
+// and no egress, as far as Launch's result can fill it: for the host's
+// own tests of what a receipt says, since only a granted run is signed.
+func UnsignedReceipt(h *runner.Runner, p *Prepared, res *runner.Result) evidence.Receipt {
+	return predicate(h, p, nil, res)
 }

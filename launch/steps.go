@@ -1,4 +1,4 @@
-package runner
+package launch
 
 import (
 	"log/slog"

@@ -1,29 +1,22 @@
-package runner
+package launch
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
+
+	"github.com/custody-dev/custody/runner"
 )
 
-// StreamCap bounds each of a run's stdout and stderr as the runner keeps
-// them. Past it the workload's writes are still read (it never blocks on a
-// full pipe) and discarded; the stream's record says it was truncated.
-const StreamCap = 16 << 20
-
 // spool is one output stream of a run: it digests and counts up to
-// StreamCap bytes and passes each kept chunk to the caller's live writer.
+// runner.StreamCap bytes and passes each kept chunk to the caller's live writer.
 // A write always takes all it is given, so the workload's pipe is drained
-// whatever happens; the live writer must not block (see Launch). The kept
+// whatever happens; the live writer must not block (see execute). The kept
 // bytes also go to a file in the runner's logs dir (custody logs), so its
 // sha256 is the one the receipt binds; a file that cannot be written is
 // removed rather than kept short (the digest still covers every kept byte).
@@ -49,10 +42,10 @@ func (s *spool) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keep := p
-	if room := StreamCap - s.n; int64(len(keep)) > room {
+	if room := runner.StreamCap - s.n; int64(len(keep)) > room {
 		keep = keep[:max(room, 0)]
 		if !s.truncated && s.live != nil {
-			defer fmt.Fprintf(s.live, "\n[custody: %s truncated at %d bytes; the rest was discarded]\n", s.name, StreamCap)
+			defer fmt.Fprintf(s.live, "\n[custody: %s truncated at %d bytes; the rest was discarded]\n", s.name, runner.StreamCap)
 		}
 		s.truncated = true
 	}
@@ -82,10 +75,10 @@ func (s *spool) Write(p []byte) (int, error) {
 }
 
 // digest is the stream's record.
-func (s *spool) digest() Stream {
+func (s *spool) digest() runner.Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
+	return runner.Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
 }
 
 // drop stops keeping the stream on disk and removes what was kept: a log
@@ -137,7 +130,7 @@ func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger
 	sp := &spools{stdout: newSpool("stdout", stdout), stderr: newSpool("stderr", stderr), runID: runID, log: log}
 	if logDir != "" {
 		for _, s := range []*spool{sp.stdout, sp.stderr} {
-			s.path = LogPath(logDir, runID, s.name)
+			s.path = runner.LogPath(logDir, runID, s.name)
 		}
 	}
 	return sp
@@ -147,7 +140,7 @@ func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger
 // their log files, both at once and beside the output custody and cleanup
 // that follow (each fsync is a journal commit of its own, a millisecond or
 // more); wait joins them, before the run's record lands.
-func (s *spools) record(res *Result) {
+func (s *spools) record(res *runner.Result) {
 	for _, sp := range []*spool{s.stdout, s.stderr} {
 		f, err := sp.detach()
 		if err != nil {
@@ -157,45 +150,8 @@ func (s *spools) record(res *Result) {
 			s.synced.Go(func() { finish(f) })
 		}
 	}
-	res.Streams = &Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
+	res.Streams = &runner.Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
 }
 
 // wait returns once the log files record started are synced (or removed).
 func (s *spools) wait() { s.synced.Wait() }
-
-// Streams a run's log holds.
-const (
-	StreamStdout = "stdout"
-	StreamStderr = "stderr"
-)
-
-// ErrNoLog is a stream the runner did not keep (or no longer keeps).
-var ErrNoLog = errors.New("no log kept")
-
-// LogPath is where a run's stream is kept under logDir.
-func LogPath(logDir, runID, stream string) string {
-	return filepath.Join(logDir, runID+"."+stream)
-}
-
-// OpenLog opens a run's kept stream (stdout or stderr). runID must be a
-// run id (the caller read its record); the stream name is checked here.
-func (r *Runner) OpenLog(runID, stream string) (*os.File, error) {
-	if stream != StreamStdout && stream != StreamStderr {
-		return nil, fmt.Errorf("stream %q: %w (streams are stdout and stderr)", stream, ErrNoLog)
-	}
-	if runID == "" || strings.ContainsAny(runID, "/.\x00") {
-		return nil, fmt.Errorf("run %q: %w", runID, ErrNoLog)
-	}
-	f, err := os.Open(LogPath(r.logDir(), runID, stream))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("run %s %s: %w", runID, stream, ErrNoLog)
-	}
-	return f, err
-}
-
-// logDir holds the runs' kept streams.
-func (r *Runner) logDir() string { return LogDir(r.cfg) }
-
-// LogDir is where a runner under cfg keeps its runs' streams (retention
-// removes them with their records).
-func LogDir(cfg Config) string { return filepath.Join(cfg.StateDir, "logs") }

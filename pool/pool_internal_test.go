@@ -1,8 +1,9 @@
-package runner
+package pool
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -12,7 +13,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/image"
+	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
@@ -46,33 +47,54 @@ func (h *fakeHeld) Destroy(context.Context) backend.CleanupReport {
 	return backend.CleanupReport{Verified: h.verified, Steps: []backend.CleanupStep{{Name: "fake", OK: h.verified}}}
 }
 
-// coldBackend records whether a cold Prepare was asked of it.
-type coldBackend struct {
-	backend.Backend
-	prepared bool
+// errQuarantined is testHost's quarantine.
+var errQuarantined = errors.New("quarantined (test)")
+
+// testHost is a host on a real store and journal whose only backend is
+// none: it quarantines as the host does (a residual attempt sets it).
+type testHost struct {
+	db *store.DB
+	j  *journal.Journal
 }
 
-func (b *coldBackend) Intents(string) ([]backend.Resource, error) { return nil, nil }
-func (b *coldBackend) Prepare(context.Context, string, backend.Spec, backend.Recorder) (backend.Sandbox, error) {
-	b.prepared = true
-	return nil, errors.New("cold prepare (test)")
+func (h *testHost) BackendNamed(name string) (backend.Backend, error) {
+	return nil, fmt.Errorf("backend %q: none in this test", name)
+}
+func (h *testHost) BackendNames() []string { return nil }
+func (h *testHost) CheckQuarantine() error {
+	if q, err := h.db.Quarantine(); err != nil || q != nil {
+		return errors.Join(errQuarantined, err)
+	}
+	return nil
+}
+func (h *testHost) Abandon(runID, reason string) error {
+	return h.j.Finish(runID, journal.Clean, reason, "")
+}
+func (h *testHost) Residual(runID, reason string, removed ...journal.Resource) error {
+	_ = h.j.Finish(runID, journal.Residual, reason, "", removed...)
+	if err := h.db.SetQuarantine(store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: runID}); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %s", errQuarantined, reason)
 }
 
-func poolRunner(t *testing.T) *Runner {
+func poolRunner(t *testing.T) *Pool {
 	t.Helper()
 	db, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return &Runner{log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db, journal: journal.New(db)}
+	j := journal.New(db)
+	return New(Config{Host: &testHost{db: db, j: j}, Journal: j, ContainerID: func(id string) string { return "custody-" + id },
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 // member journals a member's attempt and returns it, held by h.
-func poolMember(t *testing.T, r *Runner, p policy.PoolProfile, h backend.Held) *member {
+func poolMember(t *testing.T, r *Pool, p policy.PoolProfile, h backend.Held) *member {
 	t.Helper()
-	m := &member{runID: NewRunID(), profile: p, held: h, digest: "policy", image: p.Image}
-	if err := r.journal.Begin(m.runID, poolGrantPrefix+p.Name); err != nil {
+	m := &member{runID: randid.New(8), profile: p, held: h, digest: "policy", image: p.Image}
+	if err := r.journal.Begin(m.runID, grantPrefix+p.Name); err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -83,19 +105,19 @@ func poolMember(t *testing.T, r *Runner, p policy.PoolProfile, h backend.Held) *
 func TestReleaseKeepsThePoolToItsSize(t *testing.T) {
 	r := poolRunner(t)
 	p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
-	r.pool.digest, r.pool.profiles, r.pool.members = "policy", []policy.PoolProfile{p}, map[string][]*member{}
+	r.digest, r.profiles, r.members = "policy", []policy.PoolProfile{p}, map[string][]*member{}
 
 	back := &fakeHeld{verified: true}
-	(&PoolLease{r: r, m: poolMember(t, r, p, back)}).Release()
-	if n := len(r.pool.members["small"]); n != 1 || back.destroyed.Load() != 0 {
+	(&Lease{r: r, m: poolMember(t, r, p, back)}).Release()
+	if n := len(r.members["small"]); n != 1 || back.destroyed.Load() != 0 {
 		t.Fatalf("release into an empty profile: %d members, destroyed %d; want 1 kept", n, back.destroyed.Load())
 	}
 
 	extra := &fakeHeld{verified: true}
 	m := poolMember(t, r, p, extra)
-	(&PoolLease{r: r, m: m}).Release()
-	r.pool.destroying.wait()
-	if n := len(r.pool.members["small"]); n != 1 || extra.destroyed.Load() != 1 {
+	(&Lease{r: r, m: m}).Release()
+	r.destroying.wait()
+	if n := len(r.members["small"]); n != 1 || extra.destroyed.Load() != 1 {
 		t.Fatalf("release into a full profile: %d members, destroyed %d; want 1 member and the released one destroyed", n, extra.destroyed.Load())
 	}
 	if a, err := r.journal.Get(m.runID); err != nil || a.State != journal.Clean {
@@ -105,28 +127,30 @@ func TestReleaseKeepsThePoolToItsSize(t *testing.T) {
 
 // A member that cannot be taken sends the run cold; but when its
 // teardown was not verified (the runner is quarantined), no cold launch
-// follows and the run fails to start with the quarantine error.
+// follows and the run fails to start with the quarantine error. (The
+// launch goes cold exactly when Take's error is not a *TakeError.)
 func TestFailedTakeOnAQuarantinedRunner(t *testing.T) {
 	for _, verified := range []bool{true, false} {
 		r := poolRunner(t)
 		p := policy.PoolProfile{Name: "small", Image: "img", Size: 1}
 		h := &fakeHeld{take: errors.New("attach failed (test)"), verified: verified}
-		prep := &Prepared{RunID: NewRunID(), Plan: &admission.Plan{}, Image: &image.Image{}, Pooled: &PoolLease{r: r, m: poolMember(t, r, p, h)}}
-		b := &coldBackend{}
-		rec := &recorder{j: r.journal, runID: prep.RunID, grantID: "grant", begin: true}
-		_, err := r.prepareSandbox(context.Background(), b, ContainerID(prep.RunID), prep, rec, &Result{})
+		lease := &Lease{r: r, m: poolMember(t, r, p, h)}
+		sb, err := lease.Take(context.Background(), backend.Spec{}, randid.New(8))
 		if h.destroyed.Load() != 1 {
 			t.Fatalf("verified=%v: the member was destroyed %d times, want once", verified, h.destroyed.Load())
 		}
+		if sb != nil || lease.Held() || !errors.Is(err, errTake) {
+			t.Fatalf("verified=%v: take gave %v, %v (lease held %v); want the take error and the lease spent", verified, sb, err, lease.Held())
+		}
+		var pt *TakeError
 		if verified {
-			if !b.prepared {
-				t.Fatalf("verified teardown: no cold launch (%v)", err)
+			if errors.As(err, &pt) || errors.Is(err, errQuarantined) {
+				t.Fatalf("verified teardown: %v; want a cold launch to follow", err)
 			}
 			continue
 		}
-		var pt *poolTakeError
-		if b.prepared || !errors.Is(err, ErrQuarantined) || !errors.As(err, &pt) {
-			t.Fatalf("unverified teardown: cold prepare %v, err %v; want no cold launch and the quarantine error", b.prepared, err)
+		if !errors.Is(err, errQuarantined) || !errors.As(err, &pt) {
+			t.Fatalf("unverified teardown: err %v; want no cold launch and the quarantine error", err)
 		}
 	}
 }
@@ -140,7 +164,7 @@ func TestHoldPoolWaitsForTeardowns(t *testing.T) {
 	m := poolMember(t, r, p, h)
 	r.destroyLater(m, "test")
 	held := make(chan func())
-	go func() { held <- r.holdPool(context.Background()) }()
+	go func() { held <- r.Hold(context.Background()) }()
 	select {
 	case release := <-held:
 		release()
@@ -192,11 +216,11 @@ func TestFillPoolAsksAliveOnce(t *testing.T) {
 	h := &flakyHeld{fakeHeld: fakeHeld{verified: true}}
 	m := poolMember(t, r, p, h)
 	m.backend = poolBackend{}
-	r.pool.digest, r.pool.members = "policy", map[string][]*member{"small": {m}}
-	if err := r.FillPool(context.Background()); err != nil {
+	r.digest, r.members = "policy", map[string][]*member{"small": {m}}
+	if err := r.Fill(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(r.pool.members["small"]); n != 0 || h.destroyed.Load() != 1 {
+	if n := len(r.members["small"]); n != 0 || h.destroyed.Load() != 1 {
 		t.Fatalf("a member found dead: %d kept, destroyed %d; want it destroyed", n, h.destroyed.Load())
 	}
 }
