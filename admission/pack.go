@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/policy"
 )
@@ -23,7 +24,7 @@ import (
 // pack, as values. Nothing in them comes from the pack or the policy.
 type PackFacts struct {
 	// Engine is the engine's evidenced profile; nil refuses everything.
-	Engine *pack.Engine
+	Engine *backend.PackEngine
 	// EngineSocket is the engine's socket path, so that a bind of it is
 	// recognised whatever the pack calls it.
 	EngineSocket string

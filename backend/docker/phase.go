@@ -37,7 +37,6 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/outputfs"
-	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/platform"
 )
 
@@ -74,7 +73,7 @@ type PhaseOptions struct {
 	// Docker is the engine, opened with Open.
 	Docker *Docker
 	// Engine is the engine's profile from Probe; nil claims no tier.
-	Engine *pack.Engine
+	Engine *backend.PackEngine
 	// StateDir is a root-only directory for launch dirs, the image cache's
 	// index and the key that derives workspace ids; it is made if missing.
 	StateDir string

@@ -91,6 +91,7 @@ var banned = map[string]map[string]string{
 	},
 	"backend/docker": {
 		"admission": "backends import no domain package", "policy": "", "store": "", "runner": "", "launch": "", "workspace": "",
+		"pack": "the engine profile it fills is a neutral backend type (backend.PackEngine), not the pack domain's",
 	},
 	"launch": {
 		"backend/oci": "the launch pipeline drives backend.Backend; only cmd/custodyd wires a concrete backend",
