@@ -64,7 +64,7 @@ var banned = map[string]map[string]string{
 	"pipeline":    {"policy": "a pipeline asks, stage by stage; it cannot see what is granted", "admission": "", "runner": "", "launch": "", "api": ""},
 	"backend/oci": {"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": ""},
 	"store":       {"runner": "the store imports no custody package", "backend/oci": "", "admission": ""},
-	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": ""},
+	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": "", "backend": "the probe reports facts; backends turn them into their gaps (backend/partial)"},
 	"quantity":    {"request": "leaf package", "policy": ""},
 	"grant":       {"admission": "grants bind values; they do not decide them", "runner": "", "backend/oci": ""},
 	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "runner": "", "backend/oci": ""},
@@ -83,6 +83,10 @@ var banned = map[string]map[string]string{
 	},
 	"backend/vm": {
 		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "backend/oci": "",
+	},
+	"backend/partial": {
+		"backend/oci": "the shared helpers serve every backend and name none", "backend/vm": "", "backend/docker": "",
+		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "journal": "", "evidence": "",
 	},
 	"backend/vm/guest": {"backend": "the guest protocol is standard library only: the init is a small static binary", "backend/vm": ""},
 	"egress": {
