@@ -88,6 +88,7 @@ var banned = map[string]map[string]string{
 		"backend/oci": "the shared helpers serve every backend and name none", "backend/vm": "", "backend/docker": "",
 		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "journal": "", "evidence": "",
 	},
+	"backend/vm/vmpin": {"backend": "the pins are a leaf that custody gate reads without any backend", "backend/vm": ""},
 	"backend/vm/guest": {"backend": "the guest protocol is standard library only: the init is a small static binary", "backend/vm": ""},
 	"egress": {
 		"request": "the proxy is a leaf: it gets its allowlist and gateways as values", "policy": "", "admission": "",
@@ -124,11 +125,8 @@ var banned = map[string]map[string]string{
 
 // directOnly: package → the only packages that may import it directly.
 var directOnly = map[string][]string{
-	// Only custodyd wires a concrete backend; bench: raw-runc baselines
-	// with the same profile.
-	"backend/oci": {"cmd/custodyd", "bench"},
-	"runner":      {"cmd/custodyd", "launch"},
-	"launch":      {"cmd/custodyd", "retention"},
+	"runner": {"cmd/custodyd", "launch"},
+	"launch": {"cmd/custodyd", "retention"},
 }
 
 func TestDependencyRules(t *testing.T) {
@@ -174,6 +172,51 @@ func TestDependencyRules(t *testing.T) {
 			}
 			if allowed, ruled := directOnly[irel]; ruled && !slices.Contains(allowed, rel) && !slices.Contains(allowed, strings.SplitN(rel, "/", 2)[0]) {
 				t.Errorf("%s imports %s; only %v may", rel, irel, allowed)
+			}
+		}
+	}
+}
+
+// concrete are the backends that run work; concreteUsers the only
+// packages that may depend on one, directly or not: custodyd wires them,
+// and the bench (bench/...) measures them against raw baselines with the
+// same profile. Everything else drives backend.Backend, so a new backend
+// is one more line in custodyd, not a change across the tree.
+var (
+	concrete      = []string{"backend/oci", "backend/vm", "backend/docker"}
+	concreteUsers = []string{"cmd/custodyd", "bench", "bench/..."}
+)
+
+// TestBackendFence checks with the non-test dependency lists (go list's
+// Deps, as go list -deps gives them) that only concreteUsers depend on a
+// concrete backend.
+func TestBackendFence(t *testing.T) {
+	pkgs := list(t)
+	allowed := func(rel string) bool {
+		for _, u := range concreteUsers {
+			if prefix, tree := strings.CutSuffix(u, "/..."); tree && strings.HasPrefix(rel, prefix+"/") || rel == u {
+				return true
+			}
+		}
+		return false
+	}
+	exists := map[string]bool{}
+	for _, p := range pkgs {
+		exists[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = true
+	}
+	for _, name := range append(slices.Clone(concrete), "cmd/custodyd", "bench") {
+		if !exists[name] {
+			t.Errorf("the backend fence names %s, which no longer exists", name)
+		}
+	}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if allowed(rel) {
+			continue
+		}
+		for _, d := range p.Deps {
+			if drel, ok := strings.CutPrefix(d, module+"/"); ok && slices.Contains(concrete, drel) {
+				t.Errorf("%s depends on the concrete backend %s; only %v may: drive backend.Backend, or go through custodyd", rel, drel, concreteUsers)
 			}
 		}
 	}
