@@ -312,7 +312,7 @@ func (a *packAdmitter) hostRoot(reason string) {
 func (a *packAdmitter) engine() {
 	e := a.facts.Engine
 	a.plan.Engine = PlanEngine{Name: e.Name, Version: e.Version, APIVersion: e.APIVersion, Boundary: e.Boundary, InternalBlocksEgress: e.InternalBlocksEgress}
-	if e.Name != "docker" {
+	if e.Name != string(backend.KindDocker) {
 		a.add(Check{Requirement: "engine", Verdict: Unsupported, Code: "engine-unknown",
 			Detail: fmt.Sprintf("engine %q is not one custody models", e.Name), Fix: "run packs on a Docker engine"})
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/conformance"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/internal/regfile"
@@ -104,9 +105,9 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 		return nil, &classed{class: ErrPrecondition, err: fmt.Errorf("tier %q: want production or development", o.Tier)}
 	}
 	switch o.Backend {
-	case "", matrix.BackendOCI:
-		o.Backend = matrix.BackendOCI
-	case conformance.BackendVM:
+	case "", string(backend.KindOCI):
+		o.Backend = string(backend.KindOCI)
+	case string(backend.KindVM):
 		if len(o.VM) == 0 {
 			return nil, &classed{class: ErrPrecondition, err: errors.New("backend vm: no vm configuration; pass the vm section of custodyd's config (qemu, kernel, modules, init by path and sha256)")}
 		}
@@ -179,7 +180,7 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 // suiteBackend is what the suite's phases name: nothing for oci, so that
 // an oci qualification asks for exactly what it asked before backends.
 func suiteBackend(name string) string {
-	if name == matrix.BackendOCI {
+	if name == string(backend.KindOCI) {
 		return ""
 	}
 	return name
@@ -271,14 +272,14 @@ submitSocket: %q
 operators: [%d]
 `, filepath.Join(dir, "state"), filepath.Join(dir, "run"), rt.Path, rt.Version, rt.SHA256,
 		filepath.Join(dir, "policy.yaml"), d.controlSocket, submitSocket, os.Geteuid())
-	if o.Backend == conformance.BackendVM {
+	if o.Backend == string(backend.KindVM) {
 		vm, err := vmSection(o.VM)
 		if err != nil {
 			return d, &classed{class: ErrPrecondition, err: err}
 		}
 		cfg += "backends: [oci, vm]\n" + vm
 	}
-	if o.Backend != matrix.BackendOCI {
+	if o.Backend != string(backend.KindOCI) {
 		// No NIC reaches a guest: a vm row covers denied egress only.
 	} else if w, err := startEgressWorld(dir); err != nil {
 		logf("restricted egress not qualified: its upstream namespace could not be made: %v", err)

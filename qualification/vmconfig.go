@@ -9,8 +9,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/vm/vmpin"
-	"github.com/custody-dev/custody/conformance"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
 )
@@ -71,5 +71,5 @@ func VMPlatform(ctx context.Context, prof *platform.Profile, vmConfig []byte) (m
 	if err != nil {
 		return matrix.Platform{}, fmt.Errorf("probe the vm runtime: %w", err)
 	}
-	return BackendPlatform(prof, conformance.BackendVM, Pinned{Path: rt.Path, Version: rt.Version, SHA256: rt.SHA256})
+	return BackendPlatform(prof, string(backend.KindVM), Pinned{Path: rt.Path, Version: rt.Version, SHA256: rt.SHA256})
 }

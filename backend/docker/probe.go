@@ -81,7 +81,7 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *backend.PackE
 		return nil, false, fmt.Errorf("probe %s: info: %w", d.host, err)
 	}
 	e := &backend.PackEngine{
-		Name:          "docker",
+		Name:          string(backend.KindDocker),
 		Version:       ver.Version,
 		APIVersion:    ver.APIVersion,
 		OS:            info.OSType,

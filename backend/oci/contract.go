@@ -17,21 +17,18 @@ import (
 	"github.com/custody-dev/custody/platform"
 )
 
-// Name is the oci backend's name in receipts and qualification rows.
-const Name = "oci"
-
 var (
 	_ backend.Backend = (*Backend)(nil)
 	_ backend.Sandbox = (*Container)(nil)
 )
 
 // Name is "oci".
-func (b *Backend) Name() string { return Name }
+func (b *Backend) Name() string { return string(backend.KindOCI) }
 
 // Identity is the pinned runtime: what a grant binds and a receipt records.
 func (b *Backend) Identity() backend.Identity {
 	rt := b.opts.Runtime
-	return backend.Identity{Kind: Name, Version: rt.Version, Path: rt.Path, SHA256: rt.SHA256}
+	return backend.Identity{Kind: string(backend.KindOCI), Version: rt.Version, Path: rt.Path, SHA256: rt.SHA256}
 }
 
 // Capabilities are what runc enforces on this host: budgets through the

@@ -31,9 +31,6 @@ import (
 	"github.com/custody-dev/custody/backend/vm/vmpin"
 )
 
-// Name is the vm backend's name in receipts and qualification rows.
-const Name = "vm"
-
 // The pins and their checks live in vmpin, which custody gate reads
 // without the backend; these are their names here.
 type (
@@ -357,14 +354,14 @@ func (b *Backend) readGuestFiles() (*guestFiles, error) {
 var _ backend.Backend = (*Backend)(nil)
 
 // Name is "vm".
-func (b *Backend) Name() string { return Name }
+func (b *Backend) Name() string { return string(backend.KindVM) }
 
 // Identity is the pinned QEMU (path, sha256); Version names its version,
 // the machine, the accelerator, the vCPUs and the pinned kernel, modules,
 // init and stage digests, so that a grant, which binds the version and digest,
 // binds the whole guest: re-pinning any part refuses grants issued before.
 func (b *Backend) Identity() backend.Identity {
-	return backend.Identity{Kind: Name,
+	return backend.Identity{Kind: string(backend.KindVM),
 		Version: vmpin.Version(b.version, b.accel, b.opts.Kernel, b.opts.Modules, b.opts.Init, b.opts.Stage),
 		Path:    b.opts.QEMU.Path, SHA256: b.opts.QEMU.SHA256}
 }

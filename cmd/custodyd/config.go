@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/runner"
 )
@@ -134,7 +135,7 @@ func (c *Config) validate() error {
 }
 
 func (c *Config) validateBackends() error {
-	if len(c.Backends) > 0 && c.Backends[0] != "oci" {
+	if len(c.Backends) > 0 && c.Backends[0] != string(backend.KindOCI) {
 		return fmt.Errorf("backends %v: oci comes first (it is the default backend)", c.Backends)
 	}
 	seen := map[string]bool{}
@@ -142,15 +143,15 @@ func (c *Config) validateBackends() error {
 		switch {
 		case seen[b]:
 			return fmt.Errorf("backends %v: %s is listed twice", c.Backends, b)
-		case b == "vm" && c.VM == nil:
+		case b == string(backend.KindVM) && c.VM == nil:
 			return fmt.Errorf("backends lists vm but there is no vm section; fix: add vm: {qemu, kernel, modules, init} each with path and sha256")
-		case b != "oci" && b != "vm":
+		case b != string(backend.KindOCI) && b != string(backend.KindVM):
 			return fmt.Errorf("backends %v: %q is not a backend (oci, vm)", c.Backends, b)
 		}
 		seen[b] = true
 	}
 	if c.VM != nil {
-		if !seen["vm"] {
+		if !seen[string(backend.KindVM)] {
 			return fmt.Errorf("a vm section is configured but backends does not list vm; fix: backends: [oci, vm]")
 		}
 		return c.VM.validate()

@@ -211,6 +211,13 @@ func TestBackendFence(t *testing.T) {
 	}
 	for _, p := range pkgs {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if rel == "backend" {
+			for _, d := range p.Deps {
+				if strings.HasPrefix(d, module+"/") {
+					t.Errorf("backend depends on %s: the contract, whose Kind names the backends for leaf packages (request, evidence, matrix, policy), imports no custody package", d)
+				}
+			}
+		}
 		if allowed(rel) {
 			continue
 		}
@@ -266,10 +273,11 @@ func TestExternalImports(t *testing.T) {
 // writes from its own schemas (internal/schemadoc) and from the daemon's
 // flag set (internal/daemonflags), and the crash-safe writes of the files it
 // keeps for a reviewer, such as an operations-log checkpoint
-// (internal/durable). It never holds the
+// (internal/durable), and the backends' names (backend.Kind, from the
+// stdlib-only contract). It never holds the
 // runner's state or launches anything itself.
 var cliImports = []string{
-	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
+	"api", "backend", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
 	"internal/quote", "internal/regfile", "internal/untar", "internal/schemadoc", "internal/daemonflags", "internal/durable",
 }
 
