@@ -230,7 +230,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 		p.VerifierRoots = slices.Clone(pol.VerifierRoots)
 	}
 	p.Backend = a.backend(facts.Backends)
-	if p.Backend == request.BackendOCI {
+	if p.Backend == string(backend.KindOCI) {
 		p.Backend = "" // the default, as plans have always left it
 	}
 	a.tier(p)
@@ -273,7 +273,7 @@ func Admit(req *request.Phase, pol *policy.Policy, facts Facts) (*Plan, error) {
 func (a *admitter) backend(configured []string) string {
 	name := a.req.BackendName()
 	if configured == nil {
-		configured = []string{request.BackendOCI}
+		configured = []string{string(backend.KindOCI)}
 	}
 	if !slices.Contains(configured, name) {
 		a.add(Check{Requirement: "backend", Verdict: Unsupported, Code: "backend-not-configured",
@@ -281,7 +281,7 @@ func (a *admitter) backend(configured []string) string {
 			Fix:    fmt.Sprintf("add %s to custodyd's config (backends: [%s] with its section), or ask for a configured backend", name, strings.Join(append(slices.Clone(configured), name), ", "))})
 		return name
 	}
-	if name != request.BackendOCI {
+	if name != string(backend.KindOCI) {
 		// (oci, the default, adds no check: plans of phases that name no
 		// backend stay as they were.)
 		a.add(Check{Requirement: "backend", Verdict: Granted, Code: "backend", Detail: name})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
@@ -41,10 +42,10 @@ func hybridProfile() *platform.Profile {
 func capsOf(p *platform.Profile) *backend.Capabilities {
 	return &backend.Capabilities{
 		Tiers: map[string][]backend.Gap{
-			platform.TierProduction:  p.TierGaps(platform.TierProduction),
-			platform.TierDevelopment: p.TierGaps(platform.TierDevelopment),
+			platform.TierProduction:  partial.Gaps(p.TierShortfalls(platform.TierProduction)),
+			platform.TierDevelopment: partial.Gaps(p.TierShortfalls(platform.TierDevelopment)),
 		},
-		Controls: p.FactGaps("seccomp", "tmpfs", "overlay"),
+		Controls: partial.Gaps(p.FactShortfalls("seccomp", "tmpfs", "overlay")),
 	}
 }
 

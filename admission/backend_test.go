@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/request"
 )
 
@@ -12,7 +13,7 @@ import (
 // it does not; a phase naming none stays on oci with its plan unchanged.
 func TestBackendMustBeConfigured(t *testing.T) {
 	r := req(request.TierDevelopment)
-	r.Backend = request.BackendVM
+	r.Backend = string(backend.KindVM)
 	facts := Facts{Capabilities: capsOf(hybridProfile()), ImagePresent: true, Backends: []string{"oci", "vm"}}
 	p, err := Admit(r, pol(), facts)
 	if err != nil || p.Backend != "vm" {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/policy"
 )
@@ -23,7 +24,7 @@ import (
 // pack, as values. Nothing in them comes from the pack or the policy.
 type PackFacts struct {
 	// Engine is the engine's evidenced profile; nil refuses everything.
-	Engine *pack.Engine
+	Engine *backend.PackEngine
 	// EngineSocket is the engine's socket path, so that a bind of it is
 	// recognised whatever the pack calls it.
 	EngineSocket string
@@ -311,7 +312,7 @@ func (a *packAdmitter) hostRoot(reason string) {
 func (a *packAdmitter) engine() {
 	e := a.facts.Engine
 	a.plan.Engine = PlanEngine{Name: e.Name, Version: e.Version, APIVersion: e.APIVersion, Boundary: e.Boundary, InternalBlocksEgress: e.InternalBlocksEgress}
-	if e.Name != "docker" {
+	if e.Name != string(backend.KindDocker) {
 		a.add(Check{Requirement: "engine", Verdict: Unsupported, Code: "engine-unknown",
 			Detail: fmt.Sprintf("engine %q is not one custody models", e.Name), Fix: "run packs on a Docker engine"})
 		return

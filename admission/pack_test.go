@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/policy"
@@ -39,8 +40,8 @@ func packPolicy() *policy.Policy {
 
 func grants(p *policy.Policy) *policy.PackActor { return &p.Packs.Actors[0] }
 
-func engine() *pack.Engine {
-	return &pack.Engine{Name: "docker", Version: "26.1.5", APIVersion: "1.45", OS: "linux", Kernel: "6.1.0",
+func engine() *backend.PackEngine {
+	return &backend.PackEngine{Name: "docker", Version: "26.1.5", APIVersion: "1.45", OS: "linux", Kernel: "6.1.0",
 		Boundary: "native-linux", CgroupVersion: "2", Seccomp: true, InternalBlocksEgress: true}
 }
 

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 )
 
 // SuiteVersion changes whenever a check is added, removed or judged
@@ -298,10 +299,10 @@ func plan(env Env) (todo, left []spec, na []NotApplicable) {
 			all = append(all, interceptSpecs()...)
 		}
 	}
-	if env.Backend == BackendVM {
+	if env.Backend == string(backend.KindVM) {
 		all, na = vmSpecs(), vmNotApplicable()
 	}
-	if env.Pooled && env.Backend != BackendVM {
+	if env.Pooled && env.Backend != string(backend.KindVM) {
 		all = append(all, pooledSpecs()...)
 	}
 	only := env.Only

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/probe"
 	"github.com/custody-dev/custody/request"
@@ -207,9 +208,9 @@ func TestVMSuiteShape(t *testing.T) {
 			t.Errorf("%s is neither run on vm nor listed as not applicable", name)
 		}
 	}
-	s := newSuite(Env{Image: "sha256:" + strings.Repeat("1", 64), Tier: TierDevelopment, Stage: "test", Backend: BackendVM})
+	s := newSuite(Env{Image: "sha256:" + strings.Repeat("1", 64), Tier: TierDevelopment, Stage: "test", Backend: string(backend.KindVM)})
 	p, err := request.Parse(s.yaml(phase{name: "q-vm", command: []string{"/bin/true"}}))
-	if err != nil || p.BackendName() != request.BackendVM {
+	if err != nil || p.BackendName() != string(backend.KindVM) {
 		t.Fatalf("a vm suite phase: %v, backend %q", err, p.BackendName())
 	}
 }

@@ -17,9 +17,6 @@ import (
 	"github.com/custody-dev/custody/internal/randid"
 )
 
-// BackendVM is the microVM backend's name, as a phase and a row name it.
-const BackendVM = "vm"
-
 // vmSpecs is the suite on the vm backend: every family, judged at the VM
 // boundary. Checks that read the sandbox through the probe and hold in a
 // guest run as they are; those that relied on what only a container shows

@@ -18,7 +18,6 @@ import (
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -33,7 +32,7 @@ type noEngine struct{ workspace.Engine }
 
 func (noEngine) NewWorkspaceID() string { return "w" }
 
-func (noEngine) Profile(context.Context, backend.ProbeJournal) (*pack.Engine, error) {
+func (noEngine) Profile(context.Context, backend.ProbeJournal) (*backend.PackEngine, error) {
 	return nil, errNoEngine
 }
 

@@ -6,8 +6,8 @@ import (
 	"net/http"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/qualification"
 	"github.com/custody-dev/custody/store"
 )
@@ -60,7 +60,7 @@ func (s *server) attester(name string) (*qualification.Attester, error) {
 		return nil, &api.Error{Code: api.CodeRefused, Message: "qualification row: " + err.Error()}
 	}
 	pinned := qualification.Pinned{Path: s.cfg.Runner.Runtime.Path, Version: s.cfg.Runner.Runtime.Version, SHA256: s.cfg.Runner.Runtime.SHA256}
-	if b.Name() != matrix.BackendOCI {
+	if b.Name() != string(backend.KindOCI) {
 		id := b.Identity()
 		pinned = qualification.Pinned{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
 	}
@@ -114,7 +114,7 @@ func (q qualificationRecords) Run(id string) (qualification.RecordedRun, error) 
 		out.Status, out.Tier = string(rec.Result.Status), rec.Result.Tier
 		// A record from before runs named their backend ran on oci, the
 		// only backend there was.
-		out.Backend = matrix.BackendOCI
+		out.Backend = string(backend.KindOCI)
 		if rec.Result.Backend != nil {
 			out.Backend = rec.Result.Backend.Kind
 		}

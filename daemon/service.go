@@ -104,7 +104,7 @@ func (s *server) enterLeaf(ctx context.Context) error {
 		return fmt.Errorf("cgroup leaf: %w", err)
 	}
 	s.log.Info("cgroups probed again after the leaf move", "v2Delegated", prof.Cgroup.V2Delegated,
-		"productionGaps", len(prof.TierGaps(platform.TierProduction)))
+		"productionGaps", len(prof.TierShortfalls(platform.TierProduction)))
 	return nil
 }
 

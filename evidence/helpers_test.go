@@ -15,6 +15,7 @@ import (
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/keys"
@@ -200,14 +201,14 @@ func receiptFor(t testing.TB, runner, issuer *keys.Signer, gp grant.Predicate, g
 		},
 		Phase: evidence.PhaseRef{Name: "build-hello", Stage: gp.Stage, Digest: digestOf(string(gp.Phase))},
 		Profile: evidence.RuntimeProfile{
-			Backend:    evidence.BackendOCI,
+			Backend:    string(backend.KindOCI),
 			Runtime:    evidence.Runtime{Version: gp.Runtime.Version, SHA256: gp.Runtime.SHA256, Path: "/usr/lib/custody/runc"},
 			Kernel:     "6.1.0-18-amd64",
 			Arch:       gp.Target.Arch,
 			OS:         gp.Target.OS,
 			CgroupMode: "v2",
 			Tier:       evidence.TierProduction,
-			Identity: &evidence.BackendIdentity{Kind: evidence.BackendOCI, Version: gp.Runtime.Version,
+			Identity: &evidence.BackendIdentity{Kind: string(backend.KindOCI), Version: gp.Runtime.Version,
 				Path: "/usr/lib/custody/runc", SHA256: gp.Runtime.SHA256},
 			Evidence: map[string]string{
 				"config":  digestOf("config.json")[len("sha256:"):],

@@ -18,6 +18,7 @@ import (
 	intoto "github.com/in-toto/attestation/go/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/custody-dev/custody/backend"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
@@ -363,9 +364,6 @@ type OutputFile struct {
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
 }
-
-// BackendOCI is the backend name of the pinned OCI runtime (runc).
-const BackendOCI = "oci"
 
 // backendPattern is the shape of a backend name and of an evidence name.
 var backendPattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
@@ -839,7 +837,7 @@ func validateReceipt(r *Receipt, predicateType string) error {
 func checkFlatDigests(ps *problems, p *RuntimeProfile, predicateType string) {
 	if p.ConfigSHA256 == nil {
 		ps.add("profile.configSha256", "missing (%s writes it, empty for a backend without an OCI config)", predicateType)
-	} else if predicateType == predicate.ReceiptV1 || p.Backend == BackendOCI || *p.ConfigSHA256 != "" {
+	} else if predicateType == predicate.ReceiptV1 || p.Backend == string(backend.KindOCI) || *p.ConfigSHA256 != "" {
 		ps.hex64("profile.configSha256", *p.ConfigSHA256)
 	}
 	if p.GateSHA256 != "" {
@@ -981,7 +979,7 @@ func checkV3Profile(ps *problems, p *RuntimeProfile) {
 		if id.Path != "" {
 			ps.absPath("profile.identity.path", id.Path)
 		}
-		if id.SHA256 != "" || p.Backend == BackendOCI {
+		if id.SHA256 != "" || p.Backend == string(backend.KindOCI) {
 			ps.hex64("profile.identity.sha256", id.SHA256)
 		}
 	}
@@ -999,7 +997,7 @@ func checkV3Profile(ps *problems, p *RuntimeProfile) {
 		}
 		ps.hex64("profile.evidence."+k, p.Evidence[k])
 	}
-	if p.Backend == BackendOCI {
+	if p.Backend == string(backend.KindOCI) {
 		for _, k := range ociEvidence {
 			if _, ok := p.Evidence[k]; !ok {
 				ps.add("profile.evidence."+k, "missing: an oci receipt records the config, gate and seccomp digests")

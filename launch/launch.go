@@ -896,7 +896,7 @@ func (l *Launcher) unspent(id string) error {
 // runtimeLabel names a backend's runtime in refusals: runc for oci (as
 // they always said), the backend's kind otherwise.
 func runtimeLabel(kind string) string {
-	if kind == "" || kind == "oci" {
+	if kind == "" || kind == string(backend.KindOCI) {
 		return "runc"
 	}
 	return kind + " runtime"

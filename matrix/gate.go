@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
 )
@@ -232,7 +233,7 @@ func LoadEntry(ctx context.Context, path string, trust Trust) Entry {
 type GateOptions struct {
 	// Tier is the tier the release needs; default production.
 	Tier string
-	// Backend is the backend the release runs on; default BackendOCI. A
+	// Backend is the backend the release runs on; default oci. A
 	// row for another backend never counts, whatever else it matches.
 	Backend string
 	// MaxAge is how old a row may be; default DefaultMaxAge.
@@ -268,7 +269,7 @@ func Gate(entries []Entry, this Platform, opts GateOptions) Decision {
 		opts.Tier = TierProduction
 	}
 	if opts.Backend == "" {
-		opts.Backend = BackendOCI
+		opts.Backend = string(backend.KindOCI)
 	}
 	if opts.MaxAge <= 0 {
 		opts.MaxAge = DefaultMaxAge

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/custody-dev/custody/backend"
 )
 
 // HTMLOptions configure WriteHTML.
@@ -203,7 +205,7 @@ func htmlRowOf(e Entry, opts HTMLOptions) htmlRow {
 	r.Cgroup = fmt.Sprintf("%s v2[%s] v1[%s]", pl.Cgroup.Mode, strings.Join(pl.Cgroup.V2Delegated, " "), strings.Join(pl.Cgroup.V1Usable, " "))
 	r.Facts = fmt.Sprintf("seccomp=%t userns=%t tmpfs=%t overlay=%t", pl.Facts.Seccomp, pl.Facts.UserNS, pl.Facts.Tmpfs, pl.Facts.Overlay)
 	r.Runtime, r.RuntimeSHA = "runc "+pl.Runtime.Version, pl.Runtime.SHA256
-	if pl.Backend != BackendOCI {
+	if pl.Backend != string(backend.KindOCI) {
 		// Another backend's runtime is its own identity, never runc.
 		r.Runtime = pl.Runtime.Version
 	}

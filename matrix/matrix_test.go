@@ -16,6 +16,7 @@ import (
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/platform"
@@ -24,7 +25,7 @@ import (
 
 func testPlatform() Platform {
 	return Platform{
-		OS: "linux", Arch: "amd64", Kernel: "6.1.0-57-amd64", Distro: "Debian GNU/Linux 12 (bookworm)", Backend: BackendOCI,
+		OS: "linux", Arch: "amd64", Kernel: "6.1.0-57-amd64", Distro: "Debian GNU/Linux 12 (bookworm)", Backend: string(backend.KindOCI),
 		Cgroup:  PlatformCgroup{Mode: "v2", V2Delegated: []string{"cpu", "io", "memory", "pids"}, V1Usable: []string{}},
 		Facts:   PlatformFacts{Seccomp: true, UserNS: true, Tmpfs: true, Overlay: true},
 		Runtime: PlatformRuntime{Version: "1.5.3", SHA256: strings.Repeat("ab", 32)},
@@ -89,18 +90,18 @@ func TestPlatformOf(t *testing.T) {
 	prof := &platform.Profile{Kernel: "6.1", Arch: "amd64", OS: "linux",
 		Cgroup:  platform.Cgroup{Mode: platform.CgroupV2, V2Delegated: []string{"pids", "memory", "memory"}},
 		Seccomp: platform.Fact{OK: true}, Runtime: &platform.Runtime{Version: "1.5.3", SHA256: strings.Repeat("0", 64)}}
-	p, err := PlatformOf(prof, BackendOCI)
+	p, err := PlatformOf(prof, string(backend.KindOCI))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(p.Cgroup.V2Delegated, ",") != "memory,pids" || p.Cgroup.V1Usable == nil || !p.Facts.Seccomp || p.Backend != BackendOCI {
+	if strings.Join(p.Cgroup.V2Delegated, ",") != "memory,pids" || p.Cgroup.V1Usable == nil || !p.Facts.Seccomp || p.Backend != string(backend.KindOCI) {
 		t.Fatalf("PlatformOf = %+v", p)
 	}
 	if len(p.Digest()) != 64 || p.Digest() != p.Digest() {
 		t.Fatal("digest is not stable hex")
 	}
 	prof.Runtime.Error = "no such file"
-	if _, err := PlatformOf(prof, BackendOCI); err == nil {
+	if _, err := PlatformOf(prof, string(backend.KindOCI)); err == nil {
 		t.Fatal("a profile whose runtime could not be identified was described")
 	}
 	prof.Runtime.Error = ""
@@ -425,7 +426,7 @@ func TestGateMatchesBackend(t *testing.T) {
 		want     string // in the reason or a note
 	}{
 		{"oci row, default backend", map[string]*Row{"oci.json": ociRow}, "", oci, "", true, "allowed: oci.json"},
-		{"oci row, backend oci", map[string]*Row{"oci.json": ociRow}, "", oci, BackendOCI, true, "backend oci"},
+		{"oci row, backend oci", map[string]*Row{"oci.json": ociRow}, "", oci, string(backend.KindOCI), true, "backend oci"},
 		{"firecracker row, firecracker", map[string]*Row{"oci.json": ociRow, "fc.json": fcRow}, "", fc, "firecracker", true, "allowed: fc.json"},
 		{"oci row never admits firecracker", map[string]*Row{"oci.json": ociRow}, "", fc, "firecracker", false, "oci.json qualifies backend oci, not firecracker"},
 		{"firecracker row never admits oci", map[string]*Row{"fc.json": fcRow}, "", oci, "", false, "fc.json qualifies backend firecracker, not oci"},
@@ -441,7 +442,7 @@ func TestGateMatchesBackend(t *testing.T) {
 			if d.Allowed != c.allowed || !strings.Contains(all, c.want) {
 				t.Fatalf("allowed=%t %s\nwant allowed=%t and %q", d.Allowed, all, c.allowed, c.want)
 			}
-			if want := c.backend; d.Backend != want && !(want == "" && d.Backend == BackendOCI) {
+			if want := c.backend; d.Backend != want && !(want == "" && d.Backend == string(backend.KindOCI)) {
 				t.Fatalf("decision backend %q", d.Backend)
 			}
 		})
@@ -472,11 +473,11 @@ func TestOldRowGatesOCI(t *testing.T) {
 	if len(entries) != 1 || entries[0].Verified == nil {
 		t.Fatalf("the old row does not verify: %+v", entries)
 	}
-	if q := entries[0].Verified; q.Platform.Backend != BackendOCI || q.Platform.Digest() != testPlatform().Digest() {
+	if q := entries[0].Verified; q.Platform.Backend != string(backend.KindOCI) || q.Platform.Digest() != testPlatform().Digest() {
 		t.Fatalf("the old row reads as platform %+v", q.Platform)
 	}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	for _, backend := range []string{"", BackendOCI} {
+	for _, backend := range []string{"", string(backend.KindOCI)} {
 		if d := Gate(entries, testPlatform(), GateOptions{Now: now, Backend: backend}); d.Allowed || !strings.Contains(d.Reason, "not measured by it") {
 			t.Fatalf("the old row, backend %q: allowed=%t %s %q", backend, d.Allowed, d.Reason, d.Notes)
 		}

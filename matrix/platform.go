@@ -51,11 +51,6 @@ import (
 // Release builds set it: -ldflags "-X github.com/custody-dev/custody/matrix.Version=v1.2.3".
 var Version = "0.1.0-dev"
 
-// BackendOCI is the backend that runs phases under the pinned OCI runtime.
-// It was the only backend when rows began to carry a backend, so it is what
-// a gate asks for unless told otherwise.
-const BackendOCI = "oci"
-
 // Platform is what a qualification is about: the host facts and the
 // pinned runtime that decide how a phase is contained. Two hosts with the
 // same description are the same platform; any difference — a kernel

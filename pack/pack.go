@@ -207,34 +207,3 @@ type Requirement struct {
 	// by a choice.
 	Exact bool
 }
-
-// Engine is the evidenced capability profile of the container engine a
-// pack would run on, as admission reads it. A backend fills it by talking
-// to the engine; nothing in it is taken from the pack or the policy.
-type Engine struct {
-	Name       string // "docker"
-	Version    string
-	APIVersion string
-	OS         string
-	Kernel     string
-	// Boundary is the kernel boundary the containers really share:
-	// "native-linux" or "vm" (Docker Desktop, a remote VM).
-	Boundary      string
-	StorageDriver string
-	CgroupDriver  string
-	CgroupVersion string
-	Rootless      bool
-	UsernsRemap   bool
-	Runtimes      []string
-	Seccomp       bool
-	AppArmor      bool
-	// InternalBlocksEgress is true only when a throwaway container on an
-	// internal network was shown unable to reach outside it, while a
-	// control connection inside the network worked.
-	InternalBlocksEgress bool
-	// EgressUnproved says why InternalBlocksEgress is false: the probe's
-	// error, what its proof saw, or that no probe image is configured.
-	EgressUnproved string `json:"egressUnproved,omitempty"`
-	// Notes are what the probe saw that admission should report.
-	Notes []string
-}

@@ -69,7 +69,7 @@ func Diagnose(p *Profile, openat2 Fact, want Expect) []Check {
 	runnable := 0
 	for _, tier := range []string{TierProduction, TierDevelopment} {
 		c := Check{Name: "tier." + tier, Verdict: VerdictOK, Detail: "this host's cgroups enforce its budgets"}
-		if gaps := p.TierGaps(tier); len(gaps) > 0 {
+		if gaps := p.TierShortfalls(tier); len(gaps) > 0 {
 			var why []string
 			for _, g := range gaps {
 				why = append(why, g.Detail)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -96,8 +95,8 @@ func TestProbeCgroupNotes(t *testing.T) {
 	if got := noted.Cgroup.V2Missing["pids"]; got != plain.Cgroup.V2Missing["pids"] {
 		t.Fatalf("pids reason changed: %q", got)
 	}
-	gaps := noted.TierGaps(TierProduction)
-	if !slices.ContainsFunc(gaps, func(g backend.Gap) bool { return strings.Contains(g.Detail, "custodyd could not enable memory") }) {
+	gaps := noted.TierShortfalls(TierProduction)
+	if !slices.ContainsFunc(gaps, func(g Shortfall) bool { return strings.Contains(g.Detail, "custodyd could not enable memory") }) {
 		t.Fatalf("production gaps do not carry the note: %+v", gaps)
 	}
 }

@@ -3,8 +3,6 @@ package platform
 import (
 	"fmt"
 	"slices"
-
-	"github.com/custody-dev/custody/backend"
 )
 
 // Tier names as capabilities list them (request.Tier values).
@@ -13,14 +11,25 @@ const (
 	TierDevelopment = "development"
 )
 
-// TierGaps says what this host's cgroups cannot enforce for a tier: the
+// Shortfall is one prerequisite the probe could not prove: the
+// requirement it serves, a stable code, why, and what would fix it. A
+// backend that stands on the fact reports it as a gap of its own
+// (backend/partial.Gaps); the doctor prints it.
+type Shortfall struct {
+	Requirement string
+	Code        string
+	Detail      string
+	Fix         string
+}
+
+// TierShortfalls says what this host's cgroups cannot enforce for a tier: the
 // production tier needs the cgroup v2 memory, pids, cpu and io controllers
 // delegated; the development tier needs the cgroup v1 (or v2) memory, pids,
 // cpu and cpuacct controllers usable. A backend that enforces budgets
 // through cgroups reports these as its tier capabilities.
-func (p *Profile) TierGaps(tier string) []backend.Gap {
+func (p *Profile) TierShortfalls(tier string) []Shortfall {
 	cg := p.Cgroup
-	var gaps []backend.Gap
+	var gaps []Shortfall
 	switch tier {
 	case TierProduction:
 		for _, c := range ProductionControllers() {
@@ -31,7 +40,7 @@ func (p *Profile) TierGaps(tier string) []backend.Gap {
 			if why == "" {
 				why = "not delegated in the cgroup v2 hierarchy"
 			}
-			gaps = append(gaps, backend.Gap{
+			gaps = append(gaps, Shortfall{
 				Requirement: "tier.production.cgroup2." + c, Code: "cgroup-controller-missing",
 				Detail: fmt.Sprintf("production needs the cgroup v2 %s controller delegated; on this host (cgroup mode %s) it is not: %s", c, cg.Mode, why),
 				Fix:    "run on a host with a unified cgroup v2 hierarchy delegating memory, pids, cpu and io; or, for unqualified development work, ask for tier: development on a runner whose policy enables it",
@@ -42,7 +51,7 @@ func (p *Profile) TierGaps(tier string) []backend.Gap {
 			if slices.Contains(cg.V1Usable, c) || (cg.Mode == CgroupV2 && slices.Contains(cg.V2Delegated, v2Name(c))) {
 				continue
 			}
-			gaps = append(gaps, backend.Gap{
+			gaps = append(gaps, Shortfall{
 				Requirement: "tier.development.cgroup." + c, Code: "cgroup-controller-missing",
 				Detail: fmt.Sprintf("the development tier needs the %s controller; the probe could not use it: %s", c, cg.V1Missing[c]),
 				Fix:    "mount and make usable the cgroup v1 " + c + " controller, or use a cgroup v2 host",
@@ -59,11 +68,11 @@ func v2Name(c string) string {
 	return c
 }
 
-// FactGaps lists the named facts (seccomp, tmpfs, overlay, userns,
+// FactShortfalls lists the named facts (seccomp, tmpfs, overlay, userns,
 // pidfd-netns) the probe could not prove, each with how it tried.
-func (p *Profile) FactGaps(names ...string) []backend.Gap {
+func (p *Profile) FactShortfalls(names ...string) []Shortfall {
 	facts := map[string]Fact{"seccomp": p.Seccomp, "tmpfs": p.Tmpfs, "overlay": p.Overlay, "userns": p.UserNS, "pidfd-netns": p.PidfdNetns}
-	var gaps []backend.Gap
+	var gaps []Shortfall
 	for _, n := range names {
 		f, known := facts[n]
 		if known && f.OK {
@@ -72,7 +81,7 @@ func (p *Profile) FactGaps(names ...string) []backend.Gap {
 		if !known {
 			f = Fact{How: "nothing", Detail: "no probe of that name"}
 		}
-		gaps = append(gaps, backend.Gap{
+		gaps = append(gaps, Shortfall{
 			Requirement: "platform." + n, Code: n + "-unavailable",
 			Detail: fmt.Sprintf("the reviewed profile needs %s; the probe could not prove it (%s): %s", n, f.How, f.Detail),
 			Fix:    "run on a host where custody doctor reports " + n + " ok",

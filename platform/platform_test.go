@@ -591,7 +591,7 @@ func TestProbePidfdNetns(t *testing.T) {
 		t.Fatalf("a forced failure reported %+v", f)
 	}
 	p := &Profile{PidfdNetns: f}
-	gaps := p.FactGaps("pidfd-netns")
+	gaps := p.FactShortfalls("pidfd-netns")
 	if len(gaps) != 1 || gaps[0].Requirement != "platform.pidfd-netns" {
 		t.Fatalf("gaps %+v", gaps)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/quantity"
 )
 
@@ -74,7 +75,7 @@ var poolNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 // EffectiveBackend is Backend, or "oci" when unset.
 func (p PoolProfile) EffectiveBackend() string {
 	if p.Backend == "" {
-		return "oci"
+		return string(backend.KindOCI)
 	}
 	return p.Backend
 }
@@ -106,7 +107,7 @@ func (p *Policy) validatePool(add adder) {
 		case !p.AllowsImage(pr.Image):
 			add(f("image"), fmt.Sprintf("%s is not in images, so no grant could ever take the pool's sandboxes", pr.Image), "add the image to images, or name one listed there")
 		}
-		if b := pr.EffectiveBackend(); b != "oci" {
+		if b := pr.EffectiveBackend(); b != string(backend.KindOCI) {
 			add(f("backend"), fmt.Sprintf("backend %q cannot hold a sandbox at its gate before a grant exists (only oci pools)", b), "pool on oci, or leave the profile out: other backends launch cold")
 		}
 		switch pr.Tier {

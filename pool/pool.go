@@ -987,7 +987,7 @@ func mismatch(pol *policy.Policy, pr policy.PoolProfile, plan *admission.Plan) *
 	}
 	backendName := plan.Backend
 	if backendName == "" {
-		backendName = "oci"
+		backendName = string(backend.KindOCI)
 	}
 	writable := slices.ContainsFunc(plan.Inputs, func(in admission.Input) bool { return in.Writable })
 	network := string(plan.Network)

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
@@ -175,7 +176,7 @@ func (a *Attester) platform() (matrix.Platform, error) {
 	if err != nil {
 		return matrix.Platform{}, refuse("%v", err)
 	}
-	if a.Backend != matrix.BackendOCI {
+	if a.Backend != string(backend.KindOCI) {
 		return plat, nil
 	}
 	if plat.Runtime.SHA256 != pinned.SHA256 || plat.Runtime.Version != pinned.Version {
@@ -185,15 +186,15 @@ func (a *Attester) platform() (matrix.Platform, error) {
 	return plat, nil
 }
 
-// BackendPlatform describes the platform of a probed profile as backend
-// runs on it, with rt its pinned runtime: for oci the profile's runc as
+// BackendPlatform describes the platform of a probed profile as the
+// backend kind runs on it, with rt its pinned runtime: for oci the profile's runc as
 // probed; for another backend rt, its own identity (the profile probed
 // runc, which runs none of that backend's work). The attester and
 // custody gate --platform this both describe a platform with it, so that
 // the same host and pins give the same digest.
-func BackendPlatform(prof *platform.Profile, backend string, rt Pinned) (matrix.Platform, error) {
-	plat, err := matrix.PlatformOf(prof, backend)
-	if err != nil || backend == matrix.BackendOCI {
+func BackendPlatform(prof *platform.Profile, kind string, rt Pinned) (matrix.Platform, error) {
+	plat, err := matrix.PlatformOf(prof, kind)
+	if err != nil || kind == string(backend.KindOCI) {
 		return plat, err
 	}
 	plat.Runtime = matrix.PlatformRuntime{Version: rt.Version, SHA256: rt.SHA256}

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/conformance"
 	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/randid"
@@ -105,9 +106,9 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 		return nil, &classed{class: ErrPrecondition, err: fmt.Errorf("tier %q: want production or development", o.Tier)}
 	}
 	switch o.Backend {
-	case "", matrix.BackendOCI:
-		o.Backend = matrix.BackendOCI
-	case conformance.BackendVM:
+	case "", string(backend.KindOCI):
+		o.Backend = string(backend.KindOCI)
+	case string(backend.KindVM):
 		if len(o.VM) == 0 {
 			return nil, &classed{class: ErrPrecondition, err: errors.New("backend vm: no vm configuration; pass the vm section of custodyd's config (qemu, kernel, modules, init by path and sha256)")}
 		}
@@ -180,7 +181,7 @@ func Qualify(ctx context.Context, o Options) (*Result, error) {
 // suiteBackend is what the suite's phases name: nothing for oci, so that
 // an oci qualification asks for exactly what it asked before backends.
 func suiteBackend(name string) string {
-	if name == matrix.BackendOCI {
+	if name == string(backend.KindOCI) {
 		return ""
 	}
 	return name
@@ -268,14 +269,14 @@ func startPrivateDaemon(ctx context.Context, o Options, logf func(string, ...any
 		Policy: filepath.Join(dir, "policy.yaml"), ControlSocket: d.controlSocket, SubmitSocket: submitSocket,
 		Operators: []uint32{uint32(os.Geteuid())},
 	}
-	if o.Backend == conformance.BackendVM {
+	if o.Backend == string(backend.KindVM) {
 		vm, err := vmSectionConfig(o.VM)
 		if err != nil {
 			return d, &classed{class: ErrPrecondition, err: err}
 		}
-		cfg.Backends, cfg.VM = []string{"oci", "vm"}, vm
+		cfg.Backends, cfg.VM = []string{string(backend.KindOCI), string(backend.KindVM)}, vm
 	}
-	if o.Backend != matrix.BackendOCI {
+	if o.Backend != string(backend.KindOCI) {
 		// No NIC reaches a guest: a vm row covers denied egress only.
 	} else if w, err := startEgressWorld(dir); err != nil {
 		logf("restricted egress not qualified: its upstream namespace could not be made: %v", err)

@@ -5,13 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
@@ -73,24 +72,15 @@ func vmSectionConfig(data []byte) (*config.VMConfig, error) {
 // pinned artifacts of vmConfig (custodyd's vm section): the host facts of
 // prof, and as the runtime the backend's identity, probed as custodyd
 // probes it (each pin re-hashed, QEMU's version read, and under accel auto
-// a KVM probe guest booted with a timeout). It creates nothing but a
-// private temporary directory, removed before it returns.
+// a KVM probe guest booted with a timeout). It creates nothing.
 func VMPlatform(ctx context.Context, prof *platform.Profile, vmConfig []byte) (matrix.Platform, error) {
 	cfg, err := vmSectionConfig(vmConfig)
 	if err != nil {
 		return matrix.Platform{}, err
 	}
-	dir, err := os.MkdirTemp("", "custody-gate-vm-")
-	if err != nil {
-		return matrix.Platform{}, err
-	}
-	defer os.RemoveAll(dir)
-	v := cfg.Config
-	b, err := vm.New(ctx, vm.Options{QEMU: v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
-		RuntimeDir: filepath.Join(dir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs})
+	rt, err := vmpin.Probe(ctx, cfg.Config, nil)
 	if err != nil {
 		return matrix.Platform{}, fmt.Errorf("probe the vm runtime: %w", err)
 	}
-	id := b.Identity()
-	return BackendPlatform(prof, vm.Name, Pinned{Path: id.Path, Version: id.Version, SHA256: id.SHA256})
+	return BackendPlatform(prof, string(backend.KindVM), Pinned{Path: rt.Path, Version: rt.Version, SHA256: rt.SHA256})
 }

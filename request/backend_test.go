@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/request"
 )
 
@@ -12,7 +13,7 @@ import (
 // was; an unknown backend is refused by the schema.
 func TestBackendField(t *testing.T) {
 	p := mustParse(t, valid)
-	if p.BackendName() != request.BackendOCI {
+	if p.BackendName() != string(backend.KindOCI) {
 		t.Errorf("default backend %q", p.BackendName())
 	}
 	plain, err := p.Canonical()
@@ -20,7 +21,7 @@ func TestBackendField(t *testing.T) {
 		t.Fatalf("canonical form without a backend: %s %v", plain, err)
 	}
 	vm := mustParse(t, valid+"backend: vm\n")
-	if vm.BackendName() != request.BackendVM {
+	if vm.BackendName() != string(backend.KindVM) {
 		t.Errorf("backend %q", vm.BackendName())
 	}
 	if c, _ := vm.Canonical(); !strings.Contains(string(c), `"backend":"vm"`) {

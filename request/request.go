@@ -6,6 +6,7 @@ package request
 import (
 	"strings"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/quantity"
 )
 
@@ -76,16 +77,10 @@ func (s Stage) Valid() bool {
 	return false
 }
 
-// The backends a phase may name (Phase.Backend).
-const (
-	BackendOCI = "oci"
-	BackendVM  = "vm"
-)
-
 // BackendName is the backend the phase runs on, "oci" when it names none.
 func (p *Phase) BackendName() string {
 	if p.Backend == "" {
-		return BackendOCI
+		return string(backend.KindOCI)
 	}
 	return p.Backend
 }

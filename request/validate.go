@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/strictyaml"
 )
@@ -101,7 +102,7 @@ func (p *Phase) Validate() error {
 	if p.Toolchain != "" && !toolchainPattern.MatchString(p.Toolchain) {
 		add("toolchain", fmt.Sprintf("%q is not a valid toolchain label", p.Toolchain), toolchainFix)
 	}
-	if p.Backend != "" && p.Backend != BackendOCI && p.Backend != BackendVM {
+	if p.Backend != "" && p.Backend != string(backend.KindOCI) && p.Backend != string(backend.KindVM) {
 		add("backend", fmt.Sprintf("%q is not a backend", p.Backend), "use oci or vm, or leave it out for oci")
 	}
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/journal"
-	"github.com/custody-dev/custody/pack"
 )
 
 // The engine probe's throwaway networks and containers are journalled like
@@ -27,7 +26,7 @@ const probeEngineName = "(engine probe)"
 
 // profile is the engine's profile; interrupted probes are recovered first,
 // and a new probe records its objects in the journal.
-func (m *Manager) profile(ctx context.Context) (*pack.Engine, error) {
+func (m *Manager) profile(ctx context.Context) (*backend.PackEngine, error) {
 	if _, err := m.recoverProbes(ctx); err != nil {
 		m.log.Warn("recover interrupted engine probes", "err", err)
 	}

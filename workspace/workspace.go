@@ -48,7 +48,7 @@ type Engine interface {
 	NewWorkspaceID() string
 	// Profile is the engine's evidenced profile, its identity read fresh.
 	// A probe records its throwaway objects in j before creating them.
-	Profile(ctx context.Context, j backend.ProbeJournal) (*pack.Engine, error)
+	Profile(ctx context.Context, j backend.ProbeJournal) (*backend.PackEngine, error)
 	// Intents are the records of everything an up of names may create,
 	// listed before anything is created (journalled with the grant).
 	Intents(o backend.PackOwner, names backend.PackNames) []backend.Resource
@@ -309,11 +309,11 @@ func submits(pa *policy.PackActor, peer Peer) bool {
 	return peer.Known && (slices.Contains(pa.Submitters.UIDs, peer.UID) || slices.Contains(pa.Submitters.GIDs, peer.GID))
 }
 
-func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, *pack.Pack, *pack.Engine, string, error) {
+func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, *pack.Pack, *backend.PackEngine, string, error) {
 	return m.admitWith(ctx, compose, dir, actor, false)
 }
 
-func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor string, pathOnly bool) (*admission.PackPlan, *pack.Pack, *pack.Engine, string, error) {
+func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor string, pathOnly bool) (*admission.PackPlan, *pack.Pack, *backend.PackEngine, string, error) {
 	pol, polDigest, err := m.cfg.Policy()
 	if err != nil {
 		// A broken policy refuses everything and changes nothing.

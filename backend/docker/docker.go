@@ -1,7 +1,7 @@
 // Package docker is custody's engine for packs on a local Docker daemon:
 // a client that negotiates the API down to what the daemon speaks (API 1.41
 // for Debian's dockerd 20.10), the engine's evidenced capability profile
-// (Probe, a pack.Engine), and the owned-resource primitives (P4, P8):
+// (Probe, a backend.PackEngine), and the owned-resource primitives (P4, P8):
 // networks, volumes and containers that carry custody's reserved labels,
 // are journalled before they are created, and are only ever touched by
 // native ID after their labels were checked against the journal.

@@ -25,7 +25,6 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/procfs"
-	"github.com/custody-dev/custody/pack"
 )
 
 // Packs is the engine a pack workspace realizes on: the workspace's
@@ -39,7 +38,7 @@ type Packs struct {
 	opts ProbeOptions
 
 	mu      sync.Mutex
-	profile *pack.Engine
+	profile *backend.PackEngine
 	key     engineKey // the identity profile was probed under
 
 	// Test hooks: probed runs on each probe; keyed may edit the identity
@@ -71,7 +70,7 @@ func (p *Packs) NewWorkspaceID() string { return NewWorkspaceID() }
 // the kept one. A profile whose egress proof is not settled (see probe) is
 // returned but not kept, so the next call proves again. A probe records
 // its objects in j (nil: in memory only) before it creates them.
-func (p *Packs) Profile(ctx context.Context, j backend.ProbeJournal) (*pack.Engine, error) {
+func (p *Packs) Profile(ctx context.Context, j backend.ProbeJournal) (*backend.PackEngine, error) {
 	key, err := p.identity(ctx)
 	if err != nil {
 		return nil, err

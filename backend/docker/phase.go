@@ -37,13 +37,8 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/outputfs"
-	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/platform"
 )
-
-// phaseName is the docker backend's name in receipts and qualification
-// rows.
-const phaseName = "docker"
 
 // backend.Resource kinds a phase launch records beside KindContainer.
 const (
@@ -74,7 +69,7 @@ type PhaseOptions struct {
 	// Docker is the engine, opened with Open.
 	Docker *Docker
 	// Engine is the engine's profile from Probe; nil claims no tier.
-	Engine *pack.Engine
+	Engine *backend.PackEngine
 	// StateDir is a root-only directory for launch dirs, the image cache's
 	// index and the key that derives workspace ids; it is made if missing.
 	StateDir string
@@ -135,7 +130,7 @@ func NewPhase(ctx context.Context, opts PhaseOptions) (*PhaseBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker phase backend: engine version: %w", err)
 	}
-	b.identity = backend.Identity{Kind: phaseName, Version: ver.Version}
+	b.identity = backend.Identity{Kind: string(backend.KindDocker), Version: ver.Version}
 	if path, sum, err := b.d.daemonBinary(ctx); err != nil {
 		b.unproved = err.Error()
 		b.notes = append(b.notes, "identity has no dockerd binary digest: "+err.Error())
@@ -210,7 +205,7 @@ func (d *Docker) daemonBinary(ctx context.Context) (string, string, error) {
 }
 
 // Name is "docker".
-func (b *PhaseBackend) Name() string { return phaseName }
+func (b *PhaseBackend) Name() string { return string(backend.KindDocker) }
 
 // Identity is the engine's version and, when provable, the dockerd binary.
 func (b *PhaseBackend) Identity() backend.Identity { return b.identity }

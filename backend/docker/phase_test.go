@@ -16,7 +16,6 @@ import (
 	"github.com/custody-dev/custody/internal/dockertest"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/internal/testenv"
-	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/platform"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
@@ -25,7 +24,7 @@ import (
 // probed is the shared daemon's profile: one probe per test binary.
 var probed struct {
 	sync.Once
-	e   *pack.Engine
+	e   *backend.PackEngine
 	err error
 }
 

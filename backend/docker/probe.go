@@ -22,7 +22,6 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/randid"
-	"github.com/custody-dev/custody/pack"
 )
 
 // Boundaries Probe reports.
@@ -55,7 +54,7 @@ var ErrProbeResidue = errors.New("probe left objects behind")
 // whether custody's internal networks block egress, with throwaway
 // containers that carry custody's labels and are removed by ID after.
 // Nothing in the profile comes from a pack or a policy.
-func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, error) {
+func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*backend.PackEngine, error) {
 	e, _, err := d.probe(ctx, opts)
 	return e, err
 }
@@ -67,7 +66,7 @@ func (d *Docker) Probe(ctx context.Context, opts ProbeOptions) (*pack.Engine, er
 // timeout) or a void proof (the in-network control did not connect). A
 // finished proof is settled either way, also one showing egress; no probe
 // image is settled too (configuration, not chance).
-func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, settled bool, err error) {
+func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *backend.PackEngine, settled bool, err error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = 60 * time.Second
 	}
@@ -81,8 +80,8 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *pack.Engine, 
 	if err != nil {
 		return nil, false, fmt.Errorf("probe %s: info: %w", d.host, err)
 	}
-	e := &pack.Engine{
-		Name:          "docker",
+	e := &backend.PackEngine{
+		Name:          string(backend.KindDocker),
 		Version:       ver.Version,
 		APIVersion:    ver.APIVersion,
 		OS:            info.OSType,

@@ -13,11 +13,9 @@ import (
 	"github.com/custody-dev/custody/internal/sealed"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/platform"
 )
-
-// Name is the oci backend's name in receipts and qualification rows.
-const Name = "oci"
 
 var (
 	_ backend.Backend = (*Backend)(nil)
@@ -25,12 +23,12 @@ var (
 )
 
 // Name is "oci".
-func (b *Backend) Name() string { return Name }
+func (b *Backend) Name() string { return string(backend.KindOCI) }
 
 // Identity is the pinned runtime: what a grant binds and a receipt records.
 func (b *Backend) Identity() backend.Identity {
 	rt := b.opts.Runtime
-	return backend.Identity{Kind: Name, Version: rt.Version, Path: rt.Path, SHA256: rt.SHA256}
+	return backend.Identity{Kind: string(backend.KindOCI), Version: rt.Version, Path: rt.Path, SHA256: rt.SHA256}
 }
 
 // Capabilities are what runc enforces on this host: budgets through the
@@ -52,7 +50,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 				Detail: "no platform probe proved that the egress listeners can be opened in a sandbox's network namespace",
 				Fix:    "run under custodyd, which probes the platform at start"}}
 		} else {
-			caps.EgressGaps = prof.FactGaps("pidfd-netns")
+			caps.EgressGaps = partial.Gaps(prof.FactShortfalls("pidfd-netns"))
 		}
 		caps.RestrictedEgress = len(caps.EgressGaps) == 0
 	}
@@ -60,10 +58,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		return caps
 	}
 	caps.Tiers = map[string][]backend.Gap{
-		platform.TierProduction:  prof.TierGaps(platform.TierProduction),
-		platform.TierDevelopment: prof.TierGaps(platform.TierDevelopment),
+		platform.TierProduction:  partial.Gaps(prof.TierShortfalls(platform.TierProduction)),
+		platform.TierDevelopment: partial.Gaps(prof.TierShortfalls(platform.TierDevelopment)),
 	}
-	caps.Controls = prof.FactGaps("seccomp", "tmpfs", "overlay")
+	caps.Controls = partial.Gaps(prof.FactShortfalls("seccomp", "tmpfs", "overlay"))
 	// The probe at start says whether the image store's filesystem can be
 	// idmapped, so admission refuses images with non-root owners before
 	// any launch tries it (a launch that finds out sets noIdmap too).

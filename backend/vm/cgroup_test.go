@@ -14,6 +14,7 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/internal/procfs"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -30,7 +31,7 @@ func recordingQEMU(t *testing.T, opts vm.Options) (vm.Options, string) {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := vm.FileSHA256(script)
+	sum, err := vmpin.FileSHA256(script)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,42 +17,9 @@ import (
 // guests' QEMUs can signal or ptrace each other.
 const KindUID = "vm-uid"
 
-// DefaultUIDs is how many uids from the first one are custody's when the
-// config does not say: the most launches that can be live at once.
-const DefaultUIDs = 1024
-
-// ErrConfig is a vm section that cannot be used as written.
-var ErrConfig = errors.New("vm config")
-
 // ErrNoUID is returned by Prepare when every uid of the range is held by a
 // live launch or used by some process on the host.
 var ErrNoUID = errors.New("no free vm uid")
-
-// CheckIDs checks the uid range of a vm section: a uid set without its
-// gid would run QEMU with gid 0, so it is refused, and the range must fit
-// below 2^31 (uids custody maps for user namespaces stay below the
-// default range).
-func (c Config) CheckIDs() error {
-	return checkIDs(c.UID, c.GID, c.UIDs)
-}
-
-func checkIDs(uid, gid, n uint32) error {
-	if uid == 0 && gid != 0 {
-		return fmt.Errorf("%w: vm.gid %d is set without vm.uid; fix: set both, or neither for the default %d", ErrConfig, gid, DefaultUID)
-	}
-	if uid != 0 && gid == 0 {
-		return fmt.Errorf("%w: vm.uid %d is set without vm.gid: QEMU would run with gid 0 (root's group); fix: set vm.gid too (for example equal to vm.uid), or neither for the default %d", ErrConfig, uid, DefaultUID)
-	}
-	if n == 0 {
-		n = DefaultUIDs
-	}
-	for _, first := range []uint32{uid, gid} {
-		if first != 0 && (first < 1000 || uint64(first)+uint64(n) > 1<<31) {
-			return fmt.Errorf("%w: vm uid/gid range %d..%d: want one at or above 1000 and ending below 2^31; fix: pick an unused range, such as the default %d", ErrConfig, first, uint64(first)+uint64(n)-1, DefaultUID)
-		}
-	}
-	return nil
-}
 
 // uidPool hands out one uid of the range per live launch.
 type uidPool struct {

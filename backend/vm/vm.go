@@ -16,14 +16,10 @@ package vm
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -32,70 +28,42 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 )
 
-// Name is the vm backend's name in receipts and qualification rows.
-const Name = "vm"
+// The pins and their checks live in vmpin, which custody gate reads
+// without the backend; these are their names here.
+type (
+	// Pinned is one pinned artifact (vmpin.Pinned).
+	Pinned = vmpin.Pinned
+	// Config is custodyd's vm section (vmpin.Config).
+	Config = vmpin.Config
+)
 
-// DefaultUID is the first host uid (and gid) QEMU drops to, one per live
-// launch from there: dedicated to custody's guests, owning no file on the
-// host (above every range custody maps for user namespaces).
-const DefaultUID = 2100000000
+// DefaultUID and DefaultUIDs are vmpin's: the uid range QEMU runs in when
+// the config does not say.
+const (
+	DefaultUID  = vmpin.DefaultUID
+	DefaultUIDs = vmpin.DefaultUIDs
+)
+
+// KVMProbeTimeout bounds the probe guest (vmpin.KVMProbeTimeout).
+const KVMProbeTimeout = vmpin.KVMProbeTimeout
+
+// ErrTampered and ErrConfig are vmpin's: a pin whose bytes do not match,
+// and a vm section that cannot be used as written.
+var (
+	ErrTampered = vmpin.ErrTampered
+	ErrConfig   = vmpin.ErrConfig
+)
+
+// Modules are the kernel modules the init loads (vmpin.Modules).
+var Modules = vmpin.Modules
 
 // GuestOverheadBytes is guest RAM beyond Spec.Memory: the kernel, the
 // initramfs (held twice while it unpacks) and the init. The workload's own
 // bound is Spec.Memory, set as memory.max of its cgroup in the guest.
 const GuestOverheadBytes = 128 << 20
-
-// Modules are the kernel modules the init loads, in dependency order:
-// Debian's kernel builds virtio, virtio-blk, virtio-console, erofs and
-// overlay as modules. The images are erofs, not ext4: a read-only
-// filesystem by design, and its module loads in a fraction of the time
-// ext4's (2 MB, plus jbd2 and mbcache) takes under TCG, which was most of
-// the init's setup. libcrc32c asks the crypto API for crc32c at load, so
-// crc32c_generic comes first (the guest has no modprobe to fetch it).
-var Modules = []string{
-	"kernel/drivers/virtio/virtio_ring.ko", "kernel/drivers/virtio/virtio.ko",
-	"kernel/drivers/virtio/virtio_mmio.ko", "kernel/drivers/block/virtio_blk.ko",
-	"kernel/drivers/char/virtio_console.ko",
-	"kernel/crypto/crc32c_generic.ko", "kernel/lib/libcrc32c.ko",
-	"kernel/fs/erofs/erofs.ko", "kernel/fs/overlayfs/overlay.ko",
-}
-
-// Pinned is one pinned artifact: its path and the lowercase hex sha256 its
-// bytes must have. For the modules, Path is the kernel's modules directory
-// and SHA256 the digest of the manifest ModulesDigest computes.
-type Pinned struct {
-	Path   string `json:"path" yaml:"path"`
-	SHA256 string `json:"sha256" yaml:"sha256"`
-}
-
-// Config is the vm section of custodyd's config: each artifact by path
-// and sha256 (the modules' digest is ModulesDigest of their directory),
-// the accelerator and QEMU's uid. custody gate reads the same section to
-// probe the vm runtime as custodyd does.
-type Config struct {
-	QEMU    Pinned `yaml:"qemu"`
-	Kernel  Pinned `yaml:"kernel"`
-	Modules Pinned `yaml:"modules"`
-	Init    Pinned `yaml:"init"`
-	// Stage is the workload stage (cmd/custody-vmstage) the init runs
-	// the workload through; its path defaults to custody-vmstage beside
-	// the init, its sha256 is required like every pin's.
-	Stage Pinned `yaml:"stage"`
-	// Accel is auto (KVM if a probe guest boots under it, else TCG), kvm
-	// or tcg; default auto.
-	Accel string `yaml:"accel,omitempty"`
-	// UID and GID are the first of the unprivileged host uids and gids
-	// QEMU runs as, one pair per live launch (UID+k, GID+k); default
-	// DefaultUID for both. One set without the other is refused: gid 0
-	// is root's group.
-	UID uint32 `yaml:"uid,omitempty"`
-	GID uint32 `yaml:"gid,omitempty"`
-	// UIDs is how many pairs the range holds: the most launches live at
-	// once; default DefaultUIDs.
-	UIDs uint32 `yaml:"uids,omitempty"`
-}
 
 // Options configure a Backend.
 type Options struct {
@@ -133,10 +101,6 @@ type Options struct {
 	MaxLogBytes int64
 	Logger      *slog.Logger
 }
-
-// ErrTampered is returned when a pinned artifact's bytes do not have their
-// pinned digest: the launch is refused before anything is created.
-var ErrTampered = errors.New("pinned artifact does not match its sha256")
 
 // BootTimeout bounds a guest's boot, from QEMU's start to the init's
 // start signal; the wall time runs from that signal.
@@ -177,7 +141,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Stage.Path == "" && opts.Init.Path != "" {
-		opts.Stage.Path = filepath.Join(filepath.Dir(opts.Init.Path), "custody-vmstage")
+		opts.Stage.Path = vmpin.StageBeside(opts.Init.Path)
 	}
 	if opts.InitramfsRoot == 0 {
 		opts.InitramfsRoot = DefaultInitramfsRoot
@@ -188,7 +152,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		// the rest truncated); a cap here would hide that there was more.
 		opts.MaxLogBytes = -1
 	}
-	if err := checkIDs(opts.UID, opts.GID, opts.UIDs); err != nil {
+	if err := vmpin.CheckIDs(opts.UID, opts.GID, opts.UIDs); err != nil {
 		return nil, err
 	}
 	if n := len(opts.SeccompFilter); n%8 != 0 || n > 4096*8 {
@@ -214,62 +178,18 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 	if _, err := b.checkPins(); err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, opts.QEMU.Path, "--version").Output()
-	if err != nil {
-		return nil, fmt.Errorf("qemu --version: %w", err)
+	var err error
+	if b.version, err = vmpin.QEMUVersion(ctx, opts.QEMU.Path); err != nil {
+		return nil, err
 	}
-	b.version, _, _ = strings.Cut(string(out), "\n")
-	b.version = strings.TrimPrefix(strings.TrimSpace(b.version), "QEMU emulator version ")
-	switch opts.Accel {
-	case "tcg":
-		b.accel = "tcg"
-	case "kvm", "auto":
-		b.accel = "tcg"
-		if err := b.probeKVM(ctx); err == nil {
-			b.accel = "kvm"
-		} else if opts.Accel == "kvm" {
-			return nil, fmt.Errorf("accel kvm required but the probe guest failed: %w; fix: use accel auto or tcg", err)
-		} else {
-			b.log.Info("vm: KVM unusable, using TCG", "reason", err)
-		}
-	default:
-		return nil, fmt.Errorf("vm accel %q: want auto, kvm or tcg", opts.Accel)
+	if b.accel, err = vmpin.ChooseAccel(ctx, opts.Accel, opts.QEMU.Path, opts.Kernel.Path, b.log); err != nil {
+		return nil, err
 	}
 	return b, nil
 }
 
 // Accel is the accelerator launches use: "kvm" or "tcg".
 func (b *Backend) Accel() string { return b.accel }
-
-// KVMProbeTimeout bounds the probe guest: a working KVM reaches the
-// kernel's panic-and-reset in well under a second.
-const KVMProbeTimeout = 10 * time.Second
-
-// probeKVM boots the pinned kernel under KVM without an initramfs: it
-// panics for want of a root and resets, which ends QEMU (-no-reboot). An
-// exit 0 within the timeout proves KVM runs this guest; a hang is killed.
-func (b *Backend) probeKVM(ctx context.Context) error {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("/dev/kvm: %w", err)
-	}
-	f.Close()
-	ctx, cancel := context.WithTimeout(ctx, KVMProbeTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, b.opts.QEMU.Path, "-M", "microvm", "-accel", "kvm", "-cpu", "host",
-		"-m", "128", "-smp", "1", "-nodefaults", "-no-user-config", "-nographic", "-monitor", "none",
-		"-no-reboot", "-serial", "none", "-kernel", b.opts.Kernel.Path,
-		"-append", "panic=-1 reboot=t quiet")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		return fmt.Errorf("the KVM probe guest did not finish in %s (nested KVM hangs)", KVMProbeTimeout)
-	}
-	if err != nil {
-		return fmt.Errorf("the KVM probe guest failed: %v: %s", err, bytesTail(out, 300))
-	}
-	return nil
-}
 
 func bytesTail(b []byte, n int) string {
 	if len(b) > n {
@@ -336,18 +256,8 @@ func (c *pinCache) verifyFile(what string, p Pinned) error {
 	if ok {
 		return nil
 	}
-	f, err := os.Open(p.Path)
-	if err != nil {
-		return fmt.Errorf("pinned %s: %w", what, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("pinned %s: %w", what, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != p.SHA256 {
-		return fmt.Errorf("%s %s has sha256 %s, pinned %s: %w; fix: restore the pinned file or re-pin it in the vm backend config after review",
-			what, p.Path, got, p.SHA256, ErrTampered)
+	if err := vmpin.VerifyFile(what, p); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	if c.seen == nil {
@@ -358,49 +268,12 @@ func (c *pinCache) verifyFile(what string, p Pinned) error {
 	return nil
 }
 
-// FileSHA256 is the lowercase hex digest of a file.
-func FileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // guestFiles are the bytes that go into every initramfs, read once per
 // launch and checked against their pins, so what boots is what was
 // verified.
 type guestFiles struct {
 	init, stage []byte
 	modules     [][]byte
-}
-
-// ModulesDigest is the sha256 of the modules manifest: one line
-// "<sha256>  <path>" per module of Modules, in load order.
-func ModulesDigest(dir string) (string, error) {
-	_, sum, err := readModules(dir)
-	return sum, err
-}
-
-func readModules(dir string) ([][]byte, string, error) {
-	var manifest strings.Builder
-	var mods [][]byte
-	for _, m := range Modules {
-		data, err := os.ReadFile(filepath.Join(dir, m))
-		if err != nil {
-			return nil, "", fmt.Errorf("kernel module %s: %w", m, err)
-		}
-		sum := sha256.Sum256(data)
-		fmt.Fprintf(&manifest, "%x  %s\n", sum, m)
-		mods = append(mods, data)
-	}
-	sum := sha256.Sum256([]byte(manifest.String()))
-	return mods, hex.EncodeToString(sum[:]), nil
 }
 
 // checkPins verifies QEMU, the kernel, the init, the stage and the
@@ -463,53 +336,34 @@ func (b *Backend) guestFilesKey() string {
 }
 
 func (b *Backend) readGuestFiles() (*guestFiles, error) {
-	init, err := readPinned("init", b.opts.Init, "bin/custody-vminit")
+	init, err := vmpin.ReadPinned("init", b.opts.Init, "bin/custody-vminit")
 	if err != nil {
 		return nil, err
 	}
-	stage, err := readPinned("workload stage", b.opts.Stage, "bin/custody-vmstage")
+	stage, err := vmpin.ReadPinned("workload stage", b.opts.Stage, "bin/custody-vmstage")
 	if err != nil {
 		return nil, err
 	}
-	mods, sum, err := readModules(b.opts.Modules.Path)
+	mods, err := vmpin.ReadModulesPinned(b.opts.Modules)
 	if err != nil {
 		return nil, err
-	}
-	if sum != b.opts.Modules.SHA256 {
-		return nil, fmt.Errorf("guest kernel modules under %s have manifest sha256 %s, pinned %s: %w; fix: restore the pinned kernel package or re-pin it after review",
-			b.opts.Modules.Path, sum, b.opts.Modules.SHA256, ErrTampered)
 	}
 	return &guestFiles{init: init, stage: stage, modules: mods}, nil
-}
-
-// readPinned reads a pinned guest binary whole and checks its digest: the
-// bytes that go into the initramfs are the bytes that were hashed.
-func readPinned(what string, p Pinned, target string) ([]byte, error) {
-	data, err := os.ReadFile(p.Path)
-	if err != nil {
-		return nil, fmt.Errorf("pinned guest %s: %w; fix: build it (make %s) or set its path in the vm config", what, err, target)
-	}
-	if got := fmt.Sprintf("%x", sha256.Sum256(data)); got != p.SHA256 {
-		return nil, fmt.Errorf("guest %s %s has sha256 %s, pinned %s: %w; fix: restore the pinned file (make %s) or re-pin it after review",
-			what, p.Path, got, p.SHA256, ErrTampered, target)
-	}
-	return data, nil
 }
 
 var _ backend.Backend = (*Backend)(nil)
 
 // Name is "vm".
-func (b *Backend) Name() string { return Name }
+func (b *Backend) Name() string { return string(backend.KindVM) }
 
 // Identity is the pinned QEMU (path, sha256); Version names its version,
 // the machine, the accelerator, the vCPUs and the pinned kernel, modules,
 // init and stage digests, so that a grant, which binds the version and digest,
 // binds the whole guest: re-pinning any part refuses grants issued before.
 func (b *Backend) Identity() backend.Identity {
-	return backend.Identity{Kind: Name,
-		Version: fmt.Sprintf("qemu %s; microvm; accel %s; 1 vcpu; kernel %s; modules %s; init %s; stage %s",
-			b.version, b.accel, b.opts.Kernel.SHA256, b.opts.Modules.SHA256, b.opts.Init.SHA256, b.opts.Stage.SHA256),
-		Path: b.opts.QEMU.Path, SHA256: b.opts.QEMU.SHA256}
+	return backend.Identity{Kind: string(backend.KindVM),
+		Version: vmpin.Version(b.version, b.accel, b.opts.Kernel, b.opts.Modules, b.opts.Init, b.opts.Stage),
+		Path:    b.opts.QEMU.Path, SHA256: b.opts.QEMU.SHA256}
 }
 
 // Capabilities: the guest's own cgroup v2 enforces memory, pids and cpu

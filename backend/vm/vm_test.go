@@ -17,6 +17,7 @@ import (
 	"github.com/custody-dev/custody/backend/backendtest"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -30,13 +31,13 @@ func pins(t testing.TB) vm.Options {
 		dst  *vm.Pinned
 		path string
 	}{{&opts.QEMU, a.QEMU}, {&opts.Kernel, a.Kernel}, {&opts.Init, a.Init}, {&opts.Stage, a.Stage}} {
-		sum, err := vm.FileSHA256(p.path)
+		sum, err := vmpin.FileSHA256(p.path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		*p.dst = vm.Pinned{Path: p.path, SHA256: sum}
 	}
-	sum, err := vm.ModulesDigest(a.Modules)
+	sum, err := vmpin.ModulesDigest(a.Modules)
 	if err != nil {
 		t.Fatal(err)
 	}

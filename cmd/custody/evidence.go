@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/quote"
 	"github.com/custody-dev/custody/internal/untar"
@@ -323,7 +324,7 @@ func (a *app) printRan(res *evidence.Result) {
 
 func backendName(r *evidence.Receipt) string {
 	if r.Profile.Backend == "" {
-		return "oci" // v1 receipts predate the field; their backend was oci
+		return string(backend.KindOCI) // v1 receipts predate the field; their backend was oci
 	}
 	return r.Profile.Backend
 }

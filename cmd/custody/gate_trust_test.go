@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
@@ -26,7 +27,7 @@ import (
 // gatePlatform is the platform the gate's trust tests describe in a file.
 func gatePlatform() matrix.Platform {
 	return matrix.Platform{
-		OS: "linux", Arch: "amd64", Kernel: "6.1.0-57-amd64", Distro: "Debian GNU/Linux 12 (bookworm)", Backend: matrix.BackendOCI,
+		OS: "linux", Arch: "amd64", Kernel: "6.1.0-57-amd64", Distro: "Debian GNU/Linux 12 (bookworm)", Backend: string(backend.KindOCI),
 		Cgroup:  matrix.PlatformCgroup{Mode: "v2", V2Delegated: []string{"cpu", "io", "memory", "pids"}, V1Usable: []string{}},
 		Facts:   matrix.PlatformFacts{Seccomp: true, UserNS: true, Tmpfs: true, Overlay: true},
 		Runtime: matrix.PlatformRuntime{Version: "1.5.3", SHA256: strings.Repeat("ab", 32)},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/conformance"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/quote"
@@ -67,7 +68,7 @@ not run.`,
 	f := cmd.Flags()
 	f.BoolVar(&o.asJSON, "json", false, "stdout is exactly the signed row (the table goes to stderr)")
 	f.StringVar(&o.tier, "tier", "", "tier to qualify: production or development")
-	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend to qualify: oci (the pinned runc) or vm (the microVM backend; needs --vm-config)")
+	f.StringVar(&o.backend, "backend", string(backend.KindOCI), "backend to qualify: oci (the pinned runc) or vm (the microVM backend; needs --vm-config)")
 	f.StringVar(&o.vmConfig, "vm-config", "", "for --backend vm: a YAML file holding custodyd's vm section (vm: qemu, kernel, modules, init by path and sha256; accel)")
 	f.StringVar(&o.custodyd, "custodyd", "", "custodyd binary to run privately (default: custodyd next to this binary)")
 	f.StringVar(&o.runtime, "runtime", "", "pinned runc binary (default: custody-runc next to this binary)")
@@ -108,8 +109,8 @@ func (a *app) qualify(ctx context.Context, o qualifyOptions) error {
 	}
 	var vmConfig []byte
 	switch o.backend {
-	case matrix.BackendOCI:
-	case conformance.BackendVM:
+	case string(backend.KindOCI):
+	case string(backend.KindVM):
 		if o.vmConfig == "" {
 			return usageError("--backend vm needs --vm-config FILE: the vm section of custodyd's config")
 		}
@@ -326,7 +327,7 @@ cannot be used (nothing was decided), 3 when gate could not decide.`,
 	f.StringVar(&o.matrixDir, "matrix", "", "matrix directory of qualification rows (required, except with --print-platform)")
 	f.StringVar(&o.platform, "platform", "", `"this" to probe this host, or a platform description file`)
 	f.StringVar(&o.tier, "tier", matrix.TierProduction, "tier the release needs")
-	f.StringVar(&o.backend, "backend", matrix.BackendOCI, "backend the release runs on")
+	f.StringVar(&o.backend, "backend", string(backend.KindOCI), "backend the release runs on")
 	f.StringVar(&o.vmConfig, "vm-config", "", "for --platform this --backend vm: a YAML file holding custodyd's vm section; the vm runtime is probed with it as custodyd probes it")
 	f.StringVar(&o.trust, "trust", "", "trust file (the one custody verify reads): runner keys with their windows, retirements and revocations")
 	f.StringArrayVar(&o.trustRunner, "trust-runner", nil, "no longer accepted: use --trust")
@@ -440,7 +441,7 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 		return matrix.Platform{}, err
 	}
 	var vmConfig []byte
-	if o.backend == conformance.BackendVM {
+	if o.backend == string(backend.KindVM) {
 		if o.vmConfig == "" {
 			return matrix.Platform{}, usageError("gate: --platform this --backend vm needs --vm-config FILE (custodyd's vm section), to probe the vm runtime")
 		}
@@ -459,7 +460,7 @@ func (a *app) gatePlatform(ctx context.Context, o gateOptions) (matrix.Platform,
 				"restore the pinned binary, or review the new one and pin it",
 			quote.String(pin.config), quote.String(pin.Path), quote.String(pin.Version), pin.SHA256, quote.String(rt), quote.String(prof.Runtime.Version), prof.Runtime.SHA256)}
 	}
-	if o.backend == conformance.BackendVM {
+	if o.backend == string(backend.KindVM) {
 		return qualification.VMPlatform(ctx, prof, vmConfig)
 	}
 	return matrix.PlatformOf(prof, o.backend)

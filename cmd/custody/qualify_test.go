@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
@@ -124,7 +125,7 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 		}
 	}
 	_, _, sha := testenv.Runc(t)
-	if v.Platform.Runtime.SHA256 != sha || v.Platform.Backend != matrix.BackendOCI {
+	if v.Platform.Runtime.SHA256 != sha || v.Platform.Backend != string(backend.KindOCI) {
 		t.Fatalf("row platform = %+v", v.Platform)
 	}
 	// This run's own directory, as it logged it: other qualify runs on a

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
@@ -150,7 +151,7 @@ func signedOCIRow(t *testing.T, dir, runc string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plat, err := matrix.PlatformOf(prof, matrix.BackendOCI)
+	plat, err := matrix.PlatformOf(prof, string(backend.KindOCI))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 )
 
 // Config is custodyd's configuration, owned by the operator.
@@ -56,15 +57,15 @@ type Config struct {
 }
 
 // VMConfig is the vm backend: each artifact by path and sha256 (the
-// modules' digest is vm.ModulesDigest of their directory), re-checked at
+// modules' digest is vmpin.ModulesDigest of their directory), re-checked at
 // every launch.
 type VMConfig struct {
-	// The section's fields are vm.Config's, which custody gate reads too.
-	vm.Config `yaml:",inline"`
+	// The section's fields are vmpin.Config's, which custody gate reads too.
+	vmpin.Config `yaml:",inline"`
 }
 
 func (v *VMConfig) validate() error {
-	for name, p := range map[string]vm.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init, "stage": v.Stage} {
+	for name, p := range map[string]vmpin.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init, "stage": v.Stage} {
 		// An empty stage path is custody-vmstage beside the init; its
 		// digest is pinned all the same.
 		if (name != "stage" || p.Path != "") && !filepath.IsAbs(p.Path) {
@@ -148,7 +149,7 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) validateBackends() error {
-	if len(c.Backends) > 0 && c.Backends[0] != "oci" {
+	if len(c.Backends) > 0 && c.Backends[0] != string(backend.KindOCI) {
 		return fmt.Errorf("backends %v: oci comes first (it is the default backend)", c.Backends)
 	}
 	seen := map[string]bool{}
@@ -156,15 +157,15 @@ func (c *Config) validateBackends() error {
 		switch {
 		case seen[b]:
 			return fmt.Errorf("backends %v: %s is listed twice", c.Backends, b)
-		case b == "vm" && c.VM == nil:
+		case b == string(backend.KindVM) && c.VM == nil:
 			return fmt.Errorf("backends lists vm but there is no vm section; fix: add vm: {qemu, kernel, modules, init} each with path and sha256")
-		case b != "oci" && b != "vm":
+		case b != string(backend.KindOCI) && b != string(backend.KindVM):
 			return fmt.Errorf("backends %v: %q is not a backend (oci, vm)", c.Backends, b)
 		}
 		seen[b] = true
 	}
 	if c.VM != nil {
-		if !seen["vm"] {
+		if !seen[string(backend.KindVM)] {
 			return fmt.Errorf("a vm section is configured but backends does not list vm; fix: backends: [oci, vm]")
 		}
 		return c.VM.validate()

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -229,13 +229,13 @@ func VMConfig(t testing.TB, accel string) string {
 	t.Helper()
 	a := testenv.VM(t)
 	sum := func(p string) string {
-		s, err := vm.FileSHA256(p)
+		s, err := vmpin.FileSHA256(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	mods, err := vm.ModulesDigest(a.Modules)
+	mods, err := vmpin.ModulesDigest(a.Modules)
 	if err != nil {
 		t.Fatal(err)
 	}

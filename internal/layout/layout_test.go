@@ -64,7 +64,7 @@ var banned = map[string]map[string]string{
 	"pipeline":    {"policy": "a pipeline asks, stage by stage; it cannot see what is granted", "admission": "", "runner": "", "launch": "", "api": ""},
 	"backend/oci": {"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": ""},
 	"store":       {"runner": "the store imports no custody package", "backend/oci": "", "admission": ""},
-	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": ""},
+	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": "", "backend": "the probe reports facts; backends turn them into their gaps (backend/partial)"},
 	"quantity":    {"request": "leaf package", "policy": ""},
 	"grant":       {"admission": "grants bind values; they do not decide them", "runner": "", "backend/oci": ""},
 	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "runner": "", "backend/oci": ""},
@@ -84,6 +84,11 @@ var banned = map[string]map[string]string{
 	"backend/vm": {
 		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "backend/oci": "",
 	},
+	"backend/partial": {
+		"backend/oci": "the shared helpers serve every backend and name none", "backend/vm": "", "backend/docker": "",
+		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "journal": "", "evidence": "",
+	},
+	"backend/vm/vmpin": {"backend": "the pins are a leaf that custody gate reads without any backend", "backend/vm": ""},
 	"backend/vm/guest": {"backend": "the guest protocol is standard library only: the init is a small static binary", "backend/vm": ""},
 	"egress": {
 		"request": "the proxy is a leaf: it gets its allowlist and gateways as values", "policy": "", "admission": "",
@@ -91,6 +96,7 @@ var banned = map[string]map[string]string{
 	},
 	"backend/docker": {
 		"admission": "backends import no domain package", "policy": "", "store": "", "runner": "", "launch": "", "workspace": "",
+		"pack": "the engine profile it fills is a neutral backend type (backend.PackEngine), not the pack domain's",
 	},
 	"launch": {
 		"backend/oci": "the launch pipeline drives backend.Backend; only cmd/custodyd wires a concrete backend",
@@ -198,6 +204,58 @@ func TestDependencyRules(t *testing.T) {
 	}
 }
 
+// concrete are the backends that run work; concreteUsers the only
+// packages that may depend on one, directly or not: custodyd wires them,
+// and the bench (bench/...) measures them against raw baselines with the
+// same profile. Everything else drives backend.Backend, so a new backend
+// is one more line in custodyd, not a change across the tree.
+var (
+	concrete      = []string{"backend/oci", "backend/vm", "backend/docker"}
+	concreteUsers = []string{"cmd/custodyd", "bench", "bench/..."}
+)
+
+// TestBackendFence checks with the non-test dependency lists (go list's
+// Deps, as go list -deps gives them) that only concreteUsers depend on a
+// concrete backend.
+func TestBackendFence(t *testing.T) {
+	pkgs := list(t)
+	allowed := func(rel string) bool {
+		for _, u := range concreteUsers {
+			if prefix, tree := strings.CutSuffix(u, "/..."); tree && strings.HasPrefix(rel, prefix+"/") || rel == u {
+				return true
+			}
+		}
+		return false
+	}
+	exists := map[string]bool{}
+	for _, p := range pkgs {
+		exists[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = true
+	}
+	for _, name := range append(slices.Clone(concrete), "cmd/custodyd", "bench") {
+		if !exists[name] {
+			t.Errorf("the backend fence names %s, which no longer exists", name)
+		}
+	}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if rel == "backend" {
+			for _, d := range p.Deps {
+				if strings.HasPrefix(d, module+"/") {
+					t.Errorf("backend depends on %s: the contract, whose Kind names the backends for leaf packages (request, evidence, matrix, policy), imports no custody package", d)
+				}
+			}
+		}
+		if allowed(rel) {
+			continue
+		}
+		for _, d := range p.Deps {
+			if drel, ok := strings.CutPrefix(d, module+"/"); ok && slices.Contains(concrete, drel) {
+				t.Errorf("%s depends on the concrete backend %s; only %v may: drive backend.Backend, or go through custodyd", rel, drel, concreteUsers)
+			}
+		}
+	}
+}
+
 func TestEveryPackageHasADoc(t *testing.T) {
 	for _, p := range list(t) {
 		if strings.TrimSpace(p.Doc) == "" {
@@ -242,10 +300,11 @@ func TestExternalImports(t *testing.T) {
 // writes from its own schemas (internal/schemadoc) and from the daemon's
 // flag set (internal/daemonflags), and the crash-safe writes of the files it
 // keeps for a reviewer, such as an operations-log checkpoint
-// (internal/durable). It never holds the
+// (internal/durable), and the backends' names (backend.Kind, from the
+// stdlib-only contract). It never holds the
 // runner's state or launches anything itself.
 var cliImports = []string{
-	"api", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
+	"api", "backend", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
 	"internal/quote", "internal/regfile", "internal/untar", "internal/schemadoc", "internal/daemonflags", "internal/durable",
 }
 
