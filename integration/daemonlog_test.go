@@ -1,9 +1,9 @@
-package main
+package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -79,7 +79,7 @@ func TestDaemonLogLines(t *testing.T) {
 	has("custodyd stopping", nil, "cancelling")
 
 	// Refusal: an unknown format never starts the daemon.
-	out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--log-format", "yaml").CombinedOutput()
+	out, err := e.d.Command(context.Background(), "--log-format", "yaml").CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--log-format") {
 		t.Fatalf("--log-format yaml: %v %s", err, out)
 	}

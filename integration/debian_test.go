@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"archive/tar"
@@ -158,7 +158,7 @@ func TestDebianToolchains(t *testing.T) {
 
 	d := daemontest.New(t, daemontest.Options{})
 	d.Start()
-	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket}
+	e := newEnv(t, d)
 	images := filepath.Join(d.Dir, "state", "images")
 	importImage := func(src string) (string, time.Duration) {
 		t.Helper()

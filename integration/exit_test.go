@@ -1,8 +1,7 @@
-package main
+package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,79 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
 )
-
-// TestUsageExits64: every command line custody cannot act on exits 64,
-// for every command in the tree: an unknown flag on each command, each
-// command group run bare or with an unknown command, wrong arguments, a
-// required flag left out. Nothing reaches a daemon (the sockets name no
-// daemon, which would exit 3). A command line that is right gets past
-// usage to the daemon's absence (3), not 64.
-func TestUsageExits64(t *testing.T) {
-	dir := t.TempDir()
-	phase := filepath.Join(dir, "p.yaml")
-	write(t, phase, "not read")
-	custody := func(args ...string) (int, string) {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), append([]string{"--control", filepath.Join(dir, "c.sock"), "--submit", filepath.Join(dir, "s.sock")}, args...), &out, &errb)
-		return code, errb.String()
-	}
-	var lines [][]string
-	var walk func(c *cobra.Command, path []string)
-	walk = func(c *cobra.Command, path []string) {
-		if c.HasSubCommands() {
-			lines = append(lines, path, append(append([]string{}, path...), "frob"))
-		}
-		if c.Runnable() && len(path) > 0 {
-			lines = append(lines, append(append([]string{}, path...), "--no-such-flag"))
-		}
-		for _, sub := range c.Commands() {
-			walk(sub, append(append([]string{}, path...), sub.Name()))
-		}
-	}
-	walk((&app{}).rootCmd(), nil)
-	if len(lines) < 40 {
-		t.Fatalf("walked only %d command lines", len(lines))
-	}
-	lines = append(lines,
-		[]string{"run"},
-		[]string{"run", "--grant"},
-		[]string{"run", "--grant", phase, "extra"},
-		[]string{"admit"},
-		[]string{"admit", phase, phase},
-		[]string{"grant", "issue", phase},
-		[]string{"grant", "issue", phase, "--actor", "ci-bot", "--ttl", "5m", "--json=maybe"},
-		[]string{"verify", phase},
-		[]string{"verify", phase, "--trust", phase},
-		[]string{"promote", phase, "--trust", phase, "--outputs", dir},
-		[]string{"schema", "frob"},
-		[]string{"cancel"},
-		[]string{"result", "a", "b"},
-		[]string{"status", "--operator=maybe"},
-		[]string{"gate"},
-		[]string{"qualify", "--tier", "frob"},
-	)
-	for _, l := range lines {
-		code, errs := custody(l...)
-		if code != exitUsage {
-			t.Errorf("custody %s: exit %d, want %d (usage)\n%s", strings.Join(l, " "), code, exitUsage, errs)
-		}
-		if strings.Contains(errs, "custody: custody") {
-			t.Errorf("custody %s: doubled prefix: %s", strings.Join(l, " "), errs)
-		}
-	}
-	// Right command lines get past usage: no daemon is 3.
-	for _, l := range [][]string{{"status"}, {"grant", "issue", phase, "--actor", "ci-bot"}, {"cancel", "r1"}} {
-		if l[0] == "grant" {
-			write(t, phase, "apiVersion: custody.dev/v1alpha1\nkind: Phase\nname: p\nstage: build\nimage: \"sha256:"+strings.Repeat("0", 64)+"\"\ncommand: [/bin/true]\noutput: {path: /out}\nresources: {memory: 64Mi, pids: 8, wallTime: 10s}\n")
-		}
-		if code, errs := custody(l...); code != exitInternal {
-			t.Errorf("custody %s with no daemon: exit %d, want %d\n%s", strings.Join(l, " "), code, exitInternal, errs)
-		}
-	}
-}
 
 // TestControlSocketPermissionIsRefused: a user who may not open the
 // control socket is refused (2: nothing changed), for every command that

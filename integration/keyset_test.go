@@ -1,8 +1,7 @@
-package main
+package integration
 
 import (
-	"os"
-	"os/exec"
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +16,7 @@ import (
 func TestTrustExportVerifiesRotationRecords(t *testing.T) {
 	e := startDaemon(t)
 	e.d.Stop()
-	if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--rotate-key", "issuer").CombinedOutput(); err != nil {
+	if out, err := e.d.Command(context.Background(), "--rotate-key", "issuer").CombinedOutput(); err != nil {
 		t.Fatalf("rotate: %v %s", err, out)
 	}
 	e.d.Start()

@@ -1,8 +1,7 @@
-package main
+package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -20,6 +20,7 @@ import (
 // env is a real custodyd (the built binary) on temporary directories, and
 // the CLI pointed at its sockets.
 type env struct {
+	t                  testing.TB
 	dir, policy, image string
 	control, submit    string
 	d                  *daemontest.Daemon
@@ -44,7 +45,7 @@ func startDaemonOpts(t *testing.T, source string, opts daemontest.Options) *env 
 	t.Helper()
 	d := daemontest.New(t, opts)
 	d.Start()
-	e := &env{dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket, d: d}
+	e := newEnv(t, d)
 	if code, out, errs := e.custody("status"); code != 0 {
 		t.Fatalf("status: %d %s %s", code, out, errs)
 	}
@@ -63,13 +64,6 @@ func startDaemonOpts(t *testing.T, source string, opts daemontest.Options) *env 
 		t.Fatalf("policy reload: %s %s", out, errs)
 	}
 	return e
-}
-
-func write(t *testing.T, path, data string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (e *env) phase(t *testing.T, name, script, extra string) string {
@@ -92,10 +86,15 @@ resources:
 	return p
 }
 
+// newEnv points the CLI at d's sockets.
+func newEnv(t testing.TB, d *daemontest.Daemon) *env {
+	return &env{t: t, dir: d.Dir, policy: d.Policy, control: d.ControlSocket, submit: d.SubmitSocket, d: d}
+}
+
+// custody runs the built CLI against the daemon.
 func (e *env) custody(args ...string) (int, string, string) {
-	var out, errb bytes.Buffer
-	code := run(context.Background(), append([]string{"--control", e.control, "--submit", e.submit}, args...), &out, &errb)
-	return code, out.String(), errb.String()
+	e.t.Helper()
+	return custody(e.t, append([]string{"--control", e.control, "--submit", e.submit}, args...)...)
 }
 
 // grant issues a grant for phase as ci-bot and writes it to a file.
@@ -266,53 +265,6 @@ func (e *env) file(t *testing.T, name, data string) string {
 	return p
 }
 
-func TestPolicyCheckAndSchema(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(testenv.ModuleRoot(t), "policy", "testdata", "example-policy.yaml")
-	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"policy", "check", good}, &out, &errb); code != 0 || !strings.Contains(out.String(), "sha256:") {
-		t.Fatalf("policy check of the example: %d %s %s", code, out.String(), errb.String())
-	}
-	bad := filepath.Join(dir, "bad.yaml")
-	write(t, bad, "apiVersion: custody.dev/v1alpha1\nkind: Policy\nimages: []\nunknown: 1\n")
-	out.Reset()
-	errb.Reset()
-	if code := run(context.Background(), []string{"policy", "check", bad}, &out, &errb); code != exitRefused || !strings.Contains(errb.String(), "unknown") {
-		t.Fatalf("policy check of a bad policy: %d %s", code, errb.String())
-	}
-	for _, which := range []string{"request", "policy", "pipeline", "pipeline-summary"} {
-		out.Reset()
-		if code := run(context.Background(), []string{"schema", which}, &out, &errb); code != 0 || !json.Valid(out.Bytes()) {
-			t.Fatalf("schema %s: %d, valid JSON %v", which, code, json.Valid(out.Bytes()))
-		}
-	}
-}
-
-func TestDoctorJSON(t *testing.T) {
-	testenv.Root(t)
-	path, _, _ := testenv.Runc(t)
-	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"doctor", "--json", "--runtime", path}, &out, &errb); code != 0 {
-		t.Fatalf("doctor: %d %s", code, errb.String())
-	}
-	var prof struct {
-		Kernel  string
-		Cgroup  struct{ Mode string }
-		Runtime struct{ SHA256 string }
-	}
-	if err := json.Unmarshal(out.Bytes(), &prof); err != nil || prof.Kernel == "" || prof.Cgroup.Mode == "" || len(prof.Runtime.SHA256) != 64 {
-		t.Fatalf("doctor --json = %s (%v)", out.String(), err)
-	}
-}
-
-func TestNoDaemonIsAClearError(t *testing.T) {
-	var out, errb bytes.Buffer
-	code := run(context.Background(), []string{"--submit", filepath.Join(t.TempDir(), "none.sock"), "status"}, &out, &errb)
-	if code != exitInternal || !strings.Contains(errb.String(), "none.sock") {
-		t.Fatalf("status with no daemon: %d %s", code, errb.String())
-	}
-}
-
 // trust writes, with custody trust export, the daemon's runner key (for
 // cosign) and a trust file holding both its keys inline that accepts
 // tiers (comma-separated).
@@ -367,7 +319,7 @@ func TestReceiptVerifyPromote(t *testing.T) {
 	}
 	// The daemon signs receipt/v3: verify names the backend that ran and
 	// its evidence, the oci digests among them.
-	wantBackendLines(t, stdout, "oci", "config", "gate", "seccomp")
+	clitest.WantBackendLines(t, stdout, "oci", "config", "gate", "seccomp")
 	// A production trust policy rejects a development-tier receipt.
 	if code, stdout, _ := e.custody("verify", receipt, "--trust", prodTrust, "--outputs", outputs); code != verifyAuthentic || !strings.Contains(stdout, "tier") {
 		t.Fatalf("verify dev receipt under production trust: %d\n%s", code, stdout)

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"bufio"
@@ -164,7 +164,7 @@ func TestMetricsAfterARealRun(t *testing.T) {
 		t.Fatalf("submit /v1/metrics: HTTP %d, want 403", code)
 	}
 	for _, addr := range []string{"127.0.0.1:9464", "0.0.0.0:9464"} {
-		out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--metrics-listen", addr).CombinedOutput()
+		out, err := e.d.Command(context.Background(), "--metrics-listen", addr).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unix socket") {
 			t.Fatalf("--metrics-listen %s: %v %s", addr, err, out)
 		}

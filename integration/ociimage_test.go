@@ -1,9 +1,8 @@
-package main
+package integration
 
 import (
 	"archive/tar"
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,24 +68,5 @@ func TestImportOCIImageAndRun(t *testing.T) {
 	bad := e.phase(t, "oci-gone", "cat /etc/gone", "")
 	if code, _, _ := e.custody("run", "--grant", e.grant(t, bad)); code != exitFailed {
 		t.Fatalf("reading the whited-out file: exit %d, want %d", code, exitFailed)
-	}
-}
-
-func TestAbsSource(t *testing.T) {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for in, want := range map[string]string{
-		"rootfs":                 filepath.Join(wd, "rootfs"),
-		"/abs/rootfs.tar.zst":    "/abs/rootfs.tar.zst",
-		"oci:./layout:v1":        "oci:" + wd + "/./layout:v1",
-		"oci:/abs/layout":        "oci:/abs/layout",
-		"docker-archive:app.tar": "docker-archive:" + wd + "/app.tar",
-		"oci-archive:a/b.tar":    "oci-archive:" + wd + "/a/b.tar",
-	} {
-		if got, err := absSource(in); err != nil || got != want {
-			t.Errorf("absSource(%q) = %q, %v; want %q", in, got, err, want)
-		}
 	}
 }

@@ -1,10 +1,9 @@
-package main
+package integration
 
 import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,7 +62,7 @@ func TestOpLogRollbackRefused(t *testing.T) {
 	}
 	e.d.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	out, err := exec.CommandContext(ctx, os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config).CombinedOutput()
+	out, err := e.d.Command(ctx).CombinedOutput()
 	cancel()
 	if err == nil || !strings.Contains(string(out), "rolled back") || !strings.Contains(string(out), "seq 3") {
 		t.Fatalf("custodyd started on a log rolled back to seq 1: %v\n%s", err, out)
@@ -83,12 +82,12 @@ func TestOpLogRollbackRefused(t *testing.T) {
 		}
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
-	out, err = exec.CommandContext(ctx, os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config).CombinedOutput()
+	out, err = e.d.Command(ctx).CombinedOutput()
 	cancel()
 	if err == nil || !strings.Contains(string(out), "--adopt-oplog") {
 		t.Fatalf("custodyd started on a log moved aside: %v\n%s", err, out)
 	}
-	if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--adopt-oplog").CombinedOutput(); err != nil {
+	if out, err := e.d.Command(context.Background(), "--adopt-oplog").CombinedOutput(); err != nil {
 		t.Fatalf("--adopt-oplog of a new log: %v %s", err, out)
 	}
 	e.d.Start()
@@ -112,7 +111,7 @@ func TestOpLogHeadOfRevokedKeyRefused(t *testing.T) {
 		t.Fatalf("status: %d %s", code, out)
 	}
 	e.d.Stop()
-	if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--rotate-key", "runner").CombinedOutput(); err != nil {
+	if out, err := e.d.Command(context.Background(), "--rotate-key", "runner").CombinedOutput(); err != nil {
 		t.Fatalf("rotate: %v %s", err, out)
 	}
 	e.d.Start()

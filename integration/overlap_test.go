@@ -1,11 +1,10 @@
-package main
+package integration
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,7 +61,7 @@ func TestOverlapAfterRotation(t *testing.T) {
 	rotate := func(k string) {
 		t.Helper()
 		e.d.Stop()
-		if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--rotate-key", k).CombinedOutput(); err != nil {
+		if out, err := e.d.Command(context.Background(), "--rotate-key", k).CombinedOutput(); err != nil {
 			t.Fatalf("rotate %s: %v %s", k, err, out)
 		}
 		e.d.Start()

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/internal/testenv"
 )
 
 // socketPackE2E: ctl holds the engine's socket and runs childmaker, which
@@ -54,7 +55,7 @@ func TestPackSocketChildrenReported(t *testing.T) {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	maker := filepath.Join(e.dir, "sock", "fixtures", "childmaker")
-	build := exec.Command(goBin, "build", "-trimpath", "-o", maker, filepath.Join("..", "..", "workspace", "testdata", "childmaker", "main.go"))
+	build := exec.Command(goBin, "build", "-trimpath", "-o", maker, filepath.Join(testenv.ModuleRoot(t), "workspace", "testdata", "childmaker", "main.go"))
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build childmaker: %v\n%s", err, b)

@@ -3,7 +3,7 @@
 // test binary's isolated dockerd (internal/dockertest; TestMain stops the
 // shared engine).
 
-package main
+package integration
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/dockertest"
 )
@@ -90,12 +91,8 @@ func startPackEnv(t *testing.T) *packEnv {
 func startPackEnvWith(t *testing.T, policy func(dir string) string, fault string) *packEnv {
 	t.Helper()
 	engine := dockertest.Shared(t)
-	d := daemontest.New(t, daemontest.Options{LogLevel: "info", Fault: fault != ""})
-	cfg, err := os.ReadFile(d.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	daemontest.Write(t, d.Config, string(cfg)+fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n  probeImage: %s\n", engine.Host, dockertest.ImageRef))
+	d := daemontest.New(t, daemontest.Options{LogLevel: "info", Fault: fault != "",
+		Config: fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n  probeImage: %s\n", engine.Host, dockertest.ImageRef)})
 	daemontest.Write(t, d.Policy, policy(d.Dir))
 	if fault != "" {
 		d.Start("CUSTODY_FAULT=" + fault)
@@ -113,7 +110,7 @@ func startPackEnvWith(t *testing.T, policy func(dir string) string, fault string
 // pack runs the built CLI's pack command against the daemon.
 func (e *packEnv) pack(args ...string) (int, string, string) {
 	e.t.Helper()
-	code, out, errs, _ := runBin(e.t, 3*time.Minute, append([]string{"--control", e.d.ControlSocket, "--submit", e.d.SubmitSocket, "pack"}, args...)...)
+	code, out, errs, _ := clitest.Run(e.t, 3*time.Minute, append([]string{"--control", e.d.ControlSocket, "--submit", e.d.SubmitSocket, "pack"}, args...)...)
 	return code, out, errs
 }
 
@@ -246,7 +243,7 @@ func TestPackEndToEnd(t *testing.T) {
 	if r1.ID == r2.ID {
 		t.Errorf("two workspaces share id %s", r1.ID)
 	}
-	trust := (&env{dir: e.dir, control: e.d.ControlSocket, submit: e.d.SubmitSocket}).trust(t, "trust.yaml", "development")
+	trust := newEnv(t, e.d).trust(t, "trust.yaml", "development")
 	if code, out, errs := runVerify(t, upReceipt, trust, compose); code != verifyPromotable {
 		t.Errorf("verify up receipt: %d %s %s", code, out, errs)
 	}
@@ -288,6 +285,6 @@ func TestPackEndToEnd(t *testing.T) {
 
 func runVerify(t *testing.T, receipt, trust, compose string) (int, string, string) {
 	t.Helper()
-	code, out, errs, _ := runBin(t, time.Minute, "verify", receipt, "--trust", trust, "--compose", compose)
+	code, out, errs, _ := clitest.Run(t, time.Minute, "verify", receipt, "--trust", trust, "--compose", compose)
 	return code, out, errs
 }

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/dockertest"
 )
@@ -28,7 +29,7 @@ func (e *packEnv) setPackPolicy(edit func(string) string) {
 	if err := os.WriteFile(e.d.Policy, []byte(pol), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	if code, out, errs, _ := runBin(e.t, time.Minute, "--control", e.d.ControlSocket, "--submit", e.d.SubmitSocket, "policy", "reload"); code != exitOK {
+	if code, out, errs, _ := clitest.Run(e.t, time.Minute, "--control", e.d.ControlSocket, "--submit", e.d.SubmitSocket, "policy", "reload"); code != exitOK {
 		e.t.Fatalf("policy reload: %d %s%s", code, out, errs)
 	}
 }
@@ -36,7 +37,7 @@ func (e *packEnv) setPackPolicy(edit func(string) string) {
 // as runs the CLI as uid against the pack env's sockets.
 func (e *packEnv) as(uid uint32, args ...string) (int, string, string) {
 	e.t.Helper()
-	return (&env{dir: e.dir, control: e.d.ControlSocket, submit: e.d.SubmitSocket}).custodyAs(e.t, uid, args...)
+	return newEnv(e.t, e.d).custodyAs(e.t, uid, args...)
 }
 
 // A client's pack dry run once answered any local uid for any actor, and
@@ -193,7 +194,7 @@ func TestPackUpReportsExitedService(t *testing.T) {
 		!strings.Contains(st.Predicate.Failure, "service bad a service is not running: it is exited, exit code 1") {
 		t.Errorf("the failed up's receipt: %s %+v", st.PredicateType, st.Predicate)
 	}
-	trust := (&env{dir: e.dir, control: e.d.ControlSocket, submit: e.d.SubmitSocket}).trust(t, "trust.yaml", "development")
+	trust := newEnv(t, e.d).trust(t, "trust.yaml", "development")
 	if code, out, errs := runVerify(t, receipt, trust, compose); code != verifyAuthentic || !strings.Contains(out, "outcome") ||
 		!strings.Contains(out+errs, "the up failed and its attempt was torn down: service bad") {
 		t.Errorf("verify of the failed up's receipt: %d\n%s%s", code, out, errs)
@@ -245,12 +246,7 @@ func TestPackBindDevicesAndSocketLinks(t *testing.T) {
 // says why: here, that no probe image is configured.
 func TestPackEgressUnprovedSaysWhy(t *testing.T) {
 	engine := dockertest.Shared(t)
-	d := daemontest.New(t, daemontest.Options{LogLevel: "info"})
-	cfg, err := os.ReadFile(d.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	daemontest.Write(t, d.Config, string(cfg)+fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n", engine.Host))
+	d := daemontest.New(t, daemontest.Options{LogLevel: "info", Config: fmt.Sprintf("docker:\n  host: %s\n  subnetPool: 10.213.0.0/16\n", engine.Host)})
 	daemontest.Write(t, d.Policy, fmt.Sprintf(packPolicy, dockertest.ImageRef))
 	d.Start()
 	e := &packEnv{t: t, engine: engine, d: d, dir: d.Dir}

@@ -1,10 +1,8 @@
-package main
+package integration
 
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,7 +41,7 @@ func TestPipelineSummarySignerHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.d.Stop()
-	if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--rotate-key", "runner").CombinedOutput(); err != nil {
+	if out, err := e.d.Command(context.Background(), "--rotate-key", "runner").CombinedOutput(); err != nil {
 		t.Fatalf("rotate: %v %s", err, out)
 	}
 	e.d.Start()

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"os"
@@ -20,7 +20,7 @@ func TestQualifyPooled(t *testing.T) {
 	custodyd, runc, busybox, probe := qualifyBins(t)
 	rowPath := filepath.Join(t.TempDir(), "row.json")
 	start := time.Now()
-	_, _, stderr := custody("qualify", "--tier", "development", "--pooled", "--json", "--custodyd", custodyd, "--runtime", runc,
+	_, _, stderr := custody(t, "qualify", "--tier", "development", "--pooled", "--json", "--custodyd", custodyd, "--runtime", runc,
 		"--probe", probe, "--busybox", busybox, "--out", rowPath)
 	t.Logf("qualify --pooled took %s", time.Since(start).Round(time.Millisecond))
 	v, _ := readRow(t, rowPath)
@@ -53,7 +53,7 @@ func TestQualifyPooled(t *testing.T) {
 func TestQualifyPooledMatchesCold(t *testing.T) {
 	custodyd, runc, busybox, probe := qualifyBins(t)
 	rowPath := filepath.Join(t.TempDir(), "row.json")
-	_, _, stderr := custody("qualify", "--tier", "development", "--pooled", "--json", "--custodyd", custodyd, "--runtime", runc,
+	_, _, stderr := custody(t, "qualify", "--tier", "development", "--pooled", "--json", "--custodyd", custodyd, "--runtime", runc,
 		"--probe", probe, "--busybox", busybox, "--out", rowPath, "--only", "isolation")
 	if _, err := os.Stat(rowPath); err != nil {
 		t.Fatalf("no row: %v\n%s", err, stderr)

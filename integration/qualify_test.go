@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
@@ -55,12 +56,6 @@ func qualifyBins(t *testing.T) (custodyd, runc, busybox, probe string) {
 	return custodyd, runc, busybox, probe
 }
 
-func custody(args ...string) (int, string, string) {
-	var out, errb bytes.Buffer
-	code := run(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 // readRow reads a row file, writes its runner key next to it and verifies
 // the row under that key.
 func readRow(t *testing.T, path string) (*matrix.Verified, string) {
@@ -93,7 +88,7 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 	dir := t.TempDir()
 	rowPath, mx := filepath.Join(dir, "row.json"), filepath.Join(dir, "matrix")
 	start := time.Now()
-	code, stdout, stderr := custody("qualify", "--tier", "development", "--json", "--custodyd", custodyd, "--runtime", runc,
+	code, stdout, stderr := custody(t, "qualify", "--tier", "development", "--json", "--custodyd", custodyd, "--runtime", runc,
 		"--probe", probe, "--busybox", busybox, "--out", rowPath, "--matrix", mx)
 	t.Logf("qualify --tier development took %s", time.Since(start).Round(time.Millisecond))
 	if code != 0 {
@@ -146,7 +141,7 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 	trust := trustForKeys(t, filepath.Join(dir, "trust.yaml"), pub)
 	gate := func(args ...string) (int, string) {
 		t.Helper()
-		code, out, errs := custody(append([]string{"gate", "--matrix", mx, "--trust", trust}, args...)...)
+		code, out, errs := custody(t, append([]string{"gate", "--matrix", mx, "--trust", trust}, args...)...)
 		return code, out + errs
 	}
 	if code, out := gate("--platform", "this", "--runtime", runc, "--tier", "development"); code != 0 || !strings.Contains(out, "allowed") {
@@ -157,12 +152,12 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 		t.Fatalf("gate for production without a production row: %d\n%s", code, out)
 	}
 	// Another runtime binary (one byte appended) is another platform.
-	changed := changedCopy(t, runc, filepath.Join(dir, "runc-changed"))
+	changed := clitest.ChangedCopy(t, runc, filepath.Join(dir, "runc-changed"))
 	if code, out := gate("--platform", "this", "--runtime", changed, "--tier", "development"); code != exitFailed || !strings.Contains(out, "runtime binary changed") {
 		t.Fatalf("gate with a changed runtime digest: %d\n%s", code, out)
 	}
 	// A description file works like this host.
-	code, plat, errs := custody("gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--print-platform")
+	code, plat, errs := custody(t, "gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--print-platform")
 	if code != 0 {
 		t.Fatalf("print-platform: %d %s", code, errs)
 	}
@@ -214,12 +209,12 @@ func TestQualifyDevelopmentAndGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(mx2, "row.json"), string(tampered))
-	code, out, errs := custody("gate", "--matrix", mx2, "--trust", trust, "--platform", "this", "--runtime", runc, "--tier", "development")
+	code, out, errs := custody(t, "gate", "--matrix", mx2, "--trust", trust, "--platform", "this", "--runtime", runc, "--tier", "development")
 	if code != exitFailed || !strings.Contains(out+errs, "not authentic") {
 		t.Fatalf("gate with a tampered row: %d\n%s%s", code, out, errs)
 	}
 	// A gate trusts no row by default.
-	if code, _, errs := custody("gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--tier", "development"); code == 0 || !strings.Contains(errs, "--trust FILE is required") {
+	if code, _, errs := custody(t, "gate", "--matrix", mx, "--platform", "this", "--runtime", runc, "--tier", "development"); code == 0 || !strings.Contains(errs, "--trust FILE is required") {
 		t.Fatalf("gate without trusted keys: %d %s", code, errs)
 	}
 }
@@ -242,7 +237,7 @@ func TestQualifyProductionFailsHonestly(t *testing.T) {
 		}
 	}
 	rowPath := filepath.Join(t.TempDir(), "row.json")
-	code, _, stderr := custody("qualify", "--tier", "production", "--custodyd", custodyd, "--runtime", runc,
+	code, _, stderr := custody(t, "qualify", "--tier", "production", "--custodyd", custodyd, "--runtime", runc,
 		"--probe", probe, "--busybox", busybox, "--out", rowPath)
 	if code != exitFailed || !strings.Contains(stderr, "FAILED") {
 		t.Fatalf("qualify --tier production on a %s host: exit %d\n%s", prof.Cgroup.Mode, code, stderr)
@@ -341,6 +336,6 @@ func trustForKeys(t *testing.T, path string, pubs ...string) string {
 		}
 		ks = append(ks, evidence.ExportKey{Name: fmt.Sprintf("runner-%d", i), PEM: string(pem)})
 	}
-	trustFile(t, path, ks...)
+	clitest.TrustFile(t, path, ks...)
 	return path
 }

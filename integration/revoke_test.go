@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,7 +65,7 @@ func TestRevokeAndOpLog(t *testing.T) {
 	}
 	oldIssuer := status()["issuerId"].(string)
 	e.d.Stop()
-	if out, err := exec.Command(os.Getenv("CUSTODYD_BIN"), "--config", e.d.Config, "--rotate-key", "issuer").CombinedOutput(); err != nil {
+	if out, err := e.d.Command(context.Background(), "--rotate-key", "issuer").CombinedOutput(); err != nil {
 		t.Fatalf("rotate: %v %s", err, out)
 	}
 	e.d.Start()

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
 )
 
@@ -43,12 +42,11 @@ func TestRunnerKeyRotation(t *testing.T) {
 	before := receipt("before")
 	runnerPub("runner-old.pub")
 
-	bin := os.Getenv("CUSTODYD_BIN")
-	if out, err := exec.Command(bin, "--config", e.d.Config, "--rotate-key", "runner").CombinedOutput(); err == nil || !strings.Contains(string(out), "must be stopped") {
+	if out, err := e.d.Command(context.Background(), "--rotate-key", "runner").CombinedOutput(); err == nil || !strings.Contains(string(out), "must be stopped") {
 		t.Fatalf("rotation while running: %v %s", err, out)
 	}
 	e.d.Stop()
-	out, err := exec.Command(bin, "--config", e.d.Config, "--rotate-key", "runner").Output()
+	out, err := e.d.Command(context.Background(), "--rotate-key", "runner").Output()
 	if err != nil {
 		t.Fatalf("rotate: %v %s", err, out)
 	}
@@ -121,17 +119,11 @@ func TestRotationResumesAfterEveryKill(t *testing.T) {
 		}
 		return st.Status.RunnerID
 	}
-	faultBin, bin := os.Getenv("CUSTODYD_FAULT_BIN"), os.Getenv("CUSTODYD_BIN")
-	if faultBin == "" {
-		testenv.Missing(t, "the fault-injection custodyd ($CUSTODYD_FAULT_BIN, built by make build)")
-	}
 	keyDir := filepath.Join(e.dir, "state", "keys")
 	for _, step := range []string{"next-private", "next-key", "retired-pub", "record", "head", "public", "private"} {
 		before := runnerID()
 		e.d.Stop()
-		kill := exec.Command(faultBin, "--config", e.d.Config, "--rotate-key", "runner")
-		kill.Env = append(os.Environ(), "CUSTODY_FAULT=rotate-"+step)
-		out, err := kill.CombinedOutput()
+		out, err := e.d.FaultCommand(context.Background(), "rotate-"+step, "--rotate-key", "runner").CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("%s: --rotate-key was not killed there: %v %s", step, err, out)
@@ -142,13 +134,13 @@ func TestRotationResumesAfterEveryKill(t *testing.T) {
 		}
 		if step != "private" {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			out, err := exec.CommandContext(ctx, bin, "--config", e.d.Config).CombinedOutput()
+			out, err := e.d.Command(ctx).CombinedOutput()
 			cancel()
 			if err == nil || !strings.Contains(string(out), "finish with custodyd --rotate-key runner") {
 				t.Fatalf("%s: custodyd's start on the half-rotated key: %v %s", step, err, out)
 			}
 		}
-		out, err = exec.Command(bin, "--config", e.d.Config, "--rotate-key", "runner").Output()
+		out, err = e.d.Command(context.Background(), "--rotate-key", "runner").Output()
 		var rec struct{ Retired, Successor string }
 		if err != nil || json.Unmarshal(out, &rec) != nil {
 			t.Fatalf("%s: the second --rotate-key: %v %s", step, err, out)

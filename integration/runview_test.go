@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"crypto/sha256"
@@ -12,9 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/evidence"
 )
 
 // runJSON runs a phase through the real CLI with --json and returns its
@@ -217,26 +214,5 @@ func TestResultRefusesMissingOutputs(t *testing.T) {
 		if _, err := os.Lstat(outputs); err == nil {
 			t.Errorf("%s: an outputs directory was left that passes for the run's outputs", c.what)
 		}
-	}
-}
-
-// TestSavedWholeRemovesPartialCopy: the CLI's own check of a saved
-// outputs tree (behind custodyd's refusal to stream a tree missing
-// files): a tree missing a listed file is removed and the file named; a
-// whole one is kept.
-func TestSavedWholeRemovesPartialCopy(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "outputs")
-	write(t, mkdirs(t, dir, "a.txt"), "a\n")
-	o := &api.Output{Files: []api.OutputFile{{Path: "a.txt"}}}
-	if err := savedWhole(dir, o); err != nil {
-		t.Fatalf("a whole tree: %v", err)
-	}
-	o.Files = append(o.Files, api.OutputFile{Path: "sub/b.txt"})
-	err := savedWhole(dir, o)
-	if !errors.Is(err, evidence.ErrOutputsMissing) || !strings.Contains(err.Error(), `"sub/b.txt"`) {
-		t.Fatalf("a tree missing sub/b.txt: %v", err)
-	}
-	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("the partial copy was kept: %v", err)
 	}
 }

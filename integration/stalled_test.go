@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -36,9 +37,8 @@ func TestStalledRunSaysItsCopyIsIncomplete(t *testing.T) {
 	})
 	var errs testenv.Buffer
 	done := make(chan int, 1)
-	go func() {
-		done <- run(context.Background(), []string{"--control", e.control, "--submit", e.submit, "run", "--grant", g}, stalled, &errs)
-	}()
+	wait := clitest.Start(t, stalled, &errs, "--control", e.control, "--submit", e.submit, "run", "--grant", g)
+	go func() { done <- wait() }()
 	started := regexp.MustCompile(`custody: run (\S+) started`)
 	var id string
 	ctl := api.NewClient(e.control)

@@ -1,12 +1,8 @@
-package main
+package integration
 
 import (
 	"bytes"
-	"context"
-	"debug/buildinfo"
-	"errors"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,77 +11,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/custody-dev/custody/evidence"
-	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/testenv"
-	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/policy"
-	"github.com/custody-dev/custody/request"
 )
-
-// custodyBin is the built CLI ($CUSTODY_BIN): these tests need a real
-// process, to see what reaches its stdout and stderr and that it exits.
-func custodyBin(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("CUSTODY_BIN")
-	if bin == "" {
-		testenv.Missing(t, "the custody binary ($CUSTODY_BIN, set by make test)")
-	}
-	return bin
-}
-
-// runBin runs the CLI binary, killing it after limit so that a hang fails
-// the test instead of stalling the suite, and capping its address space so
-// that a CLI reading /dev/zero dies of it quickly instead of taking the
-// machine's memory. A -race build maps terabytes of shadow memory, so it
-// gets no cap (only the time limit).
-func runBin(t *testing.T, limit time.Duration, args ...string) (code int, stdout, stderr string, took time.Duration) {
-	t.Helper()
-	bin := custodyBin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if !raceBuilt(bin) {
-		const maxAS = 2 << 30
-		if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_AS, &unix.Rlimit{Cur: maxAS, Max: maxAS}, nil); err != nil {
-			t.Logf("prlimit: %v", err)
-		}
-	}
-	err := cmd.Wait()
-	took = time.Since(start)
-	testenv.NoRace(t, "custody", err, errb.String())
-	var ee *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		t.Fatalf("custody %s: still running after %s, killed\nstderr: %s", strings.Join(args, " "), limit, errb.String())
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return code, out.String(), errb.String(), took
-}
-
-func raceBuilt(bin string) bool {
-	info, err := buildinfo.ReadFile(bin)
-	if err != nil {
-		return false
-	}
-	for _, s := range info.Settings {
-		if s.Key == "-race" && s.Value == "true" {
-			return true
-		}
-	}
-	return false
-}
 
 // rawControl reports the first byte of s a terminal would act on: a C0
 // control other than newline, DEL, a C1 control, or invalid UTF-8.
@@ -109,10 +37,10 @@ func rawControl(s string) (int, bool) {
 // reaches the CLI's stdout or stderr except the workload's own stream, which
 // is its bytes by design (docs/reference/json.md, the output conventions).
 func TestUntrustedNamesAreQuoted(t *testing.T) {
-	custodyBin(t)
+	clitest.Bin(t)
 	e := startDaemon(t)
 	cli := func(args ...string) (int, string, string) {
-		code, out, errs, _ := runBin(t, 60*time.Second, append([]string{"--control", e.control, "--submit", e.submit}, args...)...)
+		code, out, errs, _ := clitest.Run(t, 60*time.Second, append([]string{"--control", e.control, "--submit", e.submit}, args...)...)
 		return code, out, errs
 	}
 	check := func(what, s string) {
@@ -164,95 +92,6 @@ func TestUntrustedNamesAreQuoted(t *testing.T) {
 	check("failed run stderr", errs)
 }
 
-// TestFilesAreRegularAndBounded: every file the CLI reads itself is refused
-// at once, naming its type (or size) and the fix, when it is a FIFO (which
-// blocked the CLI forever, SIGTERM or not), /dev/zero (which it read until
-// memory ran out), a directory, a symlink to /dev/zero, or over its format's
-// bound; a regular file still works.
-func TestFilesAreRegularAndBounded(t *testing.T) {
-	custodyBin(t)
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good")
-	write(t, good, "x\n")
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	zeroLink := filepath.Join(dir, "zero")
-	if err := os.Symlink("/dev/zero", zeroLink); err != nil {
-		t.Fatal(err)
-	}
-	k, err := keys.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	trust := filepath.Join(dir, "trust.yaml")
-	trustFile(t, trust, evidence.ExportKey{Name: "runner", PEM: string(k.PublicPEM())})
-	matrixDir := filepath.Join(dir, "matrix")
-	if err := os.Mkdir(matrixDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// No daemon listens: every refusal must come before the CLI calls one.
-	none := filepath.Join(dir, "none.sock")
-	commands := []struct {
-		name  string
-		args  func(bad string) []string
-		limit int64
-	}{
-		{"policy check", func(p string) []string { return []string{"policy", "check", p} }, policy.MaxSize},
-		{"admit", func(p string) []string { return []string{"--submit", none, "admit", p} }, request.MaxSize},
-		{"grant issue", func(p string) []string { return []string{"--control", none, "grant", "issue", p, "--actor", "x"} }, request.MaxSize},
-		{"run --grant", func(p string) []string { return []string{"--submit", none, "run", "--grant", p} }, grant.MaxEnvelopeSize + envelopeSlack},
-		{"verify receipt", func(p string) []string { return []string{"verify", p, "--trust", good, "--no-outputs-unsafe"} }, evidence.MaxEnvelopeSize + envelopeSlack},
-		{"verify --trust", func(p string) []string { return []string{"verify", good, "--trust", p, "--no-outputs-unsafe"} }, evidence.MaxTrustSize},
-		{"gate --platform", func(p string) []string {
-			return []string{"gate", "--matrix", matrixDir, "--platform", p, "--trust", trust}
-		}, maxPlatformSize},
-		{"gate --trust", func(p string) []string {
-			return []string{"gate", "--matrix", matrixDir, "--platform", good, "--trust", p}
-		}, evidence.MaxTrustSize},
-	}
-	bads := []struct{ name, path, says string }{
-		{"fifo", fifo, "named pipe (FIFO)"},
-		{"/dev/zero", "/dev/zero", "character device"},
-		{"directory", dir, "directory"},
-		{"symlink to /dev/zero", zeroLink, "character device"},
-	}
-	for _, c := range commands {
-		big := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+".big")
-		if err := os.WriteFile(big, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(big, c.limit+1); err != nil { // sparse: no disk used
-			t.Fatal(err)
-		}
-		cases := append(bads, struct{ name, path, says string }{"over the bound", big, "the limit is"})
-		for _, b := range cases {
-			t.Run(c.name+"/"+b.name, func(t *testing.T) {
-				code, out, errs, took := runBin(t, 10*time.Second, c.args(b.path)...)
-				if code == 0 || !strings.Contains(errs, b.says) || !strings.Contains(errs, "fix:") {
-					t.Errorf("exit %d, want a refusal saying %q and a fix\nstdout: %s\nstderr: %s", code, b.says, out, errs)
-				}
-				if took > 3*time.Second {
-					t.Errorf("refusal took %s", took)
-				}
-			})
-		}
-	}
-	t.Run("regular policy file", func(t *testing.T) {
-		example := filepath.Join(testenv.ModuleRoot(t), "policy", "testdata", "example-policy.yaml")
-		link := filepath.Join(dir, "policy-link.yaml")
-		if err := os.Symlink(example, link); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range []string{example, link} {
-			if code, out, errs, _ := runBin(t, 10*time.Second, "policy", "check", p); code != 0 || !strings.Contains(out, "sha256:") {
-				t.Errorf("policy check %s: exit %d\n%s%s", p, code, out, errs)
-			}
-		}
-	})
-}
-
 // TestQualifyRefusesABadBinary: the binaries qualify copies into the
 // conformance image are read through the same checks, before any daemon
 // starts.
@@ -265,7 +104,7 @@ func TestQualifyRefusesABadBinary(t *testing.T) {
 	for _, flag := range []string{"--busybox", "--probe"} {
 		args := map[string]string{"--busybox": busybox, "--probe": probe}
 		args[flag] = fifo
-		code, out, errs, took := runBin(t, 10*time.Second, "qualify", "--tier", "development", "--custodyd", custodyd,
+		code, out, errs, took := clitest.Run(t, 10*time.Second, "qualify", "--tier", "development", "--custodyd", custodyd,
 			"--runtime", runc, "--busybox", args["--busybox"], "--probe", args["--probe"])
 		if code != exitRefused || !strings.Contains(errs, flag) || !strings.Contains(errs, "named pipe (FIFO)") || took > 3*time.Second {
 			t.Errorf("qualify %s FIFO: exit %d after %s\nstdout: %s\nstderr: %s", flag, code, took, out, errs)
@@ -276,7 +115,7 @@ func TestQualifyRefusesABadBinary(t *testing.T) {
 // TestTermWhileWaitingOnTheDaemon: a daemon socket that accepts and never
 // answers must not hold the CLI past a SIGTERM.
 func TestTermWhileWaitingOnTheDaemon(t *testing.T) {
-	bin := custodyBin(t)
+	bin := clitest.Bin(t)
 	sock := filepath.Join(t.TempDir(), "mute.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"crypto/sha256"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -80,7 +81,7 @@ func TestVMPhaseThroughCustodyd(t *testing.T) {
 	if code != verifyPromotable {
 		t.Fatalf("verify: %d\n%s%s", code, vout, verrs)
 	}
-	wantBackendLines(t, vout, "vm", "kernel", "init", "stage", "modules", "qemu", "output-stream")
+	clitest.WantBackendLines(t, vout, "vm", "kernel", "init", "stage", "modules", "qemu", "output-stream")
 	t.Logf("guest kernel %s; verify:\n%s", strings.TrimSpace(string(kernel)), vout)
 
 	// A runner without the vm backend refuses the phase before anything.

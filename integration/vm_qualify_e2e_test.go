@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func TestQualifyVMAndGate(t *testing.T) {
 	vmCfg := vmSectionFile(t, dir, "auto")
 	rowPath, mx := filepath.Join(dir, "vm-row.json"), filepath.Join(dir, "matrix")
 	start := time.Now()
-	code, stdout, stderr := custody("qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "development", "--json",
+	code, stdout, stderr := custody(t, "qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "development", "--json",
 		"--custodyd", custodyd, "--runtime", runc, "--probe", probe, "--busybox", busybox, "--out", rowPath, "--matrix", mx)
 	took := time.Since(start).Round(time.Millisecond)
 	t.Logf("qualify --backend vm --tier development took %s\n%s", took, stderr)
@@ -100,7 +100,7 @@ func TestQualifyVMAndGate(t *testing.T) {
 	}
 
 	// Production: the backend's own gap, loudly, and no passing row.
-	code, stdout, stderr = custody("qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "production", "--only", "input/read-input",
+	code, stdout, stderr = custody(t, "qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "production", "--only", "input/read-input",
 		"--custodyd", custodyd, "--runtime", runc, "--probe", probe, "--busybox", busybox)
 	if code != exitFailed || !strings.Contains(stderr, "vm-host-cgroup-v2") || !strings.Contains(stdout, "result: FAILED") {
 		t.Fatalf("qualify --backend vm --tier production: exit %d, want %d naming vm-host-cgroup-v2\n%s\n%s", code, exitFailed, stdout, stderr)
@@ -114,7 +114,7 @@ func TestQualifyVMAndGate(t *testing.T) {
 	trust := trustForKeys(t, filepath.Join(dir, "trust.yaml"), pub)
 	gate := func(mx string, args ...string) (int, string) {
 		t.Helper()
-		code, out, errs := custody(append([]string{"gate", "--matrix", mx, "--tier", "development", "--trust", trust}, args...)...)
+		code, out, errs := custody(t, append([]string{"gate", "--matrix", mx, "--tier", "development", "--trust", trust}, args...)...)
 		return code, out + errs
 	}
 	if code, out := gate(mx, "--platform", "this", "--backend", "vm", "--vm-config", vmCfg, "--runtime", runc); code != 0 {
