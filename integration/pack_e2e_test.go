@@ -23,6 +23,7 @@ import (
 	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/policy/policytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(dockertest.Main(m)) }
@@ -36,12 +37,7 @@ type packEnv struct {
 	dir    string
 }
 
-const packPolicy = `apiVersion: custody.dev/v1alpha1
-kind: Policy
-images: []
-ceilings: {memory: 512Mi, pids: 256, cpu: 2, wallTime: 10m, outputBytes: 256Mi, tmpBytes: 128Mi, inputBytes: 1Gi}
-defaults: {cpu: 1, outputBytes: 32Mi, tmpBytes: 16Mi}
-packs:
+const packPolicy = policytest.Header + "images: []\n" + policytest.Limits + `packs:
   actors:
     - name: range-op
       submitters: {uids: [0]}
