@@ -142,8 +142,8 @@ demo: build bin/cosign $(BUILD)/testimage/rootfs
 # Packages in the order go test starts them (each once; ./... adds the
 # rest): with two cores the longest test binaries start first, so the suite
 # is not left waiting on one that started last (the docker packs in
-# workspace and the CLI's end-to-end tests take 6-8 minutes each).
-TEST_PKGS := ./workspace/ ./cmd/custody/ ./backend/vm/ ./backend/docker/ ./daemon/ ./cmd/custodyd/ ./evidence/ ./runner/ ./bench/ ./...
+# workspace and the end-to-end tests in integration/ take 6-8 minutes each).
+TEST_PKGS := ./workspace/ ./integration/ ./backend/vm/ ./backend/docker/ ./daemon/ ./cmd/custodyd/ ./evidence/ ./runner/ ./bench/ ./...
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build bin/cosign bench-deps vm-deps image-deps browser-deps
@@ -156,7 +156,7 @@ test: build bin/cosign bench-deps vm-deps image-deps browser-deps
 # logs import times, disk use and launch p50 against busybox.
 test-images: build
 	@command -v mmdebstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y mmdebstrap
-	CUSTODY_IMAGE_TESTS=1 CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 40m -v -run '^TestDebianToolchains$$' ./cmd/custody/
+	CUSTODY_IMAGE_TESTS=1 CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 40m -v -run '^TestDebianToolchains$$' ./integration/
 
 # The whole suite under the race detector: every test binary with -race, and
 # the CLI and daemons the tests start (CUSTODY_BIN, CUSTODYD_BIN,

@@ -17,10 +17,12 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/procfs"
-	"golang.org/x/sys/unix"
+	"github.com/custody-dev/custody/policy/policytest"
 )
 
 // Daemon is a real custodyd (the built binary) on a private directory, with
@@ -97,19 +99,7 @@ inputRoots: [%q]
 
 // policyLimits are the example policy's phase ceilings and defaults, which
 // every bench policy carries.
-const policyLimits = `ceilings:
-  memory: 512Mi
-  pids: 256
-  cpu: 2
-  wallTime: 10m
-  outputBytes: 256Mi
-  tmpBytes: 128Mi
-  inputBytes: 1Gi
-defaults:
-  cpu: 1
-  outputBytes: 32Mi
-  tmpBytes: 16Mi
-`
+const policyLimits = policytest.Limits
 
 // TrivialPhase is the phase every launch measurement runs: /bin/true in the
 // test image, with the budgets RawConfig mirrors.

@@ -18,6 +18,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/grant/granttest"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
 	"github.com/custody-dev/custody/snapshot"
@@ -42,10 +43,7 @@ var (
 	verifyNow = base.Add(2 * time.Hour)
 )
 
-func digestOf(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+var digestOf = granttest.DigestOf
 
 func hexOf(b []byte) string {
 	sum := sha256.Sum256(b)
@@ -54,29 +52,7 @@ func hexOf(b []byte) string {
 
 // grantPredicate returns a valid grant predicate for the runner key id.
 func grantPredicate(runner string) grant.Predicate {
-	entries := []grant.Input{
-		{Source: "/home/dev/src", Target: "/src", Digest: digestOf("src")},
-		{Source: "/home/dev/go/pkg/mod", Target: "/mod", Digest: digestOf("mod")},
-	}
-	return grant.Predicate{
-		ID:           "0123456789abcdef0123456789abcdef",
-		Actor:        "alice@example.com",
-		Stage:        "build",
-		NotBefore:    notBefore,
-		Expires:      expires,
-		PolicyDigest: digestOf("policy"),
-		Runner:       grant.Runner{ID: runner},
-		Runtime:      grant.Runtime{Version: "1.5.3", SHA256: digestOf("runc")[len("sha256:"):]},
-		Image:        "sha256:1111111111111111111111111111111111111111111111111111111111111111",
-		Target:       grant.Target{OS: "linux", Arch: "amd64"},
-		Toolchain:    "go1.26",
-		Inputs:       grant.Inputs{ClosureDigest: grant.ClosureDigest(entries), Entries: entries},
-		Output:       grant.Output{Path: "/out", MaxBytes: 64 << 20},
-		Resources:    grant.Resources{Memory: 256 << 20, Pids: 64, CPU: 1.5, WallTimeMillis: 300000, TmpBytes: 16 << 20},
-		Egress:       grant.Egress{Mode: grant.EgressDeny, Destinations: []string{}},
-		Credentials:  []string{"registry-token"},
-		Phase:        json.RawMessage(phaseJSON),
-	}
+	return granttest.Predicate(runner, json.RawMessage(phaseJSON), notBefore, expires)
 }
 
 // outputFiles is the output a fixture's phase left, before custody.

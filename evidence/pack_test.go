@@ -11,6 +11,7 @@ import (
 
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/grant/granttest"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
 )
@@ -24,17 +25,7 @@ const packPlan = `{"project":"range","services":[{"name":"db"},{"name":"web","po
 func hexID(c string) string { return strings.Repeat(c, 64) }
 
 func packGrantPredicate(runner string) grant.PackPredicate {
-	return grant.PackPredicate{
-		ID:           "fedcba9876543210fedcba9876543210",
-		Actor:        "range-op",
-		NotBefore:    notBefore,
-		Expires:      expires,
-		PolicyDigest: digestOf("policy"),
-		Runner:       grant.Runner{ID: runner},
-		Engine:       grant.Engine{Name: "docker", Version: "26.1.5", APIVersion: "1.45"},
-		Pack:         grant.Pack{Project: "range", Digest: digestOf(packCompose)},
-		Plan:         json.RawMessage(packPlan),
-	}
+	return granttest.PackPredicate(runner, notBefore, expires, packCompose, packPlan)
 }
 
 // packUp returns an up receipt of the grant genv (predicate gp) by runner.

@@ -2,9 +2,7 @@ package grant_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -15,6 +13,7 @@ import (
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/grant/granttest"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
 )
@@ -32,38 +31,15 @@ var (
 	validNow  = notBefore.Add(5 * time.Minute)
 )
 
-func digestOf(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+var digestOf = granttest.DigestOf
 
-// testPredicate returns a valid predicate whose runner is runner.
+// testPredicate returns a valid predicate whose runner is runner: the
+// fixture's, with the image's manifest and config and the process bound.
 func testPredicate(runner string) grant.Predicate {
-	entries := []grant.Input{
-		{Source: "/home/dev/src", Target: "/src", Digest: digestOf("src")},
-		{Source: "/home/dev/go/pkg/mod", Target: "/mod", Digest: digestOf("mod")},
-	}
-	return grant.Predicate{
-		ID:           "0123456789abcdef0123456789abcdef",
-		Actor:        "alice@example.com",
-		Stage:        "build",
-		NotBefore:    notBefore,
-		Expires:      expires,
-		PolicyDigest: digestOf("policy"),
-		Runner:       grant.Runner{ID: runner},
-		Runtime:      grant.Runtime{Version: "1.5.3", SHA256: digestOf("runc")[len("sha256:"):]},
-		Image:        "sha256:1111111111111111111111111111111111111111111111111111111111111111",
-		ImageRef:     &grant.ImageRef{Manifest: digestOf("manifest"), Config: digestOf("config")},
-		Process:      &grant.Process{Command: []string{"/bin/sh", "-c", "make\ntest"}, Env: map[string]string{"PATH": "/bin"}, Workdir: "/src", UID: 1000, GID: 1000},
-		Target:       grant.Target{OS: "linux", Arch: "amd64"},
-		Toolchain:    "go1.26",
-		Inputs:       grant.Inputs{ClosureDigest: grant.ClosureDigest(entries), Entries: entries},
-		Output:       grant.Output{Path: "/out", MaxBytes: 64 << 20},
-		Resources:    grant.Resources{Memory: 256 << 20, Pids: 64, CPU: 1.5, WallTimeMillis: 300000, TmpBytes: 16 << 20},
-		Egress:       grant.Egress{Mode: grant.EgressDeny, Destinations: []string{}},
-		Credentials:  []string{"registry-token"},
-		Phase:        json.RawMessage(phaseJSON),
-	}
+	p := granttest.Predicate(runner, json.RawMessage(phaseJSON), notBefore, expires)
+	p.ImageRef = &grant.ImageRef{Manifest: digestOf("manifest"), Config: digestOf("config")}
+	p.Process = &grant.Process{Command: []string{"/bin/sh", "-c", "make\ntest"}, Env: map[string]string{"PATH": "/bin"}, Workdir: "/src", UID: 1000, GID: 1000}
+	return p
 }
 
 type fixture struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/grant/granttest"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
 )
@@ -26,17 +27,7 @@ const planJSON = `{"project":"range","services":[{"name":"web","image":"sha256:1
 const composeFile = "services:\n  web:\n    image: web\n"
 
 func testPackPredicate(runner string) grant.PackPredicate {
-	return grant.PackPredicate{
-		ID:           "fedcba9876543210fedcba9876543210",
-		Actor:        "range-op",
-		NotBefore:    notBefore,
-		Expires:      expires,
-		PolicyDigest: digestOf("policy"),
-		Runner:       grant.Runner{ID: runner},
-		Engine:       grant.Engine{Name: "docker", Version: "26.1.5", APIVersion: "1.45"},
-		Pack:         grant.Pack{Project: "range", Digest: digestOf(composeFile)},
-		Plan:         json.RawMessage(planJSON),
-	}
+	return granttest.PackPredicate(runner, notBefore, expires, composeFile, planJSON)
 }
 
 type packFixture struct {

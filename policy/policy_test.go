@@ -14,6 +14,7 @@ import (
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/strictyaml"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/policy/policytest"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
 )
@@ -24,23 +25,9 @@ const (
 )
 
 // valid is a minimal valid policy; cases derive from it with edit.
-const valid = `apiVersion: custody.dev/v1alpha1
-kind: Policy
-images:
+const valid = policytest.Header + `images:
   - digest: ` + digest + `
-ceilings:
-  memory: 512Mi
-  pids: 256
-  cpu: 2
-  wallTime: 10m
-  outputBytes: 256Mi
-  tmpBytes: 128Mi
-  inputBytes: 1Gi
-defaults:
-  cpu: 1
-  outputBytes: 32Mi
-  tmpBytes: 16Mi
-`
+` + policytest.Limits
 
 // edit returns valid with each old, new pair replaced in turn; old must occur.
 func edit(t *testing.T, oldNew ...string) string {

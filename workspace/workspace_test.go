@@ -29,6 +29,7 @@ import (
 	"github.com/custody-dev/custody/internal/dockertest"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/policy/policytest"
 	"github.com/custody-dev/custody/store"
 	"github.com/custody-dev/custody/workspace"
 )
@@ -95,22 +96,7 @@ secrets:
     x-custody-credential: canary
 `
 
-const policyYAML = `apiVersion: custody.dev/v1alpha1
-kind: Policy
-images: []
-ceilings:
-  memory: 512Mi
-  pids: 256
-  cpu: 2
-  wallTime: 10m
-  outputBytes: 256Mi
-  tmpBytes: 128Mi
-  inputBytes: 1Gi
-defaults:
-  cpu: 1
-  outputBytes: 32Mi
-  tmpBytes: 16Mi
-packs:
+const policyYAML = policytest.Header + "images: []\n" + policytest.Limits + `packs:
   actors:
     - name: range-op
       submitters: {uids: [0]}

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"embed"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"slices"
 	"sort"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/api"
@@ -46,23 +43,6 @@ func outputSchema(name string) ([]byte, bool) {
 	}
 	b, err := schemaFS.ReadFile("schemas/" + name + ".schema.json")
 	return b, err == nil
-}
-
-// compileOutputSchema compiles one output schema with the others as its
-// refs' targets, offline.
-func compileOutputSchema(name string) (*jsonschema.Schema, error) {
-	c := jsonschema.NewCompiler()
-	for _, n := range outputSchemas() {
-		b, _ := outputSchema(n)
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-		if err != nil {
-			return nil, fmt.Errorf("schema %s: %w", n, err)
-		}
-		if err := c.AddResource(schemaURL+n+".json", doc); err != nil {
-			return nil, fmt.Errorf("schema %s: %w", n, err)
-		}
-	}
-	return c.Compile(schemaURL + name + ".json")
 }
 
 // jsonFailure prints err on stdout as {"error": {...}} (error.schema.json)

@@ -8,31 +8,9 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
-
-// wantBackendLines checks that verify's output names backend on one line
-// and, on the next, an evidence map with at least the names given.
-func wantBackendLines(t *testing.T, stdout, backend string, names ...string) {
-	t.Helper()
-	var be, ev string
-	for _, l := range strings.Split(stdout, "\n") {
-		switch {
-		case strings.HasPrefix(l, "backend "):
-			be = l
-		case strings.HasPrefix(l, "evidence "):
-			ev = l
-		}
-	}
-	if !strings.HasPrefix(be, "backend "+backend+" version=") {
-		t.Fatalf("verify prints no backend line for %s:\n%s", backend, stdout)
-	}
-	for _, n := range names {
-		if !strings.Contains(ev, " "+n+"=") {
-			t.Fatalf("verify's evidence line has no %s:\n%s", n, stdout)
-		}
-	}
-}
 
 // TestVerifyPrintsBackend: custody verify prints a v3 receipt's backend
 // and evidence map, one line each, and prints neither for a v1 or v2
@@ -50,7 +28,7 @@ func TestVerifyPrintsBackend(t *testing.T) {
 		return out
 	}
 	out := verify("receipt-v3.json")
-	wantBackendLines(t, out, "oci", "config", "gate", "seccomp", "runtime")
+	clitest.WantBackendLines(t, out, "oci", "config", "gate", "seccomp", "runtime")
 	if !strings.Contains(out, "path=/usr/lib/custody/runc sha256=") {
 		t.Fatalf("the backend line does not name the runtime's path and digest:\n%s", out)
 	}
@@ -97,46 +75,6 @@ func TestVerifyPrintsWhatRan(t *testing.T) {
 	code, out, _ := custodyCLI("verify", bad, "--trust", trust, "--no-outputs-unsafe")
 	if code != verifyUnauthentic || strings.Contains(out, "ran      ") || strings.Contains(out, "command  ") {
 		t.Fatalf("a tampered receipt: exit %d, and it printed what ran:\n%s", code, out)
-	}
-}
-
-// TestDigestReproducesTheReceipt: custody digest of an input's source
-// prints the digest the receipt records for it, so a reviewer can check a
-// receipt's inputs from the files alone; a path that is not there is
-// refused.
-func TestDigestReproducesTheReceipt(t *testing.T) {
-	e := startDaemon(t)
-	src := filepath.Join(e.dir, "in", "src")
-	if err := os.MkdirAll(filepath.Join(src, "sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	write(t, filepath.Join(src, "a.txt"), "alpha\n")
-	write(t, filepath.Join(src, "sub", "b.txt"), "beta\n")
-	g := e.grant(t, e.phase(t, "digest", "cat /in/a.txt > /out/seen", "inputs:\n  - {source: "+src+", target: /in}\n"))
-	receipt := filepath.Join(e.dir, "out", "receipt.json")
-	if code, _, errs := e.custody("run", "--grant", g, "--receipt", receipt); code != exitOK {
-		t.Fatalf("run: %d %s", code, errs)
-	}
-	trust := e.trust(t, "trust.yaml", "development")
-	code, out, errs := e.custody("verify", receipt, "--trust", trust, "--outputs", filepath.Join(e.dir, "out", "outputs"))
-	if code != verifyPromotable {
-		t.Fatalf("verify: %d\n%s%s", code, out, errs)
-	}
-	var recorded string
-	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) == 5 && f[0] == "input" && f[1] == "/in" && f[4] == src {
-			recorded = f[2]
-		}
-	}
-	if recorded == "" {
-		t.Fatalf("verify prints no input line for %s:\n%s", src, out)
-	}
-	code, out, errs = e.custody("digest", src, "--target", "/in")
-	if code != exitOK || !strings.HasPrefix(out, recorded+"  ") {
-		t.Fatalf("custody digest %s: exit %d, want %s first:\n%s%s", src, code, recorded, out, errs)
-	}
-	if code, out, errs := e.custody("digest", filepath.Join(e.dir, "absent")); code != exitRefused || out != "" {
-		t.Fatalf("digest of a missing path: exit %d\n%s%s", code, out, errs)
 	}
 }
 

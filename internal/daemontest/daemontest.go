@@ -142,6 +142,37 @@ func (d *Daemon) Stop() {
 	}
 }
 
+// Command is the daemon's binary on its configuration with more flags, for
+// the runs that serve nothing: a key rotation, an adoption, a flag or a
+// state it must refuse. The daemon must be stopped for most of them.
+func (d *Daemon) Command(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, d.bin, append([]string{"--config", d.Config}, args...)...)
+}
+
+// FaultCommand is Command on the fault-injection build ($CUSTODYD_FAULT_BIN),
+// which dies at the named stage (CUSTODY_FAULT).
+func (d *Daemon) FaultCommand(ctx context.Context, fault string, args ...string) *exec.Cmd {
+	d.t.Helper()
+	bin := os.Getenv("CUSTODYD_FAULT_BIN")
+	if bin == "" {
+		testenv.Missing(d.t, "the fault-injection custodyd ($CUSTODYD_FAULT_BIN, built by make build)")
+	}
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--config", d.Config}, args...)...)
+	cmd.Env = append(os.Environ(), "CUSTODY_FAULT="+fault)
+	return cmd
+}
+
+// AppendConfig adds YAML to the configuration, for a section that names
+// a path under Dir; Options.Config is the way for any other.
+func (d *Daemon) AppendConfig(yaml string) {
+	d.t.Helper()
+	cfg, err := os.ReadFile(d.Config)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	Write(d.t, d.Config, string(cfg)+yaml)
+}
+
 // Pid is the running (or last) process's id.
 func (d *Daemon) Pid() int {
 	d.t.Helper()

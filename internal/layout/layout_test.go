@@ -12,11 +12,12 @@ import (
 const module = "github.com/custody-dev/custody"
 
 type pkg struct {
-	ImportPath string
-	Doc        string
-	Imports    []string
-	Deps       []string
-	Name       string
+	ImportPath  string
+	Doc         string
+	Imports     []string
+	TestImports []string
+	Deps        []string
+	Name        string
 }
 
 func list(t *testing.T) []pkg {
@@ -291,6 +292,33 @@ func TestExternalImports(t *testing.T) {
 		if !used {
 			t.Errorf("no package imports %s any more: remove the rule", ext)
 		}
+	}
+}
+
+// endToEnd are the packages that start a real custodyd or dockerd for a
+// test: only the end-to-end tests in integration/ (and the packages whose
+// own tests need one) use them; cmd/custody's tests check the CLI's own
+// code.
+var endToEnd = []string{"internal/daemontest", "internal/dockertest"}
+
+func TestEndToEndTestsLiveInIntegration(t *testing.T) {
+	found := false
+	for _, p := range list(t) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if rel == "integration" {
+			found = true
+		}
+		if rel != "cmd/custody" {
+			continue
+		}
+		for _, imp := range p.TestImports {
+			if r, ok := strings.CutPrefix(imp, module+"/"); ok && slices.Contains(endToEnd, r) {
+				t.Errorf("cmd/custody's tests import %s: a test that starts a daemon belongs in integration/", r)
+			}
+		}
+	}
+	if !found {
+		t.Error("no integration package: where did the end-to-end tests go?")
 	}
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run a command inside a throwaway cgroup-v2 Linux guest (qemu microvm) and
-# bring its results back. See vm/README.md.
+# bring its results back. See README.md beside it.
 #
 # usage: scripts/vm/run.sh --out DIR [--payload DIR] [--kernel PATH [--kver V] [--modules DIR]]
 #          [--timeout SECS] [--boot-timeout SECS] [--cmd-timeout SECS]
