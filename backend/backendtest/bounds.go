@@ -184,7 +184,8 @@ func outputBound(t *testing.T, f Fixture) {
 		t.Logf("the fixture's Spec bounds no output file count (OutputFiles 0): the file bound is not exercised")
 		return
 	}
-	files := runSh(t, f, fmt.Sprintf(`i=0; while [ $i -lt %d ]; do i=$((i+1)); : > @OUT@/f$i 2>/dev/null || { echo REFUSED; break; }; done; exit 0`, s.OutputFiles+16))
+	// touch, not a redirection: a shell exits on a failed redirection.
+	files := runSh(t, f, fmt.Sprintf(`i=0; while [ $i -lt %d ]; do i=$((i+1)); touch @OUT@/f$i 2>/dev/null || { echo REFUSED; break; }; done; exit 0`, s.OutputFiles+16))
 	if !strings.Contains(files.stdout, "REFUSED") {
 		t.Errorf("%d files were made under an output file bound of %d", s.OutputFiles+16, s.OutputFiles)
 	}
@@ -302,6 +303,15 @@ func envExactlyDeclared(t *testing.T, f Fixture) {
 	for _, k := range []string{"PWD", "SHLVL", "_", "OLDPWD"} {
 		declared[k] = true
 	}
+	for k, want := range f.EnvAdded {
+		if v, ok := seen[k]; ok && !declared[k] {
+			if v != want {
+				t.Errorf("the engine adds %s=%s, want its fixed value %q", k, v, want)
+			}
+			t.Logf("the engine adds %s=%s (declared by the fixture as the engine's own)", k, v)
+			declared[k] = true
+		}
+	}
 	for k, v := range seen {
 		if !declared[k] {
 			t.Errorf("the workload sees %s=%s, which the Spec does not declare", k, v)
@@ -309,5 +319,54 @@ func envExactlyDeclared(t *testing.T, f Fixture) {
 	}
 	if _, ok := seen[ambientVar]; ok {
 		t.Errorf("the launcher's environment reached the workload: %s", ambientVar)
+	}
+}
+
+// usageReadBack: the limits a Usage reports are read back from the live
+// sandbox, so for a workload alive long enough to be observed they are the
+// Spec's budgets (a backend's own overhead above them at most), or -1
+// where the backend did not observe them: never 0 or "unlimited" for a
+// limit that was enforced. The peak and CPU time are observed or -1.
+func usageReadBack(t *testing.T, f Fixture) {
+	// One workload alive long enough to be observed, one that may be
+	// gone before it is: what was not read must say so.
+	for _, script := range []string{"sleep 2; echo done", "echo done"} {
+		usageOf(t, f, script)
+	}
+}
+
+func usageOf(t *testing.T, f Fixture, script string) {
+	s := shSpec(f, script)
+	r := runSpec(t, f, s, 2*time.Minute)
+	r.wantClean(t, script)
+	u := r.exit.Usage
+	t.Logf("usage %+v for memory %d, pids %d", u, s.Memory, s.Pids)
+	within := func(name string, got, budget, slack int64) {
+		switch {
+		case got == -1:
+			t.Logf("NOT OBSERVED: %s reports no %s read back", f.Backend.Name(), name)
+		case got < budget || got > budget+slack:
+			t.Errorf("the %s read back is %d, for a budget of %d: not what was enforced", name, got, budget)
+		}
+	}
+	if !claims(t, f, ControlMemory) {
+		if u.MemoryLimitBytes != -1 {
+			t.Errorf("a backend that does not enforce memory reports a memory limit of %d", u.MemoryLimitBytes)
+		}
+	} else {
+		within("memory limit", u.MemoryLimitBytes, s.Memory, 1<<30)
+	}
+	if !claims(t, f, ControlPids) {
+		if u.PidsLimit != -1 {
+			t.Errorf("a backend that does not enforce pids reports a pids limit of %d", u.PidsLimit)
+		}
+	} else {
+		within("pids limit", u.PidsLimit, s.Pids, 4096)
+	}
+	if u.PeakMemoryBytes == 0 || u.PeakMemoryBytes < -1 {
+		t.Errorf("peak memory %d: a peak is observed (> 0) or -1", u.PeakMemoryBytes)
+	}
+	if u.CPUTimeNanos < -1 {
+		t.Errorf("cpu time %d: observed (>= 0) or -1", u.CPUTimeNanos)
 	}
 }

@@ -38,6 +38,12 @@ type Fixture struct {
 	// and Pids at most 256 MiB and 256, OutputBytes and TmpBytes at most
 	// 64 MiB. Cases write their output under the Spec's OutputPath.
 	Spec func(args ...string) backend.Spec
+	// EnvAdded are the variables the backend's engine adds to every
+	// workload's environment whatever the Spec declares, with their
+	// fixed values (dockerd adds HOSTNAME and HOME). None may come from
+	// the launcher's own environment; EnvExactlyDeclared checks each is
+	// exactly its value here, and that nothing else is added.
+	EnvAdded map[string]string
 	// State, when set, describes what the backend holds natively (its
 	// containers, processes, mounts), logged when a case fails.
 	State func() string
@@ -88,6 +94,7 @@ var cases = []struct {
 	{"RootfsReadOnly", rootfsReadOnly},
 	{"InputsReadOnly", inputsReadOnly},
 	{"EnvExactlyDeclared", envExactlyDeclared},
+	{"UsageReadBack", usageReadBack},
 	// Refusals in each state.
 	{"RunTwiceRefused", runTwiceRefused},
 	{"RunAfterCleanupRefused", runAfterCleanupRefused},

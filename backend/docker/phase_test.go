@@ -61,7 +61,10 @@ func TestPhaseBackendContract(t *testing.T) {
 	backendtest.Suite(t, func(t *testing.T) backendtest.Fixture {
 		b, _ := phaseBackend(t)
 		rootfs := rootfsFixture(t)
-		return backendtest.Fixture{Backend: b, Spec: func(args ...string) backend.Spec { return phaseSpec(rootfs, args...) }}
+		return backendtest.Fixture{Backend: b, Spec: func(args ...string) backend.Spec { return phaseSpec(rootfs, args...) },
+			// dockerd sets these in every container; neither is the
+			// launcher's (HOSTNAME is the Spec's hostname).
+			EnvAdded: map[string]string{"HOSTNAME": "phase", "HOME": "/root"}}
 	})
 }
 
