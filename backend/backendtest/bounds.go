@@ -124,12 +124,19 @@ func memoryBound(t *testing.T, f Fixture) {
 	if !claims(t, f, ControlMemory) {
 		return
 	}
-	big := runSh(t, f, fmt.Sprintf("dd if=/dev/zero of=/dev/null bs=%d count=1 2>/dev/null && echo UNBOUNDED", 4*mem))
+	big := runSh(t, f, fmt.Sprintf("dd if=/dev/zero of=/dev/null bs=%d count=1 && echo UNBOUNDED", 4*mem))
 	if strings.Contains(big.stdout, "UNBOUNDED") || big.exit.Code == 0 && big.exit.Signal == "" {
 		t.Errorf("four times the memory budget (%d) was allocated: exit %+v", mem, big.exit)
 	}
-	if !big.exit.OOMKilled {
-		t.Errorf("exit %+v: a workload killed by the memory bound must be reported OOMKilled", big.exit)
+	// The bound holds either way: the allocation is refused outright (a
+	// VM guest whose whole memory is the budget), or touching it gets the
+	// workload killed, which the exit must then say.
+	refused := big.exit.Code != 0 && !big.exit.OOMKilled && strings.Contains(strings.ToLower(big.stderr), "memory")
+	if !big.exit.OOMKilled && !refused {
+		t.Errorf("exit %+v, stderr %q: a workload stopped by the memory bound is reported OOMKilled, or its allocation refused", big.exit, big.stderr)
+	}
+	if refused {
+		t.Logf("the allocation was refused: %q", strings.TrimSpace(big.stderr))
 	}
 }
 
@@ -144,7 +151,7 @@ func pidsBound(t *testing.T, f Fixture) {
 	script := func(n int64) string {
 		return fmt.Sprintf(`d=$(mktemp -d); mkfifo $d/go
 ( i=0; while [ $i -lt %d ]; do i=$((i+1)); ( read x < $d/go ) & done; echo ALL-STARTED ) 2>/dev/null
-: > $d/go; wait; exit 0`, n)
+: > $d/go; wait; rm -rf $d; exit 0`, n)
 	}
 	few := runSh(t, f, script(8))
 	few.wantClean(t, "8 processes")
@@ -199,7 +206,7 @@ func tmpBound(t *testing.T, f Fixture) {
 	if tmp < 4*bs || tmp > 64<<20 {
 		t.Fatalf("the fixture's tmp budget %d is not a modest bound of at least 256 KiB", tmp)
 	}
-	ok := runSh(t, f, fmt.Sprintf(`d=$(mktemp -d) && dd if=/dev/zero of=$d/quarter bs=%d count=%d 2>/dev/null && echo wrote`, bs, tmp/4/bs))
+	ok := runSh(t, f, fmt.Sprintf(`d=$(mktemp -d) && dd if=/dev/zero of=$d/quarter bs=%d count=%d 2>/dev/null && echo wrote; rm -rf "$d"`, bs, tmp/4/bs))
 	ok.wantClean(t, "a quarter of the tmp budget")
 	if ok.stdout != "wrote\n" {
 		t.Errorf("a quarter of the tmp budget: stdout %q stderr %q", ok.stdout, ok.stderr)

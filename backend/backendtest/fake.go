@@ -46,8 +46,9 @@ type FakeOptions struct {
 	Program func(ctx context.Context, r FakeRun) (code int, err error)
 	// Capabilities, when set, replace the Fake's own, which say honestly
 	// that it confines nothing (so admission refuses every launch on it).
-	// A unit test that needs admission to pass sets them; the suite runs
-	// the Fake with its own.
+	// A unit test that needs admission to pass sets them. Never run Suite
+	// with claims the Fake does not enforce: its refusal workloads (a
+	// write to /, a fork bomb) would then run on the host unconfined.
 	Capabilities *backend.Capabilities
 	// Runtime, when set, is what CheckRuntime returns: a unit test makes
 	// the "pinned runtime" change under a pool.
