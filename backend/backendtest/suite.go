@@ -1,10 +1,16 @@
 // Package backendtest is the one conformance suite of the backend contract:
-// every backend (oci, docker, vm) runs Suite against real sandboxes, as
-// containerd's snapshotters share core/snapshots/testsuite. It checks the
-// lifecycle, that every resource is journalled as an intent before it is
-// created, that cleanup is verified, that recovery finishes a half-made
-// sandbox, that a look-alike is left alone, that cancellation and wall
-// time kill the workload, and that a refused Spec creates nothing.
+// every backend (oci, docker, vm, and the in-memory Fake) runs Suite
+// against real sandboxes, as containerd's snapshotters share
+// core/snapshots/testsuite. It checks the lifecycle, that every resource is
+// journalled as an intent before it is created, that cleanup is verified,
+// that recovery finishes a half-made sandbox, that a look-alike is left
+// alone, that cancellation and wall time kill the workload, that a refused
+// Spec creates nothing; the bounds and budgets a backend claims, each
+// broken by a workload that would pass without it; refusals in each
+// lifecycle state; that each capability reported is enforced and each
+// one not reported is refused; denied egress; parallel launches; and, for
+// a backend.Pooler, the held-sandbox lifecycle. A failing case logs what
+// the backend still holds. EngineSuite is the same for pack engines.
 package backendtest
 
 import (
@@ -28,9 +34,19 @@ type Fixture struct {
 	// Backend is the backend under test, on private directories.
 	Backend backend.Backend
 	// Spec returns a valid Spec that runs args (argv[0] is a shell, so a
-	// case may pass "/bin/sh", "-c", script); output at /out, generous
-	// budgets.
+	// case may pass "/bin/sh", "-c", script) with modest budgets: Memory
+	// and Pids at most 256 MiB and 256, OutputBytes and TmpBytes at most
+	// 64 MiB. Cases write their output under the Spec's OutputPath.
 	Spec func(args ...string) backend.Spec
+	// EnvAdded are the variables the backend's engine adds to every
+	// workload's environment whatever the Spec declares, with their
+	// fixed values (dockerd adds HOSTNAME and HOME). None may come from
+	// the launcher's own environment; EnvExactlyDeclared checks each is
+	// exactly its value here, and that nothing else is added.
+	EnvAdded map[string]string
+	// State, when set, describes what the backend holds natively (its
+	// containers, processes, mounts), logged when a case fails.
+	State func() string
 }
 
 // Factory makes a fresh Fixture for one case; it may skip (loudly, via
@@ -50,21 +66,81 @@ func newID(t *testing.T) string {
 	return fmt.Sprintf("suite-%d-%d", os.Getpid()%100000, ids.n)
 }
 
-// Suite runs every case against backends made by f.
+// Cases are the suite's cases, by name, in the order Suite runs them.
+func Cases() []string {
+	var names []string
+	for _, c := range cases {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+var cases = []struct {
+	name string
+	run  func(*testing.T, Fixture)
+}{
+	{"Lifecycle", lifecycle},
+	{"IntentsBeforeCreate", intentsBeforeCreate},
+	{"RecoverHalfMade", recoverHalfMade},
+	{"ForeignLookAlikeLeftAlone", foreignLeftAlone},
+	{"CancelKillsTree", cancelKillsTree},
+	{"WallTime", wallTime},
+	{"RefusedSpecCreatesNothing", refusedSpec},
+	// Bounds and budgets.
+	{"MemoryBound", memoryBound},
+	{"PidsBound", pidsBound},
+	{"OutputBound", outputBound},
+	{"TmpBound", tmpBound},
+	{"RootfsReadOnly", rootfsReadOnly},
+	{"InputsReadOnly", inputsReadOnly},
+	{"EnvExactlyDeclared", envExactlyDeclared},
+	{"UsageReadBack", usageReadBack},
+	// Refusals in each state.
+	{"RunTwiceRefused", runTwiceRefused},
+	{"RunAfterCleanupRefused", runAfterCleanupRefused},
+	{"RunWithoutWallTimeRefused", runWithoutWallRefused},
+	{"CleanupIdempotent", cleanupIdempotent},
+	{"VerifyAbsentSeesLiveSandbox", verifyAbsentSeesLive},
+	// Capabilities and egress.
+	{"CapabilityHonesty", capabilityHonesty},
+	{"DeniedEgress", deniedEgress},
+	// Scale and the pool.
+	{"ParallelLaunches", parallelLaunches},
+	{"Pooler", pooler},
+}
+
+// Suite runs every case against backends made by f. When a case fails,
+// what the backend still holds is logged (see dump).
 func Suite(t *testing.T, f Factory) {
-	for _, c := range []struct {
-		name string
-		run  func(*testing.T, Fixture)
-	}{
-		{"Lifecycle", lifecycle},
-		{"IntentsBeforeCreate", intentsBeforeCreate},
-		{"RecoverHalfMade", recoverHalfMade},
-		{"ForeignLookAlikeLeftAlone", foreignLeftAlone},
-		{"CancelKillsTree", cancelKillsTree},
-		{"WallTime", wallTime},
-		{"RefusedSpecCreatesNothing", refusedSpec},
-	} {
-		t.Run(c.name, func(t *testing.T) { c.run(t, f(t)) })
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fx := f(t)
+			t.Cleanup(func() {
+				if t.Failed() {
+					dump(t, fx)
+				}
+			})
+			c.run(t, fx)
+		})
+	}
+}
+
+// dump logs the backend's state for a failed case: its identity and
+// capabilities, everything carrying its naming that no journal holds
+// (after the case's own cleanups, so a leak shows here), and the
+// fixture's native view.
+func dump(t *testing.T, f Fixture) {
+	t.Helper()
+	b := f.Backend
+	t.Logf("backend state after the failure: %s, identity %+v", b.Name(), b.Identity())
+	t.Logf("  capabilities %+v", b.Capabilities())
+	held := b.Foreign(func(kind, name string) bool { return false })
+	t.Logf("  %d resource(s) it still holds:", len(held))
+	for _, r := range held {
+		t.Logf("    %s %s %v", r.Kind, r.Name, r.Identity)
+	}
+	if f.State != nil {
+		t.Logf("  native state:\n%s", f.State())
 	}
 }
 
@@ -79,6 +155,20 @@ type journal struct {
 
 func newJournal() *journal {
 	return &journal{intents: map[string]bool{}, resources: map[string]backend.Resource{}}
+}
+
+// newJournalFor is a journal whose records are logged if t fails.
+func newJournalFor(t *testing.T) *journal {
+	j := newJournal()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, r := range j.recorded() {
+			t.Logf("journal: %s %s %s %v", r.State, r.Kind, r.Name, r.Identity)
+		}
+	})
+	return j
 }
 
 func key(r backend.Resource) string { return r.Kind + "\x00" + r.Name }
@@ -176,8 +266,8 @@ func wantVerified(t *testing.T, what string, r backend.CleanupReport) {
 
 func lifecycle(t *testing.T, f Fixture) {
 	ctx := context.Background()
-	id, j := newID(t), newJournal()
-	sb := prepare(t, f, id, f.Spec("/bin/sh", "-c", "echo out; echo err >&2; echo kept > /out/file"), j)
+	id, j := newID(t), newJournalFor(t)
+	sb := prepare(t, f, id, shSpec(f, "echo out; echo err >&2; echo kept > @OUT@/file"), j)
 	var stdout, stderr bytes.Buffer
 	ex, err := sb.Run(ctx, 30*time.Second, backend.IO{Stdout: &stdout, Stderr: &stderr})
 	if err != nil {
@@ -214,7 +304,7 @@ func lifecycle(t *testing.T, f Fixture) {
 
 func intentsBeforeCreate(t *testing.T, f Fixture) {
 	ctx := context.Background()
-	id, j := newID(t), newJournal()
+	id, j := newID(t), newJournalFor(t)
 	intents, err := f.Backend.Intents(id)
 	if err != nil || len(intents) == 0 {
 		t.Fatalf("intents %v %v: a backend that makes something must say so first", intents, err)
@@ -238,7 +328,7 @@ func intentsBeforeCreate(t *testing.T, f Fixture) {
 
 func recoverHalfMade(t *testing.T, f Fixture) {
 	ctx := context.Background()
-	id, j := newID(t), newJournal()
+	id, j := newID(t), newJournalFor(t)
 	sb := prepare(t, f, id, f.Spec("/bin/true"), j)
 	_ = sb // the runner "died" after Prepare: recovery has only the journal
 	wantVerified(t, "recovery of a prepared sandbox", f.Backend.Recover(ctx, id, j.recorded(), j))
@@ -249,7 +339,7 @@ func recoverHalfMade(t *testing.T, f Fixture) {
 
 func foreignLeftAlone(t *testing.T, f Fixture) {
 	ctx := context.Background()
-	id, j := newID(t), newJournal()
+	id, j := newID(t), newJournalFor(t)
 	sb := prepare(t, f, id, f.Spec("/bin/true"), j)
 	// Identities are on record once the workload has run.
 	if ex, err := sb.Run(ctx, 30*time.Second, backend.IO{}); err != nil || ex.Code != 0 {
@@ -296,7 +386,7 @@ func foreignLeftAlone(t *testing.T, f Fixture) {
 }
 
 func cancelKillsTree(t *testing.T, f Fixture) {
-	id, j := newID(t), newJournal()
+	id, j := newID(t), newJournalFor(t)
 	sb := prepare(t, f, id, f.Spec("/bin/sh", "-c", "sleep 60 & sleep 60 & echo started; wait"), j)
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
@@ -323,7 +413,7 @@ func cancelKillsTree(t *testing.T, f Fixture) {
 
 func wallTime(t *testing.T, f Fixture) {
 	ctx := context.Background()
-	id, j := newID(t), newJournal()
+	id, j := newID(t), newJournalFor(t)
 	sb := prepare(t, f, id, f.Spec("/bin/sh", "-c", "sleep 60"), j)
 	ex, err := sb.Run(ctx, time.Second, backend.IO{})
 	if err != nil {
@@ -334,28 +424,22 @@ func wallTime(t *testing.T, f Fixture) {
 	wantVerified(t, "cleanup after timeout", sb.Cleanup(ctx))
 }
 
+// refusedSpec: a Spec missing any one budget is refused before anything
+// is made; the same Spec with every budget runs.
 func refusedSpec(t *testing.T, f Fixture) {
-	ctx := context.Background()
-	id, j := newID(t), newJournal()
-	s := f.Spec("/bin/true")
-	s.OutputBytes = 0 // a budget missing
-	intents, err := f.Backend.Intents(id)
-	if err != nil {
-		t.Fatal(err)
+	for name, drop := range map[string]func(*backend.Spec){
+		"output bytes": func(s *backend.Spec) { s.OutputBytes = 0 },
+		"tmp bytes":    func(s *backend.Spec) { s.TmpBytes = 0 },
+		"memory":       func(s *backend.Spec) { s.Memory = 0 },
+		"pids":         func(s *backend.Spec) { s.Pids = 0 },
+		"cpu":          func(s *backend.Spec) { s.CPU = 0 },
+		"file size":    func(s *backend.Spec) { s.FileSize = 0 },
+	} {
+		s := f.Spec("/bin/true")
+		drop(&s)
+		refusedBeforeCreate(t, f, s, "a Spec without a "+name+" budget")
 	}
-	if err := j.Intent(intents...); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := f.Backend.Prepare(ctx, id, s, j)
-	if err == nil {
-		sb.Cleanup(ctx)
-		t.Fatal("a Spec without an output bound was prepared")
-	}
-	if sb != nil {
-		wantVerified(t, "cleanup after a refusal", sb.Cleanup(ctx))
-	}
-	wantVerified(t, "absence after a refusal", f.Backend.VerifyAbsent(id, intents))
-	j.check(t)
+	runSpec(t, f, f.Spec("/bin/true"), time.Minute).wantClean(t, "the Spec with every budget")
 }
 
 // signalWriter closes ch once want has been written.

@@ -318,6 +318,15 @@ func checkSpec(s backend.Spec) error {
 		if !filepath.IsAbs(in.Source) || !filepath.IsAbs(in.Target) {
 			bad = append(bad, fmt.Sprintf("input %s -> %s must name absolute paths", in.Source, in.Target))
 		}
+		// Capabilities claim no WritableInputs: never half serve one.
+		if in.Writable {
+			bad = append(bad, fmt.Sprintf("input %s is writable, which this backend does not serve (it claims no writable inputs)", in.Target))
+		}
+	}
+	if s.Egress != nil {
+		// The container's network is none: a proxy the receipt would name
+		// would never be reachable.
+		bad = append(bad, "restricted egress is not served by this backend (it claims no restricted egress); ask for network: deny and no credentials")
 	}
 	if st, err := os.Stat(s.Rootfs); err != nil || !st.IsDir() {
 		bad = append(bad, fmt.Sprintf("Rootfs %q is not a directory", s.Rootfs))

@@ -53,7 +53,9 @@ func (sb *phaseSandbox) Run(ctx context.Context, wall time.Duration, out backend
 		defer close(copied)
 		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
 	}()
-	ex := &backend.Exit{}
+	// The engine accounts no peak, CPU time or OOM kill count here: -1
+	// says so, never a zero that was not seen.
+	ex := &backend.Exit{Usage: backend.Usage{PeakMemoryBytes: -1, CPUTimeNanos: -1, OOMKills: -1, MemoryLimitBytes: -1, PidsLimit: -1}}
 	if err := sb.ws.Start(ctx, r); err != nil {
 		return nil, fmt.Errorf("docker phase run: start %s: %w", id, err)
 	}
@@ -106,8 +108,12 @@ func (sb *phaseSandbox) Run(ctx context.Context, wall time.Duration, out backend
 	if killed {
 		ex.Signal = "SIGKILL"
 	}
-	if o := ex.Observation; o != nil {
-		ex.Usage.MemoryLimitBytes, ex.Usage.PidsLimit = o.Cgroup.MemoryLimitBytes, o.Cgroup.PidsLimit
+	// A limit the observation did not read stays unobserved.
+	if o := ex.Observation; o != nil && o.Cgroup.MemoryLimitBytes > 0 {
+		ex.Usage.MemoryLimitBytes = o.Cgroup.MemoryLimitBytes
+	}
+	if o := ex.Observation; o != nil && o.Cgroup.PidsLimit > 0 {
+		ex.Usage.PidsLimit = o.Cgroup.PidsLimit
 	}
 	return ex, nil
 }

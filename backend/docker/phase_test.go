@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,8 +61,26 @@ func TestPhaseBackendContract(t *testing.T) {
 	backendtest.Suite(t, func(t *testing.T) backendtest.Fixture {
 		b, _ := phaseBackend(t)
 		rootfs := rootfsFixture(t)
-		return backendtest.Fixture{Backend: b, Spec: func(args ...string) backend.Spec { return phaseSpec(rootfs, args...) }}
+		return backendtest.Fixture{Backend: b, Spec: func(args ...string) backend.Spec { return phaseSpec(rootfs, args...) },
+			// dockerd sets these in every container; neither is the
+			// launcher's (HOSTNAME is the Spec's hostname).
+			EnvAdded: map[string]string{"HOSTNAME": "phase", "HOME": "/root"},
+			State:    func() string { return engineState(b.d) }}
 	})
+}
+
+// engineState lists every container on the engine, with its state and
+// labels: what a failing case left.
+func engineState(d *Docker) string {
+	cs, err := d.cli.ContainerList(context.Background(), container.ListOptions{All: true})
+	if err != nil {
+		return "  list containers: " + err.Error()
+	}
+	var b strings.Builder
+	for _, c := range cs {
+		fmt.Fprintf(&b, "  container %.12s %v %s %v\n", c.ID, c.Names, c.State, c.Labels)
+	}
+	return b.String()
 }
 
 // rootfsFixture is a busybox tree named by its digest, as the image store

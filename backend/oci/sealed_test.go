@@ -3,18 +3,15 @@ package oci_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/backendtest"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/internal/sealed"
-	"github.com/custody-dev/custody/internal/testenv"
 )
 
 // sealedBusybox seals a copy of the busybox rootfs holding /marker
@@ -22,30 +19,7 @@ import (
 // the same image whose /marker says "dir": a launch shows which it ran.
 func sealedBusybox(t *testing.T, h *harness) (dir string, seal *backend.SealedImage) {
 	t.Helper()
-	mkfs, err := exec.LookPath("mkfs.erofs")
-	if err != nil {
-		testenv.Missing(t, "mkfs.erofs (erofs-utils): "+err.Error())
-	}
-	work := t.TempDir()
-	src := filepath.Join(work, "src")
-	if out, err := exec.Command("cp", "-a", h.rootfs, src).CombinedOutput(); err != nil {
-		t.Fatalf("copy busybox: %v %s", err, out)
-	}
-	if err := os.WriteFile(filepath.Join(src, "marker"), []byte("sealed\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(work, "rootfs.erofs")
-	if out, err := exec.Command(mkfs, "--quiet", "-x-1", "--preserve-mtime", file, src).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.erofs: %v %s", err, out)
-	}
-	id, _, err := sealed.Seal(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "marker"), []byte("dir\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return src, &backend.SealedImage{File: file, Identity: id.String()}
+	return backendtest.SealedCopy(t, h.rootfs)
 }
 
 // TestSealedMountsProbed: a backend launches from a sealed image only

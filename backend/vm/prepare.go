@@ -69,6 +69,12 @@ func checkSpec(s backend.Spec) error {
 		// claimed in the receipt and never exist.
 		return fmt.Errorf("vm: restricted egress is not served by the vm backend (it claims no RestrictedEgress); fix: ask for network: deny and no credentials")
 	}
+	for _, in := range s.Inputs {
+		if in.Writable {
+			// The guest gets inputs as read-only images: never half serve one.
+			return fmt.Errorf("vm: input %s is writable, which the vm backend does not serve (it claims no WritableInputs); fix: ask for the input read-only", in.Target)
+		}
+	}
 	if len(s.Args) == 0 || !path.IsAbs(s.Args[0]) {
 		return fmt.Errorf("vm: argv[0] must be an absolute path in the image, got %q", s.Args)
 	}
