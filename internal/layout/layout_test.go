@@ -132,10 +132,10 @@ var directOnly = map[string][]string{
 	// with the same profile.
 	"backend/oci": {"cmd/custodyd", "bench"},
 	"runner":      {"cmd/custodyd", "launch"},
+	"launch":      {"cmd/custodyd", "retention"},
 	// The host owns its pool (recovery holds it, quarantine drains it);
 	// launch reserves and takes members; custodyd keeps it filled.
 	"pool": {"runner", "launch", "cmd/custodyd"},
-	"launch":      {"cmd/custodyd", "retention"},
 }
 
 func TestDependencyRules(t *testing.T) {
