@@ -19,7 +19,7 @@ import (
 // among them. receipt adds the grant and the runner identity and signs
 // it. Nothing in it is read back as authority.
 func predicate(h *runner.Runner, p *Prepared, eg *Egress, res *runner.Result) evidence.Receipt {
-	prof := h.Profile()
+	prof := h.ProbedProfile()
 	tier := evidence.TierProduction
 	if p.Plan.Unqualified {
 		tier = evidence.TierDevelopment

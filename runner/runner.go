@@ -250,6 +250,10 @@ func (r *Runner) Profile() *platform.Profile {
 	return np
 }
 
+// ProbedProfile is the profile as last probed, never probing again: what
+// a receipt records of the host the run just ran on.
+func (r *Runner) ProbedProfile() *platform.Profile { return r.profile.Load() }
+
 // ReprobeCgroups probes the runs' cgroups again now, with notes on
 // controllers that could not be enabled for the runs (kept for later
 // probes), and admits against the result: custodyd calls it once it has
