@@ -143,7 +143,7 @@ demo: build bin/cosign $(BUILD)/testimage/rootfs
 # rest): with two cores the longest test binaries start first, so the suite
 # is not left waiting on one that started last (the docker packs in
 # workspace and the end-to-end tests in integration/ take 6-8 minutes each).
-TEST_PKGS := ./workspace/ ./integration/ ./backend/vm/ ./backend/docker/ ./daemon/ ./cmd/custodyd/ ./evidence/ ./runner/ ./bench/ ./...
+TEST_PKGS := ./workspace/ ./integration/ ./backend/vm/ ./backend/docker/ ./daemon/ ./cmd/custodyd/ ./evidence/ ./host/ ./bench/ ./...
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build bin/cosign bench-deps vm-deps image-deps browser-deps

@@ -12,8 +12,8 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 )
 
 // handleAdmit is the dry run. On the control socket it is the grant
@@ -174,7 +174,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,
 			Data: []byte(rcpt.RunnerPublicKey)})
 	}
-	if err != nil && res != nil && res.Status == runner.StatusRefused {
+	if err != nil && res != nil && res.Status == host.StatusRefused {
 		st.finish(api.Event{Type: api.EventError, RunID: runID, Result: wire, Error: toAPIError(err)})
 		return
 	}
@@ -194,9 +194,9 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 // quarantinedBy returns the quarantine a run left the runner in, if any. A
 // cleanup that was not verified counts even when the quarantine could not
 // be recorded (a full disk): the client hears of it either way.
-func (s *server) quarantinedBy(runID string, res *runner.Result, err error) *api.Quarantine {
+func (s *server) quarantinedBy(runID string, res *host.Result, err error) *api.Quarantine {
 	unverified := res != nil && res.Cleanup != nil && !res.Cleanup.Verified
-	if !unverified && !errors.Is(err, runner.ErrQuarantined) {
+	if !unverified && !errors.Is(err, host.ErrQuarantined) {
 		return nil
 	}
 	if q, qerr := s.quarantine(); qerr == nil && q.Quarantined {

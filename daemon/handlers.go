@@ -12,9 +12,9 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 )
@@ -395,7 +395,7 @@ func noReceipt(rec *launch.Record) string {
 	switch {
 	case rec.Result == nil:
 		return "its record holds no result"
-	case rec.Result.Status == runner.StatusRefused:
+	case rec.Result.Status == host.StatusRefused:
 		return "it was refused before it launched: " + rec.Result.Error
 	case rec.ReceiptError != "":
 		return fmt.Sprintf("it launched (%s) but its receipt was not signed: %s", rec.Result.Status, rec.ReceiptError)
@@ -407,7 +407,7 @@ func noReceipt(rec *launch.Record) string {
 // outputsKept refuses to hand out a run's outputs when files its record
 // lists are gone from the store (deleted by hand, or lost): a partial tree
 // must never pass for the run's outputs.
-func outputsKept(run string, o *runner.Output) error {
+func outputsKept(run string, o *host.Output) error {
 	paths := make([]string, len(o.Files))
 	for i, f := range o.Files {
 		paths[i] = f.Path

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/host"
 )
 
 // TestMountinfoNamesNoRunnerPath reads the workload's own mountinfo in a
@@ -26,7 +26,7 @@ func TestMountinfoNamesNoRunnerPath(t *testing.T) {
 	}
 	state := d.cfg.Runner.StateDir
 	for _, p := range []string{
-		filepath.Join(state, "keys"), runner.StorePath(runnerConfig(d.cfg.Runner)), filepath.Dir(d.cfg.ControlSocket),
+		filepath.Join(state, "keys"), host.StorePath(runnerConfig(d.cfg.Runner)), filepath.Dir(d.cfg.ControlSocket),
 		filepath.Join(state, "images"), filepath.Join(state, "runc"), d.cfg.Runner.RuntimeDir,
 	} {
 		if strings.Contains(out, p) {

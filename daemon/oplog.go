@@ -15,8 +15,8 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -244,7 +244,7 @@ func (s *server) revokedAt() (map[string]time.Time, error) {
 // half done. Every line must verify with the runner's keys, current and
 // retired, before the head is written; a refusal changes nothing.
 func adoptOpLog(ctx context.Context, cfg config.Config) (evidence.OpHead, error) {
-	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
+	db, err := store.Open(host.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: custodyd must be stopped first (%w)", err)
 	}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -77,7 +77,7 @@ func TestStartRefusesOpLogCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
+	db, err := store.Open(host.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		t.Fatal(err)
 	}

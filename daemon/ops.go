@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -40,12 +40,12 @@ func (s *server) handleGetLog(operator bool) http.HandlerFunc {
 			return
 		}
 		f, err := s.r.OpenLog(rec.Result.RunID, r.PathValue("stream"))
-		if errors.Is(err, runner.ErrNoLog) && emptyStream(rec.Result.Streams, r.PathValue("stream")) {
+		if errors.Is(err, host.ErrNoLog) && emptyStream(rec.Result.Streams, r.PathValue("stream")) {
 			// The runner makes no file for a stream that stayed empty.
 			w.Header().Set("Content-Type", "application/octet-stream")
 			return
 		}
-		if errors.Is(err, runner.ErrNoLog) {
+		if errors.Is(err, host.ErrNoLog) {
 			writeError(w, &api.Error{Code: api.CodeNotFound, Message: err.Error()})
 			return
 		}
@@ -62,12 +62,12 @@ func (s *server) handleGetLog(operator bool) http.HandlerFunc {
 }
 
 // emptyStream says the record holds stream name as kept and empty.
-func emptyStream(st *runner.Streams, name string) bool {
-	var s runner.Stream
+func emptyStream(st *host.Streams, name string) bool {
+	var s host.Stream
 	switch name {
-	case runner.StreamStdout:
+	case host.StreamStdout:
 		s = st.Stdout
-	case runner.StreamStderr:
+	case host.StreamStderr:
 		s = st.Stderr
 	default:
 		return false
@@ -82,7 +82,7 @@ func emptyStream(st *runner.Streams, name string) bool {
 // flight before its spools create files, and it has its record before it
 // leaves, so no live run's log is taken for an orphan.
 func (s *server) sweepLogs() (int, error) {
-	dir := runner.LogDir(runnerConfig(s.cfg.Runner))
+	dir := host.LogDir(runnerConfig(s.cfg.Runner))
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -100,7 +100,7 @@ func (s *server) sweepLogs() (int, error) {
 	var errs []error
 	for _, e := range ents {
 		id, stream, ok := strings.Cut(e.Name(), ".")
-		if !ok || (stream != runner.StreamStdout && stream != runner.StreamStderr) || active[id] {
+		if !ok || (stream != host.StreamStdout && stream != host.StreamStderr) || active[id] {
 			continue
 		}
 		var rec json.RawMessage

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/host"
 )
 
 // TestSweepLogs: retention removes kept streams whose run has no record,
@@ -19,7 +19,7 @@ func TestSweepLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := runner.LogDir(runnerConfig(d.cfg.Runner))
+	dir := host.LogDir(runnerConfig(d.cfg.Runner))
 	for _, name := range []string{"0123456789abcdef.stdout", "0123456789abcdef.stderr", "live0000live0000.stdout", "notes.txt"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
 			t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/daemon/config"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/platform"
-	"github.com/custody-dev/custody/runner"
 )
 
 func runnerPinned(path, version, sha string) config.Runtime {
@@ -19,18 +19,18 @@ func runnerPinned(path, version, sha string) config.Runtime {
 // backend.go, which the package main tests cannot share): the daemon
 // tests run the oci backend only, and have no pack engine.
 var testBackends = Backends{
-	Phase: func(rc runner.Config, egress bool, log *slog.Logger) (runner.BackendFactory, []runner.BackendFactory) {
+	Phase: func(rc host.Config, egress bool, log *slog.Logger) (host.BackendFactory, []host.BackendFactory) {
 		return func(profile func() *platform.Profile) (backend.Backend, error) {
 			var userNS *oci.IDMap
 			switch {
 			case rc.UserNamespace != nil:
 				userNS = &oci.IDMap{HostID: rc.UserNamespace.HostID, Size: rc.UserNamespace.Size}
 			case profile().UserNS.OK:
-				userNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
+				userNS = &oci.IDMap{HostID: host.DefaultUserNS.HostID, Size: host.DefaultUserNS.Size}
 			}
 			return oci.New(oci.Options{
 				Runtime: oci.Pinned(rc.Runtime), Gate: rc.Gate, StateDir: filepath.Join(rc.StateDir, "runc"),
-				RuntimeDir: rc.RuntimeDir, UserNS: userNS, Faults: rc.Faults, MaxLogBytes: runner.StreamCap + 1,
+				RuntimeDir: rc.RuntimeDir, UserNS: userNS, Faults: rc.Faults, MaxLogBytes: host.StreamCap + 1,
 				Profile: profile, Egress: egress,
 				Logger: log,
 			})

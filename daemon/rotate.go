@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/durable"
 	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -99,7 +99,7 @@ func rotateKeySteps(ctx context.Context, cfg config.Config, name string, now tim
 	}
 	// The store's lock says custodyd is not running: it must not sign with
 	// a key whose files change under it.
-	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
+	db, err := store.Open(host.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		return nil, fmt.Errorf("rotate %s key: custodyd must be stopped first (%w)", name, err)
 	}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -73,7 +73,7 @@ func TestRotateKey(t *testing.T) {
 	}
 
 	// Refusals: custodyd holds the store; an unknown key.
-	db, err := store.Open(runner.StorePath(runnerConfig(cfg.Runner)))
+	db, err := store.Open(host.StorePath(runnerConfig(cfg.Runner)))
 	if err != nil {
 		t.Fatal(err)
 	}

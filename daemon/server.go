@@ -22,12 +22,12 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/retention"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 	"github.com/custody-dev/custody/workspace"
 )
@@ -37,7 +37,7 @@ type server struct {
 	cfg      config.Config
 	log      *slog.Logger
 	db       *store.DB
-	r        *runner.Runner
+	r        *host.Runner
 	runnerID *keys.Signer // runner identity
 	issuer   *keys.Signer // grant issuer
 	verifier *grant.Verifier
@@ -98,7 +98,7 @@ type Backends struct {
 	// Phase makes the default phase backend (oci) and the others the
 	// configuration lists, on the runner's configuration; egress says
 	// sandboxes may be given custodyd's egress proxy and broker.
-	Phase func(rc runner.Config, egress bool, log *slog.Logger) (runner.BackendFactory, []runner.BackendFactory)
+	Phase func(rc host.Config, egress bool, log *slog.Logger) (host.BackendFactory, []host.BackendFactory)
 	// PackEngine opens the engine the docker: section names, and says how
 	// to close it; nil means no engine can be opened.
 	PackEngine func(ctx context.Context, cfg *config.DockerConfig, log *slog.Logger) (workspace.Engine, func() error, error)
@@ -106,9 +106,9 @@ type Backends struct {
 
 // runnerConfig is the runner's configuration from custodyd's runner:
 // section.
-func runnerConfig(c config.Runner) runner.Config {
-	return runner.Config{StateDir: c.StateDir, RuntimeDir: c.RuntimeDir, Runtime: runner.Runtime(c.Runtime), Gate: c.Gate,
-		UserNamespace: (*runner.IDRange)(c.UserNamespace), PidfdNetnsFault: c.PidfdNetnsFault}
+func runnerConfig(c config.Runner) host.Config {
+	return host.Config{StateDir: c.StateDir, RuntimeDir: c.RuntimeDir, Runtime: host.Runtime(c.Runtime), Gate: c.Gate,
+		UserNamespace: (*host.IDRange)(c.UserNamespace), PidfdNetnsFault: c.PidfdNetnsFault}
 }
 
 func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backends) (*server, error) {
@@ -199,7 +199,7 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 	for id := range revoked {
 		s.verifier.Distrust(id) // also a revoked key listed in trustedIssuers
 	}
-	if s.db, err = store.Open(runner.StorePath(runnerConfig(cfg.Runner)), store.WithRunIndex(launch.OutputIndex())); err != nil {
+	if s.db, err = store.Open(host.StorePath(runnerConfig(cfg.Runner)), store.WithRunIndex(launch.OutputIndex())); err != nil {
 		return nil, err
 	}
 	if err := anchorOpLog(s.oplog, s.db, opLogPath(cfg.Runner.StateDir)); err != nil {
@@ -215,7 +215,7 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 		return nil, err
 	}
 	phase, more := b.Phase(rc, eg != nil, log)
-	if s.r, err = runner.New(ctx, rc, s.db, phase, log, more...); err != nil {
+	if s.r, err = host.New(ctx, rc, s.db, phase, log, more...); err != nil {
 		s.db.Close()
 		return nil, err
 	}
@@ -252,7 +252,7 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 
 // recover runs recovery and records a failure result for each recovered
 // attempt whose run never got one (its runner died mid-run).
-func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
+func (s *server) recover(ctx context.Context) (*host.Recovery, error) {
 	rec, err := s.r.Recover(ctx)
 	if err != nil {
 		return nil, err
@@ -262,7 +262,7 @@ func (s *server) recover(ctx context.Context) (*runner.Recovery, error) {
 		if s.db.GetRun(a.RunID, &existing) == nil || pool.IsMember(a) {
 			continue // a pool member ran no workload: it has no run
 		}
-		res := &runner.Result{RunID: a.RunID, GrantID: a.GrantID, Status: runner.StatusFailed, ExitCode: -1,
+		res := &host.Result{RunID: a.RunID, GrantID: a.GrantID, Status: host.StatusFailed, ExitCode: -1,
 			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
 			Started: a.Started, Finished: a.Updated, Inputs: []admission.Input{}}
 		if use, err := s.db.GrantUsed(a.GrantID); err == nil {
@@ -502,7 +502,7 @@ func toAPIError(err error) *api.Error {
 	if errors.Is(err, launch.ErrNoPolicy) {
 		return &api.Error{Code: api.CodePolicyInvalid, Message: err.Error()}
 	}
-	if errors.Is(err, runner.ErrQuarantined) {
+	if errors.Is(err, host.ErrQuarantined) {
 		return &api.Error{Code: api.CodeQuarantined, Message: err.Error()}
 	}
 	if errors.Is(err, store.ErrNotFound) {

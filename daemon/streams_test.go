@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 )
 
 // floodScript writes 24 MiB of zeros to stdout (past the runner's 16 MiB
@@ -31,7 +31,7 @@ const floodScript = "dd if=/dev/zero bs=1048576 count=24 2>/dev/null; head -c 10
 // floodStreams is what the runner records of floodScript's streams.
 func floodStreams() api.Streams {
 	return api.Streams{
-		Stdout: api.StreamDigest{SHA256: sumOf(make([]byte, runner.StreamCap)), Bytes: runner.StreamCap, Truncated: true},
+		Stdout: api.StreamDigest{SHA256: sumOf(make([]byte, host.StreamCap)), Bytes: host.StreamCap, Truncated: true},
 		Stderr: api.StreamDigest{SHA256: sumOf(bytes.Repeat([]byte("e"), 1<<20)), Bytes: 1 << 20},
 	}
 }
@@ -181,7 +181,7 @@ func TestStalledClientIsDropped(t *testing.T) {
 	if !errors.As(o.err, &inc) || o.res == nil || o.res.Status != api.StatusOK || o.rcpt == nil {
 		t.Fatalf("stalled client: %v %+v receipt %v", o.err, o.res, o.rcpt != nil)
 	}
-	if !inc.Lost || inc.RunID != id || inc.Received.Stdout >= inc.Kept.Stdout || inc.Kept.Stdout != runner.StreamCap {
+	if !inc.Lost || inc.RunID != id || inc.Received.Stdout >= inc.Kept.Stdout || inc.Kept.Stdout != host.StreamCap {
 		t.Fatalf("stalled client's incomplete copy: %+v", inc)
 	}
 	if want := floodStreams(); o.res.Streams == nil || *o.res.Streams != want {
@@ -237,9 +237,9 @@ func TestReceiptAbsenceSaysWhy(t *testing.T) {
 		rec  launch.Record
 		want string
 	}{
-		{launch.Record{Result: &runner.Result{Status: runner.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
-		{launch.Record{Result: &runner.Result{Status: runner.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
-		{launch.Record{Result: &runner.Result{Status: runner.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
+		{launch.Record{Result: &host.Result{Status: host.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
+		{launch.Record{Result: &host.Result{Status: host.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
+		{launch.Record{Result: &host.Result{Status: host.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
 	} {
 		if got := noReceipt(&c.rec); !strings.Contains(got, c.want) {
 			t.Errorf("noReceipt(%+v) = %q, want %q", c.rec.Result, got, c.want)

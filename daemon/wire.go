@@ -3,16 +3,16 @@ package daemon
 import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 )
 
 // The domain (runner, launch, admission) has its own types; these turn
 // them into api's wire types, here at the edge and nowhere else.
 
 // wireResult is a run's result as it crosses the wire.
-func wireResult(r *runner.Result) *api.Result {
+func wireResult(r *host.Result) *api.Result {
 	if r == nil {
 		return nil
 	}
@@ -81,7 +81,7 @@ func wireChecks(cs []admission.Check) []api.Check {
 }
 
 // wireRecovery is what a recovery pass did, as it crosses the wire.
-func wireRecovery(r *runner.Recovery) *api.Recovery {
+func wireRecovery(r *host.Recovery) *api.Recovery {
 	if r == nil {
 		return nil
 	}

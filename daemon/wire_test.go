@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 )
 
 // The wire result and receipt are the same JSON the store's run record
@@ -80,9 +80,9 @@ func TestWireAttemptsAreTheJournalsJSON(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, want)
 		}
 	}
-	// runner.Recovery has no JSON names of its own; the wire's are the
+	// host.Recovery has no JSON names of its own; the wire's are the
 	// ones custodyd served.
-	got := mustJSON(t, wireRecovery(&runner.Recovery{Attempts: as, Foreign: []string{"container custody-x"}}))
+	got := mustJSON(t, wireRecovery(&host.Recovery{Attempts: as, Foreign: []string{"container custody-x"}}))
 	want := `{"attempts":` + string(mustJSON(t, as)) + `,"foreign":["container custody-x"]}`
 	if string(got) != want {
 		t.Errorf("recovery:\n got %s\nwant %s", got, want)

@@ -13,10 +13,10 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 	"github.com/custody-dev/custody/treehash"
@@ -58,21 +58,21 @@ const (
 
 func (a *attempt) Intent(es ...backend.Resource) error {
 	if a.state == unopened {
-		if err := a.j.Begin(a.runID, a.grantID, runner.JournalResources(es)...); err != nil {
+		if err := a.j.Begin(a.runID, a.grantID, host.JournalResources(es)...); err != nil {
 			return err
 		}
 		a.state = open
 		return nil
 	}
-	return a.j.Intent(a.runID, runner.JournalResources(es)...)
+	return a.j.Intent(a.runID, host.JournalResources(es)...)
 }
 
 func (a *attempt) Created(es ...backend.Resource) error {
-	return a.j.Created(a.runID, runner.JournalResources(es)...)
+	return a.j.Created(a.runID, host.JournalResources(es)...)
 }
 
 func (a *attempt) Removed(es ...backend.Resource) error {
-	a.removed = append(a.removed, runner.JournalResources(es)...)
+	a.removed = append(a.removed, host.JournalResources(es)...)
 	return nil
 }
 
@@ -94,7 +94,7 @@ func (r *Run) abandon(reason string) {
 // stderr get what the run's spools keep, as it comes, and must not block:
 // a writer that waits on a client holds the workload's pipe (the daemon's
 // stream queues or drops instead).
-func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Result, error) {
+func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Result, error) {
 	defer r.lease.Release() // a member left unattached goes back
 	h, p, a := r.h, r.prep, r.a
 	res := r.newResult()
@@ -115,7 +115,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 	// of everything it may create, before anything is created. The verified
 	// removals are journalled with the attempt's final state.
 	st := newSteps()
-	id := runner.ContainerID(a.runID)
+	id := host.ContainerID(a.runID)
 	if a.state == unopened {
 		// Not consumed with its intents (a launch without a grant): the
 		// intents open the attempt here, before anything is created.
@@ -137,13 +137,13 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 		// it failed: the grant was spent on a run that failed to start.
 		var ss interface{ StartStage() string }
 		if c != nil && errors.As(err, &ss) {
-			res.Status, res.FailedStage = runner.StatusFailedToStart, ss.StartStage()
+			res.Status, res.FailedStage = host.StatusFailedToStart, ss.StartStage()
 		}
 		// A reserved member destroyed unverified: nothing of the run's is
 		// left, but its grant was spent on the member.
 		var pt *pool.TakeError
 		if c == nil && errors.As(err, &pt) {
-			res.Status, res.FailedStage = runner.StatusFailedToStart, pt.StartStage()
+			res.Status, res.FailedStage = host.StatusFailedToStart, pt.StartStage()
 		}
 		if c == nil {
 			// Refused before the backend made anything; the intents on
@@ -169,7 +169,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 	// the workload, and a killed one, until cleanup cannot be verified.
 	// They keep the streams in the logs dir, opened only for a sandbox
 	// that will run.
-	sp := openSpools(stdout, stderr, runner.LogDir(h.Config()), res.RunID, r.log)
+	sp := openSpools(stdout, stderr, host.LogDir(h.Config()), res.RunID, r.log)
 	ex, runErr := c.Run(ctx, p.Plan.WallTime, backend.IO{Stdout: sp.stdout, Stderr: sp.stderr})
 	st.mark("exec")
 	// Digests a backend takes while the workload runs (the vm backend's
@@ -188,7 +188,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 		limits.Leave = left.leave
 		out, err := takeOutput(ctx, h.Outputs(), c.Output(), limits)
 		if err != nil {
-			res.Status = runner.StatusFailed
+			res.Status = host.StatusFailed
 			res.Error = fmt.Sprintf("output custody: %v", err)
 		} else {
 			res.Output = newOutput(out)
@@ -196,7 +196,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 		}
 		st.mark("output")
 	} else {
-		res.Status = runner.StatusFailed
+		res.Status = host.StatusFailed
 		res.Error = runErr.Error()
 		res.Finished = time.Now().UTC()
 		// A failure before the workload started is no workload's exit.
@@ -205,9 +205,9 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 		case cancelled:
 			// The caller cancelled or went away before the workload began:
 			// that is a cancellation, not a sandbox that failed to start.
-			res.Status, res.ExitCode = runner.StatusCancelled, -1
+			res.Status, res.ExitCode = host.StatusCancelled, -1
 		case errors.As(runErr, &ss):
-			res.Status, res.ExitCode, res.FailedStage = runner.StatusFailedToStart, -1, ss.StartStage()
+			res.Status, res.ExitCode, res.FailedStage = host.StatusFailedToStart, -1, ss.StartStage()
 		default:
 			// Failed once under way: what was observed, and the rest
 			// marked unobserved.
@@ -228,7 +228,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runner.Re
 // close closes the attempt once cleanup is done: clean, with the run's
 // record, in one durable transaction when cleanup was verified; else
 // residual, which quarantines the runner (the error says so).
-func (r *Run) close(ctx context.Context, res *runner.Result, st *steps) error {
+func (r *Run) close(ctx context.Context, res *host.Result, st *steps) error {
 	h, a := r.h, r.a
 	if a.state == unopened {
 		// The backend journalled nothing, so it created nothing; the
@@ -269,13 +269,13 @@ func (r *Run) close(ctx context.Context, res *runner.Result, st *steps) error {
 // prepareSandbox is the run's sandbox: its reserved pool member, taken
 // and attached, or a cold Prepare (also when the member cannot be taken:
 // the cold path is the same containment, made for this run alone).
-func (r *Run) prepareSandbox(ctx context.Context, b backend.Backend, id string, res *runner.Result) (backend.Sandbox, error) {
+func (r *Run) prepareSandbox(ctx context.Context, b backend.Backend, id string, res *host.Result) (backend.Sandbox, error) {
 	s := spec(r.prep, r.egress)
 	if r.lease.Held() {
 		m := r.lease.Member()
 		sb, err := r.lease.Take(ctx, s, r.a.runID)
 		if err == nil {
-			res.Pooled = &runner.PoolMember{Profile: m.Profile, Sandbox: m.Sandbox, PreparedAt: m.PreparedAt}
+			res.Pooled = &host.PoolMember{Profile: m.Profile, Sandbox: m.Sandbox, PreparedAt: m.PreparedAt}
 			return sb, nil
 		}
 		var pt *pool.TakeError
@@ -329,7 +329,7 @@ func spec(p *Prepared, eg *Egress) backend.Spec {
 	slices.Sort(env)
 	s := backend.Spec{
 		Rootfs:      p.Image.Rootfs,
-		Sealed:      runner.SealedSpec(p.Image.Sealed),
+		Sealed:      host.SealedSpec(p.Image.Sealed),
 		Args:        p.Plan.Command,
 		Env:         env,
 		Cwd:         p.Plan.Workdir,
@@ -358,7 +358,7 @@ func spec(p *Prepared, eg *Egress) backend.Spec {
 }
 
 // newResult is the run's result as it starts.
-func (r *Run) newResult() *runner.Result {
+func (r *Run) newResult() *host.Result {
 	h, p := r.h, r.prep
 	b, err := h.BackendNamed(p.Plan.Backend)
 	if err != nil {
@@ -368,9 +368,9 @@ func (r *Run) newResult() *runner.Result {
 	if b != h.Backend() {
 		// Another backend's runtime is its own pinned binary (e.g. QEMU).
 		id := b.Identity()
-		rt = runner.Runtime{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
+		rt = host.Runtime{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
 	}
-	res := &runner.Result{
+	res := &host.Result{
 		RunID:         r.a.runID,
 		Name:          p.Plan.Name,
 		Tier:          string(p.Plan.Tier),
@@ -390,28 +390,28 @@ func (r *Run) newResult() *runner.Result {
 	return res
 }
 
-func identityRecord(id backend.Identity) *runner.BackendIdentity {
-	return &runner.BackendIdentity{Kind: id.Kind, Version: id.Version, Path: id.Path, SHA256: id.SHA256}
+func identityRecord(id backend.Identity) *host.BackendIdentity {
+	return &host.BackendIdentity{Kind: id.Kind, Version: id.Version, Path: id.Path, SHA256: id.SHA256}
 }
 
-func newOutput(s *snapshot.Snapshot) *runner.Output {
-	o := &runner.Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []runner.OutputFile{}}
+func newOutput(s *snapshot.Snapshot) *host.Output {
+	o := &host.Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []host.OutputFile{}}
 	for _, e := range s.Tree.Entries {
 		if e.Kind == treehash.KindFile {
-			o.Files = append(o.Files, runner.OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
+			o.Files = append(o.Files, host.OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
 		}
 	}
 	return o
 }
 
-func cleanup(r backend.CleanupReport) *runner.Cleanup {
-	c := runner.Cleanup(r)
+func cleanup(r backend.CleanupReport) *host.Cleanup {
+	c := host.Cleanup(r)
 	return &c
 }
 
 // refuse records err as a refusal on res.
-func refuse(res *runner.Result, err error) {
-	res.Status = runner.StatusRefused
+func refuse(res *host.Result, err error) {
+	res.Status = host.StatusRefused
 	res.ExitCode = -1
 	res.Error = err.Error()
 	var re *admission.RefusedError
@@ -426,14 +426,14 @@ func refuse(res *runner.Result, err error) {
 // and every value it did not observe as such, never as a zero (R10). Its
 // status is failed unless the observation says it was cancelled, timed
 // out or OOM-killed.
-func failedAfterStart(res *runner.Result, ex *backend.Exit, runErr error) {
+func failedAfterStart(res *host.Result, ex *backend.Exit, runErr error) {
 	if ex == nil {
 		ex = &backend.Exit{CodeUnobserved: true, Started: res.Started, Finished: res.Finished,
 			Usage: backend.Usage{PeakMemoryBytes: -1, CPUTimeNanos: -1, OOMKills: -1}}
 	}
 	setExit(res, ex)
-	if res.Status == runner.StatusOK || res.Status == runner.StatusPidsLimit {
-		res.Status = runner.StatusFailed
+	if res.Status == host.StatusOK || res.Status == host.StatusPidsLimit {
+		res.Status = host.StatusFailed
 	}
 	if ex.CodeUnobserved {
 		res.ExitCode, res.Signal, res.ExitUnobserved = -1, "", true
@@ -441,26 +441,26 @@ func failedAfterStart(res *runner.Result, ex *backend.Exit, runErr error) {
 	res.Error = runErr.Error()
 }
 
-func setExit(res *runner.Result, ex *backend.Exit) {
+func setExit(res *host.Result, ex *backend.Exit) {
 	res.ExitCode = ex.Code
 	res.Signal = ex.Signal
 	res.Started, res.Finished = ex.Started.UTC(), ex.Finished.UTC()
-	res.Usage = runner.Usage{Usage: ex.Usage, Wall: ex.Finished.Sub(ex.Started)}
+	res.Usage = host.Usage{Usage: ex.Usage, Wall: ex.Finished.Sub(ex.Started)}
 	res.Observed = ex.Observation
 	switch {
 	case ex.Cancelled:
-		res.Status = runner.StatusCancelled
+		res.Status = host.StatusCancelled
 	case ex.TimedOut:
-		res.Status = runner.StatusTimeout
+		res.Status = host.StatusTimeout
 	case ex.OOMKilled:
-		res.Status = runner.StatusOOM
+		res.Status = host.StatusOOM
 	case ex.Usage.PidsLimitHits > 0 && (ex.Code != 0 || ex.Signal != ""):
 		// A workload that handled a refused fork and exited 0 succeeded;
 		// one that failed after one failed at its pids budget.
-		res.Status = runner.StatusPidsLimit
+		res.Status = host.StatusPidsLimit
 	case ex.Code != 0:
-		res.Status = runner.StatusFailed
+		res.Status = host.StatusFailed
 	default:
-		res.Status = runner.StatusOK
+		res.Status = host.StatusOK
 	}
 }

@@ -39,12 +39,12 @@ import (
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -73,7 +73,7 @@ type PolicySource func() (*policy.Policy, string, error)
 // Config is what a Launcher needs; every field but Faults and Log is
 // required.
 type Config struct {
-	Runner   *runner.Runner
+	Runner   *host.Runner
 	Store    *store.DB
 	Verifier *grant.Verifier
 	// RunnerKey signs receipts; IssuerKey signs grants.
@@ -722,7 +722,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	r := l.cfg.Runner
 	if q, err := r.Quarantine(); err != nil || q != nil {
 		if err == nil {
-			err = fmt.Errorf("%w since %s: %s", runner.ErrQuarantined, q.Since.Format(time.RFC3339), q.Reason)
+			err = fmt.Errorf("%w since %s: %s", host.ErrQuarantined, q.Since.Format(time.RFC3339), q.Reason)
 		}
 		return nil, err
 	}
@@ -941,7 +941,7 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 // may create; then it snapshots the inputs and checks them once more.
 func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
-	runID := runner.NewRunID()
+	runID := host.NewRunID()
 	// A plan that matches a pool profile exactly reserves a member before
 	// the grant is spent; the run's attempt then opens with no intents.
 	lease := r.Pool().Reserve(plan)
@@ -1075,7 +1075,7 @@ type Egress struct {
 // Run is a launch whose attempt is open: Redeem spent its grant (or, for
 // Launch, it has none). Execute it exactly once.
 type Run struct {
-	h    *runner.Runner
+	h    *host.Runner
 	log  *slog.Logger
 	prep *Prepared
 	a    *attempt
@@ -1116,15 +1116,15 @@ type Receipt struct {
 // testdata): the result, its owner, its signed receipt, or why a run that
 // launched has none.
 type Record struct {
-	Owner        uint32         `json:"owner"`
-	Result       *runner.Result `json:"result"`
-	Receipt      *Receipt       `json:"receipt,omitempty"`
-	ReceiptError string         `json:"receiptError,omitempty"`
+	Owner        uint32       `json:"owner"`
+	Result       *host.Result `json:"result"`
+	Receipt      *Receipt     `json:"receipt,omitempty"`
+	ReceiptError string       `json:"receiptError,omitempty"`
 }
 
 // Outcome is how a run ended, as Execute reports it.
 type Outcome struct {
-	Result  *runner.Result
+	Result  *host.Result
 	Receipt *Receipt
 	// Err is set when the run could not be attempted, was refused before it
 	// began, or its cleanup could not be verified.
@@ -1151,14 +1151,14 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 // record is the run's record from its final result, made once: for a
 // granted run that launched, with its signed receipt (failed runs too),
 // or why it has none.
-func (r *Run) record(ctx context.Context, res *runner.Result) Record {
+func (r *Run) record(ctx context.Context, res *host.Result) Record {
 	if r.rec != nil {
 		return *r.rec
 	}
 	r.rec = &Record{Owner: r.owner, Result: res}
 	if g := r.grant; g != nil {
 		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
-		if res.Status != runner.StatusRefused {
+		if res.Status != host.StatusRefused {
 			rc, err := r.receipt(context.WithoutCancel(ctx), res)
 			if err != nil {
 				r.log.Error("sign receipt", "run", r.a.runID, "err", err)
@@ -1174,10 +1174,10 @@ func (r *Run) record(ctx context.Context, res *runner.Result) Record {
 // backend's first intent, and its record (kept with a clean close) has no
 // receipt. Benches and the host's own tests launch so; custodyd launches
 // only what Redeem spent.
-func Launch(ctx context.Context, h *runner.Runner, p *Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
+func Launch(ctx context.Context, h *host.Runner, p *Prepared, stdout, stderr io.Writer) (*host.Result, error) {
 	id := p.RunID
 	if id == "" {
-		id = runner.NewRunID()
+		id = host.NewRunID()
 	}
 	return launchOn(ctx, h, p, &attempt{j: h.Journal(), runID: id, grantID: p.GrantID, state: unopened}, nil, stdout, stderr)
 }
@@ -1185,11 +1185,11 @@ func Launch(ctx context.Context, h *runner.Runner, p *Prepared, stdout, stderr i
 // LaunchSpent is Launch for an attempt its caller opened as a spend does
 // (the host's ConsumeFor, or ConsumePooled with lease): p.RunID and
 // p.GrantID name it. For the host's own tests of the spend.
-func LaunchSpent(ctx context.Context, h *runner.Runner, p *Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
+func LaunchSpent(ctx context.Context, h *host.Runner, p *Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*host.Result, error) {
 	return launchOn(ctx, h, p, &attempt{j: h.Journal(), runID: p.RunID, grantID: p.GrantID, state: open}, lease, stdout, stderr)
 }
 
-func launchOn(ctx context.Context, h *runner.Runner, p *Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*runner.Result, error) {
+func launchOn(ctx context.Context, h *host.Runner, p *Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*host.Result, error) {
 	o := (&Run{h: h, log: h.Log(), prep: p, a: a, lease: lease}).Execute(ctx, 0, stdout, stderr)
 	return o.Result, o.Err
 }

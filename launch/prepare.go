@@ -10,10 +10,10 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/treehash"
 )
@@ -36,7 +36,7 @@ type Prepared struct {
 // Admit is admission against the host's facts (its quarantine, images
 // and backends) alone, mutating nothing: Decide and Redeem add the
 // actor, credential and output checks.
-func Admit(h *runner.Runner, req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
+func Admit(h *host.Runner, req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
 	return admit(h, req, pol, filepath.EvalSymlinks)
 }
 
@@ -44,11 +44,11 @@ func Admit(h *runner.Runner, req *request.Phase, pol *policy.Policy) (*admission
 // verifier roots are matched on the policy's spelling alone. It is the
 // dry run a client that may not see those paths gets; what it cannot
 // check there, the grant issue does.
-func admitByPath(h *runner.Runner, req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
+func admitByPath(h *host.Runner, req *request.Phase, pol *policy.Policy) (*admission.Plan, error) {
 	return admit(h, req, pol, nil)
 }
 
-func admit(h *runner.Runner, req *request.Phase, pol *policy.Policy, resolve func(string) (string, error)) (*admission.Plan, error) {
+func admit(h *host.Runner, req *request.Phase, pol *policy.Policy, resolve func(string) (string, error)) (*admission.Plan, error) {
 	if err := h.CheckQuarantine(); err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func imageConfig(c *image.Config) admission.ImageConfig {
 }
 
 // Prepare admits req under pol and snapshots its inputs.
-func Prepare(ctx context.Context, h *runner.Runner, req *request.Phase, pol *policy.Policy) (*Prepared, error) {
+func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *policy.Policy) (*Prepared, error) {
 	plan, err := Admit(h, req, pol)
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func Prepare(ctx context.Context, h *runner.Runner, req *request.Phase, pol *pol
 
 // snapshotInputs copies an admitted plan's inputs into the snapshot store. After
 // it, a change to the host paths cannot reach the run.
-func snapshotInputs(ctx context.Context, h *runner.Runner, plan *admission.Plan) (*Prepared, error) {
+func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (*Prepared, error) {
 	if err := h.CheckQuarantine(); err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func snapshotInputs(ctx context.Context, h *runner.Runner, plan *admission.Plan)
 // HashInputs digests a plan's inputs where they are, without copying or
 // writing anything: what a launch would snapshot, for checks that must
 // happen before any mutation.
-func HashInputs(ctx context.Context, h *runner.Runner, plan *admission.Plan) ([]admission.Input, error) {
+func HashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) ([]admission.Input, error) {
 	var out []admission.Input
 	var need diskNeed
 	avoid, err := verifierIdentities(ctx, plan)
@@ -168,7 +168,7 @@ func HashInputs(ctx context.Context, h *runner.Runner, plan *admission.Plan) ([]
 // beneath: its host source below its policy root, or, for a retained
 // output named by digest, the runner's own stored copy below its output
 // store. Nothing the caller names is a path here.
-func inputPath(h *runner.Runner, i int, in admission.Input) (src, root string, err error) {
+func inputPath(h *host.Runner, i int, in admission.Input) (src, root string, err error) {
 	d, ok := in.OutputDigest()
 	if !ok {
 		return in.Source, in.Root, nil
@@ -190,7 +190,7 @@ func inputPath(h *runner.Runner, i int, in admission.Input) (src, root string, e
 // outputInput refuses input i if it names a retained output the store
 // does not hold; it reads nothing of the output (a dry run's check, with
 // no digest taken).
-func outputInput(h *runner.Runner, i int, in admission.Input) error {
+func outputInput(h *host.Runner, i int, in admission.Input) error {
 	_, _, err := inputPath(h, i, in)
 	return err
 }
@@ -218,7 +218,7 @@ const spaceReserve = 32 << 20
 // checkSpace refuses, before any grant is spent, a launch whose input
 // snapshots cannot fit on the state dir's filesystem: ENOSPC halfway
 // through a snapshot would otherwise be found only after consumption.
-func checkSpace(h *runner.Runner, need diskNeed) error {
+func checkSpace(h *host.Runner, need diskNeed) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(h.Config().StateDir, &st); err != nil {
 		return fmt.Errorf("statfs the state dir: %w", err)

@@ -11,14 +11,14 @@ import (
 	"strings"
 
 	"github.com/custody-dev/custody/evidence"
-	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/host"
 )
 
 // predicate assembles the receipt predicate of a launched run: every
 // observation the runner made, the egress it served (eg, nil when denied)
 // among them. receipt adds the grant and the runner identity and signs
 // it. Nothing in it is read back as authority.
-func predicate(h *runner.Runner, p *Prepared, eg *Egress, res *runner.Result) evidence.Receipt {
+func predicate(h *host.Runner, p *Prepared, eg *Egress, res *host.Result) evidence.Receipt {
 	prof := h.ProbedProfile()
 	tier := evidence.TierProduction
 	if p.Plan.Unqualified {
@@ -47,8 +47,8 @@ func predicate(h *runner.Runner, p *Prepared, eg *Egress, res *runner.Result) ev
 		Inputs: []evidence.Input{},
 		Exit: evidence.Exit{
 			Status: receiptStatus(res.Status), Code: res.ExitCode, Signal: res.Signal,
-			TimedOut: res.Status == runner.StatusTimeout, OOMKilled: res.Status == runner.StatusOOM,
-			Cancelled: res.Status == runner.StatusCancelled,
+			TimedOut: res.Status == host.StatusTimeout, OOMKilled: res.Status == host.StatusOOM,
+			Cancelled: res.Status == host.StatusCancelled,
 		},
 		Usage: evidence.Usage{PeakMemoryBytes: res.Usage.PeakMemoryBytes, CPUTimeMillis: res.Usage.CPUTimeMillis(),
 			WallMillis: res.Usage.Wall.Milliseconds(), OOMKills: res.Usage.OOMKills},
@@ -105,7 +105,7 @@ func predicate(h *runner.Runner, p *Prepared, eg *Egress, res *runner.Result) ev
 
 // unobserved names the receipt's exit and usage members the run did not
 // observe, each set to -1: never a zero nobody saw (R10).
-func unobserved(res *runner.Result, rc *evidence.Receipt) []string {
+func unobserved(res *host.Result, rc *evidence.Receipt) []string {
 	var names []string
 	if res.ExitUnobserved {
 		rc.Exit.Code, rc.Exit.Signal = -1, ""
@@ -127,7 +127,7 @@ func unobserved(res *runner.Result, rc *evidence.Receipt) []string {
 // receiptIdentity is the backend identity res recorded as the launch ran,
 // or the backend's own for a result that recorded none (it never got to
 // the backend's evidence).
-func receiptIdentity(h *runner.Runner, res *runner.Result) *evidence.BackendIdentity {
+func receiptIdentity(h *host.Runner, res *host.Result) *evidence.BackendIdentity {
 	b := res.Backend
 	if b == nil {
 		b = identityRecord(h.Backend().Identity())
@@ -141,7 +141,7 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // receiptStreams records the spooled streams' digests; a run that never
 // started wrote nothing to either.
-func receiptStreams(s *runner.Streams) *evidence.Streams {
+func receiptStreams(s *host.Streams) *evidence.Streams {
 	if s == nil {
 		empty := evidence.Stream{SHA256: emptySHA256}
 		return &evidence.Streams{Stdout: empty, Stderr: empty}
@@ -156,11 +156,11 @@ func receiptStreams(s *runner.Streams) *evidence.Streams {
 // published statuses have no failed-to-start, which it records as failed
 // with exit code -1 (a receipt's "failed" goes with any exit), so the
 // predicate's meaning does not change.
-func receiptStatus(s runner.Status) string {
+func receiptStatus(s host.Status) string {
 	// The receipt format keeps its five statuses: these are failures (the
 	// receipt's exit and the result say which kind).
-	if s == runner.StatusFailedToStart || s == runner.StatusPidsLimit {
-		return string(runner.StatusFailed)
+	if s == host.StatusFailedToStart || s == host.StatusPidsLimit {
+		return string(host.StatusFailed)
 	}
 	return string(s)
 }
@@ -168,7 +168,7 @@ func receiptStatus(s runner.Status) string {
 // receipt signs the run's receipt with the runner identity key: the
 // predicate of what the run observed, with the grant it spent and the
 // runner that signs. The one place a receipt is made.
-func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error) {
+func (r *Run) receipt(ctx context.Context, res *host.Result) (*Receipt, error) {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, r.env); err != nil {
 		return nil, err
@@ -194,6 +194,6 @@ func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error)
 // UnsignedReceipt is the receipt predicate of a run launched with no grant
 // and no egress, as far as Launch's result can fill it: for the host's
 // own tests of what a receipt says, since only a granted run is signed.
-func UnsignedReceipt(h *runner.Runner, p *Prepared, res *runner.Result) evidence.Receipt {
+func UnsignedReceipt(h *host.Runner, p *Prepared, res *host.Result) evidence.Receipt {
 	return predicate(h, p, nil, res)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/admission"
-	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/host"
 )
 
 // The goldens in testdata are run records as the code before the domain
@@ -52,7 +52,7 @@ func TestRecordDecodesToDomainValues(t *testing.T) {
 	}
 	res := rec.Result
 	switch {
-	case rec.Owner != 1000 || res.Status != runner.StatusOK || res.Runtime.Version != "1.3.0":
+	case rec.Owner != 1000 || res.Status != host.StatusOK || res.Runtime.Version != "1.3.0":
 		t.Errorf("owner/status/runtime = %d %q %q", rec.Owner, res.Status, res.Runtime.Version)
 	case res.Usage.Wall != 1500*time.Millisecond || res.Usage.CPUTimeNanos != 37e6 || res.Usage.PidsLimit != 64:
 		t.Errorf("usage = %+v", res.Usage)
@@ -74,7 +74,7 @@ func TestRecordDecodesToDomainValues(t *testing.T) {
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		t.Fatal(err)
 	}
-	if r := rec.Result; r.Status != runner.StatusRefused || len(r.Refusal) != 2 || r.Refusal[0].Verdict != admission.Unsupported || r.Refusal[0].Fix == "" {
+	if r := rec.Result; r.Status != host.StatusRefused || len(r.Refusal) != 2 || r.Refusal[0].Verdict != admission.Unsupported || r.Refusal[0].Fix == "" {
 		t.Errorf("refusal = %+v", r.Refusal)
 	}
 }

@@ -10,11 +10,11 @@ import (
 	"os"
 	"sync"
 
-	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/host"
 )
 
 // spool is one output stream of a run: it digests and counts up to
-// runner.StreamCap bytes and passes each kept chunk to the caller's live writer.
+// host.StreamCap bytes and passes each kept chunk to the caller's live writer.
 // A write always takes all it is given, so the workload's pipe is drained
 // whatever happens; the live writer must not block (see execute). The kept
 // bytes also go to a file in the runner's logs dir (custody logs), so its
@@ -42,10 +42,10 @@ func (s *spool) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keep := p
-	if room := runner.StreamCap - s.n; int64(len(keep)) > room {
+	if room := host.StreamCap - s.n; int64(len(keep)) > room {
 		keep = keep[:max(room, 0)]
 		if !s.truncated && s.live != nil {
-			defer fmt.Fprintf(s.live, "\n[custody: %s truncated at %d bytes; the rest was discarded]\n", s.name, runner.StreamCap)
+			defer fmt.Fprintf(s.live, "\n[custody: %s truncated at %d bytes; the rest was discarded]\n", s.name, host.StreamCap)
 		}
 		s.truncated = true
 	}
@@ -75,10 +75,10 @@ func (s *spool) Write(p []byte) (int, error) {
 }
 
 // digest is the stream's record.
-func (s *spool) digest() runner.Stream {
+func (s *spool) digest() host.Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return runner.Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
+	return host.Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
 }
 
 // drop stops keeping the stream on disk and removes what was kept: a log
@@ -130,7 +130,7 @@ func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger
 	sp := &spools{stdout: newSpool("stdout", stdout), stderr: newSpool("stderr", stderr), runID: runID, log: log}
 	if logDir != "" {
 		for _, s := range []*spool{sp.stdout, sp.stderr} {
-			s.path = runner.LogPath(logDir, runID, s.name)
+			s.path = host.LogPath(logDir, runID, s.name)
 		}
 	}
 	return sp
@@ -140,7 +140,7 @@ func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger
 // their log files, both at once and beside the output custody and cleanup
 // that follow (each fsync is a journal commit of its own, a millisecond or
 // more); wait joins them, before the run's record lands.
-func (s *spools) record(res *runner.Result) {
+func (s *spools) record(res *host.Result) {
 	for _, sp := range []*spool{s.stdout, s.stderr} {
 		f, err := sp.detach()
 		if err != nil {
@@ -150,7 +150,7 @@ func (s *spools) record(res *runner.Result) {
 			s.synced.Go(func() { finish(f) })
 		}
 	}
-	res.Streams = &runner.Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
+	res.Streams = &host.Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
 }
 
 // wait returns once the log files record started are synced (or removed).

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/retention"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -60,9 +60,9 @@ func TestApply(t *testing.T) {
 		return p
 	}
 	put := func(id string, finished time.Time, out string) {
-		res := &runner.Result{RunID: id, Finished: finished}
+		res := &host.Result{RunID: id, Finished: finished}
 		if out != "" {
-			res.Output = &runner.Output{Path: filepath.Join(out, "data")}
+			res.Output = &host.Output{Path: filepath.Join(out, "data")}
 		}
 		if err := db.PutRun(id, launch.Record{Result: res}); err != nil {
 			t.Fatal(err)
@@ -125,7 +125,7 @@ func TestApplyUnsureRecordsStopSweep(t *testing.T) {
 			if err := os.Chtimes(orphan, old, old); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.PutRun("old", launch.Record{Result: &runner.Result{RunID: "old", Finished: now.Add(-11 * time.Hour)}}); err != nil {
+			if err := db.PutRun("old", launch.Record{Result: &host.Result{RunID: "old", Finished: now.Add(-11 * time.Hour)}}); err != nil {
 				t.Fatal(err)
 			}
 			if err := db.PutRun("unsure", unsure); err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/daemon"
 	"github.com/custody-dev/custody/daemon/config"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/platform"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -20,8 +20,8 @@ import (
 // oci always, vm when configured, and the docker engine of packs.
 func backends(ctx context.Context, cfg config.Config, log *slog.Logger) daemon.Backends {
 	return daemon.Backends{
-		Phase: func(rc runner.Config, egress bool, log *slog.Logger) (runner.BackendFactory, []runner.BackendFactory) {
-			var more []runner.BackendFactory
+		Phase: func(rc host.Config, egress bool, log *slog.Logger) (host.BackendFactory, []host.BackendFactory) {
+			var more []host.BackendFactory
 			if cfg.VM != nil {
 				more = append(more, vmBackend(ctx, rc, cfg.VM, log))
 			}
@@ -45,14 +45,14 @@ func packEngine(ctx context.Context, cfg *config.DockerConfig, log *slog.Logger)
 // namespace mapping root to the operator's range, or to a default one
 // where the probe proved user namespaces work. With egress, sandboxes may
 // be given custodyd's egress proxy and broker (and nothing else).
-func ociBackend(cfg runner.Config, egress bool, log *slog.Logger) runner.BackendFactory {
+func ociBackend(cfg host.Config, egress bool, log *slog.Logger) host.BackendFactory {
 	return func(profile func() *platform.Profile) (backend.Backend, error) {
 		var userNS *oci.IDMap
 		switch {
 		case cfg.UserNamespace != nil:
 			userNS = &oci.IDMap{HostID: cfg.UserNamespace.HostID, Size: cfg.UserNamespace.Size}
 		case profile().UserNS.OK:
-			userNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
+			userNS = &oci.IDMap{HostID: host.DefaultUserNS.HostID, Size: host.DefaultUserNS.Size}
 		}
 		return oci.New(oci.Options{
 			Runtime:    oci.Pinned{Path: cfg.Runtime.Path, Version: cfg.Runtime.Version, SHA256: cfg.Runtime.SHA256},
@@ -64,7 +64,7 @@ func ociBackend(cfg runner.Config, egress bool, log *slog.Logger) runner.Backend
 			Faults:     cfg.Faults,
 			// The backend passes on a byte more than a spool keeps, so
 			// that the spool sees when the workload wrote past the cap.
-			MaxLogBytes: runner.StreamCap + 1,
+			MaxLogBytes: host.StreamCap + 1,
 			Profile:     profile,
 			Egress:      egress,
 		})
@@ -73,7 +73,7 @@ func ociBackend(cfg runner.Config, egress bool, log *slog.Logger) runner.Backend
 
 // vmBackend wires the microVM backend: bundles beside the oci ones, each
 // artifact pinned by the vm section of the config.
-func vmBackend(ctx context.Context, cfg runner.Config, v *config.VMConfig, log *slog.Logger) runner.BackendFactory {
+func vmBackend(ctx context.Context, cfg host.Config, v *config.VMConfig, log *slog.Logger) host.BackendFactory {
 	return func(func() *platform.Profile) (backend.Backend, error) {
 		// The guest's workload runs under the oci profile's filter.
 		filter, err := oci.CompileFilter()
@@ -84,7 +84,7 @@ func vmBackend(ctx context.Context, cfg runner.Config, v *config.VMConfig, log *
 			SeccompFilter: filter.Program,
 			QEMU:          v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
 			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs,
-			Logger: log, MaxLogBytes: runner.StreamCap + 1,
+			Logger: log, MaxLogBytes: host.StreamCap + 1,
 		})
 	}
 }

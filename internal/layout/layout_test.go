@@ -56,47 +56,47 @@ var banned = map[string]map[string]string{
 	"admission": {
 		"backend/oci": "observations never authorize: admission gets platform facts as values",
 		"store":       "admission is a pure computation",
-		"runner":      "admission is a pure computation",
+		"host":        "admission is a pure computation",
 	},
 	"policy": {
-		"request": "policy imports no custody domain package", "runner": "", "backend/oci": "", "store": "",
+		"request": "policy imports no custody domain package", "host": "", "backend/oci": "", "store": "",
 	},
-	"request":     {"policy": "a request asks; it cannot see what is granted", "runner": "", "backend/oci": ""},
-	"pipeline":    {"policy": "a pipeline asks, stage by stage; it cannot see what is granted", "admission": "", "runner": "", "launch": "", "api": ""},
-	"backend/oci": {"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": ""},
-	"store":       {"runner": "the store imports no custody package", "backend/oci": "", "admission": ""},
-	"platform":    {"runner": "the probe reports facts; it does not run work", "admission": "", "policy": "", "backend": "the probe reports facts; backends turn them into their gaps (backend/partial)"},
+	"request":     {"policy": "a request asks; it cannot see what is granted", "host": "", "backend/oci": ""},
+	"pipeline":    {"policy": "a pipeline asks, stage by stage; it cannot see what is granted", "admission": "", "host": "", "launch": "", "api": ""},
+	"backend/oci": {"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "host": ""},
+	"store":       {"host": "the store imports no custody package", "backend/oci": "", "admission": ""},
+	"platform":    {"host": "the probe reports facts; it does not run work", "admission": "", "policy": "", "backend": "the probe reports facts; backends turn them into their gaps (backend/partial)"},
 	"quantity":    {"request": "leaf package", "policy": ""},
-	"grant":       {"admission": "grants bind values; they do not decide them", "runner": "", "backend/oci": ""},
-	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "runner": "", "backend/oci": ""},
+	"grant":       {"admission": "grants bind values; they do not decide them", "host": "", "backend/oci": ""},
+	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "host": "", "backend/oci": ""},
 	"probe":       {"api": "the probe is standard library only", "platform": "", "evidence": "", "grant": ""},
-	"evidence":    {"runner": "evidence does not know who runs", "backend/oci": "", "store": ""},
+	"evidence":    {"host": "evidence does not know who runs", "backend/oci": "", "store": ""},
 	"retention":   {"backend/oci": "retention reads records and stored trees; it never drives a runtime", "api": ""},
-	"keys":        {"store": "keys are files, not state", "runner": "", "grant": ""},
-	"api":         {"runner": "wire types carry no logic", "store": "", "backend/oci": "", "admission": "", "launch": ""},
-	"backend":     {"runner": "the contract imports no custody domain package", "admission": "", "policy": "", "grant": "", "journal": "", "store": "", "evidence": "", "api": ""},
+	"keys":        {"store": "keys are files, not state", "host": "", "grant": ""},
+	"api":         {"host": "wire types carry no logic", "store": "", "backend/oci": "", "admission": "", "launch": ""},
+	"backend":     {"host": "the contract imports no custody domain package", "admission": "", "policy": "", "grant": "", "journal": "", "store": "", "evidence": "", "api": ""},
 	"workspace": {
 		"backend/docker": "the workspace lifecycle drives its Engine interface; only cmd/custodyd wires the docker engine",
 		"backend/oci":    "",
-		"runner":         "",
+		"host":           "",
 		"launch":         "",
 		"api":            "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
 	"backend/vm": {
-		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "backend/oci": "",
+		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "host": "", "launch": "", "backend/oci": "",
 	},
 	"backend/partial": {
 		"backend/oci": "the shared helpers serve every backend and name none", "backend/vm": "", "backend/docker": "",
-		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "runner": "", "launch": "", "journal": "", "evidence": "",
+		"admission": "backends import no domain package", "policy": "", "request": "", "store": "", "host": "", "launch": "", "journal": "", "evidence": "",
 	},
 	"backend/vm/vmpin": {"backend": "the pins are a leaf that custody gate reads without any backend", "backend/vm": ""},
 	"backend/vm/guest": {"backend": "the guest protocol is standard library only: the init is a small static binary", "backend/vm": ""},
 	"egress": {
 		"request": "the proxy is a leaf: it gets its allowlist and gateways as values", "policy": "", "admission": "",
-		"grant": "", "runner": "", "launch": "", "store": "", "journal": "", "evidence": "", "backend": "", "backend/oci": "",
+		"grant": "", "host": "", "launch": "", "store": "", "journal": "", "evidence": "", "backend": "", "backend/oci": "",
 	},
 	"backend/docker": {
-		"admission": "backends import no domain package", "policy": "", "store": "", "runner": "", "launch": "", "workspace": "",
+		"admission": "backends import no domain package", "policy": "", "store": "", "host": "", "launch": "", "workspace": "",
 		"pack": "the engine profile it fills is a neutral backend type (backend.PackEngine), not the pack domain's",
 	},
 	"launch": {
@@ -105,7 +105,7 @@ var banned = map[string]map[string]string{
 		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
 	"pool": {
-		"runner":      "the pool is given its host as a small interface and values at construction, never the host itself",
+		"host":        "the pool is given its host as a small interface and values at construction, never the host itself",
 		"launch":      "the pool serves the launch pipeline; it does not run phases",
 		"backend/oci": "the pool drives backend.Pooler; only cmd/custodyd wires a concrete backend",
 		"backend/vm":  "",
@@ -113,13 +113,13 @@ var banned = map[string]map[string]string{
 		"grant":       "a member is made before any grant exists and never sees one",
 		"evidence":    "the pool keeps sandboxes, not evidence: the receipt is launch's",
 	},
-	"runner": {
+	"host": {
 		"backend/oci": "the runner drives backend.Backend; only cmd/custodyd wires a concrete backend",
 		"backend/vm":  "",
 		"api":         "the domain returns its own types; only custodyd's edge converts them to wire types",
 	},
 	"cmd/custody": {
-		"runner":      "the CLI reaches the runner only through custodyd's sockets (api)",
+		"host":        "the CLI reaches the runner only through custodyd's sockets (api)",
 		"store":       "the CLI never holds the runner's state",
 		"backend/oci": "the CLI never launches anything itself",
 		"journal":     "the CLI never reads the journal itself",
@@ -132,13 +132,13 @@ var banned = map[string]map[string]string{
 		"backend/docker": "",
 	},
 	"daemon/config": {
-		"runner": "the configuration is a leaf: the test harness, the bench and qualification (which the CLI imports) marshal it",
+		"host":   "the configuration is a leaf: the test harness, the bench and qualification (which the CLI imports) marshal it",
 		"launch": "", "store": "", "daemon": "", "backend/oci": "", "backend/docker": "", "workspace": "",
 	},
 	"qualification": {
 		"store":       "the attester gets the runner's records as values, and the CLI imports this package",
 		"journal":     "",
-		"runner":      "",
+		"host":        "",
 		"backend/oci": "",
 	},
 }
@@ -148,10 +148,10 @@ var directOnly = map[string][]string{
 	// Only custodyd wires a concrete backend; bench: raw-runc baselines
 	// with the same profile.
 	"backend/oci": {"cmd/custodyd", "bench"},
-	"runner":      {"cmd/custodyd", "daemon", "launch"},
+	"host":        {"cmd/custodyd", "daemon", "launch"},
 	// The host owns its pool (recovery holds it, quarantine drains it);
 	// launch reserves and takes members; custodyd keeps it filled.
-	"pool":   {"runner", "launch", "cmd/custodyd", "daemon"},
+	"pool":   {"host", "launch", "cmd/custodyd", "daemon"},
 	"launch": {"cmd/custodyd", "daemon", "retention"},
 	// The daemon is custodyd's: everything else reaches it through api.
 	"daemon": {"cmd/custodyd"},

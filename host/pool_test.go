@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -54,10 +54,10 @@ func (h *harness) members() map[journal.State][]journal.Attempt {
 // member stays; a regular run's attempt is never pruned.
 func TestPoolPrunesCleanMembers(t *testing.T) {
 	h := newHarness(t)
-	runner.SetPoolKeepClean(h.r, 2)
+	host.SetPoolKeepClean(h.r, 2)
 	ctx := context.Background()
 	res, out := h.run(h.phase("echo cold"))
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	pol := h.withPool(1)
 	t.Cleanup(func() { h.r.Pool().Drain(context.Background(), "test done") })
 	for i := range 5 {
@@ -88,11 +88,11 @@ func TestPoolPrunesCleanMembers(t *testing.T) {
 // stays.
 func TestRecoverPrunesAnOldJournalsMembers(t *testing.T) {
 	h := newHarness(t)
-	runner.SetPoolKeepClean(h.r, 2)
+	host.SetPoolKeepClean(h.r, 2)
 	j := journal.New(h.db)
 	var clean []string
 	for range 5 {
-		id := runner.NewRunID()
+		id := host.NewRunID()
 		if err := j.Begin(id, "pool:small"); err != nil {
 			t.Fatal(err)
 		}
@@ -102,11 +102,11 @@ func TestRecoverPrunesAnOldJournalsMembers(t *testing.T) {
 		clean = append(clean, id)
 		time.Sleep(2 * time.Millisecond) // distinct times: newest known
 	}
-	dead := runner.NewRunID()
+	dead := host.NewRunID()
 	if err := j.Begin(dead, "pool:small"); err != nil {
 		t.Fatal(err)
 	}
-	regular := runner.NewRunID()
+	regular := host.NewRunID()
 	if err := j.Begin(regular, "grant-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestRecoverPrunesAnOldJournalsMembers(t *testing.T) {
 
 // runcCopy copies the pinned runc where a test may change its bytes, and
 // returns the copy's path, the bytes and the runtime pinned to them.
-func runcCopy(t *testing.T) (string, []byte, runner.Runtime) {
+func runcCopy(t *testing.T) (string, []byte, host.Runtime) {
 	t.Helper()
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
@@ -146,7 +146,7 @@ func runcCopy(t *testing.T) (string, []byte, runner.Runtime) {
 	if err := os.WriteFile(copyPath, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return copyPath, data, runner.Runtime{Path: copyPath, Version: version, SHA256: sha}
+	return copyPath, data, host.Runtime{Path: copyPath, Version: version, SHA256: sha}
 }
 
 // TestPoolBackoff: a profile whose members always fail to prepare (the
@@ -220,7 +220,7 @@ func TestRecoverDoesNotWaitForTheFillRound(t *testing.T) {
 	path, version, sha := testenv.Runc(t)
 	var slow atomic.Bool
 	slow.Store(true)
-	h := newHarnessFaults(t, launchBase(t), runner.Runtime{Path: path, Version: version, SHA256: sha}, func(stage string) {
+	h := newHarnessFaults(t, launchBase(t), host.Runtime{Path: path, Version: version, SHA256: sha}, func(stage string) {
 		if stage == "mid-prepare" && slow.Load() {
 			time.Sleep(1200 * time.Millisecond)
 		}
@@ -281,7 +281,7 @@ func TestRecoverDoesNotWaitForTheFillRound(t *testing.T) {
 // run.
 func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 	h := newHarness(t)
-	runner.SetPoolKeepClean(h.r, 1)
+	host.SetPoolKeepClean(h.r, 1)
 	ctx := context.Background()
 	prep, err := launch.Prepare(ctx, h.r, h.phase("echo pooled"), h.policy)
 	if err != nil {
@@ -307,13 +307,13 @@ func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 		t.Fatal("the plan did not match the profile made from it")
 	}
 	served := lease.Member().Sandbox
-	prep.RunID = runner.NewRunID()
+	prep.RunID = host.NewRunID()
 	prep.GrantID = "grant-pooled"
 	if err := h.r.ConsumePooled(prep.RunID, prep.GrantID, store.GrantUse{At: time.Now(), RunID: prep.RunID, Actor: "test"}, lease); err != nil {
 		t.Fatal(err)
 	}
 	res, out := h.launchSpent(ctx, prep, true, lease)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if res.Pooled == nil || res.Pooled.Sandbox != served {
 		t.Fatalf("the run was not served by the reserved member %s: %+v", served, res.Pooled)
 	}

@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/admission"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/request"
-	"github.com/custody-dev/custody/runner"
 )
 
 // smallStateDisk is a harness whose state dir is a small tmpfs of its own
@@ -37,7 +37,7 @@ func smallStateDisk(t *testing.T, opts string) (*harness, string) {
 			t.Errorf("unmount the state disk: %v", err)
 		}
 	})
-	h := newHarnessIn(t, base, runner.Runtime{Path: path, Version: version, SHA256: sha})
+	h := newHarnessIn(t, base, host.Runtime{Path: path, Version: version, SHA256: sha})
 	return h, state
 }
 
@@ -69,7 +69,7 @@ func TestFullStateDiskAtStartIsProbedAgain(t *testing.T) {
 	}
 	filled := fill(t, state)
 	r, _ := openRunner(t, h.cfg)
-	runner.SetReprobeEvery(r, 0)
+	host.SetReprobeEvery(r, 0)
 	req := h.phase("true")
 	_, err := launch.Admit(r, req, h.policy)
 	var re *admission.RefusedError

@@ -1,12 +1,12 @@
-// Package runner is the host a phase runs on: its content stores (images,
+// Package host is what a phase runs on: its content stores (images,
 // input snapshots, outputs, run logs), the store and journal, the
 // backends by name, the evidenced platform profile and its re-probe, the
 // journal records of a grant's spend (consume, abandon, residual),
 // quarantine and recovery, and the warm pool it owns. launch drives each
-// phase through its steps over these; the runner imports no concrete
+// phase through its steps over these; the host imports no concrete
 // backend and no wire type (custodyd wires the one and converts to the
 // other).
-package runner
+package host
 
 import (
 	"context"

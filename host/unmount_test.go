@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"bytes"
@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 )
 
 // TestPrepareFailsMidRootfs: a Prepare that fails after its first
@@ -70,10 +70,10 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		if !reached {
 			t.Fatal("the launch never reached mid-prepare")
 		}
-		if err == nil || errors.Is(err, runner.ErrQuarantined) {
+		if err == nil || errors.Is(err, host.ErrQuarantined) {
 			t.Fatalf("launch err = %v; want the prepare failure, no quarantine", err)
 		}
-		if res.Status != runner.StatusFailedToStart || res.FailedStage != oci.StagePrepare || res.ExitCode != -1 {
+		if res.Status != host.StatusFailedToStart || res.FailedStage != oci.StagePrepare || res.ExitCode != -1 {
 			t.Fatalf("result: status %s stage %q exit %d error %q; want failed-to-start at %s",
 				res.Status, res.FailedStage, res.ExitCode, res.Error, oci.StagePrepare)
 		}
@@ -89,7 +89,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		}
 		h.noLeftovers()
 		res, o := h.run(h.phase("echo next"))
-		want(t, res, runner.StatusOK, o)
+		want(t, res, host.StatusOK, o)
 	})
 
 	t.Run("refusal", func(t *testing.T) {
@@ -106,7 +106,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		if held == nil {
 			t.Fatal("could not hold a file open on the launch dir's tmpfs")
 		}
-		if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup == nil || res.Cleanup.Verified {
+		if !errors.Is(err, host.ErrQuarantined) || res.Cleanup == nil || res.Cleanup.Verified {
 			t.Fatalf("held launch dir: err = %v, cleanup %+v; want an unverified cleanup and quarantine", err, res.Cleanup)
 		}
 		if a := h.attempt(res.RunID); a.State != journal.Residual {

@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"bytes"
@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 )
 
 // TestSealSwappedAfterVerify: the backend mounts the sealed image this
@@ -98,7 +98,7 @@ func TestSealSwappedAfterVerify(t *testing.T) {
 	var buf bytes.Buffer
 	res, err := launch.Launch(ctx, h.r, prep, &buf, &buf)
 	at(nil)
-	if !errors.Is(err, image.ErrSealChanged) || res.Status != runner.StatusFailedToStart || strings.Contains(buf.String(), "SEALED-RAN") {
+	if !errors.Is(err, image.ErrSealChanged) || res.Status != host.StatusFailedToStart || strings.Contains(buf.String(), "SEALED-RAN") {
 		t.Fatalf("a seal changed in place after its verify: err %v, status %s\n%s", err, res.Status, buf.String())
 	}
 	if res.Cleanup == nil || !res.Cleanup.Verified {
@@ -118,7 +118,7 @@ func newHarnessMidPrepare(t *testing.T) (*harness, func(func())) {
 	path, version, sha := testenv.Runc(t)
 	var mu sync.Mutex
 	var atFault func()
-	h := newHarnessFaults(t, launchBase(t), runner.Runtime{Path: path, Version: version, SHA256: sha}, func(stage string) {
+	h := newHarnessFaults(t, launchBase(t), host.Runtime{Path: path, Version: version, SHA256: sha}, func(stage string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if stage == "mid-prepare" && atFault != nil {

@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/launch"
-	"github.com/custody-dev/custody/runner"
 )
 
 // BenchmarkTrivialPhase compares a whole custody launch of /bin/true
@@ -25,7 +25,7 @@ func BenchmarkTrivialPhase(b *testing.B) {
 	path, version, sha := testenv.Runc(b)
 
 	b.Run("custody", func(b *testing.B) {
-		h := newHarnessWith(b, runner.Runtime{Path: path, Version: version, SHA256: sha})
+		h := newHarnessWith(b, host.Runtime{Path: path, Version: version, SHA256: sha})
 		req := h.phase("true")
 		req.Command = []string{"/bin/true"}
 		ctx := context.Background()

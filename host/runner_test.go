@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/journal"
@@ -29,7 +30,6 @@ import (
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 )
@@ -37,9 +37,9 @@ import (
 // harness is one runner on temporary directories with the busybox image.
 type harness struct {
 	t      testing.TB
-	r      *runner.Runner
+	r      *host.Runner
 	db     *store.DB
-	cfg    runner.Config
+	cfg    host.Config
 	image  string
 	policy *policy.Policy
 }
@@ -48,10 +48,10 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
-	return newHarnessWith(t, runner.Runtime{Path: path, Version: version, SHA256: sha})
+	return newHarnessWith(t, host.Runtime{Path: path, Version: version, SHA256: sha})
 }
 
-func newHarnessWith(t testing.TB, rt runner.Runtime) *harness {
+func newHarnessWith(t testing.TB, rt host.Runtime) *harness {
 	t.Helper()
 	return newHarnessIn(t, launchBase(t), rt)
 }
@@ -70,15 +70,15 @@ func launchBase(t testing.TB) string {
 }
 
 // newHarnessIn is newHarnessWith on the directory base.
-func newHarnessIn(t testing.TB, base string, rt runner.Runtime) *harness {
+func newHarnessIn(t testing.TB, base string, rt host.Runtime) *harness {
 	t.Helper()
 	return newHarnessFaults(t, base, rt, nil)
 }
 
 // newHarnessFaults is newHarnessIn with the oci backend's fault hook.
-func newHarnessFaults(t testing.TB, base string, rt runner.Runtime, faults func(stage string)) *harness {
+func newHarnessFaults(t testing.TB, base string, rt host.Runtime, faults func(stage string)) *harness {
 	t.Helper()
-	cfg := runner.Config{
+	cfg := host.Config{
 		StateDir:   filepath.Join(base, "state"),
 		RuntimeDir: filepath.Join(base, "run"),
 		Runtime:    rt,
@@ -122,7 +122,7 @@ func (h *harness) phase(script string) *request.Phase {
 }
 
 // run prepares and launches req and requires a verified cleanup.
-func (h *harness) run(req *request.Phase) (*runner.Result, string) {
+func (h *harness) run(req *request.Phase) (*host.Result, string) {
 	h.t.Helper()
 	ctx := context.Background()
 	prep, err := launch.Prepare(ctx, h.r, req, h.policy)
@@ -132,19 +132,19 @@ func (h *harness) run(req *request.Phase) (*runner.Result, string) {
 	return h.launch(ctx, prep)
 }
 
-func (h *harness) launch(ctx context.Context, prep *launch.Prepared) (*runner.Result, string) {
+func (h *harness) launch(ctx context.Context, prep *launch.Prepared) (*host.Result, string) {
 	h.t.Helper()
 	return h.launchSpent(ctx, prep, false, nil)
 }
 
 // launchSpent is launch for a prep whose attempt the test opened as a
 // spend does (spent), taking the pool member lease reserved, if any.
-func (h *harness) launchSpent(ctx context.Context, prep *launch.Prepared, spent bool, lease *pool.Lease) (*runner.Result, string) {
+func (h *harness) launchSpent(ctx context.Context, prep *launch.Prepared, spent bool, lease *pool.Lease) (*host.Result, string) {
 	h.t.Helper()
 	var out bytes.Buffer
 	run := launch.Launch
 	if spent {
-		run = func(ctx context.Context, r *runner.Runner, p *launch.Prepared, stdout, stderr io.Writer) (*runner.Result, error) {
+		run = func(ctx context.Context, r *host.Runner, p *launch.Prepared, stdout, stderr io.Writer) (*host.Result, error) {
 			return launch.LaunchSpent(ctx, r, p, lease, stdout, stderr)
 		}
 	}
@@ -186,16 +186,16 @@ func (h *harness) noLeftovers() {
 
 // ociBackend is the pinned runc as custodyd wires it (cmd/custodyd's
 // ociBackend): a user namespace where the host allows one.
-func ociBackend(cfg runner.Config) runner.BackendFactory { return ociBackendWith(cfg, nil) }
+func ociBackend(cfg host.Config) host.BackendFactory { return ociBackendWith(cfg, nil) }
 
 // ociBackendWith is ociBackend with a user namespace or without one as
 // userns says; nil is where the host allows one.
-func ociBackendWith(cfg runner.Config, userns func(profile *platform.Profile) bool) runner.BackendFactory {
+func ociBackendWith(cfg host.Config, userns func(profile *platform.Profile) bool) host.BackendFactory {
 	return ociBackendFaults(cfg, userns, nil)
 }
 
 // ociBackendFaults is ociBackendWith with the backend's fault hook.
-func ociBackendFaults(cfg runner.Config, userns func(profile *platform.Profile) bool, faults func(stage string)) runner.BackendFactory {
+func ociBackendFaults(cfg host.Config, userns func(profile *platform.Profile) bool, faults func(stage string)) host.BackendFactory {
 	if userns == nil {
 		userns = func(p *platform.Profile) bool { return p.UserNS.OK }
 	}
@@ -204,11 +204,11 @@ func ociBackendFaults(cfg runner.Config, userns func(profile *platform.Profile) 
 			Runtime:    oci.Pinned{Path: cfg.Runtime.Path, Version: cfg.Runtime.Version, SHA256: cfg.Runtime.SHA256},
 			Gate:       cfg.Gate,
 			StateDir:   filepath.Join(cfg.StateDir, "runc"),
-			RuntimeDir: cfg.RuntimeDir, MaxLogBytes: runner.StreamCap + 1,
+			RuntimeDir: cfg.RuntimeDir, MaxLogBytes: host.StreamCap + 1,
 			Profile: profile, Faults: faults,
 		}
 		if userns(profile()) {
-			o.UserNS = &oci.IDMap{HostID: runner.DefaultUserNS.HostID, Size: runner.DefaultUserNS.Size}
+			o.UserNS = &oci.IDMap{HostID: host.DefaultUserNS.HostID, Size: host.DefaultUserNS.Size}
 		}
 		return oci.New(o)
 	}
@@ -216,30 +216,30 @@ func ociBackendFaults(cfg runner.Config, userns func(profile *platform.Profile) 
 
 // openRunner opens the store and a runner on cfg; the store is closed at
 // the end of the test.
-func openRunner(t testing.TB, cfg runner.Config) (*runner.Runner, *store.DB) {
+func openRunner(t testing.TB, cfg host.Config) (*host.Runner, *store.DB) {
 	t.Helper()
 	return openRunnerWith(t, cfg, ociBackend(cfg))
 }
 
 // openRunnerWith is openRunner on the backend factory.
-func openRunnerWith(t testing.TB, cfg runner.Config, factory runner.BackendFactory) (*runner.Runner, *store.DB) {
+func openRunnerWith(t testing.TB, cfg host.Config, factory host.BackendFactory) (*host.Runner, *store.DB) {
 	t.Helper()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(runner.StorePath(cfg))
+	db, err := store.Open(host.StorePath(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	r, err := runner.New(context.Background(), cfg, db, factory, nil)
+	r, err := host.New(context.Background(), cfg, db, factory, nil)
 	if err != nil {
-		t.Fatalf("runner.New: %v", err)
+		t.Fatalf("host.New: %v", err)
 	}
 	return r, db
 }
 
-func want(t *testing.T, res *runner.Result, status runner.Status, out string) {
+func want(t *testing.T, res *host.Result, status host.Status, out string) {
 	t.Helper()
 	if res.Status != status {
 		t.Fatalf("status = %s (exit %d, signal %q, error %q), want %s\noutput:\n%s",
@@ -263,7 +263,7 @@ func processesWith(marker string) []string {
 func TestTrivialPhase(t *testing.T) {
 	h := newHarness(t)
 	res, out := h.run(h.phase("echo hi > /out/a.txt; echo done"))
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if res.Tier != "development (unqualified)" || !res.Unqualified {
 		t.Fatalf("tier = %q unqualified=%v; a development run must be labelled unqualified", res.Tier, res.Unqualified)
 	}
@@ -296,7 +296,7 @@ func TestInputImmutability(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, out := h.launch(ctx, prep)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if strings.Contains(out, "SUCCEEDED") {
 		t.Fatalf("a write to an input or the rootfs succeeded:\n%s", out)
 	}
@@ -312,7 +312,7 @@ func TestOutputCustody(t *testing.T) {
 	h := newHarness(t)
 	t.Run("legitimate", func(t *testing.T) {
 		res, out := h.run(h.phase("mkdir -p /out/d; printf abc > /out/d/x; printf hello > /out/y"))
-		want(t, res, runner.StatusOK, out)
+		want(t, res, host.StatusOK, out)
 		got := map[string]string{}
 		for _, f := range res.Output.Files {
 			got[f.Path] = f.SHA256
@@ -331,7 +331,7 @@ func TestOutputCustody(t *testing.T) {
 		req := h.phase("dd if=/dev/zero of=/out/big bs=64k count=64 2>&1; echo dd-exit=$?")
 		req.Output.MaxBytes = 1 << 20
 		res, out := h.run(req)
-		want(t, res, runner.StatusOK, out)
+		want(t, res, host.StatusOK, out)
 		if !strings.Contains(out, "No space left on device") {
 			t.Fatalf("writing 4 MiB into a 1 MiB output did not hit ENOSPC:\n%s", out)
 		}
@@ -347,7 +347,7 @@ func TestEnvironmentExclusion(t *testing.T) {
 	req := h.phase("env; echo declared=$DECLARED")
 	req.Env = map[string]string{"DECLARED": "yes"}
 	res, out := h.run(req)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if strings.Contains(out, "CUSTODY_AMBIENT_CANARY") || strings.Contains(out, "leaked") {
 		t.Fatalf("ambient variable reached the workload:\n%s", out)
 	}
@@ -373,7 +373,7 @@ func TestDeviceExclusion(t *testing.T) {
 		"head -c 8 /dev/urandom | wc -c; " +
 		"if mknod /dev/sdx b 8 0 2>/dev/null; then echo MKNOD-SUCCEEDED; fi; " +
 		"if [ -e /dev/sda ] || [ -e /dev/kmsg ] || [ -e /dev/mem ]; then echo HOST-DEVICE-VISIBLE; fi; true"))
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if !strings.Contains(out, "null-ok") {
 		t.Fatalf("/dev/null unusable:\n%s", out)
 	}
@@ -406,7 +406,7 @@ func TestDeniedEgress(t *testing.T) {
 		// refusal: the host's loopback listener is unreachable
 		"if echo x | nc -w 2 127.0.0.1 %d; then echo HOST-REACHED; fi; true", port)
 	res, out := h.run(h.phase(script))
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if strings.TrimSpace(strings.Split(out, "\n")[0]) != "lo" {
 		t.Fatalf("interfaces other than lo visible:\n%s", out)
 	}
@@ -427,11 +427,11 @@ func TestMemoryBudget(t *testing.T) {
 	h := newHarness(t)
 	t.Run("within", func(t *testing.T) {
 		res, out := h.run(h.phase("dd if=/dev/zero of=/dev/null bs=16M count=1 2>&1"))
-		want(t, res, runner.StatusOK, out)
+		want(t, res, host.StatusOK, out)
 	})
 	t.Run("hog", func(t *testing.T) {
 		res, out := h.run(h.phase("dd if=/dev/zero of=/dev/null bs=200M count=1 2>&1"))
-		want(t, res, runner.StatusOOM, out)
+		want(t, res, host.StatusOOM, out)
 		if res.Usage.MemoryLimitBytes != 64<<20 {
 			t.Fatalf("enforced memory limit %d, want %d", res.Usage.MemoryLimitBytes, 64<<20)
 		}
@@ -442,7 +442,7 @@ func TestPidsBudget(t *testing.T) {
 	h := newHarness(t)
 	t.Run("within", func(t *testing.T) {
 		res, out := h.run(h.phase("for i in 1 2 3 4 5 6 7 8; do sleep 0.2 & done; wait; echo all-forked"))
-		want(t, res, runner.StatusOK, out)
+		want(t, res, host.StatusOK, out)
 	})
 	t.Run("fork-bomb", func(t *testing.T) {
 		// Counting uses only shell builtins: once the budget is spent, no
@@ -472,14 +472,14 @@ func TestWallTimeKillsTree(t *testing.T) {
 	marker := fmt.Sprintf("%d", 40000+os.Getpid()%10000)
 	t.Run("legitimate", func(t *testing.T) {
 		res, out := h.run(h.phase("sleep 0.2; echo finished"))
-		want(t, res, runner.StatusOK, out)
+		want(t, res, host.StatusOK, out)
 	})
 	t.Run("overrun", func(t *testing.T) {
 		req := h.phase("setsid sh -c 'sleep " + marker + " & sleep " + marker + "' & " +
 			"(sh -c 'sleep " + marker + " &' &); sleep " + marker)
 		req.Resources.WallTime = quantity.Duration(2 * time.Second)
 		res, out := h.run(req)
-		want(t, res, runner.StatusTimeout, out)
+		want(t, res, host.StatusTimeout, out)
 		if left := processesWith("sleep " + marker); len(left) > 0 {
 			t.Fatalf("processes survived the wall-time kill: %v", left)
 		}
@@ -488,7 +488,7 @@ func TestWallTimeKillsTree(t *testing.T) {
 		// The main process exits at once; its setsid'd double-forked
 		// children must not outlive the run.
 		res, out := h.run(h.phase("setsid sh -c '(sleep " + marker + " &) ; sleep " + marker + "' & echo started"))
-		want(t, res, runner.StatusOK, out)
+		want(t, res, host.StatusOK, out)
 		if left := processesWith("sleep " + marker); len(left) > 0 {
 			t.Fatalf("orphaned processes survived the run: %v", left)
 		}
@@ -521,7 +521,7 @@ func TestCancelKillsTree(t *testing.T) {
 		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
 	}
 	h.noLeftovers()
-	want(t, res, runner.StatusCancelled, out.String())
+	want(t, res, host.StatusCancelled, out.String())
 	if left := processesWith("sleep " + marker); len(left) > 0 {
 		t.Fatalf("processes survived cancellation: %v", left)
 	}
@@ -537,9 +537,9 @@ func TestRunRecordWithFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, out := h.launch(ctx, prep)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	var rec launch.Record
-	if err := h.db.GetRun(res.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Status != runner.StatusOK {
+	if err := h.db.GetRun(res.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Status != host.StatusOK {
 		t.Fatalf("run record %+v (%v)", rec, err)
 	}
 	if c := rec.Result.Cleanup; c == nil || !c.Verified {
@@ -554,7 +554,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 	copyPath, data, rt := runcCopy(t)
 	h := newHarnessWith(t, rt)
 	res, out := h.run(h.phase("echo untampered"))
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 
 	if err := os.WriteFile(copyPath, append(data, 0), 0o755); err != nil {
 		t.Fatal(err)
@@ -569,7 +569,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 	if !errors.Is(err, oci.ErrRuntimeDigest) {
 		t.Fatalf("launch with a tampered runtime: err = %v, want ErrRuntimeDigest", err)
 	}
-	if res.Status != runner.StatusRefused || strings.Contains(buf.String(), "SHOULD-NOT-RUN") {
+	if res.Status != host.StatusRefused || strings.Contains(buf.String(), "SHOULD-NOT-RUN") {
 		t.Fatalf("status %s, output %q", res.Status, buf.String())
 	}
 	h.noLeftovers()
@@ -579,7 +579,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	prep.RunID, prep.GrantID = "tampered-1", "grant-t"
-	if res, err := launch.LaunchSpent(ctx, h.r, prep, nil, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != runner.StatusRefused {
+	if res, err := launch.LaunchSpent(ctx, h.r, prep, nil, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != host.StatusRefused {
 		t.Fatalf("consumed launch with a tampered runtime: %v, %s", err, res.Status)
 	}
 	if a := h.attempt("tampered-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
@@ -659,7 +659,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	if f == nil {
 		t.Fatal("could not hold the output file open")
 	}
-	if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup.Verified {
+	if !errors.Is(err, host.ErrQuarantined) || res.Cleanup.Verified {
 		t.Fatalf("busy output mount: err = %v, cleanup verified = %v; want quarantine", err, res.Cleanup.Verified)
 	}
 	// A residual attempt leaves the run record to the caller: none is
@@ -669,7 +669,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 		t.Fatalf("residual cleanup: run record %+v (%v); want none kept with the attempt", rec, err)
 	}
 	// The next run is refused, before anything is created.
-	if _, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, runner.ErrQuarantined) {
+	if _, err := launch.Prepare(ctx, h.r, h.phase("echo SHOULD-NOT-RUN"), h.policy); !errors.Is(err, host.ErrQuarantined) {
 		t.Fatalf("run on a quarantined runner: err = %v, want ErrQuarantined", err)
 	}
 	// The quarantine survives a restart.
@@ -690,7 +690,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	}
 	h.r = r2
 	res, outs := h.run(h.phase("echo back"))
-	want(t, res, runner.StatusOK, outs)
+	want(t, res, host.StatusOK, outs)
 }
 
 // attempt returns run id's journal attempt.
@@ -735,7 +735,7 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 	}
 	prep.RunID, prep.GrantID = "consumed-1", "grant-1"
 	res, out := h.launchSpent(ctx, prep, true, nil)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if a := h.attempt("consumed-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
 		t.Fatalf("attempt after the launch: %+v", a)
 	}
@@ -757,11 +757,11 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 	if err := h.r.Consume("present-1", "grant-3", use); err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(h.cfg.RuntimeDir, runner.ContainerID("present-1"))
+	dir := filepath.Join(h.cfg.RuntimeDir, host.ContainerID("present-1"))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.r.Abandon("present-1", "inputs changed"); !errors.Is(err, runner.ErrQuarantined) {
+	if err := h.r.Abandon("present-1", "inputs changed"); !errors.Is(err, host.ErrQuarantined) {
 		t.Fatalf("abandon with a recorded path present: %v, want ErrQuarantined", err)
 	}
 	if a := h.attempt("present-1"); a.State != journal.Residual || !strings.Contains(a.Detail, dir) {
@@ -791,7 +791,7 @@ httpd -p 127.0.0.1:8080 -h /tmp/www && wget -q -O - http://localhost:8080/x
 wget -q -O - "http://$(hostname):8080/x"
 echo mounts-ro; echo x >> /etc/hosts || echo hosts-ro`)
 	res, out := h.run(req)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	for _, s := range []string{"path=" + request.DefaultPath, "host=custody file=custody", "hosts-ro"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("workload output lacks %q:\n%s", s, out)
@@ -822,7 +822,7 @@ func TestPhaseUser(t *testing.T) {
 echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
 	req.User = "1000"
 	res, out := h.run(req)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if !strings.Contains(out, "ids=1000:0") || !strings.Contains(out, "wrote-scratch") {
 		t.Fatalf("user 1000 phase:\n%s", out)
 	}
@@ -833,7 +833,7 @@ echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
 	req = h.phase(`echo "ids=$(id -u):$(id -g)"`)
 	req.User = "root"
 	res, out = h.run(req)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if !strings.Contains(out, "ids=0:0") {
 		t.Fatalf("user root phase:\n%s", out)
 	}
@@ -870,7 +870,7 @@ func TestAdmissionReadsTheImage(t *testing.T) {
 	req := h.phase("pwd")
 	req.Workdir = "/root"
 	res, out := h.run(req)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if out != "/root\n" {
 		t.Fatalf("pwd = %q, want /root", out)
 	}
@@ -893,7 +893,7 @@ func TestFailedToStart(t *testing.T) {
 	if err == nil {
 		t.Fatal("a launch that cannot start returned no error")
 	}
-	if res.Status != runner.StatusFailedToStart || res.ExitCode != -1 || res.FailedStage != oci.StageSetup ||
+	if res.Status != host.StatusFailedToStart || res.ExitCode != -1 || res.FailedStage != oci.StageSetup ||
 		!strings.Contains(res.Error, "stage "+oci.StageSetup) {
 		t.Fatalf("result = status %s exit %d stage %q error %q", res.Status, res.ExitCode, res.FailedStage, res.Error)
 	}
@@ -909,7 +909,7 @@ func TestFailedToStart(t *testing.T) {
 	}
 	// The legitimate neighbour: the same phase, unchanged, runs.
 	res, o := h.run(h.phase("echo ran"))
-	want(t, res, runner.StatusOK, o)
+	want(t, res, host.StatusOK, o)
 }
 
 // An OCI image's config supplies what a phase leaves out: its command
@@ -947,7 +947,7 @@ func TestImageConfigDefaults(t *testing.T) {
 		t.Fatalf("plan = command %q user %+v", prep.Plan.Command, prep.Plan.User)
 	}
 	res, out := h.launch(context.Background(), prep)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if !strings.Contains(out, "ids=1000:1000 pwd=/work foo=image path=/usr/bin:/bin") {
 		t.Fatalf("the image's defaults did not reach the workload:\n%s", out)
 	}
@@ -956,7 +956,7 @@ func TestImageConfigDefaults(t *testing.T) {
 	req.Image, req.Workdir, req.User = imported.Digest, "/", "0:0"
 	req.Env = map[string]string{"FOO": "phase"}
 	res, out = h.run(req)
-	want(t, res, runner.StatusOK, out)
+	want(t, res, host.StatusOK, out)
 	if !strings.Contains(out, "ids=0:0 pwd=/ foo=phase path=/usr/bin:/bin") {
 		t.Fatalf("the phase's fields did not override the image's:\n%s", out)
 	}
@@ -1003,7 +1003,7 @@ func TestForeignMountUnderTheLaunchDir(t *testing.T) {
 		t.Fatal("could not mount beneath the launch dir")
 	}
 	defer unix.Unmount(p, unix.MNT_DETACH)
-	if !errors.Is(err, runner.ErrQuarantined) || res.Cleanup.Verified {
+	if !errors.Is(err, host.ErrQuarantined) || res.Cleanup.Verified {
 		t.Fatalf("foreign mount beneath the launch dir: err = %v, cleanup verified = %v; want quarantine", err, res.Cleanup.Verified)
 	}
 	if b, err := os.ReadFile(filepath.Join(p, "keep")); err != nil || string(b) != "not custody's" {
@@ -1022,6 +1022,6 @@ func TestForeignMountUnderTheLaunchDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, outs := h.run(h.phase("echo back"))
-	want(t, res, runner.StatusOK, outs)
+	want(t, res, host.StatusOK, outs)
 	h.noLeftovers()
 }

@@ -1,4 +1,4 @@
-package runner_test
+package host_test
 
 import (
 	"archive/tar"
@@ -13,12 +13,12 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/image/imagetest"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
-	"github.com/custody-dev/custody/runner"
 	"github.com/custody-dev/custody/snapshot"
 )
 
@@ -30,7 +30,7 @@ import (
 func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
-	rt := runner.Runtime{Path: path, Version: version, SHA256: sha}
+	rt := host.Runtime{Path: path, Version: version, SHA256: sha}
 	layout := ownedLayout(t)
 
 	for _, userns := range []bool{false, true} {
@@ -50,7 +50,7 @@ func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 					t.Fatalf("admit with a user namespace: %v", err)
 				}
 				res, _ := h.run(req)
-				want(t, res, runner.StatusOK, "1000:1000")
+				want(t, res, host.StatusOK, "1000:1000")
 				return
 			}
 			var re *admission.RefusedError
@@ -66,7 +66,7 @@ func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 			}
 			// The all-0:0 rootfs import runs on the same runner.
 			res, _ := h.run(h.phase("echo ran"))
-			want(t, res, runner.StatusOK, "ran")
+			want(t, res, host.StatusOK, "ran")
 		})
 	}
 }
@@ -97,10 +97,10 @@ func ownedLayout(t *testing.T) string {
 // ownersHarness is a runner on the real runc with a user namespace or
 // without one, whichever the test asks (ociBackend takes one where the
 // host allows it).
-func ownersHarness(t *testing.T, rt runner.Runtime, userns bool) *harness {
+func ownersHarness(t *testing.T, rt host.Runtime, userns bool) *harness {
 	t.Helper()
 	base := launchBase(t)
-	cfg := runner.Config{StateDir: filepath.Join(base, "state"), RuntimeDir: filepath.Join(base, "run"), Runtime: rt, Gate: testenv.Gate(t)}
+	cfg := host.Config{StateDir: filepath.Join(base, "state"), RuntimeDir: filepath.Join(base, "run"), Runtime: rt, Gate: testenv.Gate(t)}
 	r, db := openRunnerWith(t, cfg, ociBackendWith(cfg, func(p *platform.Profile) bool {
 		if userns && !p.UserNS.OK {
 			testenv.Missing(t, "user namespaces on this host (the owned image's legitimate case)")
@@ -128,7 +128,7 @@ func ownersHarness(t *testing.T, rt runner.Runtime, userns bool) *harness {
 func TestIdmapProbedAtStart(t *testing.T) {
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
-	rt := runner.Runtime{Path: path, Version: version, SHA256: sha}
+	rt := host.Runtime{Path: path, Version: version, SHA256: sha}
 	layout := ownedLayout(t)
 	unmappable := platform.ProbeIdmap(context.Background(), "/proc")
 	if unmappable.OK {
@@ -137,7 +137,7 @@ func TestIdmapProbedAtStart(t *testing.T) {
 	for _, forced := range []bool{false, true} {
 		t.Run(map[bool]string{false: "idmap-works", true: "idmap-refused"}[forced], func(t *testing.T) {
 			base := launchBase(t)
-			cfg := runner.Config{StateDir: filepath.Join(base, "state"), RuntimeDir: filepath.Join(base, "run"), Runtime: rt, Gate: testenv.Gate(t)}
+			cfg := host.Config{StateDir: filepath.Join(base, "state"), RuntimeDir: filepath.Join(base, "run"), Runtime: rt, Gate: testenv.Gate(t)}
 			factory := ociBackendWith(cfg, func(p *platform.Profile) bool {
 				if !p.UserNS.OK {
 					testenv.Missing(t, "user namespaces on this host")
@@ -191,7 +191,7 @@ func TestIdmapProbedAtStart(t *testing.T) {
 				t.Fatalf("no image.owners refusal naming the stateDir fix: %v", err)
 			}
 			res, _ := h.run(h.phase("echo ran"))
-			want(t, res, runner.StatusOK, "ran")
+			want(t, res, host.StatusOK, "ran")
 		})
 	}
 }
