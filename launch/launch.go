@@ -43,6 +43,7 @@ import (
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runner"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -277,13 +278,13 @@ func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage reques
 type producer struct{ actor, stage string }
 
 // OutputIndex is the run index custodyd keeps beside the output store:
-// each Record with a retained output is found under its output's digest,
+// each run record with a retained output is found under its output's digest,
 // with the producing run's actor and stage. The store writes it in the
 // same transaction as the record and rebuilds it from the records when it
 // is missing or of another version.
 func OutputIndex() store.RunIndex {
 	return store.RunIndex{Version: "output-producers/v1", Entries: func(raw []byte) []store.IndexEntry {
-		// Only the three fields the index keeps: decoding the whole Record
+		// Only the three fields the index keeps: decoding the whole record
 		// (its receipt, cleanup and usage) cost more than the write. The
 		// v2 decoder skips the rest in one pass (v1 validates all of it
 		// first, then decodes): a third of the time on a launch's record.
@@ -299,7 +300,7 @@ func OutputIndex() store.RunIndex {
 	}}
 }
 
-// indexedRecord is the part of a Record's JSON that OutputIndex reads.
+// indexedRecord is the part of a run record's JSON that OutputIndex reads.
 type indexedRecord struct {
 	Result *struct {
 		Actor  string `json:"actor"`
@@ -318,7 +319,7 @@ type indexedProducer struct {
 
 func outputKey(digest string) string { return "output:" + digest }
 
-// outputProducers lists the recorded runs (launch's own Records) whose
+// outputProducers lists the recorded runs (launch's own records) whose
 // output is digest: from the output index when the store keeps one, else
 // by reading every record.
 func (l *Launcher) outputProducers(digest string) ([]producer, error) {
@@ -335,7 +336,7 @@ func (l *Launcher) outputProducers(digest string) ([]producer, error) {
 		return out, err
 	}
 	err = l.cfg.Store.Runs(func(id string, raw []byte) error {
-		var rec Record
+		var rec runrecord.Record
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil || rec.Result.Output == nil || rec.Result.Output.Digest != digest {
 			return nil
 		}
@@ -1074,30 +1075,10 @@ func (r *Run) ID() string { return r.prep.RunID }
 // Grant is the grant the run spent.
 func (r *Run) Grant() *grant.Grant { return r.grant }
 
-// Receipt is a signed receipt: the DSSE envelope, the same as a Sigstore
-// bundle (compact: every document that carries it compacts it anyway), and
-// the runner key (PEM) that signed it. The JSON names are the run record's.
-type Receipt struct {
-	Envelope        json.RawMessage `json:"envelope"`
-	Bundle          json.RawMessage `json:"bundle"`
-	RunnerPublicKey string          `json:"runnerPublicKey"`
-}
-
-// Record is what the store keeps of a run (its JSON is the store's run
-// record format, unchanged since records were first written; see
-// testdata): the result, its owner, its signed receipt, or why a run that
-// launched has none.
-type Record struct {
-	Owner        uint32         `json:"owner"`
-	Result       *runner.Result `json:"result"`
-	Receipt      *Receipt       `json:"receipt,omitempty"`
-	ReceiptError string         `json:"receiptError,omitempty"`
-}
-
 // Outcome is how a run ended, as Execute reports it.
 type Outcome struct {
-	Result  *runner.Result
-	Receipt *Receipt
+	Result  *runrecord.Result
+	Receipt *runrecord.Receipt
 	// Err is set when the run could not be attempted, was refused before it
 	// began, or its cleanup could not be verified.
 	Err error
@@ -1109,17 +1090,17 @@ type Outcome struct {
 // closes its journal attempt (or, when cleanup is residual, after).
 func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Writer) Outcome {
 	l, prep, g := r.l, r.prep, r.grant
-	var rcpt *Receipt
+	var rcpt *runrecord.Receipt
 	var rcptErr string
 	finalized := false
-	finalize := func(res *runner.Result) {
+	finalize := func(res *runrecord.Result) {
 		if finalized {
 			return
 		}
 		finalized = true
 		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
 		// Every run that launched gets a signed receipt, failed ones too.
-		if res.Status != runner.StatusRefused {
+		if res.Status != runrecord.StatusRefused {
 			var err error
 			if rcpt, err = r.receipt(context.WithoutCancel(ctx), res); err != nil {
 				l.cfg.Log.Error("sign receipt", "run", prep.RunID, "err", err)
@@ -1127,12 +1108,12 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 			}
 		}
 	}
-	record := func(res *runner.Result) Record {
-		return Record{Owner: owner, Result: res, Receipt: rcpt, ReceiptError: rcptErr}
+	record := func(res *runrecord.Result) runrecord.Record {
+		return runrecord.Record{Owner: owner, Result: res, Receipt: rcpt, ReceiptError: rcptErr}
 	}
-	prep.Record = func(res *runner.Result) ([]byte, error) {
+	prep.Record = func(res *runrecord.Result) ([]byte, error) {
 		finalize(res)
-		return record(res).encode()
+		return record(res).Encode()
 	}
 	res, err := l.cfg.Runner.Launch(ctx, prep, stdout, stderr)
 	if res != nil {
@@ -1147,7 +1128,7 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 }
 
 // receipt signs the run's receipt with the runner identity key.
-func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error) {
+func (r *Run) receipt(ctx context.Context, res *runrecord.Result) (*runrecord.Receipt, error) {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, r.env); err != nil {
 		return nil, err
@@ -1167,5 +1148,5 @@ func (r *Run) receipt(ctx context.Context, res *runner.Result) (*Receipt, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
+	return &runrecord.Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
 }

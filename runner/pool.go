@@ -30,13 +30,6 @@ import (
 // when they idle past their TTL, their gate died, the policy, the image or
 // the runtime changed, or the runner is quarantined.
 
-// PoolMember is a pooled sandbox as a run's result records it.
-type PoolMember struct {
-	Profile    string    `json:"profile"`
-	Sandbox    string    `json:"sandbox"` // the member's attempt (journal run id)
-	PreparedAt time.Time `json:"preparedAt"`
-}
-
 // poolGrantPrefix marks a pool member's attempt in the journal, in the
 // place of the grant a launch's attempt names: "pool:<profile>". No grant
 // id has a colon.

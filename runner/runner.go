@@ -659,7 +659,6 @@ func (r *Runner) Launch(ctx context.Context, p *Prepared, stdout, stderr io.Writ
 	res.Backend = identityRecord(b.Identity())
 	res.Evidence = maps.Clone(ev)
 	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
-	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
 	// The workload's output goes through spools that never block, never
 	// straight to a caller that may stop reading: a full pipe would hold
 	// the workload, and a killed one, until cleanup cannot be verified.

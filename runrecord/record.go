@@ -1,20 +1,46 @@
-package launch
+// Package runrecord is the run record: what the runner's store keeps of
+// each run (its result, its owner, its signed receipt or why it has none)
+// and that record's JSON, which is a stored format: records written
+// before keep reading, and a record read and written again is the same
+// bytes. It holds values only; nothing here runs work. The wire form of a
+// result (api) and the receipt (evidence) are both made from these types.
+package runrecord
 
 import (
 	"encoding/json"
 	"strconv"
 )
 
-// encode is json.Marshal(rec), byte for byte (TestRecordEncodeIsMarshal),
+// Receipt is a signed receipt: the DSSE envelope, the same as a Sigstore
+// bundle (compact: every document that carries it compacts it anyway), and
+// the runner key (PEM) that signed it. The JSON names are the run record's.
+type Receipt struct {
+	Envelope        json.RawMessage `json:"envelope"`
+	Bundle          json.RawMessage `json:"bundle"`
+	RunnerPublicKey string          `json:"runnerPublicKey"`
+}
+
+// Record is what the store keeps of a run (its JSON is the store's run
+// record format, unchanged since records were first written; see
+// testdata): the result, its owner, its signed receipt, or why a run that
+// launched has none.
+type Record struct {
+	Owner        uint32   `json:"owner"`
+	Result       *Result  `json:"result"`
+	Receipt      *Receipt `json:"receipt,omitempty"`
+	ReceiptError string   `json:"receiptError,omitempty"`
+}
+
+// Encode is json.Marshal(rec), byte for byte (TestRecordEncodeIsMarshal),
 // written without re-formatting the receipt: encoding/json re-scans and
 // re-compacts every json.RawMessage it marshals, and the envelope and the
 // bundle are most of a record's bytes. A Receipt's bytes are only ever
-// made by receipt (the envelope is SignReceipt's encoding/json output, the
-// bundle BundleCompact's) or read back from a record this wrote, so they
-// are valid and compact already, and neither can hold the characters
+// made by the launch's signing (the envelope is evidence.SignReceipt's
+// encoding/json output, the bundle evidence.BundleCompact's) or read back
+// from a record this wrote, so they are valid and compact already, and neither can hold the characters
 // json.Marshal would escape (<, >, &: base64, hex key ids, a fixed media
 // type); they go in as they are.
-func (rec Record) encode() ([]byte, error) {
+func (rec Record) Encode() ([]byte, error) {
 	res, err := json.Marshal(rec.Result)
 	if err != nil {
 		return nil, err

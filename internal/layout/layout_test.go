@@ -70,7 +70,7 @@ var banned = map[string]map[string]string{
 	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "runner": "", "backend/oci": ""},
 	"probe":       {"api": "the probe is standard library only", "platform": "", "evidence": "", "grant": ""},
 	"evidence":    {"runner": "evidence does not know who runs", "backend/oci": "", "store": ""},
-	"retention":   {"backend/oci": "retention reads records and stored trees; it never drives a runtime", "api": ""},
+	"retention":   {"backend/oci": "retention reads records and stored trees; it never drives a runtime", "api": "", "launch": "retention reads run records (runrecord), never the launch pipeline", "runner": ""},
 	"keys":        {"store": "keys are files, not state", "runner": "", "grant": ""},
 	"api":         {"runner": "wire types carry no logic", "store": "", "backend/oci": "", "admission": "", "launch": ""},
 	"backend":     {"runner": "the contract imports no custody domain package", "admission": "", "policy": "", "grant": "", "journal": "", "store": "", "evidence": "", "api": ""},
@@ -123,7 +123,41 @@ var directOnly = map[string][]string{
 	// with the same profile.
 	"backend/oci": {"cmd/custodyd", "bench"},
 	"runner":      {"cmd/custodyd", "launch"},
-	"launch":      {"cmd/custodyd", "retention"},
+	"launch":      {"cmd/custodyd"},
+}
+
+// leaves: package → the only custody packages it may depend on at all
+// (transitively), and why.
+var leaves = map[string]struct {
+	allowed []string
+	why     string
+}{
+	"runrecord": {[]string{"backend"}, "the run record is a leaf of values: it runs no work and knows no pipeline, store, " +
+		"wire or receipt (backend only for the usage and cleanup values it records)"},
+}
+
+func TestLeaves(t *testing.T) {
+	pkgs := list(t)
+	found := map[string]bool{}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		rule, ok := leaves[rel]
+		if !ok {
+			continue
+		}
+		found[rel] = true
+		for _, d := range p.Deps {
+			drel, ok := strings.CutPrefix(d, module+"/")
+			if ok && !slices.Contains(rule.allowed, drel) {
+				t.Errorf("%s depends on %s; it may depend only on %v: %s", rel, drel, rule.allowed, rule.why)
+			}
+		}
+	}
+	for name := range leaves {
+		if !found[name] {
+			t.Errorf("leaf rule for %s, which no longer exists", name)
+		}
+	}
 }
 
 func TestDependencyRules(t *testing.T) {
