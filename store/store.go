@@ -10,7 +10,7 @@
 //	               run-index-version → the RunIndex version the run index
 //	                      was built by (absent: none, or stale: rebuilt)
 //	  runner/      quarantine → JSON Quarantine (absent: not quarantined)
-//	  runs/<id>    → JSON run record (opaque to the store)
+//	  runs/<id>    → JSON run record (package runrecord; opaque to the store)
 //	  grants/<id>  → JSON GrantUse: the grant was consumed (single use)
 //	  revoked/<id> → JSON Revocation
 //	  journal/<run id> → JSON attempt record (owned by package journal)
@@ -316,8 +316,8 @@ const Issued = "issued-grants"
 // spent chooses others.
 const PackReservations = "pack-reservations"
 
-// RunRecord is an encoded run record (see PutRun) for Update to store in
-// the same transaction as its own change.
+// RunRecord is an encoded run record (a runrecord.Record's JSON, see
+// PutRun) for Update to store in the same transaction as its own change.
 type RunRecord struct {
 	ID    string
 	Value []byte
