@@ -54,7 +54,8 @@ func claimsType(env []byte, t string) bool {
 // PackResult is the outcome of verifying one pack receipt.
 type PackResult struct {
 	// Checks holds every check: envelope, signature, issuer-trust,
-	// key-revocation, statement, grant, compose, freshness, cleanup.
+	// key-revocation, statement, grant, compose, freshness, cleanup,
+	// outcome.
 	Checks []Check `json:"checks"`
 	// Receipt and Subjects are the verified predicate and statement
 	// subjects; they are set only when OK.
@@ -75,7 +76,7 @@ type PackResult struct {
 	// key-revocation, statement, grant and, when a compose file was given,
 	// compose pass.
 	OK bool `json:"ok"`
-	// Acceptable is OK and freshness and cleanup pass.
+	// Acceptable is OK and freshness, cleanup and outcome pass.
 	Acceptable bool `json:"acceptable"`
 }
 
