@@ -57,6 +57,12 @@ func storedVersion(tx *bolt.Tx) (int, error) {
 	if v == nil {
 		return 0, nil
 	}
+	return parseVersion(v)
+}
+
+// parseVersion reads a stored schema version: a decimal number from 1, as
+// strconv.Itoa writes it, and nothing else.
+func parseVersion(v []byte) (int, error) {
 	n, err := strconv.Atoi(string(v))
 	if err != nil || n < 1 || strconv.Itoa(n) != string(v) {
 		return 0, fmt.Errorf("store schema version %q is not one any custodyd writes; fix: restore the store from a backup", v)

@@ -210,3 +210,24 @@ func TestDamagedStoreRefused(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseVersion: a stored schema version reads only when it is the
+// decimal form of a number from 1 (what Open writes), and then as that
+// number; anything else is refused with a fix.
+func FuzzParseVersion(f *testing.F) {
+	for _, s := range []string{"1", "2", "10", "0", "-1", "+2", "02", " 2", "2\n", "two", "", "99999999999999999999"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		n, err := parseVersion(v)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fix:") {
+				t.Fatalf("refusal without a fix: %v", err)
+			}
+			return
+		}
+		if n < 1 || strconv.Itoa(n) != string(v) {
+			t.Fatalf("%q read as %d", v, n)
+		}
+	})
+}
