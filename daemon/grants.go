@@ -14,6 +14,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // handleAdmit is the dry run. On the control socket it is the grant
@@ -174,7 +175,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		st.send(api.Event{Type: api.EventReceipt, RunID: runID, Receipt: rcpt.Envelope, Bundle: rcpt.Bundle,
 			Data: []byte(rcpt.RunnerPublicKey)})
 	}
-	if err != nil && res != nil && res.Status == host.StatusRefused {
+	if err != nil && res != nil && res.Status == runrecord.StatusRefused {
 		st.finish(api.Event{Type: api.EventError, RunID: runID, Result: wire, Error: toAPIError(err)})
 		return
 	}
@@ -194,7 +195,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 // quarantinedBy returns the quarantine a run left the runner in, if any. A
 // cleanup that was not verified counts even when the quarantine could not
 // be recorded (a full disk): the client hears of it either way.
-func (s *server) quarantinedBy(runID string, res *host.Result, err error) *api.Quarantine {
+func (s *server) quarantinedBy(runID string, res *runrecord.Result, err error) *api.Quarantine {
 	unverified := res != nil && res.Cleanup != nil && !res.Cleanup.Verified
 	if !unverified && !errors.Is(err, host.ErrQuarantined) {
 		return nil
@@ -356,7 +357,7 @@ func (s *stream) write(ev api.Event, closed bool) error {
 // encodeEvent is json.Marshal(ev), byte for byte (TestEncodeEventIsMarshal),
 // with a receipt event's envelope and bundle spliced in as they are:
 // encoding/json re-scans and re-compacts every json.RawMessage, and those
-// two are most of the event. They are launch.Receipt's bytes, which are
+// two are most of the event. They are runrecord.Receipt's bytes, which are
 // compact and hold nothing json.Marshal escapes (see launch's
 // Record.encode). They are the last fields an Event writes but for the
 // quarantine and the drop counts, which a receipt event never carries.

@@ -12,9 +12,8 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
-	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/image"
-	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 )
@@ -351,8 +350,8 @@ func (s *server) handleCancel(operator bool) http.HandlerFunc {
 
 // runFor reads a run record the caller may see: any for operators, their
 // own for clients (others' runs answer as absent).
-func (s *server) runFor(r *http.Request, operator bool) (*launch.Record, error) {
-	var rec launch.Record
+func (s *server) runFor(r *http.Request, operator bool) (*runrecord.Record, error) {
+	var rec runrecord.Record
 	if err := s.db.GetRun(r.PathValue("id"), &rec); err != nil {
 		return nil, err
 	}
@@ -391,11 +390,11 @@ func (s *server) handleGetReceipt(operator bool) http.HandlerFunc {
 // bytes come from the runner's content-addressed store; the client checks
 // them against the signed receipt, not against this answer.
 // noReceipt says why a recorded run has no receipt, from its record.
-func noReceipt(rec *launch.Record) string {
+func noReceipt(rec *runrecord.Record) string {
 	switch {
 	case rec.Result == nil:
 		return "its record holds no result"
-	case rec.Result.Status == host.StatusRefused:
+	case rec.Result.Status == runrecord.StatusRefused:
 		return "it was refused before it launched: " + rec.Result.Error
 	case rec.ReceiptError != "":
 		return fmt.Sprintf("it launched (%s) but its receipt was not signed: %s", rec.Result.Status, rec.ReceiptError)
@@ -407,7 +406,7 @@ func noReceipt(rec *launch.Record) string {
 // outputsKept refuses to hand out a run's outputs when files its record
 // lists are gone from the store (deleted by hand, or lost): a partial tree
 // must never pass for the run's outputs.
-func outputsKept(run string, o *host.Output) error {
+func outputsKept(run string, o *runrecord.Output) error {
 	paths := make([]string, len(o.Files))
 	for i, f := range o.Files {
 		paths[i] = f.Path

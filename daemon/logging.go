@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // The keys custodyd's log lines use for what an operator greps, alerts on
@@ -51,7 +51,7 @@ func (s *server) logAdmitted(run *launch.Run, uid uint32) {
 
 // logFinished is the line of a run that ended (whatever its status).
 // began is when the request arrived (the launch latency runs from there).
-func (s *server) logFinished(res *host.Result, uid uint32, began time.Time, err error) {
+func (s *server) logFinished(res *runrecord.Result, uid uint32, began time.Time, err error) {
 	if res == nil {
 		return
 	}

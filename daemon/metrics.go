@@ -15,7 +15,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
-	"github.com/custody-dev/custody/host"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // metrics are custodyd's Prometheus series, on a registry of its own (no
@@ -120,7 +120,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 
 // finished counts a run that ended and its launch latency (when its
 // workload started).
-func (m *metrics) finished(res *host.Result, began time.Time) {
+func (m *metrics) finished(res *runrecord.Result, began time.Time) {
 	if m == nil || res == nil {
 		return
 	}

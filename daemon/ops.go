@@ -13,6 +13,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/host"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -62,8 +63,8 @@ func (s *server) handleGetLog(operator bool) http.HandlerFunc {
 }
 
 // emptyStream says the record holds stream name as kept and empty.
-func emptyStream(st *host.Streams, name string) bool {
-	var s host.Stream
+func emptyStream(st *runrecord.Streams, name string) bool {
+	var s runrecord.Stream
 	switch name {
 	case host.StreamStdout:
 		s = st.Stdout

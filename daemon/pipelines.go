@@ -11,8 +11,8 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
-	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // handlePipelineSummary signs the summary of a pipeline run (control
@@ -82,7 +82,7 @@ func (s *server) summaryStage(r *http.Request, ref api.PipelineStageRef) (eviden
 		return evidence.PipelineStage{}, &api.Error{Code: api.CodeRefused,
 			Message: fmt.Sprintf("pipeline summary not signed: stage %q (run %s): ", ref.Name, ref.RunID) + fmt.Sprintf(format, args...)}
 	}
-	var rec launch.Record
+	var rec runrecord.Record
 	if err := s.db.GetRun(ref.RunID, &rec); err != nil {
 		return refuse("no such run on this runner: %v", err)
 	}

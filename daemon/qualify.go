@@ -7,8 +7,8 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/qualification"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -103,7 +103,7 @@ func (q qualificationRecords) Quarantined() (*qualification.Quarantine, error) {
 }
 
 func (q qualificationRecords) Run(id string) (qualification.RecordedRun, error) {
-	var rec launch.Record
+	var rec runrecord.Record
 	if err := q.s.db.GetRun(id, &rec); errors.Is(err, store.ErrNotFound) {
 		return qualification.RecordedRun{}, qualification.ErrUnknownRun
 	} else if err != nil {

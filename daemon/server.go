@@ -28,6 +28,7 @@ import (
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/retention"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 	"github.com/custody-dev/custody/workspace"
 )
@@ -258,17 +259,17 @@ func (s *server) recover(ctx context.Context) (*host.Recovery, error) {
 		return nil, err
 	}
 	for _, a := range rec.Attempts {
-		var existing launch.Record
+		var existing runrecord.Record
 		if s.db.GetRun(a.RunID, &existing) == nil || pool.IsMember(a) {
 			continue // a pool member ran no workload: it has no run
 		}
-		res := &host.Result{RunID: a.RunID, GrantID: a.GrantID, Status: host.StatusFailed, ExitCode: -1,
+		res := &runrecord.Result{RunID: a.RunID, GrantID: a.GrantID, Status: runrecord.StatusFailed, ExitCode: -1,
 			Error:   fmt.Sprintf("the runner stopped during this run; recovery left it %s: %s", a.State, a.Detail),
-			Started: a.Started, Finished: a.Updated, Inputs: []admission.Input{}}
+			Started: a.Started, Finished: a.Updated, Inputs: []runrecord.Input{}}
 		if use, err := s.db.GrantUsed(a.GrantID); err == nil {
 			res.Actor = use.Actor // what else the run was is not on record: unknown
 		}
-		_ = s.db.PutRun(a.RunID, launch.Record{Owner: 0, Result: res})
+		_ = s.db.PutRun(a.RunID, runrecord.Record{Owner: 0, Result: res})
 	}
 	return rec, nil
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/internal/testenv"
-	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // floodScript writes 24 MiB of zeros to stdout (past the runner's 16 MiB
@@ -234,12 +234,12 @@ func TestUnverifiedCleanupIsNotSuccess(t *testing.T) {
 // says happened, not "never launched" for every run without a receipt.
 func TestReceiptAbsenceSaysWhy(t *testing.T) {
 	for _, c := range []struct {
-		rec  launch.Record
+		rec  runrecord.Record
 		want string
 	}{
-		{launch.Record{Result: &host.Result{Status: host.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
-		{launch.Record{Result: &host.Result{Status: host.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
-		{launch.Record{Result: &host.Result{Status: host.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
+		{runrecord.Record{Result: &runrecord.Result{Status: runrecord.StatusRefused, Error: "runner is quarantined"}}, "refused before it launched: runner is quarantined"},
+		{runrecord.Record{Result: &runrecord.Result{Status: runrecord.StatusFailed}, ReceiptError: "signing failed: no key"}, "launched (failed) but its receipt was not signed: signing failed: no key"},
+		{runrecord.Record{Result: &runrecord.Result{Status: runrecord.StatusFailed, Error: "the runner stopped during this run"}}, "launched (failed) and the runner recorded it without a receipt: the runner stopped"},
 	} {
 		if got := noReceipt(&c.rec); !strings.Contains(got, c.want) {
 			t.Errorf("noReceipt(%+v) = %q, want %q", c.rec.Result, got, c.want)

@@ -5,14 +5,14 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/journal"
-	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 )
 
-// The domain (runner, launch, admission) has its own types; these turn
-// them into api's wire types, here at the edge and nowhere else.
+// The domain (the run record, runner, admission) has its own types; these
+// turn them into api's wire types, here at the edge and nowhere else.
 
 // wireResult is a run's result as it crosses the wire.
-func wireResult(r *host.Result) *api.Result {
+func wireResult(r *runrecord.Result) *api.Result {
 	if r == nil {
 		return nil
 	}
@@ -22,7 +22,7 @@ func wireResult(r *host.Result) *api.Result {
 		Tier: r.Tier, Unqualified: r.Unqualified,
 		Runtime:       api.Runtime{Path: r.Runtime.Path, Version: r.Runtime.Version, SHA256: r.Runtime.SHA256},
 		RuntimeSHA256: r.RuntimeSHA256, ConfigSHA256: r.ConfigSHA256,
-		GateSHA256: r.GateSHA256, SeccompSHA256: r.SeccompSHA256,
+		GateSHA256: r.Gate(), SeccompSHA256: r.Seccomp(),
 		UserNamespace: r.UserNamespace, Image: r.Image,
 		Usage: api.Usage{
 			PeakMemoryBytes: r.Usage.PeakMemoryBytes, CPUTimeMillis: r.Usage.CPUTimeMillis(),
@@ -30,7 +30,7 @@ func wireResult(r *host.Result) *api.Result {
 			MemoryLimitBytes: r.Usage.MemoryLimitBytes, PidsLimit: r.Usage.PidsLimit,
 			PidsLimitHits: r.Usage.PidsLimitHits,
 		},
-		Refusal: wireChecks(r.Refusal), Error: r.Error,
+		Refusal: wireRefusal(r.Refusal), Error: r.Error,
 		Started: r.Started, Finished: r.Finished,
 	}
 	if r.Inputs != nil {
@@ -62,7 +62,7 @@ func wireResult(r *host.Result) *api.Result {
 }
 
 // wireReceipt is a run's signed receipt as it crosses the wire.
-func wireReceipt(r *launch.Receipt) *api.Receipt {
+func wireReceipt(r *runrecord.Receipt) *api.Receipt {
 	if r == nil {
 		return nil
 	}
@@ -76,6 +76,16 @@ func wireChecks(cs []admission.Check) []api.Check {
 	for _, c := range cs {
 		out = append(out, api.Check{Requirement: c.Requirement, Verdict: string(c.Verdict),
 			Code: c.Code, Detail: c.Detail, Fix: c.Fix})
+	}
+	return out
+}
+
+// wireRefusal is a refused run's recorded verdicts as they cross the
+// wire, as wireChecks.
+func wireRefusal(cs []runrecord.Check) []api.Check {
+	out := make([]api.Check, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, api.Check(c))
 	}
 	return out
 }

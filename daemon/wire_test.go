@@ -11,17 +11,17 @@ import (
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/journal"
-	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // The wire result and receipt are the same JSON the store's run record
 // holds (the API served the record's values as they were before the domain
 // had its own types): converting at the edge changes no byte the client
-// reads. The records are launch's goldens, written by the code before.
+// reads. The records are runrecord's goldens, written by the code before.
 func TestWireFormIsTheRecordsJSON(t *testing.T) {
 	for _, name := range []string{"launched", "refused", "failed", "recovered"} {
 		t.Run(name, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "launch", "testdata", "record-"+name+".json"))
+			raw, err := os.ReadFile(filepath.Join("..", "runrecord", "testdata", "record-"+name+".json"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -29,7 +29,7 @@ func TestWireFormIsTheRecordsJSON(t *testing.T) {
 				Result  json.RawMessage `json:"result"`
 				Receipt json.RawMessage `json:"receipt"`
 			}
-			var rec launch.Record
+			var rec runrecord.Record
 			if err := json.Unmarshal(raw, &parts); err != nil {
 				t.Fatal(err)
 			}
@@ -57,6 +57,28 @@ func TestWireFormIsTheRecordsJSON(t *testing.T) {
 				t.Errorf("wire receipt:\n got %s\nwant %s", got, parts.Receipt)
 			}
 		})
+	}
+}
+
+// A record as this build writes it (the backend's evidence, no flat gate
+// or seccomp digest) crosses the wire as the same record written before
+// (the flat digests): the wire's gateSha256 and seccompSha256 keep their
+// meaning.
+func TestWireGateFromEvidence(t *testing.T) {
+	wire := func(name string) []byte {
+		t.Helper()
+		raw, err := os.ReadFile(filepath.Join("..", "..", "runrecord", "testdata", "record-"+name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec runrecord.Record
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return mustJSON(t, wireResult(rec.Result))
+	}
+	if got, want := wire("evidence"), wire("launched"); !bytes.Equal(got, want) || !bytes.Contains(got, []byte(`"gateSha256":"3344`)) {
+		t.Errorf("wire result of the current record:\n got %s\nwant %s", got, want)
 	}
 }
 

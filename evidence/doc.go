@@ -68,9 +68,11 @@
 // file against the [Bundle] of a pack receipt.
 //
 // [Verifier.VerifyPack] checks it under the same [Trust] as phase
-// receipts: envelope, signature, issuer-trust, key-revocation, statement
-// and grant make it authentic (with compose, when a compose file is given
-// to compare); freshness and cleanup make it acceptable. [IsPackReceipt]
+// receipts and a [PackPolicy] (whether to compare a compose file, as of
+// when), one named check at a time as [Verifier.Verify]: envelope,
+// signature, issuer-trust, key-revocation, statement and grant make it
+// authentic (with compose, when the policy gives a compose file to
+// compare); freshness, cleanup and outcome make it acceptable. [IsPackReceipt]
 // tells the two kinds of receipt apart for dispatch.
 //
 // # Promotion

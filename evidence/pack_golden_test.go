@@ -133,8 +133,9 @@ func FuzzVerifyPack(f *testing.F) {
 		f.Add(env)
 		genuine[string(payloadOf(f, env))] = true
 	}
+	pol := packPolicy(f, compose)
 	f.Fuzz(func(t *testing.T, env []byte) {
-		res, err := v.VerifyPack(context.Background(), env, compose, evidence.WithNow(verifyNow))
+		res, err := v.VerifyPack(context.Background(), env, pol)
 		if err != nil {
 			t.Fatalf("VerifyPack: %v", err)
 		}

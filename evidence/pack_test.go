@@ -117,11 +117,26 @@ func (f *packFixture) trust(t testing.TB, top string) *evidence.Trust {
 
 func verifyPack(t testing.TB, tr *evidence.Trust, env, compose []byte, opts ...evidence.PolicyOption) *evidence.PackResult {
 	t.Helper()
-	res, err := newVerifier(t, tr).VerifyPack(context.Background(), env, compose, append([]evidence.PolicyOption{evidence.WithNow(verifyNow)}, opts...)...)
+	res, err := newVerifier(t, tr).VerifyPack(context.Background(), env, packPolicy(t, compose, opts...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res
+}
+
+// packPolicy is the policy that checks compose (none when nil) as of
+// verifyNow, with opts.
+func packPolicy(t testing.TB, compose []byte, opts ...evidence.PolicyOption) evidence.PackPolicy {
+	t.Helper()
+	c := evidence.WithoutCompose()
+	if compose != nil {
+		c = evidence.WithCompose(compose)
+	}
+	p, err := evidence.NewPackPolicy(c, append([]evidence.PolicyOption{evidence.WithNow(verifyNow)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 var packChecks = []string{"envelope", "signature", "issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome"}
@@ -441,4 +456,49 @@ func TestPackUpFailedReceipt(t *testing.T) {
 	if _, err := evidence.SignPackReceipt(context.Background(), f.runner, noFailure); err == nil || !strings.Contains(err.Error(), "failure") {
 		t.Errorf("an up-failed receipt without a failure: %v", err)
 	}
+}
+
+// TestPackPolicy: VerifyPack runs under a policy made by NewPackPolicy, as
+// Verify does: the compose choice is explicit, a bad skew and a policy not
+// made by NewPackPolicy are refused before any check; an empty compose
+// file is compared (and is not the pack's), and WithNow moves freshness.
+func TestPackPolicy(t *testing.T) {
+	f := newPackFixture(t)
+	v := newVerifier(t, f.trust(t, ""))
+	ctx := context.Background()
+
+	if _, err := evidence.NewPackPolicy(evidence.ComposeOption{}); err == nil || !strings.Contains(err.Error(), "WithCompose") {
+		t.Errorf("a policy without a compose choice: %v", err)
+	}
+	if _, err := evidence.NewPackPolicy(evidence.WithoutCompose(), evidence.WithClockSkew(-time.Second)); err == nil || !strings.Contains(err.Error(), "negative clock skew") {
+		t.Errorf("a negative clock skew: %v", err)
+	}
+	if res, err := v.VerifyPack(ctx, f.upEnv, evidence.PackPolicy{}); err == nil || res != nil || !strings.Contains(err.Error(), "NewPackPolicy") {
+		t.Errorf("a zero policy: %v %v", res, err)
+	}
+
+	pol, err := evidence.NewPackPolicy(evidence.WithCompose(nil), evidence.WithNow(verifyNow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := v.VerifyPack(ctx, f.upEnv, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK || !res.ComposeChecked {
+		t.Fatalf("an empty compose file:\n%s", describePack(res))
+	}
+	wantPackFailed(t, res, digestOf(""), "compose")
+
+	late, err := evidence.NewPackPolicy(evidence.WithoutCompose(), evidence.WithNow(verifyNow.Add(48*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err = v.VerifyPack(ctx, f.upEnv, late); err != nil {
+		t.Fatal(err)
+	}
+	if !res.OK || res.Acceptable {
+		t.Fatalf("two days later:\n%s", describePack(res))
+	}
+	wantPackFailed(t, res, "maxAge", "compose", "freshness")
 }

@@ -54,7 +54,8 @@ func claimsType(env []byte, t string) bool {
 // PackResult is the outcome of verifying one pack receipt.
 type PackResult struct {
 	// Checks holds every check: envelope, signature, issuer-trust,
-	// key-revocation, statement, grant, compose, freshness, cleanup.
+	// key-revocation, statement, grant, compose, freshness, cleanup,
+	// outcome.
 	Checks []Check `json:"checks"`
 	// Receipt and Subjects are the verified predicate and statement
 	// subjects; they are set only when OK.
@@ -75,7 +76,7 @@ type PackResult struct {
 	// key-revocation, statement, grant and, when a compose file was given,
 	// compose pass.
 	OK bool `json:"ok"`
-	// Acceptable is OK and freshness and cleanup pass.
+	// Acceptable is OK and freshness, cleanup and outcome pass.
 	Acceptable bool `json:"acceptable"`
 }
 
@@ -98,155 +99,222 @@ func (r *PackResult) allPass(names ...string) bool {
 	return true
 }
 
-// VerifyPack verifies the pack receipt envelope env against the verifier's
-// trust file, as of now (WithNow) and with the clock skew of WithClockSkew;
-// the two are the only options that apply. compose, when not nil, is the
-// compose file at hand, checked byte for byte against the receipt's pack
-// digest; nil leaves that check "not evaluated" and out of OK.
-//
-// As [Verifier.Verify], it runs every check and records each in the
-// result; the error is for a cancelled ctx only. The grant check verifies
-// the embedded pack grant under the trust's issuer keys and requires the
-// receipt to repeat its bindings: grant id, issuer, envelope digest,
-// runner, project, compose digest and plan digest, and for an up receipt
-// the engine identity and the grant's validity at the operation's start.
-// A down receipt's grant is checked whenever it was valid, since teardown
-// is never refused for an expired grant.
-func (v *Verifier) VerifyPack(ctx context.Context, env, compose []byte, opts ...PolicyOption) (*PackResult, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("evidence: verify pack: %w", err)
+// ComposeOption says whether VerifyPack compares a compose file with the
+// receipt. Make one with WithCompose or WithoutCompose.
+type ComposeOption struct {
+	file []byte
+	skip bool
+}
+
+// WithCompose compares file, the compose file at hand, byte for byte with
+// the receipt's pack digest (an empty file is compared too).
+func WithCompose(file []byte) ComposeOption {
+	if file == nil {
+		file = []byte{}
+	}
+	return ComposeOption{file: file}
+}
+
+// WithoutCompose compares no compose file: the compose check is recorded
+// as failed with a "not evaluated" reason and left out of PackResult.OK,
+// and PackResult.ComposeChecked is false.
+func WithoutCompose() ComposeOption { return ComposeOption{skip: true} }
+
+// PackPolicy is how one pack receipt verification is run. Make one with
+// NewPackPolicy.
+type PackPolicy struct {
+	compose ComposeOption
+	now     time.Time
+	skew    time.Duration
+	valid   bool
+}
+
+// NewPackPolicy returns a pack receipt verification policy. compose is
+// required: pass WithCompose(file) to check the compose file the receipt
+// vouches for, or WithoutCompose() to say that none is checked. Of the
+// PolicyOptions, WithNow and WithClockSkew apply, as for Verify.
+func NewPackPolicy(compose ComposeOption, opts ...PolicyOption) (PackPolicy, error) {
+	if !compose.skip && compose.file == nil {
+		return PackPolicy{}, errors.New("evidence: pack policy: no compose option; use WithCompose(file) or WithoutCompose()")
 	}
 	p := Policy{skew: DefaultClockSkew}
 	for _, o := range opts {
 		o(&p)
 	}
 	if p.skew < 0 {
-		return nil, fmt.Errorf("evidence: verify pack: negative clock skew %v", p.skew)
+		return PackPolicy{}, fmt.Errorf("evidence: pack policy: negative clock skew %v", p.skew)
 	}
-	if p.now.IsZero() {
-		p.now = time.Now()
-	}
-	sum := sha256.Sum256(env)
-	res := &PackResult{EnvelopeSHA256: hex.EncodeToString(sum[:]), TrustDigest: v.trust.Digest, TrustPath: v.trust.Path}
-	add := func(name, reason string) { res.Checks = append(res.Checks, verdict(name, reason)) }
+	return PackPolicy{compose: compose, now: p.now, skew: p.skew, valid: true}, nil
+}
 
-	e, err := decodeEnvelope(env)
-	if err != nil {
-		add(CheckEnvelope, err.Error())
-	} else {
-		add(CheckEnvelope, "")
-	}
-	var r *PackReceipt
-	var subjects []Subject
-	stErr := errors.New(notEvaluated + "the envelope does not decode")
-	if e != nil {
-		r, subjects, stErr = decodePackStatement(e.Payload)
-	}
-
-	var signer *TrustedKey
-	switch {
-	case e == nil:
-		add(CheckSignature, notEvaluated+"the envelope does not decode")
-	default:
-		// verifySignature prefers, among several trusted signers, the
-		// runner a receipt names; only Runner.ID of the receipt is read.
-		var named *Receipt
-		if r != nil {
-			named = &Receipt{Runner: r.Runner}
-		}
-		var reason string
-		signer, reason = v.verifySignature(ctx, e, named)
-		add(CheckSignature, reason)
-	}
-	if signer != nil {
-		res.SignerID, res.SignerName = signer.ID(), signer.Name
-	}
-	switch {
-	case signer == nil:
-		add(CheckIssuerTrust, notEvaluated+"no trusted runner key signed the receipt")
-		add(CheckKeyRevocation, notEvaluated+"no trusted runner key signed the receipt")
-	case r == nil:
-		add(CheckIssuerTrust, notEvaluated+"the statement failed its check, so the signing time is unknown")
-		add(CheckKeyRevocation, notEvaluated+"the statement failed its check, so the signing time is unknown")
-	default:
-		add(CheckIssuerTrust, signer.validAt(r.Finished))
-		add(CheckKeyRevocation, signer.revokedAt(r.Finished, v.trust.AcceptBeforeRevocation))
-	}
-	switch {
-	case stErr != nil:
-		add(CheckStatement, stErr.Error())
-	case signer != nil && r.Runner.ID != signer.ID():
-		add(CheckStatement, fmt.Sprintf("runner.id %s is not the key that signed the receipt (%s)", r.Runner.ID, signer.ID()))
-	default:
-		add(CheckStatement, "")
-	}
-
-	if r == nil {
-		for _, name := range []string{CheckGrant, CheckCompose, CheckFreshness, CheckCleanup, CheckOutcome} {
-			add(name, notEvaluated+"the statement failed its check")
-		}
-	} else {
-		reason, err := v.checkPackGrant(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		add(CheckGrant, reason)
-		if compose == nil {
-			add(CheckCompose, notEvaluated+"no compose file was given to compare with the receipt")
-		} else {
-			res.ComposeChecked = true
-			c := sha256.Sum256(compose)
-			if got := "sha256:" + hex.EncodeToString(c[:]); got != r.Pack.Digest {
-				add(CheckCompose, fmt.Sprintf("the compose file's digest %s is not the receipt's pack.digest %s", got, r.Pack.Digest))
-			} else {
-				add(CheckCompose, "")
-			}
-		}
-		add(CheckFreshness, v.packFreshness(r, p))
-		add(CheckCleanup, v.packCleanup(r))
-		outcome := ""
-		if r.Operation == PackUpFailed {
-			outcome = "the up failed and its attempt was torn down: " + cdsse.Clip(r.Failure)
-		}
-		add(CheckOutcome, outcome)
-	}
+// VerifyPack verifies the pack receipt envelope env under p: against the
+// verifier's trust file, as of p's time and with its clock skew, and
+// against the compose file p names, if any.
+//
+// As [Verifier.Verify], it runs every check and records each in the
+// result, each check one method of the verification, in the order
+// envelope, signature, issuer-trust, key-revocation, statement, grant,
+// compose, freshness, cleanup, outcome; the error is for a cancelled ctx
+// or a PackPolicy not made by NewPackPolicy. The grant check verifies the
+// embedded pack grant under the trust's issuer keys and requires the
+// receipt to repeat its bindings: grant id, issuer, envelope digest,
+// runner, project, compose digest and plan digest, and for an up receipt
+// the engine identity and the grant's validity at the operation's start.
+// A down receipt's grant is checked whenever it was valid, since teardown
+// is never refused for an expired grant.
+func (v *Verifier) VerifyPack(ctx context.Context, env []byte, p PackPolicy) (*PackResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("evidence: verify pack: %w", err)
 	}
-	res.OK = res.allPass(packAuthenticityChecks...) && (compose == nil || res.allPass(CheckCompose))
+	if !p.valid {
+		return nil, errors.New("evidence: verify pack: policy not made by NewPackPolicy")
+	}
+	sum := sha256.Sum256(env)
+	res := &PackResult{EnvelopeSHA256: hex.EncodeToString(sum[:]), TrustDigest: v.trust.Digest, TrustPath: v.trust.Path,
+		Checks: make([]Check, 0, len(packAuthenticityChecks)+len(packAcceptanceChecks)+1)}
+	x := packVerification{checking: checking{v: v, now: p.now}, p: p}
+	if x.now.IsZero() {
+		x.now = time.Now()
+	}
+	res.Checks = append(res.Checks, x.envelope(env))
+	x.decodeStatement()
+	res.Checks = append(res.Checks, x.signature(ctx))
+	if x.signer != nil {
+		res.SignerID, res.SignerName = x.signer.ID(), x.signer.Name
+	}
+	sk := x.signingKey()
+	res.Checks = append(res.Checks, sk.issuerTrust(), sk.keyRevocation(), x.statement())
+	c, err := x.grant(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Checks = append(res.Checks, c)
+	c, res.ComposeChecked = x.compose()
+	res.Checks = append(res.Checks, c, x.freshness(), x.cleanup(), x.outcome())
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("evidence: verify pack: %w", err)
+	}
+	res.OK = res.allPass(packAuthenticityChecks...) && (p.compose.skip || res.allPass(CheckCompose))
 	res.Acceptable = res.OK && res.allPass(packAcceptanceChecks...)
 	if res.OK {
-		res.Receipt, res.Subjects = r, subjects
+		res.Receipt, res.Subjects = x.receipt, x.subjects
 	}
 	return res, nil
 }
 
-func (v *Verifier) packFreshness(r *PackReceipt, p Policy) string {
-	switch {
-	case r.Finished.After(p.now.Add(p.skew)):
-		return fmt.Sprintf("the operation finished at %s, after now (%s) by more than the clock skew of %v",
-			r.Finished.Format(time.RFC3339), p.now.UTC().Format(time.RFC3339), p.skew)
-	case p.now.Sub(r.Finished) > v.trust.MaxAge:
-		return fmt.Sprintf("the operation finished at %s, %v before now (%s), more than maxAge %v",
-			r.Finished.Format(time.RFC3339), p.now.Sub(r.Finished).Round(time.Second), p.now.UTC().Format(time.RFC3339), v.trust.MaxAge)
-	}
-	return ""
+// packVerification is what one VerifyPack has found so far, for the
+// checks that follow to read.
+type packVerification struct {
+	checking
+	p PackPolicy
+	// receipt is the decoded statement, nil when it does not decode
+	// (stErr says why); nothing of it is returned unless the receipt is
+	// authentic.
+	receipt *PackReceipt
 }
 
-func (v *Verifier) packCleanup(r *PackReceipt) string {
-	switch {
-	case r.Operation == PackUp || !v.trust.RequireCleanVerified:
-		return ""
-	case !r.Cleanup.Verified:
-		var residual []string
-		for _, res := range r.Cleanup.Resources {
-			if res.Result == CleanupResidual {
-				residual = append(residual, fmt.Sprintf("%s %s %q (%s)", res.Kind, cdsse.Clip(res.ID), cdsse.Clip(res.Name), cdsse.Clip(res.Reason)))
-			}
-		}
-		return "teardown was not verified; residual: " + strings.Join(residual, ", ")
+// decodeStatement decodes the statement whether or not the signature
+// verifies, so that every check can say what it finds.
+func (x *packVerification) decodeStatement() {
+	if x.e == nil {
+		x.stErr = errors.New(notEvaluated + "the envelope does not decode")
+		return
 	}
-	return ""
+	x.receipt, x.subjects, x.stErr = decodePackStatement(x.e.Payload)
+	if x.receipt != nil {
+		x.finished = &x.receipt.Finished
+	}
+}
+
+func (x *packVerification) signature(ctx context.Context) Check {
+	if x.e == nil {
+		return verdict(CheckSignature, notEvaluated+"the envelope does not decode")
+	}
+	// verifySignature prefers, among several trusted signers, the runner
+	// a receipt names; only Runner.ID of the receipt is read.
+	var named *Receipt
+	if x.receipt != nil {
+		named = &Receipt{Runner: x.receipt.Runner}
+	}
+	var reason string
+	x.signer, reason = x.v.verifySignature(ctx, x.e, named)
+	return verdict(CheckSignature, reason)
+}
+
+func (x *packVerification) statement() Check {
+	switch r := x.receipt; {
+	case x.stErr != nil:
+		return verdict(CheckStatement, x.stErr.Error())
+	case x.signer != nil && r.Runner.ID != x.signer.ID():
+		return verdict(CheckStatement, fmt.Sprintf("runner.id %s is not the key that signed the receipt (%s)", r.Runner.ID, x.signer.ID()))
+	}
+	return passed(CheckStatement, "")
+}
+
+// grant checks the embedded pack grant (checkPackGrant); the error is for
+// a cancelled ctx only.
+func (x *packVerification) grant(ctx context.Context) (Check, error) {
+	if x.receipt == nil {
+		return notDecoded(CheckGrant), nil
+	}
+	reason, err := x.v.checkPackGrant(ctx, x.receipt)
+	if err != nil {
+		return Check{}, err
+	}
+	return verdict(CheckGrant, reason), nil
+}
+
+// compose compares the policy's compose file with the receipt's pack
+// digest, and says whether it did.
+func (x *packVerification) compose() (Check, bool) {
+	switch {
+	case x.receipt == nil:
+		return notDecoded(CheckCompose), false
+	case x.p.compose.skip:
+		return verdict(CheckCompose, notEvaluated+"no compose file was given to compare with the receipt"), false
+	}
+	c := sha256.Sum256(x.p.compose.file)
+	if got := "sha256:" + hex.EncodeToString(c[:]); got != x.receipt.Pack.Digest {
+		return verdict(CheckCompose, fmt.Sprintf("the compose file's digest %s is not the receipt's pack.digest %s", got, x.receipt.Pack.Digest)), true
+	}
+	return passed(CheckCompose, ""), true
+}
+
+func (x *packVerification) freshness() Check {
+	if x.receipt == nil {
+		return notDecoded(CheckFreshness)
+	}
+	return x.v.freshness("operation", x.receipt.Finished, x.now, x.p.skew)
+}
+
+// cleanup requires a verified teardown of a down receipt when the trust
+// file requires clean teardowns.
+func (x *packVerification) cleanup() Check {
+	r := x.receipt
+	switch {
+	case r == nil:
+		return notDecoded(CheckCleanup)
+	case r.Operation == PackUp || !x.v.trust.RequireCleanVerified || r.Cleanup.Verified:
+		return passed(CheckCleanup, "")
+	}
+	var residual []string
+	for _, res := range r.Cleanup.Resources {
+		if res.Result == CleanupResidual {
+			residual = append(residual, fmt.Sprintf("%s %s %q (%s)", res.Kind, cdsse.Clip(res.ID), cdsse.Clip(res.Name), cdsse.Clip(res.Reason)))
+		}
+	}
+	return verdict(CheckCleanup, "teardown was not verified; residual: "+strings.Join(residual, ", "))
+}
+
+// outcome fails an up-failed receipt: authentic, never acceptable.
+func (x *packVerification) outcome() Check {
+	switch r := x.receipt; {
+	case r == nil:
+		return notDecoded(CheckOutcome)
+	case r.Operation == PackUpFailed:
+		return verdict(CheckOutcome, "the up failed and its attempt was torn down: "+cdsse.Clip(r.Failure))
+	}
+	return passed(CheckOutcome, "")
 }
 
 // checkPackGrant verifies the embedded pack grant under the trusted issuer

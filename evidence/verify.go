@@ -265,7 +265,7 @@ func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, e
 		TrustPath:      v.trust.Path,
 		Checks:         make([]Check, 0, len(authenticityChecks)+len(promotionChecks)+1),
 	}
-	x := verification{v: v, p: p, now: p.now}
+	x := verification{checking: checking{v: v, now: p.now}, p: p}
 	if x.now.IsZero() {
 		x.now = time.Now()
 	}
@@ -303,19 +303,29 @@ func (v *Verifier) Verify(ctx context.Context, env []byte, p Policy) (*Result, e
 // verification is what one Verify has found so far, for the checks that
 // follow to read.
 type verification struct {
-	v   *Verifier
-	p   Policy
-	now time.Time
-	e   *cdsse.Envelope // nil: the envelope does not decode
-	// receipt and subjects are the decoded statement, nil when it does not
-	// decode (stErr says why); nothing of it is returned unless the
-	// receipt is authentic.
-	receipt  *Receipt
-	subjects []Subject
+	checking
+	p Policy
+	// receipt is the decoded statement, nil when it does not decode
+	// (stErr says why); nothing of it is returned unless the receipt is
+	// authentic.
+	receipt *Receipt
 	// grantPredicate is the embedded grant, once its check passed.
 	grantPredicate *grant.Predicate
-	stErr          error
-	signer         *TrustedKey // nil: no trusted runner key signed
+}
+
+// checking is what a phase and a pack receipt's verification share: the
+// verifier, the time it verifies as of, the envelope, the statement's
+// subjects and finish time, and the trusted key that signed.
+type checking struct {
+	v        *Verifier
+	now      time.Time
+	e        *cdsse.Envelope // nil: the envelope does not decode
+	subjects []Subject
+	stErr    error
+	// finished is the receipt's finish time, the signing time; nil when
+	// the statement does not decode.
+	finished *time.Time
+	signer   *TrustedKey // nil: no trusted runner key signed
 }
 
 // verdict is a check that passes when reason is "".
@@ -329,7 +339,7 @@ func notDecoded(name string) Check {
 	return verdict(name, notEvaluated+"the statement failed its check")
 }
 
-func (x *verification) envelope(env []byte) Check {
+func (x *checking) envelope(env []byte) Check {
 	e, err := decodeEnvelope(env)
 	if err != nil {
 		return verdict(CheckEnvelope, err.Error())
@@ -343,6 +353,9 @@ func (x *verification) envelope(env []byte) Check {
 func (x *verification) decodeStatement() {
 	if x.e != nil {
 		x.receipt, x.subjects, x.stErr = decodeReceiptStatement(x.e.Payload)
+	}
+	if x.receipt != nil {
+		x.finished = &x.receipt.Finished
 	}
 }
 
@@ -394,30 +407,50 @@ func (x *verification) signature(done chan signatures) Check {
 	return verdict(CheckSignature, reason)
 }
 
-// signingTimeUnknown says why the signing key cannot be judged at the
-// signing time, which is the run's finish time; "" when it can.
-func (x *verification) signingTimeUnknown() string {
+// signingKey is the signing key's checks of the receipt, judged at its
+// finish time.
+func (x *checking) signingKey() signingKey {
+	return signingKey{v: x.v, signer: x.signer, at: x.finished}
+}
+
+func (x *verification) issuerTrust() Check { return x.signingKey().issuerTrust() }
+
+func (x *verification) keyRevocation() Check { return x.signingKey().keyRevocation() }
+
+// signingKey is what the issuer-trust and key-revocation checks of a
+// phase or a pack receipt read: the trusted runner key that signed it
+// (nil: none did) and the signing time, which is the finish time the
+// receipt records (nil: the statement does not decode).
+type signingKey struct {
+	v      *Verifier
+	signer *TrustedKey
+	at     *time.Time
+}
+
+// timeUnknown says why the signing key cannot be judged at the signing
+// time; "" when it can.
+func (s signingKey) timeUnknown() string {
 	switch {
-	case x.signer == nil:
+	case s.signer == nil:
 		return notEvaluated + "no trusted runner key signed the receipt"
-	case x.receipt == nil:
+	case s.at == nil:
 		return notEvaluated + "the statement failed its check, so the signing time is unknown"
 	}
 	return ""
 }
 
-func (x *verification) issuerTrust() Check {
-	if why := x.signingTimeUnknown(); why != "" {
+func (s signingKey) issuerTrust() Check {
+	if why := s.timeUnknown(); why != "" {
 		return verdict(CheckIssuerTrust, why)
 	}
-	return verdict(CheckIssuerTrust, x.signer.validAt(x.receipt.Finished))
+	return verdict(CheckIssuerTrust, s.signer.validAt(*s.at))
 }
 
-func (x *verification) keyRevocation() Check {
-	if why := x.signingTimeUnknown(); why != "" {
+func (s signingKey) keyRevocation() Check {
+	if why := s.timeUnknown(); why != "" {
 		return verdict(CheckKeyRevocation, why)
 	}
-	return verdict(CheckKeyRevocation, x.signer.revokedAt(x.receipt.Finished, x.v.trust.AcceptBeforeRevocation))
+	return verdict(CheckKeyRevocation, s.signer.revokedAt(*s.at, s.v.trust.AcceptBeforeRevocation))
 }
 
 func (x *verification) statement() Check {
@@ -449,16 +482,23 @@ func (x *verification) grant(done chan checked) (Check, error) {
 }
 
 func (x *verification) freshness() Check {
-	r, now, skew := x.receipt, x.now, x.p.skew
-	switch {
-	case r == nil:
+	if x.receipt == nil {
 		return notDecoded(CheckFreshness)
-	case r.Finished.After(now.Add(skew)):
-		return verdict(CheckFreshness, fmt.Sprintf("the run finished at %s, after now (%s) by more than the clock skew of %v",
-			r.Finished.Format(time.RFC3339), now.UTC().Format(time.RFC3339), skew))
-	case now.Sub(r.Finished) > x.v.trust.MaxAge:
-		return verdict(CheckFreshness, fmt.Sprintf("the run finished at %s, %v before now (%s), more than maxAge %v",
-			r.Finished.Format(time.RFC3339), now.Sub(r.Finished).Round(time.Second), now.UTC().Format(time.RFC3339), x.v.trust.MaxAge))
+	}
+	return x.v.freshness("run", x.receipt.Finished, x.now, x.p.skew)
+}
+
+// freshness fails a receipt whose what (the run, a pack operation)
+// finished after now by more than skew, or longer than the trust's
+// maxAge before now.
+func (v *Verifier) freshness(what string, finished, now time.Time, skew time.Duration) Check {
+	switch {
+	case finished.After(now.Add(skew)):
+		return verdict(CheckFreshness, fmt.Sprintf("the %s finished at %s, after now (%s) by more than the clock skew of %v",
+			what, finished.Format(time.RFC3339), now.UTC().Format(time.RFC3339), skew))
+	case now.Sub(finished) > v.trust.MaxAge:
+		return verdict(CheckFreshness, fmt.Sprintf("the %s finished at %s, %v before now (%s), more than maxAge %v",
+			what, finished.Format(time.RFC3339), now.Sub(finished).Round(time.Second), now.UTC().Format(time.RFC3339), v.trust.MaxAge))
 	}
 	return passed(CheckFreshness, "")
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 )
@@ -538,7 +539,7 @@ func TestRunRecordWithFinish(t *testing.T) {
 	}
 	res, out := h.launch(ctx, prep)
 	want(t, res, host.StatusOK, out)
-	var rec launch.Record
+	var rec runrecord.Record
 	if err := h.db.GetRun(res.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Status != host.StatusOK {
 		t.Fatalf("run record %+v (%v)", rec, err)
 	}
@@ -664,7 +665,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	}
 	// A residual attempt leaves the run record to the caller: none is
 	// kept with it.
-	var rec launch.Record
+	var rec runrecord.Record
 	if err := h.db.GetRun(res.RunID, &rec); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("residual cleanup: run record %+v (%v); want none kept with the attempt", rec, err)
 	}

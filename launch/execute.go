@@ -17,6 +17,7 @@ import (
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 	"github.com/custody-dev/custody/treehash"
@@ -163,7 +164,6 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Resu
 	res.Backend = identityRecord(b.Identity())
 	res.Evidence = maps.Clone(ev)
 	res.RuntimeSHA256, res.ConfigSHA256 = ev["runtime"], ev["config"]
-	res.GateSHA256, res.SeccompSHA256 = ev["gate"], ev["seccomp"]
 	// The workload's output goes through spools that never block, never
 	// straight to a caller that may stop reading: a full pipe would hold
 	// the workload, and a killed one, until cleanup cannot be verified.
@@ -248,7 +248,7 @@ func (r *Run) close(ctx context.Context, res *host.Result, st *steps) error {
 		return h.Residual(res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed), a.removed...)
 	}
 	var runs []store.RunRecord
-	v, err := r.record(ctx, res).encode()
+	v, err := r.record(ctx, res).Encode()
 	st.mark("receipt")
 	if err != nil {
 		r.log.Error("run record", "run", res.RunID, "err", err)
@@ -364,11 +364,11 @@ func (r *Run) newResult() *host.Result {
 	if err != nil {
 		b = h.Backend() // execute refuses the plan
 	}
-	rt := h.Config().Runtime
+	rt := runrecord.Runtime(h.Config().Runtime)
 	if b != h.Backend() {
 		// Another backend's runtime is its own pinned binary (e.g. QEMU).
 		id := b.Identity()
-		rt = host.Runtime{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
+		rt = runrecord.Runtime{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
 	}
 	res := &host.Result{
 		RunID:         r.a.runID,
@@ -378,11 +378,11 @@ func (r *Run) newResult() *host.Result {
 		Runtime:       rt,
 		UserNamespace: b.Capabilities().UserNamespace,
 		Image:         p.Image.Digest,
-		Inputs:        []admission.Input{},
+		Inputs:        []runrecord.Input{},
 		Started:       time.Now().UTC(),
 	}
 	for _, in := range p.Inputs {
-		res.Inputs = append(res.Inputs, admission.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
+		res.Inputs = append(res.Inputs, runrecord.Input{Source: in.Source, Target: in.Target, Digest: in.Digest})
 	}
 	if res.Unqualified {
 		res.Tier = request.DevelopmentLabel
@@ -416,9 +416,18 @@ func refuse(res *host.Result, err error) {
 	res.Error = err.Error()
 	var re *admission.RefusedError
 	if errors.As(err, &re) {
-		res.Refusal = re.Checks
+		res.Refusal = recordChecks(re.Checks)
 	}
 	res.Finished = time.Now().UTC()
+}
+
+// recordChecks are admission's verdicts as the run record keeps them.
+func recordChecks(cs []admission.Check) []runrecord.Check {
+	out := make([]runrecord.Check, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, runrecord.Check{Requirement: c.Requirement, Verdict: string(c.Verdict), Code: c.Code, Detail: c.Detail, Fix: c.Fix})
+	}
+	return out
 }
 
 // failedAfterStart records a run whose sandbox failed (runErr) once its

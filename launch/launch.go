@@ -45,6 +45,7 @@ import (
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -279,13 +280,13 @@ func (l *Launcher) outputChecks(plan *admission.Plan, actor string, stage reques
 type producer struct{ actor, stage string }
 
 // OutputIndex is the run index custodyd keeps beside the output store:
-// each Record with a retained output is found under its output's digest,
+// each run record with a retained output is found under its output's digest,
 // with the producing run's actor and stage. The store writes it in the
 // same transaction as the record and rebuilds it from the records when it
 // is missing or of another version.
 func OutputIndex() store.RunIndex {
 	return store.RunIndex{Version: "output-producers/v1", Entries: func(raw []byte) []store.IndexEntry {
-		// Only the three fields the index keeps: decoding the whole Record
+		// Only the three fields the index keeps: decoding the whole record
 		// (its receipt, cleanup and usage) cost more than the write. The
 		// v2 decoder skips the rest in one pass (v1 validates all of it
 		// first, then decodes): a third of the time on a launch's record.
@@ -301,7 +302,7 @@ func OutputIndex() store.RunIndex {
 	}}
 }
 
-// indexedRecord is the part of a Record's JSON that OutputIndex reads.
+// indexedRecord is the part of a run record's JSON that OutputIndex reads.
 type indexedRecord struct {
 	Result *struct {
 		Actor  string `json:"actor"`
@@ -320,7 +321,7 @@ type indexedProducer struct {
 
 func outputKey(digest string) string { return "output:" + digest }
 
-// outputProducers lists the recorded runs (launch's own Records) whose
+// outputProducers lists the recorded runs (launch's own records) whose
 // output is digest: from the output index when the store keeps one, else
 // by reading every record.
 func (l *Launcher) outputProducers(digest string) ([]producer, error) {
@@ -337,7 +338,7 @@ func (l *Launcher) outputProducers(digest string) ([]producer, error) {
 		return out, err
 	}
 	err = l.cfg.Store.Runs(func(id string, raw []byte) error {
-		var rec Record
+		var rec runrecord.Record
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil || rec.Result.Output == nil || rec.Result.Output.Digest != digest {
 			return nil
 		}
@@ -1092,7 +1093,7 @@ type Run struct {
 	// store keeps a record the attempt's close did not (nil: none kept).
 	store *store.DB
 	// rec is the run's record, once made (see record).
-	rec   *Record
+	rec   *runrecord.Record
 	owner uint32
 }
 
@@ -1102,30 +1103,10 @@ func (r *Run) ID() string { return r.a.runID }
 // Grant is the grant the run spent.
 func (r *Run) Grant() *grant.Grant { return r.grant }
 
-// Receipt is a signed receipt: the DSSE envelope, the same as a Sigstore
-// bundle (compact: every document that carries it compacts it anyway), and
-// the runner key (PEM) that signed it. The JSON names are the run record's.
-type Receipt struct {
-	Envelope        json.RawMessage `json:"envelope"`
-	Bundle          json.RawMessage `json:"bundle"`
-	RunnerPublicKey string          `json:"runnerPublicKey"`
-}
-
-// Record is what the store keeps of a run (its JSON is the store's run
-// record format, unchanged since records were first written; see
-// testdata): the result, its owner, its signed receipt, or why a run that
-// launched has none.
-type Record struct {
-	Owner        uint32       `json:"owner"`
-	Result       *host.Result `json:"result"`
-	Receipt      *Receipt     `json:"receipt,omitempty"`
-	ReceiptError string       `json:"receiptError,omitempty"`
-}
-
 // Outcome is how a run ended, as Execute reports it.
 type Outcome struct {
 	Result  *host.Result
-	Receipt *Receipt
+	Receipt *runrecord.Receipt
 	// Err is set when the run could not be attempted, was refused before it
 	// began, or its cleanup could not be verified.
 	Err error
@@ -1151,11 +1132,11 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 // record is the run's record from its final result, made once: for a
 // granted run that launched, with its signed receipt (failed runs too),
 // or why it has none.
-func (r *Run) record(ctx context.Context, res *host.Result) Record {
+func (r *Run) record(ctx context.Context, res *host.Result) runrecord.Record {
 	if r.rec != nil {
 		return *r.rec
 	}
-	r.rec = &Record{Owner: r.owner, Result: res}
+	r.rec = &runrecord.Record{Owner: r.owner, Result: res}
 	if g := r.grant; g != nil {
 		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
 		if res.Status != host.StatusRefused {

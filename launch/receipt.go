@@ -12,6 +12,7 @@ import (
 
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/host"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // predicate assembles the receipt predicate of a launched run: every
@@ -168,7 +169,7 @@ func receiptStatus(s host.Status) string {
 // receipt signs the run's receipt with the runner identity key: the
 // predicate of what the run observed, with the grant it spent and the
 // runner that signs. The one place a receipt is made.
-func (r *Run) receipt(ctx context.Context, res *host.Result) (*Receipt, error) {
+func (r *Run) receipt(ctx context.Context, res *host.Result) (*runrecord.Receipt, error) {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, r.env); err != nil {
 		return nil, err
@@ -188,7 +189,7 @@ func (r *Run) receipt(ctx context.Context, res *host.Result) (*Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
+	return &runrecord.Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
 }
 
 // UnsignedReceipt is the receipt predicate of a run launched with no grant

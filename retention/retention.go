@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/evidence"
-	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -90,7 +90,7 @@ func ApplyRecorded(db *store.DB, outputsDir string, p Policy, now time.Time, log
 	var drop, unsure []string
 	var plan []evidence.OpDeleted
 	err := db.Runs(func(id string, raw []byte) error {
-		var rec launch.Record
+		var rec runrecord.Record
 		if json.Unmarshal(raw, &rec) != nil || rec.Result == nil {
 			unsure = append(unsure, id)
 			return nil

@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/evidence"
-	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
-	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/retention"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -60,11 +59,11 @@ func TestApply(t *testing.T) {
 		return p
 	}
 	put := func(id string, finished time.Time, out string) {
-		res := &host.Result{RunID: id, Finished: finished}
+		res := &runrecord.Result{RunID: id, Finished: finished}
 		if out != "" {
-			res.Output = &host.Output{Path: filepath.Join(out, "data")}
+			res.Output = &runrecord.Output{Path: filepath.Join(out, "data")}
 		}
-		if err := db.PutRun(id, launch.Record{Result: res}); err != nil {
+		if err := db.PutRun(id, runrecord.Record{Result: res}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +82,7 @@ func TestApply(t *testing.T) {
 	if done.Runs != 1 || done.Outputs != 1 {
 		t.Fatalf("applied %+v, want 1 run and 1 output", done)
 	}
-	var rec launch.Record
+	var rec runrecord.Record
 	for _, id := range []string{"keep", "running"} {
 		if err := db.GetRun(id, &rec); err != nil {
 			t.Errorf("record %s dropped: %v", id, err)
@@ -110,7 +109,7 @@ func TestApplyUnsureRecordsStopSweep(t *testing.T) {
 	now := time.Now().UTC()
 	p := retention.Policy{Receipts: 10 * time.Hour, Outputs: time.Hour}
 	for name, unsure := range map[string]any{
-		"in progress": launch.Record{},
+		"in progress": runrecord.Record{},
 		"unreadable":  "not a record",
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -125,7 +124,7 @@ func TestApplyUnsureRecordsStopSweep(t *testing.T) {
 			if err := os.Chtimes(orphan, old, old); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.PutRun("old", launch.Record{Result: &host.Result{RunID: "old", Finished: now.Add(-11 * time.Hour)}}); err != nil {
+			if err := db.PutRun("old", runrecord.Record{Result: &runrecord.Result{RunID: "old", Finished: now.Add(-11 * time.Hour)}}); err != nil {
 				t.Fatal(err)
 			}
 			if err := db.PutRun("unsure", unsure); err != nil {

@@ -2,13 +2,15 @@
 // fsync'd before it returns, so a fact that guards a mutation (a quarantine,
 // a run record) is durable before the mutation happens.
 //
-// Schema (version 1):
+// Schema (version 2; the root bucket keeps the name v1 it had at version 1):
 //
 //	v1/
-//	  meta/        schema → "1"
+//	  meta/        schema → the version, in decimal ("2")
 //	               oplog-anchor → JSON OpLogAnchor (absent: never anchored)
+//	               run-index-version → the RunIndex version the run index
+//	                      was built by (absent: none, or stale: rebuilt)
 //	  runner/      quarantine → JSON Quarantine (absent: not quarantined)
-//	  runs/<id>    → JSON run record (opaque to the store)
+//	  runs/<id>    → JSON run record (package runrecord; opaque to the store)
 //	  grants/<id>  → JSON GrantUse: the grant was consumed (single use)
 //	  revoked/<id> → JSON Revocation
 //	  journal/<run id> → JSON attempt record (owned by package journal)
@@ -18,9 +20,22 @@
 //	                      workspace)
 //	  pack-reservations/<grant id> → JSON subnets an issued, unspent pack
 //	                      grant chose (owned by package workspace)
+//	  issued-grants/<grant id> → JSON of what an issued phase grant binds
+//	                      that the image store needs: its image, expiry
+//	                      and wall time (owned by package launch)
+//	  run-index/<key>\x00<run id> → a RunIndex entry's value (only when
+//	                      opened WithRunIndex; derived from runs, rebuilt
+//	                      at Open when stale)
+//	  run-index-runs/<run id> → JSON indexedRun: the SHA-256 of the record
+//	                      the run's entries came from, and their keys
 //
-// pack-journal, workspaces and pack-reservations were added without a
-// schema bump: Open creates them in older files, which never held them.
+// Version 1 had meta, runner, runs, grants, revoked and journal; version
+// 2 adds pack-journal, workspaces, pack-reservations and issued-grants,
+// which builds before it created without recording a version. The
+// migrations (migrate.go) bring an older store to this version at Open;
+// a store of a newer version is refused, unchanged. The run index's two
+// buckets are not part of the version: they are derived, versioned by
+// run-index-version, and rebuilt whenever they do not match the records.
 package store
 
 import (
@@ -33,8 +48,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 )
-
-const schemaVersion = "1"
 
 var (
 	bucketV1     = []byte("v1")
@@ -53,6 +66,11 @@ var (
 	keyQuarant   = []byte("quarantine")
 )
 
+// schemaBuckets are the buckets of the current schema version, all under
+// v1 (the root bucket's name is fixed: it is not the version).
+var schemaBuckets = [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn,
+	bucketPackJ, bucketWorksp, bucketPackR, bucketIssued}
+
 var (
 	// ErrNotFound means the key is absent.
 	ErrNotFound = errors.New("not found")
@@ -70,8 +88,10 @@ type DB struct {
 }
 
 // Open opens (creating if needed) the store at path with 0600 permissions
-// and checks its schema version; with a run index, it rebuilds the index
-// from the records when it is not this version's.
+// and brings it to this build's schema version by the migrations it has
+// not had (a store of a newer version is refused with ErrNewerSchema,
+// unchanged); with a run index, it rebuilds the index from the records
+// when it is not this version's.
 func Open(path string, opts ...Option) (*DB, error) {
 	d := &DB{}
 	for _, o := range opts {
@@ -84,24 +104,16 @@ func Open(path string, opts ...Option) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	// The version is read first, in a read-only transaction: a store
+	// from a newer build is refused without a write.
+	var from int
+	if err := db.View(func(tx *bolt.Tx) (err error) { from, err = checkVersion(tx, path); return err }); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		root, err := tx.CreateBucketIfNotExists(bucketV1)
-		if err != nil {
+		if err := migrate(tx, from); err != nil {
 			return err
-		}
-		for _, b := range [][]byte{bucketMeta, bucketRunner, bucketRuns, bucketGrants, bucketRevok, bucketJourn, bucketWorksp, bucketPackJ, bucketPackR, bucketIssued} {
-			if _, err := root.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		meta := root.Bucket(bucketMeta)
-		switch v := meta.Get(keySchema); {
-		case v == nil:
-			if err := meta.Put(keySchema, []byte(schemaVersion)); err != nil {
-				return err
-			}
-		case string(v) != schemaVersion:
-			return fmt.Errorf("store schema %q, this build reads %q", v, schemaVersion)
 		}
 		if d.index != nil {
 			return d.openIndex(tx)
@@ -304,8 +316,8 @@ const Issued = "issued-grants"
 // spent chooses others.
 const PackReservations = "pack-reservations"
 
-// RunRecord is an encoded run record (see PutRun) for Update to store in
-// the same transaction as its own change.
+// RunRecord is an encoded run record (a runrecord.Record's JSON, see
+// PutRun) for Update to store in the same transaction as its own change.
 type RunRecord struct {
 	ID    string
 	Value []byte

@@ -145,7 +145,7 @@ func TestConsumeGrantWithIsAtomic(t *testing.T) {
 }
 
 // A store file written before the pack buckets existed opens and gains
-// them; its schema version and its records stay as they were.
+// them (schema version 2: TestMigrations); its records stay as they were.
 func TestOlderFileGainsPackBuckets(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "custody.db")
 	old, err := bolt.Open(path, 0o600, nil)

@@ -135,7 +135,11 @@ func (e *env) verify(ctx context.Context, receipt []byte, compose string) *evide
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	res, err := v.VerifyPack(ctx, receipt, []byte(compose))
+	pol, err := evidence.NewPackPolicy(evidence.WithCompose([]byte(compose)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	res, err := v.VerifyPack(ctx, receipt, pol)
 	if err != nil {
 		e.t.Fatal(err)
 	}

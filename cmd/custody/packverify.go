@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+
+	"github.com/custody-dev/custody/evidence"
 )
 
 // maxComposeSize bounds the compose file custody verify --compose reads.
@@ -21,16 +23,19 @@ func (a *app) verifyPack(ctx context.Context, env []byte, trustPath, outputs, co
 	if err != nil {
 		return err
 	}
-	var compose []byte
+	compose := evidence.WithoutCompose()
 	if composePath != "" {
-		if compose, err = readFile("compose file", composePath, maxComposeSize); err != nil {
+		file, err := readFile("compose file", composePath, maxComposeSize)
+		if err != nil {
 			return err
 		}
-		if compose == nil {
-			compose = []byte{} // an empty file is still checked
-		}
+		compose = evidence.WithCompose(file) // an empty file is still checked
 	}
-	res, err := v.VerifyPack(ctx, env, compose)
+	pol, err := evidence.NewPackPolicy(compose)
+	if err != nil {
+		return &exitError{verifyUnauthentic, err}
+	}
+	res, err := v.VerifyPack(ctx, env, pol)
 	if err != nil {
 		return &exitError{verifyUnauthentic, err}
 	}

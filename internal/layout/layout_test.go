@@ -71,7 +71,7 @@ var banned = map[string]map[string]string{
 	"conformance": {"store": "conformance reaches the daemon only through api, never its state", "journal": "", "host": "", "backend/oci": ""},
 	"probe":       {"api": "the probe is standard library only", "platform": "", "evidence": "", "grant": ""},
 	"evidence":    {"host": "evidence does not know who runs", "backend/oci": "", "store": ""},
-	"retention":   {"backend/oci": "retention reads records and stored trees; it never drives a runtime", "api": ""},
+	"retention":   {"backend/oci": "retention reads records and stored trees; it never drives a runtime", "api": "", "launch": "retention reads run records (runrecord), never the launch pipeline", "host": ""},
 	"keys":        {"store": "keys are files, not state", "host": "", "grant": ""},
 	"api":         {"host": "wire types carry no logic", "store": "", "backend/oci": "", "admission": "", "launch": ""},
 	"backend":     {"host": "the contract imports no custody domain package", "admission": "", "policy": "", "grant": "", "journal": "", "store": "", "evidence": "", "api": ""},
@@ -152,9 +152,43 @@ var directOnly = map[string][]string{
 	// The host owns its pool (recovery holds it, quarantine drains it);
 	// launch reserves and takes members; custodyd keeps it filled.
 	"pool":   {"host", "launch", "cmd/custodyd", "daemon"},
-	"launch": {"cmd/custodyd", "daemon", "retention"},
+	"launch": {"cmd/custodyd", "daemon"},
 	// The daemon is custodyd's: everything else reaches it through api.
 	"daemon": {"cmd/custodyd"},
+}
+
+// leaves: package → the only custody packages it may depend on at all
+// (transitively), and why.
+var leaves = map[string]struct {
+	allowed []string
+	why     string
+}{
+	"runrecord": {[]string{"backend"}, "the run record is a leaf of values: it runs no work and knows no pipeline, store, " +
+		"wire or receipt (backend only for the usage and cleanup values it records)"},
+}
+
+func TestLeaves(t *testing.T) {
+	pkgs := list(t)
+	found := map[string]bool{}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		rule, ok := leaves[rel]
+		if !ok {
+			continue
+		}
+		found[rel] = true
+		for _, d := range p.Deps {
+			drel, ok := strings.CutPrefix(d, module+"/")
+			if ok && !slices.Contains(rule.allowed, drel) {
+				t.Errorf("%s depends on %s; it may depend only on %v: %s", rel, drel, rule.allowed, rule.why)
+			}
+		}
+	}
+	for name := range leaves {
+		if !found[name] {
+			t.Errorf("leaf rule for %s, which no longer exists", name)
+		}
+	}
 }
 
 func TestDependencyRules(t *testing.T) {
