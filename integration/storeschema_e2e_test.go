@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"bytes"
@@ -96,7 +96,7 @@ func TestStoreSchemaMigratesAndRefusesNewer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, os.Getenv("CUSTODYD_BIN"), "--config", d.Config).CombinedOutput()
+	out, err := d.Command(ctx).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 {
 		t.Fatalf("custodyd on a newer store: %v\n%s", err, out)
 	}
