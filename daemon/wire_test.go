@@ -67,7 +67,7 @@ func TestWireFormIsTheRecordsJSON(t *testing.T) {
 func TestWireGateFromEvidence(t *testing.T) {
 	wire := func(name string) []byte {
 		t.Helper()
-		raw, err := os.ReadFile(filepath.Join("..", "..", "runrecord", "testdata", "record-"+name+".json"))
+		raw, err := os.ReadFile(filepath.Join("..", "runrecord", "testdata", "record-"+name+".json"))
 		if err != nil {
 			t.Fatal(err)
 		}
