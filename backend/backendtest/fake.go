@@ -116,7 +116,8 @@ var fakeGaps = []struct{ control, what string }{
 	{ControlMemory, "memory budget"}, {ControlPids, "pids budget"}, {ControlOutputBytes, "output bound"},
 	{ControlTmpBytes, "tmp budget"}, {ControlRootfs, "image as the root filesystem"},
 	{ControlRootfsRO, "read-only root filesystem"}, {ControlInputsRO, "read-only inputs"},
-	{ControlDeniedEgress, "denied egress"},
+	{ControlDeniedEgress, "denied egress"}, {ControlFileSize, "file size budget"},
+	{ControlIdentity, "user, hostname or working directory of the Spec"},
 }
 
 // Capabilities say what the Fake enforces: nothing of a sandbox's bounds.

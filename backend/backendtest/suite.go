@@ -95,6 +95,9 @@ var cases = []struct {
 	{"InputsReadOnly", inputsReadOnly},
 	{"EnvExactlyDeclared", envExactlyDeclared},
 	{"UsageReadBack", usageReadBack},
+	{"FileSizeBound", fileSizeBound},
+	{"ExitStatus", exitStatus},
+	{"IdentityAndPlace", identityAndPlace},
 	// Refusals in each state.
 	{"RunTwiceRefused", runTwiceRefused},
 	{"RunAfterCleanupRefused", runAfterCleanupRefused},
