@@ -27,6 +27,8 @@ const (
 	ControlInputsRO      = "sandbox.inputs-read-only"
 	ControlDeniedEgress  = "sandbox.denied-egress"
 	ControlEnvIsDeclared = "sandbox.env-declared-only"
+	ControlFileSize      = "sandbox.file-size"
+	ControlIdentity      = "sandbox.identity"
 )
 
 // claims says whether the backend claims control: true unless one of its
@@ -375,5 +377,75 @@ func usageOf(t *testing.T, f Fixture, script string) {
 	}
 	if u.CPUTimeNanos < -1 {
 		t.Errorf("cpu time %d: observed (>= 0) or -1", u.CPUTimeNanos)
+	}
+}
+
+// exitStatus: the workload's own exit code is reported as it is, whatever
+// the workload prints about it, and not as a kill by the sandbox.
+func exitStatus(t *testing.T, f Fixture) {
+	for _, c := range []struct {
+		script string
+		code   int
+	}{{"echo 'exit code 0' >&2; exit 7", 7}, {"sleep 60 & kill -KILL $!; wait $!", 137}} {
+		r := runSh(t, f, c.script)
+		if e := r.exit; e.Code != c.code || e.Signal != "" || e.CodeUnobserved || e.TimedOut || e.Cancelled || e.OOMKilled {
+			t.Errorf("%q reported as %+v, want exit code %d", c.script, e, c.code)
+		}
+	}
+}
+
+// fileSizeBound: a file within the file size budget is written; one past
+// it is refused. The budget is set to half the output bound, so that only
+// the size limit, not the output filesystem, can stop the second.
+func fileSizeBound(t *testing.T, f Fixture) {
+	bs := int64(4096)
+	spec := func(script string) backend.Spec {
+		s := shSpec(f, script)
+		s.FileSize = s.OutputBytes / 2 / bs * bs
+		return s
+	}
+	budget := spec("").FileSize
+	ok := runSpec(t, f, spec(fmt.Sprintf("dd if=/dev/zero of=@OUT@/small bs=%d count=%d 2>/dev/null && echo wrote", bs, budget/2/bs)), 2*time.Minute)
+	ok.wantClean(t, "a file of half the file size budget")
+	if ok.stdout != "wrote\n" {
+		t.Errorf("a file of half the file size budget: %q %q", ok.stdout, ok.stderr)
+	}
+	if !claims(t, f, ControlFileSize) {
+		return
+	}
+	// Past the limit a write fails (EFBIG) or the writer gets SIGXFSZ.
+	over := runSpec(t, f, spec(fmt.Sprintf(`dd if=/dev/zero of=@OUT@/big bs=%d count=%d 2>/dev/null && echo UNBOUNDED; exit 0`, bs, budget/bs+2)), 2*time.Minute)
+	if strings.Contains(over.stdout, "UNBOUNDED") {
+		t.Errorf("a file past the file size budget (%d bytes) was written", budget)
+	}
+	if n := int64(len(over.files["big"])); n > budget {
+		t.Errorf("the output holds a %d-byte file, past the file size budget %d", n, budget)
+	}
+}
+
+// identityAndPlace: the workload runs as the Spec's user and group, in its
+// working directory, under its hostname; as that user it cannot read a
+// root-only input.
+func identityAndPlace(t *testing.T, f Fixture) {
+	src := inputDir(t, "public\n")
+	if err := os.WriteFile(filepath.Join(src, "secret"), []byte("root only\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := shSpec(f, `echo "$(id -u):$(id -g) $(pwd) $(hostname)"; cat /in/in.txt; cat /in/secret 2>/dev/null && echo READ-SECRET; exit 0`)
+	s.UID, s.GID, s.Cwd = 1000, 1000, "/in"
+	s.Inputs = []backend.Mount{{Source: src, Target: "/in"}}
+	if !claims(t, f, ControlIdentity) {
+		s.UID, s.GID, s.Cwd = 0, 0, "/"
+		r := runSpec(t, f, s, 2*time.Minute)
+		if !strings.Contains(r.stdout, "public\n") {
+			t.Errorf("the input read by the workload: %q %q", r.stdout, r.stderr)
+		}
+		return
+	}
+	r := runSpec(t, f, s, 2*time.Minute)
+	r.wantClean(t, "the identity probe")
+	want := fmt.Sprintf("1000:1000 /in %s\npublic\n", s.Hostname)
+	if r.stdout != want {
+		t.Errorf("the workload reports %q, want %q (stderr %q)", r.stdout, want, r.stderr)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,7 +117,8 @@ var fakeGaps = []struct{ control, what string }{
 	{ControlMemory, "memory budget"}, {ControlPids, "pids budget"}, {ControlOutputBytes, "output bound"},
 	{ControlTmpBytes, "tmp budget"}, {ControlRootfs, "image as the root filesystem"},
 	{ControlRootfsRO, "read-only root filesystem"}, {ControlInputsRO, "read-only inputs"},
-	{ControlDeniedEgress, "denied egress"},
+	{ControlDeniedEgress, "denied egress"}, {ControlFileSize, "file size budget"},
+	{ControlIdentity, "user, hostname or working directory of the Spec"},
 }
 
 // Capabilities say what the Fake enforces: nothing of a sandbox's bounds.
@@ -293,7 +295,7 @@ func (f *Fake) Foreign(known func(kind, name string) bool) []backend.Resource {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []backend.Resource
-	for _, id := range slices.Sorted(mapsKeys(f.sandboxes)) {
+	for _, id := range slices.Sorted(maps.Keys(f.sandboxes)) {
 		sb := f.sandboxes[id]
 		for _, r := range []backend.Resource{{Kind: FakeKindSandbox, Name: id, Identity: map[string]string{"nonce": sb.nonce}}, sb.outputResource()} {
 			if !known(r.Kind, r.Name) {
@@ -302,16 +304,6 @@ func (f *Fake) Foreign(known func(kind, name string) bool) []backend.Resource {
 		}
 	}
 	return out
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // PrepareHeld makes a sandbox held until Take.

@@ -25,3 +25,11 @@ func TestFakeContract(t *testing.T) {
 		}}
 	})
 }
+
+// TestFakeEngineContract runs the pack engine suite against the in-memory
+// FakeEngine.
+func TestFakeEngineContract(t *testing.T) {
+	backendtest.EngineSuite(t, func(t *testing.T) backendtest.EngineFixture {
+		return backendtest.EngineFixture{Engine: backendtest.NewFakeEngine(), Image: "fake", Subnet: "10.213.0.0/24"}
+	})
+}

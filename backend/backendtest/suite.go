@@ -66,15 +66,6 @@ func newID(t *testing.T) string {
 	return fmt.Sprintf("suite-%d-%d", os.Getpid()%100000, ids.n)
 }
 
-// Cases are the suite's cases, by name, in the order Suite runs them.
-func Cases() []string {
-	var names []string
-	for _, c := range cases {
-		names = append(names, c.name)
-	}
-	return names
-}
-
 var cases = []struct {
 	name string
 	run  func(*testing.T, Fixture)
@@ -95,6 +86,9 @@ var cases = []struct {
 	{"InputsReadOnly", inputsReadOnly},
 	{"EnvExactlyDeclared", envExactlyDeclared},
 	{"UsageReadBack", usageReadBack},
+	{"FileSizeBound", fileSizeBound},
+	{"ExitStatus", exitStatus},
+	{"IdentityAndPlace", identityAndPlace},
 	// Refusals in each state.
 	{"RunTwiceRefused", runTwiceRefused},
 	{"RunAfterCleanupRefused", runAfterCleanupRefused},

@@ -426,7 +426,9 @@ func (sb *phaseSandbox) prepare(ctx context.Context, intents []backend.Resource)
 	if err := os.Mkdir(outR.Name, 0o700); err != nil {
 		return fmt.Errorf("output dir: %w", err)
 	}
-	if err := outputfs.Mount(outR.Name, sb.spec.OutputBytes, sb.spec.OutputFiles, nil); err != nil {
+	// The output belongs to the workload's user, as oci's does.
+	owner := &outputfs.Owner{UID: int(sb.spec.UID), GID: int(sb.spec.GID)}
+	if err := outputfs.Mount(outR.Name, sb.spec.OutputBytes, sb.spec.OutputFiles, owner); err != nil {
 		return err
 	}
 	if err := sb.created(&sb.recs.out, outR, outputfs.MountIdentity); err != nil {
@@ -487,6 +489,8 @@ func (sb *phaseSandbox) containerConfig(ref string) (*container.Config, *contain
 	cfg := &container.Config{
 		Image: ref, Cmd: s.Args, Entrypoint: []string{}, Env: s.Env, WorkingDir: s.Cwd, Hostname: s.Hostname,
 		AttachStdout: true, AttachStderr: true, NetworkDisabled: true,
+		// The Spec's ids, never the image's default user.
+		User: fmt.Sprintf("%d:%d", s.UID, s.GID),
 	}
 	mounts := []mount.Mount{{Type: mount.TypeBind, Source: sb.recs.out.Name, Target: s.OutputPath,
 		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}}}

@@ -212,6 +212,11 @@ func readCgroupLimits(procCgroup string) backend.ObservedCgroup {
 			return 0
 		}
 		n, _ := strconv.ParseInt(f[0], 10, 64)
+		// v1's "no limit" (the page counter's maximum), like v2's "max",
+		// is no limit read: never a limit to record as enforced.
+		if n >= 1<<62 {
+			return 0
+		}
 		return n
 	}
 	for _, cg := range procfs.ParseCgroup([]byte(procCgroup)) {
