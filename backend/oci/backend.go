@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/internal/sealed"
@@ -379,7 +379,7 @@ func (b *Backend) prepare(ctx context.Context, l Launch) (*Container, error) {
 	dir := filepath.Join(b.opts.RuntimeDir, l.ID)
 	rec := l.Recorder
 	if rec == nil {
-		rec = nopRecorder{}
+		rec = partial.Nop{}
 	}
 	cgroups, err := b.launchCgroups(l.ID)
 	if err != nil {
@@ -1144,59 +1144,32 @@ func drain(r *os.File, w io.Writer, mu *sync.Mutex, limit int64, done chan<- str
 	}
 }
 
-func step(r *backend.CleanupReport, name string, err error) {
-	s := backend.CleanupStep{Name: name, OK: err == nil}
-	if err != nil {
-		s.Detail = oneLine(err.Error())
-		if len(s.Detail) > maxStepDetail {
-			s.Detail = strings.ToValidUTF8(s.Detail[:maxStepDetail], "") + "..."
-		}
-	}
-	r.Steps = append(r.Steps, s)
-}
-
-// maxStepDetail keeps a step's detail within what a receipt's text fields
-// may hold (4096 bytes).
-const maxStepDetail = 4000
-
-// oneLine puts an error on one line: a step's detail goes into the signed
-// receipt, which refuses control characters, and errors.Join separates
-// errors with newlines.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, strings.ReplaceAll(s, "\n", "; "))
-}
-
 // Cleanup removes everything this launch created and verifies each part is
 // gone: no process in the cgroup, no runtime state, no cgroup directories,
 // no mounts, no launch directory. It is idempotent.
 func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	ctx = context.WithoutCancel(ctx)
 	if c.rec == nil {
-		c.rec = nopRecorder{}
+		c.rec = partial.Nop{}
 	}
 	from, _ := c.move(opCleanup) // allowed from every state
 	recovery := from == stateRecovering
 	r := &backend.CleanupReport{}
 	if c.egress != nil {
-		step(r, "egress-listeners-closed", c.closeEgress())
+		partial.Step(r, "egress-listeners-closed", c.closeEgress())
 	}
 	if c.bin != nil && c.runtimeMayHold(from) {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		rc, err := c.b.runtimeFor(c.bin)
 		if err != nil {
-			step(r, "runtime", err)
+			partial.Step(r, "runtime", err)
 		}
 		if err == nil && recovery {
 			err = c.stopRecovered(dctx)
-			step(r, "runtime-kill", err)
+			partial.Step(r, "runtime-kill", err)
 			if err == nil {
 				err = c.waitRuntime(dctx, rc)
-				step(r, "runtime-exited", err)
+				partial.Step(r, "runtime-exited", err)
 			}
 		}
 		// The runtime deletes its container when the workload ends; a
@@ -1213,7 +1186,7 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 			if errors.Is(err, ErrNotExist) {
 				err = nil
 			}
-			step(r, "runtime-delete", err)
+			partial.Step(r, "runtime-delete", err)
 		}
 		cancel()
 	}
@@ -1238,23 +1211,23 @@ func (c *Container) cleanup(ctx context.Context) *backend.CleanupReport {
 	unmountErr := c.unmountAll(recovery)
 	cgroups.Wait()
 	if c.cgroups != nil {
-		step(r, "cgroup-empty", cgEmpty)
-		step(r, "cgroup-removed", cgErr)
+		partial.Step(r, "cgroup-empty", cgEmpty)
+		partial.Step(r, "cgroup-removed", cgErr)
 		if cgErr == nil {
 			for _, d := range c.cgroups.all() {
 				c.removed = append(c.removed, backend.Resource{Kind: KindCgroup, Name: d})
 			}
 		}
 	}
-	step(r, "runtime-state-gone", stateErr)
+	partial.Step(r, "runtime-state-gone", stateErr)
 	if stateErr == nil { // started or not, the runtime holds no such container
 		c.removed = append(c.removed, backend.Resource{Kind: KindContainer, Name: c.id})
 	}
-	step(r, "unmounted", unmountErr)
-	step(r, "launch-dir-removed", c.removeDir(unmountErr == nil, c.ownsDir(from)))
+	partial.Step(r, "unmounted", unmountErr)
+	partial.Step(r, "launch-dir-removed", c.removeDir(unmountErr == nil, c.ownsDir(from)))
 	if len(c.removed) > 0 {
 		if err := c.rec.Removed(c.removed...); err != nil {
-			step(r, "journalled", err) // the removals are verified but not on record
+			partial.Step(r, "journalled", err) // the removals are verified but not on record
 		}
 		c.removed = nil
 	}
