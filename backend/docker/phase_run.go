@@ -30,10 +30,10 @@ func (sb *phaseSandbox) Run(ctx context.Context, wall time.Duration, out backend
 	if wall <= 0 {
 		return nil, errors.New("docker phase run: a wall time is required")
 	}
-	if sb.ran || sb.recs.ctr == nil || sb.recs.ctr.State != "created" {
+	if sb.life.State() != phasePrepared || sb.recs.ctr == nil || sb.recs.ctr.State != "created" {
 		return nil, errors.New("docker phase run: the sandbox is not a prepared, unrun container")
 	}
-	sb.ran = true
+	sb.life.Move(opRun)
 	r := *sb.recs.ctr
 	id, err := sb.ws.Verify(ctx, r)
 	if err != nil {

@@ -74,7 +74,7 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 	m.mark("verified-absent")
 	rep.Steps = append(rep.Steps, abs.Steps...)
 	rep.Verified = rep.Verified && abs.Verified
-	m.state = stateCleaned
+	m.life.Move(opCleaned)
 	return rep
 }
 
