@@ -11,7 +11,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/backend"
-	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/runner"
 )
 
@@ -52,15 +52,15 @@ type Config struct {
 }
 
 // VMConfig is the vm backend: each artifact by path and sha256 (the
-// modules' digest is vm.ModulesDigest of their directory), re-checked at
+// modules' digest is vmpin.ModulesDigest of their directory), re-checked at
 // every launch.
 type VMConfig struct {
-	// The section's fields are vm.Config's, which custody gate reads too.
-	vm.Config `yaml:",inline"`
+	// The section's fields are vmpin.Config's, which custody gate reads too.
+	vmpin.Config `yaml:",inline"`
 }
 
 func (v *VMConfig) validate() error {
-	for name, p := range map[string]vm.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init, "stage": v.Stage} {
+	for name, p := range map[string]vmpin.Pinned{"qemu": v.QEMU, "kernel": v.Kernel, "modules": v.Modules, "init": v.Init, "stage": v.Stage} {
 		// An empty stage path is custody-vmstage beside the init; its
 		// digest is pinned all the same.
 		if (name != "stage" || p.Path != "") && !filepath.IsAbs(p.Path) {
