@@ -26,6 +26,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/randid"
 	"github.com/custody-dev/custody/journal"
@@ -1081,7 +1082,7 @@ func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 			// The run's cleanup state is its member's: never clean when
 			// the member's attempt is not.
 			s.rep.Verified = false
-			s.rep.Steps = append(slices.Clone(s.rep.Steps), backend.CleanupStep{Name: "pool-member-closed", Detail: err.Error()})
+			s.rep.Steps = append(slices.Clone(s.rep.Steps), backend.CleanupStep{Name: "pool-member-closed", Detail: partial.Detail(err.Error())})
 		}
 		s.r.Kick()
 	})

@@ -115,7 +115,7 @@ func (m *Manager) status(ctx context.Context, rec *record) (*Report, error) {
 	rep.Bundle = m.bundle(rep.Receipt)
 	if a != nil {
 		rep.Detail, rep.Retry = a.Detail, a.Retry
-		jr := &recorder{j: m.journal, runID: rec.Attempt}
+		jr := m.journal.Recorder(rec.Attempt)
 		o := rec.owner(rec.Attempt)
 		for _, r := range a.Resources {
 			st := ResourceStatus{Kind: r.Kind, Name: r.Name, ID: r.Identity["id"], State: r.State}
@@ -127,7 +127,7 @@ func (m *Manager) status(ctx context.Context, rec *record) (*Report, error) {
 			case r.State == journal.Intent:
 				st.State, st.Detail = "unknown", "its create began and its native ID was not recorded; recover resolves it by its intent label"
 			default:
-				obj, err := m.cfg.Engine.Inspect(ctx, o, jr, fromJournal([]journal.Resource{r})[0])
+				obj, err := m.cfg.Engine.Inspect(ctx, o, jr, journal.ToBackend([]journal.Resource{r})[0])
 				if err != nil {
 					st.State, st.Detail = "unknown", err.Error()
 				} else {
@@ -334,7 +334,7 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 		return fail(err)
 	}
 	o := rec.owner(attempt)
-	jr := &recorder{j: m.journal, runID: attempt}
+	jr := m.journal.Recorder(attempt)
 	plan, _ := rec.plan()
 	var records []backend.Resource
 	var never []journal.Resource
@@ -345,7 +345,7 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 			never = append(never, r)
 			continue
 		}
-		records = append(records, fromJournal([]journal.Resource{r})[0])
+		records = append(records, journal.ToBackend([]journal.Resource{r})[0])
 	}
 	if len(never) > 0 {
 		if err := m.journal.Removed(attempt, never...); err != nil {

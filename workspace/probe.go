@@ -45,7 +45,7 @@ func (p probeJournal) Begin(attempt string) (backend.Recorder, error) {
 		p.m.setProbing(attempt, false)
 		return nil, err
 	}
-	return &probeRecorder{recorder{j: p.m.journal, runID: attempt}, p.m}, nil
+	return &probeRecorder{p.m.journal.Recorder(attempt), p.m}, nil
 }
 
 func (p probeJournal) Finish(attempt string, clean bool, detail string) error {
@@ -63,12 +63,12 @@ func (p probeJournal) Finish(attempt string, clean bool, detail string) error {
 // probeRecorder is the journal's recorder, with the fault stage after each
 // object's native ID is recorded.
 type probeRecorder struct {
-	recorder
+	backend.Recorder
 	m *Manager
 }
 
 func (r *probeRecorder) Created(rs ...backend.Resource) error {
-	if err := r.recorder.Created(rs...); err != nil {
+	if err := r.Recorder.Created(rs...); err != nil {
 		return err
 	}
 	for _, x := range rs {
@@ -131,9 +131,9 @@ func (m *Manager) recoverProbes(ctx context.Context) ([]Report, error) {
 	}
 	var out []Report
 	for _, a := range as {
-		rec := &recorder{j: m.journal, runID: a.RunID}
+		rec := m.journal.Recorder(a.RunID)
 		state, detail, retry := journal.Clean, "an interrupted engine probe's objects are verified gone", ""
-		if err := m.cfg.Engine.RecoverProbe(ctx, rec, fromJournal(a.Outstanding())); err != nil {
+		if err := m.cfg.Engine.RecoverProbe(ctx, rec, journal.ToBackend(a.Outstanding())); err != nil {
 			state, retry = journal.Residual, "custody pack recover"
 			detail = "an interrupted engine probe's objects are not all verified gone: " + err.Error()
 		}

@@ -113,7 +113,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 	use := store.GrantUse{At: started, Actor: g.Predicate.Actor}
 	// RunID stays empty: the phase runner settles every use whose run id
 	// its own journal lacks, and pack attempts live in another bucket.
-	if err := m.journal.BeginConsuming(rec.Attempt, rec.GrantID, use, toJournal(intents)...); err != nil {
+	if err := m.journal.BeginConsuming(rec.Attempt, rec.GrantID, use, journal.FromBackend(intents)...); err != nil {
 		if errors.Is(err, store.ErrConsumed) {
 			err = grant.Refuse(grant.CodeReplayed, "grant %s was already used; ask the operator for a new grant", rec.GrantID)
 		} else if errors.Is(err, store.ErrRevoked) {
@@ -125,7 +125,7 @@ func (m *Manager) Up(ctx context.Context, grantEnvelope []byte, name string, pee
 		return nil, err
 	}
 	m.fault(FaultConsumed)
-	jr := &recorder{j: m.journal, runID: rec.Attempt}
+	jr := m.journal.Recorder(rec.Attempt)
 	receipt, err := m.realize(ctx, rec, &plan, owner, jr, creds, fixtures, binds, started)
 	if err != nil {
 		m.log.Warn("pack up failed; tearing down what the attempt created", "workspace", name, "id", rec.ID, "err", err)
@@ -410,7 +410,7 @@ func parallel(n int, f func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr *recorder, creds, fixtures map[string][]byte, binds map[string]pack.BindFact, started time.Time) ([]byte, error) {
+func (m *Manager) realize(ctx context.Context, rec *record, plan *admission.PackPlan, o backend.PackOwner, jr backend.Recorder, creds, fixtures map[string][]byte, binds map[string]pack.BindFact, started time.Time) ([]byte, error) {
 	netIDs := map[string]string{}
 	rNets := make([]evidence.PackNetwork, len(plan.Networks))
 	var mu sync.Mutex
@@ -533,7 +533,7 @@ func settled(service string, obj backend.PackObject) error {
 // depends on has started and passed check, independent ones side by side.
 // After a failure nothing more is started; what is running is the
 // caller's to tear down.
-func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr *recorder, order []admission.PlanService, made []backend.Resource, check func(i int) error) error {
+func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr backend.Recorder, order []admission.PlanService, made []backend.Resource, check func(i int) error) error {
 	idx := make(map[string]int, len(order))
 	for i, s := range order {
 		idx[s.Name] = i
@@ -589,7 +589,7 @@ func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr *recorde
 // bind target with the source up checked: the engine resolves the source
 // path again at start, so a directory swapped for a link (to a socket
 // directory, say) in between would otherwise be mounted unseen.
-func (m *Manager) checkBinds(ctx context.Context, o backend.PackOwner, jr *recorder, s admission.PlanService, r backend.Resource, binds map[string]pack.BindFact) error {
+func (m *Manager) checkBinds(ctx context.Context, o backend.PackOwner, jr backend.Recorder, s admission.PlanService, r backend.Resource, binds map[string]pack.BindFact) error {
 	for _, mt := range s.Mounts {
 		if mt.Type != pack.Bind {
 			continue

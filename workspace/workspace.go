@@ -558,33 +558,3 @@ func (r *record) plan() (*admission.PackPlan, error) {
 	}
 	return &p, nil
 }
-
-// recorder journals one attempt's resources.
-type recorder struct {
-	j     *journal.Journal
-	runID string
-}
-
-func toJournal(rs []backend.Resource) []journal.Resource {
-	out := make([]journal.Resource, len(rs))
-	for i, r := range rs {
-		out[i] = journal.Resource{Kind: r.Kind, Name: r.Name, State: r.State, Identity: r.Identity}
-	}
-	return out
-}
-
-func fromJournal(rs []journal.Resource) []backend.Resource {
-	out := make([]backend.Resource, len(rs))
-	for i, r := range rs {
-		out[i] = backend.Resource{Kind: r.Kind, Name: r.Name, State: r.State, Identity: r.Identity}
-	}
-	return out
-}
-
-func (r *recorder) Intent(rs ...backend.Resource) error { return r.j.Intent(r.runID, toJournal(rs)...) }
-func (r *recorder) Created(rs ...backend.Resource) error {
-	return r.j.Created(r.runID, toJournal(rs)...)
-}
-func (r *recorder) Removed(rs ...backend.Resource) error {
-	return r.j.Removed(r.runID, toJournal(rs)...)
-}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/dockertest"
 	"github.com/custody-dev/custody/internal/randid"
 )
@@ -214,7 +215,7 @@ func noProbeResidue(t *testing.T, d *Docker, notes []string) {
 func TestEgressProofOnCustodysInternalNetwork(t *testing.T) {
 	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
-	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, InternalNetworkOptions(), nopRecorder{})
+	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, InternalNetworkOptions(), partial.Nop{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +257,7 @@ func TestWitnessNeverTakesTheStubResolversAddress(t *testing.T) {
 func TestPlainInternalReachesTheHost(t *testing.T) {
 	t.Parallel() // each waits out nc timeouts; the daemon serves them side by side
 	d, dt := open(t)
-	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, nil, nopRecorder{})
+	p, err := d.proveInternal(testCtx(t), randid.New(8), dt.Image, nil, partial.Nop{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/randid"
 )
 
@@ -493,7 +494,7 @@ func (w *Workspace) resolve(ctx context.Context, r backend.Resource) (backend.Re
 func (w *Workspace) Remove(ctx context.Context, r backend.Resource) (backend.CleanupStep, error) {
 	step := backend.CleanupStep{Name: r.Kind + " " + r.Name}
 	fail := func(err error) (backend.CleanupStep, error) {
-		step.Detail = err.Error()
+		step.Detail = partial.Detail(err.Error())
 		return step, err
 	}
 	if err := w.mine(r); err != nil {
@@ -554,7 +555,7 @@ func (w *Workspace) Remove(ctx context.Context, r backend.Resource) (backend.Cle
 func (w *Workspace) gone(r backend.Resource, step backend.CleanupStep, detail string) (backend.CleanupStep, error) {
 	r.State = "removed"
 	if err := w.rec.Removed(r); err != nil {
-		step.Detail = err.Error()
+		step.Detail = partial.Detail(err.Error())
 		return step, fmt.Errorf("record %s %s removed: %w", r.Kind, r.Name, err)
 	}
 	step.OK, step.Detail = true, detail

@@ -24,6 +24,7 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/procfs"
 )
 
@@ -326,7 +327,7 @@ func (p *Packs) Stop(ctx context.Context, o backend.PackOwner, rec backend.Recor
 func (p *Packs) Teardown(ctx context.Context, o backend.PackOwner, rec backend.Recorder, recorded []backend.Resource, volumes bool) backend.CleanupReport {
 	w, err := p.owned(o, rec)
 	if err != nil {
-		return backend.CleanupReport{Steps: []backend.CleanupStep{{Name: "workspace " + o.Workspace, Detail: err.Error()}}}
+		return backend.CleanupReport{Steps: []backend.CleanupStep{{Name: "workspace " + o.Workspace, Detail: partial.Detail(err.Error())}}}
 	}
 	return w.Teardown(ctx, recorded, volumes)
 }

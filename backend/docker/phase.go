@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/platform"
 )
@@ -376,7 +377,28 @@ type phaseSandbox struct {
 	spec  backend.Spec
 	image string // the image ID the container runs
 	host  string // hex SHA-256 of the HostConfig read back from the engine
-	ran   bool
+	life  *partial.Lifecycle[phaseState, phaseOp]
+}
+
+// phaseState is where a phase sandbox is in its life; a phaseOp moves it,
+// only as phaseMoves allows (partial.Lifecycle), as oci's containers and
+// vm's machines are moved.
+type phaseState uint8
+
+const (
+	phasePrepared phaseState = iota // made by Prepare (its container's record says whether it exists)
+	phaseRunning                    // Run began: a sandbox runs once
+)
+
+type phaseOp uint8
+
+const opRun phaseOp = iota // Run starts the container
+
+// phaseMoves is every allowed move: one Run, from a prepared sandbox.
+// Cleanup is allowed in every state and moves nothing (it is idempotent
+// and re-confirms from the records).
+var phaseMoves = map[phaseState]map[phaseOp]phaseState{
+	phasePrepared: {opRun: phaseRunning},
 }
 
 // phaseRecords are a launch's records, from this process or the journal.
@@ -405,7 +427,7 @@ func (b *PhaseBackend) Prepare(ctx context.Context, id string, s backend.Spec, r
 	if err != nil {
 		return nil, err
 	}
-	sb := &phaseSandbox{b: b, id: id, ws: ws, rec: rec, spec: s}
+	sb := &phaseSandbox{b: b, id: id, ws: ws, rec: rec, spec: s, life: partial.NewLifecycle(phasePrepared, phaseMoves)}
 	if err := sb.prepare(ctx, intents); err != nil {
 		return sb, fmt.Errorf("docker phase prepare %s: %w", id, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/procfs"
 )
 
@@ -29,10 +30,10 @@ func (sb *phaseSandbox) Run(ctx context.Context, wall time.Duration, out backend
 	if wall <= 0 {
 		return nil, errors.New("docker phase run: a wall time is required")
 	}
-	if sb.ran || sb.recs.ctr == nil || sb.recs.ctr.State != "created" {
+	if sb.life.State() != phasePrepared || sb.recs.ctr == nil || sb.recs.ctr.State != "created" {
 		return nil, errors.New("docker phase run: the sandbox is not a prepared, unrun container")
 	}
-	sb.ran = true
+	sb.life.Move(opRun)
 	r := *sb.recs.ctr
 	id, err := sb.ws.Verify(ctx, r)
 	if err != nil {
@@ -368,12 +369,12 @@ func (b *PhaseBackend) cleanup(ctx context.Context, ws *Workspace, recs phaseRec
 		st := backend.CleanupStep{Name: r.Kind + " " + r.Name, OK: err == nil, Detail: detail}
 		if err != nil {
 			rep.Verified = false
-			st.Detail = strings.ReplaceAll(err.Error(), "\n", "; ")
+			st.Detail = partial.Detail(err.Error())
 		} else if r.State != "removed" {
 			gone := *r
 			gone.State = "removed"
 			if rerr := rec.Removed(gone); rerr != nil {
-				rep.Verified, st.OK, st.Detail = false, false, "record removed: "+rerr.Error()
+				rep.Verified, st.OK, st.Detail = false, false, partial.Detail("record removed: "+rerr.Error())
 			} else {
 				r.State = "removed"
 			}
@@ -493,7 +494,7 @@ func (b *PhaseBackend) records(id string, recorded []backend.Resource) (phaseRec
 func (b *PhaseBackend) Recover(ctx context.Context, id string, recorded []backend.Resource, rec backend.Recorder) backend.CleanupReport {
 	recs, errs := b.records(id, recorded)
 	if rec == nil {
-		rec = phaseNopRecorder{}
+		rec = partial.Nop{}
 	}
 	ws, err := b.d.Workspace(Owner{Workspace: b.workspace(id), Attempt: id}, rec)
 	if err != nil {
@@ -505,7 +506,7 @@ func (b *PhaseBackend) Recover(ctx context.Context, id string, recorded []backen
 			// Only Intents' record, without the create's nonce: absent is
 			// done; anything holding the name is not proved ours.
 			detail, err := b.containerAbsent(ctx, *r)
-			rep.Steps = append(rep.Steps, backend.CleanupStep{Name: r.Kind + " " + r.Name, OK: err == nil, Detail: detail + errText(err)})
+			rep.Steps = append(rep.Steps, backend.CleanupStep{Name: r.Kind + " " + r.Name, OK: err == nil, Detail: partial.Detail(detail + errText(err))})
 			if err != nil {
 				rep.Verified = false
 			}
@@ -517,7 +518,7 @@ func (b *PhaseBackend) Recover(ctx context.Context, id string, recorded []backen
 	}
 	for _, err := range errs {
 		rep.Verified = false
-		rep.Steps = append(rep.Steps, backend.CleanupStep{Name: "record", Detail: err.Error()})
+		rep.Steps = append(rep.Steps, backend.CleanupStep{Name: "record", Detail: partial.Detail(err.Error())})
 	}
 	return rep
 }
@@ -562,13 +563,13 @@ func (b *PhaseBackend) VerifyAbsent(id string, recorded []backend.Resource) back
 		}
 		if err != nil {
 			rep.Verified = false
-			detail = err.Error()
+			detail = partial.Detail(err.Error())
 		}
 		rep.Steps = append(rep.Steps, backend.CleanupStep{Name: r.Kind + " " + r.Name, OK: err == nil, Detail: detail})
 	}
 	for _, err := range errs {
 		rep.Verified = false
-		rep.Steps = append(rep.Steps, backend.CleanupStep{Name: "record", Detail: err.Error()})
+		rep.Steps = append(rep.Steps, backend.CleanupStep{Name: "record", Detail: partial.Detail(err.Error())})
 	}
 	if r := recs.ctr; r != nil {
 		detail, err := b.containerAbsent(ctx, *r)
@@ -605,9 +606,3 @@ func (b *PhaseBackend) VerifyAbsent(id string, recorded []backend.Resource) back
 	}
 	return rep
 }
-
-type phaseNopRecorder struct{}
-
-func (phaseNopRecorder) Intent(...backend.Resource) error  { return nil }
-func (phaseNopRecorder) Created(...backend.Resource) error { return nil }
-func (phaseNopRecorder) Removed(...backend.Resource) error { return nil }

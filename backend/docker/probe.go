@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/randid"
 )
 
@@ -125,7 +126,7 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *backend.PackE
 	}
 	nonce := randid.New(8)
 	e.Notes = append(e.Notes, "egress proof objects are labelled "+LabelProbe+"="+nonce)
-	var rec backend.Recorder = nopRecorder{}
+	var rec backend.Recorder = partial.Nop{}
 	if opts.Journal != nil {
 		attempt := backend.ProbeAttemptPrefix + nonce
 		if rec, err = opts.Journal.Begin(attempt); err != nil {
@@ -354,13 +355,6 @@ func classify(out, token string) Reach {
 	}
 	return Unknown
 }
-
-// nopRecorder records nothing: a probe without a journal.
-type nopRecorder struct{}
-
-func (nopRecorder) Intent(...backend.Resource) error  { return nil }
-func (nopRecorder) Created(...backend.Resource) error { return nil }
-func (nopRecorder) Removed(...backend.Resource) error { return nil }
 
 // proveInternal runs the egress proof on a fresh internal network made with
 // netOpts. Every object is named custody-probe-<nonce>-*, carries

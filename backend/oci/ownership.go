@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/internal/procfs"
 )
@@ -31,12 +32,6 @@ const (
 	KindScratchMount = "scratch-mount"
 	KindInputMount   = "input-mount"
 )
-
-type nopRecorder struct{}
-
-func (nopRecorder) Intent(...backend.Resource) error  { return nil }
-func (nopRecorder) Created(...backend.Resource) error { return nil }
-func (nopRecorder) Removed(...backend.Resource) error { return nil }
 
 // pathIdentity is a file's device and inode: a path alone proves nothing.
 func pathIdentity(p string) (map[string]string, error) { return outputfs.PathIdentity(p) }
@@ -84,7 +79,7 @@ func startTime(pid int) (string, error) {
 // left alone.
 func (b *Backend) recoverLaunch(ctx context.Context, id string, resources []backend.Resource, rec backend.Recorder) *backend.CleanupReport {
 	if rec == nil {
-		rec = nopRecorder{}
+		rec = partial.Nop{}
 	}
 	c := &Container{b: b, id: id, dir: filepath.Join(b.opts.RuntimeDir, id), rec: rec, state: stateRecovering,
 		idents: map[string]map[string]string{}}
@@ -111,7 +106,7 @@ func (b *Backend) recoverLaunch(ctx context.Context, id string, resources []back
 	bin, err := b.runtime.get(ctx)
 	if err != nil {
 		r := &backend.CleanupReport{}
-		step(r, "runtime", fmt.Errorf("cannot verify the runtime to clean up with: %w", err))
+		partial.Step(r, "runtime", fmt.Errorf("cannot verify the runtime to clean up with: %w", err))
 		return r
 	}
 	c.bin = bin
@@ -143,9 +138,9 @@ func (b *Backend) verifyAbsent(id string, resources []backend.Resource) *backend
 		}
 	}
 	if len(present) > 0 {
-		step(r, "never-created", fmt.Errorf("launch %s: %d recorded resources exist: %v", id, len(present), present))
+		partial.Step(r, "never-created", fmt.Errorf("launch %s: %d recorded resources exist: %v", id, len(present), present))
 	} else {
-		step(r, "never-created", nil)
+		partial.Step(r, "never-created", nil)
 	}
 	r.Verified = len(present) == 0
 	return r

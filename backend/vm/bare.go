@@ -38,7 +38,7 @@ const (
 // other load on a shared host stretches far less than the wall time. The
 // machine itself is untouched: it can still Run.
 func (m *Machine) BareBoot(ctx context.Context, dir string, which BareInitrd) (wall, cpu time.Duration, err error) {
-	if m.state != statePrepared {
+	if m.life.State() != statePrepared {
 		return 0, 0, fmt.Errorf("vm %s: a bare boot of a machine that is not prepared", m.id)
 	}
 	b := m.b

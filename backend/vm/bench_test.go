@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -35,7 +36,7 @@ func BenchmarkBootToExit(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		s := spec(b, rootfs, "/bin/true")
 		t0 := time.Now()
-		sb, err := be.Prepare(ctx, fmt.Sprintf("bench-%d-%d", os.Getpid(), i), s, nopRecorder{})
+		sb, err := be.Prepare(ctx, fmt.Sprintf("bench-%d-%d", os.Getpid(), i), s, partial.Nop{})
 		if err != nil {
 			b.Fatal(err)
 		}

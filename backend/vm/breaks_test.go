@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -54,7 +55,7 @@ grep -E ' /dev(/shm)? ' /proc/mounts > /out/mounts
 
 // qemuRecorder records the QEMU process a launch creates.
 type qemuRecorder struct {
-	nopRecorder
+	partial.Nop
 	mu  sync.Mutex
 	pid int
 }
@@ -191,7 +192,7 @@ func TestHostOOMKillOfQEMUIsRecorded(t *testing.T) {
 	s := spec(t, testenv.BusyboxRootfs(t), "/bin/sh", "-c", "echo started; dd if=/dev/zero of=/dev/null bs=200M count=3; echo survived")
 	s.Memory = 256 << 20
 	ctx := context.Background()
-	sb, err := b.Prepare(ctx, "t-host-oom", s, nopRecorder{})
+	sb, err := b.Prepare(ctx, "t-host-oom", s, partial.Nop{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func TestQEMUHeldToCPUBudget(t *testing.T) {
 	s.CPU = 0.5
 	ctx := context.Background()
 	const id = "t-qemu-cpu"
-	sb, err := b.Prepare(ctx, id, s, nopRecorder{})
+	sb, err := b.Prepare(ctx, id, s, partial.Nop{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/internal/procfs"
@@ -52,7 +53,7 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 	ctx := context.Background()
 	t.Run("legit", func(t *testing.T) {
 		id := "t-cgroup-first"
-		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/true"), nopRecorder{})
+		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/true"), partial.Nop{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 	// helpers do) must never include that one.
 	t.Run("threads-ending", func(t *testing.T) {
 		id := "t-cgroup-threads"
-		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/sh", "-c", "sleep 2"), nopRecorder{})
+		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/sh", "-c", "sleep 2"), partial.Nop{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +121,7 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 
 	t.Run("refused", func(t *testing.T) {
 		id := "t-cgroup-gone"
-		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/true"), nopRecorder{})
+		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/true"), partial.Nop{})
 		if err != nil {
 			t.Fatal(err)
 		}

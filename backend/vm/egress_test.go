@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -23,7 +24,7 @@ func TestEgressSpecRefused(t *testing.T) {
 	ctx := context.Background()
 	s := spec(t, rootfs, "/bin/true")
 	s.Egress = &backend.Egress{Allow: []string{"api.example:443"}, Credentials: []string{"token"}}
-	sb, err := b.Prepare(ctx, "egress-refused", s, nopRecorder{})
+	sb, err := b.Prepare(ctx, "egress-refused", s, partial.Nop{})
 	if err == nil || !strings.Contains(err.Error(), "network: deny") {
 		t.Fatalf("prepare with egress: %v, want a refusal naming network: deny", err)
 	}
@@ -35,7 +36,7 @@ func TestEgressSpecRefused(t *testing.T) {
 	}
 	// Legitimate: the same spec with the network denied is prepared.
 	s.Egress = nil
-	sb, err = b.Prepare(ctx, "egress-denied", s, nopRecorder{})
+	sb, err = b.Prepare(ctx, "egress-denied", s, partial.Nop{})
 	if err != nil {
 		t.Fatalf("prepare with network denied: %v", err)
 	}

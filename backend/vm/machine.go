@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm/guest"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/internal/procfs"
@@ -30,14 +31,33 @@ import (
 	"github.com/custody-dev/custody/snapshot"
 )
 
+// machineState is where a Machine is in its life; a machineOp moves it,
+// only as machineMoves allows (partial.Lifecycle).
 type machineState int
 
 const (
-	stateNew machineState = iota
-	statePrepared
-	stateRan
-	stateCleaned
+	stateNew      machineState = iota // made by Prepare, not yet prepared
+	statePrepared                     // every resource made, QEMU not started
+	stateRan                          // Run began: it runs once
+	stateCleaned                      // Cleanup has run
 )
+
+type machineOp int
+
+const (
+	opPrepared machineOp = iota // Prepare made everything
+	opRun                       // Run boots the guest
+	opCleaned                   // Cleanup finished
+)
+
+// machineMoves is every allowed move, in one place. Cleanup ends in
+// stateCleaned from every state, and again once cleaned: it is idempotent.
+var machineMoves = map[machineState]map[machineOp]machineState{
+	stateNew:      {opPrepared: statePrepared, opCleaned: stateCleaned},
+	statePrepared: {opRun: stateRan, opCleaned: stateCleaned},
+	stateRan:      {opCleaned: stateCleaned},
+	stateCleaned:  {opCleaned: stateCleaned},
+}
 
 // Machine is one prepared microVM launch.
 type Machine struct {
@@ -46,7 +66,7 @@ type Machine struct {
 	dir      string
 	spec     backend.Spec
 	rec      backend.Recorder
-	state    machineState
+	life     *partial.Lifecycle[machineState, machineOp]
 	bundleID map[string]string
 	made     struct{ bundle, output bool }
 	// cgroups are the host cgroup dirs made for QEMU, with identities.
@@ -254,10 +274,9 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	if wall <= 0 {
 		return nil, fmt.Errorf("vm: a wall time is required")
 	}
-	if m.state != statePrepared {
+	if _, ok := m.life.Move(opRun); !ok {
 		return nil, fmt.Errorf("vm %s: run of a machine that is not prepared", m.id)
 	}
-	m.state = stateRan
 	m.mark("run")
 	kernel, err := m.b.openKernel()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm/guest"
 	"github.com/custody-dev/custody/internal/outputfs"
 )
@@ -113,7 +114,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 	if err != nil {
 		return nil, err
 	}
-	m := &Machine{b: b, id: id, dir: b.bundle(id), spec: s, rec: rec}
+	m := &Machine{b: b, id: id, dir: b.bundle(id), spec: s, rec: rec, life: partial.NewLifecycle(stateNew, machineMoves)}
 	if err := m.prepare(ctx, files); err != nil {
 		return m, err
 	}
@@ -237,7 +238,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	m.configSHA = sha256Hex(cfgBytes)
 	m.timing.Prepare = time.Since(t0)
 	m.mark("initrd")
-	m.state = statePrepared
+	m.life.Move(opPrepared)
 	return nil
 }
 

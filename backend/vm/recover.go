@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/internal/procfs"
 )
@@ -21,7 +22,7 @@ import (
 // bundle, then verifies each is gone. It is idempotent.
 func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 	rep := backend.CleanupReport{Verified: true}
-	step := func(name string, err error) { addStep(&rep, name, err) }
+	step := func(name string, err error) { partial.Step(&rep, name, err) }
 	if m.qemu != nil {
 		m.kill()
 		select {
@@ -73,18 +74,8 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 	m.mark("verified-absent")
 	rep.Steps = append(rep.Steps, abs.Steps...)
 	rep.Verified = rep.Verified && abs.Verified
-	m.state = stateCleaned
+	m.life.Move(opCleaned)
 	return rep
-}
-
-// addStep adds one cleanup step: verified only if err is nil.
-func addStep(rep *backend.CleanupReport, name string, err error) {
-	s := backend.CleanupStep{Name: name, OK: err == nil}
-	if err != nil {
-		s.Detail = err.Error()
-		rep.Verified = false
-	}
-	rep.Steps = append(rep.Steps, s)
 }
 
 // removeBundle removes the bundle dir if it is the one recorded and no
@@ -170,7 +161,7 @@ func (b *Backend) killAndWait(ctx context.Context, pid int, start string) error 
 // Anything else is reported and left alone.
 func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Resource, rec backend.Recorder) backend.CleanupReport {
 	rep := backend.CleanupReport{Verified: true}
-	step := func(name string, err error) { addStep(&rep, name, err) }
+	step := func(name string, err error) { partial.Step(&rep, name, err) }
 	byKind := map[string]backend.Resource{}
 	for _, r := range recorded {
 		byKind[r.Kind] = r
@@ -289,7 +280,7 @@ func pathMatches(p string, want map[string]string) bool {
 // output mount, no QEMU naming it.
 func (b *Backend) VerifyAbsent(id string, recorded []backend.Resource) backend.CleanupReport {
 	rep := backend.CleanupReport{Verified: true}
-	check := func(name string, err error) { addStep(&rep, name, err) }
+	check := func(name string, err error) { partial.Step(&rep, name, err) }
 	dir := b.bundle(id)
 	var err error
 	if _, serr := os.Lstat(dir); serr == nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -80,7 +81,7 @@ func TestPerLaunchUIDs(t *testing.T) {
 	ids := []string{"t-uid-a", "t-uid-b"}
 	var sbs []backend.Sandbox
 	for _, id := range ids {
-		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/sleep", "120"), nopRecorder{})
+		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/sleep", "120"), partial.Nop{})
 		if sb != nil {
 			sbs = append(sbs, sb)
 		}
@@ -100,7 +101,7 @@ func TestPerLaunchUIDs(t *testing.T) {
 	}()
 
 	// Refused: the range is held by the two prepared launches.
-	third, err := b.Prepare(ctx, "t-uid-c", spec(t, rootfs, "/bin/true"), nopRecorder{})
+	third, err := b.Prepare(ctx, "t-uid-c", spec(t, rootfs, "/bin/true"), partial.Nop{})
 	if !errors.Is(err, vm.ErrNoUID) {
 		t.Fatalf("a third launch with a range of two: %v, want ErrNoUID", err)
 	}
@@ -158,7 +159,7 @@ func TestPerLaunchUIDs(t *testing.T) {
 	sbs = nil
 
 	// Legit: both uids are free again, so a launch gets one.
-	sb, err := b.Prepare(context.Background(), "t-uid-d", spec(t, rootfs, "/bin/true"), nopRecorder{})
+	sb, err := b.Prepare(context.Background(), "t-uid-d", spec(t, rootfs, "/bin/true"), partial.Nop{})
 	if err != nil {
 		t.Fatalf("a launch after both ended: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/backendtest"
 	"github.com/custody-dev/custody/backend/oci"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/internal/testenv"
@@ -103,12 +104,6 @@ func TestBackendContract(t *testing.T) {
 	})
 }
 
-type nopRecorder struct{}
-
-func (nopRecorder) Intent(...backend.Resource) error  { return nil }
-func (nopRecorder) Created(...backend.Resource) error { return nil }
-func (nopRecorder) Removed(...backend.Resource) error { return nil }
-
 // run prepares and runs one launch and cleans it up, verified.
 func run(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (*backend.Exit, string, string, map[string][]byte) {
 	t.Helper()
@@ -125,7 +120,7 @@ func runTimed(t *testing.T, b *vm.Backend, s backend.Spec, wall time.Duration) (
 		id = id[len(id)-60:]
 		id = "t" + strings.TrimLeft(id, "-")
 	}
-	sb, err := b.Prepare(ctx, id, s, nopRecorder{})
+	sb, err := b.Prepare(ctx, id, s, partial.Nop{})
 	if err != nil {
 		if sb != nil {
 			sb.Cleanup(ctx)
@@ -274,7 +269,7 @@ func TestTamperedArtifactsRefused(t *testing.T) {
 			ctx := context.Background()
 			// The untouched pins prepare, and the backend keeps what it
 			// verified.
-			sb, err := b.Prepare(ctx, "untouched-"+which, spec(t, rootfs, "/bin/true"), nopRecorder{})
+			sb, err := b.Prepare(ctx, "untouched-"+which, spec(t, rootfs, "/bin/true"), partial.Nop{})
 			if err != nil {
 				t.Fatalf("prepare with the pinned %s: %v", which, err)
 			}
@@ -286,7 +281,7 @@ func TestTamperedArtifactsRefused(t *testing.T) {
 			if err := os.WriteFile(copyTo, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			sb, err = b.Prepare(ctx, "tamper-"+which, spec(t, rootfs, "/bin/true"), nopRecorder{})
+			sb, err = b.Prepare(ctx, "tamper-"+which, spec(t, rootfs, "/bin/true"), partial.Nop{})
 			if !errors.Is(err, vm.ErrTampered) {
 				if sb != nil {
 					sb.Cleanup(ctx) // what a wrongly admitted prepare made

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm/guest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -23,7 +24,7 @@ func TestWorkloadSetupFailureIsNotExit127(t *testing.T) {
 	ctx := context.Background()
 	run := func(t *testing.T, id string, s backend.Spec) (*backend.Exit, error) {
 		t.Helper()
-		sb, err := b.Prepare(ctx, id, s, nopRecorder{})
+		sb, err := b.Prepare(ctx, id, s, partial.Nop{})
 		if err != nil {
 			t.Fatal(err)
 		}
