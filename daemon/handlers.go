@@ -109,8 +109,8 @@ func (s *server) handleStatus(operator bool) http.HandlerFunc {
 		uid := peerOf(r).UID
 		s.mu.RLock()
 		st := api.Status{
-			RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
-			RunnerPublicKey: string(s.runnerID.PublicPEM()), IssuerPublicKey: string(s.issuer.PublicPEM()),
+			RunnerID: s.runnerKeys.Current.ID(), IssuerID: s.issuerKeys.Current.ID(),
+			RunnerPublicKey: string(s.runnerKeys.Current.PublicPEM()), IssuerPublicKey: string(s.issuerKeys.Current.PublicPEM()),
 			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{}, Pool: wirePool(s.r.PoolProfiles()),
 		}
 		for id, a := range s.active {
