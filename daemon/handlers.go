@@ -46,7 +46,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
 	mux.HandleFunc("POST /v1/qualify", s.handleQualify)
 	mux.HandleFunc("POST /v1/pipelines/summary", s.handlePipelineSummary)
-	s.packRoutes(mux, true)
+	s.packs.packRoutes(mux, true)
 	s.opsRoutes(mux, true)
 	return s.operatorsOnly("control socket", mux)
 }
@@ -85,7 +85,7 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(false))
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
-	s.packRoutes(mux, false)
+	s.packs.packRoutes(mux, false)
 	s.opsRoutes(mux, false)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {

@@ -65,12 +65,8 @@ type server struct {
 	// launching is held shared by every run and exclusively by recovery.
 	launching sync.RWMutex
 
-	// packs is the pack lifecycle (nil without a docker: section, or when
-	// it could not be set up: packsErr says why); wsLocks serialize
-	// operations on one workspace name.
-	packs    packs
-	packsErr error
-	wsLocks  wsLocks
+	// packs serves the pack endpoints (packhandlers.go).
+	packs *packAPI
 
 	mu     sync.RWMutex
 	pol    *policy.Policy
@@ -171,12 +167,13 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 		s.db.Close()
 		return nil, err
 	}
+	s.packs = &packAPI{docker: cfg.Docker, log: log, dryRun: s.dryRun}
 	if cfg.Docker != nil {
 		// A pack service that cannot start takes the packs down, not the
 		// phase runner: every pack endpoint then refuses with why.
-		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker, b.PackEngine); s.packsErr != nil {
-			s.packs = nil
-			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packsErr)
+		if s.packs.packs, s.packs.err = newPacks(ctx, s, cfg.Docker, b.PackEngine); s.packs.err != nil {
+			s.packs.packs = nil
+			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packs.err)
 		}
 	}
 	// Before any work: finish what a previous runner left behind.
