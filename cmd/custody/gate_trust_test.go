@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
@@ -192,8 +193,8 @@ func TestGateRuntimeFromConfig(t *testing.T) {
 	dir := t.TempDir()
 	config := func(name, sum string) string {
 		p := filepath.Join(dir, name)
-		write(t, p, "runner:\n  stateDir: /var/lib/custody\n  runtimeDir: /run/custody\n  runtime: {path: "+runc+", version: "+version+", sha256: "+sum+"}\n"+
-			"policy: /etc/custody/policy.yaml\noperators: [0]\n")
+		writeCustodydConfig(t, p, config.Config{Runner: config.Runner{StateDir: "/var/lib/custody", RuntimeDir: "/run/custody",
+			Runtime: config.Runtime{Path: runc, Version: version, SHA256: sum}}, Policy: "/etc/custody/policy.yaml", Operators: []uint32{0}})
 		return p
 	}
 	printed := func(args ...string) (int, string, string) {
