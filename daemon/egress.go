@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"net"
 	"net/netip"
 	"os"
 
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/launch"
 )

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/conformance"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/egress"
 	"github.com/custody-dev/custody/egress/egresstest"
 	"github.com/custody-dev/custody/internal/testenv"

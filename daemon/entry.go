@@ -7,11 +7,10 @@ package daemon
 
 import (
 	"context"
-	"github.com/custody-dev/custody/daemon/config"
-	"io"
 	"log/slog"
 	"os"
 
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/image"
 )
 
@@ -24,10 +23,6 @@ func ServeHelper() {
 	}
 }
 
-// Service is the service manager's side of custodyd: readiness and the
-// leaf cgroup.
-type Service = service
-
 // NewService takes the service manager's settings from the environment;
 // call it before anything starts a child.
 func NewService(cgroupLeaf, metricsListen string) (Service, error) {
@@ -37,16 +32,6 @@ func NewService(cgroupLeaf, metricsListen string) (Service, error) {
 	}
 	svc.metricsListen = metricsListen
 	return svc, err
-}
-
-// Rotate is custodyd --rotate-key NAME: rotate and print the record.
-func Rotate(ctx context.Context, configPath, name string) error {
-	return runRotate(ctx, configPath, name)
-}
-
-// AdoptOpLog is custodyd --adopt-oplog.
-func AdoptOpLog(ctx context.Context, configPath string) error {
-	return runAdoptOpLog(ctx, configPath)
 }
 
 // Run serves cfg, on the backends custodyd wired, until ctx ends.
@@ -64,10 +49,4 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, svc Service, 
 		return err
 	}
 	return s.serve(ctx)
-}
-
-// NewLogger makes custodyd's logger: "text" (logfmt) or "json" (one object
-// per line) on w, at lvl.
-func NewLogger(w io.Writer, format string, lvl slog.Level) (*slog.Logger, error) {
-	return newLogger(w, format, lvl)
 }

@@ -45,7 +45,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
 	mux.HandleFunc("POST /v1/qualify", s.handleQualify)
 	mux.HandleFunc("POST /v1/pipelines/summary", s.handlePipelineSummary)
-	s.packRoutes(mux, true)
+	s.packs.packRoutes(mux, true)
 	s.opsRoutes(mux, true)
 	return s.operatorsOnly("control socket", mux)
 }
@@ -84,7 +84,7 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(false))
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
-	s.packRoutes(mux, false)
+	s.packs.packRoutes(mux, false)
 	s.opsRoutes(mux, false)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
@@ -108,8 +108,8 @@ func (s *server) handleStatus(operator bool) http.HandlerFunc {
 		uid := peerOf(r).UID
 		s.mu.RLock()
 		st := api.Status{
-			RunnerID: s.runnerID.ID(), IssuerID: s.issuer.ID(),
-			RunnerPublicKey: string(s.runnerID.PublicPEM()), IssuerPublicKey: string(s.issuer.PublicPEM()),
+			RunnerID: s.runnerKeys.Current.ID(), IssuerID: s.issuerKeys.Current.ID(),
+			RunnerPublicKey: string(s.runnerKeys.Current.PublicPEM()), IssuerPublicKey: string(s.issuerKeys.Current.PublicPEM()),
 			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{}, Pool: wirePool(s.r.Pool().Profiles()),
 		}
 		for id, a := range s.active {

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -171,36 +170,6 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
-}
-
-// peerOfConn reads the kernel-reported identity of a unix socket's peer.
-func peerOfConn(c net.Conn) peer {
-	var p peer
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return p
-	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return p
-	}
-	_ = raw.Control(func(fd uintptr) {
-		cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if err == nil {
-			p = peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid, ok: true}
-		}
-	})
-	return p
-}
-
-func peerContext(ctx context.Context, c net.Conn) context.Context {
-	p := peer{}
-	if lc, ok := c.(*limitedConn); ok {
-		p = lc.peer
-	} else {
-		p = peerOfConn(c)
-	}
-	return context.WithValue(ctx, peerKey{}, p)
 }
 
 // readBody reads a request's whole body, at most maxBody bytes, within

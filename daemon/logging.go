@@ -2,9 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -27,19 +24,6 @@ const (
 	logTier     = "tier"     // production | development (unqualified)
 	logDuration = "duration" // milliseconds, an integer
 )
-
-// newLogger makes custodyd's logger: "text" (logfmt) or "json" (one object
-// per line) on w, at lvl.
-func newLogger(w io.Writer, format string, lvl slog.Level) (*slog.Logger, error) {
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("log format %q: use text or json", format)
-}
 
 // logAdmitted is the line of a run whose grant was verified and spent.
 func (s *server) logAdmitted(run *launch.Run, uid uint32) {

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
@@ -110,30 +110,21 @@ func (s *server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var current *keys.Signer
+	var set *keys.Set
 	switch req.Name {
 	case "runner":
-		current = s.runnerID
+		set = s.runnerKeys
 	case "issuer":
-		current = s.issuer
+		set = s.issuerKeys
 	default:
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("key %q: the keys are runner and issuer", req.Name)})
 		return
 	}
-	if req.ID == current.ID() {
+	if req.ID == set.Current.ID() {
 		writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("%s key %s is the current one; fix: stop custodyd, rotate it (custodyd --rotate-key %s), start custodyd, then revoke the retired key", req.Name, req.ID, req.Name)})
 		return
 	}
-	retired, err := retiredKeys(r.Context(), s.cfg.Runner.StateDir, req.Name)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	known := false
-	for _, k := range retired {
-		known = known || k.key.ID() == req.ID
-	}
-	if !known {
+	if !set.IsRetired(req.ID) {
 		writeError(w, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no retired %s key %s on this runner (custody trust export lists them)", req.Name, req.ID)})
 		return
 	}
@@ -156,15 +147,10 @@ func (s *server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 func (s *server) applyKeyRevocation(name, id string, at time.Time) {
 	if name == "issuer" {
 		s.verifier.Distrust(id)
+		s.issuerKeys.Revoke(id, at)
 		return
 	}
-	s.keysMu.Lock()
-	defer s.keysMu.Unlock()
-	for i := range s.retiredRunners {
-		if s.retiredRunners[i].key.ID() == id {
-			s.retiredRunners[i].revokedAt = at
-		}
-	}
+	s.runnerKeys.Revoke(id, at)
 }
 
 // revocable says whether grant id may be revoked: refused (nothing is
@@ -220,13 +206,7 @@ func (s *server) recordGrantRevocation(ctx context.Context, id, reason string, u
 // revokedAt lists the keys the operations log says were revoked, with
 // from when, for custody trust export.
 func (s *server) revokedAt() (map[string]time.Time, error) {
-	trusted := []*keys.Verifier{s.runnerID.Verifier()}
-	s.keysMu.Lock()
-	for _, r := range s.retiredRunners {
-		trusted = append(trusted, r.key)
-	}
-	s.keysMu.Unlock()
-	revoked, err := revokedKeys(context.Background(), s.oplog, s.runnerID.ID(), trusted)
+	revoked, err := revokedKeys(context.Background(), s.oplog, s.runnerKeys.Current.ID(), s.runnerKeys.Verifiers())
 	if err != nil {
 		return nil, err
 	}
@@ -249,20 +229,20 @@ func adoptOpLog(ctx context.Context, cfg config.Config) (evidence.OpHead, error)
 		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: custodyd must be stopped first (%w)", err)
 	}
 	defer db.Close()
-	if err := unfinishedRotation(ctx, cfg.Runner.StateDir, "runner"); err != nil {
+	if err := keys.Unfinished(ctx, keyDir(cfg.Runner.StateDir), "runner"); err != nil {
 		return evidence.OpHead{}, err
 	}
 	signer, err := keys.LoadPrivate(filepath.Join(cfg.Runner.StateDir, "keys"), "runner")
 	if err != nil {
 		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: runner key: %w", err)
 	}
-	retired, err := retiredKeys(ctx, cfg.Runner.StateDir, "runner")
+	retired, err := keys.RetiredKeys(ctx, keyDir(cfg.Runner.StateDir), "runner")
 	if err != nil {
 		return evidence.OpHead{}, fmt.Errorf("adopt the operations log: retired runner keys: %w", err)
 	}
 	var trusted []*keys.Verifier
 	for _, r := range retired {
-		trusted = append(trusted, r.key)
+		trusted = append(trusted, r.Key)
 	}
 	path := opLogPath(cfg.Runner.StateDir)
 	h, err := evidence.AdoptOpLog(ctx, path, trusted, signer)
@@ -300,7 +280,9 @@ func verifiedHead(ctx context.Context, path string, signer *keys.Signer, retired
 	return evidence.ParseOpHead(head)
 }
 
-func runAdoptOpLog(ctx context.Context, configPath string) error {
+// AdoptOpLog is custodyd --adopt-oplog: adopt the operations log of the
+// configuration at configPath as it stands, and say what was adopted.
+func AdoptOpLog(ctx context.Context, configPath string) error {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		return err

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/custody-dev/custody/daemon/config"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
@@ -221,7 +221,7 @@ func TestAdoptOpLogThenStart(t *testing.T) {
 	if _, err := adoptOpLog(ctx, cfg); err == nil || !strings.Contains(err.Error(), "must be stopped") {
 		t.Fatalf("adopt while custodyd runs: %v, want a refusal naming it", err)
 	}
-	current := s.runnerID.ID()
+	current := s.runnerKeys.Current.ID()
 	s.close()
 	if err := os.Remove(evidence.OpLogHeadPath(path)); err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func TestRetentionRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{d.s.runnerID.Verifier()})
+	entries, err := evidence.VerifyOpLog(ctx, data, head, []*keys.Verifier{d.s.runnerKeys.Current.Verifier()})
 	if err != nil || len(entries) != 1 || entries[0].Kind != evidence.OpRetentionDeleted || len(entries[0].Deleted) != 2 {
 		t.Fatalf("operations log: %v %+v", err, entries)
 	}

@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"time"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 )
 
 // Pack endpoints. Like phases, admission (a dry run that grants nothing)
@@ -19,8 +21,24 @@ import (
 // is control only. A client asking about another uid's workspace is told
 // it does not exist, as with runs.
 
+// packAPI serves the pack endpoints over the pack lifecycle.
+type packAPI struct {
+	// docker is custodyd's docker: section; nil, packs are disabled.
+	docker *config.DockerConfig
+	// packs is the pack lifecycle (nil without a docker: section, or when
+	// it could not be set up: err says why).
+	packs packs
+	err   error
+	// locks serialize operations on one workspace name.
+	locks wsLocks
+	log   *slog.Logger
+	// dryRun takes one of uid's dry runs on the submit socket, or answers
+	// the refusal (the server's per-uid limits).
+	dryRun func(w http.ResponseWriter, uid uint32) (release func(), ok bool)
+}
+
 // packRoutes registers the pack endpoints a socket serves.
-func (s *server) packRoutes(mux *http.ServeMux, operator bool) {
+func (s *packAPI) packRoutes(mux *http.ServeMux, operator bool) {
 	mux.HandleFunc("POST /v1/packs/admit", s.handlePackAdmit(operator))
 	mux.HandleFunc("POST /v1/packs/up", s.handlePackUp)
 	mux.HandleFunc("GET /v1/workspaces", s.handlePackList(operator))
@@ -37,14 +55,14 @@ func packControlOnly() []string { return []string{"/v1/packs/grants", "/v1/packs
 
 // packService returns the pack lifecycle, or the refusal that stands in
 // for it, naming the fix.
-func (s *server) packService() (packs, error) {
+func (s *packAPI) packService() (packs, error) {
 	switch {
-	case s.cfg.Docker == nil:
+	case s.docker == nil:
 		return nil, &api.Error{Code: api.CodePacksDisabled, Message: "this runner takes no packs: custodyd's configuration has no docker: section; " +
 			"fix: add `docker: {host: unix:///path/to/engine.sock}` (the engine custody may drive) to custodyd.yaml and restart custodyd"}
 	case s.packs == nil:
 		return nil, &api.Error{Code: api.CodePacksUnavailable, Message: fmt.Sprintf(
-			"this runner takes no packs: the docker: section is configured but the pack service did not start: %v; fix: correct it (custodyd's log has the details) and restart custodyd", s.packsErr)}
+			"this runner takes no packs: the docker: section is configured but the pack service did not start: %v; fix: correct it (custodyd's log has the details) and restart custodyd", s.err)}
 	}
 	return s.packs, nil
 }
@@ -52,7 +70,7 @@ func (s *server) packService() (packs, error) {
 // packRequest decodes a pack request into in and returns the pack
 // lifecycle; for a request that carries a pack (pack not nil) it first
 // refuses one whose directory could mean anything.
-func (s *server) packRequest(r *http.Request, in any, pack func() api.PackSource) (packs, error) {
+func (s *packAPI) packRequest(r *http.Request, in any, pack func() api.PackSource) (packs, error) {
 	if err := decode(r, in); err != nil {
 		return nil, err
 	}
@@ -74,7 +92,7 @@ func (s *server) packRequest(r *http.Request, in any, pack func() api.PackSource
 // issue's decision, bind sources inspected; on the submit socket it is
 // bounded per uid, answers only a submitter of the pack actor, and judges
 // bind sources by their path alone (workspace.Manager.AdmitFor).
-func (s *server) handlePackAdmit(operator bool) http.HandlerFunc {
+func (s *packAPI) handlePackAdmit(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		pr := peerOf(r)
 		if !operator {
@@ -114,7 +132,7 @@ func wirePackAdmit(plan *admission.PackPlan) api.PackAdmitResponse {
 		HostRootReasons: plan.HostRootReasons, Plan: raw, Checks: wireChecks(plan.Checks)}
 }
 
-func (s *server) handlePackIssue(w http.ResponseWriter, r *http.Request) {
+func (s *packAPI) handlePackIssue(w http.ResponseWriter, r *http.Request) {
 	var in api.PackIssueRequest
 	p, err := s.packRequest(r, &in, func() api.PackSource { return in.Pack })
 	if err != nil {
@@ -139,7 +157,7 @@ func (s *server) handlePackIssue(w http.ResponseWriter, r *http.Request) {
 // handlePackUp realizes a granted pack. The pack lifecycle checks the
 // submitting peer against the grant's actor; the peer's uid becomes the
 // workspace's owner.
-func (s *server) handlePackUp(w http.ResponseWriter, r *http.Request) {
+func (s *packAPI) handlePackUp(w http.ResponseWriter, r *http.Request) {
 	var in api.PackUpRequest
 	p, err := s.packRequest(r, &in, nil)
 	if err != nil {
@@ -147,7 +165,7 @@ func (s *server) handlePackUp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pr := peerOf(r)
-	unlock := s.wsLocks.lock(in.Workspace)
+	unlock := s.locks.lock(in.Workspace)
 	rep, err := p.Up(r.Context(), in.Grant, in.Workspace, packPeer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
 	unlock()
 	s.writeReport(w, "up", in.Workspace, pr.UID, rep, err)
@@ -156,7 +174,7 @@ func (s *server) handlePackUp(w http.ResponseWriter, r *http.Request) {
 // writeReport answers an up or down: the report, with the error inside it
 // when the operation changed something and then failed; the error alone
 // when it changed nothing.
-func (s *server) writeReport(w http.ResponseWriter, op, workspace string, uid uint32, rep *packReport, err error) {
+func (s *packAPI) writeReport(w http.ResponseWriter, op, workspace string, uid uint32, rep *packReport, err error) {
 	if err != nil && rep == nil {
 		s.log.Warn("pack "+op+" refused", "workspace", workspace, "uid", uid, "err", err)
 		writeError(w, err)
@@ -182,7 +200,7 @@ func notYours(name string) error {
 	return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("workspace %q not found", name)}
 }
 
-func (s *server) handlePackStatus(operator bool) http.HandlerFunc {
+func (s *packAPI) handlePackStatus(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.packService()
 		if err != nil {
@@ -202,7 +220,7 @@ func (s *server) handlePackStatus(operator bool) http.HandlerFunc {
 	}
 }
 
-func (s *server) handlePackList(operator bool) http.HandlerFunc {
+func (s *packAPI) handlePackList(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.packService()
 		if err != nil {
@@ -229,7 +247,7 @@ func (s *server) handlePackList(operator bool) http.HandlerFunc {
 // removal of socket holders' children is an operator's decision (P4: no
 // proof custody owns them), so a client asking for it is refused before
 // anything is touched.
-func (s *server) handlePackDown(operator bool) http.HandlerFunc {
+func (s *packAPI) handlePackDown(operator bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var in api.PackDownRequest
 		p, err := s.packRequest(r, &in, nil)
@@ -244,7 +262,7 @@ func (s *server) handlePackDown(operator bool) http.HandlerFunc {
 				"fix: an operator runs custody pack down --workspace " + name + " --children --operator"})
 			return
 		}
-		unlock := s.wsLocks.lock(name)
+		unlock := s.locks.lock(name)
 		defer unlock()
 		if !operator {
 			rep, err := p.Status(r.Context(), name)
@@ -261,7 +279,7 @@ func (s *server) handlePackDown(operator bool) http.HandlerFunc {
 	}
 }
 
-func (s *server) handlePackRecover(w http.ResponseWriter, r *http.Request) {
+func (s *packAPI) handlePackRecover(w http.ResponseWriter, r *http.Request) {
 	p, err := s.packService()
 	if err != nil {
 		writeError(w, err)

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"github.com/custody-dev/custody/daemon/config"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -97,8 +97,8 @@ func newPacks(ctx context.Context, s *server, cfg *config.DockerConfig, open fun
 func (s *server) packConfig(cfg *config.DockerConfig, engine workspace.Engine) workspace.Config {
 	return workspace.Config{
 		DB: s.db, Engine: engine,
-		Policy: s.currentPolicy, Issuer: s.issuer, Runner: s.runnerID, Verifier: s.verifier,
-		RunnerID: s.runnerID.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.SocketPath(),
+		Policy: s.currentPolicy, Issuer: s.issuerKeys.Current, Runner: s.runnerKeys.Current, Verifier: s.verifier,
+		RunnerID: s.runnerKeys.Current.ID(), Credentials: cfg.Credentials, EngineSocket: cfg.SocketPath(),
 		SubnetPool: cfg.SubnetPrefix(), StateDir: filepath.Join(s.cfg.Runner.StateDir, "packs"),
 		Log: s.log, Now: func() time.Time { return s.now() }, Fault: s.faults,
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/keys"
@@ -69,7 +69,7 @@ func TestPackGrantOverlap(t *testing.T) {
 		t.Helper()
 		env, err := grant.MintPack(ctx, k, grant.PackPredicate{
 			ID: grant.NewID(), Actor: "operator", NotBefore: notBefore.Truncate(time.Second), Expires: expires.Truncate(time.Second),
-			PolicyDigest: polDigest, Runner: grant.Runner{ID: s.runnerID.ID()},
+			PolicyDigest: polDigest, Runner: grant.Runner{ID: s.runnerKeys.Current.ID()},
 			Engine: grant.Engine{Name: "docker", Version: "1", APIVersion: "1.45"},
 			Pack:   grant.Pack{Project: "overlap", Digest: "sha256:" + strings.Repeat("1", 64)},
 			Plan:   json.RawMessage(`{"services":[]}`),
@@ -85,7 +85,7 @@ func TestPackGrantOverlap(t *testing.T) {
 	}
 	for name, env := range map[string][]byte{
 		"the retired key, before the rotation": mint(old, rotatedAt.Add(-time.Minute), now.Add(10*time.Minute)),
-		"the new key":                          mint(s.issuer, now.Add(-time.Minute), now.Add(10*time.Minute)),
+		"the new key":                          mint(s.issuerKeys.Current, now.Add(-time.Minute), now.Add(10*time.Minute)),
 	} {
 		if err := up(env); !errors.Is(err, errNoEngine) {
 			t.Errorf("a pack grant of %s: %v, want it verified and passed on to the engine", name, err)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -111,8 +111,11 @@ func packServer(p packs) *server {
 	if err != nil {
 		panic(err)
 	}
-	return &server{cfg: config.Config{Operators: []uint32{0}, Docker: &config.DockerConfig{Host: "unix:///run/engine.sock", SubnetPool: config.DefaultSubnetPool}},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), packs: p, dryRuns: dryRuns}
+	docker := &config.DockerConfig{Host: "unix:///run/engine.sock", SubnetPool: config.DefaultSubnetPool}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := &server{cfg: config.Config{Operators: []uint32{0}, Docker: docker}, log: log, dryRuns: dryRuns}
+	s.packs = &packAPI{docker: docker, packs: p, log: log, dryRun: s.dryRun}
+	return s
 }
 
 // call serves one request on h as if from uid, through the body limit
@@ -309,9 +312,9 @@ func TestPackUpAnswers(t *testing.T) {
 // service did not start, as packs-unavailable with the reason.
 func TestPacksOffRefuseWithTheFix(t *testing.T) {
 	off := packServer(nil)
-	off.cfg.Docker = nil
+	off.cfg.Docker, off.packs.docker = nil, nil
 	broken := packServer(nil)
-	broken.packsErr = errors.New("engine at unix:///run/engine.sock: connection refused")
+	broken.packs.err = errors.New("engine at unix:///run/engine.sock: connection refused")
 	reqs := []struct {
 		method, path string
 		body         any

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/custody-dev/custody/backend"
@@ -36,4 +37,9 @@ var testBackends = Backends{
 			})
 		}, nil
 	},
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

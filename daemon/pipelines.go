@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +25,7 @@ func (s *server) handlePipelineSummary(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sum := evidence.PipelineSummary{Pipeline: in.Pipeline, Runner: evidence.Identity{ID: s.runnerID.ID()}, Signed: s.now().UTC()}
+	sum := evidence.PipelineSummary{Pipeline: in.Pipeline, Runner: evidence.Identity{ID: s.runnerKeys.Current.ID()}, Signed: s.now().UTC()}
 	for _, ref := range in.Stages {
 		st, err := s.summaryStage(r, ref)
 		if err != nil {
@@ -35,7 +34,7 @@ func (s *server) handlePipelineSummary(w http.ResponseWriter, r *http.Request) {
 		}
 		sum.Stages = append(sum.Stages, st)
 	}
-	env, err := evidence.SignPipelineSummary(r.Context(), s.runnerID, sum)
+	env, err := evidence.SignPipelineSummary(r.Context(), s.runnerKeys.Current, sum)
 	if err != nil {
 		code := api.CodeBadRequest
 		if errors.Is(err, evidence.ErrBrokenLink) {
@@ -54,20 +53,17 @@ func (s *server) handlePipelineSummary(w http.ResponseWriter, r *http.Request) {
 // rotation (the overlap: a pipeline started before a rotation can still
 // be summed up after it).
 func (s *server) ownReceipt(ctx context.Context, env []byte) (*evidence.Receipt, error) {
-	rc, err := evidence.OwnReceipt(ctx, s.runnerID.Verifier(), env)
+	rc, err := evidence.OwnReceipt(ctx, s.runnerKeys.Current.Verifier(), env)
 	if err == nil {
 		return rc, nil
 	}
-	s.keysMu.Lock()
-	retired := slices.Clone(s.retiredRunners)
-	s.keysMu.Unlock()
-	for _, k := range retired {
-		if old, oerr := evidence.OwnReceipt(ctx, k.key, env); oerr == nil {
-			if !old.Finished.Before(k.at) {
-				return nil, fmt.Errorf("the receipt is signed by runner key %s, retired at %s, but finished at %s, after its retirement", k.key.ID(), k.at.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
+	for _, k := range s.runnerKeys.Retired {
+		if old, oerr := evidence.OwnReceipt(ctx, k.Key, env); oerr == nil {
+			if !old.Finished.Before(k.At) {
+				return nil, fmt.Errorf("the receipt is signed by runner key %s, retired at %s, but finished at %s, after its retirement", k.Key.ID(), k.At.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
 			}
-			if !k.revokedAt.IsZero() && !old.Finished.Before(k.revokedAt) {
-				return nil, fmt.Errorf("the receipt is signed by runner key %s, revoked from %s, and finished at %s", k.key.ID(), k.revokedAt.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
+			if revokedAt, ok := s.runnerKeys.RevokedAt(k.Key.ID()); ok && !revokedAt.IsZero() && !old.Finished.Before(revokedAt) {
+				return nil, fmt.Errorf("the receipt is signed by runner key %s, revoked from %s, and finished at %s", k.Key.ID(), revokedAt.Format(time.RFC3339), old.Finished.Format(time.RFC3339))
 			}
 			return old, nil
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/predicate"

@@ -65,7 +65,7 @@ func (s *server) attester(name string) (*qualification.Attester, error) {
 		pinned = qualification.Pinned{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
 	}
 	return &qualification.Attester{
-		Key:     s.runnerID,
+		Key:     s.runnerKeys.Current,
 		Runtime: pinned,
 		Backend: b.Name(),
 		Profile: s.r.Profile,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/custody-dev/custody/daemon/config"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/store"
@@ -53,19 +53,19 @@ func TestRotateKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var onDisk Rotation
+	var onDisk keys.Rotation
 	if err := json.Unmarshal(b, &onDisk); err != nil {
 		t.Fatal(err)
 	}
-	if err := VerifyRotation(ctx, onDisk, pub); err != nil {
+	if err := keys.VerifyRotation(ctx, onDisk, pub); err != nil {
 		t.Fatalf("hand-over does not verify with the retired key: %v", err)
 	}
-	if err := VerifyRotation(ctx, onDisk, now.Verifier()); err == nil {
+	if err := keys.VerifyRotation(ctx, onDisk, now.Verifier()); err == nil {
 		t.Fatal("hand-over verified with the new key")
 	}
 	forged := onDisk
 	forged.Successor = old.ID()
-	if err := VerifyRotation(ctx, forged, pub); err == nil {
+	if err := keys.VerifyRotation(ctx, forged, pub); err == nil {
 		t.Fatal("an altered hand-over verified")
 	}
 	if _, err := os.Stat(filepath.Join(keyDir, "runner-next.key")); !os.IsNotExist(err) {
@@ -101,7 +101,7 @@ var errCrash = errors.New("crashed here")
 func TestRotateKeyResumes(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	for _, crashAt := range []string{stepNextPriv, stepNextKey, stepRetiredPub, stepRecord, stepPublic, stepPrivate} {
+	for _, crashAt := range []string{keys.StepNextPrivate, keys.StepNextKey, keys.StepRetiredPublic, keys.StepRecord, keys.StepPublic, keys.StepPrivate} {
 		t.Run(crashAt, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := config.Config{Runner: config.Runner{StateDir: dir}}
@@ -115,7 +115,7 @@ func TestRotateKeyResumes(t *testing.T) {
 			}
 			var staged string
 			_, err = rotateKeySteps(ctx, cfg, "issuer", at, func(step string) error {
-				if step == stepNextPriv {
+				if step == keys.StepNextPrivate {
 					p, err := keys.LoadPrivate(keyDir, "issuer-next")
 					if err != nil {
 						t.Fatal(err)
@@ -130,14 +130,14 @@ func TestRotateKeyResumes(t *testing.T) {
 			if !errors.Is(err, errCrash) {
 				t.Fatalf("the rotation did not stop at %s: %v", crashAt, err)
 			}
-			if crashAt == stepPublic {
+			if crashAt == keys.StepPublic {
 				// Half installed: the key files disagree, and custodyd's
 				// key loading refuses them.
 				if _, _, err := keys.LoadOrCreate(keyDir, "issuer"); !errors.Is(err, keys.ErrKeyMismatch) {
 					t.Fatalf("a half-installed key loads: %v", err)
 				}
 			}
-			if crashAt == stepPrivate {
+			if crashAt == keys.StepPrivate {
 				// Every file was in place: the rotation is complete, and
 				// running it again is another rotation (checked below).
 				if now, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil || now.ID() != staged {
@@ -145,7 +145,7 @@ func TestRotateKeyResumes(t *testing.T) {
 				}
 			}
 			rec, err := rotateKey(ctx, cfg, "issuer", at.Add(time.Minute))
-			if crashAt == stepPrivate {
+			if crashAt == keys.StepPrivate {
 				if err != nil || rec.Retired != staged {
 					t.Fatalf("a rotation after a complete one: %v %+v", err, rec)
 				}
@@ -162,7 +162,7 @@ func TestRotateKeyResumes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			onDisk, err := readRotation(ctx, filepath.Join(keyDir, "retired", "issuer-"+old.ID()+".json"), pub)
+			onDisk, err := keys.ReadRotation(ctx, filepath.Join(keyDir, "retired", "issuer-"+old.ID()+".json"), pub)
 			if err != nil || onDisk.Successor != staged {
 				t.Fatalf("the record on disk: %v %+v", err, onDisk)
 			}
@@ -182,101 +182,6 @@ func TestRotateKeyResumes(t *testing.T) {
 	}
 }
 
-// TestRotateKeyRefusesForeignRecord: a record for the old key that hands
-// over to another key than the staged one (files mixed up by hand) stops
-// the rotation with the fix, and changes no key.
-func TestRotateKeyRefusesForeignRecord(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	cfg := config.Config{Runner: config.Runner{StateDir: dir}}
-	keyDir := filepath.Join(dir, "keys")
-	if err := os.MkdirAll(filepath.Join(keyDir, "retired"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	old, _, err := keys.LoadOrCreate(keyDir, "runner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, _ := keys.Generate()
-	rec, err := signRotation(ctx, old, "runner", other.ID(), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := json.Marshal(rec)
-	if err := os.WriteFile(filepath.Join(keyDir, "retired", "runner-"+old.ID()+".json"), body, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rotateKey(ctx, cfg, "runner", time.Now()); err == nil || !strings.Contains(err.Error(), "move the staged") {
-		t.Fatalf("a record naming another successor: %v", err)
-	}
-	if now, _, err := keys.LoadOrCreate(keyDir, "runner"); err != nil || now.ID() != old.ID() {
-		t.Fatalf("the refused rotation changed the key: %v", err)
-	}
-}
-
-// TestRotateKeyResumesPartialStagedKey: a crash while the staged key was
-// being made (NAME-next.key written, NAME-next.pub not) after an earlier
-// rotation, whose record hands over to the current key, is resumed: the
-// rotation goes on with that staged key, nothing having been handed over
-// to it. A staged key the crash left unreadable is replaced by a new one.
-// Key files changed by hand (NAME.key no longer NAME.pub's) are refused
-// and left as they are.
-func TestRotateKeyResumesPartialStagedKey(t *testing.T) {
-	ctx := context.Background()
-	for _, c := range []string{"readable", "unreadable", "mismatched"} {
-		t.Run(c, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := config.Config{Runner: config.Runner{StateDir: dir}}
-			keyDir := filepath.Join(dir, "keys")
-			if err := os.MkdirAll(keyDir, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			current, _, err := keys.LoadOrCreate(keyDir, "issuer")
-			if err != nil {
-				t.Fatal(err)
-			}
-			staged, err := keys.CreatePrivate(keyDir, "issuer-next")
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch c {
-			case "unreadable":
-				if err := os.Truncate(filepath.Join(keyDir, "issuer-next.key"), 10); err != nil {
-					t.Fatal(err)
-				}
-			case "mismatched":
-				other, _ := keys.Generate()
-				if err := os.WriteFile(filepath.Join(keyDir, "issuer.pub"), other.PublicPEM(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := rotateKey(ctx, cfg, "issuer", time.Now()); err == nil || !strings.Contains(err.Error(), "changed by hand") {
-					t.Fatalf("key files changed by hand: %v", err)
-				}
-				if !exists(filepath.Join(keyDir, "issuer-next.key")) {
-					t.Fatal("the refused rotation removed the staged key")
-				}
-				return
-			}
-			rec, err := rotateKey(ctx, cfg, "issuer", time.Now())
-			if err != nil || rec.Retired != current.ID() {
-				t.Fatalf("the rotation over a partial staged key: %v %+v", err, rec)
-			}
-			if (c == "readable") != (rec.Successor == staged.ID()) {
-				t.Fatalf("%s staged key: the successor is %s, the staged key %s", c, rec.Successor, staged.ID())
-			}
-			if now, _, err := keys.LoadOrCreate(keyDir, "issuer"); err != nil || now.ID() != rec.Successor {
-				t.Fatalf("the installed key: %v", err)
-			}
-		})
-	}
-}
-
 // TestStartRefusesUnfinishedRotation: custodyd does not start on a
 // rotation stopped part way (a staged key, or a record retiring the
 // current key), naming the fix, and creates no key; a finished rotation
@@ -284,7 +189,7 @@ func TestRotateKeyResumesPartialStagedKey(t *testing.T) {
 func TestStartRefusesUnfinishedRotation(t *testing.T) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, crashAt := range []string{stepNextPriv, stepNextKey, stepRecord, stepHead, stepPublic, "retired-only"} {
+	for _, crashAt := range []string{keys.StepNextPrivate, keys.StepNextKey, keys.StepRecord, keys.StepHead, keys.StepPublic, "retired-only"} {
 		t.Run(crashAt, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := config.Config{Runner: config.Runner{StateDir: dir}, MaxGrantTTL: "24h"}
@@ -297,7 +202,7 @@ func TestStartRefusesUnfinishedRotation(t *testing.T) {
 			}
 			stop := crashAt
 			if crashAt == "retired-only" {
-				stop = stepRecord
+				stop = keys.StepRecord
 			}
 			_, err := rotateKeySteps(ctx, cfg, "runner", time.Now(), func(step string) error {
 				if step == stop {
@@ -319,7 +224,7 @@ func TestStartRefusesUnfinishedRotation(t *testing.T) {
 			if err == nil {
 				s.close()
 			}
-			if !errors.Is(err, errRotationUnfinished) || !strings.Contains(err.Error(), "finish with custodyd --rotate-key runner") {
+			if !errors.Is(err, keys.ErrRotationUnfinished) || !strings.Contains(err.Error(), "finish with custodyd --rotate-key runner") {
 				t.Fatalf("start on an unfinished rotation: %v", err)
 			}
 			if exists(filepath.Join(keyDir, "issuer.key")) {
@@ -341,7 +246,7 @@ func TestStartRefusesUnfinishedRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, name := range []string{"runner", "issuer"} {
-			if err := unfinishedRotation(ctx, dir, name); err != nil {
+			if err := keys.Unfinished(ctx, keyDir, name); err != nil {
 				t.Fatalf("a finished rotation (%s): %v", name, err)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -18,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
 	"github.com/custody-dev/custody/host"
@@ -35,17 +34,16 @@ import (
 
 // server is custodyd: it owns the state dir, keys, store and both sockets.
 type server struct {
-	cfg      config.Config
-	log      *slog.Logger
-	db       *store.DB
-	r        *host.Runner
-	runnerID *keys.Signer // runner identity
-	issuer   *keys.Signer // grant issuer
-	verifier *grant.Verifier
-	// retiredRunners are runner keys rotations retired: receipts they
-	// signed before their rotation are still this runner's own.
-	retiredRunners []retiredKey
-	keysMu         sync.Mutex // guards retiredRunners' revocations
+	cfg config.Config
+	log *slog.Logger
+	db  *store.DB
+	r   *host.Runner
+	// runnerKeys are the runner identity's keys: receipts a retired one
+	// signed before its rotation are still this runner's own.
+	runnerKeys *keys.Set
+	// issuerKeys are the grant issuer's keys.
+	issuerKeys *keys.Set
+	verifier   *grant.Verifier
 	// oplog records revocations and retention deletions.
 	oplog *evidence.OpLog
 	// now is the clock grants are checked against (tests move it).
@@ -54,7 +52,7 @@ type server struct {
 	retention retention.Policy
 	// svc is the service manager's side: readiness (Type=notify) and
 	// the leaf cgroup (service.go); the zero value does nothing.
-	svc service
+	svc Service
 	// metrics are the operator's Prometheus series (metrics.go).
 	metrics *metrics
 	// stall is how long a run's client may stop reading after the run
@@ -68,12 +66,8 @@ type server struct {
 	// launching is held shared by every run and exclusively by recovery.
 	launching sync.RWMutex
 
-	// packs is the pack lifecycle (nil without a docker: section, or when
-	// it could not be set up: packsErr says why); wsLocks serialize
-	// operations on one workspace name.
-	packs    packs
-	packsErr error
-	wsLocks  wsLocks
+	// packs serves the pack endpoints (packhandlers.go).
+	packs *packAPI
 
 	mu     sync.RWMutex
 	pol    *policy.Policy
@@ -139,66 +133,12 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 		return nil, err
 	}
 	for _, name := range []string{"runner", "issuer"} {
-		if err := unfinishedRotation(ctx, cfg.Runner.StateDir, name); err != nil {
+		if err := keys.Unfinished(ctx, keyDir, name); err != nil {
 			return nil, err
 		}
 	}
-	var created bool
-	if s.runnerID, created, err = keys.LoadOrCreate(keyDir, "runner"); err != nil {
-		return nil, fmt.Errorf("runner identity key: %w", err)
-	} else if created {
-		log.Info("generated runner identity key", "dir", keyDir)
-	}
-	if s.issuer, created, err = keys.LoadOrCreate(keyDir, "issuer"); err != nil {
-		return nil, fmt.Errorf("grant issuer key: %w", err)
-	} else if created {
-		log.Info("generated grant issuer key", "dir", keyDir)
-	}
-	trusted := []*keys.Verifier{s.issuer.Verifier()}
-	for _, p := range cfg.TrustedIssuers {
-		v, err := keys.LoadPublic(p)
-		if err != nil {
-			return nil, fmt.Errorf("trusted issuer %s: %w", p, err)
-		}
-		trusted = append(trusted, v)
-	}
-	// A grant the previous issuer key signed just before a rotation keeps
-	// verifying for as long as such a grant can live (maxGrantTTL), unless
-	// the operations log says that key was revoked.
-	retiredIssuers, err := retiredKeys(ctx, cfg.Runner.StateDir, "issuer")
-	if err != nil {
-		return nil, fmt.Errorf("retired issuer keys: %w", err)
-	}
-	if s.retiredRunners, err = retiredKeys(ctx, cfg.Runner.StateDir, "runner"); err != nil {
-		return nil, fmt.Errorf("retired runner keys: %w", err)
-	}
-	runnerKeys := []*keys.Verifier{s.runnerID.Verifier()}
-	for _, r := range s.retiredRunners {
-		runnerKeys = append(runnerKeys, r.key)
-	}
-	if s.oplog, err = evidence.OpenOpLog(opLogPath(cfg.Runner.StateDir), s.runnerID); err != nil {
+	if err := s.loadKeys(ctx, keyDir, maxTTL); err != nil {
 		return nil, err
-	}
-	revoked, err := revokedKeys(ctx, s.oplog, s.runnerID.ID(), runnerKeys)
-	if err != nil {
-		return nil, fmt.Errorf("operations log: %w; fix: restore it from a backup, or move it aside to start a new one (its lines are evidence: keep them)", err)
-	}
-	var overlap []grant.Option
-	for _, r := range retiredIssuers {
-		if _, gone := revoked[r.key.ID()]; !gone {
-			overlap = append(overlap, grant.WithRetired(r.key, r.at, maxTTL))
-		}
-	}
-	for i, r := range s.retiredRunners {
-		if k, gone := revoked[r.key.ID()]; gone {
-			s.retiredRunners[i].revokedAt = k.RevokedAt
-		}
-	}
-	if s.verifier, err = grant.NewVerifier(trusted, overlap...); err != nil {
-		return nil, err
-	}
-	for id := range revoked {
-		s.verifier.Distrust(id) // also a revoked key listed in trustedIssuers
 	}
 	if s.db, err = store.Open(host.StorePath(runnerConfig(cfg.Runner)), store.WithRunIndex(launch.OutputIndex())); err != nil {
 		return nil, err
@@ -221,19 +161,20 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 		return nil, err
 	}
 	if s.l, err = launch.New(launch.Config{
-		Runner: s.r, Store: s.db, Verifier: s.verifier, RunnerKey: s.runnerID, IssuerKey: s.issuer,
+		Runner: s.r, Store: s.db, Verifier: s.verifier, RunnerKey: s.runnerKeys.Current, IssuerKey: s.issuerKeys.Current,
 		Policy: s.currentPolicy, Now: func() time.Time { return s.now() }, MaxTTL: maxTTL,
 		Faults: s.faults, Log: log, Egress: eg,
 	}); err != nil {
 		s.db.Close()
 		return nil, err
 	}
+	s.packs = &packAPI{docker: cfg.Docker, log: log, dryRun: s.dryRun}
 	if cfg.Docker != nil {
 		// A pack service that cannot start takes the packs down, not the
 		// phase runner: every pack endpoint then refuses with why.
-		if s.packs, s.packsErr = newPacks(ctx, s, cfg.Docker, b.PackEngine); s.packsErr != nil {
-			s.packs = nil
-			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packsErr)
+		if s.packs.packs, s.packs.err = newPacks(ctx, s, cfg.Docker, b.PackEngine); s.packs.err != nil {
+			s.packs.packs = nil
+			log.Error("packs unavailable: every pack request is refused", "engine", cfg.Docker.Host, "err", s.packs.err)
 		}
 	}
 	// Before any work: finish what a previous runner left behind.
@@ -249,6 +190,66 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 	}
 	s.metrics = newMetrics(s)
 	return s, nil
+}
+
+// loadKeys loads the runner and issuer key sets (making a key on a first
+// start), opens the operations log with the runner key, applies the
+// revocations it records, and builds the grant verifier on the issuer
+// set: one key set each, shared by the verifier, receipt ownership checks
+// and revocation.
+func (s *server) loadKeys(ctx context.Context, keyDir string, maxTTL time.Duration) error {
+	var current [2]*keys.Signer
+	for i, k := range []struct{ name, what string }{{"runner", "runner identity"}, {"issuer", "grant issuer"}} {
+		var created bool
+		var err error
+		if current[i], created, err = keys.LoadOrCreate(keyDir, k.name); err != nil {
+			return fmt.Errorf("%s key: %w", k.what, err)
+		} else if created {
+			s.log.Info("generated "+k.what+" key", "dir", keyDir)
+		}
+	}
+	var err error
+	if s.issuerKeys, err = keys.LoadSet(ctx, keyDir, "issuer", current[1]); err != nil {
+		return fmt.Errorf("retired issuer keys: %w", err)
+	}
+	if s.runnerKeys, err = keys.LoadSet(ctx, keyDir, "runner", current[0]); err != nil {
+		return fmt.Errorf("retired runner keys: %w", err)
+	}
+	trusted := []*keys.Verifier{s.issuerKeys.Current.Verifier()}
+	for _, p := range s.cfg.TrustedIssuers {
+		v, err := keys.LoadPublic(p)
+		if err != nil {
+			return fmt.Errorf("trusted issuer %s: %w", p, err)
+		}
+		trusted = append(trusted, v)
+	}
+	if s.oplog, err = evidence.OpenOpLog(opLogPath(s.cfg.Runner.StateDir), s.runnerKeys.Current); err != nil {
+		return err
+	}
+	revoked, err := revokedKeys(ctx, s.oplog, s.runnerKeys.Current.ID(), s.runnerKeys.Verifiers())
+	if err != nil {
+		return fmt.Errorf("operations log: %w; fix: restore it from a backup, or move it aside to start a new one (its lines are evidence: keep them)", err)
+	}
+	for id, k := range revoked {
+		s.runnerKeys.Revoke(id, k.RevokedAt)
+		s.issuerKeys.Revoke(id, k.RevokedAt)
+	}
+	// A grant the previous issuer key signed just before a rotation keeps
+	// verifying for as long as such a grant can live (maxGrantTTL), unless
+	// the operations log says that key was revoked.
+	var overlap []grant.Option
+	for _, r := range s.issuerKeys.Retired {
+		if _, gone := revoked[r.Key.ID()]; !gone {
+			overlap = append(overlap, grant.WithRetired(r.Key, r.At, maxTTL))
+		}
+	}
+	if s.verifier, err = grant.NewVerifier(trusted, overlap...); err != nil {
+		return err
+	}
+	for id := range revoked {
+		s.verifier.Distrust(id) // also a revoked key listed in trustedIssuers
+	}
+	return nil
 }
 
 // recover runs recovery and records a failure result for each recovered
@@ -365,7 +366,7 @@ func (s *server) serve(ctx context.Context) error {
 		errc <- servers[1].Serve(newLimitListener(submit, "submit", lim.Submit, lim.SubmitPerUID, s.log))
 	}()
 	s.log.Info("custodyd serving", "control", s.cfg.ControlSocket, "submit", s.cfg.SubmitSocket,
-		"runner", s.runnerID.ID(), "issuer", s.issuer.ID())
+		"runner", s.runnerKeys.Current.ID(), "issuer", s.issuerKeys.Current.ID())
 	stopPool := s.startPool(ctx)
 	defer stopPool()
 	s.ready()
@@ -435,81 +436,6 @@ func listen(path string, perm os.FileMode) (net.Listener, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-type peerKey struct{}
-
-// peer is the kernel-reported identity of the process on the other end.
-type peer struct {
-	UID, GID uint32
-	PID      int32
-	ok       bool
-}
-
-func peerOf(r *http.Request) peer {
-	p, _ := r.Context().Value(peerKey{}).(peer)
-	return p
-}
-
-// writeError maps errors to the wire at the edge.
-func writeError(w http.ResponseWriter, err error) {
-	e := toAPIError(err)
-	status := http.StatusConflict
-	switch e.Code {
-	case api.CodeForbidden:
-		status = http.StatusForbidden
-	case api.CodeNotFound:
-		status = http.StatusNotFound
-	case api.CodeBadRequest, api.CodeMalformed:
-		status = http.StatusBadRequest
-	case api.CodeInternal:
-		status = http.StatusInternalServerError
-	case api.CodeRateLimited:
-		status = http.StatusTooManyRequests
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(e)
-}
-
-func toAPIError(err error) *api.Error {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		return ae
-	}
-	// A grant refusal keeps the admission diagnostics behind it: the
-	// client gets every requirement, not a flattened string.
-	var re *admission.RefusedError
-	hasChecks := errors.As(err, &re)
-	var ge *grant.Error
-	if errors.As(err, &ge) {
-		e := &api.Error{Code: api.Code(ge.Code), Message: err.Error()}
-		if hasChecks {
-			e.Checks = wireChecks(re.Checks)
-		}
-		return e
-	}
-	if hasChecks {
-		return &api.Error{Code: api.CodeRefused, Message: err.Error(), Checks: wireChecks(re.Checks)}
-	}
-	var rq *launch.RequestError
-	if errors.As(err, &rq) {
-		code := api.CodeBadRequest
-		if rq.Refused {
-			code = api.CodeRefused
-		}
-		return &api.Error{Code: code, Message: err.Error()}
-	}
-	if errors.Is(err, launch.ErrNoPolicy) {
-		return &api.Error{Code: api.CodePolicyInvalid, Message: err.Error()}
-	}
-	if errors.Is(err, host.ErrQuarantined) {
-		return &api.Error{Code: api.CodeQuarantined, Message: err.Error()}
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return &api.Error{Code: api.CodeNotFound, Message: err.Error()}
-	}
-	return &api.Error{Code: api.CodeInternal, Message: err.Error()}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -15,12 +15,12 @@ import (
 	"github.com/custody-dev/custody/platform"
 )
 
-// service is custodyd's side of the service manager: readiness for
+// Service is custodyd's side of the service manager: readiness for
 // systemd's Type=notify, and the leaf cgroup custodyd moves itself into so
 // that, on cgroup v2, the service's delegated cgroup holds no process and
 // can enable its controllers for the runs' cgroups beside the leaf (the
 // "no internal processes" rule).
-type service struct {
+type Service struct {
 	notify *sdnotify.Notifier
 	leaf   string // on | off | auto
 	// metricsListen is the opt-in metrics socket's path ("" for none).
@@ -33,27 +33,27 @@ const leafName = "custodyd"
 
 // newService takes $NOTIFY_SOCKET from the environment (before any child
 // could inherit it) and checks the --cgroup-leaf mode.
-func newService(leaf string) (service, error) {
+func newService(leaf string) (Service, error) {
 	switch leaf {
 	case "on", "off", "auto":
 	default:
-		return service{}, fmt.Errorf("--cgroup-leaf %q: use on, off or auto", leaf)
+		return Service{}, fmt.Errorf("--cgroup-leaf %q: use on, off or auto", leaf)
 	}
 	if leaf == "on" {
 		// Refused before the daemon touches its state.
 		own, err := os.ReadFile("/proc/self/cgroup")
 		if err != nil {
-			return service{}, fmt.Errorf("cgroup leaf: %w", err)
+			return Service{}, fmt.Errorf("cgroup leaf: %w", err)
 		}
 		if _, ok := unifiedOnly(own); !ok {
-			return service{}, errors.New("--cgroup-leaf=on needs a cgroup v2 (unified) host; fix: use --cgroup-leaf=auto or off here")
+			return Service{}, errors.New("--cgroup-leaf=on needs a cgroup v2 (unified) host; fix: use --cgroup-leaf=auto or off here")
 		}
 	}
 	n, err := sdnotify.FromEnv()
 	if err != nil {
-		return service{}, err
+		return Service{}, err
 	}
-	return service{notify: n, leaf: leaf}, nil
+	return Service{notify: n, leaf: leaf}, nil
 }
 
 // enterLeaf moves custodyd into its leaf cgroup once the runner has placed

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"github.com/custody-dev/custody/daemon/config"
 	"math"
 	"strconv"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 )
 
 // stallAfter is the StalledClient timeout.

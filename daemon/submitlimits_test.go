@@ -2,12 +2,12 @@ package daemon
 
 import (
 	"errors"
-	"github.com/custody-dev/custody/daemon/config"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/daemon/config"
 )
 
 // TestDryRunLimiter: a uid's dry runs in flight are bounded, its burst

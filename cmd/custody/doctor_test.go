@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/platform"
 )
@@ -53,12 +53,13 @@ func TestDoctorOnThisHost(t *testing.T) {
 	testenv.Root(t)
 	path, version, sha := testenv.Runc(t)
 	dir := t.TempDir()
-	cfg := func(name, sha, docker string) string {
+	cfg := func(name, sha string, docker *config.DockerConfig) string {
 		p := filepath.Join(dir, name)
-		write(t, p, fmt.Sprintf("runner:\n  stateDir: /var/lib/custody\n  runtime: {path: %s, version: %q, sha256: %s}\n%s", path, version, sha, docker))
+		writeCustodydConfig(t, p, config.Config{Runner: config.Runner{StateDir: "/var/lib/custody",
+			Runtime: config.Runtime{Path: path, Version: version, SHA256: sha}}, Docker: docker})
 		return p
 	}
-	good := cfg("good.yaml", sha, "")
+	good := cfg("good.yaml", sha, nil)
 	code, rep, errs := doctor(t, "--config", good)
 	if code != exitOK || !rep.OK || rep.Kernel == "" {
 		t.Fatalf("doctor --config good: %d %s %+v", code, errs, rep)
@@ -90,7 +91,7 @@ func TestDoctorOnThisHost(t *testing.T) {
 	}
 
 	// A runtime that is not the pinned one fails, naming both digests.
-	code, rep, _ = doctor(t, "--config", cfg("moved.yaml", "0000000000000000000000000000000000000000000000000000000000000000", ""))
+	code, rep, _ = doctor(t, "--config", cfg("moved.yaml", "0000000000000000000000000000000000000000000000000000000000000000", nil))
 	if c := rep.check(t, "runtime"); code != exitFailed || rep.OK || c.Verdict != platform.VerdictFail || c.Fix == "" {
 		t.Fatalf("pin mismatch: %d %+v", code, c)
 	}
@@ -99,7 +100,7 @@ func TestDoctorOnThisHost(t *testing.T) {
 		t.Fatalf("--runtime nonexistent: %d %+v", code, c)
 	}
 	// A configured engine that does not answer: packs are refused, phases run.
-	code, rep, _ = doctor(t, "--config", cfg("docker.yaml", sha, "docker:\n  host: unix://"+filepath.Join(dir, "none.sock")+"\n"))
+	code, rep, _ = doctor(t, "--config", cfg("docker.yaml", sha, &config.DockerConfig{Host: "unix://" + filepath.Join(dir, "none.sock")}))
 	if c := rep.check(t, "docker.engine"); code != exitOK || c.Verdict != platform.VerdictWarn || c.Fix == "" {
 		t.Fatalf("engine down: %d %+v", code, c)
 	}
@@ -109,4 +110,14 @@ func TestDoctorOnThisHost(t *testing.T) {
 	if code, _, _ := doctor(t, "--bogus"); code != exitUsage {
 		t.Fatalf("--bogus: %d, want %d", code, exitUsage)
 	}
+}
+
+// writeCustodydConfig writes c as custodyd.yaml at path.
+func writeCustodydConfig(t *testing.T, path string, c config.Config) {
+	t.Helper()
+	data, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, string(data))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/custody-dev/custody/backend"
+	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/clitest"
 	"github.com/custody-dev/custody/internal/testenv"
@@ -174,8 +175,8 @@ func TestGateRuntimeFromConfig(t *testing.T) {
 	dir := t.TempDir()
 	config := func(name, sum string) string {
 		p := filepath.Join(dir, name)
-		write(t, p, "runner:\n  stateDir: /var/lib/custody\n  runtimeDir: /run/custody\n  runtime: {path: "+runc+", version: "+version+", sha256: "+sum+"}\n"+
-			"policy: /etc/custody/policy.yaml\noperators: [0]\n")
+		writeCustodydConfig(t, p, config.Config{Runner: config.Runner{StateDir: "/var/lib/custody", RuntimeDir: "/run/custody",
+			Runtime: config.Runtime{Path: runc, Version: version, SHA256: sum}}, Policy: "/etc/custody/policy.yaml", Operators: []uint32{0}})
 		return p
 	}
 	printed := func(args ...string) (int, string, string) {

@@ -28,7 +28,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-level:", err)
 		os.Exit(2)
 	}
-	log, err := daemon.NewLogger(os.Stderr, opts.LogFormat, lvl)
+	log, err := newLogger(os.Stderr, opts.LogFormat, lvl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "custodyd: bad --log-format:", err)
 		os.Exit(2)
