@@ -130,10 +130,11 @@ var banned = map[string]map[string]string{
 	"daemon": {
 		"backend/oci":    "the daemon drives backend.Backend and workspace.Engine; only cmd/custodyd wires a concrete backend",
 		"backend/docker": "",
+		"backend/vm":     "",
 	},
 	"daemon/config": {
 		"host":   "the configuration is a leaf: the test harness, the bench and qualification (which the CLI imports) marshal it",
-		"launch": "", "store": "", "daemon": "", "backend/oci": "", "backend/docker": "", "workspace": "",
+		"launch": "", "store": "", "daemon": "", "backend/oci": "", "backend/docker": "", "backend/vm": "", "workspace": "",
 	},
 	"qualification": {
 		"store":       "the attester gets the runner's records as values, and the CLI imports this package",
