@@ -19,6 +19,7 @@ import (
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/platform"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/snapshot"
 )
 
@@ -50,7 +51,7 @@ func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 					t.Fatalf("admit with a user namespace: %v", err)
 				}
 				res, _ := h.run(req)
-				want(t, res, host.StatusOK, "1000:1000")
+				want(t, res, runrecord.StatusOK, "1000:1000")
 				return
 			}
 			var re *admission.RefusedError
@@ -66,7 +67,7 @@ func TestImageOwnersNeedAUserNamespace(t *testing.T) {
 			}
 			// The all-0:0 rootfs import runs on the same runner.
 			res, _ := h.run(h.phase("echo ran"))
-			want(t, res, host.StatusOK, "ran")
+			want(t, res, runrecord.StatusOK, "ran")
 		})
 	}
 }
@@ -191,7 +192,7 @@ func TestIdmapProbedAtStart(t *testing.T) {
 				t.Fatalf("no image.owners refusal naming the stateDir fix: %v", err)
 			}
 			res, _ := h.run(h.phase("echo ran"))
-			want(t, res, host.StatusOK, "ran")
+			want(t, res, runrecord.StatusOK, "ran")
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/quantity"
+	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -57,7 +58,7 @@ func TestPoolPrunesCleanMembers(t *testing.T) {
 	host.SetPoolKeepClean(h.r, 2)
 	ctx := context.Background()
 	res, out := h.run(h.phase("echo cold"))
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	pol := h.withPool(1)
 	t.Cleanup(func() { h.r.Pool().Drain(context.Background(), "test done") })
 	for i := range 5 {
@@ -313,7 +314,7 @@ func TestPoolServedMemberIsNeverPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, out := h.launchSpent(ctx, prep, true, lease)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if res.Pooled == nil || res.Pooled.Sandbox != served {
 		t.Fatalf("the run was not served by the reserved member %s: %+v", served, res.Pooled)
 	}

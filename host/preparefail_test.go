@@ -13,6 +13,7 @@ import (
 	"github.com/custody-dev/custody/internal/outputfs"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // TestPrepareFailsMidRootfs: a Prepare that fails after its first
@@ -73,7 +74,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		if err == nil || errors.Is(err, host.ErrQuarantined) {
 			t.Fatalf("launch err = %v; want the prepare failure, no quarantine", err)
 		}
-		if res.Status != host.StatusFailedToStart || res.FailedStage != oci.StagePrepare || res.ExitCode != -1 {
+		if res.Status != runrecord.StatusFailedToStart || res.FailedStage != oci.StagePrepare || res.ExitCode != -1 {
 			t.Fatalf("result: status %s stage %q exit %d error %q; want failed-to-start at %s",
 				res.Status, res.FailedStage, res.ExitCode, res.Error, oci.StagePrepare)
 		}
@@ -89,7 +90,7 @@ func TestPrepareFailsMidRootfs(t *testing.T) {
 		}
 		h.noLeftovers()
 		res, o := h.run(h.phase("echo next"))
-		want(t, res, host.StatusOK, o)
+		want(t, res, runrecord.StatusOK, o)
 	})
 
 	t.Run("refusal", func(t *testing.T) {

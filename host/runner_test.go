@@ -123,7 +123,7 @@ func (h *harness) phase(script string) *request.Phase {
 }
 
 // run prepares and launches req and requires a verified cleanup.
-func (h *harness) run(req *request.Phase) (*host.Result, string) {
+func (h *harness) run(req *request.Phase) (*runrecord.Result, string) {
 	h.t.Helper()
 	ctx := context.Background()
 	prep, err := launch.Prepare(ctx, h.r, req, h.policy)
@@ -133,19 +133,19 @@ func (h *harness) run(req *request.Phase) (*host.Result, string) {
 	return h.launch(ctx, prep)
 }
 
-func (h *harness) launch(ctx context.Context, prep *launch.Prepared) (*host.Result, string) {
+func (h *harness) launch(ctx context.Context, prep *launch.Prepared) (*runrecord.Result, string) {
 	h.t.Helper()
 	return h.launchSpent(ctx, prep, false, nil)
 }
 
 // launchSpent is launch for a prep whose attempt the test opened as a
 // spend does (spent), taking the pool member lease reserved, if any.
-func (h *harness) launchSpent(ctx context.Context, prep *launch.Prepared, spent bool, lease *pool.Lease) (*host.Result, string) {
+func (h *harness) launchSpent(ctx context.Context, prep *launch.Prepared, spent bool, lease *pool.Lease) (*runrecord.Result, string) {
 	h.t.Helper()
 	var out bytes.Buffer
 	run := launch.Launch
 	if spent {
-		run = func(ctx context.Context, r *host.Runner, p *launch.Prepared, stdout, stderr io.Writer) (*host.Result, error) {
+		run = func(ctx context.Context, r *host.Runner, p *launch.Prepared, stdout, stderr io.Writer) (*runrecord.Result, error) {
 			return launch.LaunchSpent(ctx, r, p, lease, stdout, stderr)
 		}
 	}
@@ -240,7 +240,7 @@ func openRunnerWith(t testing.TB, cfg host.Config, factory host.BackendFactory) 
 	return r, db
 }
 
-func want(t *testing.T, res *host.Result, status host.Status, out string) {
+func want(t *testing.T, res *runrecord.Result, status runrecord.Status, out string) {
 	t.Helper()
 	if res.Status != status {
 		t.Fatalf("status = %s (exit %d, signal %q, error %q), want %s\noutput:\n%s",
@@ -264,7 +264,7 @@ func processesWith(marker string) []string {
 func TestTrivialPhase(t *testing.T) {
 	h := newHarness(t)
 	res, out := h.run(h.phase("echo hi > /out/a.txt; echo done"))
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if res.Tier != "development (unqualified)" || !res.Unqualified {
 		t.Fatalf("tier = %q unqualified=%v; a development run must be labelled unqualified", res.Tier, res.Unqualified)
 	}
@@ -297,7 +297,7 @@ func TestInputImmutability(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, out := h.launch(ctx, prep)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if strings.Contains(out, "SUCCEEDED") {
 		t.Fatalf("a write to an input or the rootfs succeeded:\n%s", out)
 	}
@@ -313,7 +313,7 @@ func TestOutputCustody(t *testing.T) {
 	h := newHarness(t)
 	t.Run("legitimate", func(t *testing.T) {
 		res, out := h.run(h.phase("mkdir -p /out/d; printf abc > /out/d/x; printf hello > /out/y"))
-		want(t, res, host.StatusOK, out)
+		want(t, res, runrecord.StatusOK, out)
 		got := map[string]string{}
 		for _, f := range res.Output.Files {
 			got[f.Path] = f.SHA256
@@ -332,7 +332,7 @@ func TestOutputCustody(t *testing.T) {
 		req := h.phase("dd if=/dev/zero of=/out/big bs=64k count=64 2>&1; echo dd-exit=$?")
 		req.Output.MaxBytes = 1 << 20
 		res, out := h.run(req)
-		want(t, res, host.StatusOK, out)
+		want(t, res, runrecord.StatusOK, out)
 		if !strings.Contains(out, "No space left on device") {
 			t.Fatalf("writing 4 MiB into a 1 MiB output did not hit ENOSPC:\n%s", out)
 		}
@@ -348,7 +348,7 @@ func TestEnvironmentExclusion(t *testing.T) {
 	req := h.phase("env; echo declared=$DECLARED")
 	req.Env = map[string]string{"DECLARED": "yes"}
 	res, out := h.run(req)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if strings.Contains(out, "CUSTODY_AMBIENT_CANARY") || strings.Contains(out, "leaked") {
 		t.Fatalf("ambient variable reached the workload:\n%s", out)
 	}
@@ -374,7 +374,7 @@ func TestDeviceExclusion(t *testing.T) {
 		"head -c 8 /dev/urandom | wc -c; " +
 		"if mknod /dev/sdx b 8 0 2>/dev/null; then echo MKNOD-SUCCEEDED; fi; " +
 		"if [ -e /dev/sda ] || [ -e /dev/kmsg ] || [ -e /dev/mem ]; then echo HOST-DEVICE-VISIBLE; fi; true"))
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if !strings.Contains(out, "null-ok") {
 		t.Fatalf("/dev/null unusable:\n%s", out)
 	}
@@ -407,7 +407,7 @@ func TestDeniedEgress(t *testing.T) {
 		// refusal: the host's loopback listener is unreachable
 		"if echo x | nc -w 2 127.0.0.1 %d; then echo HOST-REACHED; fi; true", port)
 	res, out := h.run(h.phase(script))
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if strings.TrimSpace(strings.Split(out, "\n")[0]) != "lo" {
 		t.Fatalf("interfaces other than lo visible:\n%s", out)
 	}
@@ -428,11 +428,11 @@ func TestMemoryBudget(t *testing.T) {
 	h := newHarness(t)
 	t.Run("within", func(t *testing.T) {
 		res, out := h.run(h.phase("dd if=/dev/zero of=/dev/null bs=16M count=1 2>&1"))
-		want(t, res, host.StatusOK, out)
+		want(t, res, runrecord.StatusOK, out)
 	})
 	t.Run("hog", func(t *testing.T) {
 		res, out := h.run(h.phase("dd if=/dev/zero of=/dev/null bs=200M count=1 2>&1"))
-		want(t, res, host.StatusOOM, out)
+		want(t, res, runrecord.StatusOOM, out)
 		if res.Usage.MemoryLimitBytes != 64<<20 {
 			t.Fatalf("enforced memory limit %d, want %d", res.Usage.MemoryLimitBytes, 64<<20)
 		}
@@ -443,7 +443,7 @@ func TestPidsBudget(t *testing.T) {
 	h := newHarness(t)
 	t.Run("within", func(t *testing.T) {
 		res, out := h.run(h.phase("for i in 1 2 3 4 5 6 7 8; do sleep 0.2 & done; wait; echo all-forked"))
-		want(t, res, host.StatusOK, out)
+		want(t, res, runrecord.StatusOK, out)
 	})
 	t.Run("fork-bomb", func(t *testing.T) {
 		// Counting uses only shell builtins: once the budget is spent, no
@@ -473,14 +473,14 @@ func TestWallTimeKillsTree(t *testing.T) {
 	marker := fmt.Sprintf("%d", 40000+os.Getpid()%10000)
 	t.Run("legitimate", func(t *testing.T) {
 		res, out := h.run(h.phase("sleep 0.2; echo finished"))
-		want(t, res, host.StatusOK, out)
+		want(t, res, runrecord.StatusOK, out)
 	})
 	t.Run("overrun", func(t *testing.T) {
 		req := h.phase("setsid sh -c 'sleep " + marker + " & sleep " + marker + "' & " +
 			"(sh -c 'sleep " + marker + " &' &); sleep " + marker)
 		req.Resources.WallTime = quantity.Duration(2 * time.Second)
 		res, out := h.run(req)
-		want(t, res, host.StatusTimeout, out)
+		want(t, res, runrecord.StatusTimeout, out)
 		if left := processesWith("sleep " + marker); len(left) > 0 {
 			t.Fatalf("processes survived the wall-time kill: %v", left)
 		}
@@ -489,7 +489,7 @@ func TestWallTimeKillsTree(t *testing.T) {
 		// The main process exits at once; its setsid'd double-forked
 		// children must not outlive the run.
 		res, out := h.run(h.phase("setsid sh -c '(sleep " + marker + " &) ; sleep " + marker + "' & echo started"))
-		want(t, res, host.StatusOK, out)
+		want(t, res, runrecord.StatusOK, out)
 		if left := processesWith("sleep " + marker); len(left) > 0 {
 			t.Fatalf("orphaned processes survived the run: %v", left)
 		}
@@ -522,7 +522,7 @@ func TestCancelKillsTree(t *testing.T) {
 		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
 	}
 	h.noLeftovers()
-	want(t, res, host.StatusCancelled, out.String())
+	want(t, res, runrecord.StatusCancelled, out.String())
 	if left := processesWith("sleep " + marker); len(left) > 0 {
 		t.Fatalf("processes survived cancellation: %v", left)
 	}
@@ -538,9 +538,9 @@ func TestRunRecordWithFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, out := h.launch(ctx, prep)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	var rec runrecord.Record
-	if err := h.db.GetRun(res.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Status != host.StatusOK {
+	if err := h.db.GetRun(res.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Status != runrecord.StatusOK {
 		t.Fatalf("run record %+v (%v)", rec, err)
 	}
 	if c := rec.Result.Cleanup; c == nil || !c.Verified {
@@ -555,7 +555,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 	copyPath, data, rt := runcCopy(t)
 	h := newHarnessWith(t, rt)
 	res, out := h.run(h.phase("echo untampered"))
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 
 	if err := os.WriteFile(copyPath, append(data, 0), 0o755); err != nil {
 		t.Fatal(err)
@@ -570,7 +570,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 	if !errors.Is(err, oci.ErrRuntimeDigest) {
 		t.Fatalf("launch with a tampered runtime: err = %v, want ErrRuntimeDigest", err)
 	}
-	if res.Status != host.StatusRefused || strings.Contains(buf.String(), "SHOULD-NOT-RUN") {
+	if res.Status != runrecord.StatusRefused || strings.Contains(buf.String(), "SHOULD-NOT-RUN") {
 		t.Fatalf("status %s, output %q", res.Status, buf.String())
 	}
 	h.noLeftovers()
@@ -580,7 +580,7 @@ func TestTamperedRuntimeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	prep.RunID, prep.GrantID = "tampered-1", "grant-t"
-	if res, err := launch.LaunchSpent(ctx, h.r, prep, nil, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != host.StatusRefused {
+	if res, err := launch.LaunchSpent(ctx, h.r, prep, nil, &buf, &buf); !errors.Is(err, oci.ErrRuntimeDigest) || res.Status != runrecord.StatusRefused {
 		t.Fatalf("consumed launch with a tampered runtime: %v, %s", err, res.Status)
 	}
 	if a := h.attempt("tampered-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
@@ -691,7 +691,7 @@ func TestQuarantineOnUnverifiedCleanup(t *testing.T) {
 	}
 	h.r = r2
 	res, outs := h.run(h.phase("echo back"))
-	want(t, res, host.StatusOK, outs)
+	want(t, res, runrecord.StatusOK, outs)
 }
 
 // attempt returns run id's journal attempt.
@@ -736,7 +736,7 @@ func TestConsumeOpensTheAttempt(t *testing.T) {
 	}
 	prep.RunID, prep.GrantID = "consumed-1", "grant-1"
 	res, out := h.launchSpent(ctx, prep, true, nil)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if a := h.attempt("consumed-1"); a.State != journal.Clean || len(a.Outstanding()) != 0 {
 		t.Fatalf("attempt after the launch: %+v", a)
 	}
@@ -792,7 +792,7 @@ httpd -p 127.0.0.1:8080 -h /tmp/www && wget -q -O - http://localhost:8080/x
 wget -q -O - "http://$(hostname):8080/x"
 echo mounts-ro; echo x >> /etc/hosts || echo hosts-ro`)
 	res, out := h.run(req)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	for _, s := range []string{"path=" + request.DefaultPath, "host=custody file=custody", "hosts-ro"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("workload output lacks %q:\n%s", s, out)
@@ -823,7 +823,7 @@ func TestPhaseUser(t *testing.T) {
 echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
 	req.User = "1000"
 	res, out := h.run(req)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if !strings.Contains(out, "ids=1000:0") || !strings.Contains(out, "wrote-scratch") {
 		t.Fatalf("user 1000 phase:\n%s", out)
 	}
@@ -834,7 +834,7 @@ echo out > /out/f && echo tmp > /tmp/f && echo wrote-scratch`)
 	req = h.phase(`echo "ids=$(id -u):$(id -g)"`)
 	req.User = "root"
 	res, out = h.run(req)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if !strings.Contains(out, "ids=0:0") {
 		t.Fatalf("user root phase:\n%s", out)
 	}
@@ -871,7 +871,7 @@ func TestAdmissionReadsTheImage(t *testing.T) {
 	req := h.phase("pwd")
 	req.Workdir = "/root"
 	res, out := h.run(req)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if out != "/root\n" {
 		t.Fatalf("pwd = %q, want /root", out)
 	}
@@ -894,7 +894,7 @@ func TestFailedToStart(t *testing.T) {
 	if err == nil {
 		t.Fatal("a launch that cannot start returned no error")
 	}
-	if res.Status != host.StatusFailedToStart || res.ExitCode != -1 || res.FailedStage != oci.StageSetup ||
+	if res.Status != runrecord.StatusFailedToStart || res.ExitCode != -1 || res.FailedStage != oci.StageSetup ||
 		!strings.Contains(res.Error, "stage "+oci.StageSetup) {
 		t.Fatalf("result = status %s exit %d stage %q error %q", res.Status, res.ExitCode, res.FailedStage, res.Error)
 	}
@@ -910,7 +910,7 @@ func TestFailedToStart(t *testing.T) {
 	}
 	// The legitimate neighbour: the same phase, unchanged, runs.
 	res, o := h.run(h.phase("echo ran"))
-	want(t, res, host.StatusOK, o)
+	want(t, res, runrecord.StatusOK, o)
 }
 
 // An OCI image's config supplies what a phase leaves out: its command
@@ -948,7 +948,7 @@ func TestImageConfigDefaults(t *testing.T) {
 		t.Fatalf("plan = command %q user %+v", prep.Plan.Command, prep.Plan.User)
 	}
 	res, out := h.launch(context.Background(), prep)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if !strings.Contains(out, "ids=1000:1000 pwd=/work foo=image path=/usr/bin:/bin") {
 		t.Fatalf("the image's defaults did not reach the workload:\n%s", out)
 	}
@@ -957,7 +957,7 @@ func TestImageConfigDefaults(t *testing.T) {
 	req.Image, req.Workdir, req.User = imported.Digest, "/", "0:0"
 	req.Env = map[string]string{"FOO": "phase"}
 	res, out = h.run(req)
-	want(t, res, host.StatusOK, out)
+	want(t, res, runrecord.StatusOK, out)
 	if !strings.Contains(out, "ids=0:0 pwd=/ foo=phase path=/usr/bin:/bin") {
 		t.Fatalf("the phase's fields did not override the image's:\n%s", out)
 	}
@@ -1023,6 +1023,6 @@ func TestForeignMountUnderTheLaunchDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, outs := h.run(h.phase("echo back"))
-	want(t, res, host.StatusOK, outs)
+	want(t, res, runrecord.StatusOK, outs)
 	h.noLeftovers()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/custody-dev/custody/image"
 	"github.com/custody-dev/custody/internal/testenv"
 	"github.com/custody-dev/custody/launch"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // TestSealSwappedAfterVerify: the backend mounts the sealed image this
@@ -98,7 +99,7 @@ func TestSealSwappedAfterVerify(t *testing.T) {
 	var buf bytes.Buffer
 	res, err := launch.Launch(ctx, h.r, prep, &buf, &buf)
 	at(nil)
-	if !errors.Is(err, image.ErrSealChanged) || res.Status != host.StatusFailedToStart || strings.Contains(buf.String(), "SEALED-RAN") {
+	if !errors.Is(err, image.ErrSealChanged) || res.Status != runrecord.StatusFailedToStart || strings.Contains(buf.String(), "SEALED-RAN") {
 		t.Fatalf("a seal changed in place after its verify: err %v, status %s\n%s", err, res.Status, buf.String())
 	}
 	if res.Cleanup == nil || !res.Cleanup.Verified {

@@ -95,7 +95,7 @@ func (r *Run) abandon(reason string) {
 // stderr get what the run's spools keep, as it comes, and must not block:
 // a writer that waits on a client holds the workload's pipe (the daemon's
 // stream queues or drops instead).
-func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Result, error) {
+func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runrecord.Result, error) {
 	defer r.lease.Release() // a member left unattached goes back
 	h, p, a := r.h, r.prep, r.a
 	res := r.newResult()
@@ -138,13 +138,13 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Resu
 		// it failed: the grant was spent on a run that failed to start.
 		var ss interface{ StartStage() string }
 		if c != nil && errors.As(err, &ss) {
-			res.Status, res.FailedStage = host.StatusFailedToStart, ss.StartStage()
+			res.Status, res.FailedStage = runrecord.StatusFailedToStart, ss.StartStage()
 		}
 		// A reserved member destroyed unverified: nothing of the run's is
 		// left, but its grant was spent on the member.
 		var pt *pool.TakeError
 		if c == nil && errors.As(err, &pt) {
-			res.Status, res.FailedStage = host.StatusFailedToStart, pt.StartStage()
+			res.Status, res.FailedStage = runrecord.StatusFailedToStart, pt.StartStage()
 		}
 		if c == nil {
 			// Refused before the backend made anything; the intents on
@@ -188,7 +188,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Resu
 		limits.Leave = left.leave
 		out, err := takeOutput(ctx, h.Outputs(), c.Output(), limits)
 		if err != nil {
-			res.Status = host.StatusFailed
+			res.Status = runrecord.StatusFailed
 			res.Error = fmt.Sprintf("output custody: %v", err)
 		} else {
 			res.Output = newOutput(out)
@@ -196,7 +196,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Resu
 		}
 		st.mark("output")
 	} else {
-		res.Status = host.StatusFailed
+		res.Status = runrecord.StatusFailed
 		res.Error = runErr.Error()
 		res.Finished = time.Now().UTC()
 		// A failure before the workload started is no workload's exit.
@@ -205,9 +205,9 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Resu
 		case cancelled:
 			// The caller cancelled or went away before the workload began:
 			// that is a cancellation, not a sandbox that failed to start.
-			res.Status, res.ExitCode = host.StatusCancelled, -1
+			res.Status, res.ExitCode = runrecord.StatusCancelled, -1
 		case errors.As(runErr, &ss):
-			res.Status, res.ExitCode, res.FailedStage = host.StatusFailedToStart, -1, ss.StartStage()
+			res.Status, res.ExitCode, res.FailedStage = runrecord.StatusFailedToStart, -1, ss.StartStage()
 		default:
 			// Failed once under way: what was observed, and the rest
 			// marked unobserved.
@@ -228,7 +228,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*host.Resu
 // close closes the attempt once cleanup is done: clean, with the run's
 // record, in one durable transaction when cleanup was verified; else
 // residual, which quarantines the runner (the error says so).
-func (r *Run) close(ctx context.Context, res *host.Result, st *steps) error {
+func (r *Run) close(ctx context.Context, res *runrecord.Result, st *steps) error {
 	h, a := r.h, r.a
 	if a.state == unopened {
 		// The backend journalled nothing, so it created nothing; the
@@ -269,13 +269,13 @@ func (r *Run) close(ctx context.Context, res *host.Result, st *steps) error {
 // prepareSandbox is the run's sandbox: its reserved pool member, taken
 // and attached, or a cold Prepare (also when the member cannot be taken:
 // the cold path is the same containment, made for this run alone).
-func (r *Run) prepareSandbox(ctx context.Context, b backend.Backend, id string, res *host.Result) (backend.Sandbox, error) {
+func (r *Run) prepareSandbox(ctx context.Context, b backend.Backend, id string, res *runrecord.Result) (backend.Sandbox, error) {
 	s := spec(r.prep, r.egress)
 	if r.lease.Held() {
 		m := r.lease.Member()
 		sb, err := r.lease.Take(ctx, s, r.a.runID)
 		if err == nil {
-			res.Pooled = &host.PoolMember{Profile: m.Profile, Sandbox: m.Sandbox, PreparedAt: m.PreparedAt}
+			res.Pooled = &runrecord.PoolMember{Profile: m.Profile, Sandbox: m.Sandbox, PreparedAt: m.PreparedAt}
 			return sb, nil
 		}
 		var pt *pool.TakeError
@@ -358,7 +358,7 @@ func spec(p *Prepared, eg *Egress) backend.Spec {
 }
 
 // newResult is the run's result as it starts.
-func (r *Run) newResult() *host.Result {
+func (r *Run) newResult() *runrecord.Result {
 	h, p := r.h, r.prep
 	b, err := h.BackendNamed(p.Plan.Backend)
 	if err != nil {
@@ -370,7 +370,7 @@ func (r *Run) newResult() *host.Result {
 		id := b.Identity()
 		rt = runrecord.Runtime{Path: id.Path, Version: id.Version, SHA256: id.SHA256}
 	}
-	res := &host.Result{
+	res := &runrecord.Result{
 		RunID:         r.a.runID,
 		Name:          p.Plan.Name,
 		Tier:          string(p.Plan.Tier),
@@ -390,28 +390,28 @@ func (r *Run) newResult() *host.Result {
 	return res
 }
 
-func identityRecord(id backend.Identity) *host.BackendIdentity {
-	return &host.BackendIdentity{Kind: id.Kind, Version: id.Version, Path: id.Path, SHA256: id.SHA256}
+func identityRecord(id backend.Identity) *runrecord.BackendIdentity {
+	return &runrecord.BackendIdentity{Kind: id.Kind, Version: id.Version, Path: id.Path, SHA256: id.SHA256}
 }
 
-func newOutput(s *snapshot.Snapshot) *host.Output {
-	o := &host.Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []host.OutputFile{}}
+func newOutput(s *snapshot.Snapshot) *runrecord.Output {
+	o := &runrecord.Output{Digest: s.Digest, Path: s.Path, Bytes: s.Tree.Bytes, Files: []runrecord.OutputFile{}}
 	for _, e := range s.Tree.Entries {
 		if e.Kind == treehash.KindFile {
-			o.Files = append(o.Files, host.OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
+			o.Files = append(o.Files, runrecord.OutputFile{Path: e.Path, SHA256: e.SHA256, Size: e.Size})
 		}
 	}
 	return o
 }
 
-func cleanup(r backend.CleanupReport) *host.Cleanup {
-	c := host.Cleanup(r)
+func cleanup(r backend.CleanupReport) *runrecord.Cleanup {
+	c := runrecord.Cleanup(r)
 	return &c
 }
 
 // refuse records err as a refusal on res.
-func refuse(res *host.Result, err error) {
-	res.Status = host.StatusRefused
+func refuse(res *runrecord.Result, err error) {
+	res.Status = runrecord.StatusRefused
 	res.ExitCode = -1
 	res.Error = err.Error()
 	var re *admission.RefusedError
@@ -435,14 +435,14 @@ func recordChecks(cs []admission.Check) []runrecord.Check {
 // and every value it did not observe as such, never as a zero (R10). Its
 // status is failed unless the observation says it was cancelled, timed
 // out or OOM-killed.
-func failedAfterStart(res *host.Result, ex *backend.Exit, runErr error) {
+func failedAfterStart(res *runrecord.Result, ex *backend.Exit, runErr error) {
 	if ex == nil {
 		ex = &backend.Exit{CodeUnobserved: true, Started: res.Started, Finished: res.Finished,
 			Usage: backend.Usage{PeakMemoryBytes: -1, CPUTimeNanos: -1, OOMKills: -1}}
 	}
 	setExit(res, ex)
-	if res.Status == host.StatusOK || res.Status == host.StatusPidsLimit {
-		res.Status = host.StatusFailed
+	if res.Status == runrecord.StatusOK || res.Status == runrecord.StatusPidsLimit {
+		res.Status = runrecord.StatusFailed
 	}
 	if ex.CodeUnobserved {
 		res.ExitCode, res.Signal, res.ExitUnobserved = -1, "", true
@@ -450,26 +450,26 @@ func failedAfterStart(res *host.Result, ex *backend.Exit, runErr error) {
 	res.Error = runErr.Error()
 }
 
-func setExit(res *host.Result, ex *backend.Exit) {
+func setExit(res *runrecord.Result, ex *backend.Exit) {
 	res.ExitCode = ex.Code
 	res.Signal = ex.Signal
 	res.Started, res.Finished = ex.Started.UTC(), ex.Finished.UTC()
-	res.Usage = host.Usage{Usage: ex.Usage, Wall: ex.Finished.Sub(ex.Started)}
+	res.Usage = runrecord.Usage{Usage: ex.Usage, Wall: ex.Finished.Sub(ex.Started)}
 	res.Observed = ex.Observation
 	switch {
 	case ex.Cancelled:
-		res.Status = host.StatusCancelled
+		res.Status = runrecord.StatusCancelled
 	case ex.TimedOut:
-		res.Status = host.StatusTimeout
+		res.Status = runrecord.StatusTimeout
 	case ex.OOMKilled:
-		res.Status = host.StatusOOM
+		res.Status = runrecord.StatusOOM
 	case ex.Usage.PidsLimitHits > 0 && (ex.Code != 0 || ex.Signal != ""):
 		// A workload that handled a refused fork and exited 0 succeeded;
 		// one that failed after one failed at its pids budget.
-		res.Status = host.StatusPidsLimit
+		res.Status = runrecord.StatusPidsLimit
 	case ex.Code != 0:
-		res.Status = host.StatusFailed
+		res.Status = runrecord.StatusFailed
 	default:
-		res.Status = host.StatusOK
+		res.Status = runrecord.StatusOK
 	}
 }

@@ -1105,7 +1105,7 @@ func (r *Run) Grant() *grant.Grant { return r.grant }
 
 // Outcome is how a run ended, as Execute reports it.
 type Outcome struct {
-	Result  *host.Result
+	Result  *runrecord.Result
 	Receipt *runrecord.Receipt
 	// Err is set when the run could not be attempted, was refused before it
 	// began, or its cleanup could not be verified.
@@ -1132,14 +1132,14 @@ func (r *Run) Execute(ctx context.Context, owner uint32, stdout, stderr io.Write
 // record is the run's record from its final result, made once: for a
 // granted run that launched, with its signed receipt (failed runs too),
 // or why it has none.
-func (r *Run) record(ctx context.Context, res *host.Result) runrecord.Record {
+func (r *Run) record(ctx context.Context, res *runrecord.Result) runrecord.Record {
 	if r.rec != nil {
 		return *r.rec
 	}
 	r.rec = &runrecord.Record{Owner: r.owner, Result: res}
 	if g := r.grant; g != nil {
 		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
-		if res.Status != host.StatusRefused {
+		if res.Status != runrecord.StatusRefused {
 			rc, err := r.receipt(context.WithoutCancel(ctx), res)
 			if err != nil {
 				r.log.Error("sign receipt", "run", r.a.runID, "err", err)
@@ -1155,7 +1155,7 @@ func (r *Run) record(ctx context.Context, res *host.Result) runrecord.Record {
 // backend's first intent, and its record (kept with a clean close) has no
 // receipt. Benches and the host's own tests launch so; custodyd launches
 // only what Redeem spent.
-func Launch(ctx context.Context, h *host.Runner, p *Prepared, stdout, stderr io.Writer) (*host.Result, error) {
+func Launch(ctx context.Context, h *host.Runner, p *Prepared, stdout, stderr io.Writer) (*runrecord.Result, error) {
 	id := p.RunID
 	if id == "" {
 		id = host.NewRunID()
@@ -1166,11 +1166,11 @@ func Launch(ctx context.Context, h *host.Runner, p *Prepared, stdout, stderr io.
 // LaunchSpent is Launch for an attempt its caller opened as a spend does
 // (the host's ConsumeFor, or ConsumePooled with lease): p.RunID and
 // p.GrantID name it. For the host's own tests of the spend.
-func LaunchSpent(ctx context.Context, h *host.Runner, p *Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*host.Result, error) {
+func LaunchSpent(ctx context.Context, h *host.Runner, p *Prepared, lease *pool.Lease, stdout, stderr io.Writer) (*runrecord.Result, error) {
 	return launchOn(ctx, h, p, &attempt{j: h.Journal(), runID: p.RunID, grantID: p.GrantID, state: open}, lease, stdout, stderr)
 }
 
-func launchOn(ctx context.Context, h *host.Runner, p *Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*host.Result, error) {
+func launchOn(ctx context.Context, h *host.Runner, p *Prepared, a *attempt, lease *pool.Lease, stdout, stderr io.Writer) (*runrecord.Result, error) {
 	o := (&Run{h: h, log: h.Log(), prep: p, a: a, lease: lease}).Execute(ctx, 0, stdout, stderr)
 	return o.Result, o.Err
 }

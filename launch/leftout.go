@@ -7,7 +7,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/custody-dev/custody/host"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // MaxLeftOutListed bounds the output entries a result lists as left out;
@@ -45,7 +45,7 @@ func (l *leftOut) leave(path string) bool {
 
 // list is the entries left out, in path order, the first
 // MaxLeftOutListed of them, and how many there were.
-func (l *leftOut) list() ([]host.LeftOut, int) {
+func (l *leftOut) list() ([]runrecord.LeftOut, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	paths := make([]string, 0, len(l.paths))
@@ -53,9 +53,9 @@ func (l *leftOut) list() ([]host.LeftOut, int) {
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
-	var out []host.LeftOut
+	var out []runrecord.LeftOut
 	for _, p := range paths[:min(len(paths), MaxLeftOutListed)] {
-		out = append(out, host.LeftOut{Name: strconv.Quote(p), Reason: leftOutReason})
+		out = append(out, runrecord.LeftOut{Name: strconv.Quote(p), Reason: leftOutReason})
 	}
 	return out, len(paths)
 }
@@ -66,7 +66,7 @@ const maxNoteName = 256
 // leftOutNote is what a receipt says of the output entries left out, or
 // "" when none were: an observation, in the receipt's notes, so that the
 // receipt's list of retained files is not read as all the workload wrote.
-func leftOutNote(o *host.Output) string {
+func leftOutNote(o *runrecord.Output) string {
 	if o == nil || o.LeftOutTotal == 0 {
 		return ""
 	}

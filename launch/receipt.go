@@ -19,7 +19,7 @@ import (
 // observation the runner made, the egress it served (eg, nil when denied)
 // among them. receipt adds the grant and the runner identity and signs
 // it. Nothing in it is read back as authority.
-func predicate(h *host.Runner, p *Prepared, eg *Egress, res *host.Result) evidence.Receipt {
+func predicate(h *host.Runner, p *Prepared, eg *Egress, res *runrecord.Result) evidence.Receipt {
 	prof := h.ProbedProfile()
 	tier := evidence.TierProduction
 	if p.Plan.Unqualified {
@@ -48,8 +48,8 @@ func predicate(h *host.Runner, p *Prepared, eg *Egress, res *host.Result) eviden
 		Inputs: []evidence.Input{},
 		Exit: evidence.Exit{
 			Status: receiptStatus(res.Status), Code: res.ExitCode, Signal: res.Signal,
-			TimedOut: res.Status == host.StatusTimeout, OOMKilled: res.Status == host.StatusOOM,
-			Cancelled: res.Status == host.StatusCancelled,
+			TimedOut: res.Status == runrecord.StatusTimeout, OOMKilled: res.Status == runrecord.StatusOOM,
+			Cancelled: res.Status == runrecord.StatusCancelled,
 		},
 		Usage: evidence.Usage{PeakMemoryBytes: res.Usage.PeakMemoryBytes, CPUTimeMillis: res.Usage.CPUTimeMillis(),
 			WallMillis: res.Usage.Wall.Milliseconds(), OOMKills: res.Usage.OOMKills},
@@ -106,7 +106,7 @@ func predicate(h *host.Runner, p *Prepared, eg *Egress, res *host.Result) eviden
 
 // unobserved names the receipt's exit and usage members the run did not
 // observe, each set to -1: never a zero nobody saw (R10).
-func unobserved(res *host.Result, rc *evidence.Receipt) []string {
+func unobserved(res *runrecord.Result, rc *evidence.Receipt) []string {
 	var names []string
 	if res.ExitUnobserved {
 		rc.Exit.Code, rc.Exit.Signal = -1, ""
@@ -128,7 +128,7 @@ func unobserved(res *host.Result, rc *evidence.Receipt) []string {
 // receiptIdentity is the backend identity res recorded as the launch ran,
 // or the backend's own for a result that recorded none (it never got to
 // the backend's evidence).
-func receiptIdentity(h *host.Runner, res *host.Result) *evidence.BackendIdentity {
+func receiptIdentity(h *host.Runner, res *runrecord.Result) *evidence.BackendIdentity {
 	b := res.Backend
 	if b == nil {
 		b = identityRecord(h.Backend().Identity())
@@ -142,7 +142,7 @@ const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b785
 
 // receiptStreams records the spooled streams' digests; a run that never
 // started wrote nothing to either.
-func receiptStreams(s *host.Streams) *evidence.Streams {
+func receiptStreams(s *runrecord.Streams) *evidence.Streams {
 	if s == nil {
 		empty := evidence.Stream{SHA256: emptySHA256}
 		return &evidence.Streams{Stdout: empty, Stderr: empty}
@@ -157,11 +157,11 @@ func receiptStreams(s *host.Streams) *evidence.Streams {
 // published statuses have no failed-to-start, which it records as failed
 // with exit code -1 (a receipt's "failed" goes with any exit), so the
 // predicate's meaning does not change.
-func receiptStatus(s host.Status) string {
+func receiptStatus(s runrecord.Status) string {
 	// The receipt format keeps its five statuses: these are failures (the
 	// receipt's exit and the result say which kind).
-	if s == host.StatusFailedToStart || s == host.StatusPidsLimit {
-		return string(host.StatusFailed)
+	if s == runrecord.StatusFailedToStart || s == runrecord.StatusPidsLimit {
+		return string(runrecord.StatusFailed)
 	}
 	return string(s)
 }
@@ -169,7 +169,7 @@ func receiptStatus(s host.Status) string {
 // receipt signs the run's receipt with the runner identity key: the
 // predicate of what the run observed, with the grant it spent and the
 // runner that signs. The one place a receipt is made.
-func (r *Run) receipt(ctx context.Context, res *host.Result) (*runrecord.Receipt, error) {
+func (r *Run) receipt(ctx context.Context, res *runrecord.Result) (*runrecord.Receipt, error) {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, r.env); err != nil {
 		return nil, err
@@ -195,6 +195,6 @@ func (r *Run) receipt(ctx context.Context, res *host.Result) (*runrecord.Receipt
 // UnsignedReceipt is the receipt predicate of a run launched with no grant
 // and no egress, as far as Launch's result can fill it: for the host's
 // own tests of what a receipt says, since only a granted run is signed.
-func UnsignedReceipt(h *host.Runner, p *Prepared, res *host.Result) evidence.Receipt {
+func UnsignedReceipt(h *host.Runner, p *Prepared, res *runrecord.Result) evidence.Receipt {
 	return predicate(h, p, nil, res)
 }

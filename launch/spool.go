@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/custody-dev/custody/host"
+	"github.com/custody-dev/custody/runrecord"
 )
 
 // spool is one output stream of a run: it digests and counts up to
@@ -75,10 +76,10 @@ func (s *spool) Write(p []byte) (int, error) {
 }
 
 // digest is the stream's record.
-func (s *spool) digest() host.Stream {
+func (s *spool) digest() runrecord.Stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return host.Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
+	return runrecord.Stream{SHA256: hex.EncodeToString(s.h.Sum(nil)), Bytes: s.n, Truncated: s.truncated}
 }
 
 // drop stops keeping the stream on disk and removes what was kept: a log
@@ -140,7 +141,7 @@ func openSpools(stdout, stderr io.Writer, logDir, runID string, log *slog.Logger
 // their log files, both at once and beside the output custody and cleanup
 // that follow (each fsync is a journal commit of its own, a millisecond or
 // more); wait joins them, before the run's record lands.
-func (s *spools) record(res *host.Result) {
+func (s *spools) record(res *runrecord.Result) {
 	for _, sp := range []*spool{s.stdout, s.stderr} {
 		f, err := sp.detach()
 		if err != nil {
@@ -150,7 +151,7 @@ func (s *spools) record(res *host.Result) {
 			s.synced.Go(func() { finish(f) })
 		}
 	}
-	res.Streams = &host.Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
+	res.Streams = &runrecord.Streams{Stdout: s.stdout.digest(), Stderr: s.stderr.digest()}
 }
 
 // wait returns once the log files record started are synced (or removed).
