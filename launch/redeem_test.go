@@ -1,7 +1,10 @@
 package launch
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"github.com/custody-dev/custody/host"
 	"github.com/custody-dev/custody/journal"
 	"github.com/custody-dev/custody/quantity"
+	"github.com/custody-dev/custody/store"
 )
 
 // TestRedeemSpendsAGrantOnce: a valid grant is redeemed, spent by exactly
@@ -42,6 +46,14 @@ func TestRedeemSpendsAGrantOnce(t *testing.T) {
 	if left := rg.fake.Foreign(func(string, string) bool { return false }); len(left) != 0 {
 		t.Fatalf("a replay made %+v", left)
 	}
+	// A replay is answered as one, before anything is re-derived: not
+	// as whatever else changed since.
+	path := filepath.Join(rg.inputs, "data.txt")
+	if err := os.WriteFile(path, []byte("changed after the spend\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = rg.l.Redeem(context.Background(), env, submitter)
+	wantCode(t, err, grant.CodeReplayed)
 	// The spend refuses a replay on its own, in its transaction: a grant
 	// found unspent by the early check and spent since is still refused.
 	_, err = rg.l.spend(context.Background(), r.Grant(), r.prep.Plan, env, nil)
@@ -54,7 +66,8 @@ func TestRedeemSpendsAGrantOnce(t *testing.T) {
 // TestRedeemRefusesBeforeAnySpend: a grant whose envelope was tampered
 // with, one that has expired, one submitted by a peer that may not submit
 // as its actor, and one whose re-derived values differ from what it binds
-// (the inputs changed, the policy changed) are each refused with its own
+// (the inputs, the policy or what admission gives changed), and a revoked
+// one, are each refused with its own
 // code before the grant is spent, an attempt opened or anything made; the
 // same grant, with the world put back, is then spent.
 func TestRedeemRefusesBeforeAnySpend(t *testing.T) {
@@ -64,11 +77,12 @@ func TestRedeemRefusesBeforeAnySpend(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("tampered", func(t *testing.T) {
-		tampered := []byte(strings.Replace(string(env), `"payload":"`, `"payload":"eyJ`, 1))
-		_, err := rg.l.Redeem(ctx, tampered, submitter)
-		if err == nil {
-			t.Fatal("a tampered envelope was redeemed")
-		}
+		// The grant's expiry moved a day later, under its signature, and
+		// submitted after the signed expiry: only the signature tells.
+		defer func(now time.Time) { rg.now = now }(rg.now)
+		rg.now = rg.now.Add(11 * time.Minute)
+		_, err := rg.l.Redeem(ctx, extended(t, env, 24*time.Hour), submitter)
+		wantCode(t, err, grant.CodeTampered)
 		rg.nothingSpent(id)
 	})
 	t.Run("expired", func(t *testing.T) {
@@ -111,9 +125,58 @@ func TestRedeemRefusesBeforeAnySpend(t *testing.T) {
 		}
 		rg.nothingSpent(id)
 	})
+	t.Run("revoked", func(t *testing.T) {
+		other := rg.issue()
+		oid := rg.grantID(other)
+		if err := rg.db.Revoke(oid, store.Revocation{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := rg.l.Redeem(ctx, other, submitter)
+		wantCode(t, err, grant.CodeRevoked)
+		rg.nothingSpent(oid)
+	})
 	// The legitimate case: unchanged, the grant is spent.
 	r := rg.redeem(env)
 	if o, out := rg.execute(r); o.Err != nil || o.Result.Status != host.StatusOK {
 		t.Fatalf("the grant, unchanged: %v %+v\n%s", o.Err, o.Result, out)
 	}
+}
+
+// extended is env with its predicate's expiry moved by d, its signature
+// left as it was (the payload otherwise byte for byte as signed).
+func extended(t *testing.T, env []byte, d time.Duration) []byte {
+	t.Helper()
+	var e map[string]json.RawMessage
+	if err := json.Unmarshal(env, &e); err != nil {
+		t.Fatal(err)
+	}
+	var b64 string
+	if err := json.Unmarshal(e["payload"], &b64); err != nil {
+		t.Fatal(err)
+	}
+	payload, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Predicate struct {
+			Expires time.Time `json:"expires"`
+		} `json:"predicate"`
+	}
+	if err := json.Unmarshal(payload, &st); err != nil {
+		t.Fatal(err)
+	}
+	was := `"expires":"` + st.Predicate.Expires.UTC().Format(time.RFC3339) + `"`
+	if !bytes.Contains(payload, []byte(was)) {
+		t.Fatalf("no %s in the payload %s", was, payload)
+	}
+	payload = bytes.Replace(payload, []byte(was), []byte(`"expires":"`+st.Predicate.Expires.Add(d).UTC().Format(time.RFC3339)+`"`), 1)
+	if e["payload"], err = json.Marshal(base64.StdEncoding.EncodeToString(payload)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
