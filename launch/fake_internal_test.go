@@ -1,11 +1,13 @@
 package launch
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,6 +81,16 @@ const rigActor = "ci-bot"
 func newFakeRig(t *testing.T, opts ...func(*fakeRig)) *fakeRig {
 	t.Helper()
 	base := t.TempDir()
+	// The stores keep their trees read-only; a user who is not root must
+	// open them again to remove them.
+	t.Cleanup(func() {
+		_ = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = os.Chmod(p, 0o700)
+			}
+			return nil
+		})
+	})
 	rg := &fakeRig{t: t, now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), inputs: filepath.Join(base, "inputs"),
 		program: func(context.Context, backendtest.FakeRun) (int, error) { return 0, nil }}
 	for _, o := range opts {
@@ -121,15 +133,7 @@ func newFakeRig(t *testing.T, opts ...func(*fakeRig)) *fakeRig {
 		t.Fatalf("host.New: %v", err)
 	}
 	rg.h, rg.db = h, db
-	// A rootfs with the program the phases name.
-	root := filepath.Join(base, "rootfs")
-	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "work"), []byte("#!/bin/false\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	img, err := h.Images().Import(context.Background(), root)
+	img, err := h.Images().Import(context.Background(), rootfsTar(t, base))
 	if err != nil {
 		t.Fatalf("import image: %v", err)
 	}
@@ -176,6 +180,39 @@ func newFakeRig(t *testing.T, opts ...func(*fakeRig)) *fakeRig {
 		t.Fatal(err)
 	}
 	return rg
+}
+
+// rootfsTar writes a rootfs tar under dir with the program the phases
+// name, owned by this process's ids (0:0 under root): the image store
+// applies a tar's owners, and a user who is not root can give a file only
+// its own, so the store's verification sees what it recorded either way.
+func rootfsTar(t *testing.T, dir string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	uid, gid := os.Getuid(), os.Getgid()
+	body := []byte("#!/bin/false\n")
+	for _, h := range []*tar.Header{
+		{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: uid, Gid: gid},
+		{Name: "bin/work", Typeflag: tar.TypeReg, Mode: 0o755, Uid: uid, Gid: gid, Size: int64(len(body))},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "rootfs.tar")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // phase is a development-tier build phase that takes the rig's inputs dir.
