@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/backendtest"
@@ -27,6 +28,9 @@ type watched struct {
 	rg       *fakeRig
 	seen     []*journal.Attempt
 	residual bool
+	// failStart, if set, is the stage at which a sandbox's Run fails
+	// before its workload starts.
+	failStart string
 }
 
 func (w *watched) Prepare(ctx context.Context, id string, s backend.Spec, rec backend.Recorder) (backend.Sandbox, error) {
@@ -39,8 +43,27 @@ func (w *watched) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 	if sb != nil && w.residual {
 		sb = residualSandbox{sb}
 	}
+	if sb != nil && w.failStart != "" {
+		sb = failingSandbox{sb, w.failStart}
+	}
 	return sb, err
 }
+
+// failingSandbox fails to start its workload, at stage, as a backend
+// whose launch failed before the workload began says.
+type failingSandbox struct {
+	backend.Sandbox
+	stage string
+}
+
+func (s failingSandbox) Run(context.Context, time.Duration, backend.IO) (*backend.Exit, error) {
+	return nil, &startError{s.stage}
+}
+
+type startError struct{ stage string }
+
+func (e *startError) Error() string      { return "stage " + e.stage + ": the sandbox did not start" }
+func (e *startError) StartStage() string { return e.stage }
 
 type residualSandbox struct{ backend.Sandbox }
 
@@ -252,6 +275,33 @@ func TestRefusedLaunchHasNoReceipt(t *testing.T) {
 	}
 	if left := rg.fake.Foreign(func(string, string) bool { return false }); len(left) != 0 {
 		t.Fatalf("the refused launch made %+v", left)
+	}
+}
+
+// TestFailedToStartReceiptSaysFailed: a run whose sandbox failed before
+// its workload started is failed-to-start, exit -1, with the stage, its
+// sandbox cleaned up; its signed receipt keeps the published statuses:
+// failed, with exit code -1, and nothing observed.
+func TestFailedToStartReceiptSaysFailed(t *testing.T) {
+	var w *watched
+	rg := newFakeRig(t, func(rg *fakeRig) { w = watch(rg) })
+	w.failStart = "setup"
+	ran := false
+	rg.program = func(context.Context, backendtest.FakeRun) (int, error) { ran = true; return 0, nil }
+	o, _ := rg.execute(rg.redeem(rg.issue()))
+	res := o.Result
+	if o.Err == nil || res.Status != host.StatusFailedToStart || res.ExitCode != -1 || res.FailedStage != "setup" || ran {
+		t.Fatalf("result: err %v, status %s exit %d stage %q, workload ran %v", o.Err, res.Status, res.ExitCode, res.FailedStage, ran)
+	}
+	if res.Cleanup == nil || !res.Cleanup.Verified {
+		t.Fatalf("cleanup not verified: %+v", res.Cleanup)
+	}
+	if o.Receipt == nil {
+		t.Fatal("a run that failed to start after its grant was spent has no receipt")
+	}
+	rc := receiptPredicate(t, o.Receipt)
+	if rc.Exit.Status != "failed" || rc.Exit.Code != -1 || rc.Observed.Seccomp != "unobserved" {
+		t.Fatalf("receipt exit %+v observed %+v; want the published status failed, code -1, nothing observed", rc.Exit, rc.Observed)
 	}
 }
 
