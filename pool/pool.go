@@ -709,15 +709,15 @@ func (r *Pool) prepareMember(ctx context.Context, p policy.PoolProfile) (*member
 	if err != nil {
 		return nil, err
 	}
-	if err := r.journal.Begin(runID, grantPrefix+p.Name, resources(es)...); err != nil {
+	if err := r.journal.Begin(runID, grantPrefix+p.Name, journal.FromBackend(es)...); err != nil {
 		return nil, fmt.Errorf("pool %s: journal the member: %w", p.Name, err)
 	}
-	rec := &recorder{j: r.journal, runID: runID}
+	rec := r.journal.Recorder(runID)
 	res := p.Resources
 	r.mu.Lock()
 	outFiles := outputFiles(r.pol, res)
 	r.mu.Unlock()
-	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: sealedSpec(img.Sealed), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
+	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: img.Sealed.Spec(), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
 		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
 		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
 	h, err := pb.PrepareHeld(ctx, id, hs, rec)
@@ -1132,37 +1132,4 @@ func (r *Pool) Hold(ctx context.Context) (release func()) {
 		// wake it to configure the pool from the policy again.
 		r.Kick()
 	}
-}
-
-// recorder adapts the journal to the backend's Recorder for a member's
-// attempt, which is journalled before anything is made.
-type recorder struct {
-	j     *journal.Journal
-	runID string
-}
-
-func (r *recorder) Intent(es ...backend.Resource) error { return r.j.Intent(r.runID, resources(es)...) }
-func (r *recorder) Created(es ...backend.Resource) error {
-	return r.j.Created(r.runID, resources(es)...)
-}
-func (r *recorder) Removed(es ...backend.Resource) error {
-	return r.j.Removed(r.runID, resources(es)...)
-}
-
-// resources are a backend's records as the journal keeps them.
-func resources(es []backend.Resource) []journal.Resource {
-	out := make([]journal.Resource, len(es))
-	for i, e := range es {
-		out[i] = journal.Resource{Kind: e.Kind, Name: e.Name, Identity: e.Identity}
-	}
-	return out
-}
-
-// sealedSpec is an image's sealed file as the backend contract names it;
-// nil for an image this process has not verified sealed.
-func sealedSpec(s *image.Sealed) *backend.SealedImage {
-	if s == nil {
-		return nil
-	}
-	return &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
 }
