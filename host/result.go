@@ -106,7 +106,7 @@ type Output struct {
 	Files  []OutputFile `json:"files"`
 	Bytes  int64        `json:"bytes"`
 	// LeftOut are output entries custody did not retain (the first
-	// MaxLeftOutListed of LeftOutTotal), each with why: a name that is not
+	// launch.MaxLeftOutListed of LeftOutTotal), each with why: a name that is not
 	// valid UTF-8, which no receipt can name as it is. The rest of the
 	// output is retained; the receipt says how many were left out.
 	LeftOut      []LeftOut `json:"leftOut,omitempty"`
