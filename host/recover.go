@@ -50,7 +50,7 @@ func (r *Runner) Recover(ctx context.Context) (*Recovery, error) {
 		if err := r.journal.Finish(a.RunID, journal.CleanupPending, "recovering after the runner stopped", ""); err != nil {
 			return nil, err
 		}
-		rep := r.backendOf(a.Resources).Recover(ctx, ContainerID(a.RunID), backendResources(a.Resources), &recorder{j: r.journal, runID: a.RunID})
+		rep := r.backendOf(a.Resources).Recover(ctx, ContainerID(a.RunID), journal.ToBackend(a.Resources), r.journal.Recorder(a.RunID))
 		switch {
 		case !rep.Verified:
 			var failed []string

@@ -354,7 +354,7 @@ func (r *Runner) ConsumeFor(runID, grantID string, use store.GrantUse, backendNa
 	if err != nil {
 		return err
 	}
-	return r.journal.BeginConsuming(runID, grantID, use, JournalResources(es)...)
+	return r.journal.BeginConsuming(runID, grantID, use, journal.FromBackend(es)...)
 }
 
 // Abandon closes the attempt Consume opened for a launch that will not
@@ -366,7 +366,7 @@ func (r *Runner) Abandon(runID, reason string) error {
 	if err != nil {
 		return err
 	}
-	if rep := r.backendOf(a.Resources).VerifyAbsent(ContainerID(runID), backendResources(a.Resources)); !rep.Verified {
+	if rep := r.backendOf(a.Resources).VerifyAbsent(ContainerID(runID), journal.ToBackend(a.Resources)); !rep.Verified {
 		return r.Residual(runID, fmt.Sprintf("%s; and its intents are not verified gone: %v", reason, rep.Steps))
 	}
 	if err := r.journal.Finish(runID, journal.Clean, reason+"; nothing was created", "", a.Resources...); err != nil {
@@ -385,50 +385,6 @@ func (r *Runner) ConsumePooled(runID, grantID string, use store.GrantUse, l *poo
 
 // ContainerID is the runtime container id of a run.
 func ContainerID(runID string) string { return "custody-" + runID }
-
-// recorder adapts the journal to the backend's Recorder for one attempt
-// that is already journalled (a recovery's, a pool member's).
-type recorder struct {
-	j     *journal.Journal
-	runID string
-}
-
-func (r *recorder) Intent(es ...backend.Resource) error {
-	return r.j.Intent(r.runID, JournalResources(es)...)
-}
-func (r *recorder) Created(es ...backend.Resource) error {
-	return r.j.Created(r.runID, JournalResources(es)...)
-}
-func (r *recorder) Removed(es ...backend.Resource) error {
-	return r.j.Removed(r.runID, JournalResources(es)...)
-}
-
-// JournalResources are a backend's records as the journal keeps them.
-func JournalResources(es []backend.Resource) []journal.Resource {
-	out := make([]journal.Resource, len(es))
-	for i, e := range es {
-		out[i] = journal.Resource{Kind: e.Kind, Name: e.Name, Identity: e.Identity}
-	}
-	return out
-}
-
-// backendResources are journalled resources as a backend gets them back.
-func backendResources(rs []journal.Resource) []backend.Resource {
-	out := make([]backend.Resource, len(rs))
-	for i, x := range rs {
-		out[i] = backend.Resource{Kind: x.Kind, Name: x.Name, State: x.State, Identity: x.Identity}
-	}
-	return out
-}
-
-// SealedSpec is an image's sealed file as the backend contract names it;
-// nil for an image this process has not verified sealed.
-func SealedSpec(s *image.Sealed) *backend.SealedImage {
-	if s == nil {
-		return nil
-	}
-	return &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
-}
 
 // NewRunID returns a fresh random run id.
 func NewRunID() string { return randid.New(8) }

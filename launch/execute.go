@@ -59,21 +59,21 @@ const (
 
 func (a *attempt) Intent(es ...backend.Resource) error {
 	if a.state == unopened {
-		if err := a.j.Begin(a.runID, a.grantID, host.JournalResources(es)...); err != nil {
+		if err := a.j.Begin(a.runID, a.grantID, journal.FromBackend(es)...); err != nil {
 			return err
 		}
 		a.state = open
 		return nil
 	}
-	return a.j.Intent(a.runID, host.JournalResources(es)...)
+	return a.j.Intent(a.runID, journal.FromBackend(es)...)
 }
 
 func (a *attempt) Created(es ...backend.Resource) error {
-	return a.j.Created(a.runID, host.JournalResources(es)...)
+	return a.j.Created(a.runID, journal.FromBackend(es)...)
 }
 
 func (a *attempt) Removed(es ...backend.Resource) error {
-	a.removed = append(a.removed, host.JournalResources(es)...)
+	a.removed = append(a.removed, journal.FromBackend(es)...)
 	return nil
 }
 
@@ -329,7 +329,7 @@ func spec(p *Prepared, eg *Egress) backend.Spec {
 	slices.Sort(env)
 	s := backend.Spec{
 		Rootfs:      p.Image.Rootfs,
-		Sealed:      host.SealedSpec(p.Image.Sealed),
+		Sealed:      p.Image.Sealed.Spec(),
 		Args:        p.Plan.Command,
 		Env:         env,
 		Cwd:         p.Plan.Workdir,

@@ -9,7 +9,7 @@
 // runs the phase on the host's backend (a warm-pool member or a cold
 // sandbox), takes custody of its outputs and streams, signs its receipt
 // and records the run with the attempt's final state. The host (package
-// runner) holds the stores, backends, journal and quarantine these steps
+// host) holds the stores, backends, journal and quarantine these steps
 // use.
 package launch
 

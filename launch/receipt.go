@@ -191,10 +191,3 @@ func (r *Run) receipt(ctx context.Context, res *runrecord.Result) (*runrecord.Re
 	}
 	return &runrecord.Receipt{Envelope: signed, Bundle: bundle, RunnerPublicKey: string(key.PublicPEM())}, nil
 }
-
-// UnsignedReceipt is the receipt predicate of a run launched with no grant
-// and no egress, as far as Launch's result can fill it: for the host's
-// own tests of what a receipt says, since only a granted run is signed.
-func UnsignedReceipt(h *host.Runner, p *Prepared, res *runrecord.Result) evidence.Receipt {
-	return predicate(h, p, nil, res)
-}

@@ -219,7 +219,7 @@ func (p *Pool) Kick() {
 // Fill at once. A refill waits for the run it replaces to end, where
 // it can, so that preparing the next sandbox does not compete with the
 // run for the host's cores.
-func (r *Pool) Kicks() <-chan struct{} { return r.kicks() }
+func (p *Pool) Kicks() <-chan struct{} { return p.kicks() }
 
 // member is one held sandbox and what it was made under.
 type member struct {
@@ -289,17 +289,17 @@ func (e *ConfigError) Error() string {
 // tier is one the backend enforces, and each profile is one a plan can
 // match (its user is one admission admits, its scratch fits its memory).
 // custodyd refuses a policy it fails.
-func (r *Pool) Check(pol *policy.Policy) error {
+func (p *Pool) Check(pol *policy.Policy) error {
 	var checks []admission.Check
-	for i, p := range pol.Pool {
+	for i, prof := range pol.Pool {
 		req := fmt.Sprintf("pool[%d]", i)
 		before := len(checks)
-		checks = append(checks, matchable(req, pol, p)...)
-		if _, err := r.images.Get(p.Image); err != nil {
+		checks = append(checks, matchable(req, pol, prof)...)
+		if _, err := p.images.Get(prof.Image); err != nil {
 			checks = append(checks, admission.Check{Requirement: req + ".image", Verdict: admission.Unsupported, Code: "pool-image-unknown",
-				Detail: fmt.Sprintf("image %s is not in this runner's image store: %v", p.Image, err), Fix: "import the image (custody image import) before naming it in a pool profile"})
+				Detail: fmt.Sprintf("image %s is not in this runner's image store: %v", prof.Image, err), Fix: "import the image (custody image import) before naming it in a pool profile"})
 		}
-		b, err := r.host.BackendNamed(p.EffectiveBackend())
+		b, err := p.host.BackendNamed(prof.EffectiveBackend())
 		if err != nil {
 			checks = append(checks, admission.Check{Requirement: req + ".backend", Verdict: admission.Unsupported, Code: "pool-backend-unknown",
 				Detail: err.Error(), Fix: "pool on a backend custodyd runs"})
@@ -309,9 +309,9 @@ func (r *Pool) Check(pol *policy.Policy) error {
 			checks = append(checks, admission.Check{Requirement: req + ".backend", Verdict: admission.Unsupported, Code: "pool-backend-cannot-hold",
 				Detail: fmt.Sprintf("backend %s cannot prepare a sandbox before its grant", b.Name()), Fix: "pool on oci, or drop the profile"})
 		}
-		gaps, known := b.Capabilities().Tiers[p.Tier]
+		gaps, known := b.Capabilities().Tiers[prof.Tier]
 		if !known || len(gaps) > 0 {
-			detail := fmt.Sprintf("backend %s does not enforce tier %s here", b.Name(), p.Tier)
+			detail := fmt.Sprintf("backend %s does not enforce tier %s here", b.Name(), prof.Tier)
 			for _, g := range gaps {
 				detail += "; " + g.Requirement + ": " + g.Detail
 			}
@@ -319,7 +319,7 @@ func (r *Pool) Check(pol *policy.Policy) error {
 				Detail: detail, Fix: "pool at a tier this host enforces (development on a cgroup v1 host), or fix the host"})
 		}
 		if len(checks) == before {
-			checks = append(checks, r.admissible(req, pol, p, b)...)
+			checks = append(checks, p.admissible(req, pol, prof, b)...)
 		}
 	}
 	if len(checks) > 0 {
@@ -360,18 +360,18 @@ func matchable(req string, pol *policy.Policy, p policy.PoolProfile) []admission
 // be admitted, and refuses the profile unless that plan matches it: a
 // profile no admissible request can match would keep sandboxes that no
 // grant ever takes, while status called the pool ready.
-func (r *Pool) admissible(req string, pol *policy.Policy, p policy.PoolProfile, b backend.Backend) []admission.Check {
-	res := p.Resources
-	phase := &request.Phase{APIVersion: request.APIVersion, Kind: "Phase", Name: "pool-" + p.Name, Stage: request.StageBuild,
-		Tier: request.Tier(p.Tier), Image: p.Image, Backend: p.Backend, Command: []string{"/bin/true"},
-		User:   fmt.Sprintf("%d:%d", p.UID, p.GID),
+func (p *Pool) admissible(req string, pol *policy.Policy, prof policy.PoolProfile, b backend.Backend) []admission.Check {
+	res := prof.Resources
+	phase := &request.Phase{APIVersion: request.APIVersion, Kind: "Phase", Name: "pool-" + prof.Name, Stage: request.StageBuild,
+		Tier: request.Tier(prof.Tier), Image: prof.Image, Backend: prof.Backend, Command: []string{"/bin/true"},
+		User:   fmt.Sprintf("%d:%d", prof.UID, prof.GID),
 		Output: request.Output{Path: res.OutputPath, MaxBytes: res.OutputBytes, MaxFiles: res.OutputFiles},
 		Tmp:    &request.Tmp{MaxBytes: res.TmpBytes},
 		Resources: request.Resources{Memory: res.Memory, Pids: res.Pids, CPU: res.CPU, WallTime: pol.Ceilings.WallTime,
 			Nofile: res.Nofile},
 		Network: request.NetworkRequest{Mode: request.NetworkDeny}}
 	caps := b.Capabilities()
-	plan, err := admission.Admit(phase, pol, admission.Facts{Capabilities: &caps, ImagePresent: true, Backends: r.host.BackendNames()})
+	plan, err := admission.Admit(phase, pol, admission.Facts{Capabilities: &caps, ImagePresent: true, Backends: p.host.BackendNames()})
 	var re *admission.RefusedError
 	switch {
 	case errors.As(err, &re):
@@ -380,22 +380,22 @@ func (r *Pool) admissible(req string, pol *policy.Policy, p policy.PoolProfile, 
 			if c.Refused() {
 				field := profileField(c.Requirement)
 				checks = append(checks, admission.Check{Requirement: req + "." + field, Verdict: c.Verdict, Code: "pool-unmatchable",
-					Detail: fmt.Sprintf("profile %s: admission refuses a request for exactly its sandboxes (%s: %s), so no grant could take them", p.Name, c.Requirement, c.Detail),
+					Detail: fmt.Sprintf("profile %s: admission refuses a request for exactly its sandboxes (%s: %s), so no grant could take them", prof.Name, c.Requirement, c.Detail),
 					Fix:    fmt.Sprintf("change the profile's %s to what a request may be granted (%s)", field, c.Fix)})
 			}
 		}
 		return checks
 	case err != nil:
 		return []admission.Check{{Requirement: req, Verdict: admission.NotGranted, Code: "pool-unmatchable",
-			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes could not be admitted: %v", p.Name, err), Fix: "fix the profile or the policy"}}
+			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes could not be admitted: %v", prof.Name, err), Fix: "fix the profile or the policy"}}
 	}
-	if m := mismatch(pol, p, plan); m != nil {
+	if m := mismatch(pol, prof, plan); m != nil {
 		fix := fmt.Sprintf("set the profile's %s to %s", m.Field, m.Plan)
 		if m.Field == "resources.outputFiles" || m.Field == "resources.nofile" {
 			fix += ", or leave it out to take the default a request takes"
 		}
 		return []admission.Check{{Requirement: req + "." + m.Field, Verdict: admission.NotGranted, Code: "pool-unmatchable",
-			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes is granted %s %s, but the profile holds %s, so no grant would ever take them and every launch would go cold", p.Name, m.Field, m.Plan, m.Profile),
+			Detail: fmt.Sprintf("profile %s: a request for exactly its sandboxes is granted %s %s, but the profile holds %s, so no grant would ever take them and every launch would go cold", prof.Name, m.Field, m.Plan, m.Profile),
 			Fix:    fix}}
 	}
 	return nil
@@ -421,29 +421,29 @@ func profileField(requirement string) string {
 // Configure sets the pool's profiles from the policy in force (digest
 // names it). A different policy drains every member first: a sandbox is
 // never served under a policy other than the one it was made under.
-func (r *Pool) Configure(ctx context.Context, pol *policy.Policy, digest string) {
-	r.mu.Lock()
+func (p *Pool) Configure(ctx context.Context, pol *policy.Policy, digest string) {
+	p.mu.Lock()
 	var drained []*member
-	if r.digest != digest {
-		drained = r.takeAll()
-		r.digest, r.pol = digest, pol
-		r.profiles, r.backoff, r.counts = nil, nil, nil
+	if p.digest != digest {
+		drained = p.takeAll()
+		p.digest, p.pol = digest, pol
+		p.profiles, p.backoff, p.counts = nil, nil, nil
 		if pol != nil {
-			r.profiles = slices.Clone(pol.Pool)
+			p.profiles = slices.Clone(pol.Pool)
 		}
 	}
-	r.mu.Unlock()
-	r.destroyAll(ctx, drained, "the policy changed")
+	p.mu.Unlock()
+	p.destroyAll(ctx, drained, "the policy changed")
 }
 
 // Drain destroys every idle member and keeps none until the pool is
 // configured again.
-func (r *Pool) Drain(ctx context.Context, reason string) {
-	r.mu.Lock()
-	drained := r.takeAll()
-	r.digest, r.profiles, r.pol, r.backoff = "", nil, nil, nil
-	r.mu.Unlock()
-	r.destroyAll(ctx, drained, reason)
+func (p *Pool) Drain(ctx context.Context, reason string) {
+	p.mu.Lock()
+	drained := p.takeAll()
+	p.digest, p.profiles, p.pol, p.backoff = "", nil, nil, nil
+	p.mu.Unlock()
+	p.destroyAll(ctx, drained, reason)
 }
 
 // takeAll empties the pool; the caller holds mu.
@@ -457,12 +457,12 @@ func (p *Pool) takeAll() []*member {
 }
 
 // Status counts the idle members per profile.
-func (r *Pool) Status() map[string]int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (p *Pool) Status() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := map[string]int{}
-	for _, p := range r.profiles {
-		out[p.Name] = len(r.members[p.Name])
+	for _, prof := range p.profiles {
+		out[prof.Name] = len(p.members[prof.Name])
 	}
 	return out
 }
@@ -500,17 +500,17 @@ type ProfileStatus struct {
 
 // Profiles reports each profile in force: its idle members, and its
 // backoff after failed preparations.
-func (r *Pool) Profiles() []ProfileStatus {
-	quarantined := r.host.CheckQuarantine() != nil // unknown is not ready either
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (p *Pool) Profiles() []ProfileStatus {
+	quarantined := p.host.CheckQuarantine() != nil // unknown is not ready either
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := []ProfileStatus{}
-	for _, p := range r.profiles {
-		st := ProfileStatus{Name: p.Name, Size: p.Size, Idle: len(r.members[p.Name]), State: Filling}
+	for _, prof := range p.profiles {
+		st := ProfileStatus{Name: prof.Name, Size: prof.Size, Idle: len(p.members[prof.Name]), State: Filling}
 		if st.Idle >= st.Size {
 			st.State = Ready
 		}
-		if b := r.backoff[p.Name]; b != nil {
+		if b := p.backoff[prof.Name]; b != nil {
 			st.Failures, st.LastError, st.LastFailure, st.NextTry = b.failures, b.lastError, b.lastFailure.UTC(), b.nextTry.UTC()
 			if st.Idle < st.Size {
 				st.State = Backoff
@@ -519,7 +519,7 @@ func (r *Pool) Profiles() []ProfileStatus {
 		if quarantined {
 			st.State = Quarantined
 		}
-		if c := r.counts[p.Name]; c != nil {
+		if c := p.counts[prof.Name]; c != nil {
 			st.Hits, st.Misses, st.MissesByField = c.hits, c.misses, maps.Clone(c.byField)
 			if c.lastMiss != nil {
 				m := *c.lastMiss
@@ -533,10 +533,10 @@ func (r *Pool) Profiles() []ProfileStatus {
 
 // Idle says whether the pool has nothing to keep: no profile and no
 // member. Its upkeep then waits for a policy change instead of ticking.
-func (r *Pool) Idle() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.profiles) == 0 && r.count() == 0
+func (p *Pool) Idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.profiles) == 0 && p.count() == 0
 }
 
 // count is the number of idle members; the caller holds mu.
@@ -553,42 +553,42 @@ func (p *Pool) count() int {
 // changed), drains everything while the runner is quarantined, and
 // prepares members until each profile has its size. It returns the first
 // error met preparing one; custodyd calls it on a ticker.
-func (r *Pool) Fill(ctx context.Context) error {
-	r.fill.Lock()
-	defer r.fill.Unlock()
-	r.mu.Lock()
+func (p *Pool) Fill(ctx context.Context) error {
+	p.fill.Lock()
+	defer p.fill.Unlock()
+	p.mu.Lock()
 	// Nothing to keep: no store read, no backend asked.
-	if len(r.profiles) == 0 && r.count() == 0 {
-		r.mu.Unlock()
+	if len(p.profiles) == 0 && p.count() == 0 {
+		p.mu.Unlock()
 		return nil
 	}
 	// A recovery waits: it drains the pool itself, and nothing is made.
-	if r.holds > 0 {
-		r.mu.Unlock()
+	if p.holds > 0 {
+		p.mu.Unlock()
 		return nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r.cancelRound = cancel
-	r.mu.Unlock()
+	p.cancelRound = cancel
+	p.mu.Unlock()
 	defer func() {
-		r.mu.Lock()
-		r.cancelRound = nil
-		r.mu.Unlock()
+		p.mu.Lock()
+		p.cancelRound = nil
+		p.mu.Unlock()
 		cancel()
 	}()
-	if err := r.host.CheckQuarantine(); err != nil {
-		r.mu.Lock()
-		drained := r.takeAll()
-		r.mu.Unlock()
-		r.destroyAll(ctx, drained, "the runner is quarantined")
+	if err := p.host.CheckQuarantine(); err != nil {
+		p.mu.Lock()
+		drained := p.takeAll()
+		p.mu.Unlock()
+		p.destroyAll(ctx, drained, "the runner is quarantined")
 		return nil
 	}
 	now := time.Now()
-	r.mu.Lock()
+	p.mu.Lock()
 	var stale []*member
 	var reasons []string
 	runtimes := map[string]error{}
-	for name, ms := range r.members {
+	for name, ms := range p.members {
 		keep := ms[:0]
 		for _, m := range ms {
 			reason := ""
@@ -608,7 +608,7 @@ func (r *Pool) Fill(ctx context.Context) error {
 				reason = "the runtime digest changed"
 			}
 			if reason == "" {
-				if _, err := r.images.Get(m.image); err != nil {
+				if _, err := p.images.Get(m.image); err != nil {
 					reason = "its image is gone: " + err.Error()
 				}
 			}
@@ -618,66 +618,66 @@ func (r *Pool) Fill(ctx context.Context) error {
 			}
 			keep = append(keep, m)
 		}
-		r.members[name] = keep
+		p.members[name] = keep
 	}
 	var want []policy.PoolProfile
-	for _, p := range r.profiles {
-		if b := r.backoff[p.Name]; b != nil && now.Before(b.nextTry) {
+	for _, prof := range p.profiles {
+		if b := p.backoff[prof.Name]; b != nil && now.Before(b.nextTry) {
 			continue // failed lately: not before its next try
 		}
-		for range p.Size - len(r.members[p.Name]) {
-			want = append(want, p)
+		for range prof.Size - len(p.members[prof.Name]) {
+			want = append(want, prof)
 		}
 	}
-	digest := r.digest
-	r.mu.Unlock()
+	digest := p.digest
+	p.mu.Unlock()
 	for i, m := range stale {
-		r.destroyMember(ctx, m, reasons[i])
+		p.destroyMember(ctx, m, reasons[i])
 	}
 	var errs []error
 	failed := map[string]bool{}
-	for _, p := range want {
+	for _, prof := range want {
 		if ctx.Err() != nil {
 			break // a recovery or stop ended the round
 		}
-		if failed[p.Name] {
+		if failed[prof.Name] {
 			continue
 		}
-		m, err := r.prepareMember(ctx, p)
+		m, err := p.prepareMember(ctx, prof)
 		if err != nil {
 			if ctx.Err() != nil {
 				break // cut short, not the profile's failure
 			}
-			failed[p.Name] = true
-			r.mu.Lock()
-			if r.digest == digest {
-				if r.backoff == nil {
-					r.backoff = map[string]*profileBackoff{}
+			failed[prof.Name] = true
+			p.mu.Lock()
+			if p.digest == digest {
+				if p.backoff == nil {
+					p.backoff = map[string]*profileBackoff{}
 				}
-				b := r.backoff[p.Name]
+				b := p.backoff[prof.Name]
 				if b == nil {
 					b = &profileBackoff{}
-					r.backoff[p.Name] = b
+					p.backoff[prof.Name] = b
 				}
 				d := b.fail(time.Now(), err)
 				err = fmt.Errorf("%w (failure %d in a row; next try in %s)", err, b.failures, d)
 			}
-			r.mu.Unlock()
+			p.mu.Unlock()
 			errs = append(errs, err)
 			continue
 		}
-		r.mu.Lock()
-		if r.digest != digest || r.members == nil {
-			r.mu.Unlock()
-			r.destroyMember(ctx, m, "the policy changed while it was prepared")
+		p.mu.Lock()
+		if p.digest != digest || p.members == nil {
+			p.mu.Unlock()
+			p.destroyMember(ctx, m, "the policy changed while it was prepared")
 			continue
 		}
 		m.digest = digest
-		delete(r.backoff, p.Name) // it prepares again: no backoff
-		r.members[p.Name] = append(r.members[p.Name], m)
-		r.mu.Unlock()
+		delete(p.backoff, prof.Name) // it prepares again: no backoff
+		p.members[prof.Name] = append(p.members[prof.Name], m)
+		p.mu.Unlock()
 	}
-	if err := r.prunePool(); err != nil {
+	if err := p.prunePool(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -685,55 +685,55 @@ func (r *Pool) Fill(ctx context.Context) error {
 
 // prepareMember makes one member for profile p, journalled as an attempt
 // of its own before anything is created.
-func (r *Pool) prepareMember(ctx context.Context, p policy.PoolProfile) (*member, error) {
-	b, err := r.host.BackendNamed(p.EffectiveBackend())
+func (p *Pool) prepareMember(ctx context.Context, prof policy.PoolProfile) (*member, error) {
+	b, err := p.host.BackendNamed(prof.EffectiveBackend())
 	if err != nil {
 		return nil, err
 	}
 	pb, ok := b.(backend.Pooler)
 	if !ok {
-		return nil, fmt.Errorf("pool %s: backend %s cannot hold a sandbox", p.Name, b.Name())
+		return nil, fmt.Errorf("pool %s: backend %s cannot hold a sandbox", prof.Name, b.Name())
 	}
 	// The member mounts what this check vouched for: the sealed file on a
 	// backend that mounts seals, else the walked tree.
-	verify := r.images.Verify
+	verify := p.images.Verify
 	if b.Capabilities().SealedImages {
-		verify = r.images.VerifySealed
+		verify = p.images.VerifySealed
 	}
-	img, err := verify(ctx, p.Image)
+	img, err := verify(ctx, prof.Image)
 	if err != nil {
-		return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+		return nil, fmt.Errorf("pool %s: %w", prof.Name, err)
 	}
 	runID := randid.New(8)
-	id := r.containerID(runID)
+	id := p.containerID(runID)
 	es, err := b.Intents(id)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.journal.Begin(runID, grantPrefix+p.Name, resources(es)...); err != nil {
-		return nil, fmt.Errorf("pool %s: journal the member: %w", p.Name, err)
+	if err := p.journal.Begin(runID, grantPrefix+prof.Name, journal.FromBackend(es)...); err != nil {
+		return nil, fmt.Errorf("pool %s: journal the member: %w", prof.Name, err)
 	}
-	rec := &recorder{j: r.journal, runID: runID}
-	res := p.Resources
-	r.mu.Lock()
-	outFiles := outputFiles(r.pol, res)
-	r.mu.Unlock()
-	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: sealedSpec(img.Sealed), Hostname: "custody", UID: p.UID, GID: p.GID, Nofile: res.EffectiveNofile(),
+	rec := p.journal.Recorder(runID)
+	res := prof.Resources
+	p.mu.Lock()
+	outFiles := outputFiles(p.pol, res)
+	p.mu.Unlock()
+	hs := backend.HeldSpec{Rootfs: img.Rootfs, Sealed: img.Sealed.Spec(), Hostname: "custody", UID: prof.UID, GID: prof.GID, Nofile: res.EffectiveNofile(),
 		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
 		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
 	h, err := pb.PrepareHeld(ctx, id, hs, rec)
-	m := &member{runID: runID, profile: p, held: h, backend: b, runtime: b.Identity().SHA256, image: p.Image}
+	m := &member{runID: runID, profile: prof, held: h, backend: b, runtime: b.Identity().SHA256, image: prof.Image}
 	if err != nil {
 		if h != nil {
-			r.destroyMember(ctx, m, "its preparation failed: "+err.Error())
-		} else if aerr := r.host.Abandon(runID, detailNotPrepared+err.Error()); aerr != nil {
-			r.log.Error("close the pool member's attempt", "run", runID, "err", aerr)
+			p.destroyMember(ctx, m, "its preparation failed: "+err.Error())
+		} else if aerr := p.host.Abandon(runID, detailNotPrepared+err.Error()); aerr != nil {
+			p.log.Error("close the pool member's attempt", "run", runID, "err", aerr)
 		} else {
-			r.noteClean(runID)
+			p.noteClean(runID)
 		}
-		return nil, fmt.Errorf("pool %s: prepare a member: %w", p.Name, err)
+		return nil, fmt.Errorf("pool %s: prepare a member: %w", prof.Name, err)
 	}
-	r.log.Info("pool member prepared", "profile", p.Name, "run", runID)
+	p.log.Info("pool member prepared", "profile", prof.Name, "run", runID)
 	return m, nil
 }
 
@@ -751,11 +751,11 @@ func outputFiles(pol *policy.Policy, res policy.PoolResources) int64 {
 // destroyMember destroys a member that serves no run and closes its
 // attempt: clean once every part is verified gone, else residual, which
 // quarantines the runner.
-func (r *Pool) destroyMember(ctx context.Context, m *member, reason string) {
-	r.destroying.add()
-	defer r.destroying.done()
+func (p *Pool) destroyMember(ctx context.Context, m *member, reason string) {
+	p.destroying.add()
+	defer p.destroying.done()
 	rep := m.held.Destroy(context.WithoutCancel(ctx))
-	_ = r.finishMember(m, rep, detailUnused+reason, true) // a residual member quarantines the runner
+	_ = p.finishMember(m, rep, detailUnused+reason, true) // a residual member quarantines the runner
 }
 
 // The details a member's attempt closes with when it served no run: only
@@ -768,17 +768,17 @@ const (
 
 // destroyLater destroys a member in the background, counted in
 // pool.destroying from before it starts (the caller may hold pool.mu).
-func (r *Pool) destroyLater(m *member, reason string) {
-	r.destroying.add()
+func (p *Pool) destroyLater(m *member, reason string) {
+	p.destroying.add()
 	go func() {
-		defer r.destroying.done()
-		r.destroyMember(context.Background(), m, reason)
+		defer p.destroying.done()
+		p.destroyMember(context.Background(), m, reason)
 	}()
 }
 
 // finishMember closes a member's attempt after its cleanup; unused says
 // it served no run, so that its clean attempt may be pruned.
-func (r *Pool) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) error {
+func (p *Pool) finishMember(m *member, rep backend.CleanupReport, detail string, unused bool) error {
 	if !rep.Verified {
 		var failed []string
 		for _, s := range rep.Steps {
@@ -786,15 +786,15 @@ func (r *Pool) finishMember(m *member, rep backend.CleanupReport, detail string,
 				failed = append(failed, s.Name+": "+s.Detail)
 			}
 		}
-		return r.host.Residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
+		return p.host.Residual(m.runID, fmt.Sprintf("%s; cleanup not verified: %v", detail, failed))
 	}
-	if err := r.journal.Finish(m.runID, journal.Clean, detail, ""); err != nil {
-		return r.host.Residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
+	if err := p.journal.Finish(m.runID, journal.Clean, detail, ""); err != nil {
+		return p.host.Residual(m.runID, fmt.Sprintf("pool member %s: close its attempt: %v", m.runID, err))
 	}
 	if unused {
-		r.noteClean(m.runID)
+		p.noteClean(m.runID)
 	}
-	r.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
+	p.log.Info("pool member finished", "profile", m.profile.Name, "run", m.runID, "detail", detail)
 	return nil
 }
 
@@ -810,9 +810,9 @@ func (p *Pool) noteClean(runID string) {
 const poolPruneBatch = 256
 
 // keepClean is keepCleanDefault, or what a test set.
-func (r *Pool) keepClean() int {
-	if r.keep > 0 {
-		return r.keep
+func (p *Pool) keepClean() int {
+	if p.keep > 0 {
+		return p.keep
 	}
 	return keepCleanDefault
 }
@@ -822,24 +822,24 @@ func (r *Pool) keepClean() int {
 // once. It runs in the upkeep round, off every launch's path. The journal
 // deletes only what it still finds clean, so a residual member is never
 // lost.
-func (r *Pool) prunePool() error {
-	r.mu.Lock()
-	n := min(len(r.served)-r.keepClean(), poolPruneBatch)
+func (p *Pool) prunePool() error {
+	p.mu.Lock()
+	n := min(len(p.served)-p.keepClean(), poolPruneBatch)
 	if n <= 0 {
-		r.mu.Unlock()
+		p.mu.Unlock()
 		return nil
 	}
-	old := slices.Clone(r.served[:n])
-	r.served = slices.Delete(r.served, 0, n)
-	r.mu.Unlock()
-	n, err := r.journal.DeleteClean(old...)
+	old := slices.Clone(p.served[:n])
+	p.served = slices.Delete(p.served, 0, n)
+	p.mu.Unlock()
+	n, err := p.journal.DeleteClean(old...)
 	if err != nil {
-		r.mu.Lock()
-		r.served = append(old, r.served...) // tried again next round
-		r.mu.Unlock()
+		p.mu.Lock()
+		p.served = append(old, p.served...) // tried again next round
+		p.mu.Unlock()
 		return fmt.Errorf("prune clean pool members: %w", err)
 	}
-	r.log.Debug("pruned clean pool members from the journal", "deleted", n, "kept", r.keepClean())
+	p.log.Debug("pruned clean pool members from the journal", "deleted", n, "kept", p.keepClean())
 	return nil
 }
 
@@ -847,8 +847,8 @@ func (r *Pool) prunePool() error {
 // closed before this process (a journal written before pruning existed
 // keeps every member): the newest clean ones are kept and remembered,
 // oldest first. Recover calls it while it holds the pool.
-func (r *Pool) PruneJournal() error {
-	all, err := r.journal.List()
+func (p *Pool) PruneJournal() error {
+	all, err := p.journal.List()
 	if err != nil {
 		return fmt.Errorf("read journal: %w", err)
 	}
@@ -865,30 +865,30 @@ func (r *Pool) PruneJournal() error {
 	for i, a := range clean {
 		ids[i], listed[a.RunID] = a.RunID, true
 	}
-	r.mu.Lock()
-	for _, id := range r.served { // closed since the journal was read
+	p.mu.Lock()
+	for _, id := range p.served { // closed since the journal was read
 		if !listed[id] {
 			ids = append(ids, id)
 		}
 	}
-	r.served = ids
-	r.mu.Unlock()
+	p.served = ids
+	p.mu.Unlock()
 	for {
-		r.mu.Lock()
-		more := len(r.served) > r.keepClean()
-		r.mu.Unlock()
+		p.mu.Lock()
+		more := len(p.served) > p.keepClean()
+		p.mu.Unlock()
 		if !more {
 			return nil
 		}
-		if err := r.prunePool(); err != nil {
+		if err := p.prunePool(); err != nil {
 			return err
 		}
 	}
 }
 
-func (r *Pool) destroyAll(ctx context.Context, ms []*member, reason string) {
+func (p *Pool) destroyAll(ctx context.Context, ms []*member, reason string) {
 	for _, m := range ms {
-		r.destroyMember(ctx, m, reason)
+		p.destroyMember(ctx, m, reason)
 	}
 }
 
@@ -898,32 +898,32 @@ func (r *Pool) destroyAll(ctx context.Context, ms []*member, reason string) {
 // A launch a profile serves counts a hit for it; a launch that goes cold
 // counts a miss for every profile, with the first field that differed (or
 // that the profile had no idle member), as status and the metrics show.
-func (r *Pool) Reserve(plan *admission.Plan) *Lease {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	misses := make([]*Miss, len(r.profiles))
-	for i, p := range r.profiles {
-		if misses[i] = r.mismatch(p, plan); misses[i] != nil {
+func (p *Pool) Reserve(plan *admission.Plan) *Lease {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	misses := make([]*Miss, len(p.profiles))
+	for i, prof := range p.profiles {
+		if misses[i] = p.mismatch(prof, plan); misses[i] != nil {
 			continue
 		}
-		ms := r.members[p.Name]
+		ms := p.members[prof.Name]
 		for len(ms) > 0 {
 			m := ms[0]
 			ms = ms[1:]
-			r.members[p.Name] = ms
+			p.members[prof.Name] = ms
 			if m.held.Alive() == nil {
 				if len(ms) == 0 {
-					r.Kick() // the profile is empty: refill now
+					p.Kick() // the profile is empty: refill now
 				}
-				r.stats(p.Name).hits++
-				return &Lease{r: r, m: m}
+				p.stats(prof.Name).hits++
+				return &Lease{r: p, m: m}
 			}
-			r.destroyLater(m, "its gate died while it idled")
+			p.destroyLater(m, "its gate died while it idled")
 		}
 		misses[i] = &Miss{Field: MissEmpty, Profile: "no idle sandbox", Plan: "one"}
 	}
-	for i, p := range r.profiles {
-		st := r.stats(p.Name)
+	for i, prof := range p.profiles {
+		st := p.stats(prof.Name)
 		st.misses++
 		st.lastMiss = misses[i]
 		if st.byField == nil {
@@ -1092,15 +1092,15 @@ func (s *pooledSandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 // UsesImage says whether a pool profile in force, or a member still
 // held, is made from the image: removing or pruning it is refused, since
 // the held sandboxes' rootfs is that tree.
-func (r *Pool) UsesImage(digest string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range r.profiles {
-		if p.Image == digest {
+func (p *Pool) UsesImage(digest string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, prof := range p.profiles {
+		if prof.Image == digest {
 			return true
 		}
 	}
-	for _, ms := range r.members {
+	for _, ms := range p.members {
 		for _, m := range ms {
 			if m.image == digest {
 				return true
@@ -1114,56 +1114,23 @@ func (r *Pool) UsesImage(digest string) bool {
 // release is called: what Recover needs before it walks the journal.
 // A fill round under way is cancelled, not waited for: it ends with the
 // member being made (which it destroys if it cannot finish it).
-func (r *Pool) Hold(ctx context.Context) (release func()) {
-	r.mu.Lock()
-	r.holds++
-	if r.cancelRound != nil {
-		r.cancelRound()
+func (p *Pool) Hold(ctx context.Context) (release func()) {
+	p.mu.Lock()
+	p.holds++
+	if p.cancelRound != nil {
+		p.cancelRound()
 	}
-	r.mu.Unlock()
-	r.fill.Lock()
-	r.Drain(ctx, "an operator's recovery")
-	r.destroying.wait() // teardowns started before the drain
+	p.mu.Unlock()
+	p.fill.Lock()
+	p.Drain(ctx, "an operator's recovery")
+	p.destroying.wait() // teardowns started before the drain
 	return func() {
-		r.fill.Unlock()
-		r.mu.Lock()
-		r.holds--
-		r.mu.Unlock()
+		p.fill.Unlock()
+		p.mu.Lock()
+		p.holds--
+		p.mu.Unlock()
 		// The drain left no profile, so an upkeep loop may have gone idle:
 		// wake it to configure the pool from the policy again.
-		r.Kick()
+		p.Kick()
 	}
-}
-
-// recorder adapts the journal to the backend's Recorder for a member's
-// attempt, which is journalled before anything is made.
-type recorder struct {
-	j     *journal.Journal
-	runID string
-}
-
-func (r *recorder) Intent(es ...backend.Resource) error { return r.j.Intent(r.runID, resources(es)...) }
-func (r *recorder) Created(es ...backend.Resource) error {
-	return r.j.Created(r.runID, resources(es)...)
-}
-func (r *recorder) Removed(es ...backend.Resource) error {
-	return r.j.Removed(r.runID, resources(es)...)
-}
-
-// resources are a backend's records as the journal keeps them.
-func resources(es []backend.Resource) []journal.Resource {
-	out := make([]journal.Resource, len(es))
-	for i, e := range es {
-		out[i] = journal.Resource{Kind: e.Kind, Name: e.Name, Identity: e.Identity}
-	}
-	return out
-}
-
-// sealedSpec is an image's sealed file as the backend contract names it;
-// nil for an image this process has not verified sealed.
-func sealedSpec(s *image.Sealed) *backend.SealedImage {
-	if s == nil {
-		return nil
-	}
-	return &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
 }

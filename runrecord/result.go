@@ -152,7 +152,7 @@ type Output struct {
 	Files  []OutputFile `json:"files"`
 	Bytes  int64        `json:"bytes"`
 	// LeftOut are output entries custody did not retain (the first of
-	// LeftOutTotal, as many as the runner lists), each with why: a name that is not
+	// LeftOutTotal, as many as launch lists), each with why: a name that is not
 	// valid UTF-8, which no receipt can name as it is. The rest of the
 	// output is retained; the receipt says how many were left out.
 	LeftOut      []LeftOut `json:"leftOut,omitempty"`

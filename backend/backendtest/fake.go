@@ -434,7 +434,8 @@ func (sb *fakeSandbox) Run(ctx context.Context, wall time.Duration, out backend.
 		run.Inputs[in.Target] = in.Source
 	}
 	ex := &backend.Exit{Started: time.Now(), Usage: backend.Usage{PeakMemoryBytes: -1, CPUTimeNanos: -1, OOMKills: -1, MemoryLimitBytes: -1, PidsLimit: -1}}
-	ex.Observation = &backend.Observation{At: ex.Started, Notes: []string{"fake backend: an unconfined host process"}}
+	// No seccomp filter is applied: a receipt says so ("disabled").
+	ex.Observation = &backend.Observation{At: ex.Started, Seccomp: "disabled", Notes: []string{"fake backend: an unconfined host process"}}
 	rctx, cancel := context.WithTimeout(ctx, wall)
 	defer cancel()
 	var err error
