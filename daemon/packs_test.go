@@ -25,7 +25,7 @@ import (
 // checks by peer uid, body limits and the mapping of errors to the wire —
 // against a fake pack lifecycle. They are unit logic only: the controls
 // themselves are tested with the real lifecycle on a real isolated engine
-// (cmd/custody's pack end-to-end test and package workspace).
+// (the pack end-to-end tests in integration/ and package workspace).
 
 type fakePacks struct {
 	mu      sync.Mutex

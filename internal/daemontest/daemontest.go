@@ -1,7 +1,7 @@
 // Package daemontest starts the real custodyd binary for tests: on
 // temporary directories, with the pinned runc, operator uid 0, a policy
 // written from a template and the busybox test image. Tests of package
-// main in cmd/custodyd run their server in process instead; everything
+// daemon run its server in process instead; everything
 // else that needs a daemon starts the built binary through this package.
 package daemontest
 
