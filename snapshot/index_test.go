@@ -12,7 +12,7 @@ import (
 )
 
 // indexedStore opens the store in dir with its index in idx.
-func indexedStore(t *testing.T, dir, idx string) *Store {
+func indexedStore(t testing.TB, dir, idx string) *Store {
 	t.Helper()
 	s, err := New(dir)
 	if err != nil {
