@@ -103,6 +103,11 @@ func New(ctx context.Context, cfg Config, db *store.DB, newBackend BackendFactor
 	if r.inputs, err = snapshot.New(filepath.Join(cfg.StateDir, "snapshots")); err != nil {
 		return nil, err
 	}
+	// The digests of input files already read, by identity and change
+	// times, kept in the runner's own state dir (never in an input).
+	if err := r.inputs.UseIndex(filepath.Join(cfg.StateDir, "input-index")); err != nil {
+		return nil, err
+	}
 	if r.outputs, err = snapshot.New(r.OutputsDir()); err != nil {
 		return nil, err
 	}

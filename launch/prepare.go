@@ -144,7 +144,7 @@ func HashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) ([]ad
 		if err != nil {
 			return nil, err
 		}
-		tree, err := snapshot.Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
+		tree, err := h.Inputs().Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
 		if err != nil {
 			return nil, inputRefusal(i, err)
 		}

@@ -10,6 +10,10 @@
 #   2. phases/s at concurrency 1, 2, 4, 8 vs a raw runc loop
 #   3. input closure digest vs sha256sum (256 MiB and 1 GiB in large files;
 #      10k and 100k small files), data made once under build/bench/data
+#   3b. a launch (grant issue and run) over an unchanged 1 GiB / 4-file
+#      input, over an unchanged 10,000-file input, and after one 1 MiB file
+#      of the 1 GiB input changed, vs the same phase over a 1 MiB input,
+#      interleaved
 #   4. grant verify + consume (Go benchmarks in bench/, -benchmem); receipt
 #      verification once package evidence lands
 #   5. pack up/down of a 5-service pack (the workspace manager in-process)

@@ -119,6 +119,8 @@ func Digest(ctx context.Context, src string, limits treehash.Options) (*treehash
 // a read-only copy would have.
 type digester struct{}
 
+func (digester) DescribesOnly() {}
+
 func (digester) Root(treehash.Kind, uint32) error { return nil }
 
 func (digester) Dir(e *treehash.Entry) error {

@@ -47,6 +47,9 @@ const (
 // use, also by several processes sharing the directory.
 type Store struct {
 	dir string
+	// index, if set, lets walks of a root already walked read only the
+	// files that changed since (see Indexes).
+	index *Indexes
 }
 
 // Snapshot is a stored, read-only copy of an input tree.
@@ -71,6 +74,38 @@ func New(dir string) (*Store, error) {
 	return &Store{dir: abs}, nil
 }
 
+// UseIndex keeps the digests of the files this store's walks read in the
+// index directory dir (see Indexes), for the inputs it digests and for its
+// own stored copies: an unchanged tree is then re-derived from its files'
+// identities and change times instead of re-read. dir must be the
+// runner's own, outside any input.
+func (s *Store) UseIndex(dir string) error {
+	x, err := OpenIndexes(dir)
+	if err != nil {
+		return err
+	}
+	s.index = x
+	return nil
+}
+
+// Digest is the package's Digest of src through the store's index: the
+// tree Take would store for src, reading only the files that changed
+// since src was last walked. Grant issue and launch both derive an
+// input's digest here.
+func (s *Store) Digest(ctx context.Context, src string, limits treehash.Options) (tree *treehash.Tree, err error) {
+	err = s.index.walk(indexRoot(src, limits.Beneath), func(idx treehash.Index) error {
+		limits.Index = idx
+		tree, err = Digest(ctx, src, limits)
+		return err
+	})
+	return tree, err
+}
+
+// indexRoot names the index of a walk of src below beneath.
+func indexRoot(src, beneath string) string {
+	return filepath.Clean(beneath) + "\x00" + filepath.Clean(src)
+}
+
 // Take copies src (a file or a directory) into the store and returns its
 // snapshot. Symlinks in src are copied as symlinks and never followed;
 // device nodes, fifos and sockets are refused. limits.MaxBytes and
@@ -81,6 +116,13 @@ func New(dir string) (*Store, error) {
 // file x have the same digest but different layouts; Take refuses to reuse
 // one for the other.
 func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (*Snapshot, error) {
+	if s.index != nil {
+		// Unchanged content already stored is found from the index alone:
+		// nothing is copied, and only what moved is read.
+		if snap, ok, err := s.Reuse(ctx, src, limits); err != nil || ok {
+			return snap, err
+		}
+	}
 	var tree *treehash.Tree
 	var single bool
 	final, existed, err := Stage(s.dir, func(staging string) (string, error) {
@@ -128,7 +170,7 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 // the store may hold, this reads src once instead of staging a copy; for
 // new content, Take after it reads src twice.
 func (s *Store) Reuse(ctx context.Context, src string, limits treehash.Options) (snap *Snapshot, ok bool, err error) {
-	tree, err := Digest(ctx, src, limits)
+	tree, err := s.Digest(ctx, src, limits)
 	if err != nil {
 		return nil, false, err
 	}
@@ -178,7 +220,11 @@ func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
 		return fmt.Errorf("snapshot: %w", err)
 	}
 	data := filepath.Join(s.dir, hex, dataName)
-	got, err := treehash.Dir(ctx, data, treehash.Options{})
+	var got *treehash.Tree
+	err = s.index.walk(indexRoot(data, s.dir), func(idx treehash.Index) error {
+		got, err = treehash.Dir(ctx, data, treehash.Options{Index: idx})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("snapshot %s: verifying: %w", snap.Digest, err)
 	}

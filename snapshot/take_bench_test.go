@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/custody-dev/custody/treehash"
@@ -41,5 +42,33 @@ func BenchmarkTakeSmallOutput(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkTakeUnchangedIndexed takes an unchanged 10,000-file input into
+// a store that holds it, with the index warm: the launch's cost of an
+// unchanged input (walk the source and the stored copy by their indexes).
+func BenchmarkTakeUnchangedIndexed(b *testing.B) {
+	ctx := context.Background()
+	src := b.TempDir()
+	for i := range 10000 {
+		if err := os.WriteFile(filepath.Join(src, "f"+strconv.Itoa(i)), []byte("file "+strconv.Itoa(i)+"\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	base := b.TempDir()
+	s := indexedStore(b, filepath.Join(base, "snapshots"), filepath.Join(base, "index"))
+	settle()
+	if _, err := s.Take(ctx, src, treehash.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	settle()
+	if _, err := s.Take(ctx, src, treehash.Options{}); err != nil { // records the stored copy
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.Take(ctx, src, treehash.Options{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -142,6 +142,12 @@ type Options struct {
 	// (it counts against no bound and is neither read nor visited). The
 	// caller records what it left out and why.
 	Leave func(path string) bool
+	// Index, if set, supplies the digests of files whose FileStat it
+	// recorded, so that only files that changed are read; the walk
+	// records what it reads (see Index and RacyWindow). It is ignored by
+	// a Walk with a Visitor that mirrors the bytes (one that is not a
+	// Describer): the mirror must get every byte.
+	Index Index
 }
 
 // ErrSymlinkComponent is returned when a root reached under

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,6 +50,16 @@ type Visitor interface {
 	File(e *Entry) (io.WriteCloser, error)
 }
 
+// Describer is a Visitor that only describes the tree (it may change
+// entries' modes) and discards the bytes its File writers receive. A walk
+// with an Index uses the index for it: for a file the index knows, File
+// is still called and its writer closed, with no bytes written.
+type Describer interface {
+	Visitor
+	// DescribesOnly marks the visitor; it is never called.
+	DescribesOnly()
+}
+
 // Dir walks root, which is a directory or a single regular file, and returns
 // its Tree. It never follows symlinks, root included.
 func Dir(ctx context.Context, root string, opts Options) (*Tree, error) {
@@ -70,7 +81,7 @@ func Walk(ctx context.Context, root string, opts Options, v Visitor) (*Tree, err
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	w := &walker{opts: opts, v: v, jobs: make(chan fileJob, 4*workers)}
+	w := &walker{opts: opts, v: v, jobs: make(chan fileJob, 4*workers), start: time.Now()}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() { w.work(ctx, cancel) })
@@ -103,6 +114,9 @@ type walker struct {
 	bytes   int64
 	// pathBytes sums the recorded entries' path lengths.
 	pathBytes int
+	// start is when the walk began: the racy window of Options.Index
+	// counts back from it.
+	start time.Time
 }
 
 // fileJob is a regular file to hash, with the identity lstat saw.
@@ -381,6 +395,32 @@ func (w *walker) hashFile(ctx context.Context, j fileJob, h hash.Hash, buf []byt
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != j.dev || st.Ino != j.ino {
 		return changed(j.abs)
 	}
+	// An index is consulted only when nothing mirrors the bytes: a
+	// visitor must receive every file's content unless it only describes.
+	idx := w.opts.Index
+	if _, describes := w.v.(Describer); w.v != nil && !describes {
+		idx = nil
+	}
+	var before FileStat
+	if idx != nil {
+		before = statOf(fd, &st)
+		if before.Size != j.e.Size {
+			return changed(j.abs)
+		}
+		if sum, ok := idx.Lookup(before); ok {
+			if w.v != nil {
+				wc, err := w.v.File(j.e)
+				if err != nil {
+					return err
+				}
+				if err := wc.Close(); err != nil {
+					return err
+				}
+			}
+			j.e.SHA256 = sum
+			return nil
+		}
+	}
 
 	h.Reset()
 	var dst io.Writer = h
@@ -407,6 +447,12 @@ func (w *walker) hashFile(ctx context.Context, j fileJob, h hash.Hash, buf []byt
 	}
 	var sum [sha256.Size]byte
 	j.e.SHA256 = hex.EncodeToString(h.Sum(sum[:0]))
+	if idx != nil && before.settled(w.start) {
+		// Record only what did not move while it was read.
+		if err := unix.Fstat(fd, &st); err == nil && statOf(fd, &st) == before {
+			idx.Record(before, j.e.SHA256)
+		}
+	}
 	return nil
 }
 

@@ -89,7 +89,7 @@ func main() {
 	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
 	flag.StringVar(&o.launchCost, "launchcost", "", "tools/runc/launchcost, for the runtime rows: what a runc process per launch costs (empty: those rows say it is missing)")
 	flag.IntVar(&o.launchCostRuns, "launchcost-runs", 60, "runtime rows: launches of each of runc run and in-process libcontainer (alternating)")
-	flag.StringVar(&only, "only", "launch,runtime,throughput,digest,grant,bigimage,packs,pool", "which measurements to run")
+	flag.StringVar(&only, "only", "launch,inputs,runtime,throughput,digest,grant,bigimage,packs,pool", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "debug", "custodyd --log-level (debug: the launch rows split the daemon's own stages too)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
@@ -278,13 +278,16 @@ func (b *bencher) fail(row bench.Row, err error) {
 }
 
 func (b *bencher) all(ctx context.Context) int {
-	needDaemon := b.o.only["launch"] || b.o.only["runtime"] || b.o.only["throughput"] || b.o.only["pool"]
+	needDaemon := b.o.only["launch"] || b.o.only["inputs"] || b.o.only["runtime"] || b.o.only["throughput"] || b.o.only["pool"]
 	if needDaemon {
 		if err := b.setup(ctx); err != nil {
 			b.fail(bench.Row{ID: "1", Metric: "custodyd and raw runc setup"}, err)
 		} else {
 			if b.o.only["launch"] {
 				b.launch(ctx)
+			}
+			if b.o.only["inputs"] && ctx.Err() == nil {
+				b.inputs(ctx)
 			}
 			if b.o.only["runtime"] && ctx.Err() == nil {
 				b.runtimeCost(ctx)

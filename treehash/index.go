@@ -1,0 +1,71 @@
+package treehash
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// FileStat is what an Index keys a regular file's digest by: its identity
+// and everything the kernel changes when its content may have changed.
+//
+// A write through the file system moves Mtime and Ctime; restoring Mtime
+// with utimes moves Ctime, which no unprivileged caller can set; replacing
+// the file (rename over it, delete and recreate) changes Ino, and a reused
+// inode number gets a new Gen where the file system keeps generations
+// (ext4, xfs, btrfs: FS_IOC_GETVERSION).
+type FileStat struct {
+	Dev   uint64 `json:"dev"`
+	Ino   uint64 `json:"ino"`
+	Size  int64  `json:"size"`
+	Mtime int64  `json:"mtime"` // nanoseconds since the epoch
+	Ctime int64  `json:"ctime"` // nanoseconds since the epoch
+	// Gen is the inode's generation; GenOK says the file system gave one.
+	Gen   uint32 `json:"gen,omitempty"`
+	GenOK bool   `json:"genOK,omitempty"`
+}
+
+// Index remembers the content digests of files by their FileStat, so that
+// a walk reads only what changed. Walk asks it about every regular file it
+// opens (by the FileStat taken from the open descriptor) and tells it the
+// digest of every file it read whose FileStat did not move while it was
+// read and is older than the racy window. Implementations must be safe for
+// concurrent use: the hashing workers call them at once.
+type Index interface {
+	// Lookup returns the digest recorded for exactly st, if any.
+	Lookup(st FileStat) (sha256 string, ok bool)
+	// Record remembers that the file described by st holds content with
+	// the hex digest sha256.
+	Record(st FileStat, sha256 string)
+}
+
+// RacyWindow is how much older than the start of a walk a file's last
+// change must be for the walk to record its digest in an Index. A file
+// changed again within the file system's timestamp granularity of the
+// change the walk saw could keep the same FileStat with other bytes (git
+// calls such index entries racy); a change made after the walk started
+// gets a timestamp no earlier than the start less one granularity step,
+// so it cannot equal a recorded time older than the window. Two seconds
+// covers the coarsest common granularity (FAT's two seconds; ext4, xfs,
+// btrfs and tmpfs tick in at most a scheduler jiffy).
+const RacyWindow = 2 * time.Second
+
+// fsIocGetVersion is FS_IOC_GETVERSION, _IOR('v', 1, long): FS_IOC_GETFLAGS
+// (_IOR('f', 1, long)) with the type byte swapped.
+const fsIocGetVersion = uint(unix.FS_IOC_GETFLAGS)&^0xff00 | 'v'<<8
+
+// statOf is the FileStat of the open regular file fd, whose fstat is st.
+func statOf(fd int, st *unix.Stat_t) FileStat {
+	fs := FileStat{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()}
+	if gen, err := unix.IoctlGetUint32(fd, fsIocGetVersion); err == nil {
+		fs.Gen, fs.GenOK = gen, true
+	}
+	return fs
+}
+
+// settled reports whether a file last changed as st says may be recorded
+// by a walk that started at start.
+func (st FileStat) settled(start time.Time) bool {
+	limit := start.Add(-RacyWindow).UnixNano()
+	return st.Mtime < limit && st.Ctime < limit
+}
