@@ -189,7 +189,12 @@ func manager(t tb, host, state string, fault func(string)) (*workspace.Manager, 
 			t.Fatal(err)
 		}
 	}
-	credPath := filepath.Join(state, "canary.cred")
+	// The credential lives in a directory of its own, as an operator's
+	// would, so that a test can replace the directory by a link.
+	credPath := filepath.Join(state, "creds", "canary.cred")
+	if err := os.MkdirAll(filepath.Dir(credPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	canary, err := os.ReadFile(credPath)
 	if err != nil {
 		canary = []byte("CANARY-" + grant.NewID())
@@ -626,7 +631,12 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 		t.Errorf("admit: %v", err)
 	}
 	fixtures := filepath.Join(e.dir, "fixtures")
-	cred := filepath.Join(state, "canary.cred")
+	cred := filepath.Join(state, "creds", "canary.cred")
+	credDir := filepath.Dir(cred)
+	// Another root-owned 0600 file of the same name, where a link put in
+	// place of the credential directory leads.
+	impostor := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(impostor, "canary.cred"), []byte("IMPOSTOR"), 0o600))
 	polPath := filepath.Join(state, "policy.yaml")
 	pol, err := os.ReadFile(polPath)
 	if err != nil {
@@ -671,6 +681,10 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 			func() { must(t, os.Rename(cred, cred+".real")); must(t, os.Symlink(cred+".real", cred)) },
 			func() { must(t, os.Remove(cred)); must(t, os.Rename(cred+".real", cred)) },
 			root, "", true},
+		{"credential directory replaced by a link",
+			func() { must(t, os.Rename(credDir, credDir+".real")); must(t, os.Symlink(impostor, credDir)) },
+			func() { must(t, os.Remove(credDir)); must(t, os.Rename(credDir+".real", credDir)) },
+			root, "", true},
 		{"credential source is 0644",
 			func() { must(t, os.Chmod(cred, 0o644)) }, func() { must(t, os.Chmod(cred, 0o600)) },
 			root, "", true},
@@ -679,6 +693,11 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 			root, grant.CodePolicyChanged, false},
 		{"peer not a submitter", func() {}, func() {}, workspace.Peer{UID: 1000, GID: 1000, Known: true}, grant.CodeSubmitterNotAllowed, false},
 		{"peer unknown", func() {}, func() {}, workspace.Peer{}, grant.CodeSubmitterNotAllowed, false},
+	}
+	// What a refusal must say: the component that is a link.
+	says := map[string]string{
+		"credential source is a symlink":          "the file itself is a symbolic link",
+		"credential directory replaced by a link": "its directory " + credDir + " is a symbolic link",
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -690,6 +709,8 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 				t.Errorf("want a credential refusal, got %v", err)
 			case !tc.credential && grantCode(err) != tc.code:
 				t.Errorf("want %s, got %v", tc.code, err)
+			case err != nil && !strings.Contains(err.Error(), says[tc.name]):
+				t.Errorf("the refusal %q does not say %q", err, says[tc.name])
 			}
 			if _, err := e.db.GrantUsed(grantID(t, g)); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("the grant was spent: %v", err)
