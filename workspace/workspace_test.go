@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -742,6 +744,9 @@ func grantID(t *testing.T, env []byte) string {
 	return st.Predicate.ID
 }
 
+// publishedPack publishes a port of a service on a network that is not
+// internal: the engine publishes only ports of a container with a route
+// out, so the policy must grant egress (egressPolicy).
 const publishedPack = `name: published
 services:
   web:
@@ -751,9 +756,61 @@ services:
       - "127.0.0.1:20123:8080"
     networks: [front]
 networks:
-  front:
-    internal: true
+  front: {}
 `
+
+// withEgress is a policyYAML that also grants the actor egress.
+func withEgress(pol string) string {
+	return strings.Replace(pol, "      ports: {min: 20000, max: 20999}\n", "      ports: {min: 20000, max: 20999}\n      egress: true\n", 1)
+}
+
+// egressPolicy writes policyYAML granting egress into state, where setup
+// finds it.
+func egressPolicy(t *testing.T, state string) {
+	t.Helper()
+	must(t, os.WriteFile(filepath.Join(state, "policy.yaml"), []byte(withEgress(fmt.Sprintf(policyYAML, filepath.Join(state, "pack")))), 0o600))
+}
+
+// dialIn connects to addr from inside the network namespace at path (the
+// isolated engine's, where it publishes ports) and returns what the peer
+// sends first.
+func dialIn(t *testing.T, path, addr string) string {
+	t.Helper()
+	type answer struct {
+		got string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		// The thread stays in the namespace and dies with the goroutine:
+		// it is never unlocked.
+		runtime.LockOSThread()
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			done <- answer{err: err}
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(io.LimitReader(c, 64))
+		done <- answer{strings.TrimSpace(string(b)), err}
+	}()
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("dial %s in %s: %v", addr, path, a.err)
+	}
+	return a.got
+}
 
 // A host port taken between grant and up is refused at up with nothing
 // spent; free again, the same grant goes up and the receipt shows the
@@ -762,7 +819,9 @@ networks:
 // journal proves custody made it and its ID is confirmed gone.
 func TestPublishedPortAndMissingContainer(t *testing.T) {
 	ctx := testCtx(t)
-	e := setup(t, t.TempDir(), nil)
+	state := t.TempDir()
+	egressPolicy(t, state)
+	e := setup(t, state, nil)
 	g, err := e.m.Issue(ctx, []byte(publishedPack), e.dir, actor, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -787,6 +846,11 @@ func TestPublishedPortAndMissingContainer(t *testing.T) {
 	pb := res.Receipt.Containers[0].HostConfig.PortBindings
 	if len(pb) != 1 || pb[0] != (evidence.PackPort{ContainerPort: "8080/tcp", HostIP: "127.0.0.1", HostPort: 20123}) {
 		t.Errorf("port bindings read back: %+v", pb)
+	}
+	// The port the receipt records is bound: the service answers on it,
+	// on the engine's loopback.
+	if got := dialIn(t, "/run/netns/"+dockertest.Shared(t).Netns, "127.0.0.1:20123"); got != "pub-ok" {
+		t.Errorf("127.0.0.1:20123 answered %q, want pub-ok", got)
 	}
 	web := containerOf(t, rep, "web")
 	must(t, e.cli.ContainerRemove(ctx, web, container.RemoveOptions{Force: true}))
