@@ -1249,9 +1249,15 @@ func (a *packAdmitter) resources() []pack.Resources {
 
 // choosePorts admits every published port of the pack: exact host ports
 // first, then a free port of the policy range for each port 0, so that a
-// choice never takes a port an exact requirement asked for.
+// choice never takes a port an exact requirement asked for. A host port
+// is one requirement per protocol: 53/tcp and 53/udp do not collide. A
+// port of a service without a route out of the pack's world is refused:
+// the engine never publishes it, and nothing is recorded that is not
+// bound.
 func (a *packAdmitter) choosePorts() {
 	a.ports = map[string][]PlanPort{}
+	// taken: in use on the host (either protocol), or already given to
+	// another requirement (exact, by port and protocol; chosen, the port).
 	taken := map[uint16]bool{}
 	for _, p := range a.facts.PortsInUse {
 		taken[p] = true
@@ -1262,7 +1268,9 @@ func (a *packAdmitter) choosePorts() {
 	}
 	var open []at
 	exact := map[string]string{}
+	exactPort := map[uint16]bool{}
 	for _, s := range a.p.Services {
+		closed := a.withoutRouteOut(&s)
 		for i, p := range s.Ports {
 			req := fmt.Sprintf("services.%s.ports[%d]", s.Name, i)
 			a.unmodelled(req, p)
@@ -1284,22 +1292,26 @@ func (a *packAdmitter) choosePorts() {
 				a.add(Check{Requirement: req, Verdict: NotGranted, Code: "ports-not-granted",
 					Detail: "publishing ports is not granted", Fix: "remove ports, or " + a.grantFix("ports")})
 			case !ok:
+			case closed != "":
+				a.add(Check{Requirement: req, Verdict: Unsupported, Code: "port-unpublishable",
+					Detail: fmt.Sprintf("service %s %s, and the engine publishes no port of a container without a route out: nothing would listen on the host", s.Name, closed),
+					Fix:    "remove the port (services reach each other on the pack's networks), or also put the service on a network that is not internal, which needs the actor's egress grant"})
 			case pp.HostPort == 0:
 				open = append(open, at{s.Name, i})
 			case pp.HostPort < a.pa.Ports.Min || pp.HostPort > a.pa.Ports.Max:
 				a.add(Check{Requirement: req, Verdict: NotGranted, Code: "port-outside-range",
 					Detail: fmt.Sprintf("host port %d is outside %d-%d", pp.HostPort, a.pa.Ports.Min, a.pa.Ports.Max),
 					Fix:    "use a port in the range, or 0 to let the backend choose"})
-			case taken[pp.HostPort]:
+			case taken[pp.HostPort] || exact[portKey(pp)] != "":
 				what := "in use on the host"
-				if prev, dup := exact[fmt.Sprint(pp.HostPort)]; dup {
+				if prev := exact[portKey(pp)]; prev != "" {
 					what = "also asked by " + prev
 				}
 				a.add(Check{Requirement: req, Verdict: Unsupported, Code: "port-taken",
-					Detail: fmt.Sprintf("host port %d is %s", pp.HostPort, what), Fix: "use another port, or 0 to let the backend choose"})
+					Detail: fmt.Sprintf("host port %d/%s is %s", pp.HostPort, pp.Protocol, what), Fix: "use another port, or 0 to let the backend choose"})
 			default:
-				taken[pp.HostPort] = true
-				exact[fmt.Sprint(pp.HostPort)] = req
+				exactPort[pp.HostPort] = true
+				exact[portKey(pp)] = req
 				a.add(Check{Requirement: req, Verdict: Granted, Code: "port-published",
 					Detail: fmt.Sprintf("%s:%d->%d/%s", pp.HostIP, pp.HostPort, pp.ContainerPort, pp.Protocol)})
 			}
@@ -1309,7 +1321,7 @@ func (a *packAdmitter) choosePorts() {
 		req := fmt.Sprintf("services.%s.ports[%d]", o.svc, o.i)
 		pp := &a.ports[o.svc][o.i]
 		for p := int(a.pa.Ports.Min); p <= int(a.pa.Ports.Max); p++ {
-			if !taken[uint16(p)] {
+			if !taken[uint16(p)] && !exactPort[uint16(p)] {
 				taken[uint16(p)] = true
 				pp.HostPort, pp.Chosen = uint16(p), true
 				break
@@ -1323,6 +1335,33 @@ func (a *packAdmitter) choosePorts() {
 		a.add(Check{Requirement: req, Verdict: Chosen, Code: "port-chosen",
 			Detail: fmt.Sprintf("%s:%d->%d/%s (the backend's choice)", pp.HostIP, pp.HostPort, pp.ContainerPort, pp.Protocol)})
 	}
+}
+
+// portKey is an exact host port requirement's identity: its address is
+// not part of it, since a port bound on 0.0.0.0 collides with 127.0.0.1.
+func portKey(pp PlanPort) string { return fmt.Sprintf("%d/%s", pp.HostPort, pp.Protocol) }
+
+// withoutRouteOut says why s has no network with a route out of the
+// pack's world ("" if it has one): every network it joins is internal
+// (the implicit default network is), or it joins none.
+func (a *packAdmitter) withoutRouteOut(s *pack.Service) string {
+	if s.NetworkMode != "" {
+		return fmt.Sprintf("has network_mode %q", s.NetworkMode)
+	}
+	nets := s.Networks
+	if len(nets) == 0 {
+		nets = []string{DefaultNetwork}
+	}
+	for _, n := range nets {
+		i := slices.IndexFunc(a.p.Networks, func(pn pack.Network) bool { return pn.Name == n })
+		if i < 0 && n != DefaultNetwork {
+			return "" // undeclared: refused as such
+		}
+		if i >= 0 && !a.p.Networks[i].Internal {
+			return ""
+		}
+	}
+	return fmt.Sprintf("joins only internal networks (%s)", strings.Join(nets, ", "))
 }
 
 // portIP admits the host address of a port: unset becomes 127.0.0.1 (a

@@ -299,6 +299,10 @@ func TestAdmitPackControls(t *testing.T) {
 			if tt.name == "bind" {
 				grants(without).BindRoots = nil
 			}
+			if tt.name == "published port on every address" {
+				// Published ports need a route out (withEdge).
+				withEdge(p, grants(without))
+			}
 			_, err := AdmitPack(p, without, packActor, b.facts(p, without))
 			if codes := refusedCodes(t, err); !slices.Contains(codes, tt.code) {
 				t.Errorf("without the grant: codes %q lack %s", codes, tt.code)
@@ -308,6 +312,9 @@ func TestAdmitPackControls(t *testing.T) {
 			grants(with).BindRoots = []string{b.root}
 			grants(with).Ports = &policy.PackPorts{Min: 20000, Max: 20999}
 			tt.grant(grants(with))
+			if tt.name == "published port on every address" {
+				grants(with).Egress = true
+			}
 			plan := mustAdmit(t, p, with, b.facts(p, with))
 			if plan.HostRootEquivalent != tt.root {
 				t.Errorf("hostRootEquivalent = %v, want %v (%q)", plan.HostRootEquivalent, tt.root, plan.HostRootReasons)
@@ -424,6 +431,16 @@ func TestAdmitPackEgress(t *testing.T) {
 	}
 }
 
+// withEdge also puts web on "edge", a network that is not internal, and
+// grants g the egress it needs: a service publishes ports only with a
+// route out of the pack's world.
+func withEdge(p *pack.Pack, g *policy.PackActor) {
+	p.Networks = append(p.Networks, pack.Network{Name: "edge"})
+	web := service(p, "web")
+	web.Networks = append(web.Networks, "edge")
+	g.Egress = true
+}
+
 func TestAdmitPackPorts(t *testing.T) {
 	p := basePack()
 	service(p, "web").Ports = []pack.Port{
@@ -436,6 +453,16 @@ func TestAdmitPackPorts(t *testing.T) {
 		t.Errorf("ports without a grant: %v", err)
 	}
 	grants(pl).Ports = &policy.PackPorts{Min: 20000, Max: 20010}
+	// On internal networks only, the engine would publish none of them:
+	// each is refused, naming the reason and the fix, and none recorded.
+	_, err := AdmitPack(p, pl, packActor, packFacts())
+	if codes := refusedCodes(t, err); !slices.Equal(codes, []string{"port-unpublishable", "port-unpublishable", "port-unpublishable"}) {
+		t.Errorf("ports of a service on internal networks only: %v", err)
+	}
+	if c := refusal(t, err)[0]; !strings.Contains(c.Detail, "only internal networks (inner)") || !strings.Contains(c.Fix, "not internal") {
+		t.Errorf("the refusal %+v does not say why and how to fix it", c)
+	}
+	withEdge(p, grants(pl))
 	f := packFacts()
 	f.PortsInUse = []uint16{20001}
 	plan := mustAdmit(t, p, pl, f)
@@ -457,6 +484,17 @@ func TestAdmitPackPorts(t *testing.T) {
 	service(p, "web").Ports = []pack.Port{{HostPort: 8080, ContainerPort: 80}}
 	if _, err := AdmitPack(p, pl, packActor, f); !slices.Equal(refusedCodes(t, err), []string{"port-outside-range"}) {
 		t.Errorf("exact port outside range: %v", err)
+	}
+	// tcp and udp are distinct requirements: 20005/tcp with 20005/udp is
+	// admitted, and a choice passes over the port; the same protocol
+	// twice is refused.
+	service(p, "web").Ports = []pack.Port{{HostPort: 20005, ContainerPort: 53}, {HostPort: 20005, ContainerPort: 53, Protocol: "udp"}}
+	if plan, err := AdmitPack(p, pl, packActor, f); err != nil || len(plan.Services[1].Ports) != 2 {
+		t.Errorf("20005/tcp with 20005/udp: %v", err)
+	}
+	service(p, "web").Ports = append(service(p, "web").Ports, pack.Port{HostPort: 20005, ContainerPort: 54, Protocol: "udp"})
+	if _, err := AdmitPack(p, pl, packActor, f); !slices.Equal(refusedCodes(t, err), []string{"port-taken"}) {
+		t.Errorf("20005/udp twice: %v", err)
 	}
 }
 
@@ -628,6 +666,7 @@ func TestPackPlanDigest(t *testing.T) {
 		web := service(p, "web")
 		web.Mounts = []pack.Mount{bind(b.data)}
 		web.Ports = []pack.Port{{ContainerPort: 80}}
+		withEdge(p, grants(pl))
 		web.Environment = []string{"A=1"}
 		web.Secrets = []pack.SecretUse{{Name: "s"}}
 		return p

@@ -4,6 +4,8 @@ package backend
 // (package workspace) asks an engine to create, and what it reads back,
 // without naming the engine. A backend converts them to its native API.
 
+import "errors"
+
 // PackOwner is who a workspace's native objects belong to; a backend puts
 // it on every object it creates (labels) and checks it before every act.
 type PackOwner struct {
@@ -91,6 +93,20 @@ type PackDevice struct {
 
 // String is the compose form, HOST:CONTAINER:PERMISSIONS.
 func (d PackDevice) String() string { return d.Host + ":" + d.Container + ":" + d.Permissions }
+
+// ErrEngineNotProved: no settled profile of the engine as it is now is
+// kept, and the caller may not probe it (a client's dry run).
+var ErrEngineNotProved = errors.New("engine not yet proved")
+
+// EngineNotProvedError is ErrEngineNotProved with why the last probe's
+// proof did not settle, when one ran.
+type EngineNotProvedError struct{ Unsettled string }
+
+func (e *EngineNotProvedError) Error() string {
+	return ErrEngineNotProved.Error() + ": the last probe did not settle (" + e.Unsettled + ")"
+}
+
+func (e *EngineNotProvedError) Unwrap() error { return ErrEngineNotProved }
 
 // PackObject is one recorded object as the engine reports it now, by
 // native ID, after its labels were checked.

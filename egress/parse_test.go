@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/custody-dev/custody/internal/regfile"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -60,10 +61,17 @@ func TestReadSecretRefusals(t *testing.T) {
 	other := filepath.Join(dir, "other")
 	os.WriteFile(other, []byte("x"), 0o600)
 	os.Chown(other, 1000, 1000)
-	for _, p := range []string{wide, link, other, dir, filepath.Join(dir, "absent")} {
+	// The phases' credentials share the packs' opener: a directory on the
+	// way that is a link is refused too.
+	dirLink := filepath.Join(t.TempDir(), "creds")
+	os.Symlink(dir, dirLink)
+	for _, p := range []string{wide, link, other, dir, filepath.Join(dir, "absent"), filepath.Join(dirLink, "good")} {
 		if _, err := ReadSecret(p); !errors.Is(err, ErrSecretFile) {
 			t.Errorf("ReadSecret(%s): %v, want ErrSecretFile", p, err)
 		}
+	}
+	if _, err := ReadSecret(filepath.Join(dirLink, "good")); !errors.Is(err, regfile.ErrLinkInPath) {
+		t.Errorf("ReadSecret through a linked directory: %v, want a link in the path", err)
 	}
 }
 

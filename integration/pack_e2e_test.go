@@ -194,6 +194,14 @@ func TestPackEndToEnd(t *testing.T) {
 	if code, _, errs := e.pack("up", "--workspace", "ws1"); code != exitUsage {
 		t.Errorf("up without --grant: %d %s", code, errs)
 	}
+	// A client's dry run never probes the engine: before the operator's
+	// word it is refused, saying so; the operator's dry run proves it.
+	if code, out, errs := e.pack("admit", compose, "--actor", "range-op"); code != exitRefused || !strings.Contains(out, "engine not yet proved") || !strings.Contains(out, "--operator") {
+		t.Errorf("a client's dry run before the engine is proved: %d %s %s", code, out, errs)
+	}
+	if code, out, errs := e.pack("admit", compose, "--actor", "range-op", "--operator"); code != exitOK {
+		t.Fatalf("the operator's dry run: %d %s %s", code, out, errs)
+	}
 	// Dry run: admitted with every choice made.
 	code, out, errs := e.pack("admit", compose, "--actor", "range-op", "--json")
 	var adm api.PackAdmitResponse

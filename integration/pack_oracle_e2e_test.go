@@ -100,10 +100,14 @@ func TestPackDryRunIsNoOracle(t *testing.T) {
 		t.Fatalf("a non-submitter naming an unknown actor: exit %d\n%s%s\nwant, as for range-op:\n%s%s", c, o, errs, o1, e1)
 	}
 
-	// A submitter: both judged by path only, alike.
+	// A submitter: both judged by path only, alike, once the operator's
+	// word proved the engine (a client's dry run never probes).
 	e.setPackPolicy(func(p string) string {
 		return strings.Replace(p, "      submitters: {uids: [0]}\n", "      submitters: {uids: [0, 65534]}\n      bindRoots: ["+world+"]\n", 1)
 	})
+	if c, o, errs := e.pack("admit", e.write("range/range.compose.yaml", fmt.Sprintf(rangePack, dockertest.ImageRef)), "--actor", "range-op", "--operator"); c != exitOK {
+		t.Fatalf("the operator's dry run: exit %d\n%s%s", c, o, errs)
+	}
 	c1, o1, e1 = e.as(stranger, "pack", "admit", link, "--actor", "range-op")
 	c2, o2, e2 = e.as(stranger, "pack", "admit", missing, "--actor", "range-op")
 	if c1 != exitOK || c2 != exitOK || !same(o1+e1, o2+e2) || leaks(o1+e1) || !strings.Contains(o1, "checked by its path only") {
@@ -251,8 +255,12 @@ func TestPackEgressUnprovedSaysWhy(t *testing.T) {
 	d.Start()
 	e := &packEnv{t: t, engine: engine, d: d, dir: d.Dir}
 	compose := e.write("range/range.compose.yaml", fmt.Sprintf(rangePack, dockertest.ImageRef))
-	code, out, errs := e.pack("admit", compose, "--actor", "range-op")
-	if code != exitRefused || !strings.Contains(out, "the engine did not prove that an internal network blocks egress: no probe image is configured: docker.probeImage") {
-		t.Fatalf("admit without a probe image: exit %d\n%s%s", code, out, errs)
+	// The operator's dry run probes; the client's then answers from what
+	// it found, with the same reason.
+	for _, args := range [][]string{{"--operator"}, nil} {
+		code, out, errs := e.pack(append([]string{"admit", compose, "--actor", "range-op"}, args...)...)
+		if code != exitRefused || !strings.Contains(out, "the engine did not prove that an internal network blocks egress: no probe image is configured: docker.probeImage") {
+			t.Fatalf("admit %v without a probe image: exit %d\n%s%s", args, code, out, errs)
+		}
 	}
 }

@@ -24,8 +24,8 @@ func TestPackProbeKilledRecovers(t *testing.T) {
 	e := startPackEnvWith(t, func(string) string { return fmt.Sprintf(packPolicy, dockertest.ImageRef) }, "probe-created:container:prober")
 	ctx := context.Background()
 	compose := e.write("range/range.compose.yaml", fmt.Sprintf(rangePack, dockertest.ImageRef))
-	// A dry run is the first request that needs the engine's profile.
-	code, out, errs := e.pack("admit", compose, "--actor", "range-op")
+	// The operator's dry run is the first request that probes the engine.
+	code, out, errs := e.pack("admit", compose, "--actor", "range-op", "--operator")
 	if st := e.d.Exited(time.Minute); st == nil || st.String() != "signal: killed" {
 		t.Fatalf("custodyd did not die mid-probe (%v); admit: %d %s %s", st, code, out, errs)
 	}

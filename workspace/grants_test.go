@@ -20,7 +20,8 @@ import (
 )
 
 // devicePack passes /dev/null in read-only at another path, and publishes
-// a UDP port.
+// a UDP port (from a network that is not internal: the engine publishes no
+// port of a container without a route out).
 const devicePack = `name: devices
 services:
   web:
@@ -31,15 +32,15 @@ services:
       - "127.0.0.1:20124:9000/udp"
     networks: [front]
 networks:
-  front:
-    internal: true
+  front: {}
 `
 
-// setupDevices is setup with a policy that also grants /dev/null.
+// setupDevices is setup with a policy that also grants /dev/null and
+// egress.
 func setupDevices(t *testing.T) *env {
 	t.Helper()
 	state := t.TempDir()
-	pol := strings.Replace(policyYAML, "      bindRoots: [%s]\n", "      bindRoots: [%s]\n      devices: [/dev/null]\n", 1)
+	pol := strings.Replace(withEgress(policyYAML), "      bindRoots: [%s]\n", "      bindRoots: [%s]\n      devices: [/dev/null]\n", 1)
 	must(t, os.WriteFile(filepath.Join(state, "policy.yaml"), []byte(strings.Replace(pol, "%s", filepath.Join(state, "pack"), 1)), 0o600))
 	return setup(t, state, nil)
 }

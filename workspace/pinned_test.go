@@ -14,7 +14,7 @@ import (
 
 // pinnedPolicy is policyYAML with the test image pinned to digest.
 func pinnedPolicy(dir, digest string) []byte {
-	pol := fmt.Sprintf(policyYAML, dir)
+	pol := withEgress(fmt.Sprintf(policyYAML, dir))
 	return []byte(strings.Replace(pol, "        - reference: custody-test/busybox:latest\n",
 		"        - reference: custody-test/busybox:latest\n          digest: "+digest+"\n", 1))
 }

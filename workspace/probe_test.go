@@ -3,12 +3,14 @@ package workspace_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
@@ -16,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
+	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/docker"
 	"github.com/custody-dev/custody/internal/dockertest"
@@ -152,5 +155,61 @@ wait:
 	}
 	if again, err := e.m.Recover(ctx); err != nil || len(again) != 0 {
 		t.Errorf("a second recover acted: %+v %v", again, err)
+	}
+}
+
+// probeCreates counts the engine's probe container creates between since
+// and until.
+func probeCreates(ctx context.Context, t *testing.T, cli *client.Client, since, until time.Time) int {
+	t.Helper()
+	evs, errs := cli.Events(ctx, events.ListOptions{Since: since.Format(time.RFC3339Nano), Until: until.Format(time.RFC3339Nano), Filters: filters.NewArgs(
+		filters.Arg("type", string(events.ContainerEventType)), filters.Arg("event", string(events.ActionCreate)),
+		filters.Arg("label", docker.LabelProbe))})
+	n := 0
+	for {
+		select {
+		case <-evs:
+			n++
+		case err := <-errs:
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("engine events: %v", err)
+			}
+			return n
+		}
+	}
+}
+
+// A client's dry run never probes the engine: before any probe it is
+// refused, saying the engine is not yet proved and what proves it, and
+// the engine saw no probe container. The operator's dry run probes; the
+// client's dry run is then judged on the kept profile, again without a
+// probe.
+func TestClientDryRunNeverProbes(t *testing.T) {
+	ctx := testCtx(t)
+	e := setup(t, t.TempDir(), nil)
+	t0 := time.Now()
+	_, err := e.m.AdmitFor(ctx, []byte(rangePack), e.dir, actor, root)
+	var re *admission.RefusedError
+	if !errors.As(err, &re) || len(re.Checks) != 1 || re.Checks[0].Code != "engine-unproved" ||
+		!strings.Contains(re.Checks[0].Detail, "engine not yet proved") || !strings.Contains(re.Checks[0].Fix, "custody pack admit --operator") {
+		t.Fatalf("a client's dry run before any probe: %v, want one engine-unproved refusal with its fix", err)
+	}
+	t1 := time.Now()
+	if n := probeCreates(ctx, t, e.cli, t0, t1); n != 0 {
+		t.Errorf("the client's dry run created %d probe container(s)", n)
+	}
+	if _, err := e.m.Admit(ctx, []byte(rangePack), e.dir, actor); err != nil {
+		t.Fatalf("the operator's dry run: %v", err)
+	}
+	t2 := time.Now()
+	if n := probeCreates(ctx, t, e.cli, t1, t2); n == 0 {
+		t.Error("the operator's dry run did not probe the engine")
+	}
+	plan, err := e.m.AdmitFor(ctx, []byte(rangePack), e.dir, actor, root)
+	if err != nil || len(plan.Services) != 5 {
+		t.Fatalf("a client's dry run after the operator's: %v", err)
+	}
+	if n := probeCreates(ctx, t, e.cli, t2, time.Now()); n != 0 {
+		t.Errorf("the client's dry run after the proof created %d probe container(s)", n)
 	}
 }

@@ -300,8 +300,45 @@ func (m *Manager) AdmitFor(ctx context.Context, compose []byte, dir, actor strin
 				peer.UID, peer.GID, actor),
 			Fix: "run the dry run as one of the pack actor's submitters, or an operator may add this uid or gid to policy packs.actors[].submitters"}}}
 	}
+	// Before the pack is read: the answer is then the same whatever the
+	// client sent.
+	if _, err := m.proved(ctx); err != nil {
+		return nil, err
+	}
 	plan, _, _, _, err := m.admitWith(ctx, compose, dir, actor, true)
 	return plan, err
+}
+
+// prover is an engine that can say whether it is proved without probing.
+type prover interface {
+	Proved(ctx context.Context) (*backend.PackEngine, error)
+}
+
+// proved is the engine's kept profile, for a client's dry run, which never
+// probes: a probe creates objects on the engine, and runs only on the
+// operator's word (the operator's dry run, grant issue, up). Before the
+// engine is proved the answer is a refusal saying so.
+func (m *Manager) proved(ctx context.Context) (*backend.PackEngine, error) {
+	pr, ok := m.cfg.Engine.(prover)
+	var err error
+	if ok {
+		var eng *backend.PackEngine
+		if eng, err = pr.Proved(ctx); err == nil {
+			return eng, nil
+		}
+	}
+	if ok && !errors.Is(err, backend.ErrEngineNotProved) {
+		return nil, fmt.Errorf("engine profile: %w", err)
+	}
+	why := "custodyd has not probed it yet, or the engine changed since"
+	var np *backend.EngineNotProvedError
+	if errors.As(err, &np) {
+		why = "the last probe did not settle (" + np.Unsettled + ")"
+	}
+	return nil, &admission.RefusedError{Checks: []admission.Check{{Requirement: "engine", Verdict: admission.Unsupported,
+		Code:   "engine-unproved",
+		Detail: "engine not yet proved: " + why + "; custodyd probes the engine only on the operator's word (an operator's dry run, a grant issue or an up), never for a client's dry run",
+		Fix:    "retry after the operator has run `custody pack admit --operator` or issued a grant on this custodyd"}}}
 }
 
 // submits reports whether peer may submit for the pack actor.
@@ -323,9 +360,17 @@ func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor stri
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
-	eng, err := m.profile(ctx)
+	var eng *backend.PackEngine
+	if pathOnly { // a client's dry run: never a probe
+		eng, err = m.proved(ctx)
+	} else {
+		eng, err = m.profile(ctx)
+		if err != nil {
+			err = fmt.Errorf("engine profile: %w", err)
+		}
+	}
 	if err != nil {
-		return nil, nil, nil, "", fmt.Errorf("engine profile: %w", err)
+		return nil, nil, nil, "", err
 	}
 	subnets, err := m.cfg.Engine.Subnets(ctx)
 	if err != nil {

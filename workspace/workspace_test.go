@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -189,7 +191,12 @@ func manager(t tb, host, state string, fault func(string)) (*workspace.Manager, 
 			t.Fatal(err)
 		}
 	}
-	credPath := filepath.Join(state, "canary.cred")
+	// The credential lives in a directory of its own, as an operator's
+	// would, so that a test can replace the directory by a link.
+	credPath := filepath.Join(state, "creds", "canary.cred")
+	if err := os.MkdirAll(filepath.Dir(credPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	canary, err := os.ReadFile(credPath)
 	if err != nil {
 		canary = []byte("CANARY-" + grant.NewID())
@@ -626,7 +633,12 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 		t.Errorf("admit: %v", err)
 	}
 	fixtures := filepath.Join(e.dir, "fixtures")
-	cred := filepath.Join(state, "canary.cred")
+	cred := filepath.Join(state, "creds", "canary.cred")
+	credDir := filepath.Dir(cred)
+	// Another root-owned 0600 file of the same name, where a link put in
+	// place of the credential directory leads.
+	impostor := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(impostor, "canary.cred"), []byte("IMPOSTOR"), 0o600))
 	polPath := filepath.Join(state, "policy.yaml")
 	pol, err := os.ReadFile(polPath)
 	if err != nil {
@@ -671,6 +683,10 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 			func() { must(t, os.Rename(cred, cred+".real")); must(t, os.Symlink(cred+".real", cred)) },
 			func() { must(t, os.Remove(cred)); must(t, os.Rename(cred+".real", cred)) },
 			root, "", true},
+		{"credential directory replaced by a link",
+			func() { must(t, os.Rename(credDir, credDir+".real")); must(t, os.Symlink(impostor, credDir)) },
+			func() { must(t, os.Remove(credDir)); must(t, os.Rename(credDir+".real", credDir)) },
+			root, "", true},
 		{"credential source is 0644",
 			func() { must(t, os.Chmod(cred, 0o644)) }, func() { must(t, os.Chmod(cred, 0o600)) },
 			root, "", true},
@@ -679,6 +695,11 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 			root, grant.CodePolicyChanged, false},
 		{"peer not a submitter", func() {}, func() {}, workspace.Peer{UID: 1000, GID: 1000, Known: true}, grant.CodeSubmitterNotAllowed, false},
 		{"peer unknown", func() {}, func() {}, workspace.Peer{}, grant.CodeSubmitterNotAllowed, false},
+	}
+	// What a refusal must say: the component that is a link.
+	says := map[string]string{
+		"credential source is a symlink":          "the file itself is a symbolic link",
+		"credential directory replaced by a link": "its directory " + credDir + " is a symbolic link",
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -690,6 +711,8 @@ func TestUpRefusesWhatChanged(t *testing.T) {
 				t.Errorf("want a credential refusal, got %v", err)
 			case !tc.credential && grantCode(err) != tc.code:
 				t.Errorf("want %s, got %v", tc.code, err)
+			case err != nil && !strings.Contains(err.Error(), says[tc.name]):
+				t.Errorf("the refusal %q does not say %q", err, says[tc.name])
 			}
 			if _, err := e.db.GrantUsed(grantID(t, g)); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("the grant was spent: %v", err)
@@ -721,6 +744,9 @@ func grantID(t *testing.T, env []byte) string {
 	return st.Predicate.ID
 }
 
+// publishedPack publishes a port of a service on a network that is not
+// internal: the engine publishes only ports of a container with a route
+// out, so the policy must grant egress (egressPolicy).
 const publishedPack = `name: published
 services:
   web:
@@ -730,9 +756,61 @@ services:
       - "127.0.0.1:20123:8080"
     networks: [front]
 networks:
-  front:
-    internal: true
+  front: {}
 `
+
+// withEgress is a policyYAML that also grants the actor egress.
+func withEgress(pol string) string {
+	return strings.Replace(pol, "      ports: {min: 20000, max: 20999}\n", "      ports: {min: 20000, max: 20999}\n      egress: true\n", 1)
+}
+
+// egressPolicy writes policyYAML granting egress into state, where setup
+// finds it.
+func egressPolicy(t *testing.T, state string) {
+	t.Helper()
+	must(t, os.WriteFile(filepath.Join(state, "policy.yaml"), []byte(withEgress(fmt.Sprintf(policyYAML, filepath.Join(state, "pack")))), 0o600))
+}
+
+// dialIn connects to addr from inside the network namespace at path (the
+// isolated engine's, where it publishes ports) and returns what the peer
+// sends first.
+func dialIn(t *testing.T, path, addr string) string {
+	t.Helper()
+	type answer struct {
+		got string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		// The thread stays in the namespace and dies with the goroutine:
+		// it is never unlocked.
+		runtime.LockOSThread()
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			done <- answer{err: err}
+			return
+		}
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(io.LimitReader(c, 64))
+		done <- answer{strings.TrimSpace(string(b)), err}
+	}()
+	a := <-done
+	if a.err != nil {
+		t.Fatalf("dial %s in %s: %v", addr, path, a.err)
+	}
+	return a.got
+}
 
 // A host port taken between grant and up is refused at up with nothing
 // spent; free again, the same grant goes up and the receipt shows the
@@ -741,7 +819,9 @@ networks:
 // journal proves custody made it and its ID is confirmed gone.
 func TestPublishedPortAndMissingContainer(t *testing.T) {
 	ctx := testCtx(t)
-	e := setup(t, t.TempDir(), nil)
+	state := t.TempDir()
+	egressPolicy(t, state)
+	e := setup(t, state, nil)
 	g, err := e.m.Issue(ctx, []byte(publishedPack), e.dir, actor, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -766,6 +846,11 @@ func TestPublishedPortAndMissingContainer(t *testing.T) {
 	pb := res.Receipt.Containers[0].HostConfig.PortBindings
 	if len(pb) != 1 || pb[0] != (evidence.PackPort{ContainerPort: "8080/tcp", HostIP: "127.0.0.1", HostPort: 20123}) {
 		t.Errorf("port bindings read back: %+v", pb)
+	}
+	// The port the receipt records is bound: the service answers on it,
+	// on the engine's loopback.
+	if got := dialIn(t, "/run/netns/"+dockertest.Shared(t).Netns, "127.0.0.1:20123"); got != "pub-ok" {
+		t.Errorf("127.0.0.1:20123 answered %q, want pub-ok", got)
 	}
 	web := containerOf(t, rep, "web")
 	must(t, e.cli.ContainerRemove(ctx, web, container.RemoveOptions{Force: true}))

@@ -113,7 +113,10 @@ func up(t *testing.T, f EngineFixture) *packWorkspace {
 		t.Fatalf("create volume: %v", err)
 	}
 	w.cr, err = f.Engine.CreateContainer(ctx, w.o, w.j, backend.PackContainer{
-		Service: "app", Image: f.Image, Command: []string{"sleep", "300"},
+		// It writes at the volume's root first, as a service does: the
+		// engine may then report the volume differently (dockerd moves a
+		// local volume's creation time), and it must stay the workspace's.
+		Service: "app", Image: f.Image, Command: []string{"/bin/sh", "-c", "touch /data/up && exec sleep 300"},
 		Hostname: "app", Networks: []string{"back"}, NetworkIDs: map[string]string{"back": w.net.Identity[PackIdentityID]},
 		Mounts:  []backend.PackMount{{Type: "volume", Source: "data", Target: "/data"}},
 		CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"}, ReadOnly: true, StopSignal: "SIGTERM",

@@ -937,3 +937,102 @@ func TestCreateGivenUpMidRequestLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A volume a service wrote to is still the workspace's: dockerd moves a
+// local volume's reported creation time when something is written at its
+// root, and the volume's identity (name, driver, custody's labels with the
+// intent nonce) does not rest on it. A record from an older journal that
+// still carries the creation time is judged the same way. A same-named
+// volume made after ours was removed, without our nonce, is foreign and
+// left alone.
+func TestVolumeWrittenToStaysOursAndItsReplacementIsNot(t *testing.T) {
+	d, dt := open(t)
+	ctx := testCtx(t)
+	rec := newRecorder()
+	w := workspace(t, d, rec)
+	v, err := w.CreateVolume(ctx, "data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Identity[IdentityDriver] != "local" {
+		t.Errorf("recorded identity %v, want the local driver", v.Identity)
+	}
+	before, err := d.inspect(ctx, KindVolume, v.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Write at the volume's root until the engine reports another
+	// creation time (it has whole seconds): the premise of this test.
+	for i := 0; ; i++ {
+		if i == 5 {
+			t.Fatalf("after %d writes the engine still reports the volume created at %s", i, before.created)
+		}
+		c, err := d.cli.ContainerCreate(ctx, &container.Config{Image: dt.Image, Cmd: []string{"/bin/sh", "-c", "sleep 1 && touch /data/up"}},
+			&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: v.Name, Target: "/data"}}}, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitC, errC := d.cli.ContainerWait(ctx, c.ID, container.WaitConditionNotRunning)
+		select {
+		case st := <-waitC:
+			if st.StatusCode != 0 {
+				t.Fatalf("the writer exited %d", st.StatusCode)
+			}
+		case err := <-errC:
+			t.Fatal(err)
+		}
+		if err := d.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		now, err := d.inspect(ctx, KindVolume, v.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !now.created.Equal(before.created) {
+			break
+		}
+	}
+	if _, err := w.Verify(ctx, v); err != nil {
+		t.Errorf("Verify of the volume a service wrote to: %v", err)
+	}
+	older := v
+	older.Identity = maps.Clone(v.Identity)
+	delete(older.Identity, IdentityDriver)
+	older.Identity[IdentityCreated] = before.created.UTC().Format(time.RFC3339Nano)
+	if _, err := w.Verify(ctx, older); err != nil {
+		t.Errorf("Verify of an older journal's record (with the creation time): %v", err)
+	}
+
+	// Replaced behind custody's back: the same name, custody's labels,
+	// another nonce (or none).
+	for _, nonce := range []string{"another", ""} {
+		if err := d.cli.VolumeRemove(ctx, v.Name, false); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		lbl := maps.Clone(v.Identity)
+		delete(lbl, IdentityID)
+		delete(lbl, IdentityDriver)
+		if lbl[LabelIntent] = nonce; nonce == "" {
+			delete(lbl, LabelIntent)
+		}
+		if _, err := d.cli.VolumeCreate(ctx, volume.CreateOptions{Name: v.Name, Driver: "local", Labels: lbl}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Verify(ctx, v); !errors.Is(err, ErrNotOwned) {
+			t.Errorf("Verify of a replacement with nonce %q: %v, want ErrNotOwned", nonce, err)
+		}
+		step, err := w.Remove(ctx, v)
+		if !errors.Is(err, ErrNotOwned) || step.OK {
+			t.Errorf("Remove of a replacement with nonce %q: %+v %v, want ErrNotOwned", nonce, step, err)
+		}
+		if !exists(t, d, KindVolume, v.Name) {
+			t.Fatalf("the replacement with nonce %q was removed", nonce)
+		}
+	}
+	if err := d.cli.VolumeRemove(ctx, v.Name, false); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -53,9 +53,21 @@ const (
 
 // Identity keys beside the labels.
 const (
-	IdentityID      = "id"      // the native ID (a volume's is its name)
-	IdentityCreated = "created" // a volume's creation time: names are reused
+	IdentityID = "id" // the native ID (a volume's is its name)
+	// IdentityDriver is a volume's driver. A volume's identity is its
+	// name, its driver and custody's labels, the per-create intent nonce
+	// among them: all set by custody and never changed by the engine.
+	// Not its creation time: dockerd reports a local volume's as its
+	// directory's modification time, which moves when a service writes
+	// at the volume's root.
+	IdentityDriver = "driver"
+	// IdentityCreated is an unjournalled child's creation time, as the
+	// engine reported it when the child was judged.
+	IdentityCreated = "created"
 )
+
+// volumeDriver is the only driver custody creates volumes with.
+const volumeDriver = "local"
 
 // Typed refusals callers branch on.
 var (
@@ -179,10 +191,13 @@ func (w *Workspace) created(ctx context.Context, r backend.Resource, id string) 
 		// volume of that name): leave it alone.
 		return r, fmt.Errorf("%s %s: %w: %w", r.Kind, r.Name, ErrNameTaken, err)
 	}
+	if r.Kind == KindVolume && o.driver != volumeDriver {
+		return r, fmt.Errorf("volume %s: %w: its driver is %q, custody creates %q volumes", r.Name, ErrNameTaken, o.driver, volumeDriver)
+	}
 	r.Identity = maps.Clone(r.Identity)
 	r.Identity[IdentityID] = o.id
-	if !o.created.IsZero() && r.Kind == KindVolume {
-		r.Identity[IdentityCreated] = o.created.UTC().Format(time.RFC3339Nano)
+	if r.Kind == KindVolume {
+		r.Identity[IdentityDriver] = o.driver
 	}
 	r.State = "created"
 	if err := w.rec.Created(r); err != nil {
@@ -270,8 +285,9 @@ func (w *Workspace) CreateNetwork(ctx context.Context, logical string, spec Netw
 }
 
 // CreateVolume records the intent, creates a local volume with custody's
-// labels, and records its name and creation time. The engine returns an
-// existing volume of the name instead of failing, so the labels decide.
+// labels, and records its name and driver. The engine returns an existing
+// volume of the name instead of failing, so the labels (the intent nonce
+// among them) decide.
 func (w *Workspace) CreateVolume(ctx context.Context, logical string) (backend.Resource, error) {
 	r, err := w.intent(KindVolume, logical)
 	if err != nil {
@@ -283,7 +299,7 @@ func (w *Workspace) CreateVolume(ctx context.Context, logical string) (backend.R
 	w.raceHook(r)
 	cctx, cancel := createContext(ctx)
 	defer cancel()
-	v, err := w.d.cli.VolumeCreate(cctx, volume.CreateOptions{Name: r.Name, Driver: "local", Labels: r.Identity})
+	v, err := w.d.cli.VolumeCreate(cctx, volume.CreateOptions{Name: r.Name, Driver: volumeDriver, Labels: r.Identity})
 	if err != nil {
 		return r, fmt.Errorf("create volume %s: %w", r.Name, err)
 	}
@@ -340,6 +356,8 @@ type object struct {
 	kind, id, name string
 	labels         map[string]string
 	created        time.Time
+	// driver is a volume's.
+	driver string
 }
 
 // inspect asks the engine for the object by ref (an ID, or a name where
@@ -359,7 +377,7 @@ func (d *Docker) inspect(ctx context.Context, kind, ref string) (object, error) 
 			return object{}, err
 		}
 		t, _ := time.Parse(time.RFC3339, v.CreatedAt)
-		return object{kind: kind, id: v.Name, name: v.Name, labels: v.Labels, created: t}, nil
+		return object{kind: kind, id: v.Name, name: v.Name, labels: v.Labels, created: t, driver: v.Driver}, nil
 	case KindContainer:
 		c, err := d.cli.ContainerInspect(ctx, ref)
 		if err != nil {
@@ -375,7 +393,9 @@ func (d *Docker) inspect(ctx context.Context, kind, ref string) (object, error) 
 	return object{}, fmt.Errorf("unknown kind %q", kind)
 }
 
-// matches checks every custody label of the record against the object.
+// matches checks every custody label of the record against the object,
+// its native ID and a volume's driver. A record's creation time (older
+// journals hold a volume's) is not compared: the engine moves it.
 func matches(r backend.Resource, o object) error {
 	for k, want := range r.Identity {
 		if !strings.HasPrefix(k, LabelPrefix) {
@@ -388,8 +408,8 @@ func matches(r backend.Resource, o object) error {
 	if id := r.Identity[IdentityID]; id != "" && o.id != id {
 		return fmt.Errorf("native ID is %s, the journal recorded %s", o.id, id)
 	}
-	if c := r.Identity[IdentityCreated]; c != "" && o.created.UTC().Format(time.RFC3339Nano) != c {
-		return fmt.Errorf("created %s, the journal recorded %s: a replacement", o.created.UTC().Format(time.RFC3339Nano), c)
+	if d := r.Identity[IdentityDriver]; d != "" && o.driver != d {
+		return fmt.Errorf("driver is %q, the journal recorded %q", o.driver, d)
 	}
 	return nil
 }

@@ -38,9 +38,15 @@ type Packs struct {
 	d    *Docker
 	opts ProbeOptions
 
-	mu      sync.Mutex
+	mu sync.Mutex // held by Profile, across a probe
+	// keptMu guards profile and key, which Profile changes under mu too:
+	// Proved reads them without waiting for a probe.
+	keptMu  sync.Mutex
 	profile *backend.PackEngine
 	key     engineKey // the identity profile was probed under
+	// unsettled says why the last probe's egress proof did not settle
+	// ("" after a settled one): Proved's refusal repeats it.
+	unsettled string
 
 	// Test hooks: probed runs on each probe; keyed may edit the identity
 	// just read, to stand in for a daemon restarted with other options.
@@ -78,9 +84,8 @@ func (p *Packs) Profile(ctx context.Context, j backend.ProbeJournal) (*backend.P
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.profile != nil && p.key == key {
-		c := *p.profile
-		return &c, nil
+	if c, ok := p.kept(key); ok {
+		return c, nil
 	}
 	if p.probed != nil {
 		p.probed()
@@ -91,12 +96,52 @@ func (p *Packs) Profile(ctx context.Context, j backend.ProbeJournal) (*backend.P
 	if err != nil && !errors.Is(err, ErrProbeResidue) {
 		return nil, err
 	}
-	p.profile, p.key = nil, engineKey{}
+	p.keptMu.Lock()
+	p.profile, p.key, p.unsettled = nil, engineKey{}, ""
 	if err == nil && settled {
 		p.profile, p.key = e, key
+	} else {
+		p.unsettled = e.EgressUnproved
+		if err != nil {
+			p.unsettled = err.Error()
+		}
 	}
+	p.keptMu.Unlock()
 	c := *e
 	return &c, nil
+}
+
+// kept is a copy of the kept profile if it was probed under key.
+func (p *Packs) kept(key engineKey) (*backend.PackEngine, bool) {
+	p.keptMu.Lock()
+	defer p.keptMu.Unlock()
+	if p.profile == nil || p.key != key {
+		return nil, false
+	}
+	c := *p.profile
+	return &c, true
+}
+
+// Proved is Profile without a probe: the kept profile, if the daemon's
+// identity (read fresh, without side effects) is still the one it was
+// probed under, or backend.ErrEngineNotProved, also while a probe runs (it does not
+// wait). A client's dry run uses it: a probe creates objects on the
+// engine, and only the operator's requests may.
+func (p *Packs) Proved(ctx context.Context) (*backend.PackEngine, error) {
+	key, err := p.identity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := p.kept(key); ok {
+		return c, nil
+	}
+	p.keptMu.Lock()
+	why := p.unsettled
+	p.keptMu.Unlock()
+	if why != "" {
+		return nil, &backend.EngineNotProvedError{Unsettled: why}
+	}
+	return nil, backend.ErrEngineNotProved
 }
 
 // identity reads the daemon's engineKey.

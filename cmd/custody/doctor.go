@@ -33,7 +33,8 @@ type doctorConfig struct {
 		} `yaml:"runtime"`
 	} `yaml:"runner"`
 	Docker *struct {
-		Host string `yaml:"host"`
+		Host       string `yaml:"host"`
+		ProbeImage string `yaml:"probeImage"`
 	} `yaml:"docker"`
 }
 
@@ -86,7 +87,7 @@ func (a *app) doctorCmd() *cobra.Command {
 					scratch = cfg.Runner.StateDir
 				}
 				if cfg.Docker != nil {
-					c := engineCheck(cmd.Context(), cfg.Docker.Host)
+					c := engineCheck(cmd.Context(), cfg.Docker.Host, cfg.Docker.ProbeImage)
 					want.Engine = &c
 				}
 			}
@@ -136,8 +137,9 @@ func printChecksTable(w io.Writer, p *platform.Profile, checks []platform.Check)
 }
 
 // engineCheck asks the configured Docker engine for /_ping over its unix
-// socket (the only kind custodyd drives), with a short deadline.
-func engineCheck(ctx context.Context, host string) platform.Check {
+// socket (the only kind custodyd drives), with a short deadline, and says
+// when the egress proof cannot succeed as configured (no probe image).
+func engineCheck(ctx context.Context, host, probeImage string) platform.Check {
 	c := platform.Check{Name: "docker.engine"}
 	sock, ok := strings.CutPrefix(host, "unix://")
 	if !ok || sock == "" {
@@ -159,7 +161,12 @@ func engineCheck(ctx context.Context, host string) platform.Check {
 				err = fmt.Errorf("_ping answered HTTP %d", resp.StatusCode)
 			} else {
 				c.Verdict = platform.VerdictOK
-				c.Detail = fmt.Sprintf("%s answered _ping (API %s); custodyd proves its profile at start", sock, resp.Header.Get("Api-Version"))
+				c.Detail = fmt.Sprintf("%s answered _ping (API %s); custodyd proves its profile on the operator's first pack request (a dry run with --operator, a grant issue or an up)", sock, resp.Header.Get("Api-Version"))
+				if probeImage == "" {
+					c.Verdict = platform.VerdictWarn
+					c.Detail += "; but docker.probeImage is not set, so the egress probe cannot run: custodyd cannot prove that an internal network blocks egress and refuses every pack network (internal-unproved)"
+					c.Fix = "set docker.probeImage to an image already on the engine, with /bin/sh and a busybox-style nc"
+				}
 				return c
 			}
 		}

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/custody-dev/custody/daemon/config"
@@ -103,6 +106,24 @@ func TestDoctorOnThisHost(t *testing.T) {
 	code, rep, _ = doctor(t, "--config", cfg("docker.yaml", sha, &config.DockerConfig{Host: "unix://" + filepath.Join(dir, "none.sock")}))
 	if c := rep.check(t, "docker.engine"); code != exitOK || c.Verdict != platform.VerdictWarn || c.Fix == "" {
 		t.Fatalf("engine down: %d %+v", code, c)
+	}
+	// An engine that answers, without a probe image: the egress proof
+	// cannot run, and doctor says so and how to fix it; with one, ok.
+	sock := filepath.Join(dir, "ping.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Header().Set("Api-Version", "1.41") })}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	code, rep, _ = doctor(t, "--config", cfg("noimage.yaml", sha, &config.DockerConfig{Host: "unix://" + sock}))
+	if c := rep.check(t, "docker.engine"); code != exitOK || c.Verdict != platform.VerdictWarn || !strings.Contains(c.Detail, "docker.probeImage is not set") || !strings.Contains(c.Fix, "probeImage") {
+		t.Fatalf("engine without a probe image: %d %+v", code, c)
+	}
+	code, rep, _ = doctor(t, "--config", cfg("image.yaml", sha, &config.DockerConfig{Host: "unix://" + sock, ProbeImage: "busybox:local"}))
+	if c := rep.check(t, "docker.engine"); code != exitOK || c.Verdict != platform.VerdictOK {
+		t.Fatalf("engine with a probe image: %d %+v", code, c)
 	}
 	if code, _, _ := doctor(t, "--config", dir); code != exitRefused {
 		t.Fatalf("--config DIR: %d, want %d", code, exitRefused)

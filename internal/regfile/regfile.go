@@ -11,6 +11,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -118,17 +120,22 @@ func typeName(m fs.FileMode) string {
 // ErrNotSecret: a secret file is not root's alone (mode 0600, owner root).
 var ErrNotSecret = errors.New("not a root-owned 0600 file")
 
-// ReadSecret reads an operator's secret file as custodyd must: opened
-// without following a link in its last component, non-blocking (a FIFO
-// cannot hold the reader), a regular file (ErrNotRegular), mode exactly
-// 0600 and owned by root (ErrNotSecret), at most limit bytes
-// (ErrTooLarge). The checks are made on the opened descriptor, so the file
-// read is the file checked.
+// ErrLinkInPath: a component of a secret's path, a directory or the file
+// itself, is a symbolic link. Errors wrapping it wrap unix.ELOOP too.
+var ErrLinkInPath = errors.New("a symbolic link in the path")
+
+// ReadSecret reads an operator's secret file as custodyd must: the whole
+// path opened from the root without following a link in any component
+// (ErrLinkInPath: a directory on the way replaced by a link would deliver
+// another file), non-blocking (a FIFO cannot hold the reader), a regular
+// file (ErrNotRegular), mode exactly 0600 and owned by root
+// (ErrNotSecret), at most limit bytes (ErrTooLarge). The checks are made on
+// the opened descriptor, so the file read is the file checked. Both the
+// pack credentials and the phases' brokered credentials are read here.
 func ReadSecret(path string, limit int64) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	fd, err := openNoLinks(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK)
 	if err != nil {
-		// ELOOP: the last component is a symlink.
-		return nil, fmt.Errorf("open %s without following links: %w", path, err)
+		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
@@ -152,4 +159,56 @@ func ReadSecret(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes: %w", path, limit, ErrTooLarge)
 	}
 	return v, nil
+}
+
+// openNoLinks opens the absolute path with flags, walking it from "/" one
+// component at a time, each directory opened O_PATH|O_DIRECTORY|O_NOFOLLOW
+// beneath the one before and the last component opened O_NOFOLLOW: no
+// link is followed anywhere, and what a component names cannot change
+// between its check and its open, since each step holds the directory it
+// came from.
+func openNoLinks(path string, flags int) (int, error) {
+	if !filepath.IsAbs(path) {
+		return -1, fmt.Errorf("%s is not an absolute path; name the file from the root", path)
+	}
+	clean := filepath.Clean(path)
+	dfd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /: %w", err)
+	}
+	parts := strings.Split(strings.TrimPrefix(clean, "/"), "/")
+	at := "/"
+	for i, name := range parts {
+		last := i == len(parts)-1
+		fl := unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if last {
+			fl = flags | unix.O_NOFOLLOW
+		}
+		next, err := unix.Openat(dfd, name, fl, 0)
+		if err != nil {
+			err = linkRefusal(dfd, filepath.Join(at, name), path, err)
+			unix.Close(dfd)
+			return -1, err
+		}
+		unix.Close(dfd)
+		dfd, at = next, filepath.Join(at, name)
+	}
+	return dfd, nil
+}
+
+// linkRefusal says why opening the component at (inside dfd) failed: a
+// link names the component, the reason and the fix; anything else is the
+// open's own error.
+func linkRefusal(dfd int, at, path string, err error) error {
+	var st unix.Stat_t
+	if serr := unix.Fstatat(dfd, filepath.Base(at), &st, unix.AT_SYMLINK_NOFOLLOW); serr != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		return &fs.PathError{Op: "open", Path: at, Err: err}
+	}
+	to, _ := os.Readlink(at)
+	what := "its directory " + at
+	if at == filepath.Clean(path) {
+		what = "the file itself"
+	}
+	return fmt.Errorf("%s: %s is a symbolic link (to %q): %w: %w; custodyd follows no link anywhere in a secret's path, so name the path without links or put the directory itself in place of the link",
+		path, what, to, ErrLinkInPath, unix.ELOOP)
 }

@@ -62,7 +62,7 @@ func TestReadFile(t *testing.T) {
 }
 
 // TestReadSecret: a root-owned 0600 regular file is read; a link to it, a
-// wider mode, another owner, a FIFO and an oversized file are each refused
+// directory on its path that is a link, a wider mode, another owner, a FIFO and an oversized file are each refused
 // with their own error, and the FIFO without blocking.
 func TestReadSecret(t *testing.T) {
 	testenv.Root(t) // the secret files must be root's
@@ -86,7 +86,22 @@ func TestReadSecret(t *testing.T) {
 	syscall.Mkfifo(fifo, 0o600)
 	big := filepath.Join(dir, "big")
 	os.WriteFile(big, make([]byte, 65), 0o600)
-	for path, want := range map[string]error{link: syscall.ELOOP, wide: ErrNotSecret, other: ErrNotSecret, fifo: ErrNotRegular, big: ErrTooLarge} {
+	// A directory on the way that is a link: the operator's credential
+	// directory replaced by a link to another holding a file of that name.
+	realDir := filepath.Join(dir, "real")
+	os.Mkdir(realDir, 0o700)
+	os.WriteFile(filepath.Join(realDir, "good"), []byte("other"), 0o600)
+	dirLink := filepath.Join(dir, "creds")
+	os.Symlink(realDir, dirLink)
+	viaLink := filepath.Join(dirLink, "good")
+	_, err := ReadSecret(viaLink, 64)
+	if !errors.Is(err, ErrLinkInPath) || !errors.Is(err, syscall.ELOOP) || !strings.Contains(err.Error(), "its directory "+dirLink+" is a symbolic link") {
+		t.Errorf("ReadSecret through a linked directory = %v, want ErrLinkInPath naming %s", err, dirLink)
+	}
+	if _, err := ReadSecret("relative/good", 64); err == nil {
+		t.Error("ReadSecret of a relative path succeeded")
+	}
+	for path, want := range map[string]error{link: ErrLinkInPath, viaLink: ErrLinkInPath, wide: ErrNotSecret, other: ErrNotSecret, fifo: ErrNotRegular, big: ErrTooLarge} {
 		done := make(chan error, 1)
 		go func() { _, err := ReadSecret(path, 64); done <- err }()
 		select {
