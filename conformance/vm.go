@@ -44,7 +44,7 @@ func vmSpecs() []spec {
 		{FamilyEnvironment, "host-devices-absent", Refusal, checkHostDevices},
 
 		{FamilyEgress, "loopback-works", Legitimate, checkLoopback},
-		{FamilyEgress, "no-nic-connect-fails", Refusal, checkEgressDenied},
+		{FamilyEgress, "host-listener-unreachable", Refusal, checkEgressDenied},
 
 		{FamilyBudgets, "memory-within-budget", Legitimate, checkVMMemoryOK},
 		{FamilyBudgets, "memory-hog-oom-killed", Refusal, checkVMMemoryHog},
@@ -62,10 +62,14 @@ func vmSpecs() []spec {
 		{FamilyBudgets, "scratch-within-budget", Legitimate, checkScratchOK},
 		{FamilyBudgets, "writable-mounts-bounded", Refusal, checkWritableMounts},
 		{FamilyBudgets, "wall-time-within-budget", Legitimate, checkWallOK},
-		{FamilyBudgets, "wall-time-exceeded-qemu-killed", Refusal, checkVMWallTimeout},
+		{FamilyBudgets, "wall-time-exceeded-killed", Refusal, checkVMWallTimeout},
 
-		{FamilyCleanup, "qemu-runs-during-phase", Legitimate, checkVMQEMURuns},
-		{FamilyCleanup, "qemu-gone-after-exit", Refusal, checkVMGoneAfterExit},
+		// A guest's processes are not host processes: the detached child
+		// is seen running inside the guest, and what the host must see go
+		// after the exit or the kill is QEMU, whose end is the guest's.
+		{FamilyCleanup, "detached-child-runs", Legitimate, checkVMQEMURuns},
+		{FamilyCleanup, "detached-child-gone-after-exit", Refusal, checkVMGoneAfterExit},
+		{FamilyCleanup, "detached-child-gone-after-timeout", Refusal, checkVMGoneAfterTimeout},
 
 		{FamilyEvidence, "genuine-receipt-verifies", Legitimate, checkGenuineReceipt},
 		{FamilyEvidence, "tampered-receipt-rejected", Refusal, checkTamperedReceipt},
@@ -87,17 +91,12 @@ func vmNotApplicable() []NotApplicable {
 	na := func(family, name, reason string) NotApplicable {
 		return NotApplicable{Family: family, Name: name, Reason: reason}
 	}
-	const noRestricted = "the vm backend offers no restricted egress: a guest has no NIC, so a vm row covers denied egress only"
+	const noRestricted = "the vm backend does not serve restricted egress: a guest has no NIC, and a phase asking for restricted egress on vm is refused before its grant is spent, so a vm row covers denied egress only"
 	return []NotApplicable{
-		na(FamilyEgress, "host-listener-unreachable", "replaced by egress/no-nic-connect-fails: the same host listeners, judged with the guest having no NIC"),
 		na(FamilyEgress, "restricted-allowed-host-reachable", noRestricted),
 		na(FamilyEgress, "restricted-everything-else-refused", noRestricted),
 		na(FamilyEgress, "restricted-intercept-terminated", noRestricted),
 		na(FamilyEgress, "restricted-intercept-confined", noRestricted),
-		na(FamilyBudgets, "wall-time-exceeded-killed", "replaced by budgets/wall-time-exceeded-qemu-killed: the guest's boot is not wall time, so the kill is judged from the workload's start, and QEMU must be gone"),
-		na(FamilyCleanup, "detached-child-runs", "replaced by cleanup/qemu-runs-during-phase: a guest's processes are not host processes; QEMU is what the host must see go"),
-		na(FamilyCleanup, "detached-child-gone-after-exit", "replaced by cleanup/qemu-gone-after-exit: a detached child in the guest ends with the guest's kernel, so QEMU gone is what the host must see"),
-		na(FamilyCleanup, "detached-child-gone-after-timeout", "replaced by budgets/wall-time-exceeded-qemu-killed, which requires QEMU gone after the kill"),
 		na(FamilyIsolation, "own-namespaces", "the workload's namespaces are the guest kernel's, whose initial namespaces have the same inode numbers as the host's, so comparing them with the host's proves nothing; replaced by isolation/own-kernel-host-unseen (another boot id, no host process visible)"),
 	}
 }
@@ -309,8 +308,22 @@ func checkVMForkBomb(ctx context.Context, s *suite, j *judge) {
 }
 
 func checkVMWallTimeout(ctx context.Context, s *suite, j *judge) {
+	vmTimeout(ctx, s, j, "q-vm-wall-timeout", "echo started; sleep 120", "a 120 s sleep")
+}
+
+// checkVMGoneAfterTimeout: a detached child still sleeping in the guest
+// when the wall budget kills the phase does not keep QEMU alive.
+func checkVMGoneAfterTimeout(ctx context.Context, s *suite, j *judge) {
+	vmTimeout(ctx, s, j, "q-vm-gone-after-timeout", "(setsid sleep 300 </dev/null >/dev/null 2>&1 &); echo started; sleep 120",
+		"a 120 s sleep beside a detached child")
+}
+
+// vmTimeout runs script under a 3 s wall budget and requires the kill:
+// status timeout within the budget of the workload's start, QEMU gone,
+// cleanup verified.
+func vmTimeout(ctx context.Context, s *suite, j *judge, name, script, what string) {
 	wall := 3 * time.Second
-	o, q, gone := s.vmLaunch(ctx, j, phase{name: "q-vm-wall-timeout", command: []string{"/bin/sh", "-c", "echo started; sleep 120"}, wall: wall})
+	o, q, gone := s.vmLaunch(ctx, j, phase{name: name, command: []string{"/bin/sh", "-c", script}, wall: wall})
 	if !s.ran(j, o, api.StatusTimeout) {
 		return
 	}
@@ -321,18 +334,24 @@ func checkVMWallTimeout(ctx context.Context, s *suite, j *judge) {
 		j.require(o.sinceStarted < wall+15*time.Second, "the result came %s after the workload started, under a %s budget", o.sinceStarted.Round(time.Millisecond), wall)
 	}
 	cleanupSteps(j, o, vmCleanupSteps...)
-	j.note("a 120 s sleep was stopped %s after it started (budget %s; %d ms with the boot), status timeout; QEMU killed and gone, cleanup verified",
-		o.sinceStarted.Round(time.Millisecond), wall, o.res.Usage.WallMillis)
+	j.note("%s was stopped %s after it started (budget %s, judged from the workload's start: the boot is not wall time; %d ms with the boot), status timeout; QEMU killed and gone, cleanup verified",
+		what, o.sinceStarted.Round(time.Millisecond), wall, o.res.Usage.WallMillis)
 }
 
+// guestChildRunning lists the guest's processes and prints child-running
+// if a "sleep 300" is among them.
+const guestChildRunning = `for f in /proc/[0-9]*/cmdline; do c=$(tr '\0' ' ' < "$f" 2>/dev/null); case "$c" in "sleep 300 ") echo child-running;; esac; done`
+
 func checkVMQEMURuns(ctx context.Context, s *suite, j *judge) {
-	o, q, _ := s.vmLaunch(ctx, j, phase{name: "q-vm-qemu-runs", command: []string{"/bin/sh", "-c", "(sleep 300 &); echo started; sleep 1"}})
+	o, q, _ := s.vmLaunch(ctx, j, phase{name: "q-vm-qemu-runs", command: []string{"/bin/sh", "-c",
+		"(setsid sleep 300 </dev/null >/dev/null 2>&1 &); sleep 1; " + guestChildRunning + "; echo started; sleep 1"}})
 	if !s.ran(j, o, api.StatusOK) {
 		return
 	}
+	j.require(strings.Contains(o.stdout.String(), "child-running"), "the detached child was not seen running in the guest: %q", o.stdout.String())
 	if j.require(q != nil, "the run's QEMU was not seen on the host while the workload ran") {
 		j.require(!strings.Contains(q.cmdline, "-netdev") && !strings.Contains(q.cmdline, "-nic "), "QEMU was given a network device: %s", q.cmdline)
-		j.note("QEMU (pid %d) ran the phase with no network device; a detached child in the guest did not hold the run", q.pid)
+		j.note("a double-forked, setsid'd child ran in the guest (seen there); QEMU (pid %d) ran the phase with no network device, and the child did not hold the run", q.pid)
 	}
 }
 
