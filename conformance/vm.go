@@ -97,7 +97,7 @@ func vmNotApplicable() []NotApplicable {
 		na(FamilyEgress, "restricted-everything-else-refused", noRestricted),
 		na(FamilyEgress, "restricted-intercept-terminated", noRestricted),
 		na(FamilyEgress, "restricted-intercept-confined", noRestricted),
-		na(FamilyIsolation, "own-namespaces", "the workload's namespaces are the guest kernel's, whose initial namespaces have the same inode numbers as the host's, so comparing them with the host's proves nothing; replaced by isolation/own-kernel-host-unseen (another boot id, no host process visible)"),
+		na(FamilyIsolation, "own-namespaces", "the workload's namespaces are the guest kernel's, and every kernel gives its initial uts, ipc, user and cgroup namespaces the same fixed inode numbers (4026531838, 4026531839, 4026531837, 4026531835), so comparing them with the host's proves nothing; isolation/own-kernel-host-unseen judges the boundary instead (another boot id, no host process visible)"),
 	}
 }
 
