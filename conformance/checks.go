@@ -645,8 +645,16 @@ func cpuLimit(rep *probe.Report) (float64, string) {
 }
 
 func checkCPUBurn(ctx context.Context, s *suite, j *judge) {
+	cpuBurn(ctx, s, j, "q-cpu-burn", func(cores float64, o *outcome, b *probe.BurnResult) (bool, string) {
+		return judgeBurn(cores, o.res.Usage, b)
+	})
+}
+
+// cpuBurn runs a 2 s spinner under a quota of 0.2 cores, requires the
+// phase to see that quota, and judges the burn with judge.
+func cpuBurn(ctx context.Context, s *suite, j *judge, name string, judge func(cores float64, o *outcome, b *probe.BurnResult) (bool, string)) {
 	const cores = 0.2
-	o := s.launch(ctx, j, phase{name: "q-cpu-burn", command: []string{s.env.Probe, "-burn", "2s"}, cpu: cores})
+	o := s.launch(ctx, j, phase{name: name, command: []string{s.env.Probe, "-burn", "2s"}, cpu: cores})
 	if !s.ran(j, o, api.StatusOK) {
 		return
 	}
@@ -657,7 +665,7 @@ func checkCPUBurn(ctx context.Context, s *suite, j *judge) {
 	if got, where := cpuLimit(rep); !j.require(got > cores-0.01 && got < cores+0.01, "the phase sees a CPU limit of %.3g cores (%s), want %g", got, where, cores) {
 		return
 	}
-	ok, detail := judgeBurn(cores, o.res.Usage, rep.Burn)
+	ok, detail := judge(cores, o, rep.Burn)
 	if ok {
 		j.note("%s", detail)
 	} else {

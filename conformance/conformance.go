@@ -48,7 +48,7 @@ import (
 
 // SuiteVersion changes whenever a check is added, removed or judged
 // differently; rows record it.
-const SuiteVersion = "3"
+const SuiteVersion = "4"
 
 // Case says whether a check is legitimate work or an attempt that must be
 // refused.

@@ -125,6 +125,35 @@ func TestJudgeBurn(t *testing.T) {
 	}
 }
 
+// TestJudgeGuestBurn: on the vm backend the burn is judged by the guest
+// cgroup's own counters, not QEMU's host CPU over the whole launch.
+func TestJudgeGuestBurn(t *testing.T) {
+	stat := func(usedMillis, periods, throttled int64) *probe.BurnResult {
+		return &probe.BurnResult{Threads: 1, WallMillis: 2000, CPUStat: "/sys/fs/cgroup/cpu.stat",
+			Before: map[string]int64{"usage_usec": 7000, "nr_periods": 3, "nr_throttled": 1},
+			After:  map[string]int64{"usage_usec": 7000 + usedMillis*1000, "nr_periods": 3 + periods, "nr_throttled": 1 + throttled}}
+	}
+	for _, c := range []struct {
+		name       string
+		burn       *probe.BurnResult
+		wantPassed bool
+	}{
+		{"held to the quota, throttled", stat(410, 20, 20), true},
+		{"within twice the quota, throttled", stat(1050, 20, 12), true},
+		{"no quota: charged the whole burn", stat(1990, 0, 0), false},
+		{"over twice the quota", stat(1200, 20, 20), false},
+		{"within the quota but never throttled", stat(400, 20, 0), false},
+		{"no cpu.stat", &probe.BurnResult{Threads: 1, WallMillis: 2000}, false},
+		{"cpu.stat without usage", &probe.BurnResult{Threads: 1, WallMillis: 2000, CPUStat: "/sys/fs/cgroup/cpu.stat",
+			Before: map[string]int64{"nr_periods": 3}, After: map[string]int64{"nr_periods": 23, "nr_throttled": 20}}, false},
+	} {
+		ok, detail := judgeGuestBurn(0.2, c.burn)
+		if ok != c.wantPassed {
+			t.Errorf("%s: passed=%t: %s", c.name, ok, detail)
+		}
+	}
+}
+
 // TestJudgeMountFills: the budgets are compared with what the probe could
 // write, whatever the mounts are; a read-only mount must refuse.
 func TestJudgeMountFills(t *testing.T) {

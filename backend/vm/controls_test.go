@@ -158,8 +158,10 @@ head -c 64 /proc/timer_list | wc -c > /out/timer_list
 // TestBudgets runs one guest that checks the output bound (within it a
 // write succeeds, past it ENOSPC), the memory bound (a small allocation
 // succeeds, a hog is OOM-killed by the guest's cgroup), the pids bound
-// (a few processes start, a fork past pids.max fails) and the file size
-// limit; the host reads back what the guest's cgroup enforced.
+// (a few processes start, a fork past pids.max fails), the file size
+// limit, and the workload's read-only view of its cgroup (its limits
+// readable, not writable); the host reads back what the guest's cgroup
+// enforced.
 func TestBudgets(t *testing.T) {
 	opts := pins(t)
 	b := newBackend(t, opts)
@@ -177,6 +179,10 @@ name=pids-few ok sh -c 'for i in 1 2 3; do sleep 1 & done; wait'
 name=pids-many ok sh -c 'for i in $(seq 40); do sleep 3 & done; wait'
 name=fsize-small ok dd if=/dev/zero of=/tmp/f bs=1k count=64
 name=fsize-past ok dd if=/dev/zero of=/tmp/f bs=1M count=6
+name=cgroup-read ok sh -c 'cat /sys/fs/cgroup/cpu.max /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max > /out/cgroup'
+name=cgroup-raise ok sh -c 'echo max > /sys/fs/cgroup/memory.max'
+name=cgroup-quota ok sh -c 'echo max > /sys/fs/cgroup/cpu.max'
+name=cgroup-create ok mkdir /sys/fs/cgroup/sub
 cp $r /out/r
 `)
 	s.OutputBytes, s.Pids, s.Memory, s.FileSize, s.CPU = 2<<20, 16, 64<<20, 4<<20, 0.5
@@ -189,6 +195,7 @@ cp $r /out/r
 	for k, want := range map[string]string{
 		"out-small": "ok", "out-past": "refused", "mem-small": "ok", "mem-hog": "refused",
 		"pids-few": "ok", "pids-many": "refused", "fsize-small": "ok", "fsize-past": "refused",
+		"cgroup-read": "ok", "cgroup-raise": "refused", "cgroup-quota": "refused", "cgroup-create": "refused",
 	} {
 		if r[k] != want {
 			t.Errorf("%s: %q, want %s (all: %v)", k, r[k], want, r)
@@ -205,6 +212,11 @@ cp $r /out/r
 	}
 	if ex.Usage.MemoryLimitBytes != 64<<20 || ex.Usage.PidsLimit != 16 {
 		t.Errorf("limits read back %+v, want memory 64 MiB, pids 16", ex.Usage)
+	}
+	// The workload sees its own cgroup's limits, read-only, at
+	// /sys/fs/cgroup, and as uid 0 cannot raise them.
+	if got := strings.Fields(string(files["cgroup"])); !slices.Equal(got, []string{"50000", "100000", strconv.Itoa(64 << 20), "16"}) {
+		t.Errorf("the workload read %q from its cgroup, want cpu.max 50000 100000, memory.max 64 MiB, pids.max 16", files["cgroup"])
 	}
 	// CPU 0.5: the guest's cgroup has the quota, and it holds a burner.
 	if cg := ex.Observation.Cgroup; cg.CPUQuotaMicros != 50000 || cg.CPUPeriodMicros != 100000 {

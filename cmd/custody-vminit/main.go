@@ -48,6 +48,8 @@ const (
 	consoleModule = "virtio_console.ko"
 	newRoot       = "/newroot"
 	cgWork        = "/sys/fs/cgroup/work"
+	// workloadCgroupView is where the workload sees its own cgroup.
+	workloadCgroupView = "/sys/fs/cgroup"
 )
 
 // streams are the frames of the launch's streams: on the early channel,
@@ -135,6 +137,9 @@ func run(s *streams) *guest.Report {
 	}
 	step("root")
 	if err := setupCgroup(&cfg, rep); err != nil {
+		return fail(err)
+	}
+	if err := showOwnCgroup(); err != nil {
 		return fail(err)
 	}
 	step("cgroup")
@@ -442,6 +447,11 @@ func buildRoot(cfg *guest.Config) error {
 	if err := minimalDev(dev, shmBytes); err != nil {
 		return err
 	}
+	// The mount point of the workload's cgroup view, which
+	// showOwnCgroup mounts once the cgroup exists.
+	if _, err := mkdir(workloadCgroupView); err != nil {
+		return err
+	}
 	// The root itself read-only: writes go to /tmp and the output only.
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
 		return fmt.Errorf("read-only root: %w", err)
@@ -590,6 +600,23 @@ func setupCgroup(cfg *guest.Config, rep *guest.Report) error {
 		if err := write(filepath.Join(cgWork, kv[0]), kv[1]); err != nil && kv[0] != "memory.swap.max" {
 			return err
 		}
+	}
+	return nil
+}
+
+// showOwnCgroup binds the workload's cgroup, read-only, at /sys/fs/cgroup
+// in its root, as a container sees its own cgroup: the workload reads the
+// limits it runs under (memory.max, pids.max, cpu.max, cpu.stat) and
+// nothing of the guest's other cgroups. Read-only, and the workload has no
+// capability to remount it, so its limits stay the init's even for uid 0,
+// who owns the files.
+func showOwnCgroup() error {
+	view := filepath.Join(newRoot, workloadCgroupView)
+	if err := unix.Mount(cgWork, view, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("the workload's cgroup view: %w", err)
+	}
+	if err := unix.Mount("", view, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("the workload's cgroup view read-only: %w", err)
 	}
 	return nil
 }
