@@ -249,6 +249,10 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 	a.plan = plan
 	a.engine()
 	a.unmodelled("pack", *p)
+	if p.Version != "" {
+		a.add(Check{Requirement: "version", Verdict: Chosen, Code: "obsolete-ignored",
+			Detail: fmt.Sprintf("version %q is obsolete and ignored, as compose ignores it", p.Version)})
+	}
 	if len(p.Services) > pa.Ceilings.Services {
 		a.add(Check{Requirement: "pack.services", Verdict: NotGranted, Code: "too-many-services",
 			Detail: fmt.Sprintf("%d services, the policy allows at most %d", len(p.Services), pa.Ceilings.Services),
@@ -342,7 +346,7 @@ func (a *packAdmitter) engine() {
 // field not listed is refused, so a setting the model gains is never
 // silently admitted before admission learns it.
 var modelled = map[reflect.Type][]string{
-	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Services", "Networks", "Volumes", "Secrets"},
+	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
 		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent",

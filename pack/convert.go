@@ -22,19 +22,22 @@ const ReservedLabelPrefix = "dev.custody."
 // has already refused every key custody does not model; this refuses the
 // values that a modelled key can carry inside a string (short syntax) or
 // that compose-go fills in on its own.
-func convert(project *types.Project, dir string, fixtures map[string]string) (*Pack, error) {
+func convert(project *types.Project, dir string, fixtures map[string]string) (*Pack, []error) {
 	p := &Pack{}
+	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(project.Networks)) {
 		n := project.Networks[name]
 		if n.Driver != "" && n.Driver != "bridge" {
-			return nil, &ValueError{Path: "networks." + name + ".driver", Value: n.Driver, Reason: "only bridge networks are modelled", Fix: "use driver: bridge or omit it"}
+			errs = append(errs, &ValueError{Path: "networks." + name + ".driver", Value: n.Driver, Reason: "only bridge networks are modelled", Fix: "use driver: bridge or omit it"})
+			continue
 		}
 		p.Networks = append(p.Networks, Network{Name: name, Internal: n.Internal, Driver: n.Driver, External: bool(n.External)})
 	}
 	for _, name := range slices.Sorted(maps.Keys(project.Volumes)) {
 		v := project.Volumes[name]
 		if v.Driver != "" && v.Driver != "local" {
-			return nil, &ValueError{Path: "volumes." + name + ".driver", Value: v.Driver, Reason: "only local volumes are modelled (a volume plugin is engine authority)", Fix: "use driver: local or omit it"}
+			errs = append(errs, &ValueError{Path: "volumes." + name + ".driver", Value: v.Driver, Reason: "only local volumes are modelled (a volume plugin is engine authority)", Fix: "use driver: local or omit it"})
+			continue
 		}
 		p.Volumes = append(p.Volumes, Volume{Name: name, Driver: v.Driver, External: bool(v.External)})
 	}
@@ -43,23 +46,25 @@ func convert(project *types.Project, dir string, fixtures map[string]string) (*P
 		content, isFixture := fixtures[name]
 		s, err := convertSecret(name, sc, content, isFixture)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		p.Secrets = append(p.Secrets, s)
 	}
 	if len(project.DisabledServices) > 0 {
 		// Profiles are refused by the allowlist, so nothing can be
 		// disabled; if something is, a service would silently vanish.
-		return nil, &ValueError{Path: "services", Reason: "compose-go disabled services", Fix: "remove profiles"}
+		errs = append(errs, &ValueError{Path: "services", Reason: "compose-go disabled services", Fix: "remove profiles"})
 	}
 	for _, name := range slices.Sorted(maps.Keys(project.Services)) {
 		s, err := convertService(name, project.Services[name], dir)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		p.Services = append(p.Services, s)
 	}
-	return p, nil
+	return p, errs
 }
 
 var credentialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -126,7 +131,7 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		out.Labels = map[string]string{}
 		for k, v := range s.Labels {
 			if strings.HasPrefix(strings.ToLower(k), ReservedLabelPrefix) {
-				return Service{}, &ValueError{Path: path + ".labels", Value: k, Reason: "labels under " + ReservedLabelPrefix + " are custody's ownership labels and a pack may not set them (P4)", Fix: "use another label prefix"}
+				return Service{}, &ValueError{Path: path + ".labels", Value: k, Code: "reserved-label", Reason: "labels under " + ReservedLabelPrefix + " are custody's ownership labels and a pack may not set them (P4)", Fix: "use another label prefix"}
 			}
 			out.Labels[k] = v
 		}

@@ -283,7 +283,6 @@ func TestUnmodelledRefused(t *testing.T) {
 	for _, tc := range []struct{ name, doc, path, key string }{
 		{"top-level x-", "name: t\nx-unknown: 1\nservices: {s: {image: b}}\n", "", "x-unknown"},
 		{"service x-", svc("    x-unknown: 1\n"), "services.s", "x-unknown"},
-		{"version", "version: \"3.8\"\nname: t\nservices: {s: {image: b}}\n", "", "version"},
 		{"include", "name: t\ninclude: [../other.yaml]\nservices: {s: {image: b}}\n", "", "include"},
 		{"configs", "name: t\nconfigs: {c: {file: ./c}}\nservices: {s: {image: b}}\n", "", "configs"},
 		{"extends", svc("    extends: {file: /etc/compose.yaml, service: x}\n"), "services.s", "extends"},

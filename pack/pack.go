@@ -12,7 +12,10 @@ type Pack struct {
 	// It names nothing native: custody's workspace id does.
 	Project string
 	// Digest is the lowercase hex SHA-256 of the file's bytes.
-	Digest   string
+	Digest string
+	// Version is the obsolete top-level version: as written, kept only so
+	// that admission notes it was ignored, as compose ignores it.
+	Version  string
 	Services []Service
 	Networks []Network
 	Volumes  []Volume

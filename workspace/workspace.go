@@ -321,7 +321,7 @@ func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor stri
 	}
 	p, err := pack.Load(ctx, compose, dir)
 	if err != nil {
-		return nil, nil, nil, "", err
+		return nil, nil, nil, "", admission.PackFileRefusal(err)
 	}
 	eng, err := m.profile(ctx)
 	if err != nil {
