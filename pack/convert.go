@@ -54,7 +54,7 @@ func convert(project *types.Project, dir string, fixtures map[string]string) (*P
 	if len(project.DisabledServices) > 0 {
 		// Profiles are refused by the allowlist, so nothing can be
 		// disabled; if something is, a service would silently vanish.
-		errs = append(errs, &ValueError{Path: "services", Reason: "compose-go disabled services", Fix: "remove profiles"})
+		errs = append(errs, &ValueError{Path: "services", Reason: "the compose loader disabled services, which would silently vanish", Fix: "remove profiles"})
 	}
 	for _, name := range slices.Sorted(maps.Keys(project.Services)) {
 		s, err := convertService(name, project.Services[name], dir)

@@ -17,7 +17,7 @@ var ErrTooLarge = errors.New("pack over a size limit")
 // ErrLoaderPanic is wrapped when compose-go panicked on the input. Load
 // refuses the pack instead of crashing; the fuzz target treats it as a bug
 // to fix with an earlier, explicit refusal.
-var ErrLoaderPanic = errors.New("compose-go panicked")
+var ErrLoaderPanic = errors.New("the compose loader failed on this input")
 
 // UnmodelledError is a compose key custody does not model. Custody refuses
 // it rather than dropping it, because compose itself silently drops keys it

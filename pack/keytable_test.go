@@ -175,3 +175,29 @@ func TestVersionNoted(t *testing.T) {
 		t.Fatalf("version changed the pack:\n%+v\n%+v", with, without)
 	}
 }
+
+// TestRefusalsSpeakToOperators: what the compose loader itself refuses is
+// a named requirement too, and no refusal names a library or an issue.
+func TestRefusalsSpeakToOperators(t *testing.T) {
+	for _, doc := range []string{
+		"name: t\nservices: {s: {image: b, ports: [{target: abc}]}}\n",
+		"name: t\nservices: {s: {image: b, depends_on: [nope]}}\n",
+		"name: t\nservices: {s: {image: b, cap_add: [NOT_A_CAP]}}\n",
+	} {
+		_, err := pack.Load(context.Background(), []byte(doc), packDir)
+		var re *pack.RefusedError
+		if !errors.As(err, &re) {
+			t.Fatalf("%q: %T %v, want a *RefusedError", doc, err, err)
+		}
+		for _, r := range re.Refusals() {
+			if r.Code == "" || r.Reason == "" || r.Fix == "" {
+				t.Errorf("%q: %+v lacks a code, reason or fix", doc, r)
+			}
+			for _, leak := range []string{"compose-go", "issue ", "package "} {
+				if strings.Contains(r.Reason+r.Fix, leak) {
+					t.Errorf("%q: refusal speaks of %q: %+v", doc, leak, r)
+				}
+			}
+		}
+	}
+}

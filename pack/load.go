@@ -121,7 +121,7 @@ func load(ctx context.Context, data []byte, dir string, w *walker) (*Pack, error
 		if errors.Is(err, ErrLoaderPanic) || ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("pack: compose-go: %w (%w)", err, ErrInvalid)
+		return nil, fmt.Errorf("pack: the compose specification: %w (%w)", err, ErrInvalid)
 	}
 	sum := sha256.Sum256(data)
 	p, errs := convert(project, dir, fixtures)
@@ -158,7 +158,7 @@ func (w *walker) line(path string) int {
 func composeLoad(ctx context.Context, details types.ConfigDetails, opts func(*loader.Options)) (project *types.Project, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			project, err = nil, fmt.Errorf("pack: compose-go panicked on this input (%v): %w (%w); simplify the file", r, ErrLoaderPanic, ErrInvalid)
+			project, err = nil, fmt.Errorf("pack: %w (%v): %w; simplify the file", ErrLoaderPanic, r, ErrInvalid)
 		}
 	}()
 	return loader.LoadWithContext(ctx, details, opts)
