@@ -349,7 +349,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -391,6 +391,10 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 		Environment: slices.Clone(s.Environment), User: s.User, WorkingDir: s.WorkingDir, Hostname: s.Hostname,
 		Privileged: s.Privileged, ReadOnly: s.ReadOnly, Systemd: s.Systemd, StopSignal: s.StopSignal,
 		Cgroup: s.Cgroup, Resources: res,
+	}
+	if len(s.Expose) > 0 {
+		a.add(Check{Requirement: w + ".expose", Verdict: Granted, Code: "expose-in-world",
+			Detail: strings.Join(s.Expose, ", ") + ": reachable by the pack's services on its networks and published on no host address, as expose means; it asks the engine for nothing"})
 	}
 	ps.Image, ps.ImageDigest, ps.Build = a.image(w, s)
 	a.add(Check{Requirement: w + ".container_name", Verdict: Chosen, Code: "name-chosen",

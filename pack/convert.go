@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -125,6 +126,9 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		}
 	}
 	if out.Environment, err = literalPairs(path+".environment", s.Environment); err != nil {
+		return Service{}, err
+	}
+	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
 		return Service{}, err
 	}
 	if len(s.Labels) > 0 {
@@ -458,4 +462,20 @@ func convertResources(path string, s types.ServiceConfig) (Resources, error) {
 func cpus(f float32) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(f), 'f', -1, 32), 64)
 	return v
+}
+
+// convertExpose normalizes expose: entries to PORT/PROTO.
+func convertExpose(path string, in []string) ([]string, error) {
+	var out []string
+	for i, e := range in {
+		port, proto, _ := strings.Cut(e, "/")
+		proto = cmp.Or(proto, "tcp")
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 || (proto != "tcp" && proto != "udp") {
+			return nil, &ValueError{Path: fmt.Sprintf("%s[%d]", path, i), Value: e, Reason: "not a port", Fix: "write PORT or PORT/tcp or PORT/udp, PORT in 1-65535"}
+		}
+		out = append(out, fmt.Sprintf("%d/%s", n, proto))
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

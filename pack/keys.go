@@ -20,14 +20,15 @@ import (
 // Requirement where it asks for authority); see Requirements.
 //
 //	level               modelled keys
-//	top level           name (required), services, networks, volumes, secrets
+//	top level           name (required), version (noted, ignored),
+//	                    services, networks, volumes, secrets
 //	service             image, build, command, entrypoint, environment, user,
 //	                    working_dir, hostname, labels, depends_on, networks,
 //	                    ports, volumes, tmpfs, secrets, privileged, cap_add,
 //	                    cap_drop, devices, network_mode, pid, ipc, uts,
 //	                    userns_mode, security_opt, sysctls, cgroup_parent,
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
-//	                    cpus, pids_limit, deploy, x-custody-systemd
+//	                    cpus, pids_limit, deploy, expose, x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -43,12 +44,12 @@ import (
 //	secret              file, content, x-custody-credential
 //	                    (environment is read only to refuse it, P5)
 //
-// Refused as unmodelled, among everything else, and why:
+// Refused as unmodelled, among everything else (KeyTable gives each
+// refused key its reason; this is the summary):
 //   - include, extends, env_file, label_file: they read other files or the
 //     caller's environment; a pack is one self-contained file.
 //   - profiles: refused rather than ignored, so the services a pack brings
 //     up never depend on flags outside the file.
-//   - version: obsolete; compose ignores it, and custody ignores nothing.
 //   - configs, models, jobs, any x-* except the two above: not modelled yet.
 //   - use_api_socket, volumes_from, external_links, links, container_name,
 //     scale, init, runtime, platform, pull_policy, healthcheck, logging,
@@ -156,7 +157,8 @@ func topSpec() *spec {
 			"type": s(), "source": {scalar: true, check: noHome}, "target": s(), "read_only": s(),
 			"tmpfs": keysOf(map[string]*spec{"size": s()}),
 		}}),
-		"tmpfs": listOrScalar(),
+		"tmpfs":  listOrScalar(),
+		"expose": listOf(&spec{scalar: true, check: noPortRange}),
 		"secrets": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
 			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
 		}}),

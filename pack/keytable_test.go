@@ -201,3 +201,22 @@ func TestRefusalsSpeakToOperators(t *testing.T) {
 		}
 	}
 }
+
+// TestExposeForms: expose: in its short and numeric forms is realized and
+// normalized; a range or a value that is not a port is refused by path.
+func TestExposeForms(t *testing.T) {
+	p, err := pack.Load(context.Background(), []byte("name: t\nservices: {s: {image: b, expose: [9090/udp, 8080, \"8080/tcp\"]}}\n"), packDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Services[0].Expose; !reflect.DeepEqual(got, []string{"8080/tcp", "9090/udp"}) {
+		t.Fatalf("expose %q", got)
+	}
+	for v, path := range map[string]string{"[8080-8090]": "services.s.expose[0]", "[80, http]": "services.s.expose[1]", "[80/sctp]": "services.s.expose[0]"} {
+		_, err := pack.Load(context.Background(), []byte("name: t\nservices: {s: {image: b, expose: "+v+"}}\n"), packDir)
+		var re *pack.RefusedError
+		if !errors.As(err, &re) || len(re.Refusals()) != 1 || re.Refusals()[0].Path != path {
+			t.Errorf("expose %s: %v, want one refusal at %s", v, err, path)
+		}
+	}
+}

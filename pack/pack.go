@@ -83,6 +83,10 @@ type Service struct {
 	Systemd bool
 	// StopSignal as written, e.g. "SIGRTMIN+3".
 	StopSignal string
+	// Expose is the service's expose: ports ("8080/tcp"), sorted. It asks
+	// for nothing: a pack's services reach each other's ports on its
+	// networks without it, and an exposed port is published nowhere.
+	Expose []string
 }
 
 // Build is a service's build: section.
