@@ -92,6 +92,7 @@ type PlanService struct {
 	WorkingDir  string            `json:"workingDir,omitempty"`
 	Hostname    string            `json:"hostname,omitempty"`
 	Networks    []string          `json:"networks,omitempty"`
+	Aliases     []string          `json:"aliases,omitempty"` // container_name, on every network; absent before
 	NetworkMode string            `json:"networkMode,omitempty"`
 	PID         string            `json:"pid,omitempty"`
 	IPC         string            `json:"ipc,omitempty"`
@@ -349,7 +350,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -424,6 +425,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.Labels = a.labels(w, s)
 	ps.DependsOn = a.dependsOn(w, s)
 	ps.Networks = a.serviceNetworks(w, s)
+	ps.Aliases = a.containerName(w, s, ps.Networks)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1367,4 +1369,36 @@ func (a *packAdmitter) portIP(req string, pp *PlanPort) bool {
 // cleanPath reports whether p is an absolute, clean path without NUL.
 func cleanPath(p string) bool {
 	return strings.HasPrefix(p, "/") && !strings.ContainsRune(p, 0) && path.Clean(p) == p
+}
+
+// containerName realizes container_name: as a network alias of the
+// service on its pack networks. The container's engine name stays
+// custody's, which proves ownership; the alias must not answer for
+// another service, and a service on no pack network has nowhere to hold it.
+func (a *packAdmitter) containerName(w string, s *pack.Service, networks []string) []string {
+	n := s.ContainerName
+	if n == "" {
+		return nil
+	}
+	req := w + ".container_name"
+	if len(networks) == 0 {
+		a.add(Check{Requirement: req, Verdict: Unsupported, Code: "container-name-no-network",
+			Detail: fmt.Sprintf("%q would be a network alias, and the service is on no pack network; custody names containers itself to prove ownership", n),
+			Fix:    "attach the service to a pack network, or remove container_name"})
+		return nil
+	}
+	for _, o := range a.p.Services {
+		if o.Name == s.Name {
+			continue
+		}
+		if strings.EqualFold(o.Name, n) || strings.EqualFold(o.ContainerName, n) {
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "container-name-taken",
+				Detail: fmt.Sprintf("%q is also the name of service %s, so one name would answer for two services", n, o.Name),
+				Fix:    "give each service a container_name no other service uses as its name or container_name"})
+			return nil
+		}
+	}
+	a.add(Check{Requirement: req, Verdict: Granted, Code: "container-name-alias",
+		Detail: fmt.Sprintf("%q answers for this service on its networks (%s); the engine's container name stays custody's", n, strings.Join(networks, ", "))})
+	return []string{n}
 }

@@ -55,8 +55,10 @@ type PackContainer struct {
 	WorkingDir string
 	Hostname   string
 	// Networks are the pack's names of the networks it joins; Aliases on
-	// each are the service name, so services find each other.
+	// each are the service name, so services find each other, and the
+	// further names in Aliases (its container_name).
 	Networks    []string
+	Aliases     []string
 	Ports       []PackPort
 	Mounts      []PackMount
 	Privileged  bool

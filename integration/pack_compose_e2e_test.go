@@ -44,7 +44,7 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 	if code != exitRefused || json.Unmarshal([]byte(out), &adm) != nil || adm.Admitted {
 		t.Fatalf("admit: exit %d, want %d with a refusal\nstdout: %s\nstderr: %s", code, exitRefused, out, errs)
 	}
-	want := []string{"services.web.container_name", "services.web.healthcheck", "services.web.frobnicate",
+	want := []string{"services.web.healthcheck", "services.web.frobnicate",
 		"services.web.labels", "services.db.platform", "services.db.x-notes", "services.db.ports[0]", "name"}
 	var got []string
 	for _, c := range adm.Checks {
@@ -76,7 +76,7 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 	}
 	// grant issue refuses exactly the same, naming every requirement.
 	code, _, errs = e.pack("grant", "issue", compose, "--actor", "range-op")
-	if code != exitRefused || !strings.Contains(errs, "services.web.container_name") || !strings.Contains(errs, "services.db.platform") {
+	if code != exitRefused || !strings.Contains(errs, "services.web.healthcheck") || !strings.Contains(errs, "services.db.platform") {
 		t.Errorf("grant issue: exit %d\n%s", code, errs)
 	}
 	// version: is obsolete: accepted, as compose accepts it, and noted.

@@ -128,6 +128,7 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 	if out.Environment, err = literalPairs(path+".environment", s.Environment); err != nil {
 		return Service{}, err
 	}
+	out.ContainerName = s.ContainerName
 	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
 		return Service{}, err
 	}

@@ -3,6 +3,7 @@ package pack
 import (
 	"cmp"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -28,7 +29,8 @@ import (
 //	                    cap_drop, devices, network_mode, pid, ipc, uts,
 //	                    userns_mode, security_opt, sysctls, cgroup_parent,
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
-//	                    cpus, pids_limit, deploy, expose, x-custody-systemd
+//	                    cpus, pids_limit, deploy, expose, container_name,
+//	                    x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -157,8 +159,9 @@ func topSpec() *spec {
 			"type": s(), "source": {scalar: true, check: noHome}, "target": s(), "read_only": s(),
 			"tmpfs": keysOf(map[string]*spec{"size": s()}),
 		}}),
-		"tmpfs":  listOrScalar(),
-		"expose": listOf(&spec{scalar: true, check: noPortRange}),
+		"tmpfs":          listOrScalar(),
+		"expose":         listOf(&spec{scalar: true, check: noPortRange}),
+		"container_name": {scalar: true, str: true, check: containerName},
 		"secrets": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
 			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
 		}}),
@@ -204,6 +207,17 @@ const (
 	extSystemd    = "x-custody-systemd"
 	extCredential = "x-custody-credential"
 )
+
+var containerNameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// containerName vets container_name:, which becomes a network alias.
+func containerName(path, v string) error {
+	if !containerNameRe.MatchString(v) {
+		return &ValueError{Path: path, Value: v, Reason: "not a container name that can serve as a network alias",
+			Fix: "use letters, digits, '_', '.' and '-' (at most 63), starting with a letter or digit"}
+	}
+	return nil
+}
 
 // reservedLabel refuses a label under custody's ownership prefix (P4).
 func reservedLabel(path, key string) error {

@@ -290,7 +290,7 @@ func TestUnmodelledRefused(t *testing.T) {
 		{"env_file", svc("    env_file: .env\n"), "services.s", "env_file"},
 		{"use_api_socket", svc("    use_api_socket: true\n"), "services.s", "use_api_socket"},
 		{"volumes_from", svc("    volumes_from: [other]\n"), "services.s", "volumes_from"},
-		{"container_name", svc("    container_name: fixed\n"), "services.s", "container_name"},
+		{"domainname", svc("    domainname: example.org\n"), "services.s", "domainname"},
 		{"healthcheck", svc("    healthcheck: {test: [CMD, \"true\"]}\n"), "services.s", "healthcheck"},
 		{"deploy.placement", svc("    deploy:\n      placement: {constraints: [node.role==manager]}\n"), "services.s.deploy", "placement"},
 		{"deploy.replicas", svc("    deploy: {replicas: 3}\n"), "services.s.deploy", "replicas"},

@@ -87,6 +87,10 @@ type Service struct {
 	// for nothing: a pack's services reach each other's ports on its
 	// networks without it, and an exposed port is published nowhere.
 	Expose []string
+	// ContainerName is container_name: as written. Custody names
+	// containers itself (ownership, P4); this name becomes an alias of
+	// the service on the pack's networks.
+	ContainerName string
 }
 
 // Build is a service's build: section.
