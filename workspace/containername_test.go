@@ -11,21 +11,7 @@ import (
 )
 
 // namedPack gives web a container_name, as the public samples do.
-const namedPack = `name: named
-services:
-  web:
-    image: custody-test/busybox:latest
-    container_name: legacy-web
-    command: ["sh", "-c", "trap 'exit 0' TERM; nc -ll -p 8080 -e echo web-ok & wait"]
-    networks: [front]
-  client:
-    image: custody-test/busybox:latest
-    command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
-    networks: [front]
-networks:
-  front:
-    internal: true
-`
+var namedPack = webClientPack("named", "    container_name: legacy-web\n")
 
 // TestContainerNameAlias: container_name is realized as a network alias:
 // the other services reach the service by that name, and the engine's

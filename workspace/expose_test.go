@@ -8,14 +8,15 @@ import (
 	"github.com/custody-dev/custody/workspace"
 )
 
-// exposePack exposes web's port, as the public samples do, in both forms.
-const exposePack = `name: exposed
+// webClientPack is web, listening on 8080, and client, on one internal
+// network; webKeys are further keys of web (indented four spaces).
+func webClientPack(name, webKeys string) string {
+	return "name: " + name + `
 services:
   web:
     image: custody-test/busybox:latest
     command: ["sh", "-c", "trap 'exit 0' TERM; nc -ll -p 8080 -e echo web-ok & wait"]
-    expose: ["8080", 9090/udp]
-    networks: [front]
+` + webKeys + `    networks: [front]
   client:
     image: custody-test/busybox:latest
     command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
@@ -24,6 +25,10 @@ networks:
   front:
     internal: true
 `
+}
+
+// exposePack exposes web's port, as the public samples do, in both forms.
+var exposePack = webClientPack("exposed", "    expose: [\"8080\", 9090/udp]\n")
 
 // TestExposeInWorld: expose: keeps its compose meaning. The port is
 // reachable by the pack's services on its network, and published on no
