@@ -111,6 +111,7 @@ type PlanService struct {
 	ReadOnly    bool              `json:"readOnly"`
 	StopSignal  string            `json:"stopSignal,omitempty"`
 	Systemd     bool              `json:"systemd"`
+	Init        bool              `json:"init,omitempty"` // the engine's init as PID 1; absent before
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -350,7 +351,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -426,6 +427,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.DependsOn = a.dependsOn(w, s)
 	ps.Networks = a.serviceNetworks(w, s)
 	ps.Aliases = a.containerName(w, s, ps.Networks)
+	ps.Init = a.init(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1401,4 +1403,22 @@ func (a *packAdmitter) containerName(w string, s *pack.Service, networks []strin
 	a.add(Check{Requirement: req, Verdict: Granted, Code: "container-name-alias",
 		Detail: fmt.Sprintf("%q answers for this service on its networks (%s); the engine's container name stays custody's", n, strings.Join(networks, ", "))})
 	return []string{n}
+}
+
+// init realizes init: true: the engine's minimal init runs as PID 1 and
+// starts the service's command. It asks for no authority; with the
+// systemd authority it is refused, since systemd must be PID 1 itself.
+func (a *packAdmitter) init(w string, s *pack.Service) bool {
+	if !s.Init {
+		return false
+	}
+	if s.Systemd {
+		a.add(Check{Requirement: w + ".init", Verdict: Unsupported, Code: "init-with-systemd",
+			Detail: "systemd must be the container's PID 1, and init: true would put the engine's init there",
+			Fix:    "remove init, or remove x-custody-systemd"})
+		return false
+	}
+	a.add(Check{Requirement: w + ".init", Verdict: Granted, Code: "init-process",
+		Detail: "the engine's minimal init runs as PID 1, reaping zombies and forwarding signals to the service's command"})
+	return true
 }

@@ -69,6 +69,7 @@ type PackContainer struct {
 	Sysctls     map[string]string
 	ReadOnly    bool
 	StopSignal  string
+	Init        bool // the engine's init as PID 1
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

@@ -129,6 +129,7 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		return Service{}, err
 	}
 	out.ContainerName = s.ContainerName
+	out.Init = s.Init != nil && *s.Init
 	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
 		return Service{}, err
 	}

@@ -91,6 +91,9 @@ type Service struct {
 	// containers itself (ownership, P4); this name becomes an alias of
 	// the service on the pack's networks.
 	ContainerName string
+	// Init runs the engine's minimal init as the container's PID 1
+	// (init: true), which reaps zombies and forwards signals.
+	Init bool
 }
 
 // Build is a service's build: section.

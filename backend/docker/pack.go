@@ -206,6 +206,10 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		// the operator's down, never restarted behind custody's back.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
+	if c.Init {
+		// Only when asked: nil leaves the engine's default, as compose does.
+		host.Init = &c.Init
+	}
 	if c.PidsLimit > 0 {
 		pl := c.PidsLimit
 		host.Resources.PidsLimit = &pl
