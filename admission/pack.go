@@ -111,7 +111,8 @@ type PlanService struct {
 	ReadOnly    bool              `json:"readOnly"`
 	StopSignal  string            `json:"stopSignal,omitempty"`
 	Systemd     bool              `json:"systemd"`
-	Init        bool              `json:"init,omitempty"` // the engine's init as PID 1; absent before
+	Init        bool              `json:"init,omitempty"`     // the engine's init as PID 1; absent before
+	ShmBytes    int64             `json:"shmBytes,omitempty"` // the size of /dev/shm; absent before
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -351,7 +352,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -428,6 +429,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.Networks = a.serviceNetworks(w, s)
 	ps.Aliases = a.containerName(w, s, ps.Networks)
 	ps.Init = a.init(w, s)
+	ps.ShmBytes = a.shm(w, s, res)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1421,4 +1423,21 @@ func (a *packAdmitter) init(w string, s *pack.Service) bool {
 	a.add(Check{Requirement: w + ".init", Verdict: Granted, Code: "init-process",
 		Detail: "the engine's minimal init runs as PID 1, reaping zombies and forwarding signals to the service's command"})
 	return true
+}
+
+// shm realizes shm_size within the memory budget: /dev/shm is memory, so
+// like a tmpfs it may not exceed the service's memory.
+func (a *packAdmitter) shm(w string, s *pack.Service, res PlanResources) int64 {
+	if s.ShmBytes == 0 {
+		return 0
+	}
+	if s.ShmBytes > res.MemoryBytes {
+		a.add(Check{Requirement: w + ".shm_size", Verdict: NotGranted, Code: "shm-too-large",
+			Detail: fmt.Sprintf("/dev/shm of %d bytes exceeds the service's memory %d", s.ShmBytes, res.MemoryBytes),
+			Fix:    "ask for a smaller shm_size, or more memory for the service"})
+		return 0
+	}
+	a.add(Check{Requirement: w + ".shm_size", Verdict: Granted, Code: "shm-size",
+		Detail: fmt.Sprintf("/dev/shm of %d bytes, within the service's memory %d", s.ShmBytes, res.MemoryBytes)})
+	return s.ShmBytes
 }

@@ -69,7 +69,8 @@ type PackContainer struct {
 	Sysctls     map[string]string
 	ReadOnly    bool
 	StopSignal  string
-	Init        bool // the engine's init as PID 1
+	Init        bool  // the engine's init as PID 1
+	ShmBytes    int64 // the size of /dev/shm; 0 is the engine's
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

@@ -130,6 +130,9 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 	}
 	out.ContainerName = s.ContainerName
 	out.Init = s.Init != nil && *s.Init
+	if out.ShmBytes = int64(s.ShmSize); out.ShmBytes < 0 {
+		return Service{}, &ValueError{Path: path + ".shm_size", Value: strconv.FormatInt(out.ShmBytes, 10), Reason: "a negative size (unlimited) is not modelled", Fix: "write a size such as 64m"}
+	}
 	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
 		return Service{}, err
 	}

@@ -30,7 +30,7 @@ import (
 //	                    userns_mode, security_opt, sysctls, cgroup_parent,
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
-//	                    init, x-custody-systemd
+//	                    init, shm_size, x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -163,6 +163,7 @@ func topSpec() *spec {
 		"expose":         listOf(&spec{scalar: true, check: noPortRange}),
 		"container_name": {scalar: true, str: true, check: containerName},
 		"init":           s(),
+		"shm_size":       s(),
 		"secrets": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
 			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
 		}}),

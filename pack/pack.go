@@ -94,6 +94,8 @@ type Service struct {
 	// Init runs the engine's minimal init as the container's PID 1
 	// (init: true), which reaps zombies and forwards signals.
 	Init bool
+	// ShmBytes is shm_size: the size of /dev/shm (0: the engine's).
+	ShmBytes int64
 }
 
 // Build is a service's build: section.

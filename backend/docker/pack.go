@@ -206,6 +206,9 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		// the operator's down, never restarted behind custody's back.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 	}
+	if c.ShmBytes > 0 {
+		host.ShmSize = c.ShmBytes
+	}
 	if c.Init {
 		// Only when asked: nil leaves the engine's default, as compose does.
 		host.Init = &c.Init
