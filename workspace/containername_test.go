@@ -1,12 +1,10 @@
 package workspace_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -54,15 +52,7 @@ func TestContainerNameRefused(t *testing.T) {
 		"no network":             {strings.Replace(namedPack, "    networks: [front]\n  client", "    network_mode: none\n  client", 1), "container-name-no-network"},
 	} {
 		_, err := e.m.Admit(ctx, []byte(c.doc), e.dir, actor)
-		var re *admission.RefusedError
-		if !errors.As(err, &re) {
-			t.Fatalf("%s: %v, want a refusal", name, err)
-		}
-		found := false
-		for _, ch := range re.Checks {
-			found = found || (ch.Requirement == "services.web.container_name" && ch.Code == c.code && ch.Fix != "")
-		}
-		if !found {
+		if !refusedAs(err, "services.web.container_name", c.code) {
 			t.Errorf("%s: %v, want services.web.container_name refused as %s", name, err, c.code)
 		}
 	}

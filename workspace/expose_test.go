@@ -1,10 +1,13 @@
 package workspace_test
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -25,6 +28,18 @@ networks:
   front:
     internal: true
 `
+}
+
+// refusedAs reports whether err is an admission refusal that refuses req
+// with code, and a fix.
+func refusedAs(err error, req, code string) bool {
+	var re *admission.RefusedError
+	if !errors.As(err, &re) {
+		return false
+	}
+	return slices.ContainsFunc(re.Checks, func(c admission.Check) bool {
+		return c.Requirement == req && c.Code == code && c.Fix != ""
+	})
 }
 
 // exposePack exposes web's port, as the public samples do, in both forms.

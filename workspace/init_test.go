@@ -1,12 +1,10 @@
 package workspace_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -38,14 +36,7 @@ func TestInitProcess(t *testing.T) {
 	}
 
 	_, err = e.m.Admit(ctx, []byte(webClientPack("initsd", "    init: true\n    x-custody-systemd: true\n")), e.dir, actor)
-	var re *admission.RefusedError
-	found := false
-	if errors.As(err, &re) {
-		for _, c := range re.Checks {
-			found = found || (c.Requirement == "services.web.init" && c.Code == "init-with-systemd")
-		}
-	}
-	if !found {
+	if !refusedAs(err, "services.web.init", "init-with-systemd") {
 		t.Errorf("init with systemd: %v, want services.web.init refused as init-with-systemd", err)
 	}
 }

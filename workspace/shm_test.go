@@ -1,12 +1,10 @@
 package workspace_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -30,14 +28,7 @@ func TestShmSize(t *testing.T) {
 	}
 
 	_, err = e.m.Admit(ctx, []byte(webClientPack("shmbig", "    shm_size: 64m\n    mem_limit: 32m\n")), e.dir, actor)
-	var re *admission.RefusedError
-	found := false
-	if errors.As(err, &re) {
-		for _, c := range re.Checks {
-			found = found || (c.Requirement == "services.web.shm_size" && c.Code == "shm-too-large" && c.Fix != "")
-		}
-	}
-	if !found {
+	if !refusedAs(err, "services.web.shm_size", "shm-too-large") {
 		t.Errorf("shm_size over the memory: %v, want services.web.shm_size refused as shm-too-large", err)
 	}
 }
