@@ -252,10 +252,11 @@ install: build
 
 # The generated references: a page per command (from the CLI's command
 # tree), custodyd's (from the daemon's flag set) and one per input format
-# (from its JSON Schema). go test ./cmd/custody/ fails while they are out
-# of date.
+# (from its JSON Schema), and the compose key table of packs. go test
+# ./cmd/custody/ ./pack/ fails while they are out of date.
 docs: bin/custody
 	bin/custody docs --markdown docs/reference/commands --schemas docs/reference/schemas
+	go run ./pack/keydoc docs/reference/compose-keys.md
 
 clean:
 	rm -rf bin $(BUILD)

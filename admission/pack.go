@@ -92,6 +92,7 @@ type PlanService struct {
 	WorkingDir  string            `json:"workingDir,omitempty"`
 	Hostname    string            `json:"hostname,omitempty"`
 	Networks    []string          `json:"networks,omitempty"`
+	Aliases     []string          `json:"aliases,omitempty"` // container_name, on every network; absent before
 	NetworkMode string            `json:"networkMode,omitempty"`
 	PID         string            `json:"pid,omitempty"`
 	IPC         string            `json:"ipc,omitempty"`
@@ -110,6 +111,8 @@ type PlanService struct {
 	ReadOnly    bool              `json:"readOnly"`
 	StopSignal  string            `json:"stopSignal,omitempty"`
 	Systemd     bool              `json:"systemd"`
+	Init        bool              `json:"init,omitempty"`     // the engine's init as PID 1; absent before
+	ShmBytes    int64             `json:"shmBytes,omitempty"` // the size of /dev/shm; absent before
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -249,6 +252,10 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 	a.plan = plan
 	a.engine()
 	a.unmodelled("pack", *p)
+	if p.Version != "" {
+		a.add(Check{Requirement: "version", Verdict: Chosen, Code: "obsolete-ignored",
+			Detail: fmt.Sprintf("version %q is obsolete and ignored, as compose ignores it", p.Version)})
+	}
 	if len(p.Services) > pa.Ceilings.Services {
 		a.add(Check{Requirement: "pack.services", Verdict: NotGranted, Code: "too-many-services",
 			Detail: fmt.Sprintf("%d services, the policy allows at most %d", len(p.Services), pa.Ceilings.Services),
@@ -342,10 +349,10 @@ func (a *packAdmitter) engine() {
 // field not listed is refused, so a setting the model gains is never
 // silently admitted before admission learns it.
 var modelled = map[reflect.Type][]string{
-	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Services", "Networks", "Volumes", "Secrets"},
+	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -388,6 +395,10 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 		Privileged: s.Privileged, ReadOnly: s.ReadOnly, Systemd: s.Systemd, StopSignal: s.StopSignal,
 		Cgroup: s.Cgroup, Resources: res,
 	}
+	if len(s.Expose) > 0 {
+		a.add(Check{Requirement: w + ".expose", Verdict: Granted, Code: "expose-in-world",
+			Detail: strings.Join(s.Expose, ", ") + ": reachable by the pack's services on its networks and published on no host address, as expose means; it asks the engine for nothing"})
+	}
 	ps.Image, ps.ImageDigest, ps.Build = a.image(w, s)
 	a.add(Check{Requirement: w + ".container_name", Verdict: Chosen, Code: "name-chosen",
 		Detail: "custody names the container from the workspace id and the service at up; a name never proves ownership (labels, journal and native id do)"})
@@ -416,6 +427,9 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.Labels = a.labels(w, s)
 	ps.DependsOn = a.dependsOn(w, s)
 	ps.Networks = a.serviceNetworks(w, s)
+	ps.Aliases = a.containerName(w, s, ps.Networks)
+	ps.Init = a.init(w, s)
+	ps.ShmBytes = a.shm(w, s, res)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1398,4 +1412,71 @@ func (a *packAdmitter) portIP(req string, pp *PlanPort) bool {
 // cleanPath reports whether p is an absolute, clean path without NUL.
 func cleanPath(p string) bool {
 	return strings.HasPrefix(p, "/") && !strings.ContainsRune(p, 0) && path.Clean(p) == p
+}
+
+// containerName realizes container_name: as a network alias of the
+// service on its pack networks. The container's engine name stays
+// custody's, which proves ownership; the alias must not answer for
+// another service, and a service on no pack network has nowhere to hold it.
+func (a *packAdmitter) containerName(w string, s *pack.Service, networks []string) []string {
+	n := s.ContainerName
+	if n == "" {
+		return nil
+	}
+	req := w + ".container_name"
+	if len(networks) == 0 {
+		a.add(Check{Requirement: req, Verdict: Unsupported, Code: "container-name-no-network",
+			Detail: fmt.Sprintf("%q would be a network alias, and the service is on no pack network; custody names containers itself to prove ownership", n),
+			Fix:    "attach the service to a pack network, or remove container_name"})
+		return nil
+	}
+	for _, o := range a.p.Services {
+		if o.Name == s.Name {
+			continue
+		}
+		if strings.EqualFold(o.Name, n) || strings.EqualFold(o.ContainerName, n) {
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "container-name-taken",
+				Detail: fmt.Sprintf("%q is also the name of service %s, so one name would answer for two services", n, o.Name),
+				Fix:    "give each service a container_name no other service uses as its name or container_name"})
+			return nil
+		}
+	}
+	a.add(Check{Requirement: req, Verdict: Granted, Code: "container-name-alias",
+		Detail: fmt.Sprintf("%q answers for this service on its networks (%s); the engine's container name stays custody's", n, strings.Join(networks, ", "))})
+	return []string{n}
+}
+
+// init realizes init: true: the engine's minimal init runs as PID 1 and
+// starts the service's command. It asks for no authority; with the
+// systemd authority it is refused, since systemd must be PID 1 itself.
+func (a *packAdmitter) init(w string, s *pack.Service) bool {
+	if !s.Init {
+		return false
+	}
+	if s.Systemd {
+		a.add(Check{Requirement: w + ".init", Verdict: Unsupported, Code: "init-with-systemd",
+			Detail: "systemd must be the container's PID 1, and init: true would put the engine's init there",
+			Fix:    "remove init, or remove x-custody-systemd"})
+		return false
+	}
+	a.add(Check{Requirement: w + ".init", Verdict: Granted, Code: "init-process",
+		Detail: "the engine's minimal init runs as PID 1, reaping zombies and forwarding signals to the service's command"})
+	return true
+}
+
+// shm realizes shm_size within the memory budget: /dev/shm is memory, so
+// like a tmpfs it may not exceed the service's memory.
+func (a *packAdmitter) shm(w string, s *pack.Service, res PlanResources) int64 {
+	if s.ShmBytes == 0 {
+		return 0
+	}
+	if s.ShmBytes > res.MemoryBytes {
+		a.add(Check{Requirement: w + ".shm_size", Verdict: NotGranted, Code: "shm-too-large",
+			Detail: fmt.Sprintf("/dev/shm of %d bytes exceeds the service's memory %d", s.ShmBytes, res.MemoryBytes),
+			Fix:    "ask for a smaller shm_size, or more memory for the service"})
+		return 0
+	}
+	a.add(Check{Requirement: w + ".shm_size", Verdict: Granted, Code: "shm-size",
+		Detail: fmt.Sprintf("/dev/shm of %d bytes, within the service's memory %d", s.ShmBytes, res.MemoryBytes)})
+	return s.ShmBytes
 }

@@ -57,8 +57,10 @@ type PackContainer struct {
 	WorkingDir string
 	Hostname   string
 	// Networks are the pack's names of the networks it joins; Aliases on
-	// each are the service name, so services find each other.
+	// each are the service name, so services find each other, and the
+	// further names in Aliases (its container_name).
 	Networks    []string
+	Aliases     []string
 	Ports       []PackPort
 	Mounts      []PackMount
 	Privileged  bool
@@ -69,6 +71,8 @@ type PackContainer struct {
 	Sysctls     map[string]string
 	ReadOnly    bool
 	StopSignal  string
+	Init        bool  // the engine's init as PID 1
+	ShmBytes    int64 // the size of /dev/shm; 0 is the engine's
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

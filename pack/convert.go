@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -22,19 +23,22 @@ const ReservedLabelPrefix = "dev.custody."
 // has already refused every key custody does not model; this refuses the
 // values that a modelled key can carry inside a string (short syntax) or
 // that compose-go fills in on its own.
-func convert(project *types.Project, dir string, fixtures map[string]string) (*Pack, error) {
+func convert(project *types.Project, dir string, fixtures map[string]string) (*Pack, []error) {
 	p := &Pack{}
+	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(project.Networks)) {
 		n := project.Networks[name]
 		if n.Driver != "" && n.Driver != "bridge" {
-			return nil, &ValueError{Path: "networks." + name + ".driver", Value: n.Driver, Reason: "only bridge networks are modelled", Fix: "use driver: bridge or omit it"}
+			errs = append(errs, &ValueError{Path: "networks." + name + ".driver", Value: n.Driver, Reason: "only bridge networks are modelled", Fix: "use driver: bridge or omit it"})
+			continue
 		}
 		p.Networks = append(p.Networks, Network{Name: name, Internal: n.Internal, Driver: n.Driver, External: bool(n.External)})
 	}
 	for _, name := range slices.Sorted(maps.Keys(project.Volumes)) {
 		v := project.Volumes[name]
 		if v.Driver != "" && v.Driver != "local" {
-			return nil, &ValueError{Path: "volumes." + name + ".driver", Value: v.Driver, Reason: "only local volumes are modelled (a volume plugin is engine authority)", Fix: "use driver: local or omit it"}
+			errs = append(errs, &ValueError{Path: "volumes." + name + ".driver", Value: v.Driver, Reason: "only local volumes are modelled (a volume plugin is engine authority)", Fix: "use driver: local or omit it"})
+			continue
 		}
 		p.Volumes = append(p.Volumes, Volume{Name: name, Driver: v.Driver, External: bool(v.External)})
 	}
@@ -43,23 +47,25 @@ func convert(project *types.Project, dir string, fixtures map[string]string) (*P
 		content, isFixture := fixtures[name]
 		s, err := convertSecret(name, sc, content, isFixture)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		p.Secrets = append(p.Secrets, s)
 	}
 	if len(project.DisabledServices) > 0 {
 		// Profiles are refused by the allowlist, so nothing can be
 		// disabled; if something is, a service would silently vanish.
-		return nil, &ValueError{Path: "services", Reason: "compose-go disabled services", Fix: "remove profiles"}
+		errs = append(errs, &ValueError{Path: "services", Reason: "the compose loader disabled services, which would silently vanish", Fix: "remove profiles"})
 	}
 	for _, name := range slices.Sorted(maps.Keys(project.Services)) {
 		s, err := convertService(name, project.Services[name], dir)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		p.Services = append(p.Services, s)
 	}
-	return p, nil
+	return p, errs
 }
 
 var credentialName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -122,11 +128,19 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 	if out.Environment, err = literalPairs(path+".environment", s.Environment); err != nil {
 		return Service{}, err
 	}
+	out.ContainerName = s.ContainerName
+	out.Init = s.Init != nil && *s.Init
+	if out.ShmBytes = int64(s.ShmSize); out.ShmBytes < 0 {
+		return Service{}, &ValueError{Path: path + ".shm_size", Value: strconv.FormatInt(out.ShmBytes, 10), Reason: "a negative size (unlimited) is not modelled", Fix: "write a size such as 64m"}
+	}
+	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
+		return Service{}, err
+	}
 	if len(s.Labels) > 0 {
 		out.Labels = map[string]string{}
 		for k, v := range s.Labels {
 			if strings.HasPrefix(strings.ToLower(k), ReservedLabelPrefix) {
-				return Service{}, &ValueError{Path: path + ".labels", Value: k, Reason: "labels under " + ReservedLabelPrefix + " are custody's ownership labels and a pack may not set them (P4)", Fix: "use another label prefix"}
+				return Service{}, &ValueError{Path: path + ".labels", Value: k, Code: "reserved-label", Reason: "labels under " + ReservedLabelPrefix + " are custody's ownership labels and a pack may not set them (P4)", Fix: "use another label prefix"}
 			}
 			out.Labels[k] = v
 		}
@@ -453,4 +467,20 @@ func convertResources(path string, s types.ServiceConfig) (Resources, error) {
 func cpus(f float32) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(f), 'f', -1, 32), 64)
 	return v
+}
+
+// convertExpose normalizes expose: entries to PORT/PROTO.
+func convertExpose(path string, in []string) ([]string, error) {
+	var out []string
+	for i, e := range in {
+		port, proto, _ := strings.Cut(e, "/")
+		proto = cmp.Or(proto, "tcp")
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 || (proto != "tcp" && proto != "udp") {
+			return nil, &ValueError{Path: fmt.Sprintf("%s[%d]", path, i), Value: e, Reason: "not a port", Fix: "write PORT or PORT/tcp or PORT/udp, PORT in 1-65535"}
+		}
+		out = append(out, fmt.Sprintf("%d/%s", n, proto))
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }

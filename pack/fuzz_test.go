@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/custody-dev/custody/pack"
+	"go.yaml.in/yaml/v3"
 )
 
 // FuzzLoad feeds arbitrary bytes to the loader. It must never panic, every
@@ -27,6 +28,16 @@ func FuzzLoad(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// Every key of the compose specification, each in a pack of its
+	// own, so the fuzzer mutates from the whole surface.
+	for _, r := range pack.KeyTable() {
+		doc, _ := docWith(r.Key, "x")
+		b, err := yaml.Marshal(doc)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ctx := context.Background()
 		p, err := pack.Load(ctx, data, packDir)
@@ -36,6 +47,17 @@ func FuzzLoad(f *testing.F) {
 			}
 			if !errors.Is(err, pack.ErrInvalid) {
 				t.Fatalf("refusal does not wrap ErrInvalid: %T %v", err, err)
+			}
+			// Never an internal error: every refusal is a list of named
+			// requirements, each with a code, a reason and a fix.
+			var re *pack.RefusedError
+			if !errors.As(err, &re) || len(re.Refusals()) == 0 {
+				t.Fatalf("refusal is not a list of requirements: %T %v", err, err)
+			}
+			for _, r := range re.Refusals() {
+				if r.Code == "" || r.Reason == "" || r.Fix == "" {
+					t.Fatalf("refusal %+v lacks a code, reason or fix", r)
+				}
 			}
 			return
 		}

@@ -1,7 +1,9 @@
 package pack
 
 import (
+	"cmp"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -19,14 +21,16 @@ import (
 // Requirement where it asks for authority); see Requirements.
 //
 //	level               modelled keys
-//	top level           name (required), services, networks, volumes, secrets
+//	top level           name (required), version (noted, ignored),
+//	                    services, networks, volumes, secrets
 //	service             image, build, command, entrypoint, environment, user,
 //	                    working_dir, hostname, labels, depends_on, networks,
 //	                    ports, volumes, tmpfs, secrets, privileged, cap_add,
 //	                    cap_drop, devices, network_mode, pid, ipc, uts,
 //	                    userns_mode, security_opt, sysctls, cgroup_parent,
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
-//	                    cpus, pids_limit, deploy, x-custody-systemd
+//	                    cpus, pids_limit, deploy, expose, container_name,
+//	                    init, shm_size, x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -42,12 +46,12 @@ import (
 //	secret              file, content, x-custody-credential
 //	                    (environment is read only to refuse it, P5)
 //
-// Refused as unmodelled, among everything else, and why:
+// Refused as unmodelled, among everything else (KeyTable gives each
+// refused key its reason; this is the summary):
 //   - include, extends, env_file, label_file: they read other files or the
 //     caller's environment; a pack is one self-contained file.
 //   - profiles: refused rather than ignored, so the services a pack brings
 //     up never depend on flags outside the file.
-//   - version: obsolete; compose ignores it, and custody ignores nothing.
 //   - configs, models, jobs, any x-* except the two above: not modelled yet.
 //   - use_api_socket, volumes_from, external_links, links, container_name,
 //     scale, init, runtime, platform, pull_policy, healthcheck, logging,
@@ -84,6 +88,10 @@ type spec struct {
 	// string (compose-go v2.16.2 panics on an int secret target).
 	notNull bool
 	str     bool
+	// maxKeys caps a mapping's entries below maxEntries (services).
+	maxKeys int
+	// keyCheck, if set, vets each key of a free mapping.
+	keyCheck func(path, key string) error
 }
 
 func scalarSpec() *spec { return &spec{scalar: true} }
@@ -133,7 +141,13 @@ func topSpec() *spec {
 		"user":        s(),
 		"working_dir": s(),
 		"hostname":    s(),
-		"labels":      kvSpec(),
+		"labels": {
+			items: &spec{scalar: true, check: func(path, v string) error {
+				return reservedLabel(path[:strings.LastIndex(path, "[")], strings.SplitN(v, "=", 2)[0])
+			}},
+			free:     scalarSpec(),
+			keyCheck: func(path, k string) error { return reservedLabel(path, k) },
+		},
 		"depends_on": {items: s(), free: keysOf(map[string]*spec{
 			"condition": s(),
 		})},
@@ -145,7 +159,11 @@ func topSpec() *spec {
 			"type": s(), "source": {scalar: true, check: noHome}, "target": s(), "read_only": s(),
 			"tmpfs": keysOf(map[string]*spec{"size": s()}),
 		}}),
-		"tmpfs": listOrScalar(),
+		"tmpfs":          listOrScalar(),
+		"expose":         listOf(&spec{scalar: true, check: noPortRange}),
+		"container_name": {scalar: true, str: true, check: containerName},
+		"init":           s(),
+		"shm_size":       s(),
 		"secrets": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
 			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
 		}}),
@@ -176,11 +194,12 @@ func topSpec() *spec {
 		extSystemd: s(),
 	})
 	return keysOf(map[string]*spec{
-		"name":     s(),
-		"services": {free: service},
-		"networks": {free: keysOf(map[string]*spec{"driver": s(), "internal": s(), "external": s()})},
-		"volumes":  {free: keysOf(map[string]*spec{"driver": s(), "external": s()})},
-		"secrets": {free: keysOf(map[string]*spec{
+		"name":     {scalar: true, str: true, check: validProjectName},
+		"version":  s(),
+		"services": {free: service, maxKeys: MaxServices},
+		"networks": {free: keysOf(map[string]*spec{"driver": s(), "internal": s(), "external": s()}), maxKeys: MaxResources},
+		"volumes":  {free: keysOf(map[string]*spec{"driver": s(), "external": s()}), maxKeys: MaxResources},
+		"secrets": {maxKeys: MaxResources, free: keysOf(map[string]*spec{
 			"file": {scalar: true, check: noHome}, "content": s(), "environment": s(), extCredential: s(),
 		})},
 	})
@@ -190,6 +209,25 @@ const (
 	extSystemd    = "x-custody-systemd"
 	extCredential = "x-custody-credential"
 )
+
+var containerNameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// containerName vets container_name:, which becomes a network alias.
+func containerName(path, v string) error {
+	if !containerNameRe.MatchString(v) {
+		return &ValueError{Path: path, Value: v, Reason: "not a container name that can serve as a network alias",
+			Fix: "use letters, digits, '_', '.' and '-' (at most 63), starting with a letter or digit"}
+	}
+	return nil
+}
+
+// reservedLabel refuses a label under custody's ownership prefix (P4).
+func reservedLabel(path, key string) error {
+	if strings.HasPrefix(strings.ToLower(key), ReservedLabelPrefix) {
+		return &ValueError{Path: path, Value: key, Code: "reserved-label", Reason: "labels under " + ReservedLabelPrefix + " are custody's ownership labels and a pack may not set them (P4)", Fix: "use another label prefix"}
+	}
+	return nil
+}
 
 // noHome refuses a leading ~: compose-go expands it from the process's
 // home directory, which is ambient state, not pack content.
@@ -213,107 +251,160 @@ func noPortRange(path, v string) error {
 }
 
 // walker checks one document's nodes against the allowlist and the YAML
-// subset, and counts them.
+// subset, counts them, and collects every refusal in file order: a
+// refused key is not descended into, and the rest of the file is still
+// judged, so one answer names every refused requirement.
 type walker struct {
 	nodes int
+	errs  []error
+	// stop is set once the node cap is hit: nothing more is judged.
+	stop bool
+	// lines holds the line of every key and item by path, so refusals
+	// found after the walk (on compose-go's model) sort into file order.
+	lines map[string]int
+	// schema caches the specification's key patterns (schemaKeys).
+	schema map[string]bool
 }
 
-func (w *walker) walk(n *yaml.Node, s *spec, path string, depth int) error {
+func (w *walker) refuse(err error) { w.errs = append(w.errs, err) }
+
+// walk judges n against s. path is the concrete key path as written
+// ("services.web.ports[0]"); pat is its pattern in the key table
+// ("services.*.ports[]").
+func (w *walker) walk(n *yaml.Node, s *spec, path, pat string, depth int) {
+	if w.stop {
+		return
+	}
 	w.nodes++
 	if w.nodes > maxNodes {
-		return fmt.Errorf("pack: more than %d YAML nodes: %w (and %w)", maxNodes, ErrTooLarge, ErrInvalid)
+		w.refuse(&LimitError{Reason: fmt.Sprintf("more than %d YAML nodes", maxNodes), Fix: "split the scenario into smaller packs"})
+		w.stop = true
+		return
 	}
 	if depth > maxDepth {
-		return fmt.Errorf("pack: %s: nested deeper than %d: %w (and %w)", path, maxDepth, ErrTooLarge, ErrInvalid)
+		w.refuse(&LimitError{Path: path, Reason: fmt.Sprintf("nested deeper than %d", maxDepth), Fix: "flatten the value"})
+		return
 	}
 	if n.Anchor != "" || n.Kind == yaml.AliasNode {
-		return &ValueError{Path: path, Value: "&" + n.Anchor, Reason: "YAML anchors and aliases are not modelled (they hide what a key holds and can expand without bound)",
-			Fix: "write each value out in full"}
+		w.refuse(&ValueError{Path: path, Value: "&" + n.Anchor, Reason: "YAML anchors and aliases are not modelled (they hide what a key holds and can expand without bound)",
+			Fix: "write each value out in full"})
+		return
 	}
 	switch n.Kind {
 	case yaml.ScalarNode:
-		if !plainTag(n.Tag) {
-			return &ValueError{Path: path, Value: n.Tag, Reason: "custom or non-plain YAML tags (!reset, !override, !!binary, timestamps) are not modelled",
-				Fix: "remove the tag, or quote the value"}
-		}
-		// null is compose's "empty mapping" (volumes: {data: }). Anywhere
-		// else it is refused: compose-go v2.16.2 panics on some (pid:).
-		if n.Tag == "!!null" {
-			if s.notNull {
-				return ambientValue(path, path[strings.LastIndex(path, ".")+1:])
-			}
-			if s.keys == nil && s.free == nil {
-				return &ValueError{Path: path, Reason: "an empty value is not modelled here", Fix: "write a value, or remove the key"}
-			}
-			return nil
-		}
-		if !s.scalar {
-			return &ValueError{Path: path, Value: n.Value, Reason: "a scalar is not modelled here", Fix: "use the mapping or list form"}
-		}
-		if s.str && n.Tag != "!!str" {
-			return &ValueError{Path: path, Value: n.Value, Reason: "a string is expected here", Fix: "quote the value"}
-		}
-		if err := noInterpolation(path, n.Value); err != nil {
-			return err
-		}
-		if s.check != nil {
-			return s.check(path, n.Value)
-		}
-		return nil
+		w.scalar(n, s, path)
 	case yaml.SequenceNode:
 		if n.Tag != "!!seq" {
-			return &ValueError{Path: path, Value: n.Tag, Reason: "custom YAML tags are not modelled", Fix: "remove the tag"}
+			w.refuse(&ValueError{Path: path, Value: n.Tag, Reason: "custom YAML tags are not modelled", Fix: "remove the tag"})
+			return
 		}
 		if s.items == nil {
-			return &ValueError{Path: path, Value: "[...]", Reason: "a list is not modelled here", Fix: "use the documented form of this key"}
+			w.refuse(&ValueError{Path: path, Value: "[...]", Reason: "a list is not modelled here", Fix: "use the documented form of this key"})
+			return
 		}
 		if len(n.Content) > maxEntries {
-			return fmt.Errorf("pack: %s: %d entries, more than %d: %w (and %w)", path, len(n.Content), maxEntries, ErrTooLarge, ErrInvalid)
+			w.refuse(&LimitError{Path: path, Reason: fmt.Sprintf("%d entries, more than %d", len(n.Content), maxEntries), Fix: "split the scenario into smaller packs"})
+			return
 		}
 		for i, c := range n.Content {
-			if err := w.walk(c, s.items, fmt.Sprintf("%s[%d]", path, i), depth+1); err != nil {
-				return err
-			}
+			p := fmt.Sprintf("%s[%d]", path, i)
+			w.lines[p] = c.Line
+			w.walk(c, s.items, p, pat+"[]", depth+1)
 		}
-		return nil
 	case yaml.MappingNode:
-		if n.Tag != "!!map" {
-			return &ValueError{Path: path, Value: n.Tag, Reason: "custom YAML tags are not modelled", Fix: "remove the tag"}
-		}
-		if s.keys == nil && s.free == nil {
-			return &ValueError{Path: path, Value: "{...}", Reason: "a mapping is not modelled here", Fix: "use the documented form of this key"}
-		}
-		if len(n.Content)/2 > maxEntries {
-			return fmt.Errorf("pack: %s: %d keys, more than %d: %w (and %w)", path, len(n.Content)/2, maxEntries, ErrTooLarge, ErrInvalid)
-		}
-		seen := make(map[string]bool, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			w.nodes++
-			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" || k.Anchor != "" {
-				if k.Tag == "!!merge" {
-					return &ValueError{Path: path, Value: "<<", Reason: "YAML merge keys are not modelled", Fix: "write each key out in full"}
-				}
-				return &ValueError{Path: path, Value: k.Value, Reason: "a mapping key must be a plain string", Fix: "quote the key"}
-			}
-			if seen[k.Value] {
-				return &ValueError{Path: path, Value: k.Value, Reason: "duplicate key", Fix: "write each key once"}
-			}
-			seen[k.Value] = true
-			child := s.free
-			if s.keys != nil {
-				child = s.keys[k.Value]
-			}
-			if child == nil {
-				return &UnmodelledError{Path: path, Key: k.Value}
-			}
-			if err := w.walk(v, child, join(path, k.Value), depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
+		w.mapping(n, s, path, pat, depth)
 	default:
-		return &ValueError{Path: path, Value: n.Value, Reason: "unexpected YAML node", Fix: "write a plain compose file"}
+		w.refuse(&ValueError{Path: path, Value: n.Value, Reason: "unexpected YAML node", Fix: "write a plain compose file"})
+	}
+}
+
+func (w *walker) scalar(n *yaml.Node, s *spec, path string) {
+	if !plainTag(n.Tag) {
+		w.refuse(&ValueError{Path: path, Value: n.Tag, Reason: "custom or non-plain YAML tags (!reset, !override, !!binary, timestamps) are not modelled",
+			Fix: "remove the tag, or quote the value"})
+		return
+	}
+	// null is compose's "empty mapping" (volumes: {data: }). Anywhere
+	// else it is refused: compose-go v2.16.2 panics on some (pid:).
+	if n.Tag == "!!null" {
+		if s.notNull {
+			w.refuse(ambientValue(path, path[strings.LastIndex(path, ".")+1:]))
+		} else if s.keys == nil && s.free == nil {
+			w.refuse(&ValueError{Path: path, Reason: "an empty value is not modelled here", Fix: "write a value, or remove the key"})
+		}
+		return
+	}
+	if !s.scalar {
+		w.refuse(&ValueError{Path: path, Value: n.Value, Reason: "a scalar is not modelled here", Fix: "use the mapping or list form"})
+		return
+	}
+	if s.str && n.Tag != "!!str" {
+		w.refuse(&ValueError{Path: path, Value: n.Value, Reason: "a string is expected here", Fix: "quote the value"})
+		return
+	}
+	if err := noInterpolation(path, n.Value); err != nil {
+		w.refuse(err)
+		return
+	}
+	if s.check != nil {
+		if err := s.check(path, n.Value); err != nil {
+			w.refuse(err)
+		}
+	}
+}
+
+func (w *walker) mapping(n *yaml.Node, s *spec, path, pat string, depth int) {
+	if n.Tag != "!!map" {
+		w.refuse(&ValueError{Path: path, Value: n.Tag, Reason: "custom YAML tags are not modelled", Fix: "remove the tag"})
+		return
+	}
+	if s.keys == nil && s.free == nil {
+		if r, ok := refusedUnder()[pat]; ok {
+			// The long form of a key custody models only in short.
+			w.refuse(&ValueError{Path: path, Value: "{...}", Code: "unmodelled-form", Reason: r.reason, Fix: r.fix})
+			return
+		}
+		w.refuse(&ValueError{Path: path, Value: "{...}", Reason: "a mapping is not modelled here", Fix: "use the documented form of this key"})
+		return
+	}
+	if limit := cmp.Or(s.maxKeys, maxEntries); len(n.Content)/2 > limit {
+		w.refuse(&LimitError{Path: path, Reason: fmt.Sprintf("%d entries, more than %d", len(n.Content)/2, limit), Fix: "split the scenario into smaller packs"})
+		return
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		w.nodes++
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" || k.Anchor != "" {
+			if k.Tag == "!!merge" {
+				w.refuse(&ValueError{Path: path, Value: "<<", Reason: "YAML merge keys are not modelled", Fix: "write each key out in full"})
+			} else {
+				w.refuse(&ValueError{Path: path, Value: k.Value, Reason: "a mapping key must be a plain string", Fix: "quote the key"})
+			}
+			continue
+		}
+		p := join(path, k.Value)
+		w.lines[p] = k.Line
+		if seen[k.Value] {
+			w.refuse(&ValueError{Path: path, Value: k.Value, Reason: "duplicate key", Fix: "write each key once"})
+			continue
+		}
+		seen[k.Value] = true
+		if s.keyCheck != nil {
+			if err := s.keyCheck(path, k.Value); err != nil {
+				w.refuse(err)
+				continue
+			}
+		}
+		child, childPat := s.free, join(pat, "*")
+		if s.keys != nil {
+			child, childPat = s.keys[k.Value], join(pat, k.Value)
+		}
+		if child == nil {
+			w.refuse(w.unmodelled(path, pat, k.Value))
+			continue
+		}
+		w.walk(v, child, p, childPat, depth+1)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -50,31 +52,51 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if len(data) > MaxBytes {
-		return nil, fmt.Errorf("pack: file is %d bytes, more than %d: %w (and %w); split the scenario", len(data), MaxBytes, ErrTooLarge, ErrInvalid)
-	}
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 		return nil, fmt.Errorf("pack: directory %q is not a clean absolute path: %w; pass the pack file's directory as an absolute path", dir, ErrInvalid)
+	}
+	w := walker{lines: map[string]int{}}
+	p, err := load(ctx, data, dir, &w)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var re *RefusedError
+		if !errors.As(err, &re) {
+			re = &RefusedError{Errs: []error{err}}
+		}
+		return nil, re
+	}
+	return p, nil
+}
+
+func load(ctx context.Context, data []byte, dir string, w *walker) (*Pack, error) {
+	if len(data) > MaxBytes {
+		return nil, &LimitError{Reason: fmt.Sprintf("the file is %d bytes, more than %d", len(data), MaxBytes), Fix: "split the scenario into smaller packs"}
 	}
 	root, err := parseYAML(data)
 	if err != nil {
 		return nil, err
 	}
-	w := walker{}
-	if err := w.walk(root, topSpec(), "", 0); err != nil {
-		return nil, err
+	w.walk(root, topSpec(), "", "", 0)
+	name := ""
+	if n := topValue(root, "name"); n != nil && n.Kind == yaml.ScalarNode {
+		name = n.Value
 	}
-	name, err := projectName(root)
-	if err != nil {
-		return nil, err
+	if name == "" {
+		w.refuse(&ValueError{Path: "name", Reason: "a pack needs a top-level project name, and custody never derives one from the directory or the environment",
+			Fix: "add name: <lowercase letters, digits, - or _> at the top level"})
 	}
-	if err := countResources(root); err != nil {
-		return nil, err
+	if len(w.errs) > 0 {
+		return nil, &RefusedError{Errs: w.errs}
 	}
 	var model map[string]any
 	if err := root.Decode(&model); err != nil {
 		return nil, fmt.Errorf("pack: decoding: %w (%w)", err, ErrInvalid)
 	}
+	// version: is obsolete and noted by admission; compose-go would only
+	// log a warning about it.
+	delete(model, "version")
 	fixtures, err := takeFixtures(model)
 	if err != nil {
 		return nil, err
@@ -96,22 +118,37 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 		o.Interpolate.LookupValue = func(string) (string, bool) { return "", false }
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if errors.Is(err, ErrLoaderPanic) {
+		if errors.Is(err, ErrLoaderPanic) || ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("pack: compose-go: %w (%w)", err, ErrInvalid)
+		return nil, fmt.Errorf("pack: the compose specification: %w (%w)", err, ErrInvalid)
 	}
 	sum := sha256.Sum256(data)
-	p, err := convert(project, dir, fixtures)
-	if err != nil {
-		return nil, err
+	p, errs := convert(project, dir, fixtures)
+	if len(errs) > 0 {
+		// convert judges compose-go's model, which is keyed by name:
+		// put its refusals back into the order the file wrote them.
+		slices.SortStableFunc(errs, func(a, b error) int { return w.line(refusalOf(a).Path) - w.line(refusalOf(b).Path) })
+		return nil, &RefusedError{Errs: errs}
 	}
 	p.Project = name
 	p.Digest = hex.EncodeToString(sum[:])
+	if n := topValue(root, "version"); n != nil {
+		p.Version = n.Value
+	}
 	return p, nil
+}
+
+// line is the line in the file of path, or of its nearest written parent.
+func (w *walker) line(path string) int {
+	for path != "" {
+		if l, ok := w.lines[path]; ok {
+			return l
+		}
+		i := max(strings.LastIndexAny(path, ".["), 0)
+		path = path[:i]
+	}
+	return 0
 }
 
 // composeLoad runs compose-go, turning a panic on hostile input (the
@@ -121,7 +158,7 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 func composeLoad(ctx context.Context, details types.ConfigDetails, opts func(*loader.Options)) (project *types.Project, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			project, err = nil, fmt.Errorf("pack: compose-go panicked on this input (%v): %w (%w); simplify the file", r, ErrLoaderPanic, ErrInvalid)
+			project, err = nil, fmt.Errorf("pack: %w (%v): %w; simplify the file", ErrLoaderPanic, r, ErrInvalid)
 		}
 	}()
 	return loader.LoadWithContext(ctx, details, opts)
@@ -157,30 +194,13 @@ func topValue(root *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// projectName is the required top-level name:. Custody never derives it
-// from the directory or COMPOSE_PROJECT_NAME: those are not pack content.
-func projectName(root *yaml.Node) (string, error) {
-	n := topValue(root, "name")
-	if n == nil || n.Kind != yaml.ScalarNode || n.Tag != "!!str" || n.Value == "" {
-		return "", &ValueError{Path: "name", Reason: "a pack needs a top-level project name, and custody never derives one from the directory or the environment",
-			Fix: "add name: <lowercase letters, digits, - or _> at the top level"}
-	}
-	if loader.NormalizeProjectName(n.Value) != n.Value {
-		return "", &ValueError{Path: "name", Value: n.Value, Reason: "not a valid compose project name",
+// validProjectName vets the required top-level name:. Custody never
+// derives it from the directory or COMPOSE_PROJECT_NAME: those are not
+// pack content.
+func validProjectName(path, v string) error {
+	if loader.NormalizeProjectName(v) != v {
+		return &ValueError{Path: path, Value: v, Reason: "not a valid compose project name",
 			Fix: "use lowercase letters, digits, dashes and underscores, starting with a letter or digit"}
-	}
-	return n.Value, nil
-}
-
-func countResources(root *yaml.Node) error {
-	for _, key := range []string{"services", "networks", "volumes", "secrets"} {
-		limit := MaxResources
-		if key == "services" {
-			limit = MaxServices
-		}
-		if n := topValue(root, key); n != nil && len(n.Content)/2 > limit {
-			return fmt.Errorf("pack: %s: %d entries, more than %d: %w (and %w)", key, len(n.Content)/2, limit, ErrTooLarge, ErrInvalid)
-		}
 	}
 	return nil
 }

@@ -283,7 +283,6 @@ func TestUnmodelledRefused(t *testing.T) {
 	for _, tc := range []struct{ name, doc, path, key string }{
 		{"top-level x-", "name: t\nx-unknown: 1\nservices: {s: {image: b}}\n", "", "x-unknown"},
 		{"service x-", svc("    x-unknown: 1\n"), "services.s", "x-unknown"},
-		{"version", "version: \"3.8\"\nname: t\nservices: {s: {image: b}}\n", "", "version"},
 		{"include", "name: t\ninclude: [../other.yaml]\nservices: {s: {image: b}}\n", "", "include"},
 		{"configs", "name: t\nconfigs: {c: {file: ./c}}\nservices: {s: {image: b}}\n", "", "configs"},
 		{"extends", svc("    extends: {file: /etc/compose.yaml, service: x}\n"), "services.s", "extends"},
@@ -291,7 +290,7 @@ func TestUnmodelledRefused(t *testing.T) {
 		{"env_file", svc("    env_file: .env\n"), "services.s", "env_file"},
 		{"use_api_socket", svc("    use_api_socket: true\n"), "services.s", "use_api_socket"},
 		{"volumes_from", svc("    volumes_from: [other]\n"), "services.s", "volumes_from"},
-		{"container_name", svc("    container_name: fixed\n"), "services.s", "container_name"},
+		{"domainname", svc("    domainname: example.org\n"), "services.s", "domainname"},
 		{"healthcheck", svc("    healthcheck: {test: [CMD, \"true\"]}\n"), "services.s", "healthcheck"},
 		{"deploy.placement", svc("    deploy:\n      placement: {constraints: [node.role==manager]}\n"), "services.s.deploy", "placement"},
 		{"deploy.replicas", svc("    deploy: {replicas: 3}\n"), "services.s.deploy", "replicas"},

@@ -12,7 +12,10 @@ type Pack struct {
 	// It names nothing native: custody's workspace id does.
 	Project string
 	// Digest is the lowercase hex SHA-256 of the file's bytes.
-	Digest   string
+	Digest string
+	// Version is the obsolete top-level version: as written, kept only so
+	// that admission notes it was ignored, as compose ignores it.
+	Version  string
 	Services []Service
 	Networks []Network
 	Volumes  []Volume
@@ -80,6 +83,19 @@ type Service struct {
 	Systemd bool
 	// StopSignal as written, e.g. "SIGRTMIN+3".
 	StopSignal string
+	// Expose is the service's expose: ports ("8080/tcp"), sorted. It asks
+	// for nothing: a pack's services reach each other's ports on its
+	// networks without it, and an exposed port is published nowhere.
+	Expose []string
+	// ContainerName is container_name: as written. Custody names
+	// containers itself (ownership, P4); this name becomes an alias of
+	// the service on the pack's networks.
+	ContainerName string
+	// Init runs the engine's minimal init as the container's PID 1
+	// (init: true), which reaps zombies and forwards signals.
+	Init bool
+	// ShmBytes is shm_size: the size of /dev/shm (0: the engine's).
+	ShmBytes int64
 }
 
 // Build is a service's build: section.

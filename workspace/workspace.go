@@ -358,7 +358,7 @@ func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor stri
 	}
 	p, err := pack.Load(ctx, compose, dir)
 	if err != nil {
-		return nil, nil, nil, "", err
+		return nil, nil, nil, "", admission.PackFileRefusal(err)
 	}
 	var eng *backend.PackEngine
 	if pathOnly { // a client's dry run: never a probe

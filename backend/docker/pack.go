@@ -228,7 +228,7 @@ func (p *Packs) CreateContainer(ctx context.Context, o backend.PackOwner, rec ba
 		return r, err
 	}
 	for _, n := range c.Networks[min(1, len(c.Networks)):] {
-		es := &network.EndpointSettings{Aliases: []string{c.Service}}
+		es := &network.EndpointSettings{Aliases: append([]string{c.Service}, c.Aliases...)}
 		if err := p.d.cli.NetworkConnect(ctx, c.NetworkIDs[n], id, es); err != nil {
 			return r, fmt.Errorf("attach %s to network %s (%s): %w", c.Service, n, c.NetworkIDs[n], err)
 		}
@@ -251,6 +251,13 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		// No restart policy: a container that ends stays ended until
 		// the operator's down, never restarted behind custody's back.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	if c.ShmBytes > 0 {
+		host.ShmSize = c.ShmBytes
+	}
+	if c.Init {
+		// Only when asked: nil leaves the engine's default, as compose does.
+		host.Init = &c.Init
 	}
 	if c.PidsLimit > 0 {
 		pl := c.PidsLimit
@@ -297,7 +304,7 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 			return nil, nil, nil, fmt.Errorf("service %s: network %s has no recorded native ID", c.Service, first)
 		}
 		host.NetworkMode = container.NetworkMode(id)
-		nets = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{id: {Aliases: []string{c.Service}}}}
+		nets = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{id: {Aliases: append([]string{c.Service}, c.Aliases...)}}}
 	}
 	return cfg, host, nets, nil
 }
