@@ -38,6 +38,13 @@ services:
 // refuses the same, and nothing is granted.
 func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 	e := startPackEnv(t)
+	noted := e.write("sample/noted.compose.yaml", fmt.Sprintf("version: \"3.8\"\nname: noted\nservices:\n  web:\n    image: %s\n    labels: {org.example.tier: web}\n"+
+		"    networks: [inner]\n    mem_limit: 32m\n    cpus: 0.25\n    pids_limit: 32\nnetworks:\n  inner:\n    internal: true\n", dockertest.ImageRef))
+	// A client's dry run never probes the engine: the operator's dry run
+	// proves it first.
+	if code, out, errs := e.pack("admit", noted, "--actor", "range-op", "--operator"); code != exitOK {
+		t.Fatalf("operator admit: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
 	compose := e.write("sample/sample.compose.yaml", fmt.Sprintf(composeSample, dockertest.ImageRef))
 	code, out, errs := e.pack("admit", compose, "--actor", "range-op", "--json")
 	var adm api.PackAdmitResponse
@@ -80,8 +87,6 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 		t.Errorf("grant issue: exit %d\n%s", code, errs)
 	}
 	// version: is obsolete: accepted, as compose accepts it, and noted.
-	noted := e.write("sample/noted.compose.yaml", fmt.Sprintf("version: \"3.8\"\nname: noted\nservices:\n  web:\n    image: %s\n    labels: {org.example.tier: web}\n"+
-		"    networks: [inner]\n    mem_limit: 32m\n    cpus: 0.25\n    pids_limit: 32\nnetworks:\n  inner:\n    internal: true\n", dockertest.ImageRef))
 	code, out, errs = e.pack("admit", noted, "--actor", "range-op", "--json")
 	adm = api.PackAdmitResponse{}
 	if code != 0 || json.Unmarshal([]byte(out), &adm) != nil || !adm.Admitted {

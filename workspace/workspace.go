@@ -337,7 +337,7 @@ func (m *Manager) proved(ctx context.Context) (*backend.PackEngine, error) {
 	}
 	return nil, &admission.RefusedError{Checks: []admission.Check{{Requirement: "engine", Verdict: admission.Unsupported,
 		Code:   "engine-unproved",
-		Detail: "engine not yet proved: " + why + "; custodyd probes the engine only on the operator's word (an operator's dry run, a grant issue or an up), never for a client's dry run",
+		Detail: "engine not yet proved: " + why + "; custodyd probes the engine only on the operator's word (an operator's dry run, issuing a grant, or an up), never for a client's dry run",
 		Fix:    "retry after the operator has run `custody pack admit --operator` or issued a grant on this custodyd"}}}
 }
 

@@ -161,7 +161,7 @@ func engineCheck(ctx context.Context, host, probeImage string) platform.Check {
 				err = fmt.Errorf("_ping answered HTTP %d", resp.StatusCode)
 			} else {
 				c.Verdict = platform.VerdictOK
-				c.Detail = fmt.Sprintf("%s answered _ping (API %s); custodyd proves its profile on the operator's first pack request (a dry run with --operator, a grant issue or an up)", sock, resp.Header.Get("Api-Version"))
+				c.Detail = fmt.Sprintf("%s answered _ping (API %s); custodyd proves its profile on the operator's first pack request (a dry run with --operator, issuing a grant, or an up)", sock, resp.Header.Get("Api-Version"))
 				if probeImage == "" {
 					c.Verdict = platform.VerdictWarn
 					c.Detail += "; but docker.probeImage is not set, so the egress probe cannot run: custodyd cannot prove that an internal network blocks egress and refuses every pack network (internal-unproved)"
