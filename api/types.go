@@ -1,11 +1,7 @@
-// Package api holds custody's wire types and the client of custodyd's two
-// unix sockets: the operator's control socket and the clients' submit
-// socket. It carries no logic; errors change form only here, at the edge.
 package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -13,52 +9,6 @@ import (
 const (
 	DefaultControlSocket = "/run/custody/control.sock"
 	DefaultSubmitSocket  = "/run/custody/submit.sock"
-)
-
-// Error is an error as it crosses the wire.
-type Error struct {
-	// Code classifies the error: one of the Code constants, or a grant
-	// reason code ("expired", "replayed", "inputs-changed", ...).
-	Code    Code    `json:"code"`
-	Message string  `json:"message"`
-	Checks  []Check `json:"checks,omitempty"`
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
-
-// Is makes an *Error match a bare code sentinel (ErrQuarantined and the
-// rest), so callers branch with errors.Is, never on message text.
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Checks == nil && t.Code == e.Code
-}
-
-// Code is the class of an Error on the wire.
-type Code string
-
-// The error classes custodyd answers with, besides the grant reason codes
-// (grant.Code values, carried as Code).
-const (
-	CodeForbidden     Code = "forbidden"      // not this socket's or this peer's to ask
-	CodeRefused       Code = "refused"        // refused before anything ran
-	CodeQuarantined   Code = "quarantined"    // the runner takes no work, or a run's cleanup was not verified
-	CodeNotFound      Code = "not-found"      // no such run, or not the caller's
-	CodeBadRequest    Code = "bad-request"    // a malformed request
-	CodeMalformed     Code = "malformed"      // a malformed grant
-	CodePolicyInvalid Code = "policy-invalid" // no valid operator policy: nothing is granted
-	CodeInternal      Code = "internal"       // the runner failed
-	CodeRateLimited   Code = "rate-limited"   // this uid asked too often; the message says when to retry
-)
-
-// Sentinels to match with errors.Is.
-var (
-	ErrForbidden     = &Error{Code: CodeForbidden}
-	ErrRefused       = &Error{Code: CodeRefused}
-	ErrQuarantined   = &Error{Code: CodeQuarantined}
-	ErrNotFound      = &Error{Code: CodeNotFound}
-	ErrBadRequest    = &Error{Code: CodeBadRequest}
-	ErrPolicyInvalid = &Error{Code: CodePolicyInvalid}
-	ErrInternal      = &Error{Code: CodeInternal}
 )
 
 // Check is one requirement's verdict from admission.
