@@ -101,8 +101,11 @@ type Quarantine struct {
 
 // Status is the daemon's view of itself.
 type Status struct {
-	RunnerID string `json:"runnerId"`
-	IssuerID string `json:"issuerId"`
+	// APIVersion is the version of the API the daemon serves (see
+	// Version): the same as every answer's VersionHeader.
+	APIVersion string `json:"apiVersion"`
+	RunnerID   string `json:"runnerId"`
+	IssuerID   string `json:"issuerId"`
 	// RunnerPublicKey and IssuerPublicKey are PEM public keys, for a
 	// verifier's trust file (distribute them out of band).
 	RunnerPublicKey string          `json:"runnerPublicKey"`

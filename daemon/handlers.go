@@ -107,7 +107,7 @@ func (s *server) handleStatus(operator bool) http.HandlerFunc {
 		prof, _ := json.Marshal(s.r.Profile())
 		uid := peerOf(r).UID
 		s.mu.RLock()
-		st := api.Status{
+		st := api.Status{APIVersion: api.Version,
 			RunnerID: s.runnerKeys.Current.ID(), IssuerID: s.issuerKeys.Current.ID(),
 			RunnerPublicKey: string(s.runnerKeys.Current.PublicPEM()), IssuerPublicKey: string(s.issuerKeys.Current.PublicPEM()),
 			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{}, Pool: wirePool(s.r.Pool().Profiles()),
