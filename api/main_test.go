@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
@@ -17,8 +19,24 @@ import (
 // cannot skip.
 var custodyd *daemontest.Daemon
 
+// openAPIDoc is the API's OpenAPI document, loaded and valid; contract
+// checks every exchange of submit against it.
+var (
+	openAPIDoc *openapi3.T
+	contract   *checker
+	submit     *api.Client
+)
+
 func TestMain(m *testing.M) {
 	os.Exit(daemontest.Main(m, func(t testing.TB) {
+		doc, err := loadOpenAPI(testenv.ModuleRoot(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if contract, err = newChecker(doc, testenv.ModuleRoot(t)); err != nil {
+			t.Fatal(err)
+		}
+		openAPIDoc = doc
 		d := daemontest.New(t, daemontest.Options{})
 		d.Start()
 		pol, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "examples", "policy.yaml"))
@@ -31,9 +49,6 @@ func TestMain(m *testing.M) {
 			t.Fatalf("policy reload: %v", err)
 		}
 		custodyd = d
+		submit = api.NewClient(d.SubmitSocket, api.WithTransport(contract.wrap))
 	}))
 }
-
-// submitClient is a client of the real daemon's submit socket, every
-// exchange of which is checked against the OpenAPI document.
-func submitClient() *api.Client { return custodyd.Submit }

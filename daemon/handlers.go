@@ -22,6 +22,12 @@ import (
 // from a configured operator uid.
 func (s *server) controlMux() http.Handler {
 	mux := http.NewServeMux()
+	s.controlRoutes(mux)
+	return s.operatorsOnly("control socket", mux)
+}
+
+// controlRoutes registers the control socket's routes on mux.
+func (s *server) controlRoutes(mux router) {
 	mux.HandleFunc("GET /v1/status", s.handleStatus(true))
 	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
 	mux.HandleFunc("POST /v1/grants", s.handleIssue)
@@ -47,7 +53,6 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/pipelines/summary", s.handlePipelineSummary)
 	s.packs.packRoutes(mux, true)
 	s.opsRoutes(mux, true)
-	return s.operatorsOnly("control socket", mux)
 }
 
 // operatorsOnly serves h only to a peer whose kernel-reported uid is in
@@ -76,6 +81,12 @@ func controlOnly() []string {
 // cancel their own runs, fetch their own results, dry-run admission.
 func (s *server) submitMux() http.Handler {
 	mux := http.NewServeMux()
+	s.submitRoutes(mux)
+	return s.submitOnly(mux)
+}
+
+// submitRoutes registers the submit socket's routes on mux.
+func (s *server) submitRoutes(mux router) {
 	mux.HandleFunc("GET /v1/status", s.handleStatus(false))
 	mux.HandleFunc("POST /v1/admit", s.handleSubmitAdmit)
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
@@ -86,6 +97,11 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
 	s.packs.packRoutes(mux, false)
 	s.opsRoutes(mux, false)
+}
+
+// submitOnly serves mux to peers with credentials, refusing the control
+// operations by name.
+func (s *server) submitOnly(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
 			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "peer credentials unavailable"})
