@@ -26,6 +26,7 @@ import (
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/daemon"
+	"github.com/custody-dev/custody/internal/testenv"
 )
 
 // pendingRoutes are the routes the OpenAPI document describes that
@@ -387,5 +388,18 @@ func TestOpenAPIDeclares(t *testing.T) {
 	}
 	if v := openAPIDoc.Info.Version; v != api.Version {
 		t.Errorf("the document is version %s, the API %s", v, api.Version)
+	}
+}
+
+// The API reference documents every error code, each in its table row.
+func TestReferenceDocumentsCodes(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "docs", "reference", "api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range api.Codes() {
+		if !strings.Contains(string(page), "\n| `"+string(c)+"` |") {
+			t.Errorf("docs/reference/api.md has no row for error code %q", c)
+		}
 	}
 }
