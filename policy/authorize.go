@@ -48,8 +48,9 @@ type Authorization struct {
 	NotAfter  time.Time `yaml:"notAfter" json:"notAfter"`
 }
 
-// AuthorizationCeilings narrow the policy's ceilings; zero is the
-// policy's.
+// AuthorizationCeilings narrow the policy's resource and output ceilings;
+// zero is the policy's. (The input snapshot stays bounded by the policy's
+// ceilings.inputBytes: a minted grant binds every input by digest.)
 type AuthorizationCeilings struct {
 	Memory      quantity.Bytes    `yaml:"memory,omitempty" json:"memory,omitempty"`
 	Pids        int64             `yaml:"pids,omitempty" json:"pids,omitempty"`
@@ -57,7 +58,6 @@ type AuthorizationCeilings struct {
 	WallTime    quantity.Duration `yaml:"wallTime,omitempty" json:"wallTime,omitempty"`
 	OutputBytes quantity.Bytes    `yaml:"outputBytes,omitempty" json:"outputBytes,omitempty"`
 	TmpBytes    quantity.Bytes    `yaml:"tmpBytes,omitempty" json:"tmpBytes,omitempty"`
-	InputBytes  quantity.Bytes    `yaml:"inputBytes,omitempty" json:"inputBytes,omitempty"`
 	OutputFiles int64             `yaml:"outputFiles,omitempty" json:"outputFiles,omitempty"`
 	Nofile      int64             `yaml:"nofile,omitempty" json:"nofile,omitempty"`
 }
@@ -100,7 +100,6 @@ func (a *Authorization) Effective(c Ceilings) Ceilings {
 	out.WallTime = quantity.Duration(pick(int64(a.Ceilings.WallTime), int64(c.WallTime)))
 	out.OutputBytes = quantity.Bytes(pick(int64(a.Ceilings.OutputBytes), int64(c.OutputBytes)))
 	out.TmpBytes = quantity.Bytes(pick(int64(a.Ceilings.TmpBytes), int64(c.TmpBytes)))
-	out.InputBytes = quantity.Bytes(pick(int64(a.Ceilings.InputBytes), int64(c.InputBytes)))
 	if a.Ceilings.OutputFiles > 0 {
 		n := a.Ceilings.OutputFiles
 		out.OutputFiles = &n
@@ -218,7 +217,6 @@ func (p *Policy) validateAuthorizationCeilings(add adder, field string, a Author
 	above("wallTime", float64(a.WallTime), float64(c.WallTime), time.Duration(a.WallTime).String())
 	above("outputBytes", float64(a.OutputBytes), float64(c.OutputBytes), a.OutputBytes.String())
 	above("tmpBytes", float64(a.TmpBytes), float64(c.TmpBytes), a.TmpBytes.String())
-	above("inputBytes", float64(a.InputBytes), float64(c.InputBytes), a.InputBytes.String())
 	above("outputFiles", float64(a.OutputFiles), float64(c.OutputFilesCeiling()), fmt.Sprint(a.OutputFiles))
 	nofile := c.Nofile
 	if nofile == 0 {
