@@ -292,20 +292,20 @@ const (
 // Result is what a run produced. Every field is an observation recorded
 // after the fact; none of it authorizes anything.
 type Result struct {
-	RunID       string    `json:"runId"`
-	GrantID     string    `json:"grantId,omitempty"`
-	Actor       string    `json:"actor,omitempty"`
+	RunID   string `json:"runId"`
+	GrantID string `json:"grantId,omitempty"`
+	Actor   string `json:"actor,omitempty"`
 	// Authorization names the standing authorization the run's grant was
 	// minted under; absent for a hand-issued grant.
 	Authorization *AuthorizationRef `json:"authorization,omitempty"`
-	Name        string    `json:"name"`
-	Stage       string    `json:"stage,omitempty"`
-	Status      RunStatus `json:"status"`
-	ExitCode    int       `json:"exitCode"`
-	Signal      string    `json:"signal,omitempty"`
-	Tier        string    `json:"tier"`
-	Unqualified bool      `json:"unqualified"`
-	Runtime     Runtime   `json:"runtime"`
+	Name          string            `json:"name"`
+	Stage         string            `json:"stage,omitempty"`
+	Status        RunStatus         `json:"status"`
+	ExitCode      int               `json:"exitCode"`
+	Signal        string            `json:"signal,omitempty"`
+	Tier          string            `json:"tier"`
+	Unqualified   bool              `json:"unqualified"`
+	Runtime       Runtime           `json:"runtime"`
 	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
 	RuntimeSHA256 string `json:"runtimeSha256,omitempty"`
 	ConfigSHA256  string `json:"configSha256,omitempty"`
