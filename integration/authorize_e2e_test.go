@@ -432,3 +432,46 @@ func TestAuthorizationNotASubmitter(t *testing.T) {
 		t.Fatalf("custody run --authorization: %d %s%s", code, out, errs)
 	}
 }
+
+// TestAuthorizationReadsOnlyWhatThePeerCan: custodyd reads inputs as
+// root, but for a minted grant only what the asking uid could read
+// itself. Once uid 65534 submits as ci-bot, it runs a phase over a tree it
+// can read; a root-only file in the tree refuses the request naming the
+// input, with nothing minted; root, asking for the same tree, is minted.
+func TestAuthorizationReadsOnlyWhatThePeerCan(t *testing.T) {
+	e := startAuthDaemon(t)
+	const agent = 65534
+	e.d.WritePolicy(strings.Replace(authPolicy, "submitters: {uids: [0]}", "submitters: {uids: [0, 65534]}", 1))
+	if _, err := e.d.Control.ReloadPolicy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{e.dir, filepath.Join(e.dir, "agent"), e.inside} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	phaseFile := filepath.Join(e.dir, "agent-step.yaml")
+	write(t, phaseFile, string(e.authPhase(t, "cat /src/main.go").YAML))
+	if err := os.Chmod(phaseFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile); code != exitOK || !strings.Contains(out, "package main") {
+		t.Fatalf("uid %d over a tree it can read: %d\n%s%s", agent, code, out, errs)
+	}
+	secret := filepath.Join(e.inside, "secret")
+	write(t, secret, "root only\n")
+	if err := os.Chmod(secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := e.minted(t)
+	code, out, errs := e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile)
+	if code != exitRefused || !strings.Contains(out+errs, "not readable by the client") || !strings.Contains(out+errs, secret) {
+		t.Fatalf("uid %d over a tree holding a root-only file: %d\n%s%s", agent, code, out, errs)
+	}
+	if n := e.minted(t); n != before {
+		t.Fatalf("the refused request minted (%d -> %d)", before, n)
+	}
+	if code, out, errs := e.custody("run", "--authorization", "agent-loop", phaseFile); code != exitOK {
+		t.Fatalf("root over the same tree: %d\n%s%s", code, out, errs)
+	}
+}
