@@ -143,6 +143,22 @@ func TestOpenAPIContract(t *testing.T) {
 		t.Fatalf("cancelled run: %+v", final)
 	}
 
+	// Under a standing authorization: the list, a run minted under it,
+	// and one that names no authorization.
+	auths, err := submit.Authorizations(ctx)
+	if err != nil || len(auths.Authorizations) != 1 || auths.Authorizations[0].Name != "agent-loop" {
+		t.Fatalf("authorizations: %+v %v", auths, err)
+	}
+	phase := api.PhaseSource{YAML: phaseYAML("minted", "echo minted"), BaseDir: custodyd.Dir}
+	stdout.Reset()
+	res, _, err = submit.RunAuthorized(ctx, "agent-loop", phase, &stdout, io.Discard, nil)
+	if err != nil || res.Status != api.StatusOK || res.Authorization == nil || res.Authorization.Name != "agent-loop" || stdout.String() != "minted\n" {
+		t.Fatalf("run under an authorization: %+v %v", res, err)
+	}
+	if _, _, err := submit.RunAuthorized(ctx, "no-such-authorization", phase, io.Discard, io.Discard, nil); !errors.Is(err, api.ErrAuthorizationUnknown) {
+		t.Fatalf("run under an authorization that does not exist: %v", err)
+	}
+
 	// No docker engine is configured: the pack routes answer their refusal.
 	pack := api.PackSource{Compose: []byte("services: {}\n"), Dir: custodyd.Dir}
 	_, err = submit.PackAdmit(ctx, api.PackAdmitRequest{Pack: pack, Actor: "ci-bot"})

@@ -32,7 +32,7 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message)
 // rest), so callers branch with errors.Is, never on message text.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Checks == nil && t.Code == e.Code
+	return ok && t.Message == "" && t.Checks == nil && t.RetryAfterSeconds == 0 && t.Code == e.Code
 }
 
 // RetryAfter is how long a rate-limited caller should wait before asking
@@ -90,13 +90,12 @@ const (
 )
 
 // Codes lists every stable error code, in the order the API reference
-// documents them. Pack codes are in it too (CodePacksDisabled,
-// CodePacksUnavailable), and "authorization-unknown": the named standing
-// authorization does not exist or was revoked (403).
+// documents them, the pack codes (CodePacksDisabled, CodePacksUnavailable)
+// and CodeAuthorizationUnknown (403) included.
 func Codes() []Code {
 	return []Code{
 		CodeForbidden, CodeRefused, CodeQuarantined, CodeNotFound, CodeBadRequest, CodeMalformed,
-		CodePolicyInvalid, CodeInternal, CodeRateLimited, "authorization-unknown",
+		CodePolicyInvalid, CodeInternal, CodeRateLimited, CodeAuthorizationUnknown,
 		CodeTampered, CodeWrongIssuer, CodeNotYetValid, CodeExpired, CodeRevoked, CodeReplayed,
 		CodeWrongRunner, CodePolicyChanged, CodeRuntimeChanged, CodeImageChanged, CodeInputsChanged,
 		CodeTargetMismatch, CodeNotAdmitted, CodeActorNotAllowed, CodeSubmitterNotAllowed,
