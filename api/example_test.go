@@ -183,3 +183,30 @@ func ExampleError() {
 	// Output:
 	// the grant was already used: ask the operator for another
 }
+
+// Run a phase under a standing authorization the operator configured: no
+// grant to hand over, custodyd admits the phase and mints a single-use
+// grant for it. This is what an agent loop does after every edit.
+func ExampleClient_RunAuthorized() {
+	c := client()
+	ctx := context.Background()
+	auths, err := c.Authorizations(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, a := range auths.Authorizations {
+		fmt.Println("may use:", a.Name, "as", a.Actor, "for", a.Stages)
+	}
+	phase := api.PhaseSource{YAML: phaseYAML("tests", "echo 3 passed"), BaseDir: "/"}
+	res, rcpt, err := c.RunAuthorized(ctx, "agent-loop", phase, os.Stdout, os.Stderr, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("status:", res.Status, "minted under:", res.Authorization.Name, "receipt:", rcpt != nil)
+	// Output:
+	// may use: agent-loop as ci-bot for [build test]
+	// 3 passed
+	// status: ok minted under: agent-loop receipt: true
+}
