@@ -107,3 +107,24 @@ func TestCodesCoverGrantReasons(t *testing.T) {
 		seen[c] = true
 	}
 }
+
+// A final event that carries a failure says so through Err; others don't.
+func TestEventErr(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		enc := json.NewEncoder(w)
+		enc.Encode(api.Event{Type: api.EventStarted, RunID: "r1"})
+		enc.Encode(api.Event{Type: api.EventResult, RunID: "r1", Result: &api.Result{RunID: "r1", Status: api.StatusOK},
+			Quarantine: &api.Quarantine{Quarantined: true, Reason: "busy mount"}})
+	})
+	var errs []error
+	for ev, err := range serve(t, mux).Events(context.Background(), api.RunRequest{Grant: json.RawMessage(`{}`)}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs = append(errs, ev.Err())
+	}
+	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], api.ErrQuarantined) {
+		t.Fatalf("event errors: %v", errs)
+	}
+}

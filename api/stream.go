@@ -15,8 +15,8 @@ import (
 // them), dropped (when this client fell behind), receipt, and the final
 // result or error event, after which the sequence ends. A refusal before
 // the run started, a broken stream or a stream that ends without a final
-// event yields one error and ends the sequence; the run's final error
-// event is yielded as an event, not an error (finalError reads it).
+// event yields one error and ends the sequence; a final event that
+// carries the run's failure is yielded as an event, and its Err says so.
 //
 // Stopping the iteration early, or ending ctx, closes the stream, which
 // custodyd treats as a cancellation of the run.
@@ -107,3 +107,9 @@ func (c *Client) Submit(ctx context.Context, req RunRequest, out RunOutput) (*Re
 	// Events ends only after a final event or an error.
 	return c.streamLost(ctx, runID, got, stderr, errors.New("run stream ended without a result"))
 }
+
+// Err is the failure a run's final event carries: the run's *Error, or
+// a quarantined *Error when its cleanup was not verified; nil for any
+// other event, and for a run that ended without one (its Result says how
+// the workload ended).
+func (ev Event) Err() error { return finalError(ev) }
