@@ -128,3 +128,12 @@ func TestEventErr(t *testing.T) {
 		t.Fatalf("event errors: %v", errs)
 	}
 }
+
+// A daemon of the same major version is compatible, whatever its minor.
+func TestCompatible(t *testing.T) {
+	for v, want := range map[string]bool{api.Version: true, "1.7": true, "2.0": false, "0.9": false, "1": false, "": false, "11.0": false} {
+		if got := api.Compatible(v); got != want {
+			t.Errorf("Compatible(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

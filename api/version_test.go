@@ -35,7 +35,7 @@ func TestVersionAnnounced(t *testing.T) {
 		rec := &headerRecorder{}
 		c := api.NewClient(sock, api.WithTransport(func(rt http.RoundTripper) http.RoundTripper { rec.next = rt; return rec }))
 		st, err := c.Status(ctx)
-		if err != nil || st.APIVersion != api.Version {
+		if err != nil || st.APIVersion != api.Version || !api.Compatible(st.APIVersion) {
 			t.Fatalf("%s: status %+v, %v", sock, st, err)
 		}
 		if _, err := c.GetRun(ctx, "no-such-run"); !errors.Is(err, api.ErrNotFound) {
