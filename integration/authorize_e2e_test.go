@@ -166,6 +166,9 @@ func TestAuthorizationMintsAndRuns(t *testing.T) {
 	if n := e.minted(t); n != 1 {
 		t.Fatalf("operations log has %d grant-minted entries, want 1", n)
 	}
+	if _, fams := scrape(t, e.control, "http://custodyd/v1/metrics"); value(t, fams, "custody_grants_minted_total", map[string]string{"authorization": "agent-loop"}) != 1 {
+		t.Fatal("custody_grants_minted_total{authorization=agent-loop} is not 1")
+	}
 
 	// The receipt: v8, naming the authorization; custody verify and cosign.
 	dir := filepath.Join(e.dir, "evidence")
@@ -398,6 +401,21 @@ func TestAuthorizationRevokeStopsMinting(t *testing.T) {
 		if a.Name == "agent-loop" {
 			t.Fatal("a revoked authorization is still listed")
 		}
+	}
+	// A policy reloaded without an authorization stops minting under it
+	// just as well: burst runs, then is gone.
+	burst := e.authPhase(t, "true", e.noInputs()...)
+	if _, _, _, err := e.run(t, "burst", burst); err != nil {
+		t.Fatalf("burst before the reload: %v", err)
+	}
+	i := strings.Index(authPolicy, "  - name: burst")
+	j := strings.Index(authPolicy, "  - name: expired")
+	e.d.WritePolicy(authPolicy[:i] + authPolicy[j:])
+	if _, err := e.d.Control.ReloadPolicy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.run(t, "burst", burst); !errors.Is(err, api.ErrAuthorizationUnknown) {
+		t.Fatalf("burst after a reload without it: %v", err)
 	}
 }
 
