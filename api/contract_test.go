@@ -155,6 +155,13 @@ func TestOpenAPIContract(t *testing.T) {
 	if err != nil || res.Status != api.StatusOK || res.Authorization == nil || res.Authorization.Name != "agent-loop" || stdout.String() != "minted\n" {
 		t.Fatalf("run under an authorization: %+v %v", res, err)
 	}
+	// A one-stage pipeline's summary, signed because its stage was minted
+	// under the authorization for this uid.
+	summary, err := submit.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: "one-stage", Authorization: "agent-loop",
+		Stages: []api.PipelineStageRef{{Name: "build", RunID: res.RunID, From: []string{}}}})
+	if err != nil || len(summary) == 0 {
+		t.Fatalf("pipeline summary under the authorization: %v", err)
+	}
 	if _, _, err := submit.RunAuthorized(ctx, "no-such-authorization", phase, io.Discard, io.Discard, nil); !errors.Is(err, api.ErrAuthorizationUnknown) {
 		t.Fatalf("run under an authorization that does not exist: %v", err)
 	}

@@ -36,6 +36,7 @@ authorizations:
     actor: ci-bot
     stages: [build, test]
     images: ["@IMAGE@"]
+    pipelines: true
     limits: {grantsPerMinute: 1000, concurrentRuns: 4, runsPerDay: 10000}
     notBefore: 2020-01-01T00:00:00Z
     notAfter: 2099-01-01T00:00:00Z

@@ -30,15 +30,11 @@ import (
 )
 
 // pendingRoutes are the routes the OpenAPI document describes that
-// custodyd does not register yet: signing a pipeline's summary on the
-// submit socket, for a pipeline run under a standing authorization (the
-// control socket signs summaries today).
-// EXPECTED-PENDING: this is the one place the route check lets a
-// documented route be missing; once custodyd registers one, the check
-// fails until it is taken off this list.
-var pendingRoutes = []string{
-	"POST /v1/pipelines/summary",
-}
+// custodyd does not register yet. EXPECTED-PENDING: this is the one place
+// the route check lets a documented route be missing; once custodyd
+// registers one, the check fails until it is taken off this list. None is
+// pending now: the standing authorizations' routes have landed.
+var pendingRoutes = []string{}
 
 // schemaIDs maps each JSON Schema the repository publishes, by its $id,
 // to its file, so the document's references to them resolve to the very
