@@ -28,20 +28,41 @@ const (
 	MaxEventBytes = 4 << 20
 )
 
-// Client talks to one custodyd socket.
+// Client talks to one custodyd socket. It is safe for concurrent use.
 type Client struct {
 	socket string
 	http   *http.Client
 }
 
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	wrap func(http.RoundTripper) http.RoundTripper
+}
+
+// WithTransport wraps the client's HTTP transport (which dials the unix
+// socket) in wrap: for tracing, metrics, or checking every exchange
+// against the API's OpenAPI document as this package's tests do.
+func WithTransport(wrap func(http.RoundTripper) http.RoundTripper) Option {
+	return func(o *options) { o.wrap = wrap }
+}
+
 // NewClient returns a client of the daemon socket at path.
-func NewClient(path string) *Client {
-	tr := &http.Transport{
+func NewClient(path string, opts ...Option) *Client {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var tr http.RoundTripper = &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		},
 		DisableKeepAlives: true,
+	}
+	if o.wrap != nil {
+		tr = o.wrap(tr)
 	}
 	return &Client{socket: path, http: &http.Client{Transport: tr}}
 }
@@ -88,8 +109,10 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		defer resp.Body.Close()
 		var e Error
 		if err := json.NewDecoder(io.LimitReader(resp.Body, MaxEventBytes)).Decode(&e); err != nil || e.Code == "" {
-			return nil, &Error{Code: CodeInternal, Message: fmt.Sprintf("%s %s: HTTP %d", method, path, resp.StatusCode)}
+			e = Error{Code: CodeInternal, Message: fmt.Sprintf("%s %s: HTTP %d", method, path, resp.StatusCode)}
 		}
+		e.HTTPStatus = resp.StatusCode
+		e.retryAfterHeader(resp.Header.Get("Retry-After"))
 		return nil, &e
 	}
 	return resp, nil
@@ -223,52 +246,7 @@ func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer
 // *IncompleteError, after a notice on stderr saying where the whole kept
 // copy is.
 func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/runs", RunRequest{Grant: grant})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	var rcpt *Receipt
-	var runID string
-	var got Dropped // the bytes of each stream received, counted as Dropped counts
-	body := &io.LimitedReader{R: resp.Body, N: MaxStreamBytes}
-	dec := json.NewDecoder(body)
-	for {
-		var ev Event
-		if err := dec.Decode(&ev); err != nil {
-			if body.N <= 0 {
-				err = fmt.Errorf("longer than %d bytes", int64(MaxStreamBytes))
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return c.streamLost(ctx, runID, got, stderr, fmt.Errorf("run stream: %w", err))
-		}
-		switch ev.Type {
-		case EventStarted:
-			runID = ev.RunID
-			if started != nil {
-				started(ev.RunID)
-			}
-		case EventStdout:
-			got.Stdout += int64(len(ev.Data))
-			_, _ = stdout.Write(ev.Data)
-		case EventStderr:
-			got.Stderr += int64(len(ev.Data))
-			_, _ = stderr.Write(ev.Data)
-		case EventDropped:
-			noteDropped(stderr, ev.Dropped, "so far")
-		case EventReceipt:
-			rcpt = &Receipt{Envelope: ev.Receipt, Bundle: ev.Bundle, RunnerPublicKey: string(ev.Data)}
-		case EventResult, EventError:
-			noteDropped(stderr, ev.Dropped, "in all")
-			if err := finalError(ev); err != nil {
-				return ev.Result, rcpt, err
-			}
-			return ev.Result, rcpt, incomplete(stderr, ev.Result, got, false)
-		}
-	}
-	return c.streamLost(ctx, runID, got, stderr, errors.New("run stream ended without a result"))
+	return c.Submit(ctx, RunRequest{Grant: grant}, RunOutput{Stdout: stdout, Stderr: stderr, Started: started})
 }
 
 // IncompleteError says a run's stdout or stderr reached this client

@@ -99,3 +99,11 @@ func (c *Client) OpLog(ctx context.Context) (log, head []byte, err error) {
 	}
 	return log, head, nil
 }
+
+// Metrics fetches the runner's metrics in Prometheus's text exposition
+// format (control socket; the submit socket refuses: metrics are for
+// operators).
+func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
+	var text []byte
+	return text, c.do(ctx, http.MethodGet, "/v1/metrics", nil, &text)
+}

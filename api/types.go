@@ -1,11 +1,7 @@
-// Package api holds custody's wire types and the client of custodyd's two
-// unix sockets: the operator's control socket and the clients' submit
-// socket. It carries no logic; errors change form only here, at the edge.
 package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -13,52 +9,6 @@ import (
 const (
 	DefaultControlSocket = "/run/custody/control.sock"
 	DefaultSubmitSocket  = "/run/custody/submit.sock"
-)
-
-// Error is an error as it crosses the wire.
-type Error struct {
-	// Code classifies the error: one of the Code constants, or a grant
-	// reason code ("expired", "replayed", "inputs-changed", ...).
-	Code    Code    `json:"code"`
-	Message string  `json:"message"`
-	Checks  []Check `json:"checks,omitempty"`
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
-
-// Is makes an *Error match a bare code sentinel (ErrQuarantined and the
-// rest), so callers branch with errors.Is, never on message text.
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Checks == nil && t.Code == e.Code
-}
-
-// Code is the class of an Error on the wire.
-type Code string
-
-// The error classes custodyd answers with, besides the grant reason codes
-// (grant.Code values, carried as Code).
-const (
-	CodeForbidden     Code = "forbidden"      // not this socket's or this peer's to ask
-	CodeRefused       Code = "refused"        // refused before anything ran
-	CodeQuarantined   Code = "quarantined"    // the runner takes no work, or a run's cleanup was not verified
-	CodeNotFound      Code = "not-found"      // no such run, or not the caller's
-	CodeBadRequest    Code = "bad-request"    // a malformed request
-	CodeMalformed     Code = "malformed"      // a malformed grant
-	CodePolicyInvalid Code = "policy-invalid" // no valid operator policy: nothing is granted
-	CodeInternal      Code = "internal"       // the runner failed
-	CodeRateLimited   Code = "rate-limited"   // this uid asked too often; the message says when to retry
-)
-
-// Sentinels to match with errors.Is.
-var (
-	ErrForbidden     = &Error{Code: CodeForbidden}
-	ErrRefused       = &Error{Code: CodeRefused}
-	ErrQuarantined   = &Error{Code: CodeQuarantined}
-	ErrNotFound      = &Error{Code: CodeNotFound}
-	ErrBadRequest    = &Error{Code: CodeBadRequest}
-	ErrPolicyInvalid = &Error{Code: CodePolicyInvalid}
-	ErrInternal      = &Error{Code: CodeInternal}
 )
 
 // Check is one requirement's verdict from admission.
@@ -151,8 +101,11 @@ type Quarantine struct {
 
 // Status is the daemon's view of itself.
 type Status struct {
-	RunnerID string `json:"runnerId"`
-	IssuerID string `json:"issuerId"`
+	// APIVersion is the version of the API the daemon serves (see
+	// Version): the same as every answer's VersionHeader.
+	APIVersion string `json:"apiVersion"`
+	RunnerID   string `json:"runnerId"`
+	IssuerID   string `json:"issuerId"`
 	// RunnerPublicKey and IssuerPublicKey are PEM public keys, for a
 	// verifier's trust file (distribute them out of band).
 	RunnerPublicKey string          `json:"runnerPublicKey"`
@@ -206,9 +159,12 @@ type OpLogHead struct {
 	Last string `json:"last"`
 }
 
-// RunRequest submits a grant for launch.
+// RunRequest submits a grant for launch, or a phase to run under a
+// standing authorization (Authorization and Phase, without Grant).
 type RunRequest struct {
-	Grant json.RawMessage `json:"grant"`
+	Grant         json.RawMessage `json:"grant,omitempty"`
+	Authorization string          `json:"authorization,omitempty"`
+	Phase         *PhaseSource    `json:"phase,omitempty"`
 }
 
 // Event is one line of a run's stream (NDJSON).
@@ -286,17 +242,20 @@ const (
 // Result is what a run produced. Every field is an observation recorded
 // after the fact; none of it authorizes anything.
 type Result struct {
-	RunID       string    `json:"runId"`
-	GrantID     string    `json:"grantId,omitempty"`
-	Actor       string    `json:"actor,omitempty"`
-	Name        string    `json:"name"`
-	Stage       string    `json:"stage,omitempty"`
-	Status      RunStatus `json:"status"`
-	ExitCode    int       `json:"exitCode"`
-	Signal      string    `json:"signal,omitempty"`
-	Tier        string    `json:"tier"`
-	Unqualified bool      `json:"unqualified"`
-	Runtime     Runtime   `json:"runtime"`
+	RunID   string `json:"runId"`
+	GrantID string `json:"grantId,omitempty"`
+	Actor   string `json:"actor,omitempty"`
+	// Authorization names the standing authorization the run's grant was
+	// minted under; absent for a hand-issued grant.
+	Authorization *AuthorizationRef `json:"authorization,omitempty"`
+	Name          string            `json:"name"`
+	Stage         string            `json:"stage,omitempty"`
+	Status        RunStatus         `json:"status"`
+	ExitCode      int               `json:"exitCode"`
+	Signal        string            `json:"signal,omitempty"`
+	Tier          string            `json:"tier"`
+	Unqualified   bool              `json:"unqualified"`
+	Runtime       Runtime           `json:"runtime"`
 	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
 	RuntimeSHA256 string `json:"runtimeSha256,omitempty"`
 	ConfigSHA256  string `json:"configSha256,omitempty"`
@@ -442,6 +401,9 @@ type Recovery struct {
 type PipelineSummaryRequest struct {
 	Pipeline string             `json:"pipeline"`
 	Stages   []PipelineStageRef `json:"stages"`
+	// Authorization, on the submit socket, is the standing authorization
+	// every stage was minted under, for the calling uid.
+	Authorization string `json:"authorization,omitempty"`
 }
 
 // PipelineStageRef is one stage of a pipeline run as the client ran it.

@@ -22,6 +22,12 @@ import (
 // from a configured operator uid.
 func (s *server) controlMux() http.Handler {
 	mux := http.NewServeMux()
+	s.controlRoutes(mux)
+	return s.operatorsOnly("control socket", mux)
+}
+
+// controlRoutes registers the control socket's routes on mux.
+func (s *server) controlRoutes(mux router) {
 	mux.HandleFunc("GET /v1/status", s.handleStatus(true))
 	mux.HandleFunc("POST /v1/admit", s.handleAdmit)
 	mux.HandleFunc("POST /v1/grants", s.handleIssue)
@@ -45,9 +51,9 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
 	mux.HandleFunc("POST /v1/qualify", s.handleQualify)
 	mux.HandleFunc("POST /v1/pipelines/summary", s.handlePipelineSummary)
+	mux.HandleFunc("POST /v1/authorizations/revoke", s.handleRevokeAuthorization)
 	s.packs.packRoutes(mux, true)
 	s.opsRoutes(mux, true)
-	return s.operatorsOnly("control socket", mux)
 }
 
 // operatorsOnly serves h only to a peer whose kernel-reported uid is in
@@ -69,23 +75,36 @@ func (s *server) operatorsOnly(socket string, h http.Handler) http.Handler {
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
 	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/qualify", "/v1/pipelines/summary"}, packControlOnly()...)
+		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/qualify", "/v1/authorizations/revoke"}, packControlOnly()...)
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
 // cancel their own runs, fetch their own results, dry-run admission.
 func (s *server) submitMux() http.Handler {
 	mux := http.NewServeMux()
+	s.submitRoutes(mux)
+	return s.submitOnly(mux)
+}
+
+// submitRoutes registers the submit socket's routes on mux.
+func (s *server) submitRoutes(mux router) {
 	mux.HandleFunc("GET /v1/status", s.handleStatus(false))
 	mux.HandleFunc("POST /v1/admit", s.handleSubmitAdmit)
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/runs", s.handleRun)
+	mux.HandleFunc("GET /v1/authorizations", s.handleAuthorizations)
+	mux.HandleFunc("POST /v1/pipelines/summary", s.handleSubmitPipelineSummary)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(false))
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(false))
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))
 	mux.HandleFunc("GET /v1/runs/{id}/outputs", s.handleGetOutputs(false))
 	s.packs.packRoutes(mux, false)
 	s.opsRoutes(mux, false)
+}
+
+// submitOnly serves mux to peers with credentials, refusing the control
+// operations by name.
+func (s *server) submitOnly(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !peerOf(r).ok {
 			writeError(w, &api.Error{Code: api.CodeForbidden, Message: "peer credentials unavailable"})
@@ -107,7 +126,7 @@ func (s *server) handleStatus(operator bool) http.HandlerFunc {
 		prof, _ := json.Marshal(s.r.Profile())
 		uid := peerOf(r).UID
 		s.mu.RLock()
-		st := api.Status{
+		st := api.Status{APIVersion: api.Version,
 			RunnerID: s.runnerKeys.Current.ID(), IssuerID: s.issuerKeys.Current.ID(),
 			RunnerPublicKey: string(s.runnerKeys.Current.PublicPEM()), IssuerPublicKey: string(s.issuerKeys.Current.PublicPEM()),
 			Policy: s.policyStatusLocked(), Profile: prof, Running: []string{}, Pool: wirePool(s.r.Pool().Profiles()),

@@ -195,6 +195,15 @@ func readBody(next http.Handler) http.Handler {
 // httpServer is one socket's server with every timeout but the write one:
 // a run's stream is written for as long as the run lasts.
 func httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: readBody(h), ConnContext: peerContext,
+	return &http.Server{Handler: announceVersion(readBody(h)), ConnContext: peerContext,
 		ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeader}
+}
+
+// announceVersion names the API version on every answer, refusals
+// included, so a client can tell what it speaks to before it reads a body.
+func announceVersion(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.VersionHeader, api.Version)
+		next.ServeHTTP(w, r)
+	})
 }

@@ -20,7 +20,7 @@ import (
 // opsRoutes adds the operator-experience endpoints to a socket's mux: a
 // run's kept stdout and stderr (the caller's own runs on the submit
 // socket, any on the control socket), and the metrics (control only).
-func (s *server) opsRoutes(mux *http.ServeMux, operator bool) {
+func (s *server) opsRoutes(mux router, operator bool) {
 	mux.HandleFunc("GET /v1/runs/{id}/logs/{stream}", s.handleGetLog(operator))
 	mux.HandleFunc("GET /v1/metrics", s.handleMetrics(operator))
 	mux.HandleFunc("GET /v1/keys", s.handleKeys)

@@ -38,7 +38,7 @@ type packAPI struct {
 }
 
 // packRoutes registers the pack endpoints a socket serves.
-func (s *packAPI) packRoutes(mux *http.ServeMux, operator bool) {
+func (s *packAPI) packRoutes(mux router, operator bool) {
 	mux.HandleFunc("POST /v1/packs/admit", s.handlePackAdmit(operator))
 	mux.HandleFunc("POST /v1/packs/up", s.handlePackUp)
 	mux.HandleFunc("GET /v1/workspaces", s.handlePackList(operator))

@@ -2,8 +2,10 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
 )
@@ -45,6 +48,25 @@ func scrape(t *testing.T, sock, url string) (int, map[string]*dto.MetricFamily) 
 		t.Fatalf("parse metrics: %v", err)
 	}
 	return resp.StatusCode, fams
+}
+
+// scrapeAPI fetches the metrics through a daemon socket's client and
+// parses them, or returns the refusal's HTTP status.
+func scrapeAPI(t *testing.T, c *api.Client) (int, map[string]*dto.MetricFamily) {
+	t.Helper()
+	text, err := c.Metrics(context.Background())
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.HTTPStatus, nil
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		t.Fatalf("parse metrics: %v", err)
+	}
+	return http.StatusOK, fams
 }
 
 // value is the sample of family name whose labels include want.
@@ -109,9 +131,9 @@ func TestMetricsAfterARealRun(t *testing.T) {
 		t.Fatalf("production issue on this host: %d, want refused", code)
 	}
 
-	code, fams := scrape(t, e.control, "http://custodyd/v1/metrics")
+	code, fams := scrapeAPI(t, e.d.Control)
 	if code != http.StatusOK {
-		t.Fatalf("control /v1/metrics: HTTP %d", code)
+		t.Fatalf("control socket metrics: HTTP %d", code)
 	}
 	if n := value(t, fams, "custody_runs_total", map[string]string{"status": "ok", "tier": "development (unqualified)"}); n != 2 {
 		t.Fatalf("runs ok: %v", n)
@@ -160,8 +182,8 @@ func TestMetricsAfterARealRun(t *testing.T) {
 	if code := scrapeAs(t, 65534, sock); code != "403" {
 		t.Fatalf("uid 65534 on the metrics socket: HTTP %s, want 403", code)
 	}
-	if code, _ := scrape(t, e.submit, "http://custodyd/v1/metrics"); code != http.StatusForbidden {
-		t.Fatalf("submit /v1/metrics: HTTP %d, want 403", code)
+	if code, _ := scrapeAPI(t, e.d.Submit); code != http.StatusForbidden {
+		t.Fatalf("submit socket metrics: HTTP %d, want 403", code)
 	}
 	for _, addr := range []string{"127.0.0.1:9464", "0.0.0.0:9464"} {
 		out, err := e.d.Command(context.Background(), "--metrics-listen", addr).CombinedOutput()

@@ -1,11 +1,9 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"net"
-	"net/http"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,11 +60,12 @@ func TestPacksOffOnARealRunner(t *testing.T) {
 		t.Errorf("phase status with packs unavailable: %d %s", code, errs)
 	}
 	// Operator-only pack operations are refused by name on submit.
-	for _, path := range []string{"/v1/packs/grants", "/v1/packs/recover"} {
-		resp, err := postRaw(d.SubmitSocket, path)
-		if err != nil || !strings.Contains(resp, `"forbidden"`) {
-			t.Errorf("submit %s: %q %v", path, resp, err)
-		}
+	ctx := context.Background()
+	if _, err := d.Submit.PackIssueGrant(ctx, api.PackIssueRequest{}); !errors.Is(err, api.ErrForbidden) {
+		t.Errorf("submit pack grant issue: %v", err)
+	}
+	if _, err := d.Submit.PackRecover(ctx); !errors.Is(err, api.ErrForbidden) {
+		t.Errorf("submit pack recover: %v", err)
 	}
 }
 
@@ -74,21 +73,4 @@ func runBinArgs(t *testing.T, e *env, args ...string) (int, string, string) {
 	t.Helper()
 	code, out, errs, _ := clitest.Run(t, time.Minute, append([]string{"--control", e.control, "--submit", e.submit}, args...)...)
 	return code, out, errs
-}
-
-// postRaw posts an empty JSON object to path on a unix socket and returns
-// the answer's body.
-func postRaw(sock, path string) (string, error) {
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
-	resp, err := c.Post("http://custodyd"+path, "application/json", strings.NewReader("{}"))
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, err = b.ReadFrom(resp.Body)
-	return b.String(), err
 }
