@@ -43,7 +43,7 @@ func refusalOf(err error) *Refusal {
 // line per requirement that was not granted, with its fix.
 func (r *Refusal) text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "custody refused (%s): %s", r.Code, r.Message)
+	fmt.Fprintf(&b, "refused by custody (%s): %s", r.Code, r.Message)
 	for _, c := range r.Checks {
 		if c.Verdict == "granted" || c.Verdict == "ok" || c.Verdict == "satisfied" {
 			continue
