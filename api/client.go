@@ -246,7 +246,13 @@ func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer
 // *IncompleteError, after a notice on stderr saying where the whole kept
 // copy is.
 func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
-	return c.Submit(ctx, RunRequest{Grant: grant}, RunOutput{Stdout: stdout, Stderr: stderr, Started: started})
+	return c.runRequest(ctx, RunRequest{Grant: grant}, stdout, stderr, started)
+}
+
+// runRequest posts a run request (a grant, or a phase under an
+// authorization) and follows its stream through Submit.
+func (c *Client) runRequest(ctx context.Context, in RunRequest, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
+	return c.Submit(ctx, in, RunOutput{Stdout: stdout, Stderr: stderr, Started: started})
 }
 
 // IncompleteError says a run's stdout or stderr reached this client
