@@ -19,6 +19,23 @@ import (
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
+// agentAuthorization is the standing authorization the agent runs under:
+// ci-bot's build and test stages (root is its submitter), the busybox
+// image, narrower memory and wall-time ceilings, inputs from the test's
+// directory, pipelines allowed.
+const agentAuthorization = `authorizations:
+  - name: agent
+    actor: ci-bot
+    stages: [build, test]
+    images: ["@IMAGE@"]
+    ceilings: {memory: 256Mi, wallTime: 2m}
+    inputRoots: ["@INPUTROOT@"]
+    pipelines: true
+    limits: {grantsPerMinute: 600, concurrentRuns: 4, runsPerDay: 1000}
+    notBefore: 2026-01-01T00:00:00Z
+    notAfter: 2099-01-01T00:00:00Z
+`
+
 // rig is a real custodyd, and the built custody mcp driven over stdio by
 // the Go SDK's own client.
 type rig struct {
@@ -37,7 +54,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := daemontest.Start(t, daemontest.Options{}, string(pol))
+	d := daemontest.Start(t, daemontest.Options{}, string(pol)+agentAuthorization)
 	r := &rig{d: d, bin: bin}
 	client := mcp.NewClient(&mcp.Implementation{Name: "custody-go-test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
