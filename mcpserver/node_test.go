@@ -87,8 +87,9 @@ type nodeReport struct {
 }
 
 // TestTypeScriptClient: the TypeScript SDK's client lists the tools, runs
-// a phase on a grant, reads its result, receipt and an output back, and
-// gets a refusal as a tool error; the SDK checks each structured answer
+// a phase on a grant and one under the authorization, lists the
+// authorizations, reads a result, receipt and an output back, and gets
+// refusals as tool errors; the SDK checks each structured answer
 // against the tool's output schema.
 func TestTypeScriptClient(t *testing.T) {
 	r := newRig(t)
@@ -97,6 +98,9 @@ func TestTypeScriptClient(t *testing.T) {
 		{"name": "custody_run", "arguments": map[string]any{"grant_file": g}},
 		{"name": "custody_run", "arguments": map[string]any{"grant_file": g}},
 		{"name": "custody_run", "arguments": map[string]any{"authorization": "agent", "phase_yaml": "kind: Phase\nbogus: 1\n"}},
+		{"name": "custody_authorizations", "arguments": map[string]any{}},
+		{"name": "custody_run", "arguments": map[string]any{"authorization": "agent", "phase_yaml": r.phase("authorized", "echo minted")}},
+		{"name": "custody_run", "arguments": map[string]any{"authorization": "agent", "image": r.d.Image, "tier": "development", "memory": "1Gi", "command": []string{"/bin/true"}}},
 	})
 	if rep.Server.Name != "custody" {
 		t.Errorf("server name %q", rep.Server.Name)
@@ -109,7 +113,7 @@ func TestTypeScriptClient(t *testing.T) {
 			t.Errorf("%s: input schema %v, output schema %v", tool.Name, tool.InputSchema, tool.HasOutputSchema)
 		}
 	}
-	if len(rep.Calls) != 3 {
+	if len(rep.Calls) != 6 {
 		t.Fatalf("calls: %+v", rep.Calls)
 	}
 	var run runAnswer
@@ -124,6 +128,21 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 	if !rep.Calls[2].IsError || !strings.Contains(rep.Calls[2].Text, "bogus") {
 		t.Errorf("malformed phase from node: %s", rep.Calls[2].Text)
+	}
+
+	if c := rep.Calls[3]; c.IsError || !strings.Contains(string(c.Structured), `"name":"agent"`) || !strings.Contains(string(c.Structured), r.d.Image) {
+		t.Errorf("authorizations from node: %s %s", c.Structured, c.Text)
+	}
+	var minted struct {
+		runAnswer
+		Authorization string `json:"authorization"`
+	}
+	if err := json.Unmarshal(rep.Calls[4].Structured, &minted); err != nil || rep.Calls[4].IsError || minted.Status != "ok" ||
+		minted.Stdout.Text != "minted\n" || minted.Authorization != "agent" || minted.Receipt == nil {
+		t.Errorf("authorized run from node: %v %s %s", err, rep.Calls[4].Structured, rep.Calls[4].Text)
+	}
+	if c := rep.Calls[5]; !c.IsError || !strings.Contains(string(c.Structured), `"code":"refused"`) || !strings.Contains(c.Text, "memory") {
+		t.Errorf("memory above the ceiling from node: %s %s", c.Structured, c.Text)
 	}
 
 	// Then the read-back tools, on the run the node client started.
