@@ -42,6 +42,8 @@ type rig struct {
 	d       *daemontest.Daemon
 	bin     string
 	session *mcp.ClientSession
+	// progress gets the message of every progress notification.
+	progress chan string
 }
 
 func newRig(t *testing.T) *rig {
@@ -55,8 +57,15 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	d := daemontest.Start(t, daemontest.Options{}, string(pol)+agentAuthorization)
-	r := &rig{d: d, bin: bin}
-	client := mcp.NewClient(&mcp.Implementation{Name: "custody-go-test", Version: "1"}, nil)
+	r := &rig{d: d, bin: bin, progress: make(chan string, 100)}
+	client := mcp.NewClient(&mcp.Implementation{Name: "custody-go-test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			select {
+			case r.progress <- req.Params.Message:
+			default:
+			}
+		},
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.Command(bin, "--submit", d.SubmitSocket, "--control", filepath.Join(d.Dir, "absent-control.sock"), "mcp", "--base-dir", d.Dir)
@@ -292,7 +301,8 @@ func TestRunGrantResultReceiptOutputs(t *testing.T) {
 // cancelled, with its receipt reference.
 func TestCancel(t *testing.T) {
 	r := newRig(t)
-	g := r.grantFile(t, "sleepy", r.phase("sleepy", "echo started; sleep 25"))
+	marker := fmt.Sprintf("%d", 64000+os.Getpid()%500)
+	g := r.grantFile(t, "sleepy", r.phase("sleepy", "echo started; sleep "+marker))
 	done := make(chan runAnswer, 1)
 	go func() {
 		var run runAnswer
@@ -305,10 +315,12 @@ func TestCancel(t *testing.T) {
 		}
 		done <- run
 	}()
+	// Cancel once the workload runs (its sleep is on the host's process
+	// table), so the cancellation reaches a launched run.
 	var id string
-	for deadline := time.Now().Add(time.Minute); id == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); id == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		st, err := r.d.Submit.Status(context.Background())
-		if err == nil && len(st.Running) > 0 {
+		if err == nil && len(st.Running) > 0 && sleeping(marker) {
 			id = st.Running[0]
 		}
 	}
@@ -359,4 +371,74 @@ func TestRefusedBeforeSending(t *testing.T) {
 	if err != nil || len(st.Running) != 0 {
 		t.Errorf("status %v %+v: nothing should have run", err, st)
 	}
+}
+
+// TestProgressAndDisconnect: a call that carries a progress token hears
+// when its run starts (with the run id); a client that gives up on the
+// call (cancels it) cancels the run, which still ends cleaned up and
+// receipted.
+func TestProgressAndDisconnect(t *testing.T) {
+	r := newRig(t)
+	marker := fmt.Sprintf("%d", 65000+os.Getpid()%500)
+	g := r.grantFile(t, "long", r.phase("long", "echo started; sleep "+marker))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	params := &mcp.CallToolParams{Name: "custody_run", Arguments: map[string]any{"grant_file": g}}
+	params.SetProgressToken("long-run")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.session.CallTool(ctx, params)
+		done <- err
+	}()
+	var id string
+	select {
+	case msg := <-r.progress:
+		var ok bool
+		if id, ok = strings.CutSuffix(strings.TrimPrefix(msg, "run "), " started"); !ok || id == "" {
+			t.Fatalf("first progress message %q does not name the run", msg)
+		}
+	case err := <-done:
+		t.Fatalf("the call ended before any progress: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no progress notification")
+	}
+	// Give up only once the workload runs (its sleep is on the host's
+	// process table), so the cancellation reaches a launched run.
+	for deadline := time.Now().Add(time.Minute); !sleeping(marker); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the workload never started")
+		}
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a cancelled call answered")
+	}
+	var res *api.Result
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got, err := r.d.Control.GetRun(context.Background(), id); err == nil && got.Status != "" {
+			res = got
+			break
+		}
+	}
+	if res == nil || res.Status != api.StatusCancelled || res.Cleanup == nil || !res.Cleanup.Verified {
+		t.Fatalf("the run after its call was cancelled: %+v", res)
+	}
+	if _, err := r.d.Control.GetReceipt(context.Background(), id); err != nil {
+		t.Errorf("the cancelled run's receipt: %v", err)
+	}
+	if sleeping(marker) {
+		t.Error("the workload outlived its cancelled call")
+	}
+}
+
+// sleeping reports whether a process runs "sleep marker".
+func sleeping(marker string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, p := range ents {
+		b, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), "sleep "+marker) {
+			return true
+		}
+	}
+	return false
 }

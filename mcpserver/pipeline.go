@@ -57,7 +57,7 @@ const (
 // runPipeline is custody_run_pipeline: each stage in order under the
 // authorization, every from: input named by the digest its stage's run
 // kept, then the summary.
-func (s *Server) runPipeline(ctx context.Context, _ *mcp.CallToolRequest, in PipelineInput) (*mcp.CallToolResult, PipelineAnswer, error) {
+func (s *Server) runPipeline(ctx context.Context, call *mcp.CallToolRequest, in PipelineInput) (*mcp.CallToolResult, PipelineAnswer, error) {
 	p, err := s.loadPipeline(in)
 	if err != nil {
 		r := refusalOf(err)
@@ -86,7 +86,7 @@ func (s *Server) runPipeline(ctx context.Context, _ *mcp.CallToolRequest, in Pip
 			a.Stages[i].State, a.Refusal = stateRefused, refusalOf(err)
 			return stop(i, failed(a.Refusal), fmt.Sprintf("stage %q: %v", st.Name, err))
 		}
-		res, run, _ := s.submit(ctx, req, bound)
+		res, run, _ := s.submit(ctx, call, req, bound)
 		a.Stages[i].Run = &run
 		switch {
 		case run.Refusal != nil:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -129,13 +130,13 @@ func (s *Server) addTools(srv *mcp.Server) {
 }
 
 // run is custody_run.
-func (s *Server) run(ctx context.Context, _ *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, RunAnswer, error) {
+func (s *Server) run(ctx context.Context, call *mcp.CallToolRequest, in RunInput) (*mcp.CallToolResult, RunAnswer, error) {
 	req, err := s.runRequest(in)
 	if err != nil {
 		r := refusalOf(err)
 		return failed(r), RunAnswer{Refusal: r}, nil
 	}
-	return s.submit(ctx, req, s.streamBytes(in.MaxStreamBytes))
+	return s.submit(ctx, call, req, s.streamBytes(in.MaxStreamBytes))
 }
 
 // runRequest is the submission a run call asks for, refused here (nothing
@@ -187,12 +188,22 @@ func (s *Server) streamBytes(asked int) int {
 	return asked
 }
 
-// submit runs req to its end and answers with its record.
-func (s *Server) submit(ctx context.Context, req api.RunRequest, bound int) (*mcp.CallToolResult, RunAnswer, error) {
+// submit runs req to its end and answers with its record, telling the
+// client of call its progress if it asked.
+func (s *Server) submit(ctx context.Context, call *mcp.CallToolRequest, req api.RunRequest, bound int) (*mcp.CallToolResult, RunAnswer, error) {
 	stdout, stderr := &boundedBuffer{max: bound}, &boundedBuffer{max: bound}
+	p := newProgress(call)
+	var mu sync.Mutex
+	var runID string
+	stop := p.heartbeat(ctx, func() string { mu.Lock(); defer mu.Unlock(); return runID })
 	res, rcpt, err := s.c.Submit(ctx, req, api.RunOutput{Stdout: stdout, Stderr: stderr, Started: func(id string) {
+		mu.Lock()
+		runID = id
+		mu.Unlock()
 		s.log.Info("run started", "run", id)
+		p.say(ctx, "run %s started", id)
 	}})
+	stop()
 	return s.answer(res, rcpt, err, stdout, stderr)
 }
 
