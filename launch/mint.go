@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/custody-dev/custody/admission"
@@ -122,6 +123,12 @@ func RequestEnvelope(a *policy.Authorization, req *request.Phase, pipeline bool,
 			"ask the operator to renew the authorization's validity window"),
 		envelopeCheck("stages", slices.Contains(a.Stages, string(req.Stage)), fmt.Sprintf("stage %q; the authorization mints %v", req.Stage, a.Stages),
 			"ask for one of the authorization's stages, or for a grant from the operator"),
+	}
+	if strings.HasPrefix(req.Image, "sha256:") {
+		// By digest: refused before admission reads the image store; by
+		// name, the plan's digest is checked (PlanEnvelope).
+		checks = append(checks, envelopeCheck("images", slices.Contains(a.Images, req.Image), fmt.Sprintf("image %s; the authorization mints %v", req.Image, a.Images),
+			"ask for one of the authorization's images"))
 	}
 	if req.Verifier {
 		checks = append(checks, envelopeCheck("verifier", a.Verifier, "a verifier stage", "the authorization does not mint verifier stages; ask the operator for a grant"))
