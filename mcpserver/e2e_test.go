@@ -205,7 +205,7 @@ func TestToolsListed(t *testing.T) {
 // error naming why).
 func TestRunGrantResultReceiptOutputs(t *testing.T) {
 	r := newRig(t)
-	g := r.grantFile(t, "hello", r.phase("hello", `echo hello from custody; echo oops >&2; printf 'line1\nline2\n' > /out/report.txt; head -c 3000 /dev/zero | tr '\0' x > /out/big.txt`))
+	g := r.grantFile(t, "hello", r.phase("hello", `echo hello from custody; echo oops >&2; printf 'line1\nline2\n' > /out/report.txt; head -c 3000 /dev/zero | tr '\0' x > /out/big.txt; printf 'ab\303\251' > /out/utf.txt`))
 	var run runAnswer
 	res := r.call(t, "custody_run", map[string]any{"grant_file": g, "max_stream_bytes": 8}, &run)
 	if res.IsError || run.Status != "ok" || run.ExitCode != 0 {
@@ -217,7 +217,7 @@ func TestRunGrantResultReceiptOutputs(t *testing.T) {
 	if run.Stderr.Text != "oops\n" {
 		t.Errorf("stderr: %q", run.Stderr.Text)
 	}
-	if run.Outputs == nil || len(run.Outputs.Files) != 2 {
+	if run.Outputs == nil || len(run.Outputs.Files) != 3 {
 		t.Fatalf("outputs: %+v", run.Outputs)
 	}
 	rc, err := r.d.Control.GetReceipt(context.Background(), run.RunID)
@@ -260,13 +260,14 @@ func TestRunGrantResultReceiptOutputs(t *testing.T) {
 			Files  []api.OutputFile `json:"files"`
 		} `json:"outputs"`
 	}
-	if res := r.call(t, "custody_list_outputs", map[string]any{"run_id": run.RunID}, &outs); res.IsError || outs.Outputs == nil || outs.Outputs.Digest != run.Outputs.Digest || len(outs.Outputs.Files) != 2 {
+	if res := r.call(t, "custody_list_outputs", map[string]any{"run_id": run.RunID}, &outs); res.IsError || outs.Outputs == nil || outs.Outputs.Digest != run.Outputs.Digest || len(outs.Outputs.Files) != 3 {
 		t.Fatalf("list outputs: %s %+v", text(res), outs.Outputs)
 	}
 
 	type read struct {
 		Content, Encoding, SHA256 string
 		Size                      int64
+		Bytes                     int
 		More                      bool
 		Refusal                   *refusal
 	}
@@ -281,6 +282,13 @@ func TestRunGrantResultReceiptOutputs(t *testing.T) {
 	r.call(t, "custody_read_output", map[string]any{"run_id": run.RunID, "path": "big.txt", "offset": 1000, "max_bytes": 100}, &part)
 	if part.Content != strings.Repeat("x", 100) || !part.More || part.Size != 3000 {
 		t.Errorf("bounded read of big.txt from 1000: %+v", part)
+	}
+	// A bound that cuts a character in two returns the text before it,
+	// and says how many bytes that is.
+	var cut read
+	r.call(t, "custody_read_output", map[string]any{"run_id": run.RunID, "path": "utf.txt", "max_bytes": 3}, &cut)
+	if cut.Content != "ab" || cut.Bytes != 2 || cut.Encoding != "utf-8" || !cut.More {
+		t.Errorf("read of utf.txt cut inside a character: %+v", cut)
 	}
 	var missing read
 	res = r.call(t, "custody_read_output", map[string]any{"run_id": run.RunID, "path": "absent.txt"}, &missing)

@@ -33,7 +33,8 @@ type ReadAnswer struct {
 	Offset   int64    `json:"offset"`
 	Encoding string   `json:"encoding,omitempty" jsonschema:"utf-8 when content is the bytes as text, base64 otherwise"`
 	Content  string   `json:"content"`
-	More     bool     `json:"more" jsonschema:"true when the file goes on after these bytes: read again from offset+returned bytes"`
+	Bytes    int      `json:"bytes" jsonschema:"how many of the file's bytes content holds"`
+	More     bool     `json:"more" jsonschema:"true when the file goes on after these bytes: read again from offset + bytes"`
 	Refusal  *Refusal `json:"refusal,omitempty"`
 }
 
@@ -106,8 +107,8 @@ func (s *Server) read(ctx context.Context, in ReadInput) (ReadAnswer, error) {
 		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 			return ReadAnswer{}, err
 		}
-		buf = buf[:n]
-		a := ReadAnswer{RunID: in.RunID, Path: file.Path, Size: h.Size, SHA256: file.SHA256, Offset: in.Offset, More: in.Offset+int64(n) < h.Size}
+		buf = textCut(buf[:n], in.Offset+int64(n) < h.Size)
+		a := ReadAnswer{RunID: in.RunID, Path: file.Path, Size: h.Size, SHA256: file.SHA256, Offset: in.Offset, Bytes: len(buf), More: in.Offset+int64(len(buf)) < h.Size}
 		if utf8.Valid(buf) {
 			a.Encoding, a.Content = "utf-8", string(buf)
 		} else {
@@ -121,4 +122,20 @@ func (s *Server) read(ctx context.Context, in ReadInput) (ReadAnswer, error) {
 // spell it: relative, slash-separated, clean.
 func cleanOutputPath(p string) string {
 	return strings.TrimPrefix(path.Clean("/"+p), "/")
+}
+
+// textCut is buf without a multi-byte character the bound cut in two at
+// its end, when the file goes on (more) and the rest is text: the next
+// read starts at that character, and the part reads as text rather than
+// base64.
+func textCut(buf []byte, more bool) []byte {
+	if !more || utf8.Valid(buf) {
+		return buf
+	}
+	for cut := 1; cut < utf8.UTFMax && cut < len(buf); cut++ {
+		if head := buf[:len(buf)-cut]; utf8.Valid(head) && !utf8.FullRune(buf[len(buf)-cut:]) {
+			return head
+		}
+	}
+	return buf
 }

@@ -109,3 +109,47 @@ func TestRefusalText(t *testing.T) {
 		t.Errorf("a local refusal's code %q", local.Code)
 	}
 }
+
+func TestTextCut(t *testing.T) {
+	e := []byte("abc\u00e9") // é is two bytes
+	if got := string(textCut(e[:4], true)); got != "abc" {
+		t.Errorf("a cut character at the end: %q", got)
+	}
+	if got := textCut(e[:4], false); len(got) != 4 {
+		t.Errorf("the file's own last bytes are returned as they are: %q", got)
+	}
+	bin := []byte{0xff, 0xfe, 'a', 'b'}
+	if got := textCut(bin, true); len(got) != 4 {
+		t.Errorf("binary bytes are not cut: %q", got)
+	}
+}
+
+// FuzzPhaseSource: whatever fields or YAML an agent sends, building the
+// phase never panics, and a phase it accepts is one the phase parser
+// accepts, with the command the call gave.
+func FuzzPhaseSource(f *testing.F) {
+	f.Add("", "sha256:"+strings.Repeat("a", 64), "/bin/sh", "make test", "64Mi", "src")
+	f.Add("apiVersion: custody.dev/v1alpha1\nkind: Phase\n", "", "", "", "", "")
+	f.Add("", "x", "", "", "1Gi", "../etc")
+	f.Add("", "sha256:"+strings.Repeat("b", 64), "/bin/true", "\x00", "-1", "/abs")
+	f.Fuzz(func(t *testing.T, yamlText, image, cmd0, cmd1, memory, input string) {
+		fields := PhaseFields{Image: image, Memory: memory, Tier: "development"}
+		if cmd0 != "" {
+			fields.Command = []string{cmd0, cmd1}
+		}
+		if input != "" {
+			fields.Inputs = []PhaseInput{{Source: input, Target: "/in"}}
+		}
+		src, err := phaseSource(yamlText, &fields, "/base")
+		if err != nil {
+			return
+		}
+		p, err := request.Parse(src.YAML)
+		if err != nil {
+			t.Fatalf("accepted a phase the parser refuses: %v\n%s", err, src.YAML)
+		}
+		if yamlText == "" && strings.Join(p.Command, "\x00") != strings.Join(fields.Command, "\x00") {
+			t.Fatalf("command %q became %q", fields.Command, p.Command)
+		}
+	})
+}
