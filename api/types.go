@@ -398,6 +398,9 @@ type Recovery struct {
 type PipelineSummaryRequest struct {
 	Pipeline string             `json:"pipeline"`
 	Stages   []PipelineStageRef `json:"stages"`
+	// Authorization, on the submit socket, is the standing authorization
+	// every stage was minted under, for the calling uid.
+	Authorization string `json:"authorization,omitempty"`
 }
 
 // PipelineStageRef is one stage of a pipeline run as the client ran it.

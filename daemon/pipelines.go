@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/evidence"
+	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runrecord"
 )
@@ -25,6 +27,58 @@ func (s *server) handlePipelineSummary(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.signPipelineSummary(w, r, in)
+}
+
+// handleSubmitPipelineSummary signs a pipeline's summary for a client
+// (submit socket): only under a standing authorization in force, not
+// revoked, that allows pipelines and that the caller may use, and only
+// when every stage's run is the caller's and was minted under it.
+func (s *server) handleSubmitPipelineSummary(w http.ResponseWriter, r *http.Request) {
+	var in api.PipelineSummaryRequest
+	if err := decode(r, &in); err != nil {
+		writeError(w, err)
+		return
+	}
+	if in.Authorization == "" {
+		writeError(w, &api.Error{Code: api.CodeForbidden, Message: "a pipeline summary is signed on the submit socket only for a pipeline run under a standing authorization (authorization); an operator signs others on the control socket"})
+		return
+	}
+	pr := peerOf(r)
+	pol, _, err := s.currentPolicy()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a, err := launch.AuthorizationFor(pol, in.Authorization, launch.Peer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
+	if err == nil && s.auths.isRevoked(a) {
+		err = &launch.ErrAuthorizationUnknown{Name: a.Name}
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !a.Pipelines {
+		writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("pipeline summary not signed: authorization %q does not allow pipelines (authorization.pipelines); fix: ask the operator to allow them, or for grants", a.Name),
+			Checks: []api.Check{{Requirement: "authorization.pipelines", Verdict: string(admission.NotGranted), Code: "authorization-pipelines", Detail: "a pipeline summary", Fix: "ask the operator to allow pipelines under the authorization"}}})
+		return
+	}
+	for _, ref := range in.Stages {
+		var rec runrecord.Record
+		if err := s.db.GetRun(ref.RunID, &rec); err != nil || rec.Owner != pr.UID {
+			writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("pipeline summary not signed: stage %q (run %s) is not a run of uid %d on this runner", ref.Name, ref.RunID, pr.UID)})
+			return
+		}
+		if m := rec.Result; m == nil || m.Authorization == nil || m.Authorization.Name != a.Name {
+			writeError(w, &api.Error{Code: api.CodeRefused, Message: fmt.Sprintf("pipeline summary not signed: stage %q (run %s) was not minted under authorization %q; every stage of a pipeline run from the submit socket is", ref.Name, ref.RunID, a.Name)})
+			return
+		}
+	}
+	s.signPipelineSummary(w, r, in)
+}
+
+// signPipelineSummary checks every stage and signs the summary.
+func (s *server) signPipelineSummary(w http.ResponseWriter, r *http.Request, in api.PipelineSummaryRequest) {
 	sum := evidence.PipelineSummary{Pipeline: in.Pipeline, Runner: evidence.Identity{ID: s.runnerKeys.Current.ID()}, Signed: s.now().UTC()}
 	for _, ref := range in.Stages {
 		st, err := s.summaryStage(r, ref)

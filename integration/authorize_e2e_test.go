@@ -166,6 +166,9 @@ func TestAuthorizationMintsAndRuns(t *testing.T) {
 	if n := e.minted(t); n != 1 {
 		t.Fatalf("operations log has %d grant-minted entries, want 1", n)
 	}
+	if _, fams := scrape(t, e.control, "http://custodyd/v1/metrics"); value(t, fams, "custody_grants_minted_total", map[string]string{"authorization": "agent-loop"}) != 1 {
+		t.Fatal("custody_grants_minted_total{authorization=agent-loop} is not 1")
+	}
 
 	// The receipt: v8, naming the authorization; custody verify and cosign.
 	dir := filepath.Join(e.dir, "evidence")
@@ -399,6 +402,21 @@ func TestAuthorizationRevokeStopsMinting(t *testing.T) {
 			t.Fatal("a revoked authorization is still listed")
 		}
 	}
+	// A policy reloaded without an authorization stops minting under it
+	// just as well: burst runs, then is gone.
+	burst := e.authPhase(t, "true", e.noInputs()...)
+	if _, _, _, err := e.run(t, "burst", burst); err != nil {
+		t.Fatalf("burst before the reload: %v", err)
+	}
+	i := strings.Index(authPolicy, "  - name: burst")
+	j := strings.Index(authPolicy, "  - name: expired")
+	e.d.WritePolicy(authPolicy[:i] + authPolicy[j:])
+	if _, err := e.d.Control.ReloadPolicy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.run(t, "burst", burst); !errors.Is(err, api.ErrAuthorizationUnknown) {
+		t.Fatalf("burst after a reload without it: %v", err)
+	}
 }
 
 // TestAuthorizationNotASubmitter: uid 65534, no submitter of ci-bot, is
@@ -430,5 +448,119 @@ func TestAuthorizationNotASubmitter(t *testing.T) {
 	// And through the CLI, root runs a phase under it.
 	if code, out, errs := e.custody("run", "--authorization", "agent-loop", phaseFile); code != exitOK || !strings.Contains(out, "under authorization") {
 		t.Fatalf("custody run --authorization: %d %s%s", code, out, errs)
+	}
+}
+
+// TestAuthorizationReadsOnlyWhatThePeerCan: custodyd reads inputs as
+// root, but for a minted grant only what the asking uid could read
+// itself. Once uid 65534 submits as ci-bot, it runs a phase over a tree it
+// can read; a root-only file in the tree refuses the request naming the
+// input, with nothing minted; root, asking for the same tree, is minted.
+func TestAuthorizationReadsOnlyWhatThePeerCan(t *testing.T) {
+	e := startAuthDaemon(t)
+	const agent = 65534
+	e.d.WritePolicy(strings.Replace(authPolicy, "submitters: {uids: [0]}", "submitters: {uids: [0, 65534]}", 1))
+	if _, err := e.d.Control.ReloadPolicy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{e.dir, filepath.Join(e.dir, "agent"), e.inside} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	phaseFile := filepath.Join(e.dir, "agent-step.yaml")
+	write(t, phaseFile, string(e.authPhase(t, "cat /src/main.go").YAML))
+	if err := os.Chmod(phaseFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile); code != exitOK || !strings.Contains(out, "package main") {
+		t.Fatalf("uid %d over a tree it can read: %d\n%s%s", agent, code, out, errs)
+	}
+	secret := filepath.Join(e.inside, "secret")
+	write(t, secret, "root only\n")
+	if err := os.Chmod(secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := e.minted(t)
+	code, out, errs := e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile)
+	if code != exitRefused || !strings.Contains(out+errs, "not readable by the client") || !strings.Contains(out+errs, secret) {
+		t.Fatalf("uid %d over a tree holding a root-only file: %d\n%s%s", agent, code, out, errs)
+	}
+	if n := e.minted(t); n != before {
+		t.Fatalf("the refused request minted (%d -> %d)", before, n)
+	}
+	if code, out, errs := e.custody("run", "--authorization", "agent-loop", phaseFile); code != exitOK {
+		t.Fatalf("root over the same tree: %d\n%s%s", code, out, errs)
+	}
+}
+
+// TestAuthorizationPipeline: custody pipeline run --authorization runs a
+// two-stage pipeline from the submit socket alone, each stage its own
+// minted grant, and the summary, signed through the submit socket,
+// verifies. An authorization that does not allow pipelines gets its
+// stages run but no summary (authorization.pipelines); a verifier stage
+// under an authorization that does not allow verifier stages is not
+// minted (authorization.verifier).
+func TestAuthorizationPipeline(t *testing.T) {
+	e := startAuthDaemon(t)
+	e.d.WritePolicy(authPolicy + `  - name: pipes
+    actor: ci-bot
+    stages: [build, test]
+    images: ["@IMAGE@"]
+    pipelines: true
+    limits: {grantsPerMinute: 100, concurrentRuns: 2, runsPerDay: 100}
+    notBefore: 2020-01-01T00:00:00Z
+    notAfter: 2099-01-01T00:00:00Z
+`)
+	if _, err := e.d.Control.ReloadPolicy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	env := e.env
+	pipe := func(name, testExtra string) string {
+		return e.file(t, name+".yaml", "apiVersion: custody.dev/v1alpha1\nkind: Pipeline\nname: "+name+"\nstages:\n"+
+			stageYAML(env, "build", "build", `echo 'echo hello' > /out/hello.sh`, "")+
+			stageYAML(env, "test", "test", `sh /b/hello.sh > /out/result.txt`, testExtra+"    inputs:\n      - {from: build.output, target: /b}\n"))
+	}
+	file := pipe("two", "")
+	run := filepath.Join(e.dir, "run-pipes")
+	// Only the submit socket: a control socket path that does not exist.
+	submitOnly := func(args ...string) (int, string, string) {
+		return custody(t, append([]string{"--control", filepath.Join(e.dir, "no-control.sock"), "--submit", e.submit}, args...)...)
+	}
+	code, out, errs := submitOnly("pipeline", "run", file, "--authorization", "pipes", "--dir", run)
+	if code != exitOK {
+		t.Fatalf("pipeline run --authorization: %d\n%s\n%s", code, out, errs)
+	}
+	st := e.pipelineStatus(t, run)
+	if len(st.Stages) != 2 || st.Summary == "" || st.Stages[0].GrantID == "" || st.Stages[0].GrantID == st.Stages[1].GrantID {
+		t.Fatalf("status: %+v", st)
+	}
+	if n := e.minted(t); n != 2 {
+		t.Fatalf("%d mints for two stages", n)
+	}
+	trust := e.trust(t, "trust.yaml", "development")
+	if code, out, errs := e.custody("verify", filepath.Join(run, "pipeline-summary.json"), "--trust", trust); code != verifyPromotable {
+		t.Fatalf("verify the summary: %d\n%s%s", code, out, errs)
+	}
+
+	// agent-loop does not allow pipelines: its stages run, no summary.
+	run2 := filepath.Join(e.dir, "run-nopipes")
+	write(t, filepath.Join(e.inside, "x"), "")
+	code, out, errs = submitOnly("pipeline", "run", file, "--authorization", "agent-loop", "--dir", run2)
+	if code == exitOK || !strings.Contains(out+errs, "authorization.pipelines") {
+		t.Fatalf("pipeline run under agent-loop: %d\n%s\n%s", code, out, errs)
+	}
+	if st := e.pipelineStatus(t, run2); st.Summary != "" {
+		t.Fatalf("a summary was signed under an authorization without pipelines: %+v", st)
+	}
+
+	// A verifier stage under pipes (no verifier stages): not minted.
+	before := e.minted(t)
+	code, out, errs = submitOnly("pipeline", "run", pipe("verif", "    verifier: true\n"), "--authorization", "pipes", "--dir", filepath.Join(e.dir, "run-verif"))
+	if code != exitRefused || !strings.Contains(out+errs, "authorization.verifier") {
+		t.Fatalf("a verifier stage under pipes: %d\n%s\n%s", code, out, errs)
+	}
+	if n := e.minted(t); n != before+1 {
+		t.Fatalf("mints %d -> %d: want only the build stage's", before, n)
 	}
 }

@@ -35,14 +35,17 @@ const (
 // as it goes, and `custody pipeline status RUN` reads. It is the client's
 // account; the receipts and the signed summary beside it are the evidence.
 type pipelineRecord struct {
-	ID       string        `json:"id"`
-	Pipeline string        `json:"pipeline"`
-	File     string        `json:"file"`
-	FileHash string        `json:"fileSha256"`
-	Actor    string        `json:"actor"`
-	Started  time.Time     `json:"started"`
-	Finished time.Time     `json:"finished,omitzero"`
-	Stages   []stageRecord `json:"stages"`
+	ID       string `json:"id"`
+	Pipeline string `json:"pipeline"`
+	File     string `json:"file"`
+	FileHash string `json:"fileSha256"`
+	Actor    string `json:"actor"`
+	// Authorization is the standing authorization every stage was run
+	// under (custody pipeline run --authorization); empty for grants.
+	Authorization string        `json:"authorization,omitempty"`
+	Started       time.Time     `json:"started"`
+	Finished      time.Time     `json:"finished,omitzero"`
+	Stages        []stageRecord `json:"stages"`
 	// Summary is the signed summary's file name, once custodyd signed it.
 	Summary string `json:"summary,omitempty"`
 	Error   string `json:"error,omitempty"`
@@ -181,17 +184,23 @@ func (a *app) pipelineAdmitCmd() *cobra.Command {
 }
 
 func (a *app) pipelineRunCmd() *cobra.Command {
-	var actor, ttl, dir string
+	var actor, authorization, ttl, dir string
 	cmd := &cobra.Command{
-		Use:   "run PIPELINE.yaml --actor NAME [--dir RUN]",
+		Use:   "run PIPELINE.yaml (--actor NAME | --authorization NAME) [--dir RUN]",
 		Short: "Run every stage in order: the operator's policy issues each its grant, then it runs and is receipted",
 		Long: "For each stage in order: custodyd's policy issues the stage's grant (control socket, as custody grant issue),\n" +
 			"the stage runs on that grant (submit socket), and its receipt and outputs are saved under RUN/receipts and\n" +
 			"RUN/outputs. A stage whose inputs are earlier outputs names them by digest. A stage without a grant does not\n" +
 			"run, and a failed stage stops the pipeline. When every stage succeeded, custodyd signs RUN/pipeline-summary.json.\n" +
-			"RUN/pipeline.json records each stage's state as it goes (custody pipeline status RUN).",
+			"RUN/pipeline.json records each stage's state as it goes (custody pipeline status RUN).\n\n" +
+			"With --authorization NAME instead of --actor, everything goes over the submit socket: custodyd mints each\n" +
+			"stage its own single-use grant under the standing authorization (which must allow pipelines, and verifier\n" +
+			"stages for a verifier stage), and signs the summary once every stage was minted under it for you.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (actor == "") == (authorization == "") {
+				return &exitError{exitUsage, errors.New("give --actor NAME (grants issued on the control socket) or --authorization NAME (grants minted on the submit socket)")}
+			}
 			p, fileHash, err := loadPipeline(args[0])
 			if err != nil {
 				return err
@@ -210,7 +219,7 @@ func (a *app) pipelineRunCmd() *cobra.Command {
 				return &exitError{exitInternal, err}
 			}
 			abs, _ := filepath.Abs(args[0])
-			rec := &pipelineRecord{ID: id, Pipeline: p.Name, File: abs, FileHash: fileHash, Actor: actor, Started: time.Now().UTC()}
+			rec := &pipelineRecord{ID: id, Pipeline: p.Name, File: abs, FileHash: fileHash, Actor: actor, Authorization: authorization, Started: time.Now().UTC()}
 			for _, st := range p.Stages {
 				rec.Stages = append(rec.Stages, stageRecord{Name: st.Name, Stage: string(st.Phase.Stage), Verifier: st.Verifier, State: stagePending})
 			}
@@ -219,9 +228,9 @@ func (a *app) pipelineRunCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&actor, "actor", "", "who each stage's grant is for (policy must allow the actor every stage)")
-	cmd.Flags().StringVar(&ttl, "ttl", "15m", "how long each stage's grant is valid")
+	cmd.Flags().StringVar(&authorization, "authorization", "", "run every stage under this standing authorization instead (submit socket only; see custody authorizations)")
+	cmd.Flags().StringVar(&ttl, "ttl", "15m", "how long each stage's grant is valid (with --actor)")
 	cmd.Flags().StringVar(&dir, "dir", "", "the run's new directory: record, receipts, outputs, summary (default ./pipeline-<id>)")
-	_ = cmd.MarkFlagRequired("actor")
 	return cmd
 }
 
@@ -254,23 +263,45 @@ func (a *app) runPipeline(cmd *cobra.Command, p *pipeline.Pipeline, rec *pipelin
 		if err != nil {
 			return stop(i-1, exitInternal, err)
 		}
-		// No grant, no run: the operator's policy decides each stage.
-		g, err := a.control().IssueGrant(ctx, api.IssueRequest{Phase: src, Actor: rec.Actor, TTL: ttl})
-		if err != nil {
-			sr.State, sr.Error = stageNotGranted, err.Error()
-			ferr := a.fail(cmd, err)
-			return stop(i, exitCode(ferr, exitRefused), fmt.Errorf("stage %s: no grant, so it did not run: %w", quote.String(st.Name), err))
-		}
-		sr.State, sr.GrantID = stageRunning, grantID(g)
-		if err := save(); err != nil {
-			return &exitError{exitInternal, err}
-		}
-		fmt.Fprintf(a.stderr, "custody: stage %s (%s) granted %s\n", quote.String(st.Name), ph.Stage, sr.GrantID)
 		c := a.submit()
-		res, rc, err := c.RunWithReceipt(ctx, g, a.stdout, a.stderr, func(id string) {
+		started := func(id string) {
 			sr.RunID = id
 			fmt.Fprintf(a.stderr, "custody: stage %s run %s started\n", quote.String(st.Name), quote.String(id))
-		})
+		}
+		var res *api.Result
+		var rc *api.Receipt
+		if rec.Authorization != "" {
+			// custodyd mints the stage's grant, or refuses it before
+			// anything runs.
+			sr.State = stageRunning
+			if err := save(); err != nil {
+				return &exitError{exitInternal, err}
+			}
+			res, rc, err = c.RunAuthorized(ctx, rec.Authorization, src, a.stdout, a.stderr, started)
+			var ae *api.Error
+			if res == nil && errors.As(err, &ae) {
+				sr.State, sr.Error = stageNotGranted, err.Error()
+				ferr := a.fail(cmd, err)
+				return stop(i, exitCode(ferr, exitRefused), fmt.Errorf("stage %s: not minted under authorization %s, so it did not run: %w", quote.String(st.Name), quote.String(rec.Authorization), err))
+			}
+			if res != nil {
+				sr.GrantID = res.GrantID
+			}
+		} else {
+			// No grant, no run: the operator's policy decides each stage.
+			g, ierr := a.control().IssueGrant(ctx, api.IssueRequest{Phase: src, Actor: rec.Actor, TTL: ttl})
+			if ierr != nil {
+				sr.State, sr.Error = stageNotGranted, ierr.Error()
+				ferr := a.fail(cmd, ierr)
+				return stop(i, exitCode(ferr, exitRefused), fmt.Errorf("stage %s: no grant, so it did not run: %w", quote.String(st.Name), ierr))
+			}
+			sr.State, sr.GrantID = stageRunning, grantID(g)
+			if err := save(); err != nil {
+				return &exitError{exitInternal, err}
+			}
+			fmt.Fprintf(a.stderr, "custody: stage %s (%s) granted %s\n", quote.String(st.Name), ph.Stage, sr.GrantID)
+			res, rc, err = c.RunWithReceipt(ctx, g, a.stdout, a.stderr, started)
+		}
 		if res != nil {
 			sr.State, sr.RunID = string(res.Status), res.RunID
 			for _, in := range res.Inputs {
@@ -312,7 +343,12 @@ func (a *app) runPipeline(cmd *cobra.Command, p *pipeline.Pipeline, rec *pipelin
 			return &exitError{exitInternal, err}
 		}
 	}
-	env, err := a.control().SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: p.Name, Stages: refs})
+	signer := a.control()
+	if rec.Authorization != "" {
+		// A pipeline run under an authorization holds the submit socket only.
+		signer = a.submit()
+	}
+	env, err := signer.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: p.Name, Stages: refs, Authorization: rec.Authorization})
 	if err != nil {
 		return stop(len(p.Stages)-1, exitCode(a.fail(cmd, err), exitInternal), fmt.Errorf("summary: %w", err))
 	}
