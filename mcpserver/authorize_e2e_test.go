@@ -166,6 +166,14 @@ func TestPipeline(t *testing.T) {
 	if res.IsError || p.Summary == nil || !json.Valid([]byte(p.Summary.Envelope)) {
 		t.Fatalf("summary: error %v %+v: %s", res.IsError, p.Summary, text(res))
 	}
+	// The summary custodyd signed names each stage's receipt by the
+	// digest the stage's answer carries.
+	payload := string(mustDecodePayload(t, []byte(p.Summary.Envelope)))
+	for _, s := range p.Stages {
+		if s.Run == nil || s.Run.Receipt == nil || !strings.Contains(payload, strings.TrimPrefix(s.Run.Receipt.Digest, "sha256:")) {
+			t.Errorf("the summary does not name stage %s's receipt: %s", s.Name, payload)
+		}
+	}
 
 	// A pipeline under an authorization that does not exist runs nothing.
 	res = r.call(t, "custody_run_pipeline", map[string]any{"authorization": "no-such", "pipeline_yaml": doc}, &p)

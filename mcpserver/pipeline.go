@@ -108,7 +108,7 @@ func (s *Server) runPipeline(ctx context.Context, call *mcp.CallToolRequest, in 
 		}
 		refs = append(refs, ref)
 	}
-	env, err := s.c.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: p.Name, Stages: refs})
+	env, err := s.c.SignPipelineSummary(ctx, api.PipelineSummaryRequest{Pipeline: p.Name, Stages: refs, Authorization: in.Authorization})
 	if err != nil {
 		a.Refusal = refusalOf(err)
 		return stop(len(p.Stages), failed(a.Refusal), "every stage ran, but custodyd did not sign the summary: "+err.Error())
