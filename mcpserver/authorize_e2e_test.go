@@ -33,10 +33,13 @@ func TestAuthorizationsListed(t *testing.T) {
 	if res := r.call(t, "custody_authorizations", map[string]any{}, &got); res.IsError {
 		t.Fatalf("authorizations: %s", text(res))
 	}
-	if len(got.Authorizations) != 1 {
+	if len(got.Authorizations) != 2 {
 		t.Fatalf("authorizations: %+v", got)
 	}
 	a := got.Authorizations[0]
+	if a.Name != "agent" {
+		a = got.Authorizations[1]
+	}
 	if a.Name != "agent" || len(a.Images) != 1 || a.Images[0].Digest != r.d.Image || a.Ceil.Memory != "256Mi" || a.Ceil.WallTime != "2m0s" ||
 		!a.Pipelines || strings.Join(a.Stages, ",") != "build,test" || a.Remaining.ConcurrentRuns != 4 {
 		t.Errorf("authorization as listed: %+v", a)
@@ -133,14 +136,7 @@ func TestAuthorizationRefusals(t *testing.T) {
 // its receipt, and custodyd signs the summary.
 func TestPipeline(t *testing.T) {
 	r := newRig(t)
-	stage := func(name, st, script, extra string) string {
-		return "  - name: " + name + "\n    stage: " + st + "\n    tier: development\n    image: \"" + r.d.Image + "\"\n" +
-			"    command: [\"/bin/sh\", \"-c\", " + jsonString(script) + "]\n    output: {path: /out}\n" +
-			"    resources: {memory: 64Mi, pids: 64, wallTime: 30s}\n" + extra
-	}
-	doc := "apiVersion: custody.dev/v1alpha1\nkind: Pipeline\nname: agent-build\nstages:\n" +
-		stage("build", "build", "echo built > /out/artifact", "") +
-		stage("check", "test", "grep -q built /in/artifact && echo checked", "    inputs:\n      - {from: build.output, target: /in}\n")
+	doc := r.pipeline()
 	var p struct {
 		Pipeline string
 		Stages   []struct {
@@ -182,7 +178,43 @@ func TestPipeline(t *testing.T) {
 	}
 }
 
+// pipeline is a two-stage pipeline: build leaves an artifact, check
+// reads it from build's output, by digest.
+func (r *rig) pipeline() string {
+	stage := func(name, st, script, extra string) string {
+		return "  - name: " + name + "\n    stage: " + st + "\n    tier: development\n    image: \"" + r.d.Image + "\"\n" +
+			"    command: [\"/bin/sh\", \"-c\", " + jsonString(script) + "]\n    output: {path: /out}\n" +
+			"    resources: {memory: 64Mi, pids: 64, wallTime: 30s}\n" + extra
+	}
+	return "apiVersion: custody.dev/v1alpha1\nkind: Pipeline\nname: agent-build\nstages:\n" +
+		stage("build", "build", "echo built > /out/artifact", "") +
+		stage("check", "test", "grep -q built /in/artifact && echo checked", "    inputs:\n      - {from: build.output, target: /in}\n")
+}
+
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestRateLimited: over an authorization's rate, the refusal says when to
+// retry, in the text the model reads and in the structured answer.
+func TestRateLimited(t *testing.T) {
+	r := newRig(t)
+	args := map[string]any{"authorization": "tight", "phase_yaml": r.phase("once", "echo once")}
+	var first runAnswer
+	if res := r.call(t, "custody_run", args, &first); res.IsError || first.Status != "ok" {
+		t.Fatalf("first run: %s", text(res))
+	}
+	var second struct {
+		runAnswer
+		Refusal *struct {
+			Code  string `json:"code"`
+			Retry int64  `json:"retry_after_seconds"`
+		} `json:"refusal"`
+	}
+	res := r.call(t, "custody_run", args, &second)
+	if !res.IsError || second.Refusal == nil || second.Refusal.Code != "rate-limited" || second.Refusal.Retry <= 0 ||
+		!strings.Contains(text(res), "retry after") || second.RunID != "" {
+		t.Errorf("second run in the minute: error %v %+v: %s", res.IsError, second.Refusal, text(res))
+	}
 }

@@ -22,7 +22,7 @@ import (
 // agentAuthorization is the standing authorization the agent runs under:
 // ci-bot's build and test stages (root is its submitter), the busybox
 // image, narrower memory and wall-time ceilings, inputs from the test's
-// directory, pipelines allowed.
+// directory, pipelines allowed; and tight, one grant a minute.
 const agentAuthorization = `authorizations:
   - name: agent
     actor: ci-bot
@@ -32,6 +32,13 @@ const agentAuthorization = `authorizations:
     inputRoots: ["@INPUTROOT@"]
     pipelines: true
     limits: {grantsPerMinute: 600, concurrentRuns: 4, runsPerDay: 1000}
+    notBefore: 2026-01-01T00:00:00Z
+    notAfter: 2099-01-01T00:00:00Z
+  - name: tight
+    actor: ci-bot
+    stages: [build]
+    images: ["@IMAGE@"]
+    limits: {grantsPerMinute: 1, concurrentRuns: 1, runsPerDay: 100}
     notBefore: 2026-01-01T00:00:00Z
     notAfter: 2099-01-01T00:00:00Z
 `

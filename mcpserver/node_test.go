@@ -88,7 +88,7 @@ type nodeReport struct {
 
 // TestTypeScriptClient: the TypeScript SDK's client lists the tools, runs
 // a phase on a grant and one under the authorization, lists the
-// authorizations, reads a result, receipt and an output back, and gets
+// authorizations, runs a pipeline under it, reads a result, receipt and an output back, and gets
 // refusals as tool errors; the SDK checks each structured answer
 // against the tool's output schema.
 func TestTypeScriptClient(t *testing.T) {
@@ -101,6 +101,7 @@ func TestTypeScriptClient(t *testing.T) {
 		{"name": "custody_authorizations", "arguments": map[string]any{}},
 		{"name": "custody_run", "arguments": map[string]any{"authorization": "agent", "phase_yaml": r.phase("authorized", "echo minted")}},
 		{"name": "custody_run", "arguments": map[string]any{"authorization": "agent", "image": r.d.Image, "tier": "development", "memory": "1Gi", "command": []string{"/bin/true"}}},
+		{"name": "custody_run_pipeline", "arguments": map[string]any{"authorization": "agent", "pipeline_yaml": r.pipeline()}},
 	})
 	if rep.Server.Name != "custody" {
 		t.Errorf("server name %q", rep.Server.Name)
@@ -113,7 +114,7 @@ func TestTypeScriptClient(t *testing.T) {
 			t.Errorf("%s: input schema %v, output schema %v", tool.Name, tool.InputSchema, tool.HasOutputSchema)
 		}
 	}
-	if len(rep.Calls) != 6 {
+	if len(rep.Calls) != 7 {
 		t.Fatalf("calls: %+v", rep.Calls)
 	}
 	var run runAnswer
@@ -143,6 +144,10 @@ func TestTypeScriptClient(t *testing.T) {
 	}
 	if c := rep.Calls[5]; !c.IsError || !strings.Contains(string(c.Structured), `"code":"refused"`) || !strings.Contains(c.Text, "memory") {
 		t.Errorf("memory above the ceiling from node: %s %s", c.Structured, c.Text)
+	}
+
+	if c := rep.Calls[6]; c.IsError || strings.Count(string(c.Structured), `"state":"ok"`) != 2 || !strings.Contains(string(c.Structured), `"summary":{"digest":"sha256:`) {
+		t.Errorf("pipeline from node: %s %s", c.Structured, c.Text)
 	}
 
 	// Then the read-back tools, on the run the node client started.
