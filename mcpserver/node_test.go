@@ -88,9 +88,9 @@ type nodeReport struct {
 
 // TestTypeScriptClient: the TypeScript SDK's client lists the tools, runs
 // a phase on a grant and one under the authorization, lists the
-// authorizations, runs a pipeline under it, reads a result, receipt and an output back, and gets
-// refusals as tool errors; the SDK checks each structured answer
-// against the tool's output schema.
+// authorizations, runs a pipeline under one, reads a result, a receipt and
+// an output back, and gets refusals as tool errors; the SDK checks each
+// structured answer against the tool's output schema.
 func TestTypeScriptClient(t *testing.T) {
 	r := newRig(t)
 	g := r.grantFile(t, "node", r.phase("node", "echo from node; printf 42 > /out/answer.txt"))
