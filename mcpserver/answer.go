@@ -73,28 +73,36 @@ func failed(r *Refusal) *mcp.CallToolResult {
 // them; it never fails a write, so a run's stream is never cut short by
 // the bound.
 type boundedBuffer struct {
-	max   int
+	max int
+	// skip is how many bytes of the stream to pass over before keeping.
+	skip  int64
 	buf   bytes.Buffer
 	total int64
 }
 
 func (b *boundedBuffer) Write(p []byte) (int, error) {
-	b.total += int64(len(p))
+	n := len(p)
+	b.total += int64(n)
+	if over := min(b.skip-(b.total-int64(n)), int64(n)); over > 0 {
+		p = p[over:]
+	}
 	if room := b.max - b.buf.Len(); room > 0 {
 		b.buf.Write(p[:min(room, len(p))])
 	}
-	return len(p), nil
+	return n, nil
 }
 
 // Stream is a bounded copy of one output stream.
 type Stream struct {
-	Text      string `json:"text" jsonschema:"the first bytes of the stream as UTF-8 (invalid bytes replaced)"`
+	Text      string `json:"text" jsonschema:"the stream's bytes from offset as UTF-8 (invalid bytes replaced)"`
+	Offset    int64  `json:"offset,omitempty" jsonschema:"where in the stream text starts"`
 	Bytes     int64  `json:"bytes" jsonschema:"how many bytes the stream had in all"`
-	Truncated bool   `json:"truncated" jsonschema:"true when text is only the first part of the stream: fetch the rest with custody_result (offset) or custody logs"`
+	Truncated bool   `json:"truncated" jsonschema:"true when text is not the whole stream: custody_result with stream_offset reads on"`
 }
 
 func (b *boundedBuffer) stream() Stream {
-	return Stream{Text: validUTF8(b.buf.Bytes()), Bytes: b.total, Truncated: b.total > int64(b.buf.Len())}
+	off := min(b.skip, b.total)
+	return Stream{Text: validUTF8(b.buf.Bytes()), Offset: off, Bytes: b.total, Truncated: off > 0 || b.total > off+int64(b.buf.Len())}
 }
 
 // validUTF8 is b as text, a cut multi-byte character at the end dropped and

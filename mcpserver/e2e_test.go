@@ -246,6 +246,12 @@ func TestRunGrantResultReceiptOutputs(t *testing.T) {
 	if result.Status != "ok" || result.Stdout.Text != "hello from custody\n" || result.Receipt == nil || result.Receipt.Digest != want {
 		t.Errorf("result: %+v", result)
 	}
+	// The agent reads on from where the run's bounded answer stopped.
+	var rest runAnswer
+	r.call(t, "custody_result", map[string]any{"run_id": run.RunID, "stream_offset": 8, "max_stream_bytes": 4}, &rest)
+	if rest.Stdout.Text != "om c" || !rest.Stdout.Truncated {
+		t.Errorf("stdout from offset 8: %+v", rest.Stdout)
+	}
 
 	var receipt struct {
 		Digest, Envelope, Bundle string

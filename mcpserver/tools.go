@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -262,7 +263,8 @@ type RunRef struct {
 // ResultInput is what custody_result takes.
 type ResultInput struct {
 	RunRef
-	MaxStreamBytes int `json:"max_stream_bytes,omitempty" jsonschema:"how much of each of stdout and stderr to return (default and cap: the server's)"`
+	MaxStreamBytes int   `json:"max_stream_bytes,omitempty" jsonschema:"how much of each of stdout and stderr to return (default and cap: the server's)"`
+	StreamOffset   int64 `json:"stream_offset,omitempty" jsonschema:"start each of stdout and stderr this many bytes in, to read on past an earlier answer's text"`
 }
 
 // result is custody_result.
@@ -273,7 +275,7 @@ func (s *Server) result(ctx context.Context, _ *mcp.CallToolRequest, in ResultIn
 		return failed(r), RunAnswer{Refusal: r}, nil
 	}
 	bound := s.streamBytes(in.MaxStreamBytes)
-	stdout, stderr := &boundedBuffer{max: bound}, &boundedBuffer{max: bound}
+	stdout, stderr := &boundedBuffer{max: bound, skip: in.StreamOffset}, &boundedBuffer{max: bound, skip: in.StreamOffset}
 	var notes []string
 	if res.Streams != nil {
 		for _, st := range []struct {
@@ -292,9 +294,10 @@ func (s *Server) result(ctx context.Context, _ *mcp.CallToolRequest, in ResultIn
 		}
 	}
 	out, a, _ := s.answer(res, rcpt, nil, stdout, stderr)
-	for _, n := range notes {
-		a.Note += n + "; "
+	if a.Note != "" {
+		notes = append(notes, a.Note)
 	}
+	a.Note = strings.Join(notes, "; ")
 	return out, a, nil
 }
 

@@ -48,6 +48,19 @@ func TestBoundedBuffer(t *testing.T) {
 	if s := cut.stream(); s.Text != "abc" {
 		t.Errorf("cut character: %q", s.Text)
 	}
+	// An offset passes over the stream's first bytes, across writes.
+	on := &boundedBuffer{max: 3, skip: 4}
+	for _, p := range []string{"ab", "cdef", "ghij"} {
+		on.Write([]byte(p))
+	}
+	if s := on.stream(); s.Text != "efg" || s.Offset != 4 || s.Bytes != 10 || !s.Truncated {
+		t.Errorf("stream from offset 4: %+v", s)
+	}
+	past := &boundedBuffer{max: 3, skip: 40}
+	past.Write([]byte("abc"))
+	if s := past.stream(); s.Text != "" || s.Offset != 3 || !s.Truncated {
+		t.Errorf("an offset past the end: %+v", s)
+	}
 	if got := validUTF8([]byte{'a', 0xff, 'b'}); got != "a\uFFFDb" {
 		t.Errorf("invalid byte: %q", got)
 	}
