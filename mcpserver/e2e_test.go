@@ -75,6 +75,8 @@ func newRig(t *testing.T) *rig {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// The server is pointed at a control socket that does not exist:
+	// every tool must work from the submit socket alone.
 	cmd := exec.Command(bin, "--submit", d.SubmitSocket, "--control", filepath.Join(d.Dir, "absent-control.sock"), "mcp", "--base-dir", d.Dir)
 	cmd.Stderr = &d.Logs
 	s, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
