@@ -218,3 +218,26 @@ func TestRateLimited(t *testing.T) {
 		t.Errorf("second run in the minute: error %v %+v: %s", res.IsError, second.Refusal, text(res))
 	}
 }
+
+// TestOtherUIDGetsNothing: custody mcp run as a uid that is no submitter
+// of the authorization's actor lists no authorization and runs nothing:
+// the server adds no authority to the uid it runs as.
+func TestOtherUIDGetsNothing(t *testing.T) {
+	r := newRig(t)
+	s := r.connectAs(t, 65534, 65534)
+	var list struct {
+		Authorizations []struct{ Name string }
+		Refusal        *refusal
+	}
+	res := r.callOn(t, s, "custody_authorizations", map[string]any{}, &list)
+	t.Logf("as nobody: custody_authorizations: %s", text(res))
+	if len(list.Authorizations) != 0 {
+		t.Errorf("nobody sees authorizations: %+v (%s)", list, text(res))
+	}
+	var run runAnswer
+	res = r.callOn(t, s, "custody_run", map[string]any{"authorization": "agent", "phase_yaml": r.phase("nobody", "echo ran")}, &run)
+	if !res.IsError || run.Refusal == nil || run.RunID != "" || run.Refusal.Code != "forbidden" || !strings.Contains(text(res), "submitter") {
+		t.Errorf("a run as nobody: error %v %+v: %s", res.IsError, run.Refusal, text(res))
+	}
+	t.Logf("as nobody: custody_run: %s", text(res))
+}

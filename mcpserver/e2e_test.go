@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +89,23 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
+// connectAs starts another custody mcp on the same daemon as uid:gid and
+// connects to it.
+func (r *rig) connectAs(t *testing.T, uid, gid uint32) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(r.bin, "--submit", r.d.SubmitSocket, "mcp", "--base-dir", r.d.Dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	cmd.Stderr = &r.d.Logs
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := mcp.NewClient(&mcp.Implementation{Name: "custody-go-test-other", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to custody mcp as %d: %v", uid, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // phase is a development-tier build phase on the busybox image running
 // script, as YAML.
 func (r *rig) phase(name, script string) string {
@@ -124,9 +142,15 @@ func (r *rig) grantFile(t *testing.T, name, phase string) string {
 // call calls a tool and decodes its structured answer into out.
 func (r *rig) call(t *testing.T, name string, args any, out any) *mcp.CallToolResult {
 	t.Helper()
+	return r.callOn(t, r.session, name, args, out)
+}
+
+// callOn is call on session s.
+func (r *rig) callOn(t *testing.T, s *mcp.ClientSession, name string, args any, out any) *mcp.CallToolResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := r.session.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
 		t.Fatalf("%s: protocol error: %v", name, err)
 	}
