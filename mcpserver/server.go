@@ -43,7 +43,8 @@ type Options struct {
 	// when a call names no base_dir: the directory the agent started the
 	// server in (the process's working directory when empty).
 	BaseDir string
-	// Version is reported to the client in the MCP handshake.
+	// Version is custody's version, reported to the client in the MCP
+	// handshake.
 	Version string
 	// Logger receives the server's diagnostics (never the agent's data);
 	// nil discards them.

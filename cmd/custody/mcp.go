@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/mcpserver"
 )
 
@@ -25,7 +26,7 @@ func (a *app) mcpCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			err := mcpserver.Serve(cmd.Context(), api.NewClient(a.submitSocket), mcpserver.Options{
-				StreamBytes: streamBytes, ReadBytes: readBytes, BaseDir: baseDir, Version: api.Version, Logger: log,
+				StreamBytes: streamBytes, ReadBytes: readBytes, BaseDir: baseDir, Version: matrix.Version, Logger: log,
 			})
 			if err != nil && cmd.Context().Err() == nil {
 				return &exitError{exitInternal, fmt.Errorf("mcp: %w", err)}
