@@ -67,6 +67,14 @@ func (z *authorizations) isRevoked(a *policy.Authorization) bool {
 	return z.revoked[a.Name] == definitionDigest(a)
 }
 
+// inForce refuses a revoked definition as an unknown authorization.
+func (z *authorizations) inForce(a *policy.Authorization) error {
+	if z.isRevoked(a) {
+		return &launch.ErrAuthorizationUnknown{Name: a.Name}
+	}
+	return nil
+}
+
 // load applies the operations log's revocations and counts the mints it
 // records within the last day, so a restart neither lifts a revocation
 // nor starts a day's volume afresh.
@@ -282,8 +290,8 @@ func (s *server) mintAndRedeem(ctx context.Context, in api.RunRequest, from laun
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.auths.isRevoked(a) {
-		return nil, nil, &launch.ErrAuthorizationUnknown{Name: a.Name}
+	if err := s.auths.inForce(a); err != nil {
+		return nil, nil, err
 	}
 	req, err := launch.ParsePhase(in.Phase.YAML, in.Phase.BaseDir)
 	if err != nil {
@@ -293,7 +301,7 @@ func (s *server) mintAndRedeem(ctx context.Context, in api.RunRequest, from laun
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := s.l.Mint(ctx, launch.MintRequest{Phase: req, Authorization: a.Name, From: from})
+	m, err := s.l.Mint(ctx, launch.MintRequest{Phase: req, Authorization: a.Name, From: from, InForce: s.auths.inForce})
 	if err != nil {
 		slot.unmint()
 		return nil, nil, err

@@ -445,9 +445,24 @@ func TestAuthorizationNotASubmitter(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `agent-loop (actor ci-bot)`) || !strings.Contains(out, "of 2 runs in flight") {
 		t.Fatalf("root lists: %d %s%s", code, out, errs)
 	}
-	// And through the CLI, root runs a phase under it.
+	// And through the CLI, root runs a phase under it; its JSON result, and
+	// an unknown authorization's JSON error, match the output schemas.
 	if code, out, errs := e.custody("run", "--authorization", "agent-loop", phaseFile); code != exitOK || !strings.Contains(out, "under authorization") {
 		t.Fatalf("custody run --authorization: %d %s%s", code, out, errs)
+	}
+	code, out, errs = e.custody("run", "--authorization", "agent-loop", phaseFile, "--json")
+	if code != exitOK || !strings.Contains(out, `"authorization":{"name":"agent-loop"`) && !strings.Contains(out, `"name": "agent-loop"`) {
+		t.Fatalf("custody run --authorization --json: %d %s%s", code, out, errs)
+	}
+	if err := valid(t, "result", out); err != nil {
+		t.Fatalf("the minted run's JSON result: %v\n%s", err, out)
+	}
+	code, out, errs = e.custody("run", "--authorization", "nope", phaseFile, "--json")
+	if code != exitRefused || !strings.Contains(out, "authorization-unknown") {
+		t.Fatalf("an unknown authorization, --json: %d %s%s", code, out, errs)
+	}
+	if err := valid(t, "error", out); err != nil {
+		t.Fatalf("the unknown authorization's JSON error: %v\n%s", err, out)
 	}
 }
 

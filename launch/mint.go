@@ -33,6 +33,10 @@ type MintRequest struct {
 	From          Peer
 	// Pipeline says the phase is a stage of a pipeline run.
 	Pipeline bool
+	// InForce, if set, refuses an authorization the caller no longer
+	// honours (one an operator revoked); it is asked of the very
+	// definition the mint then uses.
+	InForce func(*policy.Authorization) error
 }
 
 // Mint decides a phase under a standing authorization: exactly the
@@ -51,6 +55,11 @@ func (l *Launcher) Mint(ctx context.Context, in MintRequest) (*Minted, error) {
 	a, err := AuthorizationFor(pol, in.Authorization, in.From)
 	if err != nil {
 		return nil, err
+	}
+	if in.InForce != nil {
+		if err := in.InForce(a); err != nil {
+			return nil, err
+		}
 	}
 	first := RequestEnvelope(a, in.Phase, in.Pipeline, l.cfg.Now())
 	// Host inputs are read only once they lie within the envelope and the

@@ -167,6 +167,19 @@ func TestPeerCanRead(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A symlink above the input is followed, as the kernel follows it: to
+	// a directory the peer cannot search.
+	private := filepath.Join(dir, "private")
+	mk(filepath.Join(private, "repo", "c.go"), 0o644)
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(private, filepath.Join(dir, "via")); err != nil {
+		t.Fatal(err)
+	}
+	if err := peerCanRead(filepath.Join(dir, "via", "repo"), uid, gid); err == nil {
+		t.Fatal("a tree reached through a symlink to an unsearchable directory was allowed")
+	}
 	// Owner and group bits apply to the owner and group.
 	if err := os.Chown(filepath.Join(tree, "a.go"), uid, 0); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,16 @@ func peerCanRead(path string, uid, gid uint32) error {
 	if !filepath.IsAbs(path) {
 		return fmt.Errorf("%q is not absolute", path)
 	}
-	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+	// The kernel follows a symlink above the input (one above the
+	// policy's root, say) to its target and checks the target's
+	// directories: so does this. Below the root nothing is followed
+	// (admission refuses a symlinked source, and the reader never
+	// follows one).
+	resolved, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	for dir := resolved; ; dir = filepath.Dir(dir) {
 		if err := mayAccess(dir, uid, gid, 1); err != nil {
 			return err
 		}

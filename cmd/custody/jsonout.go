@@ -59,7 +59,7 @@ func (a *app) jsonFailure(asJSON bool, err error) error {
 	var ee *exitError
 	switch {
 	case errors.As(err, &ae):
-		e = api.Error{Code: ae.Code, Message: err.Error(), Checks: ae.Checks}
+		e = api.Error{Code: ae.Code, Message: err.Error(), Checks: ae.Checks, RetryAfterSeconds: ae.RetryAfterSeconds}
 	case errors.As(err, &ee) && ee.code == exitRefused:
 		e.Code = api.CodeRefused
 	case errors.As(err, &ee) && ee.code == exitUsage:
