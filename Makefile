@@ -12,7 +12,7 @@ GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.s' \) -not -path './bui
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: docs all deps docker-deps bench-deps vm-deps image-deps browser-deps build runc demo test test-images test-race test-short fuzz bench clean qualify-vm install
+.PHONY: docs all deps docker-deps bench-deps vm-deps image-deps browser-deps mcp-node-deps build runc demo test test-images test-race test-short fuzz bench clean qualify-vm install
 
 all: build
 
@@ -56,6 +56,12 @@ vm-deps: deps
 # (internal/testenv.Chromium; under CI=true a missing browser fails it).
 # Its own target, not deps: a build does not need a browser.
 BROWSER_PACKAGES := chromium
+# The TypeScript MCP SDK that drives custody mcp in its cross-ecosystem
+# test: installed from npm by the lockfile in clients/mcp-node-test, into a
+# cache outside the clone keyed by the lockfile's hash (CUSTODY_NPM_CACHE).
+mcp-node-deps:
+	@./scripts/mcp-node-deps.sh >/dev/null
+
 browser-deps: deps
 	@if ! command -v chromium >/dev/null; then \
 		echo "installing: $(BROWSER_PACKAGES)"; \
@@ -146,8 +152,8 @@ demo: build bin/cosign $(BUILD)/testimage/rootfs
 TEST_PKGS := ./workspace/ ./integration/ ./backend/vm/ ./backend/docker/ ./daemon/ ./cmd/custodyd/ ./evidence/ ./host/ ./bench/ ./...
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
-test: build bin/cosign bench-deps vm-deps image-deps browser-deps
-	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
+test: build bin/cosign bench-deps vm-deps image-deps browser-deps mcp-node-deps
+	CUSTODY_MCP_NODE_DIR=$$(./scripts/mcp-node-deps.sh) CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
 # gcc, make, Go and pytest, made once with mmdebstrap from Debian's mirror
@@ -174,8 +180,8 @@ bin/custodyd-race: $(GO_SOURCES) | deps
 bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
-test-race: build bin/cosign bench-deps vm-deps image-deps browser-deps $(RACE_BINS)
-	CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 45m $(TEST_PKGS)
+test-race: build bin/cosign bench-deps vm-deps image-deps browser-deps mcp-node-deps $(RACE_BINS)
+	CUSTODY_MCP_NODE_DIR=$$(./scripts/mcp-node-deps.sh) CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 45m $(TEST_PKGS)
 
 # Qualify this platform: the development tier on this host and the
 # production tier inside a real cgroup-v2 guest (QEMU), both signed rows in

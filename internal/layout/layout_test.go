@@ -166,6 +166,9 @@ var leaves = map[string]struct {
 }{
 	"runrecord": {[]string{"backend"}, "the run record is a leaf of values: it runs no work and knows no pipeline, store, " +
 		"wire or receipt (backend only for the usage and cleanup values it records)"},
+	"mcpserver": {[]string{"api", "request", "pipeline", "internal/regfile", "internal/strictyaml", "backend", "egress", "quantity"},
+		"the MCP server reaches custodyd only through the submit socket's client (api), and parses phases and pipelines to " +
+			"refuse malformed ones early: it holds no key, grant signer, policy, state or runtime"},
 }
 
 func TestLeaves(t *testing.T) {
@@ -368,6 +371,7 @@ func TestEndToEndTestsLiveInIntegration(t *testing.T) {
 // runner's state or launches anything itself.
 var cliImports = []string{
 	"api", "backend", "policy", "request", "evidence", "grant", "keys", "matrix", "platform", "conformance", "qualification", "snapshot", "treehash", "quantity", "pipeline",
+	"mcpserver", // custody mcp: the agent's tools, over the submit socket only
 	"internal/quote", "internal/regfile", "internal/untar", "internal/schemadoc", "internal/daemonflags", "internal/durable",
 }
 
