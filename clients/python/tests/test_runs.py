@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -65,8 +67,9 @@ def test_run_stream_result_receipt_verify(client: Client, env, phase, issue, wor
     assert rc.runner_public_key == client.status().runner_public_key
     st = rc.statement()
     assert st["_type"] == "https://in-toto.io/Statement/v1"
-    assert st["predicate"]["grant"]["id"] if isinstance(st["predicate"].get("grant"), dict) else True
-    assert res.output.digest.split(":", 1)[1] in str(st), "the receipt binds the output digest"
+    signed = json.dumps(st)
+    assert res.grant_id and res.grant_id in signed, "the receipt binds the grant"
+    assert res.output.digest.split(":", 1)[1] in signed, "the receipt binds the output digest"
 
     # The kept logs are the streamed bytes, whole.
     assert client.log(stream.run_id, "stdout") == out
@@ -124,6 +127,29 @@ def test_cancel_a_running_phase(client: Client, phase, issue) -> None:
     # Cancelling it again finds nothing running; an unknown run is not found.
     with pytest.raises(errors.NotFoundError):
         client.cancel("run-that-does-not-exist")
+
+
+def test_closing_the_stream_cancels_the_run(client: Client, phase, issue) -> None:
+    stream = client.run(issue(phase("dropped", "echo up; exec sleep 600")))
+    for ev in stream:
+        if isinstance(ev, events.Stdout):
+            break
+    run_id = stream.run_id
+    stream.close()  # the client goes away mid-run
+    # custodyd notices the dropped connection, kills the run and records it
+    # cancelled; the wait is bounded by the phase's own wall time (20s),
+    # which would record "timeout" instead.
+    res = None
+    for _ in range(600):
+        try:
+            res = client.result(run_id)
+        except errors.NotFoundError:
+            res = None
+        if res is not None and res.status:
+            break
+        time.sleep(0.1)
+    assert res is not None and res.status == types.STATUS_CANCELLED, res
+    assert run_id not in client.status().running
 
 
 def test_not_found(client: Client) -> None:
