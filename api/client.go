@@ -223,7 +223,12 @@ func (c *Client) Run(ctx context.Context, grant []byte, stdout, stderr io.Writer
 // *IncompleteError, after a notice on stderr saying where the whole kept
 // copy is.
 func (c *Client) RunWithReceipt(ctx context.Context, grant []byte, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/runs", RunRequest{Grant: grant})
+	return c.runRequest(ctx, RunRequest{Grant: grant}, stdout, stderr, started)
+}
+
+// runRequest posts a run request and follows its stream (RunWithReceipt).
+func (c *Client) runRequest(ctx context.Context, in RunRequest, stdout, stderr io.Writer, started func(runID string)) (*Result, *Receipt, error) {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/runs", in)
 	if err != nil {
 		return nil, nil, err
 	}

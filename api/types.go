@@ -22,6 +22,9 @@ type Error struct {
 	Code    Code    `json:"code"`
 	Message string  `json:"message"`
 	Checks  []Check `json:"checks,omitempty"`
+	// RetryAfterSeconds says when to retry a rate-limited request (as
+	// the Retry-After header does).
+	RetryAfterSeconds int64 `json:"retryAfterSeconds,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
@@ -30,7 +33,7 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message)
 // rest), so callers branch with errors.Is, never on message text.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Checks == nil && t.Code == e.Code
+	return ok && t.Message == "" && t.Checks == nil && t.RetryAfterSeconds == 0 && t.Code == e.Code
 }
 
 // Code is the class of an Error on the wire.
@@ -206,9 +209,12 @@ type OpLogHead struct {
 	Last string `json:"last"`
 }
 
-// RunRequest submits a grant for launch.
+// RunRequest submits a grant for launch, or a phase to run under a
+// standing authorization (Authorization and Phase, without Grant).
 type RunRequest struct {
-	Grant json.RawMessage `json:"grant"`
+	Grant         json.RawMessage `json:"grant,omitempty"`
+	Authorization string          `json:"authorization,omitempty"`
+	Phase         *PhaseSource    `json:"phase,omitempty"`
 }
 
 // Event is one line of a run's stream (NDJSON).
@@ -286,17 +292,20 @@ const (
 // Result is what a run produced. Every field is an observation recorded
 // after the fact; none of it authorizes anything.
 type Result struct {
-	RunID       string    `json:"runId"`
-	GrantID     string    `json:"grantId,omitempty"`
-	Actor       string    `json:"actor,omitempty"`
-	Name        string    `json:"name"`
-	Stage       string    `json:"stage,omitempty"`
-	Status      RunStatus `json:"status"`
-	ExitCode    int       `json:"exitCode"`
-	Signal      string    `json:"signal,omitempty"`
-	Tier        string    `json:"tier"`
-	Unqualified bool      `json:"unqualified"`
-	Runtime     Runtime   `json:"runtime"`
+	RunID   string `json:"runId"`
+	GrantID string `json:"grantId,omitempty"`
+	Actor   string `json:"actor,omitempty"`
+	// Authorization names the standing authorization the run's grant was
+	// minted under; absent for a hand-issued grant.
+	Authorization *AuthorizationRef `json:"authorization,omitempty"`
+	Name          string            `json:"name"`
+	Stage         string            `json:"stage,omitempty"`
+	Status        RunStatus         `json:"status"`
+	ExitCode      int               `json:"exitCode"`
+	Signal        string            `json:"signal,omitempty"`
+	Tier          string            `json:"tier"`
+	Unqualified   bool              `json:"unqualified"`
+	Runtime       Runtime           `json:"runtime"`
 	// RuntimeSHA256 is the digest of the runtime bytes that actually ran.
 	RuntimeSHA256 string `json:"runtimeSha256,omitempty"`
 	ConfigSHA256  string `json:"configSha256,omitempty"`

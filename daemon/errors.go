@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
@@ -16,9 +17,17 @@ import (
 // writeError maps errors to the wire at the edge.
 func writeError(w http.ResponseWriter, err error) {
 	e := toAPIError(err)
+	var rl *rateLimitedError
+	if errors.As(err, &rl) {
+		// When to retry, in the header and the body alike.
+		w.Header().Set("Retry-After", rl.retryAfter())
+		c := *e
+		c.RetryAfterSeconds, _ = strconv.ParseInt(rl.retryAfter(), 10, 64)
+		e = &c
+	}
 	status := http.StatusConflict
 	switch e.Code {
-	case api.CodeForbidden:
+	case api.CodeForbidden, api.CodeAuthorizationUnknown:
 		status = http.StatusForbidden
 	case api.CodeNotFound:
 		status = http.StatusNotFound
@@ -38,6 +47,14 @@ func toAPIError(err error) *api.Error {
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		return ae
+	}
+	var unknown *launch.ErrAuthorizationUnknown
+	if errors.As(err, &unknown) {
+		return &api.Error{Code: api.CodeAuthorizationUnknown, Message: err.Error()}
+	}
+	var ns *launch.NotSubmitterError
+	if errors.As(err, &ns) {
+		return &api.Error{Code: api.CodeForbidden, Message: err.Error()}
 	}
 	// A grant refusal keeps the admission diagnostics behind it: the
 	// client gets every requirement, not a flattened string.

@@ -136,6 +136,10 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if in.Authorization != "" || in.Phase != nil {
+		s.handleMintedRun(w, r, in)
+		return
+	}
 	ctx := r.Context()
 	owner := peerOf(r).UID
 	if !s.launching.TryRLock() {
@@ -151,8 +155,14 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.stream(w, r, run, owner)
+}
+
+// stream launches a spent grant's run for owner and streams it to the
+// client, returning its result (nil if it has none).
+func (s *server) stream(w http.ResponseWriter, r *http.Request, run *launch.Run, owner uint32) *runrecord.Result {
 	runID := run.ID()
-	runCtx, cancel := context.WithCancel(ctx) // client disconnect cancels too
+	runCtx, cancel := context.WithCancel(r.Context()) // client disconnect cancels too
 	defer cancel()
 	s.mu.Lock()
 	s.active[runID] = &activeRun{owner: owner, cancel: cancel}
@@ -177,7 +187,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil && res != nil && res.Status == runrecord.StatusRefused {
 		st.finish(api.Event{Type: api.EventError, RunID: runID, Result: wire, Error: toAPIError(err)})
-		return
+		return res
 	}
 	final := api.Event{Type: api.EventResult, RunID: runID, Result: wire}
 	if err != nil {
@@ -190,6 +200,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	final.Quarantine = s.quarantinedBy(runID, res, err)
 	st.finish(final)
+	return res
 }
 
 // quarantinedBy returns the quarantine a run left the runner in, if any. A

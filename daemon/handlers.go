@@ -45,6 +45,7 @@ func (s *server) controlMux() http.Handler {
 	mux.HandleFunc("POST /v1/attest/qualification", s.handleAttestQualification)
 	mux.HandleFunc("POST /v1/qualify", s.handleQualify)
 	mux.HandleFunc("POST /v1/pipelines/summary", s.handlePipelineSummary)
+	mux.HandleFunc("POST /v1/authorizations/revoke", s.handleRevokeAuthorization)
 	s.packs.packRoutes(mux, true)
 	s.opsRoutes(mux, true)
 	return s.operatorsOnly("control socket", mux)
@@ -69,7 +70,7 @@ func (s *server) operatorsOnly(socket string, h http.Handler) http.Handler {
 // refused by name rather than 404, so the refusal is explicit.
 func controlOnly() []string {
 	return append([]string{"/v1/grants", "/v1/grants/revoke", "/v1/policy/reload", "/v1/quarantine/release",
-		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/qualify", "/v1/pipelines/summary"}, packControlOnly()...)
+		"/v1/images/import", "/v1/images", "/v1/images/remove", "/v1/images/prune", "/v1/recover", "/v1/attempts", "/v1/attest/qualification", "/v1/qualify", "/v1/pipelines/summary", "/v1/authorizations/revoke"}, packControlOnly()...)
 }
 
 // submitMux serves clients: submit a run carrying a grant, stream it,
@@ -80,6 +81,7 @@ func (s *server) submitMux() http.Handler {
 	mux.HandleFunc("POST /v1/admit", s.handleSubmitAdmit)
 	mux.HandleFunc("GET /v1/quarantine", s.handleQuarantine)
 	mux.HandleFunc("POST /v1/runs", s.handleRun)
+	mux.HandleFunc("GET /v1/authorizations", s.handleAuthorizations)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", s.handleCancel(false))
 	mux.HandleFunc("GET /v1/runs/{id}", s.handleGetRun(false))
 	mux.HandleFunc("GET /v1/runs/{id}/receipt", s.handleGetReceipt(false))

@@ -28,6 +28,7 @@ type metrics struct {
 	latency   prometheus.Histogram
 	refusals  *prometheus.CounterVec
 	spent     prometheus.Counter
+	mints     *prometheus.CounterVec
 	scrapeErr prometheus.Counter
 }
 
@@ -49,6 +50,9 @@ func newMetrics(s *server) *metrics {
 		spent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "custody_grants_spent_total", Help: "Grants consumed by a launch (each exactly once).",
 		}),
+		mints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "custody_grants_minted_total", Help: "Grants custodyd minted under a standing authorization, by authorization.",
+		}, []string{"authorization"}),
 		scrapeErr: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "custody_metrics_read_errors_total", Help: "Store reads a scrape could not make (the quarantine or journal series are then missing).",
 		}),
@@ -66,7 +70,7 @@ func newMetrics(s *server) *metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.runs, m.latency, m.refusals, m.spent, m.scrapeErr, quarantined,
+	m.reg.MustRegister(m.runs, m.latency, m.refusals, m.spent, m.mints, m.scrapeErr, quarantined,
 		&attemptsCollector{s: s, m: m}, poolCollector{s}, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -206,3 +210,6 @@ func metricsSocketOnly(addr string) error {
 	}
 	return nil
 }
+
+// minted counts a grant minted under the authorization.
+func (m *metrics) minted(name string) { m.mints.WithLabelValues(name).Inc() }

@@ -29,21 +29,32 @@ func opLogPath(stateDir string) string { return filepath.Join(stateDir, "oplog.j
 // trusted (the head signed by the current one): a log cut short, or a line
 // signed by a key revoked before it, is refused.
 func revokedKeys(ctx context.Context, l *evidence.OpLog, current string, trusted []*keys.Verifier) (map[string]evidence.OpKey, error) {
+	entries, err := verifiedOpEntries(ctx, l, current, trusted)
+	if err != nil {
+		return nil, err
+	}
+	return keyRevocations(entries), nil
+}
+
+// verifiedOpEntries reads the operations log's entries after verifying
+// the log and its head as revokedKeys does.
+func verifiedOpEntries(ctx context.Context, l *evidence.OpLog, current string, trusted []*keys.Verifier) ([]evidence.OpEntry, error) {
 	data, head, err := l.Snapshot()
 	if err != nil {
 		return nil, err
 	}
-	entries, err := evidence.VerifyOpLog(ctx, data, head, trusted, evidence.HeadSignedBy(current))
-	if err != nil {
-		return nil, err
-	}
+	return evidence.VerifyOpLog(ctx, data, head, trusted, evidence.HeadSignedBy(current))
+}
+
+// keyRevocations are the key revocations among entries, by key id.
+func keyRevocations(entries []evidence.OpEntry) map[string]evidence.OpKey {
 	out := map[string]evidence.OpKey{}
 	for _, e := range entries {
 		if e.Kind == evidence.OpKeyRevoked && e.Key != nil {
 			out[e.Key.ID] = *e.Key
 		}
 	}
-	return out, nil
+	return out
 }
 
 // anchorOpLog checks the operations log against how far the store

@@ -60,6 +60,9 @@ type server struct {
 	stall time.Duration
 	// dryRuns bound each uid's dry runs on the submit socket.
 	dryRuns *dryRunLimiter
+	// auths are the standing authorizations' revocations and use
+	// (authorize.go).
+	auths *authorizations
 
 	// l is the launch pipeline.
 	l *launch.Launcher
@@ -226,10 +229,13 @@ func (s *server) loadKeys(ctx context.Context, keyDir string, maxTTL time.Durati
 	if s.oplog, err = evidence.OpenOpLog(opLogPath(s.cfg.Runner.StateDir), s.runnerKeys.Current); err != nil {
 		return err
 	}
-	revoked, err := revokedKeys(ctx, s.oplog, s.runnerKeys.Current.ID(), s.runnerKeys.Verifiers())
+	entries, err := verifiedOpEntries(ctx, s.oplog, s.runnerKeys.Current.ID(), s.runnerKeys.Verifiers())
 	if err != nil {
 		return fmt.Errorf("operations log: %w; fix: restore it from a backup, or move it aside to start a new one (its lines are evidence: keep them)", err)
 	}
+	revoked := keyRevocations(entries)
+	s.auths = newAuthorizations(func() time.Time { return s.now() })
+	s.auths.load(entries)
 	for id, k := range revoked {
 		s.runnerKeys.Revoke(id, k.RevokedAt)
 		s.issuerKeys.Revoke(id, k.RevokedAt)

@@ -33,6 +33,9 @@ func wireResult(r *runrecord.Result) *api.Result {
 		Refusal: wireRefusal(r.Refusal), Error: r.Error,
 		Started: r.Started, Finished: r.Finished,
 	}
+	if a := r.Authorization; a != nil {
+		w.Authorization = &api.AuthorizationRef{Name: a.Name, PolicyDigest: a.PolicyDigest}
+	}
 	if r.Inputs != nil {
 		w.Inputs = make([]api.Input, 0, len(r.Inputs))
 		for _, in := range r.Inputs {

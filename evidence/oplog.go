@@ -47,7 +47,16 @@ const (
 	OpGrantRevoked     = "grant-revoked"
 	OpKeyRevoked       = "key-revoked"
 	OpRetentionDeleted = "retention-deleted"
+	// OpGrantMinted records a grant custodyd minted under a standing
+	// authorization, before it is launched.
+	OpGrantMinted = "grant-minted"
+	// OpAuthorizationRevoked records an operator revoking a standing
+	// authorization: nothing more is minted under it.
+	OpAuthorizationRevoked = "authorization-revoked"
 )
+
+// opKinds are the kinds a log may hold.
+var opKinds = []string{OpGrantRevoked, OpKeyRevoked, OpRetentionDeleted, OpGrantMinted, OpAuthorizationRevoked}
 
 // MaxOpLogLine bounds one line as a reader accepts it.
 const MaxOpLogLine = 1 << 20
@@ -67,6 +76,10 @@ type OpEntry struct {
 	Grant string `json:"grant,omitempty"`
 	// Key is the revoked key (key-revoked).
 	Key *OpKey `json:"key,omitempty"`
+	// Authorization names the standing authorization a grant was minted
+	// under (grant-minted, with Grant) or that was revoked
+	// (authorization-revoked).
+	Authorization *OpAuthorization `json:"authorization,omitempty"`
 	// Deleted is what retention removed (retention-deleted), recorded
 	// before it was removed.
 	Deleted []OpDeleted `json:"deleted,omitempty"`
@@ -75,6 +88,16 @@ type OpEntry struct {
 	Prev string `json:"prev"`
 	// Signer is the runner key that signed this line.
 	Signer string `json:"signer"`
+}
+
+// OpAuthorization names a standing authorization: its name, and the
+// SHA-256 of its definition in the policy (a revocation holds until the
+// operator changes the definition), with the policy digest a grant was
+// minted under.
+type OpAuthorization struct {
+	Name         string `json:"name"`
+	Digest       string `json:"digest"`
+	PolicyDigest string `json:"policyDigest,omitempty"`
 }
 
 // OpKey names a revoked key: which of the runner's keys, its id, and from
@@ -694,8 +717,8 @@ func scanOpLog(r io.Reader, fn func(n int, raw []byte, e *OpEntry, line opLine) 
 			return fmt.Errorf("line %d: seq %d, want %d (an entry is missing or out of order)", n, e.Seq, seq+1)
 		case e.Prev != prev:
 			return fmt.Errorf("line %d: prev %q is not the digest of line %d (%s): a line before it was changed or removed", n, cdsse.Clip(e.Prev), n-1, prev)
-		case e.Kind != OpGrantRevoked && e.Kind != OpKeyRevoked && e.Kind != OpRetentionDeleted:
-			return fmt.Errorf("line %d: kind %q is not %s, %s or %s", n, cdsse.Clip(e.Kind), OpGrantRevoked, OpKeyRevoked, OpRetentionDeleted)
+		case !slices.Contains(opKinds, e.Kind):
+			return fmt.Errorf("line %d: kind %q is not one of %s", n, cdsse.Clip(e.Kind), strings.Join(opKinds, ", "))
 		}
 		if err := fn(n, raw, &e, line); err != nil {
 			return err

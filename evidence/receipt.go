@@ -111,6 +111,9 @@ type Receipt struct {
 	// observed, sorted (receipt v6 alone): each holds -1, never a value
 	// the run did not show. UnobservedMembers are the names it may hold.
 	Unobserved []string `json:"unobserved,omitempty"`
+	// Authorization names the standing authorization the run's grant was
+	// minted under (v8 only, and required there).
+	Authorization *AuthorizationRef `json:"authorization,omitempty"`
 	// Usage is what the kernel accounted to the run.
 	Usage Usage `json:"usage"`
 	// Cleanup is what cleanup did and whether it was verified.
@@ -380,6 +383,9 @@ var ociEvidence = []string{"config", "gate", "seccomp"}
 // profile records the backend's identity or evidence, v2 when it records
 // its streams and backend, v1 otherwise.
 func (r *Receipt) PredicateType() string {
+	if r.Authorization != nil {
+		return predicate.ReceiptV8
+	}
 	if len(r.Unobserved) > 0 {
 		return predicate.ReceiptV7
 	}
@@ -465,6 +471,10 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	if len(r.Unobserved) > 0 {
 		// A member the run did not observe: only v7 can say so.
 		ptype = predicate.ReceiptV7
+	}
+	if r.Authorization != nil {
+		// A grant minted under a standing authorization: only v8 names it.
+		ptype = predicate.ReceiptV8
 	}
 	if err := validateReceipt(&r, ptype); err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: invalid receipt: %w", err)
@@ -578,7 +588,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if !knownReceiptType(st.PredicateType) {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV7, predicate.ReceiptV6, predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV8, predicate.ReceiptV7, predicate.ReceiptV6, predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -611,7 +621,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 // knownReceiptType reports whether t is a receipt predicate type custody
 // verifies.
 func knownReceiptType(t string) bool {
-	return t == predicate.ReceiptV7 || t == predicate.ReceiptV6 || t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+	return t == predicate.ReceiptV8 || t == predicate.ReceiptV7 || t == predicate.ReceiptV6 || t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
 }
 
 // subjectsMatch says, when got is not exactly want (the subjects derived
@@ -857,7 +867,13 @@ func checkFlatDigests(ps *problems, p *RuntimeProfile, predicateType string) {
 // evidence map in its profile (v3, and v4 which extends it).
 func v3Profile(predicateType string) bool {
 	return predicateType == predicate.ReceiptV3 || predicateType == predicate.ReceiptV4 || predicateType == predicate.ReceiptV5 ||
-		predicateType == predicate.ReceiptV6 || predicateType == predicate.ReceiptV7
+		predicateType == predicate.ReceiptV6 || fromV7(predicateType)
+}
+
+// fromV7 says the receipt version has v7's shape (v7, and v8 which
+// extends it).
+func fromV7(predicateType string) bool {
+	return predicateType == predicate.ReceiptV7 || predicateType == predicate.ReceiptV8
 }
 
 // checkUnobserved checks the usage and what unobserved says of it and of
@@ -868,11 +884,11 @@ func v3Profile(predicateType string) bool {
 func checkUnobserved(ps *problems, r *Receipt, predicateType string) {
 	members := map[string]int64{"exit.code": int64(r.Exit.Code), "usage.peakMemoryBytes": r.Usage.PeakMemoryBytes,
 		"usage.cpuTimeMillis": r.Usage.CPUTimeMillis, "usage.wallMillis": r.Usage.WallMillis, "usage.oomKills": r.Usage.OOMKills}
-	v7 := predicateType == predicate.ReceiptV7
+	v7 := fromV7(predicateType)
 	switch {
 	case !v7 && len(r.Unobserved) > 0:
 		ps.add("predicateType", "%s has no unobserved (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV7)
-	case v7 && len(r.Unobserved) == 0:
+	case predicateType == predicate.ReceiptV7 && len(r.Unobserved) == 0:
 		ps.add("unobserved", "empty: a %s receipt names the members it did not observe", predicate.ReceiptV7)
 	}
 	listed := map[string]bool{}
@@ -916,7 +932,8 @@ func checkPooled(ps *problems, r *Receipt) {
 
 func checkVersion(ps *problems, r *Receipt, predicateType string) {
 	p := &r.Profile
-	v7 := predicateType == predicate.ReceiptV7
+	v7 := fromV7(predicateType)
+	checkAuthorization(ps, r, predicateType)
 	if predicateType != predicate.ReceiptV5 && !v7 && r.Pooled != nil {
 		ps.add("predicateType", "%s has no pooled (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV5)
 	}
@@ -937,7 +954,7 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 		if r.Profile.Backend != "" || r.Streams != nil {
 			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
 		}
-	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5, predicate.ReceiptV6, predicate.ReceiptV7:
+	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5, predicate.ReceiptV6, predicate.ReceiptV7, predicate.ReceiptV8:
 		if !backendPattern.MatchString(r.Profile.Backend) {
 			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
 		}
@@ -1213,7 +1230,7 @@ type EgressRefusalCount struct {
 // up, and the refusals listed are the ones not omitted).
 func checkEgressShape(ps *problems, e *Egress, predicateType string) {
 	// v7 keeps v6's egress record.
-	v6 := predicateType == predicate.ReceiptV6 || predicateType == predicate.ReceiptV7
+	v6 := predicateType == predicate.ReceiptV6 || fromV7(predicateType)
 	withV6 := e.Refused != nil || e.Inspected != nil || slices.ContainsFunc(e.Brokered, func(b BrokeredCredential) bool { return b.Requests != nil })
 	switch {
 	case !v6 && withV6:
@@ -1257,4 +1274,31 @@ type EgressDecision struct {
 	Form        string    `json:"form,omitempty"`
 	BytesOut    int64     `json:"bytesOut"`
 	BytesIn     int64     `json:"bytesIn"`
+}
+
+// AuthorizationRef names the standing authorization a run's grant was
+// minted under and the digest of the policy that held it.
+type AuthorizationRef struct {
+	Name         string `json:"name"`
+	PolicyDigest string `json:"policyDigest"`
+}
+
+// authorizationName is the shape of an authorization's name (the policy's).
+var authorizationName = regexp.MustCompile(`^[a-z0-9][a-z0-9._@-]{0,63}$`)
+
+// checkAuthorization checks that authorization is present exactly in v8,
+// well formed there.
+func checkAuthorization(ps *problems, r *Receipt, predicateType string) {
+	a := r.Authorization
+	switch {
+	case predicateType != predicate.ReceiptV8 && a != nil:
+		ps.add("predicateType", "%s has no authorization (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV8)
+	case predicateType == predicate.ReceiptV8 && a == nil:
+		ps.add("authorization", "missing (a %s receipt names the authorization its grant was minted under)", predicate.ReceiptV8)
+	case a != nil:
+		if !authorizationName.MatchString(a.Name) {
+			ps.add("authorization.name", "%q is not an authorization name", cdsse.Clip(a.Name))
+		}
+		ps.digest("authorization.policyDigest", a.PolicyDigest)
+	}
 }

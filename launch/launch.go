@@ -498,24 +498,39 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	if err != nil {
 		return nil, err
 	}
-	plan, inputs, err := l.decide(ctx, pol, req, actorChecks(pol, req, actor), nil)
+	env, _, err := l.issue(ctx, pol, polDig, req, actor, ttl, nil, nil)
+	return env, err
+}
+
+// issue is the operator's decision on req for actor under pol, with the
+// checks the caller made first counted among its refusals and, once
+// admission has a plan, those of within (nil for a hand-issued grant):
+// then the grant, minted and recorded, and its predicate.
+func (l *Launcher) issue(ctx context.Context, pol *policy.Policy, polDig string, req *request.Phase, actor string, ttl time.Duration,
+	first []admission.Check, within func(*admission.Plan) []admission.Check) ([]byte, *grant.Predicate, error) {
+	plan, inputs, err := l.decide(ctx, pol, req, append(actorChecks(pol, req, actor), first...), nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if within != nil {
+		if refused := refusedOf(within(plan)); len(refused) > 0 {
+			return nil, nil, &admission.RefusedError{Checks: refused}
+		}
 	}
 	if refused, err := l.outputChecks(plan, actor, req.Stage, req.Verifier, nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	} else if len(refused) > 0 {
-		return nil, &admission.RefusedError{Checks: refused}
+		return nil, nil, &admission.RefusedError{Checks: refused}
 	}
 	phase, err := req.Canonical()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := l.cfg.Now().UTC().Truncate(time.Second)
 	prof := l.cfg.Runner.Profile()
 	b, err := l.cfg.Runner.BackendNamed(plan.Backend)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rt := b.Identity()
 	p := grant.Predicate{
@@ -540,18 +555,18 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	p.Inputs.ClosureDigest = grant.ClosureDigest(p.Inputs.Entries)
 	env, err := grant.Mint(ctx, l.cfg.IssuerKey, p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Recorded before it is handed out: the image store keeps what a live
 	// grant binds.
 	rec, err := json.Marshal(issued{Image: p.Image, Expires: p.Expires, WallTime: plan.WallTime})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := l.cfg.Store.Update(store.Issued, func(b *bolt.Bucket) error { return b.Put([]byte(p.ID), rec) }); err != nil {
-		return nil, fmt.Errorf("record the issued grant: %w", err)
+		return nil, nil, fmt.Errorf("record the issued grant: %w", err)
 	}
-	return env, nil
+	return env, &p, nil
 }
 
 // issued is what the store keeps of an issued grant.
@@ -1095,6 +1110,17 @@ type Run struct {
 	// rec is the run's record, once made (see record).
 	rec   *runrecord.Record
 	owner uint32
+	// minted names the authorization the run's grant was minted under;
+	// nil for a hand-issued grant.
+	minted *runrecord.Authorization
+}
+
+// MintedUnder records that the run's grant was the one m minted: its
+// result and receipt name the authorization and the policy digest.
+func (r *Run) MintedUnder(m *Minted) {
+	if m != nil && r.grant != nil && r.grant.Predicate.ID == m.GrantID {
+		r.minted = &runrecord.Authorization{Name: m.Authorization, PolicyDigest: m.PolicyDigest}
+	}
 }
 
 // ID is the run's id.
@@ -1139,6 +1165,7 @@ func (r *Run) record(ctx context.Context, res *runrecord.Result) runrecord.Recor
 	r.rec = &runrecord.Record{Owner: r.owner, Result: res}
 	if g := r.grant; g != nil {
 		res.GrantID, res.Actor, res.Stage = g.Predicate.ID, g.Predicate.Actor, g.Predicate.Stage
+		res.Authorization = r.minted
 		if res.Status != runrecord.StatusRefused {
 			rc, err := r.receipt(context.WithoutCancel(ctx), res)
 			if err != nil {

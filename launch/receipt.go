@@ -180,6 +180,9 @@ func (r *Run) receipt(ctx context.Context, res *runrecord.Result) (*runrecord.Re
 	rc.Runner = evidence.Identity{ID: key.ID()}
 	rc.Grant = evidence.GrantRef{ID: g.Predicate.ID, EnvelopeSHA256: hex.EncodeToString(sum[:]),
 		IssuerID: g.IssuerKeyID, Envelope: compact.Bytes()}
+	if m := r.minted; m != nil {
+		rc.Authorization = &evidence.AuthorizationRef{Name: m.Name, PolicyDigest: m.PolicyDigest}
+	}
 	rc.Phase = evidence.PhaseRef{Name: strings.TrimPrefix(g.SubjectName, "phase/"), Stage: g.Predicate.Stage, Digest: g.SubjectDigest}
 	signed, err := evidence.SignReceipt(ctx, key, rc)
 	if err != nil {

@@ -27,6 +27,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(withGrants))
 	f.Add([]byte(withPacks))
 	f.Add([]byte(withPool))
+	f.Add([]byte(withAuthorization))
+	f.Add([]byte(withGrants + "authorizations: [{name: a, actor: ci-bot, stages: [run], images: [sha256:00], limits: {grantsPerMinute: 0, concurrentRuns: 1}, notBefore: x, notAfter: y}]\n"))
 	f.Add([]byte(valid + "egress: {stages: {generate: ['a.example:443']}, inspect: ['a.example:443', 'b.example:443']}\n" +
 		"credentials: {t: {file: /s, destination: a.example:443, header: X, stages: [generate], requests: ['POST /v1/messages', 'GET /', 'TRACE /', 'GET /a/../b']}}\n"))
 	f.Add([]byte(valid + "inputRoots: [/srv/work, /]\nactors: [{name: a, stages: [build, build]}]\n"))

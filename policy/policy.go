@@ -56,6 +56,10 @@ type Policy struct {
 	// Pool declares warm-pool profiles (see PoolProfile). Absent, every
 	// launch is cold.
 	Pool []PoolProfile `yaml:"pool,omitempty" json:"pool,omitempty"`
+	// Authorizations are standing envelopes within which custodyd mints
+	// grants for an actor's submitters (see Authorization). Absent, only
+	// hand-issued grants launch.
+	Authorizations []Authorization `yaml:"authorizations,omitempty" json:"authorizations,omitempty"`
 }
 
 // Actor is one principal and the stages it may run.

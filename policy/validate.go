@@ -144,6 +144,7 @@ func (p *Policy) Validate() error {
 	p.validateCredentials(add)
 	p.validatePacks(add)
 	p.validatePool(add)
+	p.validateAuthorizations(add)
 
 	if len(ps) > 0 {
 		return &ValidationError{Subject: "policy", Problems: ps}

@@ -67,6 +67,12 @@ const (
 	// after its workload started, before the sandbox reported how it
 	// ended); no earlier version may carry unobserved or a negative usage.
 	ReceiptV7 = Prefix + "receipt/v7"
+	// ReceiptV8 is ReceiptV7 with authorization: the standing
+	// authorization the run's grant was minted under (name) and the
+	// digest of the policy that held it (policyDigest); unobserved is
+	// optional. Custody signs it for every run whose grant it minted under
+	// an authorization, and no earlier version may carry authorization.
+	ReceiptV8 = Prefix + "receipt/v8"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,

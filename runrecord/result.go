@@ -33,14 +33,17 @@ const (
 // they are, so records written before keep reading. The wire form
 // (api.Result) and the receipt are made from it.
 type Result struct {
-	RunID    string `json:"runId"`
-	GrantID  string `json:"grantId,omitempty"`
-	Actor    string `json:"actor,omitempty"`
-	Name     string `json:"name"`
-	Stage    string `json:"stage,omitempty"`
-	Status   Status `json:"status"`
-	ExitCode int    `json:"exitCode"`
-	Signal   string `json:"signal,omitempty"`
+	RunID   string `json:"runId"`
+	GrantID string `json:"grantId,omitempty"`
+	Actor   string `json:"actor,omitempty"`
+	// Authorization names the standing authorization the run's grant was
+	// minted under; nil for a hand-issued grant.
+	Authorization *Authorization `json:"authorization,omitempty"`
+	Name          string         `json:"name"`
+	Stage         string         `json:"stage,omitempty"`
+	Status        Status         `json:"status"`
+	ExitCode      int            `json:"exitCode"`
+	Signal        string         `json:"signal,omitempty"`
 	// ExitUnobserved says the run failed after its workload may have
 	// started and nobody saw how the workload ended: ExitCode is -1 and
 	// means nothing (the receipt marks it unobserved).
@@ -273,4 +276,11 @@ func (c *Cleanup) UnmarshalJSON(b []byte) error {
 		c.Steps = append(c.Steps, backend.CleanupStep(s))
 	}
 	return nil
+}
+
+// Authorization names a standing authorization and the digest of the
+// policy that held it when a grant was minted under it.
+type Authorization struct {
+	Name         string `json:"name"`
+	PolicyDigest string `json:"policyDigest"`
 }

@@ -313,20 +313,40 @@ func (a *app) grantCmd() *cobra.Command {
 }
 
 func (a *app) runCmd() *cobra.Command {
-	var grantPath, receiptPath, outputsDir string
+	var grantPath, authorization, receiptPath, outputsDir string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "run --grant GRANT.json [--receipt out/receipt.json]",
-		Short: "Submit a grant to custodyd and stream the run",
-		Args:  cobra.NoArgs,
-		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, _ []string) error {
+		Use:   "run (--grant GRANT.json | --authorization NAME PHASE.yaml) [--receipt out/receipt.json]",
+		Short: "Submit a grant, or a phase under a standing authorization, to custodyd and stream the run",
+		Long: `Submit a grant to custodyd and stream the run. With --authorization, send
+the phase request instead: custodyd decides it exactly as an operator's
+grant issue would, checks it against the named authorization the operator's
+policy delegates to you, mints a single-use grant for it and runs it. Its
+result and receipt name the authorization.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: a.jsonRunE(&asJSON, func(cmd *cobra.Command, args []string) error {
+			switch {
+			case (grantPath == "") == (authorization == ""):
+				return &exitError{exitUsage, errors.New("give --grant GRANT.json, or --authorization NAME with the phase request file")}
+			case authorization != "" && len(args) != 1:
+				return &exitError{exitUsage, errors.New("--authorization NAME needs the phase request file, e.g. custody run --authorization agent-loop phase.yaml")}
+			case grantPath != "" && len(args) != 0:
+				return &exitError{exitUsage, errors.New("--grant runs the grant's own phase: give no phase request file")}
+			}
 			if receiptPath != "" && outputsDir == "" {
 				outputsDir = filepath.Join(filepath.Dir(receiptPath), "outputs")
 			}
 			if err := freshEvidence(receiptPath, outputsDir); err != nil {
 				return err
 			}
-			env, err := readGrant(grantPath)
+			var env []byte
+			var phase api.PhaseSource
+			var err error
+			if grantPath != "" {
+				env, err = readGrant(grantPath)
+			} else {
+				phase, err = readPhase(args[0])
+			}
 			if err != nil {
 				return err
 			}
@@ -337,9 +357,16 @@ func (a *app) runCmd() *cobra.Command {
 				wout = a.stderr
 			}
 			c := a.submit()
-			res, rcpt, err := c.RunWithReceipt(cmd.Context(), env, wout, a.stderr, func(id string) {
+			started := func(id string) {
 				fmt.Fprintf(a.stderr, "custody: run %s started\n", quote.String(id))
-			})
+			}
+			var res *api.Result
+			var rcpt *api.Receipt
+			if env != nil {
+				res, rcpt, err = c.RunWithReceipt(cmd.Context(), env, wout, a.stderr, started)
+			} else {
+				res, rcpt, err = c.RunAuthorized(cmd.Context(), authorization, phase, wout, a.stderr, started)
+			}
 			if res != nil && receiptPath != "" && res.Status != api.StatusRefused {
 				if serr := a.saveEvidence(cmd.Context(), c, res, rcpt, receiptPath, outputsDir); serr != nil {
 					return &exitError{exitInternal, serr}
@@ -365,11 +392,11 @@ func (a *app) runCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&grantPath, "grant", "", "the `GRANT.json` envelope custody grant issue printed (required)")
+	cmd.Flags().StringVar(&grantPath, "grant", "", "the `GRANT.json` envelope custody grant issue printed")
+	cmd.Flags().StringVar(&authorization, "authorization", "", "run the phase request file under this standing authorization (see custody authorizations)")
 	cmd.Flags().StringVar(&receiptPath, "receipt", "", "write the signed receipt here (and its Sigstore bundle beside it as *.sigstore.json); refused before the run if either exists")
 	cmd.Flags().StringVar(&outputsDir, "outputs", "", "with --receipt: fetch the retained outputs into this new directory (default: outputs/ beside the receipt); refused before the run if it exists")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	_ = cmd.MarkFlagRequired("grant")
 	return cmd
 }
 
@@ -609,6 +636,9 @@ func printResult(w io.Writer, r *api.Result) {
 	}
 	if r.GrantID != "" {
 		fmt.Fprintf(w, "  grant    %s (actor %s, stage %s)\n", q(r.GrantID), known(r.Actor), known(r.Stage))
+	}
+	if au := r.Authorization; au != nil {
+		fmt.Fprintf(w, "  minted   under authorization %s (policy %s)\n", q(au.Name), q(au.PolicyDigest))
 	}
 	fmt.Fprintf(w, "  tier     %s\n", known(r.Tier))
 	// The runtime is the backend's pinned binary: runc, or QEMU for a

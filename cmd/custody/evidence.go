@@ -293,6 +293,9 @@ func (a *app) printRan(res *evidence.Result) {
 		}
 	}
 	fmt.Fprintln(w, "image    "+quote.String(r.Image))
+	if au := r.Authorization; au != nil {
+		fmt.Fprintf(w, "minted   under authorization %s of policy %s\n", quote.String(au.Name), quote.String(au.PolicyDigest))
+	}
 	if pl := r.Pooled; pl != nil {
 		fmt.Fprintf(w, "sandbox  pooled (prepared at %s), profile %s, sandbox %s\n",
 			pl.PreparedAt.UTC().Format(time.RFC3339Nano), quote.String(pl.Profile), quote.String(pl.Sandbox))

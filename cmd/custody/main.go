@@ -135,7 +135,7 @@ func (a *app) rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.controlSocket, "control", envOr("CUSTODY_CONTROL_SOCKET", api.DefaultControlSocket), "custodyd control socket (operators)")
 	root.PersistentFlags().StringVar(&a.submitSocket, "submit", envOr("CUSTODY_SUBMIT_SOCKET", api.DefaultSubmitSocket), "custodyd submit socket (clients)")
 	root.AddCommand(a.doctorCmd(), a.imageCmd(), a.admitCmd(), a.grantCmd(), a.runCmd(),
-		a.cancelCmd(), a.resultCmd(), a.logsCmd(), a.trustCmd(), a.statusCmd(), a.recoverCmd(), a.verifyCmd(), a.promoteCmd(), a.policyCmd(), a.schemaCmd(), a.quarantineCmd(), a.qualifyCmd(), a.gateCmd(), a.packCmd(), a.pipelineCmd(), a.digestCmd(), a.revokeCmd(), a.oplogCmd(), a.docsCmd())
+		a.cancelCmd(), a.resultCmd(), a.logsCmd(), a.trustCmd(), a.statusCmd(), a.recoverCmd(), a.verifyCmd(), a.promoteCmd(), a.policyCmd(), a.schemaCmd(), a.quarantineCmd(), a.qualifyCmd(), a.gateCmd(), a.packCmd(), a.pipelineCmd(), a.digestCmd(), a.revokeCmd(), a.oplogCmd(), a.docsCmd(), a.authorizationsCmd(), a.authorizationCmd())
 	usageEverywhere(root)
 	return root
 }
