@@ -29,6 +29,14 @@ func TestPythonClient(t *testing.T) {
 		testenv.Missing(t, "the custody binary ($CUSTODY_BIN, set by make test)")
 	}
 	e := startDaemon(t)
+	pol, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "examples", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d.WritePolicy(string(pol) + pythonAuthorizations)
+	if code, out, errs := e.custody("policy", "reload"); code != 0 {
+		t.Fatalf("policy reload: %s %s", out, errs)
+	}
 	trust := e.trust(t, "trust-dev.yaml", "development")
 	wire := filepath.Join(e.dir, "wire-fields.json")
 	writeWireFields(t, wire)
@@ -51,7 +59,32 @@ func TestPythonClient(t *testing.T) {
 	t.Run("grants", func(t *testing.T) {
 		pytest(t, py, root, env, tests, "--ignore", filepath.Join(tests, "test_authorization.py"))
 	})
+	// Runs under the policy's standing authorizations.
+	t.Run("authorizations", func(t *testing.T) {
+		pytest(t, py, root, env, filepath.Join(tests, "test_authorization.py"))
+	})
 }
+
+// pythonAuthorizations, appended to the example policy, delegates to
+// ci-bot (whose submitter is root): agent, build phases of the test image
+// with room for every run of the suite, and agent-once, one run a day.
+const pythonAuthorizations = `authorizations:
+  - name: agent
+    actor: ci-bot
+    stages: [build]
+    images: ["@IMAGE@"]
+    ceilings: {memory: 128Mi}
+    limits: {grantsPerMinute: 1000, concurrentRuns: 4, runsPerDay: 10000}
+    notBefore: 2020-01-01T00:00:00Z
+    notAfter: 2099-01-01T00:00:00Z
+  - name: agent-once
+    actor: ci-bot
+    stages: [build]
+    images: ["@IMAGE@"]
+    limits: {grantsPerMinute: 1, concurrentRuns: 1, runsPerDay: 1}
+    notBefore: 2020-01-01T00:00:00Z
+    notAfter: 2099-01-01T00:00:00Z
+`
 
 // pytest runs the suite's args with py and fails t unless every case ran
 // and passed.
@@ -96,7 +129,7 @@ func pythonWithPytest(t *testing.T) string {
 func writeWireFields(t *testing.T, path string) {
 	t.Helper()
 	roots := []any{api.AdmitRequest{}, api.AdmitResponse{}, api.RunRequest{}, api.Event{}, api.Error{},
-		api.Status{}, api.Result{}, api.Receipt{}, api.Keys{}}
+		api.Status{}, api.Result{}, api.Receipt{}, api.Keys{}, api.AuthorizationsResponse{}}
 	fields := map[string][]string{}
 	var walk func(reflect.Type)
 	walk = func(rt reflect.Type) {

@@ -7,11 +7,11 @@ stream yields, errors for the exception of each error code custodyd sends.
 from . import errors, events
 from .client import Client, RunStream, UnixHTTPConnection
 from .errors import CustodyError
-from .types import (DEFAULT_SUBMIT_SOCKET, AdmitResponse, Check, Keys, PhaseSource, Receipt, Result, Status)
+from .types import (DEFAULT_SUBMIT_SOCKET, AdmitResponse, Authorization, Check, Keys, PhaseSource, Receipt, Result, Status)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "RunStream", "UnixHTTPConnection", "CustodyError", "errors", "events",
-    "DEFAULT_SUBMIT_SOCKET", "AdmitResponse", "Check", "Keys", "PhaseSource", "Receipt", "Result", "Status",
+    "DEFAULT_SUBMIT_SOCKET", "AdmitResponse", "Authorization", "Check", "Keys", "PhaseSource", "Receipt", "Result", "Status",
 ]

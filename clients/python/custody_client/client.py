@@ -10,8 +10,8 @@ import urllib.parse
 from typing import IO, Any, Dict, Iterator, List, Optional, Union
 
 from . import errors, events
-from ._wire import decode, from_wire, to_wire
-from .types import (DEFAULT_SUBMIT_SOCKET, AdmitRequest, AdmitResponse, Keys, PhaseSource, Receipt, Result,
+from ._wire import from_wire, to_wire
+from .types import (DEFAULT_SUBMIT_SOCKET, AdmitRequest, Authorization, AuthorizationsResponse, AdmitResponse, Keys, PhaseSource, Receipt, Result,
                     RunRequest, Status, WireEvent)
 
 # Bounds on what the client reads, as custody's own client: totals, not
@@ -186,11 +186,11 @@ class Client:
         process tree and records a cancelled result."""
         self._json("POST", self._run_path(run_id, "cancel"))
 
-    def authorizations(self) -> List[Dict[str, Any]]:
-        """The standing authorizations this uid may run under (name, actor,
-        stages, images, ceilings, egress, limits and what is left of them,
-        validity), as custodyd lists them."""
-        return decode(List[Dict[str, Any]], self._json("GET", "/v1/authorizations")) or []
+    def authorizations(self) -> List[Authorization]:
+        """The standing authorizations this uid may run under: actor,
+        stages, images, ceilings, egress and credentials, input roots,
+        limits and what is left of them, validity window."""
+        return from_wire(AuthorizationsResponse, self._json("GET", "/v1/authorizations")).authorizations
 
     def keys(self) -> Keys:
         """The runner's public keys, current and retired."""

@@ -266,12 +266,23 @@ class Cleanup:
 
 
 @dataclass
+class AuthorizationRef:
+    """The standing authorization a run's grant was minted under, and the
+    digest of the policy that held it."""
+
+    name: str = wire("name", "")
+    policy_digest: str = wire("policyDigest", "")
+
+
+@dataclass
 class Result:
     """What a run produced, recorded after the fact."""
 
     run_id: str = wire("runId", "")
     grant_id: Optional[str] = wire("grantId", None)
     actor: Optional[str] = wire("actor", None)
+    # Set when the grant was minted under a standing authorization.
+    authorization: Optional[AuthorizationRef] = wire("authorization", None)
     name: str = wire("name", "")
     stage: Optional[str] = wire("stage", None)
     status: str = wire("status", "")
@@ -337,6 +348,8 @@ class WireError:
     code: str = wire("code", "")
     message: str = wire("message", "")
     checks: Optional[List[Check]] = wire("checks", None)
+    # When to retry a rate-limited request, as the Retry-After header says.
+    retry_after_seconds: Optional[int] = wire("retryAfterSeconds", None)
 
 
 @dataclass
@@ -353,6 +366,70 @@ class WireEvent:
     bundle: Optional[Dict[str, Any]] = wire("bundle", None)
     quarantine: Optional[Quarantine] = wire("quarantine", None)
     dropped: Optional[Dropped] = wire("dropped", None)
+
+
+@dataclass
+class AuthorizedImage:
+    digest: str = wire("digest", "")
+    name: Optional[str] = wire("name", None)
+
+
+@dataclass
+class AuthorizationCeilings:
+    """The largest budgets a request under an authorization may ask for."""
+
+    memory_bytes: int = wire("memoryBytes", 0)
+    pids: int = wire("pids", 0)
+    cpu: float = wire("cpu", 0.0)
+    wall_time_millis: int = wire("wallTimeMillis", 0)
+    output_bytes: int = wire("outputBytes", 0)
+    output_files: int = wire("outputFiles", 0)
+    tmp_bytes: int = wire("tmpBytes", 0)
+    nofile: int = wire("nofile", 0)
+
+
+@dataclass
+class AuthorizationLimits:
+    """Rate and volume limits, or (as Authorization.remaining) what is left
+    of them now; a daily limit that is None is none."""
+
+    grants_per_minute: int = wire("grantsPerMinute", 0)
+    concurrent_runs: int = wire("concurrentRuns", 0)
+    runs_per_day: Optional[int] = wire("runsPerDay", None)
+    cpu_seconds_per_day: Optional[int] = wire("cpuSecondsPerDay", None)
+
+
+@dataclass
+class Authorization:
+    """A standing authorization this uid may run under, as custodyd lists it."""
+
+    name: str = wire("name", "")
+    actor: str = wire("actor", "")
+    stages: List[str] = wire("stages", factory=list)
+    images: List[AuthorizedImage] = wire("images", factory=list)
+    ceilings: AuthorizationCeilings = wire("ceilings", factory=AuthorizationCeilings)
+    egress: List[str] = wire("egress", factory=list)
+    credentials: List[str] = wire("credentials", factory=list)
+    input_roots: List[str] = wire("inputRoots", factory=list)
+    pipelines: bool = wire("pipelines", False)
+    verifier: bool = wire("verifier", False)
+    limits: AuthorizationLimits = wire("limits", factory=AuthorizationLimits)
+    remaining: AuthorizationLimits = wire("remaining", factory=AuthorizationLimits)
+    not_before: Optional[_dt.datetime] = wire("notBefore", None)
+    not_after: Optional[_dt.datetime] = wire("notAfter", None)
+
+    def __post_init__(self) -> None:
+        # The wire leaves out a daily remainder of zero (as it leaves out a
+        # daily limit that is none): under a daily limit, absent is none left.
+        if self.limits.runs_per_day and self.remaining.runs_per_day is None:
+            self.remaining.runs_per_day = 0
+        if self.limits.cpu_seconds_per_day and self.remaining.cpu_seconds_per_day is None:
+            self.remaining.cpu_seconds_per_day = 0
+
+
+@dataclass
+class AuthorizationsResponse:
+    authorizations: List[Authorization] = wire("authorizations", factory=list)
 
 
 @dataclass
