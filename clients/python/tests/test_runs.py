@@ -20,6 +20,9 @@ def test_status(client: Client) -> None:
     assert st.runner_id and st.runner_public_key.startswith("-----BEGIN PUBLIC KEY-----")
     assert st.policy.digest and st.policy.digest.startswith("sha256:")
     assert st.quarantine.quarantined is False
+    keys = client.keys()
+    assert [k.pem for k in keys.runners if k.current] == [st.runner_public_key]
+    assert [k.pem for k in keys.issuers if k.current] == [st.issuer_public_key]
 
 
 def test_admit_granted(client: Client, phase) -> None:
