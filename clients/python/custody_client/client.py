@@ -72,7 +72,9 @@ class Client:
                 conn.request(method, path, body=data, headers=headers)
                 resp = conn.getresponse()
             except OSError as e:
-                raise ConnectionError(f"custodyd at {self.socket_path}: {e}") from e
+                raise ConnectionError(
+                    f"cannot reach custodyd at {self.socket_path}: {e}; fix: check that custodyd runs and that this is "
+                    "its submit socket (pass socket_path or set CUSTODY_SUBMIT_SOCKET)") from e
             if resp.status // 100 != 2:
                 raw = resp.read(4 << 20)
                 try:

@@ -38,3 +38,13 @@ def test_round_trip_omits_absent_members() -> None:
     r = from_wire(types.RunRequest, {"authorization": "agent", "phase": {"yaml": "YTogYg==", "baseDir": "/w"}})
     assert r.phase is not None and r.phase.yaml == b"a: b" and r.grant is None
     assert to_wire(r) == {"authorization": "agent", "phase": {"yaml": "YTogYg==", "baseDir": "/w"}}
+
+
+def test_no_daemon_names_the_socket_and_the_fix(tmp_path) -> None:
+    import pytest
+    from custody_client import Client
+
+    sock = str(tmp_path / "none.sock")
+    with pytest.raises(ConnectionError) as e:
+        Client(sock).status()
+    assert sock in str(e.value) and "CUSTODY_SUBMIT_SOCKET" in str(e.value)
