@@ -4,10 +4,13 @@
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 GO ?= go
+# Debian's python3, where python3-pytest and python3-pip install: the Python
+# client's suite (clients/python/tests) runs with it under make test.
+PYTHON ?= /usr/bin/python3
 ROOT := $(abspath .)
 BUILD := $(ROOT)/build
 DEMO := $(BUILD)/demo
-APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config busybox-static e2fsprogs iproute2 file python3 erofs-utils
+APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config busybox-static e2fsprogs iproute2 file python3 erofs-utils python3-pytest python3-pip
 GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.s' \) -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
@@ -153,7 +156,7 @@ TEST_PKGS := ./workspace/ ./integration/ ./backend/vm/ ./backend/docker/ ./daemo
 
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build bin/cosign bench-deps vm-deps image-deps browser-deps mcp-node-deps
-	CUSTODY_MCP_NODE_DIR=$$(./scripts/mcp-node-deps.sh) CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
+	CUSTODY_MCP_NODE_DIR=$$(./scripts/mcp-node-deps.sh) CUSTODY_DEBIAN_IMAGES=1 CUSTODY_PYTHON=$(PYTHON) CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
 # gcc, make, Go and pytest, made once with mmdebstrap from Debian's mirror
@@ -181,7 +184,7 @@ bin/custodyd-faultinject-race: $(GO_SOURCES) | deps
 	@mkdir -p bin
 	CGO_ENABLED=1 $(GO) build -race -trimpath -tags faultinject -o $@ ./cmd/custodyd
 test-race: build bin/cosign bench-deps vm-deps image-deps browser-deps mcp-node-deps $(RACE_BINS)
-	CUSTODY_MCP_NODE_DIR=$$(./scripts/mcp-node-deps.sh) CUSTODY_DEBIAN_IMAGES=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 45m $(TEST_PKGS)
+	CUSTODY_MCP_NODE_DIR=$$(./scripts/mcp-node-deps.sh) CUSTODY_DEBIAN_IMAGES=1 CUSTODY_PYTHON=$(PYTHON) CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux GORACE=halt_on_error=1 CGO_ENABLED=1 CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody-race CUSTODYD_BIN=$(ROOT)/bin/custodyd-race CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject-race $(GO) test -race -count=1 -timeout 45m $(TEST_PKGS)
 
 # Qualify this platform: the development tier on this host and the
 # production tier inside a real cgroup-v2 guest (QEMU), both signed rows in
