@@ -970,7 +970,15 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 		}
 		return nil, err
 	}
-	prep, err := snapshotInputs(ctx, r, plan)
+	// The redeem re-derived each input's digest where it is and found the
+	// bound one: a stored snapshot of it is used without a second walk.
+	var want []string
+	if len(p.Inputs.Entries) == len(plan.Inputs) {
+		for _, in := range p.Inputs.Entries {
+			want = append(want, in.Digest)
+		}
+	}
+	prep, err := snapshotInputs(ctx, r, plan, want)
 	if err != nil {
 		return abandon(err)
 	}

@@ -90,12 +90,15 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 	if err != nil {
 		return nil, err
 	}
-	return snapshotInputs(ctx, h, plan)
+	return snapshotInputs(ctx, h, plan, nil)
 }
 
 // snapshotInputs copies an admitted plan's inputs into the snapshot store. After
-// it, a change to the host paths cannot reach the run.
-func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (*Prepared, error) {
+// it, a change to the host paths cannot reach the run. want, if set, is
+// the digest of each input just re-derived where it is (a launch's): a
+// stored snapshot of it is verified and used without walking the input
+// again, and anything else is copied in and compared by the caller.
+func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []string) (*Prepared, error) {
 	if err := h.CheckQuarantine(); err != nil {
 		return nil, err
 	}
@@ -114,7 +117,13 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (
 		if err != nil {
 			return nil, err
 		}
-		snap, err := h.Inputs().Take(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
+		limits := treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid}
+		var snap *snapshot.Snapshot
+		if want != nil {
+			snap, err = h.Inputs().TakeDigest(ctx, src, want[i], limits)
+		} else {
+			snap, err = h.Inputs().Take(ctx, src, limits)
+		}
 		if err != nil {
 			return nil, inputRefusal(i, err)
 		}
@@ -153,7 +162,7 @@ func HashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) ([]ad
 		}
 		budget -= tree.Bytes
 		out = append(out, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: tree.Digest})
-		if _, err := h.Inputs().Get(tree.Digest); err != nil { // a stored copy is reused, not written
+		if !h.Inputs().Has(tree.Digest) { // a stored copy is reused, not written
 			need.bytes += tree.Bytes
 			need.inodes += int64(len(tree.Entries)) + 2
 		}

@@ -123,6 +123,52 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 			return snap, err
 		}
 	}
+	return s.copyIn(ctx, src, limits)
+}
+
+// TakeDigest is Take for a src whose digest the caller has just derived
+// as want (a launch, right after re-deriving the digests its grant
+// binds): when the store holds want in src's layout, the stored copy is
+// verified and returned without walking src again; otherwise src is
+// copied in, and the caller compares the copy's digest with want (src
+// may have changed since).
+func (s *Store) TakeDigest(ctx context.Context, src, want string, limits treehash.Options) (*Snapshot, error) {
+	snap, err := s.held(ctx, src, want)
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return snap, err
+	}
+	return s.copyIn(ctx, src, limits)
+}
+
+// held returns the verified stored snapshot of digest, when the store
+// holds it in src's layout (file or directory), or an error wrapping
+// ErrNotFound.
+func (s *Store) held(ctx context.Context, src, digest string) (*Snapshot, error) {
+	hex, err := treehash.ParseDigest(digest)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	data := filepath.Join(s.dir, hex, dataName)
+	fi, err := os.Lstat(data)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot %s: %w", digest, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", digest, err)
+	}
+	if fi.Mode().IsRegular() != isRegular(src) {
+		return nil, fmt.Errorf("snapshot %s: held in the other layout (file or directory): %w", digest, ErrNotFound)
+	}
+	snap := &Snapshot{Digest: digest, Path: data}
+	if snap.Tree, err = s.verified(ctx, snap); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// copyIn copies src into the store (or finds the copy already there) and
+// returns its snapshot.
+func (s *Store) copyIn(ctx context.Context, src string, limits treehash.Options) (*Snapshot, error) {
 	var tree *treehash.Tree
 	var single bool
 	final, existed, err := Stage(s.dir, func(staging string) (string, error) {
@@ -215,9 +261,15 @@ func (s *Store) Get(digest string) (*Snapshot, error) {
 // store) and returns an error wrapping ErrCorrupt if it no longer matches the
 // digest, for instance because the store was tampered with.
 func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
+	_, err := s.verified(ctx, snap)
+	return err
+}
+
+// verified is Verify, returning the tree the stored copy hashes to.
+func (s *Store) verified(ctx context.Context, snap *Snapshot) (*treehash.Tree, error) {
 	hex, err := treehash.ParseDigest(snap.Digest)
 	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	data := filepath.Join(s.dir, hex, dataName)
 	var got *treehash.Tree
@@ -226,7 +278,7 @@ func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("snapshot %s: verifying: %w", snap.Digest, err)
+		return nil, fmt.Errorf("snapshot %s: verifying: %w", snap.Digest, err)
 	}
 	if isRegular(data) && len(got.Entries) == 1 {
 		// A single file is stored as data but was hashed under its own
@@ -236,20 +288,31 @@ func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
 		if tree == nil {
 			stored, err := s.Get(snap.Digest)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			tree = stored.Tree
 		}
 		if len(tree.Entries) != 1 {
-			return fmt.Errorf("snapshot %s: stored copy is a single file but its tree has %d entries: %w", snap.Digest, len(tree.Entries), ErrCorrupt)
+			return nil, fmt.Errorf("snapshot %s: stored copy is a single file but its tree has %d entries: %w", snap.Digest, len(tree.Entries), ErrCorrupt)
 		}
 		got.Entries[0].Path = tree.Entries[0].Path
 		got.Digest = treehash.DigestOf(got.Entries)
 	}
 	if got.Digest != snap.Digest {
-		return fmt.Errorf("snapshot %s: stored copy hashes to %s: %w", snap.Digest, got.Digest, ErrCorrupt)
+		return nil, fmt.Errorf("snapshot %s: stored copy hashes to %s: %w", snap.Digest, got.Digest, ErrCorrupt)
 	}
-	return nil
+	return got, nil
+}
+
+// Has reports whether the store holds a snapshot named digest, without
+// reading or verifying it: what a check of the space a Take needs asks.
+func (s *Store) Has(digest string) bool {
+	hex, err := treehash.ParseDigest(digest)
+	if err != nil {
+		return false
+	}
+	_, err = os.Lstat(filepath.Join(s.dir, hex, dataName))
+	return err == nil
 }
 
 func isRegular(path string) bool {
