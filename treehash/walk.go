@@ -81,7 +81,12 @@ func Walk(ctx context.Context, root string, opts Options, v Visitor) (*Tree, err
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	w := &walker{opts: opts, v: v, jobs: make(chan fileJob, 4*workers), start: time.Now()}
+	w := &walker{opts: opts, v: v, jobs: make(chan fileJob, 4*workers), start: time.Now(), idx: opts.Index}
+	if _, describes := v.(Describer); v != nil && !describes {
+		// A visitor must receive every file's content unless it only
+		// describes: no index then.
+		w.idx = nil
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() { w.work(ctx, cancel) })
@@ -117,6 +122,8 @@ type walker struct {
 	// start is when the walk began: the racy window of Options.Index
 	// counts back from it.
 	start time.Time
+	// idx is Options.Index where the visitor lets the walk use it.
+	idx Index
 }
 
 // fileJob is a regular file to hash, with the identity lstat saw.
@@ -355,6 +362,13 @@ func (w *walker) addFile(ctx context.Context, abs string, st *unix.Stat_t, e *En
 	if w.opts.MaxBytes > 0 && w.bytes > w.opts.MaxBytes {
 		return fmt.Errorf("%s: files total more than %d bytes: %w", abs, w.opts.MaxBytes, ErrTooLarge)
 	}
+	if w.idx != nil {
+		// Known by the identity and change times lstat just gave: not
+		// opened, not read.
+		if sum, ok := w.idx.Lookup(statOf(st)); ok {
+			return w.known(e, sum)
+		}
+	}
 	select {
 	case w.jobs <- fileJob{abs: abs, dev: st.Dev, ino: st.Ino, e: e}:
 		return nil
@@ -395,30 +409,13 @@ func (w *walker) hashFile(ctx context.Context, j fileJob, h hash.Hash, buf []byt
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != j.dev || st.Ino != j.ino {
 		return changed(j.abs)
 	}
-	// An index is consulted only when nothing mirrors the bytes: a
-	// visitor must receive every file's content unless it only describes.
-	idx := w.opts.Index
-	if _, describes := w.v.(Describer); w.v != nil && !describes {
-		idx = nil
-	}
+	// The index missed this file at its lstat (addFile): it is read.
+	idx := w.idx
 	var before FileStat
 	if idx != nil {
-		before = statOf(fd, &st)
+		before = statOf(&st)
 		if before.Size != j.e.Size {
 			return changed(j.abs)
-		}
-		if sum, ok := idx.Lookup(before); ok {
-			if w.v != nil {
-				wc, err := w.v.File(j.e)
-				if err != nil {
-					return err
-				}
-				if err := wc.Close(); err != nil {
-					return err
-				}
-			}
-			j.e.SHA256 = sum
-			return nil
 		}
 	}
 
@@ -449,10 +446,26 @@ func (w *walker) hashFile(ctx context.Context, j fileJob, h hash.Hash, buf []byt
 	j.e.SHA256 = hex.EncodeToString(h.Sum(sum[:0]))
 	if idx != nil && before.settled(w.start) {
 		// Record only what did not move while it was read.
-		if err := unix.Fstat(fd, &st); err == nil && statOf(fd, &st) == before {
+		if err := unix.Fstat(fd, &st); err == nil && statOf(&st) == before {
 			idx.Record(before, j.e.SHA256)
 		}
 	}
+	return nil
+}
+
+// known gives the file e the digest sum an index holds for it; a
+// describing visitor still sees the file, with no bytes.
+func (w *walker) known(e *Entry, sum string) error {
+	if w.v != nil {
+		wc, err := w.v.File(e)
+		if err != nil {
+			return err
+		}
+		if err := wc.Close(); err != nil {
+			return err
+		}
+	}
+	e.SHA256 = sum
 	return nil
 }
 
