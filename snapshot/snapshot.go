@@ -28,6 +28,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/custody-dev/custody/treehash"
 )
@@ -50,6 +51,17 @@ type Store struct {
 	// index, if set, lets walks of a root already walked read only the
 	// files that changed since (see Indexes).
 	index *Indexes
+	// mu is held shared by takes and exclusively by Prune, which must not
+	// remove an object a take is linking.
+	mu sync.RWMutex
+	// holds counts, by hex digest, the takes of each snapshot not yet
+	// released: Prune keeps those.
+	holdMu sync.Mutex
+	holds  map[string]int
+	// objects holds each object's identity and change times as this
+	// process last wrote, hashed or linked it (checkObjects).
+	objMu   sync.Mutex
+	objects map[string]objectStat
 }
 
 // Snapshot is a stored, read-only copy of an input tree.
@@ -116,14 +128,15 @@ func indexRoot(src, beneath string) string {
 // file x have the same digest but different layouts; Take refuses to reuse
 // one for the other.
 func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (*Snapshot, error) {
-	if s.index != nil {
-		// Unchanged content already stored is found from the index alone:
-		// nothing is copied, and only what moved is read.
-		if snap, ok, err := s.Reuse(ctx, src, limits); err != nil || ok {
-			return snap, err
-		}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	// Unchanged content already stored is found from the index alone:
+	// nothing is copied, and only what moved is read.
+	tree, snap, err := s.reuse(ctx, src, limits)
+	if err != nil || snap != nil {
+		return snap, err
 	}
-	return s.copyIn(ctx, src, limits)
+	return s.copyIn(ctx, src, limits, tree)
 }
 
 // TakeDigest is Take for a src whose digest the caller has just derived
@@ -133,11 +146,13 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 // copied in, and the caller compares the copy's digest with want (src
 // may have changed since).
 func (s *Store) TakeDigest(ctx context.Context, src, want string, limits treehash.Options) (*Snapshot, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	snap, err := s.held(ctx, src, want)
 	if err == nil || !errors.Is(err, ErrNotFound) {
 		return snap, err
 	}
-	return s.copyIn(ctx, src, limits)
+	return s.copyIn(ctx, src, limits, nil)
 }
 
 // held returns the verified stored snapshot of digest, when the store
@@ -163,21 +178,24 @@ func (s *Store) held(ctx context.Context, src, digest string) (*Snapshot, error)
 	if snap.Tree, err = s.verified(ctx, snap); err != nil {
 		return nil, err
 	}
+	s.used(filepath.Dir(data))
 	return snap, nil
 }
 
 // copyIn copies src into the store (or finds the copy already there) and
 // returns its snapshot.
-func (s *Store) copyIn(ctx context.Context, src string, limits treehash.Options) (*Snapshot, error) {
-	var tree *treehash.Tree
-	var single bool
-	final, existed, err := Stage(s.dir, func(staging string) (string, error) {
-		data := filepath.Join(staging, dataName)
+func (s *Store) copyIn(ctx context.Context, src string, limits treehash.Options, tree *treehash.Tree) (*Snapshot, error) {
+	if tree == nil {
 		var err error
-		if tree, err = Copy(ctx, src, data, CopyOptions{Limits: limits, ReadOnly: true}); err != nil {
+		if tree, err = s.Digest(ctx, src, limits); err != nil {
+			return nil, err
+		}
+	}
+	single := isRegular(src)
+	final, existed, err := Stage(s.dir, func(staging string) (string, error) {
+		if err := s.linkTree(ctx, src, staging, tree, single); err != nil {
 			return "", err
 		}
-		single = isRegular(data)
 		js, err := json.Marshal(tree)
 		if err != nil {
 			return "", fmt.Errorf("encoding tree of %s: %w", src, err)
@@ -191,6 +209,7 @@ func (s *Store) copyIn(ctx context.Context, src string, limits treehash.Options)
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	if !existed {
+		s.used(final)
 		return &Snapshot{Digest: tree.Digest, Path: filepath.Join(final, dataName), Tree: tree}, nil
 	}
 
@@ -205,6 +224,7 @@ func (s *Store) copyIn(ctx context.Context, src string, limits treehash.Options)
 	if err := s.Verify(ctx, snap); err != nil {
 		return nil, err
 	}
+	s.used(final)
 	return snap, nil
 }
 
@@ -216,24 +236,23 @@ func (s *Store) copyIn(ctx context.Context, src string, limits treehash.Options)
 // the store may hold, this reads src once instead of staging a copy; for
 // new content, Take after it reads src twice.
 func (s *Store) Reuse(ctx context.Context, src string, limits treehash.Options) (snap *Snapshot, ok bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, snap, err = s.reuse(ctx, src, limits)
+	return snap, snap != nil, err
+}
+
+// reuse is Reuse, returning the digest it took of src too.
+func (s *Store) reuse(ctx context.Context, src string, limits treehash.Options) (*treehash.Tree, *Snapshot, error) {
 	tree, err := s.Digest(ctx, src, limits)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
-	snap, err = s.Get(tree.Digest)
+	snap, err := s.held(ctx, src, tree.Digest)
 	if errors.Is(err, ErrNotFound) {
-		return nil, false, nil
+		return tree, nil, nil
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	if isRegular(src) != isRegular(snap.Path) {
-		return nil, false, nil
-	}
-	if err := s.Verify(ctx, snap); err != nil {
-		return nil, false, err
-	}
-	return snap, true, nil
+	return tree, snap, err
 }
 
 // Get returns the stored snapshot with the given digest, or an error wrapping
