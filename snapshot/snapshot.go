@@ -1,13 +1,15 @@
 // Package snapshot keeps immutable, content-addressed copies of input trees.
 //
-// Take copies a source file or directory into a staging directory inside the
-// store, hashing each file's bytes as they are written (so the digest
-// describes exactly the copy), makes the copy read-only and publishes it by
-// an atomic rename under its digest. The store layout is
+// Take digests a source file or directory, builds its snapshot in a staging
+// directory inside the store as hard links to the store's objects (copying
+// in, and checking against the digest, only the files whose content the
+// store lacks), makes it read-only and publishes it by an atomic rename
+// under its digest. The store layout is
 //
-//	<dir>/<hex>/data       the copied tree, or the copied file for a
-//	                       single-file source
+//	<dir>/<hex>/data       the tree, or the file for a single-file source,
+//	                       its files hard links to objects
 //	<dir>/<hex>/tree.json  the treehash.Tree of data
+//	<dir>/.objects/<sha256>.r|.x  file contents by digest, 0444 or 0555
 //
 // where <hex> is the hex part of the treehash digest. Files are 0444 (0555 if
 // the source had any execute bit), directories 0555, owned by root when the
