@@ -97,8 +97,8 @@ func (s *Store) fillTree(ctx context.Context, w *Writer, src, staging string, tr
 	defer unix.Close(root)
 
 	// What the store lacks is copied in first, by a few workers, then made
-	// durable with one sync of the file system, then named: an object's
-	// name never holds less than its content, even after a crash.
+	// durable, then named: an object's name never holds less than its
+	// content, even after a crash.
 	if _, err := PrepareStoreDir(filepath.Join(s.dir, objectsName)); err != nil {
 		return err
 	}
@@ -115,10 +115,15 @@ func (s *Store) fillTree(ctx context.Context, w *Writer, src, staging string, tr
 	if err != nil {
 		return err
 	}
-	if len(staged) > 0 {
+	if len(staged) > syncEachMax {
+		// Many new objects (a first take): one sync of the file system
+		// beats a sync per file. A few (an edit): each synced alone,
+		// which does not wait for whatever else is dirty there.
 		if err := syncFS(s.dir); err != nil {
 			return err
 		}
+	}
+	if len(staged) > 0 {
 		for i, e := range missing {
 			if err := unix.Link(staged[i], s.object(e)); err != nil && !errors.Is(err, unix.EEXIST) {
 				return fmt.Errorf("snapshot: naming object of %s: %w", e.Path, err)
@@ -303,7 +308,7 @@ func (s *Store) object(e *treehash.Entry) string {
 func (s *Store) stageObjects(ctx context.Context, root int, missing []*treehash.Entry, single bool) ([]string, error) {
 	staged := make([]string, len(missing))
 	err := parallel(ctx, len(missing), func(i int, buf []byte) (err error) {
-		staged[i], err = s.stageObject(root, missing[i], single, buf)
+		staged[i], err = s.stageObject(root, missing[i], single, len(missing) <= syncEachMax, buf)
 		return err
 	})
 	if err != nil {
@@ -319,8 +324,9 @@ func (s *Store) stageObjects(ctx context.Context, root int, missing []*treehash.
 }
 
 // stageObject copies e from src into a new staging file of the objects
-// directory and returns its path. A cancelled take stops between files.
-func (s *Store) stageObject(root int, e *treehash.Entry, single bool, buf []byte) (path string, err error) {
+// directory (synced if sync) and returns its path. A cancelled take stops
+// between files.
+func (s *Store) stageObject(root int, e *treehash.Entry, single, sync bool, buf []byte) (path string, err error) {
 	in, err := openBeneath(root, e.Path, single)
 	if err != nil {
 		return "", fmt.Errorf("snapshot: %s changed since it was digested (%w)", e.Path, err)
@@ -355,8 +361,17 @@ func (s *Store) stageObject(root int, e *treehash.Entry, single bool, buf []byte
 	if err := out.Chmod(fs.FileMode(e.Mode)); err != nil {
 		return "", err
 	}
+	if sync {
+		if err := out.Sync(); err != nil {
+			return "", fmt.Errorf("snapshot: staging object of %s: %w", e.Path, err)
+		}
+	}
 	return out.Name(), nil
 }
+
+// syncEachMax is the most new objects a take syncs one by one; more are
+// made durable by one sync of the file system.
+const syncEachMax = 64
 
 // copyObject gives dst its own copy of e's object, checked against the
 // digest.
