@@ -141,20 +141,20 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 	return s.copyIn(ctx, src, limits, tree)
 }
 
-// TakeDigest is Take for a src whose digest the caller has just derived
-// as want (a launch, right after re-deriving the digests its grant
-// binds): when the store holds want in src's layout, the stored copy is
-// verified and returned without walking src again; otherwise src is
-// copied in, and the caller compares the copy's digest with want (src
-// may have changed since).
-func (s *Store) TakeDigest(ctx context.Context, src, want string, limits treehash.Options) (*Snapshot, error) {
+// TakeTree is Take for a src whose tree the caller has just taken with
+// Digest (a launch, right after re-deriving the digests its grant binds):
+// when the store holds tree's digest in src's layout, the stored copy is
+// verified and returned without walking src again; otherwise the snapshot
+// is built from tree, copying in only the files the store lacks, each
+// checked against tree (a file of src that changed since fails the take).
+func (s *Store) TakeTree(ctx context.Context, src string, tree *treehash.Tree, limits treehash.Options) (*Snapshot, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	snap, err := s.held(ctx, src, want)
+	snap, err := s.held(ctx, src, tree.Digest)
 	if err == nil || !errors.Is(err, ErrNotFound) {
 		return snap, err
 	}
-	return s.copyIn(ctx, src, limits, nil)
+	return s.copyIn(ctx, src, limits, tree)
 }
 
 // held returns the verified stored snapshot of digest, when the store
