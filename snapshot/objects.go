@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -449,10 +448,4 @@ func syncFS(dir string) error {
 		return fmt.Errorf("snapshot: sync: %w", err)
 	}
 	return nil
-}
-
-// isObjectOrStaging says whether a name in the store directory is the
-// objects directory or work in progress, not a snapshot.
-func isObjectOrStaging(name string) bool {
-	return name == objectsName || strings.HasPrefix(name, StagingPrefix)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -149,5 +150,50 @@ func TestPrune(t *testing.T) {
 	again, err := s.Take(ctx, src, treehash.Options{})
 	if err != nil || again.Digest != second.Digest {
 		t.Fatalf("take after prune: %+v %v", again, err)
+	}
+}
+
+// TestCrashLeftovers: what a crash midway leaves (a staging object never
+// named, a staging snapshot never published, a snapshot renamed out of
+// its name by a prune that did not finish) is never taken as content:
+// takes ignore it, the next take of the same input is whole, and Prune
+// removes it (custodyd's start-up sweep does too).
+func TestCrashLeftovers(t *testing.T) {
+	ctx := context.Background()
+	s, dir := newStore(t)
+	src := makeSource(t)
+	snap, err := s.Take(ctx, src, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hex, _ := treehash.ParseDigest(snap.Digest)
+	// A prune renamed the snapshot out of its name, then the process died.
+	if err := os.Rename(filepath.Join(dir, hex), filepath.Join(dir, StagingPrefix+"pruned-"+hex)); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, objectsName, StagingPrefix+"123"), "half an object", 0o600)
+	if err := os.Mkdir(filepath.Join(dir, StagingPrefix+"456"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	again, err := s.Take(ctx, src, treehash.Options{})
+	if err != nil || again.Digest != snap.Digest {
+		t.Fatalf("take after a crash: %+v %v", again, err)
+	}
+	if err := s.Verify(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	s.Release(snap.Digest)
+	s.Release(again.Digest)
+	if _, err := s.Prune(time.Now().Add(-time.Hour)); err != nil { // nothing old enough: leftovers only
+		t.Fatal(err)
+	}
+	for _, n := range append(storeNames(t, dir), objectNames(t, dir)...) {
+		if strings.HasPrefix(n, StagingPrefix) {
+			t.Fatalf("a crash's leftover survived the prune: %s", n)
+		}
+	}
+	if err := s.Verify(ctx, again); err != nil {
+		t.Fatalf("the live snapshot after the prune: %v", err)
 	}
 }

@@ -57,7 +57,8 @@ type Pruned struct {
 // keeps an index, the index files of roots last walked before cutoff. A
 // snapshot goes by one rename out of its name first, so a crash leaves it
 // whole or gone (the staging names left are removed at the next start); an
-// object goes by one unlink. Takes wait while it runs. It must be the
+// object goes by one unlink. Staging names a crash left go too. Takes
+// wait while it runs. It must be the
 // store's only pruner: custodyd calls it under its state lock.
 func (s *Store) Prune(cutoff time.Time) (Pruned, error) {
 	s.mu.Lock()
@@ -70,7 +71,12 @@ func (s *Store) Prune(cutoff time.Time) (Pruned, error) {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if isObjectOrStaging(name) {
+		if strings.HasPrefix(name, StagingPrefix) {
+			// A crash's leftover: no take is in flight while Prune runs.
+			errs = append(errs, discard(filepath.Join(s.dir, name)))
+			continue
+		}
+		if name == objectsName {
 			continue
 		}
 		if _, err := treehash.ParseDigest(treehash.DigestPrefix + name); err != nil {
