@@ -162,7 +162,7 @@ func (r *Runner) foreign() []string {
 // content stores: only this process writes there, and it holds the store
 // lock, so nothing in flight can own them.
 func (r *Runner) removeStaging() {
-	for _, d := range []string{"images", "snapshots", "outputs"} {
+	for _, d := range []string{"images", "snapshots", "snapshots/.objects", "outputs"} {
 		dir := filepath.Join(r.cfg.StateDir, d)
 		ents, err := os.ReadDir(dir)
 		if err != nil {

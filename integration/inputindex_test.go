@@ -2,10 +2,13 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,4 +112,76 @@ done; cat /in/data`
 	if code != exitOK || !strings.Contains(out, "original") || inputDigest(t, out, "/in") != bound {
 		t.Fatalf("the next phase over the same input: exit %d\n%s\n%s", code, out, errs)
 	}
+}
+
+// TestInputSnapshotsShareObjects: input snapshots are trees of hard links
+// into the runner's store of file contents. Two launches over an input of
+// which one file changed between them: each phase reads exactly the bytes
+// its grant bound (the digest of each file, computed inside the sandbox,
+// is the host's); the unchanged file is one stored inode linked by both
+// snapshots, and the input's own file is never linked. A hostile phase
+// cannot change that shared inode through its read-only mount: the
+// other snapshot still hashes to its digest, and a third launch over it
+// reads the original bytes.
+func TestInputSnapshotsShareObjects(t *testing.T) {
+	e := startDaemon(t)
+	src := filepath.Join(e.dir, "in")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(src, "shared"), strings.Repeat("s", 65536))
+	write(t, filepath.Join(src, "edit"), "first\n")
+	extra := "inputs:\n  - {source: " + src + ", target: /in}\n"
+	sums := "sha256sum /in/shared /in/edit"
+
+	code, out, errs := e.custody("run", "--grant", e.grant(t, e.phase(t, "first", sums, extra)))
+	if code != exitOK || !strings.Contains(out, hostSum(t, filepath.Join(src, "shared"))) || !strings.Contains(out, hostSum(t, filepath.Join(src, "edit"))) {
+		t.Fatalf("first run: exit %d\n%s\n%s", code, out, errs)
+	}
+	firstDigest := inputDigest(t, out, "/in")
+	write(t, filepath.Join(src, "edit"), "second\n")
+	code, out, errs = e.custody("run", "--grant", e.grant(t, e.phase(t, "second", sums, extra)))
+	if code != exitOK || !strings.Contains(out, hostSum(t, filepath.Join(src, "edit"))) {
+		t.Fatalf("second run: exit %d\n%s\n%s", code, out, errs)
+	}
+	secondDigest := inputDigest(t, out, "/in")
+	stored := func(d string) string {
+		hex, _ := treehash.ParseDigest(d)
+		return filepath.Join(e.dir, "state", "snapshots", hex, "data")
+	}
+	a, errA := os.Stat(filepath.Join(stored(firstDigest), "shared"))
+	b, errB := os.Stat(filepath.Join(stored(secondDigest), "shared"))
+	if errA != nil || errB != nil || !os.SameFile(a, b) {
+		t.Fatalf("the unchanged file is not one stored inode: %v %v", errA, errB)
+	}
+	if st, err := os.Stat(filepath.Join(src, "shared")); err != nil || st.Sys().(*syscall.Stat_t).Nlink != 1 {
+		t.Fatalf("the input's own file was linked: %v", err)
+	}
+
+	// Refusal: every way to change the shared inode through the mount.
+	script := `for try in "chmod 666 /in/shared" "sh -c 'echo x >> /in/shared'" "sh -c ': > /in/shared'" "ln /in/shared /in/l" "touch -d 2000-01-01 /in/shared"; do
+  if eval "$try" 2>/dev/null; then echo "ALLOWED: $try"; else echo "refused: $try"; fi
+done`
+	code, out, errs = e.custody("run", "--grant", e.grant(t, e.phase(t, "hostile", script, extra)))
+	if code != exitOK || strings.Contains(out, "ALLOWED") || strings.Count(out, "refused: ") != 5 {
+		t.Fatalf("hostile phase on a shared input file: exit %d\n%s\n%s", code, out, errs)
+	}
+	if got, err := treehash.Dir(context.Background(), stored(firstDigest), treehash.Options{}); err != nil || got.Digest != firstDigest {
+		t.Fatalf("the other snapshot after the hostile phase: %+v %v, want %s", got, err, firstDigest)
+	}
+	write(t, filepath.Join(src, "edit"), "first\n")
+	code, out, errs = e.custody("run", "--grant", e.grant(t, e.phase(t, "again", "cat /in/edit; head -c 4 /in/shared; echo", extra)))
+	if code != exitOK || !strings.Contains(out, "first\nssss") || inputDigest(t, out, "/in") != firstDigest {
+		t.Fatalf("a launch over the first content again: exit %d\n%s\n%s", code, out, errs)
+	}
+}
+
+// hostSum is the hex sha256 of the file at p, as sha256sum prints it.
+func hostSum(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
 }

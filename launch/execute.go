@@ -97,6 +97,13 @@ func (r *Run) abandon(reason string) {
 // stream queues or drops instead).
 func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runrecord.Result, error) {
 	defer r.lease.Release() // a member left unattached goes back
+	defer func() {
+		// The run no longer mounts its input snapshots: they may be
+		// pruned once old.
+		for _, in := range r.prep.Inputs {
+			r.h.Inputs().Release(in.Digest)
+		}
+	}()
 	h, p, a := r.h, r.prep, r.a
 	res := r.newResult()
 	b, err := h.BackendNamed(p.Plan.Backend)

@@ -47,6 +47,7 @@ import (
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runrecord"
 	"github.com/custody-dev/custody/store"
+	"github.com/custody-dev/custody/treehash"
 )
 
 // ErrNoPolicy means the operator policy failed to load: nothing is granted.
@@ -790,7 +791,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
 	}
-	hashed, err := HashInputs(ctx, r, plan)
+	hashed, trees, err := hashInputs(ctx, r, plan)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
 	}
@@ -801,7 +802,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	if err != nil {
 		return nil, err
 	}
-	return l.spend(ctx, g, plan, env, eg)
+	return l.spend(ctx, g, plan, env, eg, trees)
 }
 
 // egressFor makes the run's egress proxy and gateways, reading each bound
@@ -955,7 +956,7 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 // spend consumes the grant in one durable transaction, before any
 // mutation, that also opens the run's journal attempt with everything it
 // may create; then it snapshots the inputs and checks them once more.
-func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress) (*Run, error) {
+func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress, trees []*treehash.Tree) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := host.NewRunID()
 	// A plan that matches a pool profile exactly reserves a member before
@@ -985,7 +986,12 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 		}
 		return nil, err
 	}
-	prep, err := snapshotInputs(ctx, r, plan)
+	// The redeem re-derived each input's digest where it is and found the
+	// bound one: a stored snapshot of it is used without a second walk.
+	if len(trees) != len(plan.Inputs) {
+		trees = nil
+	}
+	prep, err := snapshotInputs(ctx, r, plan, trees)
 	if err != nil {
 		return abandon(err)
 	}

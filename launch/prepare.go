@@ -90,12 +90,16 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 	if err != nil {
 		return nil, err
 	}
-	return snapshotInputs(ctx, h, plan)
+	return snapshotInputs(ctx, h, plan, nil)
 }
 
 // snapshotInputs copies an admitted plan's inputs into the snapshot store. After
-// it, a change to the host paths cannot reach the run.
-func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (*Prepared, error) {
+// it, a change to the host paths cannot reach the run. want, if set, is
+// the tree of each input just re-derived where it is (a launch's): a
+// stored snapshot of it is verified and used without walking the input
+// again, and anything else is linked or copied in from that tree, each
+// file copied checked against it.
+func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree) (*Prepared, error) {
 	if err := h.CheckQuarantine(); err != nil {
 		return nil, err
 	}
@@ -114,7 +118,13 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (
 		if err != nil {
 			return nil, err
 		}
-		snap, err := h.Inputs().Take(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
+		limits := treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid}
+		var snap *snapshot.Snapshot
+		if want != nil {
+			snap, err = h.Inputs().TakeTree(ctx, src, want[i], limits)
+		} else {
+			snap, err = h.Inputs().Take(ctx, src, limits)
+		}
 		if err != nil {
 			return nil, inputRefusal(i, err)
 		}
@@ -132,36 +142,42 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (
 // writing anything: what a launch would snapshot, for checks that must
 // happen before any mutation.
 func HashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) ([]admission.Input, error) {
-	var out []admission.Input
+	out, _, err := hashInputs(ctx, h, plan)
+	return out, err
+}
+
+// hashInputs is HashInputs, returning each input's tree too.
+func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (out []admission.Input, trees []*treehash.Tree, err error) {
 	var need diskNeed
 	avoid, err := verifierIdentities(ctx, plan)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	budget := plan.InputBytes
 	for i, in := range plan.Inputs {
 		src, root, err := inputPath(h, i, in)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		tree, err := h.Inputs().Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
 		if err != nil {
-			return nil, inputRefusal(i, err)
+			return nil, nil, inputRefusal(i, err)
 		}
 		if err := sameOutput(i, in, tree.Digest); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		budget -= tree.Bytes
+		trees = append(trees, tree)
 		out = append(out, admission.Input{Source: in.Source, Target: in.Target, Root: in.Root, Digest: tree.Digest})
-		if _, err := h.Inputs().Get(tree.Digest); err != nil { // a stored copy is reused, not written
+		if !h.Inputs().Has(tree.Digest) { // a stored copy is reused, not written
 			need.bytes += tree.Bytes
 			need.inodes += int64(len(tree.Entries)) + 2
 		}
 	}
 	if err := checkSpace(h, need); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, trees, nil
 }
 
 // inputPath is where input i is read from, and the root it is reached

@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -58,8 +61,58 @@ func (x *Indexes) walk(root string, fn func(treehash.Index) error) error {
 		// A cache that cannot be written costs the next walk a re-read,
 		// nothing else; the walk's own result stands.
 		_ = ri.save()
+		ri.touch()
 	}
 	return err
+}
+
+// touchEvery is how often a walk that left its index file as it was moves
+// the file's mtime, which says when its root was last walked (prune).
+const touchEvery = time.Hour
+
+// touch moves the index file's mtime to now, at most once per touchEvery.
+func (ri *rootIndex) touch() {
+	now := time.Now()
+	if now.Sub(ri.touched) < touchEvery {
+		return
+	}
+	if os.Chtimes(ri.path, now, now) == nil {
+		ri.touched = now
+	}
+}
+
+// prune removes the index files of roots not walked since cutoff, and
+// forgets them; a root being walked is kept.
+func (x *Indexes) prune(cutoff time.Time) (int, error) {
+	ents, err := os.ReadDir(x.dir)
+	if err != nil {
+		return 0, fmt.Errorf("input index: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() || !fi.ModTime().Before(cutoff) {
+			continue
+		}
+		x.mu.Lock()
+		ri := x.roots[e.Name()]
+		if ri != nil {
+			if !ri.walking.TryLock() {
+				x.mu.Unlock()
+				continue
+			}
+			delete(x.roots, e.Name())
+			ri.walking.Unlock()
+		}
+		x.mu.Unlock()
+		if err := os.Remove(filepath.Join(x.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 func (x *Indexes) root(root string) *rootIndex {
@@ -87,6 +140,8 @@ type rootIndex struct {
 	next   map[treehash.FileStat]string // what this walk has seen
 	// recorded says this walk read a file the index did not know.
 	recorded bool
+	// touched is when a walk last moved the file's mtime.
+	touched time.Time
 }
 
 // indexFile is an index as stored.
@@ -158,6 +213,7 @@ func (ri *rootIndex) save() error {
 		ri.mu.Unlock()
 		return nil // every entry was a hit: the file already says this
 	}
+	ri.touched = time.Now()
 	file := indexFile{Root: ri.root, Entries: make([]indexEntry, 0, len(ri.cur))}
 	for st, sum := range ri.cur {
 		file.Entries = append(file.Entries, indexEntry{Stat: st, SHA256: sum})

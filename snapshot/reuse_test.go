@@ -20,7 +20,7 @@ func TestReuse(t *testing.T) {
 	if _, ok, err := s.Reuse(ctx, src, treehash.Options{}); err != nil || ok {
 		t.Fatalf("reuse of content the store lacks: ok=%v err=%v", ok, err)
 	}
-	if names := storeNames(t, dir); len(names) != 0 {
+	if names := append(storeNames(t, dir), objectNames(t, dir)...); len(names) != 0 {
 		t.Fatalf("reuse wrote %v", names)
 	}
 

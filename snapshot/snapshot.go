@@ -1,13 +1,15 @@
 // Package snapshot keeps immutable, content-addressed copies of input trees.
 //
-// Take copies a source file or directory into a staging directory inside the
-// store, hashing each file's bytes as they are written (so the digest
-// describes exactly the copy), makes the copy read-only and publishes it by
-// an atomic rename under its digest. The store layout is
+// Take digests a source file or directory, builds its snapshot in a staging
+// directory inside the store as hard links to the store's objects (copying
+// in, and checking against the digest, only the files whose content the
+// store lacks), makes it read-only and publishes it by an atomic rename
+// under its digest. The store layout is
 //
-//	<dir>/<hex>/data       the copied tree, or the copied file for a
-//	                       single-file source
+//	<dir>/<hex>/data       the tree, or the file for a single-file source,
+//	                       its files hard links to objects
 //	<dir>/<hex>/tree.json  the treehash.Tree of data
+//	<dir>/.objects/<sha256>.r|.x  file contents by digest, 0444 or 0555
 //
 // where <hex> is the hex part of the treehash digest. Files are 0444 (0555 if
 // the source had any execute bit), directories 0555, owned by root when the
@@ -28,6 +30,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/custody-dev/custody/treehash"
 )
@@ -50,6 +53,17 @@ type Store struct {
 	// index, if set, lets walks of a root already walked read only the
 	// files that changed since (see Indexes).
 	index *Indexes
+	// mu is held shared by takes and exclusively by Prune, which must not
+	// remove an object a take is linking.
+	mu sync.RWMutex
+	// holds counts, by hex digest, the takes of each snapshot not yet
+	// released: Prune keeps those.
+	holdMu sync.Mutex
+	holds  map[string]int
+	// objects holds each object's identity and change times as this
+	// process last wrote, hashed or linked it (checkObjects).
+	objMu   sync.Mutex
+	objects map[string]objectStat
 }
 
 // Snapshot is a stored, read-only copy of an input tree.
@@ -116,22 +130,74 @@ func indexRoot(src, beneath string) string {
 // file x have the same digest but different layouts; Take refuses to reuse
 // one for the other.
 func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (*Snapshot, error) {
-	if s.index != nil {
-		// Unchanged content already stored is found from the index alone:
-		// nothing is copied, and only what moved is read.
-		if snap, ok, err := s.Reuse(ctx, src, limits); err != nil || ok {
-			return snap, err
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	// Unchanged content already stored is found from the index alone:
+	// nothing is copied, and only what moved is read.
+	tree, snap, err := s.reuse(ctx, src, limits)
+	if err != nil || snap != nil {
+		return snap, err
+	}
+	return s.copyIn(ctx, src, limits, tree)
+}
+
+// TakeTree is Take for a src whose tree the caller has just taken with
+// Digest (a launch, right after re-deriving the digests its grant binds):
+// when the store holds tree's digest in src's layout, the stored copy is
+// verified and returned without walking src again; otherwise the snapshot
+// is built from tree, copying in only the files the store lacks, each
+// checked against tree (a file of src that changed since fails the take).
+func (s *Store) TakeTree(ctx context.Context, src string, tree *treehash.Tree, limits treehash.Options) (*Snapshot, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	snap, err := s.held(ctx, src, tree.Digest)
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return snap, err
+	}
+	return s.copyIn(ctx, src, limits, tree)
+}
+
+// held returns the verified stored snapshot of digest, when the store
+// holds it in src's layout (file or directory), or an error wrapping
+// ErrNotFound.
+func (s *Store) held(ctx context.Context, src, digest string) (*Snapshot, error) {
+	hex, err := treehash.ParseDigest(digest)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	data := filepath.Join(s.dir, hex, dataName)
+	fi, err := os.Lstat(data)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot %s: %w", digest, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", digest, err)
+	}
+	if fi.Mode().IsRegular() != isRegular(src) {
+		return nil, fmt.Errorf("snapshot %s: held in the other layout (file or directory): %w", digest, ErrNotFound)
+	}
+	snap := &Snapshot{Digest: digest, Path: data}
+	if snap.Tree, err = s.verified(ctx, snap); err != nil {
+		return nil, err
+	}
+	s.used(filepath.Dir(data))
+	return snap, nil
+}
+
+// copyIn copies src into the store (or finds the copy already there) and
+// returns its snapshot.
+func (s *Store) copyIn(ctx context.Context, src string, limits treehash.Options, tree *treehash.Tree) (*Snapshot, error) {
+	if tree == nil {
+		var err error
+		if tree, err = s.Digest(ctx, src, limits); err != nil {
+			return nil, err
 		}
 	}
-	var tree *treehash.Tree
-	var single bool
+	single := isRegular(src)
 	final, existed, err := Stage(s.dir, func(staging string) (string, error) {
-		data := filepath.Join(staging, dataName)
-		var err error
-		if tree, err = Copy(ctx, src, data, CopyOptions{Limits: limits, ReadOnly: true}); err != nil {
+		if err := s.linkTree(ctx, src, staging, tree, single); err != nil {
 			return "", err
 		}
-		single = isRegular(data)
 		js, err := json.Marshal(tree)
 		if err != nil {
 			return "", fmt.Errorf("encoding tree of %s: %w", src, err)
@@ -145,6 +211,7 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	if !existed {
+		s.used(final)
 		return &Snapshot{Digest: tree.Digest, Path: filepath.Join(final, dataName), Tree: tree}, nil
 	}
 
@@ -159,6 +226,7 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 	if err := s.Verify(ctx, snap); err != nil {
 		return nil, err
 	}
+	s.used(final)
 	return snap, nil
 }
 
@@ -170,24 +238,23 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 // the store may hold, this reads src once instead of staging a copy; for
 // new content, Take after it reads src twice.
 func (s *Store) Reuse(ctx context.Context, src string, limits treehash.Options) (snap *Snapshot, ok bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, snap, err = s.reuse(ctx, src, limits)
+	return snap, snap != nil, err
+}
+
+// reuse is Reuse, returning the digest it took of src too.
+func (s *Store) reuse(ctx context.Context, src string, limits treehash.Options) (*treehash.Tree, *Snapshot, error) {
 	tree, err := s.Digest(ctx, src, limits)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
-	snap, err = s.Get(tree.Digest)
+	snap, err := s.held(ctx, src, tree.Digest)
 	if errors.Is(err, ErrNotFound) {
-		return nil, false, nil
+		return tree, nil, nil
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	if isRegular(src) != isRegular(snap.Path) {
-		return nil, false, nil
-	}
-	if err := s.Verify(ctx, snap); err != nil {
-		return nil, false, err
-	}
-	return snap, true, nil
+	return tree, snap, err
 }
 
 // Get returns the stored snapshot with the given digest, or an error wrapping
@@ -215,9 +282,15 @@ func (s *Store) Get(digest string) (*Snapshot, error) {
 // store) and returns an error wrapping ErrCorrupt if it no longer matches the
 // digest, for instance because the store was tampered with.
 func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
+	_, err := s.verified(ctx, snap)
+	return err
+}
+
+// verified is Verify, returning the tree the stored copy hashes to.
+func (s *Store) verified(ctx context.Context, snap *Snapshot) (*treehash.Tree, error) {
 	hex, err := treehash.ParseDigest(snap.Digest)
 	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	data := filepath.Join(s.dir, hex, dataName)
 	var got *treehash.Tree
@@ -226,7 +299,7 @@ func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("snapshot %s: verifying: %w", snap.Digest, err)
+		return nil, fmt.Errorf("snapshot %s: verifying: %w", snap.Digest, err)
 	}
 	if isRegular(data) && len(got.Entries) == 1 {
 		// A single file is stored as data but was hashed under its own
@@ -236,20 +309,31 @@ func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
 		if tree == nil {
 			stored, err := s.Get(snap.Digest)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			tree = stored.Tree
 		}
 		if len(tree.Entries) != 1 {
-			return fmt.Errorf("snapshot %s: stored copy is a single file but its tree has %d entries: %w", snap.Digest, len(tree.Entries), ErrCorrupt)
+			return nil, fmt.Errorf("snapshot %s: stored copy is a single file but its tree has %d entries: %w", snap.Digest, len(tree.Entries), ErrCorrupt)
 		}
 		got.Entries[0].Path = tree.Entries[0].Path
 		got.Digest = treehash.DigestOf(got.Entries)
 	}
 	if got.Digest != snap.Digest {
-		return fmt.Errorf("snapshot %s: stored copy hashes to %s: %w", snap.Digest, got.Digest, ErrCorrupt)
+		return nil, fmt.Errorf("snapshot %s: stored copy hashes to %s: %w", snap.Digest, got.Digest, ErrCorrupt)
 	}
-	return nil
+	return got, nil
+}
+
+// Has reports whether the store holds a snapshot named digest, without
+// reading or verifying it: what a check of the space a Take needs asks.
+func (s *Store) Has(digest string) bool {
+	hex, err := treehash.ParseDigest(digest)
+	if err != nil {
+		return false
+	}
+	_, err = os.Lstat(filepath.Join(s.dir, hex, dataName))
+	return err == nil
 }
 
 func isRegular(path string) bool {

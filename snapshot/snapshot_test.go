@@ -58,11 +58,28 @@ func newStore(t *testing.T) (*Store, string) {
 	return s, dir
 }
 
-// storeNames lists the store directory.
+// storeNames lists the store directory's snapshots (and anything else in
+// it but the objects directory, which objectNames lists).
 func storeNames(t *testing.T, dir string) []string {
 	t.Helper()
 	des, err := os.ReadDir(dir)
 	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, de := range des {
+		if de.Name() != objectsName {
+			names = append(names, de.Name())
+		}
+	}
+	return names
+}
+
+// objectNames lists the store's objects directory.
+func objectNames(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(filepath.Join(dir, objectsName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
 	var names []string
@@ -286,7 +303,7 @@ func TestRefusedSources(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v naming %s", c.name, err, c.is, c.naming)
 		}
 	}
-	if names := storeNames(t, dir); len(names) != 0 {
+	if names := append(storeNames(t, dir), objectNames(t, dir)...); len(names) != 0 {
 		t.Fatalf("refused takes left %v", names)
 	}
 }

@@ -11,18 +11,17 @@ import (
 //
 // A write through the file system moves Mtime and Ctime; restoring Mtime
 // with utimes moves Ctime, which no unprivileged caller can set; replacing
-// the file (rename over it, delete and recreate) changes Ino, and a reused
-// inode number gets a new Gen where the file system keeps generations
-// (ext4, xfs, btrfs: FS_IOC_GETVERSION).
+// the file (rename over it, delete and recreate) changes Ino, or reuses
+// the inode number of a file deleted after a walk saw it, with the ctime
+// of its creation: later than anything that walk recorded (RacyWindow).
+// All of it comes from one lstat of the directory entry, so a file the
+// index knows is not even opened.
 type FileStat struct {
 	Dev   uint64 `json:"dev"`
 	Ino   uint64 `json:"ino"`
 	Size  int64  `json:"size"`
 	Mtime int64  `json:"mtime"` // nanoseconds since the epoch
 	Ctime int64  `json:"ctime"` // nanoseconds since the epoch
-	// Gen is the inode's generation; GenOK says the file system gave one.
-	Gen   uint32 `json:"gen,omitempty"`
-	GenOK bool   `json:"genOK,omitempty"`
 }
 
 // Index remembers the content digests of files by their FileStat, so that
@@ -50,17 +49,9 @@ type Index interface {
 // btrfs and tmpfs tick in at most a scheduler jiffy).
 const RacyWindow = 2 * time.Second
 
-// fsIocGetVersion is FS_IOC_GETVERSION, _IOR('v', 1, long): FS_IOC_GETFLAGS
-// (_IOR('f', 1, long)) with the type byte swapped.
-const fsIocGetVersion = uint(unix.FS_IOC_GETFLAGS)&^0xff00 | 'v'<<8
-
-// statOf is the FileStat of the open regular file fd, whose fstat is st.
-func statOf(fd int, st *unix.Stat_t) FileStat {
-	fs := FileStat{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()}
-	if gen, err := unix.IoctlGetUint32(fd, fsIocGetVersion); err == nil {
-		fs.Gen, fs.GenOK = gen, true
-	}
-	return fs
+// statOf is the FileStat of a regular file whose (l)stat is st.
+func statOf(st *unix.Stat_t) FileStat {
+	return FileStat{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()}
 }
 
 // settled reports whether a file last changed as st says may be recorded

@@ -81,7 +81,12 @@ func Walk(ctx context.Context, root string, opts Options, v Visitor) (*Tree, err
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	w := &walker{opts: opts, v: v, jobs: make(chan fileJob, 4*workers), start: time.Now()}
+	w := &walker{opts: opts, v: v, jobs: make(chan fileJob, 4*workers), start: time.Now(), idx: opts.Index, workers: workers}
+	if _, describes := v.(Describer); v != nil && !describes {
+		// A visitor must receive every file's content unless it only
+		// describes: no index then.
+		w.idx = nil
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() { w.work(ctx, cancel) })
@@ -117,6 +122,10 @@ type walker struct {
 	// start is when the walk began: the racy window of Options.Index
 	// counts back from it.
 	start time.Time
+	// idx is Options.Index where the visitor lets the walk use it.
+	idx Index
+	// workers is how many goroutines hash files, and lstat entries.
+	workers int
 }
 
 // fileJob is a regular file to hash, with the identity lstat saw.
@@ -214,21 +223,26 @@ func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJo
 	if err != nil {
 		return stack, fmt.Errorf("listing %s: %w", d.abs, err)
 	}
+	kept := names[:0]
 	for _, name := range names {
+		if w.opts.Leave == nil || !w.opts.Leave(relPath(d.rel, name)) {
+			kept = append(kept, name)
+		}
+	}
+	var stats statBatch
+	for i, name := range kept {
 		if err := ctx.Err(); err != nil {
 			return stack, err
 		}
 		abs := joinPath(d.abs, name)
-		rel := name
-		if d.rel != "" {
-			rel = d.rel + "/" + name
+		rel := relPath(d.rel, name)
+		if i%statBatchSize == 0 {
+			stats.fill(fd, kept[i:min(i+statBatchSize, len(kept))], w.workers)
 		}
-		if w.opts.Leave != nil && w.opts.Leave(rel) {
-			continue
-		}
-		if err := ignoringEINTR(func() error { return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		if err := stats.errs[i%statBatchSize]; err != nil {
 			return stack, changedOr(abs, "lstat", err)
 		}
+		st = stats.st[i%statBatchSize]
 		if err := w.avoided(abs, st.Dev, st.Ino); err != nil {
 			return stack, err
 		}
@@ -271,6 +285,48 @@ func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJo
 		}
 	}
 	return stack, nil
+}
+
+// relPath is the path of name in the directory at rel.
+func relPath(rel, name string) string {
+	if rel == "" {
+		return name
+	}
+	return rel + "/" + name
+}
+
+// statBatchSize is how many entries of a directory are lstat'ed at once.
+const statBatchSize = 4096
+
+// statBatch is the lstat of a batch of a directory's entries, taken by a
+// few goroutines at once: an unchanged tree whose files the index knows
+// costs one lstat per entry, and on a large directory those are most of a
+// walk's time.
+type statBatch struct {
+	st   []unix.Stat_t
+	errs []error
+}
+
+// fill lstats names (at most statBatchSize) in the directory dirfd.
+func (b *statBatch) fill(dirfd int, names []string, workers int) {
+	if b.st == nil {
+		b.st, b.errs = make([]unix.Stat_t, statBatchSize), make([]error, statBatchSize)
+	}
+	stat := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			b.errs[i] = ignoringEINTR(func() error { return unix.Fstatat(dirfd, names[i], &b.st[i], unix.AT_SYMLINK_NOFOLLOW) })
+		}
+	}
+	if workers < 2 || len(names) < 64 {
+		stat(0, len(names))
+		return
+	}
+	var wg sync.WaitGroup
+	per := (len(names) + workers - 1) / workers
+	for lo := 0; lo < len(names); lo += per {
+		wg.Go(func() { stat(lo, min(lo+per, len(names))) })
+	}
+	wg.Wait()
 }
 
 // add records e, enforcing MaxEntries and MaxPathBytes.
@@ -355,6 +411,13 @@ func (w *walker) addFile(ctx context.Context, abs string, st *unix.Stat_t, e *En
 	if w.opts.MaxBytes > 0 && w.bytes > w.opts.MaxBytes {
 		return fmt.Errorf("%s: files total more than %d bytes: %w", abs, w.opts.MaxBytes, ErrTooLarge)
 	}
+	if w.idx != nil {
+		// Known by the identity and change times lstat just gave: not
+		// opened, not read.
+		if sum, ok := w.idx.Lookup(statOf(st)); ok {
+			return w.known(e, sum)
+		}
+	}
 	select {
 	case w.jobs <- fileJob{abs: abs, dev: st.Dev, ino: st.Ino, e: e}:
 		return nil
@@ -395,30 +458,13 @@ func (w *walker) hashFile(ctx context.Context, j fileJob, h hash.Hash, buf []byt
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != j.dev || st.Ino != j.ino {
 		return changed(j.abs)
 	}
-	// An index is consulted only when nothing mirrors the bytes: a
-	// visitor must receive every file's content unless it only describes.
-	idx := w.opts.Index
-	if _, describes := w.v.(Describer); w.v != nil && !describes {
-		idx = nil
-	}
+	// The index missed this file at its lstat (addFile): it is read.
+	idx := w.idx
 	var before FileStat
 	if idx != nil {
-		before = statOf(fd, &st)
+		before = statOf(&st)
 		if before.Size != j.e.Size {
 			return changed(j.abs)
-		}
-		if sum, ok := idx.Lookup(before); ok {
-			if w.v != nil {
-				wc, err := w.v.File(j.e)
-				if err != nil {
-					return err
-				}
-				if err := wc.Close(); err != nil {
-					return err
-				}
-			}
-			j.e.SHA256 = sum
-			return nil
 		}
 	}
 
@@ -449,10 +495,26 @@ func (w *walker) hashFile(ctx context.Context, j fileJob, h hash.Hash, buf []byt
 	j.e.SHA256 = hex.EncodeToString(h.Sum(sum[:0]))
 	if idx != nil && before.settled(w.start) {
 		// Record only what did not move while it was read.
-		if err := unix.Fstat(fd, &st); err == nil && statOf(fd, &st) == before {
+		if err := unix.Fstat(fd, &st); err == nil && statOf(&st) == before {
 			idx.Record(before, j.e.SHA256)
 		}
 	}
+	return nil
+}
+
+// known gives the file e the digest sum an index holds for it; a
+// describing visitor still sees the file, with no bytes.
+func (w *walker) known(e *Entry, sum string) error {
+	if w.v != nil {
+		wc, err := w.v.File(e)
+		if err != nil {
+			return err
+		}
+		if err := wc.Close(); err != nil {
+			return err
+		}
+	}
+	e.SHA256 = sum
 	return nil
 }
 
