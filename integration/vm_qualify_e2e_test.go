@@ -105,13 +105,6 @@ func TestQualifyVMAndGate(t *testing.T) {
 		}
 	}
 
-	// Production: the backend's own gap, loudly, and no passing row.
-	code, stdout, stderr = custody(t, "qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "production", "--only", "input/read-input",
-		"--custodyd", custodyd, "--runtime", runc, "--probe", probe, "--busybox", busybox)
-	if code != exitFailed || !strings.Contains(stderr, "vm-host-cgroup-v2") || !strings.Contains(stdout, "result: FAILED") {
-		t.Fatalf("qualify --backend vm --tier production: exit %d, want %d naming vm-host-cgroup-v2\n%s\n%s", code, exitFailed, stdout, stderr)
-	}
-
 	// The gate matches on backend vm: it probes the vm runtime with the
 	// same pins (custody gate --platform this --backend vm) and finds the
 	// row; a matrix holding only an oci row for this host refuses vm, and
@@ -144,6 +137,34 @@ func TestQualifyVMAndGate(t *testing.T) {
 		t.Fatalf("gate --backend vm with only an oci row: exit %d, want %d\n%s", code, exitFailed, out)
 	}
 	t.Logf("gate --backend vm with only an oci row:\n%s", out)
+}
+
+// TestQualifyVMProductionRefusedOnV1: on a cgroup v1 or hybrid host (the
+// development machines) the vm backend's production qualification fails
+// loudly with the backend's own gap, which names the host's fact (its
+// cgroup v1 hierarchies, what they still bound, and the delegation they
+// cannot give), and no passing row is signed. Where the host is cgroup
+// v2, make qualify-vm's guest qualifies production instead.
+func TestQualifyVMProductionRefusedOnV1(t *testing.T) {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(own), ":memory:") {
+		t.Skip("this host has no cgroup v1 memory hierarchy: the refusal is for cgroup v1 hosts (a cgroup v2 host qualifies production)")
+	}
+	custodyd, runc, busybox, probe := qualifyBins(t)
+	vmCfg := vmSectionFile(t, t.TempDir(), "auto")
+	code, stdout, stderr := custody(t, "qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "production", "--only", "input/read-input",
+		"--custodyd", custodyd, "--runtime", runc, "--probe", probe, "--busybox", busybox)
+	if code != exitFailed || !strings.Contains(stdout, "result: FAILED") {
+		t.Fatalf("qualify --backend vm --tier production: exit %d, want %d\n%s\n%s", code, exitFailed, stdout, stderr)
+	}
+	for _, want := range []string{"vm-host-cgroup-v2", "cgroup v1", "still bounds QEMU's memory (memory.limit_in_bytes)", "delegation"} {
+		if !strings.Contains(stdout+stderr, want) {
+			t.Errorf("the production refusal does not name %q:\n%s\n%s", want, stdout, stderr)
+		}
+	}
 }
 
 // signedOCIRow writes into dir a passing development row for this host on

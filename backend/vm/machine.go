@@ -478,7 +478,11 @@ wait:
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
 	// Usage and OOMKilled are the host's: QEMU's cgroups (R3).
 	ex.Usage, ex.OOMKilled = usage, usage.OOMKills > 0
-	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt) and OOM-killed %d process(es); ", failcnt, usage.OOMKills) + m.cpuBoundNote()
+	failFile := "memory.failcnt"
+	if m.b.v2() {
+		failFile = "memory.events max"
+	}
+	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (%s) and OOM-killed %d process(es); ", failcnt, failFile, usage.OOMKills) + m.cpuBoundNote()
 	if ex.TimedOut || ex.Cancelled {
 		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil
