@@ -420,7 +420,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	// The wall time runs from the guest's start signal; the boot before
 	// it has a bound of its own, so a guest that never signals is killed
 	// too (BootTimeout + wall bounds the whole).
-	boot := time.NewTimer(BootTimeout)
+	boot := time.NewTimer(m.b.bootTimeout())
 	defer boot.Stop()
 	var wallC <-chan time.Time
 	bootTimedOut, started := false, false
@@ -455,7 +455,7 @@ wait:
 			p.r.Close()
 		}
 		m.timing.QEMU = time.Since(start)
-		return nil, &StartError{Stage: "boot", Err: fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())}
+		return nil, &StartError{Stage: "boot", Err: fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, m.b.bootTimeout(), ErrBootTimeout, m.console.String())}
 	}
 	if ex.TimedOut || ex.Cancelled {
 		m.kill()

@@ -135,6 +135,16 @@ type Backend struct {
 	cgroupMounts  map[string]string // each controller's mount point
 	// hostLimit, set by tests only, replaces hostMemoryLimit's sum.
 	hostLimit func(memory int64) int64
+	// boot, set by tests only, replaces BootTimeout (a guest nested in a
+	// TCG guest boots in minutes).
+	boot time.Duration
+}
+
+func (b *Backend) bootTimeout() time.Duration {
+	if b.boot > 0 {
+		return b.boot
+	}
+	return BootTimeout
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)

@@ -8,6 +8,8 @@
 # guest's platform description (for custody gate --platform FILE).
 #
 # usage: scripts/vm/vm-production.sh OUTDIR [--tests-only]
+# (env: VM_TESTS, the tests' -test.run pattern; VM_TEST_BOOT_TIMEOUT, the
+# boot timeout those tests give nested guests; VM_PRODUCTION_TIMEOUT)
 # Run as root from the repo root, after make build.
 set -euo pipefail
 OUT=${1:?usage: vm-production.sh OUTDIR [--tests-only]}
@@ -66,9 +68,9 @@ guest='set -u
 cp -a sysroot/. /
 echo $$ > /sys/fs/cgroup/cgroup.procs
 while sleep 20; do echo "@@progress $(cut -d" " -f1 /proc/uptime) $(ls -d /sys/fs/cgroup/custody-vm-* 2>/dev/null | sed "s,.*/,," | tr "\n" " ")"; done > /dev/console 2>&1 &
-export CUSTODY_VM_KERNEL=/payload/vmlinux CUSTODY_VM_MODULES=/payload/modules CUSTODY_VMINIT=/payload/bin/custody-vminit CUSTODY_VMSTAGE=/payload/bin/custody-vmstage
+export CUSTODY_VM_TEST_BOOT_TIMEOUT=${VM_TEST_BOOT_TIMEOUT:-3m} CUSTODY_VM_KERNEL=/payload/vmlinux CUSTODY_VM_MODULES=/payload/modules CUSTODY_VMINIT=/payload/bin/custody-vminit CUSTODY_VMSTAGE=/payload/bin/custody-vmstage
 s=$(cut -d" " -f1 /proc/uptime)
-./vm.test -test.v -test.count=1 -test.timeout 40m -test.run "^(TestProductionTier|TestQEMUStartsInItsCgroup)$" > /out/tests.log 2>&1
+./vm.test -test.v -test.count=1 -test.timeout 40m -test.run "$VM_TESTS" > /out/tests.log 2>&1
 trc=$?
 e=$(cut -d" " -f1 /proc/uptime)
 echo "tests rc=$trc seconds=$s..$e" > /out/times
@@ -90,7 +92,7 @@ exit $trc'
 # wrote under /out by then still comes back.
 to=${VM_PRODUCTION_TIMEOUT:-$([ "$TESTS_ONLY" = --tests-only ] && echo 2400 || echo 9000)}
 scripts/vm/run.sh --payload "$PAYLOAD" --out "$VMOUT" --mem 3072 --timeout "$to" --cmd-timeout $((to - 60)) --quiet \
-	--env TESTS_ONLY=$([ "$TESTS_ONLY" = --tests-only ] && echo 1 || echo 0) -- sh -c "$guest" || rc=$?
+	--env VM_TEST_BOOT_TIMEOUT="${VM_TEST_BOOT_TIMEOUT:-3m}" --env VM_TESTS="${VM_TESTS:-^(TestProductionTier|TestQEMUStartsInItsCgroup)\$}" --env TESTS_ONLY=$([ "$TESTS_ONLY" = --tests-only ] && echo 1 || echo 0) -- sh -c "$guest" || rc=$?
 cp -r "$VMOUT/out/." "$OUT/"
 cp "$VMOUT/run.env" "$OUT/"
 echo "vm-production: ${SECONDS}s on the host; $(tr '\n' ' ' < "$OUT/times" 2>/dev/null)"
