@@ -16,6 +16,7 @@ import (
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/qualification"
 )
 
 // vmSectionFile writes the vm section of a test daemon's config (the
@@ -172,8 +173,7 @@ func TestQualifyVMProductionRefusedOnV1(t *testing.T) {
 // the gate's input, to show a vm gate does not take an oci row.
 func signedOCIRow(t *testing.T, dir, runc string) string {
 	t.Helper()
-	ctx := context.Background()
-	prof, err := platform.Probe(ctx, platform.Options{RuntimePath: runc})
+	prof, err := platform.Probe(context.Background(), platform.Options{RuntimePath: runc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,18 +181,31 @@ func signedOCIRow(t *testing.T, dir, runc string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return signedRow(t, dir, "oci", plat, matrix.TierDevelopment)
+}
+
+// signedRow writes into dir, as NAME.json, a passing row of tier for plat
+// with every required family, signed by a fresh key whose public half it
+// returns.
+func signedRow(t *testing.T, dir, name string, plat matrix.Platform, tier string) string {
+	t.Helper()
+	ctx := context.Background()
 	k, err := keys.Generate()
 	if err != nil {
 		t.Fatal(err)
+	}
+	runTier := "production"
+	if tier == matrix.TierDevelopment {
+		runTier = "development (unqualified)"
 	}
 	var checks []matrix.Check
 	for _, f := range matrix.RequiredFamilies {
 		for _, c := range []string{matrix.CaseLegitimate, matrix.CaseRefusal} {
 			checks = append(checks, matrix.Check{Family: f, Name: "c-" + c, Case: c, Passed: true, Detail: "ok",
-				Runs: []matrix.RunRef{{ID: "run-" + f + "-" + c, Status: "ok", Tier: "development (unqualified)"}}})
+				Runs: []matrix.RunRef{{ID: "run-" + f + "-" + c, Status: "ok", Tier: runTier}}})
 		}
 	}
-	q, err := matrix.NewQualification(plat, matrix.Info{Tier: matrix.TierDevelopment, CustodyVersion: matrix.Version, SuiteVersion: "3",
+	q, err := matrix.NewQualification(plat, matrix.Info{Tier: tier, CustodyVersion: matrix.Version, SuiteVersion: "3",
 		RunnerID: k.ID(), QualifiedAt: time.Now().UTC().Truncate(time.Second), Checks: checks,
 		Measured: &matrix.Measured{By: matrix.MeasuredByRunner, Image: "sha256:" + strings.Repeat("ee", 32), Started: time.Now().UTC().Add(-time.Minute).Truncate(time.Second), Finished: time.Now().UTC().Truncate(time.Second)}})
 	if err != nil {
@@ -209,8 +222,49 @@ func signedOCIRow(t *testing.T, dir, runc string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write(t, filepath.Join(dir, "oci.json"), string(data))
-	pub := filepath.Join(dir, "..", "oci-runner.pub")
+	write(t, filepath.Join(dir, name+".json"), string(data))
+	pub := filepath.Join(dir, "..", name+"-runner.pub")
 	write(t, pub, string(k.PublicPEM()))
 	return pub
+}
+
+// TestGateHonoursVMProductionRow: a passing, signed production row for
+// this host's vm platform (the pinned QEMU, kernel, modules, init and
+// stage, as custody gate probes them) admits a production release on vm;
+// a matrix with only a development vm row refuses production. The row is
+// signed here with a fresh key: what is under test is the gate, since no
+// host here can measure a passing vm production row itself (the VM
+// how-to says why).
+func TestGateHonoursVMProductionRow(t *testing.T) {
+	_, runc, _, _ := qualifyBins(t)
+	dir := t.TempDir()
+	vmCfg := vmSectionFile(t, dir, "auto")
+	cfg, err := os.ReadFile(vmCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prof, err := platform.Probe(ctx, platform.Options{RuntimePath: runc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plat, err := qualification.VMPlatform(ctx, prof, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, dev := filepath.Join(dir, "prod", "m"), filepath.Join(dir, "dev", "m")
+	trust := trustForKeys(t, filepath.Join(dir, "trust.yaml"),
+		signedRow(t, prod, "vm-production", plat, matrix.TierProduction), signedRow(t, dev, "vm-development", plat, matrix.TierDevelopment))
+	gate := func(mx string) (int, string) {
+		t.Helper()
+		code, out, errs := custody(t, "gate", "--matrix", mx, "--tier", "production", "--trust", trust,
+			"--platform", "this", "--backend", "vm", "--vm-config", vmCfg, "--runtime", runc)
+		return code, out + errs
+	}
+	if code, out := gate(prod); code != 0 {
+		t.Fatalf("gate --tier production --backend vm with a production vm row: exit %d\n%s", code, out)
+	}
+	if code, out := gate(dev); code != exitFailed {
+		t.Fatalf("gate --tier production --backend vm with only a development vm row: exit %d, want %d\n%s", code, exitFailed, out)
+	}
 }
