@@ -325,6 +325,12 @@ func describe(err error) string {
 	msg := string(ae.Code)
 	var reqs []string
 	for _, c := range ae.Checks {
+		// An unsupported requirement is a fact of this host: its detail
+		// says which (a tier's gap names the hierarchy or controller).
+		if c.Verdict == "unsupported" && c.Detail != "" {
+			reqs = append(reqs, fmt.Sprintf("%s %s (%s: %s)", c.Requirement, c.Verdict, c.Code, c.Detail))
+			continue
+		}
 		reqs = append(reqs, fmt.Sprintf("%s %s (%s)", c.Requirement, c.Verdict, c.Code))
 	}
 	if len(reqs) > 0 {

@@ -240,14 +240,17 @@ func checkVMMemoryOK(ctx context.Context, s *suite, j *judge) {
 	if rep := j.reported(o); rep != nil {
 		j.require(rep.Alloc != nil && rep.Alloc.Touched == 16*mib, "the 16Mi allocation did not complete: %+v", rep.Alloc)
 	}
-	hostHolds(j, q, limit)
+	s.hostHolds(j, q, limit)
 	j.note("16Mi allocated and touched in a guest whose workload cgroup holds %d bytes; peak %d", limit, o.res.Usage.PeakMemoryBytes)
 }
 
 // hostHolds requires that the run's QEMU was seen on the host in a host
 // cgroup whose memory limit is finite and at least the workload's budget
-// (the guest's RAM is the budget plus the guest's overhead).
-func hostHolds(j *judge, q *qemuSeen, budget int64) {
+// (the guest's RAM is the budget plus the guest's overhead). At the
+// production tier that cgroup must be a cgroup v2 leaf that also holds
+// QEMU's threads and CPU (a finite pids.max and cpu.max beside its
+// memory.max): what production on vm means on the host's side.
+func (s *suite) hostHolds(j *judge, q *qemuSeen, budget int64) {
 	if !j.require(q != nil, "the run's QEMU was not seen on the host during the run") {
 		return
 	}
@@ -256,7 +259,20 @@ func hostHolds(j *judge, q *qemuSeen, budget int64) {
 		q.pid, q.memLimit, q.memWhere, budget) {
 		return
 	}
-	j.note("QEMU (pid %d) held by its host cgroup at %d bytes (%s)", q.pid, n, q.memWhere)
+	if s.env.Tier != TierProduction {
+		j.note("QEMU (pid %d) held by its host cgroup at %d bytes (%s)", q.pid, n, q.memWhere)
+		return
+	}
+	if !j.require(filepath.Base(q.memWhere) == "memory.max", "at the production tier QEMU (pid %d) must be in a cgroup v2 leaf; its memory limit is %s", q.pid, q.memWhere) {
+		return
+	}
+	leaf := filepath.Dir(q.memWhere)
+	pids, _ := os.ReadFile(filepath.Join(leaf, "pids.max"))
+	cpu, _ := os.ReadFile(filepath.Join(leaf, "cpu.max"))
+	p, c := strings.TrimSpace(string(pids)), strings.TrimSpace(string(cpu))
+	j.require(p != "" && p != "max", "QEMU's cgroup v2 leaf %s holds no finite pids.max (%q)", leaf, p)
+	j.require(c != "" && !strings.HasPrefix(c, "max"), "QEMU's cgroup v2 leaf %s holds no finite cpu.max (%q)", leaf, c)
+	j.note("QEMU (pid %d) held by its cgroup v2 leaf %s: memory.max %d, pids.max %s, cpu.max %s", q.pid, leaf, n, p, c)
 }
 
 func checkVMMemoryHog(ctx context.Context, s *suite, j *judge) {
@@ -281,7 +297,7 @@ func checkVMMemoryHog(ctx context.Context, s *suite, j *judge) {
 	j.require(o.res.Signal == "SIGKILL", "the hog ended by %q, want SIGKILL (the guest's OOM kill)", o.res.Signal)
 	j.require(u.OOMKills > 0, "the result reports no OOM kill")
 	j.require(o.report == nil || o.report.Alloc == nil || o.report.Alloc.Touched < 256*mib, "the probe touched all 256Mi")
-	hostHolds(j, q, limit)
+	s.hostHolds(j, q, limit)
 	if q != nil {
 		if n, err := strconv.ParseInt(q.memLimit, 10, 64); err == nil {
 			j.require(u.PeakMemoryBytes > 0 && u.PeakMemoryBytes <= n, "QEMU's host peak %d is not within its host cgroup limit %d", u.PeakMemoryBytes, n)

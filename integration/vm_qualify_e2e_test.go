@@ -16,6 +16,7 @@ import (
 	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/matrix"
 	"github.com/custody-dev/custody/platform"
+	"github.com/custody-dev/custody/qualification"
 )
 
 // vmSectionFile writes the vm section of a test daemon's config (the
@@ -105,13 +106,6 @@ func TestQualifyVMAndGate(t *testing.T) {
 		}
 	}
 
-	// Production: the backend's own gap, loudly, and no passing row.
-	code, stdout, stderr = custody(t, "qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "production", "--only", "input/read-input",
-		"--custodyd", custodyd, "--runtime", runc, "--probe", probe, "--busybox", busybox)
-	if code != exitFailed || !strings.Contains(stderr, "vm-host-cgroup-v2") || !strings.Contains(stdout, "result: FAILED") {
-		t.Fatalf("qualify --backend vm --tier production: exit %d, want %d naming vm-host-cgroup-v2\n%s\n%s", code, exitFailed, stdout, stderr)
-	}
-
 	// The gate matches on backend vm: it probes the vm runtime with the
 	// same pins (custody gate --platform this --backend vm) and finds the
 	// row; a matrix holding only an oci row for this host refuses vm, and
@@ -146,13 +140,40 @@ func TestQualifyVMAndGate(t *testing.T) {
 	t.Logf("gate --backend vm with only an oci row:\n%s", out)
 }
 
+// TestQualifyVMProductionRefusedOnV1: on a cgroup v1 or hybrid host (the
+// development machines) the vm backend's production qualification fails
+// loudly with the backend's own gap, which names the host's fact (its
+// cgroup v1 hierarchies, what they still bound, and the delegation they
+// cannot give), and no passing row is signed. Where the host is cgroup
+// v2, make qualify-vm's guest qualifies production instead.
+func TestQualifyVMProductionRefusedOnV1(t *testing.T) {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(own), ":memory:") {
+		t.Skip("this host has no cgroup v1 memory hierarchy: the refusal is for cgroup v1 hosts (a cgroup v2 host qualifies production)")
+	}
+	custodyd, runc, busybox, probe := qualifyBins(t)
+	vmCfg := vmSectionFile(t, t.TempDir(), "auto")
+	code, stdout, stderr := custody(t, "qualify", "--backend", "vm", "--vm-config", vmCfg, "--tier", "production", "--only", "input/read-input",
+		"--custodyd", custodyd, "--runtime", runc, "--probe", probe, "--busybox", busybox)
+	if code != exitFailed || !strings.Contains(stdout, "result: FAILED") {
+		t.Fatalf("qualify --backend vm --tier production: exit %d, want %d\n%s\n%s", code, exitFailed, stdout, stderr)
+	}
+	for _, want := range []string{"vm-host-cgroup-v2", "cgroup v1", "still bounds QEMU's memory (memory.limit_in_bytes)", "delegation"} {
+		if !strings.Contains(stdout+stderr, want) {
+			t.Errorf("the production refusal does not name %q:\n%s\n%s", want, stdout, stderr)
+		}
+	}
+}
+
 // signedOCIRow writes into dir a passing development row for this host on
 // the oci backend, signed by a fresh key whose public half it returns:
 // the gate's input, to show a vm gate does not take an oci row.
 func signedOCIRow(t *testing.T, dir, runc string) string {
 	t.Helper()
-	ctx := context.Background()
-	prof, err := platform.Probe(ctx, platform.Options{RuntimePath: runc})
+	prof, err := platform.Probe(context.Background(), platform.Options{RuntimePath: runc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,18 +181,31 @@ func signedOCIRow(t *testing.T, dir, runc string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return signedRow(t, dir, "oci", plat, matrix.TierDevelopment)
+}
+
+// signedRow writes into dir, as NAME.json, a passing row of tier for plat
+// with every required family, signed by a fresh key whose public half it
+// returns.
+func signedRow(t *testing.T, dir, name string, plat matrix.Platform, tier string) string {
+	t.Helper()
+	ctx := context.Background()
 	k, err := keys.Generate()
 	if err != nil {
 		t.Fatal(err)
+	}
+	runTier := "production"
+	if tier == matrix.TierDevelopment {
+		runTier = "development (unqualified)"
 	}
 	var checks []matrix.Check
 	for _, f := range matrix.RequiredFamilies {
 		for _, c := range []string{matrix.CaseLegitimate, matrix.CaseRefusal} {
 			checks = append(checks, matrix.Check{Family: f, Name: "c-" + c, Case: c, Passed: true, Detail: "ok",
-				Runs: []matrix.RunRef{{ID: "run-" + f + "-" + c, Status: "ok", Tier: "development (unqualified)"}}})
+				Runs: []matrix.RunRef{{ID: "run-" + f + "-" + c, Status: "ok", Tier: runTier}}})
 		}
 	}
-	q, err := matrix.NewQualification(plat, matrix.Info{Tier: matrix.TierDevelopment, CustodyVersion: matrix.Version, SuiteVersion: "3",
+	q, err := matrix.NewQualification(plat, matrix.Info{Tier: tier, CustodyVersion: matrix.Version, SuiteVersion: "3",
 		RunnerID: k.ID(), QualifiedAt: time.Now().UTC().Truncate(time.Second), Checks: checks,
 		Measured: &matrix.Measured{By: matrix.MeasuredByRunner, Image: "sha256:" + strings.Repeat("ee", 32), Started: time.Now().UTC().Add(-time.Minute).Truncate(time.Second), Finished: time.Now().UTC().Truncate(time.Second)}})
 	if err != nil {
@@ -188,8 +222,49 @@ func signedOCIRow(t *testing.T, dir, runc string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write(t, filepath.Join(dir, "oci.json"), string(data))
-	pub := filepath.Join(dir, "..", "oci-runner.pub")
+	write(t, filepath.Join(dir, name+".json"), string(data))
+	pub := filepath.Join(dir, "..", name+"-runner.pub")
 	write(t, pub, string(k.PublicPEM()))
 	return pub
+}
+
+// TestGateHonoursVMProductionRow: a passing, signed production row for
+// this host's vm platform (the pinned QEMU, kernel, modules, init and
+// stage, as custody gate probes them) admits a production release on vm;
+// a matrix with only a development vm row refuses production. The row is
+// signed here with a fresh key: what is under test is the gate, since no
+// host here can measure a passing vm production row itself (the VM
+// how-to says why).
+func TestGateHonoursVMProductionRow(t *testing.T) {
+	_, runc, _, _ := qualifyBins(t)
+	dir := t.TempDir()
+	vmCfg := vmSectionFile(t, dir, "auto")
+	cfg, err := os.ReadFile(vmCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	prof, err := platform.Probe(ctx, platform.Options{RuntimePath: runc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plat, err := qualification.VMPlatform(ctx, prof, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, dev := filepath.Join(dir, "prod", "m"), filepath.Join(dir, "dev", "m")
+	trust := trustForKeys(t, filepath.Join(dir, "trust.yaml"),
+		signedRow(t, prod, "vm-production", plat, matrix.TierProduction), signedRow(t, dev, "vm-development", plat, matrix.TierDevelopment))
+	gate := func(mx string) (int, string) {
+		t.Helper()
+		code, out, errs := custody(t, "gate", "--matrix", mx, "--tier", "production", "--trust", trust,
+			"--platform", "this", "--backend", "vm", "--vm-config", vmCfg, "--runtime", runc)
+		return code, out + errs
+	}
+	if code, out := gate(prod); code != 0 {
+		t.Fatalf("gate --tier production --backend vm with a production vm row: exit %d\n%s", code, out)
+	}
+	if code, out := gate(dev); code != exitFailed {
+		t.Fatalf("gate --tier production --backend vm with only a development vm row: exit %d, want %d\n%s", code, exitFailed, out)
+	}
 }

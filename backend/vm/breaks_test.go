@@ -277,7 +277,13 @@ func TestQEMUHeldToCPUBudget(t *testing.T) {
 	}
 	quota, throttled := "", ""
 	for _, r := range rs {
-		if data, err := os.ReadFile(filepath.Join(r.Name, "cpu.cfs_quota_us")); err == nil {
+		// cgroup v1's cpu.cfs_quota_us, or the quota of v2's cpu.max.
+		data, err := os.ReadFile(filepath.Join(r.Name, "cpu.cfs_quota_us"))
+		if err != nil {
+			data, err = os.ReadFile(filepath.Join(r.Name, "cpu.max"))
+			data, _, _ = bytes.Cut(data, []byte(" "))
+		}
+		if err == nil {
 			quota = strings.TrimSpace(string(data))
 			stat, _ := os.ReadFile(filepath.Join(r.Name, "cpu.stat"))
 			throttled = lines([]byte(strings.ReplaceAll(string(stat), " ", "=")))["nr_throttled"]

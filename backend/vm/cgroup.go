@@ -65,28 +65,44 @@ func hostCPUQuota(cpu float64) int64 {
 // QEMUPids bounds QEMU's threads in its host cgroup.
 const QEMUPids = 64
 
-// hostCgroupParents are, per cgroup v1 controller custody limits QEMU
-// with (memory, pids, cpu) or accounts it by (cpuacct), the dir of this
-// process's own cgroup in that hierarchy: QEMU's cgroups go under the one
-// custodyd started in, as the oci backend's do. Custody never mounts a
-// hierarchy; where one is not mounted (a unified host), that controller is
+// unified is the key of cgroupParents and cgroupMounts on a cgroup v2
+// host: one directory holds QEMU's memory, pids and cpu limits.
+const unified = "unified"
+
+// hostCgroupParents are where QEMU's host cgroups go: on a cgroup v2
+// (unified-only) host, this process's own cgroup v2 dir under the key
+// unified, where a leaf per launch gets memory.max, pids.max and cpu.max
+// from the controllers custodyd's cgroup delegates (the platform probe's
+// V2Delegated is exactly that set: it reads a child of the same dir); on
+// a cgroup v1 or hybrid host, per v1 controller custody limits QEMU with
+// (memory, pids, cpu) or accounts it by (cpuacct), the dir of this
+// process's own cgroup in that hierarchy. Either way QEMU's cgroups go
+// under the one custodyd started in, as the oci backend's do. Custody
+// never mounts a hierarchy; where one is not mounted, that controller is
 // left out and the capability says so (cpuacct: the usage has no CPU
-// time).
-// The second map is each controller's mount point.
+// time). The second map is each key's mount point.
 func hostCgroupParents() (map[string]string, map[string]string) {
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, nil
 	}
-	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup"))
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
+		return nil, nil
+	}
+	if rel, ok := unifiedOnly(own); ok {
+		for _, m := range mounts {
+			if m.FSType == "cgroup2" && m.Root == "/" {
+				return map[string]string{unified: filepath.Join(m.Mountpoint, rel)}, map[string]string{unified: m.Mountpoint}
+			}
+		}
 		return nil, nil
 	}
 	out, mnts := map[string]string{}, map[string]string{}
 	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct"} {
 		var mnt string
 		for _, m := range mounts {
-			if slices.Contains(strings.Split(m.VFSOptions, ","), ctl) {
+			if m.FSType == "cgroup" && slices.Contains(strings.Split(m.VFSOptions, ","), ctl) {
 				mnt = m.Mountpoint
 			}
 		}
@@ -106,6 +122,19 @@ func hostCgroupParents() (map[string]string, map[string]string) {
 	}
 	return out, mnts
 }
+
+// unifiedOnly returns this process's cgroup v2 path when the unified
+// hierarchy is its only one (no v1 line in /proc/self/cgroup).
+func unifiedOnly(procCgroup []byte) (string, bool) {
+	lines := procfs.ParseCgroup(procCgroup)
+	if len(lines) != 1 || lines[0].Controllers != "" || !strings.HasPrefix(lines[0].Path, "/") {
+		return "", false
+	}
+	return lines[0].Path, true
+}
+
+// v2 says whether QEMU's host cgroup is a cgroup v2 leaf.
+func (b *Backend) v2() bool { return b.cgroupParents[unified] != "" }
 
 // cgroupDirs are the launch's host cgroup dirs, by controller.
 func (b *Backend) cgroupDirs(id string) map[string]string {
@@ -142,6 +171,12 @@ func (m *Machine) makeCgroups() error {
 		if err := m.rec.Created(backend.Resource{Kind: KindCgroup, Name: dir, Identity: idn}); err != nil {
 			return err
 		}
+		if ctl == unified {
+			if err := m.limitV2(dir); err != nil {
+				return err
+			}
+			continue
+		}
 		var file, value string
 		switch ctl {
 		case "memory":
@@ -163,6 +198,23 @@ func (m *Machine) makeCgroups() error {
 		}
 		if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
 			return fmt.Errorf("host cgroup %s: %s=%s: %w", dir, file, value, err)
+		}
+	}
+	return nil
+}
+
+// limitV2 writes QEMU's limits into its cgroup v2 leaf dir: memory.max
+// (guest RAM and QEMU's overhead), pids.max and cpu.max (the phase's CPU
+// budget per 100 ms, as on v1). A file that is not there is a controller
+// custodyd's cgroup does not delegate: refused, never skipped (R5).
+func (m *Machine) limitV2(dir string) error {
+	for _, f := range [][2]string{
+		{"memory.max", strconv.FormatInt(m.b.hostMemoryLimit(m.spec.Memory), 10)},
+		{"pids.max", strconv.Itoa(QEMUPids)},
+		{"cpu.max", fmt.Sprintf("%d %d", hostCPUQuota(m.spec.CPU), cpuPeriodMicros)},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644); err != nil {
+			return fmt.Errorf("host cgroup %s: %s=%s: %w; fix: delegate memory, pids and cpu to custodyd's cgroup (Delegate=yes in its unit)", dir, f[0], f[1], err)
 		}
 	}
 	return nil
@@ -206,6 +258,9 @@ func (m *Machine) startInCgroups(cmd *exec.Cmd, exited <-chan struct{}) error {
 // thread unlocked only if it is back there.
 func (m *Machine) joinAndStart(cmd *exec.Cmd) error {
 	runtime.LockOSThread()
+	if m.b.v2() {
+		return m.startIntoV2(cmd)
+	}
 	tid := strconv.Itoa(unix.Gettid())
 	own, err := os.ReadFile("/proc/thread-self/cgroup")
 	if err != nil {
@@ -256,6 +311,29 @@ func (m *Machine) joinAndStart(cmd *exec.Cmd) error {
 	return nil
 }
 
+// startIntoV2 starts cmd born in its cgroup v2 leaf (clone3's
+// CLONE_INTO_CGROUP): no thread of custodyd's ever joins it. Called with
+// the thread locked; an error leaves it unlocked.
+func (m *Machine) startIntoV2(cmd *exec.Cmd) error {
+	if len(m.cgroups) != 1 {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("%w: R5: no cgroup v2 leaf was made for qemu", ErrCgroupJoin)
+	}
+	fd, err := unix.Open(m.cgroups[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("%w: R5: open %s: %v", ErrCgroupJoin, m.cgroups[0], err)
+	}
+	defer unix.Close(fd)
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+	closeOnExec()
+	if err := cmd.Start(); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("%w: R5: start qemu in %s: %v", ErrCgroupJoin, m.cgroups[0], err)
+	}
+	return nil
+}
+
 // closeOnExec marks every descriptor of this process above stderr
 // close-on-exec: Go opens its own so, but one custodyd inherited from
 // whoever started it is not, and QEMU would inherit it. QEMU gets its
@@ -286,7 +364,11 @@ func (m *Machine) checkCgroups(pid int) error {
 		}
 		found := false // the launch's cgroup name is unique to it
 		for _, c := range procfs.ParseCgroup(data) {
-			if slices.Contains(strings.Split(c.Controllers, ","), ctl) && path.Base(c.Path) == filepath.Base(dir) {
+			in := slices.Contains(strings.Split(c.Controllers, ","), ctl)
+			if ctl == unified {
+				in = c.Controllers == ""
+			}
+			if in && path.Base(c.Path) == filepath.Base(dir) {
 				found = true
 			}
 		}
@@ -299,6 +381,9 @@ func (m *Machine) checkCgroups(pid int) error {
 
 // cpuBoundNote says whether QEMU's host CPU is held to the phase's budget.
 func (m *Machine) cpuBoundNote() string {
+	if d := m.b.cgroupDirs(m.id)[unified]; d != "" && slices.Contains(m.cgroups, d) {
+		return fmt.Sprintf("QEMU's host CPU was held to %g core(s) by its cgroup v2 leaf (cpu.max %d %d)", m.spec.CPU, hostCPUQuota(m.spec.CPU), cpuPeriodMicros)
+	}
 	if d := m.b.cgroupDirs(m.id)["cpu"]; d != "" && slices.Contains(m.cgroups, d) {
 		return fmt.Sprintf("QEMU's host CPU was held to %g core(s) by its host cpu cgroup (cpu.cfs_quota_us %d per %d)", m.spec.CPU, hostCPUQuota(m.spec.CPU), cpuPeriodMicros)
 	}
@@ -319,6 +404,17 @@ func (m *Machine) hostUsage() (u backend.Usage, failcnt int64) {
 		return ""
 	}
 	u.PeakMemoryBytes, u.OOMKills, u.CPUTimeNanos, failcnt = -1, -1, -1, -1
+	if d := made(unified); d != "" {
+		// memory.peak is there from Linux 5.19; older kernels leave the
+		// peak unobserved. failcnt's counterpart is memory.events' max.
+		u.PeakMemoryBytes = cgroupValue(d, "memory.peak", "")
+		u.OOMKills = cgroupValue(d, "memory.events", "oom_kill")
+		failcnt = cgroupValue(d, "memory.events", "max")
+		if us := cgroupValue(d, "cpu.stat", "usage_usec"); us >= 0 {
+			u.CPUTimeNanos = us * 1000
+		}
+		return u, failcnt
+	}
 	if d := made("memory"); d != "" {
 		u.PeakMemoryBytes = cgroupValue(d, "memory.max_usage_in_bytes", "")
 		u.OOMKills = cgroupValue(d, "memory.oom_control", "oom_kill")
@@ -334,7 +430,7 @@ func (m *Machine) hostUsage() (u backend.Usage, failcnt int64) {
 	return u, failcnt
 }
 
-// cgroupValue reads a cgroup v1 file: a number, or with key the number on
+// cgroupValue reads a cgroup file: a number, or with key the number on
 // the line "key N"; -1 when it cannot be read.
 func cgroupValue(dir, file, key string) int64 {
 	data, err := os.ReadFile(filepath.Join(dir, file))

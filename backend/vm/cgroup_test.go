@@ -47,7 +47,7 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 	opts, seen := recordingQEMU(t, pins(t))
 	b := newBackend(t, opts)
 	if len(b.Capabilities().Tiers["development"]) != 0 {
-		testenv.Missing(t, "cgroup v1 memory and pids hierarchies for QEMU")
+		testenv.Missing(t, "a cgroup v1 memory and pids hierarchy or a delegating cgroup v2 one for QEMU")
 	}
 	rootfs := testenv.BusyboxRootfs(t)
 	ctx := context.Background()
@@ -69,7 +69,13 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 			t.Fatalf("the recording QEMU did not run: %v", err)
 		}
 		want := "custody-vm-" + id
-		for _, ctl := range []string{"memory", "pids"} {
+		// On a cgroup v2 host one leaf holds both (the line without
+		// controllers); on v1, one per hierarchy.
+		ctls := []string{"memory", "pids"}
+		if v2Host(t) {
+			ctls = []string{""}
+		}
+		for _, ctl := range ctls {
 			found := false
 			for _, c := range procfs.ParseCgroup(data) {
 				if strings.Contains(","+c.Controllers+",", ","+ctl+",") {
@@ -77,7 +83,7 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 				}
 			}
 			if !found {
-				t.Errorf("QEMU's first %s cgroup is not %s:\n%s", ctl, want, data)
+				t.Errorf("QEMU's first %q cgroup is not %s:\n%s", ctl, want, data)
 			}
 		}
 		_ = os.Remove(seen)
@@ -120,25 +126,14 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 	})
 
 	t.Run("refused", func(t *testing.T) {
-		id := "t-cgroup-gone"
-		sb, err := b.Prepare(ctx, id, spec(t, rootfs, "/bin/true"), partial.Nop{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if rep := sb.Cleanup(ctx); !rep.Verified {
-				t.Errorf("cleanup: %+v", rep.Steps)
-			}
-		}()
 		// The launch's memory cgroup vanishes between Prepare and Run.
-		rs, err := b.Intents(id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sb, rs := prepared(t, b, "t-cgroup-gone", spec(t, rootfs, "/bin/true"))
 		var mem string
 		for _, r := range rs {
-			if _, err := os.Stat(filepath.Join(r.Name, "memory.limit_in_bytes")); r.Kind == vm.KindCgroup && err == nil {
-				mem = r.Name
+			for _, f := range []string{"memory.limit_in_bytes", "memory.max"} {
+				if _, err := os.Stat(filepath.Join(r.Name, f)); r.Kind == vm.KindCgroup && err == nil {
+					mem = r.Name
+				}
 			}
 		}
 		if mem == "" {
@@ -147,7 +142,7 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 		if err := os.Remove(mem); err != nil {
 			t.Fatal(err)
 		}
-		_, err = sb.Run(ctx, time.Minute, backend.IO{})
+		_, err := sb.Run(ctx, time.Minute, backend.IO{})
 		if !errors.Is(err, vm.ErrCgroupJoin) || !strings.Contains(err.Error(), "R5") {
 			t.Fatalf("run without its memory cgroup: %v, want ErrCgroupJoin naming R5", err)
 		}
@@ -155,4 +150,37 @@ func TestQEMUStartsInItsCgroup(t *testing.T) {
 			t.Fatal("QEMU was started although its cgroup could not be joined")
 		}
 	})
+}
+
+// v2Host says whether this process's only cgroup hierarchy is the
+// unified one (a cgroup v2 host), where QEMU gets a cgroup v2 leaf.
+func v2Host(t testing.TB) bool {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgs := procfs.ParseCgroup(data)
+	return len(cgs) == 1 && cgs[0].Controllers == ""
+}
+
+// prepared prepares launch id of s, has the test verify its cleanup at
+// the end, and returns the sandbox with the resources it recorded.
+func prepared(t *testing.T, b *vm.Backend, id string, s backend.Spec) (backend.Sandbox, []backend.Resource) {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := b.Prepare(ctx, id, s, partial.Nop{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if rep := sb.Cleanup(ctx); !rep.Verified {
+			t.Errorf("cleanup of %s not verified: %+v", id, rep.Steps)
+		}
+	})
+	rs, err := b.Intents(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb, rs
 }

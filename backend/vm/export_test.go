@@ -1,5 +1,7 @@
 package vm
 
+import "time"
+
 // SetHostMemoryLimit makes QEMU's host cgroup limit limit(memory) instead
 // of the guest's RAM and QEMU's overhead: a test's way to have the host
 // OOM-kill QEMU while a guest runs.
@@ -9,3 +11,7 @@ func SetHostMemoryLimit(b *Backend, limit func(memory int64) int64) { b.hostLimi
 func BaseArgs(b *Backend, accel string) []string {
 	return b.baseArgs(accel, 64<<20, "/nonexistent", "custody-vm-test", "initrd", "", 1, 1)
 }
+
+// SetBootTimeout replaces BootTimeout for b: a test run where guests boot
+// slowly (nested under TCG) says how long it gives them.
+func SetBootTimeout(b *Backend, d time.Duration) { b.boot = d }

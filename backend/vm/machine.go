@@ -420,7 +420,7 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	// The wall time runs from the guest's start signal; the boot before
 	// it has a bound of its own, so a guest that never signals is killed
 	// too (BootTimeout + wall bounds the whole).
-	boot := time.NewTimer(BootTimeout)
+	boot := time.NewTimer(m.b.bootTimeout())
 	defer boot.Stop()
 	var wallC <-chan time.Time
 	bootTimedOut, started := false, false
@@ -455,7 +455,7 @@ wait:
 			p.r.Close()
 		}
 		m.timing.QEMU = time.Since(start)
-		return nil, &StartError{Stage: "boot", Err: fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, BootTimeout, ErrBootTimeout, m.console.String())}
+		return nil, &StartError{Stage: "boot", Err: fmt.Errorf("vm %s: the guest did not start its workload within %s: %w; guest console: %s", m.id, m.b.bootTimeout(), ErrBootTimeout, m.console.String())}
 	}
 	if ex.TimedOut || ex.Cancelled {
 		m.kill()
@@ -478,7 +478,11 @@ wait:
 	m.outputSHA = hex.EncodeToString(outH.Sum(nil))
 	// Usage and OOMKilled are the host's: QEMU's cgroups (R3).
 	ex.Usage, ex.OOMKilled = usage, usage.OOMKills > 0
-	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (memory.failcnt) and OOM-killed %d process(es); ", failcnt, usage.OOMKills) + m.cpuBoundNote()
+	failFile := "memory.failcnt"
+	if m.b.v2() {
+		failFile = "memory.events max"
+	}
+	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (%s) and OOM-killed %d process(es); ", failcnt, failFile, usage.OOMKills) + m.cpuBoundNote()
 	if ex.TimedOut || ex.Cancelled {
 		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/vm/vmpin"
+	"github.com/custody-dev/custody/platform"
 )
 
 // The pins and their checks live in vmpin, which custody gate reads
@@ -96,6 +98,10 @@ type Options struct {
 	// under TCG are most of a small phase's setup. 0 means
 	// DefaultInitramfsRoot; negative, always a disk.
 	InitramfsRoot int64
+	// Profile, when set, is the platform probe's latest view (custodyd
+	// reprobes after it enters its leaf cgroup): the production tier
+	// needs its cgroup v2 controllers as well as QEMU's own.
+	Profile func() *platform.Profile
 	// MaxLogBytes caps how much of each of stdout and stderr is passed on;
 	// 0 is no cap (the rest is read and dropped either way).
 	MaxLogBytes int64
@@ -129,6 +135,16 @@ type Backend struct {
 	cgroupMounts  map[string]string // each controller's mount point
 	// hostLimit, set by tests only, replaces hostMemoryLimit's sum.
 	hostLimit func(memory int64) int64
+	// boot, set by tests only, replaces BootTimeout (a guest nested in a
+	// TCG guest boots in minutes).
+	boot time.Duration
+}
+
+func (b *Backend) bootTimeout() time.Duration {
+	if b.boot > 0 {
+		return b.boot
+	}
+	return BootTimeout
 }
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,63}$`)
@@ -206,6 +222,18 @@ func hostTSCKHz() int64 {
 		var k int64
 		if _, err := fmt.Sscan(string(data), &k); err == nil {
 			return k
+		}
+	}
+	// A host that is itself a guest told its TSC rate (run.sh's cgroup v2
+	// guest, booted under TCG) has no sysfs rate and no constant_tsc, but
+	// its kernel was given the rate: the nested guest needs it as much.
+	if cmdline, err := os.ReadFile("/proc/cmdline"); err == nil {
+		for _, f := range strings.Fields(string(cmdline)) {
+			if v, ok := strings.CutPrefix(f, "tsc_early_khz="); ok {
+				if k, err := strconv.ParseInt(v, 10, 64); err == nil && k > 0 {
+					return k
+				}
+			}
 		}
 	}
 	data, err := os.ReadFile("/proc/cpuinfo")
@@ -369,21 +397,14 @@ func (b *Backend) Identity() backend.Identity {
 // Capabilities: the guest's own cgroup v2 enforces memory, pids and cpu
 // (Debian's kernel has every controller), its tmpfs mounts the output and
 // tmp bounds, and the host the wall time; QEMU itself is held by a host
-// cgroup v1 memory and pids limit and, where the host has the cpu
-// hierarchy, a CPU quota of the phase's budget. That is the development tier; the
-// production tier needs QEMU in a cgroup v2 leaf, which the backend does
-// not make yet: a gap.
+// cgroup: memory (guest RAM and QEMU's measured overhead), pids and the
+// phase's CPU budget. Production needs that host cgroup to be a cgroup v2
+// leaf under a cgroup of custodyd's that delegates memory, pids, cpu and
+// io (the platform's production rule); on a cgroup v1 or hybrid host the
+// production tier is a gap that names the host's facts (hostCgroupGaps).
 func (b *Backend) Capabilities() backend.Capabilities {
-	dev := []backend.Gap{}
-	if b.cgroupParents["memory"] == "" || b.cgroupParents["pids"] == "" {
-		dev = append(dev, backend.Gap{Requirement: "R5", Code: "vm-host-cgroup",
-			Detail: "no cgroup v1 memory and pids hierarchy to put QEMU in",
-			Fix:    "mount the cgroup v1 memory and pids hierarchies (the host's init does), or run on a host the vm backend supports"})
-	}
 	return backend.Capabilities{Tiers: map[string][]backend.Gap{
-		"production": {{Requirement: "R5", Code: "vm-host-cgroup-v2",
-			Detail: "QEMU's host cgroup is a cgroup v1 one (memory, pids): production needs a delegated cgroup v2 leaf, which the vm backend does not make yet",
-			Fix:    "use the development tier for vm phases on this host"}},
-		"development": dev,
+		"production":  b.hostCgroupGaps(true),
+		"development": b.hostCgroupGaps(false),
 	}}
 }

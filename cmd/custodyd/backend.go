@@ -74,7 +74,7 @@ func ociBackend(cfg host.Config, egress bool, log *slog.Logger) host.BackendFact
 // vmBackend wires the microVM backend: bundles beside the oci ones, each
 // artifact pinned by the vm section of the config.
 func vmBackend(ctx context.Context, cfg host.Config, v *config.VMConfig, log *slog.Logger) host.BackendFactory {
-	return func(func() *platform.Profile) (backend.Backend, error) {
+	return func(profile func() *platform.Profile) (backend.Backend, error) {
 		// The guest's workload runs under the oci profile's filter.
 		filter, err := oci.CompileFilter()
 		if err != nil {
@@ -84,7 +84,7 @@ func vmBackend(ctx context.Context, cfg host.Config, v *config.VMConfig, log *sl
 			SeccompFilter: filter.Program,
 			QEMU:          v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
 			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs,
-			Logger: log, MaxLogBytes: host.StreamCap + 1,
+			Logger: log, MaxLogBytes: host.StreamCap + 1, Profile: profile,
 		})
 	}
 }
