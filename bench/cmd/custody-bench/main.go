@@ -63,6 +63,7 @@ type options struct {
 	daemonProfile           string
 	launchCost              string
 	launchCostRuns          int
+	loopSteps               int
 }
 
 func main() {
@@ -89,7 +90,8 @@ func main() {
 	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
 	flag.StringVar(&o.launchCost, "launchcost", "", "tools/runc/launchcost, for the runtime rows: what a runc process per launch costs (empty: those rows say it is missing)")
 	flag.IntVar(&o.launchCostRuns, "launchcost-runs", 60, "runtime rows: launches of each of runc run and in-process libcontainer (alternating)")
-	flag.StringVar(&only, "only", "launch,inputs,runtime,throughput,digest,grant,bigimage,packs,pool", "which measurements to run")
+	flag.IntVar(&o.loopSteps, "loop-steps", 100, "agent loop: measured steps of each of custody and docker (interleaved, after 3 unmeasured)")
+	flag.StringVar(&only, "only", "launch,inputs,runtime,throughput,digest,grant,bigimage,packs,pool,agentloop", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "debug", "custodyd --log-level (debug: the launch rows split the daemon's own stages too)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
@@ -154,7 +156,7 @@ func run(ctx context.Context, o options) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if o.only["launch"] || o.only["packs"] {
+	if o.only["launch"] || o.only["packs"] || o.only["agentloop"] {
 		stopDocker := startDocker(ctx, &o)
 		defer stopDocker()
 	}
@@ -278,7 +280,7 @@ func (b *bencher) fail(row bench.Row, err error) {
 }
 
 func (b *bencher) all(ctx context.Context) int {
-	needDaemon := b.o.only["launch"] || b.o.only["inputs"] || b.o.only["runtime"] || b.o.only["throughput"] || b.o.only["pool"]
+	needDaemon := b.o.only["launch"] || b.o.only["inputs"] || b.o.only["runtime"] || b.o.only["throughput"] || b.o.only["pool"] || b.o.only["agentloop"]
 	if needDaemon {
 		if err := b.setup(ctx); err != nil {
 			b.fail(bench.Row{ID: "1", Metric: "custodyd and raw runc setup"}, err)
@@ -288,6 +290,9 @@ func (b *bencher) all(ctx context.Context) int {
 			}
 			if b.o.only["inputs"] && ctx.Err() == nil {
 				b.inputs(ctx)
+			}
+			if b.o.only["agentloop"] && ctx.Err() == nil {
+				b.agentLoop(ctx)
 			}
 			if b.o.only["runtime"] && ctx.Err() == nil {
 				b.runtimeCost(ctx)
