@@ -104,13 +104,13 @@ func wantPassed(out []byte) error {
 	return nil
 }
 
-// agentLoop is measurement 8: an agent-shaped loop of one-file edits each
+// agentLoop is measurement 9: an agent-shaped loop of one-file edits each
 // followed by a test run, each run minted under a standing authorization
 // through the submit socket and its receipt verified here, against the
 // same loop as `docker run --rm` with a bind mount, interleaved step by
 // step.
 func (b *bencher) agentLoop(ctx context.Context) {
-	const id = "8"
+	const id = "9"
 	fail := func(metric string, err error) { b.fail(bench.Row{ID: id, Metric: metric}, err) }
 	root := filepath.Join(b.d.Dir, "work", "agentloop")
 	cRepo, dRepo := loopRepo(filepath.Join(root, "custody")), loopRepo(filepath.Join(root, "docker"))

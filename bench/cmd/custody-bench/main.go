@@ -11,6 +11,9 @@
 // process and with docker-compose, on that same dockerd. The input closure digest runs
 // snapshot.Digest in this process against sha256sum. Receipt verification
 // runs evidence.Verifier here on a real receipt from this run's custodyd.
+// The agent loop edits a small repo and runs its tests, each run minted
+// under the bench policy's standing authorization on the submit socket and
+// its receipt verified here, against `docker run --rm` with a bind mount.
 // Grant verification and consumption come from `go test -bench` of package
 // bench, whose output -gobench names. Run as root; scripts/bench.sh (make
 // bench) does all of it.
