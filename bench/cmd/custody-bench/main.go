@@ -623,6 +623,11 @@ func (b *bencher) launch(ctx context.Context) {
 	b.daemonSteps(runIDs, c.P50)
 }
 
+// daemonStepNames are the stages custodyd times in each launch, in order.
+func daemonStepNames() []string {
+	return []string{"prepare", "exec", "streams", "output", "cleanup", "receipt", "journal"}
+}
+
 // daemonSteps adds the p50 of each stage custodyd timed in the measured
 // launches (its "launch steps" at debug level): the part of the launch
 // inside the runner, from Prepare to the journal's last record.
@@ -632,8 +637,7 @@ func (b *bencher) daemonSteps(runIDs []string, launch time.Duration) {
 		progress("daemon steps: %v", err)
 		return
 	}
-	order := []string{"prepare", "exec", "streams", "output", "cleanup", "receipt", "journal"}
-	for _, name := range order {
+	for _, name := range daemonStepNames() {
 		var d []time.Duration
 		for _, id := range runIDs {
 			if v, ok := all[id][name]; ok {
