@@ -95,7 +95,20 @@ actors:
     stages: [build, test]
     submitters: {uids: [0]}
 inputRoots: [%q]
+authorizations:
+  - name: ` + LoopAuthorization + `
+    actor: bench
+    stages: [test]
+    images: [%[1]q]
+    inputRoots: [%[2]q]
+    limits: {grantsPerMinute: 100000, concurrentRuns: 8, runsPerDay: 1000000}
+    notBefore: 2020-01-01T00:00:00Z
+    notAfter: 2999-01-01T00:00:00Z
 `
+
+// LoopAuthorization is the standing authorization of the bench policy
+// that the agent-loop row mints its phases under (submit socket).
+const LoopAuthorization = "bench-loop"
 
 // policyLimits are the example policy's phase ceilings and defaults, which
 // every bench policy carries.

@@ -6,7 +6,9 @@
 // 5-service pack (the workspace manager in-process) against docker-compose
 // on the same isolated dockerd, and (as Go benchmarks in this directory)
 // grant verification and single-use consumption against bare ECDSA and
-// bare bbolt.
+// bare bbolt, and an agent loop (one-file edit, then a test run minted
+// under a standing authorization, its receipt verified) against the same
+// loop as `docker run --rm` with a bind mount.
 //
 // The measurements are driven by bench/cmd/custody-bench, which starts the
 // one isolated dockerd (internal/dockertest) the docker and pack rows

@@ -11,6 +11,9 @@
 // process and with docker-compose, on that same dockerd. The input closure digest runs
 // snapshot.Digest in this process against sha256sum. Receipt verification
 // runs evidence.Verifier here on a real receipt from this run's custodyd.
+// The agent loop edits a small repo and runs its tests, each run minted
+// under the bench policy's standing authorization on the submit socket and
+// its receipt verified here, against `docker run --rm` with a bind mount.
 // Grant verification and consumption come from `go test -bench` of package
 // bench, whose output -gobench names. Run as root; scripts/bench.sh (make
 // bench) does all of it.
@@ -63,6 +66,7 @@ type options struct {
 	daemonProfile           string
 	launchCost              string
 	launchCostRuns          int
+	loopSteps               int
 }
 
 func main() {
@@ -89,7 +93,8 @@ func main() {
 	flag.StringVar(&o.jsonPath, "json", os.Getenv("BENCH_JSON"), "also write the table as JSON to this file")
 	flag.StringVar(&o.launchCost, "launchcost", "", "tools/runc/launchcost, for the runtime rows: what a runc process per launch costs (empty: those rows say it is missing)")
 	flag.IntVar(&o.launchCostRuns, "launchcost-runs", 60, "runtime rows: launches of each of runc run and in-process libcontainer (alternating)")
-	flag.StringVar(&only, "only", "launch,inputs,runtime,throughput,digest,grant,bigimage,packs,pool", "which measurements to run")
+	flag.IntVar(&o.loopSteps, "loop-steps", 100, "agent loop: measured steps of each of custody and docker (interleaved, after 3 unmeasured)")
+	flag.StringVar(&only, "only", "launch,inputs,runtime,throughput,digest,grant,bigimage,packs,pool,agentloop", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "debug", "custodyd --log-level (debug: the launch rows split the daemon's own stages too)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
@@ -154,7 +159,7 @@ func run(ctx context.Context, o options) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if o.only["launch"] || o.only["packs"] {
+	if o.only["launch"] || o.only["packs"] || o.only["agentloop"] {
 		stopDocker := startDocker(ctx, &o)
 		defer stopDocker()
 	}
@@ -278,7 +283,7 @@ func (b *bencher) fail(row bench.Row, err error) {
 }
 
 func (b *bencher) all(ctx context.Context) int {
-	needDaemon := b.o.only["launch"] || b.o.only["inputs"] || b.o.only["runtime"] || b.o.only["throughput"] || b.o.only["pool"]
+	needDaemon := b.o.only["launch"] || b.o.only["inputs"] || b.o.only["runtime"] || b.o.only["throughput"] || b.o.only["pool"] || b.o.only["agentloop"]
 	if needDaemon {
 		if err := b.setup(ctx); err != nil {
 			b.fail(bench.Row{ID: "1", Metric: "custodyd and raw runc setup"}, err)
@@ -288,6 +293,9 @@ func (b *bencher) all(ctx context.Context) int {
 			}
 			if b.o.only["inputs"] && ctx.Err() == nil {
 				b.inputs(ctx)
+			}
+			if b.o.only["agentloop"] && ctx.Err() == nil {
+				b.agentLoop(ctx)
 			}
 			if b.o.only["runtime"] && ctx.Err() == nil {
 				b.runtimeCost(ctx)
@@ -615,6 +623,11 @@ func (b *bencher) launch(ctx context.Context) {
 	b.daemonSteps(runIDs, c.P50)
 }
 
+// daemonStepNames are the stages custodyd times in each launch, in order.
+func daemonStepNames() []string {
+	return []string{"prepare", "exec", "streams", "output", "cleanup", "receipt", "journal"}
+}
+
 // daemonSteps adds the p50 of each stage custodyd timed in the measured
 // launches (its "launch steps" at debug level): the part of the launch
 // inside the runner, from Prepare to the journal's last record.
@@ -624,8 +637,7 @@ func (b *bencher) daemonSteps(runIDs []string, launch time.Duration) {
 		progress("daemon steps: %v", err)
 		return
 	}
-	order := []string{"prepare", "exec", "streams", "output", "cleanup", "receipt", "journal"}
-	for _, name := range order {
+	for _, name := range daemonStepNames() {
 		var d []time.Duration
 		for _, id := range runIDs {
 			if v, ok := all[id][name]; ok {
