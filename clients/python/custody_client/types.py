@@ -187,6 +187,9 @@ class Status:
     running: List[str] = wire("running", factory=list)
     pool: List[PoolProfile] = wire("pool", factory=list)
     op_log: Optional[OpLogHead] = wire("opLog", None)
+    # The HTTP API's version custodyd serves, "MAJOR.MINOR": a client may
+    # rely on every route and field of its major version.
+    api_version: str = wire("apiVersion", "")
 
 
 @dataclass
