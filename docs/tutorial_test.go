@@ -134,7 +134,9 @@ func runBlocks(t *testing.T, src string, blocks []block, env ...string) {
 	script.WriteString("exec 2>&1\n")
 	script.WriteString("trap 'if [ -n \"$CUSTODYD_PID\" ]; then kill $CUSTODYD_PID 2>/dev/null; wait $CUSTODYD_PID 2>/dev/null; fi' EXIT\n")
 	for i, b := range blocks {
-		fmt.Fprintf(&script, "%s\necho; echo \"%s %d $?\"\n", b.script, marker, i)
+		// The block's status is taken before the echo that ends its
+		// output, which would otherwise be the $? reported.
+		fmt.Fprintf(&script, "%s\ncustody_tutorial_status=$?; echo; echo \"%s %d $custody_tutorial_status\"\n", b.script, marker, i)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
