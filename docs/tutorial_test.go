@@ -271,16 +271,46 @@ func TestPackTutorial(t *testing.T) {
 	testenv.Root(t)
 	src := checkout(t)
 	engine := dockertest.Shared(t)
-	var blocks, stop []block
-	for _, b := range tutorialBlocks(t, "docs/tutorials/first-phase.md") {
-		switch {
-		case strings.Contains(b.section, "Stop custodyd"):
-			stop = append(stop, b)
-		case strings.HasPrefix(b.section, "1.") || strings.HasPrefix(b.section, "2.") || strings.HasPrefix(b.section, "3."):
-			blocks = append(blocks, b)
-		}
-	}
+	blocks, stop := firstPhaseSetup(t, 3)
 	blocks = append(blocks, tutorialBlocks(t, "docs/tutorials/scenario-pack.md")...)
 	blocks = append(blocks, stop...)
 	runBlocks(t, src, blocks, "ENGINE="+engine.Host, "PACK_IMAGE="+dockertest.ImageRef)
+}
+
+// TestAgentTutorial runs the first tutorial's set-up (its steps 1 to 4),
+// then the coding agent tutorial's examples against that custodyd, as root
+// for the operator and as a second uid for the agent, then stops custodyd.
+func TestAgentTutorial(t *testing.T) {
+	testenv.Root(t)
+	src := checkout(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		testenv.Missing(t, "setpriv (Debian's util-linux)")
+	}
+	blocks, stop := firstPhaseSetup(t, 4)
+	blocks = append(blocks, tutorialBlocks(t, "docs/tutorials/coding-agent.md")...)
+	blocks = append(blocks, stop...)
+	runBlocks(t, src, blocks)
+}
+
+// firstPhaseSetup is the first tutorial's blocks of its steps 1 to last
+// (the set-up a later tutorial starts from), and its block that stops
+// custodyd, to run after that tutorial.
+func firstPhaseSetup(t *testing.T, last int) (setup, stop []block) {
+	t.Helper()
+	for _, b := range tutorialBlocks(t, "docs/tutorials/first-phase.md") {
+		var step int
+		if _, err := fmt.Sscanf(b.section, "%d.", &step); err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(b.section, "Stop custodyd"):
+			stop = append(stop, b)
+		case step <= last:
+			setup = append(setup, b)
+		}
+	}
+	if len(stop) != 1 {
+		t.Fatalf("the first tutorial has %d blocks that stop custodyd, want 1", len(stop))
+	}
+	return setup, stop
 }
