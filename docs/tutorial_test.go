@@ -283,8 +283,10 @@ func TestPackTutorial(t *testing.T) {
 func TestAgentTutorial(t *testing.T) {
 	testenv.Root(t)
 	src := checkout(t)
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		testenv.Missing(t, "setpriv (Debian's util-linux)")
+	for tool, pkg := range map[string]string{"setpriv": "util-linux", "jq": "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.Missing(t, tool+" (Debian's "+pkg+")")
+		}
 	}
 	blocks, stop := firstPhaseSetup(t, 4)
 	blocks = append(blocks, tutorialBlocks(t, "docs/tutorials/coding-agent.md")...)
