@@ -288,6 +288,12 @@ func TestAgentTutorial(t *testing.T) {
 			testenv.Missing(t, tool+" (Debian's "+pkg+")")
 		}
 	}
+	// The agent's uid runs the checkout's custody, as it would an
+	// installed one.
+	custody := filepath.Join(src, "bin", "custody")
+	if err := exec.Command("setpriv", "--reuid=1500", "--regid=1500", "--clear-groups", "test", "-x", custody).Run(); err != nil {
+		testenv.Missing(t, custody+" runnable by uid 1500 (a checkout every user may read and traverse)")
+	}
 	blocks, stop := firstPhaseSetup(t, 4)
 	blocks = append(blocks, tutorialBlocks(t, "docs/tutorials/coding-agent.md")...)
 	blocks = append(blocks, stop...)
