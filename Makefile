@@ -10,7 +10,7 @@ PYTHON ?= /usr/bin/python3
 ROOT := $(abspath .)
 BUILD := $(ROOT)/build
 DEMO := $(BUILD)/demo
-APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config busybox-static e2fsprogs iproute2 file python3 erofs-utils python3-pytest python3-pip
+APT_PACKAGES := gcc libc6-dev libseccomp-dev pkg-config busybox-static e2fsprogs iproute2 file python3 erofs-utils python3-pytest python3-pip jq
 GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.s' \) -not -path './build/*') go.mod go.sum
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)

@@ -134,7 +134,9 @@ func runBlocks(t *testing.T, src string, blocks []block, env ...string) {
 	script.WriteString("exec 2>&1\n")
 	script.WriteString("trap 'if [ -n \"$CUSTODYD_PID\" ]; then kill $CUSTODYD_PID 2>/dev/null; wait $CUSTODYD_PID 2>/dev/null; fi' EXIT\n")
 	for i, b := range blocks {
-		fmt.Fprintf(&script, "%s\necho; echo \"%s %d $?\"\n", b.script, marker, i)
+		// The block's status is taken before the echo that ends its
+		// output, which would otherwise be the $? reported.
+		fmt.Fprintf(&script, "%s\ncustody_tutorial_status=$?; echo; echo \"%s %d $custody_tutorial_status\"\n", b.script, marker, i)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
@@ -269,16 +271,54 @@ func TestPackTutorial(t *testing.T) {
 	testenv.Root(t)
 	src := checkout(t)
 	engine := dockertest.Shared(t)
-	var blocks, stop []block
-	for _, b := range tutorialBlocks(t, "docs/tutorials/first-phase.md") {
-		switch {
-		case strings.Contains(b.section, "Stop custodyd"):
-			stop = append(stop, b)
-		case strings.HasPrefix(b.section, "1.") || strings.HasPrefix(b.section, "2.") || strings.HasPrefix(b.section, "3."):
-			blocks = append(blocks, b)
-		}
-	}
+	blocks, stop := firstPhaseSetup(t, 3)
 	blocks = append(blocks, tutorialBlocks(t, "docs/tutorials/scenario-pack.md")...)
 	blocks = append(blocks, stop...)
 	runBlocks(t, src, blocks, "ENGINE="+engine.Host, "PACK_IMAGE="+dockertest.ImageRef)
+}
+
+// TestAgentTutorial runs the first tutorial's set-up (its steps 1 to 4),
+// then the coding agent tutorial's examples against that custodyd, as root
+// for the operator and as a second uid for the agent, then stops custodyd.
+func TestAgentTutorial(t *testing.T) {
+	testenv.Root(t)
+	src := checkout(t)
+	for tool, pkg := range map[string]string{"setpriv": "util-linux", "jq": "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.Missing(t, tool+" (Debian's "+pkg+")")
+		}
+	}
+	// The agent's uid runs the checkout's custody, as it would an
+	// installed one.
+	custody := filepath.Join(src, "bin", "custody")
+	if err := exec.Command("setpriv", "--reuid=1500", "--regid=1500", "--clear-groups", "test", "-x", custody).Run(); err != nil {
+		testenv.Missing(t, custody+" runnable by uid 1500 (a checkout every user may read and traverse)")
+	}
+	blocks, stop := firstPhaseSetup(t, 4)
+	blocks = append(blocks, tutorialBlocks(t, "docs/tutorials/coding-agent.md")...)
+	blocks = append(blocks, stop...)
+	runBlocks(t, src, blocks)
+}
+
+// firstPhaseSetup is the first tutorial's blocks of its steps 1 to last
+// (the set-up a later tutorial starts from), and its block that stops
+// custodyd, to run after that tutorial.
+func firstPhaseSetup(t *testing.T, last int) (setup, stop []block) {
+	t.Helper()
+	for _, b := range tutorialBlocks(t, "docs/tutorials/first-phase.md") {
+		var step int
+		if _, err := fmt.Sscanf(b.section, "%d.", &step); err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(b.section, "Stop custodyd"):
+			stop = append(stop, b)
+		case step <= last:
+			setup = append(setup, b)
+		}
+	}
+	if len(stop) != 1 {
+		t.Fatalf("the first tutorial has %d blocks that stop custodyd, want 1", len(stop))
+	}
+	return setup, stop
 }
