@@ -23,11 +23,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/partial"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,6 +147,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube backend: API server version at %s: %w", rc.Host, err)
 	}
+	if err := checkAccess(ctx, client, cfg.Namespace); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -176,6 +181,43 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		}
 	}
 	return b, nil
+}
+
+// Access is every permission the backend needs, all in its namespace and
+// nothing cluster-wide: the Role the docs give.
+var Access = []struct {
+	Resource string
+	Verbs    []string
+}{
+	{"pods", []string{"create", "get", "list", "watch", "patch", "delete"}},
+	{"configmaps", []string{"create", "get", "list", "watch", "delete"}},
+}
+
+// checkAccess asks the API server whether custodyd's identity holds every
+// permission in Access, so that a missing one stops the backend at start
+// (naming it) instead of degrading it later: informers, for one, would
+// fall back without a word if they could list but not watch.
+func checkAccess(ctx context.Context, client kubernetes.Interface, ns string) error {
+	var missing []string
+	for _, a := range Access {
+		for _, verb := range a.Verbs {
+			r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: ns, Verb: verb, Resource: a.Resource,
+				}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("kube backend: checking access to %s %s: %w", verb, a.Resource, err)
+			}
+			if !r.Status.Allowed {
+				missing = append(missing, verb+" "+a.Resource)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("kube backend: the kubeconfig's identity may not %s in namespace %s: bind it to the Role the kube backend's documentation gives", strings.Join(missing, ", "), ns)
+	}
+	return nil
 }
 
 // Close stops the informers.

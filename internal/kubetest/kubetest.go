@@ -141,7 +141,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		"--authorization-mode", "Node,RBAC",
 		"--allow-privileged=false",
+		// Loopback cannot be advertised through the kubernetes
+		// service's endpoints; nothing here needs them.
+		"--endpoint-reconciler-type", "none",
 	)
+	apiserver := procs[len(procs)-1]
 	kc := filepath.Join(dir, "admin.kubeconfig")
 	if err := writeKubeconfig(kc, "https://127.0.0.1:"+apiPort, pki); err != nil {
 		t.Fatal(err)
@@ -157,7 +161,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.waitReady(ctx, apiserver.done); err != nil {
 		t.Fatalf("kube-apiserver on 127.0.0.1:%s: %v", apiPort, err)
 	}
 	start("kube-controller-manager", "--kubeconfig", kc, "--leader-elect=false",
@@ -198,7 +202,7 @@ func (c *Cluster) UserConfig(user string) (*rest.Config, error) {
 // Namespace is the namespace Start made, under restricted Pod Security.
 func (c *Cluster) Namespace() string { return c.opts.Namespace }
 
-func (c *Cluster) waitReady(ctx context.Context) error {
+func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
 	var last error
 	for {
 		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
@@ -207,6 +211,8 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		}
 		last = err
 		select {
+		case <-exited:
+			return errors.New("kube-apiserver exited (its log follows)")
 		case <-ctx.Done():
 			return fmt.Errorf("not ready: %w (last: %v)", ctx.Err(), last)
 		case <-time.After(500 * time.Millisecond):
