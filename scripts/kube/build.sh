@@ -7,8 +7,8 @@
 # A binary already in the cache, built from the same tools/kube go.mod and
 # go.sum, is kept; a changed go.mod or go.sum rebuilds everything. Builds run
 # under nice: they take many minutes on a small machine and should not
-# starve other work. Progress goes
-# to stderr; stdout is the cache directory alone.
+# starve other work. Progress goes to stderr; stdout is the cache
+# directory alone.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 mod="$root/tools/kube"
