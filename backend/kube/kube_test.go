@@ -544,7 +544,6 @@ var notYet = map[string]string{
 	"CapabilityHonesty":         "its cases run shell workloads and read their output",
 	"DeniedEgress":              "NetworkPolicy is not made or proved yet (and simulated nodes have no network)",
 	"ParallelLaunches":          "its launches write output, which pods do not return yet",
-	"Pooler":                    "the kube backend has no warm pool",
 }
 
 // TestSuite runs the backend suite's cases that apply on simulated nodes;
