@@ -15,7 +15,7 @@ GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.s' \) -not -path './bui
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: docs all deps docker-deps bench-deps vm-deps image-deps browser-deps mcp-node-deps build runc demo test test-images test-race test-short fuzz bench clean qualify-vm install
+.PHONY: docs all deps docker-deps bench-deps vm-deps image-deps browser-deps mcp-node-deps build runc demo test test-kube test-images test-race test-short fuzz bench clean qualify-vm install
 
 all: build
 
@@ -157,6 +157,16 @@ TEST_PKGS := ./workspace/ ./integration/ ./backend/vm/ ./backend/docker/ ./daemo
 # The whole default suite: real runc, real kernel enforcement; run as root.
 test: build bin/cosign bench-deps vm-deps image-deps browser-deps mcp-node-deps
 	CUSTODY_MCP_NODE_DIR=$$(./scripts/mcp-node-deps.sh) CUSTODY_DEBIAN_IMAGES=1 CUSTODY_PYTHON=$(PYTHON) CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_COSIGN=$(ROOT)/bin/cosign CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject $(GO) test -count=1 -timeout 20m $(TEST_PKGS)
+
+# The Kubernetes backend against a real control plane on loopback (Cluster
+# A): etcd, kube-apiserver, kube-controller-manager and kube-scheduler built
+# from the Go module proxy through tools/kube (never release downloads), and
+# kwok simulating nodes. scripts/kube/build.sh builds them once into
+# $(KUBE_CACHE)/<kubernetes version>/ and prints that directory.
+KUBE_CACHE ?= /var/cache/custody/kube
+test-kube: | deps
+	bin="$$(CUSTODY_KUBE_CACHE=$(KUBE_CACHE) ./scripts/kube/build.sh)" && \
+	CUSTODY_KUBE_BIN="$$bin" $(GO) test -count=1 -timeout 20m -v ./backend/kube/
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
 # gcc, make, Go and pytest, made once with mmdebstrap from Debian's mirror
