@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/pack"
@@ -113,6 +114,10 @@ type PlanService struct {
 	Systemd     bool              `json:"systemd"`
 	Init        bool              `json:"init,omitempty"`     // the engine's init as PID 1; absent before
 	ShmBytes    int64             `json:"shmBytes,omitempty"` // the size of /dev/shm; absent before
+	// StopGraceSeconds is stop_grace_period in whole seconds (rounded
+	// up): the service's time after its stop signal, at down and in the
+	// engine's own stop. Absent: custody's default; absent before.
+	StopGraceSeconds *int `json:"stopGraceSeconds,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -352,7 +357,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -430,6 +435,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.Aliases = a.containerName(w, s, ps.Networks)
 	ps.Init = a.init(w, s)
 	ps.ShmBytes = a.shm(w, s, res)
+	ps.StopGraceSeconds = a.stopGrace(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1462,6 +1468,31 @@ func (a *packAdmitter) init(w string, s *pack.Service) bool {
 	a.add(Check{Requirement: w + ".init", Verdict: Granted, Code: "init-process",
 		Detail: "the engine's minimal init runs as PID 1, reaping zombies and forwarding signals to the service's command"})
 	return true
+}
+
+// MaxStopGrace bounds stop_grace_period. Down waits out each service's
+// grace (all at once) before it removes what is left, so a pack's grace
+// is time the operator's teardown is held; a scenario that needs more to
+// shut down cleanly is not one down should wait for.
+const MaxStopGrace = 2 * time.Minute
+
+// stopGrace realizes stop_grace_period within MaxStopGrace, in whole
+// seconds (the engine's unit), rounded up so the service never gets less
+// than it asked for.
+func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
+	if s.StopGrace == nil {
+		return nil
+	}
+	if *s.StopGrace > MaxStopGrace {
+		a.add(Check{Requirement: w + ".stop_grace_period", Verdict: NotGranted, Code: "stop-grace-too-long",
+			Detail: fmt.Sprintf("a grace period of %s would hold down longer than the %s custody waits for any service", *s.StopGrace, MaxStopGrace),
+			Fix:    fmt.Sprintf("ask for at most %s", MaxStopGrace)})
+		return nil
+	}
+	secs := int((*s.StopGrace + time.Second - 1) / time.Second)
+	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
+		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
+	return &secs
 }
 
 // shm realizes shm_size within the memory budget: /dev/shm is memory, so

@@ -73,6 +73,9 @@ type PackContainer struct {
 	StopSignal  string
 	Init        bool  // the engine's init as PID 1
 	ShmBytes    int64 // the size of /dev/shm; 0 is the engine's
+	// StopTimeout is the engine's own grace after the stop signal, in
+	// seconds; nil leaves the engine's default.
+	StopTimeout *int
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

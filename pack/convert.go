@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/moby/sys/capability"
@@ -132,6 +133,13 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 	out.Init = s.Init != nil && *s.Init
 	if out.ShmBytes = int64(s.ShmSize); out.ShmBytes < 0 {
 		return Service{}, &ValueError{Path: path + ".shm_size", Value: strconv.FormatInt(out.ShmBytes, 10), Reason: "a negative size (unlimited) is not modelled", Fix: "write a size such as 64m"}
+	}
+	if s.StopGracePeriod != nil {
+		d := time.Duration(*s.StopGracePeriod)
+		if d < 0 {
+			return Service{}, &ValueError{Path: path + ".stop_grace_period", Value: d.String(), Reason: "a negative grace period is not a duration", Fix: "write a duration such as 30s"}
+		}
+		out.StopGrace = &d
 	}
 	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
 		return Service{}, err

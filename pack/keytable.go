@@ -62,7 +62,6 @@ func refusedKeys() map[string]why {
 		"platform":            {"the platform is not yet checked against the engine's own", "remove it; images must match the engine's platform"},
 		"logging":             {"a logging driver can ship output off the host or into host files, and local drivers are not yet checked", "remove it; custody keeps each service's output itself"},
 		"ulimits":             {"resource limits of the process are not yet bounded by policy ceilings", fixRemove},
-		"stop_grace_period":   {"down does not yet honour a grace period; " + notYetRealized, fixRemove},
 		"extra_hosts":         {reachesOut, "remove it, and reach services by their service names"},
 		"dns":                 {reachesOut, fixRemove},
 		"dns_opt":             {reachesOut, fixRemove},

@@ -5,6 +5,8 @@
 // policy. The package is pure data and parsing: it talks to no engine.
 package pack
 
+import "time"
+
 // Pack is one loaded compose file. Every slice is sorted by name so that
 // two loads of the same bytes are equal.
 type Pack struct {
@@ -96,6 +98,9 @@ type Service struct {
 	Init bool
 	// ShmBytes is shm_size: the size of /dev/shm (0: the engine's).
 	ShmBytes int64
+	// StopGrace is stop_grace_period: how long the service has after its
+	// stop signal before it is killed; nil when the file does not say.
+	StopGrace *time.Duration
 }
 
 // Build is a service's build: section.

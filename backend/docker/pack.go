@@ -239,7 +239,7 @@ func (p *Packs) CreateContainer(ctx context.Context, o backend.PackOwner, rec ba
 func containerSpec(ws string, c backend.PackContainer) (*container.Config, *container.HostConfig, *network.NetworkingConfig, error) {
 	cfg := &container.Config{
 		Image: c.Image, Cmd: c.Command, Entrypoint: c.Entrypoint, Env: c.Env, User: c.User,
-		WorkingDir: c.WorkingDir, Hostname: c.Hostname, Labels: c.Labels, StopSignal: c.StopSignal,
+		WorkingDir: c.WorkingDir, Hostname: c.Hostname, Labels: c.Labels, StopSignal: c.StopSignal, StopTimeout: c.StopTimeout,
 	}
 	host := &container.HostConfig{
 		Privileged: c.Privileged, CapAdd: c.CapAdd, CapDrop: c.CapDrop, SecurityOpt: c.SecurityOpt,
