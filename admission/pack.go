@@ -118,6 +118,8 @@ type PlanService struct {
 	// up): the service's time after its stop signal, at down and in the
 	// engine's own stop. Absent: custody's default; absent before.
 	StopGraceSeconds *int `json:"stopGraceSeconds,omitempty"`
+	// Ulimits are the granted ulimits, by name; absent before.
+	Ulimits []PlanUlimit `json:"ulimits,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -133,6 +135,13 @@ type PlanBuild struct {
 	Context    string   `json:"context"`
 	Dockerfile string   `json:"dockerfile,omitempty"`
 	Args       []string `json:"args,omitempty"`
+}
+
+// PlanUlimit is one granted resource limit of a service's processes.
+type PlanUlimit struct {
+	Name string `json:"name"`
+	Soft int64  `json:"soft"`
+	Hard int64  `json:"hard"`
 }
 
 // PlanResources are a service's (or the pack's) effective limits.
@@ -357,7 +366,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -436,6 +445,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.Init = a.init(w, s)
 	ps.ShmBytes = a.shm(w, s, res)
 	ps.StopGraceSeconds = a.stopGrace(w, s)
+	ps.Ulimits = a.ulimits(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1493,6 +1503,43 @@ func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
 	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
 		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
 	return &secs
+}
+
+// ulimits realizes nofile and nproc within the policy's ceilings: the
+// hard limit is what the service can raise its soft limit to, so it is
+// the one bounded. Other limits are refused: memlock, rtprio and the like
+// reach kernel memory and scheduling that no ceiling models, and core
+// writes files the pack's mounts do not name.
+func (a *packAdmitter) ulimits(w string, s *pack.Service) []PlanUlimit {
+	var out []PlanUlimit
+	for _, u := range s.Ulimits {
+		req := w + ".ulimits." + u.Name
+		var ceiling int64
+		switch u.Name {
+		case "nofile":
+			ceiling = a.pa.Ceilings.Nofile
+		case "nproc":
+			ceiling = a.pa.Ceilings.Nproc
+		default:
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "ulimit-unmodelled",
+				Detail: fmt.Sprintf("custody bounds only nofile and nproc; %s is not bounded by any policy ceiling", u.Name),
+				Fix:    "remove it"})
+			continue
+		}
+		if u.Hard > ceiling {
+			detail := fmt.Sprintf("a hard %s limit of %d is above the policy's ceiling %d", u.Name, u.Hard, ceiling)
+			if ceiling == 0 {
+				detail = fmt.Sprintf("the policy sets no %s ceiling, so a pack may not set that limit", u.Name)
+			}
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "ulimit-above-ceiling", Detail: detail,
+				Fix: fmt.Sprintf("ask for a hard limit within the ceiling, or %s", a.grantFix("ceilings."+u.Name))})
+			continue
+		}
+		a.add(Check{Requirement: req, Verdict: Granted, Code: "ulimit",
+			Detail: fmt.Sprintf("%s soft %d, hard %d, within the policy's ceiling %d", u.Name, u.Soft, u.Hard, ceiling)})
+		out = append(out, PlanUlimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
+	}
+	return out
 }
 
 // shm realizes shm_size within the memory budget: /dev/shm is memory, so

@@ -45,6 +45,12 @@ type PackPort struct {
 	Protocol      string
 }
 
+// PackUlimit is one resource limit of a container's processes.
+type PackUlimit struct {
+	Name       string
+	Soft, Hard int64
+}
+
 // PackContainer is one service's container, with every setting effective.
 type PackContainer struct {
 	// Service is the pack's name for it; Image the reference to run.
@@ -76,6 +82,9 @@ type PackContainer struct {
 	// StopTimeout is the engine's own grace after the stop signal, in
 	// seconds; nil leaves the engine's default.
 	StopTimeout *int
+	// Ulimits are the container's resource limits; none leaves the
+	// engine's defaults.
+	Ulimits []PackUlimit
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

@@ -141,6 +141,9 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		}
 		out.StopGrace = &d
 	}
+	if out.Ulimits, err = convertUlimits(path+".ulimits", s.Ulimits); err != nil {
+		return Service{}, err
+	}
 	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
 		return Service{}, err
 	}
@@ -491,4 +494,27 @@ func convertExpose(path string, in []string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// convertUlimits takes ulimits in either form; unlimited (-1) and a soft
+// limit above the hard one are refused.
+func convertUlimits(path string, in map[string]*types.UlimitsConfig) ([]Ulimit, error) {
+	var out []Ulimit
+	for _, name := range slices.Sorted(maps.Keys(in)) {
+		u := in[name]
+		if u == nil {
+			continue
+		}
+		l := Ulimit{Name: name, Soft: int64(u.Soft), Hard: int64(u.Hard)}
+		if u.Single != 0 {
+			l.Soft, l.Hard = int64(u.Single), int64(u.Single)
+		}
+		if l.Soft < 0 || l.Hard <= 0 || l.Soft > l.Hard {
+			return nil, &ValueError{Path: path + "." + name, Value: fmt.Sprintf("soft %d, hard %d", l.Soft, l.Hard),
+				Reason: "a ulimit needs a positive hard limit at least its soft one (unlimited is not modelled)",
+				Fix:    "write a number, or soft and hard with soft <= hard"}
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }

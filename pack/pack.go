@@ -101,6 +101,15 @@ type Service struct {
 	// StopGrace is stop_grace_period: how long the service has after its
 	// stop signal before it is killed; nil when the file does not say.
 	StopGrace *time.Duration
+	// Ulimits are the service's ulimits, sorted by name; the single
+	// form is soft = hard.
+	Ulimits []Ulimit
+}
+
+// Ulimit is one resource limit of the service's processes.
+type Ulimit struct {
+	Name       string
+	Soft, Hard int64
 }
 
 // Build is a service's build: section.

@@ -255,6 +255,9 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 	if c.ShmBytes > 0 {
 		host.ShmSize = c.ShmBytes
 	}
+	for _, u := range c.Ulimits {
+		host.Ulimits = append(host.Ulimits, &container.Ulimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
+	}
 	if c.Init {
 		// Only when asked: nil leaves the engine's default, as compose does.
 		host.Init = &c.Init
