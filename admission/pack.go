@@ -120,6 +120,9 @@ type PlanService struct {
 	StopGraceSeconds *int `json:"stopGraceSeconds,omitempty"`
 	// Ulimits are the granted ulimits, by name; absent before.
 	Ulimits []PlanUlimit `json:"ulimits,omitempty"`
+	// ExtraHosts are the granted extra_hosts entries, NAME:ADDRESS as the
+	// engine takes them; absent before.
+	ExtraHosts []string `json:"extraHosts,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -366,7 +369,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -446,6 +449,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.ShmBytes = a.shm(w, s, res)
 	ps.StopGraceSeconds = a.stopGrace(w, s)
 	ps.Ulimits = a.ulimits(w, s)
+	ps.ExtraHosts = a.extraHosts(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1503,6 +1507,52 @@ func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
 	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
 		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
 	return &secs
+}
+
+// extraHosts realizes extra_hosts. A name only resolves; the network
+// decides what is reached. Still, a name is how a pack points a service
+// somewhere, so: a loopback address stays in the service's own world; an
+// address out of the world is a destination, granted only with the
+// actor's egress; the engine's host (host-gateway) is where the
+// operator's APIs and the engine's socket listen, and is never named for
+// a pack (P6); nor are unspecified, link-local (cloud metadata) and
+// multicast addresses.
+func (a *packAdmitter) extraHosts(w string, s *pack.Service) []string {
+	var out []string
+	for _, h := range s.ExtraHosts {
+		req := w + ".extra_hosts." + h.Name
+		if h.IP == pack.HostGateway {
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "extra-host-gateway",
+				Detail: "host-gateway names the engine's host, where the operator's APIs and the engine's socket listen; no policy grants a pack a name for it",
+				Fix:    "remove the entry; reach the pack's services by their service names"})
+			continue
+		}
+		ip, err := netip.ParseAddr(h.IP)
+		switch {
+		case err != nil:
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
+				Detail: fmt.Sprintf("%q is not an IP address", h.IP), Fix: "write an IP address such as 127.0.0.1"})
+			continue
+		case ip.IsLoopback():
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "extra-host-in-world",
+				Detail: fmt.Sprintf("%s resolves to %s, the service's own loopback", h.Name, h.IP)})
+		case ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast():
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "extra-host-out-of-world",
+				Detail: fmt.Sprintf("%s is not an address custody lets a pack name (unspecified, link-local or multicast)", h.IP),
+				Fix:    "remove the entry; reach the pack's services by their service names"})
+			continue
+		case a.pa.Egress:
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "extra-host-egress",
+				Detail: fmt.Sprintf("%s resolves to %s, outside the pack's world: reachable only through the egress the policy grants", h.Name, h.IP)})
+		default:
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "extra-host-out-of-world",
+				Detail: fmt.Sprintf("%s would resolve to %s, outside the pack's world, and the policy grants no egress", h.Name, h.IP),
+				Fix:    "reach the pack's services by their service names (an address of the pack's own networks is chosen at up), or " + a.grantFix("egress: true")})
+			continue
+		}
+		out = append(out, h.Name+":"+h.IP)
+	}
+	return out
 }
 
 // ulimits realizes nofile and nproc within the policy's ceilings: the

@@ -85,6 +85,9 @@ type PackContainer struct {
 	// Ulimits are the container's resource limits; none leaves the
 	// engine's defaults.
 	Ulimits []PackUlimit
+	// ExtraHosts are NAME:ADDRESS lines added to the container's
+	// /etc/hosts.
+	ExtraHosts []string
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

@@ -141,6 +141,9 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		}
 		out.StopGrace = &d
 	}
+	if out.ExtraHosts, err = convertExtraHosts(path+".extra_hosts", s.ExtraHosts); err != nil {
+		return Service{}, err
+	}
 	if out.Ulimits, err = convertUlimits(path+".ulimits", s.Ulimits); err != nil {
 		return Service{}, err
 	}
@@ -517,4 +520,32 @@ func convertUlimits(path string, in map[string]*types.UlimitsConfig) ([]Ulimit, 
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+var hostEntryName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?$`)
+
+// HostGateway is the engine's name for the address of its own host.
+const HostGateway = "host-gateway"
+
+// convertExtraHosts takes extra_hosts in either form; each address is an
+// IP address or host-gateway (judged at admission).
+func convertExtraHosts(path string, in types.HostsList) ([]HostEntry, error) {
+	var out []HostEntry
+	for _, name := range slices.Sorted(maps.Keys(in)) {
+		if !hostEntryName.MatchString(name) {
+			return nil, &ValueError{Path: path, Value: name, Reason: "not a host name", Fix: "write NAME:ADDRESS with a name of letters, digits, '.', '_' and '-'"}
+		}
+		for _, ip := range in[name] {
+			if ip != HostGateway {
+				a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(ip, "["), "]"))
+				if err != nil || a.Zone() != "" {
+					return nil, &ValueError{Path: path + "." + name, Value: ip, Reason: "not an IP address", Fix: "write an IP address such as 127.0.0.1"}
+				}
+				ip = a.String()
+			}
+			out = append(out, HostEntry{Name: name, IP: ip})
+		}
+	}
+	slices.SortFunc(out, func(a, b HostEntry) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.IP, b.IP)) })
+	return slices.Compact(out), nil
 }

@@ -104,6 +104,14 @@ type Service struct {
 	// Ulimits are the service's ulimits, sorted by name; the single
 	// form is soft = hard.
 	Ulimits []Ulimit
+	// ExtraHosts are extra_hosts: names added to the service's
+	// /etc/hosts, sorted. IP is an address, or "host-gateway" as written.
+	ExtraHosts []HostEntry
+}
+
+// HostEntry is one extra_hosts name and the address it resolves to.
+type HostEntry struct {
+	Name, IP string
 }
 
 // Ulimit is one resource limit of the service's processes.
