@@ -123,6 +123,10 @@ type PlanService struct {
 	// ExtraHosts are the granted extra_hosts entries, NAME:ADDRESS as the
 	// engine takes them; absent before.
 	ExtraHosts []string `json:"extraHosts,omitempty"`
+	// RestartRetries is restart: on-failure:N, the most times the engine
+	// restarts the service's container after it fails; absent (before,
+	// and for "no") the engine never restarts it.
+	RestartRetries int `json:"restartRetries,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -450,6 +454,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.StopGraceSeconds = a.stopGrace(w, s)
 	ps.Ulimits = a.ulimits(w, s)
 	ps.ExtraHosts = a.extraHosts(w, s)
+	ps.RestartRetries = a.restart(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -714,11 +719,6 @@ func (a *packAdmitter) misc(w string, s *pack.Service) {
 		a.add(Check{Requirement: w + ".cgroup_parent", Verdict: NotGranted, Code: "cgroup-parent-not-granted",
 			Detail: fmt.Sprintf("cgroup_parent %s would place the service outside the pack's resource ceilings; no policy grants it", s.CgroupParent),
 			Fix:    "remove cgroup_parent"})
-	}
-	if s.Restart != "" && s.Restart != "no" {
-		a.add(Check{Requirement: w + ".restart", Verdict: Unsupported, Code: "restart-unsupported",
-			Detail: fmt.Sprintf("restart: %s would revive containers after custody stopped watching them (an engine restart)", s.Restart),
-			Fix:    `remove restart, or set restart: "no"`})
 	}
 	if s.StopSignal != "" && !signalRe.MatchString(s.StopSignal) {
 		a.add(Check{Requirement: w + ".stop_signal", Verdict: Unsupported, Code: "unmodelled",
@@ -1507,6 +1507,51 @@ func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
 	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
 		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
 	return &secs
+}
+
+// MaxRestarts bounds on-failure:N.
+const MaxRestarts = 10
+
+var onFailureRe = regexp.MustCompile(`^on-failure(:([0-9]{1,9}))?$`)
+
+// restart realizes restart: "no" (custody's default: a service that ends
+// stays ended until down) and on-failure:N with 1 <= N <= MaxRestarts.
+// A restarted container keeps its native ID and custody's ownership
+// labels, so ownership, down, recovery and the receipt's container all
+// still name it; the receipt records the restart policy through the
+// container's host config, not how often it restarted. always and
+// unless-stopped are refused: the engine revives those containers at its
+// own start, without end, also while the workspace is down, being
+// recovered or its custodyd is not running, so they could run with no
+// attempt bringing them up (P8). on-failure without N is unbounded too.
+func (a *packAdmitter) restart(w string, s *pack.Service) int {
+	switch m := onFailureRe.FindStringSubmatch(s.Restart); {
+	case s.Restart == "" || s.Restart == "no":
+		return 0
+	case m != nil && m[2] != "":
+		n, _ := strconv.Atoi(m[2])
+		if n >= 1 && n <= MaxRestarts {
+			a.add(Check{Requirement: w + ".restart", Verdict: Granted, Code: "restart-on-failure",
+				Detail: fmt.Sprintf("the engine restarts the service's container after it fails, at most %d times; a restarted container keeps its ID and ownership, and down removes it", n)})
+			return n
+		}
+		a.add(Check{Requirement: w + ".restart", Verdict: NotGranted, Code: "restart-unbounded",
+			Detail: fmt.Sprintf("on-failure:%d is outside 1-%d restarts", n, MaxRestarts),
+			Fix:    fmt.Sprintf("write on-failure:N with N from 1 to %d", MaxRestarts)})
+	case m != nil:
+		a.add(Check{Requirement: w + ".restart", Verdict: NotGranted, Code: "restart-unbounded",
+			Detail: "on-failure without a count restarts a failing service without end",
+			Fix:    fmt.Sprintf("write on-failure:N with N from 1 to %d", MaxRestarts)})
+	case s.Restart == "always" || s.Restart == "unless-stopped":
+		a.add(Check{Requirement: w + ".restart", Verdict: Unsupported, Code: "restart-unsupported",
+			Detail: fmt.Sprintf("restart: %s lets the engine revive the container at its own start, without end, even while the workspace is down, being recovered or custody is not running: it would run with no attempt bringing it up", s.Restart),
+			Fix:    fmt.Sprintf(`write restart: on-failure:N (N from 1 to %d), or restart: "no"`, MaxRestarts)})
+	default:
+		a.add(Check{Requirement: w + ".restart", Verdict: Unsupported, Code: "unmodelled",
+			Detail: fmt.Sprintf("restart: %q is not a restart policy", s.Restart),
+			Fix:    `write "no", on-failure:N, always or unless-stopped`})
+	}
+	return 0
 }
 
 // extraHosts realizes extra_hosts. A name only resolves; the network

@@ -88,6 +88,9 @@ type PackContainer struct {
 	// ExtraHosts are NAME:ADDRESS lines added to the container's
 	// /etc/hosts.
 	ExtraHosts []string
+	// RestartRetries, if not 0, lets the engine restart the container
+	// after it fails, at most that many times; 0 never restarts it.
+	RestartRetries int
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

@@ -248,9 +248,15 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		IpcMode: container.IpcMode(c.IpcMode), UTSMode: container.UTSMode(c.UTSMode),
 		UsernsMode: container.UsernsMode(c.UsernsMode),
 		Resources:  container.Resources{Memory: c.MemoryBytes, NanoCPUs: c.NanoCPUs},
-		// No restart policy: a container that ends stays ended until
-		// the operator's down, never restarted behind custody's back.
+		// No restart policy unless granted: a container that ends stays
+		// ended until the operator's down, never restarted behind
+		// custody's back.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	if c.RestartRetries > 0 {
+		// Granted on-failure:N: bounded, and the restarted container
+		// keeps its ID and ownership labels.
+		host.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyOnFailure, MaximumRetryCount: c.RestartRetries}
 	}
 	if c.ShmBytes > 0 {
 		host.ShmSize = c.ShmBytes
