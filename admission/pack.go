@@ -127,6 +127,8 @@ type PlanService struct {
 	// restarts the service's container after it fails; absent (before,
 	// and for "no") the engine never restarts it.
 	RestartRetries int `json:"restartRetries,omitempty"`
+	// DNS are the granted resolver addresses, in order; absent before.
+	DNS []string `json:"dns,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -373,7 +375,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -455,6 +457,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.Ulimits = a.ulimits(w, s)
 	ps.ExtraHosts = a.extraHosts(w, s)
 	ps.RestartRetries = a.restart(w, s)
+	ps.DNS = a.dns(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1507,6 +1510,44 @@ func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
 	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
 		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
 	return &secs
+}
+
+// dns realizes dns: resolvers. A resolver is a destination the
+// service's names are sent to, so each is egress: granted only with the
+// actor's egress. A loopback resolver is refused even so: the engine's
+// embedded resolver, which answers the pack's service names, may reach
+// such an upstream from the engine host's own namespace, outside the
+// pack's world. Unspecified, link-local and multicast addresses are
+// refused as for extra_hosts. Without dns, the engine's embedded
+// resolver answers the pack's service names.
+func (a *packAdmitter) dns(w string, s *pack.Service) []string {
+	var out []string
+	for i, d := range s.DNS {
+		req := fmt.Sprintf("%s.dns[%d]", w, i)
+		ip, err := netip.ParseAddr(d)
+		switch {
+		case err != nil:
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
+				Detail: fmt.Sprintf("%q is not an IP address", d), Fix: "write a resolver's IP address"})
+		case ip.IsLoopback():
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "dns-host-loopback",
+				Detail: fmt.Sprintf("a loopback resolver (%s) may be queried by the engine from its host's own namespace, outside the pack's world", d),
+				Fix:    "remove it: the engine's resolver answers the pack's service names"})
+		case ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast():
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "dns-out-of-world",
+				Detail: fmt.Sprintf("%s is not an address custody lets a pack name (unspecified, link-local or multicast)", d),
+				Fix:    "remove it: the engine's resolver answers the pack's service names"})
+		case a.pa.Egress:
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "dns-egress",
+				Detail: fmt.Sprintf("names the service cannot resolve in the pack go to %s, outside the pack's world: reachable only through the egress the policy grants", d)})
+			out = append(out, ip.String())
+		default:
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "dns-out-of-world",
+				Detail: fmt.Sprintf("a resolver at %s is a destination outside the pack's world, and the policy grants no egress", d),
+				Fix:    "remove it: the engine's resolver answers the pack's service names; or " + a.grantFix("egress: true")})
+		}
+	}
+	return out
 }
 
 // MaxRestarts bounds on-failure:N.

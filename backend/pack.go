@@ -91,6 +91,8 @@ type PackContainer struct {
 	// RestartRetries, if not 0, lets the engine restart the container
 	// after it fails, at most that many times; 0 never restarts it.
 	RestartRetries int
+	// DNS are the container's resolvers; none leaves the engine's.
+	DNS []string
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

@@ -144,6 +144,13 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 	if out.ExtraHosts, err = convertExtraHosts(path+".extra_hosts", s.ExtraHosts); err != nil {
 		return Service{}, err
 	}
+	for i, d := range s.DNS {
+		a, err := netip.ParseAddr(d)
+		if err != nil || a.Zone() != "" {
+			return Service{}, &ValueError{Path: fmt.Sprintf("%s.dns[%d]", path, i), Value: d, Reason: "not an IP address", Fix: "write a resolver's IP address"}
+		}
+		out.DNS = append(out.DNS, a.String())
+	}
 	if out.Ulimits, err = convertUlimits(path+".ulimits", s.Ulimits); err != nil {
 		return Service{}, err
 	}

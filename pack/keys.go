@@ -30,7 +30,7 @@ import (
 //	                    userns_mode, security_opt, sysctls, cgroup_parent,
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
-//	                    init, shm_size, stop_grace_period, ulimits, extra_hosts,
+//	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
 //	                    x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
@@ -56,7 +56,7 @@ import (
 //   - configs, models, jobs, any x-* except the two above: not modelled yet.
 //   - use_api_socket, volumes_from, external_links, links,
 //     scale, runtime, platform, pull_policy, healthcheck, logging,
-//     dns*, group_add, ipc/oom/cpu tuning
+//     dns_opt, dns_search, group_add, ipc/oom/cpu tuning
 //     (cpu_shares, cpuset, mem_reservation, ...), device_cgroup_rules,
 //     gpus, storage_opt, develop, post_start/pre_stop hooks, provider:
 //     each reaches host state, engine authority or a fixed native name
@@ -186,6 +186,7 @@ func topSpec() *spec {
 		"stop_signal":       s(),
 		"stop_grace_period": s(),
 		"extra_hosts":       {items: s(), free: listOrScalar()},
+		"dns":               listOrScalar(),
 		"ulimits":           {free: &spec{scalar: true, keys: map[string]*spec{"soft": s(), "hard": s()}}},
 		"mem_limit":         s(),
 		"cpus":              s(),

@@ -107,6 +107,9 @@ type Service struct {
 	// ExtraHosts are extra_hosts: names added to the service's
 	// /etc/hosts, sorted. IP is an address, or "host-gateway" as written.
 	ExtraHosts []HostEntry
+	// DNS are the dns: resolver addresses, in the file's order (the
+	// order is the order of lookups).
+	DNS []string
 }
 
 // HostEntry is one extra_hosts name and the address it resolves to.

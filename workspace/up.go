@@ -664,7 +664,7 @@ func containerOf(s admission.PlanService, netIDs map[string]string, secrets []ba
 		Sysctls: s.Sysctls, ReadOnly: s.ReadOnly, StopSignal: s.StopSignal, Cgroupns: s.Cgroup,
 		PidMode: s.PID, IpcMode: s.IPC, UTSMode: s.UTS, UsernsMode: s.Userns,
 		MemoryBytes: s.Resources.MemoryBytes, NanoCPUs: int64(s.Resources.CPUs * 1e9), PidsLimit: s.Resources.Pids,
-		Labels: s.Labels, NetworkIDs: netIDs, Aliases: s.Aliases, Init: s.Init, ShmBytes: s.ShmBytes, StopTimeout: s.StopGraceSeconds, Ulimits: ulimitsOf(s.Ulimits), ExtraHosts: s.ExtraHosts, RestartRetries: s.RestartRetries,
+		Labels: s.Labels, NetworkIDs: netIDs, Aliases: s.Aliases, Init: s.Init, ShmBytes: s.ShmBytes, StopTimeout: s.StopGraceSeconds, Ulimits: ulimitsOf(s.Ulimits), ExtraHosts: s.ExtraHosts, RestartRetries: s.RestartRetries, DNS: s.DNS,
 	}
 	if s.Hostname == "" {
 		c.Hostname = s.Name

@@ -261,7 +261,7 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 	if c.ShmBytes > 0 {
 		host.ShmSize = c.ShmBytes
 	}
-	host.ExtraHosts = c.ExtraHosts
+	host.ExtraHosts, host.DNS = c.ExtraHosts, c.DNS
 	for _, u := range c.Ulimits {
 		host.Ulimits = append(host.Ulimits, &container.Ulimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
 	}
