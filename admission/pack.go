@@ -129,6 +129,9 @@ type PlanService struct {
 	RestartRetries int `json:"restartRetries,omitempty"`
 	// DNS are the granted resolver addresses, in order; absent before.
 	DNS []string `json:"dns,omitempty"`
+	// Platform is the granted platform: (the engine's own); absent
+	// before.
+	Platform string `json:"platform,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -375,7 +378,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -458,6 +461,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.ExtraHosts = a.extraHosts(w, s)
 	ps.RestartRetries = a.restart(w, s)
 	ps.DNS = a.dns(w, s)
+	ps.Platform = a.platform(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1510,6 +1514,32 @@ func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
 	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
 		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
 	return &secs
+}
+
+// platform realizes platform: as the engine's own: custody runs no
+// emulation, so a service can run only on the platform of the engine's
+// host; another is refused rather than left to the engine to pull or
+// emulate. A variant (amd64/v2) is not checked against the host's CPU and
+// is refused.
+func (a *packAdmitter) platform(w string, s *pack.Service) string {
+	if s.Platform == "" {
+		return ""
+	}
+	own := a.facts.Engine.OS + "/" + a.facts.Engine.Arch
+	switch {
+	case a.facts.Engine.OS == "" || a.facts.Engine.Arch == "":
+		a.add(Check{Requirement: w + ".platform", Verdict: Unsupported, Code: "platform-unknown",
+			Detail: "the engine's platform was not read by its probe", Fix: "probe the engine again (custody doctor), or remove platform"})
+	case strings.ToLower(s.Platform) == own:
+		a.add(Check{Requirement: w + ".platform", Verdict: Granted, Code: "platform-engine",
+			Detail: fmt.Sprintf("%s is the engine's own platform", own)})
+		return own
+	default:
+		a.add(Check{Requirement: w + ".platform", Verdict: Unsupported, Code: "platform-mismatch",
+			Detail: fmt.Sprintf("%s is not the engine's platform %s, and custody does not emulate another", s.Platform, own),
+			Fix:    fmt.Sprintf("write platform: %s, or remove it (images must match the engine's platform)", own)})
+	}
+	return ""
 }
 
 // dns realizes dns: resolvers. A resolver is a destination the

@@ -189,7 +189,10 @@ type PackEngine struct {
 	Version    string
 	APIVersion string
 	OS         string
-	Kernel     string
+	// Arch is the engine's architecture in OCI terms (amd64, arm64);
+	// empty when the probe predates it.
+	Arch   string `json:"arch,omitempty"`
+	Kernel string
 	// Boundary is the kernel boundary the containers really share:
 	// "native-linux" or "vm" (Docker Desktop, a remote VM).
 	Boundary      string

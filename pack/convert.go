@@ -144,6 +144,7 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 	if out.ExtraHosts, err = convertExtraHosts(path+".extra_hosts", s.ExtraHosts); err != nil {
 		return Service{}, err
 	}
+	out.Platform = s.Platform
 	for i, d := range s.DNS {
 		a, err := netip.ParseAddr(d)
 		if err != nil || a.Zone() != "" {

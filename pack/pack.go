@@ -110,6 +110,8 @@ type Service struct {
 	// DNS are the dns: resolver addresses, in the file's order (the
 	// order is the order of lookups).
 	DNS []string
+	// Platform is platform: as written (os/arch[/variant]).
+	Platform string
 }
 
 // HostEntry is one extra_hosts name and the address it resolves to.
