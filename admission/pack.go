@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"path"
@@ -132,6 +133,9 @@ type PlanService struct {
 	// Platform is the granted platform: (the engine's own); absent
 	// before.
 	Platform string `json:"platform,omitempty"`
+	// Logging is the granted logging driver and options; absent before
+	// (the engine's default driver).
+	Logging *PlanLogging `json:"logging,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -147,6 +151,12 @@ type PlanBuild struct {
 	Context    string   `json:"context"`
 	Dockerfile string   `json:"dockerfile,omitempty"`
 	Args       []string `json:"args,omitempty"`
+}
+
+// PlanLogging is a service's granted logging driver.
+type PlanLogging struct {
+	Driver  string            `json:"driver"`
+	Options map[string]string `json:"options,omitempty"`
 }
 
 // PlanUlimit is one granted resource limit of a service's processes.
@@ -378,7 +388,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform", "Logging",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -462,6 +472,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.RestartRetries = a.restart(w, s)
 	ps.DNS = a.dns(w, s)
 	ps.Platform = a.platform(w, s)
+	ps.Logging = a.logging(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -1514,6 +1525,55 @@ func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
 	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
 		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
 	return &secs
+}
+
+// localLogOptions are the options of the local logging drivers custody
+// grants: rotation only. Every one keeps the output in the engine's own
+// data root, where down removes it with the container.
+var localLogOptions = map[string][]string{
+	"json-file": {"max-size", "max-file", "compress"},
+	"local":     {"max-size", "max-file", "compress"},
+	"none":      nil,
+}
+
+// logging realizes logging: with a local driver: json-file, local or
+// none. Every other driver ships output off the host (syslog, gelf,
+// fluentd, awslogs, ...) or into host services (journald), which is
+// egress or host authority no policy grants a pack; options other than
+// rotation are refused too (a tag or label set is harmless, but not
+// modelled). Options without a driver would apply to the engine's
+// default driver, which the pack does not name, and are refused.
+func (a *packAdmitter) logging(w string, s *pack.Service) *PlanLogging {
+	l := s.Logging
+	if l == nil || l.Driver == "" && len(l.Options) == 0 {
+		return nil
+	}
+	allowed, local := localLogOptions[l.Driver]
+	if !local {
+		d := l.Driver
+		if d == "" {
+			d = "(the engine's default)"
+		}
+		a.add(Check{Requirement: w + ".logging.driver", Verdict: NotGranted, Code: "logging-not-local",
+			Detail: fmt.Sprintf("logging driver %s is not one of custody's local drivers: it can ship the service's output off the host or into host services", d),
+			Fix:    "use driver: json-file, local or none, or remove logging"})
+		return nil
+	}
+	ok := true
+	for _, k := range slices.Sorted(maps.Keys(l.Options)) {
+		if !slices.Contains(allowed, k) {
+			a.add(Check{Requirement: w + ".logging.options." + k, Verdict: Unsupported, Code: "logging-option-unmodelled",
+				Detail: fmt.Sprintf("%s is not a rotation option of the %s driver that custody models", k, l.Driver),
+				Fix:    "keep only max-size, max-file and compress (json-file and local), or remove it"})
+			ok = false
+		}
+	}
+	if !ok {
+		return nil
+	}
+	a.add(Check{Requirement: w + ".logging.driver", Verdict: Granted, Code: "logging-local",
+		Detail: fmt.Sprintf("the %s driver keeps the service's output in the engine's own storage, removed with the container at down", l.Driver)})
+	return &PlanLogging{Driver: l.Driver, Options: maps.Clone(l.Options)}
 }
 
 // platform realizes platform: as the engine's own: custody runs no

@@ -93,6 +93,10 @@ type PackContainer struct {
 	RestartRetries int
 	// DNS are the container's resolvers; none leaves the engine's.
 	DNS []string
+	// LogDriver and LogOptions are the container's logging driver ("" is
+	// the engine's default).
+	LogDriver  string
+	LogOptions map[string]string
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string

@@ -145,6 +145,12 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		return Service{}, err
 	}
 	out.Platform = s.Platform
+	if s.Logging != nil {
+		out.Logging = &Logging{Driver: s.Logging.Driver}
+		if len(s.Logging.Options) > 0 {
+			out.Logging.Options = maps.Clone(map[string]string(s.Logging.Options))
+		}
+	}
 	for i, d := range s.DNS {
 		a, err := netip.ParseAddr(d)
 		if err != nil || a.Zone() != "" {

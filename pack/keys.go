@@ -31,7 +31,7 @@ import (
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
 //	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
-//	                    platform, x-custody-systemd
+//	                    platform, logging, x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -55,7 +55,7 @@ import (
 //     up never depend on flags outside the file.
 //   - configs, models, jobs, any x-* except the two above: not modelled yet.
 //   - use_api_socket, volumes_from, external_links, links,
-//     scale, runtime, pull_policy, healthcheck, logging,
+//     scale, runtime, pull_policy, healthcheck,
 //     dns_opt, dns_search, group_add, ipc/oom/cpu tuning
 //     (cpu_shares, cpuset, mem_reservation, ...), device_cgroup_rules,
 //     gpus, storage_opt, develop, post_start/pre_stop hooks, provider:
@@ -188,6 +188,7 @@ func topSpec() *spec {
 		"extra_hosts":       {items: s(), free: listOrScalar()},
 		"dns":               listOrScalar(),
 		"platform":          {scalar: true, str: true},
+		"logging":           keysOf(map[string]*spec{"driver": {scalar: true, str: true}, "options": kvSpec()}),
 		"ulimits":           {free: &spec{scalar: true, keys: map[string]*spec{"soft": s(), "hard": s()}}},
 		"mem_limit":         s(),
 		"cpus":              s(),

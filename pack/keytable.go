@@ -59,7 +59,6 @@ func refusedKeys() map[string]why {
 		"label_file":          {"it reads labels from another file; a pack is one self-contained file", "write labels: literally"},
 		"profiles":            {"profiles select services with flags outside the file, and custody does not yet bind a selection in the grant", "remove profiles, or split the scenario into packs"},
 		"healthcheck":         {"health checks are not yet run or reported by up; " + notYetRealized, "remove it, and use depends_on condition service_started"},
-		"logging":             {"a logging driver can ship output off the host or into host files, and local drivers are not yet checked", "remove it; custody keeps each service's output itself"},
 		"dns_opt":             {reachesOut, fixRemove},
 		"dns_search":          {reachesOut, fixRemove},
 		"domainname":          {notYetRealized, fixRemove},

@@ -112,6 +112,14 @@ type Service struct {
 	DNS []string
 	// Platform is platform: as written (os/arch[/variant]).
 	Platform string
+	// Logging is logging: as written; nil when the file does not say.
+	Logging *Logging
+}
+
+// Logging is a service's logging driver and its options.
+type Logging struct {
+	Driver  string
+	Options map[string]string
 }
 
 // HostEntry is one extra_hosts name and the address it resolves to.

@@ -666,6 +666,9 @@ func containerOf(s admission.PlanService, netIDs map[string]string, secrets []ba
 		MemoryBytes: s.Resources.MemoryBytes, NanoCPUs: int64(s.Resources.CPUs * 1e9), PidsLimit: s.Resources.Pids,
 		Labels: s.Labels, NetworkIDs: netIDs, Aliases: s.Aliases, Init: s.Init, ShmBytes: s.ShmBytes, StopTimeout: s.StopGraceSeconds, Ulimits: ulimitsOf(s.Ulimits), ExtraHosts: s.ExtraHosts, RestartRetries: s.RestartRetries, DNS: s.DNS,
 	}
+	if s.Logging != nil {
+		c.LogDriver, c.LogOptions = s.Logging.Driver, s.Logging.Options
+	}
 	if s.Hostname == "" {
 		c.Hostname = s.Name
 	}

@@ -262,6 +262,9 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		host.ShmSize = c.ShmBytes
 	}
 	host.ExtraHosts, host.DNS = c.ExtraHosts, c.DNS
+	if c.LogDriver != "" {
+		host.LogConfig = container.LogConfig{Type: c.LogDriver, Config: c.LogOptions}
+	}
 	for _, u := range c.Ulimits {
 		host.Ulimits = append(host.Ulimits, &container.Ulimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
 	}
