@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/compose-spec/compose-go/v2/template"
@@ -189,10 +190,12 @@ func topSpec() *spec {
 		"dns":               listOrScalar(),
 		"platform":          {scalar: true, str: true},
 		"logging":           keysOf(map[string]*spec{"driver": {scalar: true, str: true}, "options": kvSpec()}),
-		"ulimits":           {free: &spec{scalar: true, keys: map[string]*spec{"soft": s(), "hard": s()}}},
-		"mem_limit":         s(),
-		"cpus":              s(),
-		"pids_limit":        s(),
+		"ulimits": {free: &spec{scalar: true, check: ulimitNumber, keys: map[string]*spec{
+			"soft": {scalar: true, check: ulimitNumber}, "hard": {scalar: true, check: ulimitNumber},
+		}}},
+		"mem_limit":  s(),
+		"cpus":       s(),
+		"pids_limit": s(),
 		"deploy": keysOf(map[string]*spec{
 			"resources": keysOf(map[string]*spec{
 				"limits": keysOf(map[string]*spec{"memory": s(), "cpus": s(), "pids": s()}),
@@ -249,6 +252,16 @@ func noHome(path, v string) error {
 // noPortRange refuses ranges: compose-go expands "1-65535" into one entry
 // per port, an unbounded blow-up of one short line, and custody models one
 // requirement per port.
+// ulimitNumber refuses a ulimit that is not a whole number in range
+// before compose-go reads it (it panics on one that YAML reads as a
+// float).
+func ulimitNumber(path, v string) error {
+	if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+		return &ValueError{Path: path, Value: v, Reason: "a ulimit is a whole number", Fix: "write a number such as 4096"}
+	}
+	return nil
+}
+
 func noPortRange(path, v string) error {
 	if strings.Contains(v, "-") {
 		return &ValueError{Path: path, Value: v, Reason: "port ranges are not modelled",
