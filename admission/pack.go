@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"path"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/pack"
@@ -113,6 +115,27 @@ type PlanService struct {
 	Systemd     bool              `json:"systemd"`
 	Init        bool              `json:"init,omitempty"`     // the engine's init as PID 1; absent before
 	ShmBytes    int64             `json:"shmBytes,omitempty"` // the size of /dev/shm; absent before
+	// StopGraceSeconds is stop_grace_period in whole seconds (rounded
+	// up): the service's time after its stop signal, at down and in the
+	// engine's own stop. Absent: custody's default; absent before.
+	StopGraceSeconds *int `json:"stopGraceSeconds,omitempty"`
+	// Ulimits are the granted ulimits, by name; absent before.
+	Ulimits []PlanUlimit `json:"ulimits,omitempty"`
+	// ExtraHosts are the granted extra_hosts entries, NAME:ADDRESS as the
+	// engine takes them; absent before.
+	ExtraHosts []string `json:"extraHosts,omitempty"`
+	// RestartRetries is restart: on-failure:N, the most times the engine
+	// restarts the service's container after it fails; absent (before,
+	// and for "no") the engine never restarts it.
+	RestartRetries int `json:"restartRetries,omitempty"`
+	// DNS are the granted resolver addresses, in order; absent before.
+	DNS []string `json:"dns,omitempty"`
+	// Platform is the granted platform: (the engine's own); absent
+	// before.
+	Platform string `json:"platform,omitempty"`
+	// Logging is the granted logging driver and options; absent before
+	// (the engine's default driver).
+	Logging *PlanLogging `json:"logging,omitempty"`
 	// DaemonSocket: the service can reach the engine (a socket bind or
 	// DOCKER_HOST): host-root-equivalent.
 	DaemonSocket bool          `json:"daemonSocket"`
@@ -128,6 +151,19 @@ type PlanBuild struct {
 	Context    string   `json:"context"`
 	Dockerfile string   `json:"dockerfile,omitempty"`
 	Args       []string `json:"args,omitempty"`
+}
+
+// PlanLogging is a service's granted logging driver.
+type PlanLogging struct {
+	Driver  string            `json:"driver"`
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// PlanUlimit is one granted resource limit of a service's processes.
+type PlanUlimit struct {
+	Name string `json:"name"`
+	Soft int64  `json:"soft"`
+	Hard int64  `json:"hard"`
 }
 
 // PlanResources are a service's (or the pack's) effective limits.
@@ -352,7 +388,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
-		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes",
+		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform", "Logging",
 		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
@@ -430,6 +466,13 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	ps.Aliases = a.containerName(w, s, ps.Networks)
 	ps.Init = a.init(w, s)
 	ps.ShmBytes = a.shm(w, s, res)
+	ps.StopGraceSeconds = a.stopGrace(w, s)
+	ps.Ulimits = a.ulimits(w, s)
+	ps.ExtraHosts = a.extraHosts(w, s)
+	ps.RestartRetries = a.restart(w, s)
+	ps.DNS = a.dns(w, s)
+	ps.Platform = a.platform(w, s)
+	ps.Logging = a.logging(w, s)
 	ps.Ports = a.ports[s.Name]
 	ps.Mounts, ps.DaemonSocket = a.mounts(w, s, res)
 	for _, kv := range s.Environment {
@@ -694,11 +737,6 @@ func (a *packAdmitter) misc(w string, s *pack.Service) {
 		a.add(Check{Requirement: w + ".cgroup_parent", Verdict: NotGranted, Code: "cgroup-parent-not-granted",
 			Detail: fmt.Sprintf("cgroup_parent %s would place the service outside the pack's resource ceilings; no policy grants it", s.CgroupParent),
 			Fix:    "remove cgroup_parent"})
-	}
-	if s.Restart != "" && s.Restart != "no" {
-		a.add(Check{Requirement: w + ".restart", Verdict: Unsupported, Code: "restart-unsupported",
-			Detail: fmt.Sprintf("restart: %s would revive containers after custody stopped watching them (an engine restart)", s.Restart),
-			Fix:    `remove restart, or set restart: "no"`})
 	}
 	if s.StopSignal != "" && !signalRe.MatchString(s.StopSignal) {
 		a.add(Check{Requirement: w + ".stop_signal", Verdict: Unsupported, Code: "unmodelled",
@@ -1462,6 +1500,272 @@ func (a *packAdmitter) init(w string, s *pack.Service) bool {
 	a.add(Check{Requirement: w + ".init", Verdict: Granted, Code: "init-process",
 		Detail: "the engine's minimal init runs as PID 1, reaping zombies and forwarding signals to the service's command"})
 	return true
+}
+
+// MaxStopGrace bounds stop_grace_period. Down waits out each service's
+// grace (all at once) before it removes what is left, so a pack's grace
+// is time the operator's teardown is held; a scenario that needs more to
+// shut down cleanly is not one down should wait for.
+const MaxStopGrace = 2 * time.Minute
+
+// stopGrace realizes stop_grace_period within MaxStopGrace, in whole
+// seconds (the engine's unit), rounded up so the service never gets less
+// than it asked for.
+func (a *packAdmitter) stopGrace(w string, s *pack.Service) *int {
+	if s.StopGrace == nil {
+		return nil
+	}
+	if *s.StopGrace > MaxStopGrace {
+		a.add(Check{Requirement: w + ".stop_grace_period", Verdict: NotGranted, Code: "stop-grace-too-long",
+			Detail: fmt.Sprintf("a grace period of %s would hold down longer than the %s custody waits for any service", *s.StopGrace, MaxStopGrace),
+			Fix:    fmt.Sprintf("ask for at most %s", MaxStopGrace)})
+		return nil
+	}
+	secs := int((*s.StopGrace + time.Second - 1) / time.Second)
+	a.add(Check{Requirement: w + ".stop_grace_period", Verdict: Granted, Code: "stop-grace",
+		Detail: fmt.Sprintf("%ds after the stop signal before the service is killed, at down and in the engine's own stop", secs)})
+	return &secs
+}
+
+// localLogOptions are the options of the local logging drivers custody
+// grants: rotation only. Every one keeps the output in the engine's own
+// data root, where down removes it with the container.
+var localLogOptions = map[string][]string{
+	"json-file": {"max-size", "max-file", "compress"},
+	"local":     {"max-size", "max-file", "compress"},
+	"none":      nil,
+}
+
+// logging realizes logging: with a local driver: json-file, local or
+// none. Every other driver ships output off the host (syslog, gelf,
+// fluentd, awslogs, ...) or into host services (journald), which is
+// egress or host authority no policy grants a pack; options other than
+// rotation are refused too (a tag or label set is harmless, but not
+// modelled). Options without a driver would apply to the engine's
+// default driver, which the pack does not name, and are refused.
+func (a *packAdmitter) logging(w string, s *pack.Service) *PlanLogging {
+	l := s.Logging
+	if l == nil || l.Driver == "" && len(l.Options) == 0 {
+		return nil
+	}
+	allowed, local := localLogOptions[l.Driver]
+	if !local {
+		d := l.Driver
+		if d == "" {
+			d = "(the engine's default)"
+		}
+		a.add(Check{Requirement: w + ".logging.driver", Verdict: NotGranted, Code: "logging-not-local",
+			Detail: fmt.Sprintf("logging driver %s is not one of custody's local drivers: it can ship the service's output off the host or into host services", d),
+			Fix:    "use driver: json-file, local or none, or remove logging"})
+		return nil
+	}
+	ok := true
+	for _, k := range slices.Sorted(maps.Keys(l.Options)) {
+		if !slices.Contains(allowed, k) {
+			a.add(Check{Requirement: w + ".logging.options." + k, Verdict: Unsupported, Code: "logging-option-unmodelled",
+				Detail: fmt.Sprintf("%s is not a rotation option of the %s driver that custody models", k, l.Driver),
+				Fix:    "keep only max-size, max-file and compress (json-file and local), or remove it"})
+			ok = false
+		}
+	}
+	if !ok {
+		return nil
+	}
+	a.add(Check{Requirement: w + ".logging.driver", Verdict: Granted, Code: "logging-local",
+		Detail: fmt.Sprintf("the %s driver keeps the service's output in the engine's own storage, removed with the container at down", l.Driver)})
+	return &PlanLogging{Driver: l.Driver, Options: maps.Clone(l.Options)}
+}
+
+// platform realizes platform: as the engine's own: custody runs no
+// emulation, so a service can run only on the platform of the engine's
+// host; another is refused rather than left to the engine to pull or
+// emulate. A variant (amd64/v2) is not checked against the host's CPU and
+// is refused.
+func (a *packAdmitter) platform(w string, s *pack.Service) string {
+	if s.Platform == "" {
+		return ""
+	}
+	own := a.facts.Engine.OS + "/" + a.facts.Engine.Arch
+	switch {
+	case a.facts.Engine.OS == "" || a.facts.Engine.Arch == "":
+		a.add(Check{Requirement: w + ".platform", Verdict: Unsupported, Code: "platform-unknown",
+			Detail: "the engine's platform was not read by its probe", Fix: "probe the engine again (custody doctor), or remove platform"})
+	case strings.ToLower(s.Platform) == own:
+		a.add(Check{Requirement: w + ".platform", Verdict: Granted, Code: "platform-engine",
+			Detail: fmt.Sprintf("%s is the engine's own platform", own)})
+		return own
+	default:
+		a.add(Check{Requirement: w + ".platform", Verdict: Unsupported, Code: "platform-mismatch",
+			Detail: fmt.Sprintf("%s is not the engine's platform %s, and custody does not emulate another", s.Platform, own),
+			Fix:    fmt.Sprintf("write platform: %s, or remove it (images must match the engine's platform)", own)})
+	}
+	return ""
+}
+
+// dns realizes dns: resolvers. A resolver is a destination the
+// service's names are sent to, so each is egress: granted only with the
+// actor's egress. A loopback resolver is refused even so: the engine's
+// embedded resolver, which answers the pack's service names, may reach
+// such an upstream from the engine host's own namespace, outside the
+// pack's world. Unspecified, link-local and multicast addresses are
+// refused as for extra_hosts. Without dns, the engine's embedded
+// resolver answers the pack's service names.
+func (a *packAdmitter) dns(w string, s *pack.Service) []string {
+	var out []string
+	for i, d := range s.DNS {
+		req := fmt.Sprintf("%s.dns[%d]", w, i)
+		ip, err := netip.ParseAddr(d)
+		switch {
+		case err != nil:
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
+				Detail: fmt.Sprintf("%q is not an IP address", d), Fix: "write a resolver's IP address"})
+		case ip.IsLoopback():
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "dns-host-loopback",
+				Detail: fmt.Sprintf("a loopback resolver (%s) may be queried by the engine from its host's own namespace, outside the pack's world", d),
+				Fix:    "remove it: the engine's resolver answers the pack's service names"})
+		case ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast():
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "dns-out-of-world",
+				Detail: fmt.Sprintf("%s is not an address custody lets a pack name (unspecified, link-local or multicast)", d),
+				Fix:    "remove it: the engine's resolver answers the pack's service names"})
+		case a.pa.Egress:
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "dns-egress",
+				Detail: fmt.Sprintf("names the service cannot resolve in the pack go to %s, outside the pack's world: reachable only through the egress the policy grants", d)})
+			out = append(out, ip.String())
+		default:
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "dns-out-of-world",
+				Detail: fmt.Sprintf("a resolver at %s is a destination outside the pack's world, and the policy grants no egress", d),
+				Fix:    "remove it: the engine's resolver answers the pack's service names; or " + a.grantFix("egress: true")})
+		}
+	}
+	return out
+}
+
+// MaxRestarts bounds on-failure:N.
+const MaxRestarts = 10
+
+var onFailureRe = regexp.MustCompile(`^on-failure(:([0-9]{1,9}))?$`)
+
+// restart realizes restart: "no" (custody's default: a service that ends
+// stays ended until down) and on-failure:N with 1 <= N <= MaxRestarts.
+// A restarted container keeps its native ID and custody's ownership
+// labels, so ownership, down, recovery and the receipt's container all
+// still name it; the receipt records the restart policy through the
+// container's host config, not how often it restarted. always and
+// unless-stopped are refused: the engine revives those containers at its
+// own start, without end, also while the workspace is down, being
+// recovered or its custodyd is not running, so they could run with no
+// attempt bringing them up (P8). on-failure without N is unbounded too.
+func (a *packAdmitter) restart(w string, s *pack.Service) int {
+	switch m := onFailureRe.FindStringSubmatch(s.Restart); {
+	case s.Restart == "" || s.Restart == "no":
+		return 0
+	case m != nil && m[2] != "":
+		n, _ := strconv.Atoi(m[2])
+		if n >= 1 && n <= MaxRestarts {
+			a.add(Check{Requirement: w + ".restart", Verdict: Granted, Code: "restart-on-failure",
+				Detail: fmt.Sprintf("the engine restarts the service's container after it fails, at most %d times; a restarted container keeps its ID and ownership, and down removes it", n)})
+			return n
+		}
+		a.add(Check{Requirement: w + ".restart", Verdict: NotGranted, Code: "restart-unbounded",
+			Detail: fmt.Sprintf("on-failure:%d is outside 1-%d restarts", n, MaxRestarts),
+			Fix:    fmt.Sprintf("write on-failure:N with N from 1 to %d", MaxRestarts)})
+	case m != nil:
+		a.add(Check{Requirement: w + ".restart", Verdict: NotGranted, Code: "restart-unbounded",
+			Detail: "on-failure without a count restarts a failing service without end",
+			Fix:    fmt.Sprintf("write on-failure:N with N from 1 to %d", MaxRestarts)})
+	case s.Restart == "always" || s.Restart == "unless-stopped":
+		a.add(Check{Requirement: w + ".restart", Verdict: Unsupported, Code: "restart-unsupported",
+			Detail: fmt.Sprintf("restart: %s lets the engine revive the container at its own start, without end, even while the workspace is down, being recovered or custody is not running: it would run with no attempt bringing it up", s.Restart),
+			Fix:    fmt.Sprintf(`write restart: on-failure:N (N from 1 to %d), or restart: "no"`, MaxRestarts)})
+	default:
+		a.add(Check{Requirement: w + ".restart", Verdict: Unsupported, Code: "unmodelled",
+			Detail: fmt.Sprintf("restart: %q is not a restart policy", s.Restart),
+			Fix:    `write "no", on-failure:N, always or unless-stopped`})
+	}
+	return 0
+}
+
+// extraHosts realizes extra_hosts. A name only resolves; the network
+// decides what is reached. Still, a name is how a pack points a service
+// somewhere, so: a loopback address stays in the service's own world; an
+// address out of the world is a destination, granted only with the
+// actor's egress; the engine's host (host-gateway) is where the
+// operator's APIs and the engine's socket listen, and is never named for
+// a pack (P6); nor are unspecified, link-local (cloud metadata) and
+// multicast addresses.
+func (a *packAdmitter) extraHosts(w string, s *pack.Service) []string {
+	var out []string
+	for _, h := range s.ExtraHosts {
+		req := w + ".extra_hosts." + h.Name
+		if h.IP == pack.HostGateway {
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "extra-host-gateway",
+				Detail: "host-gateway names the engine's host, where the operator's APIs and the engine's socket listen; no policy grants a pack a name for it",
+				Fix:    "remove the entry; reach the pack's services by their service names"})
+			continue
+		}
+		ip, err := netip.ParseAddr(h.IP)
+		switch {
+		case err != nil:
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
+				Detail: fmt.Sprintf("%q is not an IP address", h.IP), Fix: "write an IP address such as 127.0.0.1"})
+			continue
+		case ip.IsLoopback():
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "extra-host-in-world",
+				Detail: fmt.Sprintf("%s resolves to %s, the service's own loopback", h.Name, h.IP)})
+		case ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast():
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "extra-host-out-of-world",
+				Detail: fmt.Sprintf("%s is not an address custody lets a pack name (unspecified, link-local or multicast)", h.IP),
+				Fix:    "remove the entry; reach the pack's services by their service names"})
+			continue
+		case a.pa.Egress:
+			a.add(Check{Requirement: req, Verdict: Granted, Code: "extra-host-egress",
+				Detail: fmt.Sprintf("%s resolves to %s, outside the pack's world: reachable only through the egress the policy grants", h.Name, h.IP)})
+		default:
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "extra-host-out-of-world",
+				Detail: fmt.Sprintf("%s would resolve to %s, outside the pack's world, and the policy grants no egress", h.Name, h.IP),
+				Fix:    "reach the pack's services by their service names (an address of the pack's own networks is chosen at up), or " + a.grantFix("egress: true")})
+			continue
+		}
+		out = append(out, h.Name+":"+h.IP)
+	}
+	return out
+}
+
+// ulimits realizes nofile and nproc within the policy's ceilings: the
+// hard limit is what the service can raise its soft limit to, so it is
+// the one bounded. Other limits are refused: memlock, rtprio and the like
+// reach kernel memory and scheduling that no ceiling models, and core
+// writes files the pack's mounts do not name.
+func (a *packAdmitter) ulimits(w string, s *pack.Service) []PlanUlimit {
+	var out []PlanUlimit
+	for _, u := range s.Ulimits {
+		req := w + ".ulimits." + u.Name
+		var ceiling int64
+		switch u.Name {
+		case "nofile":
+			ceiling = a.pa.Ceilings.Nofile
+		case "nproc":
+			ceiling = a.pa.Ceilings.Nproc
+		default:
+			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "ulimit-unmodelled",
+				Detail: fmt.Sprintf("custody bounds only nofile and nproc; %s is not bounded by any policy ceiling", u.Name),
+				Fix:    "remove it"})
+			continue
+		}
+		if u.Hard > ceiling {
+			detail := fmt.Sprintf("a hard %s limit of %d is above the policy's ceiling %d", u.Name, u.Hard, ceiling)
+			if ceiling == 0 {
+				detail = fmt.Sprintf("the policy sets no %s ceiling, so a pack may not set that limit", u.Name)
+			}
+			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "ulimit-above-ceiling", Detail: detail,
+				Fix: fmt.Sprintf("ask for a hard limit within the ceiling, or %s", a.grantFix("ceilings."+u.Name))})
+			continue
+		}
+		a.add(Check{Requirement: req, Verdict: Granted, Code: "ulimit",
+			Detail: fmt.Sprintf("%s soft %d, hard %d, within the policy's ceiling %d", u.Name, u.Soft, u.Hard, ceiling)})
+		out = append(out, PlanUlimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
+	}
+	return out
 }
 
 // shm realizes shm_size within the memory budget: /dev/shm is memory, so

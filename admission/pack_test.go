@@ -851,3 +851,32 @@ func TestPackPlanListsAreNeverNull(t *testing.T) {
 		t.Errorf("the plan has a null list:\n%s", raw)
 	}
 }
+
+// TestAdmitPackExtraHosts: an out-of-world address is a destination,
+// granted with the actor's egress and refused without it; the engine's
+// host never is, egress or not.
+func TestAdmitPackExtraHosts(t *testing.T) {
+	p := basePack()
+	service(p, "web").ExtraHosts = []pack.HostEntry{{Name: "api.example", IP: "203.0.113.5"}, {Name: "cache", IP: "127.0.0.1"}}
+	pl := packPolicy()
+	if _, err := AdmitPack(p, pl, packActor, packFacts()); !slices.Equal(refusedCodes(t, err), []string{"extra-host-out-of-world"}) {
+		t.Errorf("an outside address without egress: %v", err)
+	}
+	grants(pl).Egress = true
+	if plan := mustAdmit(t, p, pl, packFacts()); !slices.Equal(serviceOf(plan, "web").ExtraHosts, []string{"api.example:203.0.113.5", "cache:127.0.0.1"}) {
+		t.Errorf("extra hosts with egress: %v", serviceOf(plan, "web").ExtraHosts)
+	}
+	service(p, "web").ExtraHosts = []pack.HostEntry{{Name: "gw", IP: pack.HostGateway}}
+	if _, err := AdmitPack(p, pl, packActor, packFacts()); !slices.Equal(refusedCodes(t, err), []string{"extra-host-gateway"}) {
+		t.Errorf("host-gateway with egress: %v", err)
+	}
+}
+
+func serviceOf(plan *PackPlan, name string) PlanService {
+	for _, s := range plan.Services {
+		if s.Name == name {
+			return s
+		}
+	}
+	return PlanService{}
+}

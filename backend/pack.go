@@ -45,6 +45,12 @@ type PackPort struct {
 	Protocol      string
 }
 
+// PackUlimit is one resource limit of a container's processes.
+type PackUlimit struct {
+	Name       string
+	Soft, Hard int64
+}
+
 // PackContainer is one service's container, with every setting effective.
 type PackContainer struct {
 	// Service is the pack's name for it; Image the reference to run.
@@ -73,6 +79,24 @@ type PackContainer struct {
 	StopSignal  string
 	Init        bool  // the engine's init as PID 1
 	ShmBytes    int64 // the size of /dev/shm; 0 is the engine's
+	// StopTimeout is the engine's own grace after the stop signal, in
+	// seconds; nil leaves the engine's default.
+	StopTimeout *int
+	// Ulimits are the container's resource limits; none leaves the
+	// engine's defaults.
+	Ulimits []PackUlimit
+	// ExtraHosts are NAME:ADDRESS lines added to the container's
+	// /etc/hosts.
+	ExtraHosts []string
+	// RestartRetries, if not 0, lets the engine restart the container
+	// after it fails, at most that many times; 0 never restarts it.
+	RestartRetries int
+	// DNS are the container's resolvers; none leaves the engine's.
+	DNS []string
+	// LogDriver and LogOptions are the container's logging driver ("" is
+	// the engine's default).
+	LogDriver  string
+	LogOptions map[string]string
 	// Cgroupns is "private" or "host"; "" the engine's default.
 	Cgroupns    string
 	PidMode     string
@@ -169,7 +193,10 @@ type PackEngine struct {
 	Version    string
 	APIVersion string
 	OS         string
-	Kernel     string
+	// Arch is the engine's architecture in OCI terms (amd64, arm64);
+	// empty when the probe predates it.
+	Arch   string `json:"arch,omitempty"`
+	Kernel string
 	// Boundary is the kernel boundary the containers really share:
 	// "native-linux" or "vm" (Docker Desktop, a remote VM).
 	Boundary      string

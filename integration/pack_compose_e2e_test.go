@@ -26,7 +26,7 @@ services:
       dev.custody.workspace: mine
   db:
     image: %[1]s
-    platform: linux/amd64
+    profiles: [debug]
     x-notes: kept
     ports: ["${DB_PORT}:5432"]
 `
@@ -52,7 +52,7 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 		t.Fatalf("admit: exit %d, want %d with a refusal\nstdout: %s\nstderr: %s", code, exitRefused, out, errs)
 	}
 	want := []string{"services.web.healthcheck", "services.web.frobnicate",
-		"services.web.labels", "services.db.platform", "services.db.x-notes", "services.db.ports[0]", "name"}
+		"services.web.labels", "services.db.profiles", "services.db.x-notes", "services.db.ports[0]", "name"}
 	var got []string
 	for _, c := range adm.Checks {
 		got = append(got, c.Requirement)
@@ -83,7 +83,7 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 	}
 	// grant issue refuses exactly the same, naming every requirement.
 	code, _, errs = e.pack("grant", "issue", compose, "--actor", "range-op")
-	if code != exitRefused || !strings.Contains(errs, "services.web.healthcheck") || !strings.Contains(errs, "services.db.platform") {
+	if code != exitRefused || !strings.Contains(errs, "services.web.healthcheck") || !strings.Contains(errs, "services.db.profiles") {
 		t.Errorf("grant issue: exit %d\n%s", code, errs)
 	}
 	// version: is obsolete: accepted, as compose accepts it, and noted.

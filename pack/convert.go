@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/moby/sys/capability"
@@ -132,6 +133,33 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 	out.Init = s.Init != nil && *s.Init
 	if out.ShmBytes = int64(s.ShmSize); out.ShmBytes < 0 {
 		return Service{}, &ValueError{Path: path + ".shm_size", Value: strconv.FormatInt(out.ShmBytes, 10), Reason: "a negative size (unlimited) is not modelled", Fix: "write a size such as 64m"}
+	}
+	if s.StopGracePeriod != nil {
+		d := time.Duration(*s.StopGracePeriod)
+		if d < 0 {
+			return Service{}, &ValueError{Path: path + ".stop_grace_period", Value: d.String(), Reason: "a negative grace period is not a duration", Fix: "write a duration such as 30s"}
+		}
+		out.StopGrace = &d
+	}
+	if out.ExtraHosts, err = convertExtraHosts(path+".extra_hosts", s.ExtraHosts); err != nil {
+		return Service{}, err
+	}
+	out.Platform = s.Platform
+	if s.Logging != nil {
+		out.Logging = &Logging{Driver: s.Logging.Driver}
+		if len(s.Logging.Options) > 0 {
+			out.Logging.Options = maps.Clone(map[string]string(s.Logging.Options))
+		}
+	}
+	for i, d := range s.DNS {
+		a, err := netip.ParseAddr(d)
+		if err != nil || a.Zone() != "" {
+			return Service{}, &ValueError{Path: fmt.Sprintf("%s.dns[%d]", path, i), Value: d, Reason: "not an IP address", Fix: "write a resolver's IP address"}
+		}
+		out.DNS = append(out.DNS, a.String())
+	}
+	if out.Ulimits, err = convertUlimits(path+".ulimits", s.Ulimits); err != nil {
+		return Service{}, err
 	}
 	if out.Expose, err = convertExpose(path+".expose", s.Expose); err != nil {
 		return Service{}, err
@@ -482,5 +510,56 @@ func convertExpose(path string, in []string) ([]string, error) {
 		out = append(out, fmt.Sprintf("%d/%s", n, proto))
 	}
 	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// convertUlimits takes ulimits in either form; unlimited (-1) and a soft
+// limit above the hard one are refused.
+func convertUlimits(path string, in map[string]*types.UlimitsConfig) ([]Ulimit, error) {
+	var out []Ulimit
+	for _, name := range slices.Sorted(maps.Keys(in)) {
+		u := in[name]
+		if u == nil {
+			continue
+		}
+		l := Ulimit{Name: name, Soft: int64(u.Soft), Hard: int64(u.Hard)}
+		if u.Single != 0 {
+			l.Soft, l.Hard = int64(u.Single), int64(u.Single)
+		}
+		if l.Soft < 0 || l.Hard <= 0 || l.Soft > l.Hard {
+			return nil, &ValueError{Path: path + "." + name, Value: fmt.Sprintf("soft %d, hard %d", l.Soft, l.Hard),
+				Reason: "a ulimit needs a positive hard limit at least its soft one (unlimited is not modelled)",
+				Fix:    "write a number, or soft and hard with soft <= hard"}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+var hostEntryName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9])?$`)
+
+// HostGateway is the engine's name for the address of its own host.
+const HostGateway = "host-gateway"
+
+// convertExtraHosts takes extra_hosts in either form; each address is an
+// IP address or host-gateway (judged at admission).
+func convertExtraHosts(path string, in types.HostsList) ([]HostEntry, error) {
+	var out []HostEntry
+	for _, name := range slices.Sorted(maps.Keys(in)) {
+		if !hostEntryName.MatchString(name) {
+			return nil, &ValueError{Path: path, Value: name, Reason: "not a host name", Fix: "write NAME:ADDRESS with a name of letters, digits, '.', '_' and '-'"}
+		}
+		for _, ip := range in[name] {
+			if ip != HostGateway {
+				a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(ip, "["), "]"))
+				if err != nil || a.Zone() != "" {
+					return nil, &ValueError{Path: path + "." + name, Value: ip, Reason: "not an IP address", Fix: "write an IP address such as 127.0.0.1"}
+				}
+				ip = a.String()
+			}
+			out = append(out, HostEntry{Name: name, IP: ip})
+		}
+	}
+	slices.SortFunc(out, func(a, b HostEntry) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.IP, b.IP)) })
 	return slices.Compact(out), nil
 }

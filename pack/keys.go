@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/compose-spec/compose-go/v2/template"
@@ -30,7 +31,8 @@ import (
 //	                    userns_mode, security_opt, sysctls, cgroup_parent,
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
-//	                    init, shm_size, x-custody-systemd
+//	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
+//	                    platform, logging, x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -53,9 +55,9 @@ import (
 //   - profiles: refused rather than ignored, so the services a pack brings
 //     up never depend on flags outside the file.
 //   - configs, models, jobs, any x-* except the two above: not modelled yet.
-//   - use_api_socket, volumes_from, external_links, links, container_name,
-//     scale, init, runtime, platform, pull_policy, healthcheck, logging,
-//     ulimits, extra_hosts, dns*, group_add, shm_size, ipc/oom/cpu tuning
+//   - use_api_socket, volumes_from, external_links, links,
+//     scale, runtime, pull_policy, healthcheck,
+//     dns_opt, dns_search, group_add, ipc/oom/cpu tuning
 //     (cpu_shares, cpuset, mem_reservation, ...), device_cgroup_rules,
 //     gpus, storage_opt, develop, post_start/pre_stop hooks, provider:
 //     each reaches host state, engine authority or a fixed native name
@@ -167,25 +169,33 @@ func topSpec() *spec {
 		"secrets": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
 			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
 		}}),
-		"privileged":    s(),
-		"cap_add":       listOf(s()),
-		"cap_drop":      listOf(s()),
-		"devices":       listOf(s()),
-		"network_mode":  s(),
-		"pid":           s(),
-		"ipc":           s(),
-		"uts":           s(),
-		"userns_mode":   s(),
-		"security_opt":  listOf(s()),
-		"sysctls":       kvSpec(),
-		"cgroup_parent": s(),
-		"cgroup":        s(),
-		"restart":       s(),
-		"read_only":     s(),
-		"stop_signal":   s(),
-		"mem_limit":     s(),
-		"cpus":          s(),
-		"pids_limit":    s(),
+		"privileged":        s(),
+		"cap_add":           listOf(s()),
+		"cap_drop":          listOf(s()),
+		"devices":           listOf(s()),
+		"network_mode":      s(),
+		"pid":               s(),
+		"ipc":               s(),
+		"uts":               s(),
+		"userns_mode":       s(),
+		"security_opt":      listOf(s()),
+		"sysctls":           kvSpec(),
+		"cgroup_parent":     s(),
+		"cgroup":            s(),
+		"restart":           s(),
+		"read_only":         s(),
+		"stop_signal":       s(),
+		"stop_grace_period": s(),
+		"extra_hosts":       {items: s(), free: listOrScalar()},
+		"dns":               listOrScalar(),
+		"platform":          {scalar: true, str: true},
+		"logging":           keysOf(map[string]*spec{"driver": {scalar: true, str: true}, "options": kvSpec()}),
+		"ulimits": {free: &spec{scalar: true, check: ulimitNumber, keys: map[string]*spec{
+			"soft": {scalar: true, check: ulimitNumber}, "hard": {scalar: true, check: ulimitNumber},
+		}}},
+		"mem_limit":  s(),
+		"cpus":       s(),
+		"pids_limit": s(),
 		"deploy": keysOf(map[string]*spec{
 			"resources": keysOf(map[string]*spec{
 				"limits": keysOf(map[string]*spec{"memory": s(), "cpus": s(), "pids": s()}),
@@ -242,6 +252,16 @@ func noHome(path, v string) error {
 // noPortRange refuses ranges: compose-go expands "1-65535" into one entry
 // per port, an unbounded blow-up of one short line, and custody models one
 // requirement per port.
+// ulimitNumber refuses a ulimit that is not a whole number in range
+// before compose-go reads it (it panics on one that YAML reads as a
+// float).
+func ulimitNumber(path, v string) error {
+	if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+		return &ValueError{Path: path, Value: v, Reason: "a ulimit is a whole number", Fix: "write a number such as 4096"}
+	}
+	return nil
+}
+
 func noPortRange(path, v string) error {
 	if strings.Contains(v, "-") {
 		return &ValueError{Path: path, Value: v, Reason: "port ranges are not modelled",

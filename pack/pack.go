@@ -5,6 +5,8 @@
 // policy. The package is pure data and parsing: it talks to no engine.
 package pack
 
+import "time"
+
 // Pack is one loaded compose file. Every slice is sorted by name so that
 // two loads of the same bytes are equal.
 type Pack struct {
@@ -96,6 +98,39 @@ type Service struct {
 	Init bool
 	// ShmBytes is shm_size: the size of /dev/shm (0: the engine's).
 	ShmBytes int64
+	// StopGrace is stop_grace_period: how long the service has after its
+	// stop signal before it is killed; nil when the file does not say.
+	StopGrace *time.Duration
+	// Ulimits are the service's ulimits, sorted by name; the single
+	// form is soft = hard.
+	Ulimits []Ulimit
+	// ExtraHosts are extra_hosts: names added to the service's
+	// /etc/hosts, sorted. IP is an address, or "host-gateway" as written.
+	ExtraHosts []HostEntry
+	// DNS are the dns: resolver addresses, in the file's order (the
+	// order is the order of lookups).
+	DNS []string
+	// Platform is platform: as written (os/arch[/variant]).
+	Platform string
+	// Logging is logging: as written; nil when the file does not say.
+	Logging *Logging
+}
+
+// Logging is a service's logging driver and its options.
+type Logging struct {
+	Driver  string
+	Options map[string]string
+}
+
+// HostEntry is one extra_hosts name and the address it resolves to.
+type HostEntry struct {
+	Name, IP string
+}
+
+// Ulimit is one resource limit of the service's processes.
+type Ulimit struct {
+	Name       string
+	Soft, Hard int64
 }
 
 // Build is a service's build: section.

@@ -117,6 +117,11 @@ type PackCeilings struct {
 	Service  PackResources `yaml:"service" json:"service"`
 	Pack     PackResources `yaml:"pack" json:"pack"`
 	Services int           `yaml:"services" json:"services"`
+	// Nofile and Nproc bound the hard limits a service's ulimits may set
+	// (RLIMIT_NOFILE, RLIMIT_NPROC). Absent, a pack may not set that
+	// ulimit at all: the engine's own default applies.
+	Nofile int64 `yaml:"nofile,omitempty" json:"nofile,omitempty"`
+	Nproc  int64 `yaml:"nproc,omitempty" json:"nproc,omitempty"`
 }
 
 // PackResources is one set of ceilings.
@@ -324,5 +329,11 @@ func (c PackCeilings) validate(f string, add adder) {
 	}
 	if c.Services <= 0 {
 		add(f+".services", "must be greater than zero", "set the most services a pack may have, e.g. 8")
+	}
+	if c.Nofile < 0 {
+		add(f+".nofile", "must be greater than zero", "set the highest open-file limit a service may ask for, e.g. 65536, or remove it")
+	}
+	if c.Nproc < 0 {
+		add(f+".nproc", "must be greater than zero", "set the highest process limit a service may ask for, e.g. 4096, or remove it")
 	}
 }

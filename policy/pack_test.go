@@ -113,6 +113,8 @@ func TestParsePacksInvalid(t *testing.T) {
 		{"service above pack", strictEdit(t, "service: {memory: 512Mi, cpu: 1", "service: {memory: 4Gi, cpu: 3"),
 			[]string{"packs.actors[0].ceilings.service.memory", "packs.actors[0].ceilings.service.cpu"}},
 		{"zero services", strictEdit(t, "services: 8", "services: 0"), []string{"/packs/actors/0/ceilings/services"}},
+		{"zero nofile ceiling", strictEdit(t, "services: 8", "services: 8\n        nofile: 0"), []string{"/packs/actors/0/ceilings/nofile"}},
+		{"negative nproc ceiling", strictEdit(t, "services: 8", "services: 8\n        nproc: -1"), []string{"/packs/actors/0/ceilings/nproc"}},
 		{"duplicate actor", withPacks + "    - name: range-op\n      ceilings: {service: {memory: 1, cpu: 1, pids: 1}, pack: {memory: 1, cpu: 1, pids: 1}, services: 1}\n",
 			[]string{"packs.actors[1].name"}},
 		{"duplicate credential", strictEdit(t, "        - {name: db-password, services: [db, web]}\n", "        - {name: db-password, services: [db]}\n        - {name: db-password, services: [web]}\n"),

@@ -360,7 +360,8 @@ func (m *Manager) teardown(ctx context.Context, rec *record, attempt string, vol
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_ = m.cfg.Engine.Stop(ctx, o, jr, r, m.stopSignal(plan, o, r), stopGrace)
+				signal, grace := m.stopOf(plan, o, r)
+				_ = m.cfg.Engine.Stop(ctx, o, jr, r, signal, grace)
 			}()
 		}
 	}
@@ -451,19 +452,23 @@ func failed(cr backend.CleanupReport, extra error) string {
 	return strings.Join(out, "; ")
 }
 
-// stopSignal is the stop signal of the service whose container r is, by
-// the engine's own name for it ("" is the image's).
-func (m *Manager) stopSignal(plan *admission.PackPlan, o backend.PackOwner, r backend.Resource) string {
+// stopOf is the stop signal ("" is the image's) and grace of the service
+// whose container r is, by the engine's own name for it: its granted
+// stop_grace_period, else stopGrace.
+func (m *Manager) stopOf(plan *admission.PackPlan, o backend.PackOwner, r backend.Resource) (string, time.Duration) {
 	if plan == nil {
-		return ""
+		return "", stopGrace
 	}
 	for _, s := range plan.Services {
 		rs := m.cfg.Engine.Intents(o, backend.PackNames{Containers: []string{s.Name}})
 		if len(rs) == 1 && rs[0].Kind == r.Kind && rs[0].Name == r.Name {
-			return s.StopSignal
+			if s.StopGraceSeconds != nil {
+				return s.StopSignal, time.Duration(*s.StopGraceSeconds) * time.Second
+			}
+			return s.StopSignal, stopGrace
 		}
 	}
-	return ""
+	return "", stopGrace
 }
 
 // downReceipt signs what the teardown did to every object that was ever

@@ -664,7 +664,10 @@ func containerOf(s admission.PlanService, netIDs map[string]string, secrets []ba
 		Sysctls: s.Sysctls, ReadOnly: s.ReadOnly, StopSignal: s.StopSignal, Cgroupns: s.Cgroup,
 		PidMode: s.PID, IpcMode: s.IPC, UTSMode: s.UTS, UsernsMode: s.Userns,
 		MemoryBytes: s.Resources.MemoryBytes, NanoCPUs: int64(s.Resources.CPUs * 1e9), PidsLimit: s.Resources.Pids,
-		Labels: s.Labels, NetworkIDs: netIDs, Aliases: s.Aliases, Init: s.Init, ShmBytes: s.ShmBytes,
+		Labels: s.Labels, NetworkIDs: netIDs, Aliases: s.Aliases, Init: s.Init, ShmBytes: s.ShmBytes, StopTimeout: s.StopGraceSeconds, Ulimits: ulimitsOf(s.Ulimits), ExtraHosts: s.ExtraHosts, RestartRetries: s.RestartRetries, DNS: s.DNS,
+	}
+	if s.Logging != nil {
+		c.LogDriver, c.LogOptions = s.Logging.Driver, s.Logging.Options
 	}
 	if s.Hostname == "" {
 		c.Hostname = s.Name
@@ -713,4 +716,12 @@ func (m *Manager) removeSecrets(wsID string) error {
 		return fmt.Errorf("remove credential files of %s: %w", wsID, err)
 	}
 	return nil
+}
+
+func ulimitsOf(in []admission.PlanUlimit) []backend.PackUlimit {
+	var out []backend.PackUlimit
+	for _, u := range in {
+		out = append(out, backend.PackUlimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
+	}
+	return out
 }

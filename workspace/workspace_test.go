@@ -112,6 +112,7 @@ const policyYAML = policytest.Header + "images: []\n" + policytest.Limits + `pac
         service: {memory: 64Mi, cpu: 0.25, pids: 64}
         pack: {memory: 1Gi, cpu: 2, pids: 512}
         services: 5
+        nofile: 4096
 `
 
 type env struct {

@@ -239,7 +239,7 @@ func (p *Packs) CreateContainer(ctx context.Context, o backend.PackOwner, rec ba
 func containerSpec(ws string, c backend.PackContainer) (*container.Config, *container.HostConfig, *network.NetworkingConfig, error) {
 	cfg := &container.Config{
 		Image: c.Image, Cmd: c.Command, Entrypoint: c.Entrypoint, Env: c.Env, User: c.User,
-		WorkingDir: c.WorkingDir, Hostname: c.Hostname, Labels: c.Labels, StopSignal: c.StopSignal,
+		WorkingDir: c.WorkingDir, Hostname: c.Hostname, Labels: c.Labels, StopSignal: c.StopSignal, StopTimeout: c.StopTimeout,
 	}
 	host := &container.HostConfig{
 		Privileged: c.Privileged, CapAdd: c.CapAdd, CapDrop: c.CapDrop, SecurityOpt: c.SecurityOpt,
@@ -248,12 +248,25 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		IpcMode: container.IpcMode(c.IpcMode), UTSMode: container.UTSMode(c.UTSMode),
 		UsernsMode: container.UsernsMode(c.UsernsMode),
 		Resources:  container.Resources{Memory: c.MemoryBytes, NanoCPUs: c.NanoCPUs},
-		// No restart policy: a container that ends stays ended until
-		// the operator's down, never restarted behind custody's back.
+		// No restart policy unless granted: a container that ends stays
+		// ended until the operator's down, never restarted behind
+		// custody's back.
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+	}
+	if c.RestartRetries > 0 {
+		// Granted on-failure:N: bounded, and the restarted container
+		// keeps its ID and ownership labels.
+		host.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyOnFailure, MaximumRetryCount: c.RestartRetries}
 	}
 	if c.ShmBytes > 0 {
 		host.ShmSize = c.ShmBytes
+	}
+	host.ExtraHosts, host.DNS = c.ExtraHosts, c.DNS
+	if c.LogDriver != "" {
+		host.LogConfig = container.LogConfig{Type: c.LogDriver, Config: c.LogOptions}
+	}
+	for _, u := range c.Ulimits {
+		host.Ulimits = append(host.Ulimits, &container.Ulimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
 	}
 	if c.Init {
 		// Only when asked: nil leaves the engine's default, as compose does.

@@ -86,6 +86,7 @@ func (d *Docker) probe(ctx context.Context, opts ProbeOptions) (_ *backend.PackE
 		Version:       ver.Version,
 		APIVersion:    ver.APIVersion,
 		OS:            info.OSType,
+		Arch:          ver.Arch,
 		Kernel:        info.KernelVersion,
 		StorageDriver: info.Driver,
 		CgroupDriver:  info.CgroupDriver,
