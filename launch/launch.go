@@ -187,10 +187,15 @@ func laterInputs(req *request.Phase, resolvedAtRun []int) (map[int]bool, error) 
 	return later, nil
 }
 
+// pinFunc opens a plan's host inputs for reading (as a client, for a
+// minted grant), with its checks on them; the caller closes them.
+type pinFunc func(*admission.Plan) (map[int]*peerInput, []admission.Check)
+
 // decide is Decide under pol with the checks the caller made first
 // (Issue's on the actor) counted among its refusals; the inputs in later
-// are admitted but not read.
-func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check, later map[int]bool) (*admission.Plan, []admission.Input, error) {
+// are admitted but not read. With pin, the host inputs are read only
+// through what it opened.
+func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check, later map[int]bool, pin pinFunc) (*admission.Plan, []admission.Input, error) {
 	refused := refusedOf(first)
 	plan, err := Admit(l.cfg.Runner, req, pol)
 	var re *admission.RefusedError
@@ -206,11 +211,17 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 		plan.Checks = append(plan.Checks, creds...)
 		refused = append(refused, symlinkSources(plan)...)
 	}
+	var pinned map[int]*peerInput
+	if pin != nil && plan != nil && len(refused) == 0 {
+		var checks []admission.Check
+		pinned, checks = pin(plan)
+		refused = append(refused, refusedOf(checks)...)
+	}
 	if len(refused) > 0 {
 		return nil, nil, &admission.RefusedError{Checks: refused}
 	}
 	if len(later) == 0 {
-		inputs, err := HashInputs(ctx, l.cfg.Runner, plan)
+		inputs, _, err := hashInputs(ctx, l.cfg.Runner, plan, pinned)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -499,7 +510,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	if err != nil {
 		return nil, err
 	}
-	env, _, err := l.issue(ctx, pol, polDig, req, actor, ttl, nil, nil)
+	env, _, err := l.issue(ctx, pol, polDig, req, actor, ttl, nil, nil, nil)
 	return env, err
 }
 
@@ -508,8 +519,8 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 // admission has a plan, those of within (nil for a hand-issued grant):
 // then the grant, minted and recorded, and its predicate.
 func (l *Launcher) issue(ctx context.Context, pol *policy.Policy, polDig string, req *request.Phase, actor string, ttl time.Duration,
-	first []admission.Check, within func(*admission.Plan) []admission.Check) ([]byte, *grant.Predicate, error) {
-	plan, inputs, err := l.decide(ctx, pol, req, append(actorChecks(pol, req, actor), first...), nil)
+	first []admission.Check, pin pinFunc, within func(*admission.Plan) []admission.Check) ([]byte, *grant.Predicate, error) {
+	plan, inputs, err := l.decide(ctx, pol, req, append(actorChecks(pol, req, actor), first...), nil, pin)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -791,7 +802,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
 	}
-	hashed, trees, err := hashInputs(ctx, r, plan)
+	hashed, trees, err := hashInputs(ctx, r, plan, nil)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
 	}

@@ -62,16 +62,22 @@ func (l *Launcher) Mint(ctx context.Context, in MintRequest) (*Minted, error) {
 		}
 	}
 	first := RequestEnvelope(a, in.Phase, in.Pipeline, l.cfg.Now())
-	// Host inputs are read only once they lie within the envelope and the
-	// peer could read them itself: custodyd reads as root, and must not
-	// read on a client's behalf what the client could not.
-	if len(refusedOf(first)) == 0 {
-		first = append(first, peerAccessChecks(in.Phase, in.From)...)
-	}
 	if refused := refusedOf(first); len(refused) > 0 {
 		return nil, &admission.RefusedError{Checks: refused}
 	}
-	env, p, err := l.issue(ctx, pol, polDig, in.Phase, a.Actor, MintTTL, nil,
+	// Host inputs are read only once they lie within the envelope, and
+	// only through what the peer opened itself: custodyd reads as root,
+	// and must not read on a client's behalf what the client could not,
+	// nor follow a path the client changes after the check.
+	var pinned map[int]*peerInput
+	defer func() { closeInputs(pinned) }()
+	pin := func(plan *admission.Plan) (map[int]*peerInput, []admission.Check) {
+		var checks []admission.Check
+		pinned, checks = peerOpen(plan, in.From)
+		l.fault("mint-inputs-opened")
+		return pinned, checks
+	}
+	env, p, err := l.issue(ctx, pol, polDig, in.Phase, a.Actor, MintTTL, nil, pin,
 		func(plan *admission.Plan) []admission.Check { return PlanEnvelope(a, pol, plan) })
 	if err != nil {
 		return nil, err

@@ -142,12 +142,13 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, w
 // writing anything: what a launch would snapshot, for checks that must
 // happen before any mutation.
 func HashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) ([]admission.Input, error) {
-	out, _, err := hashInputs(ctx, h, plan)
+	out, _, err := hashInputs(ctx, h, plan, nil)
 	return out, err
 }
 
-// hashInputs is HashInputs, returning each input's tree too.
-func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (out []admission.Input, trees []*treehash.Tree, err error) {
+// hashInputs is HashInputs, returning each input's tree too. An input in
+// pinned is read through what was opened as the client, never by its path.
+func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, pinned map[int]*peerInput) (out []admission.Input, trees []*treehash.Tree, err error) {
 	var need diskNeed
 	avoid, err := verifierIdentities(ctx, plan)
 	if err != nil {
@@ -159,7 +160,11 @@ func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (out 
 		if err != nil {
 			return nil, nil, err
 		}
-		tree, err := h.Inputs().Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
+		opts := treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid}
+		if p := pinned[i]; p != nil {
+			src, opts.Beneath, opts.Root = p.source(), p.beneath(), &p.id
+		}
+		tree, err := h.Inputs().Digest(ctx, src, opts)
 		if err != nil {
 			return nil, nil, inputRefusal(i, err)
 		}

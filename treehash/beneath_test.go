@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/custody-dev/custody/treehash"
 )
 
@@ -82,5 +84,36 @@ func TestMaxPathBytes(t *testing.T) {
 	}
 	if _, err := treehash.Dir(context.Background(), dir, treehash.Options{MaxPathBytes: 11}); !errors.Is(err, treehash.ErrTooLarge) {
 		t.Errorf("12 path bytes over a bound of 11: %v, want ErrTooLarge", err)
+	}
+}
+
+// Options.Root pins the root to an object the caller opened: a walk whose
+// root is any other object by then (a path swapped after the caller's
+// open) reads nothing of it, and one that is still that object walks.
+func TestRootIdentityPinsTheRoot(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"mine", "theirs"} {
+		if err := os.MkdirAll(filepath.Join(dir, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p, "f"), []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := func(p string) *treehash.Identity {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return &treehash.Identity{Dev: uint64(st.Dev), Ino: st.Ino}
+	}
+	ctx := context.Background()
+	mine := filepath.Join(dir, "mine")
+	if _, err := treehash.Dir(ctx, mine, treehash.Options{Beneath: dir, Root: id(mine)}); err != nil {
+		t.Fatalf("the pinned root itself: %v", err)
+	}
+	if tree, err := treehash.Dir(ctx, mine, treehash.Options{Beneath: dir, Root: id(filepath.Join(dir, "theirs"))}); err == nil {
+		t.Fatalf("a root that is not the pinned object was walked: %v", tree.Entries)
 	}
 }

@@ -131,6 +131,11 @@ type Options struct {
 	// Beneath refuses the walk with ErrSymlinkComponent. Beneath itself is
 	// the caller's trusted path and is opened as given.
 	Beneath string
+	// Root, if set, is the identity the root must have: an object the
+	// caller opened itself (with another's credentials, say). A root that
+	// is any other object when the walk reaches it fails the walk as a
+	// change, so a path swapped after the caller's open is never read.
+	Root *Identity
 	// Avoid, if set, is the identities (IdentitiesOf) of objects the tree
 	// must not hold: meeting one, the root included, fails the walk with
 	// ErrAvoided however its path reached it. Every directory, file and

@@ -159,6 +159,9 @@ func (w *walker) walkRoot(ctx context.Context, root string) error {
 	} else if err := ignoringEINTR(func() error { return unix.Lstat(root, &st) }); err != nil {
 		return &os.PathError{Op: "lstat", Path: root, Err: err}
 	}
+	if r := w.opts.Root; r != nil && (r.Dev != uint64(st.Dev) || r.Ino != st.Ino) {
+		return changed(root)
+	}
 	if err := w.avoided(root, st.Dev, st.Ino); err != nil {
 		return err
 	}
