@@ -743,6 +743,18 @@ type Peer struct {
 // the spend because taking a snapshot writes; a refusal there closes the
 // attempt.
 func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, error) {
+	return l.redeem(ctx, env, from, nil)
+}
+
+// RedeemMinted redeems a grant Mint just minted, reading its host inputs
+// only through what the mint opened as the client, and closes them.
+func (l *Launcher) RedeemMinted(ctx context.Context, m *Minted, from Peer) (*Run, error) {
+	defer m.Close()
+	return l.redeem(ctx, m.Envelope, from, m.inputs)
+}
+
+// redeem is Redeem, with the host inputs in pinned read through them.
+func (l *Launcher) redeem(ctx context.Context, env []byte, from Peer, pinned map[int]*peerInput) (*Run, error) {
 	pol, polDig, err := l.cfg.Policy()
 	if err != nil {
 		return nil, err
@@ -802,7 +814,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
 	}
-	hashed, trees, err := hashInputs(ctx, r, plan, nil)
+	hashed, trees, err := hashInputs(ctx, r, plan, pinned)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
 	}
@@ -813,7 +825,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	if err != nil {
 		return nil, err
 	}
-	return l.spend(ctx, g, plan, env, eg, trees)
+	return l.spend(ctx, g, plan, env, eg, trees, pinned)
 }
 
 // egressFor makes the run's egress proxy and gateways, reading each bound
@@ -967,7 +979,7 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 // spend consumes the grant in one durable transaction, before any
 // mutation, that also opens the run's journal attempt with everything it
 // may create; then it snapshots the inputs and checks them once more.
-func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress, trees []*treehash.Tree) (*Run, error) {
+func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress, trees []*treehash.Tree, pinned map[int]*peerInput) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := host.NewRunID()
 	// A plan that matches a pool profile exactly reserves a member before
@@ -1002,7 +1014,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	if len(trees) != len(plan.Inputs) {
 		trees = nil
 	}
-	prep, err := snapshotInputs(ctx, r, plan, trees)
+	prep, err := snapshotInputs(ctx, r, plan, trees, pinned)
 	if err != nil {
 		return abandon(err)
 	}

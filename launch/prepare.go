@@ -90,7 +90,7 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 	if err != nil {
 		return nil, err
 	}
-	return snapshotInputs(ctx, h, plan, nil)
+	return snapshotInputs(ctx, h, plan, nil, nil)
 }
 
 // snapshotInputs copies an admitted plan's inputs into the snapshot store. After
@@ -99,7 +99,9 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 // stored snapshot of it is verified and used without walking the input
 // again, and anything else is linked or copied in from that tree, each
 // file copied checked against it.
-func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree) (*Prepared, error) {
+//
+// An input in pinned is read through what was opened as the client.
+func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree, pinned map[int]*peerInput) (*Prepared, error) {
 	if err := h.CheckQuarantine(); err != nil {
 		return nil, err
 	}
@@ -119,6 +121,7 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, w
 			return nil, err
 		}
 		limits := treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid}
+		pinInput(pinned[i], &src, &limits)
 		var snap *snapshot.Snapshot
 		if want != nil {
 			snap, err = h.Inputs().TakeTree(ctx, src, want[i], limits)
@@ -161,9 +164,7 @@ func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, pinne
 			return nil, nil, err
 		}
 		opts := treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid}
-		if p := pinned[i]; p != nil {
-			src, opts.Beneath, opts.Root = p.source(), p.beneath(), &p.id
-		}
+		pinInput(pinned[i], &src, &opts)
 		tree, err := h.Inputs().Digest(ctx, src, opts)
 		if err != nil {
 			return nil, nil, inputRefusal(i, err)
@@ -301,4 +302,12 @@ func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Ide
 	}
 	plan.VerifierIdentities = ids
 	return ids, nil
+}
+
+// pinInput, for an input opened as the client, has the walk read it
+// through that open and only while it is still the object opened.
+func pinInput(p *peerInput, src *string, opts *treehash.Options) {
+	if p != nil {
+		*src, opts.Beneath, opts.Root = p.source(), p.beneath(), &p.id
+	}
 }
