@@ -73,30 +73,68 @@ func TestAuthorizationReadsWhatThePeerOpened(t *testing.T) {
 	}
 
 	// The race, made deterministic: swap once custodyd holds the mint.
-	done := make(chan struct{})
-	var code int
-	var out, errs string
-	go func() {
-		defer close(done)
-		code, out, errs = e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile)
-	}()
-	reached := filepath.Join(gate, "reached")
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(reached); err == nil {
-			break
+	reached, goOn := filepath.Join(gate, "reached"), filepath.Join(gate, "go")
+	race := func(swap func()) (int, string, string) {
+		t.Helper()
+		for _, p := range []string{reached, goOn} {
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("custodyd never reached the point between its check and its read")
+		done := make(chan struct{})
+		var code int
+		var out, errs string
+		go func() {
+			defer close(done)
+			code, out, errs = e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile)
+		}()
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(reached); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("custodyd never reached the point between its check and its read")
+			}
 		}
+		swap()
+		write(t, goOn, "")
+		<-done
+		return code, out, errs
 	}
-	point(filepath.Join(bob, "real"))
-	write(t, filepath.Join(gate, "go"), "")
-	<-done
+	code, out, errs := race(func() { point(filepath.Join(bob, "real")) })
 	if strings.Contains(out+errs, "bob's secret") {
 		t.Fatalf("uid %d read a file in a home it cannot search, by swapping a symlink after the check: exit %d\n%s%s", agent, code, out, errs)
 	}
 	if code != exitOK || !strings.Contains(out, "package main") {
 		t.Fatalf("the request swapped after its inputs were opened did not run the tree the client opened: exit %d\n%s%s", code, out, errs)
+	}
+	point("real")
+
+	// An entry moved into the tree after the check: another user's 0600
+	// file, which the client may rename (from a directory it may write,
+	// a group-shared one say) but not read, is refused as the walk meets
+	// it, and never read.
+	shared := filepath.Join(homes, "shared")
+	daemontest.Write(t, filepath.Join(shared, "bobs.go"), "bob's secret\n")
+	if err := os.Chmod(filepath.Join(shared, "bobs.go"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(alice, "real", "repo", "bobs.go")
+	phase := e.authPhase(t, "cat /src/*.go")
+	write(t, phaseFile, string(phase.YAML))
+	code, out, errs = race(func() {
+		if err := os.Rename(filepath.Join(shared, "bobs.go"), planted); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if strings.Contains(out+errs, "bob's secret") {
+		t.Fatalf("uid %d read another user's 0600 file renamed into its tree after the check: exit %d\n%s%s", agent, code, out, errs)
+	}
+	if code != exitRefused || !strings.Contains(out+errs, "not readable by the client") || !strings.Contains(out+errs, filepath.Join(work, "repo", "bobs.go")) || strings.Contains(out+errs, "/proc/self/fd") {
+		t.Fatalf("the file renamed into the tree: exit %d\n%s%s", code, out, errs)
+	}
+	if err := os.Remove(planted); err != nil {
+		t.Fatal(err)
 	}
 
 	// The legitimate case: the symlinked root pointing home mints and runs.

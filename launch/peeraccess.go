@@ -25,6 +25,10 @@ type peerInput struct {
 	dir  int
 	base string
 	id   treehash.Identity
+	// uid, gid and shown are the client and its name for the input, for
+	// the check on every entry as the walks reach it (admit).
+	uid, gid uint32
+	shown    string
 }
 
 // beneath is the directory holding the input, as custodyd's walk reaches
@@ -72,12 +76,15 @@ func peerOpen(plan *admission.Plan, from Peer) (map[int]*peerInput, []admission.
 		if err != nil {
 			c.Verdict, c.Code = admission.NotGranted, "input-peer-unreadable"
 			c.Detail = fmt.Sprintf("%s: %v; custodyd reads an input for a client only if the client's uid %d (gid %d) could read all of it", in.Source, err, from.UID, from.GID)
-			c.Fix = "make the input readable by your own uid, or ask the operator for a grant"
+			c.Fix = peerUnreadableFix
 		}
 		checks = append(checks, c)
 	}
 	return pinned, checks
 }
+
+// peerUnreadableFix is the fix for an input the client could not read.
+const peerUnreadableFix = "make the input readable by your own uid, or ask the operator for a grant"
 
 // errNoAccess is an entry the peer may not read.
 var errNoAccess = errors.New("not readable by the client")
@@ -101,6 +108,9 @@ func openAsPeer(root, src string, uid, gid uint32) (*peerInput, error) {
 			return
 		}
 		p, err := openBeneath(root, src)
+		if p != nil {
+			p.uid, p.gid = uid, gid
+		}
 		ch <- result{p, err}
 	}()
 	r := <-ch
@@ -167,7 +177,7 @@ func openBeneath(root, src string) (*peerInput, error) {
 		_ = unix.Close(dir)
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
-	return &peerInput{dir: dir, base: base, id: treehash.Identity{Dev: uint64(st.Dev), Ino: st.Ino}}, nil
+	return &peerInput{dir: dir, base: base, id: treehash.Identity{Dev: uint64(st.Dev), Ino: st.Ino}, shown: src}, nil
 }
 
 // peerOpenErr says why the client could not open path.
@@ -213,9 +223,20 @@ func mayAccess(path string, uid, gid uint32, want uint32) error {
 	if uid == 0 {
 		return nil
 	}
-	if n, err := unix.Lgetxattr(path, "system.posix_acl_access", nil); err == nil && n > 0 {
-		return errors.New("it carries a POSIX ACL, which custodyd does not evaluate for a client")
+	if n, err := unix.Lgetxattr(path, aclXattr, nil); err == nil && n > 0 {
+		return errACL
 	}
+	return modeAllows(&st, uid, gid, want)
+}
+
+// aclXattr holds an entry's POSIX access ACL.
+const aclXattr = "system.posix_acl_access"
+
+// errACL is an entry whose ACL the check would have to evaluate.
+var errACL = errors.New("it carries a POSIX ACL, which custodyd does not evaluate for a client")
+
+// modeAllows checks want (r=4, x=1 bits) in st's mode for uid/gid.
+func modeAllows(st *unix.Stat_t, uid, gid uint32, want uint32) error {
 	perm := st.Mode & 0o777
 	var bits uint32
 	switch {
@@ -231,3 +252,59 @@ func mayAccess(path string, uid, gid uint32, want uint32) error {
 	}
 	return nil
 }
+
+// admit is the walks' check on every entry below the input, on the very
+// object they then read (its lstat through the open directory; the walk
+// refuses any later open that is another object): the client must be
+// able to read it (and search it, a directory), with no ACL. The check
+// at the mint (peerCanRead) names a refusal early; this one holds against
+// an entry renamed or linked into the tree after it.
+func (p *peerInput) admit(dirfd int, name, path string, st *unix.Stat_t) error {
+	if p.uid == 0 {
+		return nil
+	}
+	want := uint32(4)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return nil // never followed: the link itself is what is read
+	case unix.S_IFDIR:
+		want = 4 | 1
+	}
+	shown := p.shown + "/" + path
+	if err := modeAllows(st, p.uid, p.gid, want); err != nil {
+		return &peerUnreadableError{Path: shown, UID: p.uid, GID: p.gid, Err: err}
+	}
+	// The ACL is read through a descriptor checked to be the same
+	// object: fgetxattr does not take an O_PATH descriptor, its
+	// /proc/self/fd link does.
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", shown, err)
+	}
+	defer unix.Close(fd)
+	var now unix.Stat_t
+	if err := unix.Fstat(fd, &now); err != nil {
+		return fmt.Errorf("%s: %w", shown, err)
+	}
+	if now.Dev != st.Dev || now.Ino != st.Ino {
+		return fmt.Errorf("%s changed during the walk", shown)
+	}
+	if n, err := unix.Getxattr("/proc/self/fd/"+strconv.Itoa(fd), aclXattr, nil); err == nil && n > 0 {
+		return &peerUnreadableError{Path: shown, UID: p.uid, GID: p.gid, Err: errACL}
+	}
+	return nil
+}
+
+// peerUnreadableError is an entry of a minted grant's input that the
+// walk met and the client could not read.
+type peerUnreadableError struct {
+	Path     string
+	UID, GID uint32
+	Err      error
+}
+
+func (e *peerUnreadableError) Error() string {
+	return fmt.Sprintf("%s: %v; custodyd reads an input for a client only if the client's uid %d (gid %d) could read all of it", e.Path, e.Err, e.UID, e.GID)
+}
+
+func (e *peerUnreadableError) Unwrap() error { return e.Err }

@@ -263,7 +263,14 @@ func checkSpace(h *host.Runner, need diskNeed) error {
 func inputRefusal(i int, err error) error {
 	code, fix := "input-snapshot-failed", "make the input readable by the runner"
 	req := fmt.Sprintf("inputs[%d]", i)
+	var pe *peerUnreadableError
 	switch {
+	case errors.As(err, &pe):
+		// Named by the client's own path, not the descriptor it was read through.
+		return &admission.RefusedError{Checks: []admission.Check{{
+			Requirement: req + ".source", Verdict: admission.NotGranted, Code: "input-peer-unreadable",
+			Detail: pe.Error(), Fix: peerUnreadableFix,
+		}}}
 	case errors.Is(err, treehash.ErrAvoided):
 		req, code, fix = req+".source", "input-verifier-only", "take this input in the pipeline's verifier stage (verifier: true) only, or name a path holding no verifier material: a bind mount or hard link of a verifier root, or of anything in one, is that material"
 	case errors.Is(err, treehash.ErrSymlinkComponent):
@@ -308,6 +315,6 @@ func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Ide
 // through that open and only while it is still the object opened.
 func pinInput(p *peerInput, src *string, opts *treehash.Options) {
 	if p != nil {
-		*src, opts.Beneath, opts.Root = p.source(), p.beneath(), &p.id
+		*src, opts.Beneath, opts.Root, opts.Admit = p.source(), p.beneath(), &p.id, p.admit
 	}
 }

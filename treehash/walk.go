@@ -249,6 +249,11 @@ func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJo
 		if err := w.avoided(abs, st.Dev, st.Ino); err != nil {
 			return stack, err
 		}
+		if w.opts.Admit != nil {
+			if err := w.opts.Admit(fd, name, rel, &st); err != nil {
+				return stack, err
+			}
+		}
 		e := &Entry{Path: rel, Mode: uint32(st.Mode & 0o777)}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
