@@ -310,12 +310,15 @@ func (s *server) mintAndRedeem(ctx context.Context, in api.RunRequest, from laun
 	uid := from.UID
 	if _, err := s.oplog.Append(ctx, evidence.OpEntry{At: s.now(), Kind: evidence.OpGrantMinted, UID: &uid, Grant: m.GrantID,
 		Authorization: &evidence.OpAuthorization{Name: a.Name, Digest: definitionDigest(a), PolicyDigest: m.PolicyDigest}}); err != nil {
+		m.Close()
 		slot.unmint()
 		return nil, nil, fmt.Errorf("record the minted grant in the operations log: %w", err)
 	}
 	s.metrics.minted(a.Name)
 	s.log.Info("grant minted", "authorization", a.Name, logGrant, m.GrantID, logActor, a.Actor, logStage, req.Stage, logUID, uid)
-	run, err := s.l.Redeem(ctx, m.Envelope, from)
+	// Redeemed reading the inputs through what the mint opened as the
+	// client: a path it changes after the check is never followed.
+	run, err := s.l.RedeemMinted(ctx, m, from)
 	if err != nil {
 		slot.finished(0)
 		return nil, nil, err

@@ -187,10 +187,15 @@ func laterInputs(req *request.Phase, resolvedAtRun []int) (map[int]bool, error) 
 	return later, nil
 }
 
+// pinFunc opens a plan's host inputs for reading (as a client, for a
+// minted grant), with its checks on them; the caller closes them.
+type pinFunc func(*admission.Plan) (map[int]*peerInput, []admission.Check)
+
 // decide is Decide under pol with the checks the caller made first
 // (Issue's on the actor) counted among its refusals; the inputs in later
-// are admitted but not read.
-func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check, later map[int]bool) (*admission.Plan, []admission.Input, error) {
+// are admitted but not read. With pin, the host inputs are read only
+// through what it opened.
+func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.Phase, first []admission.Check, later map[int]bool, pin pinFunc) (*admission.Plan, []admission.Input, error) {
 	refused := refusedOf(first)
 	plan, err := Admit(l.cfg.Runner, req, pol)
 	var re *admission.RefusedError
@@ -206,11 +211,17 @@ func (l *Launcher) decide(ctx context.Context, pol *policy.Policy, req *request.
 		plan.Checks = append(plan.Checks, creds...)
 		refused = append(refused, symlinkSources(plan)...)
 	}
+	var pinned map[int]*peerInput
+	if pin != nil && plan != nil && len(refused) == 0 {
+		var checks []admission.Check
+		pinned, checks = pin(plan)
+		refused = append(refused, refusedOf(checks)...)
+	}
 	if len(refused) > 0 {
 		return nil, nil, &admission.RefusedError{Checks: refused}
 	}
 	if len(later) == 0 {
-		inputs, err := HashInputs(ctx, l.cfg.Runner, plan)
+		inputs, _, err := hashInputs(ctx, l.cfg.Runner, plan, pinned)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -499,7 +510,7 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 	if err != nil {
 		return nil, err
 	}
-	env, _, err := l.issue(ctx, pol, polDig, req, actor, ttl, nil, nil)
+	env, _, err := l.issue(ctx, pol, polDig, req, actor, ttl, nil, nil, nil)
 	return env, err
 }
 
@@ -508,8 +519,8 @@ func (l *Launcher) Issue(ctx context.Context, req *request.Phase, actor string, 
 // admission has a plan, those of within (nil for a hand-issued grant):
 // then the grant, minted and recorded, and its predicate.
 func (l *Launcher) issue(ctx context.Context, pol *policy.Policy, polDig string, req *request.Phase, actor string, ttl time.Duration,
-	first []admission.Check, within func(*admission.Plan) []admission.Check) ([]byte, *grant.Predicate, error) {
-	plan, inputs, err := l.decide(ctx, pol, req, append(actorChecks(pol, req, actor), first...), nil)
+	first []admission.Check, pin pinFunc, within func(*admission.Plan) []admission.Check) ([]byte, *grant.Predicate, error) {
+	plan, inputs, err := l.decide(ctx, pol, req, append(actorChecks(pol, req, actor), first...), nil, pin)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -732,6 +743,18 @@ type Peer struct {
 // the spend because taking a snapshot writes; a refusal there closes the
 // attempt.
 func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, error) {
+	return l.redeem(ctx, env, from, nil)
+}
+
+// RedeemMinted redeems a grant Mint just minted, reading its host inputs
+// only through what the mint opened as the client, and closes them.
+func (l *Launcher) RedeemMinted(ctx context.Context, m *Minted, from Peer) (*Run, error) {
+	defer m.Close()
+	return l.redeem(ctx, m.Envelope, from, m.inputs)
+}
+
+// redeem is Redeem, with the host inputs in pinned read through them.
+func (l *Launcher) redeem(ctx context.Context, env []byte, from Peer, pinned map[int]*peerInput) (*Run, error) {
 	pol, polDig, err := l.cfg.Policy()
 	if err != nil {
 		return nil, err
@@ -791,7 +814,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
 	}
-	hashed, trees, err := hashInputs(ctx, r, plan)
+	hashed, trees, err := hashInputs(ctx, r, plan, pinned)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
 	}
@@ -802,7 +825,7 @@ func (l *Launcher) Redeem(ctx context.Context, env []byte, from Peer) (*Run, err
 	if err != nil {
 		return nil, err
 	}
-	return l.spend(ctx, g, plan, env, eg, trees)
+	return l.spend(ctx, g, plan, env, eg, trees, pinned)
 }
 
 // egressFor makes the run's egress proxy and gateways, reading each bound
@@ -956,7 +979,7 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 // spend consumes the grant in one durable transaction, before any
 // mutation, that also opens the run's journal attempt with everything it
 // may create; then it snapshots the inputs and checks them once more.
-func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress, trees []*treehash.Tree) (*Run, error) {
+func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress, trees []*treehash.Tree, pinned map[int]*peerInput) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := host.NewRunID()
 	// A plan that matches a pool profile exactly reserves a member before
@@ -991,7 +1014,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	if len(trees) != len(plan.Inputs) {
 		trees = nil
 	}
-	prep, err := snapshotInputs(ctx, r, plan, trees)
+	prep, err := snapshotInputs(ctx, r, plan, trees, pinned)
 	if err != nil {
 		return abandon(err)
 	}

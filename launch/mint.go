@@ -23,6 +23,18 @@ type Minted struct {
 	// Authorization and PolicyDigest name the authorization and the
 	// policy it was minted under.
 	Authorization, PolicyDigest string
+	// inputs are the host inputs as the client opened them at the mint:
+	// the redeem reads them through these (RedeemMinted), not by path.
+	inputs map[int]*peerInput
+}
+
+// Close releases the inputs the mint opened; RedeemMinted closes them
+// itself. A nil Minted may be closed.
+func (m *Minted) Close() {
+	if m != nil {
+		closeInputs(m.inputs)
+		m.inputs = nil
+	}
 }
 
 // MintRequest is a client's request to run a phase under a standing
@@ -62,21 +74,33 @@ func (l *Launcher) Mint(ctx context.Context, in MintRequest) (*Minted, error) {
 		}
 	}
 	first := RequestEnvelope(a, in.Phase, in.Pipeline, l.cfg.Now())
-	// Host inputs are read only once they lie within the envelope and the
-	// peer could read them itself: custodyd reads as root, and must not
-	// read on a client's behalf what the client could not.
-	if len(refusedOf(first)) == 0 {
-		first = append(first, peerAccessChecks(in.Phase, in.From)...)
-	}
 	if refused := refusedOf(first); len(refused) > 0 {
 		return nil, &admission.RefusedError{Checks: refused}
 	}
-	env, p, err := l.issue(ctx, pol, polDig, in.Phase, a.Actor, MintTTL, nil,
+	// Host inputs are read only once they lie within the envelope, and
+	// only through what the peer opened itself: custodyd reads as root,
+	// and must not read on a client's behalf what the client could not,
+	// nor follow a path the client changes after the check.
+	var pinned map[int]*peerInput
+	kept := false
+	defer func() {
+		if !kept {
+			closeInputs(pinned)
+		}
+	}()
+	pin := func(plan *admission.Plan) (map[int]*peerInput, []admission.Check) {
+		var checks []admission.Check
+		pinned, checks = peerOpen(plan, in.From)
+		l.fault("mint-inputs-opened")
+		return pinned, checks
+	}
+	env, p, err := l.issue(ctx, pol, polDig, in.Phase, a.Actor, MintTTL, nil, pin,
 		func(plan *admission.Plan) []admission.Check { return PlanEnvelope(a, pol, plan) })
 	if err != nil {
 		return nil, err
 	}
-	return &Minted{Envelope: env, GrantID: p.ID, Authorization: a.Name, PolicyDigest: polDig}, nil
+	kept = true
+	return &Minted{Envelope: env, GrantID: p.ID, Authorization: a.Name, PolicyDigest: polDig, inputs: pinned}, nil
 }
 
 // ErrAuthorizationUnknown is a request naming an authorization the policy

@@ -145,14 +145,14 @@ func TestPeerCanRead(t *testing.T) {
 	if err := os.Symlink("/etc/shadow", filepath.Join(tree, "link")); err != nil {
 		t.Fatal(err)
 	}
-	if err := peerCanRead(tree, uid, gid); err != nil {
+	if err := peerReads(dir, tree, uid, gid); err != nil {
 		t.Fatalf("a readable tree: %v", err)
 	}
 	mk(filepath.Join(tree, "sub", "secret"), 0o600)
-	if err := peerCanRead(tree, uid, gid); err == nil {
+	if err := peerReads(dir, tree, uid, gid); err == nil {
 		t.Fatal("a tree holding a file the peer cannot read was allowed")
 	}
-	if err := peerCanRead(tree, 0, 0); err != nil {
+	if err := peerReads(dir, tree, 0, 0); err != nil {
 		t.Fatalf("root: %v", err)
 	}
 	if err := os.Remove(filepath.Join(tree, "sub", "secret")); err != nil {
@@ -161,7 +161,7 @@ func TestPeerCanRead(t *testing.T) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := peerCanRead(tree, uid, gid); err == nil {
+	if err := peerReads(dir, tree, uid, gid); err == nil {
 		t.Fatal("a tree under a directory the peer cannot search was allowed")
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
@@ -177,7 +177,7 @@ func TestPeerCanRead(t *testing.T) {
 	if err := os.Symlink(private, filepath.Join(dir, "via")); err != nil {
 		t.Fatal(err)
 	}
-	if err := peerCanRead(filepath.Join(dir, "via", "repo"), uid, gid); err == nil {
+	if err := peerReads(filepath.Join(dir, "via"), filepath.Join(dir, "via", "repo"), uid, gid); err == nil {
 		t.Fatal("a tree reached through a symlink to an unsearchable directory was allowed")
 	}
 	// Owner and group bits apply to the owner and group.
@@ -187,9 +187,20 @@ func TestPeerCanRead(t *testing.T) {
 	if err := os.Chmod(filepath.Join(tree, "a.go"), 0o077); err != nil {
 		t.Fatal(err)
 	}
-	if err := peerCanRead(tree, uid, gid); err == nil {
+	if err := peerReads(dir, tree, uid, gid); err == nil {
 		t.Fatal("a file whose owner bits deny its owner was allowed")
 	}
+}
+
+// peerReads opens src below root as uid/gid, as a mint does, and checks
+// the tree through what it opened.
+func peerReads(root, src string, uid, gid uint32) error {
+	p, err := openAsPeer(root, src, uid, gid)
+	if err != nil {
+		return err
+	}
+	defer p.close()
+	return peerCanRead(p.source(), src, uid, gid)
 }
 
 // peerCanReadDir checks one directory is searchable.

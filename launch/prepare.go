@@ -90,7 +90,7 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 	if err != nil {
 		return nil, err
 	}
-	return snapshotInputs(ctx, h, plan, nil)
+	return snapshotInputs(ctx, h, plan, nil, nil)
 }
 
 // snapshotInputs copies an admitted plan's inputs into the snapshot store. After
@@ -99,7 +99,9 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 // stored snapshot of it is verified and used without walking the input
 // again, and anything else is linked or copied in from that tree, each
 // file copied checked against it.
-func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree) (*Prepared, error) {
+//
+// An input in pinned is read through what was opened as the client.
+func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree, pinned map[int]*peerInput) (*Prepared, error) {
 	if err := h.CheckQuarantine(); err != nil {
 		return nil, err
 	}
@@ -119,6 +121,7 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, w
 			return nil, err
 		}
 		limits := treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid}
+		pinInput(pinned[i], &src, &limits)
 		var snap *snapshot.Snapshot
 		if want != nil {
 			snap, err = h.Inputs().TakeTree(ctx, src, want[i], limits)
@@ -142,12 +145,13 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, w
 // writing anything: what a launch would snapshot, for checks that must
 // happen before any mutation.
 func HashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) ([]admission.Input, error) {
-	out, _, err := hashInputs(ctx, h, plan)
+	out, _, err := hashInputs(ctx, h, plan, nil)
 	return out, err
 }
 
-// hashInputs is HashInputs, returning each input's tree too.
-func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (out []admission.Input, trees []*treehash.Tree, err error) {
+// hashInputs is HashInputs, returning each input's tree too. An input in
+// pinned is read through what was opened as the client, never by its path.
+func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, pinned map[int]*peerInput) (out []admission.Input, trees []*treehash.Tree, err error) {
 	var need diskNeed
 	avoid, err := verifierIdentities(ctx, plan)
 	if err != nil {
@@ -159,7 +163,9 @@ func hashInputs(ctx context.Context, h *host.Runner, plan *admission.Plan) (out 
 		if err != nil {
 			return nil, nil, err
 		}
-		tree, err := h.Inputs().Digest(ctx, src, treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid})
+		opts := treehash.Options{MaxBytes: budget, Beneath: root, Avoid: avoid}
+		pinInput(pinned[i], &src, &opts)
+		tree, err := h.Inputs().Digest(ctx, src, opts)
 		if err != nil {
 			return nil, nil, inputRefusal(i, err)
 		}
@@ -257,7 +263,14 @@ func checkSpace(h *host.Runner, need diskNeed) error {
 func inputRefusal(i int, err error) error {
 	code, fix := "input-snapshot-failed", "make the input readable by the runner"
 	req := fmt.Sprintf("inputs[%d]", i)
+	var pe *peerUnreadableError
 	switch {
+	case errors.As(err, &pe):
+		// Named by the client's own path, not the descriptor it was read through.
+		return &admission.RefusedError{Checks: []admission.Check{{
+			Requirement: req + ".source", Verdict: admission.NotGranted, Code: "input-peer-unreadable",
+			Detail: pe.Error(), Fix: peerUnreadableFix,
+		}}}
 	case errors.Is(err, treehash.ErrAvoided):
 		req, code, fix = req+".source", "input-verifier-only", "take this input in the pipeline's verifier stage (verifier: true) only, or name a path holding no verifier material: a bind mount or hard link of a verifier root, or of anything in one, is that material"
 	case errors.Is(err, treehash.ErrSymlinkComponent):
@@ -296,4 +309,12 @@ func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Ide
 	}
 	plan.VerifierIdentities = ids
 	return ids, nil
+}
+
+// pinInput, for an input opened as the client, has the walk read it
+// through that open and only while it is still the object opened.
+func pinInput(p *peerInput, src *string, opts *treehash.Options) {
+	if p != nil {
+		*src, opts.Beneath, opts.Root, opts.Admit = p.source(), p.beneath(), &p.id, p.admit
+	}
 }

@@ -153,9 +153,9 @@ func (l *Launcher) DecideFor(ctx context.Context, req *request.Phase, actor stri
 		return nil, nil, err
 	}
 	if actor == "" {
-		return l.decide(ctx, pol, req, nil, later)
+		return l.decide(ctx, pol, req, nil, later, nil)
 	}
-	plan, inputs, err := l.decide(ctx, pol, req, actorChecks(pol, req, actor), later)
+	plan, inputs, err := l.decide(ctx, pol, req, actorChecks(pol, req, actor), later, nil)
 	if err != nil {
 		return nil, nil, err
 	}

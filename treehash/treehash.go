@@ -57,6 +57,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Kind is the type of a tree entry.
@@ -131,6 +133,17 @@ type Options struct {
 	// Beneath refuses the walk with ErrSymlinkComponent. Beneath itself is
 	// the caller's trusted path and is opened as given.
 	Beneath string
+	// Root, if set, is the identity the root must have: an object the
+	// caller opened itself (with another's credentials, say). A root that
+	// is any other object when the walk reaches it fails the walk as a
+	// change, so a path swapped after the caller's open is never read.
+	Root *Identity
+	// Admit, if set, is asked of every entry below the root before the
+	// walk reads or records it: dirfd is the open directory holding it
+	// (checked to be the directory listed), name its name there, path its
+	// path in the tree, st the lstat taken through dirfd, whose identity
+	// every later open of the entry must match. An error refuses the walk.
+	Admit func(dirfd int, name, path string, st *unix.Stat_t) error
 	// Avoid, if set, is the identities (IdentitiesOf) of objects the tree
 	// must not hold: meeting one, the root included, fails the walk with
 	// ErrAvoided however its path reached it. Every directory, file and

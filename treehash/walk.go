@@ -159,6 +159,9 @@ func (w *walker) walkRoot(ctx context.Context, root string) error {
 	} else if err := ignoringEINTR(func() error { return unix.Lstat(root, &st) }); err != nil {
 		return &os.PathError{Op: "lstat", Path: root, Err: err}
 	}
+	if r := w.opts.Root; r != nil && (r.Dev != uint64(st.Dev) || r.Ino != st.Ino) {
+		return changed(root)
+	}
 	if err := w.avoided(root, st.Dev, st.Ino); err != nil {
 		return err
 	}
@@ -245,6 +248,11 @@ func (w *walker) readDir(ctx context.Context, d dirJob, stack []dirJob) ([]dirJo
 		st = stats.st[i%statBatchSize]
 		if err := w.avoided(abs, st.Dev, st.Ino); err != nil {
 			return stack, err
+		}
+		if w.opts.Admit != nil {
+			if err := w.opts.Admit(fd, name, rel, &st); err != nil {
+				return stack, err
+			}
 		}
 		e := &Entry{Path: rel, Mode: uint32(st.Mode & 0o777)}
 		switch st.Mode & unix.S_IFMT {
