@@ -143,17 +143,21 @@ func memoryBound(t *testing.T, f Fixture) {
 }
 
 // pidsBound: a workload with a few processes runs them all; one that holds
-// Pids+32 processes at once cannot start them all. The children block on a
-// fifo until the parent has counted, so nothing depends on timing.
+// Pids+32 processes at once cannot start them all. The children block
+// reading a fifo they inherit already open (never opening it themselves: a
+// child that had not reached its open when the parent released the others
+// would block on the open for good, holding the run's stdout), and the
+// parent writes one line for each child it tried to start, so nothing
+// depends on timing.
 func pidsBound(t *testing.T, f Fixture) {
 	pids := f.Spec("/bin/true").Pids
 	if pids <= 0 || pids > 256 {
 		t.Fatalf("the fixture's pids budget %d is not a modest bound", pids)
 	}
 	script := func(n int64) string {
-		return fmt.Sprintf(`d=$(mktemp -d); mkfifo $d/go
-( i=0; while [ $i -lt %d ]; do i=$((i+1)); ( read x < $d/go ) & done; echo ALL-STARTED ) 2>/dev/null
-: > $d/go; wait; rm -rf $d; exit 0`, n)
+		return fmt.Sprintf(`d=$(mktemp -d); mkfifo $d/go; exec 3<>$d/go
+( i=0; while [ $i -lt %[1]d ]; do i=$((i+1)); ( read x <&3 ) & done; echo ALL-STARTED ) 2>/dev/null
+i=0; while [ $i -lt %[1]d ]; do i=$((i+1)); echo; done >&3; wait; rm -rf $d; exit 0`, n)
 	}
 	few := runSh(t, f, script(8))
 	few.wantClean(t, "8 processes")
