@@ -23,7 +23,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -88,6 +90,11 @@ type PhaseBackend struct {
 	notes    []string
 	// unproved says why the dockerd binary could not be identified.
 	unproved string
+	// importMu serialises the image cache's lookup and import: two
+	// launches importing one tree at once would each move the cache tag,
+	// leaving the first image tagged only by its launch, so that launch's
+	// untag deletes an image the index still names.
+	importMu sync.Mutex
 }
 
 var (
@@ -579,6 +586,8 @@ func (b *PhaseBackend) tagImage(ctx context.Context, rootfs, ref string) (string
 	if err != nil {
 		return "", err
 	}
+	b.importMu.Lock()
+	defer b.importMu.Unlock()
 	id, err := b.cachedImage(ctx, key)
 	if err != nil {
 		return "", err
@@ -630,6 +639,11 @@ func (b *PhaseBackend) cachedImage(ctx context.Context, key string) (string, err
 		return "", fmt.Errorf("inspect cached image %s: %w", id, err)
 	}
 	if img.ID != id {
+		return "", nil
+	}
+	// The image must still hold its cache tag: an image tagged only by
+	// launches is deleted by the last launch's untag.
+	if !slices.Contains(img.RepoTags, "custody-rootfs:"+key[:12]) {
 		return "", nil
 	}
 	return id, nil

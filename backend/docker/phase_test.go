@@ -240,6 +240,59 @@ func TestPhaseImageIsCachedAndKept(t *testing.T) {
 	}
 }
 
+// TestPhaseCachedImageOutlivesLaunches: the image cache never hands a
+// launch an image that only launches tag. When the cache tag has moved to
+// another image (a second importer of the same tree), the next launch
+// imports again rather than run the stray image, whose last untag would
+// delete it from under the next lookup; launches at once share one import.
+func TestPhaseCachedImageOutlivesLaunches(t *testing.T) {
+	b, _ := phaseBackend(t)
+	dt := dockertest.Shared(t)
+	cli := dt.TestClient(t)
+	rootfs := rootfsFixture(t)
+	key, err := rootfsKey(rootfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	launch := func(id string) string {
+		sb, err := b.Prepare(ctx, id, phaseSpec(rootfs, "/bin/true"), newRecorder())
+		if err != nil {
+			t.Errorf("prepare %s: %v", id, err)
+			return ""
+		}
+		img := sb.Evidence()["image"]
+		if rep := sb.Cleanup(ctx); !rep.Verified {
+			t.Errorf("cleanup %s: %+v", id, rep.Steps)
+		}
+		return img
+	}
+	var wg sync.WaitGroup
+	images := make([]string, 3)
+	for i := range images {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			images[i] = launch(fmt.Sprintf("phase-share-%d", i))
+		}()
+	}
+	wg.Wait()
+	if images[0] == "" || images[0] != images[1] || images[1] != images[2] {
+		t.Fatalf("parallel launches ran images %v, want one shared import", images)
+	}
+	// Another importer moves the cache tag onto an image of its own.
+	if err := cli.ImageTag(ctx, dt.Image, "custody-rootfs:"+key[:12]); err != nil {
+		t.Fatal(err)
+	}
+	ran := launch("phase-share-after")
+	if ran == images[0] {
+		t.Errorf("the launch ran %s, which only launches tagged once the cache tag moved", ran)
+	}
+	if _, err := cli.ImageInspect(ctx, "sha256:"+ran); err != nil {
+		t.Errorf("the image the launch ran is gone after its cleanup: %v", err)
+	}
+}
+
 // TestPhaseCapabilitiesAreHonest: the development tier is claimed on the
 // native isolated daemon, production never is; without a profile nothing
 // is claimed. The identity names the dockerd that serves the socket.
