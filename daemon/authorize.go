@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/launch"
 	"github.com/custody-dev/custody/policy"
+	"github.com/custody-dev/custody/runrecord"
+	"github.com/custody-dev/custody/store"
 )
 
 // authorizations is custodyd's side of the policy's standing
@@ -32,6 +35,9 @@ type authorizations struct {
 	revoked map[string]string // name to the revoked definition's digest
 	use     map[string]*authUse
 	now     func() time.Time
+	// unsettled are the operations log's mints within the last day whose
+	// CPU the store has not yet been asked for (settle).
+	unsettled []evidence.OpEntry
 }
 
 // authUse is one authorization's use over the last day.
@@ -41,9 +47,20 @@ type authUse struct {
 	cpu      []cpuUse // each finished run's CPU within the last day, oldest first
 }
 
+// cpuUse is one run's CPU: millis < 0 says nobody observed it (a
+// backend that does not account CPU, or a run cut short by a restart),
+// and it counts as the most the authorization lets a run use.
 type cpuUse struct {
 	at     time.Time
 	millis int64
+}
+
+// cpuBound is the most CPU, in milliseconds, one run under an
+// authorization with ceilings c can use: its CPU ceiling over its whole
+// wall time. An unobserved run counts this much, so losing an
+// observation never grants more than the day's limit.
+func cpuBound(c policy.Ceilings) int64 {
+	return int64(c.CPU * float64(time.Duration(c.WallTime).Milliseconds()))
 }
 
 const day = 24 * time.Hour
@@ -77,7 +94,7 @@ func (z *authorizations) inForce(a *policy.Authorization) error {
 
 // load applies the operations log's revocations and counts the mints it
 // records within the last day, so a restart neither lifts a revocation
-// nor starts a day's volume afresh.
+// nor starts a day's volume afresh; settle then adds those runs' CPU.
 func (z *authorizations) load(entries []evidence.OpEntry) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
@@ -93,8 +110,33 @@ func (z *authorizations) load(entries []evidence.OpEntry) {
 			if e.At.After(since) {
 				u := z.usage(e.Authorization.Name)
 				u.mints = append(u.mints, e.At)
+				z.unsettled = append(z.unsettled, e)
 			}
 		}
+	}
+}
+
+// settle counts the CPU of each run minted within the last day that load
+// found, as runCPU reports it from the store: a restart does not start a
+// day's CPU-seconds afresh either. A mint whose run did not happen counts
+// nothing; a run nobody observed to its end counts as unobserved.
+func (z *authorizations) settle(runCPU func(grantID string) (at time.Time, millis int64, ran bool)) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for _, e := range z.unsettled {
+		at, millis, ran := runCPU(e.Grant)
+		if !ran {
+			continue
+		}
+		if at.IsZero() || at.Before(e.At) {
+			at = e.At
+		}
+		u := z.usage(e.Authorization.Name)
+		u.cpu = append(u.cpu, cpuUse{at: at, millis: millis})
+	}
+	z.unsettled = nil
+	for _, u := range z.use {
+		slices.SortStableFunc(u.cpu, func(a, b cpuUse) int { return a.at.Compare(b.at) })
 	}
 }
 
@@ -122,8 +164,9 @@ func (u *authUse) prune(now time.Time) {
 	u.cpu = u.cpu[j:]
 }
 
-// remaining is what is left of a's limits now.
-func (z *authorizations) remaining(a *policy.Authorization) api.AuthorizationLimits {
+// remaining is what is left of a's limits now; bound is cpuBound of a's
+// effective ceilings.
+func (z *authorizations) remaining(a *policy.Authorization, bound int64) api.AuthorizationLimits {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	now := z.now()
@@ -138,7 +181,7 @@ func (z *authorizations) remaining(a *policy.Authorization) api.AuthorizationLim
 		left.RunsPerDay = max(0, l.RunsPerDay-int64(len(u.mints)))
 	}
 	if l.CPUSecondsPerDay > 0 {
-		left.CPUSecondsPerDay = max(0, l.CPUSecondsPerDay-cpuMillis(u.cpu)/1000)
+		left.CPUSecondsPerDay = max(0, l.CPUSecondsPerDay-cpuMillis(u.cpu, bound)/1000)
 	}
 	return left
 }
@@ -153,18 +196,27 @@ func countSince(ts []time.Time, since time.Time) int {
 	return n
 }
 
-func cpuMillis(cs []cpuUse) int64 {
+// cpuMillis sums cs, each unobserved run as bound.
+func cpuMillis(cs []cpuUse, bound int64) int64 {
 	var n int64
 	for _, c := range cs {
-		n += c.millis
+		n += c.charge(bound)
 	}
 	return n
 }
 
+func (c cpuUse) charge(bound int64) int64 {
+	if c.millis < 0 {
+		return max(0, bound)
+	}
+	return c.millis
+}
+
 // take reserves one mint and one run in flight under a, or refuses with
-// when to retry. The returned slot gives them back (unmint: nothing was
-// minted) or records the run's end and its CPU.
-func (z *authorizations) take(a *policy.Authorization) (*authSlot, error) {
+// when to retry; bound is cpuBound of a's effective ceilings. The
+// returned slot gives them back (unmint: nothing was minted) or records
+// the run's end and its CPU.
+func (z *authorizations) take(a *policy.Authorization, bound int64) (*authSlot, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	now := z.now()
@@ -188,17 +240,17 @@ func (z *authorizations) take(a *policy.Authorization) (*authSlot, error) {
 	if l.RunsPerDay > 0 && int64(len(u.mints)) >= l.RunsPerDay {
 		return nil, limited(u.mints[0].Add(day).Sub(now), "it minted %d grants in the last day, its limits.runsPerDay", len(u.mints))
 	}
-	if l.CPUSecondsPerDay > 0 && cpuMillis(u.cpu) >= l.CPUSecondsPerDay*1000 {
+	if used := cpuMillis(u.cpu, bound); l.CPUSecondsPerDay > 0 && used >= l.CPUSecondsPerDay*1000 {
 		// Retry once enough of the day's CPU has fallen out of it.
-		over, after := cpuMillis(u.cpu)-l.CPUSecondsPerDay*1000, time.Duration(0)
+		over, after := used-l.CPUSecondsPerDay*1000, time.Duration(0)
 		for _, c := range u.cpu {
-			over -= c.millis
+			over -= c.charge(bound)
 			after = c.at.Add(day).Sub(now)
 			if over < 0 {
 				break
 			}
 		}
-		return nil, limited(after, "its runs used %d CPU-seconds in the last day, its limits.cpuSecondsPerDay", cpuMillis(u.cpu)/1000)
+		return nil, limited(after, "its runs used %d CPU-seconds in the last day, its limits.cpuSecondsPerDay", used/1000)
 	}
 	u.mints = append(u.mints, now)
 	u.inFlight++
@@ -225,13 +277,14 @@ func (s *authSlot) unmint() {
 	})
 }
 
-// finished records the run's end and the CPU it used.
+// finished records the run's end and the CPU it used (negative: not
+// observed).
 func (s *authSlot) finished(cpuMillis int64) {
 	s.once.Do(func() {
 		s.z.mu.Lock()
 		defer s.z.mu.Unlock()
 		s.u.inFlight--
-		if cpuMillis > 0 {
+		if cpuMillis != 0 {
 			s.u.cpu = append(s.u.cpu, cpuUse{at: s.z.now(), millis: cpuMillis})
 		}
 	})
@@ -268,12 +321,45 @@ func (s *server) handleMintedRun(w http.ResponseWriter, r *http.Request, in api.
 		writeError(w, err)
 		return
 	}
-	var cpu int64
+	cpu := int64(-1) // a run that ends without a result was not observed
 	defer func() { slot.finished(cpu) }()
-	res := s.stream(w, r, run, pr.UID)
-	if res != nil {
-		cpu = res.Usage.CPUTimeMillis()
+	cpu = ranCPU(s.stream(w, r, run, pr.UID))
+}
+
+// ranCPU is the CPU, in milliseconds, a minted run's result says it used:
+// what was observed; nothing for a run refused or failed before its
+// workload started; -1 (unobserved) otherwise.
+func ranCPU(res *runrecord.Result) int64 {
+	if res == nil {
+		return -1
 	}
+	switch ms := res.Usage.CPUTimeMillis(); {
+	case ms >= 0:
+		return ms
+	case res.Status == runrecord.StatusRefused || res.Status == runrecord.StatusFailedToStart:
+		return 0
+	}
+	return -1
+}
+
+// mintedRunCPU is what the store says the run of a grant minted before
+// this start used, for settle: nothing if the grant was never spent; the
+// run's own result if it has one; unobserved if the store cannot say, or
+// if the run was cut short (recovery's record of it observed nothing, and
+// does not name the authorization).
+func (s *server) mintedRunCPU(grantID string) (time.Time, int64, bool) {
+	use, err := s.db.GrantUsed(grantID)
+	if errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, 0, false
+	}
+	if err != nil {
+		return time.Time{}, -1, true
+	}
+	var rec runrecord.Record
+	if err := s.db.GetRun(use.RunID, &rec); err != nil || rec.Result == nil || rec.Result.Authorization == nil {
+		return use.At, -1, true
+	}
+	return rec.Result.Finished, ranCPU(rec.Result), true
 }
 
 // mintAndRedeem mints a grant for the request and spends it, under the
@@ -297,7 +383,7 @@ func (s *server) mintAndRedeem(ctx context.Context, in api.RunRequest, from laun
 	if err != nil {
 		return nil, nil, err
 	}
-	slot, err := s.auths.take(a)
+	slot, err := s.auths.take(a, cpuBound(a.Effective(pol.Ceilings)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -342,7 +428,7 @@ func (s *server) handleAuthorizations(w http.ResponseWriter, r *http.Request) {
 		if !pr.ok || !pol.ActorSubmitter(a.Actor, pr.UID, pr.GID) || s.auths.isRevoked(a) {
 			continue
 		}
-		out.Authorizations = append(out.Authorizations, wireAuthorization(pol, a, s.auths.remaining(a)))
+		out.Authorizations = append(out.Authorizations, wireAuthorization(pol, a, s.auths.remaining(a, cpuBound(a.Effective(pol.Ceilings)))))
 	}
 	writeJSON(w, out)
 }

@@ -150,6 +150,9 @@ func newServer(ctx context.Context, cfg config.Config, log *slog.Logger, b Backe
 		s.db.Close()
 		return nil, err
 	}
+	// Before recovery records the runs a stop cut short: those count as
+	// unobserved, not as the nothing recovery's record says they used.
+	s.auths.settle(s.mintedRunCPU)
 	s.faults = faultHook()
 	rc := runnerConfig(cfg.Runner)
 	rc.Faults = s.faults

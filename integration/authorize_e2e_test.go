@@ -421,6 +421,64 @@ func TestAuthorizationRevokeStopsMinting(t *testing.T) {
 	}
 }
 
+// TestAuthorizationCPUPerDaySurvivesRestart: cpu-budget allows one
+// CPU-second a day; a run that burns one and a half uses it up, the next
+// mint is refused rate-limited naming cpuSecondsPerDay, and after custodyd
+// restarts it still is (the day's CPU is rebuilt from the operations
+// log's mints and their runs' records), with nothing minted and the list
+// showing no CPU-seconds left.
+func TestAuthorizationCPUPerDaySurvivesRestart(t *testing.T) {
+	e := startAuthDaemon(t)
+	i := strings.Index(authPolicy, "  - name: expired")
+	e.d.WritePolicy(authPolicy[:i] + `  - name: cpu-budget
+    actor: ci-bot
+    stages: [build]
+    images: ["@IMAGE@"]
+    limits: {grantsPerMinute: 100, concurrentRuns: 1, cpuSecondsPerDay: 1}
+    notBefore: 2020-01-01T00:00:00Z
+    notAfter: 2099-01-01T00:00:00Z
+` + authPolicy[i:])
+	if _, err := e.d.Control.ReloadPolicy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Spin until the shell and its children have used 150 clock ticks
+	// (1.5 CPU-seconds): a CPU amount, not a time, however loaded the host.
+	burn := `while :; do set -- $(cat /proc/$$/stat); [ $((${14}+${15}+${16}+${17})) -ge 150 ] && break; done`
+	phase := e.authPhase(t, burn, append(e.noInputs(), "wallTime: 20s", "wallTime: 5m")...)
+	res, _, _, err := e.run(t, "cpu-budget", phase)
+	if err != nil || res.Status != api.StatusOK {
+		t.Fatalf("the first run under cpu-budget: %+v %v", res, err)
+	}
+	if res.Usage.CPUTimeMillis < 1000 {
+		t.Fatalf("the burn used %d CPU-ms, want at least the day's 1000", res.Usage.CPUTimeMillis)
+	}
+	overBudget := func(when string) {
+		t.Helper()
+		before := e.minted(t)
+		_, _, _, err := e.run(t, "cpu-budget", e.authPhase(t, "true", e.noInputs()...))
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeRateLimited || ae.RetryAfterSeconds < 1 || !strings.Contains(ae.Message, "cpuSecondsPerDay") {
+			t.Fatalf("a mint over the day's CPU-seconds %s: %v", when, err)
+		}
+		if n := e.minted(t); n != before {
+			t.Fatalf("the refused request %s minted (%d -> %d)", when, before, n)
+		}
+		list, err := e.d.Submit.Authorizations(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range list.Authorizations {
+			if a.Name == "cpu-budget" && a.Remaining.CPUSecondsPerDay != 0 {
+				t.Fatalf("cpu-budget lists %d CPU-seconds left %s, want 0", a.Remaining.CPUSecondsPerDay, when)
+			}
+		}
+	}
+	overBudget("before a restart")
+	e.d.Stop()
+	e.d.Start()
+	overBudget("after a restart")
+}
+
 // TestAuthorizationNotASubmitter: uid 65534, no submitter of ci-bot, is
 // listed no authorization and gets nothing minted; root, its submitter,
 // is listed agent-loop with its limits.
