@@ -14,10 +14,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/treehash"
 )
 
 // authPolicy is the example policy with standing authorizations for
@@ -526,14 +531,10 @@ func TestAuthorizationNotASubmitter(t *testing.T) {
 	}
 }
 
-// TestAuthorizationReadsOnlyWhatThePeerCan: custodyd reads inputs as
-// root, but for a minted grant only what the asking uid could read
-// itself. Once uid 65534 submits as ci-bot, it runs a phase over a tree it
-// can read; a root-only file in the tree refuses the request naming the
-// input, with nothing minted; root, asking for the same tree, is minted.
-func TestAuthorizationReadsOnlyWhatThePeerCan(t *testing.T) {
-	e := startAuthDaemon(t)
-	const agent = 65534
+// agentSubmits makes uid 65534 a submitter of ci-bot and opens the way
+// to the agent-loop repo for it.
+func (e *authEnv) agentSubmits(t *testing.T) {
+	t.Helper()
 	e.d.WritePolicy(strings.Replace(authPolicy, "submitters: {uids: [0]}", "submitters: {uids: [0, 65534]}", 1))
 	if _, err := e.d.Control.ReloadPolicy(context.Background()); err != nil {
 		t.Fatal(err)
@@ -543,6 +544,17 @@ func TestAuthorizationReadsOnlyWhatThePeerCan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestAuthorizationReadsOnlyWhatThePeerCan: custodyd reads inputs as
+// root, but for a minted grant only what the asking uid could read
+// itself. Once uid 65534 submits as ci-bot, it runs a phase over a tree it
+// can read; a root-only file in the tree refuses the request naming the
+// input, with nothing minted; root, asking for the same tree, is minted.
+func TestAuthorizationReadsOnlyWhatThePeerCan(t *testing.T) {
+	e := startAuthDaemon(t)
+	const agent = 65534
+	e.agentSubmits(t)
 	phaseFile := filepath.Join(e.dir, "agent-step.yaml")
 	write(t, phaseFile, string(e.authPhase(t, "cat /src/main.go").YAML))
 	if err := os.Chmod(phaseFile, 0o644); err != nil {
@@ -566,6 +578,139 @@ func TestAuthorizationReadsOnlyWhatThePeerCan(t *testing.T) {
 	}
 	if code, out, errs := e.custody("run", "--authorization", "agent-loop", phaseFile); code != exitOK {
 		t.Fatalf("root over the same tree: %d\n%s%s", code, out, errs)
+	}
+}
+
+// watchReads counts the reads of path's bytes (inotify IN_ACCESS on path
+// itself) from now on: each call returns how many were seen since the
+// last. Checking a file's mode, owner or ACL reads none of its bytes;
+// hashing it does. Of a directory, each listing is a read.
+func watchReads(t *testing.T, path string) func() int {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	// Closes too: inotify merges an event into an identical one still
+	// unread, so back-to-back reads with nothing between count once.
+	if _, err := unix.InotifyAddWatch(fd, path, unix.IN_ACCESS|unix.IN_CLOSE_NOWRITE); err != nil {
+		t.Fatal(err)
+	}
+	return func() int {
+		n := 0
+		buf := make([]byte, 64<<10)
+		for {
+			m, err := unix.Read(fd, buf)
+			if errors.Is(err, unix.EAGAIN) {
+				return n
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= m; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				if ev.Mask&unix.IN_ACCESS != 0 && ev.Len == 0 { // path itself, not an entry of it
+					n++
+				}
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}
+}
+
+// TestAuthorizationInputIndexAcrossRuns: a minted run's input is read
+// through the client's own open, and still the input index finds its
+// unchanged files on the next request: uid 65534's second run over the
+// same tree reads none of the bytes the first read. The index never
+// stands in for the client's check: a directory of the tree made
+// unsearchable for the client, or a file unreadable, between two runs
+// refuses the next as input-peer-unreadable naming it, nothing minted.
+func TestAuthorizationInputIndexAcrossRuns(t *testing.T) {
+	e := startAuthDaemon(t)
+	const agent = 65534
+	e.agentSubmits(t)
+	sub := filepath.Join(e.inside, "sub")
+	data := filepath.Join(sub, "data.txt")
+	daemontest.Write(t, data, "index me\n")
+	// Older than the racy window, so the first run's walk records them.
+	time.Sleep(treehash.RacyWindow + 100*time.Millisecond)
+	phaseFile := filepath.Join(e.dir, "agent-step.yaml")
+	write(t, phaseFile, string(e.authPhase(t, "cat /src/sub/data.txt").YAML))
+	if err := os.Chmod(phaseFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reads := watchReads(t, data)
+	run := func(which string) {
+		t.Helper()
+		if code, out, errs := e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile); code != exitOK || !strings.Contains(out, "index me") {
+			t.Fatalf("the %s run of uid %d: %d\n%s%s", which, agent, code, out, errs)
+		}
+	}
+	run("first")
+	if n := reads(); n == 0 {
+		t.Fatal("the first run never read the input file: the watch sees nothing")
+	}
+	run("second")
+	if n := reads(); n != 0 {
+		t.Fatalf("the second run over the unchanged input read its file %d times: the input index did not find it", n)
+	}
+	refused := func(what, name string) {
+		t.Helper()
+		before := e.minted(t)
+		code, out, errs := e.custodyAs(t, agent, "run", "--authorization", "agent-loop", phaseFile)
+		if code != exitRefused || !strings.Contains(out+errs, "not readable by the client") || !strings.Contains(out+errs, name) {
+			t.Fatalf("uid %d after %s: %d\n%s%s", agent, what, code, out, errs)
+		}
+		if n := e.minted(t); n != before {
+			t.Fatalf("the refused request minted (%d -> %d)", before, n)
+		}
+	}
+	if err := os.Chmod(sub, 0o744); err != nil {
+		t.Fatal(err)
+	}
+	refused("a directory lost its search bit for the client", sub)
+	if err := os.Chmod(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refused("a file became unreadable for the client", data)
+	if err := os.Chmod(data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("restored")
+}
+
+// TestAuthorizationWalksInputOnce: a minted run lists its input's
+// directories no more often than issuing a grant for the same phase and
+// running it does: the client's check on every entry rides on the walk
+// that digests the input, not a walk of its own. (A directory's listing is
+// an inotify IN_ACCESS on it.)
+func TestAuthorizationWalksInputOnce(t *testing.T) {
+	e := startAuthDaemon(t)
+	sub := filepath.Join(e.inside, "sub")
+	daemontest.Write(t, filepath.Join(sub, "data.txt"), "walk me\n")
+	phaseFile := filepath.Join(e.dir, "agent-step.yaml")
+	write(t, phaseFile, string(e.authPhase(t, "cat /src/sub/data.txt").YAML))
+	minted := func() {
+		t.Helper()
+		if code, out, errs := e.custody("run", "--authorization", "agent-loop", phaseFile); code != exitOK || !strings.Contains(out, "walk me") {
+			t.Fatalf("a minted run: %d\n%s%s", code, out, errs)
+		}
+	}
+	minted() // the snapshot is stored: what follows only re-derives it
+	listings := watchReads(t, sub)
+	minted()
+	m := listings()
+	if code, out, errs := e.custody("run", "--grant", e.grant(t, phaseFile)); code != exitOK || !strings.Contains(out, "walk me") {
+		t.Fatalf("an issued grant's run: %d\n%s%s", code, out, errs)
+	}
+	g := listings()
+	t.Logf("the input's directory listed %d times by a minted run, %d by an issued grant's issue and run", m, g)
+	if m == 0 || m > g {
+		t.Fatalf("a minted run listed the input's directory %d times; issuing a grant and running it, %d", m, g)
 	}
 }
 

@@ -1,16 +1,20 @@
 package launch
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/policy"
 	"github.com/custody-dev/custody/quantity"
 	"github.com/custody-dev/custody/request"
+	"github.com/custody-dev/custody/treehash"
 )
 
 const (
@@ -148,6 +152,26 @@ func TestPeerCanRead(t *testing.T) {
 	if err := peerReads(dir, tree, uid, gid); err != nil {
 		t.Fatalf("a readable tree: %v", err)
 	}
+	// The input itself: readable but not searchable by the peer.
+	if err := os.Chmod(tree, 0o744); err != nil {
+		t.Fatal(err)
+	}
+	if err := peerReads(dir, tree, uid, gid); err == nil {
+		t.Fatal("an input directory the peer cannot search was allowed")
+	}
+	if err := os.Chmod(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A directory in it that the peer cannot search.
+	if err := os.Chmod(filepath.Join(tree, "sub"), 0o744); err != nil {
+		t.Fatal(err)
+	}
+	if err := peerReads(dir, tree, uid, gid); err == nil {
+		t.Fatal("a tree holding a directory the peer cannot search was allowed")
+	}
+	if err := os.Chmod(filepath.Join(tree, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	mk(filepath.Join(tree, "sub", "secret"), 0o600)
 	if err := peerReads(dir, tree, uid, gid); err == nil {
 		t.Fatal("a tree holding a file the peer cannot read was allowed")
@@ -192,16 +216,25 @@ func TestPeerCanRead(t *testing.T) {
 	}
 }
 
-// peerReads opens src below root as uid/gid, as a mint does, and checks
-// the tree through what it opened.
+// peerReads opens src below root as uid/gid, as a mint does, and walks
+// the tree through what it opened with the mint's per-entry check.
 func peerReads(root, src string, uid, gid uint32) error {
 	p, err := openAsPeer(root, src, uid, gid)
 	if err != nil {
 		return err
 	}
 	defer p.close()
-	return peerCanRead(p.source(), src, uid, gid)
+	var opts treehash.Options
+	pinInput(p, &src, &opts)
+	_, err = treehash.Dir(context.Background(), src, opts)
+	return err
 }
 
 // peerCanReadDir checks one directory is searchable.
-func peerCanReadDir(p string, uid, gid uint32) error { return mayAccess(p, uid, gid, 1) }
+func peerCanReadDir(p string, uid, gid uint32) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return err
+	}
+	return modeAllows(&st, uid, gid, 1)
+}

@@ -3,7 +3,6 @@ package launch
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -25,6 +24,9 @@ type peerInput struct {
 	dir  int
 	base string
 	id   treehash.Identity
+	// dirID is the identity of the directory dir holds: with the
+	// client's name for the input, it names the input's index (index).
+	dirID treehash.Identity
 	// uid, gid and shown are the client and its name for the input, for
 	// the check on every entry as the walks reach it (admit).
 	uid, gid uint32
@@ -40,6 +42,16 @@ func (p *peerInput) source() string { return p.beneath() + "/" + p.base }
 
 func (p *peerInput) close() { _ = unix.Close(p.dir) }
 
+// index names the input's index of file digests by the object the client
+// opened, not by the descriptor path the walk reads it through (a new
+// path with every request, whose index no later request would find).
+// Which index a walk uses decides only what it need not re-read: every
+// entry is still checked against the client as the walk reaches it
+// (admit), index hit or not.
+func (p *peerInput) index() string {
+	return fmt.Sprintf("client-opened %d:%d\x00%s", p.dirID.Dev, p.dirID.Ino, p.shown)
+}
+
 // closeInputs closes every pinned input.
 func closeInputs(pinned map[int]*peerInput) {
 	for _, p := range pinned {
@@ -47,18 +59,18 @@ func closeInputs(pinned map[int]*peerInput) {
 	}
 }
 
-// peerOpen opens each host input of plan as the client and checks that the
-// client could read every entry of it. custodyd reads inputs as root; a
-// phase minted for a client must not make it a way to read what the
-// client's own uid could not. Above and at the input the kernel decides:
-// the input is opened with the client's filesystem uid and primary gid and
-// no supplementary groups, from its policy root one component at a time
-// (a symlink below the root refuses it, as the walk refuses it). Below it,
-// every entry must be readable by mode bits (directories also
-// searchable), checked through the opened directory; an entry that
-// carries a POSIX ACL is refused: that can only refuse what the kernel
-// might allow, never allow what it would refuse. The caller closes what is
-// returned, refused or not.
+// peerOpen opens each host input of plan as the client. custodyd reads
+// inputs as root; a phase minted for a client must not make it a way to
+// read what the client's own uid could not. Above and at the input the
+// kernel decides: the input is opened with the client's filesystem uid and
+// primary gid and no supplementary groups, from its policy root one
+// component at a time (a symlink below the root refuses it, as the walk
+// refuses it); a directory input must also be searchable by its mode bits,
+// and carry no POSIX ACL. Below it, the one walk that digests the input
+// checks every entry as it reaches it (admit): readable by mode bits
+// (directories also searchable), no ACL. An ACL is refused because the
+// check can only refuse what the kernel might allow, never allow what it
+// would refuse. The caller closes what is returned, refused or not.
 func peerOpen(plan *admission.Plan, from Peer) (map[int]*peerInput, []admission.Check) {
 	pinned := map[int]*peerInput{}
 	var checks []admission.Check
@@ -67,9 +79,8 @@ func peerOpen(plan *admission.Plan, from Peer) (map[int]*peerInput, []admission.
 			continue
 		}
 		p, err := openAsPeer(in.Root, in.Source, from.UID, from.GID)
-		if err == nil {
+		if p != nil {
 			pinned[i] = p
-			err = peerCanRead(p.source(), in.Source, from.UID, from.GID)
 		}
 		c := admission.Check{Requirement: fmt.Sprintf("inputs[%d].source", i), Verdict: admission.Granted, Code: "input-peer-readable",
 			Detail: fmt.Sprintf("%s is readable by uid %d", in.Source, from.UID)}
@@ -107,10 +118,7 @@ func openAsPeer(root, src string, uid, gid uint32) (*peerInput, error) {
 			ch <- result{err: err}
 			return
 		}
-		p, err := openBeneath(root, src)
-		if p != nil {
-			p.uid, p.gid = uid, gid
-		}
+		p, err := openBeneath(root, src, uid, gid)
 		ch <- result{p, err}
 	}()
 	r := <-ch
@@ -140,9 +148,10 @@ func becomePeer(uid, gid uint32) error {
 
 // openBeneath opens the directory holding src, from root (opened as given,
 // as the walk opens it) one component at a time without following a
-// symlink, then opens src itself for reading to check it may be read, and
-// keeps its identity.
-func openBeneath(root, src string) (*peerInput, error) {
+// symlink, then opens src itself for reading to check it may be read,
+// checks what the walk's admit checks of the entries below it (a
+// directory searchable, no ACL), and keeps its identity.
+func openBeneath(root, src string, uid, gid uint32) (*peerInput, error) {
 	rel, err := filepath.Rel(root, src)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return nil, fmt.Errorf("%s is not inside %s", src, root)
@@ -172,12 +181,38 @@ func openBeneath(root, src string) (*peerInput, error) {
 		return nil, peerOpenErr(src, err)
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	var st, dst unix.Stat_t
+	if err := unix.Fstat(fd, &st); err == nil {
+		err = unix.Fstat(dir, &dst)
+	}
+	if err != nil {
 		_ = unix.Close(dir)
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
-	return &peerInput{dir: dir, base: base, id: treehash.Identity{Dev: uint64(st.Dev), Ino: st.Ino}, shown: src}, nil
+	if err := inputAccess(fd, &st, uid, gid); err != nil {
+		_ = unix.Close(dir)
+		return nil, fmt.Errorf("%s: %w", src, err)
+	}
+	return &peerInput{dir: dir, base: base, id: treehash.Identity{Dev: uint64(st.Dev), Ino: st.Ino},
+		dirID: treehash.Identity{Dev: uint64(dst.Dev), Ino: dst.Ino}, uid: uid, gid: gid, shown: src}, nil
+}
+
+// inputAccess checks the input itself, opened as uid/gid as fd with
+// stat st, as admit checks an entry below it: the kernel let the client
+// read it; a directory must be searchable too, and no ACL is evaluated.
+func inputAccess(fd int, st *unix.Stat_t, uid, gid uint32) error {
+	if uid == 0 {
+		return nil
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if err := modeAllows(st, uid, gid, 4|1); err != nil {
+			return err
+		}
+	}
+	if n, err := unix.Fgetxattr(fd, aclXattr, nil); err == nil && n > 0 {
+		return errACL
+	}
+	return nil
 }
 
 // peerOpenErr says why the client could not open path.
@@ -189,44 +224,6 @@ func peerOpenErr(path string, err error) error {
 		return fmt.Errorf("%s is a symlink or not a directory below the input root, which is never followed", path)
 	}
 	return fmt.Errorf("%s: %w", path, err)
-}
-
-// peerCanRead reports nil when uid/gid may read every entry at or below
-// at (the opened input), without following symlinks; shown is the
-// client's name for at, for messages.
-func peerCanRead(at, shown string, uid, gid uint32) error {
-	return filepath.WalkDir(at, func(p string, d fs.DirEntry, err error) error {
-		name := shown + strings.TrimPrefix(p, at)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, errors.Unwrap(err))
-		}
-		want := uint32(4)
-		if d.IsDir() {
-			want = 4 | 1
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil // never followed: the link itself is what is read
-		}
-		if err := mayAccess(p, uid, gid, want); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		return nil
-	})
-}
-
-// mayAccess checks want (r=4, x=1 bits) on path for uid/gid by its mode.
-func mayAccess(path string, uid, gid uint32, want uint32) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return err
-	}
-	if uid == 0 {
-		return nil
-	}
-	if n, err := unix.Lgetxattr(path, aclXattr, nil); err == nil && n > 0 {
-		return errACL
-	}
-	return modeAllows(&st, uid, gid, want)
 }
 
 // aclXattr holds an entry's POSIX access ACL.
@@ -257,8 +254,9 @@ func modeAllows(st *unix.Stat_t, uid, gid uint32, want uint32) error {
 // object they then read (its lstat through the open directory; the walk
 // refuses any later open that is another object): the client must be
 // able to read it (and search it, a directory), with no ACL. The check
-// at the mint (peerCanRead) names a refusal early; this one holds against
-// an entry renamed or linked into the tree after it.
+// is made on the walk that digests the input at the mint, and again on
+// the launch's, which holds against an entry renamed or linked into the
+// tree after the mint.
 func (p *peerInput) admit(dirfd int, name, path string, st *unix.Stat_t) error {
 	if p.uid == 0 {
 		return nil

@@ -315,6 +315,6 @@ func verifierIdentities(ctx context.Context, plan *admission.Plan) (treehash.Ide
 // through that open and only while it is still the object opened.
 func pinInput(p *peerInput, src *string, opts *treehash.Options) {
 	if p != nil {
-		*src, opts.Beneath, opts.Root, opts.Admit = p.source(), p.beneath(), &p.id, p.admit
+		*src, opts.Beneath, opts.Root, opts.Admit, opts.IndexName = p.source(), p.beneath(), &p.id, p.admit, p.index()
 	}
 }

@@ -107,7 +107,11 @@ func (s *Store) UseIndex(dir string) error {
 // since src was last walked. Grant issue and launch both derive an
 // input's digest here.
 func (s *Store) Digest(ctx context.Context, src string, limits treehash.Options) (tree *treehash.Tree, err error) {
-	err = s.index.walk(indexRoot(src, limits.Beneath), func(idx treehash.Index) error {
+	name := indexRoot(src, limits.Beneath)
+	if limits.IndexName != "" {
+		name = limits.IndexName
+	}
+	err = s.index.walk(name, func(idx treehash.Index) error {
 		limits.Index = idx
 		tree, err = Digest(ctx, src, limits)
 		return err

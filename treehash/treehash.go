@@ -161,6 +161,12 @@ type Options struct {
 	// a Walk with a Visitor that mirrors the bytes (one that is not a
 	// Describer): the mirror must get every byte.
 	Index Index
+	// IndexName, if set, is the name a caller that keeps an Index per root
+	// (snapshot's Indexes) files this walk's under, in place of the root's
+	// path: a root reached through an open descriptor's /proc/self/fd path
+	// has a new path with every open, and would never find its index. The
+	// walk itself ignores it; the Index stays keyed by each file's FileStat.
+	IndexName string
 }
 
 // ErrSymlinkComponent is returned when a root reached under
