@@ -47,15 +47,23 @@ func issue(ctx context.Context, name, script string) ([]byte, error) {
 // rawGet is a GET on the submit socket that no client method makes (a
 // route that only refuses here), checked against the document as well.
 func rawGet(ctx context.Context, path string) (*http.Response, error) {
+	return raw(ctx, contract, custodyd.SubmitSocket, http.MethodGet, path, nil)
+}
+
+// raw is a request on socket that no client method makes, checked by c.
+func raw(ctx context.Context, c *checker, socket, method, path string, body []byte) (*http.Response, error) {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", custodyd.SubmitSocket)
+		return d.DialContext(ctx, "unix", socket)
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://custodyd"+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://custodyd"+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	return (&http.Client{Transport: contract.wrap(tr)}).Do(req)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return (&http.Client{Transport: c.wrap(tr)}).Do(req)
 }
 
 // Real requests to a real custodyd, and its real answers, match the
@@ -168,35 +176,51 @@ func TestOpenAPIContract(t *testing.T) {
 
 	// No docker engine is configured: the pack routes answer their refusal.
 	pack := api.PackSource{Compose: []byte("services: {}\n"), Dir: custodyd.Dir}
-	_, err = submit.PackAdmit(ctx, api.PackAdmitRequest{Pack: pack, Actor: "ci-bot"})
-	packsOff := func(what string, err error) {
+	packsOff(t, submit, pack, grant)
+
+	// Every route the submit socket serves was exercised and checked.
+	for _, r := range contract.unchecked(daemon.SubmitRoutes()) {
+		t.Errorf("no exchange of %s was checked", r)
+	}
+}
+
+// packsOff checks that each pack route both sockets serve answers
+// packs-disabled (no docker engine is configured).
+func packsOff(t *testing.T, c *api.Client, pack api.PackSource, grant []byte) {
+	t.Helper()
+	off := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, api.ErrPacksDisabled) {
 			t.Errorf("%s without docker: %v", what, err)
 		}
 	}
-	packsOff("pack admit", err)
-	_, err = submit.PackUp(ctx, api.PackUpRequest{Grant: grant, Workspace: "w"})
-	packsOff("pack up", err)
-	_, err = submit.PackList(ctx)
-	packsOff("workspaces", err)
-	_, err = submit.PackStatus(ctx, "w")
-	packsOff("workspace", err)
-	_, err = submit.PackDown(ctx, "w", false)
-	packsOff("down", err)
+	_, err := c.PackAdmit(context.Background(), api.PackAdmitRequest{Pack: pack, Actor: "ci-bot"})
+	off("pack admit", err)
+	_, err = c.PackUp(context.Background(), api.PackUpRequest{Grant: grant, Workspace: "w"})
+	off("pack up", err)
+	_, err = c.PackList(context.Background())
+	off("workspaces", err)
+	_, err = c.PackStatus(context.Background(), "w")
+	off("workspace", err)
+	_, err = c.PackDown(context.Background(), "w", false)
+	off("down", err)
+}
 
-	// Every route the submit socket serves was exercised and checked.
-	contract.mu.Lock()
-	defer contract.mu.Unlock()
-	for _, r := range daemon.SubmitRoutes() {
+// unchecked are the routes of which c checked no exchange.
+func (c *checker) unchecked(routes []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, r := range routes {
 		found := false
-		for s := range contract.seen {
+		for s := range c.seen {
 			found = found || strings.HasPrefix(s, r+" ")
 		}
 		if !found {
-			t.Errorf("no exchange of %s was checked", r)
+			out = append(out, r)
 		}
 	}
+	return out
 }
 
 // The check refuses what the document does not allow: an answer without

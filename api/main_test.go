@@ -19,12 +19,16 @@ import (
 // cannot skip.
 var custodyd *daemontest.Daemon
 
-// openAPIDoc is the API's OpenAPI document, loaded and valid; contract
-// checks every exchange of submit against it.
+// openAPIDoc is the submit socket's OpenAPI document, loaded and valid;
+// contract checks every exchange of submit against it. controlAPIDoc and
+// controlContract are the control socket's, for control.
 var (
-	openAPIDoc *openapi3.T
-	contract   *checker
-	submit     *api.Client
+	openAPIDoc      *openapi3.T
+	contract        *checker
+	submit          *api.Client
+	controlAPIDoc   *openapi3.T
+	controlContract *checker
+	control         *api.Client
 )
 
 // agentLoop is a standing authorization added to the example policy: the
@@ -44,14 +48,20 @@ authorizations:
 
 func TestMain(m *testing.M) {
 	os.Exit(daemontest.Main(m, func(t testing.TB) {
-		doc, err := loadOpenAPI(testenv.ModuleRoot(t))
-		if err != nil {
+		root := testenv.ModuleRoot(t)
+		var err error
+		if openAPIDoc, err = loadOpenAPI(root, submitDoc); err != nil {
 			t.Fatal(err)
 		}
-		if contract, err = newChecker(doc, testenv.ModuleRoot(t)); err != nil {
+		if contract, err = newChecker(openAPIDoc, submitDoc, root); err != nil {
 			t.Fatal(err)
 		}
-		openAPIDoc = doc
+		if controlAPIDoc, err = loadOpenAPI(root, controlDoc); err != nil {
+			t.Fatal(err)
+		}
+		if controlContract, err = newChecker(controlAPIDoc, controlDoc, root); err != nil {
+			t.Fatal(err)
+		}
 		d := daemontest.New(t, daemontest.Options{})
 		d.Start()
 		pol, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "examples", "policy.yaml"))
@@ -65,5 +75,6 @@ func TestMain(m *testing.M) {
 		}
 		custodyd = d
 		submit = api.NewClient(d.SubmitSocket, api.WithTransport(contract.wrap))
+		control = api.NewClient(d.ControlSocket, api.WithTransport(controlContract.wrap))
 	}))
 }

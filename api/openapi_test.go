@@ -70,24 +70,51 @@ func schemaIDs(root string) (map[string]string, error) {
 	return ids, err
 }
 
-// loadOpenAPI loads and validates the embedded document, resolving its
-// references to the repository's schemas by $id (nothing is fetched).
-func loadOpenAPI(root string) (*openapi3.T, error) {
+// The API's two documents: the submit socket's and the control socket's,
+// each as embedded, with the name it has beside the other in api/ (the
+// control document references the submit one's shapes by that name) and
+// the URL the bodies' compiler holds it at.
+var (
+	submitDoc  = apiDoc{name: "openapi.yaml", data: api.OpenAPI}
+	controlDoc = apiDoc{name: "openapi-control.yaml", data: api.ControlOpenAPI}
+)
+
+type apiDoc struct {
+	name string
+	data func() []byte
+}
+
+// url is where the bodies' compiler holds the document.
+func (d apiDoc) url() string { return "https://custody.dev/api/" + d.name }
+
+// loadOpenAPI loads and validates an embedded document, resolving its
+// references to the repository's schemas by $id and to the other
+// document by its name in api/ (nothing is fetched).
+func loadOpenAPI(root string, d apiDoc) (*openapi3.T, error) {
 	ids, err := schemaIDs(root)
 	if err != nil {
 		return nil, err
 	}
+	dir := filepath.Join(root, "api")
 	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = true
 	loader.ReadFromURIFunc = func(_ *openapi3.Loader, u *url.URL) ([]byte, error) {
 		v := *u
 		v.Fragment = ""
+		if v.Scheme == "" && v.Host == "" && filepath.Dir(v.Path) == dir {
+			for _, other := range []apiDoc{submitDoc, controlDoc} {
+				if filepath.Base(v.Path) == other.name {
+					return other.data(), nil
+				}
+			}
+		}
 		path, ok := ids[v.String()]
 		if !ok {
 			return nil, fmt.Errorf("the OpenAPI document refers to %s, which no schema in the repository has as its $id", v.String())
 		}
 		return os.ReadFile(path)
 	}
-	doc, err := loader.LoadFromDataWithPath(api.OpenAPI(), &url.URL{Path: filepath.Join(root, "api", "openapi.yaml")})
+	doc, err := loader.LoadFromDataWithPath(d.data(), &url.URL{Path: filepath.Join(dir, d.name)})
 	if err != nil {
 		return nil, fmt.Errorf("load the OpenAPI document: %w", err)
 	}
@@ -108,15 +135,17 @@ type checker struct {
 	router routers.Router
 	bodies *jsonschema.Compiler
 
+	// base is the URL the document's own references resolve against.
+	base *url.URL
+
 	mu      sync.Mutex
 	schemas map[string]*jsonschema.Schema
 	seen    map[string]bool // "METHOD /path-template status"
 }
 
-// docURL is where the bodies' compiler holds the document.
-const docURL = "https://custody.dev/api/openapi.yaml"
-
-func newChecker(doc *openapi3.T, root string) (*checker, error) {
+// newChecker checks exchanges against doc, loaded from d; the bodies'
+// compiler holds both documents, so references between them resolve.
+func newChecker(doc *openapi3.T, d apiDoc, root string) (*checker, error) {
 	r, err := legacy.NewRouter(doc)
 	if err != nil {
 		return nil, err
@@ -142,11 +171,17 @@ func newChecker(doc *openapi3.T, root string) (*checker, error) {
 			}
 			return jsonschema.UnmarshalJSON(bytes.NewReader(j))
 		}})
-	var whole any
-	if err := yaml.Unmarshal(api.OpenAPI(), &whole); err != nil {
-		return nil, err
+	for _, each := range []apiDoc{submitDoc, controlDoc} {
+		var whole any
+		if err := yaml.Unmarshal(each.data(), &whole); err != nil {
+			return nil, err
+		}
+		if err := addJSON(c, each.url(), whole); err != nil {
+			return nil, err
+		}
 	}
-	if err := addJSON(c, docURL, whole); err != nil {
+	base, err := url.Parse(d.url())
+	if err != nil {
 		return nil, err
 	}
 	for id, path := range ids {
@@ -163,7 +198,7 @@ func newChecker(doc *openapi3.T, root string) (*checker, error) {
 			return nil, err
 		}
 	}
-	return &checker{doc: doc, router: r, bodies: c, schemas: map[string]*jsonschema.Schema{}, seen: map[string]bool{}}, nil
+	return &checker{doc: doc, router: r, bodies: c, base: base, schemas: map[string]*jsonschema.Schema{}, seen: map[string]bool{}}, nil
 }
 
 // addJSON adds v (decoded from YAML) to c as JSON would decode it.
@@ -180,13 +215,18 @@ func addJSON(c *jsonschema.Compiler, url string, v any) error {
 }
 
 // validate checks a JSON body against the document's schema at ref
-// ("#/components/schemas/Name").
+// ("#/components/schemas/Name", or in the other document
+// "openapi.yaml#/components/schemas/Name").
 func (c *checker) validate(ref string, body []byte) error {
 	c.mu.Lock()
 	sch, ok := c.schemas[ref]
 	if !ok {
-		var err error
-		if sch, err = c.bodies.Compile(docURL + ref); err != nil {
+		u, err := c.base.Parse(ref)
+		if err != nil {
+			c.mu.Unlock()
+			return fmt.Errorf("reference %s: %w", ref, err)
+		}
+		if sch, err = c.bodies.Compile(u.String()); err != nil {
 			c.mu.Unlock()
 			return fmt.Errorf("compile %s: %w", ref, err)
 		}
@@ -363,16 +403,21 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 }
 
-// Every answer in the document declares the version header, and its
-// error codes are the SDK's.
+// Every answer in both documents declares the version header, both are
+// the API's version, and the error codes are the SDK's.
 func TestOpenAPIDeclares(t *testing.T) {
-	for path, item := range openAPIDoc.Paths.Map() {
-		for method, op := range item.Operations() {
-			for status, resp := range op.Responses.Map() {
-				if resp.Value.Headers[api.VersionHeader] == nil {
-					t.Errorf("%s %s %s: no %s header", method, path, status, api.VersionHeader)
+	for name, doc := range map[string]*openapi3.T{submitDoc.name: openAPIDoc, controlDoc.name: controlAPIDoc} {
+		for path, item := range doc.Paths.Map() {
+			for method, op := range item.Operations() {
+				for status, resp := range op.Responses.Map() {
+					if resp.Value.Headers[api.VersionHeader] == nil {
+						t.Errorf("%s: %s %s %s: no %s header", name, method, path, status, api.VersionHeader)
+					}
 				}
 			}
+		}
+		if v := doc.Info.Version; v != api.Version {
+			t.Errorf("%s is version %s, the API %s", name, v, api.Version)
 		}
 	}
 	var codes []api.Code
@@ -381,9 +426,6 @@ func TestOpenAPIDeclares(t *testing.T) {
 	}
 	if !slices.Equal(codes, api.Codes()) {
 		t.Errorf("ErrorCode in the document: %q\napi.Codes: %q", codes, api.Codes())
-	}
-	if v := openAPIDoc.Info.Version; v != api.Version {
-		t.Errorf("the document is version %s, the API %s", v, api.Version)
 	}
 }
 
