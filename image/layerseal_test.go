@@ -204,3 +204,76 @@ func TestLayerSealTampered(t *testing.T) {
 		t.Fatalf("the base image: %v", err)
 	}
 }
+
+// TestLayerSealFallsBackWhole: an image whose layers' seals cannot serve
+// its tree (here a layer hard-links a lower layer's file, which a seal of
+// the layer alone cannot hold) is sealed whole, its seal record saying
+// why, and verifies as a whole seal does, warm and after a restart.
+func TestLayerSealFallsBackWhole(t *testing.T) {
+	testenv.Root(t)
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		testenv.Missing(t, "mkfs.erofs (erofs-utils)")
+	}
+	base := buildTar(t, []entry{
+		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
+		{name: "bin/tool", typ: tar.TypeReg, mode: 0o755, body: "tool"},
+	})
+	top := buildTar(t, []entry{
+		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
+		{name: "bin/again", typ: tar.TypeLink, linkname: "bin/tool"},
+	})
+	s, _ := newStore(t)
+	ctx := context.Background()
+	img, err := s.Import(ctx, "oci:"+writeLayout(t, imageOf(t, base, top), "v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Unsealed != "" {
+		testenv.Missing(t, "a kernel that mounts erofs from a file: "+img.Unsealed)
+	}
+	rec, err := readSealRecord(filepath.Dir(img.Rootfs))
+	if err != nil || rec.File != sealName || len(rec.Layers) != 0 || !strings.Contains(rec.Whole, "links to files of lower layers") {
+		t.Fatalf("seal record %+v, %v: want a whole seal saying why", rec, err)
+	}
+	cold, err := New(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*Store{s, cold} {
+		got, err := st.VerifySealed(ctx, img.Digest)
+		if err != nil || got.Sealed == nil || got.Sealed.layered || got.Sealed.Spec().Layers != nil {
+			t.Fatalf("VerifySealed = %+v, %v: want the whole seal", got, err)
+		}
+	}
+}
+
+// TestWholeSealOfAnOCIImageKeepsVerifying: an OCI image a store sealed
+// whole before layers were sealed (its seal.json names rootfs.erofs)
+// keeps verifying by that seal after a restart, and a change to it is
+// still refused.
+func TestWholeSealOfAnOCIImageKeepsVerifying(t *testing.T) {
+	ctx := context.Background()
+	s, _, _, app := layeredStore(t)
+	dir := filepath.Dir(app.Rootfs)
+	// What an earlier custody left: a whole seal and its record.
+	s.sealIDs.drop(app.Digest)
+	if err := os.Remove(filepath.Join(dir, sealRecordName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sealWhole(ctx, app, ""); err != nil {
+		t.Fatal(err)
+	}
+	cold, err := New(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cold.VerifySealed(ctx, app.Digest)
+	if err != nil || got.Sealed == nil || got.Sealed.layered || got.Sealed.File != filepath.Join(dir, sealName) {
+		t.Fatalf("VerifySealed of the old whole seal = %+v, %v", got, err)
+	}
+	file := filepath.Join(dir, sealName)
+	rewrite(t, file, "app-"+sealMarker, "APP-"+sealMarker)
+	if _, err := cold.VerifySealed(ctx, app.Digest); !errors.Is(err, ErrSealChanged) {
+		t.Fatalf("the old whole seal changed: %v", err)
+	}
+}

@@ -590,6 +590,14 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 		}
 		whole = err.Error()
 	}
+	return s.sealWhole(ctx, img, whole)
+}
+
+// sealWhole seals img as one erofs file of its rootfs; whole, for an OCI
+// image, says why its layers' seals could not serve it.
+func (s *Store) sealWhole(ctx context.Context, img *Image, whole string) error {
+	dir := filepath.Dir(img.Rootfs)
+	file := filepath.Join(dir, sealName)
 	mkfs, err := exec.LookPath("mkfs.erofs")
 	if err != nil {
 		return fmt.Errorf("no mkfs.erofs (Debian package erofs-utils): %w", err)
