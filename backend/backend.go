@@ -102,6 +102,12 @@ type SealedImage struct {
 	// runs, even if the file's name was changed since. The backend
 	// closes the descriptor.
 	Mount func(ctx context.Context) (int, error)
+	// Layers, when not nil, returns new descriptors of the detached,
+	// read-only mounts of the image's sealed layers, top first, that the
+	// runner verified with the tree Mount gives (their overlay): a backend
+	// makes its own overlay of them, idmapping each when it maps users
+	// (overlayfs cannot be idmapped itself). The backend closes them.
+	Layers func(ctx context.Context) ([]int, error)
 }
 
 // Spec is the reviewed profile of one launch in neutral terms. Every budget

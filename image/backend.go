@@ -9,5 +9,9 @@ func (s *Sealed) Spec() *backend.SealedImage {
 	if s == nil {
 		return nil
 	}
-	return &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
+	spec := &backend.SealedImage{File: s.File, Identity: s.Identity, Mount: s.Mount}
+	if s.layered {
+		spec.Layers = s.Layers
+	}
+	return spec
 }

@@ -79,6 +79,19 @@ type Link struct {
 	Target string `json:"target"`
 }
 
+// index is the layer's explicit directories and its owners, by path.
+func (info *layerInfo) index() (explicit map[string]bool, owners map[string]Owner) {
+	explicit = make(map[string]bool, len(info.Dirs))
+	for _, d := range info.Dirs {
+		explicit[d] = true
+	}
+	owners = make(map[string]Owner, len(info.Owners))
+	for _, o := range info.Owners {
+		owners[o.Path] = o
+	}
+	return explicit, owners
+}
+
 // attrs is what a Writer does not keep of an entry and the layer store
 // restores after closing it.
 type attrs struct {
@@ -359,18 +372,16 @@ type assembler struct {
 	dirMeta map[string]string
 	// owners maps a rootfs path to its owner in the image, if not 0:0.
 	owners map[string]Owner
+	// implicit maps an implicit directory (dirMeta "") to the layer
+	// directory whose mtime it gets, so that it is the same in every
+	// image made of that layer (and in the layer's seal); none for one
+	// a hard link's parents made.
+	implicit map[string]string
 }
 
 // apply applies one layer: its whiteouts, then its entries.
 func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) error {
-	explicit := make(map[string]bool, len(info.Dirs))
-	for _, d := range info.Dirs {
-		explicit[d] = true
-	}
-	owners := make(map[string]Owner, len(info.Owners))
-	for _, o := range info.Owners {
-		owners[o.Path] = o
-	}
+	explicit, owners := info.index()
 	// own records the owner the layer gives rel (0:0 unless it says).
 	own := func(rel string) {
 		if o, ok := owners[rel]; ok {
@@ -430,7 +441,7 @@ func (a *assembler) apply(ctx context.Context, tree string, info *layerInfo) err
 			if err := os.Mkdir(dst, 0o700); err != nil {
 				return err
 			}
-			a.dirMeta[rel] = ""
+			a.dirMeta[rel], a.implicit[rel] = "", p
 			if explicit[rel] {
 				a.dirMeta[rel] = p
 			}
@@ -503,6 +514,7 @@ func (a *assembler) lowerLink(tree string, l Link) error {
 				return err
 			}
 			a.dirMeta[parent] = ""
+			delete(a.implicit, parent)
 			delete(a.owners, parent)
 		case err != nil:
 			return err
@@ -615,6 +627,15 @@ func (a *assembler) finish() error {
 			if err := os.Chmod(dst, 0o755); err != nil {
 				return err
 			}
+			if from := a.implicit[d]; from != "" {
+				fi, err := os.Lstat(from)
+				if err != nil {
+					return err
+				}
+				if err := os.Chtimes(dst, fi.ModTime(), fi.ModTime()); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		var st syscall.Stat_t
@@ -639,7 +660,7 @@ func (s *Store) assemble(ctx context.Context, staging string, trees []string, in
 	if err := os.Mkdir(rootfs, rootMode); err != nil {
 		return nil, nil, err
 	}
-	a := &assembler{rootfs: rootfs, dirMeta: map[string]string{}, owners: map[string]Owner{}}
+	a := &assembler{rootfs: rootfs, dirMeta: map[string]string{}, owners: map[string]Owner{}, implicit: map[string]string{}}
 	for i, tree := range trees {
 		if err := a.apply(ctx, tree, infos[i]); err != nil {
 			return nil, nil, fmt.Errorf("applying layer %s: %w", infos[i].DiffID, err)

@@ -54,6 +54,46 @@ import (
 // keeps anyway, so its seal is the one extra copy; a rootfs import's tree
 // and its seal are two.
 //
+// An OCI image is sealed per layer instead: each layer of the layer store
+// is sealed once, for every image holding it,
+//
+//	<dir>/layers/<diff-id hex>/seal.erofs   the layer's seal (root's, 0400)
+//	<dir>/layers/<diff-id hex>/seal.json    its record (for an operator)
+//	<dir>/<hex>/seal.json                   the image's: its layers, no file
+//
+// of the layer's tree as overlayfs reads a lower layer (OCI whiteouts made
+// overlayfs's: a character device 0:0, an opaque directory's xattr), and
+// the image is the read-only overlay of its layers' seals. A second image
+// sharing a base layer adds only its own layers' seals. The trust is the
+// whole seal's, made per layer:
+//   - what is checked is the same: the tree the kernel serves from the
+//     overlay of the sealed files hashes to the image digest, with the
+//     image's owners, at import (and has the rootfs's modes and mtimes)
+//     and again after a restart; never a record, never a layer's own
+//     digest alone (a layer's seal is trusted only inside an image whose
+//     merged tree was hashed);
+//   - what is kept is the identity of every layer file, per image: the
+//     overlay's tree is a function of its lower layers' bytes, so while
+//     each file's identity (internal/sealed) is the one held across that
+//     image's hash, the merged tree is the one hashed. A changed, renamed
+//     or swapped layer file (another layer's seal, say) moves its
+//     identity, and the image's tree is hashed again before anything
+//     mounts it; a layer changed where one image hides it is re-checked
+//     by every image holding it, since identities are kept per image;
+//   - launches mount what was verified: Sealed.Mount gives the verified
+//     overlay and Sealed.Layers the verified layer mounts, which a backend
+//     overlays itself (idmapping each: overlayfs cannot be idmapped);
+//   - the cost stays independent of the file count: one open, fstat and
+//     ioctl per layer.
+// An image whose layers' seals do not serve exactly its tree is sealed
+// whole, as above, its seal record saying why (Whole): a layer whose hard
+// links to files of lower layers (its seal holds the files they named in
+// the first image sealing it) or whose implicit directories (their
+// metadata is that image's too) another image's lower layers made
+// otherwise, or a whiteout left in a bottom layer. Stores sealed before keep their whole seals, which keep
+// verifying as they did; they are not re-sealed per layer (a re-import of
+// the image after removing it is).
+//
 // When a seal cannot be made (no mkfs.erofs, or a kernel that cannot mount
 // erofs from a file, such as Debian's 6.1 without a loop device), the image
 // stays unsealed, Image.Unsealed says why, and VerifySealed falls back to
@@ -77,6 +117,21 @@ type Sealed struct {
 	// store verified the seal of the image digest; what Mount mounts.
 	store  *Store
 	digest string
+	// layered: the image is sealed per layer (see Layers).
+	layered bool
+}
+
+// Layers, for an image sealed per layer, returns new descriptors of the
+// detached, read-only erofs mounts of its layers' seals, top first, that
+// this process verified (checked and, if one moved, re-hashed as Mount
+// does): a backend that idmaps the image idmaps each, since overlayfs
+// cannot be idmapped itself, and makes its overlay of them. Mount gives
+// the same tree merged. The caller closes the descriptors.
+func (s *Sealed) Layers(ctx context.Context) ([]int, error) {
+	if s.store == nil || !s.layered {
+		return nil, fmt.Errorf("sealed image %s: %w: not verified per layer by this process", s.File, ErrSealChanged)
+	}
+	return s.store.layerMounts(ctx, s.digest)
 }
 
 // Mount returns a new descriptor of the detached, read-only erofs mount
@@ -98,9 +153,16 @@ func (s *Sealed) Mount(ctx context.Context) (int, error) {
 // sealRecord is seal.json.
 type sealRecord struct {
 	Digest   string `json:"digest"`
-	File     string `json:"file"`
-	SHA256   string `json:"sha256"`
-	Identity string `json:"identity"`
+	File     string `json:"file,omitempty"`
+	SHA256   string `json:"sha256,omitempty"`
+	Identity string `json:"identity,omitempty"`
+	// Layers, for an image sealed per layer (File is then empty), are
+	// its layers' diff IDs, bottom first: their seals are in the layer
+	// store.
+	Layers []string `json:"layers,omitempty"`
+	// Whole, for an OCI image sealed whole, says why its layers' seals
+	// could not serve it.
+	Whole string `json:"whole,omitempty"`
 }
 
 // seals remembers, per image digest, the sealed file as it was when the
@@ -122,6 +184,9 @@ type heldSeal struct {
 	file   *os.File
 	mfd    int
 	closed bool
+	// layers, for an image sealed per layer (file is then nil and mfd
+	// the read-only overlay of the layers' mounts), bottom first.
+	layers []*heldLayer
 }
 
 func (h *heldSeal) close() {
@@ -130,7 +195,33 @@ func (h *heldSeal) close() {
 	if !h.closed {
 		h.closed = true
 		closeMount(h.mfd)
-		h.file.Close()
+		if h.file != nil {
+			h.file.Close()
+		}
+		for _, l := range h.layers {
+			closeMount(l.mfd)
+			l.file.Close()
+		}
+	}
+}
+
+// layerIDs are the identities of h's layer seals, and setLayerIDs moves
+// them.
+func (s *seals) layerIDs(h *heldSeal) []sealed.Identity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]sealed.Identity, len(h.layers))
+	for i, l := range h.layers {
+		ids[i] = l.id
+	}
+	return ids
+}
+
+func (s *seals) setLayerIDs(h *heldSeal, ids []sealed.Identity) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, l := range h.layers {
+		l.id = ids[i]
 	}
 }
 
@@ -190,11 +281,21 @@ func (s *seals) drop(digest string) {
 
 // sealedOf is img's Sealed if this process verified its seal, else nil.
 func (s *Store) sealedOf(img *Image) *Sealed {
-	id, ok := s.sealIDs.get(img.Digest)
-	if !ok {
+	h := s.sealIDs.current(img.Digest)
+	if h == nil {
 		return nil
 	}
-	return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealName), Identity: id.String(), store: s, digest: img.Digest}
+	if h.layers != nil {
+		// No one file: the backend mounts what Mount and Layers give.
+		ids := s.sealIDs.layerIDs(h)
+		parts := make([]string, len(ids))
+		for i, id := range ids {
+			parts[i] = id.String()
+		}
+		return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealRecordName), Identity: "layers " + strings.Join(parts, " "),
+			store: s, digest: img.Digest, layered: true}
+	}
+	return &Sealed{File: filepath.Join(filepath.Dir(img.Rootfs), sealName), Identity: s.sealIDs.identity(h).String(), store: s, digest: img.Digest}
 }
 
 // mountVerified is Sealed.Mount for the image of digest.
@@ -222,7 +323,11 @@ func (s *Store) dupVerified(ctx context.Context, digest string, h *heldSeal) (in
 	if h.closed {
 		return -1, errReleased
 	}
-	if err := sealed.Check(h.file, s.sealIDs.identity(h)); err != nil {
+	if h.layers != nil {
+		if err := s.recheckLayers(ctx, digest, h); err != nil {
+			return -1, err
+		}
+	} else if err := sealed.Check(h.file, s.sealIDs.identity(h)); err != nil {
 		if !errors.Is(err, sealed.ErrChanged) {
 			return -1, fmt.Errorf("image %s: %w", digest, err)
 		}
@@ -265,6 +370,13 @@ func (s *Store) dupVerified(ctx context.Context, digest string, h *heldSeal) (in
 // hashMount hashes the tree of the detached mount mfd (through a clone of
 // it, attached at a private name) and checks it against img's digest.
 func (s *Store) hashMount(ctx context.Context, img *Image, mfd int) error {
+	return s.hashTree(ctx, img, mfd, "")
+}
+
+// hashTree is hashMount, and when against is not "" it also checks that
+// the tree has the modes and mtimes of the directory against (a
+// symlink's mtime aside: see sameMetadata).
+func (s *Store) hashTree(ctx context.Context, img *Image, mfd int, against string) error {
 	clone, err := cloneMount(mfd)
 	if err != nil {
 		return fmt.Errorf("clone the sealed mount: %w", err)
@@ -283,6 +395,11 @@ func (s *Store) hashMount(ctx context.Context, img *Image, mfd int) error {
 	mounted.Rootfs = root
 	if err := checkDigest(&mounted, tree); err != nil {
 		return fmt.Errorf("%w: the sealed tree: %w", ErrSealChanged, err)
+	}
+	if against != "" {
+		if err := sameMetadata(against, root, false); err != nil {
+			return fmt.Errorf("the sealed tree differs from the rootfs: %w", err)
+		}
 	}
 	return nil
 }
@@ -313,8 +430,25 @@ func (s *Store) VerifySealed(ctx context.Context, digest string) (*Image, error)
 	if err := s.verifyConfig(img); err != nil {
 		return nil, err
 	}
-	if rec.Digest != digest || rec.File != sealName {
+	if rec.Digest != digest || rec.File != sealName && (rec.File != "" || len(rec.Layers) == 0) {
 		return nil, fmt.Errorf("image %s: %w: the seal record does not describe this image; fix: remove the image and import it again", digest, ErrSealChanged)
+	}
+	if rec.File == "" {
+		if h := s.sealIDs.current(digest); h != nil && h.layers != nil {
+			ok, err := s.layersHold(rec, h)
+			if err != nil {
+				return nil, fmt.Errorf("image %s: %w", digest, err)
+			}
+			if ok {
+				img.Sealed = s.sealedOf(img)
+				return img, nil
+			}
+		}
+		if err := s.checkLayered(ctx, img, rec, false); err != nil {
+			return nil, err
+		}
+		img.Sealed = s.sealedOf(img)
+		return img, nil
 	}
 	file := filepath.Join(dir, sealName)
 	if id, ok := s.sealIDs.get(digest); ok {
@@ -400,7 +534,7 @@ func (s *Store) checkSeal(ctx context.Context, img *Image, file string, id seale
 		return fmt.Errorf("image %s: %w: the sealed tree: %w", img.Digest, ErrSealChanged, err)
 	}
 	if againstDir {
-		if err := sameMetadata(img.Rootfs, root); err != nil {
+		if err := sameMetadata(img.Rootfs, root, true); err != nil {
 			return fmt.Errorf("image %s: the sealed tree differs from the rootfs: %w", img.Digest, err)
 		}
 	}
@@ -436,6 +570,9 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 		if rec.Digest != img.Digest {
 			return fmt.Errorf("image %s: %w: the seal record names %s", img.Digest, ErrSealChanged, rec.Digest)
 		}
+		if rec.File == "" {
+			return s.checkLayered(ctx, img, rec, false)
+		}
 		id, err := sealed.Current(file)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", img.Digest, err)
@@ -444,6 +581,24 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	// An OCI image is sealed per layer, each layer once for every image
+	// holding it; whole when its layers' seals cannot serve its tree.
+	whole := ""
+	if len(img.Layers) > 0 {
+		err := s.sealLayers(ctx, img, dir)
+		if err == nil {
+			return nil
+		}
+		whole = err.Error()
+	}
+	return s.sealWhole(ctx, img, whole)
+}
+
+// sealWhole seals img as one erofs file of its rootfs; whole, for an OCI
+// image, says why its layers' seals could not serve it.
+func (s *Store) sealWhole(ctx context.Context, img *Image, whole string) error {
+	dir := filepath.Dir(img.Rootfs)
+	file := filepath.Join(dir, sealName)
 	mkfs, err := exec.LookPath("mkfs.erofs")
 	if err != nil {
 		return fmt.Errorf("no mkfs.erofs (Debian package erofs-utils): %w", err)
@@ -484,7 +639,7 @@ func (s *Store) seal(ctx context.Context, img *Image) error {
 		s.sealIDs.drop(img.Digest)
 		return fail(err)
 	}
-	rec := sealRecord{Digest: img.Digest, File: sealName, SHA256: "sha256:" + sum, Identity: id.String()}
+	rec := sealRecord{Digest: img.Digest, File: sealName, SHA256: "sha256:" + sum, Identity: id.String(), Whole: whole}
 	if err := writeSealRecord(dir, &rec); err != nil {
 		s.sealIDs.drop(img.Digest)
 		return fail(err)

@@ -282,7 +282,7 @@ func TestSealKeepsTheTree(t *testing.T) {
 	if err := checkDigest(&mounted, tree); err != nil {
 		t.Fatalf("the sealed tree does not hash to the image digest: %v", err)
 	}
-	if err := sameMetadata(img.Rootfs, root); err != nil {
+	if err := sameMetadata(img.Rootfs, root, true); err != nil {
 		t.Fatalf("the sealed tree's metadata: %v", err)
 	}
 	var a, b syscall.Stat_t

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,10 +44,19 @@ func TestSealedImageLaunch(t *testing.T) {
 	img := imagetest.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, base.Bytes(), owned)
 	e := startDaemonWith(t, "oci:"+imagetest.Layout(t, img, "v1")+":v1")
 	dir := filepath.Join(e.dir, "state", "images", strings.TrimPrefix(e.image, "sha256:"))
+	// An OCI image is sealed per layer: the file that holds /marker is
+	// its top layer's seal, in the layer store.
 	file := filepath.Join(dir, "rootfs.erofs")
+	var rec struct {
+		Layers []string `json:"layers"`
+	}
+	if js, err := os.ReadFile(filepath.Join(dir, "seal.json")); err == nil && json.Unmarshal(js, &rec) == nil && len(rec.Layers) > 0 {
+		file = filepath.Join(filepath.Dir(dir), "layers", strings.TrimPrefix(rec.Layers[len(rec.Layers)-1], "sha256:"), "seal.erofs")
+	}
 	if _, err := os.Stat(file); err != nil {
 		testenv.Missing(t, "a sealed image (mkfs.erofs and a kernel that mounts erofs from a file): "+err.Error())
 	}
+	t.Logf("the sealed file holding /marker: %s", strings.TrimPrefix(file, filepath.Dir(dir)))
 	script := `head -c 31 /marker; echo; stat -c '%n %u:%g' /home/u/mine /marker`
 	run := func(g string) (int, string, string) { return e.custody("run", "--grant", g) }
 	ok := func(what string, code int, out, errs string) {

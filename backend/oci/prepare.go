@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -234,6 +235,9 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 	// as given in every mountinfo, the workload's included, and the
 	// paths would name the image store and the launch dir.
 	var layers [3]int
+	// lowers, for an image sealed per layer, are its layers' mounts (top
+	// first): the overlay's lower layers, in place of layers[0].
+	var lowers []int
 	if seal != nil {
 		fd, err := sealedImage(ctx, seal)
 		if err != nil {
@@ -243,6 +247,16 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 		layers[0] = fd
 		// The tree as the host sees it, for ownMountPoints and the idmap.
 		image = fmt.Sprintf("/proc/self/fd/%d", fd)
+		if seal.Layers != nil {
+			if lowers, err = seal.Layers(ctx); err != nil {
+				return fmt.Errorf("sealed image: %w", err)
+			}
+			defer func() {
+				for _, l := range lowers {
+					unix.Close(l)
+				}
+			}()
+		}
 	}
 	for i, d := range []string{image, upper, work} {
 		if i == 0 && seal != nil {
@@ -263,7 +277,16 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 		if err != nil {
 			return err
 		}
-		if !c.b.noIdmap.Load() {
+		if !c.b.noIdmap.Load() && lowers != nil {
+			for i, l := range lowers {
+				fd, err := idmappedImage(fmt.Sprintf("/proc/self/fd/%d", l), ns)
+				if err != nil {
+					return err
+				}
+				unix.Close(l)
+				lowers[i] = fd
+			}
+		} else if !c.b.noIdmap.Load() {
 			fd, err := idmappedImage(image, ns)
 			switch {
 			case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS):
@@ -277,7 +300,15 @@ func (c *Container) mountRootfs(ctx context.Context, image string, seal *backend
 			}
 		}
 	}
-	opts := fmt.Sprintf("lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", layers[0], layers[1], layers[2])
+	lowerdir := fmt.Sprintf("/proc/self/fd/%d", layers[0])
+	if lowers != nil {
+		names := make([]string, len(lowers))
+		for i, l := range lowers {
+			names[i] = fmt.Sprintf("/proc/self/fd/%d", l)
+		}
+		lowerdir = strings.Join(names, ":")
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d", lowerdir, layers[1], layers[2])
 	c.mounted = append(c.mounted, c.rootfs)
 	if err := unix.Mount("overlay", c.rootfs, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mount overlay rootfs: %w", err)

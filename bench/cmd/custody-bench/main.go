@@ -94,7 +94,7 @@ func main() {
 	flag.StringVar(&o.launchCost, "launchcost", "", "tools/runc/launchcost, for the runtime rows: what a runc process per launch costs (empty: those rows say it is missing)")
 	flag.IntVar(&o.launchCostRuns, "launchcost-runs", 60, "runtime rows: launches of each of runc run and in-process libcontainer (alternating)")
 	flag.IntVar(&o.loopSteps, "loop-steps", 100, "agent loop: measured steps of each of custody and docker (interleaved, after 3 unmeasured)")
-	flag.StringVar(&only, "only", "launch,inputs,runtime,throughput,digest,grant,bigimage,packs,pool,agentloop", "which measurements to run")
+	flag.StringVar(&only, "only", "launch,inputs,runtime,throughput,digest,grant,bigimage,sharedbase,packs,pool,agentloop", "which measurements to run")
 	flag.StringVar(&o.logLevel, "log-level", "debug", "custodyd --log-level (debug: the launch rows split the daemon's own stages too)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (custodyd state and logs)")
 	flag.StringVar(&o.daemonProfile, "daemon-cpuprofile", "", "write a CPU profile of custodyd (launch and throughput) to this file")
@@ -318,6 +318,9 @@ func (b *bencher) all(ctx context.Context) int {
 	}
 	if b.o.only["bigimage"] && ctx.Err() == nil {
 		b.bigImage(ctx)
+	}
+	if b.o.only["sharedbase"] && ctx.Err() == nil {
+		b.sharedBase(ctx)
 	}
 	if b.o.only["digest"] && ctx.Err() == nil {
 		b.digest(ctx)
