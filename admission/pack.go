@@ -310,6 +310,7 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 		plan.Services = append(plan.Services, a.service(&p.Services[i], res[i]))
 	}
 	a.networks()
+	a.roles()
 	plan.Checks = a.checks
 	// Empty lists are [] in the plan's JSON, never null.
 	plan.Services, plan.Networks, plan.Volumes = emptyIfNil(plan.Services), emptyIfNil(plan.Networks), emptyIfNil(plan.Volumes)
@@ -389,13 +390,13 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
 		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform", "Logging",
-		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
+		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Role"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
 	reflect.TypeFor[pack.Mount]():     {"Type", "Source", "Target", "ReadOnly", "TmpfsBytes"},
 	reflect.TypeFor[pack.Resources](): {"MemoryBytes", "CPUs", "Pids"},
 	reflect.TypeFor[pack.Network]():   {"Name", "Internal", "Driver", "External"},
-	reflect.TypeFor[pack.Volume]():    {"Name", "Driver", "External"},
+	reflect.TypeFor[pack.Volume]():    {"Name", "Driver", "External", "Role"},
 	reflect.TypeFor[pack.Secret]():    {"Name", "Credential", "Content"},
 	reflect.TypeFor[pack.SecretUse](): {"Name", "Target", "UID", "GID", "Mode"},
 }

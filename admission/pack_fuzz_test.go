@@ -31,6 +31,11 @@ func FuzzAdmitPack(f *testing.F) {
 	p.Secrets = []pack.Secret{{Name: "s", Credential: "c"}}
 	web.Secrets = []pack.SecretUse{{Name: "s", Mode: 0o777}}
 	seed(p)
+	// Roles, with a participant beside the evaluator and on its volume.
+	p = rolesPack()
+	service(p, "web").Networks = []string{"back", "front"}
+	service(p, "web").Mounts = []pack.Mount{{Type: pack.Named, Source: "answers", Target: "/a"}}
+	seed(p)
 
 	pl := packPolicy()
 	g := grants(pl)

@@ -61,7 +61,9 @@
 // made) or PackDown (each resource's cleanup result: gone, kept or
 // residual, with a reason). It is a [PackReceipt] in the same envelope and
 // canonical encoding as a phase receipt, with predicate type
-// [predicate.PackReceipt], signed by the runner identity key, and embeds
+// [predicate.PackReceipt] (v2 for a failed up, v3 when its cleanup lists
+// an engine-socket holder's child network or volume), signed by the
+// runner identity key, and embeds
 // the pack grant verbatim. Its subjects are "compose/<project>" (the
 // compose file's bytes) and "plan/<project>" (the admitted plan's, the
 // grant's subject), so cosign verify-blob-attestation can check a compose

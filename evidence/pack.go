@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,11 @@ const (
 	// KindChildContainer is a container custody did not create that a
 	// daemon-socket holder of the workspace is taken to have made (P3).
 	KindChildContainer = "child-container"
+	// KindChildNetwork and KindChildVolume are a network and a volume such
+	// a socket holder is taken to have made. Only a pack-receipt/v3
+	// receipt lists them; a child volume's id is its name.
+	KindChildNetwork = "child-network"
+	KindChildVolume  = "child-volume"
 )
 
 // Subject name prefixes of a pack receipt's statement.
@@ -65,7 +71,7 @@ const (
 var (
 	packOperations   = []string{PackUp, PackDown, PackUpFailed}
 	cleanupResults   = []string{CleanupGone, CleanupKept, CleanupResidual}
-	packKinds        = []string{KindContainer, KindNetwork, KindVolume, KindChildContainer}
+	packKinds        = []string{KindContainer, KindNetwork, KindVolume, KindChildContainer, KindChildNetwork, KindChildVolume}
 	mountTypes       = []string{"bind", "volume", "tmpfs"}
 	choiceKind       = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	containerPort    = regexp.MustCompile(`^[0-9]{1,5}/(tcp|udp|sctp)$`)
@@ -76,7 +82,7 @@ var (
 // one pack operation on the engine, read back from the engine by native ID
 // after the fact, never copied from what custody asked for.
 type PackReceipt struct {
-	// Operation is PackUp, PackDown or (v2 only) PackUpFailed.
+	// Operation is PackUp, PackDown or (v2 and v3 only) PackUpFailed.
 	Operation string `json:"operation"`
 	// Failure says why the up of an up-failed receipt failed; required
 	// there, absent from every other receipt.
@@ -228,10 +234,12 @@ type PackCleanup struct {
 
 // PackCleanupResource is one resource's cleanup result.
 type PackCleanupResource struct {
-	// Kind is "container", "network" or "volume".
+	// Kind is "container", "network" or "volume", or the kind of an
+	// engine-socket holder's child: KindChildContainer, or (v3 only)
+	// KindChildNetwork or KindChildVolume.
 	Kind string `json:"kind"`
 	// ID is the native ID: 64 lowercase hex digits for a container or
-	// network, the name for a volume.
+	// network, the name for a volume (a child volume too).
 	ID   string `json:"id"`
 	Name string `json:"name"`
 	// Result is CleanupGone, CleanupKept or CleanupResidual.
@@ -280,7 +288,7 @@ func SignPackReceipt(ctx context.Context, runner *keys.Signer, r PackReceipt) ([
 		return nil, fmt.Errorf("evidence: sign pack receipt: runner.id %s is not the signing key %s", r.Runner.ID, runner.ID())
 	}
 	subjects := packSubjectsOf(&r)
-	payload, err := encodeStatement(packPredicateType(r.Operation), subjects, &r)
+	payload, err := encodeStatement(packPredicateType(&r), subjects, &r)
 	if err != nil {
 		return nil, fmt.Errorf("evidence: sign pack receipt: %w", err)
 	}
@@ -327,15 +335,24 @@ func emptyIfNil[T any](s []T) []T {
 	return s
 }
 
-// packPredicateType is the predicate type a receipt of operation is
-// signed under: v2 for an up-failed receipt, v1 for the rest, so a v1
-// receipt keeps its meaning.
-func packPredicateType(operation string) string {
-	if operation == PackUpFailed {
+// packPredicateType is the one predicate type r is signed under: v3 for
+// a receipt whose cleanup lists a child network or volume, v2 for any
+// other up-failed receipt, v1 for the rest, so each version keeps its
+// meaning and an older verifier never meets a kind it does not know.
+func packPredicateType(r *PackReceipt) string {
+	if r.Cleanup != nil && slices.ContainsFunc(r.Cleanup.Resources, func(res PackCleanupResource) bool {
+		return res.Kind == KindChildNetwork || res.Kind == KindChildVolume
+	}) {
+		return predicate.PackReceiptV3
+	}
+	if r.Operation == PackUpFailed {
 		return predicate.PackReceiptV2
 	}
 	return predicate.PackReceipt
 }
+
+// packPredicateTypes are the pack receipt versions custody verifies.
+var packPredicateTypes = []string{predicate.PackReceipt, predicate.PackReceiptV2, predicate.PackReceiptV3}
 
 // decodePackStatement decodes a pack receipt statement strictly, requires
 // the canonical form SignPackReceipt produces byte for byte, validates the
@@ -344,7 +361,7 @@ func decodePackStatement(payload []byte) (*PackReceipt, []Subject, error) {
 	// Fast path: one typed decode and one canonical encode; the explained
 	// path accepts exactly the same payloads and says what is wrong.
 	var typed cdsse.Statement[PackReceipt]
-	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && typed.PredicateType == packPredicateType(typed.Predicate.Operation) {
+	if cdsse.DecodeCanonical(payload, &typed) && typed.Type == cdsse.StatementType && typed.PredicateType == packPredicateType(&typed.Predicate) {
 		return checkPackStatement(&typed.Predicate, typed.Subject)
 	}
 	return decodePackStatementExplained(payload)
@@ -358,15 +375,16 @@ func decodePackStatementExplained(payload []byte) (*PackReceipt, []Subject, erro
 	if st.Type != cdsse.StatementType {
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
-	if st.PredicateType != predicate.PackReceipt && st.PredicateType != predicate.PackReceiptV2 {
-		return nil, nil, fmt.Errorf("predicateType %q is neither %q nor %q", cdsse.Clip(st.PredicateType), predicate.PackReceipt, predicate.PackReceiptV2)
+	if !slices.Contains(packPredicateTypes, st.PredicateType) {
+		return nil, nil, fmt.Errorf("predicateType %q is none of %s", cdsse.Clip(st.PredicateType), strings.Join(packPredicateTypes, ", "))
 	}
 	var r PackReceipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
 		return nil, nil, fmt.Errorf("predicate: %v", err)
 	}
-	if want := packPredicateType(r.Operation); st.PredicateType != want {
-		return nil, nil, fmt.Errorf("predicateType %q does not carry operation %q: that is %q", cdsse.Clip(st.PredicateType), cdsse.Clip(r.Operation), want)
+	if want := packPredicateType(&r); st.PredicateType != want {
+		return nil, nil, fmt.Errorf("predicateType %q does not carry operation %q with cleanup kinds %s: that is %q",
+			cdsse.Clip(st.PredicateType), cdsse.Clip(r.Operation), cleanupKinds(&r), want)
 	}
 	// Byte-for-byte canonical form: this refuses duplicate or differently
 	// cased members, nulls, escapes and number or time spellings that
@@ -382,6 +400,23 @@ func decodePackStatementExplained(payload []byte) (*PackReceipt, []Subject, erro
 		return nil, nil, errors.New("statement is not in canonical form")
 	}
 	return checkPackStatement(&r, st.Subject)
+}
+
+// cleanupKinds lists the distinct cleanup kinds of r, for a diagnostic.
+func cleanupKinds(r *PackReceipt) string {
+	if r.Cleanup == nil {
+		return "none"
+	}
+	var ks []string
+	for _, res := range r.Cleanup.Resources {
+		if k := cdsse.Clip(res.Kind); !slices.Contains(ks, k) {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		return "none"
+	}
+	return strings.Join(ks, ", ")
 }
 
 // checkPackStatement validates a canonical pack receipt and its subjects.
@@ -548,7 +583,7 @@ func checkPackCleanup(ps *problems, c *PackCleanup) {
 		field := fmt.Sprintf("cleanup.resources[%d]", i)
 		ps.oneOf(field+".kind", res.Kind, packKinds)
 		ps.text(field+".name", res.Name)
-		if res.Kind == KindVolume {
+		if res.Kind == KindVolume || res.Kind == KindChildVolume {
 			if res.ID != res.Name {
 				ps.add(field+".id", "a volume's id is its name (%q), not %q", cdsse.Clip(res.Name), cdsse.Clip(res.ID))
 			}

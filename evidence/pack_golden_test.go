@@ -173,6 +173,12 @@ func FuzzPackStatement(f *testing.F) {
 	for _, env := range envs {
 		f.Add(payloadOf(f, env))
 	}
+	// A v3 receipt: its cleanup lists a socket holder's child network.
+	fx := newPackFixture(f)
+	d := fx.down
+	d.Cleanup = &evidence.PackCleanup{Resources: append(slices.Clone(fx.down.Cleanup.Resources),
+		evidence.PackCleanupResource{Kind: evidence.KindChildNetwork, ID: hexID("c"), Name: "n", Result: evidence.CleanupResidual, Reason: "left"})}
+	f.Add(payloadOf(f, signPack(f, fx.runner, d)))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if err := evidence.PackDecodePathsAgree(payload); err != nil {
 			t.Fatal(err)

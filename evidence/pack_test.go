@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -455,6 +456,43 @@ func TestPackUpFailedReceipt(t *testing.T) {
 	noFailure.Failure = ""
 	if _, err := evidence.SignPackReceipt(context.Background(), f.runner, noFailure); err == nil || !strings.Contains(err.Error(), "failure") {
 		t.Errorf("an up-failed receipt without a failure: %v", err)
+	}
+}
+
+// TestPackReceiptChildNetworksAndVolumes: a down receipt that lists what
+// an engine-socket holder made besides containers (a child network and a
+// child volume, left and residual) is a pack-receipt/v3, authentic and
+// not acceptable while they are left; under v1 it is refused, and a v3
+// without such a child is refused too, so v1 keeps its meaning.
+func TestPackReceiptChildNetworksAndVolumes(t *testing.T) {
+	f := newPackFixture(t)
+	tr := f.trust(t, "")
+	compose := []byte(packCompose)
+	left := "created through the engine while web held its socket; custody never removes it"
+	d := f.down
+	d.Cleanup = &evidence.PackCleanup{Resources: append(slices.Clone(f.down.Cleanup.Resources),
+		evidence.PackCleanupResource{Kind: evidence.KindChildNetwork, ID: hexID("c"), Name: "made-by-web", Result: evidence.CleanupResidual, Reason: left},
+		evidence.PackCleanupResource{Kind: evidence.KindChildVolume, ID: "scratch", Name: "scratch", Result: evidence.CleanupResidual, Reason: left})}
+	env := signPack(t, f.runner, d)
+	payload := payloadOf(t, env)
+	if !bytes.Contains(payload, []byte(`"predicateType":"`+predicate.PackReceiptV3+`"`)) || !evidence.IsPackReceipt(env) {
+		t.Fatalf("a down receipt with child networks and volumes: %s", payload)
+	}
+	wantPackFailed(t, verifyPack(t, tr, env, compose), "child-network "+hexID("c")+` "made-by-web" (`+left+`)`, "cleanup")
+
+	v1 := bytes.Replace(payload, []byte("pack-receipt/v3"), []byte("pack-receipt/v1"), 1)
+	wantPackFailed(t, verifyPack(t, tr, signPayload(t, v1, f.runner), compose), `does not carry operation "down" with cleanup kinds container, network, volume, child-network, child-volume: that is "`+predicate.PackReceiptV3,
+		"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome")
+	v3 := bytes.Replace(payloadOf(t, f.downEnv), []byte("pack-receipt/v1"), []byte("pack-receipt/v3"), 1)
+	wantPackFailed(t, verifyPack(t, tr, signPayload(t, v3, f.runner), compose), `does not carry operation "down"`,
+		"issuer-trust", "key-revocation", "statement", "grant", "compose", "freshness", "cleanup", "outcome")
+
+	// A child volume's id is its name, as a volume's is.
+	bad := d
+	bad.Cleanup = &evidence.PackCleanup{Resources: slices.Clone(d.Cleanup.Resources)}
+	bad.Cleanup.Resources[len(bad.Cleanup.Resources)-1].Name = "other"
+	if _, err := evidence.SignPackReceipt(context.Background(), f.runner, bad); err == nil || !strings.Contains(err.Error(), "a volume's id is its name") {
+		t.Errorf("a child volume whose id is not its name: %v", err)
 	}
 }
 

@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/custody-dev/custody/grant"
 	cdsse "github.com/custody-dev/custody/internal/dsse"
-	"github.com/custody-dev/custody/predicate"
 )
 
 // CheckCompose is the check of a pack receipt against the compose file at
@@ -35,7 +35,7 @@ var (
 // the signature or of the statement's form and must not be trusted for
 // anything else: the verifier it picks checks both.
 func IsPackReceipt(env []byte) bool {
-	return claimsType(env, predicate.PackReceipt) || claimsType(env, predicate.PackReceiptV2)
+	return slices.ContainsFunc(packPredicateTypes, func(t string) bool { return claimsType(env, t) })
 }
 
 // claimsType reports whether env is an envelope whose statement claims

@@ -41,7 +41,8 @@ func convert(project *types.Project, dir string, fixtures map[string]string) (*P
 			errs = append(errs, &ValueError{Path: "volumes." + name + ".driver", Value: v.Driver, Reason: "only local volumes are modelled (a volume plugin is engine authority)", Fix: "use driver: local or omit it"})
 			continue
 		}
-		p.Volumes = append(p.Volumes, Volume{Name: name, Driver: v.Driver, External: bool(v.External)})
+		r, _ := v.Extensions[extRole].(string) // the allowlist vetted it
+		p.Volumes = append(p.Volumes, Volume{Name: name, Driver: v.Driver, External: bool(v.External), Role: r})
 	}
 	for _, name := range slices.Sorted(maps.Keys(project.Secrets)) {
 		sc := project.Secrets[name]
@@ -241,6 +242,7 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		}
 		out.Systemd = b
 	}
+	out.Role, _ = s.Extensions[extRole].(string) // the allowlist vetted it
 	return out, nil
 }
 

@@ -92,7 +92,7 @@ func TestNoLoaderPanic(t *testing.T) {
 		"image", "build", "command", "entrypoint", "environment", "user", "working_dir", "hostname", "labels",
 		"depends_on", "networks", "ports", "volumes", "tmpfs", "secrets", "privileged", "cap_add", "cap_drop",
 		"devices", "network_mode", "pid", "ipc", "uts", "userns_mode", "security_opt", "sysctls", "cgroup_parent",
-		"cgroup", "restart", "read_only", "stop_signal", "mem_limit", "cpus", "pids_limit", "deploy", "x-custody-systemd",
+		"cgroup", "restart", "read_only", "stop_signal", "mem_limit", "cpus", "pids_limit", "deploy", "x-custody-systemd", "x-custody-role",
 	}
 	values := []string{"", "~", "5", "-1", "true", "x", "service:s", "[]", "[~]", "[5]", "[x]", "[[x]]", "{}", "{a: ~}", "{a: 5}", "{a: [x]}", "{a: {b: c}}"}
 	for _, k := range keys {

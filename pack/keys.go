@@ -32,7 +32,8 @@ import (
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
 //	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
-//	                    platform, logging, x-custody-systemd
+//	                    platform, logging, x-custody-systemd,
+//	                    x-custody-role (participant or evaluator)
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -44,7 +45,8 @@ import (
 //	                    read_only, tmpfs.size
 //	service.secrets     short syntax; long: source, target, uid, gid, mode
 //	network             driver (bridge), internal, external
-//	volume              driver (local), external
+//	volume              driver (local), external, x-custody-role
+//	                    (evaluator)
 //	secret              file, content, x-custody-credential
 //	                    (environment is read only to refuse it, P5)
 //
@@ -202,13 +204,14 @@ func topSpec() *spec {
 			}),
 		}),
 		extSystemd: s(),
+		extRole:    {scalar: true, str: true, check: role(RoleParticipant, RoleEvaluator)},
 	})
 	return keysOf(map[string]*spec{
 		"name":     {scalar: true, str: true, check: validProjectName},
 		"version":  s(),
 		"services": {free: service, maxKeys: MaxServices},
 		"networks": {free: keysOf(map[string]*spec{"driver": s(), "internal": s(), "external": s()}), maxKeys: MaxResources},
-		"volumes":  {free: keysOf(map[string]*spec{"driver": s(), "external": s()}), maxKeys: MaxResources},
+		"volumes":  {free: keysOf(map[string]*spec{"driver": s(), "external": s(), extRole: {scalar: true, str: true, check: role(RoleEvaluator)}}), maxKeys: MaxResources},
 		"secrets": {maxKeys: MaxResources, free: keysOf(map[string]*spec{
 			"file": {scalar: true, check: noHome}, "content": s(), "environment": s(), extCredential: s(),
 		})},
@@ -218,7 +221,18 @@ func topSpec() *spec {
 const (
 	extSystemd    = "x-custody-systemd"
 	extCredential = "x-custody-credential"
+	extRole       = "x-custody-role"
 )
+
+// role vets an x-custody-role: one of the roles allowed where it is.
+func role(allowed ...string) func(path, v string) error {
+	return func(path, v string) error {
+		if !slices.Contains(allowed, v) {
+			return &ValueError{Path: path, Value: v, Reason: "not a role custody knows here", Fix: "write " + strings.Join(allowed, " or ")}
+		}
+		return nil
+	}
+}
 
 var containerNameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
 

@@ -140,7 +140,7 @@ func refusedUnder() map[string]why {
 	}
 }
 
-var extension = why{"extensions other than " + extSystemd + " (on a service) and " + extCredential + " (on a secret) are refused: custody ignores nothing", fixRemove}
+var extension = why{"extensions other than " + extSystemd + " and " + extRole + " (on a service), " + extRole + " (on a volume) and " + extCredential + " (on a secret) are refused: custody ignores nothing", fixRemove}
 
 // unmodelled is the refusal of key under path (whose table pattern is
 // pat), with the table's reason.

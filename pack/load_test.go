@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -182,6 +183,8 @@ func TestSettings(t *testing.T) {
 		{"systemd", "    x-custody-systemd: true\n    stop_signal: SIGRTMIN+3\n",
 			func(s pack.Service) bool { return s.Systemd && !s.Privileged && s.StopSignal == "SIGRTMIN+3" },
 			[]pack.Requirement{{Kind: pack.KindSystemd, Value: "true", Exact: true}}},
+		{"participant role asks nothing", "    x-custody-role: participant\n", func(s pack.Service) bool { return s.Role == pack.RoleParticipant }, nil},
+		{"evaluator role asks nothing", "    x-custody-role: evaluator\n", func(s pack.Service) bool { return s.Role == pack.RoleEvaluator }, nil},
 		{"read_only, labels, depends_on asks nothing", "    read_only: true\n    labels: {a.b: c}\n",
 			func(s pack.Service) bool { return s.ReadOnly && s.Labels["a.b"] == "c" }, nil},
 		{"literal $$", "    environment: [\"PRICE=$$5\"]\n", func(s pack.Service) bool { return slices.Equal(s.Environment, []string{"PRICE=$5"}) }, nil},
@@ -226,6 +229,8 @@ func TestBadValues(t *testing.T) {
 		{"reserved label", svc("    labels: {dev.custody.workspace: forged}\n"), "services.s.labels"},
 		{"depends_on healthy", "name: t\nservices:\n  s:\n    image: b\n    depends_on:\n      d: {condition: service_healthy}\n  d:\n    image: b\n", "services.s.depends_on.d.condition"},
 		{"systemd not bool", svc("    x-custody-systemd: yes-please\n"), "services.s.x-custody-systemd"},
+		{"unknown service role", svc("    x-custody-role: operator\n"), "services.s.x-custody-role"},
+		{"participant volume", "name: t\nservices: {s: {image: b}}\nvolumes:\n  v: {x-custody-role: participant}\n", "volumes.v.x-custody-role"},
 		{"ulimit too large for the loader", svc("    ulimits:\n      nofile: {soft: 99999999999999999999, hard: 1}\n"), "services.s.ulimits.nofile.soft"},
 		{"ulimit unlimited", svc("    ulimits:\n      nofile: -1\n"), "services.s.ulimits.nofile"},
 		{"ulimit soft above hard", svc("    ulimits:\n      nofile: {soft: 3, hard: 2}\n"), "services.s.ulimits.nofile"},
@@ -529,5 +534,18 @@ func TestHostileFixtures(t *testing.T) {
 	var ue *pack.UnmodelledError
 	if _, err := pack.Load(context.Background(), readTestdata(t, "hostile-swarm.compose.yaml"), packDir); !errors.As(err, &ue) || ue.Key != "placement" {
 		t.Errorf("hostile-swarm: %v", err)
+	}
+}
+
+// TestRoles: x-custody-role marks a service participant or evaluator and
+// a volume evaluator; on a network it is an extension custody refuses.
+func TestRoles(t *testing.T) {
+	p := mustLoad(t, "name: t\nservices:\n  s: {image: b, x-custody-role: participant}\n  e: {image: b, x-custody-role: evaluator}\nvolumes:\n  v: {x-custody-role: evaluator}\n")
+	if p.Services[0].Role != pack.RoleEvaluator || p.Services[1].Role != pack.RoleParticipant || p.Volumes[0].Role != pack.RoleEvaluator {
+		t.Errorf("roles: %+v %+v", p.Services, p.Volumes)
+	}
+	_, err := load(t, "name: t\nservices: {s: {image: b}}\nnetworks:\n  n: {x-custody-role: evaluator}\n")
+	if !strings.Contains(fmt.Sprint(err), "networks.n") || !strings.Contains(fmt.Sprint(err), "x-custody-role") {
+		t.Errorf("a role on a network: %v", err)
 	}
 }

@@ -114,7 +114,21 @@ type Service struct {
 	Platform string
 	// Logging is logging: as written; nil when the file does not say.
 	Logging *Logging
+	// Role is x-custody-role: RoleParticipant, RoleEvaluator, or "" for
+	// a service with no role (the scenario's own plumbing).
+	Role string
 }
+
+// Roles a pack gives its services and volumes (x-custody-role).
+const (
+	// RoleParticipant marks a participant-facing service: it never
+	// reaches an evaluator-only service or volume, an engine or custody
+	// socket, an operator credential, or anything outside the world.
+	RoleParticipant = "participant"
+	// RoleEvaluator marks an evaluator-only service or volume: no
+	// participant-facing service reaches it.
+	RoleEvaluator = "evaluator"
+)
 
 // Logging is a service's logging driver and its options.
 type Logging struct {
@@ -194,6 +208,8 @@ type Volume struct {
 	Name     string
 	Driver   string // "" or "local"
 	External bool
+	// Role is RoleEvaluator for an evaluator-only volume, else "".
+	Role string
 }
 
 // Secret is one top-level secret: a file the operator's credential source

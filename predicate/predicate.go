@@ -87,6 +87,12 @@ const (
 	// to each resource it made. It adds that operation and its failure
 	// field to PackReceipt, whose up and down receipts keep v1.
 	PackReceiptV2 = Prefix + "pack-receipt/v2"
+	// PackReceiptV3 is PackReceiptV2 whose cleanup may also list what an
+	// engine-socket holder of the workspace made besides containers:
+	// resources of kind child-network and child-volume, each with what
+	// was done to it. Custody signs it for a down or up-failed receipt
+	// that lists such a child; no earlier version may carry those kinds.
+	PackReceiptV3 = Prefix + "pack-receipt/v3"
 	// PipelineSummary is the predicate type of a runner's summary of a
 	// pipeline run: every stage's receipt by digest, with its input and
 	// output digests, the links between stages checked before signing,

@@ -50,8 +50,8 @@ type childJudge struct {
 // Status kinds of a socket holder's networks and volumes (containers are
 // evidence.KindChildContainer).
 const (
-	KindChildNetwork = "child-network"
-	KindChildVolume  = "child-volume"
+	KindChildNetwork = evidence.KindChildNetwork
+	KindChildVolume  = evidence.KindChildVolume
 )
 
 // judge says whether r is eligible and why (the why names the fix).
@@ -190,10 +190,10 @@ func childKind(kind string) string {
 // inspected again just before its removal.
 var errNoLongerEligible = errors.New("no longer eligible for removal")
 
-// removeChildren returns one cleanup resource per child container. With
-// the operator's opt-in it removes the eligible ones, each re-judged from
-// a fresh inspect; every other child that remains is residual. A child
-// network or volume is never removed: it is only named in left.
+// removeChildren returns one cleanup resource per child. With the
+// operator's opt-in it removes the eligible containers, each re-judged
+// from a fresh inspect; every other child that remains is residual and
+// named in left. A child network or volume is never removed.
 func (m *Manager) removeChildren(ctx context.Context, cs []child, j *childJudge, optIn bool) ([]evidence.PackCleanupResource, []string) {
 	var out []evidence.PackCleanupResource
 	var left []string
@@ -203,16 +203,16 @@ func (m *Manager) removeChildren(ctx context.Context, cs []child, j *childJudge,
 		if name == "" {
 			name = id
 		}
-		res := evidence.PackCleanupResource{Kind: evidence.KindChildContainer, ID: id, Name: name, Result: evidence.CleanupGone}
+		kind := childKind(c.r.Kind)
+		if kind == KindChildVolume {
+			name = id // the receipt's volume id is its name
+		}
+		res := evidence.PackCleanupResource{Kind: kind, ID: id, Name: name, Result: evidence.CleanupGone}
 		switch {
-		case !isContainer(c.r.Kind):
-			// The receipt's cleanup names containers only; a network or
-			// volume left is in the state's detail and in status.
-			if c.r.State != "gone" {
-				left = append(left, childKind(c.r.Kind)+" "+id)
-			}
-			continue
 		case c.r.State == "gone":
+		case !isContainer(c.r.Kind):
+			res.Result, res.Reason = evidence.CleanupResidual, c.why
+			left = append(left, kind+" "+id)
 		case !c.eligible || !optIn:
 			res.Result, res.Reason = evidence.CleanupResidual, c.why
 			left = append(left, id)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/internal/dockertest"
+	"github.com/custody-dev/custody/predicate"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -58,10 +59,12 @@ func buildChildmaker(t *testing.T, out string) {
 // volume. Status reports all five as the socket holder's children (a label
 // and a name hide nothing). None is custody's by proof, so a plain down
 // leaves all five, untouched, and the workspace residual, in the state (the
-// detail names each) and the down receipt (containers). With the
+// detail names each) and the down receipt (all five, under
+// pack-receipt/v3 as that records child networks and volumes). With the
 // operator's opt-in (DownOptions.Children) the child container living only
 // on this workspace's network is removed and the others are left. Once the
-// operator removes those, recover finishes clean.
+// operator removes those, recover finishes clean, its receipt saying each
+// child is gone.
 func TestSocketHolderChildren(t *testing.T) {
 	ctx := testCtx(t)
 	dt := dockertest.Shared(t)
@@ -120,14 +123,21 @@ func TestSocketHolderChildren(t *testing.T) {
 	}
 	childResults := func(d *workspace.Report) (map[string]string, bool) {
 		var stmt struct {
-			Predicate evidence.PackReceipt `json:"predicate"`
+			PredicateType string               `json:"predicateType"`
+			Predicate     evidence.PackReceipt `json:"predicate"`
 		}
 		must(t, json.Unmarshal(payload(t, d.Receipt), &stmt))
 		results := map[string]string{}
 		for _, r := range stmt.Predicate.Cleanup.Resources {
-			if r.Kind == evidence.KindChildContainer {
+			if strings.HasPrefix(r.Kind, "child-") {
 				results[r.ID] = r.Result
+				if r.Result == evidence.CleanupResidual && !strings.Contains(r.Reason, "held its socket") {
+					t.Errorf("the down receipt's child %s %s gives no owner evidence: %q", r.Kind, r.ID, r.Reason)
+				}
 			}
+		}
+		if stmt.PredicateType != predicate.PackReceiptV3 {
+			t.Errorf("a down receipt with child networks and volumes is a %s", stmt.PredicateType)
 		}
 		if res := e.verify(ctx, d.Receipt, compose); !res.OK {
 			t.Errorf("the down receipt does not verify: %+v", res.Checks)
@@ -151,8 +161,9 @@ func TestSocketHolderChildren(t *testing.T) {
 		}
 	}
 	results, verified := childResults(d)
-	if results[inWorld.ID] != evidence.CleanupResidual || results[outside.ID] != evidence.CleanupResidual ||
-		results[impostor.ID] != evidence.CleanupResidual || verified {
+	if len(results) != 5 || results[inWorld.ID] != evidence.CleanupResidual || results[outside.ID] != evidence.CleanupResidual ||
+		results[impostor.ID] != evidence.CleanupResidual || results[childNet.ID] != evidence.CleanupResidual ||
+		results[childVol.ID] != evidence.CleanupResidual || verified {
 		t.Errorf("down receipt's children without --children: %v (verified %v)", results, verified)
 	}
 
@@ -171,8 +182,9 @@ func TestSocketHolderChildren(t *testing.T) {
 		t.Error("a child off the workspace's networks was touched by down --children")
 	}
 	results, verified = childResults(d)
-	if results[inWorld.ID] != evidence.CleanupGone || results[outside.ID] != evidence.CleanupResidual ||
-		results[impostor.ID] != evidence.CleanupResidual || verified {
+	if len(results) != 5 || results[inWorld.ID] != evidence.CleanupGone || results[outside.ID] != evidence.CleanupResidual ||
+		results[impostor.ID] != evidence.CleanupResidual || results[childNet.ID] != evidence.CleanupResidual ||
+		results[childVol.ID] != evidence.CleanupResidual || verified {
 		t.Errorf("down receipt's children with --children: %v (verified %v)", results, verified)
 	}
 
@@ -187,8 +199,21 @@ func TestSocketHolderChildren(t *testing.T) {
 	}
 	must(t, e.cli.NetworkRemove(ctx, childNet.ID))
 	must(t, e.cli.VolumeRemove(ctx, childVol.ID, true))
-	if _, err := e.m.Recover(ctx); err != nil {
+	recovered, err := e.m.Recover(ctx)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(recovered) != 1 {
+		t.Fatalf("recover reported %d workspaces, want ws-sock alone: %+v", len(recovered), recovered)
+	}
+	results, verified = childResults(&recovered[0])
+	if len(results) != 5 || !verified {
+		t.Errorf("the recover's receipt: children %v (verified %v), want all five gone", results, verified)
+	}
+	for id, r := range results {
+		if r != evidence.CleanupGone {
+			t.Errorf("the recover's receipt: child %s is %s, want gone", id, r)
+		}
 	}
 	if st, err := e.m.Status(ctx, "ws-sock"); err != nil || st.State != workspace.StateClean || objects(ctx, t, e.cli, rep.ID) != 0 {
 		t.Errorf("after recover: %+v %v", st, err)

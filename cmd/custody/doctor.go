@@ -138,7 +138,9 @@ func printChecksTable(w io.Writer, p *platform.Profile, checks []platform.Check)
 
 // engineCheck asks the configured Docker engine for /_ping over its unix
 // socket (the only kind custodyd drives), with a short deadline, and says
-// when the egress proof cannot succeed as configured (no probe image).
+// when the egress proof cannot succeed as configured: no probe image, or
+// one the engine does not hold. It only reads: the probe itself runs
+// containers, and runs on the operator's word to custodyd.
 func engineCheck(ctx context.Context, host, probeImage string) platform.Check {
 	c := platform.Check{Name: "docker.engine"}
 	sock, ok := strings.CutPrefix(host, "unix://")
@@ -162,10 +164,15 @@ func engineCheck(ctx context.Context, host, probeImage string) platform.Check {
 			} else {
 				c.Verdict = platform.VerdictOK
 				c.Detail = fmt.Sprintf("%s answered _ping (API %s); custodyd proves its profile on the operator's first pack request (a dry run with --operator, issuing a grant, or an up)", sock, resp.Header.Get("Api-Version"))
+				const refuses = "custodyd cannot prove that an internal network blocks egress and refuses every pack network (internal-unproved)"
 				if probeImage == "" {
 					c.Verdict = platform.VerdictWarn
-					c.Detail += "; but docker.probeImage is not set, so the egress probe cannot run: custodyd cannot prove that an internal network blocks egress and refuses every pack network (internal-unproved)"
+					c.Detail += "; but docker.probeImage is not set, so the egress probe cannot run: " + refuses
 					c.Fix = "set docker.probeImage to an image already on the engine, with /bin/sh and a busybox-style nc"
+				} else if why := imageMissing(ctx, hc, probeImage); why != "" {
+					c.Verdict = platform.VerdictWarn
+					c.Detail += fmt.Sprintf("; but docker.probeImage %q %s, so the egress probe fails: %s", probeImage, why, refuses)
+					c.Fix = "load or import that image on the engine (custody never pulls it), or set docker.probeImage to an image already there, with /bin/sh and a busybox-style nc"
 				}
 				return c
 			}
@@ -174,4 +181,28 @@ func engineCheck(ctx context.Context, host, probeImage string) platform.Check {
 	c.Verdict, c.Detail = platform.VerdictWarn, fmt.Sprintf("%s: %v: custodyd refuses every pack request while it cannot reach it (phases still run)", sock, err)
 	c.Fix = "start the engine custody drives on that socket, or remove the docker section"
 	return c
+}
+
+// imageMissing says why the engine does not hold image ("is not on the
+// engine", or what the engine answered instead), or "" when it does.
+func imageMissing(ctx context.Context, hc *http.Client, image string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/", nil)
+	if err != nil {
+		return "cannot be looked up: " + err.Error()
+	}
+	// The engine routes a reference's own "/" and ":" (as its client
+	// sends them); anything else is escaped.
+	req.URL.Path = "/images/" + image + "/json"
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "could not be looked up on the engine: " + err.Error()
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return ""
+	case http.StatusNotFound:
+		return "is not on the engine"
+	}
+	return fmt.Sprintf("could not be looked up on the engine (HTTP %d)", resp.StatusCode)
 }
