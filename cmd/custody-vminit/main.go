@@ -60,6 +60,10 @@ type streams struct {
 	ctl  io.WriteCloser
 	mu   sync.Mutex
 	port *os.File
+	// moved: the mux moved the streams to the port (openPort), so the
+	// host acknowledges the report there. A warm guest's port is open
+	// from its boot, moved or not.
+	moved bool
 }
 
 func main() {
@@ -77,9 +81,9 @@ func main() {
 		}
 		_ = s.ctl.Close()
 		s.mu.Lock()
-		port := s.port
+		port, moved := s.port, s.moved
 		s.mu.Unlock()
-		if port != nil {
+		if port != nil && moved {
 			waitAck(port)
 		}
 	} else {
@@ -121,6 +125,14 @@ func run(s *streams) *guest.Report {
 	if err := cfg.UnmarshalBinary(data); err != nil {
 		return fail(err)
 	}
+	warm := cfg.Pooled
+	if warm {
+		// A warm guest: everything its launch needs of the kernel is
+		// loaded now, then it waits for its one launch (awaitTake).
+		if err := s.awaitTake(&cfg, step); err != nil {
+			return fail(err)
+		}
+	}
 	if !slices.Contains(cfg.PortModules, consoleModule) {
 		return fail(fmt.Errorf("config: no %s among the port's modules", consoleModule))
 	}
@@ -132,7 +144,7 @@ func run(s *streams) *guest.Report {
 		step(m)
 	}
 	step("modules")
-	if err := buildRoot(&cfg); err != nil {
+	if err := buildRoot(&cfg, warm); err != nil {
 		return fail(err)
 	}
 	step("root")
@@ -285,6 +297,15 @@ func outsb(port uint16, p []byte)
 // driver has added it and QEMU has named it: the streams' move off the
 // early channel (guest.NewMux).
 func (s *streams) openPort(cfg *guest.Config) (io.Writer, error) {
+	s.mu.Lock()
+	open := s.port
+	s.moved = true
+	s.mu.Unlock()
+	if open != nil {
+		// A warm guest opened it at boot (awaitTake): a virtio port has
+		// one opener.
+		return open, nil
+	}
 	for _, m := range cfg.PortModules {
 		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
 			return nil, err
@@ -296,6 +317,7 @@ func (s *streams) openPort(cfg *guest.Config) (io.Writer, error) {
 	}
 	s.mu.Lock()
 	s.port = f
+	s.moved = true
 	s.mu.Unlock()
 	return f, nil
 }
@@ -376,10 +398,19 @@ func disk(serial string) (string, error) {
 	return dev, err
 }
 
-func mountDisk(serial, target string) error {
+func mountDisk(serial, target string, flush bool) error {
 	dev, err := disk(serial)
 	if err != nil {
 		return err
+	}
+	if flush {
+		// A warm guest's input disk was blank when the kernel probed it
+		// at boot and was filled by the host at the take: what the probe
+		// read is still in the device's page cache, and is dropped
+		// first, so the mount reads the take's bytes.
+		if err := flushDisk(dev); err != nil {
+			return fmt.Errorf("disk %s: %w", serial, err)
+		}
 	}
 	if err := unix.Mount(dev, target, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", serial, target, err)
@@ -387,7 +418,9 @@ func mountDisk(serial, target string) error {
 	return nil
 }
 
-func buildRoot(cfg *guest.Config) error {
+// buildRoot makes the workload's root; flushInputs (a warm guest) drops
+// what the boot's probe cached of the input disks before their mounts.
+func buildRoot(cfg *guest.Config, flushInputs bool) error {
 	if cfg.RootInInitramfs {
 		// The host's copy, unpacked into guest RAM: a bind mount of it is
 		// the root, with the mount points made in it directly.
@@ -406,7 +439,7 @@ func buildRoot(cfg *guest.Config) error {
 		if err != nil {
 			return err
 		}
-		if err := mountDisk(guest.SerialInput+strconv.Itoa(i), full); err != nil {
+		if err := mountDisk(guest.SerialInput+strconv.Itoa(i), full, flushInputs); err != nil {
 			return err
 		}
 	}
@@ -630,7 +663,7 @@ func overlayRoot() error {
 			return err
 		}
 	}
-	if err := mountDisk(guest.SerialRootfs, "/lower"); err != nil {
+	if err := mountDisk(guest.SerialRootfs, "/lower", false); err != nil {
 		return err
 	}
 	if err := unix.Mount("tmpfs", "/upper", "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
