@@ -289,20 +289,25 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 	}
 	m.mark("run")
 	q := m.warm
+	var start time.Time
 	if q == nil {
 		var err error
 		if q, err = m.startQEMU(); err != nil {
 			return nil, err
 		}
-	} else if err := m.sendTake(q); err != nil {
-		m.kill()
-		<-m.qemu.done
-		q.closeReaders()
-		return nil, &StartError{Stage: "take", Err: err}
+		start = q.start
+	} else {
+		// A warm guest's run starts at its take: its QEMU and kernel
+		// started before any grant (PreparedAt says when).
+		start = time.Now()
+		if err := m.sendTake(q); err != nil {
+			m.kill()
+			<-m.qemu.done
+			q.closeReaders()
+			return nil, &StartError{Stage: "take", Err: err}
+		}
 	}
-	pipes, start, closeAll := q.pipes, q.start, q.closeReaders
-	qemuLog := q.log
-	_ = closeAll
+	pipes, qemuLog := q.pipes, q.log
 	var wg sync.WaitGroup
 	var report []byte
 	var outErr error
@@ -431,6 +436,9 @@ wait:
 		failFile = "memory.events max"
 	}
 	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (%s) and OOM-killed %d process(es); ", failcnt, failFile, usage.OOMKills) + m.cpuBoundNote()
+	if m.pooled {
+		hostNote += "; a warm guest: QEMU's host usage includes its boot and its wait for the grant, from " + q.start.UTC().Format(time.RFC3339Nano)
+	}
 	if ex.TimedOut || ex.Cancelled {
 		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil
