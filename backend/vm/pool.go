@@ -32,7 +32,8 @@ package vm
 // from the host's getrandom; KVM passes the host CPU's), trusted with
 // random.trust_cpu=on, and from its own interrupt timings; its boot_id
 // is drawn from that CRNG. The take adds guest.SeedBytes from the host's
-// crypto/rand, mixed in before the workload starts.
+// crypto/rand, mixed into the input pool, and the init has the kernel
+// reseed its CRNG from it (RNDRESEEDCRNG) before the workload starts.
 
 import (
 	"context"
@@ -44,6 +45,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -199,6 +201,11 @@ func (h *held) Take(ctx context.Context, a backend.Attachment) (backend.Sandbox,
 	if len(a.Inputs) > m.inputSlots {
 		return nil, fmt.Errorf("vm %s: %d inputs, and a warm guest has %d input disks: %w", m.id, len(a.Inputs), m.inputSlots, ErrNotPoolable)
 	}
+	for _, in := range a.Inputs {
+		if p := overlapsGuestMount(in.Target, s.OutputPath); p != "" {
+			return nil, fmt.Errorf("vm %s: input %s meets %s, which a warm guest mounted before its take: %w", m.id, in.Target, p, ErrNotPoolable)
+		}
+	}
 	ents, err := os.ReadDir(m.Output().Dir())
 	if err != nil || len(ents) != 0 {
 		return nil, fmt.Errorf("vm %s: its output is not fresh (%d entries, %v); it is destroyed, never served", m.id, len(ents), err)
@@ -233,6 +240,19 @@ func (h *held) Take(ctx context.Context, a backend.Attachment) (backend.Sandbox,
 	m.configSHA = sha256Hex(public)
 	m.mark("take")
 	return m, nil
+}
+
+// overlapsGuestMount names the mount a warm guest made before its take
+// (the output, /tmp, /dev, /proc, /sys) that target is at, below or above,
+// or "": such an input would land on that mount, or hide it, where a cold
+// guest mounts its inputs first.
+func overlapsGuestMount(target, output string) string {
+	for _, p := range []string{output, "/tmp", "/dev", "/proc", "/sys"} {
+		if target == p || strings.HasPrefix(target, p+"/") || strings.HasPrefix(p, target+"/") {
+			return p
+		}
+	}
+	return ""
 }
 
 // sendTake writes the take on the port: its length, then its encoding.

@@ -12,6 +12,7 @@ import (
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/partial"
 	"github.com/custody-dev/custody/backend/vm"
+	"github.com/custody-dev/custody/internal/procfs"
 	"github.com/custody-dev/custody/internal/testenv"
 )
 
@@ -68,15 +69,11 @@ func BenchmarkPooledTake(b *testing.B) {
 
 // procCPU is a process's user and system CPU time so far.
 func procCPU(pid int) time.Duration {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return time.Duration(st.UTime+st.STime) * time.Second / 100 // USER_HZ
 }
 
 // procRSS is a process's resident set in bytes.

@@ -125,14 +125,6 @@ func run(s *streams) *guest.Report {
 	if err := cfg.UnmarshalBinary(data); err != nil {
 		return fail(err)
 	}
-	warm := cfg.Pooled
-	if warm {
-		// A warm guest: everything its launch needs of the kernel is
-		// loaded now, then it waits for its one launch (awaitTake).
-		if err := s.awaitTake(&cfg, step); err != nil {
-			return fail(err)
-		}
-	}
 	if !slices.Contains(cfg.PortModules, consoleModule) {
 		return fail(fmt.Errorf("config: no %s among the port's modules", consoleModule))
 	}
@@ -144,7 +136,21 @@ func run(s *streams) *guest.Report {
 		step(m)
 	}
 	step("modules")
-	if err := buildRoot(&cfg, warm); err != nil {
+	// A warm guest makes all that its profile fixes (the root, /tmp, the
+	// output, /dev, the workload's cgroup, the hostname and loopback)
+	// before it waits for its take; only the inputs, and the root made
+	// read-only after their mount points, wait for it. A cold guest does
+	// the same in one go, inputs first.
+	warm := cfg.Pooled
+	if err := mountRoot(&cfg); err != nil {
+		return fail(err)
+	}
+	if !warm {
+		if err := mountInputs(&cfg, false); err != nil {
+			return fail(err)
+		}
+	}
+	if err := buildRoot(&cfg); err != nil {
 		return fail(err)
 	}
 	step("root")
@@ -164,6 +170,18 @@ func run(s *streams) *guest.Report {
 		return fail(err)
 	}
 	step("network")
+	if warm {
+		if err := s.awaitTake(&cfg, step); err != nil {
+			return fail(err)
+		}
+		if err := mountInputs(&cfg, true); err != nil {
+			return fail(err)
+		}
+		step("inputs")
+	}
+	if err := sealRoot(); err != nil {
+		return fail(err)
+	}
 	observe(rep)
 	if err := runWorkload(&cfg, s, rep); err != nil {
 		return fail(err)
@@ -418,9 +436,8 @@ func mountDisk(serial, target string, flush bool) error {
 	return nil
 }
 
-// buildRoot makes the workload's root; flushInputs (a warm guest) drops
-// what the boot's probe cached of the input disks before their mounts.
-func buildRoot(cfg *guest.Config, flushInputs bool) error {
+// mountRoot mounts the workload's root at newRoot.
+func mountRoot(cfg *guest.Config) error {
 	if cfg.RootInInitramfs {
 		// The host's copy, unpacked into guest RAM: a bind mount of it is
 		// the root, with the mount points made in it directly.
@@ -433,16 +450,30 @@ func buildRoot(cfg *guest.Config, flushInputs bool) error {
 	} else if err := overlayRoot(); err != nil {
 		return err
 	}
-	mkdir := func(p string) (string, error) { return mountPoint(newRoot, p) }
+	return nil
+}
+
+// mountInputs mounts the inputs read-only below the root; flush (a warm
+// guest) drops what the boot's probe cached of the input disks before
+// their mounts.
+func mountInputs(cfg *guest.Config, flush bool) error {
 	for i, target := range cfg.Inputs {
-		full, err := mkdir(target)
+		full, err := mountPoint(newRoot, target)
 		if err != nil {
 			return err
 		}
-		if err := mountDisk(guest.SerialInput+strconv.Itoa(i), full, flushInputs); err != nil {
+		if err := mountDisk(guest.SerialInput+strconv.Itoa(i), full, flush); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// buildRoot makes the rest of the workload's root: /tmp, the output,
+// /proc's and the cgroup view's mount points and a minimal /dev. sealRoot
+// then makes the root read-only.
+func buildRoot(cfg *guest.Config) error {
+	mkdir := func(p string) (string, error) { return mountPoint(newRoot, p) }
 	tmp, err := mkdir("/tmp")
 	if err != nil {
 		return err
@@ -485,7 +516,12 @@ func buildRoot(cfg *guest.Config, flushInputs bool) error {
 	if _, err := mkdir(workloadCgroupView); err != nil {
 		return err
 	}
-	// The root itself read-only: writes go to /tmp and the output only.
+	return nil
+}
+
+// sealRoot makes the root itself read-only: writes go to /tmp and the
+// output only.
+func sealRoot() error {
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
 		return fmt.Errorf("read-only root: %w", err)
 	}

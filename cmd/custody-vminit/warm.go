@@ -13,8 +13,8 @@ import (
 	"github.com/custody-dev/custody/backend/vm/guest"
 )
 
-// awaitTake is a warm guest's wait for its launch. It loads every module
-// the initramfs config lists (the disks' and the port's), opens the
+// awaitTake is a warm guest's wait for its launch, once its init has made
+// all that the profile fixes. It loads the port's modules, opens the
 // streams' port, writes guest.PooledReady on it, and blocks reading one
 // Take: a 4-byte big-endian length and a guest.Config encoding, at most
 // guest.MaxTakeBytes. The Take replaces cfg whole (the host built it from
@@ -23,7 +23,7 @@ import (
 // only: the init runs one workload and resets the machine, so no guest
 // serves a second grant.
 func (s *streams) awaitTake(cfg *guest.Config, step func(string)) error {
-	for _, m := range append(append([]string{}, cfg.Modules...), cfg.PortModules...) {
+	for _, m := range cfg.PortModules {
 		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
 			return err
 		}
@@ -69,12 +69,13 @@ func (s *streams) awaitTake(cfg *guest.Config, step func(string)) error {
 	return nil
 }
 
-// mixSeed writes the host's seed to /dev/urandom: mixed into the input
-// pool without credit. The kernel was already seeded at this guest's own
-// boot (RDRAND, which QEMU serves from the host's getrandom, with
-// random.trust_cpu=on, and its own interrupt timings); this adds entropy
-// drawn at the take, so even a guest whose boot state were shared with
-// another would diverge before the workload reads a byte.
+// mixSeed writes the host's seed to /dev/urandom, which mixes it into the
+// kernel's input pool, then has the kernel reseed its generator from that
+// pool at once (RNDRESEEDCRNG; a write alone reaches the generator only
+// at its next scheduled reseed). The kernel was already seeded at this
+// guest's own boot (RDRAND, which QEMU serves from the host's getrandom,
+// trusted with random.trust_cpu=on, and its own interrupt timings); this
+// makes what the workload reads depend on entropy drawn at the take too.
 func mixSeed(seed []byte) error {
 	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
 	if err != nil {
@@ -83,6 +84,9 @@ func mixSeed(seed []byte) error {
 	defer f.Close()
 	if _, err := f.Write(seed); err != nil {
 		return fmt.Errorf("warm guest: the seed: %w", err)
+	}
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.RNDRESEEDCRNG, 0); err != nil {
+		return fmt.Errorf("warm guest: reseed the kernel's generator: %w", err)
 	}
 	return nil
 }
