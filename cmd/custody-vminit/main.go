@@ -423,9 +423,11 @@ func mountDisk(serial, target string, flush bool) error {
 	}
 	if flush {
 		// A warm guest's input disk was blank when the kernel probed it
-		// at boot and was filled by the host at the take: what the probe
-		// read is still in the device's page cache, and is dropped
-		// first, so the mount reads the take's bytes.
+		// at boot and was filled by the host at the take. The kernel
+		// drops a block device's page cache when its last opener closes
+		// it, as the probe did (the pooled suite's Pooler case passes
+		// without this); the flush makes the mount read the take's
+		// bytes without relying on that.
 		if err := flushDisk(dev); err != nil {
 			return fmt.Errorf("disk %s: %w", serial, err)
 		}
