@@ -15,7 +15,7 @@ GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.s' \) -not -path './bui
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: docs all deps docker-deps bench-deps vm-deps image-deps browser-deps mcp-node-deps build runc demo test test-kube test-images test-race test-short fuzz bench clean qualify-vm install
+.PHONY: docs all deps docker-deps bench-deps vm-deps image-deps browser-deps mcp-node-deps build runc demo test test-kube test-images test-race test-short test-vm-pooled fuzz bench clean qualify-vm install
 
 all: build
 
@@ -199,6 +199,11 @@ test-race: build bin/cosign bench-deps vm-deps image-deps browser-deps mcp-node-
 # Qualify this platform: the development tier on this host and the
 # production tier inside a real cgroup-v2 guest (QEMU), both signed rows in
 # build/matrix with an HTML report; then the release gate is checked.
+# The whole backend suite with every vm launch served by a warm guest:
+# about fifty TCG guests, so outside make test.
+test-vm-pooled: build
+	CUSTODY_VM_POOLED_SUITE=1 CUSTODY_VMINIT=$(ROOT)/bin/custody-vminit CUSTODY_VMSTAGE=$(ROOT)/bin/custody-vmstage CUSTODY_VM_KERNEL=$(BUILD)/vm/vmlinux CUSTODY_RUNC=$(ROOT)/bin/custody-runc $(GO) test -count=1 -timeout 30m -run '^TestBackendContractPooled$$' ./backend/vm/
+
 qualify-vm: build
 	./scripts/qualify-vm.sh
 

@@ -10,7 +10,7 @@ import (
 // sandbox before its grant exists: for a pool profile the operator
 // declared, up to the gate (namespaces, mounts, cgroup and filter in
 // place, nothing of any workload run), and hold it there. The launch
-// library owns the interface; a backend without it (vm) is launched cold.
+// library owns the interface; a backend without it (docker) is launched cold.
 type Pooler interface {
 	// PrepareHeld makes a sandbox for s and starts it up to the gate,
 	// recording each resource on rec as Prepare does (the caller has

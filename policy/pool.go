@@ -21,7 +21,8 @@ type PoolProfile struct {
 	Name string `yaml:"name" json:"name"`
 	// Image is the content digest of an image in images.
 	Image string `yaml:"image" json:"image"`
-	// Backend is the backend the sandboxes are made on; only oci pools.
+	// Backend is the backend the sandboxes are made on: oci (containers
+	// held at their gate) or vm (guests booted until their init waits).
 	Backend string `yaml:"backend,omitempty" json:"backend,omitempty"`
 	// Tier is the tier the sandboxes are held to (production or
 	// development; development must be enabled in tiers).
@@ -107,8 +108,8 @@ func (p *Policy) validatePool(add adder) {
 		case !p.AllowsImage(pr.Image):
 			add(f("image"), fmt.Sprintf("%s is not in images, so no grant could ever take the pool's sandboxes", pr.Image), "add the image to images, or name one listed there")
 		}
-		if b := pr.EffectiveBackend(); b != string(backend.KindOCI) {
-			add(f("backend"), fmt.Sprintf("backend %q cannot hold a sandbox at its gate before a grant exists (only oci pools)", b), "pool on oci, or leave the profile out: other backends launch cold")
+		if b := pr.EffectiveBackend(); b != string(backend.KindOCI) && b != string(backend.KindVM) {
+			add(f("backend"), fmt.Sprintf("backend %q cannot hold a sandbox before a grant exists (only oci and vm pool)", b), "pool on oci or vm, or leave the profile out: other backends launch cold")
 		}
 		switch pr.Tier {
 		case "production":

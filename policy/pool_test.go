@@ -30,6 +30,17 @@ func TestPoolProfileParses(t *testing.T) {
 	}
 }
 
+// TestPoolProfileOnVM: a profile may keep warm guests on the vm backend.
+func TestPoolProfileOnVM(t *testing.T) {
+	p, err := policy.Parse([]byte(strings.Replace(withPool, "tier: development\n    size", "backend: vm\n    tier: development\n    size", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Pool[0].EffectiveBackend(); got != "vm" {
+		t.Fatalf("backend %q, want vm", got)
+	}
+}
+
 // TestPoolSectionRefusals: every broken profile refuses the whole policy
 // with the field, the reason and a fix; nothing is dropped quietly.
 func TestPoolSectionRefusals(t *testing.T) {
@@ -37,7 +48,7 @@ func TestPoolSectionRefusals(t *testing.T) {
 		name, old, new, field string
 	}{
 		{"unknown image", "image: " + digest, "image: sha256:" + strings.Repeat("ab", 32), "pool[0].image"},
-		{"vm backend", "tier: development\n    size", "backend: vm\n    tier: development\n    size", "pool[0]"},
+		{"docker backend", "tier: development\n    size", "backend: docker\n    tier: development\n    size", "pool[0]"},
 		{"egress", "size: 2", "network: egress\n    size: 2", "pool[0]"},
 		{"size zero", "size: 2", "size: 0", "pool[0].size"},
 		{"size too large", "size: 2", "size: 99", "pool[0]"},

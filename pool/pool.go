@@ -307,7 +307,7 @@ func (p *Pool) Check(pol *policy.Policy) error {
 		}
 		if _, ok := b.(backend.Pooler); !ok {
 			checks = append(checks, admission.Check{Requirement: req + ".backend", Verdict: admission.Unsupported, Code: "pool-backend-cannot-hold",
-				Detail: fmt.Sprintf("backend %s cannot prepare a sandbox before its grant", b.Name()), Fix: "pool on oci, or drop the profile"})
+				Detail: fmt.Sprintf("backend %s cannot prepare a sandbox before its grant", b.Name()), Fix: "pool on oci or vm, or drop the profile"})
 		}
 		gaps, known := b.Capabilities().Tiers[prof.Tier]
 		if !known || len(gaps) > 0 {
@@ -604,8 +604,8 @@ func (p *Pool) Fill(ctx context.Context) error {
 				reason = alive.Error()
 			case runtimes[m.backend.Name()] != nil:
 				reason = "the runtime changed: " + runtimes[m.backend.Name()].Error()
-			case m.backend.Identity().SHA256 != m.runtime:
-				reason = "the runtime digest changed"
+			case runtimeKey(m.backend) != m.runtime:
+				reason = "the runtime's digest or pinned version changed"
 			}
 			if reason == "" {
 				if _, err := p.images.Get(m.image); err != nil {
@@ -722,7 +722,7 @@ func (p *Pool) prepareMember(ctx context.Context, prof policy.PoolProfile) (*mem
 		OutputPath: res.OutputPath, OutputBytes: int64(res.OutputBytes), OutputFiles: outFiles, TmpBytes: int64(res.TmpBytes),
 		Memory: int64(res.Memory), Pids: res.Pids, CPU: res.CPU, FileSize: max(int64(res.OutputBytes), int64(res.TmpBytes))}
 	h, err := pb.PrepareHeld(ctx, id, hs, rec)
-	m := &member{runID: runID, profile: prof, held: h, backend: b, runtime: b.Identity().SHA256, image: prof.Image}
+	m := &member{runID: runID, profile: prof, held: h, backend: b, runtime: runtimeKey(b), image: prof.Image}
 	if err != nil {
 		if h != nil {
 			p.destroyMember(ctx, m, "its preparation failed: "+err.Error())
@@ -735,6 +735,14 @@ func (p *Pool) prepareMember(ctx context.Context, prof policy.PoolProfile) (*mem
 	}
 	p.log.Info("pool member prepared", "profile", prof.Name, "run", runID)
 	return m, nil
+}
+
+// runtimeKey is what a member was made by: the backend's digest and its
+// version, which for vm names the pinned kernel, modules, init and stage
+// (a member is retired when any of them changes).
+func runtimeKey(b backend.Backend) string {
+	id := b.Identity()
+	return id.SHA256 + " " + id.Version
 }
 
 // outputFiles is a profile's effective output entry bound under pol.

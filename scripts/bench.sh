@@ -21,7 +21,9 @@
 #   6. the egress proxy's added latency per request (HTTP, HTTPS) vs the
 #      same request made directly (Go benchmarks in bench/)
 #   7. a trivial phase on the vm backend vs a bare microvm boot of the same
-#      kernel and init (BenchmarkBootToExit in backend/vm)
+#      kernel and init (BenchmarkBootToExit in backend/vm); the same phase
+#      on a warm guest, take to cleanup, with the guest's RSS and its idle
+#      CPU (BenchmarkPooledTake)
 #
 # Builds what it needs; custody-bench starts the one isolated dockerd
 # (internal/dockertest, as the tests do) for the docker baseline and the
@@ -67,13 +69,13 @@ if ! go test -run '^$' -bench . -benchmem -count 1 ./bench/... >"$GOBENCH" 2>&1;
 	tail -30 "$GOBENCH" >&2
 fi
 
-# The vm row: a trivial phase on the vm backend against a bare boot of the
+# The vm rows: a trivial phase on the vm backend against a bare boot of the
 # same kernel and init (BenchmarkBootToExit), appended to the Go benchmarks.
 echo "bench: vm boot-to-exit (go test -bench BootToExit ./backend/vm/)" >&2
 VMBENCH=$OUT/vmbench.txt
 if make --no-print-directory vm-deps >&2 &&
 	CUSTODY_VMINIT=$ROOT/bin/custody-vminit CUSTODY_VMSTAGE=$ROOT/bin/custody-vmstage CUSTODY_VM_KERNEL=$ROOT/build/vm/vmlinux \
-		go test -run '^$' -bench BootToExit -benchtime "${VM_BENCH_RUNS:-11}x" -count 1 -v ./backend/vm/ >"$VMBENCH" 2>&1; then
+		go test -run '^$' -bench 'BootToExit|PooledTake' -benchtime "${VM_BENCH_RUNS:-11}x" -count 1 -v ./backend/vm/ >"$VMBENCH" 2>&1; then
 	cat "$VMBENCH" >>"$GOBENCH"
 else
 	echo "bench: !!! the vm benchmark failed; its output:" >&2

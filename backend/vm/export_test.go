@@ -15,3 +15,11 @@ func BaseArgs(b *Backend, accel string) []string {
 // SetBootTimeout replaces BootTimeout for b: a test run where guests boot
 // slowly (nested under TCG) says how long it gives them.
 func SetBootTimeout(b *Backend, d time.Duration) { b.boot = d }
+
+// HeldPid is a warm guest's QEMU pid (the bench reads its RSS and CPU).
+func HeldPid(h any) int {
+	if hd, ok := h.(*held); ok && hd.m.qemu != nil {
+		return hd.m.qemu.pid
+	}
+	return 0
+}

@@ -38,6 +38,7 @@ type machineState int
 const (
 	stateNew      machineState = iota // made by Prepare, not yet prepared
 	statePrepared                     // every resource made, QEMU not started
+	stateHeld                         // a warm guest: QEMU booted, its init waits for a take
 	stateRan                          // Run began: it runs once
 	stateCleaned                      // Cleanup has run
 )
@@ -46,6 +47,7 @@ type machineOp int
 
 const (
 	opPrepared machineOp = iota // Prepare made everything
+	opHold                      // PrepareHeld boots the warm guest
 	opRun                       // Run boots the guest
 	opCleaned                   // Cleanup finished
 )
@@ -54,7 +56,8 @@ const (
 // stateCleaned from every state, and again once cleaned: it is idempotent.
 var machineMoves = map[machineState]map[machineOp]machineState{
 	stateNew:      {opPrepared: statePrepared, opCleaned: stateCleaned},
-	statePrepared: {opRun: stateRan, opCleaned: stateCleaned},
+	statePrepared: {opRun: stateRan, opHold: stateHeld, opCleaned: stateCleaned},
+	stateHeld:     {opRun: stateRan, opCleaned: stateCleaned},
 	stateRan:      {opCleaned: stateCleaned},
 	stateCleaned:  {opCleaned: stateCleaned},
 }
@@ -83,6 +86,13 @@ type Machine struct {
 	timing                          Timing
 	t0                              time.Time
 	console                         *tailBuffer
+	// pooled: a warm guest (PrepareHeld), with inputSlots blank input
+	// disks; warm is its running QEMU, take the Take that Run sends it.
+	pooled     bool
+	inputSlots int
+	warm       *qemuRun
+	base       guest.Config
+	take       []byte
 }
 
 // Timing is where a launch's time went, for the bench and the report.
@@ -250,7 +260,7 @@ func (b *Backend) qemuArgs(m *Machine, accel string) []string {
 		args = append(args, "-drive", "if=none,id=rootfs,format=raw,readonly=on,file="+filepath.Join(m.dir, "rootfs.img"),
 			"-device", "virtio-blk-device,drive=rootfs,serial="+guest.SerialRootfs)
 	}
-	for i := range m.spec.Inputs {
+	for i := range max(len(m.spec.Inputs), m.inputSlots) {
 		n := strconv.Itoa(i)
 		args = append(args, "-drive", "if=none,id=input"+n+",format=raw,readonly=on,file="+filepath.Join(m.dir, "input"+n+".img"),
 			"-device", "virtio-blk-device,drive=input"+n+",serial="+guest.SerialInput+n)
@@ -278,90 +288,31 @@ func (m *Machine) Run(ctx context.Context, wall time.Duration, streams backend.I
 		return nil, fmt.Errorf("vm %s: run of a machine that is not prepared", m.id)
 	}
 	m.mark("run")
-	kernel, err := m.b.openKernel()
-	if err != nil {
-		return nil, err
-	}
-	defer kernel.Close()
-	pipes := make([]struct{ r, w *os.File }, 3) // console, the streams' port, their early channel
-	closeAll := func() {
-		for _, p := range pipes {
-			if p.r != nil {
-				p.r.Close()
-			}
-			if p.w != nil {
-				p.w.Close()
-			}
-		}
-	}
-	for i := range pipes {
-		if i == 1 {
-			// The port is a socket: the host also writes on it, the
-			// report's acknowledgement (guest.ReportAck).
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				closeAll()
-				return nil, err
-			}
-			pipes[i].r, pipes[i].w = os.NewFile(uintptr(fds[0]), "streams-port"), os.NewFile(uintptr(fds[1]), "streams-port-qemu")
-			continue
-		}
-		if pipes[i].r, pipes[i].w, err = os.Pipe(); err != nil {
-			closeAll()
+	q := m.warm
+	var start time.Time
+	if q == nil {
+		var err error
+		if q, err = m.startQEMU(); err != nil {
 			return nil, err
 		}
+		start = q.start
+	} else {
+		// A warm guest's run starts at its take: its QEMU and kernel
+		// started before any grant (PreparedAt says when).
+		start = time.Now()
+		if err := m.sendTake(q); err != nil {
+			m.kill()
+			<-m.qemu.done
+			q.closeReaders()
+			return nil, &StartError{Stage: "take", Err: err}
+		}
 	}
-	cmd := exec.Command(m.b.opts.QEMU.Path, m.b.qemuArgs(m, m.b.accel)...)
-	cmd.Dir = m.dir
-	cmd.Env = []string{}
-	cmd.ExtraFiles = []*os.File{pipes[0].w, kernel, pipes[1].w, pipes[2].w}
-	var qemuLog tailBuffer
-	cmd.Stdout, cmd.Stderr = &qemuLog, &qemuLog
-	// A mount namespace of its own: nothing QEMU could mount is seen by
-	// the host; -chroot then confines it to the empty jail dir. Pdeathsig
-	// follows the forking thread: startInCgroups holds that thread locked
-	// until exited closes (QEMU waited for) or ends it only when QEMU must
-	// die anyway, so SIGKILL at its death only keeps a guest from
-	// outliving a crashed custodyd.
-	// An empty network namespace of its own too: QEMU needs none (the
-	// guest has no NIC), so nothing it could be made to do reaches a
-	// network.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET, Setsid: true, Pdeathsig: syscall.SIGKILL}
-	exited := make(chan struct{})
-	start := time.Now()
-	if err := m.startInCgroups(cmd, exited); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("start qemu: %w", err)
-	}
-	m.markAt("qemu-start", start)
-	for _, p := range pipes {
-		p.w.Close()
-	}
-	if err := m.checkCgroups(cmd.Process.Pid); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		close(exited)
-		closeAll()
-		return nil, err
-	}
-	st, _ := procfs.ReadStat(cmd.Process.Pid)
-	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: exited}
-	go func() { m.qemu.err = cmd.Wait(); m.qemu.ended = time.Now(); close(m.qemu.done) }()
-	if err := m.rec.Created(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id),
-		Identity: map[string]string{"pid": strconv.Itoa(m.qemu.pid), "startTime": m.qemu.start}}); err != nil {
-		m.kill()
-		closeAll()
-		return nil, err
-	}
-
-	m.mark("qemu-recorded")
+	pipes, qemuLog := q.pipes, q.log
 	var wg sync.WaitGroup
-	m.console = &tailBuffer{}
 	var report []byte
 	var outErr error
 	outH := sha256.New()
-	wg.Add(2) // the console and the demux; each stream's consumer adds its own
-	go func() { defer wg.Done(); _, _ = copyBounded(m.console, pipes[0].r, -1) }()
+	wg.Add(1) // the demux; each stream's consumer adds its own
 	// The port's frames go to one consumer per stream, each behind a
 	// pipe: a consumer that stops closes its end, and the demux drops
 	// the rest of that stream while the others go on.
@@ -451,6 +402,7 @@ wait:
 		m.kill()
 		<-m.qemu.done
 		wg.Wait()
+		<-q.console
 		for _, p := range pipes {
 			p.r.Close()
 		}
@@ -464,6 +416,7 @@ wait:
 	<-m.qemu.done
 	m.markAt("qemu-exit", m.qemu.ended)
 	wg.Wait()
+	<-q.console
 	m.mark("streams-drained")
 	for _, p := range pipes {
 		p.r.Close()
@@ -483,6 +436,9 @@ wait:
 		failFile = "memory.events max"
 	}
 	hostNote := fmt.Sprintf("QEMU's host memory cgroup hit its limit %d time(s) (%s) and OOM-killed %d process(es); ", failcnt, failFile, usage.OOMKills) + m.cpuBoundNote()
+	if m.pooled {
+		hostNote += "; a warm guest: QEMU's host usage includes its boot and its wait for the grant, from " + q.start.UTC().Format(time.RFC3339Nano)
+	}
 	if ex.TimedOut || ex.Cancelled {
 		ex.Observation = &backend.Observation{At: observedAt, Seccomp: "unobserved", Notes: []string{"QEMU killed by the host", hostNote}}
 		return ex, nil
@@ -546,6 +502,114 @@ wait:
 		return ex, fmt.Errorf("vm %s: %w", m.id, outErr)
 	}
 	return ex, nil
+}
+
+// qemuRun is a started QEMU's side of its channels: the console, the
+// streams' port (a socket: the host writes on it too) and their early
+// channel, read ends only once QEMU has its own.
+type qemuRun struct {
+	pipes   [3]struct{ r, w *os.File }
+	start   time.Time
+	log     *tailBuffer
+	console chan struct{} // closed once the console's copy ended
+	closed  sync.Once
+}
+
+// closeReaders closes the host's ends, once.
+func (q *qemuRun) closeReaders() {
+	q.closed.Do(func() {
+		for _, p := range q.pipes {
+			if p.r != nil {
+				p.r.Close()
+			}
+		}
+	})
+}
+
+// startQEMU starts the guest: QEMU jailed in its host cgroups, its pid
+// recorded, its console copied into m.console.
+func (m *Machine) startQEMU() (*qemuRun, error) {
+	kernel, err := m.b.openKernel()
+	if err != nil {
+		return nil, err
+	}
+	defer kernel.Close()
+	q := &qemuRun{log: &tailBuffer{}, console: make(chan struct{})}
+	pipes := q.pipes[:] // console, the streams' port, their early channel
+	closeAll := func() {
+		for _, p := range pipes {
+			if p.r != nil {
+				p.r.Close()
+			}
+			if p.w != nil {
+				p.w.Close()
+			}
+		}
+	}
+	for i := range pipes {
+		if i == 1 {
+			// The port is a socket: the host also writes on it, the
+			// report's acknowledgement (guest.ReportAck).
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				closeAll()
+				return nil, err
+			}
+			pipes[i].r, pipes[i].w = os.NewFile(uintptr(fds[0]), "streams-port"), os.NewFile(uintptr(fds[1]), "streams-port-qemu")
+			continue
+		}
+		if pipes[i].r, pipes[i].w, err = os.Pipe(); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+	cmd := exec.Command(m.b.opts.QEMU.Path, m.b.qemuArgs(m, m.b.accel)...)
+	cmd.Dir = m.dir
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{pipes[0].w, kernel, pipes[1].w, pipes[2].w}
+	cmd.Stdout, cmd.Stderr = q.log, q.log
+	// A mount namespace of its own: nothing QEMU could mount is seen by
+	// the host; -chroot then confines it to the empty jail dir. Pdeathsig
+	// follows the forking thread: startInCgroups holds that thread locked
+	// until exited closes (QEMU waited for) or ends it only when QEMU must
+	// die anyway, so SIGKILL at its death only keeps a guest from
+	// outliving a crashed custodyd.
+	// An empty network namespace of its own too: QEMU needs none (the
+	// guest has no NIC), so nothing it could be made to do reaches a
+	// network.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET, Setsid: true, Pdeathsig: syscall.SIGKILL}
+	exited := make(chan struct{})
+	start := time.Now()
+	q.start = start
+	if err := m.startInCgroups(cmd, exited); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+	m.markAt("qemu-start", start)
+	for _, p := range pipes {
+		p.w.Close()
+	}
+	if err := m.checkCgroups(cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		close(exited)
+		closeAll()
+		return nil, err
+	}
+	st, _ := procfs.ReadStat(cmd.Process.Pid)
+	m.qemu = &process{cmd: cmd, pid: cmd.Process.Pid, start: st.StartTime, done: exited}
+	go func() { m.qemu.err = cmd.Wait(); m.qemu.ended = time.Now(); close(m.qemu.done) }()
+	if err := m.rec.Created(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id),
+		Identity: map[string]string{"pid": strconv.Itoa(m.qemu.pid), "startTime": m.qemu.start}}); err != nil {
+		m.kill()
+		closeAll()
+		return nil, err
+	}
+
+	m.console = &tailBuffer{}
+	go func() { _, _ = copyBounded(m.console, pipes[0].r, -1); close(q.console) }()
+	m.mark("qemu-recorded")
+	return q, nil
 }
 
 // StartError is a launch that failed before its guest started the

@@ -53,6 +53,15 @@ func (b *Backend) bundle(id string) string { return filepath.Join(b.opts.Runtime
 func qemuName(id string) string { return "custody-vm-" + id }
 
 func checkSpec(s backend.Spec) error {
+	if len(s.Args) == 0 || !path.IsAbs(s.Args[0]) {
+		return fmt.Errorf("vm: argv[0] must be an absolute path in the image, got %q", s.Args)
+	}
+	return checkBudgets(s)
+}
+
+// checkBudgets is checkSpec without the command, which a warm guest gets
+// only at its take.
+func checkBudgets(s backend.Spec) error {
 	for _, b := range []struct {
 		name string
 		v    int64
@@ -75,9 +84,6 @@ func checkSpec(s backend.Spec) error {
 			// The guest gets inputs as read-only images: never half serve one.
 			return fmt.Errorf("vm: input %s is writable, which the vm backend does not serve (it claims no WritableInputs); fix: ask for the input read-only", in.Target)
 		}
-	}
-	if len(s.Args) == 0 || !path.IsAbs(s.Args[0]) {
-		return fmt.Errorf("vm: argv[0] must be an absolute path in the image, got %q", s.Args)
 	}
 	for _, p := range append([]string{s.OutputPath}, inputTargets(s)...) {
 		if !path.IsAbs(p) || path.Clean(p) != p || p == "/" {
@@ -183,6 +189,13 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 			return fmt.Errorf("input %s image: %w", in.Target, err)
 		}
 	}
+	for i := range m.inputSlots {
+		// A warm guest's input disks: blank now, sparse, filled at its
+		// take (pool.go).
+		if err := blankSlot(filepath.Join(m.dir, "input"+strconv.Itoa(i)+".img")); err != nil {
+			return fmt.Errorf("input disk %d: %w", i, err)
+		}
+	}
 	m.timing.Images = time.Since(t0)
 	m.mark("images")
 	cfg := guest.Config{
@@ -192,7 +205,8 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 		Memory: m.spec.Memory, Pids: m.spec.Pids, CPU: m.spec.CPU, FileSize: m.spec.FileSize,
 		Seccomp: len(m.b.opts.SeccompFilter) > 0, RootInInitramfs: m.rootInInitramfs,
 	}
-	setup, port := modulesFor(!m.rootInInitramfs, len(m.spec.Inputs) > 0)
+	cfg.Pooled = m.pooled
+	setup, port := modulesFor(!m.rootInInitramfs, len(m.spec.Inputs)+m.inputSlots > 0)
 	for _, i := range setup {
 		cfg.Modules = append(cfg.Modules, path.Base(Modules[i]))
 	}
@@ -234,6 +248,7 @@ func (m *Machine) prepare(ctx context.Context, files *guestFiles) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	m.base = cfg
 	m.initrdSHA = hex.EncodeToString(digest.Sum(nil))
 	m.configSHA = sha256Hex(cfgBytes)
 	m.timing.Prepare = time.Since(t0)

@@ -35,6 +35,15 @@ func (m *Machine) Cleanup(ctx context.Context) backend.CleanupReport {
 			_ = m.rec.Removed(backend.Resource{Kind: KindQEMU, Name: qemuName(m.id)})
 		}
 		m.mark("qemu-gone")
+		if q := m.warm; q != nil {
+			// A warm guest that no Run read to its end: its channels'
+			// host ends close once QEMU is gone.
+			select {
+			case <-q.console:
+			case <-time.After(30 * time.Second):
+			}
+			q.closeReaders()
+		}
 	}
 	// The uid is free again only once no QEMU of this launch can run.
 	if m.heldUID && rep.Verified {

@@ -60,6 +60,10 @@ type streams struct {
 	ctl  io.WriteCloser
 	mu   sync.Mutex
 	port *os.File
+	// moved: the mux moved the streams to the port (openPort), so the
+	// host acknowledges the report there. A warm guest's port is open
+	// from its boot, moved or not.
+	moved bool
 }
 
 func main() {
@@ -77,9 +81,9 @@ func main() {
 		}
 		_ = s.ctl.Close()
 		s.mu.Lock()
-		port := s.port
+		port, moved := s.port, s.moved
 		s.mu.Unlock()
-		if port != nil {
+		if port != nil && moved {
 			waitAck(port)
 		}
 	} else {
@@ -132,6 +136,20 @@ func run(s *streams) *guest.Report {
 		step(m)
 	}
 	step("modules")
+	// A warm guest makes all that its profile fixes (the root, /tmp, the
+	// output, /dev, the workload's cgroup, the hostname and loopback)
+	// before it waits for its take; only the inputs, and the root made
+	// read-only after their mount points, wait for it. A cold guest does
+	// the same in one go, inputs first.
+	warm := cfg.Pooled
+	if err := mountRoot(&cfg); err != nil {
+		return fail(err)
+	}
+	if !warm {
+		if err := mountInputs(&cfg, false); err != nil {
+			return fail(err)
+		}
+	}
 	if err := buildRoot(&cfg); err != nil {
 		return fail(err)
 	}
@@ -152,6 +170,18 @@ func run(s *streams) *guest.Report {
 		return fail(err)
 	}
 	step("network")
+	if warm {
+		if err := s.awaitTake(&cfg, step); err != nil {
+			return fail(err)
+		}
+		if err := mountInputs(&cfg, true); err != nil {
+			return fail(err)
+		}
+		step("inputs")
+	}
+	if err := sealRoot(); err != nil {
+		return fail(err)
+	}
 	observe(rep)
 	if err := runWorkload(&cfg, s, rep); err != nil {
 		return fail(err)
@@ -285,6 +315,15 @@ func outsb(port uint16, p []byte)
 // driver has added it and QEMU has named it: the streams' move off the
 // early channel (guest.NewMux).
 func (s *streams) openPort(cfg *guest.Config) (io.Writer, error) {
+	s.mu.Lock()
+	open := s.port
+	s.moved = true
+	s.mu.Unlock()
+	if open != nil {
+		// A warm guest opened it at boot (awaitTake): a virtio port has
+		// one opener.
+		return open, nil
+	}
 	for _, m := range cfg.PortModules {
 		if err := loadModule(filepath.Join(guest.ModulesDir, m)); err != nil {
 			return nil, err
@@ -296,6 +335,7 @@ func (s *streams) openPort(cfg *guest.Config) (io.Writer, error) {
 	}
 	s.mu.Lock()
 	s.port = f
+	s.moved = true
 	s.mu.Unlock()
 	return f, nil
 }
@@ -376,10 +416,21 @@ func disk(serial string) (string, error) {
 	return dev, err
 }
 
-func mountDisk(serial, target string) error {
+func mountDisk(serial, target string, flush bool) error {
 	dev, err := disk(serial)
 	if err != nil {
 		return err
+	}
+	if flush {
+		// A warm guest's input disk was blank when the kernel probed it
+		// at boot and was filled by the host at the take. The kernel
+		// drops a block device's page cache when its last opener closes
+		// it, as the probe did (the pooled suite's Pooler case passes
+		// without this); the flush makes the mount read the take's
+		// bytes without relying on that.
+		if err := flushDisk(dev); err != nil {
+			return fmt.Errorf("disk %s: %w", serial, err)
+		}
 	}
 	if err := unix.Mount(dev, target, "erofs", unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", serial, target, err)
@@ -387,7 +438,8 @@ func mountDisk(serial, target string) error {
 	return nil
 }
 
-func buildRoot(cfg *guest.Config) error {
+// mountRoot mounts the workload's root at newRoot.
+func mountRoot(cfg *guest.Config) error {
 	if cfg.RootInInitramfs {
 		// The host's copy, unpacked into guest RAM: a bind mount of it is
 		// the root, with the mount points made in it directly.
@@ -400,16 +452,30 @@ func buildRoot(cfg *guest.Config) error {
 	} else if err := overlayRoot(); err != nil {
 		return err
 	}
-	mkdir := func(p string) (string, error) { return mountPoint(newRoot, p) }
+	return nil
+}
+
+// mountInputs mounts the inputs read-only below the root; flush (a warm
+// guest) drops what the boot's probe cached of the input disks before
+// their mounts.
+func mountInputs(cfg *guest.Config, flush bool) error {
 	for i, target := range cfg.Inputs {
-		full, err := mkdir(target)
+		full, err := mountPoint(newRoot, target)
 		if err != nil {
 			return err
 		}
-		if err := mountDisk(guest.SerialInput+strconv.Itoa(i), full); err != nil {
+		if err := mountDisk(guest.SerialInput+strconv.Itoa(i), full, flush); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// buildRoot makes the rest of the workload's root: /tmp, the output,
+// /proc's and the cgroup view's mount points and a minimal /dev. sealRoot
+// then makes the root read-only.
+func buildRoot(cfg *guest.Config) error {
+	mkdir := func(p string) (string, error) { return mountPoint(newRoot, p) }
 	tmp, err := mkdir("/tmp")
 	if err != nil {
 		return err
@@ -452,7 +518,12 @@ func buildRoot(cfg *guest.Config) error {
 	if _, err := mkdir(workloadCgroupView); err != nil {
 		return err
 	}
-	// The root itself read-only: writes go to /tmp and the output only.
+	return nil
+}
+
+// sealRoot makes the root itself read-only: writes go to /tmp and the
+// output only.
+func sealRoot() error {
 	if err := unix.Mount("", newRoot, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
 		return fmt.Errorf("read-only root: %w", err)
 	}
@@ -630,7 +701,7 @@ func overlayRoot() error {
 			return err
 		}
 	}
-	if err := mountDisk(guest.SerialRootfs, "/lower"); err != nil {
+	if err := mountDisk(guest.SerialRootfs, "/lower", false); err != nil {
 		return err
 	}
 	if err := unix.Mount("tmpfs", "/upper", "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // configMagic begins an encoded Config: its format and version.
-const configMagic = "custody-guest-config/1\n"
+const configMagic = "custody-guest-config/2\n"
 
 // ErrConfig is the error of a Config that does not decode.
 var ErrConfig = errors.New("guest config")
@@ -36,7 +36,8 @@ func (c *Config) MarshalBinary() ([]byte, error) {
 	}
 	b = binary.BigEndian.AppendUint64(b, math.Float64bits(c.CPU))
 	b = binary.AppendVarint(b, c.FileSize)
-	return append(b, boolByte(c.Seccomp), boolByte(c.RootInInitramfs)), nil
+	b = append(b, boolByte(c.Seccomp), boolByte(c.RootInInitramfs), boolByte(c.Pooled))
+	return appendString(b, string(c.Seed)), nil
 }
 
 // UnmarshalBinary decodes what MarshalBinary encoded, all of it: a
@@ -58,7 +59,10 @@ func (c *Config) UnmarshalBinary(data []byte) error {
 	}
 	v.CPU = math.Float64frombits(d.uint64())
 	v.FileSize = d.varint()
-	v.Seccomp, v.RootInInitramfs = d.bool(), d.bool()
+	v.Seccomp, v.RootInInitramfs, v.Pooled = d.bool(), d.bool(), d.bool()
+	if seed := d.string(); seed != "" {
+		v.Seed = []byte(seed)
+	}
 	if d.err == nil && len(d.b) > 0 {
 		d.err = fmt.Errorf("%d trailing bytes", len(d.b))
 	}

@@ -12,6 +12,7 @@ func sampleConfig() Config {
 		Env: []string{"PATH=/bin", "EMPTY="}, Cwd: "/work", Hostname: "custody", UID: 65534, GID: 4294967295,
 		Inputs: []string{"/in", "/src"}, OutputPath: "/out", OutputBytes: 64 << 20, OutputFiles: -1, TmpBytes: 1,
 		Memory: 1 << 40, Pids: 64, CPU: 0.25, FileSize: 4 << 20, Seccomp: true, RootInInitramfs: true,
+		Pooled: true, Seed: []byte("0123456789abcdef"),
 	}
 }
 
@@ -36,12 +37,13 @@ func TestConfigRoundTrip(t *testing.T) {
 func TestConfigRefusesMalformed(t *testing.T) {
 	c := sampleConfig()
 	data, _ := c.MarshalBinary()
-	bad := [][]byte{append(append([]byte{}, data...), 0), []byte("custody-guest-config/2\n"), nil}
+	bad := [][]byte{append(append([]byte{}, data...), 0), []byte("custody-guest-config/1\n"), nil}
 	for n := range len(data) {
 		bad = append(bad, data[:n])
 	}
 	flipped := append([]byte{}, data...)
-	flipped[len(flipped)-1] = 2
+	// The Pooled bool: before the seed and its one-byte length.
+	flipped[len(flipped)-len(c.Seed)-2] = 2
 	bad = append(bad, flipped)
 	for _, b := range bad {
 		got := Config{Cwd: "unchanged"}

@@ -89,7 +89,28 @@ type Config struct {
 	// RootInInitramfs says the rootfs is the tree at InitramfsRoot, not
 	// the SerialRootfs disk; either way the workload's root is read-only.
 	RootInInitramfs bool
+	// Pooled says the guest is a warm one: the init loads Modules and
+	// opens the port at boot, writes PooledReady on it, and then waits
+	// for its launch's Config (a Take) on the port before anything else.
+	// A Take is never Pooled itself.
+	Pooled bool
+	// Seed is fresh host entropy (a Take's, SeedBytes of it): the init
+	// writes it to /dev/urandom, mixed into the pool the guest kernel
+	// already seeded at its own boot, before the workload starts.
+	Seed []byte
 }
+
+// PooledReady is the byte a warm guest's init writes on the port once it
+// waits for its Take: the host counts the guest held from then.
+const PooledReady byte = 'r'
+
+// MaxTakeBytes bounds a Take's encoding on the port (its length is a
+// 4-byte big-endian prefix): an argv and environment of the oci pool's
+// own bound (256 KiB) with room for the targets.
+const MaxTakeBytes = 1 << 20
+
+// SeedBytes is the size of a Take's Seed.
+const SeedBytes = 64
 
 // Report is what the init sends on StreamControl once the workload is gone
 // and the output stream is written: one JSON object (AppendJSON) and a
