@@ -55,7 +55,7 @@ func (x *Indexes) walk(root string, fn func(treehash.Index) error) error {
 	ri.walking.Lock()
 	defer ri.walking.Unlock()
 	ri.load()
-	ri.next = map[treehash.FileStat]string{}
+	ri.next = make(map[treehash.FileStat]string, len(ri.cur))
 	err := fn(ri)
 	if err == nil {
 		// A cache that cannot be written costs the next walk a re-read,
