@@ -20,11 +20,7 @@ import (
 func TestTakeTreeAhead(t *testing.T) {
 	ctx := context.Background()
 	dir, idx, src := settledSource(t)
-	s := indexedStore(t, dir, idx)
-	taken, err := s.Take(ctx, src, treehash.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, taken := takenIndexed(t, dir, idx, src)
 	tree, err := s.Digest(ctx, src, treehash.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -54,6 +54,18 @@ func tamperInPlace(t *testing.T, p string) {
 	}
 }
 
+// takenIndexed opens an indexed store in dir (index idx) and takes src
+// into it.
+func takenIndexed(t *testing.T, dir, idx, src string) (*Store, *Snapshot) {
+	t.Helper()
+	s := indexedStore(t, dir, idx)
+	taken, err := s.Take(context.Background(), src, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, taken
+}
+
 // settle waits out the racy window (a lower bound, not a timing
 // assertion): files changed before it may then be recorded.
 func settle() { time.Sleep(treehash.RacyWindow + 100*time.Millisecond) }
@@ -75,11 +87,7 @@ func settledSource(t *testing.T) (dir, idx, src string) {
 func TestIndexSurvivesRestartAndCatchesTamper(t *testing.T) {
 	ctx := context.Background()
 	dir, idx, src := settledSource(t)
-	s := indexedStore(t, dir, idx)
-	taken, err := s.Take(ctx, src, treehash.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, taken := takenIndexed(t, dir, idx, src)
 	settle()
 	if again, err := s.Take(ctx, src, treehash.Options{}); err != nil || again.Digest != taken.Digest {
 		t.Fatalf("second take: %v %v", again, err)
