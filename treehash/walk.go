@@ -143,14 +143,31 @@ type dirJob struct {
 }
 
 func (w *walker) tree() *Tree {
-	// Sorted as pointers, then copied once: swapping whole entries is most
-	// of a sort's cost on a large directory.
-	slices.SortFunc(w.entries, func(a, b *Entry) int { return strings.Compare(a.Path, b.Path) })
-	entries := make([]Entry, len(w.entries))
-	for i, e := range w.entries {
-		entries[i] = *e
+	keeper, _ := w.idx.(TreeKeeper)
+	digest, byPath, ok := "", []int32(nil), false
+	if keeper != nil {
+		digest, byPath, ok = keeper.LastTree(w.entries)
 	}
-	return &Tree{Digest: DigestOf(entries), Entries: entries, Files: w.files, Bytes: w.bytes}
+	if !ok {
+		// Sorted as indexes, then copied once: swapping whole entries is
+		// most of a sort's cost on a large directory.
+		byPath = make([]int32, len(w.entries))
+		for i := range byPath {
+			byPath[i] = int32(i)
+		}
+		slices.SortFunc(byPath, func(a, b int32) int { return strings.Compare(w.entries[a].Path, w.entries[b].Path) })
+	}
+	entries := make([]Entry, len(byPath))
+	for i, k := range byPath {
+		entries[i] = *w.entries[k]
+	}
+	if !ok {
+		digest = DigestOf(entries)
+		if keeper != nil {
+			keeper.KeepTree(w.entries, digest, byPath)
+		}
+	}
+	return &Tree{Digest: digest, Entries: entries, Files: w.files, Bytes: w.bytes}
 }
 
 func (w *walker) walkRoot(ctx context.Context, root string) error {
