@@ -46,6 +46,7 @@ import (
 	"github.com/custody-dev/custody/pool"
 	"github.com/custody-dev/custody/request"
 	"github.com/custody-dev/custody/runrecord"
+	"github.com/custody-dev/custody/snapshot"
 	"github.com/custody-dev/custody/store"
 	"github.com/custody-dev/custody/treehash"
 )
@@ -814,6 +815,11 @@ func (l *Launcher) redeem(ctx context.Context, env []byte, from Peer, pinned map
 	} else if len(refused) > 0 {
 		return nil, grant.RefuseWith(grant.CodeNotAdmitted, &admission.RefusedError{Checks: refused})
 	}
+	// The stored copy of each bound input is verified while the input
+	// is re-derived where it is: the snapshot's take then uses that
+	// check instead of walking the stored copy after the spend.
+	ahead := verifyAhead(ctx, r, p.Inputs)
+	defer stopAhead(ahead)
 	hashed, trees, err := hashInputs(ctx, r, plan, pinned)
 	if err != nil {
 		return nil, &grant.Error{Code: grant.CodeInputsChanged, Detail: "field inputs: " + err.Error(), Err: err}
@@ -825,7 +831,25 @@ func (l *Launcher) redeem(ctx context.Context, env []byte, from Peer, pinned map
 	if err != nil {
 		return nil, err
 	}
-	return l.spend(ctx, g, plan, env, eg, trees, pinned)
+	return l.spend(ctx, g, plan, env, eg, trees, ahead, pinned)
+}
+
+// verifyAhead starts verifying the stored copy of each bound input the
+// store holds (snapshot.Store.VerifyAhead); nil for one it does not.
+func verifyAhead(ctx context.Context, r *host.Runner, bound grant.Inputs) []*snapshot.Ahead {
+	ahead := make([]*snapshot.Ahead, len(bound.Entries))
+	for i, in := range bound.Entries {
+		if r.Inputs().Has(in.Digest) {
+			ahead[i] = r.Inputs().VerifyAhead(ctx, in.Digest)
+		}
+	}
+	return ahead
+}
+
+func stopAhead(ahead []*snapshot.Ahead) {
+	for _, a := range ahead {
+		a.Stop()
+	}
 }
 
 // egressFor makes the run's egress proxy and gateways, reading each bound
@@ -979,7 +1003,7 @@ func phaseOf(p grant.Predicate) (*request.Phase, error) {
 // spend consumes the grant in one durable transaction, before any
 // mutation, that also opens the run's journal attempt with everything it
 // may create; then it snapshots the inputs and checks them once more.
-func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress, trees []*treehash.Tree, pinned map[int]*peerInput) (*Run, error) {
+func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Plan, env []byte, eg *Egress, trees []*treehash.Tree, ahead []*snapshot.Ahead, pinned map[int]*peerInput) (*Run, error) {
 	r, p := l.cfg.Runner, g.Predicate
 	runID := host.NewRunID()
 	// A plan that matches a pool profile exactly reserves a member before
@@ -1014,7 +1038,7 @@ func (l *Launcher) spend(ctx context.Context, g *grant.Grant, plan *admission.Pl
 	if len(trees) != len(plan.Inputs) {
 		trees = nil
 	}
-	prep, err := snapshotInputs(ctx, r, plan, trees, pinned)
+	prep, err := snapshotInputs(ctx, r, plan, trees, ahead, pinned)
 	if err != nil {
 		return abandon(err)
 	}

@@ -90,7 +90,7 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 	if err != nil {
 		return nil, err
 	}
-	return snapshotInputs(ctx, h, plan, nil, nil)
+	return snapshotInputs(ctx, h, plan, nil, nil, nil)
 }
 
 // snapshotInputs copies an admitted plan's inputs into the snapshot store. After
@@ -98,10 +98,11 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 // the tree of each input just re-derived where it is (a launch's): a
 // stored snapshot of it is verified and used without walking the input
 // again, and anything else is linked or copied in from that tree, each
-// file copied checked against it.
+// file copied checked against it. ahead, if set with want, holds the
+// verifications of the stored copies started before want was taken.
 //
 // An input in pinned is read through what was opened as the client.
-func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree, pinned map[int]*peerInput) (*Prepared, error) {
+func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree, ahead []*snapshot.Ahead, pinned map[int]*peerInput) (*Prepared, error) {
 	if err := h.CheckQuarantine(); err != nil {
 		return nil, err
 	}
@@ -124,7 +125,11 @@ func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, w
 		pinInput(pinned[i], &src, &limits)
 		var snap *snapshot.Snapshot
 		if want != nil {
-			snap, err = h.Inputs().TakeTree(ctx, src, want[i], limits)
+			var a *snapshot.Ahead
+			if i < len(ahead) {
+				a = ahead[i]
+			}
+			snap, err = h.Inputs().TakeTree(ctx, src, want[i], limits, a)
 		} else {
 			snap, err = h.Inputs().Take(ctx, src, limits)
 		}

@@ -56,7 +56,7 @@ func TestRedeemSpendsAGrantOnce(t *testing.T) {
 	wantCode(t, err, grant.CodeReplayed)
 	// The spend refuses a replay on its own, in its transaction: a grant
 	// found unspent by the early check and spent since is still refused.
-	_, err = rg.l.spend(context.Background(), r.Grant(), r.prep.Plan, env, nil, nil, nil)
+	_, err = rg.l.spend(context.Background(), r.Grant(), r.prep.Plan, env, nil, nil, nil, nil)
 	wantCode(t, err, grant.CodeReplayed)
 	if all, _ := rg.h.Attempts(); len(all) != 1 {
 		t.Fatalf("a replayed spend opened an attempt: %+v", all)

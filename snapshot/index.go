@@ -55,7 +55,7 @@ func (x *Indexes) walk(root string, fn func(treehash.Index) error) error {
 	ri.walking.Lock()
 	defer ri.walking.Unlock()
 	ri.load()
-	ri.next = map[treehash.FileStat]string{}
+	ri.next = make(map[treehash.FileStat]string, len(ri.cur))
 	err := fn(ri)
 	if err == nil {
 		// A cache that cannot be written costs the next walk a re-read,
@@ -142,6 +142,36 @@ type rootIndex struct {
 	recorded bool
 	// touched is when a walk last moved the file's mtime.
 	touched time.Time
+	// order, digest and byPath are the last walk's entries in walk
+	// order, its tree's digest and its order by path
+	// (treehash.TreeKeeper); in memory only, used by the walking
+	// goroutine under walking.
+	order  []treehash.Entry
+	digest string
+	byPath []int32
+}
+
+// LastTree returns the last walk's digest and order by path when that
+// walk found exactly entries, in this order.
+func (ri *rootIndex) LastTree(entries []*treehash.Entry) (string, []int32, bool) {
+	if ri.order == nil || len(entries) != len(ri.order) {
+		return "", nil, false
+	}
+	for i, e := range entries {
+		if *e != ri.order[i] {
+			return "", nil, false
+		}
+	}
+	return ri.digest, ri.byPath, true
+}
+
+// KeepTree keeps what a walk that found entries returned.
+func (ri *rootIndex) KeepTree(entries []*treehash.Entry, digest string, byPath []int32) {
+	order := make([]treehash.Entry, len(entries))
+	for i, e := range entries {
+		order[i] = *e
+	}
+	ri.order, ri.digest, ri.byPath = order, digest, byPath
 }
 
 // indexFile is an index as stored.

@@ -54,6 +54,18 @@ func tamperInPlace(t *testing.T, p string) {
 	}
 }
 
+// takenIndexed opens an indexed store in dir (index idx) and takes src
+// into it.
+func takenIndexed(t *testing.T, dir, idx, src string) (*Store, *Snapshot) {
+	t.Helper()
+	s := indexedStore(t, dir, idx)
+	taken, err := s.Take(context.Background(), src, treehash.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, taken
+}
+
 // settle waits out the racy window (a lower bound, not a timing
 // assertion): files changed before it may then be recorded.
 func settle() { time.Sleep(treehash.RacyWindow + 100*time.Millisecond) }
@@ -75,11 +87,7 @@ func settledSource(t *testing.T) (dir, idx, src string) {
 func TestIndexSurvivesRestartAndCatchesTamper(t *testing.T) {
 	ctx := context.Background()
 	dir, idx, src := settledSource(t)
-	s := indexedStore(t, dir, idx)
-	taken, err := s.Take(ctx, src, treehash.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, taken := takenIndexed(t, dir, idx, src)
 	settle()
 	if again, err := s.Take(ctx, src, treehash.Options{}); err != nil || again.Digest != taken.Digest {
 		t.Fatalf("second take: %v %v", again, err)
@@ -152,4 +160,59 @@ func TestIndexNotTrusted(t *testing.T) {
 			t.Fatalf("%s index: digest %v %v, want %s", name, got, err, want.Digest)
 		}
 	}
+}
+
+// TestIndexKeptTreeFollowsEveryChange: a walk that finds the entries of
+// the root's last walk returns that walk's tree without sorting and
+// hashing again; any change to an entry (its bytes in place with size and
+// mtime kept, its mode, its name, a new entry) gives the tree a full
+// read gives, and a tree handed out is the caller's own.
+func TestIndexKeptTreeFollowsEveryChange(t *testing.T) {
+	ctx := context.Background()
+	dir, idx, src := settledSource(t)
+	s := indexedStore(t, dir, idx)
+	check := func(what string) *treehash.Tree {
+		t.Helper()
+		got, err := s.Digest(ctx, src, treehash.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, err := Digest(ctx, src, treehash.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Digest != full.Digest || len(got.Entries) != len(full.Entries) {
+			t.Fatalf("%s: indexed walk %s (%d entries), full read %s (%d entries)", what, got.Digest, len(got.Entries), full.Digest, len(full.Entries))
+		}
+		for i := range got.Entries {
+			if got.Entries[i] != full.Entries[i] {
+				t.Fatalf("%s: entry %d is %+v, a full read says %+v", what, i, got.Entries[i], full.Entries[i])
+			}
+		}
+		return got
+	}
+	first := check("first walk")
+	settle()
+	check("recorded")
+	kept := check("unchanged")
+	if kept.Digest != first.Digest {
+		t.Fatalf("unchanged tree: %s, was %s", kept.Digest, first.Digest)
+	}
+	kept.Entries[0].Path = "spoiled by the caller"
+	check("after the caller changed its copy")
+
+	tamperInPlace(t, filepath.Join(src, "a.txt"))
+	if check("a byte changed in place").Digest == first.Digest {
+		t.Fatal("a byte changed in place kept the digest")
+	}
+	if err := os.Chmod(filepath.Join(src, "sub", "b.txt"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	check("a mode changed")
+	if err := os.Rename(filepath.Join(src, "sub", "b.txt"), filepath.Join(src, "sub", "c.txt")); err != nil {
+		t.Fatal(err)
+	}
+	check("a file renamed")
+	mustWrite(t, filepath.Join(src, "sub", "new.txt"), "new", 0o644)
+	check("a file added")
 }

@@ -32,6 +32,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/custody-dev/custody/treehash"
 )
 
@@ -151,9 +153,23 @@ func (s *Store) Take(ctx context.Context, src string, limits treehash.Options) (
 // verified and returned without walking src again; otherwise the snapshot
 // is built from tree, copying in only the files the store lacks, each
 // checked against tree (a file of src that changed since fails the take).
-func (s *Store) TakeTree(ctx context.Context, src string, tree *treehash.Tree, limits treehash.Options) (*Snapshot, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+//
+// ahead, if set, is a verification of the stored copy started before
+// tree was taken (VerifyAhead): when it verified tree's digest and the
+// stored copy is still the one it walked, the take uses its result
+// instead of walking the stored copy again.
+func (s *Store) TakeTree(ctx context.Context, src string, tree *treehash.Tree, limits treehash.Options, ahead *Ahead) (*Snapshot, error) {
+	if snap := ahead.result(tree.Digest); snap != nil {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if ahead.stillHeld(src) {
+			s.used(filepath.Dir(snap.Path))
+			return snap, nil
+		}
+	} else {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+	}
 	snap, err := s.held(ctx, src, tree.Digest)
 	if err == nil || !errors.Is(err, ErrNotFound) {
 		return snap, err
@@ -186,6 +202,93 @@ func (s *Store) held(ctx context.Context, src, digest string) (*Snapshot, error)
 	}
 	s.used(filepath.Dir(data))
 	return snap, nil
+}
+
+// Ahead is a verification of a stored snapshot that runs while its
+// caller does something else: a launch verifies the stored copy of the
+// digest its grant binds while it re-derives that digest where the input
+// is, so the two walks share the machine instead of following each
+// other. Its result is used (TakeTree) only for the digest it verified
+// and only while the stored copy is the very directory it walked: one
+// removed, or put back by another take, since is verified again.
+type Ahead struct {
+	digest string
+	cancel context.CancelFunc
+	done   chan struct{}
+	// Set before done closes: the verified snapshot and the identity of
+	// its data root as the walk checked it, or the error.
+	snap *Snapshot
+	id   treehash.Identity
+	err  error
+}
+
+// VerifyAhead starts verifying the stored copy of digest (as TakeTree
+// would) and returns at once. Stop it when its result will not be used.
+func (s *Store) VerifyAhead(ctx context.Context, digest string) *Ahead {
+	ctx, cancel := context.WithCancel(ctx)
+	a := &Ahead{digest: digest, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		a.snap, a.id, a.err = s.verifyStored(ctx, digest)
+	}()
+	return a
+}
+
+// Stop cancels the verification if it still runs and waits for it to
+// end. It is safe on a nil Ahead and more than once.
+func (a *Ahead) Stop() {
+	if a == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+}
+
+// result waits for the verification and returns its snapshot when it
+// verified digest, else nil.
+func (a *Ahead) result(digest string) *Snapshot {
+	if a == nil || a.digest != digest {
+		return nil
+	}
+	<-a.done
+	if a.err != nil {
+		return nil
+	}
+	return a.snap
+}
+
+// stillHeld reports whether the verified stored copy is still the one
+// the store names, in src's layout (file or directory). The caller holds
+// the store's lock shared, so Prune cannot remove it from here on.
+func (a *Ahead) stillHeld(src string) bool {
+	var st unix.Stat_t
+	if unix.Lstat(a.snap.Path, &st) != nil || uint64(st.Dev) != a.id.Dev || st.Ino != a.id.Ino {
+		return false
+	}
+	return (st.Mode&unix.S_IFMT == unix.S_IFREG) == isRegular(src)
+}
+
+// verifyStored verifies the stored copy of digest by its path, checking
+// that the walk's root is the object lstat saw first, whose identity it
+// returns.
+func (s *Store) verifyStored(ctx context.Context, digest string) (*Snapshot, treehash.Identity, error) {
+	hex, err := treehash.ParseDigest(digest)
+	if err != nil {
+		return nil, treehash.Identity{}, fmt.Errorf("snapshot: %w", err)
+	}
+	data := filepath.Join(s.dir, hex, dataName)
+	var st unix.Stat_t
+	if err := unix.Lstat(data, &st); err != nil {
+		return nil, treehash.Identity{}, fmt.Errorf("snapshot %s: %w", digest, &fs.PathError{Op: "lstat", Path: data, Err: err})
+	}
+	id := treehash.Identity{Dev: uint64(st.Dev), Ino: st.Ino}
+	snap := &Snapshot{Digest: digest, Path: data}
+	if snap.Tree, err = s.verifiedAt(ctx, snap, &id); err != nil {
+		return nil, treehash.Identity{}, err
+	}
+	return snap, id, nil
 }
 
 // copyIn copies src into the store (or finds the copy already there) and
@@ -292,6 +395,12 @@ func (s *Store) Verify(ctx context.Context, snap *Snapshot) error {
 
 // verified is Verify, returning the tree the stored copy hashes to.
 func (s *Store) verified(ctx context.Context, snap *Snapshot) (*treehash.Tree, error) {
+	return s.verifiedAt(ctx, snap, nil)
+}
+
+// verifiedAt is verified, with the walk's root required to be root when
+// root is set.
+func (s *Store) verifiedAt(ctx context.Context, snap *Snapshot, root *treehash.Identity) (*treehash.Tree, error) {
 	hex, err := treehash.ParseDigest(snap.Digest)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
@@ -299,7 +408,7 @@ func (s *Store) verified(ctx context.Context, snap *Snapshot) (*treehash.Tree, e
 	data := filepath.Join(s.dir, hex, dataName)
 	var got *treehash.Tree
 	err = s.index.walk(indexRoot(data, s.dir), func(idx treehash.Index) error {
-		got, err = treehash.Dir(ctx, data, treehash.Options{Index: idx})
+		got, err = treehash.Dir(ctx, data, treehash.Options{Index: idx, Root: root})
 		return err
 	})
 	if err != nil {

@@ -38,6 +38,24 @@ type Index interface {
 	Record(st FileStat, sha256 string)
 }
 
+// TreeKeeper is an Index that also keeps the tree its root's last walk
+// returned. A tree is a function of its entries alone, so a walk that
+// found exactly the entries of the last one, in the same order, returns
+// that tree without sorting them and hashing the manifest again (most of
+// a walk's own work once the index answers for the files). The walk's
+// entries are compared in full: kind, mode, size, digest, target and
+// path of each.
+type TreeKeeper interface {
+	Index
+	// LastTree returns the digest and the order by path (indexes into
+	// entries) of the last kept walk if that walk found exactly entries,
+	// in this order; ok is false otherwise.
+	LastTree(entries []*Entry) (digest string, byPath []int32, ok bool)
+	// KeepTree keeps the digest and order by path of a walk that found
+	// entries, in this order. It may keep byPath as it is.
+	KeepTree(entries []*Entry, digest string, byPath []int32)
+}
+
 // RacyWindow is how much older than the start of a walk a file's last
 // change must be for the walk to record its digest in an Index. A file
 // changed again within the file system's timestamp granularity of the

@@ -217,10 +217,19 @@ func writeManifest(w io.Writer, entries []Entry) {
 		entries = slices.Clone(entries)
 		sortEntries(entries)
 	}
-	line := make([]byte, 0, 256)
+	// Lines are written in chunks: one write per line would cost a large
+	// tree's hash more than its bytes do.
+	const chunk = 32 << 10
+	buf := make([]byte, 0, chunk+512)
 	for i := range entries {
-		line = appendLine(line[:0], &entries[i])
-		_, _ = w.Write(line)
+		buf = appendLine(buf, &entries[i])
+		if len(buf) >= chunk {
+			_, _ = w.Write(buf)
+			buf = buf[:0]
+		}
+	}
+	if len(buf) > 0 {
+		_, _ = w.Write(buf)
 	}
 }
 
@@ -228,7 +237,8 @@ func writeManifest(w io.Writer, entries []Entry) {
 func appendLine(b []byte, e *Entry) []byte {
 	b = append(b, e.Kind...)
 	b = append(b, ' ')
-	mode := strconv.FormatUint(uint64(e.Mode), 8)
+	var digits [11]byte
+	mode := strconv.AppendUint(digits[:0], uint64(e.Mode), 8)
 	for i := len(mode); i < 4; i++ {
 		b = append(b, '0')
 	}

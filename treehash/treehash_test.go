@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,6 +133,34 @@ symlink 0777 0 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae 
 		if _, err := ParseDigest(bad); err == nil {
 			t.Errorf("ParseDigest(%q) succeeded", bad)
 		}
+	}
+}
+
+// TestManifestLargeTree: a manifest longer than one of the chunks its hash
+// is written in digests to the SHA-256 of the manifest's bytes, and a
+// walk's tree (sorted by the walk) matches it, whatever order the
+// directory lists.
+func TestManifestLargeTree(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{}
+	for i := range 1500 {
+		files[fmt.Sprintf("d%d/f%04d", i%3, 1499-i)] = fmt.Sprint(i)
+	}
+	writeTree(t, dir, files)
+	tree, err := Dir(context.Background(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Manifest(tree.Entries)
+	if len(m) < 100<<10 {
+		t.Fatalf("manifest of %d bytes: the test needs several chunks", len(m))
+	}
+	sum := sha256.Sum256(m)
+	if want := "sha256:" + hex.EncodeToString(sum[:]); tree.Digest != want || DigestOf(tree.Entries) != want {
+		t.Fatalf("digest %s (DigestOf %s), want the manifest's %s", tree.Digest, DigestOf(tree.Entries), want)
+	}
+	if !slices.IsSortedFunc(tree.Entries, comparePath) {
+		t.Fatal("walk returned unsorted entries")
 	}
 }
 
