@@ -98,7 +98,7 @@ var kubeEnforcement = []string{"proved", "unproved"}
 // removal verified by its UID. A receipt whose kube record is not
 // complete is unqualified (profile.unqualified).
 func KubeQualified(k *Kube, c *Cleanup) bool {
-	return len(k.Unobserved) == 0 && k.Container.Terminated && kubeCleanupByUID(k, c)
+	return len(k.Unobserved) == 0 && k.Container.Terminated && k.Namespace != "" && k.RuntimeClass != "" && kubeCleanupByUID(k, c)
 }
 
 // kubeCleanupByUID says cleanup was verified and names each object's UID
@@ -149,13 +149,15 @@ func checkKube(ps *problems, r *Receipt, predicateType string) {
 	if p.Runtime.Path != k.Cluster.Server || p.Runtime.SHA256 != k.Cluster.CASHA256 {
 		ps.add("profile.runtime", "does not name the cluster kube.cluster names (server, CA digest)")
 	}
-	ps.text("kube.namespace", k.Namespace)
+	// Empty when the pod was never read back (KubeQualified is then
+	// false: the receipt is unqualified).
+	ps.optText("kube.namespace", k.Namespace)
 	for _, o := range []struct {
 		name string
 		o    KubeObject
 	}{{"kube.pod", k.Pod}, {"kube.parent", k.Parent}} {
-		ps.text(o.name+".name", o.o.Name)
-		ps.text(o.name+".uid", o.o.UID)
+		ps.optText(o.name+".name", o.o.Name)
+		ps.optText(o.name+".uid", o.o.UID)
 	}
 	unobserved := map[string]bool{}
 	if !slices.IsSorted(k.Unobserved) || len(slices.Compact(slices.Clone(k.Unobserved))) != len(k.Unobserved) {
@@ -176,7 +178,7 @@ func checkKube(ps *problems, r *Receipt, predicateType string) {
 		}
 		ps.text("kube."+f.name, f.v)
 	}
-	ps.text("kube.runtimeClass", k.RuntimeClass)
+	ps.optText("kube.runtimeClass", k.RuntimeClass)
 	ps.hex64("kube.podSpecSha256", k.PodSpecSHA256)
 	if unobserved["podSpec"] != (len(k.PodSpec) == 0) {
 		ps.add("kube.podSpec", "%d controls: the controls are named unobserved exactly when there are none", len(k.PodSpec))

@@ -335,20 +335,23 @@ func spec(p *Prepared, eg *Egress) backend.Spec {
 	}
 	slices.Sort(env)
 	s := backend.Spec{
-		Rootfs:      p.Image.Rootfs,
-		Sealed:      p.Image.Sealed.Spec(),
-		Args:        p.Plan.Command,
-		Env:         env,
-		Cwd:         p.Plan.Workdir,
-		Hostname:    "custody",
-		OutputPath:  p.Plan.OutputPath,
-		OutputBytes: p.Plan.OutputBytes,
-		OutputFiles: p.Plan.OutputFiles,
-		TmpBytes:    p.Plan.TmpBytes,
-		Memory:      p.Plan.Memory,
-		Pids:        p.Plan.Pids,
-		CPU:         p.Plan.CPU,
-		FileSize:    max(p.Plan.OutputBytes, p.Plan.TmpBytes),
+		Rootfs: p.Image.Rootfs,
+		Image:  p.Image.Digest,
+		// A backend that pulls images (kube) pulls them by digest.
+		ImageManifest: p.Image.Manifest,
+		Sealed:        p.Image.Sealed.Spec(),
+		Args:          p.Plan.Command,
+		Env:           env,
+		Cwd:           p.Plan.Workdir,
+		Hostname:      "custody",
+		OutputPath:    p.Plan.OutputPath,
+		OutputBytes:   p.Plan.OutputBytes,
+		OutputFiles:   p.Plan.OutputFiles,
+		TmpBytes:      p.Plan.TmpBytes,
+		Memory:        p.Plan.Memory,
+		Pids:          p.Plan.Pids,
+		CPU:           p.Plan.CPU,
+		FileSize:      max(p.Plan.OutputBytes, p.Plan.TmpBytes),
 	}
 	if u := p.Plan.User; u != nil {
 		s.UID, s.GID = u.UID, u.GID

@@ -93,10 +93,13 @@ type Backend struct {
 	host     string
 	caSHA256 string
 	version  string
-	pods     listerscorev1.PodLister
-	parents  listerscorev1.ConfigMapLister
-	stop     chan struct{}
-	log      *slog.Logger
+	// handler is the RuntimeClass's handler as the cluster names it;
+	// empty when custodyd may not read RuntimeClasses.
+	handler string
+	pods    listerscorev1.PodLister
+	parents listerscorev1.ConfigMapLister
+	stop    chan struct{}
+	log     *slog.Logger
 
 	mu       sync.Mutex
 	watchers map[types.UID]chan struct{}
@@ -150,12 +153,23 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := checkAccess(ctx, client, cfg.Namespace); err != nil {
 		return nil, err
 	}
+	// The handler is cluster-scoped: reading it needs the ClusterRole the
+	// how-to gives beside the Role. Without it the handler is unobserved
+	// and every receipt says so (and is unqualified).
+	handler := ""
+	if obj, err := client.NodeV1().RuntimeClasses().Get(ctx, cfg.RuntimeClass, metav1.GetOptions{}); err == nil {
+		handler = obj.Handler
+	} else if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("kube backend: RuntimeClass %q does not exist on the cluster at %s; fix: create it, or name one that exists in kube.runtimeClasses", cfg.RuntimeClass, rc.Host)
+	} else if cfg.Logger != nil {
+		cfg.Logger.Warn("kube backend: the RuntimeClass's handler cannot be read; receipts will say it is unobserved", "runtimeClass", cfg.RuntimeClass, "err", err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		cfg: cfg, client: client, host: rc.Host, caSHA256: hex.EncodeToString(sum[:]), version: v.GitVersion,
+		cfg: cfg, client: client, host: rc.Host, caSHA256: hex.EncodeToString(sum[:]), version: v.GitVersion, handler: handler,
 		stop: make(chan struct{}), log: log, watchers: map[types.UID]chan struct{}{},
 	}
 	sel := labels.Set{LabelManagedBy: managedBy, LabelWorkspace: cfg.Workspace}.String()
@@ -270,25 +284,31 @@ func (b *Backend) Identity() backend.Identity {
 }
 
 // Capabilities are what this backend can stand behind before the cluster
-// is qualified: nothing yet for a tier (every launch is refused until a
-// qualification row passes), and the controls it cannot give at all.
+// is qualified. The production tier needs a passing qualification row of
+// the cluster and RuntimeClass, and controls a pod spec cannot express;
+// the development tier, which an operator enables in policy and every
+// receipt labels unqualified, runs without them. Inputs are not delivered
+// to pods, and denied egress is refused until a probe proves the cluster
+// enforces NetworkPolicy.
 func (b *Backend) Capabilities() backend.Capabilities {
-	unqualified := backend.Gap{
-		Requirement: "kube.qualified", Code: "kube-unqualified",
-		Detail: "the cluster and RuntimeClass have no passing qualification row: what the kubelet enforces is not proved",
-		Fix:    "qualify the cluster with the kube conformance suite",
+	production := []backend.Gap{
+		{Requirement: "kube.qualified", Code: "kube-unqualified",
+			Detail: "the cluster and RuntimeClass have no passing qualification row: what the kubelet enforces is not proved",
+			Fix:    "qualify the cluster with the kube conformance suite, or ask for the development tier"},
+		{Requirement: "sandbox.pids", Code: "kube-no-pod-pids-limit", Detail: "a pod spec cannot set a pids limit; only the node's podPidsLimit bounds it, unproved", Fix: "set podPidsLimit on the nodes and qualify the cluster"},
+		{Requirement: "sandbox.file-size", Code: "kube-no-rlimit-fsize", Detail: "a pod spec cannot set RLIMIT_FSIZE", Fix: "run the phase on the oci or vm backend"},
+		{Requirement: "sandbox.env-declared-only", Code: "kube-kubelet-env", Detail: "the kubelet adds HOSTNAME and the KUBERNETES_SERVICE_* variables to every container", Fix: "run the phase on another backend"},
 	}
+	unproved := backend.Gap{Requirement: "egress.networkpolicy", Code: "kube-networkpolicy-unproved",
+		Detail: "each run gets a default-deny NetworkPolicy, but no probe has proved that this cluster's network plugin enforces it",
+		Fix:    "install a network plugin that enforces NetworkPolicy and qualify the cluster's egress"}
 	return backend.Capabilities{
-		HostImageOwners: true,
-		Tiers:           map[string][]backend.Gap{"production": {unqualified}, "development": {unqualified}},
-		Controls: []backend.Gap{
-			{Requirement: "sandbox.pids", Code: "kube-no-pod-pids-limit", Detail: "a pod spec cannot set a pids limit; only the node's podPidsLimit bounds it, unproved", Fix: "set podPidsLimit on the nodes and qualify the cluster"},
-			{Requirement: "sandbox.file-size", Code: "kube-no-rlimit-fsize", Detail: "a pod spec cannot set RLIMIT_FSIZE", Fix: "run the phase on the oci or vm backend"},
-			{Requirement: "sandbox.inputs-read-only", Code: "kube-no-inputs", Detail: "inputs are not delivered to pods yet", Fix: "run phases with inputs on another backend"},
-			{Requirement: "sandbox.env-declared-only", Code: "kube-kubelet-env", Detail: "the kubelet adds HOSTNAME and the KUBERNETES_SERVICE_* variables to every container", Fix: "accept those variables or run the phase on another backend"},
-			{Requirement: "sandbox.denied-egress", Code: "kube-networkpolicy-unproved", Detail: "no NetworkPolicy is made, and the cluster's enforcement of one is not proved", Fix: "qualify the cluster's NetworkPolicy enforcement"},
-		},
-		EgressGaps: []backend.Gap{{Requirement: "egress.restricted", Code: "kube-networkpolicy-unproved", Detail: "NetworkPolicy enforcement is not proved on this cluster", Fix: "qualify the cluster's NetworkPolicy enforcement"}},
+		HostImageOwners:  true,
+		Tiers:            map[string][]backend.Gap{"production": production, "development": nil},
+		EgressGaps:       []backend.Gap{unproved},
+		DeniedEgressGaps: []backend.Gap{unproved},
+		InputGaps: []backend.Gap{{Requirement: "inputs", Code: "kube-no-inputs",
+			Detail: "inputs are not delivered to pods yet", Fix: "run phases with inputs on the oci or vm backend"}},
 	}
 }
 

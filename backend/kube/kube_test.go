@@ -292,18 +292,29 @@ func TestPodCarriesEveryControl(t *testing.T) {
 	if len(p.Spec.SchedulingGates) != 0 || p.Spec.NodeName == "" {
 		t.Errorf("released pod: gates %v node %q", p.Spec.SchedulingGates, p.Spec.NodeName)
 	}
-	if ex.Observation == nil || !hasNote(ex.Observation.Notes, "node "+p.Spec.NodeName) || ex.Observation.Seccomp != "RuntimeDefault" || !ex.Observation.NoNewPrivs {
-		t.Errorf("observation %+v, want the node, seccomp and no-new-privileges read back", ex.Observation)
+	// The placement is what the API server reported, never what was sent:
+	// the node the scheduler chose, the handler the RuntimeClass names, the
+	// image ID a status reported, the container's end, and the controls and
+	// digest of the spec as stored (the released one, deadline included).
+	o := ex.Observation
+	if o == nil || o.Placement == nil || o.Seccomp != "unobserved" {
+		t.Fatalf("observation %+v, want a placement and the node's seccomp unobserved", o)
 	}
-}
-
-func hasNote(notes []string, want string) bool {
-	for _, n := range notes {
-		if n == want {
-			return true
+	pl := o.Placement
+	stored, _ = json.Marshal(p.Spec)
+	sum = sha256.Sum256(stored)
+	if pl.Node != p.Spec.NodeName || pl.Handler != runtimeClass || pl.RuntimeClass != runtimeClass || pl.PodUID != string(p.UID) ||
+		pl.ParentUID != string(parent.UID) || pl.ImageID == "" || !pl.Terminated || pl.ExitCode != 3 || pl.DeadlineExceeded ||
+		pl.SpecSHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("placement %+v, want node %s, handler %s, uids %s/%s, an image id, exit 3 and the stored spec's digest", pl, p.Spec.NodeName, runtimeClass, p.UID, parent.UID)
+	}
+	for k, want := range map[string]string{"activeDeadlineSeconds": "90", "allowPrivilegeEscalation": "false", "readOnlyRootFilesystem": "true",
+		"runAsNonRoot": "true", "capabilities.drop": "ALL", "seccompProfile": "RuntimeDefault", "automountServiceAccountToken": "false",
+		"hostNetwork": "false", "hostPaths": "", "requestsEqualLimits": "true", "privileged": "false"} {
+		if got, ok := pl.Spec[k]; !ok || got != want {
+			t.Errorf("placement spec %s = %q (present %v), want %q", k, got, ok, want)
 		}
 	}
-	return false
 }
 
 func equalResources(a, b corev1.ResourceList) bool {

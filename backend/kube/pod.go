@@ -183,3 +183,19 @@ func (b *Backend) labels(id string) map[string]string {
 		LabelAttempt: id,
 	}
 }
+
+// ImageRef is the reference a pod pulls the launch's image by: repo at
+// the OCI manifest digest the image was imported with, or, for an image
+// imported as a plain tree, at custody's own digest of that tree, which
+// no registry serves under another content (the pull fails rather than
+// run something else).
+func ImageRef(repo string, s backend.Spec) (string, error) {
+	d := s.ImageManifest
+	if d == "" {
+		d = s.Image
+	}
+	if repo == "" || d == "" {
+		return "", fmt.Errorf("no image repository (%q) or image digest (%q) to name the pod's image by", repo, d)
+	}
+	return repo + "@" + d, nil
+}

@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/custody-dev/custody/internal/daemontest"
+	"github.com/custody-dev/custody/internal/kubetest"
+	"github.com/custody-dev/custody/internal/testenv"
+	"github.com/custody-dev/custody/predicate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// startKubeDaemon starts Cluster A (kwok nodes; skipped, loudly, outside
+// make test-kube) and custodyd with the kube backend configured on it.
+func startKubeDaemon(t *testing.T) (*env, *kubetest.Cluster) {
+	t.Helper()
+	c := kubetest.Start(t, kubetest.Options{Nodes: 2, RuntimeClasses: []string{"runc"}})
+	cfg := fmt.Sprintf("backends: [oci, kube]\nkube: {kubeconfig: %s, namespace: %s, runtimeClasses: [runc], imageRepository: registry.example/custody, qps: 50, burst: 100}\n",
+		c.Kubeconfig, c.Namespace())
+	return startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{Config: cfg}), c
+}
+
+// kubePhase writes a development-tier phase on backend kube, as uid
+// 1000 (the restricted Pod Security level runs no root), running command
+// (a JSON list); extra is more YAML.
+func (e *env) kubePhase(t *testing.T, name, command, extra string) string {
+	t.Helper()
+	p := e.phase(t, name, "true", "backend: kube\nuser: \"1000:1000\"\n"+extra)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(string(b), `command: ["/bin/sh", "-c", "true"]`, "command: "+command, 1)
+	doc = strings.Replace(doc, "wallTime: 20s", "wallTime: 60s", 1)
+	if !strings.Contains(doc, "command: "+command) || !strings.Contains(doc, "wallTime: 60s") {
+		t.Fatalf("phase template changed:\n%s", doc)
+	}
+	write(t, p, doc)
+	return p
+}
+
+// TestKubePhaseThroughCustodyd: a phase whose plan says backend kube runs
+// through custodyd onto Cluster A and back (kwok completes the pod), with
+// a receipt v9 that verifies and names the cluster (its API server and CA
+// digest), the node, the RuntimeClass and its handler, the image ID, the
+// digest and controls of the pod spec read back, the container's end and
+// each object's removal by UID; both objects are gone from the cluster.
+// The receipt is development tier, so unqualified.
+func TestKubePhaseThroughCustodyd(t *testing.T) {
+	e, c := startKubeDaemon(t)
+	trust := e.trust(t, "trust-dev.yaml", "development")
+	phase := e.kubePhase(t, "onkube", `["/bin/true"]`, "")
+	if code, out, errs := e.custody("admit", phase); code != exitOK {
+		t.Fatalf("admit: %d\n%s\n%s", code, out, errs)
+	}
+	g := e.grant(t, phase)
+	out := filepath.Join(e.dir, "kubeout")
+	receipt := filepath.Join(out, "receipt.json")
+	code, stdout, errs := e.custody("run", "--grant", g, "--json", "--receipt", receipt)
+	if code != exitOK {
+		t.Fatalf("run: %d %s %s", code, stdout, errs)
+	}
+	var res struct{ Status string }
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Status != "ok" {
+		t.Fatalf("result %s: %v", stdout, err)
+	}
+	code, vout, verrs := e.custody("verify", receipt, "--trust", trust, "--outputs", filepath.Join(out, "outputs"))
+	if code != verifyPromotable {
+		t.Fatalf("verify: %d\n%s%s", code, vout, verrs)
+	}
+	ptype, r := receiptStatement(t, receipt)
+	k := r.Kube
+	if ptype != predicate.ReceiptV9 || k == nil || r.Profile.Backend != "kube" || !r.Profile.Unqualified {
+		t.Fatalf("receipt %s backend %s unqualified %v kube %v", ptype, r.Profile.Backend, r.Profile.Unqualified, k)
+	}
+	if k.Cluster.Server != c.Config.Host || len(k.Cluster.CASHA256) != 64 || k.Namespace != c.Namespace() ||
+		!strings.HasPrefix(k.Node, "kwok-node-") || k.RuntimeClass != "runc" || k.Handler != "runc" || k.ImageID == "" ||
+		len(k.PodSpecSHA256) != 64 || !k.Container.Terminated || k.Container.ExitCode != 0 || len(k.Unobserved) != 0 {
+		t.Fatalf("kube record %+v", k)
+	}
+	for key, want := range map[string]string{"runAsNonRoot": "true", "runAsUser": "1000", "allowPrivilegeEscalation": "false",
+		"readOnlyRootFilesystem": "true", "capabilities.drop": "ALL", "automountServiceAccountToken": "false", "activeDeadlineSeconds": "60",
+		"image": "registry.example/custody@" + e.image} {
+		if k.PodSpec[key] != want {
+			t.Errorf("pod spec %s = %q, want %q", key, k.PodSpec[key], want)
+		}
+	}
+	for _, uid := range []string{k.Pod.UID, k.Parent.UID} {
+		found := false
+		for _, s := range r.Cleanup.Steps {
+			found = found || (s.OK && strings.Contains(s.Name, "(uid "+uid+")"))
+		}
+		if !found || !r.Cleanup.Verified {
+			t.Errorf("cleanup %+v does not verify uid %s gone", r.Cleanup, uid)
+		}
+	}
+	ctx := context.Background()
+	if p, err := c.Client.CoreV1().Pods(c.Namespace()).Get(ctx, k.Pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod %s after the run: %v %v", k.Pod.Name, p.UID, err)
+	}
+	if m, err := c.Client.CoreV1().ConfigMaps(c.Namespace()).Get(ctx, k.Parent.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("parent %s after the run: %v %v", k.Parent.Name, m.UID, err)
+	}
+	t.Logf("verify:\n%s", vout)
+}
