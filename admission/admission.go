@@ -446,6 +446,10 @@ func (a *admitter) network() []string {
 		for _, g := range a.caps.EgressGaps {
 			c.Detail += fmt.Sprintf("; %s: %s", g.Requirement, g.Detail)
 			c.Fix = g.Fix + ", or ask for network: deny"
+			if len(a.caps.DeniedEgressGaps) > 0 {
+				// Denied egress is no better proved here.
+				c.Fix = g.Fix + ", or run the phase on another backend"
+			}
 		}
 		a.add(c)
 	}

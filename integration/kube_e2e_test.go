@@ -85,6 +85,11 @@ func TestKubePhaseThroughCustodyd(t *testing.T) {
 		len(k.PodSpecSHA256) != 64 || !k.Container.Terminated || k.Container.ExitCode != 0 || len(k.Unobserved) != 0 {
 		t.Fatalf("kube record %+v", k)
 	}
+	// The run's default-deny NetworkPolicy was made, read back and
+	// removed; its enforcement is not proved on this cluster.
+	if np := k.NetworkPolicy; np == nil || np.Enforcement != "unproved" || np.UID == "" || len(np.SpecSHA256) != 64 {
+		t.Errorf("network policy %+v, want one read back with enforcement unproved", k.NetworkPolicy)
+	}
 	for key, want := range map[string]string{"runAsNonRoot": "true", "runAsUser": "1000", "allowPrivilegeEscalation": "false",
 		"readOnlyRootFilesystem": "true", "capabilities.drop": "ALL", "automountServiceAccountToken": "false", "activeDeadlineSeconds": "60",
 		"image": "registry.example/custody@" + e.image} {
@@ -109,4 +114,41 @@ func TestKubePhaseThroughCustodyd(t *testing.T) {
 		t.Errorf("parent %s after the run: %v %v", k.Parent.Name, m.UID, err)
 	}
 	t.Logf("verify:\n%s", vout)
+}
+
+// TestKubeDeniedEgressRefusedUnproved: on a cluster whose NetworkPolicy
+// enforcement no probe has proved (Cluster A has no network plugin), a
+// phase that asks for denied egress, or for restricted egress, is refused
+// at admission naming the gap, and no grant is issued for it; no object
+// is made on the cluster. A phase that asks for no network still runs
+// (TestKubePhaseThroughCustodyd).
+func TestKubeDeniedEgressRefusedUnproved(t *testing.T) {
+	e, c := startKubeDaemon(t)
+	for name, extra := range map[string]string{"deny": "network: deny\n", "egress": "network: {egress: [\"example.com:443\"]}\n"} {
+		phase := e.kubePhase(t, "net-"+name, `["/bin/true"]`, extra)
+		code, out, errs := e.custody("admit", phase)
+		if code != exitRefused || !strings.Contains(out+errs, "unsupported") || !strings.Contains(out+errs, "no probe has proved that this cluster's network plugin enforces NetworkPolicy") {
+			t.Errorf("admit %s: %d\n%s\n%s", name, code, out, errs)
+		}
+		if code, out, errs := e.custody("grant", "issue", phase, "--actor", "ci-bot", "--ttl", "5m"); code == 0 {
+			t.Errorf("grant issued for a %s phase: %s %s", name, out, errs)
+		}
+	}
+	// A phase with inputs is refused the same way.
+	in := e.kubePhase(t, "inputs", `["/bin/true"]`, "inputs:\n- {source: "+e.dir+", target: /src}\n")
+	if code, out, errs := e.custody("admit", in); code != exitRefused || !strings.Contains(out+errs, "inputs are not delivered to pods") {
+		t.Errorf("admit with inputs: %d\n%s\n%s", code, out, errs)
+	}
+	ctx := context.Background()
+	pods, err := c.Client.CoreV1().Pods(c.Namespace()).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms, err := c.Client.CoreV1().ConfigMaps(c.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: "custody.dev/managed-by"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 || len(cms.Items) != 0 {
+		t.Errorf("refused phases left %d pods and %d parents on the cluster", len(pods.Items), len(cms.Items))
+	}
 }

@@ -47,6 +47,8 @@ import (
 const (
 	KindParent = "kube-configmap"
 	KindPod    = "kube-pod"
+	// KindPolicy is the run's default-deny NetworkPolicy.
+	KindPolicy = "kube-networkpolicy"
 )
 
 // Config is the operator's choice of cluster and profile.
@@ -205,6 +207,7 @@ var Access = []struct {
 }{
 	{"pods", []string{"create", "get", "list", "watch", "patch", "delete"}},
 	{"configmaps", []string{"create", "get", "list", "watch", "delete"}},
+	{"networkpolicies", []string{"create", "get", "delete"}},
 }
 
 // checkAccess asks the API server whether custodyd's identity holds every
@@ -217,7 +220,7 @@ func checkAccess(ctx context.Context, client kubernetes.Interface, ns string) er
 		for _, verb := range a.Verbs {
 			r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: ns, Verb: verb, Resource: a.Resource,
+					Namespace: ns, Verb: verb, Resource: a.Resource, Group: apiGroup(a.Resource),
 				}},
 			}, metav1.CreateOptions{})
 			if err != nil {
@@ -232,6 +235,14 @@ func checkAccess(ctx context.Context, client kubernetes.Interface, ns string) er
 		return fmt.Errorf("kube backend: the kubeconfig's identity may not %s in namespace %s: bind it to the Role the kube backend's documentation gives", strings.Join(missing, ", "), ns)
 	}
 	return nil
+}
+
+// apiGroup is the API group of a resource in Access.
+func apiGroup(resource string) string {
+	if resource == "networkpolicies" {
+		return "networking.k8s.io"
+	}
+	return ""
 }
 
 // Close stops the informers.
@@ -300,7 +311,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		{Requirement: "sandbox.env-declared-only", Code: "kube-kubelet-env", Detail: "the kubelet adds HOSTNAME and the KUBERNETES_SERVICE_* variables to every container", Fix: "run the phase on another backend"},
 	}
 	unproved := backend.Gap{Requirement: "egress.networkpolicy", Code: "kube-networkpolicy-unproved",
-		Detail: "each run gets a default-deny NetworkPolicy, but no probe has proved that this cluster's network plugin enforces it",
+		Detail: "no probe has proved that this cluster's network plugin enforces NetworkPolicy (each run gets a default-deny one)",
 		Fix:    "install a network plugin that enforces NetworkPolicy and qualify the cluster's egress"}
 	return backend.Capabilities{
 		HostImageOwners:  true,
@@ -321,6 +332,7 @@ func (b *Backend) Intents(id string) ([]backend.Resource, error) {
 	ns := map[string]string{"namespace": b.cfg.Namespace}
 	return []backend.Resource{
 		{Kind: KindParent, Name: name, State: "intent", Identity: ns},
+		{Kind: KindPolicy, Name: name, State: "intent", Identity: copyMap(ns)},
 		{Kind: KindPod, Name: name, State: "intent", Identity: copyMap(ns)},
 	}, nil
 }
@@ -368,6 +380,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		life: partial.NewLifecycle(statePreparing, moves)}
 	ident := map[string]string{"namespace": b.cfg.Namespace, "nonce": nonce}
 	if err := rec.Intent(backend.Resource{Kind: KindParent, Name: name, Identity: copyMap(ident)},
+		backend.Resource{Kind: KindPolicy, Name: name, Identity: copyMap(ident)},
 		backend.Resource{Kind: KindPod, Name: name, Identity: copyMap(ident)}); err != nil {
 		return sb, fmt.Errorf("journal intent: %w", err)
 	}
@@ -386,6 +399,20 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 	}
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: name, UID: got.UID,
 		Controller: ptr(true), BlockOwnerDeletion: ptr(true)}
+	// The default-deny NetworkPolicy exists before the pod does, read
+	// back: whether the cluster enforces it is another matter, which
+	// only a probe proves.
+	np, err := b.client.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, b.policy(id, name, nonce, owner), metav1.CreateOptions{})
+	if err != nil {
+		return sb, b.createErr(ctx, KindPolicy, name, err)
+	}
+	sb.policy = &policyRef{name: name, uid: np.UID}
+	if err := rec.Created(b.resource(KindPolicy, name, nonce, np.UID)); err != nil {
+		return sb, fmt.Errorf("journal created: %w", err)
+	}
+	if err := sb.readPolicy(ctx, np.UID); err != nil {
+		return sb, err
+	}
 	pod, err := b.client.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, name, image, nonce, owner, s), metav1.CreateOptions{})
 	if err != nil {
 		return sb, b.createErr(ctx, KindPod, name, err)
@@ -428,6 +455,8 @@ func (b *Backend) get(ctx context.Context, kind, name string) (metav1.Object, er
 		return b.client.CoreV1().Pods(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	case KindParent:
 		return b.client.CoreV1().ConfigMaps(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	case KindPolicy:
+		return b.client.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	return nil, fmt.Errorf("unknown kind %q", kind)
 }
@@ -469,6 +498,8 @@ func (b *Backend) deleteByUID(ctx context.Context, kind, name string, uid types.
 		err = b.client.CoreV1().Pods(b.cfg.Namespace).Delete(ctx, name, opts)
 	case KindParent:
 		err = b.client.CoreV1().ConfigMaps(b.cfg.Namespace).Delete(ctx, name, opts)
+	case KindPolicy:
+		err = b.client.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, name, opts)
 	default:
 		return fmt.Errorf("unknown kind %q", kind)
 	}
@@ -539,7 +570,7 @@ func (b *Backend) VerifyAbsent(id string, recorded []backend.Resource) backend.C
 func (b *Backend) ours(recorded []backend.Resource) []backend.Resource {
 	var out []backend.Resource
 	for _, r := range recorded {
-		if r.Kind == KindParent || r.Kind == KindPod {
+		if r.Kind == KindParent || r.Kind == KindPod || r.Kind == KindPolicy {
 			out = append(out, r)
 		}
 	}
@@ -557,7 +588,7 @@ func (b *Backend) owned(r backend.Resource, m metav1.Object, recorded []backend.
 	if n := r.Identity["nonce"]; n != "" && m.GetAnnotations()[AnnotationNonce] == n {
 		return true
 	}
-	if r.Kind == KindPod {
+	if r.Kind == KindPod || r.Kind == KindPolicy {
 		for _, p := range recorded {
 			if p.Kind == KindParent && p.Name == r.Name && p.Identity["uid"] != "" {
 				for _, o := range m.GetOwnerReferences() {
@@ -577,7 +608,7 @@ func (b *Backend) owned(r backend.Resource, m metav1.Object, recorded []backend.
 func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Resource, rec backend.Recorder) backend.CleanupReport {
 	rep := backend.CleanupReport{Verified: true}
 	// The parent first: foreground deletion takes the pod with it.
-	for _, kind := range []string{KindParent, KindPod} {
+	for _, kind := range []string{KindParent, KindPolicy, KindPod} {
 		for _, r := range b.ours(recorded) {
 			if r.Kind != kind {
 				continue

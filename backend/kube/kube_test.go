@@ -269,10 +269,21 @@ func TestPodCarriesEveryControl(t *testing.T) {
 	for _, x := range r.recorded() {
 		recd[x.Kind] = x.Identity["uid"]
 	}
+	// The run's NetworkPolicy: default-deny both ways for this run's pod,
+	// owned by the parent, its UID journalled.
+	np, err := c.Client.NetworkingV1().NetworkPolicies(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("network policy: %v", err)
+	}
+	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 ||
+		np.Spec.PodSelector.MatchLabels[kube.LabelRun] != p.Labels[kube.LabelRun] || len(np.OwnerReferences) != 1 ||
+		np.OwnerReferences[0].UID != parent.UID || recd[kube.KindPolicy] != string(np.UID) {
+		t.Errorf("network policy %+v (journal %v), want default-deny for the run's pod, owned by %s", np, recd, parent.UID)
+	}
 	if recd[kube.KindPod] != string(p.UID) || recd[kube.KindParent] != string(parent.UID) {
 		t.Errorf("journal uids %v, want pod %s parent %s", recd, p.UID, parent.UID)
 	}
-	if o := strings.Join(r.order, ","); !strings.HasPrefix(o, "intent kube-configmap,intent kube-pod,intent kube-configmap,intent kube-pod,created kube-configmap,created kube-pod") {
+	if o := strings.Join(r.order, ","); !strings.HasPrefix(o, "intent kube-configmap,intent kube-networkpolicy,intent kube-pod,intent kube-configmap,intent kube-networkpolicy,intent kube-pod,created kube-configmap,created kube-networkpolicy,created kube-pod") {
 		t.Errorf("journal order %s: each object must be recorded before it is created", o)
 	}
 
@@ -305,7 +316,7 @@ func TestPodCarriesEveryControl(t *testing.T) {
 	sum = sha256.Sum256(stored)
 	if pl.Node != p.Spec.NodeName || pl.Handler != runtimeClass || pl.RuntimeClass != runtimeClass || pl.PodUID != string(p.UID) ||
 		pl.ParentUID != string(parent.UID) || pl.ImageID == "" || !pl.Terminated || pl.ExitCode != 3 || pl.DeadlineExceeded ||
-		pl.SpecSHA256 != hex.EncodeToString(sum[:]) {
+		pl.SpecSHA256 != hex.EncodeToString(sum[:]) || pl.NetworkPolicyUID != string(np.UID) || pl.NetworkPolicyProved {
 		t.Errorf("placement %+v, want node %s, handler %s, uids %s/%s, an image id, exit 3 and the stored spec's digest", pl, p.Spec.NodeName, runtimeClass, p.UID, parent.UID)
 	}
 	for k, want := range map[string]string{"activeDeadlineSeconds": "90", "allowPrivilegeEscalation": "false", "readOnlyRootFilesystem": "true",

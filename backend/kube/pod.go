@@ -10,6 +10,7 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -169,6 +170,19 @@ func (b *Backend) pod(id, name, image, nonce string, parent metav1.OwnerReferenc
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			}},
+		},
+	}
+}
+
+// policy is the run's NetworkPolicy: its pod selected by the run label,
+// both directions named and no rule, so nothing in or out is allowed.
+func (b *Backend) policy(id, name, nonce string, parent metav1.OwnerReference) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace, Labels: b.labels(id),
+			Annotations: map[string]string{AnnotationNonce: nonce}, OwnerReferences: []metav1.OwnerReference{parent}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelWorkspace: b.cfg.Workspace, LabelRun: id}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
 	}
 }

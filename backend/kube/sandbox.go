@@ -98,6 +98,29 @@ func (s *sandbox) readBack(ctx context.Context) error {
 	return s.setEffective(p)
 }
 
+// readPolicy reads the run's NetworkPolicy back by its UID and keeps the
+// digest of its spec as the API server stored it: a default-deny policy
+// (no rule, both directions) or the run is refused.
+func (s *sandbox) readPolicy(ctx context.Context, uid types.UID) error {
+	np, err := s.b.client.NetworkingV1().NetworkPolicies(s.b.cfg.Namespace).Get(ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read back network policy %s: %w", s.name, err)
+	}
+	if np.UID != uid {
+		return &ForeignError{Kind: KindPolicy, Namespace: np.Namespace, Name: np.Name, UID: np.UID}
+	}
+	if len(np.Spec.Ingress) > 0 || len(np.Spec.Egress) > 0 || len(np.Spec.PolicyTypes) != 2 {
+		return fmt.Errorf("network policy %s (uid %s) as stored is not default-deny (ingress %d rules, egress %d rules, types %v): an admission webhook changed it", s.name, uid, len(np.Spec.Ingress), len(np.Spec.Egress), np.Spec.PolicyTypes)
+	}
+	data, err := json.Marshal(np.Spec)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	s.policy = &policyRef{name: np.Name, uid: np.UID, sha256: hex.EncodeToString(sum[:])}
+	return nil
+}
+
 // setEffective keeps p, as the API server returned it, as the pod's
 // effective spec.
 func (s *sandbox) setEffective(p *corev1.Pod) error {
@@ -416,7 +439,7 @@ func (s *sandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 	for _, o := range []struct {
 		kind string
 		uid  types.UID
-	}{{KindParent, s.parentUID}, {KindPod, s.podUID}} {
+	}{{KindParent, s.parentUID}, {KindPolicy, s.policyUID()}, {KindPod, s.podUID}} {
 		if o.uid == "" {
 			continue
 		}
@@ -431,6 +454,14 @@ func (s *sandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 	}
 	partial.Step(&rep, "output directory removed", os.RemoveAll(s.out))
 	return rep
+}
+
+// policyUID is the UID of the run's NetworkPolicy, if it was read back.
+func (s *sandbox) policyUID() types.UID {
+	if s.policy == nil {
+		return ""
+	}
+	return s.policy.uid
 }
 
 // policyRef is a NetworkPolicy read back: name, UID and the digest of its
