@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/custody-dev/custody/internal/daemontest"
 	"github.com/custody-dev/custody/internal/kubetest"
@@ -150,5 +151,56 @@ func TestKubeDeniedEgressRefusedUnproved(t *testing.T) {
 	}
 	if len(pods.Items) != 0 || len(cms.Items) != 0 {
 		t.Errorf("refused phases left %d pods and %d parents on the cluster", len(pods.Items), len(cms.Items))
+	}
+}
+
+// TestKubeRecoveryAfterSIGKILL: custodyd (the fault-injection build) is
+// killed between creating each of a run's objects on the cluster and
+// recording it in the journal; the restarted daemon recovers the attempt
+// before it serves: every object the run made (matched by the nonce
+// journalled with its intent, or by its owner) is deleted and verified
+// gone, the attempt is clean and the runner is not quarantined.
+func TestKubeRecoveryAfterSIGKILL(t *testing.T) {
+	c := kubetest.Start(t, kubetest.Options{RuntimeClasses: []string{"runc"}})
+	cfg := fmt.Sprintf("backends: [oci, kube]\nkube: {kubeconfig: %s, namespace: %s, runtimeClasses: [runc], imageRepository: registry.example/custody}\n",
+		c.Kubeconfig, c.Namespace())
+	e := startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{Config: cfg, Fault: true})
+	ctx := context.Background()
+	ns, sel := c.Namespace(), metav1.ListOptions{LabelSelector: "custody.dev/managed-by=custody"}
+	left := func() int {
+		pods, err1 := c.Client.CoreV1().Pods(ns).List(ctx, sel)
+		cms, err2 := c.Client.CoreV1().ConfigMaps(ns).List(ctx, sel)
+		nps, err3 := c.Client.NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
+		if err1 != nil || err2 != nil || err3 != nil {
+			t.Fatal(err1, err2, err3)
+		}
+		return len(pods.Items) + len(cms.Items) + len(nps.Items)
+	}
+	for i, stage := range []string{"kube-configmap-created", "kube-networkpolicy-created", "kube-pod-created"} {
+		t.Run(stage, func(t *testing.T) {
+			g := e.grant(t, e.kubePhase(t, fmt.Sprintf("crash%d", i), `["/bin/true"]`, ""))
+			e.d.Stop()
+			e.d.Start("CUSTODY_FAULT=" + stage)
+			if code, out, errs := e.custody("run", "--grant", g); code == exitOK {
+				t.Fatalf("the run completed although custodyd should have died at %s: %s %s", stage, out, errs)
+			}
+			if ps := e.d.Exited(20 * time.Second); ps == nil {
+				t.Fatalf("custodyd did not die at %s", stage)
+			}
+			if n := left(); n != i+1 {
+				t.Fatalf("%d custody objects on the cluster after a kill at %s, want %d", n, stage, i+1)
+			}
+			e.d.Start()
+			if n := left(); n != 0 {
+				t.Fatalf("%d custody objects left after recovery from a kill at %s\n%s", n, stage, e.d.Logs.String())
+			}
+			q, err := e.d.Control.Quarantine(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.Quarantined {
+				t.Fatalf("quarantined after recovery from %s: %+v", stage, q)
+			}
+		})
 	}
 }

@@ -75,6 +75,10 @@ type Config struct {
 	Burst int
 	// Logger logs what the backend does; nil discards.
 	Logger *slog.Logger
+	// Faults, when set (fault-injection builds only), is called at each
+	// stage boundary: "kube-<kind>-created" falls between an object's
+	// creation and its record in the journal.
+	Faults func(stage string)
 }
 
 // ForeignError says an object with custody's name exists that custody did
@@ -394,6 +398,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		return sb, b.createErr(ctx, KindParent, name, err)
 	}
 	sb.parentUID = got.UID
+	b.fault(KindParent + "-created")
 	if err := rec.Created(b.resource(KindParent, name, nonce, got.UID)); err != nil {
 		return sb, fmt.Errorf("journal created: %w", err)
 	}
@@ -407,6 +412,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		return sb, b.createErr(ctx, KindPolicy, name, err)
 	}
 	sb.policy = &policyRef{name: name, uid: np.UID}
+	b.fault(KindPolicy + "-created")
 	if err := rec.Created(b.resource(KindPolicy, name, nonce, np.UID)); err != nil {
 		return sb, fmt.Errorf("journal created: %w", err)
 	}
@@ -418,6 +424,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		return sb, b.createErr(ctx, KindPod, name, err)
 	}
 	sb.podUID = pod.UID
+	b.fault(KindPod + "-created")
 	if err := rec.Created(b.resource(KindPod, name, nonce, pod.UID)); err != nil {
 		return sb, fmt.Errorf("journal created: %w", err)
 	}
@@ -429,6 +436,12 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func (b *Backend) fault(stage string) {
+	if b.cfg.Faults != nil {
+		b.cfg.Faults(stage)
+	}
+}
 
 func (b *Backend) resource(kind, name, nonce string, uid types.UID) backend.Resource {
 	return backend.Resource{Kind: kind, Name: name, State: "created",
@@ -616,7 +629,9 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 			step := "recover " + r.Kind + " " + r.Name
 			m, err := b.get(ctx, r.Kind, r.Name)
 			if apierrors.IsNotFound(err) {
-				partial.Step(&rep, step, nil)
+				// Never made, or already gone: either way the journal's
+				// record of it is closed, or the attempt stays open.
+				partial.Step(&rep, step, rec.Removed(r))
 				continue
 			}
 			if err != nil {

@@ -27,7 +27,7 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) daemon.B
 				more = append(more, vmBackend(ctx, rc, cfg.VM, log))
 			}
 			if cfg.Kube != nil {
-				more = append(more, kubeBackend(ctx, cfg.Kube, log))
+				more = append(more, kubeBackend(ctx, cfg.Kube, rc.Faults, log))
 			}
 			return ociBackend(rc, egress, log), more
 		},
@@ -96,12 +96,12 @@ func vmBackend(ctx context.Context, cfg host.Config, v *config.VMConfig, log *sl
 // kubeBackend wires the kube backend to the cluster the kube section
 // names: pods run under its first RuntimeClass, with the phase's image
 // pulled from its repository by the phase's digest.
-func kubeBackend(ctx context.Context, k *config.KubeConfig, log *slog.Logger) host.BackendFactory {
+func kubeBackend(ctx context.Context, k *config.KubeConfig, faults func(string), log *slog.Logger) host.BackendFactory {
 	return func(func() *platform.Profile) (backend.Backend, error) {
 		repo := k.ImageRepository
 		return kube.New(ctx, kube.Config{
 			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, RuntimeClass: k.RuntimeClasses[0],
-			Workspace: k.WorkspaceOrDefault(), SeccompLocalhost: k.SeccompLocalhost, QPS: k.QPS, Burst: k.Burst, Logger: log,
+			Workspace: k.WorkspaceOrDefault(), SeccompLocalhost: k.SeccompLocalhost, QPS: k.QPS, Burst: k.Burst, Logger: log, Faults: faults,
 			Image: func(s backend.Spec) (string, error) { return kube.ImageRef(repo, s) },
 		})
 	}
