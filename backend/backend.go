@@ -363,6 +363,10 @@ type Capabilities struct {
 	// reaches nothing beyond itself: a request that asks for denied
 	// egress is refused as unsupported, naming them. Empty: it can.
 	DeniedEgressGaps []Gap
+	// QuarantineTarget, when set, names what an unverified cleanup on this
+	// backend quarantines (one cluster, say) instead of the whole runner:
+	// the runner's other backends keep taking work.
+	QuarantineTarget string
 	// InputGaps says why the backend cannot give a sandbox inputs: a
 	// request with inputs is refused as unsupported. Empty: it can.
 	InputGaps []Gap

@@ -204,3 +204,93 @@ func TestKubeRecoveryAfterSIGKILL(t *testing.T) {
 		})
 	}
 }
+
+// TestKubeUnverifiedCleanupQuarantinesTheCluster: a pod that cannot be
+// verified gone (a finalizer holds it) quarantines that cluster target,
+// not the runner: kube phases are refused naming the cluster, while an oci
+// phase still runs; the operator's release lifts it.
+func TestKubeUnverifiedCleanupQuarantinesTheCluster(t *testing.T) {
+	c := kubetest.Start(t, kubetest.Options{RuntimeClasses: []string{"runc"}})
+	cfg := fmt.Sprintf("backends: [oci, kube]\nkube: {kubeconfig: %s, namespace: %s, runtimeClasses: [runc], imageRepository: registry.example/custody, cleanupWithin: 3s}\n",
+		c.Kubeconfig, c.Namespace())
+	e := startDaemonOpts(t, testenv.BusyboxRootfs(t), daemontest.Options{Config: cfg})
+	ctx := context.Background()
+	ns := c.Namespace()
+	phase := e.kubePhase(t, "held", `["/bin/sleep", "600"]`, "")
+	doc, err := os.ReadFile(phase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, phase, strings.Replace(string(doc), "wallTime: 60s", "wallTime: 8s", 1))
+	g := e.grant(t, phase)
+	done := make(chan string, 1)
+	go func() {
+		code, out, errs := e.custody("run", "--grant", g)
+		done <- fmt.Sprintf("%d %s %s", code, out, errs)
+	}()
+	// Hold the pod with a finalizer once it runs; release it at the end.
+	var held string
+	for deadline := time.Now().Add(30 * time.Second); held == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no custody pod started")
+		}
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "custody.dev/managed-by=custody"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if len(p.Spec.SchedulingGates) == 0 {
+				patch := []byte(`{"metadata":{"finalizers":["kubetest.custody.dev/hold"]}}`)
+				if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, p.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				held = p.Name
+			}
+		}
+	}
+	t.Cleanup(func() {
+		c.Client.CoreV1().Pods(ns).Patch(ctx, held, "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	var ran string
+	select {
+	case ran = <-done:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the run did not end")
+	}
+	if strings.HasPrefix(ran, "0 ") || !strings.Contains(ran, "kube cluster") {
+		t.Fatalf("run with a held pod: %s", ran)
+	}
+	q, err := e.d.Control.Quarantine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Quarantined {
+		t.Fatalf("the runner is quarantined, not the cluster: %+v", q)
+	}
+	again := e.kubePhase(t, "after", `["/bin/true"]`, "")
+	if code, out, errs := e.custody("admit", again); code == exitOK || !strings.Contains(out+errs, "quarantined") || !strings.Contains(out+errs, "kube cluster "+c.Config.Host) {
+		t.Fatalf("a kube phase on the quarantined cluster: %d %s %s", code, out, errs)
+	}
+	oci := e.phase(t, "still", "echo ok > /out/ok", "")
+	if code, out, errs := e.custody("run", "--grant", e.grant(t, oci)); code != exitOK {
+		t.Fatalf("an oci phase while the cluster is quarantined: %d %s %s", code, out, errs)
+	}
+	// The release is refused while the held pod remains; once the
+	// operator lets it go, recovery verifies it gone and the release lifts
+	// the cluster's quarantine.
+	if code, out, errs := e.custody("quarantine", "release"); code == 0 || !strings.Contains(out+errs, "not verified gone") {
+		t.Fatalf("release with the pod still held: %d %s %s", code, out, errs)
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, held, "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := e.custody("recover"); code != 0 {
+		t.Fatalf("recover: %d %s %s", code, out, errs)
+	}
+	if code, out, errs := e.custody("quarantine", "release"); code != 0 {
+		t.Fatalf("release: %d %s %s", code, out, errs)
+	}
+	if code, out, errs := e.custody("admit", again); code != exitOK {
+		t.Fatalf("a kube phase after the release: %d %s %s", code, out, errs)
+	}
+}

@@ -112,7 +112,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runrecord
 		r.abandon("refused before launch: " + err.Error())
 		return res, err
 	}
-	if err := h.CheckQuarantine(); err != nil {
+	if err := h.CheckQuarantineFor(p.Plan.Backend); err != nil {
 		refuse(res, err)
 		r.abandon("refused before launch: " + err.Error())
 		return res, err
@@ -252,7 +252,7 @@ func (r *Run) close(ctx context.Context, res *runrecord.Result, st *steps) error
 				failed = append(failed, s.Name+": "+s.Detail)
 			}
 		}
-		return h.Residual(res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed), a.removed...)
+		return h.ResidualOn(r.prep.Plan.Backend, res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed), a.removed...)
 	}
 	var runs []store.RunRecord
 	v, err := r.record(ctx, res).Encode()

@@ -79,6 +79,9 @@ type Config struct {
 	// stage boundary: "kube-<kind>-created" falls between an object's
 	// creation and its record in the journal.
 	Faults func(stage string)
+	// CleanupWithin bounds the wait for a deleted object to be verified
+	// gone (default 2 minutes).
+	CleanupWithin time.Duration
 }
 
 // ForeignError says an object with custody's name exists that custody did
@@ -318,7 +321,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Detail: "no probe has proved that this cluster's network plugin enforces NetworkPolicy (each run gets a default-deny one)",
 		Fix:    "install a network plugin that enforces NetworkPolicy and qualify the cluster's egress"}
 	return backend.Capabilities{
-		HostImageOwners:  true,
+		HostImageOwners: true,
+		// An object not verified gone quarantines this cluster alone.
+		QuarantineTarget: "kube cluster " + b.host,
 		Tiers:            map[string][]backend.Gap{"production": production, "development": nil},
 		EgressGaps:       []backend.Gap{unproved},
 		DeniedEgressGaps: []backend.Gap{unproved},
@@ -436,6 +441,13 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func (b *Backend) cleanupWithin() time.Duration {
+	if b.cfg.CleanupWithin > 0 {
+		return b.cfg.CleanupWithin
+	}
+	return 2 * time.Minute
+}
 
 func (b *Backend) fault(stage string) {
 	if b.cfg.Faults != nil {
@@ -644,7 +656,7 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 			}
 			err = b.deleteByUID(ctx, r.Kind, r.Name, m.GetUID())
 			if err == nil {
-				err = b.gone(ctx, r.Kind, r.Name, m.GetUID(), 2*time.Minute)
+				err = b.gone(ctx, r.Kind, r.Name, m.GetUID(), b.cleanupWithin())
 			}
 			if err == nil {
 				err = rec.Removed(r)

@@ -213,12 +213,12 @@ func (s *sandbox) Run(ctx context.Context, wall time.Duration, out backend.IO) (
 
 // stop deletes the running pod by UID and verifies it gone.
 func (s *sandbox) stop(started time.Time) (*backend.Exit, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), s.b.cleanupWithin())
 	defer cancel()
 	ex := s.unobserved(started)
 	err := s.b.deleteByUID(ctx, KindPod, s.name, s.podUID)
 	if err == nil {
-		err = s.b.gone(ctx, KindPod, s.name, s.podUID, 2*time.Minute)
+		err = s.b.gone(ctx, KindPod, s.name, s.podUID, s.b.cleanupWithin())
 	}
 	if err != nil {
 		return ex, fmt.Errorf("stopping pod %s: %w", s.name, err)
@@ -445,7 +445,7 @@ func (s *sandbox) Cleanup(ctx context.Context) backend.CleanupReport {
 		}
 		err := s.b.deleteByUID(ctx, o.kind, s.name, o.uid)
 		if err == nil {
-			err = s.b.gone(ctx, o.kind, s.name, o.uid, 2*time.Minute)
+			err = s.b.gone(ctx, o.kind, s.name, o.uid, s.b.cleanupWithin())
 		}
 		if err == nil {
 			err = s.rec.Removed(s.b.resource(o.kind, s.name, s.nonce, o.uid))

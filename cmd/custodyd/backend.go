@@ -102,7 +102,8 @@ func kubeBackend(ctx context.Context, k *config.KubeConfig, faults func(string),
 		return kube.New(ctx, kube.Config{
 			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, RuntimeClass: k.RuntimeClasses[0],
 			Workspace: k.WorkspaceOrDefault(), SeccompLocalhost: k.SeccompLocalhost, QPS: k.QPS, Burst: k.Burst, Logger: log, Faults: faults,
-			Image: func(s backend.Spec) (string, error) { return kube.ImageRef(repo, s) },
+			CleanupWithin: k.CleanupTimeout(),
+			Image:         func(s backend.Spec) (string, error) { return kube.ImageRef(repo, s) },
 		})
 	}
 }

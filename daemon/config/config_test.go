@@ -155,6 +155,7 @@ func TestKubeConfig(t *testing.T) {
 		strings.Replace(good, "[runc, gvisor]", "[runc, runc]", 1):           "twice",
 		strings.Replace(good, "registry.example:5000/custody", "", 1):        "kube.imageRepository",
 		strings.Replace(good, "qps: 5", "qps: -1", 1):                        "kube.qps",
+		strings.Replace(good, "}\n", ", cleanupWithin: soon}\n", 1):          "kube.cleanupWithin",
 		strings.Replace(good, "}\n", ", workspace: WS}\n", 1):                "kube.workspace",
 		strings.Replace(good, "}\n", ", extra: 1}\n", 1):                     "extra",
 	} {

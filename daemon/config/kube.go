@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"time"
 )
 
 // KubeConfig is the kube backend: the cluster custodyd places phases on,
@@ -33,6 +34,15 @@ type KubeConfig struct {
 	// (defaults 20 and 40).
 	QPS   float32 `yaml:"qps,omitempty"`
 	Burst int     `yaml:"burst,omitempty"`
+	// CleanupWithin is how long custodyd waits for a deleted object to be
+	// verified gone before it quarantines the cluster (default 2m).
+	CleanupWithin string `yaml:"cleanupWithin,omitempty"`
+}
+
+// CleanupTimeout is CleanupWithin as a duration (0: the default).
+func (k *KubeConfig) CleanupTimeout() time.Duration {
+	d, _ := time.ParseDuration(k.CleanupWithin)
+	return d
 }
 
 var (
@@ -70,6 +80,11 @@ func (k *KubeConfig) validate() error {
 	}
 	if !kubeRepo.MatchString(k.ImageRepository) {
 		return fmt.Errorf("kube.imageRepository %q is not an image repository (host[:port]/path, lowercase); fix: name where the cluster pulls phase images from by digest", k.ImageRepository)
+	}
+	if k.CleanupWithin != "" {
+		if d, err := time.ParseDuration(k.CleanupWithin); err != nil || d <= 0 {
+			return fmt.Errorf("kube.cleanupWithin %q is not a positive duration (e.g. 2m)", k.CleanupWithin)
+		}
 	}
 	if k.QPS < 0 || k.Burst < 0 {
 		return fmt.Errorf("kube.qps %v and kube.burst %d must not be negative (0 takes the defaults 20 and 40)", k.QPS, k.Burst)
