@@ -164,9 +164,14 @@ test: build bin/cosign bench-deps vm-deps image-deps browser-deps mcp-node-deps
 # kwok simulating nodes. scripts/kube/build.sh builds them once into
 # $(KUBE_CACHE)/<kubernetes version>/ and prints that directory.
 KUBE_CACHE ?= /var/cache/custody/kube
-test-kube: | deps
+# The backend's own tests, then custodyd's phases on the cluster (the
+# integration tests named Kube) with the built binaries.
+test-kube: build | deps
 	bin="$$(CUSTODY_KUBE_CACHE=$(KUBE_CACHE) ./scripts/kube/build.sh)" && \
-	CUSTODY_KUBE_BIN="$$bin" $(GO) test -count=1 -timeout 20m -v ./backend/kube/
+	CUSTODY_KUBE_BIN="$$bin" $(GO) test -count=1 -timeout 20m -v ./backend/kube/ && \
+	CUSTODY_KUBE_BIN="$$bin" CUSTODY_PROBE=$(ROOT)/bin/custody-probe CUSTODY_RUNC=$(ROOT)/bin/custody-runc CUSTODY_BIN=$(ROOT)/bin/custody \
+	CUSTODYD_BIN=$(ROOT)/bin/custodyd CUSTODYD_FAULT_BIN=$(ROOT)/bin/custodyd-faultinject \
+	$(GO) test -count=1 -timeout 20m -v -run 'Kube' ./integration/
 
 # The real-image acceptance test (issue 15): a Debian bookworm rootfs with
 # gcc, make, Go and pytest, made once with mmdebstrap from Debian's mirror

@@ -425,6 +425,10 @@ func (a *admitter) imageOwners() {
 func (a *admitter) network() []string {
 	switch a.req.EffectiveNetwork() {
 	case request.NetworkDeny:
+		if len(a.caps.DeniedEgressGaps) > 0 {
+			a.deniedEgress()
+			return nil
+		}
 		a.add(Check{Requirement: "network", Verdict: Granted, Code: "network-deny",
 			Detail: "fresh network namespace with loopback only"})
 		return nil
@@ -442,6 +446,10 @@ func (a *admitter) network() []string {
 		for _, g := range a.caps.EgressGaps {
 			c.Detail += fmt.Sprintf("; %s: %s", g.Requirement, g.Detail)
 			c.Fix = g.Fix + ", or ask for network: deny"
+			if len(a.caps.DeniedEgressGaps) > 0 {
+				// Denied egress is no better proved here.
+				c.Fix = g.Fix + ", or run the phase on another backend"
+			}
 		}
 		a.add(c)
 	}
@@ -460,6 +468,26 @@ func (a *admitter) network() []string {
 		granted = append(granted, d)
 	}
 	return granted
+}
+
+// deniedEgress is the network check on a backend that cannot prove
+// denied egress: a request that asks for it is refused, naming the gap;
+// one that asks for no network at all runs with what the backend gives,
+// said as it is.
+func (a *admitter) deniedEgress() {
+	if a.req.Network.Mode != request.NetworkDeny {
+		c := Check{Requirement: "network", Verdict: Granted, Code: "network-none-asked",
+			Detail: "the phase asks for no network; denied egress is not enforced by proof on this backend"}
+		for _, g := range a.caps.DeniedEgressGaps {
+			c.Detail += fmt.Sprintf("; %s: %s", g.Requirement, g.Detail)
+		}
+		a.add(c)
+		return
+	}
+	for _, g := range a.caps.DeniedEgressGaps {
+		a.add(Check{Requirement: "network.deny", Verdict: Unsupported, Code: g.Code,
+			Detail: "denied egress is asked for, but " + g.Detail, Fix: g.Fix + ", or run the phase on another backend"})
+	}
 }
 
 func (a *admitter) exactInt(req string, asked, ceiling int64) int64 {
@@ -541,6 +569,11 @@ func (a *admitter) outputFiles() int64 {
 func (a *admitter) mounts(tmp, memory int64) []Input {
 	var ins []Input
 	writable := false
+	if len(a.req.Inputs) > 0 {
+		for _, g := range a.caps.InputGaps {
+			a.add(Check{Requirement: "inputs", Verdict: Unsupported, Code: g.Code, Detail: g.Detail, Fix: g.Fix})
+		}
+	}
 	for i, in := range a.req.Inputs {
 		req := fmt.Sprintf("inputs[%d].source", i)
 		if d, isOutput := in.OutputDigest(); isOutput {

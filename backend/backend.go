@@ -116,6 +116,10 @@ type SealedImage struct {
 type Spec struct {
 	// Rootfs is the read-only image tree; it is never written.
 	Rootfs string
+	// Image is the image's custody digest (sha256:<hex> of its tree), and
+	// ImageManifest the OCI manifest digest it was imported with (empty
+	// for a plain rootfs): what a backend that pulls images names them by.
+	Image, ImageManifest string
 	// Sealed, when not nil, is the same tree as one sealed erofs file,
 	// which a backend whose Capabilities say SealedImages mounts instead
 	// of Rootfs (after checking the file's identity on the descriptor it
@@ -265,6 +269,38 @@ type Observation struct {
 	Cgroup       ObservedCgroup
 	Interfaces   []string
 	Notes        []string
+	// Placement is what a cluster backend's API server reported of the
+	// launch (nil for a backend that runs on this host).
+	Placement *Placement
+}
+
+// Placement is where a cluster placed a launch and what its API server
+// reported of it, read back after the fact, never what was sent. An empty
+// string is a value the cluster did not report.
+type Placement struct {
+	// Server, CASHA256 and Version identify the cluster.
+	Server, CASHA256, Version string
+	Namespace                 string
+	// Pod and Parent are the launch's objects by name and UID.
+	PodName, PodUID, ParentName, ParentUID string
+	Node                                   string
+	RuntimeClass, Handler                  string
+	ImageID                                string
+	// SpecSHA256 is the digest of the pod spec read back after create;
+	// Spec its reviewed controls by name.
+	SpecSHA256 string
+	Spec       map[string]string
+	// Terminated says the container's termination was reported; the
+	// four fields after it are meaningful only then.
+	Terminated       bool
+	ExitCode         int
+	Reason           string
+	OOMKilled        bool
+	DeadlineExceeded bool
+	// NetworkPolicy is the launch's NetworkPolicy read back (empty name:
+	// none), and whether its enforcement on this cluster was proved.
+	NetworkPolicyName, NetworkPolicyUID, NetworkPolicySHA256 string
+	NetworkPolicyProved                                      bool
 }
 
 // ObservedMount is one mount seen in the sandbox.
@@ -329,6 +365,17 @@ type Capabilities struct {
 	// serve it: the platform facts it stands on that the probe could not
 	// prove.
 	EgressGaps []Gap
+	// DeniedEgressGaps says why the backend cannot prove that a sandbox
+	// reaches nothing beyond itself: a request that asks for denied
+	// egress is refused as unsupported, naming them. Empty: it can.
+	DeniedEgressGaps []Gap
+	// QuarantineTarget, when set, names what an unverified cleanup on this
+	// backend quarantines (one cluster, say) instead of the whole runner:
+	// the runner's other backends keep taking work.
+	QuarantineTarget string
+	// InputGaps says why the backend cannot give a sandbox inputs: a
+	// request with inputs is refused as unsupported. Empty: it can.
+	InputGaps []Gap
 }
 
 // Gap is one thing a backend cannot prove it enforces: the requirement,

@@ -13,6 +13,8 @@ const (
 	KindOCI Kind = "oci"
 	// KindVM runs each phase in its own QEMU microVM.
 	KindVM Kind = "vm"
+	// KindKube runs each phase as a pod on a Kubernetes cluster.
+	KindKube Kind = "kube"
 	// KindDocker runs docker phases and packs on a local Docker engine.
 	KindDocker Kind = "docker"
 )

@@ -45,7 +45,7 @@ func golden(t testing.TB) (*evidence.Trust, map[string][]byte) {
 		t.Fatal(err)
 	}
 	envs := map[string][]byte{}
-	for _, name := range []string{goldenV1OK, goldenV1Failed, goldenV2OK, goldenV2Failed, goldenOK, goldenFailed, goldenV8} {
+	for _, name := range []string{goldenV1OK, goldenV1Failed, goldenV2OK, goldenV2Failed, goldenOK, goldenFailed, goldenV8, goldenV9} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			t.Fatal(err)

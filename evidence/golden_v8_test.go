@@ -14,6 +14,7 @@ import (
 
 	"github.com/custody-dev/custody/evidence"
 	"github.com/custody-dev/custody/grant"
+	"github.com/custody-dev/custody/keys"
 	"github.com/custody-dev/custody/predicate"
 )
 
@@ -75,25 +76,33 @@ func writeGoldenV8(t *testing.T) {
 	r := receiptFor(t, runner, issuer, gp, genv, takeOutputs(t, outputFiles))
 	r.Authorization = &evidence.AuthorizationRef{Name: "agent-loop", PolicyDigest: goldenV8Policy}
 	env := sign(t, runner, r)
+	writeGoldenVersion(t, "v8", goldenV8, runner, issuer, env, predicate.ReceiptV8, predicate.ReceiptV7)
+	t.Log("wrote the frozen receipt/v8 golden")
+}
+
+// writeGoldenVersion writes a version's frozen golden env, the keys that
+// signed it and its grant, their entries in the trust file, and fuzz
+// seeds: the genuine receipt, and its payload relabelled as the version
+// before (older), signed by the same runner.
+func writeGoldenVersion(t *testing.T, v, name string, runner, issuer *keys.Signer, env []byte, ptype, older string) {
 	write := func(name string, data []byte) {
 		p := filepath.Join("testdata", name)
 		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		must(t, os.WriteFile(p, data, 0o644))
 	}
-	write("runner-v8.pub", runner.PublicPEM())
-	write("issuer-v8.pub", issuer.PublicPEM())
-	write(goldenV8, append(env, '\n'))
+	write("runner-"+v+".pub", runner.PublicPEM())
+	write("issuer-"+v+".pub", issuer.PublicPEM())
+	write(name, append(env, '\n'))
 	trust, err := os.ReadFile(filepath.Join("testdata", "trust.yaml"))
 	must(t, err)
-	doc := strings.Replace(string(trust), "issuers:\n", "  - name: golden-runner-v8\n    publicKey: runner-v8.pub\nissuers:\n", 1)
-	doc = strings.Replace(doc, "maxAge:", "  - name: golden-issuer-v8\n    publicKey: issuer-v8.pub\nmaxAge:", 1)
+	doc := strings.Replace(string(trust), "issuers:\n", "  - name: golden-runner-"+v+"\n    publicKey: runner-"+v+".pub\nissuers:\n", 1)
+	doc = strings.Replace(doc, "maxAge:", "  - name: golden-issuer-"+v+"\n    publicKey: issuer-"+v+".pub\nmaxAge:", 1)
 	write("trust.yaml", []byte(doc))
 	seed := func(fuzzer, name string, data []byte) {
 		write(filepath.Join("fuzz", fuzzer, name), []byte("go test fuzz v1\n[]byte("+strconv.Quote(string(data))+")\n"))
 	}
 	payload := payloadOf(t, env)
-	seed("FuzzVerify", "genuine-v8", env)
-	seed("FuzzVerify", "v8-as-v7", signPayload(t, []byte(strings.Replace(string(payload), predicate.ReceiptV8, predicate.ReceiptV7, 1)), runner))
-	seed("FuzzReceiptStatement", "genuine-v8", payload)
-	t.Log("wrote the frozen receipt/v8 golden")
+	seed("FuzzVerify", "genuine-"+v, env)
+	seed("FuzzVerify", v+"-as-"+older[strings.LastIndex(older, "/")+1:], signPayload(t, []byte(strings.Replace(string(payload), ptype, older, 1)), runner))
+	seed("FuzzReceiptStatement", "genuine-"+v, payload)
 }

@@ -114,6 +114,9 @@ type Receipt struct {
 	// Authorization names the standing authorization the run's grant was
 	// minted under (v8 only, and required there).
 	Authorization *AuthorizationRef `json:"authorization,omitempty"`
+	// Kube is what the cluster's API server reported of a run on the
+	// kube backend (v9 only, and required there).
+	Kube *Kube `json:"kube,omitempty"`
 	// Usage is what the kernel accounted to the run.
 	Usage Usage `json:"usage"`
 	// Cleanup is what cleanup did and whether it was verified.
@@ -383,6 +386,9 @@ var ociEvidence = []string{"config", "gate", "seccomp"}
 // profile records the backend's identity or evidence, v2 when it records
 // its streams and backend, v1 otherwise.
 func (r *Receipt) PredicateType() string {
+	if r.Kube != nil {
+		return predicate.ReceiptV9
+	}
 	if r.Authorization != nil {
 		return predicate.ReceiptV8
 	}
@@ -475,6 +481,10 @@ func SignReceipt(ctx context.Context, runner *keys.Signer, r Receipt) (env []byt
 	if r.Authorization != nil {
 		// A grant minted under a standing authorization: only v8 names it.
 		ptype = predicate.ReceiptV8
+	}
+	if r.Kube != nil {
+		// A run on a cluster: only v9 records what the cluster reported.
+		ptype = predicate.ReceiptV9
 	}
 	if err := validateReceipt(&r, ptype); err != nil {
 		return nil, fmt.Errorf("evidence: sign receipt: invalid receipt: %w", err)
@@ -588,7 +598,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 		return nil, nil, fmt.Errorf("_type %q is not %q", cdsse.Clip(st.Type), cdsse.StatementType)
 	}
 	if !knownReceiptType(st.PredicateType) {
-		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV8, predicate.ReceiptV7, predicate.ReceiptV6, predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
+		return nil, nil, fmt.Errorf("predicateType %q is not %q, %q, %q, %q, %q, %q, %q, %q or %q", cdsse.Clip(st.PredicateType), predicate.ReceiptV9, predicate.ReceiptV8, predicate.ReceiptV7, predicate.ReceiptV6, predicate.ReceiptV5, predicate.ReceiptV4, predicate.ReceiptV3, predicate.ReceiptV2, predicate.ReceiptV1)
 	}
 	var r Receipt
 	if err := cdsse.StrictUnmarshal(st.Predicate, &r); err != nil {
@@ -621,7 +631,7 @@ func decodeReceiptStatementExplained(payload []byte) (*Receipt, []Subject, error
 // knownReceiptType reports whether t is a receipt predicate type custody
 // verifies.
 func knownReceiptType(t string) bool {
-	return t == predicate.ReceiptV8 || t == predicate.ReceiptV7 || t == predicate.ReceiptV6 || t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
+	return t == predicate.ReceiptV9 || t == predicate.ReceiptV8 || t == predicate.ReceiptV7 || t == predicate.ReceiptV6 || t == predicate.ReceiptV5 || t == predicate.ReceiptV4 || t == predicate.ReceiptV3 || t == predicate.ReceiptV2 || t == predicate.ReceiptV1
 }
 
 // subjectsMatch says, when got is not exactly want (the subjects derived
@@ -782,13 +792,19 @@ func validateReceipt(r *Receipt, predicateType string) error {
 	p := &r.Profile
 	ps.text("profile.runtime.version", p.Runtime.Version)
 	ps.hex64("profile.runtime.sha256", p.Runtime.SHA256)
-	ps.absPath("profile.runtime.path", p.Runtime.Path)
+	if r.Kube == nil {
+		// A cluster's runtime is its API server (the kube record checks it).
+		ps.absPath("profile.runtime.path", p.Runtime.Path)
+	}
 	ps.text("profile.kernel", p.Kernel)
 	ps.text("profile.arch", p.Arch)
 	ps.text("profile.os", p.OS)
 	ps.oneOf("profile.cgroupMode", p.CgroupMode, cgroupModes)
 	ps.oneOf("profile.tier", p.Tier, tiers)
-	if p.Unqualified != (p.Tier == TierDevelopment) {
+	// A kube run whose cluster did not report everything is unqualified in
+	// any tier (checkKube requires it).
+	kubeIncomplete := r.Kube != nil && !KubeQualified(r.Kube, &r.Cleanup)
+	if p.Unqualified != (p.Tier == TierDevelopment) && !(kubeIncomplete && p.Unqualified) {
 		ps.add("profile.unqualified", "%v contradicts tier %q (the development tier and only it is unqualified)", p.Unqualified, cdsse.Clip(p.Tier))
 	}
 	if !v3Profile(predicateType) {
@@ -873,7 +889,7 @@ func v3Profile(predicateType string) bool {
 // fromV7 says the receipt version has v7's shape (v7, and v8 which
 // extends it).
 func fromV7(predicateType string) bool {
-	return predicateType == predicate.ReceiptV7 || predicateType == predicate.ReceiptV8
+	return predicateType == predicate.ReceiptV7 || predicateType == predicate.ReceiptV8 || predicateType == predicate.ReceiptV9
 }
 
 // checkUnobserved checks the usage and what unobserved says of it and of
@@ -934,6 +950,7 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 	p := &r.Profile
 	v7 := fromV7(predicateType)
 	checkAuthorization(ps, r, predicateType)
+	checkKube(ps, r, predicateType)
 	if predicateType != predicate.ReceiptV5 && !v7 && r.Pooled != nil {
 		ps.add("predicateType", "%s has no pooled (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV5)
 	}
@@ -954,7 +971,7 @@ func checkVersion(ps *problems, r *Receipt, predicateType string) {
 		if r.Profile.Backend != "" || r.Streams != nil {
 			ps.add("predicateType", "%s has no profile.backend or streams; this receipt has them", predicate.ReceiptV1)
 		}
-	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5, predicate.ReceiptV6, predicate.ReceiptV7, predicate.ReceiptV8:
+	case predicate.ReceiptV2, predicate.ReceiptV3, predicate.ReceiptV4, predicate.ReceiptV5, predicate.ReceiptV6, predicate.ReceiptV7, predicate.ReceiptV8, predicate.ReceiptV9:
 		if !backendPattern.MatchString(r.Profile.Backend) {
 			ps.add("profile.backend", "%q is not a backend name", cdsse.Clip(r.Profile.Backend))
 		}
@@ -993,7 +1010,9 @@ func checkV3Profile(ps *problems, p *RuntimeProfile) {
 			ps.add("profile.identity.kind", "%q is not profile.backend %q", cdsse.Clip(id.Kind), cdsse.Clip(p.Backend))
 		}
 		ps.text("profile.identity.version", id.Version)
-		if id.Path != "" {
+		if id.Path != "" && p.Backend != "kube" {
+			// A cluster's path is its API server URL, which the kube
+			// record checks.
 			ps.absPath("profile.identity.path", id.Path)
 		}
 		if id.SHA256 != "" || p.Backend == string(backend.KindOCI) {
@@ -1291,7 +1310,7 @@ var authorizationName = regexp.MustCompile(`^[a-z0-9][a-z0-9._@-]{0,63}$`)
 func checkAuthorization(ps *problems, r *Receipt, predicateType string) {
 	a := r.Authorization
 	switch {
-	case predicateType != predicate.ReceiptV8 && a != nil:
+	case predicateType != predicate.ReceiptV8 && predicateType != predicate.ReceiptV9 && a != nil:
 		ps.add("predicateType", "%s has no authorization (it is %s's); this receipt has it", cdsse.Clip(predicateType), predicate.ReceiptV8)
 	case predicateType == predicate.ReceiptV8 && a == nil:
 		ps.add("authorization", "missing (a %s receipt names the authorization its grant was minted under)", predicate.ReceiptV8)

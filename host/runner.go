@@ -321,6 +321,55 @@ func (r *Runner) CheckQuarantine() error {
 	return nil
 }
 
+// quarantineTarget is what an unverified cleanup on the named backend
+// quarantines: "" for the whole runner.
+func (r *Runner) quarantineTarget(backendName string) string {
+	b, err := r.BackendNamed(backendName)
+	if err != nil {
+		return ""
+	}
+	return b.Capabilities().QuarantineTarget
+}
+
+// CheckQuarantineFor refuses work on the named backend while the runner,
+// or that backend's quarantine target, is quarantined.
+func (r *Runner) CheckQuarantineFor(backendName string) error {
+	if err := r.CheckQuarantine(); err != nil {
+		return err
+	}
+	t := r.quarantineTarget(backendName)
+	if t == "" {
+		return nil
+	}
+	q, err := r.db.TargetQuarantine(t)
+	if err != nil {
+		return fmt.Errorf("read quarantine state of %s (refusing): %w", t, err)
+	}
+	if q != nil {
+		return fmt.Errorf("%w: %s since %s: %s (run %s); fix: an operator must check it, clean up, and release the quarantine (the runner's other backends take work)",
+			ErrQuarantined, t, q.Since.Format(time.RFC3339), q.Reason, q.RunID)
+	}
+	return nil
+}
+
+// ResidualOn is Residual for an attempt on the named backend: a backend
+// with a quarantine target (a cluster) quarantines that target alone.
+func (r *Runner) ResidualOn(backendName, runID, reason string, removed ...journal.Resource) error {
+	t := r.quarantineTarget(backendName)
+	if t == "" {
+		return r.Residual(runID, reason, removed...)
+	}
+	retry := "custody recover (operator), then custody quarantine release"
+	if err := r.journal.Finish(runID, journal.Residual, reason, retry, removed...); err != nil {
+		r.log.Error("journal residual", "run", runID, "err", err)
+	}
+	r.log.Error("quarantining "+t, "run", runID, "reason", reason)
+	if err := r.db.SetTargetQuarantine(t, store.Quarantine{Since: time.Now().UTC(), Reason: reason, RunID: runID}); err != nil {
+		return fmt.Errorf("%s; and the quarantine of %s could not be recorded: %w", reason, t, err)
+	}
+	return fmt.Errorf("%w: %s: %s", ErrQuarantined, t, reason)
+}
+
 // Residual marks an attempt residual and quarantines the runner: it takes
 // no work until an operator recovers it. The error it returns wraps
 // ErrQuarantined.

@@ -112,7 +112,7 @@ func (r *Run) execute(ctx context.Context, stdout, stderr io.Writer) (*runrecord
 		r.abandon("refused before launch: " + err.Error())
 		return res, err
 	}
-	if err := h.CheckQuarantine(); err != nil {
+	if err := h.CheckQuarantineFor(p.Plan.Backend); err != nil {
 		refuse(res, err)
 		r.abandon("refused before launch: " + err.Error())
 		return res, err
@@ -252,7 +252,7 @@ func (r *Run) close(ctx context.Context, res *runrecord.Result, st *steps) error
 				failed = append(failed, s.Name+": "+s.Detail)
 			}
 		}
-		return h.Residual(res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed), a.removed...)
+		return h.ResidualOn(r.prep.Plan.Backend, res.RunID, fmt.Sprintf("cleanup of run %s not verified: %v", res.RunID, failed), a.removed...)
 	}
 	var runs []store.RunRecord
 	v, err := r.record(ctx, res).Encode()
@@ -335,20 +335,23 @@ func spec(p *Prepared, eg *Egress) backend.Spec {
 	}
 	slices.Sort(env)
 	s := backend.Spec{
-		Rootfs:      p.Image.Rootfs,
-		Sealed:      p.Image.Sealed.Spec(),
-		Args:        p.Plan.Command,
-		Env:         env,
-		Cwd:         p.Plan.Workdir,
-		Hostname:    "custody",
-		OutputPath:  p.Plan.OutputPath,
-		OutputBytes: p.Plan.OutputBytes,
-		OutputFiles: p.Plan.OutputFiles,
-		TmpBytes:    p.Plan.TmpBytes,
-		Memory:      p.Plan.Memory,
-		Pids:        p.Plan.Pids,
-		CPU:         p.Plan.CPU,
-		FileSize:    max(p.Plan.OutputBytes, p.Plan.TmpBytes),
+		Rootfs: p.Image.Rootfs,
+		Image:  p.Image.Digest,
+		// A backend that pulls images (kube) pulls them by digest.
+		ImageManifest: p.Image.Manifest,
+		Sealed:        p.Image.Sealed.Spec(),
+		Args:          p.Plan.Command,
+		Env:           env,
+		Cwd:           p.Plan.Workdir,
+		Hostname:      "custody",
+		OutputPath:    p.Plan.OutputPath,
+		OutputBytes:   p.Plan.OutputBytes,
+		OutputFiles:   p.Plan.OutputFiles,
+		TmpBytes:      p.Plan.TmpBytes,
+		Memory:        p.Plan.Memory,
+		Pids:          p.Plan.Pids,
+		CPU:           p.Plan.CPU,
+		FileSize:      max(p.Plan.OutputBytes, p.Plan.TmpBytes),
 	}
 	if u := p.Plan.User; u != nil {
 		s.UID, s.GID = u.UID, u.GID

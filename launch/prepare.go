@@ -49,7 +49,7 @@ func admitByPath(h *host.Runner, req *request.Phase, pol *policy.Policy) (*admis
 }
 
 func admit(h *host.Runner, req *request.Phase, pol *policy.Policy, resolve func(string) (string, error)) (*admission.Plan, error) {
-	if err := h.CheckQuarantine(); err != nil {
+	if err := h.CheckQuarantineFor(req.Backend); err != nil {
 		return nil, err
 	}
 	img, imgErr := h.Images().Get(req.Image)
@@ -103,7 +103,7 @@ func Prepare(ctx context.Context, h *host.Runner, req *request.Phase, pol *polic
 //
 // An input in pinned is read through what was opened as the client.
 func snapshotInputs(ctx context.Context, h *host.Runner, plan *admission.Plan, want []*treehash.Tree, ahead []*snapshot.Ahead, pinned map[int]*peerInput) (*Prepared, error) {
-	if err := h.CheckQuarantine(); err != nil {
+	if err := h.CheckQuarantineFor(plan.Backend); err != nil {
 		return nil, err
 	}
 	img, err := h.Images().Get(plan.Image)

@@ -101,6 +101,7 @@ func predicate(h *host.Runner, p *Prepared, eg *Egress, res *runrecord.Result) e
 		rc.Observed.Notes = append(slices.Clone(rc.Observed.Notes), note)
 	}
 	rc.Unobserved = unobserved(res, &rc)
+	kubeRecord(&rc, res)
 	return rc
 }
 

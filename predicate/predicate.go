@@ -73,6 +73,17 @@ const (
 	// optional. Custody signs it for every run whose grant it minted under
 	// an authorization, and no earlier version may carry authorization.
 	ReceiptV8 = Prefix + "receipt/v8"
+	// ReceiptV9 is ReceiptV8 with kube: what a Kubernetes cluster's API
+	// server reported of a run on the kube backend, read back after the
+	// fact (the cluster's URL and CA digest, the node, the RuntimeClass and
+	// its handler, the image ID, the effective pod spec's digest and its
+	// reviewed controls, how the container ended, the run's NetworkPolicy,
+	// and the members it did not report); authorization is optional, and
+	// profile.runtime and profile.identity name the cluster. A kube record
+	// that is incomplete makes the receipt unqualified in any tier.
+	// Custody signs it for every run on the kube backend, and no earlier
+	// version may carry kube.
+	ReceiptV9 = Prefix + "receipt/v9"
 	// PackGrant is the predicate type of an operator's pack grant: a
 	// single-use, scoped authorization to bring one admitted pack (a
 	// compose file and its plan) up on one runner against one engine,

@@ -102,8 +102,8 @@ func (p *Phase) Validate() error {
 	if p.Toolchain != "" && !toolchainPattern.MatchString(p.Toolchain) {
 		add("toolchain", fmt.Sprintf("%q is not a valid toolchain label", p.Toolchain), toolchainFix)
 	}
-	if p.Backend != "" && p.Backend != string(backend.KindOCI) && p.Backend != string(backend.KindVM) {
-		add("backend", fmt.Sprintf("%q is not a backend", p.Backend), "use oci or vm, or leave it out for oci")
+	if p.Backend != "" && p.Backend != string(backend.KindOCI) && p.Backend != string(backend.KindVM) && p.Backend != string(backend.KindKube) {
+		add("backend", fmt.Sprintf("%q is not a backend", p.Backend), "use oci, vm or kube, or leave it out for oci")
 	}
 
 	if p.Command != nil && len(p.Command) == 0 {

@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -171,10 +172,62 @@ func (d *DB) SetQuarantine(q Quarantine) error {
 	})
 }
 
+// targetQuarantinePrefix starts the runner-bucket key of a target's
+// quarantine: one cluster of a backend that places work on one, which
+// takes no work while the rest of the runner does.
+const targetQuarantinePrefix = "quarantine/"
+
+// TargetQuarantine returns target's quarantine, or nil if there is none.
+func (d *DB) TargetQuarantine(target string) (*Quarantine, error) {
+	var q *Quarantine
+	err := d.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketV1).Bucket(bucketRunner).Get([]byte(targetQuarantinePrefix + target))
+		if v == nil {
+			return nil
+		}
+		q = &Quarantine{}
+		return json.Unmarshal(v, q)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read quarantine of %s: %w", target, err)
+	}
+	return q, nil
+}
+
+// SetTargetQuarantine quarantines target alone; an existing quarantine of
+// it is kept.
+func (d *DB) SetTargetQuarantine(target string, q Quarantine) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketV1).Bucket(bucketRunner)
+		k := []byte(targetQuarantinePrefix + target)
+		if b.Get(k) != nil {
+			return nil
+		}
+		v, err := json.Marshal(q)
+		if err != nil {
+			return err
+		}
+		return b.Put(k, v)
+	})
+}
+
 // ClearQuarantine lifts the quarantine.
 func (d *DB) ClearQuarantine() error {
 	return d.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketV1).Bucket(bucketRunner).Delete(keyQuarant)
+		b := tx.Bucket(bucketV1).Bucket(bucketRunner)
+		// Every target's quarantine too: the operator's release covers
+		// the runner and all it places work on.
+		var targets [][]byte
+		c := b.Cursor()
+		for k, _ := c.Seek([]byte(targetQuarantinePrefix)); k != nil && strings.HasPrefix(string(k), targetQuarantinePrefix); k, _ = c.Next() {
+			targets = append(targets, append([]byte(nil), k...))
+		}
+		for _, k := range targets {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return b.Delete(keyQuarant)
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,13 +33,24 @@ const (
 )
 
 // claims says whether the backend claims control: true unless one of its
-// Controls gaps names it. A gap must say why and how to fix it; the
+// Controls gaps, or its production tier's, names it. A gap must say why and how to fix it; the
 // refusal half of a case whose control is not claimed is reported, loudly,
 // as not claimed, since admission refuses every launch under that gap.
 func claims(t *testing.T, f Fixture, control string) bool {
 	t.Helper()
-	for _, g := range f.Backend.Capabilities().Controls {
-		if g.Requirement != control {
+	caps := f.Backend.Capabilities()
+	// A gap of the production tier alone (the development tier, labelled
+	// unqualified, runs without the control) is not a claim either.
+	gaps := append(slices.Clone(caps.Controls), caps.Tiers["production"]...)
+	switch control {
+	case ControlDeniedEgress:
+		gaps = append(gaps, caps.DeniedEgressGaps...)
+	case ControlInputsRO:
+		gaps = append(gaps, caps.InputGaps...)
+	}
+	for _, g := range gaps {
+		if g.Requirement != control && !(control == ControlDeniedEgress && slices.Contains(caps.DeniedEgressGaps, g)) &&
+			!(control == ControlInputsRO && slices.Contains(caps.InputGaps, g)) {
 			continue
 		}
 		if g.Code == "" || g.Detail == "" || g.Fix == "" {

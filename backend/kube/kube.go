@@ -47,6 +47,8 @@ import (
 const (
 	KindParent = "kube-configmap"
 	KindPod    = "kube-pod"
+	// KindPolicy is the run's default-deny NetworkPolicy.
+	KindPolicy = "kube-networkpolicy"
 )
 
 // Config is the operator's choice of cluster and profile.
@@ -73,6 +75,13 @@ type Config struct {
 	Burst int
 	// Logger logs what the backend does; nil discards.
 	Logger *slog.Logger
+	// Faults, when set (fault-injection builds only), is called at each
+	// stage boundary: "kube-<kind>-created" falls between an object's
+	// creation and its record in the journal.
+	Faults func(stage string)
+	// CleanupWithin bounds the wait for a deleted object to be verified
+	// gone (default 2 minutes).
+	CleanupWithin time.Duration
 }
 
 // ForeignError says an object with custody's name exists that custody did
@@ -93,10 +102,13 @@ type Backend struct {
 	host     string
 	caSHA256 string
 	version  string
-	pods     listerscorev1.PodLister
-	parents  listerscorev1.ConfigMapLister
-	stop     chan struct{}
-	log      *slog.Logger
+	// handler is the RuntimeClass's handler as the cluster names it;
+	// empty when custodyd may not read RuntimeClasses.
+	handler string
+	pods    listerscorev1.PodLister
+	parents listerscorev1.ConfigMapLister
+	stop    chan struct{}
+	log     *slog.Logger
 
 	mu       sync.Mutex
 	watchers map[types.UID]chan struct{}
@@ -150,12 +162,23 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := checkAccess(ctx, client, cfg.Namespace); err != nil {
 		return nil, err
 	}
+	// The handler is cluster-scoped: reading it needs the ClusterRole the
+	// how-to gives beside the Role. Without it the handler is unobserved
+	// and every receipt says so (and is unqualified).
+	handler := ""
+	if obj, err := client.NodeV1().RuntimeClasses().Get(ctx, cfg.RuntimeClass, metav1.GetOptions{}); err == nil {
+		handler = obj.Handler
+	} else if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("kube backend: RuntimeClass %q does not exist on the cluster at %s; fix: create it, or name one that exists in kube.runtimeClasses", cfg.RuntimeClass, rc.Host)
+	} else if cfg.Logger != nil {
+		cfg.Logger.Warn("kube backend: the RuntimeClass's handler cannot be read; receipts will say it is unobserved", "runtimeClass", cfg.RuntimeClass, "err", err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		cfg: cfg, client: client, host: rc.Host, caSHA256: hex.EncodeToString(sum[:]), version: v.GitVersion,
+		cfg: cfg, client: client, host: rc.Host, caSHA256: hex.EncodeToString(sum[:]), version: v.GitVersion, handler: handler,
 		stop: make(chan struct{}), log: log, watchers: map[types.UID]chan struct{}{},
 	}
 	sel := labels.Set{LabelManagedBy: managedBy, LabelWorkspace: cfg.Workspace}.String()
@@ -191,6 +214,7 @@ var Access = []struct {
 }{
 	{"pods", []string{"create", "get", "list", "watch", "patch", "delete"}},
 	{"configmaps", []string{"create", "get", "list", "watch", "delete"}},
+	{"networkpolicies", []string{"create", "get", "delete"}},
 }
 
 // checkAccess asks the API server whether custodyd's identity holds every
@@ -203,7 +227,7 @@ func checkAccess(ctx context.Context, client kubernetes.Interface, ns string) er
 		for _, verb := range a.Verbs {
 			r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: ns, Verb: verb, Resource: a.Resource,
+					Namespace: ns, Verb: verb, Resource: a.Resource, Group: apiGroup(a.Resource),
 				}},
 			}, metav1.CreateOptions{})
 			if err != nil {
@@ -218,6 +242,14 @@ func checkAccess(ctx context.Context, client kubernetes.Interface, ns string) er
 		return fmt.Errorf("kube backend: the kubeconfig's identity may not %s in namespace %s: bind it to the Role the kube backend's documentation gives", strings.Join(missing, ", "), ns)
 	}
 	return nil
+}
+
+// apiGroup is the API group of a resource in Access.
+func apiGroup(resource string) string {
+	if resource == "networkpolicies" {
+		return "networking.k8s.io"
+	}
+	return ""
 }
 
 // Close stops the informers.
@@ -270,25 +302,33 @@ func (b *Backend) Identity() backend.Identity {
 }
 
 // Capabilities are what this backend can stand behind before the cluster
-// is qualified: nothing yet for a tier (every launch is refused until a
-// qualification row passes), and the controls it cannot give at all.
+// is qualified. The production tier needs a passing qualification row of
+// the cluster and RuntimeClass, and controls a pod spec cannot express;
+// the development tier, which an operator enables in policy and every
+// receipt labels unqualified, runs without them. Inputs are not delivered
+// to pods, and denied egress is refused until a probe proves the cluster
+// enforces NetworkPolicy.
 func (b *Backend) Capabilities() backend.Capabilities {
-	unqualified := backend.Gap{
-		Requirement: "kube.qualified", Code: "kube-unqualified",
-		Detail: "the cluster and RuntimeClass have no passing qualification row: what the kubelet enforces is not proved",
-		Fix:    "qualify the cluster with the kube conformance suite",
+	production := []backend.Gap{
+		{Requirement: "kube.qualified", Code: "kube-unqualified",
+			Detail: "the cluster and RuntimeClass have no passing qualification row: what the kubelet enforces is not proved",
+			Fix:    "qualify the cluster with the kube conformance suite, or ask for the development tier"},
+		{Requirement: "sandbox.pids", Code: "kube-no-pod-pids-limit", Detail: "a pod spec cannot set a pids limit; only the node's podPidsLimit bounds it, unproved", Fix: "set podPidsLimit on the nodes and qualify the cluster"},
+		{Requirement: "sandbox.file-size", Code: "kube-no-rlimit-fsize", Detail: "a pod spec cannot set RLIMIT_FSIZE", Fix: "run the phase on the oci or vm backend"},
+		{Requirement: "sandbox.env-declared-only", Code: "kube-kubelet-env", Detail: "the kubelet adds HOSTNAME and the KUBERNETES_SERVICE_* variables to every container", Fix: "run the phase on another backend"},
 	}
+	unproved := backend.Gap{Requirement: "egress.networkpolicy", Code: "kube-networkpolicy-unproved",
+		Detail: "no probe has proved that this cluster's network plugin enforces NetworkPolicy (each run gets a default-deny one)",
+		Fix:    "install a network plugin that enforces NetworkPolicy and qualify the cluster's egress"}
 	return backend.Capabilities{
 		HostImageOwners: true,
-		Tiers:           map[string][]backend.Gap{"production": {unqualified}, "development": {unqualified}},
-		Controls: []backend.Gap{
-			{Requirement: "sandbox.pids", Code: "kube-no-pod-pids-limit", Detail: "a pod spec cannot set a pids limit; only the node's podPidsLimit bounds it, unproved", Fix: "set podPidsLimit on the nodes and qualify the cluster"},
-			{Requirement: "sandbox.file-size", Code: "kube-no-rlimit-fsize", Detail: "a pod spec cannot set RLIMIT_FSIZE", Fix: "run the phase on the oci or vm backend"},
-			{Requirement: "sandbox.inputs-read-only", Code: "kube-no-inputs", Detail: "inputs are not delivered to pods yet", Fix: "run phases with inputs on another backend"},
-			{Requirement: "sandbox.env-declared-only", Code: "kube-kubelet-env", Detail: "the kubelet adds HOSTNAME and the KUBERNETES_SERVICE_* variables to every container", Fix: "accept those variables or run the phase on another backend"},
-			{Requirement: "sandbox.denied-egress", Code: "kube-networkpolicy-unproved", Detail: "no NetworkPolicy is made, and the cluster's enforcement of one is not proved", Fix: "qualify the cluster's NetworkPolicy enforcement"},
-		},
-		EgressGaps: []backend.Gap{{Requirement: "egress.restricted", Code: "kube-networkpolicy-unproved", Detail: "NetworkPolicy enforcement is not proved on this cluster", Fix: "qualify the cluster's NetworkPolicy enforcement"}},
+		// An object not verified gone quarantines this cluster alone.
+		QuarantineTarget: "kube cluster " + b.host,
+		Tiers:            map[string][]backend.Gap{"production": production, "development": nil},
+		EgressGaps:       []backend.Gap{unproved},
+		DeniedEgressGaps: []backend.Gap{unproved},
+		InputGaps: []backend.Gap{{Requirement: "inputs", Code: "kube-no-inputs",
+			Detail: "inputs are not delivered to pods yet", Fix: "run phases with inputs on the oci or vm backend"}},
 	}
 }
 
@@ -301,6 +341,7 @@ func (b *Backend) Intents(id string) ([]backend.Resource, error) {
 	ns := map[string]string{"namespace": b.cfg.Namespace}
 	return []backend.Resource{
 		{Kind: KindParent, Name: name, State: "intent", Identity: ns},
+		{Kind: KindPolicy, Name: name, State: "intent", Identity: copyMap(ns)},
 		{Kind: KindPod, Name: name, State: "intent", Identity: copyMap(ns)},
 	}, nil
 }
@@ -348,6 +389,7 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		life: partial.NewLifecycle(statePreparing, moves)}
 	ident := map[string]string{"namespace": b.cfg.Namespace, "nonce": nonce}
 	if err := rec.Intent(backend.Resource{Kind: KindParent, Name: name, Identity: copyMap(ident)},
+		backend.Resource{Kind: KindPolicy, Name: name, Identity: copyMap(ident)},
 		backend.Resource{Kind: KindPod, Name: name, Identity: copyMap(ident)}); err != nil {
 		return sb, fmt.Errorf("journal intent: %w", err)
 	}
@@ -361,16 +403,33 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 		return sb, b.createErr(ctx, KindParent, name, err)
 	}
 	sb.parentUID = got.UID
+	b.fault(KindParent + "-created")
 	if err := rec.Created(b.resource(KindParent, name, nonce, got.UID)); err != nil {
 		return sb, fmt.Errorf("journal created: %w", err)
 	}
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: name, UID: got.UID,
 		Controller: ptr(true), BlockOwnerDeletion: ptr(true)}
+	// The default-deny NetworkPolicy exists before the pod does, read
+	// back: whether the cluster enforces it is another matter, which
+	// only a probe proves.
+	np, err := b.client.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Create(ctx, b.policy(id, name, nonce, owner), metav1.CreateOptions{})
+	if err != nil {
+		return sb, b.createErr(ctx, KindPolicy, name, err)
+	}
+	sb.policy = &policyRef{name: name, uid: np.UID}
+	b.fault(KindPolicy + "-created")
+	if err := rec.Created(b.resource(KindPolicy, name, nonce, np.UID)); err != nil {
+		return sb, fmt.Errorf("journal created: %w", err)
+	}
+	if err := sb.readPolicy(ctx, np.UID); err != nil {
+		return sb, err
+	}
 	pod, err := b.client.CoreV1().Pods(b.cfg.Namespace).Create(ctx, b.pod(id, name, image, nonce, owner, s), metav1.CreateOptions{})
 	if err != nil {
 		return sb, b.createErr(ctx, KindPod, name, err)
 	}
 	sb.podUID = pod.UID
+	b.fault(KindPod + "-created")
 	if err := rec.Created(b.resource(KindPod, name, nonce, pod.UID)); err != nil {
 		return sb, fmt.Errorf("journal created: %w", err)
 	}
@@ -382,6 +441,19 @@ func (b *Backend) Prepare(ctx context.Context, id string, s backend.Spec, rec ba
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func (b *Backend) cleanupWithin() time.Duration {
+	if b.cfg.CleanupWithin > 0 {
+		return b.cfg.CleanupWithin
+	}
+	return 2 * time.Minute
+}
+
+func (b *Backend) fault(stage string) {
+	if b.cfg.Faults != nil {
+		b.cfg.Faults(stage)
+	}
+}
 
 func (b *Backend) resource(kind, name, nonce string, uid types.UID) backend.Resource {
 	return backend.Resource{Kind: kind, Name: name, State: "created",
@@ -408,6 +480,8 @@ func (b *Backend) get(ctx context.Context, kind, name string) (metav1.Object, er
 		return b.client.CoreV1().Pods(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	case KindParent:
 		return b.client.CoreV1().ConfigMaps(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	case KindPolicy:
+		return b.client.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	return nil, fmt.Errorf("unknown kind %q", kind)
 }
@@ -449,6 +523,8 @@ func (b *Backend) deleteByUID(ctx context.Context, kind, name string, uid types.
 		err = b.client.CoreV1().Pods(b.cfg.Namespace).Delete(ctx, name, opts)
 	case KindParent:
 		err = b.client.CoreV1().ConfigMaps(b.cfg.Namespace).Delete(ctx, name, opts)
+	case KindPolicy:
+		err = b.client.NetworkingV1().NetworkPolicies(b.cfg.Namespace).Delete(ctx, name, opts)
 	default:
 		return fmt.Errorf("unknown kind %q", kind)
 	}
@@ -519,7 +595,7 @@ func (b *Backend) VerifyAbsent(id string, recorded []backend.Resource) backend.C
 func (b *Backend) ours(recorded []backend.Resource) []backend.Resource {
 	var out []backend.Resource
 	for _, r := range recorded {
-		if r.Kind == KindParent || r.Kind == KindPod {
+		if r.Kind == KindParent || r.Kind == KindPod || r.Kind == KindPolicy {
 			out = append(out, r)
 		}
 	}
@@ -537,7 +613,7 @@ func (b *Backend) owned(r backend.Resource, m metav1.Object, recorded []backend.
 	if n := r.Identity["nonce"]; n != "" && m.GetAnnotations()[AnnotationNonce] == n {
 		return true
 	}
-	if r.Kind == KindPod {
+	if r.Kind == KindPod || r.Kind == KindPolicy {
 		for _, p := range recorded {
 			if p.Kind == KindParent && p.Name == r.Name && p.Identity["uid"] != "" {
 				for _, o := range m.GetOwnerReferences() {
@@ -557,7 +633,7 @@ func (b *Backend) owned(r backend.Resource, m metav1.Object, recorded []backend.
 func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Resource, rec backend.Recorder) backend.CleanupReport {
 	rep := backend.CleanupReport{Verified: true}
 	// The parent first: foreground deletion takes the pod with it.
-	for _, kind := range []string{KindParent, KindPod} {
+	for _, kind := range []string{KindParent, KindPolicy, KindPod} {
 		for _, r := range b.ours(recorded) {
 			if r.Kind != kind {
 				continue
@@ -565,7 +641,9 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 			step := "recover " + r.Kind + " " + r.Name
 			m, err := b.get(ctx, r.Kind, r.Name)
 			if apierrors.IsNotFound(err) {
-				partial.Step(&rep, step, nil)
+				// Never made, or already gone: either way the journal's
+				// record of it is closed, or the attempt stays open.
+				partial.Step(&rep, step, rec.Removed(r))
 				continue
 			}
 			if err != nil {
@@ -578,7 +656,7 @@ func (b *Backend) Recover(ctx context.Context, id string, recorded []backend.Res
 			}
 			err = b.deleteByUID(ctx, r.Kind, r.Name, m.GetUID())
 			if err == nil {
-				err = b.gone(ctx, r.Kind, r.Name, m.GetUID(), 2*time.Minute)
+				err = b.gone(ctx, r.Kind, r.Name, m.GetUID(), b.cleanupWithin())
 			}
 			if err == nil {
 				err = rec.Removed(r)

@@ -269,10 +269,21 @@ func TestPodCarriesEveryControl(t *testing.T) {
 	for _, x := range r.recorded() {
 		recd[x.Kind] = x.Identity["uid"]
 	}
+	// The run's NetworkPolicy: default-deny both ways for this run's pod,
+	// owned by the parent, its UID journalled.
+	np, err := c.Client.NetworkingV1().NetworkPolicies(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("network policy: %v", err)
+	}
+	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 ||
+		np.Spec.PodSelector.MatchLabels[kube.LabelRun] != p.Labels[kube.LabelRun] || len(np.OwnerReferences) != 1 ||
+		np.OwnerReferences[0].UID != parent.UID || recd[kube.KindPolicy] != string(np.UID) {
+		t.Errorf("network policy %+v (journal %v), want default-deny for the run's pod, owned by %s", np, recd, parent.UID)
+	}
 	if recd[kube.KindPod] != string(p.UID) || recd[kube.KindParent] != string(parent.UID) {
 		t.Errorf("journal uids %v, want pod %s parent %s", recd, p.UID, parent.UID)
 	}
-	if o := strings.Join(r.order, ","); !strings.HasPrefix(o, "intent kube-configmap,intent kube-pod,intent kube-configmap,intent kube-pod,created kube-configmap,created kube-pod") {
+	if o := strings.Join(r.order, ","); !strings.HasPrefix(o, "intent kube-configmap,intent kube-networkpolicy,intent kube-pod,intent kube-configmap,intent kube-networkpolicy,intent kube-pod,created kube-configmap,created kube-networkpolicy,created kube-pod") {
 		t.Errorf("journal order %s: each object must be recorded before it is created", o)
 	}
 
@@ -292,18 +303,29 @@ func TestPodCarriesEveryControl(t *testing.T) {
 	if len(p.Spec.SchedulingGates) != 0 || p.Spec.NodeName == "" {
 		t.Errorf("released pod: gates %v node %q", p.Spec.SchedulingGates, p.Spec.NodeName)
 	}
-	if ex.Observation == nil || !hasNote(ex.Observation.Notes, "node "+p.Spec.NodeName) || ex.Observation.Seccomp != "RuntimeDefault" || !ex.Observation.NoNewPrivs {
-		t.Errorf("observation %+v, want the node, seccomp and no-new-privileges read back", ex.Observation)
+	// The placement is what the API server reported, never what was sent:
+	// the node the scheduler chose, the handler the RuntimeClass names, the
+	// image ID a status reported, the container's end, and the controls and
+	// digest of the spec as stored (the released one, deadline included).
+	o := ex.Observation
+	if o == nil || o.Placement == nil || o.Seccomp != "unobserved" {
+		t.Fatalf("observation %+v, want a placement and the node's seccomp unobserved", o)
 	}
-}
-
-func hasNote(notes []string, want string) bool {
-	for _, n := range notes {
-		if n == want {
-			return true
+	pl := o.Placement
+	stored, _ = json.Marshal(p.Spec)
+	sum = sha256.Sum256(stored)
+	if pl.Node != p.Spec.NodeName || pl.Handler != runtimeClass || pl.RuntimeClass != runtimeClass || pl.PodUID != string(p.UID) ||
+		pl.ParentUID != string(parent.UID) || pl.ImageID == "" || !pl.Terminated || pl.ExitCode != 3 || pl.DeadlineExceeded ||
+		pl.SpecSHA256 != hex.EncodeToString(sum[:]) || pl.NetworkPolicyUID != string(np.UID) || pl.NetworkPolicyProved {
+		t.Errorf("placement %+v, want node %s, handler %s, uids %s/%s, an image id, exit 3 and the stored spec's digest", pl, p.Spec.NodeName, runtimeClass, p.UID, parent.UID)
+	}
+	for k, want := range map[string]string{"activeDeadlineSeconds": "90", "allowPrivilegeEscalation": "false", "readOnlyRootFilesystem": "true",
+		"runAsNonRoot": "true", "capabilities.drop": "ALL", "seccompProfile": "RuntimeDefault", "automountServiceAccountToken": "false",
+		"hostNetwork": "false", "hostPaths": "", "requestsEqualLimits": "true", "privileged": "false"} {
+		if got, ok := pl.Spec[k]; !ok || got != want {
+			t.Errorf("placement spec %s = %q (present %v), want %q", k, got, ok, want)
 		}
 	}
-	return false
 }
 
 func equalResources(a, b corev1.ResourceList) bool {

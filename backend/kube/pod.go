@@ -10,6 +10,7 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -173,6 +174,19 @@ func (b *Backend) pod(id, name, image, nonce string, parent metav1.OwnerReferenc
 	}
 }
 
+// policy is the run's NetworkPolicy: its pod selected by the run label,
+// both directions named and no rule, so nothing in or out is allowed.
+func (b *Backend) policy(id, name, nonce string, parent metav1.OwnerReference) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace, Labels: b.labels(id),
+			Annotations: map[string]string{AnnotationNonce: nonce}, OwnerReferences: []metav1.OwnerReference{parent}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelWorkspace: b.cfg.Workspace, LabelRun: id}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+}
+
 func (b *Backend) labels(id string) map[string]string {
 	return map[string]string{
 		LabelManagedBy: managedBy,
@@ -182,4 +196,20 @@ func (b *Backend) labels(id string) map[string]string {
 		// journal opened for it.
 		LabelAttempt: id,
 	}
+}
+
+// ImageRef is the reference a pod pulls the launch's image by: repo at
+// the OCI manifest digest the image was imported with, or, for an image
+// imported as a plain tree, at custody's own digest of that tree, which
+// no registry serves under another content (the pull fails rather than
+// run something else).
+func ImageRef(repo string, s backend.Spec) (string, error) {
+	d := s.ImageManifest
+	if d == "" {
+		d = s.Image
+	}
+	if repo == "" || d == "" {
+		return "", fmt.Errorf("no image repository (%q) or image digest (%q) to name the pod's image by", repo, d)
+	}
+	return repo + "@" + d, nil
 }

@@ -365,6 +365,28 @@ func (a *app) printBackend(r *evidence.Receipt) {
 		ev = append(ev, quote.String(k)+"="+quote.String(p.Evidence[k]))
 	}
 	fmt.Fprintln(a.stdout, "evidence "+strings.Join(ev, " "))
+	a.printKube(r.Kube)
+}
+
+// printKube prints what a v9 receipt records of the cluster a run was
+// placed on: where, under what, the pod spec's digest, how the container
+// ended, and what the cluster did not report.
+func (a *app) printKube(k *evidence.Kube) {
+	if k == nil {
+		return
+	}
+	fmt.Fprintf(a.stdout, "cluster  %s ca-sha256=%s namespace=%s\n", quote.String(k.Cluster.Server), k.Cluster.CASHA256, quote.String(k.Namespace))
+	fmt.Fprintf(a.stdout, "pod      %s uid=%s node=%s runtimeClass=%s handler=%s\n", quote.String(k.Pod.Name), quote.String(k.Pod.UID),
+		quote.String(k.Node), quote.String(k.RuntimeClass), quote.String(k.Handler))
+	fmt.Fprintf(a.stdout, "podspec  sha256=%s image-id=%s\n", k.PodSpecSHA256, quote.String(k.ImageID))
+	c := k.Container
+	fmt.Fprintf(a.stdout, "container terminated=%v exit=%d reason=%s oom-killed=%v deadline-exceeded=%v\n", c.Terminated, c.ExitCode, quote.String(c.Reason), c.OOMKilled, c.DeadlineExceeded)
+	if np := k.NetworkPolicy; np != nil {
+		fmt.Fprintf(a.stdout, "networkpolicy %s uid=%s enforcement=%s\n", quote.String(np.Name), quote.String(np.UID), np.Enforcement)
+	}
+	if len(k.Unobserved) > 0 {
+		fmt.Fprintf(a.stdout, "cluster did not report %s: the receipt is unqualified\n", strings.Join(k.Unobserved, ", "))
+	}
 }
 
 // verdict prints a verification result res (as JSON, or one line per

@@ -7,6 +7,7 @@ import (
 
 	"github.com/custody-dev/custody/backend"
 	"github.com/custody-dev/custody/backend/docker"
+	"github.com/custody-dev/custody/backend/kube"
 	"github.com/custody-dev/custody/backend/oci"
 	"github.com/custody-dev/custody/backend/vm"
 	"github.com/custody-dev/custody/daemon"
@@ -24,6 +25,9 @@ func backends(ctx context.Context, cfg config.Config, log *slog.Logger) daemon.B
 			var more []host.BackendFactory
 			if cfg.VM != nil {
 				more = append(more, vmBackend(ctx, rc, cfg.VM, log))
+			}
+			if cfg.Kube != nil {
+				more = append(more, kubeBackend(ctx, cfg.Kube, rc.Faults, log))
 			}
 			return ociBackend(rc, egress, log), more
 		},
@@ -85,6 +89,21 @@ func vmBackend(ctx context.Context, cfg host.Config, v *config.VMConfig, log *sl
 			QEMU:          v.QEMU, Kernel: v.Kernel, Modules: v.Modules, Init: v.Init, Stage: v.Stage,
 			RuntimeDir: filepath.Join(cfg.StateDir, "vm"), Accel: v.Accel, UID: v.UID, GID: v.GID, UIDs: v.UIDs,
 			Logger: log, MaxLogBytes: host.StreamCap + 1, Profile: profile,
+		})
+	}
+}
+
+// kubeBackend wires the kube backend to the cluster the kube section
+// names: pods run under its first RuntimeClass, with the phase's image
+// pulled from its repository by the phase's digest.
+func kubeBackend(ctx context.Context, k *config.KubeConfig, faults func(string), log *slog.Logger) host.BackendFactory {
+	return func(func() *platform.Profile) (backend.Backend, error) {
+		repo := k.ImageRepository
+		return kube.New(ctx, kube.Config{
+			Kubeconfig: k.Kubeconfig, Namespace: k.Namespace, RuntimeClass: k.RuntimeClasses[0],
+			Workspace: k.WorkspaceOrDefault(), SeccompLocalhost: k.SeccompLocalhost, QPS: k.QPS, Burst: k.Burst, Logger: log, Faults: faults,
+			CleanupWithin: k.CleanupTimeout(),
+			Image:         func(s backend.Spec) (string, error) { return kube.ImageRef(repo, s) },
 		})
 	}
 }

@@ -52,6 +52,8 @@ type Config struct {
 	Backends []string `yaml:"backends,omitempty"`
 	// VM pins the vm backend's QEMU, guest kernel, kernel modules and init.
 	VM *VMConfig `yaml:"vm,omitempty"`
+	// Kube names the cluster the kube backend places phases on.
+	Kube *KubeConfig `yaml:"kube,omitempty"`
 	// SubmitLimits bound the work each uid gets on the submit socket.
 	SubmitLimits SubmitLimits `yaml:"submitLimits,omitempty"`
 }
@@ -159,10 +161,20 @@ func (c *Config) validateBackends() error {
 			return fmt.Errorf("backends %v: %s is listed twice", c.Backends, b)
 		case b == string(backend.KindVM) && c.VM == nil:
 			return fmt.Errorf("backends lists vm but there is no vm section; fix: add vm: {qemu, kernel, modules, init} each with path and sha256")
-		case b != string(backend.KindOCI) && b != string(backend.KindVM):
-			return fmt.Errorf("backends %v: %q is not a backend (oci, vm)", c.Backends, b)
+		case b == string(backend.KindKube) && c.Kube == nil:
+			return fmt.Errorf("backends lists kube but there is no kube section; fix: add kube: {kubeconfig, namespace, runtimeClasses, imageRepository}")
+		case b != string(backend.KindOCI) && b != string(backend.KindVM) && b != string(backend.KindKube):
+			return fmt.Errorf("backends %v: %q is not a backend (oci, vm, kube)", c.Backends, b)
 		}
 		seen[b] = true
+	}
+	if c.Kube != nil {
+		if !seen[string(backend.KindKube)] {
+			return fmt.Errorf("a kube section is configured but backends does not list kube; fix: backends: [oci, kube]")
+		}
+		if err := c.Kube.validate(); err != nil {
+			return err
+		}
 	}
 	if c.VM != nil {
 		if !seen[string(backend.KindVM)] {

@@ -46,7 +46,8 @@ func TestBackendsConfig(t *testing.T) {
 		"backends: [oci, vm]\n":             "no vm section",
 		"backends: [vm, oci]\n" + vmSection: "oci comes first",
 		"backends: [oci, oci]\n":            "twice",
-		"backends: [oci, kube]\n":           "not a backend",
+		"backends: [oci, kube]\n":           "no kube section",
+		"backends: [oci, k8s]\n":            "not a backend",
 		vmSection:                           "backends: [oci, vm]",
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, "/k/vmlinux", "k/vmlinux", 1):           "absolute",
 		"backends: [oci, vm]\n" + strings.Replace(vmSection, sum, "abc", 1):                          "64 lowercase hex",
@@ -129,5 +130,37 @@ func TestMarshalLoadsBack(t *testing.T) {
 	want.Runner.PidfdNetnsFault = "a test's hook"
 	if again, err := want.Marshal(); err != nil || !bytes.Equal(again, data) {
 		t.Fatalf("a hook reached the file: %v\n%s", err, again)
+	}
+}
+
+// TestKubeConfig: a kube section names the kubeconfig by absolute path,
+// a namespace, at least one RuntimeClass and the image repository, with
+// the workspace and request-rate defaults; anything else is refused at
+// load, naming the field.
+func TestKubeConfig(t *testing.T) {
+	load := configLoader(t)
+	good := "backends: [oci, kube]\nkube: {kubeconfig: /etc/custody/kube.conf, namespace: custody, runtimeClasses: [runc, gvisor], imageRepository: registry.example:5000/custody, qps: 5, burst: 10}\n"
+	c, err := load(good)
+	if err != nil {
+		t.Fatalf("refused %q: %v", good, err)
+	}
+	if k := c.Kube; k == nil || k.RuntimeClasses[0] != "runc" || k.WorkspaceOrDefault() != "custody" || k.QPS != 5 || k.Burst != 10 {
+		t.Fatalf("kube section read as %+v", c.Kube)
+	}
+	for bad, want := range map[string]string{
+		strings.Replace(good, "backends: [oci, kube]\n", "", 1):              "backends: [oci, kube]",
+		strings.Replace(good, "/etc/custody/kube.conf", "kube.conf", 1):      "kube.kubeconfig",
+		strings.Replace(good, "namespace: custody", "namespace: Custody", 1): "kube.namespace",
+		strings.Replace(good, "[runc, gvisor]", "[]", 1):                     "kube.runtimeClasses",
+		strings.Replace(good, "[runc, gvisor]", "[runc, runc]", 1):           "twice",
+		strings.Replace(good, "registry.example:5000/custody", "", 1):        "kube.imageRepository",
+		strings.Replace(good, "qps: 5", "qps: -1", 1):                        "kube.qps",
+		strings.Replace(good, "}\n", ", cleanupWithin: soon}\n", 1):          "kube.cleanupWithin",
+		strings.Replace(good, "}\n", ", workspace: WS}\n", 1):                "kube.workspace",
+		strings.Replace(good, "}\n", ", extra: 1}\n", 1):                     "extra",
+	} {
+		if _, err := load(bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want a refusal saying %q", bad, err, want)
+		}
 	}
 }
