@@ -124,7 +124,7 @@ var specs = map[Kind]phaseSpec{
 	// memory budget.
 	MemoryHog: {name: "memhog", command: `["/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=128M", "count=1"]`, memory: "32Mi", pids: 64, wall: "20s", output: "32Mi"},
 	// Past the output budget, and a stdout flood beside it.
-	OutputHog: {name: "outhog", command: `["/bin/sh", "-c", "yes flood | head -c 8m; dd if=/dev/zero of=/out/big bs=1M count=64"]`, memory: "48Mi", pids: 64, wall: "20s", output: "4Mi"},
+	OutputHog: {name: "outhog", command: `["/bin/sh", "-c", "yes flood | head -c 2m; dd if=/dev/zero of=/out/big bs=1M count=64"]`, memory: "48Mi", pids: 64, wall: "20s", output: "4Mi"},
 	VM:        {name: "vm", command: `["/bin/true"]`, memory: "64Mi", pids: 64, wall: "60s", output: "8Mi", backend: "vm"},
 }
 
