@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/custody-dev/custody/api"
+	"github.com/custody-dev/custody/backend/vm/vmpin"
 	"github.com/custody-dev/custody/bench"
 	"github.com/custody-dev/custody/daemon/config"
 	"github.com/custody-dev/custody/policy/policytest"
@@ -65,6 +66,9 @@ type Options struct {
 	SampleEvery time.Duration
 	// Seed makes the traffic and chaos schedule repeatable.
 	Seed uint64
+	// VM, if set, configures the vm backend (VMConfig) and adds a small
+	// share of vm phases to the mix.
+	VM *vmpin.Config
 	// Progress, if set, gets a line per sample.
 	Progress io.Writer
 }
@@ -104,6 +108,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Mix == nil {
 		o.Mix = DefaultMix()
+		if o.VM != nil {
+			o.Mix[VM] = 1
+		}
 	}
 	for _, c := range o.Chaos {
 		if _, ok := ChaosKinds[c]; !ok {
@@ -172,7 +179,13 @@ func (h *harness) setup(ctx context.Context) error {
 	}
 	h.d, err = bench.StartDaemon(ctx, bench.DaemonOptions{
 		Custodyd: h.o.Custodyd, Runtime: h.o.Runtime, Rootfs: h.o.Rootfs, Dir: dir,
-		Configure: func(c *config.Config) { c.Runner.StateDir = h.stateDir },
+		Configure: func(c *config.Config) {
+			c.Runner.StateDir = h.stateDir
+			if h.o.VM != nil {
+				c.Backends = []string{"oci", "vm"}
+				c.VM = &config.VMConfig{Config: *h.o.VM}
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -183,6 +196,9 @@ func (h *harness) setup(ctx context.Context) error {
 	if err := h.d.WaitPool(ctx, poolSize); err != nil {
 		return err
 	}
+	// The last member's processes start just after its directory shows:
+	// the start sample waits for them, as the end sample does.
+	time.Sleep(2 * time.Second)
 	h.cgParent = cgroupParents(h.d.Pid())
 	return nil
 }
@@ -638,4 +654,37 @@ func processes(pid int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// VMConfig pins the vm backend's artifacts as they are now: QEMU from
+// PATH, the guest kernel (make vm-deps unpacks it under build/vm, its
+// modules beside it), and the guest init and stage in bin.
+func VMConfig(kernel, bin string) (*vmpin.Config, error) {
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, fmt.Errorf("vm phases need qemu-system-x86_64 (make vm-deps): %w", err)
+	}
+	real, err := filepath.EvalSymlinks(kernel)
+	if err != nil {
+		return nil, fmt.Errorf("vm phases need the guest kernel (make vm-deps): %w", err)
+	}
+	kver := strings.TrimPrefix(filepath.Base(real), "vmlinux-")
+	modules := filepath.Join(filepath.Dir(filepath.Dir(real)), "lib", "modules", kver)
+	c := &vmpin.Config{Accel: "auto"}
+	for _, p := range []struct {
+		pin  *vmpin.Pinned
+		path string
+	}{{&c.QEMU, qemu}, {&c.Kernel, kernel}, {&c.Init, filepath.Join(bin, "custody-vminit")}, {&c.Stage, filepath.Join(bin, "custody-vmstage")}} {
+		sum, err := vmpin.FileSHA256(p.path)
+		if err != nil {
+			return nil, err
+		}
+		*p.pin = vmpin.Pinned{Path: p.path, SHA256: sum}
+	}
+	sum, err := vmpin.ModulesDigest(modules)
+	if err != nil {
+		return nil, fmt.Errorf("the guest kernel's modules: %w", err)
+	}
+	c.Modules = vmpin.Pinned{Path: modules, SHA256: sum}
+	return c, nil
 }

@@ -34,6 +34,7 @@ func main() {
 	flag.Uint64Var(&o.Seed, "seed", uint64(time.Now().UnixNano()), "seed of the traffic mix and the chaos schedule")
 	jsonOut := flag.String("json", "", "also write every sample and count as JSON to this file")
 	quiet := flag.Bool("quiet", false, "no line per sample while running")
+	vmKernel := flag.String("vm-kernel", "", "add a small share of phases on the vm backend, with this guest kernel (build/vm/vmlinux after make vm-deps)")
 	flag.Parse()
 	if o.Phases <= 0 && o.Duration <= 0 {
 		fmt.Fprintln(os.Stderr, "custody-soak: give -phases N or -duration D (or both: whichever comes first)")
@@ -51,6 +52,16 @@ func main() {
 	o.StateFSBytes = *stateFS << 20
 	if !*quiet {
 		o.Progress = os.Stdout
+	}
+	if *vmKernel != "" {
+		binAbs, err := filepath.Abs(*bin)
+		if err == nil {
+			o.VM, err = soak.VMConfig(*vmKernel, binAbs)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "custody-soak:", err)
+			os.Exit(2)
+		}
 	}
 	for _, p := range []*string{&o.Custodyd, &o.Runtime, &o.Rootfs} {
 		abs, err := filepath.Abs(*p)
