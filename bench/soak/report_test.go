@@ -130,3 +130,15 @@ func TestTamper(t *testing.T) {
 		t.Errorf("tamper changed the envelope's frame: %s", bad)
 	}
 }
+
+func TestParseMix(t *testing.T) {
+	m, err := ParseMix("cold=3, pooled=1")
+	if err != nil || m[Cold] != 3 || m[Pooled] != 1 || len(m) != 2 {
+		t.Fatalf("ParseMix = %v, %v", m, err)
+	}
+	for _, bad := range []string{"cold", "cold=x", "cold=-1", "nosuch=1", "cold=0"} {
+		if _, err := ParseMix(bad); err == nil {
+			t.Errorf("ParseMix(%q) accepted", bad)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,32 @@ func DefaultMix() Mix {
 		Cold: 30, Pooled: 30, Cancel: 4, Timeout: 3, BadGrant: 4, SpentGrant: 4,
 		OverBudget: 4, ForkBomb: 3, MemoryHog: 3, OutputHog: 3,
 	}
+}
+
+// ParseMix reads a mix written kind=parts,kind=parts.
+func ParseMix(s string) (Mix, error) {
+	m := Mix{}
+	for _, f := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(f), "=")
+		n, err := strconv.Atoi(v)
+		if _, known := specs[Kind(k)]; !ok || err != nil || n < 0 || !known {
+			return nil, fmt.Errorf("mix %q: want kind=parts with parts ≥ 0 and a kind among %v", f, allKinds())
+		}
+		m[Kind(k)] = n
+	}
+	if m.total() == 0 {
+		return nil, fmt.Errorf("mix %q has no parts", s)
+	}
+	return m, nil
+}
+
+func allKinds() []Kind {
+	ks := make([]Kind, 0, len(specs))
+	for k := range specs {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
 }
 
 func (m Mix) kinds() []Kind {

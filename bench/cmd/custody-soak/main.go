@@ -34,6 +34,7 @@ func main() {
 	flag.Uint64Var(&o.Seed, "seed", uint64(time.Now().UnixNano()), "seed of the traffic mix and the chaos schedule")
 	jsonOut := flag.String("json", "", "also write every sample and count as JSON to this file")
 	quiet := flag.Bool("quiet", false, "no line per sample while running")
+	mix := flag.String("mix", "", "the traffic's mix, as kind=parts,... (e.g. cold=1,pooled=1); default: mostly cold and pooled phases with every refusal, stop and hostile workload a few percent each")
 	vmKernel := flag.String("vm-kernel", "", "add a small share of phases on the vm backend, with this guest kernel (build/vm/vmlinux after make vm-deps)")
 	flag.Parse()
 	if o.Phases <= 0 && o.Duration <= 0 {
@@ -52,6 +53,14 @@ func main() {
 	o.StateFSBytes = *stateFS << 20
 	if !*quiet {
 		o.Progress = os.Stdout
+	}
+	if *mix != "" {
+		m, err := soak.ParseMix(*mix)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "custody-soak:", err)
+			os.Exit(2)
+		}
+		o.Mix = m
 	}
 	if *vmKernel != "" {
 		binAbs, err := filepath.Abs(*bin)
