@@ -214,7 +214,7 @@ bench: build $(BUILD)/testimage/rootfs
 # share of phases on the vm backend, and a verdict per property that must
 # hold; exits non-zero if one fails. Root. SOAK_ARGS overrides the run,
 # e.g. SOAK_ARGS="-duration 24h -chaos all".
-SOAK_ARGS ?= -phases 10000 -concurrency 8 -chaos all -chaos-every 4s -state-fs-mib 8192 -vm-kernel $(BUILD)/vm/vmlinux
+SOAK_ARGS ?= -phases 10000 -concurrency 8 -chaos all -chaos-actions 145 -state-fs-mib 8192 -vm-kernel $(BUILD)/vm/vmlinux
 soak: build vm-deps $(BUILD)/testimage/rootfs bin/custody-soak
 	./bin/custody-soak $(SOAK_ARGS)
 # Its short form, in CI after make test: about two minutes here (no vm

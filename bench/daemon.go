@@ -37,6 +37,9 @@ type Daemon struct {
 	Image string
 	// LogPath is custodyd's log (stderr) file.
 	LogPath string
+	// ReadyTimeout bounds the wait for a (re)started custodyd to answer:
+	// its recovery and retention run first. 20 s if unset.
+	ReadyTimeout time.Duration
 
 	cmd  *exec.Cmd
 	done chan error

@@ -27,10 +27,14 @@ func (d *Daemon) spawn(context.Context) error {
 	return nil
 }
 
-// waitReady waits (20 s at most) until custodyd answers on its control
-// socket, or says how it exited meanwhile.
+// waitReady waits (ReadyTimeout, 20 s if unset) until custodyd answers
+// on its control socket, or says how it exited meanwhile.
 func (d *Daemon) waitReady(ctx context.Context) error {
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	limit := d.ReadyTimeout
+	if limit <= 0 {
+		limit = 20 * time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	ready := make(chan error, 1)
 	go func() { ready <- d.Control.WaitReady(wctx) }()

@@ -54,11 +54,8 @@ func (h *harness) chaos(ctx context.Context) {
 	h.mu.Unlock()
 	struck := 0
 	for {
-		wait := time.Duration(float64(h.o.ChaosEvery) * (0.5 + rng.Float64()))
-		select {
-		case <-ctx.Done():
+		if !h.waitChaos(ctx, rng, struck) {
 			return
-		case <-time.After(wait):
 		}
 		var kind string
 		var err error
@@ -219,4 +216,32 @@ func (h *harness) settleQuarantine(ctx context.Context, after string) {
 func (h *harness) secondHalf() bool {
 	return (h.o.Phases > 0 && h.done.Load() >= int64(h.o.Phases/2)) ||
 		(h.o.Duration > 0 && time.Since(h.began) >= h.o.Duration/2)
+}
+
+// waitChaos waits for the next chaos action's moment: about ChaosEvery
+// after the last, or with ChaosActions and a phase count, the next of
+// that many evenly spread (with jitter) over the second half's phases.
+func (h *harness) waitChaos(ctx context.Context, rng *rand.Rand, struck int) bool {
+	if h.o.ChaosActions <= 0 || h.o.Phases <= 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Duration(float64(h.o.ChaosEvery) * (0.5 + rng.Float64()))):
+			return true
+		}
+	}
+	if struck >= h.o.ChaosActions {
+		<-ctx.Done()
+		return false
+	}
+	half := float64(h.o.Phases) / 2
+	at := int64(half + (float64(struck)+rng.Float64())*half/float64(h.o.ChaosActions))
+	for h.done.Load() < at {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return true
 }

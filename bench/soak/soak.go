@@ -59,6 +59,9 @@ type Options struct {
 	// action about every ChaosEvery; none when empty.
 	Chaos      []string
 	ChaosEvery time.Duration
+	// ChaosActions, if set with Phases, spreads that many chaos actions
+	// over the second half's phases instead (ChaosEvery is then unused).
+	ChaosActions int
 	// StateFSBytes sizes the state filesystem (an ext4 image on a loop
 	// device, so that filling it up touches nothing else).
 	StateFSBytes int64
@@ -283,7 +286,12 @@ func (h *harness) drive(ctx context.Context) {
 				if h.o.Phases > 0 && n > int64(h.o.Phases) {
 					return
 				}
-				h.one(rctx, h.o.Mix.pick(rng.IntN(h.o.Mix.total())))
+				if h.one(rctx, h.o.Mix.pick(rng.IntN(h.o.Mix.total()))) {
+					// Chaos cut it short: it does not count
+					// towards the phases asked for.
+					next.Add(-1)
+					continue
+				}
 				h.done.Add(1)
 			}
 		})
@@ -320,14 +328,15 @@ func (h *harness) drive(ctx context.Context) {
 	h.rep.Phases = int(h.done.Load())
 }
 
-// one runs one phase of kind k, judges it and checks its receipt.
-func (h *harness) one(ctx context.Context, k Kind) {
+// one runs one phase of kind k, judges it and checks its receipt. It says
+// whether chaos cut the phase short.
+func (h *harness) one(ctx context.Context, k Kind) (chaosHit bool) {
 	h.gate.RLock()
 	h.gate.RUnlock()
 	e0, w0, t0 := h.epoch.Load(), h.window.Load(), time.Since(h.began)
 	o := h.phase(ctx, k)
 	if ctx.Err() != nil && o.unexpected != "" {
-		return // the soak's end cut it short: not a verdict either way
+		return false // the soak's end cut it short: not a verdict either way
 	}
 	if o.rcpt != nil && o.res != nil {
 		if err := h.verifyReceipt(ctx, o.res, o.rcpt); err != nil {
@@ -339,7 +348,7 @@ func (h *harness) one(ctx context.Context, k Kind) {
 	c.Runs++
 	h.mu.Unlock()
 	if o.unexpected == "" {
-		return
+		return false
 	}
 	if h.epoch.Load() != e0 || w0 != 0 || h.window.Load() != 0 {
 		// Chaos happened while it ran: failing is allowed, but what it
@@ -348,12 +357,13 @@ func (h *harness) one(ctx context.Context, k Kind) {
 		c.ChaosHit++
 		h.mu.Unlock()
 		h.afterChaos(ctx, o)
-		return
+		return true
 	}
 	h.mu.Lock()
 	c.Unexpected++
 	h.rep.Failures = append(h.rep.Failures, fmt.Sprintf("%s (%s–%s): %s", k, t0.Round(time.Millisecond), time.Since(h.began).Round(time.Millisecond), short(o.unexpected)))
 	h.mu.Unlock()
+	return false
 }
 
 // verifyReceipt verifies a receipt with the project's verifier (as custody
@@ -534,16 +544,22 @@ func (h *harness) retention(ctx context.Context) {
 	st.OutputsBefore = duBytes(filepath.Join(h.stateDir, "outputs"))
 	st.StateBefore = duBytes(h.stateDir)
 	time.Sleep(2 * time.Second) // every record is now older than the keep-for below
+	st.After.Err = "not measured: the retention pass did not run"
 	if err := h.d.Reconfigure(func(c *config.Config) {
 		c.Retention = config.Retention{Receipts: "1s", Outputs: "1s"}
 	}); err != nil {
 		h.note("retention pass: %v", err)
 		return
 	}
+	// Retention runs before custodyd answers: with a day's records that
+	// takes a while.
+	h.d.ReadyTimeout = 10 * time.Minute
+	began := time.Now()
 	if err := h.d.Restart(ctx); err != nil {
 		h.note("retention pass: restart: %v", err)
 		return
 	}
+	h.note("the start that applied retention took %s", time.Since(began).Round(time.Millisecond))
 	if err := h.d.Stop(); err != nil {
 		h.note("custodyd stop after the retention pass: %v", err)
 	}

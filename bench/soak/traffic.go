@@ -142,7 +142,7 @@ var specs = map[Kind]phaseSpec{
 	SpentGrant: {name: "spent", command: `["/bin/true"]`, memory: "48Mi", pids: 64, wall: "30s", output: "32Mi"},
 	BadGrant:   {name: "bad", command: `["/bin/true"]`, memory: "48Mi", pids: 64, wall: "30s", output: "32Mi"},
 	Cancel:     {name: "cancel", command: `["/bin/sleep", "60"]`, memory: "48Mi", pids: 64, wall: "2m", output: "32Mi"},
-	Timeout:    {name: "timeout", command: `["/bin/sleep", "60"]`, memory: "48Mi", pids: 64, wall: "1s", output: "32Mi"},
+	Timeout:    {name: "timeout", command: `["/bin/sleep", "60"]`, memory: "48Mi", pids: 64, wall: "3s", output: "32Mi"},
 	OverBudget: {name: "over", command: `["/bin/true"]`, memory: "64Gi", pids: 64, wall: "30s", output: "32Mi"},
 	// A fork bomb: every shell forks two more until the pids budget
 	// stops it, and the bomb never ends by itself: the wall time ends it.

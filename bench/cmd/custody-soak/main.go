@@ -29,6 +29,7 @@ func main() {
 	flag.IntVar(&o.Concurrency, "concurrency", 8, "phases in flight at once")
 	chaos := flag.String("chaos", "", "chaos at random moments, a comma-separated list of: kill (SIGKILL custodyd, then start it again), runtime (SIGKILL its runtime process), fill (fill its state filesystem for a few seconds); all for every kind")
 	flag.DurationVar(&o.ChaosEvery, "chaos-every", 30*time.Second, "mean time between two chaos actions")
+	flag.IntVar(&o.ChaosActions, "chaos-actions", 0, "with -phases: this many chaos actions, spread over the second half's phases (instead of -chaos-every)")
 	flag.DurationVar(&o.SampleEvery, "sample-every", 10*time.Second, "how often the resource curves are sampled")
 	stateFS := flag.Int64("state-fs-mib", 2048, "size of the state filesystem (an ext4 image on a loop device)")
 	flag.Uint64Var(&o.Seed, "seed", uint64(time.Now().UnixNano()), "seed of the traffic mix and the chaos schedule")
