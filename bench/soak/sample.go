@@ -93,7 +93,7 @@ func (h *harness) sample(ctx context.Context) Sample {
 	if ents, err := os.ReadDir(filepath.Join(h.d.Dir, "run")); err == nil {
 		v[Containers] = float64(len(ents))
 	}
-	if n, err := h.cgroups(ctx); err == nil {
+	if n, err := h.cgroups(ctx, false); err == nil {
 		v[Cgroups] = float64(n)
 	}
 	return s

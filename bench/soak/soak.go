@@ -97,7 +97,10 @@ type harness struct {
 	rep      *Report
 	rv       *bench.ReceiptVerifier
 	receipts map[string][32]byte // run id -> receipt envelope digest, as first returned
+	seen     map[string]bool     // every run id the soak saw start
 	cgParent []string            // custodyd's cgroup directory in each hierarchy
+	// startCgroups is the cgroup count at the start, by the journal.
+	startCgroups int
 }
 
 // Run runs a soak and returns its report; an error means the soak itself
@@ -129,7 +132,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 10 * time.Second
 	}
-	h := &harness{o: o, top: o.Dir, receipts: map[string][32]byte{},
+	h := &harness{o: o, top: o.Dir, receipts: map[string][32]byte{}, seen: map[string]bool{},
 		rep: &Report{Options: o, Counts: map[Kind]*KindCount{}, Chaos: map[string]int{}}}
 	for _, k := range o.Mix.kinds() {
 		h.rep.Counts[k] = &KindCount{}
@@ -203,6 +206,7 @@ func (h *harness) setup(ctx context.Context) error {
 	// the start sample waits for them, as the end sample does.
 	time.Sleep(2 * time.Second)
 	h.cgParent = cgroupParents(h.d.Pid())
+	h.startCgroups, _ = h.cgroups(ctx, true)
 	return nil
 }
 
@@ -270,7 +274,9 @@ func (h *harness) note(format string, a ...any) {
 // or the duration is reached.
 func (h *harness) drive(ctx context.Context) {
 	h.began = time.Now()
-	h.rep.Samples = append(h.rep.Samples, h.sample(ctx))
+	first := h.sample(ctx)
+	first.Values[Cgroups] = float64(h.startCgroups) // by the journal, as the end's
+	h.rep.Samples = append(h.rep.Samples, first)
 	rctx, stop := context.WithCancel(ctx)
 	if h.o.Duration > 0 {
 		rctx, stop = context.WithTimeout(ctx, h.o.Duration)
@@ -466,6 +472,11 @@ func (h *harness) finish(ctx context.Context) {
 	}
 	time.Sleep(2 * time.Second)
 	end := h.sample(ctx)
+	if n, err := h.cgroups(ctx, true); err == nil {
+		end.Values[Cgroups] = float64(n)
+	} else {
+		delete(end.Values, Cgroups)
+	}
 	h.rep.Samples = append(h.rep.Samples, end)
 	h.rep.End = end
 	if start, ok := h.rep.Samples[0].Values[Procs]; ok && end.Values[Procs] > start {
@@ -618,17 +629,34 @@ func cgroupParents(pid int) []string {
 	return out
 }
 
-// cgroups counts the cgroups of this runner's journalled attempts
-// (custody/custody-<run id> under custodyd's own cgroup) in every hierarchy: other
-// runners on the machine make theirs beside them.
-func (h *harness) cgroups(ctx context.Context) (int, error) {
-	as, err := h.d.Control.Attempts(ctx)
-	if err != nil {
-		return 0, err
-	}
+// cgroups counts the cgroups of this runner's launches (custody/custody-<run
+// id> under custodyd's own cgroup) in every hierarchy: other runners on
+// the machine make theirs beside them. Whose they are comes from the
+// journal when full is set (every attempt this runner made), else from the
+// runs this soak saw start and the sandboxes in the runtime dir: the
+// journal's list is read whole into memory by custodyd, so reading it at
+// every sample would load custodyd with the soak's own observation.
+func (h *harness) cgroups(ctx context.Context, full bool) (int, error) {
 	ours := map[string]bool{}
-	for _, a := range as {
-		ours["custody-"+a.RunID] = true
+	if full {
+		as, err := h.d.Control.Attempts(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, a := range as {
+			ours["custody-"+a.RunID] = true
+		}
+	} else {
+		h.mu.Lock()
+		for id := range h.seen {
+			ours["custody-"+id] = true
+		}
+		h.mu.Unlock()
+		if ents, err := os.ReadDir(filepath.Join(h.d.Dir, "run")); err == nil {
+			for _, e := range ents {
+				ours[e.Name()] = true
+			}
+		}
 	}
 	n := 0
 	for _, p := range h.cgParent {

@@ -215,6 +215,9 @@ func (h *harness) issue(ctx context.Context, k Kind) ([]byte, error) {
 func (h *harness) run(ctx context.Context, o *outcome, started func(string)) {
 	o.res, o.rcpt, o.err = h.d.Submit.RunWithReceipt(ctx, o.grant, io.Discard, io.Discard, func(id string) {
 		o.runID = id
+		h.mu.Lock()
+		h.seen[id] = true
+		h.mu.Unlock()
 		if started != nil {
 			started(id)
 		}
