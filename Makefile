@@ -220,7 +220,7 @@ soak: build vm-deps $(BUILD)/testimage/rootfs bin/custody-soak
 # Its short form, in CI after make test: about two minutes here (no vm
 # phases: the vm backend's own end-to-end tests cover those).
 soak-short: build $(BUILD)/testimage/rootfs bin/custody-soak
-	./bin/custody-soak -phases 1000 -concurrency 4 -chaos kill,fill -chaos-every 4s -sample-every 5s -state-fs-mib 1024 -quiet
+	./bin/custody-soak -phases 1000 -concurrency 4 -chaos kill,fill -chaos-actions 8 -sample-every 5s -state-fs-mib 1024 -quiet
 bin/custody-soak: $(GO_SOURCES)
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custody-soak ./bench/cmd/custody-soak
