@@ -70,7 +70,19 @@ type Verdict struct {
 	Name   string
 	Held   bool
 	Detail string
+	// NotJudged: the run was too short to judge it (Held is then
+	// meaningless and the soak's outcome does not depend on it).
+	NotJudged bool
 }
+
+func verdictOf(name string, held bool, detail string) Verdict {
+	return Verdict{Name: name, Held: held, Detail: detail}
+}
+
+// MinFlatStretch is the shortest undisturbed stretch flatness is judged
+// over: in less, custodyd's heap is still growing to its working size
+// (the warm-up alone is a fifth of the stretch).
+const MinFlatStretch = 5 * time.Minute
 
 // point returns the value of curve at sample i, and whether it was read.
 func (r *Report) point(i int, curve string) (float64, bool) {
@@ -134,8 +146,8 @@ func (r *Report) flat(curve string, slack float64) (held bool, warm, late, bound
 // Verdicts judges every must-hold property.
 func (r *Report) Verdicts() []Verdict {
 	var vs []Verdict
-	vs = append(vs, Verdict{"0 unasked failures", len(r.Failures) == 0 && len(r.ChaosErrors) == 0,
-		fmt.Sprintf("%d unasked failures, %d chaos actions that could not be done", len(r.Failures), len(r.ChaosErrors))})
+	vs = append(vs, verdictOf("0 unasked failures", len(r.Failures) == 0 && len(r.ChaosErrors) == 0,
+		fmt.Sprintf("%d unasked failures, %d chaos actions that could not be done", len(r.Failures), len(r.ChaosErrors))))
 	var leaks []string
 	for _, c := range leakCurves {
 		s, ok1 := r.point(0, c)
@@ -150,13 +162,13 @@ func (r *Report) Verdicts() []Verdict {
 	if len(r.UncleanAttempts) > 0 {
 		leaks = append(leaks, fmt.Sprintf("%d journalled attempts not clean", len(r.UncleanAttempts)))
 	}
-	vs = append(vs, Verdict{"0 leaks at the end (against the start)", len(leaks) == 0, orNone(leaks)})
+	vs = append(vs, verdictOf("0 leaks at the end (against the start)", len(leaks) == 0, orNone(leaks)))
 	rec := fmt.Sprintf("%d verified, %d failed; %d fetched again at the end: %d lost, %d changed",
 		r.ReceiptsVerified, r.ReceiptsFailed, r.ReceiptsRechecked, len(r.ReceiptsLost), len(r.ReceiptsChanged))
-	vs = append(vs, Verdict{"every receipt verifies", r.ReceiptsVerified > 0 && r.ReceiptsFailed == 0 &&
-		len(r.ReceiptsLost) == 0 && len(r.ReceiptsChanged) == 0, rec})
-	vs = append(vs, Verdict{"no grant launched twice", r.DoubleLaunches == 0,
-		fmt.Sprintf("%d grants with more than one attempt among %d journalled attempts; %d chaos-interrupted grants launched on a second submit (never consumed before)", r.DoubleLaunches, r.Attempts, r.Relaunched)})
+	vs = append(vs, verdictOf("every receipt verifies", r.ReceiptsVerified > 0 && r.ReceiptsFailed == 0 &&
+		len(r.ReceiptsLost) == 0 && len(r.ReceiptsChanged) == 0, rec))
+	vs = append(vs, verdictOf("no grant launched twice", r.DoubleLaunches == 0,
+		fmt.Sprintf("%d grants with more than one attempt among %d journalled attempts; %d chaos-interrupted grants launched on a second submit (never consumed before)", r.DoubleLaunches, r.Attempts, r.Relaunched)))
 	var bent []string
 	for _, c := range []string{RSS, FDs, Goroutines} {
 		held, warm, late, bound, ok := r.flat(c, flatSlack[c])
@@ -166,22 +178,36 @@ func (r *Report) Verdicts() []Verdict {
 			bent = append(bent, fmt.Sprintf("%s: %s after warm-up, bound %s (warm-up %s)", c, fmtVal(c, late), fmtVal(c, bound), fmtVal(c, warm)))
 		}
 	}
-	vs = append(vs, Verdict{"curves flat after warm-up", len(bent) == 0, orNone(bent)})
+	flat := Verdict{Name: "curves flat after warm-up", Held: len(bent) == 0, Detail: orNone(bent)}
+	if stretch := r.stretch(); stretch < MinFlatStretch {
+		flat.NotJudged = true
+		flat.Detail = fmt.Sprintf("the undisturbed stretch (%s) is shorter than %s; as measured: %s", stretch.Round(time.Second), MinFlatStretch, flat.Detail)
+	}
+	vs = append(vs, flat)
 	st := r.Store
 	bounded := st.Before.Err == "" && st.After.Err == "" && st.After.LiveBytes < st.Before.LiveBytes &&
 		(st.OutputsBefore == 0 || st.OutputsAfter < st.OutputsBefore)
-	vs = append(vs, Verdict{"store bounded by retention", bounded, fmt.Sprintf(
+	vs = append(vs, verdictOf("store bounded by retention", bounded, fmt.Sprintf(
 		"store data (compacted) %s → %s, store file %s → %s, outputs %s → %s, state dir %s → %s%s",
 		mib(st.Before.LiveBytes), mib(st.After.LiveBytes), mib(st.Before.FileBytes), mib(st.After.FileBytes),
 		mib(st.OutputsBefore), mib(st.OutputsAfter), mib(st.StateBefore), mib(st.StateAfter),
-		errNote(st.Before.Err, st.After.Err))})
+		errNote(st.Before.Err, st.After.Err))))
 	return vs
 }
 
-// Held says every verdict held.
+// stretch is how long custodyd ran undisturbed: the whole run, or until
+// chaos began.
+func (r *Report) stretch() time.Duration {
+	if r.ChaosFrom > 0 {
+		return r.ChaosFrom
+	}
+	return r.Elapsed
+}
+
+// Held says every verdict that was judged held.
 func (r *Report) Held() bool {
 	for _, v := range r.Verdicts() {
-		if !v.Held {
+		if !v.Held && !v.NotJudged {
 			return false
 		}
 	}
@@ -264,7 +290,10 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nmust hold:\n")
 	for _, v := range r.Verdicts() {
 		mark := "HELD  "
-		if !v.Held {
+		switch {
+		case v.NotJudged:
+			mark = "NOT JUDGED"
+		case !v.Held:
 			mark = "FAILED"
 		}
 		fmt.Fprintf(w, "  %s %s: %s\n", mark, v.Name, v.Detail)

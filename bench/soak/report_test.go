@@ -38,6 +38,26 @@ func TestFlat(t *testing.T) {
 	}
 }
 
+// Flatness gates the outcome only over a long enough undisturbed stretch.
+func TestFlatNeedsAStretch(t *testing.T) {
+	r := series(FDs, 30, 40, 60, 80, 100, 120, 140, 160, 180, 200)
+	r.ReceiptsVerified = 1
+	v := verdict(t, r, "curves flat")
+	if !v.NotJudged || !strings.Contains(v.Detail, "shorter than") {
+		t.Errorf("a 9 s run's flatness judged: %+v", v)
+	}
+	long := &Report{Elapsed: 10 * time.Minute, ReceiptsVerified: 1}
+	for i, x := range []float64{30, 40, 60, 80, 100, 120, 140, 160, 180, 200} {
+		long.Samples = append(long.Samples, Sample{At: time.Duration(i) * time.Minute, Values: map[string]float64{FDs: x, RSS: 1, Goroutines: 1}})
+	}
+	if v := verdict(t, long, "curves flat"); v.NotJudged || v.Held {
+		t.Errorf("a 10-minute climb: %+v", v)
+	}
+	if long.Held() {
+		t.Error("a report with a judged climbing curve held")
+	}
+}
+
 // A leak curve above its start at the end fails the leak verdict; back at
 // its start it holds.
 func TestLeakVerdict(t *testing.T) {

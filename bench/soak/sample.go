@@ -47,6 +47,9 @@ type Sample struct {
 // sample reads every curve; a value that cannot be read is left out (the
 // report says so) rather than read as zero.
 func (h *harness) sample(ctx context.Context) Sample {
+	// A custodyd killed mid-answer must not hold the sampler.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	s := Sample{At: time.Since(h.began), Phases: int(h.done.Load()), Values: map[string]float64{}}
 	v := s.Values
 	pid := h.d.Pid()

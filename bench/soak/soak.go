@@ -98,6 +98,7 @@ type harness struct {
 	rv       *bench.ReceiptVerifier
 	receipts map[string][32]byte // run id -> receipt envelope digest, as first returned
 	seen     map[string]bool     // every run id the soak saw start
+	hit      map[string]bool     // run ids of phases chaos cut short
 	cgParent []string            // custodyd's cgroup directory in each hierarchy
 	// startCgroups is the cgroup count at the start, by the journal.
 	startCgroups int
@@ -132,7 +133,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.SampleEvery <= 0 {
 		o.SampleEvery = 10 * time.Second
 	}
-	h := &harness{o: o, top: o.Dir, receipts: map[string][32]byte{}, seen: map[string]bool{},
+	h := &harness{o: o, top: o.Dir, receipts: map[string][32]byte{}, seen: map[string]bool{}, hit: map[string]bool{},
 		rep: &Report{Options: o, Counts: map[Kind]*KindCount{}, Chaos: map[string]int{}}}
 	for _, k := range o.Mix.kinds() {
 		h.rep.Counts[k] = &KindCount{}
@@ -337,8 +338,7 @@ func (h *harness) drive(ctx context.Context) {
 // one runs one phase of kind k, judges it and checks its receipt. It says
 // whether chaos cut the phase short.
 func (h *harness) one(ctx context.Context, k Kind) (chaosHit bool) {
-	h.gate.RLock()
-	h.gate.RUnlock()
+	h.settled(ctx)
 	e0, w0, t0 := h.epoch.Load(), h.window.Load(), time.Since(h.began)
 	o := h.phase(ctx, k)
 	if ctx.Err() != nil && o.unexpected != "" {
@@ -356,11 +356,14 @@ func (h *harness) one(ctx context.Context, k Kind) (chaosHit bool) {
 	if o.unexpected == "" {
 		return false
 	}
-	if h.epoch.Load() != e0 || w0 != 0 || h.window.Load() != 0 {
+	if h.epoch.Load() != e0 || w0 != 0 || h.window.Load() != 0 || h.chaosQuarantine(ctx, o.err) {
 		// Chaos happened while it ran: failing is allowed, but what it
 		// leaves must still hold.
 		h.mu.Lock()
 		c.ChaosHit++
+		if o.runID != "" {
+			h.hit[o.runID] = true
+		}
 		h.mu.Unlock()
 		h.afterChaos(ctx, o)
 		return true
@@ -370,6 +373,38 @@ func (h *harness) one(ctx context.Context, k Kind) (chaosHit bool) {
 	h.rep.Failures = append(h.rep.Failures, fmt.Sprintf("%s (%s–%s): %s", k, t0.Round(time.Millisecond), time.Since(h.began).Round(time.Millisecond), short(o.unexpected)))
 	h.mu.Unlock()
 	return false
+}
+
+// chaosQuarantine says err is a refusal because the runner quarantined
+// itself over a run chaos cut short (its cleanup could not be verified);
+// then the soak does the operator's part (recover, release) and counts
+// it. A quarantine over any other run is not chaos's.
+func (h *harness) chaosQuarantine(ctx context.Context, err error) bool {
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeQuarantined {
+		return false
+	}
+	q, qerr := h.d.Control.Quarantine(ctx)
+	if qerr != nil || !q.Quarantined {
+		return qerr == nil // released meanwhile: it was settled
+	}
+	h.mu.Lock()
+	ours := h.hit[q.RunID]
+	h.mu.Unlock()
+	if ours {
+		h.settleQuarantine(ctx, "a run chaos cut short")
+	}
+	return ours
+}
+
+// settled waits until no chaos is under way: custodyd is not restarting
+// and no chaos window (a full state filesystem, a killed runtime) is open.
+func (h *harness) settled(ctx context.Context) {
+	h.gate.RLock()
+	h.gate.RUnlock()
+	for h.window.Load() != 0 && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // verifyReceipt verifies a receipt with the project's verifier (as custody
@@ -408,8 +443,7 @@ func (h *harness) verifyReceipt(ctx context.Context, res *api.Result, rcpt *api.
 // started ends with an explicit result whose receipt (if any) verifies,
 // and its grant never launches again.
 func (h *harness) afterChaos(ctx context.Context, o *outcome) {
-	h.gate.RLock() // custodyd is back
-	h.gate.RUnlock()
+	h.settled(ctx) // custodyd is back
 	fail := func(format string, a ...any) {
 		h.mu.Lock()
 		h.rep.Counts[o.kind].Unexpected++
@@ -439,11 +473,20 @@ func (h *harness) afterChaos(ctx context.Context, o *outcome) {
 		return
 	}
 	// The grant again: refused as spent if it was consumed; if it never
-	// was (no run id seen) it may launch now, once.
+	// was (no run id seen) it may launch now, once. If more chaos cuts
+	// the connection meanwhile, it is asked again once that is over.
 	var again outcome
 	again.grant = o.grant
-	h.run(ctx, &again, nil)
 	var ae *api.Error
+	for try := 0; ; try++ {
+		e0 := h.epoch.Load()
+		h.settled(ctx)
+		again = outcome{grant: o.grant}
+		h.run(ctx, &again, nil)
+		if again.err == nil || errors.As(again.err, &ae) || try == 10 || (h.epoch.Load() == e0 && h.window.Load() == 0) {
+			break
+		}
+	}
 	switch {
 	case errors.As(again.err, &ae) && ae.Code == api.CodeReplayed:
 	case again.err == nil && o.runID == "":
