@@ -23,7 +23,7 @@ func main() {
 	var o soak.Options
 	bin := flag.String("bin", "bin", "directory of the built custodyd and custody-runc")
 	flag.StringVar(&o.Rootfs, "rootfs", "build/testimage/rootfs", "the busybox test image's root filesystem")
-	flag.StringVar(&o.Dir, "dir", "", "a fresh directory for the soak's daemon and state filesystem (default: a new one under build/soak)")
+	flag.StringVar(&o.Dir, "dir", "", "a fresh directory for the soak's daemon and state filesystem (default: a new one under build/_soak)")
 	flag.IntVar(&o.Phases, "phases", 0, "stop after this many phases (0: no count; then -duration must be set)")
 	flag.DurationVar(&o.Duration, "duration", 0, "stop after this long (0: no limit; then -phases must be set)")
 	flag.IntVar(&o.Concurrency, "concurrency", 8, "phases in flight at once")
@@ -82,11 +82,13 @@ func main() {
 		*p = abs
 	}
 	if o.Dir == "" {
-		if err := os.MkdirAll("build/soak", 0o711); err != nil {
+		// Under build/_soak: the go tool skips a directory whose name
+		// starts with "_", so ./... never walks a soak's live state.
+		if err := os.MkdirAll("build/_soak", 0o711); err != nil {
 			fmt.Fprintln(os.Stderr, "custody-soak:", err)
 			os.Exit(2)
 		}
-		d, err := os.MkdirTemp("build/soak", "run-")
+		d, err := os.MkdirTemp("build/_soak", "run-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "custody-soak:", err)
 			os.Exit(2)
