@@ -315,7 +315,19 @@ func (r *Report) Print(w io.Writer) {
 	show("attempts not clean at the end", r.UncleanAttempts)
 	show("receipts lost", r.ReceiptsLost)
 	show("receipts changed", r.ReceiptsChanged)
-	show("notes", r.Notes)
+	// What chaos struck when comes last: the other notes are the news.
+	notes := slices.Clone(r.Notes)
+	slices.SortStableFunc(notes, func(a, b string) int {
+		ca, cb := strings.HasPrefix(a, "chaos at "), strings.HasPrefix(b, "chaos at ")
+		switch {
+		case ca == cb:
+			return 0
+		case cb:
+			return -1
+		}
+		return 1
+	})
+	show("notes", notes)
 }
 
 func (r *Report) at(i int) string {
