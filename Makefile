@@ -15,7 +15,7 @@ GO_SOURCES := $(shell find . \( -name '*.go' -o -name '*.s' \) -not -path './bui
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/custody-dev/custody/matrix.Version=$(VERSION)
 
-.PHONY: docs all deps docker-deps bench-deps vm-deps image-deps browser-deps mcp-node-deps build runc demo test test-kube test-images test-race test-short test-vm-pooled fuzz bench clean qualify-vm install
+.PHONY: soak soak-short docs all deps docker-deps bench-deps vm-deps image-deps browser-deps mcp-node-deps build runc demo test test-kube test-images test-race test-short test-vm-pooled fuzz bench clean qualify-vm install
 
 all: build
 
@@ -216,6 +216,24 @@ qualify-vm: build
 # (BENCH_JSON=path also writes it as JSON). Root; about 6 minutes.
 bench: build $(BUILD)/testimage/rootfs
 	./scripts/bench.sh $(BENCH_ARGS)
+
+# A day of load (docs/how-to/check-a-release-with-soak.md): mixed traffic
+# through a real custodyd at concurrency 8, its resource curves sampled,
+# custodyd killed (SIGKILL) about 100 times, its runtime process killed and
+# its state filesystem (a loop-mounted image of its own) filled, a small
+# share of phases on the vm backend, and a verdict per property that must
+# hold; exits non-zero if one fails. Root. SOAK_ARGS overrides the run,
+# e.g. SOAK_ARGS="-duration 24h -chaos all".
+SOAK_ARGS ?= -phases 10000 -concurrency 8 -chaos all -chaos-actions 145 -state-fs-mib 8192 -vm-kernel $(BUILD)/vm/vmlinux
+soak: build vm-deps $(BUILD)/testimage/rootfs bin/custody-soak
+	./bin/custody-soak $(SOAK_ARGS)
+# Its short form, in CI after make test: about two minutes here (no vm
+# phases: the vm backend's own end-to-end tests cover those).
+soak-short: build $(BUILD)/testimage/rootfs bin/custody-soak
+	./bin/custody-soak -phases 1000 -concurrency 4 -chaos kill,fill -chaos-actions 8 -sample-every 5s -state-fs-mib 1024 -quiet
+bin/custody-soak: $(GO_SOURCES)
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/custody-soak ./bench/cmd/custody-soak
 
 # Fuzz every parser of untrusted input for a short while each.
 FUZZTIME ?= 20s

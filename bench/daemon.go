@@ -37,10 +37,18 @@ type Daemon struct {
 	Image string
 	// LogPath is custodyd's log (stderr) file.
 	LogPath string
+	// ReadyTimeout bounds the wait for a (re)started custodyd to answer:
+	// its recovery and retention run first. 20 s if unset.
+	ReadyTimeout time.Duration
 
 	cmd  *exec.Cmd
 	done chan error
 	logs *os.File
+	// bin and args start custodyd again (Restart); cfg is its
+	// configuration as written to cfgPath.
+	bin, cfgPath string
+	args         []string
+	cfg          config.Config
 	// runTmpfs is the tmpfs mounted on the runtime dir, if any.
 	runTmpfs string
 
@@ -63,7 +71,7 @@ func (d *Daemon) LastReceipt() (*api.Receipt, *api.Result) {
 
 // IssuerPublicKey is the PEM of custodyd's grant issuer key.
 func (d *Daemon) IssuerPublicKey() ([]byte, error) {
-	return os.ReadFile(filepath.Join(d.Dir, "state", "keys", "issuer.pub"))
+	return os.ReadFile(filepath.Join(d.cfg.Runner.StateDir, "keys", "issuer.pub"))
 }
 
 // DaemonOptions say which binaries and image to use.
@@ -79,6 +87,9 @@ type DaemonOptions struct {
 	LogLevel string
 	// CPUProfile, if set, is where custodyd writes its CPU profile.
 	CPUProfile string
+	// Configure, if set, edits custodyd's configuration before it is
+	// written (another state dir, retention, more backends).
+	Configure func(*config.Config)
 }
 
 // policyYAML is the bench's operator policy: the example policy's
@@ -188,6 +199,10 @@ func StartDaemon(ctx context.Context, o DaemonOptions) (*Daemon, error) {
 			Runtime: config.Runtime{Path: o.Runtime, Version: version, SHA256: sha}},
 		Policy: policy, ControlSocket: d.ControlSocket, SubmitSocket: d.SubmitSocket, Operators: []uint32{0},
 	}
+	if o.Configure != nil {
+		o.Configure(&c)
+	}
+	d.cfg, d.cfgPath = c, cfg
 	data, err := c.Marshal()
 	if err != nil {
 		return nil, err
@@ -220,32 +235,20 @@ func StartDaemon(ctx context.Context, o DaemonOptions) (*Daemon, error) {
 	if o.CPUProfile != "" {
 		args = append(args, "--cpuprofile", o.CPUProfile)
 	}
-	d.cmd = exec.Command(o.Custodyd, args...)
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
-	if err := d.cmd.Start(); err != nil {
-		d.logs.Close()
-		d.unmountRun()
-		return nil, fmt.Errorf("start custodyd: %w", err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
+	d.bin, d.args = o.Custodyd, args
 	d.Control = api.NewClient(d.ControlSocket)
 	d.Submit = api.NewClient(d.SubmitSocket)
+	if err := d.spawn(ctx); err != nil {
+		d.logs.Close()
+		d.unmountRun()
+		return nil, err
+	}
 	fail := func(err error) (*Daemon, error) {
 		d.Stop()
 		return nil, fmt.Errorf("%w\ncustodyd log (%s):\n%s", err, d.LogPath, d.LogTail(20))
 	}
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	ready := make(chan error, 1)
-	go func() { ready <- d.Control.WaitReady(wctx) }()
-	select {
-	case err := <-ready:
-		if err != nil {
-			return fail(err)
-		}
-	case err := <-d.done:
-		d.done <- err
-		return fail(fmt.Errorf("custodyd exited at start: %v", err))
+	if err := d.waitReady(ctx); err != nil {
+		return fail(err)
 	}
 	img, err := d.Control.ImportImage(ctx, o.Rootfs)
 	if err != nil {

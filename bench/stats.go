@@ -114,12 +114,46 @@ func OtherLoad(a, b CPUTimes, own time.Duration) float64 {
 // with the children it reaped (user and system; USER_HZ ticks): a child
 // that ends moves its time into its reaper's, so the sum only grows.
 func TreeCPU(root int) time.Duration {
+	parent, ticks := readProcs()
+	var sum int64
+	for pid, t := range ticks {
+		if pid == root || under(parent, pid, root) {
+			sum += t
+		}
+	}
+	return time.Duration(sum) * (time.Second / 100)
+}
+
+// Descendants lists the processes below root (not root itself).
+func Descendants(root int) []int {
+	parent, _ := readProcs()
+	var out []int
+	for pid := range parent {
+		if under(parent, pid, root) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// under says root is an ancestor of pid.
+func under(parent map[int]int, pid, root int) bool {
+	for p, hops := parent[pid], 0; p > 0 && hops < 64; p, hops = parent[p], hops+1 {
+		if p == root {
+			return true
+		}
+	}
+	return false
+}
+
+// readProcs reads every process's parent and CPU ticks (its own and its
+// reaped children's) from /proc.
+func readProcs() (parent map[int]int, ticks map[int]int64) {
+	parent, ticks = map[int]int{}, map[int]int64{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return parent, ticks
 	}
-	parent := map[int]int{}
-	ticks := map[int]int64{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -145,14 +179,5 @@ func TreeCPU(root int) time.Duration {
 			ticks[pid] += v
 		}
 	}
-	var sum int64
-	for pid, t := range ticks {
-		for p, hops := pid, 0; p > 0 && hops < 64; p, hops = parent[p], hops+1 {
-			if p == root {
-				sum += t
-				break
-			}
-		}
-	}
-	return time.Duration(sum) * (time.Second / 100)
+	return parent, ticks
 }

@@ -140,6 +140,12 @@ var banned = map[string]map[string]string{
 		"host":   "the configuration is a leaf: the test harness, the bench and qualification (which the CLI imports) marshal it",
 		"launch": "", "store": "", "daemon": "", "backend/oci": "", "backend/docker": "", "backend/vm": "", "workspace": "",
 	},
+	// The soak loads a real custodyd from outside, as an operator's
+	// clients would; what it judges must come from the daemon it runs.
+	"bench/soak": {
+		"daemon": "the soak reaches custodyd only through its sockets and the built binary, never in process",
+		"host":   "", "launch": "", "pool": "",
+	},
 	"qualification": {
 		"store":       "the attester gets the runner's records as values, and the CLI imports this package",
 		"journal":     "",
