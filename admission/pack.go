@@ -144,6 +144,13 @@ type PlanService struct {
 	// prefix; DependsOn are the services started first.
 	Labels    map[string]string `json:"labels,omitempty"`
 	DependsOn []string          `json:"dependsOn,omitempty"`
+	// Conditions are the depends_on conditions up waits for before it
+	// starts the service (service_healthy, service_completed_successfully),
+	// by the service depended on; absent for service_started and before.
+	Conditions map[string]string `json:"dependsOnConditions,omitempty"`
+	// Healthcheck is the granted health check; absent when the file gives
+	// none, and before.
+	Healthcheck *PlanHealthcheck `json:"healthcheck,omitempty"`
 }
 
 // PlanBuild is an admitted build: section.
@@ -389,7 +396,7 @@ var modelled = map[reflect.Type][]string{
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
 		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform", "Logging",
-		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn"},
+		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Conditions", "Healthcheck"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
 	reflect.TypeFor[pack.Mount]():     {"Type", "Source", "Target", "ReadOnly", "TmpfsBytes"},
@@ -462,6 +469,8 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	a.misc(w, s)
 	ps.Labels = a.labels(w, s)
 	ps.DependsOn = a.dependsOn(w, s)
+	ps.Conditions = a.conditions(w, s)
+	ps.Healthcheck = a.healthcheck(w, s)
 	ps.Networks = a.serviceNetworks(w, s)
 	ps.Aliases = a.containerName(w, s, ps.Networks)
 	ps.Init = a.init(w, s)

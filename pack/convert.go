@@ -174,10 +174,21 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		}
 	}
 	for _, dep := range slices.Sorted(maps.Keys(s.DependsOn)) {
-		if c := s.DependsOn[dep].Condition; c != "" && c != types.ServiceConditionStarted {
-			return Service{}, &ValueError{Path: path + ".depends_on." + dep + ".condition", Value: c, Reason: "only service_started is modelled (health checks are not)", Fix: "use condition: service_started"}
+		switch c := s.DependsOn[dep].Condition; c {
+		case "", ConditionStarted:
+		case ConditionHealthy, ConditionCompleted:
+			if out.Conditions == nil {
+				out.Conditions = map[string]string{}
+			}
+			out.Conditions[dep] = c
+		default:
+			return Service{}, &ValueError{Path: path + ".depends_on." + dep + ".condition", Value: c, Reason: "not a depends_on condition",
+				Fix: "use service_started, service_healthy or service_completed_successfully"}
 		}
 		out.DependsOn = append(out.DependsOn, dep)
+	}
+	if out.Healthcheck, err = convertHealthcheck(path+".healthcheck", s.HealthCheck); err != nil {
+		return Service{}, err
 	}
 	out.Networks = slices.Sorted(maps.Keys(s.Networks))
 	for _, pc := range s.Ports {
@@ -562,4 +573,39 @@ func convertExtraHosts(path string, in types.HostsList) ([]HostEntry, error) {
 	}
 	slices.SortFunc(out, func(a, b HostEntry) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.IP, b.IP)) })
 	return slices.Compact(out), nil
+}
+
+// convertHealthcheck takes healthcheck: in either test form; test: NONE is
+// disable. Negative durations and a disable next to a test are refused.
+func convertHealthcheck(path string, hc *types.HealthCheckConfig) (*Healthcheck, error) {
+	if hc == nil {
+		return nil, nil
+	}
+	h := &Healthcheck{Disable: hc.Disable, Retries: hc.Retries}
+	if len(hc.Test) > 0 && hc.Test[0] == "NONE" {
+		if len(hc.Test) > 1 {
+			return nil, &ValueError{Path: path + ".test", Value: strings.Join(hc.Test, " "), Reason: "NONE takes no command", Fix: "write test: [\"NONE\"] or disable: true alone"}
+		}
+		h.Disable = true
+	} else {
+		h.Test = slices.Clone([]string(hc.Test))
+	}
+	if h.Disable && len(h.Test) > 0 {
+		return nil, &ValueError{Path: path, Reason: "disable: true next to a test", Fix: "remove one of them"}
+	}
+	for _, d := range []struct {
+		key string
+		in  *types.Duration
+		out **time.Duration
+	}{{"interval", hc.Interval, &h.Interval}, {"timeout", hc.Timeout, &h.Timeout}, {"start_period", hc.StartPeriod, &h.StartPeriod}} {
+		if d.in == nil {
+			continue
+		}
+		v := time.Duration(*d.in)
+		if v < 0 {
+			return nil, &ValueError{Path: path + "." + d.key, Value: v.String(), Reason: "a negative duration", Fix: "write a duration such as 5s"}
+		}
+		*d.out = &v
+	}
+	return h, nil
 }

@@ -32,11 +32,14 @@ import (
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
 //	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
-//	                    platform, logging, x-custody-systemd
+//	                    platform, logging, healthcheck, x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
-//	                    service_started}
+//	                    service_started, service_healthy or
+//	                    service_completed_successfully}
+//	service.healthcheck test, interval, timeout, start_period, retries,
+//	                    disable
 //	service.networks    a list, or a map of network → null (no sub-keys)
 //	service.ports       short syntax without ranges; long: target,
 //	                    published, host_ip, protocol
@@ -56,7 +59,7 @@ import (
 //     up never depend on flags outside the file.
 //   - configs, models, jobs, any x-* except the two above: not modelled yet.
 //   - use_api_socket, volumes_from, external_links, links,
-//     scale, runtime, pull_policy, healthcheck,
+//     scale, runtime, pull_policy,
 //     dns_opt, dns_search, group_add, ipc/oom/cpu tuning
 //     (cpu_shares, cpuset, mem_reservation, ...), device_cgroup_rules,
 //     gpus, storage_opt, develop, post_start/pre_stop hooks, provider:
@@ -71,7 +74,7 @@ import (
 //     host paths custody does not model.
 //   - bind propagation/selinux/create_host_path, volume nocopy/subpath,
 //     consistency, port mode/name/app_protocol, network aliases and
-//     addresses, and depends_on restart/required/other conditions.
+//     addresses, depends_on restart/required, healthcheck start_interval.
 //
 // The YAML itself is held to a plain subset: one document, no anchors,
 // aliases, merge keys (<<) or custom tags (!reset, !override), string keys,
@@ -151,8 +154,14 @@ func topSpec() *spec {
 			keyCheck: func(path, k string) error { return reservedLabel(path, k) },
 		},
 		"depends_on": {items: s(), free: keysOf(map[string]*spec{
-			"condition": s(),
+			"condition": {scalar: true, str: true},
 		})},
+		"healthcheck": keysOf(map[string]*spec{
+			"test":     {scalar: true, str: true, items: &spec{scalar: true, str: true}},
+			"interval": {scalar: true, str: true}, "timeout": {scalar: true, str: true},
+			"start_period": {scalar: true, str: true}, "retries": {scalar: true, check: wholeNumber},
+			"disable": s(),
+		}),
 		"networks": {items: s(), free: keysOf(map[string]*spec{})},
 		"ports": listOf(&spec{scalar: true, check: noPortRange, keys: map[string]*spec{
 			"target": s(), "published": {scalar: true, check: noPortRange}, "host_ip": s(), "protocol": s(),
@@ -258,6 +267,15 @@ func noHome(path, v string) error {
 func ulimitNumber(path, v string) error {
 	if _, err := strconv.ParseInt(v, 10, 64); err != nil {
 		return &ValueError{Path: path, Value: v, Reason: "a ulimit is a whole number", Fix: "write a number such as 4096"}
+	}
+	return nil
+}
+
+// wholeNumber refuses a count that is not a whole number before compose-go
+// reads it.
+func wholeNumber(path, v string) error {
+	if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+		return &ValueError{Path: path, Value: v, Reason: "a count is a whole number", Fix: "write a number such as 3"}
 	}
 	return nil
 }

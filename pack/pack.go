@@ -44,9 +44,16 @@ type Service struct {
 	// Labels are the labels written in the file; none is under
 	// ReservedLabelPrefix (Load refuses those, P4).
 	Labels map[string]string
-	// DependsOn are the services started before this one, sorted (only
-	// compose's service_started condition is modelled).
+	// DependsOn are the services started before this one, sorted.
 	DependsOn []string
+	// Conditions are the depends_on conditions other than
+	// service_started (ConditionHealthy, ConditionCompleted), by the
+	// service depended on; nil when every dependency is only started
+	// first.
+	Conditions map[string]string
+	// Healthcheck is healthcheck: as written; nil when the file does not
+	// say (then the image's own check, if any, is not one up waits for).
+	Healthcheck *Healthcheck
 	// Networks are the pack networks the service joins, sorted. compose's
 	// implicit default network is listed as "default"; empty only with a
 	// NetworkMode.
@@ -114,6 +121,26 @@ type Service struct {
 	Platform string
 	// Logging is logging: as written; nil when the file does not say.
 	Logging *Logging
+}
+
+// depends_on conditions beyond compose's default service_started.
+const (
+	ConditionStarted   = "service_started"
+	ConditionHealthy   = "service_healthy"
+	ConditionCompleted = "service_completed_successfully"
+)
+
+// Healthcheck is a service's health check. A nil duration or retry count
+// is one the file does not give (the engine's default applies).
+type Healthcheck struct {
+	// Test is the check as the engine takes it: "CMD" and its argv, or
+	// "CMD-SHELL" and one shell command; nil with Disable.
+	Test                           []string
+	Interval, Timeout, StartPeriod *time.Duration
+	Retries                        *uint64
+	// Disable turns off any check the image defines (disable: true, or
+	// test: NONE).
+	Disable bool
 }
 
 // Logging is a service's logging driver and its options.
