@@ -53,7 +53,16 @@ type PackFacts struct {
 // binds (by Digest) and what up realizes. It is a plain value; equal
 // inputs give equal plans.
 type PackPlan struct {
-	Project    string     `json:"project"`
+	Project string `json:"project"`
+	// ProjectFrom is where the project name came from when the file has
+	// no name: ("project-name": the operator's; "directory": the pack
+	// file's directory, as compose names it); absent when the file names
+	// it, and before.
+	ProjectFrom string `json:"projectFrom,omitempty"`
+	// Profiles are the compose profiles the operator selected: Services
+	// holds only the services without profiles and those with a selected
+	// one. Absent when none is selected, and before.
+	Profiles   []string   `json:"profiles,omitempty"`
 	PackDigest string     `json:"packDigest"`
 	Actor      string     `json:"actor"`
 	Engine     PlanEngine `json:"engine"`
@@ -295,6 +304,7 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 	a.plan = plan
 	a.engine()
 	a.unmodelled("pack", *p)
+	a.selection()
 	if p.Version != "" {
 		a.add(Check{Requirement: "version", Verdict: Chosen, Code: "obsolete-ignored",
 			Detail: fmt.Sprintf("version %q is obsolete and ignored, as compose ignores it", p.Version)})
@@ -392,11 +402,11 @@ func (a *packAdmitter) engine() {
 // field not listed is refused, so a setting the model gains is never
 // silently admitted before admission learns it.
 var modelled = map[reflect.Type][]string{
-	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
+	reflect.TypeFor[pack.Pack](): {"Project", "ProjectFrom", "Profiles", "Unselected", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
 		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform", "Logging",
-		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Conditions", "Healthcheck"},
+		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Conditions", "Healthcheck", "Profiles"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
 	reflect.TypeFor[pack.Mount]():     {"Type", "Source", "Target", "ReadOnly", "TmpfsBytes"},

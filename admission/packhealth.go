@@ -147,3 +147,36 @@ func (a *packAdmitter) conditions(w string, s *pack.Service) map[string]string {
 	}
 	return out
 }
+
+// selection records the operator's choices the pack was loaded with: a
+// project name the file does not give (an open choice, as compose makes
+// it) and the selected profiles, with each service they leave out. Both
+// are in the plan, so the grant binds them.
+func (a *packAdmitter) selection() {
+	p := a.p
+	a.plan.ProjectFrom, a.plan.Profiles = p.ProjectFrom, slices.Clone(p.Profiles)
+	switch p.ProjectFrom {
+	case "":
+	case pack.ProjectFromOperator:
+		a.add(Check{Requirement: "name", Verdict: Chosen, Code: "project-name-operator",
+			Detail: fmt.Sprintf("the file has no name:; the project is %q, the operator's project name", p.Project)})
+	case pack.ProjectFromDirectory:
+		a.add(Check{Requirement: "name", Verdict: Chosen, Code: "project-name-directory",
+			Detail: fmt.Sprintf("the file has no name:; the project is %q, from the pack file's directory, as compose names it", p.Project)})
+	default:
+		a.add(Check{Requirement: "name", Verdict: Unsupported, Code: "unmodelled",
+			Detail: fmt.Sprintf("project name source %q is not modelled", p.ProjectFrom), Fix: "add name: to the file"})
+	}
+	if len(p.Profiles) > 0 || len(p.Unselected) > 0 {
+		sel := "no profile is selected"
+		if len(p.Profiles) > 0 {
+			sel = "profiles " + strings.Join(p.Profiles, ", ") + " are selected"
+		}
+		left := "none is left out"
+		if len(p.Unselected) > 0 {
+			left = "not brought up: " + strings.Join(p.Unselected, ", ")
+		}
+		a.add(Check{Requirement: "profiles", Verdict: Granted, Code: "profiles-selected",
+			Detail: fmt.Sprintf("the operator's selection: %s; %s (the grant binds this selection)", sel, left)})
+	}
+}

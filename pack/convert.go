@@ -24,7 +24,7 @@ const ReservedLabelPrefix = "dev.custody."
 // has already refused every key custody does not model; this refuses the
 // values that a modelled key can carry inside a string (short syntax) or
 // that compose-go fills in on its own.
-func convert(project *types.Project, dir string, fixtures map[string]string) (*Pack, []error) {
+func convert(project *types.Project, dir string, fixtures map[string]string, profiles []string) (*Pack, []error) {
 	p := &Pack{}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(project.Networks)) {
@@ -54,17 +54,33 @@ func convert(project *types.Project, dir string, fixtures map[string]string) (*P
 		p.Secrets = append(p.Secrets, s)
 	}
 	if len(project.DisabledServices) > 0 {
-		// Profiles are refused by the allowlist, so nothing can be
-		// disabled; if something is, a service would silently vanish.
+		// The loader is asked for every profile (select below), so
+		// nothing is disabled; if something is, a service would silently
+		// vanish.
 		errs = append(errs, &ValueError{Path: "services", Reason: "the compose loader disabled services, which would silently vanish", Fix: "remove profiles"})
 	}
+	p.Profiles = slices.Compact(slices.Sorted(slices.Values(profiles)))
 	for _, name := range slices.Sorted(maps.Keys(project.Services)) {
-		s, err := convertService(name, project.Services[name], dir)
+		sc := project.Services[name]
+		if !sc.HasProfile(p.Profiles) {
+			p.Unselected = append(p.Unselected, name)
+			continue
+		}
+		s, err := convertService(name, sc, dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		p.Services = append(p.Services, s)
+	}
+	for _, s := range p.Services {
+		for _, d := range s.DependsOn {
+			if slices.Contains(p.Unselected, d) {
+				errs = append(errs, &ValueError{Path: "services." + s.Name + ".depends_on." + d, Value: d,
+					Reason: fmt.Sprintf("%s is in profiles %s, none of which is selected, so it is not brought up", d, strings.Join(project.Services[d].Profiles, ", ")),
+					Fix:    "select one of its profiles, or give " + s.Name + " a profile of its own"})
+			}
+		}
 	}
 	return p, errs
 }
@@ -145,6 +161,9 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		return Service{}, err
 	}
 	out.Platform = s.Platform
+	if len(s.Profiles) > 0 {
+		out.Profiles = slices.Sorted(slices.Values(s.Profiles))
+	}
 	if s.Logging != nil {
 		out.Logging = &Logging{Driver: s.Logging.Driver}
 		if len(s.Logging.Options) > 0 {

@@ -32,7 +32,8 @@ import (
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
 //	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
-//	                    platform, logging, healthcheck, x-custody-systemd
+//	                    platform, logging, healthcheck, profiles,
+//	                    x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
@@ -55,8 +56,6 @@ import (
 // refused key its reason; this is the summary):
 //   - include, extends, env_file, label_file: they read other files or the
 //     caller's environment; a pack is one self-contained file.
-//   - profiles: refused rather than ignored, so the services a pack brings
-//     up never depend on flags outside the file.
 //   - configs, models, jobs, any x-* except the two above: not modelled yet.
 //   - use_api_socket, volumes_from, external_links, links,
 //     scale, runtime, pull_policy,
@@ -210,6 +209,7 @@ func topSpec() *spec {
 				"limits": keysOf(map[string]*spec{"memory": s(), "cpus": s(), "pids": s()}),
 			}),
 		}),
+		"profiles": listOf(&spec{scalar: true, str: true, check: profileName}),
 		extSystemd: s(),
 	})
 	return keysOf(map[string]*spec{
@@ -236,6 +236,16 @@ func containerName(path, v string) error {
 	if !containerNameRe.MatchString(v) {
 		return &ValueError{Path: path, Value: v, Reason: "not a container name that can serve as a network alias",
 			Fix: "use letters, digits, '_', '.' and '-' (at most 63), starting with a letter or digit"}
+	}
+	return nil
+}
+
+var profileRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+// profileName vets a profile name as compose does.
+func profileName(path, v string) error {
+	if !profileRe.MatchString(v) {
+		return &ValueError{Path: path, Value: v, Reason: "not a profile name", Fix: "use letters, digits, '_', '.' and '-', at least two, starting with a letter or digit"}
 	}
 	return nil
 }

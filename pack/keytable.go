@@ -57,7 +57,6 @@ func refusedKeys() map[string]why {
 		"extends":             {"it reads another file or service definition; a pack is one self-contained file", "write the service out in full"},
 		"env_file":            {"it reads the caller's files into the environment; a pack is one self-contained file (P5)", "write environment: KEY=value literally"},
 		"label_file":          {"it reads labels from another file; a pack is one self-contained file", "write labels: literally"},
-		"profiles":            {"profiles select services with flags outside the file, and custody does not yet bind a selection in the grant", "remove profiles, or split the scenario into packs"},
 		"dns_opt":             {reachesOut, fixRemove},
 		"dns_search":          {reachesOut, fixRemove},
 		"domainname":          {notYetRealized, fixRemove},

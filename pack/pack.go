@@ -10,9 +10,20 @@ import "time"
 // Pack is one loaded compose file. Every slice is sorted by name so that
 // two loads of the same bytes are equal.
 type Pack struct {
-	// Project is the compose project name (the file's top-level name:).
-	// It names nothing native: custody's workspace id does.
+	// Project is the compose project name: the file's top-level name:,
+	// or when it has none the one ProjectFrom says. It names nothing
+	// native: custody's workspace id does.
 	Project string
+	// ProjectFrom is "" when the file names the project, else where the
+	// name came from, as compose takes it: ProjectFromOperator (the
+	// operator's --project-name) or ProjectFromDirectory (the pack file's
+	// directory).
+	ProjectFrom string
+	// Profiles are the compose profiles the operator selected, sorted.
+	// Services holds the services without profiles: and those with a
+	// selected one; Unselected names the others, sorted.
+	Profiles   []string
+	Unselected []string
 	// Digest is the lowercase hex SHA-256 of the file's bytes.
 	Digest string
 	// Version is the obsolete top-level version: as written, kept only so
@@ -121,7 +132,16 @@ type Service struct {
 	Platform string
 	// Logging is logging: as written; nil when the file does not say.
 	Logging *Logging
+	// Profiles are the service's profiles: as written, sorted; the
+	// service is in the pack only when one of them is selected.
+	Profiles []string
 }
+
+// Where a project name the file does not give came from.
+const (
+	ProjectFromOperator  = "project-name"
+	ProjectFromDirectory = "directory"
+)
 
 // depends_on conditions beyond compose's default service_started.
 const (
