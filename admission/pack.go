@@ -668,8 +668,13 @@ func (a *packAdmitter) namespace(w string, s *pack.Service, key, ns, v string) s
 		a.add(Check{Requirement: req, Verdict: Granted, Code: "host-namespace-granted",
 			Detail: fmt.Sprintf("shares the host's %s namespace", ns)})
 	case isService && (ns == "network" || ns == "pid" || ns == "ipc") && target != s.Name && a.hasService(target):
-		a.add(Check{Requirement: req, Verdict: Granted, Code: "pack-namespace",
-			Detail: fmt.Sprintf("shares the %s namespace of pack service %s (in-world)", ns, target)})
+		// In-world, but up cannot realize it yet: the engine joins a
+		// namespace by container ID, and up neither starts the target
+		// first nor binds its verified ID into the join. Admission never
+		// grants what up cannot do.
+		a.add(Check{Requirement: req, Verdict: Unsupported, Code: "namespace-service-unrealized",
+			Detail: fmt.Sprintf("sharing the %s namespace of pack service %s stays in the pack's world, but up does not yet realize it (the engine joins by container ID, which up does not bind)", ns, target),
+			Fix:    "remove " + key + " and put both services on a pack network (they reach each other by service name)"})
 	case strings.HasPrefix(v, "container:"):
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "foreign-container",
 			Detail: fmt.Sprintf("%s joins a container custody did not create", v),
