@@ -47,6 +47,9 @@ type PackFacts struct {
 	SubnetPool netip.Prefix
 	// SubnetsInUse are subnets a chosen subnet must not overlap.
 	SubnetsInUse []netip.Prefix
+	// ConfigErrs say why a config file could not be read beneath the
+	// pack's directory (pack.ReadConfig), by its path.
+	ConfigErrs map[string]string
 }
 
 // PackPlan is an admitted pack with every open choice made: what a grant
@@ -160,6 +163,10 @@ type PlanService struct {
 	// Healthcheck is the granted health check; absent when the file gives
 	// none, and before.
 	Healthcheck *PlanHealthcheck `json:"healthcheck,omitempty"`
+	// Configs are the service's config files: pack content bound by
+	// digest (FixtureSHA256), delivered read-only at Target; absent when
+	// it uses none, and before.
+	Configs []PlanSecret `json:"configs,omitempty"`
 }
 
 // PlanBuild is an admitted build: section.
@@ -402,11 +409,11 @@ func (a *packAdmitter) engine() {
 // field not listed is refused, so a setting the model gains is never
 // silently admitted before admission learns it.
 var modelled = map[reflect.Type][]string{
-	reflect.TypeFor[pack.Pack](): {"Project", "ProjectFrom", "Profiles", "Unselected", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
+	reflect.TypeFor[pack.Pack](): {"Project", "ProjectFrom", "Profiles", "Unselected", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets", "Configs"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
 		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform", "Logging",
-		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Conditions", "Healthcheck", "Profiles"},
+		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Conditions", "Healthcheck", "Profiles", "Configs"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
 	reflect.TypeFor[pack.Mount]():     {"Type", "Source", "Target", "ReadOnly", "TmpfsBytes"},
@@ -500,6 +507,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 		}
 	}
 	ps.Secrets = a.secretUses(w, s)
+	ps.Configs = a.configUses(w, s)
 	if s.Systemd {
 		a.systemd(w, s, &ps)
 	}
@@ -1199,18 +1207,7 @@ func (a *packAdmitter) secretUses(w string, s *pack.Service) []PlanSecret {
 			ps.Mode = 0o400
 		}
 		switch {
-		case i < 0:
-			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "secret-undeclared",
-				Detail: fmt.Sprintf("secret %q is not declared by the pack", u.Name), Fix: "declare it under the pack's top-level secrets"})
-		case !cleanPath(ps.Target):
-			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "secret-target",
-				Detail: fmt.Sprintf("target %q is not a clean absolute path", ps.Target), Fix: "write an absolute container path"})
-		case ps.Mode&^0o444 != 0:
-			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "secret-mode",
-				Detail: fmt.Sprintf("mode %#o would make a secret file writable or executable", ps.Mode), Fix: "use 0400 or 0440"})
-		case (ps.UID != "" && !idRe.MatchString(ps.UID)) || (ps.GID != "" && !idRe.MatchString(ps.GID)):
-			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
-				Detail: "uid and gid must be numeric", Fix: "write numeric ids"})
+		case !a.fileUse(req, "secret", i >= 0, ps):
 		case a.p.Secrets[i].Credential != "":
 			c := a.p.Secrets[i].Credential
 			ps.Credential = c

@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -179,4 +181,67 @@ func (a *packAdmitter) selection() {
 		a.add(Check{Requirement: "profiles", Verdict: Granted, Code: "profiles-selected",
 			Detail: fmt.Sprintf("the operator's selection: %s; %s (the grant binds this selection)", sel, left)})
 	}
+}
+
+// configUses admits a service's configs: pack content (a file inside the
+// pack's directory, read by the runner without following links, or
+// literal content), bound by its digest and delivered read-only, 0444
+// unless the use narrows it. A config asks for no authority.
+func (a *packAdmitter) configUses(w string, s *pack.Service) []PlanSecret {
+	var out []PlanSecret
+	for _, u := range s.Configs {
+		req := w + ".configs." + u.Name
+		i := slices.IndexFunc(a.p.Configs, func(c pack.Config) bool { return c.Name == u.Name })
+		ps := PlanSecret{Name: u.Name, Target: u.Target, UID: u.UID, GID: u.GID, Mode: u.Mode}
+		if ps.Mode == 0 {
+			ps.Mode = 0o444
+		}
+		switch {
+		case !a.fileUse(req, "config", i >= 0, ps):
+		default:
+			c := a.p.Configs[i]
+			switch why := a.facts.ConfigErrs[c.File]; {
+			case c.File != "" && why != "":
+				a.add(Check{Requirement: req, Verdict: NotGranted, Code: "config-unreadable",
+					Detail: "config file " + why,
+					Fix:    fmt.Sprintf("put a regular file of at most %d bytes at %s, with no link on the way from the pack's directory", pack.MaxConfigBytes, c.File)})
+			case c.File != "" && !c.Read:
+				a.add(Check{Requirement: req, Verdict: Granted, Code: "config-file",
+					Detail: fmt.Sprintf("file %s from the pack's directory at %s (mode %#o); a grant issue reads it without following links and binds its digest", c.File, ps.Target, ps.Mode)})
+			default:
+				sum := sha256.Sum256([]byte(c.Content))
+				ps.FixtureSHA256 = hex.EncodeToString(sum[:])
+				from := "content written in the pack"
+				if c.File != "" {
+					from = "file " + c.File + " from the pack's directory, read without following links,"
+				}
+				a.add(Check{Requirement: req, Verdict: Granted, Code: "config",
+					Detail: fmt.Sprintf("%s bound by digest sha256:%s, read-only at %s (mode %#o)", from, ps.FixtureSHA256, ps.Target, ps.Mode)})
+			}
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// fileUse checks what a service's use of a secret or a config (kind)
+// needs: a declared source, a clean absolute target, a read-only mode and
+// numeric ids. It reports false after refusing.
+func (a *packAdmitter) fileUse(req, kind string, declared bool, ps PlanSecret) bool {
+	switch {
+	case !declared:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: kind + "-undeclared",
+			Detail: fmt.Sprintf("%s %q is not declared by the pack", kind, ps.Name), Fix: "declare it under the pack's top-level " + kind + "s"})
+	case !cleanPath(ps.Target):
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: kind + "-target",
+			Detail: fmt.Sprintf("target %q is not a clean absolute path", ps.Target), Fix: "write an absolute container path"})
+	case ps.Mode&^0o444 != 0:
+		a.add(Check{Requirement: req, Verdict: NotGranted, Code: kind + "-mode",
+			Detail: fmt.Sprintf("mode %#o would make a %s file writable or executable", ps.Mode, kind), Fix: "use 0400, 0440 or 0444"})
+	case (ps.UID != "" && !idRe.MatchString(ps.UID)) || (ps.GID != "" && !idRe.MatchString(ps.GID)):
+		a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled", Detail: "uid and gid must be numeric", Fix: "write numeric ids"})
+	default:
+		return true
+	}
+	return false
 }

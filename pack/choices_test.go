@@ -92,3 +92,46 @@ func TestProjectNameChoice(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigs: a config is literal content or a file inside the pack's
+// directory; a service's use defaults to /NAME; a file outside the
+// directory and a writable mode are refused.
+func TestConfigs(t *testing.T) {
+	ctx := context.Background()
+	doc := `name: c
+services:
+  s:
+    image: b
+    configs:
+      - app
+      - source: inline
+        target: /etc/inline.conf
+        mode: 0440
+configs:
+  app:
+    file: ./conf/app.conf
+  inline:
+    content: "key = value"
+`
+	p, err := Load(ctx, []byte(doc), "/srv/packs/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Config{{Name: "app", File: "/srv/packs/t/conf/app.conf"}, {Name: "inline", Content: "key = value"}}
+	if !reflect.DeepEqual(p.Configs, want) {
+		t.Errorf("configs %+v, want %+v", p.Configs, want)
+	}
+	uses := []SecretUse{{Name: "app", Target: "/app"}, {Name: "inline", Target: "/etc/inline.conf", Mode: 0o440}}
+	if got := p.Services[0].Configs; !reflect.DeepEqual(got, uses) {
+		t.Errorf("uses %+v, want %+v", got, uses)
+	}
+	for _, bad := range []string{
+		"name: c\nservices: {s: {image: b}}\nconfigs: {app: {file: ../other/app.conf}}\n",
+		"name: c\nservices: {s: {image: b}}\nconfigs: {app: {file: /etc/passwd}}\n",
+		"name: c\nservices: {s: {image: b, configs: [{source: app, mode: 0666}]}}\nconfigs: {app: {content: x}}\n",
+	} {
+		if _, err := Load(ctx, []byte(bad), "/srv/packs/t"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%q: %v, want a refusal", bad, err)
+		}
+	}
+}

@@ -43,6 +43,14 @@ func convert(project *types.Project, dir string, fixtures map[string]string, pro
 		}
 		p.Volumes = append(p.Volumes, Volume{Name: name, Driver: v.Driver, External: bool(v.External)})
 	}
+	for _, name := range slices.Sorted(maps.Keys(project.Configs)) {
+		c, err := convertConfig(name, project.Configs[name], dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.Configs = append(p.Configs, c)
+	}
 	for _, name := range slices.Sorted(maps.Keys(project.Secrets)) {
 		sc := project.Secrets[name]
 		content, isFixture := fixtures[name]
@@ -229,6 +237,17 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		out.Secrets = append(out.Secrets, su)
 	}
 	slices.SortFunc(out.Secrets, func(a, b SecretUse) int { return strings.Compare(a.Name+"\x00"+a.Target, b.Name+"\x00"+b.Target) })
+	for _, u := range s.Configs {
+		if u.Target == "" {
+			u.Target = "/" + u.Source
+		}
+		cu, err := convertSecretUse(path+".configs", types.ServiceSecretConfig(u))
+		if err != nil {
+			return Service{}, err
+		}
+		out.Configs = append(out.Configs, cu)
+	}
+	slices.SortFunc(out.Configs, func(a, b SecretUse) int { return strings.Compare(a.Name+"\x00"+a.Target, b.Name+"\x00"+b.Target) })
 	if out.CapAdd, err = canonicalCaps(path+".cap_add", s.CapAdd); err != nil {
 		return Service{}, err
 	}
@@ -627,4 +646,30 @@ func convertHealthcheck(path string, hc *types.HealthCheckConfig) (*Healthcheck,
 		*d.out = &v
 	}
 	return h, nil
+}
+
+// convertConfig takes a config's literal content or its file, which must
+// lie inside the pack's directory (a config is pack content; the runner
+// reads it beneath the directory without following links).
+func convertConfig(name string, c types.ConfigObjConfig, dir string) (Config, error) {
+	path := "configs." + name
+	switch {
+	case c.File != "" && c.Content != "":
+		return Config{}, &ValueError{Path: path, Reason: "both file: and content:", Fix: "use one"}
+	case c.Content != "":
+		return Config{Name: name, Content: c.Content}, nil
+	case c.File != "":
+		f := c.File
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(dir, f)
+		}
+		f = filepath.Clean(f)
+		if rel, err := filepath.Rel(dir, f); err != nil || !filepath.IsLocal(rel) {
+			return Config{}, &ValueError{Path: path + ".file", Value: c.File, Reason: "a config file must lie inside the pack's directory (it is pack content, read without following links out of it)",
+				Fix: "put the file in the pack's directory and name it relative to the pack"}
+		}
+		return Config{Name: name, File: f}, nil
+	default:
+		return Config{}, &ValueError{Path: path, Reason: "no source", Fix: "use file: or content:"}
+	}
 }

@@ -32,7 +32,7 @@ import (
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
 //	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
-//	                    platform, logging, healthcheck, profiles,
+//	                    platform, logging, healthcheck, profiles, configs,
 //	                    x-custody-systemd
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
@@ -56,7 +56,8 @@ import (
 // refused key its reason; this is the summary):
 //   - include, extends, env_file, label_file: they read other files or the
 //     caller's environment; a pack is one self-contained file.
-//   - configs, models, jobs, any x-* except the two above: not modelled yet.
+//   - models, jobs, any x-* except the two above: not modelled yet.
+//   - config environment, external, name, labels and drivers.
 //   - use_api_socket, volumes_from, external_links, links,
 //     scale, runtime, pull_policy,
 //     dns_opt, dns_search, group_add, ipc/oom/cpu tuning
@@ -210,6 +211,9 @@ func topSpec() *spec {
 			}),
 		}),
 		"profiles": listOf(&spec{scalar: true, str: true, check: profileName}),
+		"configs": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
+			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
+		}}),
 		extSystemd: s(),
 	})
 	return keysOf(map[string]*spec{
@@ -220,6 +224,9 @@ func topSpec() *spec {
 		"volumes":  {free: keysOf(map[string]*spec{"driver": s(), "external": s()}), maxKeys: MaxResources},
 		"secrets": {maxKeys: MaxResources, free: keysOf(map[string]*spec{
 			"file": {scalar: true, check: noHome}, "content": s(), "environment": s(), extCredential: s(),
+		})},
+		"configs": {maxKeys: MaxResources, free: keysOf(map[string]*spec{
+			"file": {scalar: true, str: true, check: noHome}, "content": {scalar: true, str: true},
 		})},
 	})
 }

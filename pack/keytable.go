@@ -100,13 +100,11 @@ func refusedKeys() map[string]why {
 		"cpuset":              {tuning, fixLimits},
 		"umask":               {"the file mode mask is not yet realized", fixRemove},
 		"pull_refresh_after":  {"pulling an image is acquisition, a separate authority (P6)", "load the image on the engine beforehand and remove it"},
-		"configs":             {"configs are not modelled yet", "use a secret with content: for fixture content, or put the file in the image"},
 	}
 	out := map[string]why{
 		"include": {"it reads other files; a pack is one self-contained file", "write the included services into the pack"},
 		"models":  {"model runners are not modelled", fixRemove},
 		"jobs":    {"jobs are not modelled", "declare the job as a service"},
-		"configs": {"configs are not modelled yet", "use a secret with content: for fixture content, or put the file in the image"},
 	}
 	for k, v := range svc {
 		out["services.*."+k] = v
@@ -135,6 +133,8 @@ func refusedUnder() map[string]why {
 		"services.*.devices[]":               {"only the short form of a device (/dev/HOST[:/dev/CONTAINER[:rwm]]) is modelled", "write the short form"},
 		"networks.*.external":                {"external.name is obsolete, and a native network name is not modelled", "write external: true and name the network by its key"},
 		"volumes.*.external":                 {"external.name is obsolete, and a native volume name is not modelled", "write external: true and name the volume by its key"},
+		"configs.*":                          {"only file (inside the pack's directory) and content of a config are modelled (environment, external, name, labels and drivers are not)", "use file: or content:"},
+		"services.*.configs[]":               {"only source, target, uid, gid and mode of a config are modelled", fixRemove},
 		"secrets.*":                          {"only file, content and " + extCredential + " of a secret are modelled (name, external, driver and labels are not)", fixRemove},
 	}
 }

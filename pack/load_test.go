@@ -292,7 +292,7 @@ func TestUnmodelledRefused(t *testing.T) {
 		{"top-level x-", "name: t\nx-unknown: 1\nservices: {s: {image: b}}\n", "", "x-unknown"},
 		{"service x-", svc("    x-unknown: 1\n"), "services.s", "x-unknown"},
 		{"include", "name: t\ninclude: [../other.yaml]\nservices: {s: {image: b}}\n", "", "include"},
-		{"configs", "name: t\nconfigs: {c: {file: ./c}}\nservices: {s: {image: b}}\n", "", "configs"},
+		{"config external", "name: t\nconfigs: {c: {external: true}}\nservices: {s: {image: b}}\n", "configs.c", "external"},
 		{"extends", svc("    extends: {file: /etc/compose.yaml, service: x}\n"), "services.s", "extends"},
 		{"env_file", svc("    env_file: .env\n"), "services.s", "env_file"},
 		{"use_api_socket", svc("    use_api_socket: true\n"), "services.s", "use_api_socket"},

@@ -33,6 +33,21 @@ type Pack struct {
 	Networks []Network
 	Volumes  []Volume
 	Secrets  []Secret
+	Configs  []Config
+}
+
+// Config is one top-level config: literal content written in the pack,
+// or a file inside the pack's directory. Either is pack content, never a
+// credential; a grant binds it by digest.
+type Config struct {
+	Name string
+	// File is the absolute path of a file config, lexically inside the
+	// pack's directory ("" for content). Load reads no file: the runner
+	// reads it beneath the directory without following links (ReadConfig)
+	// and puts its bytes in Content, setting Read.
+	File    string
+	Content string
+	Read    bool
 }
 
 // Service is one compose service, with every security-relevant setting as
@@ -132,6 +147,9 @@ type Service struct {
 	Platform string
 	// Logging is logging: as written; nil when the file does not say.
 	Logging *Logging
+	// Configs are the service's uses of configs, sorted like Secrets;
+	// a use without a target gets /NAME, as compose gives it.
+	Configs []SecretUse
 	// Profiles are the service's profiles: as written, sorted; the
 	// service is in the pack only when one of them is selected.
 	Profiles []string

@@ -398,6 +398,7 @@ func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor stri
 	}
 	if !pathOnly {
 		facts.Binds = bindFacts(p, pol, actor, m.cfg.EngineSocket)
+		facts.ConfigErrs = readConfigs(p, dir)
 	}
 	plan, err := admission.AdmitPack(p, pol, actor, facts)
 	if err != nil {
@@ -609,4 +610,25 @@ func (r *record) plan() (*admission.PackPlan, error) {
 		return nil, fmt.Errorf("workspace %s: stored plan: %w", r.Name, err)
 	}
 	return &p, nil
+}
+
+// readConfigs reads each file config of p beneath the pack's directory
+// without following links, into its Content, and says why for each it
+// could not read. A client's dry run never reads them: the runner reads
+// as root, and a client must not learn through it what a file holds.
+func readConfigs(p *pack.Pack, dir string) map[string]string {
+	errs := map[string]string{}
+	for i := range p.Configs {
+		c := &p.Configs[i]
+		if c.File == "" {
+			continue
+		}
+		b, err := pack.ReadConfig(dir, c.File)
+		if err != nil {
+			errs[c.File] = err.Error()
+			continue
+		}
+		c.Content, c.Read = string(b), true
+	}
+	return errs
 }
