@@ -86,9 +86,10 @@ func (a *packAdmitter) healthcheck(w string, s *pack.Service) *PlanHealthcheck {
 	}{{"interval", h.Interval, &p.IntervalMs, true}, {"timeout", h.Timeout, &p.TimeoutMs, true}, {"start_period", h.StartPeriod, &p.StartPeriodMs, false}} {
 		switch {
 		case d.in == nil || *d.in == 0 && d.zero:
-		case *d.in < time.Millisecond && *d.in != 0:
+		case *d.in < time.Millisecond && *d.in != 0 || *d.in > MaxHealthWait:
+			// Each alone above the bound: the sum below cannot overflow.
 			a.add(Check{Requirement: req + "." + d.key, Verdict: NotGranted, Code: "healthcheck-duration",
-				Detail: fmt.Sprintf("%s %s is below the engine's 1ms floor", d.key, *d.in), Fix: "write at least 1ms"})
+				Detail: fmt.Sprintf("%s %s is below the engine's 1ms floor or above the %s up waits", d.key, *d.in, MaxHealthWait), Fix: "write from 1ms to " + MaxHealthWait.String()})
 			ok = false
 		default:
 			*d.out = d.in.Milliseconds()
