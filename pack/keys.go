@@ -22,7 +22,8 @@ import (
 // Requirement where it asks for authority); see Requirements.
 //
 //	level               modelled keys
-//	top level           name (required), version (noted, ignored),
+//	top level           name (else the operator's or the directory's),
+//	                    version (noted, ignored), configs,
 //	                    services, networks, volumes, secrets
 //	service             image, build, command, entrypoint, environment, user,
 //	                    working_dir, hostname, labels, depends_on, networks,

@@ -45,9 +45,11 @@ const packFilename = "pack.compose.yaml"
 // (never the process's working directory). Load reads no file and no
 // environment variable: there is no .env loading, no env_file, no include
 // or extends, and no interpolation; a ${VAR} is refused with the key path
-// that holds it (P5). Profiles are refused, not ignored, so what comes up
-// never depends on flags outside the file. Every key custody does not model
-// is refused (see the table in keys.go). Every error wraps ErrInvalid.
+// that holds it (P5). Load selects no profile (LoadWith takes the
+// operator's), so what comes up depends on nothing outside the file but
+// the operator's recorded choices; a file without name: is named after
+// dir. Every key custody does not model is refused (see the table in
+// keys.go). Every error wraps ErrInvalid.
 func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 	return LoadWith(ctx, data, dir, Options{})
 }
