@@ -47,13 +47,25 @@ type PackFacts struct {
 	SubnetPool netip.Prefix
 	// SubnetsInUse are subnets a chosen subnet must not overlap.
 	SubnetsInUse []netip.Prefix
+	// ConfigErrs say why a config file could not be read beneath the
+	// pack's directory (pack.ReadConfig), by its path.
+	ConfigErrs map[string]string
 }
 
 // PackPlan is an admitted pack with every open choice made: what a grant
 // binds (by Digest) and what up realizes. It is a plain value; equal
 // inputs give equal plans.
 type PackPlan struct {
-	Project    string     `json:"project"`
+	Project string `json:"project"`
+	// ProjectFrom is where the project name came from when the file has
+	// no name: ("project-name": the operator's; "directory": the pack
+	// file's directory, as compose names it); absent when the file names
+	// it, and before.
+	ProjectFrom string `json:"projectFrom,omitempty"`
+	// Profiles are the compose profiles the operator selected: Services
+	// holds only the services without profiles and those with a selected
+	// one. Absent when none is selected, and before.
+	Profiles   []string   `json:"profiles,omitempty"`
 	PackDigest string     `json:"packDigest"`
 	Actor      string     `json:"actor"`
 	Engine     PlanEngine `json:"engine"`
@@ -144,6 +156,17 @@ type PlanService struct {
 	// prefix; DependsOn are the services started first.
 	Labels    map[string]string `json:"labels,omitempty"`
 	DependsOn []string          `json:"dependsOn,omitempty"`
+	// Conditions are the depends_on conditions up waits for before it
+	// starts the service (service_healthy, service_completed_successfully),
+	// by the service depended on; absent for service_started and before.
+	Conditions map[string]string `json:"dependsOnConditions,omitempty"`
+	// Healthcheck is the granted health check; absent when the file gives
+	// none, and before.
+	Healthcheck *PlanHealthcheck `json:"healthcheck,omitempty"`
+	// Configs are the service's config files: pack content bound by
+	// digest (FixtureSHA256), delivered read-only at Target; absent when
+	// it uses none, and before.
+	Configs []PlanSecret `json:"configs,omitempty"`
 }
 
 // PlanBuild is an admitted build: section.
@@ -288,6 +311,7 @@ func AdmitPack(p *pack.Pack, pol *policy.Policy, actor string, facts PackFacts) 
 	a.plan = plan
 	a.engine()
 	a.unmodelled("pack", *p)
+	a.selection()
 	if p.Version != "" {
 		a.add(Check{Requirement: "version", Verdict: Chosen, Code: "obsolete-ignored",
 			Detail: fmt.Sprintf("version %q is obsolete and ignored, as compose ignores it", p.Version)})
@@ -386,11 +410,11 @@ func (a *packAdmitter) engine() {
 // field not listed is refused, so a setting the model gains is never
 // silently admitted before admission learns it.
 var modelled = map[reflect.Type][]string{
-	reflect.TypeFor[pack.Pack](): {"Project", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets"},
+	reflect.TypeFor[pack.Pack](): {"Project", "ProjectFrom", "Profiles", "Unselected", "Digest", "Version", "Services", "Networks", "Volumes", "Secrets", "Configs"},
 	reflect.TypeFor[pack.Service](): {"Name", "Image", "Build", "Command", "Entrypoint", "Environment", "User",
 		"WorkingDir", "Hostname", "Networks", "Ports", "Mounts", "Secrets", "Privileged", "CapAdd", "CapDrop",
 		"Devices", "NetworkMode", "PID", "IPC", "UTS", "Userns", "SecurityOpt", "Sysctls", "CgroupParent", "Expose", "ContainerName", "Init", "ShmBytes", "StopGrace", "Ulimits", "ExtraHosts", "DNS", "Platform", "Logging",
-		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Role"},
+		"Cgroup", "Restart", "ReadOnly", "Resources", "Systemd", "StopSignal", "Labels", "DependsOn", "Conditions", "Healthcheck", "Profiles", "Configs", "Role"},
 	reflect.TypeFor[pack.Build]():     {"Context", "Dockerfile", "Args"},
 	reflect.TypeFor[pack.Port]():      {"HostIP", "HostPort", "ContainerPort", "Protocol"},
 	reflect.TypeFor[pack.Mount]():     {"Type", "Source", "Target", "ReadOnly", "TmpfsBytes"},
@@ -463,6 +487,8 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 	a.misc(w, s)
 	ps.Labels = a.labels(w, s)
 	ps.DependsOn = a.dependsOn(w, s)
+	ps.Conditions = a.conditions(w, s)
+	ps.Healthcheck = a.healthcheck(w, s)
 	ps.Networks = a.serviceNetworks(w, s)
 	ps.Aliases = a.containerName(w, s, ps.Networks)
 	ps.Init = a.init(w, s)
@@ -482,6 +508,7 @@ func (a *packAdmitter) service(s *pack.Service, r pack.Resources) PlanService {
 		}
 	}
 	ps.Secrets = a.secretUses(w, s)
+	ps.Configs = a.configUses(w, s)
 	if s.Systemd {
 		a.systemd(w, s, &ps)
 	}
@@ -650,8 +677,13 @@ func (a *packAdmitter) namespace(w string, s *pack.Service, key, ns, v string) s
 		a.add(Check{Requirement: req, Verdict: Granted, Code: "host-namespace-granted",
 			Detail: fmt.Sprintf("shares the host's %s namespace", ns)})
 	case isService && (ns == "network" || ns == "pid" || ns == "ipc") && target != s.Name && a.hasService(target):
-		a.add(Check{Requirement: req, Verdict: Granted, Code: "pack-namespace",
-			Detail: fmt.Sprintf("shares the %s namespace of pack service %s (in-world)", ns, target)})
+		// In-world, but up cannot realize it yet: the engine joins a
+		// namespace by container ID, and up neither starts the target
+		// first nor binds its verified ID into the join. Admission never
+		// grants what up cannot do.
+		a.add(Check{Requirement: req, Verdict: Unsupported, Code: "namespace-service-unrealized",
+			Detail: fmt.Sprintf("sharing the %s namespace of pack service %s stays in the pack's world, but up does not yet realize it (the engine joins by container ID, which up does not bind)", ns, target),
+			Fix:    "remove " + key + " and put both services on a pack network (they reach each other by service name)"})
 	case strings.HasPrefix(v, "container:"):
 		a.add(Check{Requirement: req, Verdict: NotGranted, Code: "foreign-container",
 			Detail: fmt.Sprintf("%s joins a container custody did not create", v),
@@ -1176,18 +1208,7 @@ func (a *packAdmitter) secretUses(w string, s *pack.Service) []PlanSecret {
 			ps.Mode = 0o400
 		}
 		switch {
-		case i < 0:
-			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "secret-undeclared",
-				Detail: fmt.Sprintf("secret %q is not declared by the pack", u.Name), Fix: "declare it under the pack's top-level secrets"})
-		case !cleanPath(ps.Target):
-			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "secret-target",
-				Detail: fmt.Sprintf("target %q is not a clean absolute path", ps.Target), Fix: "write an absolute container path"})
-		case ps.Mode&^0o444 != 0:
-			a.add(Check{Requirement: req, Verdict: NotGranted, Code: "secret-mode",
-				Detail: fmt.Sprintf("mode %#o would make a secret file writable or executable", ps.Mode), Fix: "use 0400 or 0440"})
-		case (ps.UID != "" && !idRe.MatchString(ps.UID)) || (ps.GID != "" && !idRe.MatchString(ps.GID)):
-			a.add(Check{Requirement: req, Verdict: Unsupported, Code: "unmodelled",
-				Detail: "uid and gid must be numeric", Fix: "write numeric ids"})
+		case !a.fileUse(req, "secret", i >= 0, ps):
 		case a.p.Secrets[i].Credential != "":
 			c := a.p.Secrets[i].Credential
 			ps.Credential = c

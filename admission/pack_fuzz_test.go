@@ -3,7 +3,9 @@ package admission
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/custody-dev/custody/pack"
 )
@@ -36,6 +38,21 @@ func FuzzAdmitPack(f *testing.F) {
 	service(p, "web").Networks = []string{"back", "front"}
 	service(p, "web").Mounts = []pack.Mount{{Type: pack.Named, Source: "answers", Target: "/a"}}
 	seed(p)
+	// Health checks, conditions, profiles, configs and a service
+	// namespace: the keys realized last.
+	p = basePack()
+	web = service(p, "web")
+	iv, retries := 500*time.Millisecond, uint64(3)
+	web.Healthcheck = &pack.Healthcheck{Test: []string{"CMD", "true"}, Interval: &iv, Retries: &retries}
+	web.Profiles, p.Profiles, p.Unselected, p.ProjectFrom = []string{"debug"}, []string{"debug"}, []string{"extra"}, pack.ProjectFromDirectory
+	p.Configs = []pack.Config{{Name: "c", Content: "x"}, {Name: "f", File: "/srv/packs/t/f.conf"}}
+	web.Configs = []pack.SecretUse{{Name: "c", Target: "/c"}, {Name: "f", Target: "/f", Mode: 0o444}}
+	for i := range p.Services {
+		if s := &p.Services[i]; s.Name != "web" {
+			s.DependsOn, s.Conditions, s.IPC = []string{"web"}, map[string]string{"web": pack.ConditionHealthy}, "service:web"
+		}
+	}
+	seed(p)
 
 	pl := packPolicy()
 	g := grants(pl)
@@ -58,8 +75,17 @@ func FuzzAdmitPack(f *testing.F) {
 				t.Fatalf("admitted an ungranted setting: %+v", s)
 			}
 			for _, ns := range []string{s.NetworkMode, s.PID, s.IPC, s.UTS, s.Userns, s.Cgroup} {
-				if ns == "host" {
+				if ns == "host" || strings.HasPrefix(ns, "service:") {
 					t.Fatalf("admitted a host namespace: %+v", s)
+				}
+			}
+			if h := s.Healthcheck; !h.Disabled() && (h.HealthWait() > MaxHealthWait || h.HealthWait() <= 0) {
+				t.Fatalf("admitted a health check up waits on without bound: %+v", h)
+			}
+			for d, c := range s.Conditions {
+				i := slices.IndexFunc(plan.Services, func(o PlanService) bool { return o.Name == d })
+				if c == pack.ConditionHealthy && (i < 0 || plan.Services[i].Healthcheck.Disabled()) {
+					t.Fatalf("admitted service_healthy on %s, which has no check up can wait for", d)
 				}
 			}
 			for _, m := range s.Mounts {

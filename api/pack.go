@@ -36,6 +36,11 @@ const (
 type PackSource struct {
 	Compose []byte `json:"compose"`
 	Dir     string `json:"dir"`
+	// Profiles are the compose profiles the operator selects; the
+	// grant binds the selection.
+	Profiles []string `json:"profiles,omitempty"`
+	// ProjectName names a pack whose file has no top-level name:.
+	ProjectName string `json:"projectName,omitempty"`
 }
 
 // PackAdmitRequest asks for a pack's dry-run admission for an actor.

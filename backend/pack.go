@@ -4,7 +4,10 @@ package backend
 // (package workspace) asks an engine to create, and what it reads back,
 // without naming the engine. A backend converts them to its native API.
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // PackOwner is who a workspace's native objects belong to; a backend puts
 // it on every object it creates (labels) and checks it before every act.
@@ -93,6 +96,9 @@ type PackContainer struct {
 	RestartRetries int
 	// DNS are the container's resolvers; none leaves the engine's.
 	DNS []string
+	// Healthcheck is the container's health check; nil leaves the
+	// image's own.
+	Healthcheck *PackHealthcheck
 	// LogDriver and LogOptions are the container's logging driver ("" is
 	// the engine's default).
 	LogDriver  string
@@ -111,6 +117,14 @@ type PackContainer struct {
 	// pack's name: the workspace's own records, so the container is
 	// attached by verified ID, never by a name.
 	NetworkIDs map[string]string
+}
+
+// PackHealthcheck is a container's health check. Test ["NONE"] turns
+// the image's own off.
+type PackHealthcheck struct {
+	Test                           []string
+	Interval, Timeout, StartPeriod time.Duration
+	Retries                        int
 }
 
 // PackDevice is one host device passed into a container: the host's node,
@@ -155,6 +169,9 @@ type PackObject struct {
 	Internal         bool
 	// PID is a running container's init process on the host, 0 otherwise.
 	PID int
+	// Health is a container's health as its check last said: "starting",
+	// "healthy" or "unhealthy"; "" when it has no check.
+	Health string
 }
 
 // PackHostConfig is the security-relevant part of a container's effective

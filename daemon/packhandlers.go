@@ -12,6 +12,7 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/daemon/config"
+	"github.com/custody-dev/custody/pack"
 )
 
 // Pack endpoints. Like phases, admission (a dry run that grants nothing)
@@ -110,9 +111,9 @@ func (s *packAPI) handlePackAdmit(operator bool) http.HandlerFunc {
 		}
 		var plan *admission.PackPlan
 		if operator {
-			plan, err = p.Admit(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor)
+			plan, err = p.Admit(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor, loadOptions(in.Pack))
 		} else {
-			plan, err = p.AdmitFor(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor, packPeer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok})
+			plan, err = p.AdmitFor(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor, packPeer{UID: pr.UID, GID: pr.GID, PID: pr.PID, Known: pr.ok}, loadOptions(in.Pack))
 		}
 		var re *admission.RefusedError
 		if errors.As(err, &re) {
@@ -124,6 +125,11 @@ func (s *packAPI) handlePackAdmit(operator bool) http.HandlerFunc {
 		}
 		writeJSON(w, wirePackAdmit(plan))
 	}
+}
+
+// loadOptions are the operator's load options a pack request carries.
+func loadOptions(src api.PackSource) pack.Options {
+	return pack.Options{Profiles: src.Profiles, ProjectName: src.ProjectName}
 }
 
 func wirePackAdmit(plan *admission.PackPlan) api.PackAdmitResponse {
@@ -144,7 +150,7 @@ func (s *packAPI) handlePackIssue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("ttl %q: want a positive duration such as 1h", in.TTL)})
 		return
 	}
-	env, err := p.Issue(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor, ttl)
+	env, err := p.Issue(r.Context(), in.Pack.Compose, in.Pack.Dir, in.Actor, ttl, loadOptions(in.Pack))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/daemon/config"
+	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/workspace"
 )
 
@@ -24,11 +25,11 @@ import (
 // together with their error when they changed something before failing,
 // so the client learns what was left.
 type packs interface {
-	Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error)
+	Admit(ctx context.Context, compose []byte, dir, actor string, opts ...pack.Options) (*admission.PackPlan, error)
 	// AdmitFor is a client's dry run: refused alike unless peer submits
 	// for actor, and bind sources judged by their path alone.
-	AdmitFor(ctx context.Context, compose []byte, dir, actor string, peer packPeer) (*admission.PackPlan, error)
-	Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error)
+	AdmitFor(ctx context.Context, compose []byte, dir, actor string, peer packPeer, opts ...pack.Options) (*admission.PackPlan, error)
+	Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration, opts ...pack.Options) ([]byte, error)
 	Up(ctx context.Context, grant []byte, workspace string, peer packPeer) (*packReport, error)
 	Status(ctx context.Context, workspace string) (*packReport, error)
 	List(ctx context.Context) ([]packReport, error)
@@ -108,18 +109,18 @@ func (s *server) packConfig(cfg *config.DockerConfig, engine workspace.Engine) w
 // become custodyd's, and its typed errors the API's.
 type workspacePacks struct{ m *workspace.Manager }
 
-func (w workspacePacks) Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error) {
-	plan, err := w.m.Admit(ctx, compose, dir, actor)
+func (w workspacePacks) Admit(ctx context.Context, compose []byte, dir, actor string, opts ...pack.Options) (*admission.PackPlan, error) {
+	plan, err := w.m.Admit(ctx, compose, dir, actor, opts...)
 	return plan, packError(err)
 }
 
-func (w workspacePacks) AdmitFor(ctx context.Context, compose []byte, dir, actor string, p packPeer) (*admission.PackPlan, error) {
-	plan, err := w.m.AdmitFor(ctx, compose, dir, actor, workspace.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Known: p.Known})
+func (w workspacePacks) AdmitFor(ctx context.Context, compose []byte, dir, actor string, p packPeer, opts ...pack.Options) (*admission.PackPlan, error) {
+	plan, err := w.m.AdmitFor(ctx, compose, dir, actor, workspace.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Known: p.Known}, opts...)
 	return plan, packError(err)
 }
 
-func (w workspacePacks) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error) {
-	env, err := w.m.Issue(ctx, compose, dir, actor, ttl)
+func (w workspacePacks) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration, opts ...pack.Options) ([]byte, error) {
+	env, err := w.m.Issue(ctx, compose, dir, actor, ttl, opts...)
 	return env, packError(err)
 }
 

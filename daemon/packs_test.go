@@ -18,6 +18,7 @@ import (
 	"github.com/custody-dev/custody/admission"
 	"github.com/custody-dev/custody/api"
 	"github.com/custody-dev/custody/daemon/config"
+	"github.com/custody-dev/custody/pack"
 	"github.com/custody-dev/custody/store"
 )
 
@@ -42,11 +43,11 @@ func (f *fakePacks) called(c string) {
 	f.calls = append(f.calls, c)
 }
 
-func (f *fakePacks) AdmitFor(ctx context.Context, compose []byte, dir, actor string, _ packPeer) (*admission.PackPlan, error) {
+func (f *fakePacks) AdmitFor(ctx context.Context, compose []byte, dir, actor string, _ packPeer, _ ...pack.Options) (*admission.PackPlan, error) {
 	return f.Admit(ctx, compose, dir, actor)
 }
 
-func (f *fakePacks) Admit(_ context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error) {
+func (f *fakePacks) Admit(_ context.Context, compose []byte, dir, actor string, _ ...pack.Options) (*admission.PackPlan, error) {
 	f.called("admit " + actor)
 	if f.admit != nil {
 		return nil, f.admit
@@ -55,7 +56,7 @@ func (f *fakePacks) Admit(_ context.Context, compose []byte, dir, actor string) 
 		Checks: []admission.Check{{Requirement: "service web: image", Verdict: "granted", Code: "ok", Detail: "pinned"}}}, nil
 }
 
-func (f *fakePacks) Issue(_ context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error) {
+func (f *fakePacks) Issue(_ context.Context, compose []byte, dir, actor string, ttl time.Duration, _ ...pack.Options) ([]byte, error) {
 	f.called(fmt.Sprintf("issue %s %s", actor, ttl))
 	return []byte(`{"payloadType":"x","payload":"","signatures":[]}`), nil
 }

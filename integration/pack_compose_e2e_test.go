@@ -11,24 +11,26 @@ import (
 	"github.com/custody-dev/custody/internal/dockertest"
 )
 
-// composeSample is a file in the shape of the public compose samples: the
-// keys met first are ordinary ones that custody refuses, each for its own
-// reason, and every one of them must come back in one answer.
+// composeSample is a file in the shape of the public compose samples
+// (without a name:, which custody now takes from the directory, as
+// compose does): the keys met first are ones that custody refuses, each
+// for its own reason, and every one of them must come back in one answer.
 const composeSample = `version: "3.8"
 services:
   web:
     image: %[1]s
     container_name: web
-    healthcheck:
-      test: ["CMD", "true"]
+    scale: 2
     frobnicate: 1
     labels:
       dev.custody.workspace: mine
   db:
     image: %[1]s
-    profiles: [debug]
+    runtime: runc
     x-notes: kept
     ports: ["${DB_PORT}:5432"]
+include:
+  - other.compose.yaml
 `
 
 // TestPackComposeRefusalsInOneAnswer: a compose file that compose-go
@@ -51,8 +53,8 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 	if code != exitRefused || json.Unmarshal([]byte(out), &adm) != nil || adm.Admitted {
 		t.Fatalf("admit: exit %d, want %d with a refusal\nstdout: %s\nstderr: %s", code, exitRefused, out, errs)
 	}
-	want := []string{"services.web.healthcheck", "services.web.frobnicate",
-		"services.web.labels", "services.db.profiles", "services.db.x-notes", "services.db.ports[0]", "name"}
+	want := []string{"services.web.scale", "services.web.frobnicate",
+		"services.web.labels", "services.db.runtime", "services.db.x-notes", "services.db.ports[0]", "include"}
 	var got []string
 	for _, c := range adm.Checks {
 		got = append(got, c.Requirement)
@@ -73,17 +75,17 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 		codes[c.Requirement] = c.Code
 	}
 	if codes["services.web.labels"] != "reserved-label" || codes["services.db.ports[0]"] != "interpolation" ||
-		codes["services.web.frobnicate"] != "unknown-key" || codes["services.web.healthcheck"] != "unmodelled" {
+		codes["services.web.frobnicate"] != "unknown-key" || codes["services.web.scale"] != "unmodelled" {
 		t.Errorf("codes: %v", codes)
 	}
 	// The text answer: the count line and one line per requirement.
 	code, out, _ = e.pack("admit", compose, "--actor", "range-op")
-	if code != exitRefused || !strings.Contains(out, "services.web.healthcheck") || !strings.Contains(out, "services.db.x-notes") || !strings.Contains(out, "fix:") {
+	if code != exitRefused || !strings.Contains(out, "services.web.scale") || !strings.Contains(out, "services.db.x-notes") || !strings.Contains(out, "fix:") {
 		t.Errorf("text admit: exit %d\n%s", code, out)
 	}
 	// grant issue refuses exactly the same, naming every requirement.
 	code, _, errs = e.pack("grant", "issue", compose, "--actor", "range-op")
-	if code != exitRefused || !strings.Contains(errs, "services.web.healthcheck") || !strings.Contains(errs, "services.db.profiles") {
+	if code != exitRefused || !strings.Contains(errs, "services.web.scale") || !strings.Contains(errs, "services.db.runtime") {
 		t.Errorf("grant issue: exit %d\n%s", code, errs)
 	}
 	// version: is obsolete: accepted, as compose accepts it, and noted.
@@ -118,6 +120,40 @@ func TestPackComposeRefusalsInOneAnswer(t *testing.T) {
 		if code != exitRefused || json.Unmarshal([]byte(out), &adm) != nil || len(adm.Checks) != 1 ||
 			adm.Checks[0].Code != "too-large" || adm.Checks[0].Requirement != c.req || adm.Checks[0].Fix == "" {
 			t.Errorf("%s: exit %d\nstdout: %s\nstderr: %s", c.file, code, out, errs)
+		}
+	}
+}
+
+// TestPackProfilesAndProjectNameFlags: pack admit's --profile and
+// --project-name reach admission: without them the plan holds the
+// services without profiles and is named after the file's directory;
+// with them it holds the selected profile's service too, binds the
+// selection and takes the operator's name.
+func TestPackProfilesAndProjectNameFlags(t *testing.T) {
+	e := startPackEnv(t)
+	prof := e.write("sample/prof.compose.yaml", fmt.Sprintf("services:\n  web:\n    image: %[1]s\n    networks: [inner]\n"+
+		"  dbg:\n    image: %[1]s\n    profiles: [debug]\n    networks: [inner]\nnetworks:\n  inner:\n    internal: true\n", dockertest.ImageRef))
+	for _, tc := range []struct {
+		args          []string
+		services      int
+		project, from string
+		profiles      []string
+	}{
+		{nil, 1, "sample", "directory", nil},
+		{[]string{"--profile", "debug", "--project-name", "shop"}, 2, "shop", "project-name", []string{"debug"}},
+	} {
+		code, out, errs := e.pack(append([]string{"admit", prof, "--actor", "range-op", "--operator", "--json"}, tc.args...)...)
+		var adm api.PackAdmitResponse
+		var plan struct {
+			Project, ProjectFrom string
+			Profiles             []string
+			Services             []struct{ Name string }
+		}
+		if code != exitOK || json.Unmarshal([]byte(out), &adm) != nil || json.Unmarshal(adm.Plan, &plan) != nil {
+			t.Fatalf("admit %v: exit %d\nstdout: %s\nstderr: %s", tc.args, code, out, errs)
+		}
+		if len(plan.Services) != tc.services || plan.Project != tc.project || plan.ProjectFrom != tc.from || !slices.Equal(plan.Profiles, tc.profiles) {
+			t.Errorf("admit %v: plan %+v", tc.args, plan)
 		}
 	}
 }

@@ -24,7 +24,7 @@ const ReservedLabelPrefix = "dev.custody."
 // has already refused every key custody does not model; this refuses the
 // values that a modelled key can carry inside a string (short syntax) or
 // that compose-go fills in on its own.
-func convert(project *types.Project, dir string, fixtures map[string]string) (*Pack, []error) {
+func convert(project *types.Project, dir string, fixtures map[string]string, profiles []string) (*Pack, []error) {
 	p := &Pack{}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(project.Networks)) {
@@ -44,6 +44,14 @@ func convert(project *types.Project, dir string, fixtures map[string]string) (*P
 		r, _ := v.Extensions[extRole].(string) // the allowlist vetted it
 		p.Volumes = append(p.Volumes, Volume{Name: name, Driver: v.Driver, External: bool(v.External), Role: r})
 	}
+	for _, name := range slices.Sorted(maps.Keys(project.Configs)) {
+		c, err := convertConfig(name, project.Configs[name], dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.Configs = append(p.Configs, c)
+	}
 	for _, name := range slices.Sorted(maps.Keys(project.Secrets)) {
 		sc := project.Secrets[name]
 		content, isFixture := fixtures[name]
@@ -55,17 +63,33 @@ func convert(project *types.Project, dir string, fixtures map[string]string) (*P
 		p.Secrets = append(p.Secrets, s)
 	}
 	if len(project.DisabledServices) > 0 {
-		// Profiles are refused by the allowlist, so nothing can be
-		// disabled; if something is, a service would silently vanish.
+		// The loader is asked for every profile (select below), so
+		// nothing is disabled; if something is, a service would silently
+		// vanish.
 		errs = append(errs, &ValueError{Path: "services", Reason: "the compose loader disabled services, which would silently vanish", Fix: "remove profiles"})
 	}
+	p.Profiles = slices.Compact(slices.Sorted(slices.Values(profiles)))
 	for _, name := range slices.Sorted(maps.Keys(project.Services)) {
-		s, err := convertService(name, project.Services[name], dir)
+		sc := project.Services[name]
+		if !sc.HasProfile(p.Profiles) {
+			p.Unselected = append(p.Unselected, name)
+			continue
+		}
+		s, err := convertService(name, sc, dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		p.Services = append(p.Services, s)
+	}
+	for _, s := range p.Services {
+		for _, d := range s.DependsOn {
+			if slices.Contains(p.Unselected, d) {
+				errs = append(errs, &ValueError{Path: "services." + s.Name + ".depends_on." + d, Value: d,
+					Reason: fmt.Sprintf("%s is in profiles %s, none of which is selected, so it is not brought up", d, strings.Join(project.Services[d].Profiles, ", ")),
+					Fix:    "select one of its profiles, or give " + s.Name + " a profile of its own"})
+			}
+		}
 	}
 	return p, errs
 }
@@ -146,6 +170,9 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		return Service{}, err
 	}
 	out.Platform = s.Platform
+	if len(s.Profiles) > 0 {
+		out.Profiles = slices.Sorted(slices.Values(s.Profiles))
+	}
 	if s.Logging != nil {
 		out.Logging = &Logging{Driver: s.Logging.Driver}
 		if len(s.Logging.Options) > 0 {
@@ -175,10 +202,21 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		}
 	}
 	for _, dep := range slices.Sorted(maps.Keys(s.DependsOn)) {
-		if c := s.DependsOn[dep].Condition; c != "" && c != types.ServiceConditionStarted {
-			return Service{}, &ValueError{Path: path + ".depends_on." + dep + ".condition", Value: c, Reason: "only service_started is modelled (health checks are not)", Fix: "use condition: service_started"}
+		switch c := s.DependsOn[dep].Condition; c {
+		case "", ConditionStarted:
+		case ConditionHealthy, ConditionCompleted:
+			if out.Conditions == nil {
+				out.Conditions = map[string]string{}
+			}
+			out.Conditions[dep] = c
+		default:
+			return Service{}, &ValueError{Path: path + ".depends_on." + dep + ".condition", Value: c, Reason: "not a depends_on condition",
+				Fix: "use service_started, service_healthy or service_completed_successfully"}
 		}
 		out.DependsOn = append(out.DependsOn, dep)
+	}
+	if out.Healthcheck, err = convertHealthcheck(path+".healthcheck", s.HealthCheck); err != nil {
+		return Service{}, err
 	}
 	out.Networks = slices.Sorted(maps.Keys(s.Networks))
 	for _, pc := range s.Ports {
@@ -200,6 +238,17 @@ func convertService(name string, s types.ServiceConfig, dir string) (Service, er
 		out.Secrets = append(out.Secrets, su)
 	}
 	slices.SortFunc(out.Secrets, func(a, b SecretUse) int { return strings.Compare(a.Name+"\x00"+a.Target, b.Name+"\x00"+b.Target) })
+	for _, u := range s.Configs {
+		if u.Target == "" {
+			u.Target = "/" + u.Source
+		}
+		cu, err := convertSecretUse(path+".configs", types.ServiceSecretConfig(u))
+		if err != nil {
+			return Service{}, err
+		}
+		out.Configs = append(out.Configs, cu)
+	}
+	slices.SortFunc(out.Configs, func(a, b SecretUse) int { return strings.Compare(a.Name+"\x00"+a.Target, b.Name+"\x00"+b.Target) })
 	if out.CapAdd, err = canonicalCaps(path+".cap_add", s.CapAdd); err != nil {
 		return Service{}, err
 	}
@@ -564,4 +613,65 @@ func convertExtraHosts(path string, in types.HostsList) ([]HostEntry, error) {
 	}
 	slices.SortFunc(out, func(a, b HostEntry) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.IP, b.IP)) })
 	return slices.Compact(out), nil
+}
+
+// convertHealthcheck takes healthcheck: in either test form; test: NONE is
+// disable. Negative durations and a disable next to a test are refused.
+func convertHealthcheck(path string, hc *types.HealthCheckConfig) (*Healthcheck, error) {
+	if hc == nil {
+		return nil, nil
+	}
+	h := &Healthcheck{Disable: hc.Disable, Retries: hc.Retries}
+	if len(hc.Test) > 0 && hc.Test[0] == "NONE" {
+		if len(hc.Test) > 1 {
+			return nil, &ValueError{Path: path + ".test", Value: strings.Join(hc.Test, " "), Reason: "NONE takes no command", Fix: "write test: [\"NONE\"] or disable: true alone"}
+		}
+		h.Disable = true
+	} else {
+		h.Test = slices.Clone([]string(hc.Test))
+	}
+	if h.Disable && len(h.Test) > 0 {
+		return nil, &ValueError{Path: path, Reason: "disable: true next to a test", Fix: "remove one of them"}
+	}
+	for _, d := range []struct {
+		key string
+		in  *types.Duration
+		out **time.Duration
+	}{{"interval", hc.Interval, &h.Interval}, {"timeout", hc.Timeout, &h.Timeout}, {"start_period", hc.StartPeriod, &h.StartPeriod}} {
+		if d.in == nil {
+			continue
+		}
+		v := time.Duration(*d.in)
+		if v < 0 {
+			return nil, &ValueError{Path: path + "." + d.key, Value: v.String(), Reason: "a negative duration", Fix: "write a duration such as 5s"}
+		}
+		*d.out = &v
+	}
+	return h, nil
+}
+
+// convertConfig takes a config's literal content or its file, which must
+// lie inside the pack's directory (a config is pack content; the runner
+// reads it beneath the directory without following links).
+func convertConfig(name string, c types.ConfigObjConfig, dir string) (Config, error) {
+	path := "configs." + name
+	switch {
+	case c.File != "" && c.Content != "":
+		return Config{}, &ValueError{Path: path, Reason: "both file: and content:", Fix: "use one"}
+	case c.Content != "":
+		return Config{Name: name, Content: c.Content}, nil
+	case c.File != "":
+		f := c.File
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(dir, f)
+		}
+		f = filepath.Clean(f)
+		if rel, err := filepath.Rel(dir, f); err != nil || !filepath.IsLocal(rel) {
+			return Config{}, &ValueError{Path: path + ".file", Value: c.File, Reason: "a config file must lie inside the pack's directory (it is pack content, read without following links out of it)",
+				Fix: "put the file in the pack's directory and name it relative to the pack"}
+		}
+		return Config{Name: name, File: f}, nil
+	default:
+		return Config{}, &ValueError{Path: path, Reason: "no source", Fix: "use file: or content:"}
+	}
 }

@@ -22,7 +22,8 @@ import (
 // Requirement where it asks for authority); see Requirements.
 //
 //	level               modelled keys
-//	top level           name (required), version (noted, ignored),
+//	top level           name (else the operator's or the directory's),
+//	                    version (noted, ignored), configs,
 //	                    services, networks, volumes, secrets
 //	service             image, build, command, entrypoint, environment, user,
 //	                    working_dir, hostname, labels, depends_on, networks,
@@ -32,12 +33,15 @@ import (
 //	                    cgroup, restart, read_only, stop_signal, mem_limit,
 //	                    cpus, pids_limit, deploy, expose, container_name,
 //	                    init, shm_size, stop_grace_period, ulimits, extra_hosts, dns,
-//	                    platform, logging, x-custody-systemd,
-//	                    x-custody-role (participant or evaluator)
+//	                    platform, logging, healthcheck, profiles, configs,
+//	                    x-custody-systemd, x-custody-role (participant or evaluator)
 //	service.build       context, dockerfile, args
 //	service.deploy      resources.limits.{memory, cpus, pids} only
 //	service.depends_on  a list, or a map of service → {condition:
-//	                    service_started}
+//	                    service_started, service_healthy or
+//	                    service_completed_successfully}
+//	service.healthcheck test, interval, timeout, start_period, retries,
+//	                    disable
 //	service.networks    a list, or a map of network → null (no sub-keys)
 //	service.ports       short syntax without ranges; long: target,
 //	                    published, host_ip, protocol
@@ -54,11 +58,10 @@ import (
 // refused key its reason; this is the summary):
 //   - include, extends, env_file, label_file: they read other files or the
 //     caller's environment; a pack is one self-contained file.
-//   - profiles: refused rather than ignored, so the services a pack brings
-//     up never depend on flags outside the file.
-//   - configs, models, jobs, any x-* except the two above: not modelled yet.
+//   - models, jobs, any x-* except the two above: not modelled yet.
+//   - config environment, external, name, labels and drivers.
 //   - use_api_socket, volumes_from, external_links, links,
-//     scale, runtime, pull_policy, healthcheck,
+//     scale, runtime, pull_policy,
 //     dns_opt, dns_search, group_add, ipc/oom/cpu tuning
 //     (cpu_shares, cpuset, mem_reservation, ...), device_cgroup_rules,
 //     gpus, storage_opt, develop, post_start/pre_stop hooks, provider:
@@ -73,7 +76,7 @@ import (
 //     host paths custody does not model.
 //   - bind propagation/selinux/create_host_path, volume nocopy/subpath,
 //     consistency, port mode/name/app_protocol, network aliases and
-//     addresses, and depends_on restart/required/other conditions.
+//     addresses, depends_on restart/required, healthcheck start_interval.
 //
 // The YAML itself is held to a plain subset: one document, no anchors,
 // aliases, merge keys (<<) or custom tags (!reset, !override), string keys,
@@ -153,8 +156,14 @@ func topSpec() *spec {
 			keyCheck: func(path, k string) error { return reservedLabel(path, k) },
 		},
 		"depends_on": {items: s(), free: keysOf(map[string]*spec{
-			"condition": s(),
+			"condition": {scalar: true, str: true},
 		})},
+		"healthcheck": keysOf(map[string]*spec{
+			"test":     {scalar: true, str: true, items: &spec{scalar: true, str: true}},
+			"interval": {scalar: true, str: true}, "timeout": {scalar: true, str: true},
+			"start_period": {scalar: true, str: true}, "retries": {scalar: true, check: wholeNumber},
+			"disable": s(),
+		}),
 		"networks": {items: s(), free: keysOf(map[string]*spec{})},
 		"ports": listOf(&spec{scalar: true, check: noPortRange, keys: map[string]*spec{
 			"target": s(), "published": {scalar: true, check: noPortRange}, "host_ip": s(), "protocol": s(),
@@ -203,6 +212,10 @@ func topSpec() *spec {
 				"limits": keysOf(map[string]*spec{"memory": s(), "cpus": s(), "pids": s()}),
 			}),
 		}),
+		"profiles": listOf(&spec{scalar: true, str: true, check: profileName}),
+		"configs": listOf(&spec{scalar: true, str: true, keys: map[string]*spec{
+			"source": {scalar: true, str: true}, "target": {scalar: true, str: true}, "uid": s(), "gid": s(), "mode": s(),
+		}}),
 		extSystemd: s(),
 		extRole:    {scalar: true, str: true, check: role(RoleParticipant, RoleEvaluator)},
 	})
@@ -214,6 +227,9 @@ func topSpec() *spec {
 		"volumes":  {free: keysOf(map[string]*spec{"driver": s(), "external": s(), extRole: {scalar: true, str: true, check: role(RoleEvaluator)}}), maxKeys: MaxResources},
 		"secrets": {maxKeys: MaxResources, free: keysOf(map[string]*spec{
 			"file": {scalar: true, check: noHome}, "content": s(), "environment": s(), extCredential: s(),
+		})},
+		"configs": {maxKeys: MaxResources, free: keysOf(map[string]*spec{
+			"file": {scalar: true, str: true, check: noHome}, "content": {scalar: true, str: true},
 		})},
 	})
 }
@@ -245,6 +261,16 @@ func containerName(path, v string) error {
 	return nil
 }
 
+var profileRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+// profileName vets a profile name as compose does.
+func profileName(path, v string) error {
+	if !profileRe.MatchString(v) {
+		return &ValueError{Path: path, Value: v, Reason: "not a profile name", Fix: "use letters, digits, '_', '.' and '-', at least two, starting with a letter or digit"}
+	}
+	return nil
+}
+
 // reservedLabel refuses a label under custody's ownership prefix (P4).
 func reservedLabel(path, key string) error {
 	if strings.HasPrefix(strings.ToLower(key), ReservedLabelPrefix) {
@@ -272,6 +298,15 @@ func noHome(path, v string) error {
 func ulimitNumber(path, v string) error {
 	if _, err := strconv.ParseInt(v, 10, 64); err != nil {
 		return &ValueError{Path: path, Value: v, Reason: "a ulimit is a whole number", Fix: "write a number such as 4096"}
+	}
+	return nil
+}
+
+// wholeNumber refuses a count that is not a whole number before compose-go
+// reads it.
+func wholeNumber(path, v string) error {
+	if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+		return &ValueError{Path: path, Value: v, Reason: "a count is a whole number", Fix: "write a number such as 3"}
 	}
 	return nil
 }

@@ -57,8 +57,6 @@ func refusedKeys() map[string]why {
 		"extends":             {"it reads another file or service definition; a pack is one self-contained file", "write the service out in full"},
 		"env_file":            {"it reads the caller's files into the environment; a pack is one self-contained file (P5)", "write environment: KEY=value literally"},
 		"label_file":          {"it reads labels from another file; a pack is one self-contained file", "write labels: literally"},
-		"profiles":            {"profiles select services with flags outside the file, and custody does not yet bind a selection in the grant", "remove profiles, or split the scenario into packs"},
-		"healthcheck":         {"health checks are not yet run or reported by up; " + notYetRealized, "remove it, and use depends_on condition service_started"},
 		"dns_opt":             {reachesOut, fixRemove},
 		"dns_search":          {reachesOut, fixRemove},
 		"domainname":          {notYetRealized, fixRemove},
@@ -102,13 +100,11 @@ func refusedKeys() map[string]why {
 		"cpuset":              {tuning, fixLimits},
 		"umask":               {"the file mode mask is not yet realized", fixRemove},
 		"pull_refresh_after":  {"pulling an image is acquisition, a separate authority (P6)", "load the image on the engine beforehand and remove it"},
-		"configs":             {"configs are not modelled yet", "use a secret with content: for fixture content, or put the file in the image"},
 	}
 	out := map[string]why{
 		"include": {"it reads other files; a pack is one self-contained file", "write the included services into the pack"},
 		"models":  {"model runners are not modelled", fixRemove},
 		"jobs":    {"jobs are not modelled", "declare the job as a service"},
-		"configs": {"configs are not modelled yet", "use a secret with content: for fixture content, or put the file in the image"},
 	}
 	for k, v := range svc {
 		out["services.*."+k] = v
@@ -126,6 +122,7 @@ func refusedUnder() map[string]why {
 		"services.*.deploy.resources":        swarm,
 		"services.*.deploy.resources.limits": swarm,
 		"services.*.depends_on.*":            {"only the condition of a dependency is modelled (restart and required are not)", fixRemove},
+		"services.*.healthcheck":             {"start_interval is not realized (engines before API 1.44 ignore it silently)", "remove it: interval applies from the start"},
 		"services.*.networks.*":              {"network aliases, addresses, priorities and driver options are not modelled", "attach the service by the network's name alone"},
 		"services.*.ports[]":                 {"port mode, name and app_protocol are not modelled", "use target, published, host_ip and protocol"},
 		"services.*.volumes[]":               {"bind propagation, SELinux relabelling, create_host_path, nocopy, subpath and consistency are not modelled", "use type, source, target and read_only"},
@@ -136,6 +133,8 @@ func refusedUnder() map[string]why {
 		"services.*.devices[]":               {"only the short form of a device (/dev/HOST[:/dev/CONTAINER[:rwm]]) is modelled", "write the short form"},
 		"networks.*.external":                {"external.name is obsolete, and a native network name is not modelled", "write external: true and name the network by its key"},
 		"volumes.*.external":                 {"external.name is obsolete, and a native volume name is not modelled", "write external: true and name the volume by its key"},
+		"configs.*":                          {"only file (inside the pack's directory) and content of a config are modelled (environment, external, name, labels and drivers are not)", "use file: or content:"},
+		"services.*.configs[]":               {"only source, target, uid, gid and mode of a config are modelled", fixRemove},
 		"secrets.*":                          {"only file, content and " + extCredential + " of a secret are modelled (name, external, driver and labels are not)", fixRemove},
 	}
 }

@@ -45,10 +45,31 @@ const packFilename = "pack.compose.yaml"
 // (never the process's working directory). Load reads no file and no
 // environment variable: there is no .env loading, no env_file, no include
 // or extends, and no interpolation; a ${VAR} is refused with the key path
-// that holds it (P5). Profiles are refused, not ignored, so what comes up
-// never depends on flags outside the file. Every key custody does not model
-// is refused (see the table in keys.go). Every error wraps ErrInvalid.
+// that holds it (P5). Load selects no profile (LoadWith takes the
+// operator's), so what comes up depends on nothing outside the file but
+// the operator's recorded choices; a file without name: is named after
+// dir. Every key custody does not model is refused (see the table in
+// keys.go). Every error wraps ErrInvalid.
 func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
+	return LoadWith(ctx, data, dir, Options{})
+}
+
+// Options are the operator's choices a load takes besides the file: they
+// come from the operator's command line, never from the environment, and
+// what they decide is recorded in the Pack (and so bound by a grant).
+type Options struct {
+	// Profiles select the services whose profiles: name one of them, as
+	// compose's --profile does; services without profiles: are always
+	// in. None selects only those.
+	Profiles []string
+	// ProjectName names a pack whose file has no top-level name:, as
+	// compose's --project-name does. Without it such a pack is named
+	// after its directory, as compose names it.
+	ProjectName string
+}
+
+// LoadWith is Load with the operator's options.
+func LoadWith(ctx context.Context, data []byte, dir string, opts Options) (*Pack, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -56,7 +77,7 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 		return nil, fmt.Errorf("pack: directory %q is not a clean absolute path: %w; pass the pack file's directory as an absolute path", dir, ErrInvalid)
 	}
 	w := walker{lines: map[string]int{}}
-	p, err := load(ctx, data, dir, &w)
+	p, err := load(ctx, data, dir, &w, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -70,7 +91,7 @@ func Load(ctx context.Context, data []byte, dir string) (*Pack, error) {
 	return p, nil
 }
 
-func load(ctx context.Context, data []byte, dir string, w *walker) (*Pack, error) {
+func load(ctx context.Context, data []byte, dir string, w *walker, opts Options) (*Pack, error) {
 	if len(data) > MaxBytes {
 		return nil, &LimitError{Reason: fmt.Sprintf("the file is %d bytes, more than %d", len(data), MaxBytes), Fix: "split the scenario into smaller packs"}
 	}
@@ -83,9 +104,19 @@ func load(ctx context.Context, data []byte, dir string, w *walker) (*Pack, error
 	if n := topValue(root, "name"); n != nil && n.Kind == yaml.ScalarNode {
 		name = n.Value
 	}
+	for _, pr := range opts.Profiles {
+		if err := profileName("profile", pr); err != nil {
+			w.refuse(&ValueError{Path: "(operator) --profile", Value: pr, Reason: "not a profile name", Fix: "select a profile the pack's services name"})
+		}
+	}
+	from := ""
 	if name == "" {
-		w.refuse(&ValueError{Path: "name", Reason: "a pack needs a top-level project name, and custody never derives one from the directory or the environment",
-			Fix: "add name: <lowercase letters, digits, - or _> at the top level"})
+		name, from = projectName(dir, opts.ProjectName)
+		if name == "" {
+			w.refuse(&ValueError{Path: "name", Value: filepath.Base(dir),
+				Reason: "the file has no top-level name:, and neither the operator's project name nor the pack's directory name is a valid compose project name",
+				Fix:    "add name: <lowercase letters, digits, - or _> at the top level, or pass --project-name"})
+		}
 	}
 	if len(w.errs) > 0 {
 		return nil, &RefusedError{Errs: w.errs}
@@ -107,6 +138,9 @@ func load(ctx context.Context, data []byte, dir string, w *walker) (*Pack, error
 		Environment: types.Mapping{},
 	}, func(o *loader.Options) {
 		o.SetProjectName(name, true)
+		// Every service is loaded and checked, selected or not; convert
+		// applies the operator's selection.
+		o.Profiles = []string{"*"}
 		o.SkipInclude = true
 		o.SkipExtends = true
 		o.SkipResolveEnvironment = true
@@ -124,14 +158,14 @@ func load(ctx context.Context, data []byte, dir string, w *walker) (*Pack, error
 		return nil, fmt.Errorf("pack: the compose specification: %w (%w)", err, ErrInvalid)
 	}
 	sum := sha256.Sum256(data)
-	p, errs := convert(project, dir, fixtures)
+	p, errs := convert(project, dir, fixtures, opts.Profiles)
 	if len(errs) > 0 {
 		// convert judges compose-go's model, which is keyed by name:
 		// put its refusals back into the order the file wrote them.
 		slices.SortStableFunc(errs, func(a, b error) int { return w.line(refusalOf(a).Path) - w.line(refusalOf(b).Path) })
 		return nil, &RefusedError{Errs: errs}
 	}
-	p.Project = name
+	p.Project, p.ProjectFrom = name, from
 	p.Digest = hex.EncodeToString(sum[:])
 	if n := topValue(root, "version"); n != nil {
 		p.Version = n.Value
@@ -194,9 +228,24 @@ func topValue(root *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// validProjectName vets the required top-level name:. Custody never
-// derives it from the directory or COMPOSE_PROJECT_NAME: those are not
-// pack content.
+// projectName is the name of a pack whose file has none, as compose
+// derives it: the operator's, else the directory's, normalized; and where
+// it came from. "" when neither gives a valid name. COMPOSE_PROJECT_NAME
+// is never read: the environment is not the operator's word.
+func projectName(dir, operator string) (name, from string) {
+	if operator != "" {
+		if validProjectName("", operator) != nil {
+			return "", ""
+		}
+		return operator, ProjectFromOperator
+	}
+	if n := loader.NormalizeProjectName(filepath.Base(dir)); n != "" && validProjectName("", n) == nil {
+		return n, ProjectFromDirectory
+	}
+	return "", ""
+}
+
+// validProjectName vets a top-level name:.
 func validProjectName(path, v string) error {
 	if loader.NormalizeProjectName(v) != v {
 		return &ValueError{Path: path, Value: v, Reason: "not a valid compose project name",

@@ -10,9 +10,20 @@ import "time"
 // Pack is one loaded compose file. Every slice is sorted by name so that
 // two loads of the same bytes are equal.
 type Pack struct {
-	// Project is the compose project name (the file's top-level name:).
-	// It names nothing native: custody's workspace id does.
+	// Project is the compose project name: the file's top-level name:,
+	// or when it has none the one ProjectFrom says. It names nothing
+	// native: custody's workspace id does.
 	Project string
+	// ProjectFrom is "" when the file names the project, else where the
+	// name came from, as compose takes it: ProjectFromOperator (the
+	// operator's --project-name) or ProjectFromDirectory (the pack file's
+	// directory).
+	ProjectFrom string
+	// Profiles are the compose profiles the operator selected, sorted.
+	// Services holds the services without profiles: and those with a
+	// selected one; Unselected names the others, sorted.
+	Profiles   []string
+	Unselected []string
 	// Digest is the lowercase hex SHA-256 of the file's bytes.
 	Digest string
 	// Version is the obsolete top-level version: as written, kept only so
@@ -22,6 +33,21 @@ type Pack struct {
 	Networks []Network
 	Volumes  []Volume
 	Secrets  []Secret
+	Configs  []Config
+}
+
+// Config is one top-level config: literal content written in the pack,
+// or a file inside the pack's directory. Either is pack content, never a
+// credential; a grant binds it by digest.
+type Config struct {
+	Name string
+	// File is the absolute path of a file config, lexically inside the
+	// pack's directory ("" for content). Load reads no file: the runner
+	// reads it beneath the directory without following links (ReadConfig)
+	// and puts its bytes in Content, setting Read.
+	File    string
+	Content string
+	Read    bool
 }
 
 // Service is one compose service, with every security-relevant setting as
@@ -44,9 +70,16 @@ type Service struct {
 	// Labels are the labels written in the file; none is under
 	// ReservedLabelPrefix (Load refuses those, P4).
 	Labels map[string]string
-	// DependsOn are the services started before this one, sorted (only
-	// compose's service_started condition is modelled).
+	// DependsOn are the services started before this one, sorted.
 	DependsOn []string
+	// Conditions are the depends_on conditions other than
+	// service_started (ConditionHealthy, ConditionCompleted), by the
+	// service depended on; nil when every dependency is only started
+	// first.
+	Conditions map[string]string
+	// Healthcheck is healthcheck: as written; nil when the file does not
+	// say (then the image's own check, if any, is not one up waits for).
+	Healthcheck *Healthcheck
 	// Networks are the pack networks the service joins, sorted. compose's
 	// implicit default network is listed as "default"; empty only with a
 	// NetworkMode.
@@ -117,6 +150,38 @@ type Service struct {
 	// Role is x-custody-role: RoleParticipant, RoleEvaluator, or "" for
 	// a service with no role (the scenario's own plumbing).
 	Role string
+	// Configs are the service's uses of configs, sorted like Secrets;
+	// a use without a target gets /NAME, as compose gives it.
+	Configs []SecretUse
+	// Profiles are the service's profiles: as written, sorted; the
+	// service is in the pack only when one of them is selected.
+	Profiles []string
+}
+
+// Where a project name the file does not give came from.
+const (
+	ProjectFromOperator  = "project-name"
+	ProjectFromDirectory = "directory"
+)
+
+// depends_on conditions beyond compose's default service_started.
+const (
+	ConditionStarted   = "service_started"
+	ConditionHealthy   = "service_healthy"
+	ConditionCompleted = "service_completed_successfully"
+)
+
+// Healthcheck is a service's health check. A nil duration or retry count
+// is one the file does not give (the engine's default applies).
+type Healthcheck struct {
+	// Test is the check as the engine takes it: "CMD" and its argv, or
+	// "CMD-SHELL" and one shell command; nil with Disable.
+	Test                           []string
+	Interval, Timeout, StartPeriod *time.Duration
+	Retries                        *uint64
+	// Disable turns off any check the image defines (disable: true, or
+	// test: NONE).
+	Disable bool
 }
 
 // Roles a pack gives its services and volumes (x-custody-role).

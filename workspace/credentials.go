@@ -46,46 +46,67 @@ func readSource(path string) ([]byte, error) {
 	return regfile.ReadSecret(path, maxCredential)
 }
 
-// writeSecrets writes each service's credential and fixture files into
-// the workspace's state dir, each created 0400 (or the plan's mode) from its
-// first byte and owned by the service's user, and returns the read-only
-// binds that deliver them. Nothing is written that exists already.
+// writeSecrets writes each service's credential, fixture and config
+// files into the workspace's state dir, each created with the plan's mode
+// (secrets 0400, configs 0444 by default) from its first byte and owned by
+// the service's user, and returns the read-only binds that deliver them.
+// Nothing is written that exists already.
 func (m *Manager) writeSecrets(rec *record, plan *admission.PackPlan, creds, fixtures map[string][]byte) (map[string][]backend.PackMount, error) {
 	out := map[string][]backend.PackMount{}
 	for _, s := range plan.Services {
-		if len(s.Secrets) == 0 {
-			continue
-		}
 		dir := filepath.Join(m.secretsDir(rec.ID), s.Name)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("credential dir of %s: %w", s.Name, err)
+		secrets, err := writeFiles(dir, s, s.Secrets, creds, fixtures, 0o400)
+		if err != nil {
+			return nil, err
 		}
-		uid, gid := userOf(s.User)
-		for _, sec := range s.Secrets {
-			v, ok := creds[sec.Credential]
-			if sec.Credential == "" {
-				v, ok = fixtures[sec.FixtureSHA256]
-			}
-			if !ok {
-				return nil, fmt.Errorf("service %s: secret %s: neither a credential read nor fixture content matching its digest", s.Name, sec.Name)
-			}
-			u, g := uid, gid
-			if n, err := strconv.Atoi(sec.UID); err == nil {
-				u = n
-			}
-			if n, err := strconv.Atoi(sec.GID); err == nil {
-				g = n
-			}
-			mode := uint32(0o400)
-			if sec.Mode != 0 {
-				mode = sec.Mode
-			}
-			path := filepath.Join(dir, sec.Name)
-			if err := writeFile(path, v, mode, u, g); err != nil {
-				return nil, fmt.Errorf("service %s: credential file %s: %w", s.Name, sec.Name, err)
-			}
-			out[s.Name] = append(out[s.Name], backend.PackMount{Type: "bind", Source: path, Target: sec.Target, ReadOnly: true})
+		// Under "@configs": no secret is named with an @, so a config
+		// never lands on a secret's file.
+		configs, err := writeFiles(filepath.Join(dir, "@configs"), s, s.Configs, nil, fixtures, 0o444)
+		if err != nil {
+			return nil, err
 		}
+		if ms := append(secrets, configs...); len(ms) > 0 {
+			out[s.Name] = ms
+		}
+	}
+	return out, nil
+}
+
+// writeFiles writes files (credentials by name, content by digest) into
+// dir for service s, and returns their binds.
+func writeFiles(dir string, s admission.PlanService, files []admission.PlanSecret, creds, fixtures map[string][]byte, defMode uint32) ([]backend.PackMount, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("credential dir of %s: %w", s.Name, err)
+	}
+	var out []backend.PackMount
+	uid, gid := userOf(s.User)
+	for _, sec := range files {
+		v, ok := creds[sec.Credential]
+		if sec.Credential == "" {
+			v, ok = fixtures[sec.FixtureSHA256]
+		}
+		if !ok {
+			return nil, fmt.Errorf("service %s: %s: neither a credential read nor content matching its digest", s.Name, sec.Name)
+		}
+		u, g := uid, gid
+		if n, err := strconv.Atoi(sec.UID); err == nil {
+			u = n
+		}
+		if n, err := strconv.Atoi(sec.GID); err == nil {
+			g = n
+		}
+		mode := defMode
+		if sec.Mode != 0 {
+			mode = sec.Mode
+		}
+		path := filepath.Join(dir, sec.Name)
+		if err := writeFile(path, v, mode, u, g); err != nil {
+			return nil, fmt.Errorf("service %s: file %s: %w", s.Name, sec.Name, err)
+		}
+		out = append(out, backend.PackMount{Type: "bind", Source: path, Target: sec.Target, ReadOnly: true})
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -99,6 +100,15 @@ func (m *Manager) reserve(id string, plan *admission.PackPlan, p *pack.Pack, exp
 			r.Fixtures[hex.EncodeToString(sum[:])] = sec.Content
 		}
 	}
+	for _, c := range p.Configs {
+		if c.File == "" || c.Read {
+			sum := sha256.Sum256([]byte(c.Content))
+			if r.Fixtures == nil {
+				r.Fixtures = map[string]string{}
+			}
+			r.Fixtures[hex.EncodeToString(sum[:])] = c.Content
+		}
+	}
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -134,7 +144,7 @@ func (m *Manager) subnetsFree(ctx context.Context, plan *admission.PackPlan) err
 func (m *Manager) fixtures(grantID string, plan *admission.PackPlan) (map[string][]byte, error) {
 	var want []string
 	for _, s := range plan.Services {
-		for _, sec := range s.Secrets {
+		for _, sec := range append(slices.Clone(s.Secrets), s.Configs...) {
 			if sec.Credential == "" && sec.FixtureSHA256 != "" {
 				want = append(want, sec.FixtureSHA256)
 			}

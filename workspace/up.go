@@ -519,6 +519,9 @@ var ErrServiceExited = errors.New("a service is not running")
 // Anything else fails the up, naming the service, its state and its code:
 // a workspace is never reported running while a service has failed.
 func settled(service string, obj backend.PackObject) error {
+	if obj.Health == "unhealthy" {
+		return fmt.Errorf("service %s %w: it is %s, %s when up read it back, so the attempt was torn down; fix: correct the service or its healthcheck test, then bring the pack up under a new grant", service, ErrUnhealthy, obj.State, obj.Detail)
+	}
 	if obj.State == "running" || obj.State == "exited" && obj.Detail == "exit code 0" {
 		return nil
 	}
@@ -529,60 +532,164 @@ func settled(service string, obj backend.PackObject) error {
 	return fmt.Errorf("service %s %w: it is %s when up read it back, so the attempt was torn down; fix: correct the service so that it keeps running (or finishes with exit code 0), then bring the pack up under a new grant", service, ErrServiceExited, what)
 }
 
-// startAll starts the created containers, each once every service it
-// depends on has started and passed check, independent ones side by side.
-// After a failure nothing more is started; what is running is the
-// caller's to tear down.
+// startAll starts the created containers, independent ones side by side,
+// each once every service it depends on has met its condition: started
+// (and passed check), healthy, or exited with code 0. A service with a
+// health check is then waited for until it is healthy, and one a
+// dependent needs completed until it exits, each at most its bound
+// (admission.PlanHealthcheck.HealthWait, admission.MaxHealthWait). After a
+// failure nothing more is started; what is running is the caller's to
+// tear down.
 func (m *Manager) startAll(ctx context.Context, o backend.PackOwner, jr backend.Recorder, order []admission.PlanService, made []backend.Resource, check func(i int) error) error {
 	idx := make(map[string]int, len(order))
 	for i, s := range order {
 		idx[s.Name] = i
 	}
-	done := make([]chan struct{}, len(order)) // closed once i started or gave up
-	ok := make([]bool, len(order))            // written before done[i] closes
-	for i := range done {
-		done[i] = make(chan struct{})
+	completes := map[string]bool{} // services a dependent needs completed
+	for _, s := range order {
+		for d, c := range s.Conditions {
+			completes[d] = completes[d] || c == pack.ConditionCompleted
+		}
 	}
-	var failed atomic.Bool
-	sem := make(chan struct{}, maxParallel)
+	st := &starts{idx: idx, check: check, sem: make(chan struct{}, maxParallel),
+		started: make([]chan struct{}, len(order)), ready: make([]chan struct{}, len(order)),
+		okStarted: make([]bool, len(order)), okReady: make([]bool, len(order))}
+	for i := range order {
+		st.started[i], st.ready[i] = make(chan struct{}), make(chan struct{})
+	}
 	errs := make([]error, len(order))
 	var wg sync.WaitGroup
 	for i, s := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer close(done[i])
-			for _, d := range s.DependsOn {
-				j, known := idx[d]
-				if !known {
-					continue
-				}
-				<-done[j]
-				if !ok[j] {
-					return // its dependency did not start; that failure is reported
-				}
-			}
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if failed.Load() {
+			defer close(st.ready[i])
+			if errs[i] = m.startOne(ctx, o, jr, st, i, s, made[i]); errs[i] != nil || !st.okStarted[i] {
 				return
 			}
-			if err := m.cfg.Engine.Start(ctx, o, jr, made[i]); err != nil {
-				failed.Store(true)
-				errs[i] = fmt.Errorf("start %s: %w", made[i].Name, err)
+			if errs[i] = m.await(ctx, o, jr, s, made[i], completes[s.Name]); errs[i] != nil {
+				st.failed.Store(true)
 				return
 			}
-			if err := check(i); err != nil {
-				failed.Store(true)
-				errs[i] = err
-				return
-			}
-			ok[i] = true
-			m.fault(FaultStarted + ":" + s.Name)
+			st.okReady[i] = true
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// starts is what the services of one startAll share. started[i] closes
+// once service i started and passed check, or gave up; ready[i] once it
+// met what its dependents wait for, or gave up. Each ok flag is written
+// before its channel closes.
+type starts struct {
+	idx                map[string]int
+	check              func(i int) error
+	sem                chan struct{}
+	failed             atomic.Bool
+	started, ready     []chan struct{}
+	okStarted, okReady []bool
+}
+
+// startOne waits for service i's dependencies to meet their conditions,
+// then starts and checks it. It closes started[i]; a dependency that gave
+// up leaves i unstarted without an error of its own.
+func (m *Manager) startOne(ctx context.Context, o backend.PackOwner, jr backend.Recorder, st *starts, i int, s admission.PlanService, r backend.Resource) error {
+	defer close(st.started[i])
+	for _, d := range s.DependsOn {
+		j, known := st.idx[d]
+		if !known {
+			continue
+		}
+		if s.Conditions[d] != "" {
+			if <-st.ready[j]; !st.okReady[j] {
+				return nil // its dependency did not become ready; that failure is reported
+			}
+		} else if <-st.started[j]; !st.okStarted[j] {
+			return nil
+		}
+	}
+	st.sem <- struct{}{}
+	defer func() { <-st.sem }()
+	if st.failed.Load() {
+		return nil
+	}
+	if err := m.cfg.Engine.Start(ctx, o, jr, r); err != nil {
+		st.failed.Store(true)
+		return fmt.Errorf("start %s: %w", r.Name, err)
+	}
+	if err := st.check(i); err != nil {
+		st.failed.Store(true)
+		return err
+	}
+	st.okStarted[i] = true
+	m.fault(FaultStarted + ":" + s.Name)
+	return nil
+}
+
+// Why an up failed while it waited on a service.
+var (
+	// ErrUnhealthy: a service's health check said unhealthy, or did not
+	// say healthy within its bound.
+	ErrUnhealthy = errors.New("a service is not healthy")
+	// ErrNotCompleted: a service a dependent needs completed exited with
+	// another code than 0, or had not exited within the bound.
+	ErrNotCompleted = errors.New("a service did not complete successfully")
+)
+
+// healthPoll is how often up reads a service's state while it waits.
+const healthPoll = 250 * time.Millisecond
+
+// await waits until the started service is what its dependents and the
+// up need: exited with code 0 when completion is set, else healthy if it
+// has a health check. It reads the container by verified ID and gives up
+// at the bound, naming the state it saw last.
+func (m *Manager) await(ctx context.Context, o backend.PackOwner, jr backend.Recorder, s admission.PlanService, r backend.Resource, completion bool) error {
+	health := !s.Healthcheck.Disabled()
+	if !completion && !health {
+		return nil
+	}
+	bound := admission.MaxHealthWait
+	if !completion {
+		bound = s.Healthcheck.HealthWait()
+	}
+	deadline := time.Now().Add(bound)
+	t := time.NewTicker(healthPoll)
+	defer t.Stop()
+	for {
+		obj, err := m.cfg.Engine.Inspect(ctx, o, jr, r)
+		if err != nil {
+			return fmt.Errorf("service %s: read its state: %w", s.Name, err)
+		}
+		what := obj.State
+		if obj.Detail != "" {
+			what += ", " + obj.Detail
+		}
+		switch {
+		case completion && obj.State == "exited" && obj.Detail == "exit code 0":
+			return nil
+		case completion && obj.State == "exited":
+			return fmt.Errorf("service %s %w: it is %s, and a dependent waits for service_completed_successfully; fix: correct the service so that it exits with code 0, then bring the pack up under a new grant", s.Name, ErrNotCompleted, what)
+		case completion:
+		case obj.State != "running":
+			return fmt.Errorf("service %s %w: it is %s while up waited for its health check; fix: correct the service, then bring the pack up under a new grant", s.Name, ErrServiceExited, what)
+		case obj.Health == "healthy":
+			return nil
+		case obj.Health == "unhealthy":
+			return fmt.Errorf("service %s %w: its health check failed (%s); fix: correct the service or its healthcheck test, then bring the pack up under a new grant", s.Name, ErrUnhealthy, what)
+		}
+		if time.Now().After(deadline) {
+			if completion {
+				return fmt.Errorf("service %s %w: it is still %s after %s, the most up waits for a completion; fix: make it finish sooner, then bring the pack up under a new grant", s.Name, ErrNotCompleted, what, bound)
+			}
+			return fmt.Errorf("service %s %w: it is still %s after %s, the most its health check needs for a verdict; fix: correct the service or its healthcheck, then bring the pack up under a new grant", s.Name, ErrUnhealthy, what, bound.Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("service %s: waiting for it: %w", s.Name, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // checkBinds compares what the started container has mounted at each
@@ -668,6 +775,11 @@ func containerOf(s admission.PlanService, netIDs map[string]string, secrets []ba
 	}
 	if s.Logging != nil {
 		c.LogDriver, c.LogOptions = s.Logging.Driver, s.Logging.Options
+	}
+	if h := s.Healthcheck; h != nil {
+		ms := time.Millisecond
+		c.Healthcheck = &backend.PackHealthcheck{Test: h.Test, Interval: time.Duration(h.IntervalMs) * ms, Timeout: time.Duration(h.TimeoutMs) * ms,
+			StartPeriod: time.Duration(h.StartPeriodMs) * ms, Retries: h.Retries}
 	}
 	if s.Hostname == "" {
 		c.Hostname = s.Name

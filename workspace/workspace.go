@@ -273,8 +273,11 @@ func (m *Manager) fault(stage string) {
 
 // Admit is the dry run: the plan with every choice made, or every refused
 // requirement (*admission.RefusedError). Issue runs exactly this.
-func (m *Manager) Admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, error) {
-	plan, _, _, _, err := m.admit(ctx, compose, dir, actor)
+//
+// opts, at most one, are the operator's load options (selected profiles,
+// a project name for a file without one).
+func (m *Manager) Admit(ctx context.Context, compose []byte, dir, actor string, opts ...pack.Options) (*admission.PackPlan, error) {
+	plan, _, _, _, err := m.admitWith(ctx, compose, dir, actor, false, optionsOf(opts))
 	return plan, err
 }
 
@@ -284,7 +287,7 @@ func (m *Manager) Admit(ctx context.Context, compose []byte, dir, actor string) 
 // sources and build contexts are judged by their path alone. The runner
 // inspects them as root, and a client must not learn through it what
 // lies in directories it may not read; the grant issue inspects them.
-func (m *Manager) AdmitFor(ctx context.Context, compose []byte, dir, actor string, peer Peer) (*admission.PackPlan, error) {
+func (m *Manager) AdmitFor(ctx context.Context, compose []byte, dir, actor string, peer Peer, opts ...pack.Options) (*admission.PackPlan, error) {
 	pol, _, err := m.cfg.Policy()
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w: fix the policy file; nothing is admitted until it loads", err)
@@ -305,7 +308,7 @@ func (m *Manager) AdmitFor(ctx context.Context, compose []byte, dir, actor strin
 	if _, err := m.proved(ctx); err != nil {
 		return nil, err
 	}
-	plan, _, _, _, err := m.admitWith(ctx, compose, dir, actor, true)
+	plan, _, _, _, err := m.admitWith(ctx, compose, dir, actor, true, optionsOf(opts))
 	return plan, err
 }
 
@@ -346,17 +349,21 @@ func submits(pa *policy.PackActor, peer Peer) bool {
 	return peer.Known && (slices.Contains(pa.Submitters.UIDs, peer.UID) || slices.Contains(pa.Submitters.GIDs, peer.GID))
 }
 
-func (m *Manager) admit(ctx context.Context, compose []byte, dir, actor string) (*admission.PackPlan, *pack.Pack, *backend.PackEngine, string, error) {
-	return m.admitWith(ctx, compose, dir, actor, false)
+// optionsOf is the first of opts, or none.
+func optionsOf(opts []pack.Options) pack.Options {
+	if len(opts) == 0 {
+		return pack.Options{}
+	}
+	return opts[0]
 }
 
-func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor string, pathOnly bool) (*admission.PackPlan, *pack.Pack, *backend.PackEngine, string, error) {
+func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor string, pathOnly bool, opts pack.Options) (*admission.PackPlan, *pack.Pack, *backend.PackEngine, string, error) {
 	pol, polDigest, err := m.cfg.Policy()
 	if err != nil {
 		// A broken policy refuses everything and changes nothing.
 		return nil, nil, nil, "", fmt.Errorf("policy: %w: fix the policy file; nothing is admitted until it loads", err)
 	}
-	p, err := pack.Load(ctx, compose, dir)
+	p, err := pack.LoadWith(ctx, compose, dir, opts)
 	if err != nil {
 		return nil, nil, nil, "", admission.PackFileRefusal(err)
 	}
@@ -391,6 +398,7 @@ func (m *Manager) admitWith(ctx context.Context, compose []byte, dir, actor stri
 	}
 	if !pathOnly {
 		facts.Binds = bindFacts(p, pol, actor, m.cfg.EngineSocket)
+		facts.ConfigErrs = readConfigs(p, dir)
 	}
 	plan, err := admission.AdmitPack(p, pol, actor, facts)
 	if err != nil {
@@ -429,7 +437,7 @@ func bindFacts(p *pack.Pack, pol *policy.Policy, actor, socket string) map[strin
 
 // Issue admits the pack exactly as Admit does and mints a single-use pack
 // grant for actor, valid for ttl from now.
-func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration) ([]byte, error) {
+func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, ttl time.Duration, opts ...pack.Options) ([]byte, error) {
 	if m.cfg.Issuer == nil {
 		return nil, errors.New("issue: this runner holds no issuer key")
 	}
@@ -439,7 +447,7 @@ func (m *Manager) Issue(ctx context.Context, compose []byte, dir, actor string, 
 	// One issue at a time: two must not choose the same subnets.
 	m.issuing.Lock()
 	defer m.issuing.Unlock()
-	plan, p, eng, polDigest, err := m.admit(ctx, compose, dir, actor)
+	plan, p, eng, polDigest, err := m.admitWith(ctx, compose, dir, actor, false, optionsOf(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -602,4 +610,25 @@ func (r *record) plan() (*admission.PackPlan, error) {
 		return nil, fmt.Errorf("workspace %s: stored plan: %w", r.Name, err)
 	}
 	return &p, nil
+}
+
+// readConfigs reads each file config of p beneath the pack's directory
+// without following links, into its Content, and says why for each it
+// could not read. A client's dry run never reads them: the runner reads
+// as root, and a client must not learn through it what a file holds.
+func readConfigs(p *pack.Pack, dir string) map[string]string {
+	errs := map[string]string{}
+	for i := range p.Configs {
+		c := &p.Configs[i]
+		if c.File == "" {
+			continue
+		}
+		b, err := pack.ReadConfig(dir, c.File)
+		if err != nil {
+			errs[c.File] = err.Error()
+			continue
+		}
+		c.Content, c.Read = string(b), true
+	}
+	return errs
 }

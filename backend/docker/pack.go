@@ -258,6 +258,9 @@ func containerSpec(ws string, c backend.PackContainer) (*container.Config, *cont
 		// keeps its ID and ownership labels.
 		host.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyOnFailure, MaximumRetryCount: c.RestartRetries}
 	}
+	if h := c.Healthcheck; h != nil {
+		cfg.Healthcheck = &container.HealthConfig{Test: h.Test, Interval: h.Interval, Timeout: h.Timeout, StartPeriod: h.StartPeriod, Retries: h.Retries}
+	}
 	if c.ShmBytes > 0 {
 		host.ShmSize = c.ShmBytes
 	}
@@ -444,6 +447,15 @@ func (p *Packs) Inspect(ctx context.Context, o backend.PackOwner, rec backend.Re
 			obj.State, obj.PID = c.State.Status, c.State.Pid
 			if c.State.Status == "exited" {
 				obj.Detail = fmt.Sprintf("exit code %d", c.State.ExitCode)
+			}
+			if h := c.State.Health; h != nil && h.Status != "" && h.Status != "none" {
+				obj.Health = h.Status
+				if c.State.Status == "running" {
+					obj.Detail = h.Status
+					if n := len(h.Log); n > 0 && h.Status == "unhealthy" {
+						obj.Detail += fmt.Sprintf(" (last check exit code %d)", h.Log[n-1].ExitCode)
+					}
+				}
 			}
 		}
 		if obj.HostConfigSHA256, err = hostConfigDigest(raw); err != nil {

@@ -167,11 +167,26 @@ func printRefused(w io.Writer, checks []api.Check) int {
 	return n
 }
 
+// loadFlags adds --profile and --project-name, which choose what a
+// compose file leaves to its caller, as docker compose's flags do; they
+// fill in src.
+func loadFlags(fs *pflag.FlagSet, src *api.PackSource) {
+	fs.StringSliceVar(&src.Profiles, "profile", nil, "select a compose profile (repeat, or separate with commas): services whose profiles: name none of the selected ones are left out, and the grant binds the selection")
+	fs.StringVar(&src.ProjectName, "project-name", "", "the project name of a compose file without a top-level name: (default: the compose file's directory name)")
+}
+
+// withLoad is src with the load options the flags gave.
+func withLoad(src api.PackSource, opts api.PackSource) api.PackSource {
+	src.Profiles, src.ProjectName = opts.Profiles, opts.ProjectName
+	return src
+}
+
 func (a *app) packAdmitCmd() *cobra.Command {
 	var actor string
 	var asJSON, operator bool
+	var load api.PackSource
 	cmd := &cobra.Command{
-		Use:   "admit COMPOSE.yaml [--actor NAME] [--operator] [--json]",
+		Use:   "admit COMPOSE.yaml [--actor NAME] [--profile NAME]... [--project-name NAME] [--operator] [--json]",
 		Short: "Dry run: the plan with every choice made, or every refused requirement (grants nothing)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -179,7 +194,7 @@ func (a *app) packAdmitCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := a.client(operator).PackAdmit(cmd.Context(), api.PackAdmitRequest{Pack: src, Actor: actor})
+			resp, err := a.client(operator).PackAdmit(cmd.Context(), api.PackAdmitRequest{Pack: withLoad(src, load), Actor: actor})
 			if err != nil {
 				return a.packFail("pack admit", asJSON, err)
 			}
@@ -203,13 +218,15 @@ func (a *app) packAdmitCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the verdict as JSON")
 	cmd.Flags().BoolVar(&operator, "operator", false, "use the control socket: inspect bind sources and build contexts as a grant issue does "+
 		"(a client's dry run judges them by their path only, and answers only a submitter of the actor)")
+	loadFlags(cmd.Flags(), &load)
 	return cmd
 }
 
 func (a *app) packIssueCmd() *cobra.Command {
 	var actor, ttl string
+	var load api.PackSource
 	cmd := &cobra.Command{
-		Use:   "issue COMPOSE.yaml --actor NAME [--ttl 1h]",
+		Use:   "issue COMPOSE.yaml --actor NAME [--ttl 1h] [--profile NAME]... [--project-name NAME]",
 		Short: "Mint a signed single-use grant for one up of the pack; prints the DSSE envelope",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -220,7 +237,7 @@ func (a *app) packIssueCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			env, err := a.control().PackIssueGrant(cmd.Context(), api.PackIssueRequest{Pack: src, Actor: actor, TTL: ttl})
+			env, err := a.control().PackIssueGrant(cmd.Context(), api.PackIssueRequest{Pack: withLoad(src, load), Actor: actor, TTL: ttl})
 			if err != nil {
 				return a.packFail("pack grant issue", false, err)
 			}
@@ -230,6 +247,7 @@ func (a *app) packIssueCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&actor, "actor", "", "who the grant is for (a packs.actors name in the policy; required)")
 	cmd.Flags().StringVar(&ttl, "ttl", "1h", "how long the grant is valid")
+	loadFlags(cmd.Flags(), &load)
 	return cmd
 }
 
