@@ -29,6 +29,10 @@ import (
 // layers made it otherwise does not verify against the seals, and is
 // sealed whole.
 func layerSource(tree string, info *layerInfo, rootfs, dst string) error {
+	if len(info.Links) > 0 {
+		// The tree cannot hold them: the image's rootfs makes them.
+		return fmt.Errorf("layer %s links to files of lower layers, which a seal of the layer alone cannot hold", info.DiffID)
+	}
 	explicit, owners := info.index()
 	var dirs []string
 	err := filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
@@ -100,45 +104,6 @@ func layerSource(tree string, info *layerInfo, rootfs, dst string) error {
 	})
 	if err != nil {
 		return err
-	}
-	// The layer's hard links to files of lower layers: the tree cannot
-	// hold them, the image's rootfs made them. The seal holds the file
-	// they name in rootfs (its bytes, mode, owner and mtime), so it
-	// serves an image whose lower layers hold that file; any other
-	// does not verify against the seals, and is sealed whole.
-	for _, l := range info.Links {
-		if _, err := os.Lstat(filepath.Join(tree, filepath.FromSlash(l.Name))); err == nil {
-			continue // a later entry of the layer replaced the link
-		}
-		in := filepath.Join(rootfs, filepath.FromSlash(l.Name))
-		if fi, err := os.Lstat(in); err != nil || !fi.Mode().IsRegular() {
-			return fmt.Errorf("layer %s links %s to a lower layer's file, which the image does not show there", info.DiffID, l.Name)
-		}
-		parent := ""
-		for _, c := range strings.Split(path.Dir(l.Name), "/") {
-			if c == "." {
-				break
-			}
-			parent = path.Join(parent, c)
-			out := filepath.Join(dst, filepath.FromSlash(parent))
-			if _, err := os.Lstat(out); err == nil {
-				continue
-			}
-			fi, err := os.Lstat(filepath.Join(rootfs, filepath.FromSlash(parent)))
-			if err != nil || !fi.IsDir() {
-				return fmt.Errorf("layer %s links %s beneath %s, which the image does not show as a directory", info.DiffID, l.Name, parent)
-			}
-			if err := os.Mkdir(out, 0o700); err != nil {
-				return err
-			}
-			if err := os.Chmod(out, fi.Mode().Perm()|fi.Mode()&fs.ModeSticky); err != nil {
-				return err
-			}
-			dirs = append(dirs, parent) // implicit: its metadata comes from rootfs below
-		}
-		if err := os.Link(in, filepath.Join(dst, filepath.FromSlash(l.Name))); err != nil {
-			return fmt.Errorf("layer %s: hard link %s: %w", info.DiffID, l.Name, err)
-		}
 	}
 	// Directories last, deepest first: their owners and mtimes once
 	// nothing is made beneath them any more.

@@ -205,12 +205,10 @@ func TestLayerSealTampered(t *testing.T) {
 	}
 }
 
-// TestLayerSealFallsBackWhole: a layer that hard-links a lower layer's
-// file is sealed with that file, and serves an image whose lower layers
-// hold it; an image whose layers' seals cannot serve its tree (here the
-// same layer over another base, whose file differs) is sealed whole, its
-// seal record saying why, and verifies as a whole seal does, warm and
-// after a restart.
+// TestLayerSealFallsBackWhole: an image whose layers' seals cannot serve
+// its tree (here a layer hard-links a lower layer's file, which a seal of
+// the layer alone cannot hold) is sealed whole, its seal record saying
+// why, and verifies as a whole seal does, warm and after a restart.
 func TestLayerSealFallsBackWhole(t *testing.T) {
 	testenv.Root(t)
 	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
@@ -226,26 +224,15 @@ func TestLayerSealFallsBackWhole(t *testing.T) {
 	})
 	s, _ := newStore(t)
 	ctx := context.Background()
-	linked, err := s.Import(ctx, "oci:"+writeLayout(t, imageOf(t, base, top), "v1"))
+	img, err := s.Import(ctx, "oci:"+writeLayout(t, imageOf(t, base, top), "v1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if linked.Unsealed != "" {
-		testenv.Missing(t, "a kernel that mounts erofs from a file: "+linked.Unsealed)
-	}
-	if rec, err := readSealRecord(filepath.Dir(linked.Rootfs)); err != nil || len(rec.Layers) != 2 {
-		t.Fatalf("a layer linking a lower layer's file: seal record %+v, %v; want per-layer seals", rec, err)
-	}
-	other := buildTar(t, []entry{
-		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
-		{name: "bin/tool", typ: tar.TypeReg, mode: 0o755, body: "another tool"},
-	})
-	img, err := s.Import(ctx, "oci:"+writeLayout(t, imageOf(t, other, top), "v2"))
-	if err != nil {
-		t.Fatal(err)
+	if img.Unsealed != "" {
+		testenv.Missing(t, "a kernel that mounts erofs from a file: "+img.Unsealed)
 	}
 	rec, err := readSealRecord(filepath.Dir(img.Rootfs))
-	if err != nil || rec.File != sealName || len(rec.Layers) != 0 || !strings.Contains(rec.Whole, ErrSealChanged.Error()) {
+	if err != nil || rec.File != sealName || len(rec.Layers) != 0 || !strings.Contains(rec.Whole, "links to files of lower layers") {
 		t.Fatalf("seal record %+v, %v: want a whole seal saying why", rec, err)
 	}
 	cold, err := New(s.dir)

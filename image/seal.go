@@ -86,11 +86,10 @@ import (
 //   - the cost stays independent of the file count: one open, fstat and
 //     ioctl per layer.
 // An image whose layers' seals do not serve exactly its tree is sealed
-// whole, as above, its seal record saying why (Whole): a layer whose hard
-// links to files of lower layers (its seal holds the files they named in
-// the first image sealing it) or whose implicit directories (their
-// metadata is that image's too) another image's lower layers made
-// otherwise, or a whiteout left in a bottom layer. Stores sealed before keep their whole seals, which keep
+// whole, as above, its seal record saying why (Whole): a layer with hard
+// links to files of lower layers, a directory its tar leaves implicit whose
+// metadata another image's lower layers made otherwise, a whiteout left in
+// a bottom layer. Stores sealed before keep their whole seals, which keep
 // verifying as they did; they are not re-sealed per layer (a re-import of
 // the image after removing it is).
 //
